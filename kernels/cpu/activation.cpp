@@ -1,0 +1,1 @@
+// activation: implementation lands with the kernels work.

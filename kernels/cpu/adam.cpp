@@ -1,0 +1,1 @@
+// adam: implementation lands with the kernels work.

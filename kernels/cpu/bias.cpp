@@ -1,0 +1,1 @@
+// bias: implementation lands with the kernels work.

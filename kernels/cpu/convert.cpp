@@ -1,0 +1,1 @@
+// convert: implementation lands with the kernels work.

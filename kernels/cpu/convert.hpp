@@ -1,0 +1,21 @@
+// Buffer conversion between f32 and f16/bf16 (round to nearest even), and
+// inf/nan detection for the loss scaler.
+#pragma once
+
+#include "core/dtype.hpp"
+
+#include <cstdint>
+
+namespace dsa::cpu {
+
+void cast_f32_to_f16(std::uint16_t* out, const float* in, std::int64_t n);
+void cast_f16_to_f32(float* out, const std::uint16_t* in, std::int64_t n);
+void cast_f32_to_bf16(std::uint16_t* out, const float* in, std::int64_t n);
+void cast_bf16_to_f32(float* out, const std::uint16_t* in, std::int64_t n);
+// Any of f32/f16/bf16 to any of them; same type is a copy.
+void cast(void* out, dtype out_type, const void* in, dtype in_type, std::int64_t n);
+
+// True when any element is +-inf or NaN. in_type: f32, f16 or bf16.
+bool has_inf_or_nan(const void* in, dtype in_type, std::int64_t n);
+
+} // namespace dsa::cpu

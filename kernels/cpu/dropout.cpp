@@ -1,0 +1,1 @@
+// dropout: implementation lands with the kernels work.

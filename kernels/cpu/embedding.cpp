@@ -1,0 +1,1 @@
+// embedding: implementation lands with the kernels work.

@@ -1,0 +1,1 @@
+// gemm: implementation lands with the kernels work.

@@ -1,0 +1,42 @@
+// Dense GEMM and strided batched GEMM on the CPU through OpenBLAS (fp32),
+// with fp16/bf16 operands converted to fp32 first. Row-major throughout.
+#pragma once
+
+#include "core/dtype.hpp"
+
+#include <cstdint>
+
+namespace dsa::cpu {
+
+enum class transpose : std::uint8_t { no, yes };
+
+// C(m, n) = alpha * op(A)(m, k) * op(B)(k, n) + beta * C.
+// op(A) is A (m, k) when trans_a is no, else A is stored (k, m). Likewise B.
+// Leading dimensions are row strides in elements; 0 means packed.
+struct gemm_shape {
+  std::int64_t m = 0, n = 0, k = 0;
+  transpose trans_a = transpose::no;
+  transpose trans_b = transpose::no;
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f; // 0: C is overwritten (its old contents may be NaN); 1: accumulate
+};
+
+// Batch i uses A + i*stride_a, B + i*stride_b, C + i*stride_c (elements).
+struct gemm_batch {
+  std::int64_t count = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+// c: (m, n) = / += per beta; a, b per shape. No aliasing between c and a/b.
+void gemm(float* c, const float* a, const float* b, const gemm_shape& shape);
+void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& shape, const gemm_batch& batch);
+// a, b hold f16 or bf16 (given by operand_type); converted to f32, accumulated in f32.
+void gemm_half(float* c, const std::uint16_t* a, const std::uint16_t* b, dtype operand_type,
+               const gemm_shape& shape);
+
+// Reference: plain loops, double accumulation. Same contract as gemm_batched.
+void gemm_ref(float* c, const float* a, const float* b, const gemm_shape& shape,
+              const gemm_batch& batch = {});
+
+} // namespace dsa::cpu

@@ -1,0 +1,1 @@
+// lamb: implementation lands with the kernels work.

@@ -1,0 +1,33 @@
+// LayerNorm over the last dimension (BERT: eps 1e-12), forward and backward.
+#pragma once
+
+#include <cstdint>
+
+namespace dsa::cpu {
+
+// y, x: (rows, c); gamma, beta: (c); mean, rstd: (rows), written when non-null.
+// y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps), biased variance.
+// y may alias x.
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                       const float* beta, float eps, std::int64_t rows, std::int64_t c);
+
+// From the saved input: dx = (overwrite), dgamma += , dbeta += .
+// dy, x, dx: (rows, c); mean, rstd: (rows). dx may alias dy.
+void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                        const float* mean, const float* rstd, const float* gamma, std::int64_t rows,
+                        std::int64_t c);
+
+// Invertible form (normalize_invertible): uses the output y instead of x.
+// xhat = (y - beta) / gamma; needs gamma without zeros. Same outputs as above.
+void layernorm_backward_from_output(float* dx, float* dgamma, float* dbeta, const float* dy,
+                                    const float* y, const float* rstd, const float* gamma,
+                                    const float* beta, std::int64_t rows, std::int64_t c);
+
+// References: double precision loops, same contracts.
+void layernorm_forward_ref(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                           const float* beta, float eps, std::int64_t rows, std::int64_t c);
+void layernorm_backward_ref(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                            const float* mean, const float* rstd, const float* gamma,
+                            std::int64_t rows, std::int64_t c);
+
+} // namespace dsa::cpu

@@ -1,0 +1,1 @@
+// loss: implementation lands with the kernels work.

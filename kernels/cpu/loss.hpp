@@ -1,0 +1,26 @@
+// Sparse softmax cross-entropy with ignore_index (MLM, NSP, SQuAD spans).
+#pragma once
+
+#include <cstdint>
+
+namespace dsa::cpu {
+
+struct xent_sum {
+  double loss_sum = 0.0;   // sum over counted rows of -log softmax(logits)[label]
+  std::int64_t count = 0;  // rows whose label != ignore_index
+  std::int64_t correct = 0; // counted rows whose argmax equals the label
+};
+
+// logits: (rows, classes); labels: (rows). A label outside [0, classes) that is not
+// ignore_index is a broken invariant (data is validated before it gets here).
+xent_sum cross_entropy_forward(const float* logits, const std::int32_t* labels, std::int32_t ignore_index,
+                               std::int64_t rows, std::int64_t classes);
+// dlogits = scale * (softmax(logits) - onehot(label)) for counted rows, 0 for ignored rows.
+// For the gradient of the mean loss, scale = 1 / count. dlogits may alias logits.
+void cross_entropy_backward(float* dlogits, const float* logits, const std::int32_t* labels,
+                            std::int32_t ignore_index, float scale, std::int64_t rows, std::int64_t classes);
+
+xent_sum cross_entropy_forward_ref(const float* logits, const std::int32_t* labels,
+                                   std::int32_t ignore_index, std::int64_t rows, std::int64_t classes);
+
+} // namespace dsa::cpu

@@ -1,0 +1,24 @@
+// Scaled, masked softmax over attention scores.
+#pragma once
+
+#include <cstdint>
+
+namespace dsa::cpu {
+
+// probs, scores: (batch, heads, tq, tk); key_mask: (batch, tk), 1 = attend, 0 = masked, or null.
+// probs = softmax(scale * scores) over tk with masked keys given probability exactly 0.
+// A row whose keys are all masked is all zeros. probs may alias scores.
+void softmax_forward(float* probs, const float* scores, const float* key_mask, float scale,
+                     std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk);
+
+// dscores = scale * probs * (dprobs - sum_k(dprobs * probs)) (overwrite); rows = batch*heads*tq.
+// dscores may alias dprobs.
+void softmax_backward(float* dscores, const float* dprobs, const float* probs, float scale,
+                      std::int64_t rows, std::int64_t tk);
+
+void softmax_forward_ref(float* probs, const float* scores, const float* key_mask, float scale,
+                         std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk);
+void softmax_backward_ref(float* dscores, const float* dprobs, const float* probs, float scale,
+                          std::int64_t rows, std::int64_t tk);
+
+} // namespace dsa::cpu

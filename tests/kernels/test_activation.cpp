@@ -1,0 +1,1 @@
+// tests for kernels/cpu/activation land with the kernels work.

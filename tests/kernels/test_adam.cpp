@@ -1,0 +1,1 @@
+// tests for kernels/cpu/adam land with the kernels work.

@@ -1,0 +1,1 @@
+// tests for kernels/cpu/bias land with the kernels work.

@@ -1,0 +1,1 @@
+// tests for kernels/cpu/convert land with the kernels work.

@@ -1,0 +1,1 @@
+// tests for kernels/cpu/dropout land with the kernels work.

@@ -1,0 +1,1 @@
+// tests for kernels/cpu/embedding land with the kernels work.

@@ -1,0 +1,1 @@
+// tests for kernels/cpu/gemm land with the kernels work.

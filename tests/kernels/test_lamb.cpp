@@ -1,0 +1,1 @@
+// tests for kernels/cpu/lamb land with the kernels work.

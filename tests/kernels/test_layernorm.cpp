@@ -1,0 +1,1 @@
+// tests for kernels/cpu/layernorm land with the kernels work.

@@ -1,0 +1,1 @@
+// tests for kernels/cpu/loss land with the kernels work.

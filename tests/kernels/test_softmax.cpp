@@ -1,0 +1,1 @@
+// tests for kernels/cpu/softmax land with the kernels work.

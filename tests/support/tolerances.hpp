@@ -1,0 +1,36 @@
+// The one table of numerical tolerances, each with its reason. Tests name an
+// entry; they never write a bare number.
+#pragma once
+
+namespace dsa::test {
+
+struct tolerance {
+  double abs;
+  double rel;
+  const char* reason;
+};
+
+// f32 kernel vs double reference, reductions of length <= ~4096: a few ulps
+// of accumulated rounding per term.
+inline constexpr tolerance f32_kernel{1e-5, 1e-4, "f32 accumulation vs double reference"};
+// f32 GEMM through OpenBLAS vs double reference: k-term dot products, blocked summation order.
+inline constexpr tolerance f32_gemm{1e-4, 1e-4, "blocked f32 dot products of length k <= 4096"};
+// Finite differences in double of a double-precision forward: O(h^2) truncation, h = 1e-6.
+inline constexpr tolerance finite_diff{1e-6, 1e-5, "central differences, h=1e-6, double forward"};
+// Finite differences through f32 kernels: roundoff eps_f32/h dominates.
+inline constexpr tolerance finite_diff_f32{2e-3, 2e-2, "central differences of an f32 forward, h=1e-2"};
+// f16 round trip: half an ulp of a 10-bit mantissa.
+inline constexpr tolerance f16_roundtrip{0.0, 4.9e-4, "RNE to 11 significant bits"};
+// bf16 round trip: half an ulp of an 8-bit significand.
+inline constexpr tolerance bf16_roundtrip{0.0, 3.9e-3, "RNE to 8 significant bits"};
+// Same computation, different but exact recompute path (memory flags): identical up to
+// reassociation inside a vectorized reduction.
+inline constexpr tolerance recompute{1e-6, 1e-5, "recomputed activations, reassociated sums"};
+// Pipeline layouts vs one stage: the same kernels on the same rows; gradient sums over
+// micro-batches are added in the same order, so differences come only from tied-weight
+// gradient addition order.
+inline constexpr tolerance layout_equivalence{1e-6, 1e-5, "tied-embedding gradient sum order"};
+// Optimizer kernels vs double reference over a few steps.
+inline constexpr tolerance optimizer_step{1e-6, 1e-5, "f32 vs double optimizer arithmetic, few steps"};
+
+} // namespace dsa::test

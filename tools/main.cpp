@@ -1,0 +1,49 @@
+// dsactor: one program, one subcommand per file under tools/.
+#include "tools/command.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <exception>
+
+namespace {
+
+struct entry {
+  const char* name;
+  const char* summary;
+  dsa::tools::command_fn run;
+};
+
+// The list of subcommands: add one line per subcommand.
+const entry commands[] = {
+    {"report", "what this machine supports (CPU, BLAS, CUDA, NCCL, UCX, libaio, O_DIRECT)", dsa::tools::cmd_report},
+    {"bench", "benchmarks against a peer measured in the same run (kernels, ...)", dsa::tools::cmd_bench},
+};
+
+void usage() {
+  fmt::print("usage: dsactor COMMAND [ARGS...]\n\ncommands:\n");
+  for (const auto& c : commands) fmt::print("  {:<10} {}\n", c.name, c.summary);
+  fmt::print("\n'dsactor COMMAND --help' describes one command.\n");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : commands) {
+    if (!std::strcmp(argv[1], c.name)) {
+      try {
+        return c.run(argc - 1, argv + 1);
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "dsactor {}: {}\n", c.name, e.what());
+        return 1;
+      }
+    }
+  }
+  fmt::print(stderr, "dsactor: unknown command '{}'\n\n", argv[1]);
+  usage();
+  return 2;
+}
