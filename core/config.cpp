@@ -74,7 +74,8 @@ expected<config> config::load(const std::string& path) {
 
 expected<config> config::parse(std::string_view text, std::string source_name) {
   try {
-    return from_table(toml::parse(text, source_name), std::move(source_name));
+    toml::table table = toml::parse(text, std::string_view(source_name));
+    return from_table(std::move(table), std::move(source_name));
   } catch (const toml::parse_error& e) {
     return make_error(errc::config, "{}:{}:{}: {}", source_name, e.source().begin.line, e.source().begin.column,
                       e.description());
@@ -83,6 +84,16 @@ expected<config> config::parse(std::string_view text, std::string source_name) {
 
 config config::from_table(toml::table table, std::string source_name) {
   config c;
+  // toml++ drops source positions when a table is copied, so keep the lines by key.
+  std::function<void(const toml::table&, const std::string&)> record = [&](const toml::table& t,
+                                                                           const std::string& prefix) {
+    for (const auto& [k, v] : t) {
+      std::string path = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+      if (v.source().begin.line > 0) c.lines_[path] = static_cast<int>(v.source().begin.line);
+      if (const toml::table* sub = v.as_table()) record(*sub, path);
+    }
+  };
+  record(table, "");
   c.table_ = std::move(table);
   c.source_ = std::move(source_name);
   return c;
@@ -104,8 +115,8 @@ void config::mark(std::string_view key) const { known_.insert(std::string(key));
 void config::accept(std::string_view key) const { accepted_.insert(std::string(key)); }
 
 std::string config::where(std::string_view key) const {
-  const toml::node* n = find(key);
-  if (n && n->source().begin.line > 0) return fmt::format("{}:{}", source_, n->source().begin.line);
+  auto it = lines_.find(std::string(key));
+  if (it != lines_.end()) return fmt::format("{}:{}", source_, it->second);
   return source_;
 }
 

@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -54,6 +55,7 @@ private:
 
   toml::table table_;
   std::string source_;
+  std::map<std::string, int> lines_;      // source line of each key as loaded
   mutable std::set<std::string> known_;    // keys read or tested
   mutable std::set<std::string> accepted_; // subtrees accepted whole
 };
