@@ -1,6 +1,168 @@
-// dsactor report: lands with the tools work.
+// dsactor report: what this machine supports — CPU features, BLAS, CUDA/NCCL
+// (found at run time, so a CPU-only build reports them too), UCX, libaio, and
+// whether a directory supports O_DIRECT.
 #include "tools/command.hpp"
 
+#include <boost/program_options.hpp>
+#include <cblas.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <libaio.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
 namespace dsa::tools {
-int cmd_report(int, char**) { return 0; }
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+std::string cpu_features() {
+  std::string out;
+  __builtin_cpu_init();
+  for (const char* f : {"sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bf16"}) {
+    bool has = false;
+    if (!std::strcmp(f, "sse4.2")) has = __builtin_cpu_supports("sse4.2");
+    else if (!std::strcmp(f, "avx")) has = __builtin_cpu_supports("avx");
+    else if (!std::strcmp(f, "avx2")) has = __builtin_cpu_supports("avx2");
+    else if (!std::strcmp(f, "fma")) has = __builtin_cpu_supports("fma");
+    else if (!std::strcmp(f, "avx512f")) has = __builtin_cpu_supports("avx512f");
+    else {
+      std::ifstream in("/proc/cpuinfo");
+      std::string line;
+      while (std::getline(in, line))
+        if (line.rfind("flags", 0) == 0) {
+          has = line.find(std::string(" ") + f) != std::string::npos;
+          break;
+        }
+    }
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", f, has ? "yes" : "no");
+  }
+  return out;
+}
+
+// CUDA driver and runtime, looked up at run time so the report works on any build.
+void report_cuda() {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!driver) {
+    fmt::print("cuda driver   : not found (no GPU usable: {})\n", dlerror());
+  } else {
+    using init_fn = int (*)(unsigned);
+    using count_fn = int (*)(int*);
+    using version_fn = int (*)(int*);
+    auto init = reinterpret_cast<init_fn>(dlsym(driver, "cuInit"));
+    auto count = reinterpret_cast<count_fn>(dlsym(driver, "cuDeviceGetCount"));
+    auto version = reinterpret_cast<version_fn>(dlsym(driver, "cuDriverGetVersion"));
+    int v = 0, n = 0;
+    int rc = init ? init(0) : -1;
+    if (version) version(&v);
+    if (rc == 0 && count) count(&n);
+    fmt::print("cuda driver   : {}.{}; cuInit {}; {} device(s); GPU usable: {}\n", v / 1000, (v % 1000) / 10,
+               rc == 0 ? "ok" : fmt::format("failed ({})", rc), n, rc == 0 && n > 0 ? "yes" : "no");
+  }
+  const char* runtimes[] = {"libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.13", "libcudart.so"};
+  void* rt = nullptr;
+  for (const char* name : runtimes)
+    if ((rt = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+  if (!rt) {
+    fmt::print("cuda runtime  : not found\n");
+  } else {
+    using fn = int (*)(int*);
+    int v = 0;
+    if (auto f = reinterpret_cast<fn>(dlsym(rt, "cudaRuntimeGetVersion"))) f(&v);
+    fmt::print("cuda runtime  : {}.{}\n", v / 1000, (v % 1000) / 10);
+  }
+  const char* nccls[] = {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda-13.0/lib/libnccl.so.2"};
+  void* nccl = nullptr;
+  for (const char* name : nccls)
+    if ((nccl = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+  if (!nccl) {
+    fmt::print("nccl          : not found\n");
+  } else {
+    using fn = int (*)(int*);
+    int v = 0;
+    if (auto f = reinterpret_cast<fn>(dlsym(nccl, "ncclGetVersion"))) f(&v);
+    fmt::print("nccl          : {}.{}.{}\n", v / 10000, (v % 10000) / 100, v % 100);
+  }
+  fmt::print("cuda kernels  : not in this version (CPU ranks only; the CUDA rank is a later issue)\n");
+}
+
+void report_aio() {
+  io_context_t ctx{};
+  int rc = io_setup(8, &ctx);
+  if (rc == 0) {
+    io_destroy(ctx);
+    fmt::print("libaio        : io_setup ok\n");
+  } else {
+    fmt::print("libaio        : io_setup failed: {}\n", std::strerror(-rc));
+  }
+}
+
+// Writes and reads back one 4 KiB block with O_DIRECT in `dir`.
+void report_odirect(const std::string& dir) {
+  std::string path = dir + "/.dsactor-odirect-probe." + std::to_string(getpid());
+  int fd = open(path.c_str(), O_CREAT | O_RDWR | O_DIRECT | O_TRUNC, 0600);
+  if (fd < 0) {
+    fmt::print("O_DIRECT      : {}: not supported ({})\n", dir, std::strerror(errno));
+    return;
+  }
+  void* buf = nullptr;
+  bool ok = posix_memalign(&buf, 4096, 4096) == 0;
+  if (ok) {
+    std::memset(buf, 0x5a, 4096);
+    ok = pwrite(fd, buf, 4096, 0) == 4096;
+    std::memset(buf, 0, 4096);
+    ok = ok && pread(fd, buf, 4096, 0) == 4096 && static_cast<unsigned char*>(buf)[4095] == 0x5a;
+  }
+  int err = errno;
+  std::free(buf);
+  close(fd);
+  unlink(path.c_str());
+  fmt::print("O_DIRECT      : {}: {}\n", dir, ok ? "supported" : fmt::format("open ok, I/O failed ({})", std::strerror(err)));
+}
+
+} // namespace
+
+int cmd_report(int argc, char** argv) {
+  namespace po = boost::program_options;
+  po::options_description opts("dsactor report [--dir PATH]");
+  opts.add_options()("help,h", "this help")(
+      "dir", po::value<std::string>()->default_value("."), "directory to probe for O_DIRECT (the NVMe path)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "dsactor report: {}\n{}", e.what(), fmt::to_string(fmt::streamed(opts)));
+    return 2;
+  }
+  if (vm.count("help")) {
+    fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
+    return 0;
+  }
+  fmt::print("cpu           : {} ({} hardware threads)\n", cpu_model(), std::thread::hardware_concurrency());
+  fmt::print("cpu features  : {}\n", cpu_features());
+  fmt::print("blas          : {} (core {}, {} threads)\n", openblas_get_config(), openblas_get_corename(),
+             openblas_get_num_threads());
+  report_cuda();
+  fmt::print("ucx           : {}\n", ucp_get_version_string());
+  report_aio();
+  report_odirect(vm["dir"].as<std::string>());
+  return 0;
+}
+
 } // namespace dsa::tools
