@@ -6,7 +6,9 @@
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace dsa::ckpt {
@@ -30,6 +32,28 @@ expected<safetensors_file> read_safetensors(const std::string& path);
 // Writes CPU tensors (contiguous; f32, f16, bf16, i32, i64, u8) atomically.
 status write_safetensors(const std::string& path, const named_tensors& tensors,
                          const metadata_map& metadata = {});
+
+// One tensor as the header describes it, without its data.
+struct safetensors_entry {
+  std::string dtype_tag;     // safetensors spelling: "F32", "BF16", "I64", "BOOL", ...
+  std::optional<dtype> type; // set when dsactor can load this dtype
+  shape_t shape;
+  std::uint64_t begin = 0; // byte offsets into the data section, [begin, end)
+  std::uint64_t end = 0;
+};
+
+struct safetensors_header {
+  std::map<std::string, safetensors_entry> tensors;
+  metadata_map metadata;
+  std::uint64_t data_offset = 0; // file offset of the data section (8 + header length)
+  std::uint64_t data_bytes = 0;  // length of the data section
+};
+
+// Reads and validates only the header (names, dtypes, shapes, offsets) of a
+// safetensors file, for inspecting files such as HuggingFace checkpoints. Every
+// dtype of the safetensors spec is accepted here (F64, BOOL, ...); the same
+// validation as read_safetensors applies otherwise.
+expected<safetensors_header> read_safetensors_header(const std::string& path);
 
 // What a loader expects of one tensor.
 struct tensor_spec {

@@ -1,0 +1,136 @@
+// safetensors read and write, and the check of a file's tensors against what a
+// loader expects.
+#include "io/ckpt/safetensors.hpp"
+
+#include "io/ckpt/atomic_file.hpp"
+#include "io/ckpt/safetensors_format.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
+// Tensor bytes are written and read as they lie in memory; safetensors is little-endian.
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "dsactor's safetensors code assumes a little-endian host"
+#endif
+
+namespace dsa::ckpt {
+namespace {
+
+using json = nlohmann::json;
+
+// A JSON string literal; invalid UTF-8 is an error rather than an exception.
+expected<std::string> quoted(const std::string& text, const std::string& path, const char* what) {
+  try {
+    return json(text).dump();
+  } catch (const json::exception&) {
+    return make_error(errc::invalid_argument, "cannot write '{}': {} '{}' is not valid UTF-8", path, what, text);
+  }
+}
+
+status check_writable(const std::string& path, const std::string& name, const tensor& t) {
+  if (name == "__metadata__")
+    return make_error(errc::invalid_argument, "cannot write '{}': '__metadata__' is reserved, not a tensor name",
+                      path);
+  if (!t.defined()) return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' is undefined", path, name);
+  if (!t.dev().is_cpu())
+    return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' is {}, not on the CPU", path, name,
+                      t.describe());
+  if (!t.is_contiguous())
+    return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' ({}) is not contiguous", path, name,
+                      t.describe());
+  return {};
+}
+
+// The JSON header: "__metadata__" first, then tensors in name order with their
+// data laid out back to back in the same order; padded with spaces so that the
+// data section starts at a multiple of 8 bytes.
+expected<std::string> build_header(const std::string& path, const named_tensors& tensors,
+                                   const metadata_map& metadata) {
+  std::string out = "{";
+  if (!metadata.empty()) {
+    out += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [key, value] : metadata) {
+      DSA_ASSIGN_OR_RETURN(std::string k, quoted(key, path, "metadata key"));
+      DSA_ASSIGN_OR_RETURN(std::string v, quoted(value, path, "metadata value"));
+      out += fmt::format("{}{}:{}", first ? "" : ",", k, v);
+      first = false;
+    }
+    out += "}";
+  }
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    DSA_TRY(check_writable(path, name, t));
+    DSA_ASSIGN_OR_RETURN(std::string key, quoted(name, path, "tensor name"));
+    std::uint64_t end = offset + t.nbytes();
+    out += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", out.size() > 1 ? "," : "",
+                       key, detail::safetensors_tag(t.type()), fmt::join(t.shape(), ","), offset, end);
+    offset = end;
+  }
+  out += "}";
+  out.append((8 - out.size() % 8) % 8, ' ');
+  return out;
+}
+
+} // namespace
+
+status write_safetensors(const std::string& path, const named_tensors& tensors, const metadata_map& metadata) {
+  DSA_ASSIGN_OR_RETURN(std::string header, build_header(path, tensors, metadata));
+  unsigned char prefix[8];
+  std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(n >> (8 * i));
+
+  DSA_ASSIGN_OR_RETURN(atomic_file file, atomic_file::create(path));
+  DSA_TRY(file.write(prefix, sizeof prefix));
+  DSA_TRY(file.write(header));
+  for (const auto& [name, t] : tensors)
+    if (t.nbytes() > 0) DSA_TRY(file.write(t.raw_data(), t.nbytes()));
+  return file.commit();
+}
+
+expected<safetensors_file> read_safetensors(const std::string& path) {
+  DSA_ASSIGN_OR_RETURN(unique_fd fd, open_for_read(path));
+  DSA_ASSIGN_OR_RETURN(std::uint64_t size, file_size(fd, path));
+  DSA_ASSIGN_OR_RETURN(safetensors_header header, detail::read_header(fd, path, size));
+
+  safetensors_file out;
+  out.metadata = std::move(header.metadata);
+  for (const auto& [name, e] : header.tensors) {
+    if (!e.type)
+      return make_error(errc::unsupported, "safetensors file '{}': tensor '{}' has dtype '{}', which dsactor cannot load (supported: {})",
+                        path, name, e.dtype_tag, detail::supported_tags());
+    tensor t = tensor::empty(e.shape, *e.type);
+    if (t.nbytes() > 0) {
+      status st = pread_exact(fd, path, t.raw_data(), t.nbytes(), header.data_offset + e.begin);
+      if (!st) return make_error(st.err().code, "{} (reading tensor '{}')", st.err().message, name);
+    }
+    out.tensors.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+status check_tensors(const std::string& path, const named_tensors& file,
+                     const std::map<std::string, tensor_spec>& expected_specs) {
+  auto describe = [](const tensor_spec& s) { return fmt::format("{}{}", dtype_name(s.type), shape_string(s.shape)); };
+  // Walk both sorted maps together so the error names the alphabetically first problem.
+  auto f = file.begin();
+  auto x = expected_specs.begin();
+  while (f != file.end() || x != expected_specs.end()) {
+    if (x == expected_specs.end() || (f != file.end() && f->first < x->first))
+      return make_error(errc::format, "'{}': unexpected tensor '{}' ({})", path, f->first, f->second.describe());
+    if (f == file.end() || x->first < f->first)
+      return make_error(errc::not_found, "'{}': missing tensor '{}' (expected {})", path, x->first,
+                        describe(x->second));
+    const tensor& t = f->second;
+    if (!t.defined() || t.type() != x->second.type || t.shape() != x->second.shape)
+      return make_error(errc::format, "'{}': tensor '{}' is {}, expected {}", path, f->first,
+                        t.defined() ? fmt::format("{}{}", dtype_name(t.type()), shape_string(t.shape())) : "undefined",
+                        describe(x->second));
+    ++f;
+    ++x;
+  }
+  return {};
+}
+
+} // namespace dsa::ckpt
