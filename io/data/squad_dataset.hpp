@@ -1,0 +1,63 @@
+// SQuAD v1.1 data set in memory and its loader for the official JSON layout:
+// {"version", "data": [{title, paragraphs: [{context, qas: [{id, question,
+// answers: [{text, answer_start}]}]}]}]}. The loader validates as it reads.
+#pragma once
+
+#include "core/error.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dsa::data {
+
+struct squad_answer {
+  std::string text;
+  std::int64_t answer_start = 0; // offset in the context in code points (Python characters)
+  std::size_t byte_start = 0;    // the same offset in bytes of the UTF-8 context
+};
+
+struct squad_question {
+  std::string id;
+  std::string question;
+  std::vector<squad_answer> answers; // at least one; dev files hold several
+};
+
+struct squad_paragraph {
+  std::string context;
+  std::vector<squad_question> qas;
+};
+
+struct squad_article {
+  std::string title;
+  std::vector<squad_paragraph> paragraphs;
+};
+
+struct squad_dataset {
+  std::string version; // "1.1" for the official files; empty when the file has none
+  std::vector<squad_article> articles;
+
+  std::int64_t question_count() const;
+};
+
+// Parses SQuAD JSON text. `source` names the input in error messages. Errors
+// (errc::format) name the article (index and title), paragraph index and
+// question id: a missing field, a wrong type, an empty answer list, a
+// duplicate question id, or an answer whose text differs from the context at
+// answer_start. Unknown fields are ignored; "version" is optional.
+expected<squad_dataset> parse_squad(std::string_view json_text, std::string_view source = "<squad>");
+// Reads and parses a file (errc::io when it cannot be read).
+expected<squad_dataset> load_squad(const std::string& path);
+
+// The context substring [answer_start, answer_start + length(text)) in code
+// points equals the text; fills byte_start when it does.
+bool squad_answer_matches(std::string_view context, const std::vector<std::size_t>& code_point_offsets,
+                          squad_answer& answer);
+
+// Serializes to the official layout (ensure_ascii escapes, as Python's json.dump).
+std::string squad_to_json(const squad_dataset& dataset, int indent = -1);
+status write_squad(const std::string& path, const squad_dataset& dataset);
+
+} // namespace dsa::data
