@@ -1,1 +1,161 @@
-// adam: implementation lands with the kernels work.
+// Adam / AdamW with DeepSpeed's CPU Adam rule: one pass over param, grad, m, v,
+// AVX2/FMA when compiled for it, OpenMP over fixed chunks, optional f16/bf16 copy-out.
+#include "kernels/cpu/adam.hpp"
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define DSA_ADAM_AVX2 1
+#endif
+
+namespace dsa::cpu {
+namespace {
+
+// Elements per OpenMP work item: 64 KiB of each f32 stream, a multiple of the vector width.
+constexpr std::int64_t chunk_elements = 16384;
+
+// Per-call constants in f32, as DeepSpeed's kernel holds them.
+struct adam_consts {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+  float step_size;      // -lr / (1 - beta1^t), or -lr without bias correction
+  float bias2_factor;   // 1 / sqrt(1 - beta2^t), or 1
+  float l2_decay;       // weight_decay in L2 mode, else 0
+  float decoupled;      // -lr * weight_decay in AdamW mode, else 0
+};
+
+adam_consts make_consts(const adam_params& p) {
+  DSA_CHECK(p.step >= 1, "adam step must be >= 1, got {}", p.step);
+  double t = static_cast<double>(p.step);
+  double bc1 = 1.0, bc2 = 1.0;
+  if (p.correction == bias_correction::on) {
+    bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
+    bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+  }
+  adam_consts c;
+  c.beta1 = p.beta1;
+  c.beta2 = p.beta2;
+  c.one_minus_beta1 = 1.0f - p.beta1;
+  c.one_minus_beta2 = 1.0f - p.beta2;
+  c.eps = p.eps;
+  c.step_size = static_cast<float>(-static_cast<double>(p.lr) / bc1);
+  c.bias2_factor = static_cast<float>(1.0 / std::sqrt(bc2));
+  bool decay = p.weight_decay > 0.0f;
+  c.l2_decay = (decay && p.mode == adam_mode::adam) ? p.weight_decay : 0.0f;
+  c.decoupled = (decay && p.mode == adam_mode::adamw) ? -p.lr * p.weight_decay : 0.0f;
+  return c;
+}
+
+// The scalar rule; the vector body performs the same operations in the same order
+// (explicit fma), so every element gets the same bits wherever it falls.
+inline void adam_element(float& param, float& m, float& v, float g, const adam_consts& c) {
+  float p = param;
+  g = std::fma(p, c.l2_decay, g);
+  float mm = std::fma(g, c.one_minus_beta1, c.beta1 * m);
+  float vv = std::fma(g * g, c.one_minus_beta2, c.beta2 * v);
+  float den = std::fma(std::sqrt(vv), c.bias2_factor, c.eps);
+  p = std::fma(p, c.decoupled, p);
+  p = std::fma(mm / den, c.step_size, p);
+  m = mm;
+  v = vv;
+  param = p;
+}
+
+inline std::uint16_t to_half(float x, dtype t) { return t == dtype::f16 ? f32_to_f16(x) : f32_to_bf16(x); }
+
+#ifdef DSA_ADAM_AVX2
+// bf16 round-to-nearest-even of 8 floats, NaN kept quiet; same rule as core/half.hpp.
+inline __m128i bf16_round8(__m256 x) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  __m256i r = _mm256_blendv_epi8(rounded, quiet, is_nan);
+  __m256i packed = _mm256_packus_epi32(r, r); // per 128-bit lane: r0..r3 r0..r3 | r4..r7 r4..r7
+  packed = _mm256_permute4x64_epi64(packed, 0x08);
+  return _mm256_castsi256_si128(packed);
+}
+
+inline void store_half8(std::uint16_t* out, __m256 x, dtype t) {
+  __m128i h = t == dtype::f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : bf16_round8(x);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), h);
+}
+#endif
+
+void adam_chunk(float* param, float* m, float* v, const float* grad, std::uint16_t* half_out, dtype half_type,
+                const adam_consts& c, std::int64_t n) {
+  std::int64_t i = 0;
+#ifdef DSA_ADAM_AVX2
+  const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
+  const __m256 omb1 = _mm256_set1_ps(c.one_minus_beta1), omb2 = _mm256_set1_ps(c.one_minus_beta2);
+  const __m256 eps = _mm256_set1_ps(c.eps), step = _mm256_set1_ps(c.step_size);
+  const __m256 bc2 = _mm256_set1_ps(c.bias2_factor);
+  const __m256 l2 = _mm256_set1_ps(c.l2_decay), dec = _mm256_set1_ps(c.decoupled);
+  for (; i + 8 <= n; i += 8) {
+    __m256 p = _mm256_loadu_ps(param + i);
+    __m256 g = _mm256_fmadd_ps(p, l2, _mm256_loadu_ps(grad + i));
+    __m256 mm = _mm256_fmadd_ps(g, omb1, _mm256_mul_ps(b1, _mm256_loadu_ps(m + i)));
+    __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(g, g), omb2, _mm256_mul_ps(b2, _mm256_loadu_ps(v + i)));
+    __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), bc2, eps);
+    p = _mm256_fmadd_ps(p, dec, p);
+    p = _mm256_fmadd_ps(_mm256_div_ps(mm, den), step, p);
+    _mm256_storeu_ps(m + i, mm);
+    _mm256_storeu_ps(v + i, vv);
+    _mm256_storeu_ps(param + i, p);
+    if (half_out) store_half8(half_out + i, p, half_type);
+  }
+#endif
+  for (; i < n; ++i) {
+    adam_element(param[i], m[i], v[i], grad[i], c);
+    if (half_out) half_out[i] = to_half(param[i], half_type);
+  }
+}
+
+} // namespace
+
+void adam_update(float* param, float* m, float* v, const float* grad, std::uint16_t* half_out, dtype half_type,
+                 const adam_params& params, std::int64_t n) {
+  DSA_CHECK(n >= 0, "adam_update: negative size {}", n);
+  DSA_CHECK(!half_out || half_type == dtype::f16 || half_type == dtype::bf16,
+            "adam_update: half copy-out must be f16 or bf16, got {}", dtype_name(half_type));
+  if (n == 0) return;
+  const adam_consts c = make_consts(params);
+  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    std::int64_t begin = k * chunk_elements;
+    std::int64_t len = std::min(chunk_elements, n - begin);
+    adam_chunk(param + begin, m + begin, v + begin, grad + begin, half_out ? half_out + begin : nullptr, half_type, c,
+               len);
+  }
+}
+
+void adam_update_ref(float* param, float* m, float* v, const float* grad, const adam_params& params,
+                     std::int64_t n) {
+  const double b1 = params.beta1, b2 = params.beta2, lr = params.lr, wd = params.weight_decay;
+  const double t = static_cast<double>(params.step);
+  double bc1 = 1.0, bc2 = 1.0;
+  if (params.correction == bias_correction::on) {
+    bc1 = 1.0 - std::pow(b1, t);
+    bc2 = 1.0 - std::pow(b2, t);
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    double p = param[i], g = grad[i];
+    if (params.mode == adam_mode::adam && wd > 0.0) g += wd * p;
+    double mm = b1 * m[i] + (1.0 - b1) * g;
+    double vv = b2 * v[i] + (1.0 - b2) * g * g;
+    double den = std::sqrt(vv) / std::sqrt(bc2) + params.eps;
+    if (params.mode == adam_mode::adamw && wd > 0.0) p -= lr * wd * p;
+    p -= lr / bc1 * mm / den;
+    m[i] = static_cast<float>(mm);
+    v[i] = static_cast<float>(vv);
+    param[i] = static_cast<float>(p);
+  }
+}
+
+} // namespace dsa::cpu

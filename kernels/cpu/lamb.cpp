@@ -1,1 +1,204 @@
-// lamb: implementation lands with the kernels work.
+// LAMB as DeepSpeed's FusedLamb (eps outside the square root): two passes per
+// tensor, the first updating m, v and forming the update with its norm, the second
+// applying the trust ratio. Norm partial sums are per fixed chunk, summed in chunk
+// order, so the result does not depend on the number of OpenMP threads.
+#include "kernels/cpu/lamb.hpp"
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define DSA_LAMB_AVX2 1
+#endif
+
+namespace dsa::cpu {
+namespace {
+
+constexpr std::int64_t chunk_elements = 16384;
+
+struct lamb_consts {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
+  float inv_bias1;      // 1 / (1 - beta1^t), or 1
+  float inv_sqrt_bias2; // 1 / sqrt(1 - beta2^t), or 1
+};
+
+lamb_consts make_consts(const lamb_params& p) {
+  DSA_CHECK(p.step >= 1, "lamb step must be >= 1, got {}", p.step);
+  DSA_CHECK(p.min_coeff <= p.max_coeff, "lamb min_coeff {} > max_coeff {}", p.min_coeff, p.max_coeff);
+  double bc1 = 1.0, bc2 = 1.0;
+  if (p.correction == bias_correction::on) {
+    bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
+    bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+  }
+  return {p.beta1,        p.beta2,        1.0f - p.beta1, 1.0f - p.beta2, p.eps, p.weight_decay,
+          static_cast<float>(1.0 / bc1), static_cast<float>(1.0 / std::sqrt(bc2))};
+}
+
+// Pass 1 on one element; returns the update u and leaves m, v updated.
+inline float lamb_update_term(float p, float& m, float& v, float g, const lamb_consts& c) {
+  float mm = std::fma(g, c.one_minus_beta1, c.beta1 * m);
+  float vv = std::fma(g * g, c.one_minus_beta2, c.beta2 * v);
+  m = mm;
+  v = vv;
+  float den = std::fma(std::sqrt(vv), c.inv_sqrt_bias2, c.eps);
+  return std::fma(c.weight_decay, p, (mm * c.inv_bias1) / den);
+}
+
+inline std::uint16_t to_half(float x, dtype t) { return t == dtype::f16 ? f32_to_f16(x) : f32_to_bf16(x); }
+
+#ifdef DSA_LAMB_AVX2
+inline __m256d square_low(__m256 x) {
+  __m256d d = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+  return _mm256_mul_pd(d, d);
+}
+inline __m256d square_high(__m256 x) {
+  __m256d d = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  return _mm256_mul_pd(d, d);
+}
+inline double hsum(__m256d x) {
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, x);
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+// bf16 round-to-nearest-even of 8 floats, NaN kept quiet; same rule as core/half.hpp.
+inline __m128i bf16_round8(__m256 x) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  __m256i packed = _mm256_packus_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), _mm256_setzero_si256());
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+#endif
+
+// Pass 1 over a chunk: writes u into work; returns sum p^2 and sum u^2.
+void pass_one(const float* param, float* m, float* v, const float* grad, float* work, const lamb_consts& c,
+              std::int64_t n, double* sum_p2, double* sum_u2) {
+  std::int64_t i = 0;
+  double sp = 0.0, su = 0.0;
+#ifdef DSA_LAMB_AVX2
+  const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
+  const __m256 omb1 = _mm256_set1_ps(c.one_minus_beta1), omb2 = _mm256_set1_ps(c.one_minus_beta2);
+  const __m256 eps = _mm256_set1_ps(c.eps), wd = _mm256_set1_ps(c.weight_decay);
+  const __m256 ib1 = _mm256_set1_ps(c.inv_bias1), ib2 = _mm256_set1_ps(c.inv_sqrt_bias2);
+  __m256d acc_p = _mm256_setzero_pd(), acc_u = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8) {
+    __m256 p = _mm256_loadu_ps(param + i), g = _mm256_loadu_ps(grad + i);
+    __m256 mm = _mm256_fmadd_ps(g, omb1, _mm256_mul_ps(b1, _mm256_loadu_ps(m + i)));
+    __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(g, g), omb2, _mm256_mul_ps(b2, _mm256_loadu_ps(v + i)));
+    __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ib2, eps);
+    __m256 u = _mm256_fmadd_ps(wd, p, _mm256_div_ps(_mm256_mul_ps(mm, ib1), den));
+    _mm256_storeu_ps(m + i, mm);
+    _mm256_storeu_ps(v + i, vv);
+    _mm256_storeu_ps(work + i, u);
+    acc_p = _mm256_add_pd(acc_p, _mm256_add_pd(square_low(p), square_high(p)));
+    acc_u = _mm256_add_pd(acc_u, _mm256_add_pd(square_low(u), square_high(u)));
+  }
+  sp = hsum(acc_p);
+  su = hsum(acc_u);
+#endif
+  for (; i < n; ++i) {
+    float u = lamb_update_term(param[i], m[i], v[i], grad[i], c);
+    work[i] = u;
+    sp += static_cast<double>(param[i]) * param[i];
+    su += static_cast<double>(u) * u;
+  }
+  *sum_p2 = sp;
+  *sum_u2 = su;
+}
+
+// Pass 2 over a chunk: p += scale * u, with the half copy written alongside.
+void pass_two(float* param, const float* work, std::uint16_t* half_out, dtype half_type, float scale,
+              std::int64_t n) {
+  std::int64_t i = 0;
+#ifdef DSA_LAMB_AVX2
+  const __m256 s = _mm256_set1_ps(scale);
+  for (; i + 8 <= n; i += 8) {
+    __m256 p = _mm256_fmadd_ps(_mm256_loadu_ps(work + i), s, _mm256_loadu_ps(param + i));
+    _mm256_storeu_ps(param + i, p);
+    if (half_out) {
+      __m128i h = half_type == dtype::f16 ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                                          : bf16_round8(p);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(half_out + i), h);
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    param[i] = std::fma(work[i], scale, param[i]);
+    if (half_out) half_out[i] = to_half(param[i], half_type);
+  }
+}
+
+// DeepSpeed's trust ratio: 1 when either norm is 0, else clamped ||p|| / ||u||.
+double trust_ratio(double param_norm, double update_norm, double min_coeff, double max_coeff) {
+  if (param_norm == 0.0 || update_norm == 0.0) return 1.0;
+  return std::clamp(param_norm / update_norm, min_coeff, max_coeff);
+}
+
+} // namespace
+
+float lamb_update(float* param, float* m, float* v, const float* grad, float* work, std::uint16_t* half_out,
+                  dtype half_type, const lamb_params& params, std::int64_t n) {
+  DSA_CHECK(n >= 0, "lamb_update: negative size {}", n);
+  DSA_CHECK(!half_out || half_type == dtype::f16 || half_type == dtype::bf16,
+            "lamb_update: half copy-out must be f16 or bf16, got {}", dtype_name(half_type));
+  const lamb_consts c = make_consts(params);
+  if (n == 0) return 1.0f;
+  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+  std::vector<double> partial(static_cast<std::size_t>(2 * chunks));
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    std::int64_t begin = k * chunk_elements, len = std::min(chunk_elements, n - begin);
+    pass_one(param + begin, m + begin, v + begin, grad + begin, work + begin, c, len,
+             &partial[static_cast<std::size_t>(2 * k)], &partial[static_cast<std::size_t>(2 * k + 1)]);
+  }
+  double sum_p2 = 0.0, sum_u2 = 0.0;
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    sum_p2 += partial[static_cast<std::size_t>(2 * k)];
+    sum_u2 += partial[static_cast<std::size_t>(2 * k + 1)];
+  }
+  const float coeff = static_cast<float>(
+      trust_ratio(std::sqrt(sum_p2), std::sqrt(sum_u2), params.min_coeff, params.max_coeff));
+  const float scale = -params.lr * coeff;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    std::int64_t begin = k * chunk_elements, len = std::min(chunk_elements, n - begin);
+    pass_two(param + begin, work + begin, half_out ? half_out + begin : nullptr, half_type, scale, len);
+  }
+  return coeff;
+}
+
+float lamb_update_ref(float* param, float* m, float* v, const float* grad, const lamb_params& params,
+                      std::int64_t n) {
+  const double b1 = params.beta1, b2 = params.beta2, t = static_cast<double>(params.step);
+  double bc1 = 1.0, bc2 = 1.0;
+  if (params.correction == bias_correction::on) {
+    bc1 = 1.0 - std::pow(b1, t);
+    bc2 = 1.0 - std::pow(b2, t);
+  }
+  std::vector<double> update(static_cast<std::size_t>(n));
+  double sum_p2 = 0.0, sum_u2 = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    double g = grad[i], p = param[i];
+    double mm = b1 * m[i] + (1.0 - b1) * g;
+    double vv = b2 * v[i] + (1.0 - b2) * g * g;
+    double u = (mm / bc1) / (std::sqrt(vv / bc2) + params.eps) + params.weight_decay * p;
+    m[i] = static_cast<float>(mm);
+    v[i] = static_cast<float>(vv);
+    update[static_cast<std::size_t>(i)] = u;
+    sum_p2 += p * p;
+    sum_u2 += u * u;
+  }
+  double coeff = trust_ratio(std::sqrt(sum_p2), std::sqrt(sum_u2), params.min_coeff, params.max_coeff);
+  for (std::int64_t i = 0; i < n; ++i)
+    param[i] = static_cast<float>(param[i] - params.lr * coeff * update[static_cast<std::size_t>(i)]);
+  return static_cast<float>(coeff);
+}
+
+} // namespace dsa::cpu
