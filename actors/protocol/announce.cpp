@@ -1,0 +1,26 @@
+// Registers every protocol message type and the error category with CAF.
+#include "actors/protocol/announce.hpp"
+
+#include "actors/protocol/errors.hpp"
+#include "actors/protocol/messages.hpp"
+
+namespace dsa::actors {
+
+void announce_protocol(caf::actor_system_config& cfg) {
+  cfg.add_message_type<slot_ref>("dsa_slot_ref");
+  cfg.add_message_type<produced>("dsa_produced");
+  cfg.add_message_type<released>("dsa_released");
+  cfg.add_message_type<step_report>("dsa_step_report");
+  cfg.add_message_type<update_report>("dsa_update_report");
+  cfg.add_message_type<work_done>("dsa_work_done");
+  cfg.add_message_type<work_failed>("dsa_work_failed");
+  // The templated add_error_category<T> of 0.17.6 does not compile; pass the renderer.
+  cfg.add_error_category(caf::atom("dsactor"),
+                         [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {
+                           std::string text = "dsactor: " + to_string(static_cast<runtime_errc>(code));
+                           if (!ctx.empty()) text += " (" + to_string(ctx) + ")";
+                           return text;
+                         });
+}
+
+} // namespace dsa::actors

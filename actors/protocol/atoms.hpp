@@ -1,0 +1,14 @@
+// The atoms of the dsactor protocol (CAF 0.17: at most 10 characters each).
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace dsa::actors {
+
+using start_atom = caf::atom_constant<caf::atom("start")>; // caller -> coordinator: run
+using wire_atom = caf::atom_constant<caf::atom("wire")>;   // coordinator -> actor: peer handles
+using tick_atom = caf::atom_constant<caf::atom("tick")>;   // coordinator -> itself: watchdog
+using flush_atom = caf::atom_constant<caf::atom("flush")>; // coordinator -> tracer: write the file
+using go_atom = caf::atom_constant<caf::atom("go")>;       // coordinator -> feeder: begin producing
+
+} // namespace dsa::actors

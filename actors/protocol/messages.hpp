@@ -1,0 +1,92 @@
+// Every message struct of the dsactor protocol. Messages carry slot references
+// and numbers, never pointers: each process resolves a slot_ref through its own
+// slot_table, so the same types work inside one process and across processes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/meta/type_name.hpp>
+
+namespace dsa::actors {
+
+// One buffer of one edge of the plan.
+struct slot_ref {
+  std::uint32_t edge = 0;
+  std::uint32_t slot = 0;
+};
+
+// Producer -> consumer: the slot holds readable data for (step, micro_batch).
+// seq counts the produced messages on this edge from 0 (per-edge FIFO check, trace flow id).
+struct produced {
+  slot_ref ref;
+  std::uint32_t step = 0;
+  std::uint32_t micro_batch = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t seq = 0;
+};
+
+// Consumer -> producer: the consumer is done with the slot (a credit back).
+struct released {
+  slot_ref ref;
+  std::uint64_t seq = 0;
+};
+
+// Stage -> coordinator after the stage's last backward of a step.
+// loss: sum of micro-batch losses of the step (last stage only, 0 elsewhere).
+struct step_report {
+  std::uint32_t stage = 0;
+  std::uint32_t step = 0;
+  double loss = 0;
+};
+
+// Optimizer shard -> coordinator: the update of `step` is applied and its
+// parameter version (step + 1) has been sent to the stage.
+struct update_report {
+  std::uint32_t stage = 0;
+  std::uint32_t step = 0;
+};
+
+// Worker thread -> its own actor: a unit of work finished (kind: see work_kind).
+struct work_done {
+  std::uint32_t kind = 0;
+  std::uint32_t step = 0;
+  std::uint32_t micro_batch = 0;
+};
+
+// Worker thread -> its own actor: a unit of work threw; the actor then fails.
+struct work_failed {
+  std::uint32_t step = 0;
+  std::string what;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slot_ref& x) {
+  return f(caf::meta::type_name("slot_ref"), x.edge, x.slot);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, produced& x) {
+  return f(caf::meta::type_name("produced"), x.ref, x.step, x.micro_batch, x.bytes, x.seq);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, released& x) {
+  return f(caf::meta::type_name("released"), x.ref, x.seq);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_report& x) {
+  return f(caf::meta::type_name("step_report"), x.stage, x.step, x.loss);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, update_report& x) {
+  return f(caf::meta::type_name("update_report"), x.stage, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, work_done& x) {
+  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, work_failed& x) {
+  return f(caf::meta::type_name("work_failed"), x.step, x.what);
+}
+
+} // namespace dsa::actors

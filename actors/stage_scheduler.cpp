@@ -1,0 +1,197 @@
+// The local pick rule of a pipeline stage: load > backward > forward
+// (1F1B) or load > forward > backward (GPipe), lowest micro-batch first.
+#include "actors/stage_scheduler.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace dsa::actors {
+
+namespace {
+
+std::vector<std::uint32_t> slot_list(std::uint32_t count) {
+  std::vector<std::uint32_t> slots;
+  for (std::uint32_t i = count; i > 0; --i) slots.push_back(i - 1); // lowest at the back
+  return slots;
+}
+
+std::uint32_t take_lowest(std::vector<std::uint32_t>& slots) {
+  std::uint32_t slot = slots.back();
+  slots.pop_back();
+  return slot;
+}
+
+void give_back(std::vector<std::uint32_t>& slots, std::uint32_t slot, std::uint32_t capacity,
+               const char* what) {
+  DSA_CHECK(slot < capacity && std::find(slots.begin(), slots.end(), slot) == slots.end(),
+            "{} slot {} released twice or out of range", what, slot);
+  slots.push_back(slot);
+  std::sort(slots.begin(), slots.end(), std::greater<std::uint32_t>());
+}
+
+} // namespace
+
+const char* work_kind_name(work_kind kind) {
+  switch (kind) {
+    case work_kind::forward: return "forward";
+    case work_kind::backward: return "backward";
+    case work_kind::load: return "load";
+  }
+  return "?";
+}
+
+stage_scheduler::stage_scheduler(stage_position pos, schedule_policy policy, stage_credits credits)
+    : pos_(pos), policy_(policy), credits_(credits), free_stash_(slot_list(policy.stash_slots)),
+      free_out_(slot_list(pos.last() ? 0 : credits.out_slots)),
+      free_grad_out_(slot_list(pos.first() ? 0 : credits.grad_out_slots)) {
+  DSA_CHECK(pos.stages > 0 && pos.index < pos.stages && pos.micro_batches > 0,
+            "bad stage position {}/{} with {} micro-batches", pos.index, pos.stages, pos.micro_batches);
+  DSA_CHECK(policy.stash_slots > 0, "a stage needs at least one stash slot");
+}
+
+void stage_scheduler::check_order(const std::deque<arrival>& queue, const arrival& next, const char* edge) {
+  if (queue.empty()) return;
+  const auto& prev = queue.back();
+  DSA_CHECK(prev.step < next.step || (prev.step == next.step && prev.micro_batch < next.micro_batch),
+            "{} arrived out of order: ({}, {}) after ({}, {})", edge, next.step, next.micro_batch,
+            prev.step, prev.micro_batch);
+}
+
+void stage_scheduler::on_input(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
+  arrival a{step, micro_batch, slot};
+  check_order(inputs_, a, "input");
+  inputs_.push_back(a);
+}
+
+void stage_scheduler::on_labels(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
+  DSA_CHECK(pos_.last(), "labels sent to stage {}, which is not the last", pos_.index);
+  arrival a{step, micro_batch, slot};
+  check_order(labels_, a, "labels");
+  labels_.push_back(a);
+}
+
+void stage_scheduler::on_grad(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
+  DSA_CHECK(!pos_.last(), "output gradient sent to the last stage {}", pos_.index);
+  arrival a{step, micro_batch, slot};
+  check_order(grads_, a, "gradient");
+  grads_.push_back(a);
+}
+
+void stage_scheduler::on_version(std::uint32_t step, std::uint32_t slot) {
+  DSA_CHECK(!pending_version_ && step == held_version_ + 1, "parameter version {} after {}", step,
+            held_version_);
+  pending_version_ = arrival{step, 0, slot};
+}
+
+void stage_scheduler::on_out_released(std::uint32_t slot) {
+  give_back(free_out_, slot, pos_.last() ? 0 : credits_.out_slots, "activation");
+}
+
+void stage_scheduler::on_grad_out_released(std::uint32_t slot) {
+  give_back(free_grad_out_, slot, pos_.first() ? 0 : credits_.grad_out_slots, "gradient");
+}
+
+std::optional<stage_work> stage_scheduler::pick() {
+  if (busy_) return std::nullopt;
+  std::optional<stage_work> work;
+  if (pending_version_) {
+    work = stage_work{};
+    work->kind = work_kind::load;
+    work->step = pending_version_->step;
+    work->in_slot = pending_version_->slot;
+    pending_version_.reset();
+  } else if (policy_.order == pick_order::backward_first) {
+    work = pick_backward();
+    if (!work) work = pick_forward();
+  } else {
+    work = pick_forward();
+    if (!work) work = pick_backward();
+  }
+  busy_ = work.has_value();
+  return work;
+}
+
+std::optional<stage_work> stage_scheduler::pick_forward() {
+  if (next_forward_step_ >= pos_.steps || held_version_ < next_forward_step_) return std::nullopt;
+  if (inputs_.empty() || free_stash_.empty()) return std::nullopt;
+  if (!pos_.last() && free_out_.empty()) return std::nullopt;
+  if (pos_.last() && labels_.empty()) return std::nullopt;
+  const arrival in = inputs_.front();
+  DSA_CHECK(in.step == next_forward_step_ && in.micro_batch == next_forward_mb_,
+            "stage {} expected input ({}, {}), got ({}, {})", pos_.index, next_forward_step_,
+            next_forward_mb_, in.step, in.micro_batch);
+  stage_work w;
+  w.kind = work_kind::forward;
+  w.step = in.step;
+  w.micro_batch = in.micro_batch;
+  w.in_slot = in.slot;
+  inputs_.pop_front();
+  if (pos_.last()) {
+    const arrival lb = labels_.front();
+    DSA_CHECK(lb.step == in.step && lb.micro_batch == in.micro_batch, "labels ({}, {}) for input ({}, {})",
+              lb.step, lb.micro_batch, in.step, in.micro_batch);
+    w.labels_slot = lb.slot;
+    labels_.pop_front();
+  } else {
+    w.out_slot = take_lowest(free_out_);
+  }
+  w.stash_slot = take_lowest(free_stash_);
+  if (++next_forward_mb_ == pos_.micro_batches) {
+    next_forward_mb_ = 0;
+    ++next_forward_step_;
+  }
+  return w;
+}
+
+std::optional<stage_work> stage_scheduler::pick_backward() {
+  if (in_flight_.empty()) return std::nullopt;
+  const stashed s = in_flight_.front();
+  if (!pos_.first() && free_grad_out_.empty()) return std::nullopt;
+  stage_work w;
+  w.kind = work_kind::backward;
+  w.step = s.step;
+  w.micro_batch = s.micro_batch;
+  w.stash_slot = s.stash_slot;
+  w.last_of_step = s.micro_batch + 1 == pos_.micro_batches;
+  if (!pos_.last()) {
+    if (grads_.empty()) return std::nullopt;
+    const arrival g = grads_.front();
+    DSA_CHECK(g.step == s.step && g.micro_batch == s.micro_batch,
+              "stage {} got gradient ({}, {}) while ({}, {}) is the oldest in flight", pos_.index, g.step,
+              g.micro_batch, s.step, s.micro_batch);
+    w.in_slot = g.slot;
+    grads_.pop_front();
+  }
+  if (!pos_.first()) w.out_slot = take_lowest(free_grad_out_);
+  in_flight_.pop_front();
+  return w;
+}
+
+void stage_scheduler::on_done(const stage_work& work) {
+  DSA_CHECK(busy_, "on_done without running work");
+  busy_ = false;
+  switch (work.kind) {
+    case work_kind::forward:
+      in_flight_.push_back({work.step, work.micro_batch, work.stash_slot});
+      break;
+    case work_kind::backward:
+      give_back(free_stash_, work.stash_slot, policy_.stash_slots, "stash");
+      if (work.last_of_step) next_backward_step_ = work.step + 1;
+      break;
+    case work_kind::load:
+      held_version_ = work.step;
+      break;
+  }
+}
+
+std::string stage_scheduler::describe() const {
+  return fmt::format("stage {}: busy={} version={} next_forward=({}, {}) in_flight={} inputs={} labels={} "
+                     "grads={} free_stash={} free_out={} free_grad_out={} pending_version={}",
+                     pos_.index, busy_, held_version_, next_forward_step_, next_forward_mb_,
+                     in_flight_.size(), inputs_.size(), labels_.size(), grads_.size(), free_stash_.size(),
+                     free_out_.size(), free_grad_out_.size(), pending_version_.has_value());
+}
+
+} // namespace dsa::actors

@@ -1,0 +1,105 @@
+// The plain (CAF-free) scheduling state of one pipeline stage: what has
+// arrived, which slots are free, which parameter version is held, and the local
+// pick rule. The stage actor feeds it events and runs what pick() returns.
+//
+// Forward (k, mb) is runnable when its input (and, on the last stage, its
+// labels) arrived, a stash slot and a downstream output slot are free and
+// parameter version k is held. Backward (k, mb) is runnable when its gradient
+// arrived (last stage: its forward is done) and an upstream gradient slot is
+// free. Forwards and backwards each run in (step, micro-batch) order. Not
+// thread-safe: owned by one actor.
+#pragma once
+
+#include "actors/schedule_policy.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsa::actors {
+
+enum class work_kind : std::uint32_t { forward = 0, backward = 1, load = 2 };
+const char* work_kind_name(work_kind kind);
+
+struct stage_position {
+  std::uint32_t index = 0;
+  std::uint32_t stages = 1;
+  std::uint32_t micro_batches = 1;
+  std::uint32_t steps = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index + 1 == stages; }
+};
+
+// Slot counts of the edges the stage writes into.
+struct stage_credits {
+  std::uint32_t out_slots = 2;      // activation edge to the next stage
+  std::uint32_t grad_out_slots = 2; // gradient edge to the previous stage
+};
+
+// One unit of work chosen by pick(). Slot fields not used by the kind are `none`.
+struct stage_work {
+  static constexpr std::uint32_t none = ~0u;
+  work_kind kind = work_kind::forward;
+  std::uint32_t step = 0;
+  std::uint32_t micro_batch = 0;
+  std::uint32_t in_slot = none;     // forward: input slot; backward: gradient-in slot; load: params slot
+  std::uint32_t labels_slot = none; // forward on the last stage
+  std::uint32_t out_slot = none;    // forward: activation-out slot; backward: gradient-out slot
+  std::uint32_t stash_slot = none;
+  bool last_of_step = false; // backward of the step's last micro-batch
+};
+
+class stage_scheduler {
+public:
+  stage_scheduler(stage_position pos, schedule_policy policy, stage_credits credits);
+
+  // Arrivals, each in (step, micro_batch) order per edge.
+  void on_input(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
+  void on_labels(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
+  void on_grad(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
+  // Parameters for forward of `step` arrived in `slot`; they load before anything else runs.
+  void on_version(std::uint32_t step, std::uint32_t slot);
+  // Credits back.
+  void on_out_released(std::uint32_t slot);
+  void on_grad_out_released(std::uint32_t slot);
+
+  // The next work to run, or nothing. Takes the inputs and slots it needs and marks the stage busy.
+  std::optional<stage_work> pick();
+  void on_done(const stage_work& work);
+
+  bool busy() const { return busy_; }
+  bool finished() const { return next_backward_step_ >= pos_.steps; }
+  std::uint32_t held_version() const { return held_version_; }
+  std::uint32_t in_flight() const { return static_cast<std::uint32_t>(in_flight_.size()); }
+  const stage_position& position() const { return pos_; }
+  // One line of state for watchdog dumps.
+  std::string describe() const;
+
+private:
+  struct arrival {
+    std::uint32_t step, micro_batch, slot;
+  };
+  struct stashed {
+    std::uint32_t step, micro_batch, stash_slot;
+  };
+
+  std::optional<stage_work> pick_forward();
+  std::optional<stage_work> pick_backward();
+  static void check_order(const std::deque<arrival>& queue, const arrival& next, const char* edge);
+
+  stage_position pos_;
+  schedule_policy policy_;
+  stage_credits credits_;
+  std::deque<arrival> inputs_, labels_, grads_;
+  std::deque<stashed> in_flight_; // forward done, backward not yet: in micro-batch order
+  std::vector<std::uint32_t> free_stash_, free_out_, free_grad_out_;
+  std::optional<arrival> pending_version_;
+  std::uint32_t held_version_ = 0;
+  std::uint32_t next_forward_step_ = 0, next_forward_mb_ = 0;
+  std::uint32_t next_backward_step_ = 0;
+  bool busy_ = false;
+};
+
+} // namespace dsa::actors

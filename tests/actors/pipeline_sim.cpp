@@ -1,0 +1,136 @@
+// Event simulation of stage schedulers; see pipeline_sim.hpp.
+#include "pipeline_sim.hpp"
+
+#include "core/error.hpp"
+
+#include <fmt/format.h>
+#include <map>
+#include <optional>
+
+namespace dsa::test {
+
+using namespace dsa::actors;
+
+namespace {
+
+struct running {
+  stage_work work;
+  std::uint32_t end;
+};
+
+struct sim {
+  explicit sim(const sim_options& o) : opt(o), ops(o.stages), busy(o.stages) {
+    for (std::uint32_t s = 0; s < o.stages; ++s)
+      stages.emplace_back(stage_position{s, o.stages, o.micro_batches, o.steps},
+                          schedule_policy::make(o.schedule, o.stages, s, o.micro_batches), o.credits);
+    total = o.micro_batches * o.steps;
+    free_feed = o.feed_slots;
+    feed();
+  }
+
+  // The feeder: fills free input slots in order (labels go to the last stage at once).
+  void feed() {
+    while (free_feed > 0 && fed < total) {
+      std::uint32_t step = fed / opt.micro_batches, mb = fed % opt.micro_batches;
+      std::uint32_t slot = fed % opt.feed_slots;
+      stages[0].on_input(step, mb, slot);
+      stages[opt.stages - 1].on_labels(step, mb, slot);
+      --free_feed;
+      ++fed;
+    }
+  }
+
+  void complete(std::uint32_t s, const stage_work& w) {
+    stages[s].on_done(w);
+    const bool last = s + 1 == opt.stages;
+    if (w.kind == work_kind::forward) {
+      if (s == 0) ++free_feed;
+      if (s > 0) stages[s - 1].on_out_released(w.in_slot);
+      if (!last) stages[s + 1].on_input(w.step, w.micro_batch, w.out_slot);
+    } else if (w.kind == work_kind::backward) {
+      if (!last) stages[s + 1].on_grad_out_released(w.in_slot);
+      if (s > 0) stages[s - 1].on_grad(w.step, w.micro_batch, w.out_slot);
+      if (w.last_of_step && w.step + 1 < opt.steps) stages[s].on_version(w.step + 1, 0); // instant optimizer
+    }
+    feed();
+  }
+
+  void run() {
+    std::uint32_t now = 0;
+    for (;;) {
+      for (std::uint32_t s = 0; s < opt.stages; ++s)
+        if (busy[s] && busy[s]->end == now) {
+          auto w = busy[s]->work;
+          busy[s].reset();
+          complete(s, w);
+        }
+      bool any = false;
+      for (std::uint32_t s = 0; s < opt.stages; ++s) {
+        if (!busy[s]) start(s, now);
+        any = any || busy[s].has_value();
+      }
+      if (!any) break;
+      ++now;
+      DSA_CHECK(now < 100000, "simulation does not finish");
+    }
+    for (auto& st : stages) DSA_CHECK(st.finished(), "deadlock: {}", st.describe());
+  }
+
+  void start(std::uint32_t s, std::uint32_t now) {
+    auto w = stages[s].pick();
+    if (!w) return;
+    std::uint32_t dur = 0; // loads are instant
+    if (w->kind == work_kind::forward) dur = opt.forward_time;
+    if (w->kind == work_kind::backward) dur = opt.backward_time;
+    if (w->kind != work_kind::load) ops[s].push_back({w->kind, w->step, w->micro_batch, now});
+    if (dur == 0) {
+      complete(s, *w);
+      start(s, now);
+      return;
+    }
+    busy[s] = running{*w, now + dur};
+  }
+
+  sim_options opt;
+  std::vector<stage_scheduler> stages;
+  std::vector<std::vector<sim_op>> ops;
+  std::vector<std::optional<running>> busy;
+  std::uint32_t total = 0, fed = 0, free_feed = 0;
+};
+
+} // namespace
+
+std::vector<std::vector<sim_op>> simulate_pipeline(const sim_options& opt) {
+  sim s(opt);
+  s.run();
+  return s.ops;
+}
+
+std::string deepspeed_order(std::uint32_t stages, std::uint32_t stage, std::uint32_t micro_batches) {
+  // TrainSchedule: 2(M + S - 1) ticks; forwards on ticks of the stage's parity.
+  const long S = stages, s = stage, M = micro_batches;
+  std::string out;
+  for (long t = 0; t < 2 * (M + S - 1); ++t) {
+    bool even_t = t % 2 == 0, even_s = s % 2 == 0;
+    bool forward = even_t == even_s;
+    long mb;
+    if (forward) mb = even_t ? t / 2 - s / 2 : (t - 1) / 2 - s / 2;
+    else mb = even_t ? t / 2 - S + (s + 1) / 2 : (t - 1) / 2 - S + 1 + s / 2;
+    if (mb < 0 || mb >= M) continue;
+    out += fmt::format("{}{}{} ", out.empty() ? "" : "", forward ? 'F' : 'B', mb);
+  }
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+std::string render_order(const std::vector<sim_op>& ops, std::uint32_t step) {
+  std::string out;
+  for (const auto& op : ops) {
+    if (op.step != step) continue;
+    out += fmt::format("{}{} ", op.kind == work_kind::forward ? 'F' : 'B', op.micro_batch);
+  }
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+} // namespace dsa::test

@@ -1,0 +1,34 @@
+// A discrete-event simulation of S stage_schedulers wired as a pipeline, with
+// unit-time work and instant messages: the CAF-free oracle for the pick rule.
+#pragma once
+
+#include "actors/stage_scheduler.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::test {
+
+struct sim_options {
+  std::uint32_t stages = 2, micro_batches = 4, steps = 1;
+  actors::schedule_kind schedule = actors::schedule_kind::one_f_one_b;
+  std::uint32_t forward_time = 1, backward_time = 1;
+  std::uint32_t feed_slots = 2;
+  actors::stage_credits credits{};
+};
+
+struct sim_op {
+  actors::work_kind kind;
+  std::uint32_t step, micro_batch, start;
+};
+
+// Per stage, the forwards and backwards in the order they ran (loads left out).
+std::vector<std::vector<sim_op>> simulate_pipeline(const sim_options& opt);
+
+// DeepSpeed TrainSchedule's order of one step at stage s: "F0 F1 B0 ...".
+std::string deepspeed_order(std::uint32_t stages, std::uint32_t stage, std::uint32_t micro_batches);
+// The same rendering of simulated ops of one step.
+std::string render_order(const std::vector<sim_op>& ops, std::uint32_t step);
+
+} // namespace dsa::test

@@ -1,0 +1,141 @@
+// Unit tests of the stage scheduler on event sequences, without CAF.
+#include "actors/stage_scheduler.hpp"
+#include "pipeline_sim.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dsa::actors;
+using dsa::test::deepspeed_order;
+using dsa::test::render_order;
+using dsa::test::sim_options;
+using dsa::test::simulate_pipeline;
+
+TEST_CASE("scheduler: last stage of 1F1B alternates forward and backward") {
+  stage_scheduler s({1, 2, 3, 1}, schedule_policy::one_f_one_b(2, 1), {});
+  for (std::uint32_t mb = 0; mb < 3; ++mb) {
+    s.on_input(0, mb, mb % 2);
+    s.on_labels(0, mb, mb % 2);
+  }
+  std::string order;
+  while (auto w = s.pick()) {
+    order += std::string(work_kind_name(w->kind)).substr(0, 1) + std::to_string(w->micro_batch);
+    s.on_done(*w);
+    if (w->kind == work_kind::backward) s.on_grad_out_released(w->out_slot);
+  }
+  CHECK(order == "f0b0f1b1f2b2");
+  CHECK(s.finished());
+}
+
+TEST_CASE("scheduler: a forward waits for a stash slot, an output slot and the parameter version") {
+  stage_scheduler s({0, 2, 4, 2}, schedule_policy::one_f_one_b(2, 0), {1, 1});
+  for (std::uint32_t mb = 0; mb < 4; ++mb) s.on_input(0, mb, mb);
+  auto f0 = s.pick();
+  REQUIRE(f0);
+  CHECK(f0->kind == work_kind::forward);
+  CHECK(!s.pick()); // busy
+  s.on_done(*f0);
+  CHECK(!s.pick()); // the only output slot is held by F0's activation
+  s.on_out_released(f0->out_slot);
+  auto f1 = s.pick();
+  REQUIRE(f1);
+  CHECK(f1->micro_batch == 1);
+  s.on_done(*f1);
+  s.on_out_released(f1->out_slot);
+  CHECK(!s.pick()); // stash full: 2 micro-batches in flight
+  CHECK(s.in_flight() == 2);
+  s.on_grad(0, 0, 0);
+  auto b0 = s.pick();
+  REQUIRE(b0);
+  CHECK(b0->kind == work_kind::backward);
+  CHECK(b0->micro_batch == 0);
+  s.on_done(*b0);
+  auto f2 = s.pick();
+  REQUIRE(f2);
+  CHECK(f2->micro_batch == 2);
+  s.on_done(*f2);
+  s.on_out_released(f2->out_slot);
+  // Finish step 0: forward of step 1 must then wait for version 1.
+  s.on_grad(0, 1, 0);
+  auto b1 = s.pick();
+  s.on_done(*b1);
+  auto f3 = s.pick();
+  s.on_done(*f3);
+  s.on_out_released(f3->out_slot);
+  s.on_grad(0, 2, 0);
+  s.on_grad(0, 3, 0);
+  for (int i = 0; i < 2; ++i) {
+    auto b = s.pick();
+    REQUIRE(b);
+    CHECK(b->last_of_step == (i == 1));
+    s.on_done(*b);
+  }
+  s.on_input(1, 0, 0);
+  CHECK(!s.pick()); // version 0 held, step 1 needs version 1
+  s.on_version(1, 0);
+  auto load = s.pick();
+  REQUIRE(load);
+  CHECK(load->kind == work_kind::load);
+  s.on_done(*load);
+  CHECK(s.held_version() == 1);
+  auto f = s.pick();
+  REQUIRE(f);
+  CHECK(f->step == 1);
+}
+
+TEST_CASE("scheduler: backward first picks the runnable backward over a runnable forward") {
+  stage_scheduler s({0, 3, 4, 1}, schedule_policy::one_f_one_b(3, 0), {});
+  for (std::uint32_t mb = 0; mb < 4; ++mb) s.on_input(0, mb, mb);
+  auto f0 = s.pick();
+  s.on_done(*f0);
+  s.on_grad(0, 0, 0);
+  auto next = s.pick();
+  REQUIRE(next);
+  CHECK(next->kind == work_kind::backward);
+}
+
+TEST_CASE("scheduler: GPipe runs every forward before the first backward") {
+  auto ops = simulate_pipeline({3, 5, 1, schedule_kind::gpipe, 1, 1, 2, {}});
+  for (std::uint32_t s = 0; s < 3; ++s)
+    CHECK(render_order(ops[s], 0) == "F0 F1 F2 F3 F4 B0 B1 B2 B3 B4");
+}
+
+TEST_CASE("scheduler: balanced 1F1B equals DeepSpeed's TrainSchedule order") {
+  for (std::uint32_t S : {1u, 2u, 3u, 4u, 5u})
+    for (std::uint32_t M : {1u, 2u, 4u, 7u, 8u})
+      for (std::uint32_t backward_time : {1u, 2u}) {
+        sim_options opt{S, M, 3, schedule_kind::one_f_one_b, 1, backward_time, 2, {}};
+        auto ops = simulate_pipeline(opt);
+        for (std::uint32_t s = 0; s < S; ++s)
+          for (std::uint32_t step = 0; step < 3; ++step) {
+            CAPTURE(S);
+            CAPTURE(M);
+            CAPTURE(s);
+            CAPTURE(step);
+            CAPTURE(backward_time);
+            CHECK(render_order(ops[s], step) == deepspeed_order(S, s, M));
+          }
+      }
+}
+
+TEST_CASE("scheduler: DeepSpeed reference order for S=4, M=8 matches the published table") {
+  CHECK(deepspeed_order(4, 0, 8) == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
+  CHECK(deepspeed_order(4, 3, 8) == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+  CHECK(deepspeed_order(4, 2, 8) == "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7");
+}
+
+TEST_CASE("scheduler: the stash bound S - s holds under unbalanced stages") {
+  for (std::uint32_t fwd : {1u, 3u})
+    for (std::uint32_t bwd : {1u, 4u}) {
+      sim_options opt{4, 8, 2, schedule_kind::one_f_one_b, fwd, bwd, 3, {1, 1}};
+      auto ops = simulate_pipeline(opt);
+      for (std::uint32_t s = 0; s < 4; ++s) {
+        int in_flight = 0, peak = 0;
+        for (const auto& op : ops[s]) {
+          in_flight += op.kind == work_kind::forward ? 1 : -1;
+          peak = std::max(peak, in_flight);
+        }
+        CHECK(peak <= int(4 - s));
+        CHECK(in_flight == 0);
+      }
+    }
+}
