@@ -161,6 +161,10 @@ expected<json> parse_json(const std::string& path, const std::string& text) {
       duplicate = parsed.get<std::string>();
     return true;
   };
+  // nlohmann stops at a NUL byte as if the input ended there; the spec pads with spaces only.
+  if (std::size_t nul = text.find('\0'); nul != std::string::npos)
+    return header_error(path, "header is not valid JSON: NUL byte at header offset {}", nul);
+  if (text.empty() || text[0] != '{') return header_error(path, "header must begin with '{{'");
   json root;
   try {
     root = json::parse(text, on_event);
