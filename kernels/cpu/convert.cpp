@@ -1,1 +1,262 @@
-// convert: implementation lands with the kernels work.
+// Buffer conversion f32 <-> f16/bf16 and inf/nan detection.
+//
+// The scalar functions of core/half.hpp are the specification; the vector
+// paths below produce the same bits for every input, NaN included:
+//   f32 -> f16  F16C with round-to-nearest-even, then NaN lanes replaced by the
+//               canonical quiet NaN (sign | 0x7e00) that the scalar returns;
+//   f16 -> f32  F16C, then inf/NaN lanes rebuilt with integer ops (F16C quiets
+//               signalling NaNs, the scalar keeps the payload as is);
+//   bf16        AVX2 integer rounding, the same formula as the scalar.
+// Buffers above a size threshold are split into chunks across OpenMP threads.
+#include "kernels/cpu/convert.hpp"
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace dsa::cpu {
+namespace {
+
+// Below this many elements one thread does the whole buffer.
+constexpr std::int64_t parallel_threshold = std::int64_t{1} << 18;
+constexpr std::int64_t chunk_elements = std::int64_t{1} << 15;
+
+// Calls fn(begin, end) over [0, n), in parallel chunks when n is large.
+template <class Fn>
+void for_chunks(std::int64_t n, Fn fn) {
+  if (n < parallel_threshold) {
+    fn(std::int64_t{0}, n);
+    return;
+  }
+  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < chunks; ++i) {
+    const std::int64_t begin = i * chunk_elements;
+    fn(begin, std::min(n, begin + chunk_elements));
+  }
+}
+
+// True when fn(begin, end) is true for some chunk of [0, n).
+template <class Fn>
+bool any_chunk(std::int64_t n, Fn fn) {
+  if (n < parallel_threshold) return fn(std::int64_t{0}, n);
+  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+  bool found = false;
+#pragma omp parallel for schedule(static) reduction(|| : found)
+  for (std::int64_t i = 0; i < chunks; ++i) {
+    const std::int64_t begin = i * chunk_elements;
+    found = found || fn(begin, std::min(n, begin + chunk_elements));
+  }
+  return found;
+}
+
+// ---- f32 <-> f16 ----------------------------------------------------------
+
+void f32_to_f16_span(std::uint16_t* out, const float* in, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+  const __m128i sign_mask = _mm_set1_epi16(static_cast<short>(0x8000));
+  const __m128i quiet_nan = _mm_set1_epi16(0x7e00);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(in + i);
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m128i nan16 =
+        _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
+    const __m128i canonical = _mm_or_si128(_mm_and_si128(h, sign_mask), quiet_nan);
+    h = _mm_blendv_epi8(h, canonical, nan16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+#endif
+  for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
+}
+
+void f16_to_f32_span(float* out, const std::uint16_t* in, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+  const __m256i exp_mask = _mm256_set1_epi32(0x7c00);
+  const __m256i sign_mask = _mm256_set1_epi32(0x8000);
+  const __m256i mant_mask = _mm256_set1_epi32(0x3ff);
+  const __m256i f32_inf = _mm256_set1_epi32(0x7f800000);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m256i converted = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    // exp == 31: sign | inf | mant << 13, payload kept bit for bit.
+    const __m256i h32 = _mm256_cvtepu16_epi32(h);
+    const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(h32, exp_mask), exp_mask);
+    const __m256i rebuilt =
+        _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, sign_mask), 16), f32_inf),
+                        _mm256_slli_epi32(_mm256_and_si256(h32, mant_mask), 13));
+    const __m256i result = _mm256_blendv_epi8(converted, rebuilt, special);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), result);
+  }
+#endif
+  for (; i < n; ++i) out[i] = f16_to_f32(in[i]);
+}
+
+// ---- f32 <-> bf16 ---------------------------------------------------------
+
+void f32_to_bf16_span(std::uint16_t* out, const float* in, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__AVX2__)
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i f32_inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i half_ulp = _mm256_set1_epi32(0x7fff);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i quiet_bit = _mm256_set1_epi32(0x40);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i high = _mm256_srli_epi32(u, 16);
+    // (u + 0x7fff + lsb) >> 16: ties go to the even upper half.
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(half_ulp, _mm256_and_si256(high, one))), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), f32_inf);
+    const __m256i result = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet_bit), nan);
+    // Every lane is in [0, 0xffff], so unsigned saturation is exact; packus works per
+    // 128-bit half, the permute gathers the two low quadwords.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+  }
+#endif
+  for (; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+}
+
+void bf16_to_f32_span(float* out, const std::uint16_t* in, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), u);
+  }
+#endif
+  for (; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+}
+
+// ---- inf / nan ------------------------------------------------------------
+
+bool f32_has_inf_or_nan(const float* in, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__AVX2__)
+  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+  __m256i hit = _mm256_setzero_si256();
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    hit = _mm256_or_si256(hit, _mm256_cmpeq_epi32(_mm256_and_si256(u, exp_mask), exp_mask));
+  }
+  if (!_mm256_testz_si256(hit, hit)) return true;
+#endif
+  for (; i < n; ++i)
+    if ((float_bits(in[i]) & 0x7f800000u) == 0x7f800000u) return true;
+  return false;
+}
+
+// f16 and bf16 differ only in where the exponent lies.
+bool half_has_inf_or_nan(const std::uint16_t* in, std::int64_t n, std::uint16_t exp_bits) {
+  std::int64_t i = 0;
+#if defined(__AVX2__)
+  const __m256i exp_mask = _mm256_set1_epi16(static_cast<short>(exp_bits));
+  __m256i hit = _mm256_setzero_si256();
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    hit = _mm256_or_si256(hit, _mm256_cmpeq_epi16(_mm256_and_si256(h, exp_mask), exp_mask));
+  }
+  if (!_mm256_testz_si256(hit, hit)) return true;
+#endif
+  for (; i < n; ++i)
+    if ((in[i] & exp_bits) == exp_bits) return true;
+  return false;
+}
+
+constexpr std::uint16_t f16_exp_bits = 0x7c00u;
+constexpr std::uint16_t bf16_exp_bits = 0x7f80u;
+
+void check_float_type(dtype t, const char* what) {
+  DSA_CHECK(t == dtype::f32 || t == dtype::f16 || t == dtype::bf16, "{}: {} is not f32, f16 or bf16",
+            what, dtype_name(t));
+}
+
+} // namespace
+
+void cast_f32_to_f16(std::uint16_t* out, const float* in, std::int64_t n) {
+  DSA_CHECK(n >= 0, "cast_f32_to_f16: n = {}", n);
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) { f32_to_f16_span(out + b, in + b, e - b); });
+}
+
+void cast_f16_to_f32(float* out, const std::uint16_t* in, std::int64_t n) {
+  DSA_CHECK(n >= 0, "cast_f16_to_f32: n = {}", n);
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) { f16_to_f32_span(out + b, in + b, e - b); });
+}
+
+void cast_f32_to_bf16(std::uint16_t* out, const float* in, std::int64_t n) {
+  DSA_CHECK(n >= 0, "cast_f32_to_bf16: n = {}", n);
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) { f32_to_bf16_span(out + b, in + b, e - b); });
+}
+
+void cast_bf16_to_f32(float* out, const std::uint16_t* in, std::int64_t n) {
+  DSA_CHECK(n >= 0, "cast_bf16_to_f32: n = {}", n);
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) { bf16_to_f32_span(out + b, in + b, e - b); });
+}
+
+void cast(void* out, dtype out_type, const void* in, dtype in_type, std::int64_t n) {
+  check_float_type(out_type, "cast output");
+  check_float_type(in_type, "cast input");
+  DSA_CHECK(n >= 0, "cast: n = {}", n);
+  if (out_type == in_type) {
+    if (n > 0) std::memmove(out, in, static_cast<std::size_t>(n) * dtype_size(in_type));
+    return;
+  }
+  auto* out16 = static_cast<std::uint16_t*>(out);
+  const auto* in16 = static_cast<const std::uint16_t*>(in);
+  if (in_type == dtype::f32) {
+    const auto* in32 = static_cast<const float*>(in);
+    if (out_type == dtype::f16)
+      cast_f32_to_f16(out16, in32, n);
+    else
+      cast_f32_to_bf16(out16, in32, n);
+    return;
+  }
+  if (out_type == dtype::f32) {
+    auto* out32 = static_cast<float*>(out);
+    if (in_type == dtype::f16)
+      cast_f16_to_f32(out32, in16, n);
+    else
+      cast_bf16_to_f32(out32, in16, n);
+    return;
+  }
+  // f16 <-> bf16 through f32 (exact widening, then one rounding), in stack-sized blocks.
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
+    constexpr std::int64_t block = 512;
+    float tmp[block];
+    for (std::int64_t i = b; i < e; i += block) {
+      const std::int64_t len = std::min(block, e - i);
+      if (in_type == dtype::f16) {
+        f16_to_f32_span(tmp, in16 + i, len);
+        f32_to_bf16_span(out16 + i, tmp, len);
+      } else {
+        bf16_to_f32_span(tmp, in16 + i, len);
+        f32_to_f16_span(out16 + i, tmp, len);
+      }
+    }
+  });
+}
+
+bool has_inf_or_nan(const void* in, dtype in_type, std::int64_t n) {
+  check_float_type(in_type, "has_inf_or_nan");
+  DSA_CHECK(n >= 0, "has_inf_or_nan: n = {}", n);
+  if (in_type == dtype::f32) {
+    const auto* p = static_cast<const float*>(in);
+    return any_chunk(n, [&](std::int64_t b, std::int64_t e) { return f32_has_inf_or_nan(p + b, e - b); });
+  }
+  const auto* p = static_cast<const std::uint16_t*>(in);
+  const std::uint16_t exp_bits = in_type == dtype::f16 ? f16_exp_bits : bf16_exp_bits;
+  return any_chunk(n, [&](std::int64_t b, std::int64_t e) { return half_has_inf_or_nan(p + b, e - b, exp_bits); });
+}
+
+} // namespace dsa::cpu

@@ -1,1 +1,130 @@
-// gemm: implementation lands with the kernels work.
+// GEMM through OpenBLAS cblas_sgemm (row-major). The installed OpenBLAS has no
+// cblas_sgemm_batch, so batches are a loop; each call is threaded by OpenBLAS.
+#include "kernels/cpu/gemm.hpp"
+
+#include "core/error.hpp"
+#include "kernels/cpu/convert.hpp"
+
+#include <cblas.h>
+
+#include <limits>
+#include <vector>
+
+namespace dsa::cpu {
+namespace {
+
+// Shape with leading dimensions resolved (0 -> packed) and checked.
+struct resolved_shape {
+  gemm_shape s;
+  std::int64_t rows_a = 0, cols_a = 0; // A as stored
+  std::int64_t rows_b = 0, cols_b = 0; // B as stored
+};
+
+resolved_shape resolve(const gemm_shape& shape) {
+  resolved_shape r;
+  r.s = shape;
+  DSA_CHECK(shape.m >= 0 && shape.n >= 0 && shape.k >= 0, "gemm: negative size m={} n={} k={}", shape.m,
+            shape.n, shape.k);
+  const bool ta = shape.trans_a == transpose::yes, tb = shape.trans_b == transpose::yes;
+  r.rows_a = ta ? shape.k : shape.m;
+  r.cols_a = ta ? shape.m : shape.k;
+  r.rows_b = tb ? shape.n : shape.k;
+  r.cols_b = tb ? shape.k : shape.n;
+  if (r.s.lda == 0) r.s.lda = r.cols_a;
+  if (r.s.ldb == 0) r.s.ldb = r.cols_b;
+  if (r.s.ldc == 0) r.s.ldc = shape.n;
+  DSA_CHECK(r.s.lda >= r.cols_a, "gemm: lda {} < {} columns of A", r.s.lda, r.cols_a);
+  DSA_CHECK(r.s.ldb >= r.cols_b, "gemm: ldb {} < {} columns of B", r.s.ldb, r.cols_b);
+  DSA_CHECK(r.s.ldc >= shape.n, "gemm: ldc {} < n {}", r.s.ldc, shape.n);
+  return r;
+}
+
+// Elements spanned by a stored (rows, cols) matrix with row stride ld.
+std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
+}
+
+// C = beta * C, where beta == 0 overwrites (old NaN included).
+void scale_c(float* c, const gemm_shape& s) {
+  for (std::int64_t i = 0; i < s.m; ++i) {
+    float* row = c + i * s.ldc;
+    for (std::int64_t j = 0; j < s.n; ++j) row[j] = s.beta == 0.0f ? 0.0f : s.beta * row[j];
+  }
+}
+
+void gemm_resolved(float* c, const float* a, const float* b, const gemm_shape& s) {
+  if (s.m == 0 || s.n == 0) return;
+  // k == 0: op(A) op(B) is empty; BLAS would also reject lda = 0. Only the beta term remains.
+  if (s.k == 0) {
+    scale_c(c, s);
+    return;
+  }
+  constexpr std::int64_t int_max = std::numeric_limits<blasint>::max();
+  DSA_CHECK(s.m <= int_max && s.n <= int_max && s.k <= int_max && s.lda <= int_max && s.ldb <= int_max &&
+                s.ldc <= int_max,
+            "gemm: sizes exceed the BLAS integer (m={} n={} k={})", s.m, s.n, s.k);
+  // OpenBLAS honours beta == 0 as "overwrite" (it zeroes C before accumulating);
+  // test_gemm checks this with C full of NaN.
+  cblas_sgemm(CblasRowMajor, s.trans_a == transpose::yes ? CblasTrans : CblasNoTrans,
+              s.trans_b == transpose::yes ? CblasTrans : CblasNoTrans, static_cast<blasint>(s.m),
+              static_cast<blasint>(s.n), static_cast<blasint>(s.k), s.alpha, a, static_cast<blasint>(s.lda), b,
+              static_cast<blasint>(s.ldb), s.beta, c, static_cast<blasint>(s.ldc));
+}
+
+void check_batch(const gemm_batch& batch) {
+  DSA_CHECK(batch.count >= 0, "gemm_batched: count = {}", batch.count);
+  DSA_CHECK(batch.stride_a >= 0 && batch.stride_b >= 0 && batch.stride_c >= 0,
+            "gemm_batched: negative stride a={} b={} c={}", batch.stride_a, batch.stride_b, batch.stride_c);
+}
+
+} // namespace
+
+void gemm(float* c, const float* a, const float* b, const gemm_shape& shape) {
+  gemm_resolved(c, a, b, resolve(shape).s);
+}
+
+void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& shape, const gemm_batch& batch) {
+  check_batch(batch);
+  const gemm_shape s = resolve(shape).s;
+  for (std::int64_t i = 0; i < batch.count; ++i)
+    gemm_resolved(c + i * batch.stride_c, a + i * batch.stride_a, b + i * batch.stride_b, s);
+}
+
+void gemm_half(float* c, const std::uint16_t* a, const std::uint16_t* b, dtype operand_type,
+               const gemm_shape& shape) {
+  DSA_CHECK(operand_type == dtype::f16 || operand_type == dtype::bf16, "gemm_half: operands are {}",
+            dtype_name(operand_type));
+  const resolved_shape r = resolve(shape);
+  // Convert the whole stored extent (row padding included) so the leading dimensions still hold.
+  std::vector<float> a32(static_cast<std::size_t>(extent(r.rows_a, r.cols_a, r.s.lda)));
+  std::vector<float> b32(static_cast<std::size_t>(extent(r.rows_b, r.cols_b, r.s.ldb)));
+  cast(a32.data(), dtype::f32, a, operand_type, static_cast<std::int64_t>(a32.size()));
+  cast(b32.data(), dtype::f32, b, operand_type, static_cast<std::int64_t>(b32.size()));
+  gemm_resolved(c, a32.data(), b32.data(), r.s);
+}
+
+void gemm_ref(float* c, const float* a, const float* b, const gemm_shape& shape, const gemm_batch& batch) {
+  check_batch(batch);
+  const gemm_shape s = resolve(shape).s;
+  const bool ta = s.trans_a == transpose::yes, tb = s.trans_b == transpose::yes;
+  for (std::int64_t batch_i = 0; batch_i < batch.count; ++batch_i) {
+    const float* ab = a + batch_i * batch.stride_a;
+    const float* bb = b + batch_i * batch.stride_b;
+    float* cb = c + batch_i * batch.stride_c;
+    for (std::int64_t i = 0; i < s.m; ++i) {
+      for (std::int64_t j = 0; j < s.n; ++j) {
+        double acc = 0.0;
+        for (std::int64_t p = 0; p < s.k; ++p) {
+          const double x = ta ? ab[p * s.lda + i] : ab[i * s.lda + p];
+          const double y = tb ? bb[j * s.ldb + p] : bb[p * s.ldb + j];
+          acc += x * y;
+        }
+        float& out = cb[i * s.ldc + j];
+        const double old = s.beta == 0.0f ? 0.0 : static_cast<double>(s.beta) * out;
+        out = static_cast<float>(static_cast<double>(s.alpha) * acc + old);
+      }
+    }
+  }
+}
+
+} // namespace dsa::cpu

@@ -1,1 +1,233 @@
-// tests for kernels/cpu/gemm land with the kernels work.
+// kernels/cpu/gemm: OpenBLAS paths against the double-accumulating reference,
+// over every transpose, packed and padded leading dimensions, awkward sizes,
+// batches with strides, and f16/bf16 operands.
+#include "core/half.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "tests/support/compare.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using dsa::cpu::gemm_batch;
+using dsa::cpu::gemm_shape;
+using dsa::cpu::transpose;
+
+// A stored (rows, cols) matrix with row stride ld: padding is NaN so a read
+// outside the matrix poisons the result.
+std::vector<float> random_matrix(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const std::int64_t size = rows == 0 ? 0 : (rows - 1) * ld + cols;
+  std::vector<float> m(static_cast<std::size_t>(std::max<std::int64_t>(size, 1)), NAN);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) m[static_cast<std::size_t>(r * ld + c)] = dist(rng);
+  return m;
+}
+
+struct operands {
+  std::vector<float> a, b, c;
+  gemm_shape shape; // leading dimensions explicit
+};
+
+// Operands for shape (ld of 0 means packed; pad adds that many columns of NaN padding to every ld).
+operands make_operands(gemm_shape shape, std::int64_t pad, bool c_is_nan, std::mt19937& rng) {
+  const bool ta = shape.trans_a == transpose::yes, tb = shape.trans_b == transpose::yes;
+  const std::int64_t rows_a = ta ? shape.k : shape.m, cols_a = ta ? shape.m : shape.k;
+  const std::int64_t rows_b = tb ? shape.n : shape.k, cols_b = tb ? shape.k : shape.n;
+  if (pad > 0) {
+    shape.lda = cols_a + pad;
+    shape.ldb = cols_b + pad;
+    shape.ldc = shape.n + pad;
+  }
+  operands o;
+  o.shape = shape;
+  o.a = random_matrix(rows_a, cols_a, shape.lda ? shape.lda : cols_a, rng);
+  o.b = random_matrix(rows_b, cols_b, shape.ldb ? shape.ldb : cols_b, rng);
+  o.c = random_matrix(shape.m, shape.n, shape.ldc ? shape.ldc : shape.n, rng);
+  if (c_is_nan)
+    for (auto& x : o.c) x = NAN;
+  return o;
+}
+
+std::string describe(const gemm_shape& s) {
+  return fmt::format("m={} n={} k={} ta={} tb={} lda={} ldb={} ldc={} alpha={} beta={}", s.m, s.n, s.k,
+                     s.trans_a == transpose::yes, s.trans_b == transpose::yes, s.lda, s.ldb, s.ldc, s.alpha,
+                     s.beta);
+}
+
+struct mnk {
+  std::int64_t m, n, k;
+};
+const mnk sizes[] = {{1, 1, 1}, {37, 131, 13}, {7, 9, 1}, {1, 37, 131}, {131, 1, 37}, {64, 48, 33}, {13, 29, 100}};
+
+} // namespace
+
+TEST_CASE("gemm: reference on a hand-computed example") {
+  // [1 2 3; 4 5 6] * [1 0; 0 1; 1 1] = [4 5; 10 11]
+  const float a[] = {1, 2, 3, 4, 5, 6}, b[] = {1, 0, 0, 1, 1, 1};
+  float c[] = {NAN, NAN, NAN, NAN};
+  gemm_shape s;
+  s.m = 2;
+  s.n = 2;
+  s.k = 3;
+  dsa::cpu::gemm_ref(c, a, b, s);
+  const float expected[] = {4, 5, 10, 11};
+  DSA_CHECK_CLOSE(c, expected, 4, dsa::test::f32_gemm);
+  float d[] = {NAN, NAN, NAN, NAN};
+  dsa::cpu::gemm(d, a, b, s);
+  DSA_CHECK_CLOSE(d, expected, 4, dsa::test::f32_gemm);
+}
+
+TEST_CASE("gemm: all transposes, packed and padded leading dimensions, alpha and beta") {
+  std::mt19937 rng(1);
+  struct scale {
+    float alpha, beta;
+  };
+  const scale scales[] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {-0.75f, 0.5f}};
+  for (const auto& size : sizes)
+    for (transpose ta : {transpose::no, transpose::yes})
+      for (transpose tb : {transpose::no, transpose::yes})
+        for (std::int64_t pad : {0, 3})
+          for (const auto& sc : scales) {
+            gemm_shape s;
+            s.m = size.m;
+            s.n = size.n;
+            s.k = size.k;
+            s.trans_a = ta;
+            s.trans_b = tb;
+            s.alpha = sc.alpha;
+            s.beta = sc.beta;
+            // beta == 0 must overwrite C even when it holds NaN.
+            auto o = make_operands(s, pad, sc.beta == 0.0f, rng);
+            INFO(describe(o.shape));
+            std::vector<float> expected = o.c;
+            dsa::cpu::gemm_ref(expected.data(), o.a.data(), o.b.data(), o.shape);
+            dsa::cpu::gemm(o.c.data(), o.a.data(), o.b.data(), o.shape);
+            // The whole buffer: row padding of C must be left as it was (NaN on both sides).
+            DSA_CHECK_CLOSE(o.c.data(), expected.data(), static_cast<std::int64_t>(o.c.size()),
+                            dsa::test::f32_gemm);
+          }
+}
+
+TEST_CASE("gemm: empty sizes") {
+  std::mt19937 rng(2);
+  SUBCASE("k = 0 leaves beta * C; beta = 0 clears NaN") {
+    for (float beta : {0.0f, 0.5f}) {
+      gemm_shape s;
+      s.m = 5;
+      s.n = 7;
+      s.k = 0;
+      s.beta = beta;
+      auto o = make_operands(s, 0, beta == 0.0f, rng);
+      std::vector<float> expected(o.c.size());
+      for (std::size_t i = 0; i < o.c.size(); ++i) expected[i] = beta == 0.0f ? 0.0f : beta * o.c[i];
+      std::vector<float> by_ref = o.c;
+      dsa::cpu::gemm_ref(by_ref.data(), o.a.data(), o.b.data(), s);
+      dsa::cpu::gemm(o.c.data(), o.a.data(), o.b.data(), s);
+      INFO("beta " << beta);
+      DSA_CHECK_CLOSE(o.c.data(), expected.data(), 35, dsa::test::f32_gemm);
+      DSA_CHECK_CLOSE(by_ref.data(), expected.data(), 35, dsa::test::f32_gemm);
+    }
+  }
+  SUBCASE("m = 0 or n = 0 touches nothing") {
+    for (const mnk& size : {mnk{0, 4, 3}, mnk{4, 0, 3}, mnk{0, 0, 0}}) {
+      gemm_shape s;
+      s.m = size.m;
+      s.n = size.n;
+      s.k = size.k;
+      std::vector<float> a(16, 1.0f), b(16, 1.0f), c(16, 7.0f);
+      dsa::cpu::gemm(c.data(), a.data(), b.data(), s);
+      dsa::cpu::gemm_batched(c.data(), a.data(), b.data(), s, gemm_batch{3, 0, 0, 0});
+      for (float x : c) CHECK(x == 7.0f);
+    }
+  }
+}
+
+TEST_CASE("gemm: batched with strides, gaps and a broadcast operand") {
+  std::mt19937 rng(3);
+  for (transpose ta : {transpose::no, transpose::yes})
+    for (transpose tb : {transpose::no, transpose::yes})
+      for (std::int64_t pad : {0, 2}) {
+        gemm_shape s;
+        s.m = 13;
+        s.n = 37;
+        s.k = 9;
+        s.trans_a = ta;
+        s.trans_b = tb;
+        s.beta = pad == 0 ? 0.0f : 1.0f;
+        const std::int64_t count = 3;
+        // One matrix of each operand, to learn the extents; then batches laid out with gaps.
+        auto one = make_operands(s, pad, false, rng);
+        const auto size_a = static_cast<std::int64_t>(one.a.size());
+        const auto size_b = static_cast<std::int64_t>(one.b.size());
+        const auto size_c = static_cast<std::int64_t>(one.c.size());
+        for (bool broadcast_b : {false, true}) {
+          gemm_batch batch{count, size_a + 5, broadcast_b ? 0 : size_b + 1, size_c + 11};
+          auto fill = [&](std::int64_t stride, std::int64_t size) {
+            std::vector<float> v(static_cast<std::size_t>(stride * (count - 1) + size), NAN);
+            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+            for (std::int64_t i = 0; i < count; ++i)
+              for (std::int64_t j = 0; j < size; ++j) v[static_cast<std::size_t>(i * stride + j)] = dist(rng);
+            return v;
+          };
+          std::vector<float> a = fill(batch.stride_a, size_a), b = fill(batch.stride_b, size_b);
+          std::vector<float> c = fill(batch.stride_c, size_c);
+          // Restore NaN row padding in A and B so stray reads show.
+          auto repad = [&](std::vector<float>& v, std::int64_t stride, const std::vector<float>& pattern) {
+            for (std::int64_t i = 0; i < count; ++i)
+              for (std::size_t j = 0; j < pattern.size(); ++j)
+                if (std::isnan(pattern[j])) v[static_cast<std::size_t>(i * stride) + j] = NAN;
+          };
+          repad(a, batch.stride_a, one.a);
+          repad(b, batch.stride_b, one.b);
+          INFO(describe(one.shape) << " broadcast_b " << broadcast_b);
+          std::vector<float> expected = c;
+          dsa::cpu::gemm_ref(expected.data(), a.data(), b.data(), one.shape, batch);
+          dsa::cpu::gemm_batched(c.data(), a.data(), b.data(), one.shape, batch);
+          DSA_CHECK_CLOSE(c.data(), expected.data(), static_cast<std::int64_t>(c.size()), dsa::test::f32_gemm);
+        }
+      }
+}
+
+TEST_CASE("gemm: f16 and bf16 operands equal the f32 GEMM of the converted operands") {
+  std::mt19937 rng(4);
+  for (dsa::dtype type : {dsa::dtype::f16, dsa::dtype::bf16})
+    for (const auto& size : sizes)
+      for (transpose ta : {transpose::no, transpose::yes})
+        for (transpose tb : {transpose::no, transpose::yes})
+          for (std::int64_t pad : {0, 3}) {
+            gemm_shape s;
+            s.m = size.m;
+            s.n = size.n;
+            s.k = size.k;
+            s.trans_a = ta;
+            s.trans_b = tb;
+            s.alpha = 0.5f;
+            s.beta = pad == 0 ? 0.0f : 1.0f;
+            auto o = make_operands(s, pad, false, rng);
+            // Round the operands to the half type (padding NaN stays NaN), and back exactly.
+            auto to_half = [&](const std::vector<float>& v, std::vector<float>& widened) {
+              std::vector<std::uint16_t> h(v.size());
+              widened.resize(v.size());
+              for (std::size_t i = 0; i < v.size(); ++i) {
+                h[i] = type == dsa::dtype::f16 ? dsa::f32_to_f16(v[i]) : dsa::f32_to_bf16(v[i]);
+                widened[i] = type == dsa::dtype::f16 ? dsa::f16_to_f32(h[i]) : dsa::bf16_to_f32(h[i]);
+              }
+              return h;
+            };
+            std::vector<float> a32, b32;
+            const auto a16 = to_half(o.a, a32);
+            const auto b16 = to_half(o.b, b32);
+            INFO(std::string(dsa::dtype_name(type)) << " " << describe(o.shape));
+            std::vector<float> expected = o.c;
+            dsa::cpu::gemm_ref(expected.data(), a32.data(), b32.data(), o.shape);
+            dsa::cpu::gemm_half(o.c.data(), a16.data(), b16.data(), type, o.shape);
+            DSA_CHECK_CLOSE(o.c.data(), expected.data(), static_cast<std::int64_t>(o.c.size()),
+                            dsa::test::f32_gemm);
+          }
+}
