@@ -10,15 +10,19 @@ namespace dsa::ckpt {
 
 std::string parent_directory(const std::string& path) {
   std::size_t end = path.size();
-  while (end > 1 && path[end - 1] == '/') --end; // "dir/file/" names "dir/file"
+  while (end > 1 && path[end - 1] == '/')
+    --end; // "dir/file/" names "dir/file"
   std::size_t slash = path.rfind('/', end - 1);
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
+  if (slash == std::string::npos)
+    return ".";
+  if (slash == 0)
+    return "/";
   return path.substr(0, slash);
 }
 
 expected<atomic_file> atomic_file::create(const std::string& path) {
-  if (path.empty()) return make_error(errc::invalid_argument, "atomic write to an empty path");
+  if (path.empty())
+    return make_error(errc::invalid_argument, "atomic write to an empty path");
   std::string temp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
   int fd = retry_eintr(
       [&] { return ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); });
@@ -29,8 +33,9 @@ expected<atomic_file> atomic_file::create(const std::string& path) {
 }
 
 atomic_file::atomic_file(atomic_file&& other) noexcept
-    : path_(std::move(other.path_)), temp_path_(std::move(other.temp_path_)), fd_(std::move(other.fd_)),
-      bytes_written_(other.bytes_written_), pending_(other.pending_), failed_(other.failed_) {
+    : path_(std::move(other.path_)), temp_path_(std::move(other.temp_path_)),
+      fd_(std::move(other.fd_)), bytes_written_(other.bytes_written_), pending_(other.pending_),
+      failed_(other.failed_) {
   other.pending_ = false;
 }
 
@@ -51,7 +56,8 @@ atomic_file& atomic_file::operator=(atomic_file&& other) noexcept {
 status atomic_file::write(const void* data, std::size_t bytes) {
   if (!pending_ || !fd_.valid())
     return make_error(errc::invalid_argument, "write to '{}' after commit or abandon", path_);
-  if (failed_) return make_error(errc::io, "write to '{}' after an earlier write failed", path_);
+  if (failed_)
+    return make_error(errc::io, "write to '{}' after an earlier write failed", path_);
   status st = write_all(fd_, temp_path_, data, bytes);
   if (!st) {
     failed_ = true;
@@ -69,9 +75,11 @@ status atomic_file::commit() {
     return make_error(errc::io, "not replacing '{}': an earlier write failed", path_);
   }
   status st = fsync_fd(fd_, temp_path_);
-  if (st) st = fd_.close(temp_path_);
+  if (st)
+    st = fd_.close(temp_path_);
   if (st && retry_eintr([&] { return ::rename(temp_path_.c_str(), path_.c_str()); }) != 0)
-    st = make_error(errc::io, "cannot rename '{}' to '{}': {}", temp_path_, path_, std::strerror(errno));
+    st = make_error(errc::io, "cannot rename '{}' to '{}': {}", temp_path_, path_,
+                    std::strerror(errno));
   if (!st) {
     abandon();
     return st;
@@ -81,14 +89,16 @@ status atomic_file::commit() {
   std::string dir = parent_directory(path_);
   int dfd = retry_eintr([&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   if (dfd < 0)
-    return make_error(errc::io, "cannot open directory '{}' of '{}': {}", dir, path_, std::strerror(errno));
+    return make_error(errc::io, "cannot open directory '{}' of '{}': {}", dir, path_,
+                      std::strerror(errno));
   unique_fd dir_fd(dfd);
   DSA_TRY(fsync_fd(dir_fd, dir));
   return dir_fd.close(dir);
 }
 
 void atomic_file::abandon() {
-  if (!pending_) return;
+  if (!pending_)
+    return;
   pending_ = false;
   fd_ = unique_fd();
   ::unlink(temp_path_.c_str()); // best effort: the error being reported is the earlier one

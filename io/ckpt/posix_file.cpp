@@ -22,14 +22,16 @@ error sys_error(const std::string& what, const std::string& path, int err) {
 
 unique_fd& unique_fd::operator=(unique_fd&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0)
+      ::close(fd_);
     fd_ = other.release();
   }
   return *this;
 }
 
 unique_fd::~unique_fd() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0)
+    ::close(fd_);
 }
 
 int unique_fd::release() {
@@ -39,9 +41,11 @@ int unique_fd::release() {
 }
 
 status unique_fd::close(const std::string& path) {
-  if (fd_ < 0) return {};
+  if (fd_ < 0)
+    return {};
   int fd = release();
-  if (::close(fd) != 0 && errno != EINTR) return sys_error("cannot close", path, errno);
+  if (::close(fd) != 0 && errno != EINTR)
+    return sys_error("cannot close", path, errno);
   return {};
 }
 
@@ -49,7 +53,8 @@ expected<unique_fd> open_for_read(const std::string& path) {
   int fd = retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
   if (fd < 0) {
     int err = errno;
-    if (err == ENOENT) return make_error(errc::not_found, "cannot open '{}': {}", path, std::strerror(err));
+    if (err == ENOENT)
+      return make_error(errc::not_found, "cannot open '{}': {}", path, std::strerror(err));
     return sys_error("cannot open", path, err);
   }
   return unique_fd(fd);
@@ -57,8 +62,10 @@ expected<unique_fd> open_for_read(const std::string& path) {
 
 expected<std::uint64_t> file_size(const unique_fd& fd, const std::string& path) {
   struct stat st {};
-  if (retry_eintr([&] { return ::fstat(fd.get(), &st); }) != 0) return sys_error("cannot stat", path, errno);
-  if (!S_ISREG(st.st_mode)) return make_error(errc::io, "'{}' is not a regular file", path);
+  if (retry_eintr([&] { return ::fstat(fd.get(), &st); }) != 0)
+    return sys_error("cannot stat", path, errno);
+  if (!S_ISREG(st.st_mode))
+    return make_error(errc::io, "'{}' is not a regular file", path);
   return static_cast<std::uint64_t>(st.st_size);
 }
 
@@ -70,10 +77,11 @@ status pread_exact(const unique_fd& fd, const std::string& path, void* dst, std:
     std::size_t chunk = std::min(bytes - done, max_chunk);
     ssize_t n = retry_eintr(
         [&] { return ::pread(fd.get(), out + done, chunk, static_cast<off_t>(offset + done)); });
-    if (n < 0) return sys_error("cannot read", path, errno);
+    if (n < 0)
+      return sys_error("cannot read", path, errno);
     if (n == 0)
-      return make_error(errc::io, "short read from '{}': {} of {} bytes at offset {}", path, done, bytes,
-                        offset);
+      return make_error(errc::io, "short read from '{}': {} of {} bytes at offset {}", path, done,
+                        bytes, offset);
     done += static_cast<std::size_t>(n);
   }
   return {};
@@ -85,15 +93,18 @@ status write_all(const unique_fd& fd, const std::string& path, const void* src, 
   while (done < bytes) {
     std::size_t chunk = std::min(bytes - done, max_chunk);
     ssize_t n = retry_eintr([&] { return ::write(fd.get(), in + done, chunk); });
-    if (n < 0) return sys_error("cannot write", path, errno);
-    if (n == 0) return make_error(errc::io, "cannot write '{}': no progress after {} bytes", path, done);
+    if (n < 0)
+      return sys_error("cannot write", path, errno);
+    if (n == 0)
+      return make_error(errc::io, "cannot write '{}': no progress after {} bytes", path, done);
     done += static_cast<std::size_t>(n);
   }
   return {};
 }
 
 status fsync_fd(const unique_fd& fd, const std::string& path) {
-  if (retry_eintr([&] { return ::fsync(fd.get()); }) != 0) return sys_error("cannot fsync", path, errno);
+  if (retry_eintr([&] { return ::fsync(fd.get()); }) != 0)
+    return sys_error("cannot fsync", path, errno);
   return {};
 }
 

@@ -13,8 +13,7 @@
 namespace dsa::ckpt {
 
 // Retries a system call while it fails with EINTR; returns its last result.
-template <class Fn>
-auto retry_eintr(Fn&& fn) -> decltype(fn()) {
+template <class Fn> auto retry_eintr(Fn&& fn) -> decltype(fn()) {
   decltype(fn()) r;
   do {
     r = fn();

@@ -24,20 +24,25 @@ expected<std::string> quoted(const std::string& text, const std::string& path, c
   try {
     return json(text).dump();
   } catch (const json::exception&) {
-    return make_error(errc::invalid_argument, "cannot write '{}': {} '{}' is not valid UTF-8", path, what, text);
+    return make_error(errc::invalid_argument, "cannot write '{}': {} '{}' is not valid UTF-8", path,
+                      what, text);
   }
 }
 
 status check_writable(const std::string& path, const std::string& name, const tensor& t) {
   if (name == "__metadata__")
-    return make_error(errc::invalid_argument, "cannot write '{}': '__metadata__' is reserved, not a tensor name",
-                      path);
-  if (!t.defined()) return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' is undefined", path, name);
+    return make_error(errc::invalid_argument,
+                      "cannot write '{}': '__metadata__' is reserved, not a tensor name", path);
+  if (!t.defined())
+    return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' is undefined", path,
+                      name);
   if (!t.dev().is_cpu())
-    return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' is {}, not on the CPU", path, name,
+    return make_error(errc::invalid_argument,
+                      "cannot write '{}': tensor '{}' is {}, not on the CPU", path, name,
                       t.describe());
   if (!t.is_contiguous())
-    return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' ({}) is not contiguous", path, name,
+    return make_error(errc::invalid_argument,
+                      "cannot write '{}': tensor '{}' ({}) is not contiguous", path, name,
                       t.describe());
   return {};
 }
@@ -64,8 +69,9 @@ expected<std::string> build_header(const std::string& path, const named_tensors&
     DSA_TRY(check_writable(path, name, t));
     DSA_ASSIGN_OR_RETURN(std::string key, quoted(name, path, "tensor name"));
     std::uint64_t end = offset + t.nbytes();
-    out += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", out.size() > 1 ? "," : "",
-                       key, detail::safetensors_tag(t.type()), fmt::join(t.shape(), ","), offset, end);
+    out += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                       out.size() > 1 ? "," : "", key, detail::safetensors_tag(t.type()),
+                       fmt::join(t.shape(), ","), offset, end);
     offset = end;
   }
   out += "}";
@@ -75,17 +81,20 @@ expected<std::string> build_header(const std::string& path, const named_tensors&
 
 } // namespace
 
-status write_safetensors(const std::string& path, const named_tensors& tensors, const metadata_map& metadata) {
+status write_safetensors(const std::string& path, const named_tensors& tensors,
+                         const metadata_map& metadata) {
   DSA_ASSIGN_OR_RETURN(std::string header, build_header(path, tensors, metadata));
   unsigned char prefix[8];
   std::uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(n >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    prefix[i] = static_cast<unsigned char>(n >> (8 * i));
 
   DSA_ASSIGN_OR_RETURN(atomic_file file, atomic_file::create(path));
   DSA_TRY(file.write(prefix, sizeof prefix));
   DSA_TRY(file.write(header));
   for (const auto& [name, t] : tensors)
-    if (t.nbytes() > 0) DSA_TRY(file.write(t.raw_data(), t.nbytes()));
+    if (t.nbytes() > 0)
+      DSA_TRY(file.write(t.raw_data(), t.nbytes()));
   return file.commit();
 }
 
@@ -98,12 +107,15 @@ expected<safetensors_file> read_safetensors(const std::string& path) {
   out.metadata = std::move(header.metadata);
   for (const auto& [name, e] : header.tensors) {
     if (!e.type)
-      return make_error(errc::unsupported, "safetensors file '{}': tensor '{}' has dtype '{}', which dsactor cannot load (supported: {})",
+      return make_error(errc::unsupported,
+                        "safetensors file '{}': tensor '{}' has dtype '{}', which dsactor cannot "
+                        "load (supported: {})",
                         path, name, e.dtype_tag, detail::supported_tags());
     tensor t = tensor::empty(e.shape, *e.type);
     if (t.nbytes() > 0) {
       status st = pread_exact(fd, path, t.raw_data(), t.nbytes(), header.data_offset + e.begin);
-      if (!st) return make_error(st.err().code, "{} (reading tensor '{}')", st.err().message, name);
+      if (!st)
+        return make_error(st.err().code, "{} (reading tensor '{}')", st.err().message, name);
     }
     out.tensors.emplace(name, std::move(t));
   }
@@ -112,20 +124,25 @@ expected<safetensors_file> read_safetensors(const std::string& path) {
 
 status check_tensors(const std::string& path, const named_tensors& file,
                      const std::map<std::string, tensor_spec>& expected_specs) {
-  auto describe = [](const tensor_spec& s) { return fmt::format("{}{}", dtype_name(s.type), shape_string(s.shape)); };
+  auto describe = [](const tensor_spec& s) {
+    return fmt::format("{}{}", dtype_name(s.type), shape_string(s.shape));
+  };
   // Walk both sorted maps together so the error names the alphabetically first problem.
   auto f = file.begin();
   auto x = expected_specs.begin();
   while (f != file.end() || x != expected_specs.end()) {
     if (x == expected_specs.end() || (f != file.end() && f->first < x->first))
-      return make_error(errc::format, "'{}': unexpected tensor '{}' ({})", path, f->first, f->second.describe());
+      return make_error(errc::format, "'{}': unexpected tensor '{}' ({})", path, f->first,
+                        f->second.describe());
     if (f == file.end() || x->first < f->first)
       return make_error(errc::not_found, "'{}': missing tensor '{}' (expected {})", path, x->first,
                         describe(x->second));
     const tensor& t = f->second;
     if (!t.defined() || t.type() != x->second.type || t.shape() != x->second.shape)
       return make_error(errc::format, "'{}': tensor '{}' is {}, expected {}", path, f->first,
-                        t.defined() ? fmt::format("{}{}", dtype_name(t.type()), shape_string(t.shape())) : "undefined",
+                        t.defined()
+                            ? fmt::format("{}{}", dtype_name(t.type()), shape_string(t.shape()))
+                            : "undefined",
                         describe(x->second));
     ++f;
     ++x;

@@ -17,7 +17,9 @@ using dsa::test::scratch_dir;
 using dsa::test::write_raw;
 
 namespace {
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 } // namespace
 
 TEST_CASE("atomic write creates and replaces a file and leaves no temporary file") {
@@ -60,7 +62,8 @@ TEST_CASE("an atomic write abandoned before commit leaves the target intact") {
     auto file = atomic_file::create(path);
     REQUIRE(file);
     REQUIRE(file->write("half-written"));
-    atomic_file moved = std::move(*file); // the moved-from writer must not remove the moved-to's file
+    atomic_file moved =
+        std::move(*file); // the moved-from writer must not remove the moved-to's file
     CHECK(std::filesystem::exists(moved.temp_path()));
   }
   CHECK(read_raw(path) == "precious");
@@ -127,7 +130,8 @@ TEST_CASE("read_file returns the whole file or an error naming it") {
   scratch_dir dir;
   std::string path = dir.file("data.bin");
   std::string bytes;
-  for (int i = 0; i < 70001; ++i) bytes.push_back(static_cast<char>(i * 7));
+  for (int i = 0; i < 70001; ++i)
+    bytes.push_back(static_cast<char>(i * 7));
   write_raw(path, bytes);
   auto read = read_file(path);
   REQUIRE(read);

@@ -18,13 +18,16 @@ using dsa::test::write_raw;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // A tensor whose bytes are a pattern depending on `seed`.
 tensor patterned(const shape_t& shape, dtype type, int seed) {
   tensor t = tensor::empty(shape, type);
   auto* bytes = static_cast<unsigned char*>(t.raw_data());
-  for (std::size_t i = 0; i < t.nbytes(); ++i) bytes[i] = static_cast<unsigned char>(i * 31 + seed * 7 + 1);
+  for (std::size_t i = 0; i < t.nbytes(); ++i)
+    bytes[i] = static_cast<unsigned char>(i * 31 + seed * 7 + 1);
   return t;
 }
 
@@ -35,7 +38,8 @@ bool same_bytes(const tensor& a, const tensor& b) {
 
 std::string header_of(const std::string& file) {
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(file[static_cast<std::size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(file[static_cast<std::size_t>(i)]);
   return file.substr(8, n);
 }
 
@@ -48,10 +52,12 @@ TEST_CASE("round trip of every dtype, 0-d and empty tensors, and metadata") {
   int seed = 0;
   for (dtype type : {dtype::f32, dtype::f16, dtype::bf16, dtype::i32, dtype::i64, dtype::u8}) {
     std::string base = dtype_name(type);
-    for (const shape_t& shape : {shape_t{}, shape_t{0}, shape_t{1}, shape_t{7}, shape_t{2, 3, 5}, shape_t{3, 0, 2}})
+    for (const shape_t& shape :
+         {shape_t{}, shape_t{0}, shape_t{1}, shape_t{7}, shape_t{2, 3, 5}, shape_t{3, 0, 2}})
       tensors[fmt::format("{}.{}", base, shape_string(shape))] = patterned(shape, type, ++seed);
   }
-  metadata_map metadata{{"format", "pt"}, {"step", "1200"}, {"quote\"and\\slash", "üñí\ncode"}, {"", ""}};
+  metadata_map metadata{
+      {"format", "pt"}, {"step", "1200"}, {"quote\"and\\slash", "üñí\ncode"}, {"", ""}};
   REQUIRE(write_safetensors(path, tensors, metadata));
 
   auto read = read_safetensors(path);
@@ -89,12 +95,12 @@ TEST_CASE("reads a file built by hand from the spec") {
     "i": {"dtype": "I32", "shape": [1], "data_offsets": [23, 27]},
     "g": {"dtype": "BF16", "shape": [1], "data_offsets": [27, 29]} }   )";
   std::string data;
-  data += std::string("\x01\x02\xff", 3);                  // b = [1, 2, 255]
+  data += std::string("\x01\x02\xff", 3);                     // b = [1, 2, 255]
   data += std::string("\x00\x00\x80\x3f\x00\x00\x20\xc1", 8); // w = [1.0, -10.0]
   data += std::string("\xfe\xff\xff\xff\xff\xff\xff\xff", 8); // s = -2
-  data += std::string("\x00\x3c\x00\xc0", 4);               // h = [[1.0, -2.0]] as f16 bits
-  data += std::string("\x39\x30\x00\x00", 4);               // i = [12345]
-  data += std::string("\x80\x3f", 2);                       // g = [1.0] as bf16 bits
+  data += std::string("\x00\x3c\x00\xc0", 4);                 // h = [[1.0, -2.0]] as f16 bits
+  data += std::string("\x39\x30\x00\x00", 4);                 // i = [12345]
+  data += std::string("\x80\x3f", 2);                         // g = [1.0] as bf16 bits
   scratch_dir dir;
   std::string path = dir.file("hand.safetensors");
   write_raw(path, safetensors_bytes(header, data));
@@ -131,7 +137,8 @@ TEST_CASE("written layout: sorted names, contiguous data, header padded to 8 byt
   a.data<float>()[0] = 1.0f;
   a.data<float>()[1] = -10.0f;
   tensor b = tensor::empty({3}, dtype::u8);
-  for (int i = 0; i < 3; ++i) b.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(i + 1);
+  for (int i = 0; i < 3; ++i)
+    b.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(i + 1);
   tensor c = tensor::empty({}, dtype::i64);
   c.data<std::int64_t>()[0] = -2;
   REQUIRE(write_safetensors(path, {{"c", c}, {"b.x", b}, {"a", a}}, {{"format", "pt"}}));
@@ -147,7 +154,9 @@ TEST_CASE("written layout: sorted names, contiguous data, header padded to 8 byt
   CHECK(header.size() - json.size() < 8);
   CHECK(header.find_first_not_of(' ', json.size()) == std::string::npos);
   std::string data = file.substr(8 + header.size());
-  CHECK(data == std::string("\x00\x00\x80\x3f\x00\x00\x20\xc1\x01\x02\x03\xfe\xff\xff\xff\xff\xff\xff\xff", 19));
+  CHECK(data ==
+        std::string("\x00\x00\x80\x3f\x00\x00\x20\xc1\x01\x02\x03\xfe\xff\xff\xff\xff\xff\xff\xff",
+                    19));
 }
 
 TEST_CASE("the data section starts at a multiple of 8 for every header length") {
@@ -183,7 +192,8 @@ TEST_CASE("write refuses tensors it cannot represent, naming the file and tensor
   CHECK(contains(utf8.err().message, "UTF-8"));
   CHECK(dir.entries().empty());
 
-  auto missing_dir = write_safetensors(dir.file("nope/x.safetensors"), {{"a", patterned({1}, dtype::u8, 0)}});
+  auto missing_dir =
+      write_safetensors(dir.file("nope/x.safetensors"), {{"a", patterned({1}, dtype::u8, 0)}});
   REQUIRE_FALSE(missing_dir);
   CHECK(missing_dir.err().code == errc::io);
   CHECK(contains(missing_dir.err().message, dir.file("nope/x.safetensors")));
@@ -230,7 +240,8 @@ TEST_CASE("header-only reader lists names, dtypes and shapes, including dtypes w
 }
 
 TEST_CASE("check_tensors names the first missing, extra or mis-shaped tensor") {
-  named_tensors file{{"a", tensor::empty({2, 3}, dtype::f32)}, {"b", tensor::empty({4}, dtype::i64)}};
+  named_tensors file{{"a", tensor::empty({2, 3}, dtype::f32)},
+                     {"b", tensor::empty({4}, dtype::i64)}};
   std::map<std::string, tensor_spec> specs{{"a", {{2, 3}, dtype::f32}}, {"b", {{4}, dtype::i64}}};
   CHECK(check_tensors("w.safetensors", file, specs));
 
