@@ -1,0 +1,83 @@
+// A contiguous slice of BERT as a pipeline stage runs it: optional embeddings,
+// encoder layers [first, last), optional head (with the pre-LN final LayerNorm).
+// One bert_part holds the parameters; each micro-batch in flight has its own
+// part_stash, filled by forward and consumed by backward, so several
+// micro-batches (1F1B) can be in flight at once.
+//
+// The tied word embedding: a range with the embeddings accumulates the lookup's
+// gradient into it, a range with a pretraining head accumulates the decoder's.
+// One range holding both gets the sum; split ranges each hold their own
+// contribution, and the caller sums them across stages (DeepSpeed's tied-weight
+// allreduce) before the optimizer step.
+#pragma once
+
+#include "core/tensor.hpp"
+#include "models/bert/bert_batch.hpp"
+#include "models/bert/bert_config.hpp"
+#include "models/bert/bert_dropout.hpp"
+#include "models/bert/bert_parameters.hpp"
+#include "models/bert/bert_range.hpp"
+#include "models/bert/embeddings.hpp"
+#include "models/bert/encoder_layer.hpp"
+#include "models/bert/pretraining_head.hpp"
+#include "models/bert/squad_head.hpp"
+
+#include <cstddef>
+#include <vector>
+
+namespace dsa::bert {
+
+struct part_stash {
+  embeddings_stash embeddings;
+  std::vector<layer_stash> layers;
+  tensor final_norm_in, final_norm_mean, final_norm_rstd; // pre-LN with head
+  pretraining_head_stash pretraining;
+  squad_head_stash squad;
+  bool filled = false; // set by a train-mode forward, cleared by backward
+
+  std::size_t bytes() const; // layers' stashes plus embeddings and final norm
+};
+
+struct part_output {
+  tensor hidden;       // (B, T, H) output of the last layer (ranges without head)
+  bert_losses losses;  // ranges with head
+  squad_logits squad;  // squad head: start/end logits (B, T)
+};
+
+struct backward_options {
+  // Scales the loss gradient (fp16 loss scaling, 1/M for gradient accumulation).
+  // Applies in the range with the head only: other ranges receive gradients
+  // that are already scaled.
+  float loss_scale = 1.0f;
+};
+
+class bert_part {
+public:
+  bert_part(const bert_config& cfg, const bert_range& range);
+
+  bert_parameters& parameters() { return params_; }
+  const bert_parameters& parameters() const { return params_; }
+  const bert_config& config() const { return params_.config(); }
+  const bert_range& range() const { return params_.range(); }
+
+  // hidden_in: (B, T, H) from the previous stage; ignored (may be undefined) when the
+  // range has the embeddings, which read batch.input_ids. Every range reads
+  // batch.attention_mask; the head reads the labels. Errors name a malformed batch
+  // tensor. In eval mode nothing is stashed and dropout is off.
+  expected<part_output> forward(const tensor& hidden_in, const bert_batch& batch, const forward_context& ctx,
+                                part_stash& stash) const;
+
+  // dhidden_out: (B, T, H) gradient of this range's output (ignored with a head: the
+  // loss is the start). Accumulates parameter gradients; returns d hidden_in
+  // (B, T, H), undefined when the range has the embeddings. Releases the stash.
+  tensor backward(const tensor& dhidden_out, part_stash& stash, const backward_options& options) const;
+
+private:
+  bert_parameters params_;
+};
+
+// The key mask the softmax takes: (B, T) f32, converted from i32 when needed;
+// undefined when the batch has none.
+tensor key_mask_f32(const bert_batch& batch);
+
+} // namespace dsa::bert

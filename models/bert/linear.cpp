@@ -1,0 +1,42 @@
+// Linear forward/backward through cpu::gemm.
+#include "models/bert/linear.hpp"
+
+#include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/gemm.hpp"
+
+namespace dsa::bert {
+
+void linear_forward(float* y, const float* x, const linear_params& p, std::int64_t rows) {
+  const std::int64_t out = p.out_features(), in = p.in_features();
+  if (rows == 0) return;
+  cpu::gemm_shape s;
+  s.m = rows;
+  s.n = out;
+  s.k = in;
+  s.trans_b = cpu::transpose::yes; // W is stored (out, in)
+  cpu::gemm(y, x, p.weight.data<float>(), s);
+  cpu::bias_add(y, p.bias.data<float>(), rows, out);
+}
+
+void linear_backward(float* dx, const float* dy, const float* x, const linear_params& p, std::int64_t rows,
+                     write_mode dx_mode) {
+  const std::int64_t out = p.out_features(), in = p.in_features();
+  if (rows == 0) return;
+  cpu::gemm_shape dw; // dW (out, in) += dy^T (out, rows) x (rows, in)
+  dw.m = out;
+  dw.n = in;
+  dw.k = rows;
+  dw.trans_a = cpu::transpose::yes;
+  dw.beta = 1.0f;
+  cpu::gemm(p.dweight.data<float>(), dy, x, dw);
+  cpu::bias_backward(p.dbias.data<float>(), dy, rows, out);
+  if (dx == nullptr) return;
+  cpu::gemm_shape dxs; // dx (rows, in) = dy (rows, out) W (out, in)
+  dxs.m = rows;
+  dxs.n = in;
+  dxs.k = out;
+  dxs.beta = dx_mode == write_mode::accumulate ? 1.0f : 0.0f;
+  cpu::gemm(dx, dy, p.weight.data<float>(), dxs);
+}
+
+} // namespace dsa::bert
