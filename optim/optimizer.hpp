@@ -1,0 +1,111 @@
+// Adam, AdamW and LAMB over parameter groups, through kernels/cpu/{adam,lamb}.
+// Owns no parameters: groups hold tensors (f32 master params, f32 grads, f32 m and v,
+// optionally an f16/bf16 working copy written in the same pass). Gradients must arrive
+// already unscaled and clipped (grad_clip.hpp). One thread calls step(); the kernels
+// parallelize inside.
+#pragma once
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dsa::optim {
+
+enum class optimizer_type : std::uint8_t { adam, adamw, lamb };
+
+// DeepSpeed's "optimizer" section. Quirk kept: type "Adam" with adam_w_mode true (the default)
+// is AdamW (decoupled decay); type "AdamW" is always decoupled; adam_w_mode false gives L2.
+struct optimizer_config {
+  optimizer_type type = optimizer_type::adamw;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  bool adam_w_mode = true; // Adam only
+  double max_coeff = 10.0; // Lamb only
+  double min_coeff = 0.01; // Lamb only
+
+  bool decoupled_decay() const { return type == optimizer_type::adamw || adam_w_mode; }
+};
+
+// Parses cfg[key] = {type, params{lr, betas, eps, weight_decay, bias_correction, adam_w_mode,
+// max_coeff, min_coeff}}; type is matched case-insensitively as DeepSpeed does. Errors name
+// the key; keys not valid for the type are rejected.
+expected<optimizer_config> parse_optimizer_config(const config& cfg, std::string_view key = "optimizer");
+
+// One parameter and its state. param, grad, m, v: f32, same number of elements, contiguous CPU.
+// m and v may be left undefined: the optimizer creates them as zeros.
+// half_copy: undefined, or an f16/bf16 tensor of the same size receiving the updated param.
+struct param_slot {
+  std::string name; // HuggingFace name, e.g. "bert.encoder.layer.0.attention.self.query.weight"
+  tensor param;
+  tensor grad;
+  tensor m;
+  tensor v;
+  tensor half_copy;
+};
+
+struct param_group {
+  std::string name;
+  std::vector<param_slot> params;
+  double weight_decay = 0.0;
+  double lr = 1e-3;
+};
+
+// BERT's convention: no weight decay for names ending in "bias" or containing "LayerNorm".
+bool bert_no_decay(std::string_view hf_name);
+// Splits parameters into group "decay" (weight_decay) and "no_decay" (0), both at lr; empty
+// groups are left out. Order within a group follows the input.
+std::vector<param_group> bert_param_groups(std::vector<param_slot> params, double weight_decay, double lr);
+
+// Optimizer state for checkpoints: "<param name>.exp_avg" and "<param name>.exp_avg_sq" f32
+// tensors (copies), and the number of steps taken.
+struct optimizer_state {
+  std::map<std::string, tensor> tensors;
+  std::int64_t step = 0;
+};
+
+class optimizer {
+public:
+  // Checks every slot (shapes, dtypes, unique names) and allocates missing m, v.
+  static expected<optimizer> create(const optimizer_config& cfg, std::vector<param_group> groups);
+
+  // Sets every group's lr (what a schedule does), or the betas (OneCycle momentum).
+  void set_lr(double lr);
+  void set_betas(double beta1, double beta2);
+
+  // One update of every parameter from its grad; increments the step count first
+  // (bias correction uses the 1-based count).
+  void step();
+  std::int64_t step_count() const { return step_; }
+
+  const optimizer_config& settings() const { return cfg_; }
+  const std::vector<param_group>& groups() const { return groups_; }
+  std::vector<param_group>& groups() { return groups_; }
+  // Trust ratios applied by the last LAMB step, one per parameter in group order.
+  const std::vector<float>& last_lamb_coeffs() const { return lamb_coeffs_; }
+
+  optimizer_state save_state() const;
+  // Restores m, v (copied into the existing tensors) and the step count; every parameter's
+  // two tensors must be present with matching sizes.
+  status load_state(const optimizer_state& state);
+
+private:
+  optimizer(const optimizer_config& cfg, std::vector<param_group> groups) : cfg_(cfg), groups_(std::move(groups)) {}
+
+  optimizer_config cfg_;
+  std::vector<param_group> groups_;
+  std::int64_t step_ = 0;
+  std::vector<float> lamb_work_;
+  std::vector<float> lamb_coeffs_;
+};
+
+} // namespace dsa::optim
