@@ -10,5 +10,6 @@ using wire_atom = caf::atom_constant<caf::atom("wire")>;   // coordinator -> act
 using tick_atom = caf::atom_constant<caf::atom("tick")>;   // coordinator -> itself: watchdog
 using flush_atom = caf::atom_constant<caf::atom("flush")>; // coordinator -> tracer: write the file
 using go_atom = caf::atom_constant<caf::atom("go")>;       // coordinator -> feeder: begin producing
+using done_atom = caf::atom_constant<caf::atom("done")>;   // coordinator -> caller: run finished
 
 } // namespace dsa::actors

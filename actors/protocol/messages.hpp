@@ -32,7 +32,8 @@ struct released {
   std::uint64_t seq = 0;
 };
 
-// Stage -> coordinator after the stage's last backward of a step.
+// Stage -> coordinator when step `step` is complete on the stage: its last
+// backward ran and the updated parameters (version step + 1) are loaded.
 // loss: sum of micro-batch losses of the step (last stage only, 0 elsewhere).
 struct step_report {
   std::uint32_t stage = 0;
@@ -48,10 +49,12 @@ struct update_report {
 };
 
 // Worker thread -> its own actor: a unit of work finished (kind: see work_kind).
+// loss: the micro-batch loss of a last-stage forward, 0 otherwise.
 struct work_done {
   std::uint32_t kind = 0;
   std::uint32_t step = 0;
   std::uint32_t micro_batch = 0;
+  double loss = 0;
 };
 
 // Worker thread -> its own actor: a unit of work threw; the actor then fails.
@@ -82,7 +85,7 @@ typename Inspector::result_type inspect(Inspector& f, update_report& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done& x) {
-  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch);
+  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch, x.loss);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_failed& x) {

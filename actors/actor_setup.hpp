@@ -1,0 +1,19 @@
+// What every runtime actor of one process shares: the plan, the slot table,
+// the trace recorder. Passed to the actors when they are spawned.
+#pragma once
+
+#include "actors/plan.hpp"
+#include "actors/slot_table.hpp"
+#include "actors/trace/trace_recorder.hpp"
+
+#include <memory>
+
+namespace dsa::actors {
+
+struct actor_setup {
+  std::shared_ptr<const pipeline_plan> plan;
+  std::shared_ptr<slot_table> slots;
+  trace_recorder* trace = nullptr; // may be null: no tracing
+};
+
+} // namespace dsa::actors

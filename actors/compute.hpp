@@ -1,0 +1,68 @@
+// The interfaces through which the runtime runs model, optimizer and data work.
+// The runtime knows nothing about BERT or Adam: a stage runs a stage_compute,
+// an optimizer shard runs an optimizer_compute, the feeder a batch_source.
+// All calls for one object come from one worker thread at a time (never a CAF
+// scheduler thread); implementations may block and may throw (the run then
+// fails, naming the actor and step).
+#pragma once
+
+#include "core/tensor.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace dsa::actors {
+
+// Which micro-batch a call is for, and the stash slot holding what its forward
+// saved for its backward (0 <= stash < the stash_slots given to reserve_stash).
+struct work_key {
+  std::uint32_t step = 0;
+  std::uint32_t micro_batch = 0;
+  std::uint32_t stash = 0;
+};
+
+class stage_compute {
+public:
+  virtual ~stage_compute() = default;
+
+  // Called once before the run: at most `slots` micro-batches are between forward and backward.
+  virtual void reserve_stash(std::uint32_t slots) = 0;
+
+  // in: the micro-batch (first stage) or the previous stage's output.
+  // labels: defined on the last stage only.
+  // out: this stage's output for the next stage (not on the last stage); the
+  //   slot's previous tensor is passed in and may be reused if the shape fits.
+  // Returns the micro-batch loss on the last stage, 0 elsewhere.
+  virtual double forward(const work_key& key, const tensor& in, const tensor& labels, tensor& out) = 0;
+
+  // grad_out: dLoss/d(output) from the next stage (undefined on the last stage).
+  // grad_in: set to dLoss/d(input) (not needed on the first stage).
+  // Accumulates (+=) parameter gradients over the step's micro-batches; frees the stash slot.
+  virtual void backward(const work_key& key, const tensor& grad_out, tensor& grad_in) = 0;
+
+  // Working parameters and their accumulated gradients, as views, in a fixed order.
+  virtual std::vector<tensor> parameters() = 0;
+  virtual std::vector<tensor> gradients() = 0;
+  // Installs a new parameter version (same order and shapes) and zeros the gradients.
+  virtual void load_parameters(const std::vector<tensor>& updated) = 0;
+};
+
+class optimizer_compute {
+public:
+  virtual ~optimizer_compute() = default;
+  // Takes the stage's initial parameters (copies them into master state).
+  virtual void init(const std::vector<tensor>& initial) = 0;
+  // Applies the update of `step` from the step's summed gradients and writes the
+  // new working parameters into `out` (resized and allocated on first use).
+  virtual void update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) = 0;
+};
+
+class batch_source {
+public:
+  virtual ~batch_source() = default;
+  // Fills the first stage's input and the last stage's labels of (step, micro_batch);
+  // tensors from the previous use of the slot are passed in for reuse.
+  virtual void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) = 0;
+};
+
+} // namespace dsa::actors

@@ -1,0 +1,184 @@
+// The coordinator actor; see coordinator_actor.hpp.
+#include "actors/coordinator_actor.hpp"
+
+#include "actors/protocol/protocol.hpp"
+#include "core/log.hpp"
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <map>
+
+namespace dsa::actors {
+
+namespace {
+
+enum class coord_phase { idle, running, stopping, done };
+
+const char* phase_name(coord_phase p) {
+  switch (p) {
+    case coord_phase::idle: return "idle";
+    case coord_phase::running: return "running";
+    case coord_phase::stopping: return "stopping";
+    case coord_phase::done: return "done";
+  }
+  return "?";
+}
+
+struct coordinator_state {
+  coordinator_args args;
+  coord_phase phase = coord_phase::idle;
+  caf::response_promise promise;
+  std::map<caf::actor_addr, std::uint32_t> ids; // monitored actor -> plan actor id
+  std::vector<caf::actor> alive;
+  std::vector<std::uint32_t> stage_steps;  // steps completed per stage
+  std::vector<std::uint32_t> step_reports; // per step: stages that completed it
+  std::chrono::steady_clock::time_point last_progress;
+};
+using coordinator_actor = caf::stateful_actor<coordinator_state>;
+
+void set_phase(coordinator_actor* self, coord_phase next) {
+  log_debug("coordinator: {} -> {}", phase_name(self->state.phase), phase_name(next));
+  self->state.phase = next;
+}
+
+void finish(coordinator_actor* self) {
+  auto& st = self->state;
+  auto summary = st.args.summary;
+  auto deliver = [=](const std::string& trace_error) {
+    auto& s = self->state;
+    s.args.summary->trace_error = trace_error;
+    if (s.args.summary->failure) {
+      const auto& f = *s.args.summary->failure;
+      s.promise.deliver(make_failure(runtime_errc::actor_down, f));
+    } else {
+      s.promise.deliver(done_atom::value);
+    }
+    set_phase(self, coord_phase::done);
+    caf::anon_send_exit(s.args.tracer, caf::exit_reason::user_shutdown);
+    self->quit();
+  };
+  self->request(st.args.tracer, std::chrono::seconds(30), flush_atom::value)
+      .then([=](const std::string& err) { deliver(err); },
+            [=](const caf::error& err) { deliver("tracer: " + self->system().render(err)); });
+}
+
+void stop_all(coordinator_actor* self) {
+  auto& st = self->state;
+  set_phase(self, coord_phase::stopping);
+  for (const auto& a : st.alive) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  if (st.alive.empty()) finish(self);
+}
+
+void fail(coordinator_actor* self, failure_info info) {
+  auto& st = self->state;
+  if (st.phase != coord_phase::running) return;
+  log_error("{} failed in step {}: {}", info.actor, info.step, info.why);
+  st.args.summary->failure = std::move(info);
+  stop_all(self);
+}
+
+std::uint32_t current_step(const coordinator_state& st, std::uint32_t id) {
+  const auto& plan = *st.args.setup.plan;
+  const auto S = plan.options.stages;
+  if (id >= plan.stage_id(0) && id < plan.stage_id(0) + S) return st.stage_steps[id - plan.stage_id(0)];
+  if (id >= plan.shard_id(0) && id < plan.shard_id(0) + S) return st.stage_steps[id - plan.shard_id(0)];
+  return *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
+}
+
+void on_down(coordinator_actor* self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  auto it = st.ids.find(dm.source);
+  if (it == st.ids.end()) return;
+  const std::uint32_t id = it->second;
+  st.alive.erase(std::remove_if(st.alive.begin(), st.alive.end(),
+                                [&](const caf::actor& a) { return a.address() == dm.source; }),
+                 st.alive.end());
+  if (st.phase == coord_phase::running) {
+    failure_info info;
+    if (!read_failure(dm.reason, info))
+      info = {st.args.setup.plan->actor_name(id), current_step(st, id),
+              dm.reason ? self->system().render(dm.reason) : "exited before the run finished"};
+    fail(self, info);
+  }
+  if (st.phase == coord_phase::stopping && st.alive.empty()) finish(self);
+}
+
+void on_step_report(coordinator_actor* self, const step_report& r) {
+  auto& st = self->state;
+  const auto& opt = st.args.setup.plan->options;
+  st.last_progress = std::chrono::steady_clock::now();
+  st.stage_steps[r.stage] = r.step + 1;
+  if (r.stage + 1 == opt.stages) st.args.summary->losses[r.step] = r.loss / opt.micro_batches;
+  if (++st.step_reports[r.step] == opt.stages) {
+    log_debug("step {} done, loss {}", r.step, st.args.summary->losses[r.step]);
+    if (r.step + 1 == opt.steps && st.phase == coord_phase::running) stop_all(self);
+  }
+}
+
+void on_start(coordinator_actor* self) {
+  auto& st = self->state;
+  const auto& a = st.args;
+  const auto S = static_cast<std::uint32_t>(a.stages.size());
+  const auto& plan = *a.setup.plan;
+  self->send(a.feeder, wire_atom::value, a.stages.front(), a.stages.back());
+  for (std::uint32_t s = 0; s < S; ++s) {
+    caf::actor up = s == 0 ? a.feeder : a.stages[s - 1];
+    caf::actor down = s + 1 < S ? a.stages[s + 1] : caf::actor{};
+    self->send(a.stages[s], wire_atom::value, up, down, a.feeder, a.shards[s], caf::actor_cast<caf::actor>(self));
+    self->send(a.shards[s], wire_atom::value, a.stages[s], caf::actor_cast<caf::actor>(self));
+  }
+  auto watch = [&](const caf::actor& x, std::uint32_t id) {
+    self->monitor(x);
+    st.ids[x.address()] = id;
+    st.alive.push_back(x);
+  };
+  watch(a.feeder, pipeline_plan::feeder_id);
+  for (std::uint32_t s = 0; s < S; ++s) {
+    watch(a.stages[s], plan.stage_id(s));
+    watch(a.shards[s], plan.shard_id(s));
+  }
+  st.stage_steps.assign(S, 0);
+  st.step_reports.assign(plan.options.steps, 0);
+  st.args.summary->losses.assign(plan.options.steps, 0.0);
+  st.last_progress = std::chrono::steady_clock::now();
+  set_phase(self, coord_phase::running);
+  self->send(a.feeder, go_atom::value);
+  self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
+}
+
+void on_tick(coordinator_actor* self) {
+  auto& st = self->state;
+  if (st.phase != coord_phase::running) return;
+  const auto idle = std::chrono::steady_clock::now() - st.last_progress;
+  if (idle > st.args.watchdog) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(idle).count();
+    auto step = *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
+    fail(self, {"coordinator", step, "watchdog: no step completed for " + std::to_string(ms) + " ms"});
+    return;
+  }
+  self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
+}
+
+caf::behavior coordinator_behavior(coordinator_actor* self, coordinator_args args) {
+  self->state.args = std::move(args);
+  self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
+  return {
+      [=](start_atom) {
+        self->state.promise = self->make_response_promise();
+        on_start(self);
+        return self->state.promise;
+      },
+      [=](const step_report& r) { on_step_report(self, r); },
+      [=](const update_report&) { self->state.last_progress = std::chrono::steady_clock::now(); },
+      [=](tick_atom) { on_tick(self); },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_coordinator(caf::actor_system& sys, coordinator_args args) {
+  return sys.spawn(coordinator_behavior, std::move(args));
+}
+
+} // namespace dsa::actors

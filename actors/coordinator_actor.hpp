@@ -1,0 +1,40 @@
+// The coordinator: wires and monitors every actor of the run, counts finished
+// steps, and ends the run. On any failure (an actor's down message, or no
+// progress within the watchdog deadline) it records which actor failed, in
+// which step and why, stops every actor, and answers the start request with an
+// error; it never leaves the caller waiting. Phases: idle -> running ->
+// stopping -> done.
+#pragma once
+
+#include "actors/actor_setup.hpp"
+#include "actors/protocol/errors.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsa::actors {
+
+// Written by the coordinator; read by the caller after the start request is answered.
+struct run_summary {
+  std::vector<double> losses; // per step: mean micro-batch loss at the last stage
+  std::optional<failure_info> failure;
+  std::string trace_error; // "" when the trace was written (or not asked for)
+};
+
+struct coordinator_args {
+  actor_setup setup;
+  std::vector<caf::actor> stages, shards;
+  caf::actor feeder, tracer;
+  std::shared_ptr<run_summary> summary;
+  std::chrono::milliseconds watchdog{60000}; // no step or update report for this long: fail
+};
+
+// Spawns the coordinator. A request (start_atom) runs the job; the reply is done_atom or an error.
+caf::actor spawn_coordinator(caf::actor_system& sys, coordinator_args args);
+
+} // namespace dsa::actors

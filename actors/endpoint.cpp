@@ -1,0 +1,65 @@
+// Data-plane sends and receives with sequence checks and trace records.
+#include "actors/endpoint.hpp"
+
+#include "core/error.hpp"
+
+namespace dsa::actors {
+
+endpoint::endpoint(std::shared_ptr<slot_table> slots, trace_recorder* trace, std::uint32_t actor,
+                   std::int32_t stage)
+    : slots_(std::move(slots)), trace_(trace), actor_(actor), stage_(stage) {
+  const auto edges = slots_->edge_count();
+  produced_sent_.assign(edges, 0);
+  released_sent_.assign(edges, 0);
+  produced_seen_.assign(edges, 0);
+  released_seen_.assign(edges, 0);
+}
+
+void endpoint::note(trace_kind kind, trace_name name, std::uint32_t peer, slot_ref ref, std::uint64_t seq,
+                    std::uint64_t bytes, std::uint32_t step, std::uint32_t micro_batch) {
+  if (!trace_) return;
+  trace_record r;
+  r.t0_ns = trace_->now_ns();
+  r.kind = static_cast<std::uint8_t>(kind);
+  r.name = static_cast<std::uint16_t>(name);
+  r.actor = actor_;
+  r.stage = stage_;
+  r.peer = peer;
+  r.edge = ref.edge;
+  r.slot = ref.slot;
+  r.bytes = bytes;
+  r.flow = flow_id(name, ref.edge, seq);
+  r.step = step;
+  r.micro_batch = micro_batch;
+  trace_->record(r);
+}
+
+void endpoint::send_produced(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer,
+                             slot_ref ref, std::uint32_t step, std::uint32_t micro_batch) {
+  produced msg{ref, step, micro_batch, slots_->bytes(ref), produced_sent_.at(ref.edge)++};
+  note(trace_kind::send, trace_name::produced, peer, ref, msg.seq, msg.bytes, step, micro_batch);
+  self->send(dest, msg);
+}
+
+void endpoint::send_released(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer,
+                             slot_ref ref) {
+  released msg{ref, released_sent_.at(ref.edge)++};
+  note(trace_kind::send, trace_name::released, peer, ref, msg.seq, 0, 0, 0);
+  self->send(dest, msg);
+}
+
+void endpoint::received(const produced& msg, std::uint32_t peer) {
+  DSA_CHECK(msg.ref.edge < produced_seen_.size() && msg.seq == produced_seen_[msg.ref.edge],
+            "{}: produced on edge {} with seq {} out of order", actor_, msg.ref.edge, msg.seq);
+  ++produced_seen_[msg.ref.edge];
+  note(trace_kind::recv, trace_name::produced, peer, msg.ref, msg.seq, msg.bytes, msg.step, msg.micro_batch);
+}
+
+void endpoint::received(const released& msg, std::uint32_t peer) {
+  DSA_CHECK(msg.ref.edge < released_seen_.size() && msg.seq == released_seen_[msg.ref.edge],
+            "{}: released on edge {} with seq {} out of order", actor_, msg.ref.edge, msg.seq);
+  ++released_seen_[msg.ref.edge];
+  note(trace_kind::recv, trace_name::released, peer, msg.ref, msg.seq, 0, 0, 0);
+}
+
+} // namespace dsa::actors

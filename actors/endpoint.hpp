@@ -1,0 +1,47 @@
+// Sending and receiving the data-plane messages (produced, released) of one
+// actor: per-edge sequence numbers and a trace record for every send and
+// receive. Owned by one actor's state; not thread-safe.
+#pragma once
+
+#include "actors/protocol/messages.hpp"
+#include "actors/slot_table.hpp"
+#include "actors/trace/trace_recorder.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/event_based_actor.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace dsa::actors {
+
+class endpoint {
+public:
+  endpoint(std::shared_ptr<slot_table> slots, trace_recorder* trace, std::uint32_t actor, std::int32_t stage);
+
+  // Sends `produced` for a slot this actor wrote; `peer` is the receiver's actor id.
+  void send_produced(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer, slot_ref ref,
+                     std::uint32_t step, std::uint32_t micro_batch);
+  void send_released(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer, slot_ref ref);
+  // Record arrivals; check the per-edge sequence (FIFO per sender).
+  void received(const produced& msg, std::uint32_t peer);
+  void received(const released& msg, std::uint32_t peer);
+
+  slot_table& slots() { return *slots_; }
+  trace_recorder* trace() const { return trace_; }
+  std::uint32_t actor() const { return actor_; }
+  std::int32_t stage() const { return stage_; }
+
+private:
+  void note(trace_kind kind, trace_name name, std::uint32_t peer, slot_ref ref, std::uint64_t seq,
+            std::uint64_t bytes, std::uint32_t step, std::uint32_t micro_batch);
+
+  std::shared_ptr<slot_table> slots_;
+  trace_recorder* trace_;
+  std::uint32_t actor_;
+  std::int32_t stage_;
+  std::vector<std::uint64_t> produced_sent_, released_sent_, produced_seen_, released_seen_;
+};
+
+} // namespace dsa::actors

@@ -1,0 +1,93 @@
+// The optimizer shard actor; see optimizer_actor.hpp.
+#include "actors/optimizer_actor.hpp"
+
+#include "actors/endpoint.hpp"
+#include "actors/protocol/protocol.hpp"
+#include "actors/worker_job.hpp"
+
+#include <caf/all.hpp>
+
+namespace dsa::actors {
+
+namespace {
+
+struct shard_core {
+  shard_core(const actor_setup& setup, std::uint32_t i, optimizer_compute* opt)
+      : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.shard_id(i)),
+        grads_edge(plan.grads_edges[i]), params_edge(plan.params_edges[i]), optimizer(opt),
+        io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)) {}
+
+  const pipeline_plan& plan;
+  std::shared_ptr<slot_table> slots;
+  trace_recorder* trace;
+  std::uint32_t index, id, grads_edge, params_edge;
+  optimizer_compute* optimizer;
+  endpoint io;
+  caf::actor stage, coordinator;
+  bool params_slot_free = true;
+  compute_worker worker; // last: joined first
+};
+
+struct shard_state {
+  std::shared_ptr<const pipeline_plan> plan;
+  std::unique_ptr<shard_core> core;
+};
+using shard_actor = caf::stateful_actor<shard_state>;
+
+void on_grads(shard_actor* self, const produced& m) {
+  auto& c = *self->state.core;
+  c.io.received(m, c.plan.stage_id(c.index));
+  DSA_CHECK(m.ref.edge == c.grads_edge && c.params_slot_free,
+            "optimizer {}: gradients of step {} while the previous version is still unread", c.index, m.step);
+  c.params_slot_free = false;
+  auto slots = c.slots;
+  auto* trace = c.trace;
+  auto* optimizer = c.optimizer;
+  const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, params = c.params_edge, step = m.step;
+  post_job(self, c.worker, step, [=] {
+    trace_span span(trace, trace_name::optimizer, id, static_cast<std::int32_t>(index), step, 0);
+    optimizer->update(step, slots->at({grads, 0}), slots->at({params, 0}));
+    return work_done{0, step, 0, 0.0};
+  });
+}
+
+void on_updated(shard_actor* self, const work_done& d) {
+  auto& c = *self->state.core;
+  const auto stage_id = c.plan.stage_id(c.index);
+  c.slots->at({c.grads_edge, 0}).clear(); // drop the views of the stage's gradients
+  c.io.send_released(self, c.stage, stage_id, {c.grads_edge, 0});
+  c.io.send_produced(self, c.stage, stage_id, {c.params_edge, 0}, d.step + 1, 0);
+  self->send(c.coordinator, update_report{c.index, d.step});
+}
+
+caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t index,
+                             optimizer_compute* optimizer) {
+  self->state.plan = setup.plan;
+  self->state.core = std::make_unique<shard_core>(setup, index, optimizer);
+  return {
+      [=](wire_atom, const caf::actor& stage, const caf::actor& coordinator) {
+        self->state.core->stage = stage;
+        self->state.core->coordinator = coordinator;
+      },
+      [=](const produced& m) { on_grads(self, m); },
+      [=](const released& m) {
+        auto& c = *self->state.core;
+        c.io.received(m, c.plan.stage_id(c.index));
+        c.params_slot_free = true;
+      },
+      [=](const work_done& d) { on_updated(self, d); },
+      [=](const work_failed& f) {
+        auto& c = *self->state.core;
+        self->quit(make_failure(runtime_errc::compute_failed, {c.plan.actor_name(c.id), f.step, f.what}));
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_optimizer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index,
+                           optimizer_compute* optimizer) {
+  return sys.spawn(shard_behavior, setup, index, optimizer);
+}
+
+} // namespace dsa::actors

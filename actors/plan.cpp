@@ -1,0 +1,37 @@
+// Building the plan of a pipeline run; see plan.hpp.
+#include "actors/plan.hpp"
+
+#include "core/error.hpp"
+
+#include <fmt/format.h>
+
+namespace dsa::actors {
+
+std::string pipeline_plan::actor_name(std::uint32_t id) const {
+  if (id == coordinator_id) return "coordinator";
+  if (id == feeder_id) return "feeder";
+  if (id == tracer_id) return "tracer";
+  if (id < 3 + options.stages) return fmt::format("stage {}", id - 3);
+  return fmt::format("optimizer {}", id - 3 - options.stages);
+}
+
+pipeline_plan make_plan(const pipeline_options& options, slot_table& slots) {
+  DSA_CHECK(options.stages > 0 && options.micro_batches > 0 && options.steps > 0,
+            "a pipeline needs stages, micro-batches and steps (got {}, {}, {})", options.stages,
+            options.micro_batches, options.steps);
+  pipeline_plan plan;
+  plan.options = options;
+  plan.input_edge = slots.add_edge("input", options.feed_slots, 1);
+  plan.labels_edge = slots.add_edge("labels", options.feed_slots, 1);
+  for (std::uint32_t s = 0; s + 1 < options.stages; ++s) {
+    plan.activation_edges.push_back(slots.add_edge(fmt::format("activation {}", s), options.activation_slots, 1));
+    plan.gradient_edges.push_back(slots.add_edge(fmt::format("gradient {}", s), options.gradient_slots, 1));
+  }
+  for (std::uint32_t s = 0; s < options.stages; ++s) {
+    plan.grads_edges.push_back(slots.add_edge(fmt::format("grads {}", s), 1, 0));
+    plan.params_edges.push_back(slots.add_edge(fmt::format("params {}", s), 1, 0));
+  }
+  return plan;
+}
+
+} // namespace dsa::actors

@@ -1,0 +1,46 @@
+// The plan of a pipeline run: its shape, the edges (with slot counts) between
+// feeder, stages and optimizer shards, and the actor ids used in the trace.
+#pragma once
+
+#include "actors/schedule_policy.hpp"
+#include "actors/slot_table.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::actors {
+
+struct pipeline_options {
+  std::uint32_t stages = 1;
+  std::uint32_t micro_batches = 1; // gradient accumulation steps M
+  std::uint32_t steps = 1;         // optimizer steps
+  schedule_kind schedule = schedule_kind::one_f_one_b;
+  std::uint32_t feed_slots = 2;       // feeder -> first stage inputs, and -> last stage labels
+  std::uint32_t activation_slots = 2; // stage s -> s + 1
+  std::uint32_t gradient_slots = 2;   // stage s + 1 -> s
+};
+
+struct pipeline_plan {
+  pipeline_options options;
+  std::uint32_t input_edge = 0;  // feeder -> stage 0: {input}
+  std::uint32_t labels_edge = 0; // feeder -> stage S-1: {labels}
+  std::vector<std::uint32_t> activation_edges; // [s]: stage s -> s + 1, {activation}
+  std::vector<std::uint32_t> gradient_edges;   // [s]: stage s + 1 -> s, {dLoss/d activation}
+  std::vector<std::uint32_t> grads_edges;      // [s]: stage s -> shard s, accumulated parameter gradients
+  std::vector<std::uint32_t> params_edges;     // [s]: shard s -> stage s, a parameter version
+
+  static constexpr std::uint32_t coordinator_id = 0;
+  static constexpr std::uint32_t feeder_id = 1;
+  static constexpr std::uint32_t tracer_id = 2;
+  std::uint32_t stage_id(std::uint32_t s) const { return 3 + s; }
+  std::uint32_t shard_id(std::uint32_t s) const { return 3 + options.stages + s; }
+  std::uint32_t actor_count() const { return 3 + 2 * options.stages; }
+  // "coordinator", "feeder", "tracer", "stage 0", ..., "optimizer 0", ...
+  std::string actor_name(std::uint32_t id) const;
+};
+
+// Adds the plan's edges to `slots` (each with its slot count).
+pipeline_plan make_plan(const pipeline_options& options, slot_table& slots);
+
+} // namespace dsa::actors

@@ -1,0 +1,101 @@
+// Starting a pipeline run; see run.hpp.
+#include "actors/run.hpp"
+
+#include "actors/coordinator_actor.hpp"
+#include "actors/feeder_actor.hpp"
+#include "actors/optimizer_actor.hpp"
+#include "actors/protocol/protocol.hpp"
+#include "actors/stage_actor.hpp"
+#include "actors/tracer_actor.hpp"
+#include "core/error.hpp"
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
+
+namespace dsa::actors {
+
+namespace {
+
+caf::actor_system_config make_config(const run_options& options) {
+  caf::actor_system_config cfg;
+  announce_protocol(cfg);
+  // Sharing sleeps on a condition variable when idle; stealing would poll and
+  // take cores from the compute workers (actors-notes §2.8, CAF #1251).
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-threads", options.scheduler_threads);
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  return cfg;
+}
+
+void spawn_and_run(const run_options& options, const run_parts& parts, const actor_setup& setup,
+                   std::shared_ptr<run_summary> summary, std::string trace_path, run_result& result) {
+  auto cfg = make_config(options);
+  caf::actor_system sys{cfg};
+  const auto S = options.pipeline.stages;
+  coordinator_args args;
+  args.setup = setup;
+  args.summary = summary;
+  args.watchdog = options.watchdog;
+  for (std::uint32_t s = 0; s < S; ++s) {
+    args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
+    args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s]));
+  }
+  args.feeder = spawn_feeder(sys, setup, parts.source);
+  args.tracer = spawn_tracer(sys, setup.trace, trace_path);
+  auto coordinator = spawn_coordinator(sys, args);
+  caf::scoped_actor self{sys};
+  // The coordinator always answers (watchdog); the timeout is a last resort.
+  const auto backstop = options.watchdog * 4 + std::chrono::seconds(60);
+  self->request(coordinator, backstop, start_atom::value)
+      .receive([&](done_atom) { result.ok = true; },
+               [&](const caf::error& err) {
+                 result.ok = false;
+                 if (!summary->failure) summary->failure = failure_info{"coordinator", 0, sys.render(err)};
+               });
+  if (!result.ok) {
+    // The actors may still run if the coordinator itself was lost: stop them.
+    for (const auto& a : args.stages) caf::anon_send_exit(a, caf::exit_reason::kill);
+    for (const auto& a : args.shards) caf::anon_send_exit(a, caf::exit_reason::kill);
+    caf::anon_send_exit(args.feeder, caf::exit_reason::kill);
+    caf::anon_send_exit(args.tracer, caf::exit_reason::kill);
+    caf::anon_send_exit(coordinator, caf::exit_reason::kill);
+  }
+}
+
+} // namespace
+
+run_result run_pipeline(const run_options& options, const run_parts& parts) {
+  const auto S = options.pipeline.stages;
+  DSA_CHECK(parts.stages.size() == S && parts.optimizers.size() == S && parts.source,
+            "run_pipeline: {} stages need {} stage computes ({} given), optimizers ({} given) and a source", S,
+            S, parts.stages.size(), parts.optimizers.size());
+  auto slots = std::make_shared<slot_table>();
+  auto plan = std::make_shared<const pipeline_plan>(make_plan(options.pipeline, *slots));
+  trace_recorder trace;
+  for (std::uint32_t id = 0; id < plan->actor_count(); ++id) trace.set_actor_name(id, plan->actor_name(id));
+  for (std::uint32_t s = 0; s < S; ++s) parts.optimizers[s]->init(parts.stages[s]->parameters());
+
+  run_result result;
+  if (!options.run_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.run_dir, ec);
+    result.trace_path = (std::filesystem::path(options.run_dir) / "trace.dsat").string();
+  }
+  auto summary = std::make_shared<run_summary>();
+  spawn_and_run(options, parts, actor_setup{plan, slots, &trace}, summary, result.trace_path, result);
+  // The actor system is gone: every actor and worker thread has ended.
+  result.losses = summary->losses;
+  result.trace_error = summary->trace_error;
+  result.failure = summary->failure;
+  if (result.failure) {
+    result.ok = false;
+    result.error = fmt::format("{} failed in step {}: {}", result.failure->actor, result.failure->step,
+                               result.failure->why);
+  }
+  result.trace = trace.snapshot();
+  return result;
+}
+
+} // namespace dsa::actors

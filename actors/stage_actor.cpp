@@ -1,0 +1,176 @@
+// The stage actor; see stage_actor.hpp.
+#include "actors/stage_actor.hpp"
+
+#include "actors/endpoint.hpp"
+#include "actors/protocol/protocol.hpp"
+#include "actors/stage_runner.hpp"
+#include "actors/stage_scheduler.hpp"
+#include "actors/worker_job.hpp"
+
+#include <caf/all.hpp>
+
+#include <optional>
+
+namespace dsa::actors {
+
+namespace {
+
+struct stage_core {
+  stage_core(const actor_setup& setup, std::uint32_t i, stage_compute* compute)
+      : plan(*setup.plan), index(i), id(plan.stage_id(i)), edges(stage_edges_of(plan, i)),
+        sched({i, plan.options.stages, plan.options.micro_batches, plan.options.steps},
+              schedule_policy::make(plan.options.schedule, plan.options.stages, i, plan.options.micro_batches),
+              {plan.options.activation_slots, plan.options.gradient_slots}),
+        io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
+        runner(std::make_shared<stage_runner>(setup.slots, edges, compute, setup.trace, id, i)) {}
+
+  std::uint32_t upstream_id() const { return index == 0 ? pipeline_plan::feeder_id : plan.stage_id(index - 1); }
+  std::uint32_t downstream_id() const { return plan.stage_id(index + 1); }
+
+  const pipeline_plan& plan;
+  std::uint32_t index, id;
+  stage_edges edges;
+  stage_scheduler sched;
+  endpoint io;
+  std::shared_ptr<stage_runner> runner;
+  std::optional<stage_work> running;
+  caf::actor upstream, downstream, feeder, shard, coordinator;
+  double step_loss = 0;
+  compute_worker worker; // last: joined first when the core is destroyed
+};
+
+struct stage_state {
+  std::shared_ptr<const pipeline_plan> plan; // keeps core->plan alive
+  std::unique_ptr<stage_core> core;
+};
+using stage_actor = caf::stateful_actor<stage_state>;
+
+void try_run(stage_actor* self) {
+  auto& c = *self->state.core;
+  auto work = c.sched.pick();
+  if (!work) return;
+  c.running = *work;
+  auto runner = c.runner;
+  post_job(self, c.worker, work->step, [runner, w = *work] { return runner->run(w); });
+}
+
+void on_produced(stage_actor* self, const produced& m) {
+  auto& c = *self->state.core;
+  const auto e = m.ref.edge;
+  if (e == c.edges.input) {
+    c.io.received(m, c.upstream_id());
+    c.sched.on_input(m.step, m.micro_batch, m.ref.slot);
+  } else if (e == c.edges.labels) {
+    c.io.received(m, pipeline_plan::feeder_id);
+    c.sched.on_labels(m.step, m.micro_batch, m.ref.slot);
+  } else if (e == c.edges.grad_in) {
+    c.io.received(m, c.downstream_id());
+    c.sched.on_grad(m.step, m.micro_batch, m.ref.slot);
+  } else if (e == c.edges.params) {
+    c.io.received(m, c.plan.shard_id(c.index));
+    c.sched.on_version(m.step, m.ref.slot);
+  } else {
+    self->quit(make_failure(runtime_errc::protocol,
+                            {c.plan.actor_name(c.id), m.step, "produced on foreign edge " + std::to_string(e)}));
+    return;
+  }
+  try_run(self);
+}
+
+void on_released(stage_actor* self, const released& m) {
+  auto& c = *self->state.core;
+  const auto e = m.ref.edge;
+  if (e == c.edges.output) {
+    c.io.received(m, c.downstream_id());
+    c.sched.on_out_released(m.ref.slot);
+  } else if (e == c.edges.grad_out) {
+    c.io.received(m, c.upstream_id());
+    c.sched.on_grad_out_released(m.ref.slot);
+  } else if (e == c.edges.grads) {
+    c.io.received(m, c.plan.shard_id(c.index));
+  } else {
+    self->quit(make_failure(runtime_errc::protocol,
+                            {c.plan.actor_name(c.id), 0, "released on foreign edge " + std::to_string(e)}));
+    return;
+  }
+  try_run(self);
+}
+
+void after_forward(stage_actor* self, const stage_work& w, double loss) {
+  auto& c = *self->state.core;
+  c.io.send_released(self, c.upstream, c.upstream_id(), {c.edges.input, w.in_slot});
+  if (c.sched.position().last()) {
+    c.step_loss += loss;
+    c.io.send_released(self, c.feeder, pipeline_plan::feeder_id, {c.edges.labels, w.labels_slot});
+  } else {
+    c.io.send_produced(self, c.downstream, c.downstream_id(), {c.edges.output, w.out_slot}, w.step, w.micro_batch);
+  }
+}
+
+void after_backward(stage_actor* self, const stage_work& w) {
+  auto& c = *self->state.core;
+  if (!c.sched.position().last())
+    c.io.send_released(self, c.downstream, c.downstream_id(), {c.edges.grad_in, w.in_slot});
+  if (!c.sched.position().first())
+    c.io.send_produced(self, c.upstream, c.upstream_id(), {c.edges.grad_out, w.out_slot}, w.step, w.micro_batch);
+  if (w.last_of_step)
+    c.io.send_produced(self, c.shard, c.plan.shard_id(c.index), {c.edges.grads, 0}, w.step, w.micro_batch);
+}
+
+void after_load(stage_actor* self, const stage_work& w) {
+  auto& c = *self->state.core;
+  c.io.send_released(self, c.shard, c.plan.shard_id(c.index), {c.edges.params, w.in_slot});
+  self->send(c.coordinator, step_report{c.index, w.step - 1, c.step_loss});
+  c.step_loss = 0;
+}
+
+void on_done(stage_actor* self, const work_done& d) {
+  auto& c = *self->state.core;
+  DSA_CHECK(c.running && static_cast<std::uint32_t>(c.running->kind) == d.kind && c.running->step == d.step,
+            "stage {}: work_done for work it did not start", c.index);
+  const stage_work w = *c.running;
+  c.running.reset();
+  c.sched.on_done(w);
+  switch (w.kind) {
+    case work_kind::forward: after_forward(self, w, d.loss); break;
+    case work_kind::backward: after_backward(self, w); break;
+    case work_kind::load: after_load(self, w); break;
+  }
+  try_run(self);
+}
+
+caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t index, stage_compute* compute) {
+  self->state.plan = setup.plan;
+  self->state.core = std::make_unique<stage_core>(setup, index, compute);
+  return {
+      [=](wire_atom, const caf::actor& upstream, const caf::actor& downstream, const caf::actor& feeder,
+          const caf::actor& shard, const caf::actor& coordinator) {
+        auto& c = *self->state.core;
+        c.upstream = upstream;
+        c.downstream = downstream;
+        c.feeder = feeder;
+        c.shard = shard;
+        c.coordinator = coordinator;
+      },
+      [=](const produced& m) { on_produced(self, m); },
+      [=](const released& m) { on_released(self, m); },
+      [=](const work_done& d) { on_done(self, d); },
+      [=](const work_failed& f) {
+        auto& c = *self->state.core;
+        self->quit(make_failure(runtime_errc::compute_failed, {c.plan.actor_name(c.id), f.step, f.what}));
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_stage(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index,
+                       stage_compute* compute) {
+  compute->reserve_stash(
+      schedule_policy::make(setup.plan->options.schedule, setup.plan->options.stages, index,
+                            setup.plan->options.micro_batches)
+          .stash_slots);
+  return sys.spawn(stage_behavior, setup, index, compute);
+}
+
+} // namespace dsa::actors

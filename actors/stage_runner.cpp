@@ -1,0 +1,66 @@
+// Running stage work; see stage_runner.hpp.
+#include "actors/stage_runner.hpp"
+
+namespace dsa::actors {
+
+stage_edges stage_edges_of(const pipeline_plan& plan, std::uint32_t stage) {
+  const std::uint32_t S = plan.options.stages;
+  stage_edges e;
+  e.input = stage == 0 ? plan.input_edge : plan.activation_edges[stage - 1];
+  if (stage + 1 == S) {
+    e.labels = plan.labels_edge;
+  } else {
+    e.output = plan.activation_edges[stage];
+    e.grad_in = plan.gradient_edges[stage];
+  }
+  if (stage > 0) e.grad_out = plan.gradient_edges[stage - 1];
+  e.grads = plan.grads_edges[stage];
+  e.params = plan.params_edges[stage];
+  return e;
+}
+
+stage_runner::stage_runner(std::shared_ptr<slot_table> slots, stage_edges edges, stage_compute* compute,
+                           trace_recorder* trace, std::uint32_t actor, std::uint32_t stage)
+    : slots_(std::move(slots)), edges_(edges), compute_(compute), trace_(trace), actor_(actor), stage_(stage) {}
+
+work_done stage_runner::run(const stage_work& w) {
+  work_done done{static_cast<std::uint32_t>(w.kind), w.step, w.micro_batch, 0.0};
+  const work_key key{w.step, w.micro_batch, w.stash_slot};
+  const auto stage = static_cast<std::int32_t>(stage_);
+  static const tensor undefined;
+  switch (w.kind) {
+    case work_kind::forward: {
+      trace_span span(trace_, trace_name::forward, actor_, stage, w.step, w.micro_batch);
+      const tensor& in = slots_->at({edges_.input, w.in_slot})[0];
+      const tensor& labels =
+          edges_.labels == stage_edges::none ? undefined : slots_->at({edges_.labels, w.labels_slot})[0];
+      tensor scratch;
+      tensor& out = edges_.output == stage_edges::none ? scratch : slots_->at({edges_.output, w.out_slot})[0];
+      done.loss = compute_->forward(key, in, labels, out);
+      break;
+    }
+    case work_kind::backward: {
+      trace_span span(trace_, trace_name::backward, actor_, stage, w.step, w.micro_batch);
+      const tensor& grad_out =
+          edges_.grad_in == stage_edges::none ? undefined : slots_->at({edges_.grad_in, w.in_slot})[0];
+      tensor scratch;
+      tensor& grad_in =
+          edges_.grad_out == stage_edges::none ? scratch : slots_->at({edges_.grad_out, w.out_slot})[0];
+      compute_->backward(key, grad_out, grad_in);
+      if (w.last_of_step) publish_gradients();
+      break;
+    }
+    case work_kind::load: {
+      trace_span span(trace_, trace_name::load, actor_, stage, w.step, 0);
+      compute_->load_parameters(slots_->at({edges_.params, w.in_slot}));
+      break;
+    }
+  }
+  return done;
+}
+
+void stage_runner::publish_gradients() {
+  slots_->at({edges_.grads, 0}) = compute_->gradients();
+}
+
+} // namespace dsa::actors

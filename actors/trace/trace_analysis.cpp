@@ -1,0 +1,62 @@
+// Trace queries; see trace_analysis.hpp.
+#include "actors/trace/trace_analysis.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace dsa::actors {
+
+std::vector<trace_record> stage_spans(const trace_data& trace, const char* name, std::int32_t stage) {
+  std::vector<trace_record> out;
+  for (const auto& r : trace.records)
+    if (r.kind == static_cast<std::uint8_t>(trace_kind::span) && r.stage == stage &&
+        trace.names.at(r.name) == name)
+      out.push_back(r);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const trace_record& a, const trace_record& b) { return a.t0_ns < b.t0_ns; });
+  return out;
+}
+
+std::vector<trace_record> stage_compute_spans(const trace_data& trace, std::int32_t stage) {
+  auto out = stage_spans(trace, "forward", stage);
+  auto backward = stage_spans(trace, "backward", stage);
+  out.insert(out.end(), backward.begin(), backward.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [](const trace_record& a, const trace_record& b) { return a.t0_ns < b.t0_ns; });
+  return out;
+}
+
+double theoretical_bubble(std::uint32_t stages, std::uint32_t micro_batches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+}
+
+std::vector<stage_idle> stage_idle_fractions(const trace_data& trace, std::uint32_t stages,
+                                             std::uint32_t micro_batches) {
+  struct window {
+    std::uint64_t begin = ~0ull, end = 0;
+  };
+  std::map<std::uint32_t, window> steps;
+  std::vector<std::uint64_t> busy(stages, 0);
+  for (std::uint32_t s = 0; s < stages; ++s)
+    for (const auto& r : stage_compute_spans(trace, static_cast<std::int32_t>(s))) {
+      auto& w = steps[r.step];
+      w.begin = std::min(w.begin, r.t0_ns);
+      w.end = std::max(w.end, r.t1_ns);
+      busy[s] += r.t1_ns - r.t0_ns;
+    }
+  std::uint64_t total = 0;
+  for (const auto& [step, w] : steps) total += w.end - w.begin;
+  std::vector<stage_idle> out;
+  for (std::uint32_t s = 0; s < stages; ++s) {
+    stage_idle idle;
+    idle.stage = static_cast<std::int32_t>(s);
+    idle.bubble = theoretical_bubble(stages, micro_batches);
+    double share = total ? static_cast<double>(busy[s]) / static_cast<double>(total) : 0.0;
+    idle.idle_fraction = std::clamp(1.0 - share, 0.0, 1.0);
+    out.push_back(idle);
+  }
+  return out;
+}
+
+} // namespace dsa::actors

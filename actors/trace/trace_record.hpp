@@ -1,0 +1,55 @@
+// One fixed-size (64-byte) trace record: a compute span or a message edge.
+// This layout is the record of the binary trace format (trace_file.hpp).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace dsa::actors {
+
+enum class trace_kind : std::uint8_t {
+  span = 0, // [t0, t1] of compute on the actor's worker
+  send = 1, // a message left the actor at t0
+  recv = 2, // a message was handled by the actor at t0
+};
+
+// Names of spans and messages; the file stores the strings, so readers need not know this enum.
+enum class trace_name : std::uint16_t {
+  forward = 0,
+  backward = 1,
+  optimizer = 2,
+  load = 3,
+  produced = 4,
+  released = 5,
+  step_report = 6,
+  update_report = 7,
+  count_ = 8,
+};
+const char* trace_name_string(trace_name name);
+
+struct trace_record {
+  std::uint64_t t0_ns = 0; // since the recorder's origin (steady clock)
+  std::uint64_t t1_ns = 0; // spans only
+  std::uint64_t bytes = 0; // messages: payload bytes in the referenced slot
+  std::uint64_t flow = 0;  // messages: same value on send and recv (see flow_id)
+  std::uint32_t step = 0;
+  std::uint32_t micro_batch = 0;
+  std::uint32_t actor = 0; // actor id of the plan
+  std::uint32_t peer = 0;  // messages: the other actor
+  std::uint32_t edge = 0;
+  std::uint32_t slot = 0;
+  std::int32_t stage = -1; // -1 when not a stage's record
+  std::uint16_t name = 0;  // trace_name
+  std::uint8_t kind = 0;   // trace_kind
+  std::uint8_t reserved = 0;
+};
+static_assert(sizeof(trace_record) == 64, "the file format fixes 64-byte records");
+static_assert(std::is_trivially_copyable<trace_record>::value, "records are written as bytes");
+
+// Flow id linking a send to its receive: (name, edge, seq) identify one message.
+inline std::uint64_t flow_id(trace_name name, std::uint32_t edge, std::uint64_t seq) {
+  return (static_cast<std::uint64_t>(name) << 56) | (static_cast<std::uint64_t>(edge & 0xffffu) << 40) |
+         (seq & ((1ull << 40) - 1));
+}
+
+} // namespace dsa::actors
