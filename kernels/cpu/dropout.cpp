@@ -1,1 +1,75 @@
-// dropout: implementation lands with the kernels work.
+// Dropout on CPU: Philox blocks of four elements, OpenMP over blocks. The mask depends
+// only on (stream, element), never on threads or chunking.
+#include "kernels/cpu/dropout.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace dsa::cpu {
+namespace {
+
+// Below this many Philox blocks a parallel region costs more than it saves.
+constexpr std::int64_t parallel_threshold_blocks = 1 << 12;
+
+void check_args(float p, std::int64_t n) {
+  DSA_CHECK(p >= 0.0f && p < 1.0f, "dropout: p={} outside [0, 1)", p);
+  DSA_CHECK(n >= 0 && (n + 3) / 4 <= std::int64_t{std::numeric_limits<std::uint32_t>::max()} + 1,
+            "dropout: n={} exceeds the 2^32 Philox blocks of one stream", n);
+}
+
+// Calls fn(i, keep) for every element i in [0, n), keep = uniform(i) >= p.
+template <class Fn>
+void for_each_keep(float p, const philox_stream& stream, std::int64_t n, Fn fn) {
+  const std::int64_t blocks = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (blocks >= parallel_threshold_blocks)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const auto u = stream.uniform4(static_cast<std::uint32_t>(b));
+    const std::int64_t base = 4 * b, count = std::min<std::int64_t>(4, n - base);
+    for (std::int64_t k = 0; k < count; ++k)
+      fn(base + k, u[static_cast<std::size_t>(k)] >= p);
+  }
+}
+
+} // namespace
+
+void dropout_forward(float* y, std::uint8_t* mask, const float* x, float p,
+                     const philox_stream& stream, std::int64_t n) {
+  check_args(p, n);
+  if (p == 0.0f) { // every uniform is >= 0: all kept, scale 1; skip the RNG
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i)
+      y[i] = x[i];
+    if (mask)
+      std::fill(mask, mask + n, std::uint8_t{1});
+    return;
+  }
+  const float scale = 1.0f / (1.0f - p);
+  for_each_keep(p, stream, n, [=](std::int64_t i, bool keep) {
+    // Select, not multiply by 0, so an inf in a dropped element does not become NaN.
+    y[i] = keep ? x[i] * scale : 0.0f;
+    if (mask)
+      mask[i] = keep ? 1 : 0;
+  });
+}
+
+void dropout_mask(std::uint8_t* mask, float p, const philox_stream& stream, std::int64_t n) {
+  check_args(p, n);
+  if (p == 0.0f) {
+    std::fill(mask, mask + n, std::uint8_t{1});
+    return;
+  }
+  for_each_keep(p, stream, n, [=](std::int64_t i, bool keep) { mask[i] = keep ? 1 : 0; });
+}
+
+void dropout_backward(float* dx, const float* dy, const std::uint8_t* mask, float p,
+                      std::int64_t n) {
+  check_args(p, n);
+  const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for simd schedule(static) if (n >= 4 * parallel_threshold_blocks)
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+}
+
+} // namespace dsa::cpu

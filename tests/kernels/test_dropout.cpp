@@ -1,1 +1,163 @@
-// tests for kernels/cpu/dropout land with the kernels work.
+// Dropout: masks are the Philox definition, reproducible per stream and different
+// across streams, keep about 1 - p, and backward applies the mask with 1/(1-p).
+#include "kernels/cpu/dropout.hpp"
+
+#include "tests/support/compare.hpp"
+#include "tests/support/tolerances.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+using namespace dsa;
+
+namespace {
+
+std::vector<float> random_vector(std::int64_t n, float lo, float hi, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& e : v)
+    e = dist(gen);
+  return v;
+}
+
+std::vector<std::uint8_t> mask_of(const philox_stream& s, float p, std::int64_t n) {
+  std::vector<std::uint8_t> m(static_cast<std::size_t>(n));
+  cpu::dropout_mask(m.data(), p, s, n);
+  return m;
+}
+
+std::int64_t count_differences(const std::vector<std::uint8_t>& a,
+                               const std::vector<std::uint8_t>& b) {
+  std::int64_t d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    d += a[i] != b[i];
+  return d;
+}
+
+const philox_stream base_stream{0x0123456789abcdefull, 7, 3, 5, 2};
+const std::int64_t awkward_n[] = {1, 3, 7, 37, 1001, 65537}; // 65537 takes the parallel path
+
+} // namespace
+
+TEST_CASE("dropout: the mask is uniform(i) >= p element by element") {
+  for (float p : {0.1f, 0.5f, 0.9f}) {
+    for (std::int64_t n : awkward_n) {
+      CAPTURE(p);
+      CAPTURE(n);
+      const auto m = mask_of(base_stream, p, n);
+      std::int64_t wrong = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+        wrong += m[static_cast<std::size_t>(i)] !=
+                 (base_stream.uniform(static_cast<std::uint64_t>(i)) >= p);
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("dropout: forward keeps masked elements scaled by 1/(1-p) and zeroes the rest") {
+  const float p = 0.3f;
+  for (std::int64_t n : awkward_n) {
+    CAPTURE(n);
+    const auto x = random_vector(n, -2.0f, 2.0f, 1);
+    std::vector<float> y(x.size());
+    std::vector<std::uint8_t> m(x.size());
+    cpu::dropout_forward(y.data(), m.data(), x.data(), p, base_stream, n);
+    CHECK(m == mask_of(base_stream, p, n)); // recompute gives the forward's mask
+    std::vector<double> want(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      want[i] = m[i] ? x[i] / (1.0 - static_cast<double>(p)) : 0.0;
+    DSA_CHECK_CLOSE(y.data(), want.data(), n, test::f32_kernel);
+    std::int64_t nonzero_dropped = 0;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      nonzero_dropped += !m[i] && y[i] != 0.0f;
+    CHECK(nonzero_dropped == 0);
+    // In place, and without a mask output, gives the same values.
+    auto inplace = x;
+    cpu::dropout_forward(inplace.data(), nullptr, inplace.data(), p, base_stream, n);
+    CHECK(inplace == y);
+  }
+}
+
+TEST_CASE("dropout: the same stream gives the same mask; any changed field changes it") {
+  const std::int64_t n = 4099;
+  const float p = 0.5f;
+  const auto reference = mask_of(base_stream, p, n);
+  CHECK(mask_of(base_stream, p, n) == reference);
+  std::vector<philox_stream> changed(7, base_stream);
+  changed[0].seed ^= 1;          // low word of the seed
+  changed[1].seed ^= 1ull << 40; // high word of the seed
+  changed[2].step += 1;
+  changed[3].micro_batch += 1;
+  changed[4].layer += 1;
+  changed[5].site += 1;
+  changed[6].layer = base_stream.site; // layer and site swapped: still a different stream
+  changed[6].site = base_stream.layer;
+  for (std::size_t k = 0; k < changed.size(); ++k) {
+    CAPTURE(k);
+    // Independent masks differ in about half the elements: demand at least a third.
+    CHECK(count_differences(mask_of(changed[k], p, n), reference) > n / 3);
+  }
+}
+
+TEST_CASE("dropout: the kept fraction is within 5 sigma of 1 - p") {
+  const std::int64_t n = 100000;
+  for (float p : {0.1f, 0.5f, 0.9f}) {
+    CAPTURE(p);
+    const auto m = mask_of(base_stream, p, n);
+    std::int64_t kept = 0;
+    for (auto e : m)
+      kept += e;
+    const double expected = static_cast<double>(n) * (1.0 - p);
+    const double sigma = std::sqrt(static_cast<double>(n) * p * (1.0 - p));
+    CAPTURE(kept);
+    CHECK(std::fabs(static_cast<double>(kept) - expected) <= 5.0 * sigma);
+  }
+}
+
+TEST_CASE("dropout: p = 0 keeps everything unchanged") {
+  for (std::int64_t n : awkward_n) {
+    CAPTURE(n);
+    const auto x = random_vector(n, -2.0f, 2.0f, 2);
+    std::vector<float> y(x.size()), dx(x.size());
+    std::vector<std::uint8_t> m(x.size(), 0);
+    cpu::dropout_forward(y.data(), m.data(), x.data(), 0.0f, base_stream, n);
+    CHECK(y == x);
+    CHECK(m == std::vector<std::uint8_t>(x.size(), 1));
+    CHECK(mask_of(base_stream, 0.0f, n) == m);
+    cpu::dropout_backward(dx.data(), x.data(), m.data(), 0.0f, n);
+    CHECK(dx == x);
+  }
+}
+
+TEST_CASE("dropout: backward applies the mask and the 1/(1-p) scale") {
+  const float p = 0.25f;
+  for (std::int64_t n : awkward_n) {
+    CAPTURE(n);
+    const auto dy = random_vector(n, -1.0f, 1.0f, 3);
+    const auto m = mask_of(base_stream, p, n);
+    std::vector<float> dx(dy.size());
+    cpu::dropout_backward(dx.data(), dy.data(), m.data(), p, n);
+    std::vector<double> want(dy.size());
+    for (std::size_t i = 0; i < dy.size(); ++i)
+      want[i] = m[i] ? dy[i] / (1.0 - static_cast<double>(p)) : 0.0;
+    DSA_CHECK_CLOSE(dx.data(), want.data(), n, test::f32_kernel);
+    auto inplace = dy;
+    cpu::dropout_backward(inplace.data(), inplace.data(), m.data(), p, n);
+    CHECK(inplace == dx);
+    // Backward is the adjoint of forward: <dy, forward(x)> = <backward(dy), x>.
+    const auto x = random_vector(n, -1.0f, 1.0f, 4);
+    std::vector<float> y(x.size());
+    cpu::dropout_forward(y.data(), nullptr, x.data(), p, base_stream, n);
+    double lhs = 0.0, rhs = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      lhs += static_cast<double>(dy[i]) * y[i];
+      rhs += static_cast<double>(dx[i]) * x[i];
+    }
+    DSA_CHECK_CLOSE(&lhs, &rhs, 1, test::f32_kernel);
+  }
+}
