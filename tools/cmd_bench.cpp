@@ -1,11 +1,77 @@
-// dsactor bench: benchmarks land with their kernels.
+// dsactor bench: benchmarks that validate, time, and print a ratio against a
+// peer or a physical limit measured in the same run.
+#include "tools/bench_kernels.hpp"
 #include "tools/command.hpp"
 
+#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <cstring>
 
 namespace dsa::tools {
-int cmd_bench(int, char**) {
-  fmt::print(stderr, "dsactor bench: no benchmarks are built yet\n");
+namespace {
+
+int bench_kernels_main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  po::options_description opts("dsactor bench kernels [--quick]");
+  opts.add_options()("help,h", "this help")("quick", "small sizes (a smoke run; ratios are less meaningful)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "dsactor bench kernels: {}\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
+    return 0;
+  }
+  bench_sizes sizes;
+  if (vm.count("quick")) {
+    sizes.square = {256, 512};
+    sizes.tokens = 256;
+    sizes.stream_elements = 1 << 22;
+    sizes.adam_params = 1 << 21;
+    sizes.reps = 1;
+  }
+  fmt::print("GEMM (OpenBLAS f32)\n");
+  gemm_report g = bench_gemm(sizes);
+  fmt::print("  {:<40} {:>9.1f} GFLOP/s (best square size: the peak)\n", "square", g.peak_gflops);
+  for (const auto& r : g.rows)
+    fmt::print("  {:<40} {:>9.1f} GFLOP/s  {:>5.1f}% of peak\n", r.name, r.gflops, 100 * r.gflops / g.peak_gflops);
+  fmt::print("  {:<40} {:>9.1f} GFLOP/s  {:>5.1f}% of peak\n", "BERT-base shapes (flop-weighted)", g.bert_gflops,
+             100 * g.bert_gflops / g.peak_gflops);
+  adam_report a = bench_adam(sizes);
+  fmt::print("Adam (fused, f32)\n");
+  fmt::print("  triad bandwidth {:.1f} GB/s -> bound {:.3g} params/s at 28 B/param\n", a.triad_gbps,
+             a.bound_params_per_s);
+  fmt::print("  adam            {:.3g} params/s  {:.1f}% of bound\n", a.params_per_s,
+             100 * a.params_per_s / a.bound_params_per_s);
+  bert_step_report b = bench_bert_mini_step(sizes, g.peak_gflops);
+  fmt::print("BERT-mini training step (batch {}, seq {}, fwd+bwd)\n", b.batch, b.seq);
+  fmt::print("  {:.3f} s/step, {:.1f} model GFLOP/s, {:.1f}% of GEMM peak\n", b.seconds, b.gflops,
+             100 * b.gflops / g.peak_gflops);
+  fmt::print(
+      "{{\"bench\":\"kernels\",\"gemm_peak_gflops\":{:.4g},\"gemm_bert_gflops\":{:.4g},\"gemm_ratio_to_peak\":{:.4f},"
+      "\"triad_gbps\":{:.4g},\"adam_params_per_s\":{:.4g},\"adam_bound_params_per_s\":{:.4g},"
+      "\"adam_ratio_to_bound\":{:.4f},\"bert_mini_step_s\":{:.4g},\"bert_mini_gflops\":{:.4g},"
+      "\"bert_mini_ratio_to_peak\":{:.4f}}}\n",
+      g.peak_gflops, g.bert_gflops, g.bert_gflops / g.peak_gflops, a.triad_gbps, a.params_per_s,
+      a.bound_params_per_s, a.params_per_s / a.bound_params_per_s, b.seconds, b.gflops, b.gflops / g.peak_gflops);
+  return 0;
+}
+
+} // namespace
+
+int cmd_bench(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help")) {
+    fmt::print("usage: dsactor bench WHAT [options]\n  kernels   GEMM, Adam and a BERT-mini step against this machine's limits\n");
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
+  fmt::print(stderr, "dsactor bench: unknown benchmark '{}'\n", argv[1]);
   return 2;
 }
+
 } // namespace dsa::tools

@@ -1,0 +1,92 @@
+// dsactor bench kernels: GEMM at BERT shapes against the best square-size GEMM
+// of this machine, fused Adam against the memory-bandwidth bound from a
+// STREAM-style triad, and one BERT-mini training step against the GEMM peak.
+// Every figure is measured in the same run; the last line is one JSON object.
+#include "tools/bench_kernels.hpp"
+
+#include "kernels/cpu/adam.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "tools/bench_util.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace dsa::tools {
+namespace {
+
+std::vector<float> filled(std::int64_t n, float base) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = base + 1e-3f * static_cast<float>(i % 97);
+  return v;
+}
+
+double gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, cpu::transpose ta, cpu::transpose tb, int reps) {
+  auto a = filled(m * k, 0.5f), b = filled(k * n, 0.25f), c = filled(m * n, 0.0f);
+  cpu::gemm_shape s{m, n, k, ta, tb};
+  double secs = best_seconds(reps, [&] { cpu::gemm(c.data(), a.data(), b.data(), s); });
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / secs / 1e9;
+}
+
+// Triad a = b + s*c over f32 arrays: 12 bytes moved per element.
+double triad_gbps(std::int64_t n, int reps) {
+  auto a = filled(n, 0.0f), b = filled(n, 1.0f), c = filled(n, 2.0f);
+  float s = 0.5f;
+  double secs = best_seconds(reps, [&] {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) a[static_cast<std::size_t>(i)] = b[static_cast<std::size_t>(i)] + s * c[static_cast<std::size_t>(i)];
+  });
+  return 12.0 * static_cast<double>(n) / secs / 1e9;
+}
+
+double adam_params_per_s(std::int64_t n, int reps) {
+  auto p = filled(n, 0.1f), g = filled(n, 0.01f), m = filled(n, 0.0f), v = filled(n, 0.0f);
+  cpu::adam_params ap;
+  ap.weight_decay = 0.01f;
+  double secs = best_seconds(reps, [&] {
+    cpu::adam_update(p.data(), m.data(), v.data(), g.data(), nullptr, dtype::f32, ap, n);
+    ++ap.step;
+  });
+  return static_cast<double>(n) / secs;
+}
+
+} // namespace
+
+gemm_report bench_gemm(const bench_sizes& sizes) {
+  gemm_report r;
+  for (std::int64_t sq : sizes.square) r.peak_gflops = std::max(r.peak_gflops, gemm_gflops(sq, sq, sq, cpu::transpose::no, cpu::transpose::no, sizes.reps));
+  // BERT-base layer GEMMs for B*T tokens: QKV/out-proj, FFN up and down, forward
+  // and the two backward products (dX = dY W, dW = dY^T X).
+  const std::int64_t t = sizes.tokens, h = 768, ff = 3072;
+  struct shape { const char* name; std::int64_t m, n, k; cpu::transpose ta, tb; };
+  const shape shapes[] = {
+      {"attn proj fwd  (T x H) * (H x H)^T", t, h, h, cpu::transpose::no, cpu::transpose::yes},
+      {"ffn up fwd     (T x H) * (FF x H)^T", t, ff, h, cpu::transpose::no, cpu::transpose::yes},
+      {"ffn down fwd   (T x FF) * (H x FF)^T", t, h, ff, cpu::transpose::no, cpu::transpose::yes},
+      {"ffn up dX      (T x FF) * (FF x H)", t, h, ff, cpu::transpose::no, cpu::transpose::no},
+      {"ffn up dW      (T x FF)^T * (T x H)", ff, h, t, cpu::transpose::yes, cpu::transpose::no},
+  };
+  double flops = 0, secs = 0;
+  for (const auto& s : shapes) {
+    double g = gemm_gflops(s.m, s.n, s.k, s.ta, s.tb, sizes.reps);
+    double f = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    flops += f;
+    secs += f / (g * 1e9);
+    r.rows.push_back({s.name, g});
+  }
+  r.bert_gflops = flops / secs / 1e9;
+  return r;
+}
+
+adam_report bench_adam(const bench_sizes& sizes) {
+  adam_report r;
+  r.triad_gbps = triad_gbps(sizes.stream_elements, sizes.reps);
+  r.params_per_s = adam_params_per_s(sizes.adam_params, sizes.reps);
+  // Adam reads param, grad, m, v (16 B) and writes param, m, v (12 B): 28 B per parameter.
+  r.bound_params_per_s = r.triad_gbps * 1e9 / 28.0;
+  return r;
+}
+
+} // namespace dsa::tools

@@ -1,0 +1,42 @@
+// Kernel benchmarks used by `dsactor bench kernels`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::tools {
+
+struct bench_sizes {
+  std::vector<std::int64_t> square{1024, 2048, 3072}; // square GEMM sizes for the peak
+  std::int64_t tokens = 4096;                         // B*T of the BERT-shaped GEMMs (32 x 128)
+  std::int64_t stream_elements = 1 << 26;             // 256 MiB per triad array
+  std::int64_t adam_params = 1 << 25;                 // 32 M parameters, 896 MiB of state
+  int reps = 3;
+};
+
+struct gemm_report {
+  double peak_gflops = 0;
+  double bert_gflops = 0; // flop-weighted over the BERT shapes
+  struct row { std::string name; double gflops; };
+  std::vector<row> rows;
+};
+
+struct adam_report {
+  double triad_gbps = 0;
+  double params_per_s = 0;
+  double bound_params_per_s = 0;
+};
+
+struct bert_step_report {
+  int batch = 0, seq = 0;
+  double seconds = 0; // best fwd+bwd step time
+  double gflops = 0;  // model FLOPs (6 x params-in-GEMMs x tokens + attention) per second
+};
+
+gemm_report bench_gemm(const bench_sizes& sizes);
+adam_report bench_adam(const bench_sizes& sizes);
+// One BERT-mini forward+backward (batch 32, seq 128; smaller with quick sizes).
+bert_step_report bench_bert_mini_step(const bench_sizes& sizes, double peak_gflops);
+
+} // namespace dsa::tools
