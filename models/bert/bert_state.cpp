@@ -114,7 +114,6 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
       if (as_f32(tied->value) != as_f32(src->value))
         return make_error(errc::format, "state dict: '{}' differs from '{}': an untied decoder is not supported",
                           tied->key, src->key);
-      used.insert(tied->key);
     }
     used.insert(src->key);
     plan.emplace_back(&e, src);
