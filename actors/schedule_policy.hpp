@@ -1,5 +1,6 @@
 // How a stage schedules its micro-batches: the pick order and the stash quota.
-// 1F1B: backward first, S - s stash slots. GPipe: forward first, M stash slots.
+// 1F1B: backward first, S - s stash slots. GPipe: forward first, M stash slots,
+// and a step's backwards wait until all its forwards ran (the flush).
 #pragma once
 
 #include <cstdint>

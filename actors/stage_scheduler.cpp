@@ -148,6 +148,8 @@ std::optional<stage_work> stage_scheduler::pick_forward() {
 std::optional<stage_work> stage_scheduler::pick_backward() {
   if (in_flight_.empty()) return std::nullopt;
   const stashed s = in_flight_.front();
+  // GPipe flushes: a step's backwards start once all its forwards ran.
+  if (policy_.order == pick_order::forward_first && next_forward_step_ <= s.step) return std::nullopt;
   if (!pos_.first() && free_grad_out_.empty()) return std::nullopt;
   stage_work w;
   w.kind = work_kind::backward;

@@ -1,0 +1,65 @@
+// Synthetic pipelines for the runtime tests; see synthetic_run.hpp.
+#include "synthetic_run.hpp"
+
+#include "core/error.hpp"
+
+namespace dsa::test {
+
+using namespace dsa::actors;
+
+synthetic_pipeline::synthetic_pipeline(const synthetic_model& model, const pipeline_options& options) {
+  const std::uint32_t S = options.stages;
+  DSA_CHECK(model.layers % S == 0, "{} layers over {} stages", model.layers, S);
+  const std::uint32_t per_stage = model.layers / S;
+  for (std::uint32_t s = 0; s < S; ++s) {
+    stages.push_back(std::make_unique<linear_stack>(s * per_stage, per_stage, model.width));
+    optimizers.push_back(std::make_unique<sgd>(model.lr, options.micro_batches));
+  }
+  source = std::make_unique<synthetic_source>(model.rows, model.width);
+}
+
+run_parts synthetic_pipeline::parts() {
+  run_parts p;
+  for (auto& s : stages) p.stages.push_back(s.get());
+  for (auto& o : optimizers) p.optimizers.push_back(o.get());
+  p.source = source.get();
+  return p;
+}
+
+std::vector<tensor> synthetic_pipeline::parameters() {
+  std::vector<tensor> out;
+  for (auto& s : stages)
+    for (auto& t : s->parameters()) out.push_back(t);
+  return out;
+}
+
+run_result run_synthetic(synthetic_pipeline& pipeline, const pipeline_options& options, const std::string& run_dir) {
+  run_options opt;
+  opt.pipeline = options;
+  opt.run_dir = run_dir;
+  return run_pipeline(opt, pipeline.parts());
+}
+
+std::vector<tensor> reference_parameters(const synthetic_model& model, std::uint32_t micro_batches,
+                                         std::uint32_t steps) {
+  linear_stack stack(0, model.layers, model.width);
+  synthetic_source source(model.rows, model.width);
+  stack.reserve_stash(1);
+  auto params = stack.parameters();
+  std::vector<tensor> master;
+  for (auto& p : params) master.push_back(p.clone());
+  for (std::uint32_t step = 0; step < steps; ++step) {
+    for (std::uint32_t mb = 0; mb < micro_batches; ++mb) {
+      tensor input, labels, out, grad_in;
+      source.fill(step, mb, input, labels);
+      stack.forward({step, mb, 0}, input, labels, out);
+      stack.backward({step, mb, 0}, tensor(), grad_in);
+    }
+    auto grads = stack.gradients();
+    for (std::size_t i = 0; i < master.size(); ++i) sgd_apply(master[i], grads[i], model.lr, micro_batches);
+    stack.load_parameters(master);
+  }
+  return stack.parameters();
+}
+
+} // namespace dsa::test

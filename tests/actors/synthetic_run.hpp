@@ -1,0 +1,41 @@
+// Test helper: a pipeline of linear_stack stages with SGD and a synthetic
+// source, run through the real CAF runtime.
+#pragma once
+
+#include "actors/run.hpp"
+#include "actors/synthetic/linear_stack.hpp"
+#include "actors/synthetic/sgd.hpp"
+#include "actors/synthetic/synthetic_source.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace dsa::test {
+
+struct synthetic_model {
+  std::uint32_t layers = 4;
+  std::int64_t width = 5; // awkward on purpose
+  std::int64_t rows = 3;
+  double lr = 0.05;
+};
+
+struct synthetic_pipeline {
+  synthetic_pipeline(const synthetic_model& model, const actors::pipeline_options& options);
+
+  actors::run_parts parts();
+  // Working parameters of every layer, first stage first.
+  std::vector<tensor> parameters();
+
+  std::vector<std::unique_ptr<actors::stage_compute>> stages;
+  std::vector<std::unique_ptr<actors::sgd>> optimizers;
+  std::unique_ptr<actors::synthetic_source> source;
+};
+
+actors::run_result run_synthetic(synthetic_pipeline& pipeline, const actors::pipeline_options& options,
+                                 const std::string& run_dir = "");
+
+// The plain-loop reference: the same model and math, no runtime. Returns the parameters after `steps`.
+std::vector<tensor> reference_parameters(const synthetic_model& model, std::uint32_t micro_batches,
+                                         std::uint32_t steps);
+
+} // namespace dsa::test
