@@ -9,6 +9,9 @@
 // One range holding both gets the sum; split ranges each hold their own
 // contribution, and the caller sums them across stages (DeepSpeed's tied-weight
 // allreduce) before the optimizer step.
+//
+// Threads: forward is const and may run for several micro-batches at once;
+// backward accumulates into the shared gradients, so one backward at a time.
 #pragma once
 
 #include "core/tensor.hpp"
