@@ -17,7 +17,9 @@ namespace {
 constexpr const char* manifest_name = "manifest.json";
 constexpr const char* latest_name = "latest";
 
-std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+std::string join(const std::string& dir, const std::string& name) {
+  return dir + "/" + name;
+}
 
 std::string hidden_name(const std::string& dir_name, const char* kind) {
   return fmt::format(".{}.{}-{}", dir_name, kind, static_cast<long>(::getpid()));
@@ -148,7 +150,9 @@ expected<std::vector<std::string>> prune(const std::string& root, std::uint64_t 
 
 } // namespace
 
-std::string checkpoint_dir_name(std::uint64_t step) { return fmt::format("step_{:08d}", step); }
+std::string checkpoint_dir_name(std::uint64_t step) {
+  return fmt::format("step_{:08d}", step);
+}
 
 expected<saved_checkpoint> save_checkpoint(const std::string& root,
                                            const checkpoint_contents& contents,
@@ -159,7 +163,8 @@ expected<saved_checkpoint> save_checkpoint(const std::string& root,
   std::string name = checkpoint_dir_name(contents.step);
   std::string target = join(root, name);
   std::error_code ec;
-  bool exists = std::filesystem::symlink_status(target, ec).type() != std::filesystem::file_type::not_found;
+  bool exists =
+      std::filesystem::symlink_status(target, ec).type() != std::filesystem::file_type::not_found;
   if (exists && options.overwrite == overwrite_policy::refuse)
     return make_error(errc::invalid_argument,
                       "checkpoint '{}' already exists (from an earlier run?); remove it or save "
@@ -181,8 +186,9 @@ expected<saved_checkpoint> save_checkpoint(const std::string& root,
   saved.dir = target;
   auto pruned = prune(root, contents.step, options.keep_last);
   if (!pruned)
-    return make_error(pruned.err().code, "saved checkpoint '{}' but pruning to keep_last={} failed: {}",
-                      target, options.keep_last, pruned.err().message);
+    return make_error(pruned.err().code,
+                      "saved checkpoint '{}' but pruning to keep_last={} failed: {}", target,
+                      options.keep_last, pruned.err().message);
   saved.pruned = std::move(*pruned);
   return saved;
 }

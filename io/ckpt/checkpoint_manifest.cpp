@@ -38,8 +38,8 @@ expected<std::uint32_t> parse_crc(const std::string& hex, const std::string& pat
   for (char c : hex)
     ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
   if (!ok)
-    return bad_field(path, fmt::format("crc32c '{}' of '{}' is not 8 lowercase hex digits", hex,
-                                       file));
+    return bad_field(path,
+                     fmt::format("crc32c '{}' of '{}' is not 8 lowercase hex digits", hex, file));
   return static_cast<std::uint32_t>(std::strtoul(hex.c_str(), nullptr, 16));
 }
 
@@ -113,12 +113,9 @@ expected<std::string> manifest_to_json(const checkpoint_manifest& manifest) {
                      {"name", f.name},
                      {"bytes", f.bytes},
                      {"crc32c", fmt::format("{:08x}", f.crc32c)}});
-  json doc = {{"format", format_tag},
-              {"format_version", manifest.format_version},
-              {"step", manifest.step},
-              {"global_samples", manifest.global_samples},
-              {"checksum", "crc32c"},
-              {"files", std::move(files)},
+  json doc = {{"format", format_tag},   {"format_version", manifest.format_version},
+              {"step", manifest.step},  {"global_samples", manifest.global_samples},
+              {"checksum", "crc32c"},   {"files", std::move(files)},
               {"state", manifest.state}};
   try {
     return doc.dump(2) + "\n";

@@ -29,7 +29,7 @@ struct checkpoint_manifest {
   std::uint64_t step = 0;
   std::uint64_t global_samples = 0;
   nlohmann::json state = nlohmann::json::object(); // caller's payload, stored verbatim
-  std::vector<checkpoint_file> files;             // sorted by group
+  std::vector<checkpoint_file> files;              // sorted by group
 };
 
 // The manifest as JSON text:

@@ -130,12 +130,13 @@ TEST_CASE("keep_last prunes the oldest checkpoints and nothing else") {
     auto saved = save_checkpoint(dir.path(), sample_contents(step * 10), keep2);
     REQUIRE(saved);
     if (step >= 3)
-      CHECK(saved->pruned == std::vector<std::string>{dir.file(checkpoint_dir_name(step * 10 - 20))});
+      CHECK(saved->pruned ==
+            std::vector<std::string>{dir.file(checkpoint_dir_name(step * 10 - 20))});
   }
   CHECK(steps_of(dir.path()) == std::vector<std::uint64_t>{30, 40});
-  CHECK(entries_of(dir.path()) ==
-        std::vector<std::string>{"README", "latest", "notes", "step_00000000x", "step_00000030",
-                                 "step_00000040", "step_abc"});
+  CHECK(entries_of(dir.path()) == std::vector<std::string>{"README", "latest", "notes",
+                                                           "step_00000000x", "step_00000030",
+                                                           "step_00000040", "step_abc"});
 
   SUBCASE("keep_last = 1 keeps only the one just written, even when it is not the highest") {
     save_options keep1;
@@ -223,8 +224,8 @@ TEST_CASE("a failed save leaves no directory behind and latest unchanged") {
 
 TEST_CASE("bad group names and a non-object state are refused before writing") {
   scratch_dir dir;
-  for (const std::string& name : {std::string("../evil"), std::string(""), std::string("a.b"),
-                                  std::string(65, 'x')}) {
+  for (const std::string& name :
+       {std::string("../evil"), std::string(""), std::string("a.b"), std::string(65, 'x')}) {
     CAPTURE(name);
     checkpoint_contents c = sample_contents(1);
     c.groups[name]["t"] = dsa::test::f32_tensor({2}, 1);

@@ -58,7 +58,8 @@ inline ckpt::checkpoint_contents sample_contents(std::uint64_t step, std::uint64
   c.groups["optimizer_0"]["exp_avg.bert.embeddings.word_embeddings.weight"] =
       f32_tensor({13, 3}, seed + 3);
   c.groups["optimizer_0"]["step"] = i64_tensor({1}, seed + 4);
-  c.groups["optimizer_1"]["exp_avg_sq.cls.predictions.bias"] = u16_tensor({7}, dtype::f16, seed + 5);
+  c.groups["optimizer_1"]["exp_avg_sq.cls.predictions.bias"] =
+      u16_tensor({7}, dtype::f16, seed + 5);
   c.groups["rng"]["dropout_state"] = i64_tensor({4}, seed + 6);
   c.state = {
       {"config", "train_batch_size = 32\n[optimizer]\ntype = \"AdamW\"\n"},
