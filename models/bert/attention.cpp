@@ -17,9 +17,10 @@ struct head_operand {
   std::int64_t ld, head_stride, seq_stride;
 };
 
-void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride, std::int64_t c_seq_stride,
-                   head_operand a, cpu::transpose ta, head_operand b, cpu::transpose tb, std::int64_t m,
-                   std::int64_t n, std::int64_t k, float beta, const attention_dims& dims) {
+void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride,
+                   std::int64_t c_seq_stride, head_operand a, cpu::transpose ta, head_operand b,
+                   cpu::transpose tb, std::int64_t m, std::int64_t n, std::int64_t k, float beta,
+                   const attention_dims& dims) {
   cpu::gemm_shape s;
   s.m = m;
   s.n = n;
@@ -36,8 +37,8 @@ void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride, std::
   batch.stride_b = b.head_stride;
   batch.stride_c = c_head_stride;
   for (std::int64_t seq = 0; seq < dims.batch; ++seq)
-    cpu::gemm_batched(c + seq * c_seq_stride, a.base + seq * a.seq_stride, b.base + seq * b.seq_stride, s,
-                      batch);
+    cpu::gemm_batched(c + seq * c_seq_stride, a.base + seq * a.seq_stride,
+                      b.base + seq * b.seq_stride, s, batch);
 }
 
 head_operand rows_of(const float* p, const attention_dims& d) {
@@ -52,7 +53,8 @@ head_operand squares_of(const float* p, const attention_dims& d) {
 void attention_forward(float* out, attention_stash& stash, const tensor& x, const float* key_mask,
                        const layer_params& p, const attention_dims& dims, float dropout_p,
                        const philox_stream& stream, const memory_flags& flags) {
-  const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads, d = dims.head_size();
+  const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads,
+                     d = dims.head_size();
   stash.x = x;
   stash.q = tensor::empty({N, H}, dtype::f32);
   stash.k = tensor::empty({N, H}, dtype::f32);
@@ -64,8 +66,9 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
   // scores(b, h) = Q_bh K_bh^T; the 1/sqrt(d) scale is applied inside the softmax.
   stash.probs = tensor::empty({dims.batch, A, T, T}, dtype::f32);
   float* probs = stash.probs.data<float>();
-  per_head_gemm(probs, T, T * T, A * T * T, rows_of(stash.q.data<float>(), dims), cpu::transpose::no,
-                rows_of(stash.k.data<float>(), dims), cpu::transpose::yes, T, T, d, 0.0f, dims);
+  per_head_gemm(probs, T, T * T, A * T * T, rows_of(stash.q.data<float>(), dims),
+                cpu::transpose::no, rows_of(stash.k.data<float>(), dims), cpu::transpose::yes, T, T,
+                d, 0.0f, dims);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   cpu::softmax_forward(probs, probs, key_mask, scale, dims.batch, A, T, T);
 
@@ -75,22 +78,26 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
     dropped = tensor::empty(stash.probs.shape(), dtype::f32);
     dropout_apply(dropped.data<float>(), probs, dropout_p, stream, stash.probs.numel());
     used = dropped.data<float>();
-    if (!flags.attn_dropout_checkpoint) stash.probs_drop = dropped;
+    if (!flags.attn_dropout_checkpoint)
+      stash.probs_drop = dropped;
   }
   // context(b, h) = P_bh V_bh, written straight into (B*T, H) rows.
   stash.context = tensor::empty({N, H}, dtype::f32);
-  per_head_gemm(stash.context.data<float>(), H, d, T * H, squares_of(used, dims), cpu::transpose::no,
-                rows_of(stash.v.data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
+  per_head_gemm(stash.context.data<float>(), H, d, T * H, squares_of(used, dims),
+                cpu::transpose::no, rows_of(stash.v.data<float>(), dims), cpu::transpose::no, T, d,
+                T, 0.0f, dims);
   linear_forward(out, stash.context.data<float>(), p.attention_out, N);
 }
 
-void attention_backward(float* dx, const float* dout, const attention_stash& stash, const layer_params& p,
-                        const attention_dims& dims, float dropout_p, const philox_stream& stream,
-                        write_mode dx_mode) {
-  const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads, d = dims.head_size();
+void attention_backward(float* dx, const float* dout, const attention_stash& stash,
+                        const layer_params& p, const attention_dims& dims, float dropout_p,
+                        const philox_stream& stream, write_mode dx_mode) {
+  const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads,
+                     d = dims.head_size();
   const std::int64_t score_count = stash.probs.numel();
   std::vector<float> dcontext(static_cast<std::size_t>(N * H));
-  linear_backward(dcontext.data(), dout, stash.context.data<float>(), p.attention_out, N, write_mode::overwrite);
+  linear_backward(dcontext.data(), dout, stash.context.data<float>(), p.attention_out, N,
+                  write_mode::overwrite);
 
   // The probabilities the context used: stashed, recomputed, or the softmax output itself.
   const float* used = stash.probs.data<float>();
@@ -111,11 +118,13 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
   recomputed.shrink_to_fit();
   // dP_bh = dC_bh V_bh^T
   std::vector<float> dscores(static_cast<std::size_t>(score_count));
-  per_head_gemm(dscores.data(), T, T * T, A * T * T, rows_of(dcontext.data(), dims), cpu::transpose::no,
-                rows_of(stash.v.data<float>(), dims), cpu::transpose::yes, T, T, d, 0.0f, dims);
+  per_head_gemm(dscores.data(), T, T * T, A * T * T, rows_of(dcontext.data(), dims),
+                cpu::transpose::no, rows_of(stash.v.data<float>(), dims), cpu::transpose::yes, T, T,
+                d, 0.0f, dims);
   dropout_apply_backward(dscores.data(), dscores.data(), dropout_p, stream, score_count);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  cpu::softmax_backward(dscores.data(), dscores.data(), stash.probs.data<float>(), scale, dims.batch * A * T, T);
+  cpu::softmax_backward(dscores.data(), dscores.data(), stash.probs.data<float>(), scale,
+                        dims.batch * A * T, T);
   // dQ_bh = dS_bh K_bh, dK_bh = dS_bh^T Q_bh
   per_head_gemm(dq.data(), H, d, T * H, squares_of(dscores.data(), dims), cpu::transpose::no,
                 rows_of(stash.k.data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);

@@ -38,8 +38,8 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
                        const philox_stream& stream, const memory_flags& flags);
 
 // dx: (B*T, H) = or += per dx_mode; dout: (B*T, H) gradient of out. Parameter gradients +=.
-void attention_backward(float* dx, const float* dout, const attention_stash& stash, const layer_params& p,
-                        const attention_dims& dims, float dropout_p, const philox_stream& stream,
-                        write_mode dx_mode);
+void attention_backward(float* dx, const float* dout, const attention_stash& stash,
+                        const layer_params& p, const attention_dims& dims, float dropout_p,
+                        const philox_stream& stream, write_mode dx_mode);
 
 } // namespace dsa::bert

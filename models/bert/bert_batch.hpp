@@ -31,7 +31,7 @@ struct bert_batch {
   tensor start_positions; // (B) i32
   tensor end_positions;   // (B) i32
 
-  std::int64_t batch_size() const;  // from input_ids or attention_mask
+  std::int64_t batch_size() const; // from input_ids or attention_mask
   std::int64_t seq_length() const;
 };
 

@@ -25,11 +25,24 @@ constexpr std::array<size_row, 6> size_table{{
 }};
 
 const std::vector<std::string>& known_keys() {
-  static const std::vector<std::string> keys = {
-      "size", "num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size",
-      "max_position_embeddings", "type_vocab_size", "pad_token_id", "hidden_dropout",
-      "attention_dropout", "layer_norm_eps", "initializer_range", "layer_norm", "head",
-      "normalize_invertible", "attn_dropout_checkpoint", "gelu_checkpoint"};
+  static const std::vector<std::string> keys = {"size",
+                                                "num_layers",
+                                                "hidden_size",
+                                                "num_heads",
+                                                "intermediate_size",
+                                                "vocab_size",
+                                                "max_position_embeddings",
+                                                "type_vocab_size",
+                                                "pad_token_id",
+                                                "hidden_dropout",
+                                                "attention_dropout",
+                                                "layer_norm_eps",
+                                                "initializer_range",
+                                                "layer_norm",
+                                                "head",
+                                                "normalize_invertible",
+                                                "attn_dropout_checkpoint",
+                                                "gelu_checkpoint"};
   return keys;
 }
 
@@ -48,22 +61,29 @@ status read_optional(const config& cfg, const std::string& key, Field& field) {
 } // namespace
 
 status bert_config::validate() const {
-  auto bad = [](std::string_view what) { return make_error(errc::config, "bert config: {}", what); };
-  if (num_layers < 1) return bad(fmt::format("num_layers must be >= 1, got {}", num_layers));
+  auto bad = [](std::string_view what) {
+    return make_error(errc::config, "bert config: {}", what);
+  };
+  if (num_layers < 1)
+    return bad(fmt::format("num_layers must be >= 1, got {}", num_layers));
   if (hidden_size < 1 || num_heads < 1 || hidden_size % num_heads != 0)
-    return bad(fmt::format("hidden_size {} must be a positive multiple of num_heads {}", hidden_size,
-                           num_heads));
-  if (intermediate_size < 1) return bad(fmt::format("intermediate_size must be >= 1, got {}", intermediate_size));
+    return bad(fmt::format("hidden_size {} must be a positive multiple of num_heads {}",
+                           hidden_size, num_heads));
+  if (intermediate_size < 1)
+    return bad(fmt::format("intermediate_size must be >= 1, got {}", intermediate_size));
   if (vocab_size < 1 || max_position_embeddings < 1 || type_vocab_size < 1)
     return bad("vocab_size, max_position_embeddings and type_vocab_size must be >= 1");
   if (pad_token_id < -1 || pad_token_id >= vocab_size)
-    return bad(fmt::format("pad_token_id {} outside [-1, vocab_size {})", pad_token_id, vocab_size));
+    return bad(
+        fmt::format("pad_token_id {} outside [-1, vocab_size {})", pad_token_id, vocab_size));
   if (!(hidden_dropout >= 0.0f && hidden_dropout < 1.0f))
     return bad(fmt::format("hidden_dropout {} outside [0, 1)", hidden_dropout));
   if (!(attention_dropout >= 0.0f && attention_dropout < 1.0f))
     return bad(fmt::format("attention_dropout {} outside [0, 1)", attention_dropout));
-  if (!(layer_norm_eps > 0.0f)) return bad("layer_norm_eps must be > 0");
-  if (!(initializer_range >= 0.0f)) return bad("initializer_range must be >= 0");
+  if (!(layer_norm_eps > 0.0f))
+    return bad("layer_norm_eps must be > 0");
+  if (!(initializer_range >= 0.0f))
+    return bad("initializer_range must be >= 0");
   return {};
 }
 
@@ -71,7 +91,8 @@ bert_config bert_config_for(model_size size) {
   bert_config cfg;
   cfg.size = size;
   for (const auto& row : size_table) {
-    if (row.size != size) continue;
+    if (row.size != size)
+      continue;
     cfg.num_layers = row.layers;
     cfg.hidden_size = row.hidden;
     cfg.num_heads = row.heads;
@@ -82,37 +103,46 @@ bert_config bert_config_for(model_size size) {
 
 const char* model_size_name(model_size size) {
   for (const auto& row : size_table)
-    if (row.size == size) return row.name;
+    if (row.size == size)
+      return row.name;
   return "custom";
 }
 
 expected<model_size> parse_model_size(std::string_view name) {
   for (const auto& row : size_table)
-    if (name == row.name) return row.size;
-  if (name == "custom") return model_size::custom;
-  return make_error(errc::config,
-                    "unknown model size '{}' (expected tiny, mini, small, medium, base, large or custom)", name);
+    if (name == row.name)
+      return row.size;
+  if (name == "custom")
+    return model_size::custom;
+  return make_error(
+      errc::config,
+      "unknown model size '{}' (expected tiny, mini, small, medium, base, large or custom)", name);
 }
 
 expected<bert_config> parse_bert_config(const config& cfg, std::string_view prefix) {
   for (const auto& child : cfg.children(prefix)) {
     bool known = false;
-    for (const auto& k : known_keys()) known = known || (k == child);
-    if (known) continue;
+    for (const auto& k : known_keys())
+      known = known || (k == child);
+    if (known)
+      continue;
     std::string hint = nearest_match(child, known_keys());
     return cfg.key_error(join_key(prefix, child),
-                         hint.empty() ? std::string("unknown model key")
-                                      : fmt::format("unknown model key (did you mean '{}'?)", hint));
+                         hint.empty()
+                             ? std::string("unknown model key")
+                             : fmt::format("unknown model key (did you mean '{}'?)", hint));
   }
   auto key = [&](std::string_view k) { return join_key(prefix, k); };
 
   DSA_ASSIGN_OR_RETURN(std::string size_name, cfg.get_or<std::string>(key("size"), "base"));
   auto size = parse_model_size(size_name);
-  if (!size) return cfg.key_error(key("size"), size.err().message);
+  if (!size)
+    return cfg.key_error(key("size"), size.err().message);
   bert_config out = bert_config_for(*size);
   if (*size == model_size::custom)
     for (const char* k : {"num_layers", "hidden_size", "num_heads"})
-      if (!cfg.has(key(k))) return cfg.key_error(key(k), "required when size = \"custom\"");
+      if (!cfg.has(key(k)))
+        return cfg.key_error(key(k), "required when size = \"custom\"");
 
   DSA_TRY(read_optional<std::int64_t>(cfg, key("num_layers"), out.num_layers));
   DSA_TRY(read_optional<std::int64_t>(cfg, key("hidden_size"), out.hidden_size));
@@ -120,7 +150,8 @@ expected<bert_config> parse_bert_config(const config& cfg, std::string_view pref
   out.intermediate_size = 4 * out.hidden_size;
   DSA_TRY(read_optional<std::int64_t>(cfg, key("intermediate_size"), out.intermediate_size));
   DSA_TRY(read_optional<std::int64_t>(cfg, key("vocab_size"), out.vocab_size));
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("max_position_embeddings"), out.max_position_embeddings));
+  DSA_TRY(read_optional<std::int64_t>(cfg, key("max_position_embeddings"),
+                                      out.max_position_embeddings));
   DSA_TRY(read_optional<std::int64_t>(cfg, key("type_vocab_size"), out.type_vocab_size));
   DSA_TRY(read_optional<std::int64_t>(cfg, key("pad_token_id"), out.pad_token_id));
   DSA_TRY(read_optional<double>(cfg, key("hidden_dropout"), out.hidden_dropout));
@@ -128,20 +159,30 @@ expected<bert_config> parse_bert_config(const config& cfg, std::string_view pref
   DSA_TRY(read_optional<double>(cfg, key("layer_norm_eps"), out.layer_norm_eps));
   DSA_TRY(read_optional<double>(cfg, key("initializer_range"), out.initializer_range));
   DSA_TRY(read_optional<bool>(cfg, key("normalize_invertible"), out.memory.normalize_invertible));
-  DSA_TRY(read_optional<bool>(cfg, key("attn_dropout_checkpoint"), out.memory.attn_dropout_checkpoint));
+  DSA_TRY(
+      read_optional<bool>(cfg, key("attn_dropout_checkpoint"), out.memory.attn_dropout_checkpoint));
   DSA_TRY(read_optional<bool>(cfg, key("gelu_checkpoint"), out.memory.gelu_checkpoint));
 
   DSA_ASSIGN_OR_RETURN(std::string norm, cfg.get_or<std::string>(key("layer_norm"), "post"));
-  if (norm == "post") out.norm = layer_norm_placement::post;
-  else if (norm == "pre") out.norm = layer_norm_placement::pre;
-  else return cfg.key_error(key("layer_norm"), fmt::format("expected \"post\" or \"pre\", got \"{}\"", norm));
+  if (norm == "post")
+    out.norm = layer_norm_placement::post;
+  else if (norm == "pre")
+    out.norm = layer_norm_placement::pre;
+  else
+    return cfg.key_error(key("layer_norm"),
+                         fmt::format("expected \"post\" or \"pre\", got \"{}\"", norm));
 
   DSA_ASSIGN_OR_RETURN(std::string head, cfg.get_or<std::string>(key("head"), "pretraining"));
-  if (head == "pretraining") out.head = head_kind::pretraining;
-  else if (head == "squad") out.head = head_kind::squad;
-  else return cfg.key_error(key("head"), fmt::format("expected \"pretraining\" or \"squad\", got \"{}\"", head));
+  if (head == "pretraining")
+    out.head = head_kind::pretraining;
+  else if (head == "squad")
+    out.head = head_kind::squad;
+  else
+    return cfg.key_error(key("head"),
+                         fmt::format("expected \"pretraining\" or \"squad\", got \"{}\"", head));
 
-  if (auto ok = out.validate(); !ok) return cfg.key_error(prefix, ok.err().message);
+  if (auto ok = out.validate(); !ok)
+    return cfg.key_error(prefix, ok.err().message);
   return out;
 }
 
@@ -149,9 +190,9 @@ std::string describe(const bert_config& cfg) {
   return fmt::format(
       "bert-{}: layers {} hidden {} heads {} intermediate {} vocab {} positions {} types {} "
       "dropout hidden {} attention {} eps {:g} init {} norm {} head {} flags{}{}{}",
-      model_size_name(cfg.size), cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size,
-      cfg.vocab_size, cfg.max_position_embeddings, cfg.type_vocab_size, cfg.hidden_dropout,
-      cfg.attention_dropout, cfg.layer_norm_eps, cfg.initializer_range,
+      model_size_name(cfg.size), cfg.num_layers, cfg.hidden_size, cfg.num_heads,
+      cfg.intermediate_size, cfg.vocab_size, cfg.max_position_embeddings, cfg.type_vocab_size,
+      cfg.hidden_dropout, cfg.attention_dropout, cfg.layer_norm_eps, cfg.initializer_range,
       cfg.norm == layer_norm_placement::post ? "post" : "pre",
       cfg.head == head_kind::pretraining ? "pretraining" : "squad",
       cfg.memory.normalize_invertible ? " normalize_invertible" : "",

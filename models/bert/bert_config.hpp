@@ -29,7 +29,7 @@ enum class head_kind { pretraining, squad };
 // DeepSpeed transformer-kernel flags (deepspeed-notes §8). Each trades compute
 // in backward for activation memory; results are identical with or without.
 struct memory_flags {
-  bool normalize_invertible = false;   // do not stash LayerNorm inputs (encoder layers)
+  bool normalize_invertible = false;    // do not stash LayerNorm inputs (encoder layers)
   bool attn_dropout_checkpoint = false; // do not stash dropped-out attention probabilities
   bool gelu_checkpoint = false;         // do not stash the GELU output of the FFN
 };

@@ -16,7 +16,8 @@ void dropout_apply(float* y, const float* x, float p, const philox_stream& strea
   }
 }
 
-void dropout_apply_backward(float* dx, const float* dy, float p, const philox_stream& stream, std::int64_t n) {
+void dropout_apply_backward(float* dx, const float* dy, float p, const philox_stream& stream,
+                            std::int64_t n) {
   if (p > 0.0f) {
     std::vector<std::uint8_t> mask(static_cast<std::size_t>(n));
     cpu::dropout_mask(mask.data(), p, stream, n);

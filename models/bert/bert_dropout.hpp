@@ -12,11 +12,11 @@ namespace dsa::bert {
 
 // Values of philox_stream::site (< 256).
 namespace site {
-inline constexpr std::uint32_t embeddings = 0;        // after the embedding LayerNorm (layer 0)
-inline constexpr std::uint32_t attention_probs = 1;   // attention probabilities, per layer
-inline constexpr std::uint32_t attention_output = 2;  // after the attention output projection
-inline constexpr std::uint32_t ffn_output = 3;        // after the FFN output projection
-inline constexpr std::uint32_t parameter_init = 255;  // parameter initialisation (param_init.hpp)
+inline constexpr std::uint32_t embeddings = 0;       // after the embedding LayerNorm (layer 0)
+inline constexpr std::uint32_t attention_probs = 1;  // attention probabilities, per layer
+inline constexpr std::uint32_t attention_output = 2; // after the attention output projection
+inline constexpr std::uint32_t ffn_output = 3;       // after the FFN output projection
+inline constexpr std::uint32_t parameter_init = 255; // parameter initialisation (param_init.hpp)
 } // namespace site
 
 // What a forward pass draws its randomness from.
@@ -44,6 +44,7 @@ struct forward_context {
 // y = dropout(x) with the stream's mask; a copy when p == 0 (y may alias x).
 void dropout_apply(float* y, const float* x, float p, const philox_stream& stream, std::int64_t n);
 // dx = dy * mask / (1 - p) with the regenerated mask; a copy when p == 0 (dx may alias dy).
-void dropout_apply_backward(float* dx, const float* dy, float p, const philox_stream& stream, std::int64_t n);
+void dropout_apply_backward(float* dx, const float* dy, float p, const philox_stream& stream,
+                            std::int64_t n);
 
 } // namespace dsa::bert

@@ -5,7 +5,8 @@
 
 namespace dsa::bert {
 
-bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range) : cfg_(cfg), range_(range) {
+bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range)
+    : cfg_(cfg), range_(range) {
   auto ok = cfg.validate();
   DSA_CHECK(ok.has_value(), "{}", ok ? "" : ok.err().message);
   auto range_ok = range.validate(cfg);
@@ -39,8 +40,10 @@ bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range
     lp.output_norm = layernorm(p + "output.LayerNorm");
     layers_.push_back(lp);
   }
-  if (!range.has_head()) return;
-  if (cfg.norm == layer_norm_placement::pre) final_norm_ = layernorm("bert.encoder.final_layernorm");
+  if (!range.has_head())
+    return;
+  if (cfg.norm == layer_norm_placement::pre)
+    final_norm_ = layernorm("bert.encoder.final_layernorm");
   if (cfg.head == head_kind::squad) {
     squad_.qa_outputs = linear("qa_outputs");
     return;
@@ -56,22 +59,26 @@ bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range
 }
 
 void bert_parameters::init(std::uint64_t seed) {
-  for (auto& e : entries_) init_parameter(e.value, e.spec, cfg_, seed);
+  for (auto& e : entries_)
+    init_parameter(e.value, e.spec, cfg_, seed);
 }
 
 void bert_parameters::zero_grad() {
-  for (auto& e : entries_) e.grad.zero();
+  for (auto& e : entries_)
+    e.grad.zero();
 }
 
 const bert_parameters::entry* bert_parameters::find(std::string_view name) const {
   for (const auto& e : entries_)
-    if (e.spec.name == name) return &e;
+    if (e.spec.name == name)
+      return &e;
   return nullptr;
 }
 
 std::int64_t bert_parameters::count() const {
   std::int64_t n = 0;
-  for (const auto& e : entries_) n += e.value.numel();
+  for (const auto& e : entries_)
+    n += e.value.numel();
   return n;
 }
 
@@ -88,8 +95,8 @@ const tensor& bert_parameters::grad_of(const std::string& name) const {
 }
 
 linear_params bert_parameters::linear(const std::string& prefix) const {
-  return linear_params{value_of(prefix + ".weight"), value_of(prefix + ".bias"), grad_of(prefix + ".weight"),
-                       grad_of(prefix + ".bias")};
+  return linear_params{value_of(prefix + ".weight"), value_of(prefix + ".bias"),
+                       grad_of(prefix + ".weight"), grad_of(prefix + ".bias")};
 }
 
 layernorm_params bert_parameters::layernorm(const std::string& prefix) const {
@@ -115,8 +122,8 @@ const layernorm_params& bert_parameters::final_norm() const {
 }
 
 const pretraining_head_params& bert_parameters::pretraining_head() const {
-  DSA_CHECK(range_.has_head() && cfg_.head == head_kind::pretraining, "range {} holds no pretraining head",
-            range_.to_string());
+  DSA_CHECK(range_.has_head() && cfg_.head == head_kind::pretraining,
+            "range {} holds no pretraining head", range_.to_string());
   return pretraining_;
 }
 

@@ -6,24 +6,29 @@
 namespace dsa::bert {
 namespace {
 
-std::size_t bytes_of(const tensor& t) { return t.defined() ? t.nbytes() : 0; }
+std::size_t bytes_of(const tensor& t) {
+  return t.defined() ? t.nbytes() : 0;
+}
 
 } // namespace
 
 std::size_t part_stash::bytes() const {
   std::size_t total = embeddings.bytes() + bytes_of(final_norm_in) + bytes_of(final_norm_mean) +
                       bytes_of(final_norm_rstd);
-  for (const auto& l : layers) total += l.bytes();
+  for (const auto& l : layers)
+    total += l.bytes();
   return total;
 }
 
 tensor key_mask_f32(const bert_batch& batch) {
   const tensor& m = batch.attention_mask;
-  if (!m.defined() || m.type() == dtype::f32) return m;
+  if (!m.defined() || m.type() == dtype::f32)
+    return m;
   tensor out = tensor::empty(m.shape(), dtype::f32);
   const std::int32_t* in = m.data<std::int32_t>();
   float* o = out.data<float>();
-  for (std::int64_t i = 0; i < m.numel(); ++i) o[i] = in[i] != 0 ? 1.0f : 0.0f;
+  for (std::int64_t i = 0; i < m.numel(); ++i)
+    o[i] = in[i] != 0 ? 1.0f : 0.0f;
   return out;
 }
 
@@ -42,9 +47,11 @@ expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_bat
   if (r.has_embeddings()) {
     hidden = embeddings_forward(params_.embeddings(), cfg, batch, ctx, stash.embeddings);
   } else {
-    if (!hidden_in.defined() || hidden_in.type() != dtype::f32 || hidden_in.shape() != shape_t{B, T, H})
-      return make_error(errc::invalid_argument, "bert range {}: hidden input should be f32[{}, {}, {}], got {}",
-                        r.to_string(), B, T, H, hidden_in.defined() ? hidden_in.describe() : "undefined");
+    if (!hidden_in.defined() || hidden_in.type() != dtype::f32 ||
+        hidden_in.shape() != shape_t{B, T, H})
+      return make_error(
+          errc::invalid_argument, "bert range {}: hidden input should be f32[{}, {}, {}], got {}",
+          r.to_string(), B, T, H, hidden_in.defined() ? hidden_in.describe() : "undefined");
     hidden = hidden_in;
   }
   const tensor mask = key_mask_f32(batch);
@@ -62,44 +69,52 @@ expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_bat
       stash.final_norm_rstd = tensor::empty({B * T}, dtype::f32);
       tensor normed = tensor::empty({B, T, H}, dtype::f32);
       cpu::layernorm_forward(normed.data<float>(), stash.final_norm_mean.data<float>(),
-                             stash.final_norm_rstd.data<float>(), hidden.data<float>(), n.weight.data<float>(),
-                             n.bias.data<float>(), cfg.layer_norm_eps, B * T, H);
+                             stash.final_norm_rstd.data<float>(), hidden.data<float>(),
+                             n.weight.data<float>(), n.bias.data<float>(), cfg.layer_norm_eps,
+                             B * T, H);
       hidden = normed;
     }
     if (cfg.head == head_kind::pretraining)
-      out.losses = pretraining_head_forward(hidden, batch, params_.pretraining_head(), cfg, stash.pretraining);
+      out.losses = pretraining_head_forward(hidden, batch, params_.pretraining_head(), cfg,
+                                            stash.pretraining);
     else
       out.losses = squad_head_forward(hidden, batch, params_.squad_head(), stash.squad, out.squad);
   } else {
     out.hidden = hidden;
   }
-  if (ctx.mode == run_mode::eval) stash = part_stash{};
-  else stash.filled = true;
+  if (ctx.mode == run_mode::eval)
+    stash = part_stash{};
+  else
+    stash.filled = true;
   return out;
 }
 
-tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash, const backward_options& options) const {
+tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
+                           const backward_options& options) const {
   const bert_config& cfg = config();
   const bert_range& r = range();
-  DSA_CHECK(stash.filled, "bert range {}: backward without a train-mode forward (or twice)", r.to_string());
+  DSA_CHECK(stash.filled, "bert range {}: backward without a train-mode forward (or twice)",
+            r.to_string());
   tensor d;
   if (r.has_head()) {
     d = cfg.head == head_kind::pretraining
-            ? pretraining_head_backward(stash.pretraining, params_.pretraining_head(), cfg, options.loss_scale)
+            ? pretraining_head_backward(stash.pretraining, params_.pretraining_head(), cfg,
+                                        options.loss_scale)
             : squad_head_backward(stash.squad, params_.squad_head(), options.loss_scale);
     if (cfg.norm == layer_norm_placement::pre) {
       const layernorm_params& n = params_.final_norm();
       const std::int64_t rows = stash.final_norm_rstd.dim(0);
-      cpu::layernorm_backward(d.data<float>(), n.dweight.data<float>(), n.dbias.data<float>(), d.data<float>(),
-                              stash.final_norm_in.data<float>(), stash.final_norm_mean.data<float>(),
-                              stash.final_norm_rstd.data<float>(), n.weight.data<float>(), rows,
-                              cfg.hidden_size);
+      cpu::layernorm_backward(
+          d.data<float>(), n.dweight.data<float>(), n.dbias.data<float>(), d.data<float>(),
+          stash.final_norm_in.data<float>(), stash.final_norm_mean.data<float>(),
+          stash.final_norm_rstd.data<float>(), n.weight.data<float>(), rows, cfg.hidden_size);
     }
   } else {
-    DSA_CHECK(dhidden_out.defined() && dhidden_out.type() == dtype::f32 && dhidden_out.is_contiguous() &&
-                  dhidden_out.ndim() == 3 && dhidden_out.dim(2) == cfg.hidden_size,
-              "bert range {}: backward needs a contiguous f32 (B, T, H) output gradient, got {}", r.to_string(),
-              dhidden_out.defined() ? dhidden_out.describe() : "undefined");
+    DSA_CHECK(dhidden_out.defined() && dhidden_out.type() == dtype::f32 &&
+                  dhidden_out.is_contiguous() && dhidden_out.ndim() == 3 &&
+                  dhidden_out.dim(2) == cfg.hidden_size,
+              "bert range {}: backward needs a contiguous f32 (B, T, H) output gradient, got {}",
+              r.to_string(), dhidden_out.defined() ? dhidden_out.describe() : "undefined");
     // Read only by the layers; the embeddings' backward works in place, so copy then.
     d = r.layer_count() == 0 ? dhidden_out.clone() : dhidden_out;
   }

@@ -42,9 +42,9 @@ struct part_stash {
 };
 
 struct part_output {
-  tensor hidden;       // (B, T, H) output of the last layer (ranges without head)
-  bert_losses losses;  // ranges with head
-  squad_logits squad;  // squad head: start/end logits (B, T)
+  tensor hidden;      // (B, T, H) output of the last layer (ranges without head)
+  bert_losses losses; // ranges with head
+  squad_logits squad; // squad head: start/end logits (B, T)
 };
 
 struct backward_options {
@@ -67,13 +67,14 @@ public:
   // range has the embeddings, which read batch.input_ids. Every range reads
   // batch.attention_mask; the head reads the labels. Errors name a malformed batch
   // tensor. In eval mode nothing is stashed and dropout is off.
-  expected<part_output> forward(const tensor& hidden_in, const bert_batch& batch, const forward_context& ctx,
-                                part_stash& stash) const;
+  expected<part_output> forward(const tensor& hidden_in, const bert_batch& batch,
+                                const forward_context& ctx, part_stash& stash) const;
 
   // dhidden_out: (B, T, H) gradient of this range's output (ignored with a head: the
   // loss is the start). Accumulates parameter gradients; returns d hidden_in
   // (B, T, H), undefined when the range has the embeddings. Releases the stash.
-  tensor backward(const tensor& dhidden_out, part_stash& stash, const backward_options& options) const;
+  tensor backward(const tensor& dhidden_out, part_stash& stash,
+                  const backward_options& options) const;
 
 private:
   bert_parameters params_;

@@ -21,10 +21,11 @@ status bert_range::validate(const bert_config& cfg) const {
     return make_error(errc::invalid_argument, "bert range {}: layers outside [0, {}]", to_string(),
                       cfg.num_layers);
   if (has_embeddings() && first_layer != 0)
-    return make_error(errc::invalid_argument, "bert range {}: embeddings need first_layer 0", to_string());
+    return make_error(errc::invalid_argument, "bert range {}: embeddings need first_layer 0",
+                      to_string());
   if (has_head() && last_layer != cfg.num_layers)
-    return make_error(errc::invalid_argument, "bert range {}: the head needs last_layer {}", to_string(),
-                      cfg.num_layers);
+    return make_error(errc::invalid_argument, "bert range {}: the head needs last_layer {}",
+                      to_string(), cfg.num_layers);
   if (layer_count() == 0 && !has_embeddings() && !has_head())
     return make_error(errc::invalid_argument, "bert range {}: empty", to_string());
   return {};

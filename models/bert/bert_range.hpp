@@ -24,8 +24,14 @@ struct bert_range {
   static bert_range whole(const bert_config& cfg);
   // Layers [first, last) only; combine with the setters below.
   static bert_range layers(std::int64_t first, std::int64_t last);
-  bert_range& with_embeddings() { embeddings = embeddings_part::included; return *this; }
-  bert_range& with_head() { head = head_part::included; return *this; }
+  bert_range& with_embeddings() {
+    embeddings = embeddings_part::included;
+    return *this;
+  }
+  bert_range& with_head() {
+    head = head_part::included;
+    return *this;
+  }
 
   bool has_embeddings() const { return embeddings == embeddings_part::included; }
   bool has_head() const { return head == head_part::included; }

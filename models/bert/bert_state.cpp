@@ -15,12 +15,16 @@ const char* const decoder_bias = "cls.predictions.decoder.bias";
 const char* const prediction_bias = "cls.predictions.bias";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 bool is_head(const std::string& name) {
-  return starts_with(name, "cls.") || starts_with(name, "bert.pooler.") || starts_with(name, "qa_outputs.");
+  return starts_with(name, "cls.") || starts_with(name, "bert.pooler.") ||
+         starts_with(name, "qa_outputs.");
 }
 
 // Every parameter name of the whole model under either head, plus HF's extras.
@@ -30,7 +34,8 @@ std::set<std::string> known_names(const bert_config& cfg) {
   for (head_kind head : {head_kind::pretraining, head_kind::squad}) {
     bert_config c = cfg;
     c.head = head;
-    for (const auto& s : parameter_specs(c, bert_range::whole(c))) names.insert(s.name);
+    for (const auto& s : parameter_specs(c, bert_range::whole(c)))
+      names.insert(s.name);
   }
   return names;
 }
@@ -39,22 +44,28 @@ std::set<std::string> known_names(const bert_config& cfg) {
 std::string canonical(const std::string& key, const std::set<std::string>& known) {
   std::string name = key;
   if (name.find("LayerNorm") != std::string::npos) {
-    if (ends_with(name, ".gamma")) name = name.substr(0, name.size() - 6) + ".weight";
-    else if (ends_with(name, ".beta")) name = name.substr(0, name.size() - 5) + ".bias";
+    if (ends_with(name, ".gamma"))
+      name = name.substr(0, name.size() - 6) + ".weight";
+    else if (ends_with(name, ".beta"))
+      name = name.substr(0, name.size() - 5) + ".bias";
   }
-  if (!known.count(name) && known.count("bert." + name) && !is_head(name)) name = "bert." + name;
+  if (!known.count(name) && known.count("bert." + name) && !is_head(name))
+    name = "bert." + name;
   return name;
 }
 
-status check_source(const std::string& name, const std::string& key, const tensor& src, const shape_t& shape) {
+status check_source(const std::string& name, const std::string& key, const tensor& src,
+                    const shape_t& shape) {
   if (!dtype_is_float(src.type()))
-    return make_error(errc::format, "state dict: tensor '{}' has dtype {}, expected f32, f16 or bf16", key,
+    return make_error(errc::format,
+                      "state dict: tensor '{}' has dtype {}, expected f32, f16 or bf16", key,
                       dtype_name(src.type()));
   if (src.shape() != shape)
     return make_error(errc::format, "state dict: tensor '{}' has shape {}, expected {} for {}", key,
                       shape_string(src.shape()), shape_string(shape), name);
   if (!src.dev().is_cpu())
-    return make_error(errc::unsupported, "state dict: tensor '{}' is on {}, expected cpu", key, src.dev().to_string());
+    return make_error(errc::unsupported, "state dict: tensor '{}' is on {}, expected cpu", key,
+                      src.dev().to_string());
   return {};
 }
 
@@ -81,8 +92,8 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
     std::string name = canonical(key, known);
     auto [it, inserted] = by_name.emplace(name, source{key, value});
     if (!inserted)
-      return make_error(errc::format, "state dict: tensor '{}' given twice (as '{}' and '{}')", name,
-                        it->second.key, key);
+      return make_error(errc::format, "state dict: tensor '{}' given twice (as '{}' and '{}')",
+                        name, it->second.key, key);
   }
   auto lookup = [&](const std::string& name) -> const source* {
     auto it = by_name.find(name);
@@ -97,9 +108,12 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
     const std::string& name = e.spec.name;
     const source* src = lookup(name);
     const source* tied = nullptr;
-    if (name == word_embeddings_name()) tied = lookup(decoder_weight);
-    if (name == prediction_bias) tied = lookup(decoder_bias);
-    if (!src) src = tied;
+    if (name == word_embeddings_name())
+      tied = lookup(decoder_weight);
+    if (name == prediction_bias)
+      tied = lookup(decoder_bias);
+    if (!src)
+      src = tied;
     if (!src) {
       if (is_head(name) && options.head == missing_head::keep_current) {
         report.kept.push_back(name);
@@ -112,16 +126,19 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
     if (tied && tied != src) {
       DSA_TRY(check_source(name, tied->key, tied->value, e.spec.shape));
       if (as_f32(tied->value) != as_f32(src->value))
-        return make_error(errc::format, "state dict: '{}' differs from '{}': an untied decoder is not supported",
+        return make_error(errc::format,
+                          "state dict: '{}' differs from '{}': an untied decoder is not supported",
                           tied->key, src->key);
     }
     used.insert(src->key);
     plan.emplace_back(&e, src);
   }
   for (const auto& [name, src] : by_name) {
-    if (used.count(src.key)) continue;
+    if (used.count(src.key))
+      continue;
     if (!known.count(name) && options.unexpected == unexpected_tensors::error)
-      return make_error(errc::format, "state dict: unexpected tensor '{}' (not a {}-LN BERT parameter)", src.key,
+      return make_error(errc::format,
+                        "state dict: unexpected tensor '{}' (not a {}-LN BERT parameter)", src.key,
                         cfg.norm == layer_norm_placement::post ? "post" : "pre");
     report.ignored.push_back(src.key);
   }
@@ -136,7 +153,8 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
 std::map<std::string, tensor> state(const bert_parameters& params) {
   std::map<std::string, tensor> out;
   for (const auto& e : params.entries())
-    if (e.spec.role == replica::owner) out.emplace(e.spec.name, e.value);
+    if (e.spec.role == replica::owner)
+      out.emplace(e.spec.name, e.value);
   return out;
 }
 

@@ -44,8 +44,9 @@ struct load_options {
 };
 
 struct load_report {
-  std::vector<std::string> loaded;  // our names, written
-  std::vector<std::string> kept;    // our head tensors absent from the dict (missing_head::keep_current)
+  std::vector<std::string> loaded; // our names, written
+  std::vector<std::string>
+      kept; // our head tensors absent from the dict (missing_head::keep_current)
   std::vector<std::string> ignored; // dict names not loaded (extras, other ranges, other head)
 };
 

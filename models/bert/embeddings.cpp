@@ -9,14 +9,19 @@
 namespace dsa::bert {
 namespace {
 
-std::size_t bytes_of(const tensor& t) { return t.defined() ? t.nbytes() : 0; }
+std::size_t bytes_of(const tensor& t) {
+  return t.defined() ? t.nbytes() : 0;
+}
 
 } // namespace
 
-std::size_t embeddings_stash::bytes() const { return bytes_of(sum) + bytes_of(mean) + bytes_of(rstd); }
+std::size_t embeddings_stash::bytes() const {
+  return bytes_of(sum) + bytes_of(mean) + bytes_of(rstd);
+}
 
-tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg, const bert_batch& batch,
-                          const forward_context& ctx, embeddings_stash& stash) {
+tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg,
+                          const bert_batch& batch, const forward_context& ctx,
+                          embeddings_stash& stash) {
   const std::int64_t B = batch.batch_size(), T = batch.seq_length(), H = cfg.hidden_size, N = B * T;
   stash = embeddings_stash{};
   stash.ctx = ctx;
@@ -27,19 +32,23 @@ tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg, co
   stash.rstd = tensor::empty({N}, dtype::f32);
 
   float* e = stash.sum.data<float>();
-  cpu::embedding_forward(e, p.word.data<float>(), batch.input_ids.data<std::int32_t>(), N, cfg.vocab_size, H);
+  cpu::embedding_forward(e, p.word.data<float>(), batch.input_ids.data<std::int32_t>(), N,
+                         cfg.vocab_size, H);
   const float* pos = p.position.data<float>();
   const float* types = p.token_type.data<float>();
-  const std::int32_t* tt = batch.token_type_ids.defined() ? batch.token_type_ids.data<std::int32_t>() : nullptr;
+  const std::int32_t* tt =
+      batch.token_type_ids.defined() ? batch.token_type_ids.data<std::int32_t>() : nullptr;
   for (std::int64_t row = 0; row < N; ++row) {
     const float* prow = pos + (row % T) * H;
     const float* trow = types + (tt ? tt[row] : 0) * H;
     float* erow = e + row * H;
-    for (std::int64_t c = 0; c < H; ++c) erow[c] += prow[c] + trow[c];
+    for (std::int64_t c = 0; c < H; ++c)
+      erow[c] += prow[c] + trow[c];
   }
   tensor out = tensor::empty({B, T, H}, dtype::f32);
   cpu::layernorm_forward(out.data<float>(), stash.mean.data<float>(), stash.rstd.data<float>(), e,
-                         p.norm.weight.data<float>(), p.norm.bias.data<float>(), cfg.layer_norm_eps, N, H);
+                         p.norm.weight.data<float>(), p.norm.bias.data<float>(), cfg.layer_norm_eps,
+                         N, H);
   dropout_apply(out.data<float>(), out.data<float>(), ctx.rate(cfg.hidden_dropout),
                 ctx.stream(0, site::embeddings), N * H);
   return out;
@@ -49,15 +58,16 @@ void embeddings_backward(const embeddings_params& p, const bert_config& cfg, con
                          const embeddings_stash& stash) {
   const std::int64_t N = stash.sum.dim(0), H = cfg.hidden_size, T = dout.dim(1);
   float* d = dout.data<float>();
-  dropout_apply_backward(d, d, stash.ctx.rate(cfg.hidden_dropout), stash.ctx.stream(0, site::embeddings),
-                         N * H);
+  dropout_apply_backward(d, d, stash.ctx.rate(cfg.hidden_dropout),
+                         stash.ctx.stream(0, site::embeddings), N * H);
   cpu::layernorm_backward(d, p.norm.dweight.data<float>(), p.norm.dbias.data<float>(), d,
-                          stash.sum.data<float>(), stash.mean.data<float>(), stash.rstd.data<float>(),
-                          p.norm.weight.data<float>(), N, H);
+                          stash.sum.data<float>(), stash.mean.data<float>(),
+                          stash.rstd.data<float>(), p.norm.weight.data<float>(), N, H);
 
   float* dpos = p.dposition.data<float>();
   float* dtypes = p.dtoken_type.data<float>();
-  const std::int32_t* tt = stash.token_type_ids.defined() ? stash.token_type_ids.data<std::int32_t>() : nullptr;
+  const std::int32_t* tt =
+      stash.token_type_ids.defined() ? stash.token_type_ids.data<std::int32_t>() : nullptr;
   for (std::int64_t row = 0; row < N; ++row) {
     const float* drow = d + row * H;
     float* prow = dpos + (row % T) * H;
@@ -73,13 +83,15 @@ void embeddings_backward(const embeddings_params& p, const bert_config& cfg, con
   std::vector<std::int32_t> kept_ids;
   std::vector<float> kept_rows;
   bool any_pad = false;
-  for (std::int64_t row = 0; row < N && !any_pad; ++row) any_pad = ids[row] == cfg.pad_token_id;
+  for (std::int64_t row = 0; row < N && !any_pad; ++row)
+    any_pad = ids[row] == cfg.pad_token_id;
   if (!any_pad) {
     cpu::embedding_backward(p.dword.data<float>(), d, ids, N, cfg.vocab_size, H);
     return;
   }
   for (std::int64_t row = 0; row < N; ++row) {
-    if (ids[row] == cfg.pad_token_id) continue;
+    if (ids[row] == cfg.pad_token_id)
+      continue;
     kept_ids.push_back(ids[row]);
     kept_rows.insert(kept_rows.end(), d + row * H, d + (row + 1) * H);
   }

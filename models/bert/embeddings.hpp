@@ -19,8 +19,9 @@ struct embeddings_stash {
 };
 
 // Returns (B, T, H) f32.
-tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg, const bert_batch& batch,
-                          const forward_context& ctx, embeddings_stash& stash);
+tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg,
+                          const bert_batch& batch, const forward_context& ctx,
+                          embeddings_stash& stash);
 
 // dout: (B, T, H), used as scratch. Accumulates into p's gradients; the word
 // embedding row pad_token_id receives nothing (HF padding_idx).

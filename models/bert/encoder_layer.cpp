@@ -18,8 +18,8 @@ struct norm_stash {
 };
 
 // y: (N, C) = LN(x); keeps the input and mean unless normalize_invertible.
-void norm_forward(const tensor& y, const tensor& x, const layernorm_params& p, const bert_config& cfg,
-                  norm_stash keep) {
+void norm_forward(const tensor& y, const tensor& x, const layernorm_params& p,
+                  const bert_config& cfg, norm_stash keep) {
   const std::int64_t N = x.dim(0), C = x.dim(1);
   const bool invertible = cfg.memory.normalize_invertible;
   *keep.rstd = tensor::empty({N}, dtype::f32);
@@ -37,12 +37,13 @@ void norm_backward(float* dx, const float* dy, const layernorm_params& p, const 
                    const tensor& mean, const tensor& rstd, const tensor& output) {
   const std::int64_t N = rstd.dim(0), C = p.weight.dim(0);
   if (input.defined()) {
-    cpu::layernorm_backward(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy, input.data<float>(),
-                            mean.data<float>(), rstd.data<float>(), p.weight.data<float>(), N, C);
+    cpu::layernorm_backward(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy,
+                            input.data<float>(), mean.data<float>(), rstd.data<float>(),
+                            p.weight.data<float>(), N, C);
   } else {
     cpu::layernorm_backward_from_output(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy,
-                                        output.data<float>(), rstd.data<float>(), p.weight.data<float>(),
-                                        p.bias.data<float>(), N, C);
+                                        output.data<float>(), rstd.data<float>(),
+                                        p.weight.data<float>(), p.bias.data<float>(), N, C);
   }
 }
 
@@ -50,14 +51,17 @@ void norm_backward(float* dx, const float* dy, const layernorm_params& p, const 
 void residual_dropout(float* out, const float* residual, const float* branch, float rate,
                       const philox_stream& stream, std::int64_t n) {
   dropout_apply(out, branch, rate, stream, n);
-  for (std::int64_t i = 0; i < n; ++i) out[i] += residual[i];
+  for (std::int64_t i = 0; i < n; ++i)
+    out[i] += residual[i];
 }
 
 attention_dims dims_of(const tensor& x, const bert_config& cfg) {
   return attention_dims{x.dim(0), x.dim(1), cfg.hidden_size, cfg.num_heads};
 }
 
-tensor new_rows(std::int64_t rows, std::int64_t c) { return tensor::empty({rows, c}, dtype::f32); }
+tensor new_rows(std::int64_t rows, std::int64_t c) {
+  return tensor::empty({rows, c}, dtype::f32);
+}
 
 } // namespace
 
@@ -65,10 +69,11 @@ std::size_t layer_stash::bytes() const {
   std::set<std::pair<const void*, std::size_t>> seen;
   std::size_t total = 0;
   for (const tensor* t : {&attention.x, &attention.q, &attention.k, &attention.v, &attention.probs,
-                          &attention.probs_drop, &attention.context, &feed_forward.x, &feed_forward.ff1,
-                          &feed_forward.gelu, &norm_a_in, &norm_a_mean, &norm_a_rstd, &norm_o_in,
-                          &norm_o_mean, &norm_o_rstd, &output}) {
-    if (!t->defined() || !seen.insert({t->storage_ptr().get(), t->byte_offset()}).second) continue;
+                          &attention.probs_drop, &attention.context, &feed_forward.x,
+                          &feed_forward.ff1, &feed_forward.gelu, &norm_a_in, &norm_a_mean,
+                          &norm_a_rstd, &norm_o_in, &norm_o_mean, &norm_o_rstd, &output}) {
+    if (!t->defined() || !seen.insert({t->storage_ptr().get(), t->byte_offset()}).second)
+      continue;
     total += t->nbytes();
   }
   return total;
@@ -92,7 +97,8 @@ tensor encoder_layer_forward(const tensor& x_in, const float* key_mask, const la
   tensor y = new_rows(N, H);
   if (cfg.norm == layer_norm_placement::post) {
     attention_forward(branch.data<float>(), stash.attention, x, key_mask, p, dims,
-                      ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs), cfg.memory);
+                      ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs),
+                      cfg.memory);
     tensor sum = new_rows(N, H);
     residual_dropout(sum.data<float>(), x.data<float>(), branch.data<float>(), hidden_p,
                      ctx.stream(id, site::attention_output), N * H);
@@ -103,12 +109,14 @@ tensor encoder_layer_forward(const tensor& x_in, const float* key_mask, const la
     residual_dropout(sum2.data<float>(), h.data<float>(), branch.data<float>(), hidden_p,
                      ctx.stream(id, site::ffn_output), N * H);
     norm_forward(y, sum2, p.output_norm, cfg, keep_o);
-    if (cfg.memory.normalize_invertible) stash.output = y;
+    if (cfg.memory.normalize_invertible)
+      stash.output = y;
   } else {
     tensor a_in = new_rows(N, H);
     norm_forward(a_in, x, p.attention_norm, cfg, keep_a);
     attention_forward(branch.data<float>(), stash.attention, a_in, key_mask, p, dims,
-                      ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs), cfg.memory);
+                      ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs),
+                      cfg.memory);
     tensor h = new_rows(N, H);
     residual_dropout(h.data<float>(), x.data<float>(), branch.data<float>(), hidden_p,
                      ctx.stream(id, site::attention_output), N * H);
@@ -134,13 +142,16 @@ tensor encoder_layer_backward(const tensor& dy_in, const layer_stash& s, const l
 
   if (cfg.norm == layer_norm_placement::post) {
     std::vector<float> dh(static_cast<std::size_t>(n));
-    norm_backward(dh.data(), dy, p.output_norm, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd, s.output);
-    dropout_apply_backward(dbranch.data(), dh.data(), hidden_p, s.ctx.stream(id, site::ffn_output), n);
+    norm_backward(dh.data(), dy, p.output_norm, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd,
+                  s.output);
+    dropout_apply_backward(dbranch.data(), dh.data(), hidden_p, s.ctx.stream(id, site::ffn_output),
+                           n);
     feed_forward_backward(dh.data(), dbranch.data(), s.feed_forward, p, write_mode::accumulate);
     float* dsum = dx.data<float>();
     norm_backward(dsum, dh.data(), p.attention_norm, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd,
                   s.feed_forward.x);
-    dropout_apply_backward(dbranch.data(), dsum, hidden_p, s.ctx.stream(id, site::attention_output), n);
+    dropout_apply_backward(dbranch.data(), dsum, hidden_p, s.ctx.stream(id, site::attention_output),
+                           n);
     attention_backward(dsum, dbranch.data(), s.attention, p, dims, attention_p,
                        s.ctx.stream(id, site::attention_probs), write_mode::accumulate);
   } else {
@@ -149,34 +160,43 @@ tensor encoder_layer_backward(const tensor& dy_in, const layer_stash& s, const l
     std::vector<float> dnormed(static_cast<std::size_t>(n));
     dropout_apply_backward(dbranch.data(), dy, hidden_p, s.ctx.stream(id, site::ffn_output), n);
     feed_forward_backward(dnormed.data(), dbranch.data(), s.feed_forward, p, write_mode::overwrite);
-    norm_backward(dnormed.data(), dnormed.data(), p.output_norm, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd,
-                  s.feed_forward.x);
-    for (std::int64_t i = 0; i < n; ++i) dh[i] += dnormed[static_cast<std::size_t>(i)];
-    dropout_apply_backward(dbranch.data(), dh, hidden_p, s.ctx.stream(id, site::attention_output), n);
+    norm_backward(dnormed.data(), dnormed.data(), p.output_norm, s.norm_o_in, s.norm_o_mean,
+                  s.norm_o_rstd, s.feed_forward.x);
+    for (std::int64_t i = 0; i < n; ++i)
+      dh[i] += dnormed[static_cast<std::size_t>(i)];
+    dropout_apply_backward(dbranch.data(), dh, hidden_p, s.ctx.stream(id, site::attention_output),
+                           n);
     attention_backward(dnormed.data(), dbranch.data(), s.attention, p, dims, attention_p,
                        s.ctx.stream(id, site::attention_probs), write_mode::overwrite);
-    norm_backward(dnormed.data(), dnormed.data(), p.attention_norm, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd,
-                  s.attention.x);
-    for (std::int64_t i = 0; i < n; ++i) dh[i] += dnormed[static_cast<std::size_t>(i)];
+    norm_backward(dnormed.data(), dnormed.data(), p.attention_norm, s.norm_a_in, s.norm_a_mean,
+                  s.norm_a_rstd, s.attention.x);
+    for (std::int64_t i = 0; i < n; ++i)
+      dh[i] += dnormed[static_cast<std::size_t>(i)];
   }
   return dx.reshape(dy_in.shape());
 }
 
-std::size_t layer_stash_bytes(const bert_config& cfg, std::int64_t batch, std::int64_t seq, run_mode mode) {
-  const std::size_t N = static_cast<std::size_t>(batch * seq), H = static_cast<std::size_t>(cfg.hidden_size);
+std::size_t layer_stash_bytes(const bert_config& cfg, std::int64_t batch, std::int64_t seq,
+                              run_mode mode) {
+  const std::size_t N = static_cast<std::size_t>(batch * seq),
+                    H = static_cast<std::size_t>(cfg.hidden_size);
   const std::size_t I = static_cast<std::size_t>(cfg.intermediate_size);
   const std::size_t scores = static_cast<std::size_t>(batch * cfg.num_heads * seq * seq);
   const memory_flags& f = cfg.memory;
   const bool attention_dropped = mode == run_mode::train && cfg.attention_dropout > 0.0f;
   std::size_t floats = 0;
-  floats += 5 * N * H;                                                // attention x, q, k, v, context
-  floats += scores;                                                   // probs
-  if (attention_dropped && !f.attn_dropout_checkpoint) floats += scores; // probs_drop
-  floats += N * H + N * I;                                            // feed-forward x, ff1
-  if (!f.gelu_checkpoint) floats += N * I;                            // gelu
-  floats += 2 * N;                                                    // two rstd
-  if (!f.normalize_invertible) floats += 2 * N * H + 2 * N;           // two LayerNorm inputs and means
-  if (f.normalize_invertible && cfg.norm == layer_norm_placement::post) floats += N * H; // output
+  floats += 5 * N * H; // attention x, q, k, v, context
+  floats += scores;    // probs
+  if (attention_dropped && !f.attn_dropout_checkpoint)
+    floats += scores;      // probs_drop
+  floats += N * H + N * I; // feed-forward x, ff1
+  if (!f.gelu_checkpoint)
+    floats += N * I; // gelu
+  floats += 2 * N;   // two rstd
+  if (!f.normalize_invertible)
+    floats += 2 * N * H + 2 * N; // two LayerNorm inputs and means
+  if (f.normalize_invertible && cfg.norm == layer_norm_placement::post)
+    floats += N * H; // output
   return floats * sizeof(float);
 }
 

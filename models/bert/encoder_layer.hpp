@@ -46,6 +46,7 @@ tensor encoder_layer_backward(const tensor& dy, const layer_stash& stash, const 
 
 // Bytes encoder_layer_forward stashes per layer for a (B, T) micro-batch in `mode`
 // under cfg.memory; equals layer_stash::bytes() of a real forward (tested).
-std::size_t layer_stash_bytes(const bert_config& cfg, std::int64_t batch, std::int64_t seq, run_mode mode);
+std::size_t layer_stash_bytes(const bert_config& cfg, std::int64_t batch, std::int64_t seq,
+                              run_mode mode);
 
 } // namespace dsa::bert

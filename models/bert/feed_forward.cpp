@@ -7,8 +7,8 @@
 
 namespace dsa::bert {
 
-void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x, const layer_params& p,
-                          const memory_flags& flags) {
+void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x,
+                          const layer_params& p, const memory_flags& flags) {
   const std::int64_t rows = x.dim(0), I = p.intermediate.out_features();
   stash.x = x;
   stash.ff1 = tensor::empty({rows, I}, dtype::f32);
@@ -16,7 +16,8 @@ void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x
   tensor gelu = tensor::empty({rows, I}, dtype::f32);
   cpu::gelu_forward(gelu.data<float>(), stash.ff1.data<float>(), rows * I);
   linear_forward(out, gelu.data<float>(), p.output, rows);
-  if (!flags.gelu_checkpoint) stash.gelu = gelu;
+  if (!flags.gelu_checkpoint)
+    stash.gelu = gelu;
 }
 
 void feed_forward_backward(float* dx, const float* dout, const feed_forward_stash& stash,

@@ -19,8 +19,8 @@ struct feed_forward_stash {
 };
 
 // out: (rows, H) = output.dense(gelu(intermediate.dense(x))); x: (rows, H).
-void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x, const layer_params& p,
-                          const memory_flags& flags);
+void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x,
+                          const layer_params& p, const memory_flags& flags);
 
 // dx: (rows, H) = or += per dx_mode; dout: (rows, H). Parameter gradients +=.
 void feed_forward_backward(float* dx, const float* dout, const feed_forward_stash& stash,

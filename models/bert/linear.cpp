@@ -8,7 +8,8 @@ namespace dsa::bert {
 
 void linear_forward(float* y, const float* x, const linear_params& p, std::int64_t rows) {
   const std::int64_t out = p.out_features(), in = p.in_features();
-  if (rows == 0) return;
+  if (rows == 0)
+    return;
   cpu::gemm_shape s;
   s.m = rows;
   s.n = out;
@@ -18,10 +19,11 @@ void linear_forward(float* y, const float* x, const linear_params& p, std::int64
   cpu::bias_add(y, p.bias.data<float>(), rows, out);
 }
 
-void linear_backward(float* dx, const float* dy, const float* x, const linear_params& p, std::int64_t rows,
-                     write_mode dx_mode) {
+void linear_backward(float* dx, const float* dy, const float* x, const linear_params& p,
+                     std::int64_t rows, write_mode dx_mode) {
   const std::int64_t out = p.out_features(), in = p.in_features();
-  if (rows == 0) return;
+  if (rows == 0)
+    return;
   cpu::gemm_shape dw; // dW (out, in) += dy^T (out, rows) x (rows, in)
   dw.m = out;
   dw.n = in;
@@ -30,7 +32,8 @@ void linear_backward(float* dx, const float* dy, const float* x, const linear_pa
   dw.beta = 1.0f;
   cpu::gemm(p.dweight.data<float>(), dy, x, dw);
   cpu::bias_backward(p.dbias.data<float>(), dy, rows, out);
-  if (dx == nullptr) return;
+  if (dx == nullptr)
+    return;
   cpu::gemm_shape dxs; // dx (rows, in) = dy (rows, out) W (out, in)
   dxs.m = rows;
   dxs.n = in;

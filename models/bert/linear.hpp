@@ -16,7 +16,7 @@ void linear_forward(float* y, const float* x, const linear_params& p, std::int64
 
 // dW += dy^T x, db += sum_rows dy; dx: (rows, in) = or += dy W per `dx_mode`
 // (skipped when dx is null). dy: (rows, out), x: (rows, in).
-void linear_backward(float* dx, const float* dy, const float* x, const linear_params& p, std::int64_t rows,
-                     write_mode dx_mode);
+void linear_backward(float* dx, const float* dy, const float* x, const linear_params& p,
+                     std::int64_t rows, write_mode dx_mode);
 
 } // namespace dsa::bert

@@ -17,7 +17,8 @@ std::uint32_t name_hash(std::string_view name) {
   return h;
 }
 
-void normal_fill(float* out, std::int64_t n, float stddev, std::uint64_t seed, std::string_view name) {
+void normal_fill(float* out, std::int64_t n, float stddev, std::uint64_t seed,
+                 std::string_view name) {
   philox_stream stream;
   stream.seed = seed;
   stream.step = 0xffffffffu; // never a training step's dropout stream
@@ -36,19 +37,27 @@ void normal_fill(float* out, std::int64_t n, float stddev, std::uint64_t seed, s
       z[2 * pair + 1] = radius * std::sin(angle);
     }
     std::int64_t count = std::min<std::int64_t>(4, n - block * 4);
-    for (std::int64_t j = 0; j < count; ++j) out[block * 4 + j] = static_cast<float>(stddev * z[j]);
+    for (std::int64_t j = 0; j < count; ++j)
+      out[block * 4 + j] = static_cast<float>(stddev * z[j]);
   }
 }
 
-void init_parameter(const tensor& value, const param_spec& spec, const bert_config& cfg, std::uint64_t seed) {
-  DSA_CHECK(value.type() == dtype::f32 && value.shape() == spec.shape, "init of {}: got {}", spec.name,
-            value.describe());
+void init_parameter(const tensor& value, const param_spec& spec, const bert_config& cfg,
+                    std::uint64_t seed) {
+  DSA_CHECK(value.type() == dtype::f32 && value.shape() == spec.shape, "init of {}: got {}",
+            spec.name, value.describe());
   float* data = value.data<float>();
   const std::int64_t n = value.numel();
   switch (spec.init) {
-  case init_kind::zeros: std::fill(data, data + n, 0.0f); break;
-  case init_kind::ones: std::fill(data, data + n, 1.0f); break;
-  case init_kind::normal: normal_fill(data, n, cfg.initializer_range, seed, spec.name); break;
+  case init_kind::zeros:
+    std::fill(data, data + n, 0.0f);
+    break;
+  case init_kind::ones:
+    std::fill(data, data + n, 1.0f);
+    break;
+  case init_kind::normal:
+    normal_fill(data, n, cfg.initializer_range, seed, spec.name);
+    break;
   case init_kind::normal_pad_zero: {
     normal_fill(data, n, cfg.initializer_range, seed, spec.name);
     if (cfg.pad_token_id >= 0) {

@@ -18,10 +18,12 @@ namespace dsa::bert {
 std::uint32_t name_hash(std::string_view name);
 
 // value: f32 tensor of spec.shape, overwritten.
-void init_parameter(const tensor& value, const param_spec& spec, const bert_config& cfg, std::uint64_t seed);
+void init_parameter(const tensor& value, const param_spec& spec, const bert_config& cfg,
+                    std::uint64_t seed);
 
 // out: (n) = N(0, stddev) draws of the stream (seed, name): element i uses Box-Muller on
 // Philox block i / 4, so the values do not depend on how the tensor is split.
-void normal_fill(float* out, std::int64_t n, float stddev, std::uint64_t seed, std::string_view name);
+void normal_fill(float* out, std::int64_t n, float stddev, std::uint64_t seed,
+                 std::string_view name);
 
 } // namespace dsa::bert

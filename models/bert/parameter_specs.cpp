@@ -34,20 +34,27 @@ void add_layer(std::vector<param_spec>& out, const bert_config& cfg, std::int64_
 
 } // namespace
 
-std::string layer_prefix(std::int64_t layer) { return fmt::format("bert.encoder.layer.{}.", layer); }
+std::string layer_prefix(std::int64_t layer) {
+  return fmt::format("bert.encoder.layer.{}.", layer);
+}
 
 std::vector<param_spec> parameter_specs(const bert_config& cfg, const bert_range& range) {
   std::vector<param_spec> out;
   const std::int64_t H = cfg.hidden_size;
   if (range.has_embeddings()) {
     add(out, word_embeddings_name(), {cfg.vocab_size, H}, init_kind::normal_pad_zero);
-    add(out, "bert.embeddings.position_embeddings.weight", {cfg.max_position_embeddings, H}, init_kind::normal);
-    add(out, "bert.embeddings.token_type_embeddings.weight", {cfg.type_vocab_size, H}, init_kind::normal);
+    add(out, "bert.embeddings.position_embeddings.weight", {cfg.max_position_embeddings, H},
+        init_kind::normal);
+    add(out, "bert.embeddings.token_type_embeddings.weight", {cfg.type_vocab_size, H},
+        init_kind::normal);
     add_layernorm(out, "bert.embeddings.LayerNorm", H);
   }
-  for (std::int64_t l = range.first_layer; l < range.last_layer; ++l) add_layer(out, cfg, l);
-  if (!range.has_head()) return out;
-  if (cfg.norm == layer_norm_placement::pre) add_layernorm(out, "bert.encoder.final_layernorm", H);
+  for (std::int64_t l = range.first_layer; l < range.last_layer; ++l)
+    add_layer(out, cfg, l);
+  if (!range.has_head())
+    return out;
+  if (cfg.norm == layer_norm_placement::pre)
+    add_layernorm(out, "bert.encoder.final_layernorm", H);
   if (cfg.head == head_kind::squad) {
     add_linear(out, "qa_outputs", 2, H);
     return out;
@@ -66,7 +73,8 @@ std::vector<param_spec> parameter_specs(const bert_config& cfg, const bert_range
 
 std::int64_t parameter_count(const std::vector<param_spec>& specs) {
   std::int64_t n = 0;
-  for (const auto& s : specs) n += shape_numel(s.shape);
+  for (const auto& s : specs)
+    n += shape_numel(s.shape);
   return n;
 }
 

@@ -12,9 +12,10 @@
 //   bert.encoder.layer.L.output.dense.{weight,bias}
 //   bert.encoder.layer.L.output.LayerNorm.{weight,bias}
 //   pretraining head: bert.pooler.dense.{weight,bias},
-//     cls.predictions.transform.dense.{weight,bias}, cls.predictions.transform.LayerNorm.{weight,bias},
-//     cls.predictions.bias, cls.seq_relationship.{weight,bias}
-//     (the MLM decoder weight is the word embedding: no parameter of its own)
+//     cls.predictions.transform.dense.{weight,bias},
+//     cls.predictions.transform.LayerNorm.{weight,bias}, cls.predictions.bias,
+//     cls.seq_relationship.{weight,bias} (the MLM decoder weight is the word embedding: no
+//     parameter of its own)
 //   squad head: qa_outputs.{weight,bias} (no pooler, as HF BertForQuestionAnswering)
 //
 // Pre-LN (not an HF architecture) keeps the same names: each sublayer's
@@ -52,7 +53,9 @@ struct param_spec {
   replica role = replica::owner;
 };
 
-inline const char* word_embeddings_name() { return "bert.embeddings.word_embeddings.weight"; }
+inline const char* word_embeddings_name() {
+  return "bert.embeddings.word_embeddings.weight";
+}
 std::string layer_prefix(std::int64_t layer); // "bert.encoder.layer.L."
 
 // The parameters a range holds, in canonical order: embeddings, layers in order,

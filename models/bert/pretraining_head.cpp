@@ -18,9 +18,11 @@ constexpr std::int32_t ignore_label = -1;
 
 // A scaled copy of d (or d itself when scale is 1), owned by `storage`.
 const float* scaled(const tensor& d, float scale, std::vector<float>& storage) {
-  if (scale == 1.0f) return d.data<float>();
+  if (scale == 1.0f)
+    return d.data<float>();
   storage.assign(d.data<float>(), d.data<float>() + d.numel());
-  for (auto& v : storage) v *= scale;
+  for (auto& v : storage)
+    v *= scale;
   return storage.data();
 }
 
@@ -34,15 +36,18 @@ void mlm_forward(const float* hidden, const bert_batch& batch, const pretraining
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t j = 0; j < P; ++j) {
       const std::int64_t slot = b * P + j;
-      if (ids[slot] < 0 || pos[slot] == 0) continue; // padding slot
+      if (ids[slot] < 0 || pos[slot] == 0)
+        continue; // padding slot
       s.masked_rows.push_back(b * T + pos[slot]);
       labels.push_back(ids[slot]);
     }
   const auto M = static_cast<std::int64_t>(labels.size());
-  if (M == 0) return;
+  if (M == 0)
+    return;
   s.masked = tensor::empty({M, H}, dtype::f32);
   for (std::int64_t r = 0; r < M; ++r)
-    std::memcpy(s.masked.data<float>() + r * H, hidden + s.masked_rows[static_cast<std::size_t>(r)] * H,
+    std::memcpy(s.masked.data<float>() + r * H,
+                hidden + s.masked_rows[static_cast<std::size_t>(r)] * H,
                 static_cast<std::size_t>(H) * sizeof(float));
   s.transform = tensor::empty({M, H}, dtype::f32);
   s.gelu = tensor::empty({M, H}, dtype::f32);
@@ -51,9 +56,10 @@ void mlm_forward(const float* hidden, const bert_batch& batch, const pretraining
   s.norm_rstd = tensor::empty({M}, dtype::f32);
   linear_forward(s.transform.data<float>(), s.masked.data<float>(), p.transform, M);
   cpu::gelu_forward(s.gelu.data<float>(), s.transform.data<float>(), M * H);
-  cpu::layernorm_forward(s.normed.data<float>(), s.norm_mean.data<float>(), s.norm_rstd.data<float>(),
-                         s.gelu.data<float>(), p.transform_norm.weight.data<float>(),
-                         p.transform_norm.bias.data<float>(), cfg.layer_norm_eps, M, H);
+  cpu::layernorm_forward(s.normed.data<float>(), s.norm_mean.data<float>(),
+                         s.norm_rstd.data<float>(), s.gelu.data<float>(),
+                         p.transform_norm.weight.data<float>(), p.transform_norm.bias.data<float>(),
+                         cfg.layer_norm_eps, M, H);
   s.mlm_dlogits = tensor::empty({M, V}, dtype::f32);
   float* logits = s.mlm_dlogits.data<float>();
   cpu::gemm_shape g; // logits (M, V) = normed (M, H) W_word^T
@@ -67,8 +73,8 @@ void mlm_forward(const float* hidden, const bert_batch& batch, const pretraining
   losses.mlm_loss = x.loss_sum / static_cast<double>(x.count);
   losses.mlm_count = x.count;
   losses.mlm_correct = x.correct;
-  cpu::cross_entropy_backward(logits, logits, labels.data(), ignore_label, 1.0f / static_cast<float>(x.count),
-                              M, V);
+  cpu::cross_entropy_backward(logits, logits, labels.data(), ignore_label,
+                              1.0f / static_cast<float>(x.count), M, V);
 }
 
 void nsp_forward(const float* hidden, const bert_batch& batch, const pretraining_head_params& p,
@@ -76,7 +82,8 @@ void nsp_forward(const float* hidden, const bert_batch& batch, const pretraining
   const std::int64_t B = s.hidden_shape[0], T = s.hidden_shape[1], H = cfg.hidden_size;
   s.cls = tensor::empty({B, H}, dtype::f32);
   for (std::int64_t b = 0; b < B; ++b)
-    std::memcpy(s.cls.data<float>() + b * H, hidden + b * T * H, static_cast<std::size_t>(H) * sizeof(float));
+    std::memcpy(s.cls.data<float>() + b * H, hidden + b * T * H,
+                static_cast<std::size_t>(H) * sizeof(float));
   s.pooled = tensor::empty({B, H}, dtype::f32);
   std::vector<float> pre(static_cast<std::size_t>(B * H)); // tanh's aliasing is unspecified
   linear_forward(pre.data(), s.cls.data<float>(), p.pooler, B);
@@ -101,15 +108,18 @@ bert_losses pretraining_head_forward(const tensor& hidden, const bert_batch& bat
   stash = pretraining_head_stash{};
   stash.hidden_shape = hidden.shape();
   bert_losses losses;
-  if (batch.masked_lm_positions.defined()) mlm_forward(hidden.data<float>(), batch, p, cfg, stash, losses);
-  if (batch.next_sentence_labels.defined()) nsp_forward(hidden.data<float>(), batch, p, cfg, stash, losses);
+  if (batch.masked_lm_positions.defined())
+    mlm_forward(hidden.data<float>(), batch, p, cfg, stash, losses);
+  if (batch.next_sentence_labels.defined())
+    nsp_forward(hidden.data<float>(), batch, p, cfg, stash, losses);
   losses.total = losses.mlm_loss + losses.nsp_loss;
   return losses;
 }
 
 tensor pretraining_head_backward(const pretraining_head_stash& s, const pretraining_head_params& p,
                                  const bert_config& cfg, float loss_scale) {
-  const std::int64_t B = s.hidden_shape[0], T = s.hidden_shape[1], H = cfg.hidden_size, V = cfg.vocab_size;
+  const std::int64_t B = s.hidden_shape[0], T = s.hidden_shape[1], H = cfg.hidden_size,
+                     V = cfg.vocab_size;
   tensor dhidden = tensor::zeros(s.hidden_shape, dtype::f32);
   float* dh = dhidden.data<float>();
   std::vector<float> scratch;
@@ -130,24 +140,31 @@ tensor pretraining_head_backward(const pretraining_head_stash& s, const pretrain
     dn.n = H;
     dn.k = V;
     cpu::gemm(d.data(), dl, p.word.data<float>(), dn);
-    cpu::layernorm_backward(d.data(), p.transform_norm.dweight.data<float>(), p.transform_norm.dbias.data<float>(),
-                            d.data(), s.gelu.data<float>(), s.norm_mean.data<float>(), s.norm_rstd.data<float>(),
+    cpu::layernorm_backward(d.data(), p.transform_norm.dweight.data<float>(),
+                            p.transform_norm.dbias.data<float>(), d.data(), s.gelu.data<float>(),
+                            s.norm_mean.data<float>(), s.norm_rstd.data<float>(),
                             p.transform_norm.weight.data<float>(), M, H);
     cpu::gelu_backward(d.data(), d.data(), s.transform.data<float>(), M * H);
-    linear_backward(dm.data(), d.data(), s.masked.data<float>(), p.transform, M, write_mode::overwrite);
+    linear_backward(dm.data(), d.data(), s.masked.data<float>(), p.transform, M,
+                    write_mode::overwrite);
     for (std::int64_t r = 0; r < M; ++r) {
       float* row = dh + s.masked_rows[static_cast<std::size_t>(r)] * H;
-      for (std::int64_t c = 0; c < H; ++c) row[c] += dm[static_cast<std::size_t>(r * H + c)];
+      for (std::int64_t c = 0; c < H; ++c)
+        row[c] += dm[static_cast<std::size_t>(r * H + c)];
     }
   }
   if (s.nsp_dlogits.defined()) {
     const float* dl = scaled(s.nsp_dlogits, loss_scale, scratch);
-    std::vector<float> dpooled(static_cast<std::size_t>(B * H)), dpre(dpooled.size()), dcls(dpooled.size());
-    linear_backward(dpooled.data(), dl, s.pooled.data<float>(), p.seq_relationship, B, write_mode::overwrite);
+    std::vector<float> dpooled(static_cast<std::size_t>(B * H)), dpre(dpooled.size()),
+        dcls(dpooled.size());
+    linear_backward(dpooled.data(), dl, s.pooled.data<float>(), p.seq_relationship, B,
+                    write_mode::overwrite);
     cpu::tanh_backward(dpre.data(), dpooled.data(), s.pooled.data<float>(), B * H);
-    linear_backward(dcls.data(), dpre.data(), s.cls.data<float>(), p.pooler, B, write_mode::overwrite);
+    linear_backward(dcls.data(), dpre.data(), s.cls.data<float>(), p.pooler, B,
+                    write_mode::overwrite);
     for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t c = 0; c < H; ++c) dh[b * T * H + c] += dcls[static_cast<std::size_t>(b * H + c)];
+      for (std::int64_t c = 0; c < H; ++c)
+        dh[b * T * H + c] += dcls[static_cast<std::size_t>(b * H + c)];
   }
   return dhidden;
 }

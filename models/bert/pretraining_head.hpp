@@ -17,15 +17,15 @@
 namespace dsa::bert {
 
 struct pretraining_head_stash {
-  shape_t hidden_shape;                   // (B, T, H)
-  std::vector<std::int64_t> masked_rows;  // row b*T + position of each counted MLM slot (M of them)
-  tensor masked;                          // (M, H) gathered hidden rows
-  tensor transform, gelu;                 // (M, H) dense output, GELU output (= LayerNorm input)
-  tensor norm_mean, norm_rstd;            // (M)
-  tensor normed;                          // (M, H) decoder input
-  tensor mlm_dlogits;                     // (M, V) d mean-CE / d logits
-  tensor cls, pooled;                     // (B, H) [CLS] rows, tanh output
-  tensor nsp_dlogits;                     // (B, 2)
+  shape_t hidden_shape;                  // (B, T, H)
+  std::vector<std::int64_t> masked_rows; // row b*T + position of each counted MLM slot (M of them)
+  tensor masked;                         // (M, H) gathered hidden rows
+  tensor transform, gelu;                // (M, H) dense output, GELU output (= LayerNorm input)
+  tensor norm_mean, norm_rstd;           // (M)
+  tensor normed;                         // (M, H) decoder input
+  tensor mlm_dlogits;                    // (M, V) d mean-CE / d logits
+  tensor cls, pooled;                    // (B, H) [CLS] rows, tanh output
+  tensor nsp_dlogits;                    // (B, 2)
 };
 
 // hidden: (B, T, H). MLM is skipped when the batch has no masked_lm tensors, NSP
@@ -35,7 +35,8 @@ bert_losses pretraining_head_forward(const tensor& hidden, const bert_batch& bat
                                      pretraining_head_stash& stash);
 
 // Returns d(loss_scale * total) / d hidden: (B, T, H); parameter gradients +=.
-tensor pretraining_head_backward(const pretraining_head_stash& stash, const pretraining_head_params& p,
-                                 const bert_config& cfg, float loss_scale);
+tensor pretraining_head_backward(const pretraining_head_stash& stash,
+                                 const pretraining_head_params& p, const bert_config& cfg,
+                                 float loss_scale);
 
 } // namespace dsa::bert

@@ -21,8 +21,9 @@ std::vector<std::int32_t> clamped_labels(const tensor& positions, std::int64_t T
 
 } // namespace
 
-bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch, const squad_head_params& p,
-                               squad_head_stash& stash, squad_logits& out) {
+bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch,
+                               const squad_head_params& p, squad_head_stash& stash,
+                               squad_logits& out) {
   const std::int64_t B = hidden.dim(0), T = hidden.dim(1), N = B * T;
   stash = squad_head_stash{};
   stash.hidden = hidden;
@@ -37,7 +38,8 @@ bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch, co
     end[i] = logits[static_cast<std::size_t>(2 * i + 1)];
   }
   bert_losses losses;
-  if (!batch.start_positions.defined()) return losses;
+  if (!batch.start_positions.defined())
+    return losses;
 
   const auto ignore = static_cast<std::int32_t>(T);
   const auto start_labels = clamped_labels(batch.start_positions, T);
@@ -66,12 +68,15 @@ bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch, co
   return losses;
 }
 
-tensor squad_head_backward(const squad_head_stash& stash, const squad_head_params& p, float loss_scale) {
+tensor squad_head_backward(const squad_head_stash& stash, const squad_head_params& p,
+                           float loss_scale) {
   const std::int64_t N = stash.hidden.dim(0) * stash.hidden.dim(1);
   tensor dhidden = tensor::zeros(stash.hidden.shape(), dtype::f32);
-  if (!stash.dlogits.defined()) return dhidden;
+  if (!stash.dlogits.defined())
+    return dhidden;
   std::vector<float> d(stash.dlogits.data<float>(), stash.dlogits.data<float>() + 2 * N);
-  for (auto& v : d) v *= loss_scale;
+  for (auto& v : d)
+    v *= loss_scale;
   linear_backward(dhidden.data<float>(), d.data(), stash.hidden.data<float>(), p.qa_outputs, N,
                   write_mode::overwrite);
   return dhidden;

@@ -21,10 +21,12 @@ struct squad_logits {
 };
 
 // hidden: (B, T, H). Loss pieces are zero when the batch has no start/end positions.
-bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch, const squad_head_params& p,
-                               squad_head_stash& stash, squad_logits& logits);
+bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch,
+                               const squad_head_params& p, squad_head_stash& stash,
+                               squad_logits& logits);
 
 // Returns d(loss_scale * total) / d hidden: (B, T, H); parameter gradients +=.
-tensor squad_head_backward(const squad_head_stash& stash, const squad_head_params& p, float loss_scale);
+tensor squad_head_backward(const squad_head_stash& stash, const squad_head_params& p,
+                           float loss_scale);
 
 } // namespace dsa::bert

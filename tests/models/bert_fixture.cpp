@@ -66,8 +66,8 @@ double chain_loss(const std::vector<const bert::bert_part*>& parts, const bert::
   return loss;
 }
 
-bert::bert_losses chain_step(const std::vector<bert::bert_part*>& parts, const bert::bert_batch& batch,
-                             const bert::forward_context& ctx) {
+bert::bert_losses chain_step(const std::vector<bert::bert_part*>& parts,
+                             const bert::bert_batch& batch, const bert::forward_context& ctx) {
   std::vector<bert::part_stash> stashes(parts.size());
   tensor hidden;
   bert::bert_losses losses;
@@ -78,7 +78,8 @@ bert::bert_losses chain_step(const std::vector<bert::bert_part*>& parts, const b
     losses = out->losses;
   }
   tensor grad;
-  for (std::size_t i = parts.size(); i-- > 0;) grad = parts[i]->backward(grad, stashes[i], bert::backward_options{});
+  for (std::size_t i = parts.size(); i-- > 0;)
+    grad = parts[i]->backward(grad, stashes[i], bert::backward_options{});
   return losses;
 }
 
@@ -88,7 +89,8 @@ void randomize_parameters(bert::bert_parameters& params, std::uint64_t seed) {
     const bool gain = e.spec.init == bert::init_kind::ones;
     bert::normal_fill(v, e.value.numel(), gain ? 0.2f : 0.3f, seed, e.spec.name);
     if (gain)
-      for (std::int64_t i = 0; i < e.value.numel(); ++i) v[i] += 1.0f;
+      for (std::int64_t i = 0; i < e.value.numel(); ++i)
+        v[i] += 1.0f;
   }
 }
 

@@ -24,8 +24,8 @@ tensor f32_tensor(const shape_t& shape, const std::vector<float>& values);
 double chain_loss(const std::vector<const bert::bert_part*>& parts, const bert::bert_batch& batch,
                   const bert::forward_context& ctx);
 // Forward + backward through `parts` (gradients accumulate); returns the loss pieces.
-bert::bert_losses chain_step(const std::vector<bert::bert_part*>& parts, const bert::bert_batch& batch,
-                             const bert::forward_context& ctx);
+bert::bert_losses chain_step(const std::vector<bert::bert_part*>& parts,
+                             const bert::bert_batch& batch, const bert::forward_context& ctx);
 
 // Every tensor ~ N(0, 0.3) (LayerNorm gains 1 + N(0, 0.2)), keyed by name like the
 // real init: attention and GELU well inside their non-linear range, biases non-zero

@@ -29,9 +29,10 @@ TEST_CASE("bert config: named sizes") {
     bert::model_size size;
     std::int64_t layers, hidden, heads;
   };
-  for (const row& r : {row{bert::model_size::tiny, 2, 128, 2}, row{bert::model_size::mini, 4, 256, 4},
-                       row{bert::model_size::small, 4, 512, 8}, row{bert::model_size::medium, 8, 512, 8},
-                       row{bert::model_size::base, 12, 768, 12}, row{bert::model_size::large, 24, 1024, 16}}) {
+  for (const row& r :
+       {row{bert::model_size::tiny, 2, 128, 2}, row{bert::model_size::mini, 4, 256, 4},
+        row{bert::model_size::small, 4, 512, 8}, row{bert::model_size::medium, 8, 512, 8},
+        row{bert::model_size::base, 12, 768, 12}, row{bert::model_size::large, 24, 1024, 16}}) {
     const auto c = bert::bert_config_for(r.size);
     CHECK(c.num_layers == r.layers);
     CHECK(c.hidden_size == r.hidden);
@@ -67,7 +68,8 @@ gelu_checkpoint = true
   CHECK(c->memory.gelu_checkpoint);
   CHECK(bert::describe(*c).find("bert-tiny") == 0);
 
-  auto custom = parse("[model]\nsize = \"custom\"\nnum_layers = 3\nhidden_size = 48\nnum_heads = 3\n");
+  auto custom =
+      parse("[model]\nsize = \"custom\"\nnum_layers = 3\nhidden_size = 48\nnum_heads = 3\n");
   REQUIRE(custom.has_value());
   CHECK(custom->intermediate_size == 192);
   auto defaults = parse("[model]\n");

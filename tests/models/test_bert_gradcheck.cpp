@@ -23,18 +23,23 @@ using bert::layer_norm_placement;
 std::vector<std::int64_t> probes(const bert::bert_parameters::entry& e) {
   const std::int64_t n = e.value.numel(), c = e.spec.shape.back();
   std::vector<std::int64_t> rows;
-  if (e.spec.name == bert::word_embeddings_name()) rows = {17, 41, 11, 23, 33, 3};
-  else if (e.spec.name == "bert.embeddings.position_embeddings.weight") rows = {0, 3, 6};
-  else if (e.spec.name == "bert.embeddings.token_type_embeddings.weight") rows = {0, 1};
+  if (e.spec.name == bert::word_embeddings_name())
+    rows = {17, 41, 11, 23, 33, 3};
+  else if (e.spec.name == "bert.embeddings.position_embeddings.weight")
+    rows = {0, 3, 6};
+  else if (e.spec.name == "bert.embeddings.token_type_embeddings.weight")
+    rows = {0, 1};
   std::vector<std::int64_t> out;
   if (!rows.empty()) {
     for (std::size_t i = 0; i < rows.size(); ++i)
-      for (std::int64_t col : {static_cast<std::int64_t>(i) % c, (static_cast<std::int64_t>(i) * 7 + 5) % c})
+      for (std::int64_t col :
+           {static_cast<std::int64_t>(i) % c, (static_cast<std::int64_t>(i) * 7 + 5) % c})
         out.push_back(rows[i] * c + col);
     return out;
   }
   const std::int64_t k = std::min<std::int64_t>(n, 10);
-  for (std::int64_t i = 0; i < k; ++i) out.push_back((i * n) / k + (i * 3) % std::max<std::int64_t>(1, n / k));
+  for (std::int64_t i = 0; i < k; ++i)
+    out.push_back((i * n) / k + (i * 3) % std::max<std::int64_t>(1, n / k));
   return out;
 }
 
@@ -43,13 +48,17 @@ std::vector<std::int64_t> probes(const bert::bert_parameters::entry& e) {
 // and the LayerNorm right before the squad head) shifts every start/end logit alike.
 bool zero_by_construction(const std::string& name, const bert::bert_config& cfg) {
   auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  if (ends_with("attention.self.key.bias")) return true;
-  if (cfg.head != head_kind::squad) return false;
-  const std::string last_norm = cfg.norm == layer_norm_placement::pre
-                                    ? "bert.encoder.final_layernorm.bias"
-                                    : bert::layer_prefix(cfg.num_layers - 1) + "output.LayerNorm.bias";
+  if (ends_with("attention.self.key.bias"))
+    return true;
+  if (cfg.head != head_kind::squad)
+    return false;
+  const std::string last_norm =
+      cfg.norm == layer_norm_placement::pre
+          ? "bert.encoder.final_layernorm.bias"
+          : bert::layer_prefix(cfg.num_layers - 1) + "output.LayerNorm.bias";
   return name == "qa_outputs.bias" || name == last_norm;
 }
 
@@ -80,7 +89,8 @@ void gradient_check(layer_norm_placement norm, head_kind head) {
       const double down = test::chain_loss(chain, batch, ctx);
       v[i] = saved;
       // Divide by the step the f32 parameter really took.
-      numeric.push_back((up - down) / (static_cast<double>(up_value) - static_cast<double>(down_value)));
+      numeric.push_back((up - down) /
+                        (static_cast<double>(up_value) - static_cast<double>(down_value)));
       analytic.push_back(e.grad.data<float>()[i]);
     }
     INFO(e.spec.name);
@@ -89,8 +99,10 @@ void gradient_check(layer_norm_placement norm, head_kind head) {
     // The probes must see a real gradient, or the comparison above proves nothing,
     // except where the gradient is zero by construction.
     double largest = 0.0;
-    for (double g : numeric) largest = std::max(largest, std::fabs(g));
-    if (!zero_by_construction(e.spec.name, cfg)) CHECK(largest > 10 * test::finite_diff_model.abs);
+    for (double g : numeric)
+      largest = std::max(largest, std::fabs(g));
+    if (!zero_by_construction(e.spec.name, cfg))
+      CHECK(largest > 10 * test::finite_diff_model.abs);
   }
 }
 
@@ -102,5 +114,9 @@ TEST_CASE("bert gradcheck: post-LN, pretraining head (MLM + NSP, tied decoder)")
 TEST_CASE("bert gradcheck: pre-LN, pretraining head") {
   gradient_check(layer_norm_placement::pre, head_kind::pretraining);
 }
-TEST_CASE("bert gradcheck: post-LN, squad head") { gradient_check(layer_norm_placement::post, head_kind::squad); }
-TEST_CASE("bert gradcheck: pre-LN, squad head") { gradient_check(layer_norm_placement::pre, head_kind::squad); }
+TEST_CASE("bert gradcheck: post-LN, squad head") {
+  gradient_check(layer_norm_placement::post, head_kind::squad);
+}
+TEST_CASE("bert gradcheck: pre-LN, squad head") {
+  gradient_check(layer_norm_placement::pre, head_kind::squad);
+}

@@ -21,7 +21,8 @@ struct run_result {
   std::size_t layer_bytes = 0; // stash of layer 0 after forward
 };
 
-bert::bert_config dropout_bert(layer_norm_placement norm, head_kind head, const bert::memory_flags& flags) {
+bert::bert_config dropout_bert(layer_norm_placement norm, head_kind head,
+                               const bert::memory_flags& flags) {
   bert::bert_config cfg = test::small_bert(norm, head);
   cfg.hidden_dropout = 0.1f;
   cfg.attention_dropout = 0.1f;
@@ -106,15 +107,18 @@ TEST_CASE("bert stash bytes: formula matches the real stash; each flag removes w
   cfg.memory = {};
   const std::size_t pre_base = bert::layer_stash_bytes(cfg, B, T, bert::run_mode::train);
   cfg.memory.normalize_invertible = true;
-  CHECK(pre_base - bert::layer_stash_bytes(cfg, B, T, bert::run_mode::train) == (2 * N * H + 2 * N) * 4);
+  CHECK(pre_base - bert::layer_stash_bytes(cfg, B, T, bert::run_mode::train) ==
+        (2 * N * H + 2 * N) * 4);
   // bert-large at B 8, T 512 (sanity of magnitudes: probabilities dominate).
   bert::bert_config large = bert::bert_config_for(bert::model_size::large);
   const std::size_t big = bert::layer_stash_bytes(large, 8, 512, bert::run_mode::train);
   CHECK(big > 2 * std::size_t(8) * 16 * 512 * 512 * 4);
 }
 
-TEST_CASE("bert dropout: same (seed, step, micro-batch) gives the same loss; another micro-batch differs") {
-  const bert::bert_config cfg = dropout_bert(layer_norm_placement::post, head_kind::pretraining, {});
+TEST_CASE("bert dropout: same (seed, step, micro-batch) gives the same loss; another micro-batch "
+          "differs") {
+  const bert::bert_config cfg =
+      dropout_bert(layer_norm_placement::post, head_kind::pretraining, {});
   bert::bert_part part(cfg, bert::bert_range::whole(cfg));
   test::randomize_parameters(part.parameters(), 5);
   const bert::bert_batch batch = test::small_batch(cfg);

@@ -20,14 +20,16 @@ using bert::layer_norm_placement;
 
 shape_t shape_of(const std::vector<bert::param_spec>& specs, const std::string& name) {
   for (const auto& s : specs)
-    if (s.name == name) return s.shape;
+    if (s.name == name)
+      return s.shape;
   FAIL("no parameter " << name);
   return {};
 }
 
 std::map<std::string, tensor> cloned(const std::map<std::string, tensor>& dict) {
   std::map<std::string, tensor> out;
-  for (const auto& [k, v] : dict) out.emplace(k, v.clone());
+  for (const auto& [k, v] : dict)
+    out.emplace(k, v.clone());
   return out;
 }
 
@@ -35,7 +37,8 @@ tensor to_half(const tensor& t, dtype type) {
   tensor out = tensor::empty(t.shape(), type);
   const float* in = t.data<float>();
   std::uint16_t* o = out.data<std::uint16_t>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) o[i] = type == dtype::f16 ? f32_to_f16(in[i]) : f32_to_bf16(in[i]);
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    o[i] = type == dtype::f16 ? f32_to_f16(in[i]) : f32_to_bf16(in[i]);
   return out;
 }
 
@@ -55,7 +58,8 @@ TEST_CASE("bert parameters: bert-base has HF's names, shapes and counts") {
   CHECK(shape_of(specs, "cls.predictions.bias") == shape_t{30522});
   CHECK(shape_of(specs, "cls.seq_relationship.weight") == shape_t{2, 768});
   std::set<std::string> names;
-  for (const auto& s : specs) names.insert(s.name);
+  for (const auto& s : specs)
+    names.insert(s.name);
   CHECK(names.size() == specs.size());
   CHECK(names.count("cls.predictions.decoder.weight") == 0);
 
@@ -63,10 +67,12 @@ TEST_CASE("bert parameters: bert-base has HF's names, shapes and counts") {
   const auto squad = bert::parameter_specs(base, bert::bert_range::whole(base));
   CHECK(bert::parameter_count(squad) == 108893186);
   CHECK(shape_of(squad, "qa_outputs.weight") == shape_t{2, 768});
-  for (const auto& s : squad) CHECK(s.name.rfind("bert.pooler", 0) != 0);
+  for (const auto& s : squad)
+    CHECK(s.name.rfind("bert.pooler", 0) != 0);
 
   bert::bert_config large = bert::bert_config_for(bert::model_size::large);
-  CHECK(bert::parameter_count(bert::parameter_specs(large, bert::bert_range::whole(large))) == 336226108);
+  CHECK(bert::parameter_count(bert::parameter_specs(large, bert::bert_range::whole(large))) ==
+        336226108);
   base.head = head_kind::pretraining;
   base.norm = layer_norm_placement::pre;
   const auto pre = bert::parameter_specs(base, bert::bert_range::whole(base));
@@ -88,18 +94,22 @@ TEST_CASE("bert init: normal(0, initializer_range), zero biases, unit LayerNorm,
   const double n = static_cast<double>(word.numel() - 16);
   CHECK(std::fabs(sum / n) < 1e-3);
   CHECK(std::sqrt(sq / n) == doctest::Approx(0.02).epsilon(0.02));
-  for (int c = 0; c < 16; ++c) CHECK(w[c] == 0.0f); // pad_token_id 0
+  for (int c = 0; c < 16; ++c)
+    CHECK(w[c] == 0.0f); // pad_token_id 0
   CHECK(p.find("bert.encoder.layer.1.attention.self.key.bias")->value.data<float>()[3] == 0.0f);
   CHECK(p.find("bert.encoder.layer.1.output.LayerNorm.weight")->value.data<float>()[3] == 1.0f);
   bert::bert_parameters again(cfg, bert::bert_range::whole(cfg));
   again.init(1);
-  CHECK(std::equal(w, w + word.numel(), again.find(bert::word_embeddings_name())->value.data<float>()));
+  CHECK(std::equal(w, w + word.numel(),
+                   again.find(bert::word_embeddings_name())->value.data<float>()));
   again.init(2);
-  CHECK_FALSE(std::equal(w, w + word.numel(), again.find(bert::word_embeddings_name())->value.data<float>()));
+  CHECK_FALSE(std::equal(w, w + word.numel(),
+                         again.find(bert::word_embeddings_name())->value.data<float>()));
 }
 
 TEST_CASE("bert state: export and load round trip; HF extras, f16/bf16 and old names accepted") {
-  const bert::bert_config cfg = test::small_bert(layer_norm_placement::post, head_kind::pretraining);
+  const bert::bert_config cfg =
+      test::small_bert(layer_norm_placement::post, head_kind::pretraining);
   bert::bert_parameters src(cfg, bert::bert_range::whole(cfg));
   src.init(3);
   auto dict = cloned(bert::state(src));
@@ -131,12 +141,13 @@ TEST_CASE("bert state: export and load round trip; HF extras, f16/bf16 and old n
   CHECK(report->ignored.size() == 3);
   DSA_CHECK_CLOSE(dst2.find(q)->value.data<float>(), dict.at(q).data<float>(), dict.at(q).numel(),
                   test::f16_roundtrip);
-  DSA_CHECK_CLOSE(dst2.find(ffn)->value.data<float>(), dict.at(ffn).data<float>(), dict.at(ffn).numel(),
-                  test::bf16_roundtrip);
+  DSA_CHECK_CLOSE(dst2.find(ffn)->value.data<float>(), dict.at(ffn).data<float>(),
+                  dict.at(ffn).numel(), test::bf16_roundtrip);
 }
 
 TEST_CASE("bert state: errors name the missing, mis-shaped, untied or unexpected tensor") {
-  const bert::bert_config cfg = test::small_bert(layer_norm_placement::post, head_kind::pretraining);
+  const bert::bert_config cfg =
+      test::small_bert(layer_norm_placement::post, head_kind::pretraining);
   bert::bert_parameters p(cfg, bert::bert_range::whole(cfg));
   p.init(3);
   const auto good = cloned(bert::state(p));
@@ -147,7 +158,8 @@ TEST_CASE("bert state: errors name the missing, mis-shaped, untied or unexpected
     INFO(r.err().message);
     CHECK(r.err().message.find(needle) != std::string::npos);
     // Nothing is written on error.
-    CHECK(dst.find("bert.encoder.layer.0.attention.self.query.weight")->value.data<float>()[0] == 0.0f);
+    CHECK(dst.find("bert.encoder.layer.0.attention.self.query.weight")->value.data<float>()[0] ==
+          0.0f);
   };
   auto missing = good;
   missing.erase("bert.encoder.layer.1.output.dense.bias");
@@ -167,12 +179,14 @@ TEST_CASE("bert state: errors name the missing, mis-shaped, untied or unexpected
 }
 
 TEST_CASE("bert state: SQuAD fine-tuning from a pretraining dict; a stage loads only its range") {
-  const bert::bert_config pre_cfg = test::small_bert(layer_norm_placement::post, head_kind::pretraining);
+  const bert::bert_config pre_cfg =
+      test::small_bert(layer_norm_placement::post, head_kind::pretraining);
   bert::bert_parameters pretrained(pre_cfg, bert::bert_range::whole(pre_cfg));
   pretrained.init(8);
   const auto dict = cloned(bert::state(pretrained));
 
-  const bert::bert_config squad_cfg = test::small_bert(layer_norm_placement::post, head_kind::squad);
+  const bert::bert_config squad_cfg =
+      test::small_bert(layer_norm_placement::post, head_kind::squad);
   bert::bert_parameters squad(squad_cfg, bert::bert_range::whole(squad_cfg));
   auto strict = bert::load_state(squad, dict);
   REQUIRE_FALSE(strict.has_value());

@@ -20,7 +20,8 @@ void check_split(layer_norm_placement norm, head_kind head) {
   bert::bert_part whole(cfg, bert::bert_range::whole(cfg));
   bert::bert_part first(cfg, bert::bert_range::layers(0, 1).with_embeddings());
   bert::bert_part last(cfg, bert::bert_range::layers(1, 2).with_head());
-  for (auto* p : {&whole, &first, &last}) test::randomize_parameters(p->parameters(), 21);
+  for (auto* p : {&whole, &first, &last})
+    test::randomize_parameters(p->parameters(), 21);
   const bert::bert_batch batch = test::small_batch(cfg);
   bert::forward_context ctx;
   ctx.seed = 99;
@@ -38,7 +39,8 @@ void check_split(layer_norm_placement norm, head_kind head) {
 
   const auto* last_word = last.parameters().find(bert::word_embeddings_name());
   CHECK((last_word != nullptr) == (head == head_kind::pretraining));
-  if (last_word) CHECK(last_word->spec.role == bert::replica::tied_copy);
+  if (last_word)
+    CHECK(last_word->spec.role == bert::replica::tied_copy);
   for (const auto& e : whole.parameters().entries()) {
     INFO(e.spec.name);
     const auto* a = first.parameters().find(e.spec.name);
@@ -46,8 +48,10 @@ void check_split(layer_norm_placement norm, head_kind head) {
     REQUIRE((a != nullptr || b != nullptr));
     std::vector<float> grad(static_cast<std::size_t>(e.grad.numel()), 0.0f);
     for (const auto* part_entry : {a, b}) {
-      if (!part_entry) continue;
-      for (std::size_t i = 0; i < grad.size(); ++i) grad[i] += part_entry->grad.data<float>()[i];
+      if (!part_entry)
+        continue;
+      for (std::size_t i = 0; i < grad.size(); ++i)
+        grad[i] += part_entry->grad.data<float>()[i];
     }
     DSA_CHECK_CLOSE(grad.data(), e.grad.data<float>(), e.grad.numel(), test::layout_equivalence);
   }
@@ -74,7 +78,8 @@ TEST_CASE("bert ranges: a middle range takes hidden states and returns their gra
   auto out = middle.forward(hidden, batch, bert::forward_context{}, stash);
   REQUIRE(out.has_value());
   CHECK(out->hidden.shape() == shape_t{2, 7, 16});
-  tensor d = middle.backward(tensor::zeros({2, 7, 16}, dtype::f32), stash, bert::backward_options{});
+  tensor d =
+      middle.backward(tensor::zeros({2, 7, 16}, dtype::f32), stash, bert::backward_options{});
   CHECK(d.shape() == shape_t{2, 7, 16});
 }
 
@@ -88,7 +93,8 @@ TEST_CASE("bert ranges: a range's init equals the whole model's for the tensors 
     INFO(e.spec.name);
     const auto* w = whole.find(e.spec.name);
     REQUIRE(w != nullptr);
-    CHECK(std::equal(e.value.data<float>(), e.value.data<float>() + e.value.numel(), w->value.data<float>()));
+    CHECK(std::equal(e.value.data<float>(), e.value.data<float>() + e.value.numel(),
+                     w->value.data<float>()));
   }
   CHECK_FALSE(bert::bert_range::layers(1, 2).with_embeddings().validate(cfg).has_value());
   CHECK_FALSE(bert::bert_range::layers(0, 1).with_head().validate(cfg).has_value());

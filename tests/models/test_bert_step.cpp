@@ -17,14 +17,16 @@ using bert::layer_norm_placement;
 
 std::map<std::string, std::vector<float>> grads_of(const bert::bert_parameters& p) {
   std::map<std::string, std::vector<float>> out;
-  for (const auto& e : p.entries()) out[e.spec.name].assign(e.grad.data<float>(), e.grad.data<float>() + e.grad.numel());
+  for (const auto& e : p.entries())
+    out[e.spec.name].assign(e.grad.data<float>(), e.grad.data<float>() + e.grad.numel());
   return out;
 }
 
 } // namespace
 
 TEST_CASE("bert step: gradients accumulate (+=) across micro-batches; zero_grad clears them") {
-  const bert::bert_config cfg = test::small_bert(layer_norm_placement::post, head_kind::pretraining);
+  const bert::bert_config cfg =
+      test::small_bert(layer_norm_placement::post, head_kind::pretraining);
   bert::bert_part part(cfg, bert::bert_range::whole(cfg));
   part.parameters().init(4);
   const bert::bert_batch batch = test::small_batch(cfg);
@@ -34,12 +36,15 @@ TEST_CASE("bert step: gradients accumulate (+=) across micro-batches; zero_grad 
   for (const auto& [name, twice] : grads_of(part.parameters())) {
     INFO(name);
     std::vector<float> expected = once.at(name);
-    for (auto& v : expected) v *= 2.0f;
-    DSA_CHECK_CLOSE(twice.data(), expected.data(), static_cast<std::int64_t>(twice.size()), test::recompute);
+    for (auto& v : expected)
+      v *= 2.0f;
+    DSA_CHECK_CLOSE(twice.data(), expected.data(), static_cast<std::int64_t>(twice.size()),
+                    test::recompute);
   }
   part.parameters().zero_grad();
   for (const auto& [name, g] : grads_of(part.parameters()))
-    for (float v : g) REQUIRE(v == 0.0f);
+    for (float v : g)
+      REQUIRE(v == 0.0f);
 }
 
 TEST_CASE("bert step: loss_scale scales every gradient") {
@@ -58,8 +63,10 @@ TEST_CASE("bert step: loss_scale scales every gradient") {
   for (const auto& [name, g] : grads_of(part.parameters())) {
     INFO(name);
     std::vector<float> expected = plain.at(name);
-    for (auto& v : expected) v *= 256.0f;
-    DSA_CHECK_CLOSE(g.data(), expected.data(), static_cast<std::int64_t>(g.size()), test::recompute);
+    for (auto& v : expected)
+      v *= 256.0f;
+    DSA_CHECK_CLOSE(g.data(), expected.data(), static_cast<std::int64_t>(g.size()),
+                    test::recompute);
   }
 }
 
@@ -70,14 +77,17 @@ TEST_CASE("bert step: the pad token's word-embedding row gets no lookup gradient
   part.parameters().init(4);
   test::chain_step({&part}, test::small_batch(cfg), bert::forward_context{});
   const float* dword = part.parameters().embeddings().dword.data<float>();
-  for (int c = 0; c < 16; ++c) CHECK(dword[16 + c] == 0.0f);
+  for (int c = 0; c < 16; ++c)
+    CHECK(dword[16 + c] == 0.0f);
   bool any = false;
-  for (int c = 0; c < 16; ++c) any = any || dword[2 * 16 + c] != 0.0f; // id 2 is a real token
+  for (int c = 0; c < 16; ++c)
+    any = any || dword[2 * 16 + c] != 0.0f; // id 2 is a real token
   CHECK(any);
 }
 
 TEST_CASE("bert step: an i32 attention mask gives the f32 mask's result") {
-  const bert::bert_config cfg = test::small_bert(layer_norm_placement::post, head_kind::pretraining);
+  const bert::bert_config cfg =
+      test::small_bert(layer_norm_placement::post, head_kind::pretraining);
   bert::bert_part part(cfg, bert::bert_range::whole(cfg));
   part.parameters().init(4);
   bert::bert_batch batch = test::small_batch(cfg);
@@ -89,7 +99,8 @@ TEST_CASE("bert step: an i32 attention mask gives the f32 mask's result") {
 }
 
 TEST_CASE("bert step: malformed batches are errors naming the tensor") {
-  const bert::bert_config cfg = test::small_bert(layer_norm_placement::post, head_kind::pretraining);
+  const bert::bert_config cfg =
+      test::small_bert(layer_norm_placement::post, head_kind::pretraining);
   bert::bert_part part(cfg, bert::bert_range::whole(cfg));
   auto expect = [&](const bert::bert_batch& b, const std::string& needle) {
     bert::part_stash stash;
