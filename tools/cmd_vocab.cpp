@@ -17,20 +17,23 @@ namespace {
 namespace po = boost::program_options;
 
 int vocab_build(int argc, char** argv) {
-  po::options_description opts("dsactor vocab build --corpus PATH --size N --out vocab.txt [options]");
-  opts.add_options()("help,h", "this help")
-      ("corpus", po::value<std::string>()->required(), "Brown corpus directory, text directory or text file")
-      ("size", po::value<int>()->required(), "vocabulary size, special tokens included")
-      ("out", po::value<std::string>()->required(), "vocab.txt to write (atomically)")
-      ("cased", "keep case and accents (default: lower-case and strip accents)")
-      ("unused", po::value<int>()->default_value(10), "number of [unusedK] slots after [PAD]")
-      ("min-pair-count", po::value<std::int64_t>()->default_value(2), "stop merging below this pair count");
+  po::options_description opts(
+      "dsactor vocab build --corpus PATH --size N --out vocab.txt [options]");
+  opts.add_options()("help,h", "this help")("corpus", po::value<std::string>()->required(),
+                                            "Brown corpus directory, text directory or text file")(
+      "size", po::value<int>()->required(), "vocabulary size, special tokens included")(
+      "out", po::value<std::string>()->required(), "vocab.txt to write (atomically)")(
+      "cased", "keep case and accents (default: lower-case and strip accents)")(
+      "unused", po::value<int>()->default_value(10), "number of [unusedK] slots after [PAD]")(
+      "min-pair-count", po::value<std::int64_t>()->default_value(2),
+      "stop merging below this pair count");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
     if (vm.count("help")) {
       fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-      fmt::print("Learns WordPiece pieces by greedy pair merges (see models/tokenizer/vocab_builder.hpp).\n");
+      fmt::print("Learns WordPiece pieces by greedy pair merges (see "
+                 "models/tokenizer/vocab_builder.hpp).\n");
       return 0;
     }
     po::notify(vm);
@@ -44,12 +47,14 @@ int vocab_build(int argc, char** argv) {
   options.min_pair_count = vm["min-pair-count"].as<std::int64_t>();
   const int specials = static_cast<int>(tok::special_tokens(options.unused_tokens).size());
   if (options.unused_tokens < 0 || options.size <= specials) {
-    fmt::print(stderr, "dsactor vocab build: --size {} must exceed the {} special tokens (--unused {})\n",
+    fmt::print(stderr,
+               "dsactor vocab build: --size {} must exceed the {} special tokens (--unused {})\n",
                options.size, specials, options.unused_tokens);
     return 2;
   }
   tok::tokenizer_options tokenizer;
-  if (vm.count("cased")) tokenizer.case_mode = tok::casing::keep;
+  if (vm.count("cased"))
+    tokenizer.case_mode = tok::casing::keep;
 
   const std::string corpus = vm["corpus"].as<std::string>();
   auto start = std::chrono::steady_clock::now();
@@ -66,8 +71,8 @@ int vocab_build(int argc, char** argv) {
         counter.add_text(s);
         ++sentences;
       }
-  fmt::print("vocab: {} documents, {} sentences, {} distinct words from {}\n", docs->size(), sentences,
-             counter.counts().size(), corpus);
+  fmt::print("vocab: {} documents, {} sentences, {} distinct words from {}\n", docs->size(),
+             sentences, counter.counts().size(), corpus);
   options.progress = [&](std::int64_t merges, std::int64_t size) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("vocab: {} merges, {} / {} tokens, {:.1f} s\n", merges, size, options.size, s);
@@ -75,7 +80,8 @@ int vocab_build(int argc, char** argv) {
   };
   auto tokens = tok::build_wordpiece_vocab(counter.counts(), options);
   std::string text;
-  for (const auto& t : tokens) text += t + "\n";
+  for (const auto& t : tokens)
+    text += t + "\n";
   const std::string out = vm["out"].as<std::string>();
   if (auto st = ckpt::write_file_atomic(out, text); !st) {
     fmt::print(stderr, "dsactor vocab build: --out: {}\n", st.err().to_string());
@@ -83,7 +89,9 @@ int vocab_build(int argc, char** argv) {
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print("vocab: wrote {} tokens to {} ({:.1f} s){}\n", tokens.size(), out, s,
-             static_cast<int>(tokens.size()) < options.size ? " (no pair left to merge: smaller than --size)" : "");
+             static_cast<int>(tokens.size()) < options.size
+                 ? " (no pair left to merge: smaller than --size)"
+                 : "");
   return 0;
 }
 
@@ -91,11 +99,13 @@ int vocab_build(int argc, char** argv) {
 
 int cmd_vocab(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    fmt::print("usage: dsactor vocab build --corpus PATH --size N --out vocab.txt [--cased]\n"
-               "  build   learn a WordPiece vocabulary from a corpus ('dsactor vocab build --help')\n");
+    fmt::print(
+        "usage: dsactor vocab build --corpus PATH --size N --out vocab.txt [--cased]\n"
+        "  build   learn a WordPiece vocabulary from a corpus ('dsactor vocab build --help')\n");
     return argc < 2 ? 2 : 0;
   }
-  if (!std::strcmp(argv[1], "build")) return vocab_build(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "build"))
+    return vocab_build(argc - 1, argv + 1);
   fmt::print(stderr, "dsactor vocab: unknown action '{}' (expected 'build')\n", argv[1]);
   return 2;
 }

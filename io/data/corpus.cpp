@@ -15,10 +15,12 @@ namespace fs = std::filesystem;
 
 expected<std::string> read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(errc::not_found, "cannot open corpus file '{}'", path.string());
+  if (!in)
+    return make_error(errc::not_found, "cannot open corpus file '{}'", path.string());
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) return make_error(errc::io, "read error in corpus file '{}'", path.string());
+  if (in.bad())
+    return make_error(errc::io, "read error in corpus file '{}'", path.string());
   return ss.str();
 }
 
@@ -28,17 +30,22 @@ expected<std::vector<fs::path>> list_files(const fs::path& dir) {
   std::vector<fs::path> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] != '.' && it->is_regular_file(ec)) files.push_back(it->path());
+    if (!name.empty() && name[0] != '.' && it->is_regular_file(ec))
+      files.push_back(it->path());
   }
-  if (ec) return make_error(errc::io, "cannot list corpus directory '{}': {}", dir.string(), ec.message());
+  if (ec)
+    return make_error(errc::io, "cannot list corpus directory '{}': {}", dir.string(),
+                      ec.message());
   std::sort(files.begin(), files.end());
   return files;
 }
 
 std::string trim(std::string_view s) {
   std::size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
+    ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
+    --e;
   return std::string(s.substr(b, e - b));
 }
 
@@ -50,17 +57,20 @@ std::vector<std::vector<std::string>> blocks(const std::string& text) {
   while (std::getline(in, line)) {
     std::string t = trim(line);
     if (t.empty()) {
-      if (!out.back().empty()) out.emplace_back();
+      if (!out.back().empty())
+        out.emplace_back();
     } else {
       out.back().push_back(std::move(t));
     }
   }
-  if (out.back().empty()) out.pop_back();
+  if (out.back().empty())
+    out.pop_back();
   return out;
 }
 
 status require_documents(const std::vector<document>& docs, const std::string& path) {
-  if (docs.empty()) return make_error(errc::format, "corpus '{}' holds no documents", path);
+  if (docs.empty())
+    return make_error(errc::format, "corpus '{}' holds no documents", path);
   return {};
 }
 
@@ -71,26 +81,32 @@ expected<std::vector<document>> read_brown_corpus(const std::string& dir) {
   std::vector<document> docs;
   for (const auto& f : files) {
     std::string name = f.filename().string();
-    if (!is_brown_file_name(name)) continue;
+    if (!is_brown_file_name(name))
+      continue;
     DSA_ASSIGN_OR_RETURN(auto text, read_file(f));
     document doc = parse_brown_document(text, name);
-    if (!doc.paragraphs.empty()) docs.push_back(std::move(doc));
+    if (!doc.paragraphs.empty())
+      docs.push_back(std::move(doc));
   }
-  if (docs.empty()) return make_error(errc::format, "'{}' holds no Brown corpus files (ca01 ... cr09)", dir);
+  if (docs.empty())
+    return make_error(errc::format, "'{}' holds no Brown corpus files (ca01 ... cr09)", dir);
   return docs;
 }
 
 expected<std::vector<document>> read_text_corpus(const std::string& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) return make_error(errc::not_found, "corpus '{}' does not exist", path);
+  if (!fs::exists(path, ec))
+    return make_error(errc::not_found, "corpus '{}' does not exist", path);
   std::vector<document> docs;
   if (fs::is_directory(path, ec)) {
     DSA_ASSIGN_OR_RETURN(auto files, list_files(path));
     for (const auto& f : files) {
       DSA_ASSIGN_OR_RETURN(auto text, read_file(f));
       document doc{f.filename().string(), {}};
-      for (auto& b : blocks(text)) doc.paragraphs.push_back(paragraph{std::move(b)});
-      if (!doc.paragraphs.empty()) docs.push_back(std::move(doc));
+      for (auto& b : blocks(text))
+        doc.paragraphs.push_back(paragraph{std::move(b)});
+      if (!doc.paragraphs.empty())
+        docs.push_back(std::move(doc));
     }
   } else {
     DSA_ASSIGN_OR_RETURN(auto text, read_file(path));
@@ -110,7 +126,8 @@ expected<std::vector<document>> read_corpus(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     DSA_ASSIGN_OR_RETURN(auto files, list_files(path));
     for (const auto& f : files)
-      if (is_brown_file_name(f.filename().string())) return read_brown_corpus(path);
+      if (is_brown_file_name(f.filename().string()))
+        return read_brown_corpus(path);
   }
   return read_text_corpus(path);
 }

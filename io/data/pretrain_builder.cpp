@@ -11,8 +11,9 @@ struct instance_context {
   prep_rng& rng;
 };
 
-pretrain_instance make_instance(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b,
-                                bool is_random_next, const instance_context& ctx) {
+pretrain_instance make_instance(const std::vector<std::int32_t>& a,
+                                const std::vector<std::int32_t>& b, bool is_random_next,
+                                const instance_context& ctx) {
   pretrain_instance inst;
   inst.input_ids.reserve(a.size() + b.size() + 3);
   inst.input_ids.push_back(ctx.vocab.cls_id);
@@ -28,12 +29,14 @@ pretrain_instance make_instance(const std::vector<std::int32_t>& a, const std::v
 }
 
 // Google's create_instances_from_document for documents[index].
-void instances_from_document(std::vector<pretrain_instance>& out, std::size_t index, const instance_context& ctx) {
+void instances_from_document(std::vector<pretrain_instance>& out, std::size_t index,
+                             const instance_context& ctx) {
   const tokenized_document& document = ctx.documents[index];
   prep_rng& rng = ctx.rng;
   const std::int64_t max_num_tokens = ctx.options.max_seq_length - 3;
   std::int64_t target_length = max_num_tokens;
-  if (rng.uniform_real() < ctx.options.short_seq_prob) target_length = rng.uniform_int(2, max_num_tokens);
+  if (rng.uniform_real() < ctx.options.short_seq_prob)
+    target_length = rng.uniform_int(2, max_num_tokens);
 
   std::vector<const std::vector<std::int32_t>*> chunk;
   std::int64_t chunk_length = 0;
@@ -46,7 +49,8 @@ void instances_from_document(std::vector<pretrain_instance>& out, std::size_t in
       const auto chunk_size = static_cast<std::int64_t>(chunk.size());
       std::int64_t a_end = chunk_size >= 2 ? rng.uniform_int(1, chunk_size - 1) : 1;
       std::vector<std::int32_t> a, b;
-      for (std::int64_t j = 0; j < a_end; ++j) a.insert(a.end(), chunk[j]->begin(), chunk[j]->end());
+      for (std::int64_t j = 0; j < a_end; ++j)
+        a.insert(a.end(), chunk[j]->begin(), chunk[j]->end());
       bool is_random_next = false;
       if (chunk_size == 1 || rng.uniform_real() < 0.5) {
         is_random_next = true;
@@ -55,21 +59,25 @@ void instances_from_document(std::vector<pretrain_instance>& out, std::size_t in
         std::int64_t random_index = 0;
         for (int tries = 0; tries < 10; ++tries) {
           random_index = rng.uniform_int(0, doc_count - 1);
-          if (random_index != static_cast<std::int64_t>(index)) break;
+          if (random_index != static_cast<std::int64_t>(index))
+            break;
         }
         const tokenized_document& other = ctx.documents[static_cast<std::size_t>(random_index)];
         std::int64_t start = rng.uniform_int(0, static_cast<std::int64_t>(other.size()) - 1);
         for (auto j = static_cast<std::size_t>(start); j < other.size(); ++j) {
           b.insert(b.end(), other[j].begin(), other[j].end());
-          if (static_cast<std::int64_t>(b.size()) >= target_b_length) break;
+          if (static_cast<std::int64_t>(b.size()) >= target_b_length)
+            break;
         }
         i -= chunk_size - a_end; // put the unused sentences back
       } else {
-        for (std::int64_t j = a_end; j < chunk_size; ++j) b.insert(b.end(), chunk[j]->begin(), chunk[j]->end());
+        for (std::int64_t j = a_end; j < chunk_size; ++j)
+          b.insert(b.end(), chunk[j]->begin(), chunk[j]->end());
       }
       truncate_seq_pair(a, b, static_cast<std::size_t>(max_num_tokens), rng);
       // Google asserts both are non-empty; a one-document corpus can give an empty B.
-      if (!a.empty() && !b.empty()) out.push_back(make_instance(a, b, is_random_next, ctx));
+      if (!a.empty() && !b.empty())
+        out.push_back(make_instance(a, b, is_random_next, ctx));
       chunk.clear();
       chunk_length = 0;
     }
@@ -87,9 +95,11 @@ std::vector<tokenized_document> tokenize_documents(const std::vector<document>& 
     for (const auto& p : doc.paragraphs)
       for (const auto& s : p.sentences) {
         auto ids = tokenizer.encode(s);
-        if (!ids.empty()) t.push_back(std::move(ids));
+        if (!ids.empty())
+          t.push_back(std::move(ids));
       }
-    if (!t.empty()) out.push_back(std::move(t));
+    if (!t.empty())
+      out.push_back(std::move(t));
   }
   return out;
 }
@@ -97,19 +107,21 @@ std::vector<tokenized_document> tokenize_documents(const std::vector<document>& 
 std::pair<std::vector<tokenized_document>, std::vector<tokenized_document>>
 split_holdout(std::vector<tokenized_document> documents, std::int64_t holdout, std::uint64_t seed) {
   std::vector<std::size_t> order(documents.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
   prep_rng rng(derive_seed(seed, 0x686f6c646f7574ull)); // "holdout"
   rng.shuffle(order);
   std::vector<std::uint8_t> held(documents.size(), 0);
-  for (std::size_t k = 0; k < order.size() && static_cast<std::int64_t>(k) < holdout; ++k) held[order[k]] = 1;
+  for (std::size_t k = 0; k < order.size() && static_cast<std::int64_t>(k) < holdout; ++k)
+    held[order[k]] = 1;
   std::pair<std::vector<tokenized_document>, std::vector<tokenized_document>> out;
   for (std::size_t i = 0; i < documents.size(); ++i)
     (held[i] ? out.second : out.first).push_back(std::move(documents[i]));
   return out;
 }
 
-void truncate_seq_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b, std::size_t max_tokens,
-                       prep_rng& rng) {
+void truncate_seq_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b,
+                       std::size_t max_tokens, prep_rng& rng) {
   while (a.size() + b.size() > max_tokens) {
     auto& longer = a.size() > b.size() ? a : b;
     DSA_CHECK(!longer.empty(), "truncate_seq_pair on empty segments");
@@ -120,13 +132,14 @@ void truncate_seq_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& 
   }
 }
 
-std::vector<pretrain_instance> create_pretraining_instances(std::vector<tokenized_document> documents,
-                                                            const masking_vocab& vocab,
-                                                            const pretrain_options& options) {
+std::vector<pretrain_instance>
+create_pretraining_instances(std::vector<tokenized_document> documents, const masking_vocab& vocab,
+                             const pretrain_options& options) {
   DSA_CHECK(options.max_seq_length >= 5, "max_seq_length {} is too short for [CLS] A [SEP] B [SEP]",
             options.max_seq_length);
   std::vector<pretrain_instance> out;
-  if (documents.empty()) return out;
+  if (documents.empty())
+    return out;
   prep_rng rng(options.seed);
   rng.shuffle(documents);
   instance_context ctx{documents, vocab, options, rng};
@@ -135,7 +148,8 @@ std::vector<pretrain_instance> create_pretraining_instances(std::vector<tokenize
   for (int pass = 0; pass < options.dupe_factor; ++pass)
     for (std::size_t d = 0; d < documents.size(); ++d) {
       instances_from_document(out, d, ctx);
-      if (options.progress) options.progress(++done, total);
+      if (options.progress)
+        options.progress(++done, total);
     }
   rng.shuffle(out);
   return out;

@@ -43,13 +43,13 @@ std::pair<std::vector<tokenized_document>, std::vector<tokenized_document>>
 split_holdout(std::vector<tokenized_document> documents, std::int64_t holdout, std::uint64_t seed);
 
 // All instances of all passes, shuffled. Each has at most max_seq_length tokens.
-std::vector<pretrain_instance> create_pretraining_instances(std::vector<tokenized_document> documents,
-                                                            const masking_vocab& vocab,
-                                                            const pretrain_options& options);
+std::vector<pretrain_instance>
+create_pretraining_instances(std::vector<tokenized_document> documents, const masking_vocab& vocab,
+                             const pretrain_options& options);
 
 // Google's truncate_seq_pair: trims the longer of a and b (front or back, 50/50)
 // until their total is at most max_tokens.
-void truncate_seq_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b, std::size_t max_tokens,
-                       prep_rng& rng);
+void truncate_seq_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b,
+                       std::size_t max_tokens, prep_rng& rng);
 
 } // namespace dsa::data

@@ -45,8 +45,8 @@ struct masking_vocab {
 // a whole word that would overshoot is skipped. Each chosen token becomes
 // [MASK] with probability 0.8, stays with 0.1, and becomes a uniformly random
 // non-special token with 0.1 (Google draws from the whole vocabulary).
-void mask_instance(pretrain_instance& instance, const masking_vocab& vocab, const masking_options& options,
-                   prep_rng& rng);
+void mask_instance(pretrain_instance& instance, const masking_vocab& vocab,
+                   const masking_options& options, prep_rng& rng);
 
 // Undoes masking: writes masked_lm_ids back into input_ids and clears the targets.
 void unmask_instance(pretrain_instance& instance);

@@ -30,9 +30,11 @@ public:
 
   // Uniform integer in [lo, hi] (inclusive) by rejection: no modulo bias.
   std::int64_t uniform_int(std::int64_t lo, std::int64_t hi) {
-    if (hi <= lo) return lo;
+    if (hi <= lo)
+      return lo;
     std::uint64_t span = static_cast<std::uint64_t>(hi - lo) + 1; // 0 means the full 2^64 range
-    if (span == 0) return static_cast<std::int64_t>(next_u64());
+    if (span == 0)
+      return static_cast<std::int64_t>(next_u64());
     std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % span + 1) % span;
     std::uint64_t x;
     do {

@@ -9,14 +9,17 @@
 namespace dsa::data {
 namespace {
 
-expected<std::int64_t> meta_int(const std::string& path, const ckpt::metadata_map& meta, const std::string& key) {
+expected<std::int64_t> meta_int(const std::string& path, const ckpt::metadata_map& meta,
+                                const std::string& key) {
   auto it = meta.find(key);
-  if (it == meta.end()) return make_error(errc::format, "shard '{}': metadata has no '{}'", path, key);
+  if (it == meta.end())
+    return make_error(errc::format, "shard '{}': metadata has no '{}'", path, key);
   std::int64_t v = 0;
   const char* end = it->second.data() + it->second.size();
   auto r = std::from_chars(it->second.data(), end, v);
   if (r.ec != std::errc{} || r.ptr != end || v < 0)
-    return make_error(errc::format, "shard '{}': metadata '{}' = '{}' is not a count", path, key, it->second);
+    return make_error(errc::format, "shard '{}': metadata '{}' = '{}' is not a count", path, key,
+                      it->second);
   return v;
 }
 
@@ -26,8 +29,8 @@ std::string shard_file_name(const std::string& prefix, std::int64_t index) {
   return fmt::format("{}-{:05d}.safetensors", prefix, index);
 }
 
-ckpt::named_tensors pack_instances(const std::vector<pretrain_instance>& instances, std::size_t begin,
-                                   std::size_t end, const shard_layout& layout) {
+ckpt::named_tensors pack_instances(const std::vector<pretrain_instance>& instances,
+                                   std::size_t begin, std::size_t end, const shard_layout& layout) {
   const auto b = static_cast<std::int64_t>(end - begin);
   const std::int64_t t = layout.seq_length, p = layout.max_predictions;
   ckpt::named_tensors out;
@@ -45,8 +48,8 @@ ckpt::named_tensors pack_instances(const std::vector<pretrain_instance>& instanc
   std::fill(labels, labels + b * p, -1);
   for (std::int64_t r = 0; r < b; ++r) {
     const pretrain_instance& inst = instances[begin + static_cast<std::size_t>(r)];
-    DSA_CHECK(static_cast<std::int64_t>(inst.input_ids.size()) <= t, "instance of {} tokens in a shard of length {}",
-              inst.input_ids.size(), t);
+    DSA_CHECK(static_cast<std::int64_t>(inst.input_ids.size()) <= t,
+              "instance of {} tokens in a shard of length {}", inst.input_ids.size(), t);
     DSA_CHECK(static_cast<std::int64_t>(inst.masked_lm_positions.size()) <= p,
               "instance with {} predictions in a shard of {}", inst.masked_lm_positions.size(), p);
     std::copy(inst.input_ids.begin(), inst.input_ids.end(), ids + r * t);
@@ -59,8 +62,9 @@ ckpt::named_tensors pack_instances(const std::vector<pretrain_instance>& instanc
   return out;
 }
 
-status write_pretrain_shard(const std::string& path, const std::vector<pretrain_instance>& instances,
-                            std::size_t begin, std::size_t end, const shard_layout& layout,
+status write_pretrain_shard(const std::string& path,
+                            const std::vector<pretrain_instance>& instances, std::size_t begin,
+                            std::size_t end, const shard_layout& layout,
                             const ckpt::metadata_map& extra) {
   ckpt::metadata_map meta = extra;
   meta["format"] = pretrain_shard_format;
@@ -77,7 +81,8 @@ expected<pretrain_shard> pretrain_shard::load(const std::string& path) {
   const auto& meta = s.file_.metadata;
   auto format = meta.find("format");
   if (format == meta.end() || format->second != pretrain_shard_format)
-    return make_error(errc::format, "'{}' is not a pre-training shard (metadata format is not '{}')", path,
+    return make_error(errc::format,
+                      "'{}' is not a pre-training shard (metadata format is not '{}')", path,
                       pretrain_shard_format);
   DSA_ASSIGN_OR_RETURN(std::int64_t t, meta_int(path, meta, "seq_length"));
   DSA_ASSIGN_OR_RETURN(std::int64_t p, meta_int(path, meta, "max_predictions"));
@@ -105,10 +110,12 @@ status pretrain_shard::check_rows(const std::string& path) const {
   const auto* nsp = ts.at("next_sentence_labels").data<std::int32_t>();
   for (std::int64_t i = 0; i < count_; ++i) {
     std::int64_t length = 0;
-    while (length < t && mask[i * t + length] == 1) ++length;
+    while (length < t && mask[i * t + length] == 1)
+      ++length;
     for (std::int64_t k = length; k < t; ++k)
       if (mask[i * t + k] != 0)
-        return make_error(errc::format, "shard '{}': row {} attention_mask is not ones then zeros", path, i);
+        return make_error(errc::format, "shard '{}': row {} attention_mask is not ones then zeros",
+                          path, i);
     bool padding = false;
     for (std::int64_t k = 0; k < p; ++k) {
       std::int32_t id = labels[i * p + k], pos = positions[i * p + k];
@@ -117,11 +124,13 @@ status pretrain_shard::check_rows(const std::string& path) const {
         continue;
       }
       if (padding || id >= layout_.vocab_size || pos < 0 || pos >= length)
-        return make_error(errc::format, "shard '{}': row {} masked_lm entry {} (position {}, id {}) is invalid",
+        return make_error(errc::format,
+                          "shard '{}': row {} masked_lm entry {} (position {}, id {}) is invalid",
                           path, i, k, pos, id);
     }
     if (nsp[i] != 0 && nsp[i] != 1)
-      return make_error(errc::format, "shard '{}': row {} next_sentence_label {} is not 0 or 1", path, i, nsp[i]);
+      return make_error(errc::format, "shard '{}': row {} next_sentence_label {} is not 0 or 1",
+                        path, i, nsp[i]);
   }
   return {};
 }
@@ -136,9 +145,11 @@ pretrain_instance pretrain_shard::row(std::int64_t i) const {
   const auto* positions = ts.at("masked_lm_positions").data<std::int32_t>() + i * p;
   const auto* labels = ts.at("masked_lm_ids").data<std::int32_t>() + i * p;
   std::int64_t length = 0;
-  while (length < t && mask[length]) ++length;
+  while (length < t && mask[length])
+    ++length;
   std::int64_t predictions = 0;
-  while (predictions < p && labels[predictions] >= 0) ++predictions;
+  while (predictions < p && labels[predictions] >= 0)
+    ++predictions;
   pretrain_instance inst;
   inst.input_ids.assign(ids, ids + length);
   inst.token_type_ids.assign(types, types + length);

@@ -4,8 +4,8 @@
 //   token_type_ids       i32 (B, T)  0 for [CLS] A [SEP], 1 for B [SEP], 0 padding
 //   attention_mask       i32 (B, T)  1 for real tokens, 0 padding
 //   masked_lm_positions  i32 (B, P)  ascending positions of the targets, 0 padding
-//   masked_lm_ids        i32 (B, P)  original ids at those positions, -1 padding (the loss ignores -1)
-//   next_sentence_labels i32 (B)     0 = B follows A, 1 = B is random (BERT's convention)
+//   masked_lm_ids        i32 (B, P)  original ids at those positions, -1 padding (the loss ignores
+//   -1) next_sentence_labels i32 (B)     0 = B follows A, 1 = B is random (BERT's convention)
 // "__metadata__": format = "dsactor-pretrain-v1", seq_length = T, max_predictions = P,
 // vocab_size, count = B, and the generation parameters (seed, dupe_factor,
 // short_seq_prob, masked_lm_prob, whole_word), all as decimal strings.
@@ -32,12 +32,13 @@ struct shard_layout {
 };
 
 // Pads instances[begin, end) into the tensors above.
-ckpt::named_tensors pack_instances(const std::vector<pretrain_instance>& instances, std::size_t begin,
-                                   std::size_t end, const shard_layout& layout);
+ckpt::named_tensors pack_instances(const std::vector<pretrain_instance>& instances,
+                                   std::size_t begin, std::size_t end, const shard_layout& layout);
 
 // Writes instances[begin, end) as one shard (atomically); `extra` joins the metadata.
-status write_pretrain_shard(const std::string& path, const std::vector<pretrain_instance>& instances,
-                            std::size_t begin, std::size_t end, const shard_layout& layout,
+status write_pretrain_shard(const std::string& path,
+                            const std::vector<pretrain_instance>& instances, std::size_t begin,
+                            std::size_t end, const shard_layout& layout,
                             const ckpt::metadata_map& extra = {});
 
 // One loaded shard; rows come back unpadded.

@@ -25,20 +25,26 @@ std::uint64_t splitmix_below(std::uint64_t& state, std::uint64_t n) {
   return x % n;
 }
 
-expected<std::int64_t> header_int(const std::string& path, const ckpt::metadata_map& meta, const char* key) {
+expected<std::int64_t> header_int(const std::string& path, const ckpt::metadata_map& meta,
+                                  const char* key) {
   auto it = meta.find(key);
   std::int64_t v = -1;
-  if (it != meta.end()) std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-  if (v < 0) return make_error(errc::format, "shard '{}': metadata '{}' missing or not a count", path, key);
+  if (it != meta.end())
+    std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (v < 0)
+    return make_error(errc::format, "shard '{}': metadata '{}' missing or not a count", path, key);
   return v;
 }
 
 } // namespace
 
-expected<shard_reader> shard_reader::open(std::vector<std::string> paths, shard_reader_options options) {
-  if (paths.empty()) return make_error(errc::invalid_argument, "shard reader: no shard files given");
+expected<shard_reader> shard_reader::open(std::vector<std::string> paths,
+                                          shard_reader_options options) {
+  if (paths.empty())
+    return make_error(errc::invalid_argument, "shard reader: no shard files given");
   if (options.shuffle_buffer < 1)
-    return make_error(errc::invalid_argument, "shard reader: shuffle_buffer {} must be >= 1", options.shuffle_buffer);
+    return make_error(errc::invalid_argument, "shard reader: shuffle_buffer {} must be >= 1",
+                      options.shuffle_buffer);
   if (options.masking == masking_source::dynamic && options.vocab.random_ids.empty())
     return make_error(errc::invalid_argument, "shard reader: dynamic masking needs a vocabulary");
   shard_reader r;
@@ -54,9 +60,11 @@ expected<shard_reader> shard_reader::open(std::vector<std::string> paths, shard_
     shard_layout layout{static_cast<int>(t), static_cast<int>(p), static_cast<std::int32_t>(v)};
     if (i == 0) {
       r.layout_ = layout;
-    } else if (layout.seq_length != r.layout_.seq_length || layout.max_predictions != r.layout_.max_predictions) {
-      return make_error(errc::format, "shard '{}' has seq_length {} / max_predictions {}, '{}' has {} / {}", paths[i],
-                        t, p, paths[0], r.layout_.seq_length, r.layout_.max_predictions);
+    } else if (layout.seq_length != r.layout_.seq_length ||
+               layout.max_predictions != r.layout_.max_predictions) {
+      return make_error(errc::format,
+                        "shard '{}' has seq_length {} / max_predictions {}, '{}' has {} / {}",
+                        paths[i], t, p, paths[0], r.layout_.seq_length, r.layout_.max_predictions);
     }
     r.counts_.push_back(count);
     r.total_ += count;
@@ -72,7 +80,8 @@ void shard_reader::start_epoch(std::uint64_t epoch) {
   state_.epoch = epoch;
   state_.rng = derive_seed(options_.seed, epoch, 2);
   state_.order.resize(paths_.size());
-  for (std::size_t i = 0; i < paths_.size(); ++i) state_.order[i] = static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < paths_.size(); ++i)
+    state_.order[i] = static_cast<std::uint32_t>(i);
   if (options_.order == shard_order::shuffled) {
     prep_rng rng(derive_seed(options_.seed, epoch, 1));
     rng.shuffle(state_.order);
@@ -95,14 +104,16 @@ void shard_reader::fill() {
   }
   // Normalise so that the cursor names the next row that exists.
   while (state_.stream_shard < state_.order.size() &&
-         state_.stream_row >= static_cast<std::uint64_t>(counts_[state_.order[state_.stream_shard]])) {
+         state_.stream_row >=
+             static_cast<std::uint64_t>(counts_[state_.order[state_.stream_shard]])) {
     ++state_.stream_shard;
     state_.stream_row = 0;
   }
 }
 
 bool shard_reader::next_index(std::uint32_t& shard, std::uint32_t& row) {
-  if (state_.buffer.empty()) return false;
+  if (state_.buffer.empty())
+    return false;
   auto j = static_cast<std::size_t>(splitmix_below(state_.rng, state_.buffer.size()));
   std::tie(shard, row) = state_.buffer[j];
   state_.buffer[j] = state_.buffer.back();
@@ -118,7 +129,8 @@ expected<const pretrain_shard*> shard_reader::shard_data(std::uint32_t shard) {
     DSA_ASSIGN_OR_RETURN(auto loaded, pretrain_shard::load(paths_[shard]));
     if (loaded.count() != counts_[shard] || loaded.layout().seq_length != layout_.seq_length ||
         loaded.layout().max_predictions != layout_.max_predictions)
-      return make_error(errc::format, "shard '{}' changed since the reader opened it", paths_[shard]);
+      return make_error(errc::format, "shard '{}' changed since the reader opened it",
+                        paths_[shard]);
     it = cache_.emplace(shard, std::make_shared<pretrain_shard>(std::move(loaded))).first;
   }
   return it->second.get();
@@ -127,16 +139,20 @@ expected<const pretrain_shard*> shard_reader::shard_data(std::uint32_t shard) {
 expected<bool> shard_reader::next(pretrain_instance& out) {
   std::uint32_t shard = 0, row = 0;
   while (!next_index(shard, row)) {
-    if (options_.epochs > 0 && state_.epoch + 1 >= static_cast<std::uint64_t>(options_.epochs)) return false;
-    if (total_ == 0) return false;
+    if (options_.epochs > 0 && state_.epoch + 1 >= static_cast<std::uint64_t>(options_.epochs))
+      return false;
+    if (total_ == 0)
+      return false;
     start_epoch(state_.epoch + 1);
   }
   DSA_ASSIGN_OR_RETURN(const pretrain_shard* data, shard_data(shard));
   out = data->row(row);
-  if (--pending_[shard] == 0) cache_.erase(shard); // every row of it has been emitted
+  if (--pending_[shard] == 0)
+    cache_.erase(shard); // every row of it has been emitted
   if (options_.masking == masking_source::dynamic) {
     unmask_instance(out);
-    prep_rng rng(derive_seed(options_.seed ^ 0x6d61736bull, state_.epoch, (std::uint64_t{shard} << 32) | row));
+    prep_rng rng(derive_seed(options_.seed ^ 0x6d61736bull, state_.epoch,
+                             (std::uint64_t{shard} << 32) | row));
     mask_instance(out, options_.vocab, options_.dynamic_masking, rng);
   }
   return true;
@@ -148,7 +164,8 @@ expected<ckpt::named_tensors> shard_reader::next_batch(std::int64_t batch) {
   pretrain_instance inst;
   while (static_cast<std::int64_t>(rows.size()) < batch) {
     DSA_ASSIGN_OR_RETURN(bool more, next(inst));
-    if (!more) break;
+    if (!more)
+      break;
     rows.push_back(std::move(inst));
   }
   return pack_instances(rows, 0, rows.size(), layout_);
@@ -160,23 +177,26 @@ shard_cursor shard_reader::cursor() const {
 
 status shard_reader::seek(const shard_cursor& cursor) {
   if (cursor.emitted > static_cast<std::uint64_t>(total_))
-    return make_error(errc::invalid_argument, "data cursor emitted {} of an epoch of {} instances", cursor.emitted,
-                      total_);
+    return make_error(errc::invalid_argument, "data cursor emitted {} of an epoch of {} instances",
+                      cursor.emitted, total_);
   start_epoch(cursor.epoch);
   std::uint32_t shard = 0, row = 0;
   while (state_.emitted < cursor.emitted && next_index(shard, row)) {
   }
   pending_.assign(counts_.begin(), counts_.end());
   // Rows already emitted this epoch: all rows streamed in minus those still buffered.
-  for (std::uint64_t s = 0; s < state_.stream_shard && s < state_.order.size(); ++s) pending_[state_.order[s]] = 0;
+  for (std::uint64_t s = 0; s < state_.stream_shard && s < state_.order.size(); ++s)
+    pending_[state_.order[s]] = 0;
   if (state_.stream_shard < state_.order.size())
     pending_[state_.order[state_.stream_shard]] -= static_cast<std::int64_t>(state_.stream_row);
-  for (const auto& [s, r] : state_.buffer) ++pending_[s];
+  for (const auto& [s, r] : state_.buffer)
+    ++pending_[s];
   (void)row;
   if (!(this->cursor() == cursor))
-    return make_error(errc::invalid_argument,
-                      "data cursor (epoch {}, emitted {}, shard {}, position {}) does not match these {} shards",
-                      cursor.epoch, cursor.emitted, cursor.shard, cursor.position, paths_.size());
+    return make_error(
+        errc::invalid_argument,
+        "data cursor (epoch {}, emitted {}, shard {}, position {}) does not match these {} shards",
+        cursor.epoch, cursor.emitted, cursor.shard, cursor.position, paths_.size());
   return {};
 }
 

@@ -35,8 +35,12 @@ struct shard_cursor {
   std::uint64_t position = 0;  // that row within the shard
   std::uint64_t rng_state = 0; // the buffer generator's state
 
-  std::array<std::uint64_t, 5> to_array() const { return {epoch, emitted, shard, position, rng_state}; }
-  static shard_cursor from_array(const std::array<std::uint64_t, 5>& a) { return {a[0], a[1], a[2], a[3], a[4]}; }
+  std::array<std::uint64_t, 5> to_array() const {
+    return {epoch, emitted, shard, position, rng_state};
+  }
+  static shard_cursor from_array(const std::array<std::uint64_t, 5>& a) {
+    return {a[0], a[1], a[2], a[3], a[4]};
+  }
   bool operator==(const shard_cursor& o) const { return to_array() == o.to_array(); }
 };
 
@@ -73,7 +77,7 @@ public:
 private:
   struct index_state {
     std::uint64_t epoch = 0, emitted = 0, stream_shard = 0, stream_row = 0, rng = 0;
-    std::vector<std::uint32_t> order;                           // shard order of this epoch
+    std::vector<std::uint32_t> order;                            // shard order of this epoch
     std::vector<std::pair<std::uint32_t, std::uint32_t>> buffer; // (shard, row)
   };
   void start_epoch(std::uint64_t epoch);

@@ -12,7 +12,8 @@ std::u32string clean(std::u32string_view text, bool space_cjk) {
   std::u32string out;
   out.reserve(text.size());
   for (char32_t cp : text) {
-    if (cp == 0 || cp == 0xFFFD || is_control(cp)) continue;
+    if (cp == 0 || cp == 0xFFFD || is_control(cp))
+      continue;
     if (is_whitespace(cp)) {
       out.push_back(U' ');
     } else if (space_cjk && is_cjk_ideograph(cp)) {
@@ -29,15 +30,19 @@ std::u32string clean(std::u32string_view text, bool space_cjk) {
 std::u32string lower_and_strip(const std::u32string& word, bool lower, bool strip) {
   std::u32string lowered;
   if (lower) {
-    for (char32_t cp : word) append_lower(lowered, cp);
+    for (char32_t cp : word)
+      append_lower(lowered, cp);
   } else {
     lowered = word;
   }
-  if (!strip) return lowered;
+  if (!strip)
+    return lowered;
   std::u32string decomposed, out;
-  for (char32_t cp : lowered) append_nfd(decomposed, cp);
+  for (char32_t cp : lowered)
+    append_nfd(decomposed, cp);
   for (char32_t cp : decomposed)
-    if (classify(cp) != char_class::nonspacing_mark) out.push_back(cp);
+    if (classify(cp) != char_class::nonspacing_mark)
+      out.push_back(cp);
   return out;
 }
 
@@ -46,7 +51,8 @@ void split_punctuation(std::vector<std::string>& out, const std::u32string& word
   std::string current;
   for (char32_t cp : word) {
     if (is_punctuation(cp)) {
-      if (!current.empty()) out.push_back(std::move(current));
+      if (!current.empty())
+        out.push_back(std::move(current));
       current.clear();
       std::string p;
       utf8_append(p, cp);
@@ -55,7 +61,8 @@ void split_punctuation(std::vector<std::string>& out, const std::u32string& word
       utf8_append(current, cp);
     }
   }
-  if (!current.empty()) out.push_back(std::move(current));
+  if (!current.empty())
+    out.push_back(std::move(current));
 }
 
 } // namespace
@@ -68,10 +75,13 @@ std::vector<std::string> basic_tokenize(std::string_view text, const tokenizer_o
   std::vector<std::string> out;
   std::size_t i = 0;
   while (i < cleaned.size()) {
-    while (i < cleaned.size() && cleaned[i] == U' ') ++i;
+    while (i < cleaned.size() && cleaned[i] == U' ')
+      ++i;
     std::size_t start = i;
-    while (i < cleaned.size() && cleaned[i] != U' ') ++i;
-    if (i > start) split_punctuation(out, lower_and_strip(cleaned.substr(start, i - start), lower, strip));
+    while (i < cleaned.size() && cleaned[i] != U' ')
+      ++i;
+    if (i > start)
+      split_punctuation(out, lower_and_strip(cleaned.substr(start, i - start), lower, strip));
   }
   return out;
 }

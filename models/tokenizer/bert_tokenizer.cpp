@@ -19,8 +19,10 @@ std::vector<std::string> bert_tokenizer::wordpiece(std::string_view word) const 
   }
   bounds.push_back(offset);
   const std::size_t n = cps.size();
-  if (n == 0) return {};
-  if (n > static_cast<std::size_t>(options_.max_input_chars_per_word)) return {"[UNK]"};
+  if (n == 0)
+    return {};
+  if (n > static_cast<std::size_t>(options_.max_input_chars_per_word))
+    return {"[UNK]"};
 
   std::vector<std::string> pieces;
   std::size_t start = 0;
@@ -37,7 +39,8 @@ std::vector<std::string> bert_tokenizer::wordpiece(std::string_view word) const 
       }
       --end;
     }
-    if (!found) return {"[UNK]"};
+    if (!found)
+      return {"[UNK]"};
     pieces.push_back(candidate);
     start = end;
   }
@@ -47,13 +50,15 @@ std::vector<std::string> bert_tokenizer::wordpiece(std::string_view word) const 
 std::vector<std::string> bert_tokenizer::tokenize(std::string_view text) const {
   std::vector<std::string> out;
   for (const auto& word : basic_tokenize(text, options_))
-    for (auto& piece : wordpiece(word)) out.push_back(std::move(piece));
+    for (auto& piece : wordpiece(word))
+      out.push_back(std::move(piece));
   return out;
 }
 
 std::vector<std::int32_t> bert_tokenizer::encode(std::string_view text) const {
   std::vector<std::int32_t> ids;
-  for (const auto& piece : tokenize(text)) ids.push_back(vocab_.id(piece));
+  for (const auto& piece : tokenize(text))
+    ids.push_back(vocab_.id(piece));
   return ids;
 }
 

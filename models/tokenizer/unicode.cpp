@@ -6,33 +6,39 @@
 namespace dsa::tok {
 
 char_class classify(char32_t cp) {
-  if (cp > 0x10FFFF) return char_class::control;
+  if (cp > 0x10FFFF)
+    return char_class::control;
   const auto* begin = detail::class_ranges;
   const auto* end = begin + detail::class_range_count;
-  const auto* it = std::upper_bound(begin, end, static_cast<std::uint32_t>(cp),
-                                    [](std::uint32_t c, const detail::class_range& r) { return c < r.first; });
+  const auto* it =
+      std::upper_bound(begin, end, static_cast<std::uint32_t>(cp),
+                       [](std::uint32_t c, const detail::class_range& r) { return c < r.first; });
   return static_cast<char_class>((it - 1)->klass); // ranges start at U+0000
 }
 
 bool is_whitespace(char32_t cp) {
-  if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r') return true;
+  if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r')
+    return true;
   return classify(cp) == char_class::space;
 }
 
 bool is_control(char32_t cp) {
-  if (cp == '\t' || cp == '\n' || cp == '\r') return false;
+  if (cp == '\t' || cp == '\n' || cp == '\r')
+    return false;
   return classify(cp) == char_class::control;
 }
 
 bool is_punctuation(char32_t cp) {
-  if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) || (cp >= 123 && cp <= 126))
+  if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
+      (cp >= 123 && cp <= 126))
     return true;
   return classify(cp) == char_class::punctuation;
 }
 
 bool is_cjk_ideograph(char32_t cp) {
-  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
-         (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+         (cp >= 0x20000 && cp <= 0x2A6DF) || (cp >= 0x2A700 && cp <= 0x2B73F) ||
+         (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
          (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
 }
 
@@ -48,8 +54,9 @@ void append_lower(std::u32string& out, char32_t cp) {
   }
   const auto* begin = detail::lower_map;
   const auto* end = begin + detail::lower_map_count;
-  const auto* it = std::lower_bound(begin, end, static_cast<std::uint32_t>(cp),
-                                    [](const detail::code_map& m, std::uint32_t c) { return m.from < c; });
+  const auto* it =
+      std::lower_bound(begin, end, static_cast<std::uint32_t>(cp),
+                       [](const detail::code_map& m, std::uint32_t c) { return m.from < c; });
   out.push_back(it != end && it->from == cp ? static_cast<char32_t>(it->to) : cp);
 }
 
@@ -65,18 +72,21 @@ void append_nfd(std::u32string& out, char32_t cp) {
     char32_t s = cp - s_base;
     out.push_back(l_base + s / n_count);
     out.push_back(v_base + (s % n_count) / t_count);
-    if (s % t_count) out.push_back(t_base + s % t_count);
+    if (s % t_count)
+      out.push_back(t_base + s % t_count);
     return;
   }
   const auto* begin = detail::decompositions;
   const auto* end = begin + detail::decomposition_count;
-  const auto* it = std::lower_bound(begin, end, static_cast<std::uint32_t>(cp),
-                                    [](const detail::decomposition& d, std::uint32_t c) { return d.cp < c; });
+  const auto* it =
+      std::lower_bound(begin, end, static_cast<std::uint32_t>(cp),
+                       [](const detail::decomposition& d, std::uint32_t c) { return d.cp < c; });
   if (it == end || it->cp != cp) {
     out.push_back(cp);
     return;
   }
-  for (int i = 0; i < it->length; ++i) out.push_back(detail::decomposition_pool[it->offset + i]);
+  for (int i = 0; i < it->length; ++i)
+    out.push_back(detail::decomposition_pool[it->offset + i]);
 }
 
 std::u32string utf8_decode(std::string_view text) {
@@ -90,12 +100,16 @@ std::u32string utf8_decode(std::string_view text) {
       ++i;
       continue;
     }
-    int len = b0 >= 0xF0 && b0 <= 0xF4 ? 4 : b0 >= 0xE0 && b0 < 0xF0 ? 3 : b0 >= 0xC2 && b0 < 0xE0 ? 2 : 0;
+    int len = b0 >= 0xF0 && b0 <= 0xF4  ? 4
+              : b0 >= 0xE0 && b0 < 0xF0 ? 3
+              : b0 >= 0xC2 && b0 < 0xE0 ? 2
+                                        : 0;
     char32_t cp = len == 4 ? b0 & 0x07 : len == 3 ? b0 & 0x0F : b0 & 0x1F;
     bool ok = len > 0 && i + len <= n;
     for (int k = 1; ok && k < len; ++k) {
       auto b = static_cast<unsigned char>(text[i + k]);
-      if ((b & 0xC0) != 0x80) ok = false;
+      if ((b & 0xC0) != 0x80)
+        ok = false;
       cp = (cp << 6) | (b & 0x3F);
     }
     // Overlong 3/4-byte forms, surrogates and values past U+10FFFF are malformed.
@@ -105,7 +119,8 @@ std::u32string utf8_decode(std::string_view text) {
     if (!ok) {
       out.push_back(0xFFFD);
       ++i;
-      while (i < n && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) ++i;
+      while (i < n && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80)
+        ++i;
       continue;
     }
     out.push_back(cp);
@@ -135,7 +150,8 @@ void utf8_append(std::string& out, char32_t cp) {
 std::string utf8_encode(std::u32string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char32_t cp : text) utf8_append(out, cp);
+  for (char32_t cp : text)
+    utf8_append(out, cp);
   return out;
 }
 

@@ -7,17 +7,22 @@ namespace dsa::tok {
 
 expected<vocab> vocab::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(errc::not_found, "cannot open vocabulary '{}'", path);
+  if (!in)
+    return make_error(errc::not_found, "cannot open vocabulary '{}'", path);
   std::vector<std::string> tokens;
   std::string line;
   while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
     tokens.push_back(std::move(line));
   }
-  if (in.bad()) return make_error(errc::io, "read error in vocabulary '{}'", path);
-  if (tokens.empty()) return make_error(errc::format, "vocabulary '{}' is empty", path);
+  if (in.bad())
+    return make_error(errc::io, "read error in vocabulary '{}'", path);
+  if (tokens.empty())
+    return make_error(errc::format, "vocabulary '{}' is empty", path);
   vocab v = from_tokens(std::move(tokens));
-  if (!v.contains("[UNK]")) return make_error(errc::format, "vocabulary '{}' has no [UNK] token", path);
+  if (!v.contains("[UNK]"))
+    return make_error(errc::format, "vocabulary '{}' has no [UNK] token", path);
   return v;
 }
 
@@ -26,11 +31,14 @@ vocab vocab::from_tokens(std::vector<std::string> tokens) {
   v.tokens_ = std::move(tokens);
   v.index_.reserve(v.tokens_.size());
   // As HuggingFace's load_vocab: a repeated token maps to its last line.
-  for (std::size_t i = 0; i < v.tokens_.size(); ++i) v.index_[v.tokens_[i]] = static_cast<std::int32_t>(i);
+  for (std::size_t i = 0; i < v.tokens_.size(); ++i)
+    v.index_[v.tokens_[i]] = static_cast<std::int32_t>(i);
   return v;
 }
 
-bool vocab::contains(std::string_view token) const { return index_.count(std::string(token)) > 0; }
+bool vocab::contains(std::string_view token) const {
+  return index_.count(std::string(token)) > 0;
+}
 
 std::int32_t vocab::id(std::string_view token) const {
   auto it = index_.find(std::string(token));

@@ -13,7 +13,9 @@ namespace {
 using symbol_id = std::uint32_t;
 using pair_key = std::uint64_t;
 
-pair_key make_key(symbol_id a, symbol_id b) { return (static_cast<pair_key>(a) << 32) | b; }
+pair_key make_key(symbol_id a, symbol_id b) {
+  return (static_cast<pair_key>(a) << 32) | b;
+}
 
 struct word_entry {
   std::vector<symbol_id> symbols;
@@ -25,7 +27,8 @@ class merge_learner {
 public:
   symbol_id intern(const std::string& s) {
     auto it = ids_.find(s);
-    if (it != ids_.end()) return it->second;
+    if (it != ids_.end())
+      return it->second;
     strings_.push_back(s);
     return ids_[s] = static_cast<symbol_id>(strings_.size() - 1);
   }
@@ -38,7 +41,8 @@ public:
   }
 
   void start() {
-    for (const auto& [key, count] : pair_counts_) heap_.push({count, key});
+    for (const auto& [key, count] : pair_counts_)
+      heap_.push({count, key});
   }
 
   // Pops the best live pair; false when none reaches min_count.
@@ -47,8 +51,10 @@ public:
       entry e = heap_.top();
       heap_.pop();
       auto it = pair_counts_.find(e.key);
-      if (it == pair_counts_.end() || it->second != e.count) continue; // stale
-      if (e.count < min_count) return false;
+      if (it == pair_counts_.end() || it->second != e.count)
+        continue; // stale
+      if (e.count < min_count)
+        return false;
       key = e.key;
       return true;
     }
@@ -64,8 +70,10 @@ public:
     for (std::uint32_t w : where) {
       auto& syms = words_[w].symbols;
       bool has = false;
-      for (std::size_t i = 0; i + 1 < syms.size() && !has; ++i) has = syms[i] == a && syms[i + 1] == b;
-      if (!has) continue;
+      for (std::size_t i = 0; i + 1 < syms.size() && !has; ++i)
+        has = syms[i] == a && syms[i + 1] == b;
+      if (!has)
+        continue;
       add_pairs(w, -1);
       std::vector<symbol_id> next;
       next.reserve(syms.size());
@@ -82,7 +90,8 @@ public:
     }
     for (pair_key k : touched_) {
       auto it = pair_counts_.find(k);
-      if (it != pair_counts_.end()) heap_.push({it->second, k});
+      if (it != pair_counts_.end())
+        heap_.push({it->second, k});
     }
     touched_.clear();
   }
@@ -96,10 +105,12 @@ private:
     const merge_learner* self;
     // Max-heap: higher count first, then the smaller (left, right) strings.
     bool operator()(const entry& x, const entry& y) const {
-      if (x.count != y.count) return x.count < y.count;
+      if (x.count != y.count)
+        return x.count < y.count;
       const std::string& xa = self->str(static_cast<symbol_id>(x.key >> 32));
       const std::string& ya = self->str(static_cast<symbol_id>(y.key >> 32));
-      if (xa != ya) return xa > ya;
+      if (xa != ya)
+        return xa > ya;
       return self->str(static_cast<symbol_id>(x.key)) > self->str(static_cast<symbol_id>(y.key));
     }
   };
@@ -110,8 +121,10 @@ private:
       pair_key k = make_key(syms[i], syms[i + 1]);
       auto& c = pair_counts_[k];
       c += sign * words_[w].count;
-      if (c == 0) pair_counts_.erase(k);
-      if (sign > 0) where_[k].push_back(w);
+      if (c == 0)
+        pair_counts_.erase(k);
+      if (sign > 0)
+        where_[k].push_back(w);
       touched_.insert(k);
     }
   }
@@ -134,21 +147,26 @@ std::string char_string(char32_t cp, bool continuation) {
 } // namespace
 
 void word_counter::add_text(std::string_view text) {
-  for (auto& word : basic_tokenize(text, options_)) ++counts_[word];
+  for (auto& word : basic_tokenize(text, options_))
+    ++counts_[word];
 }
 
 std::vector<std::string> special_tokens(int unused_tokens) {
   std::vector<std::string> out{"[PAD]"};
-  for (int i = 0; i < unused_tokens; ++i) out.push_back("[unused" + std::to_string(i) + "]");
-  for (const char* s : {"[UNK]", "[CLS]", "[SEP]", "[MASK]"}) out.emplace_back(s);
+  for (int i = 0; i < unused_tokens; ++i)
+    out.push_back("[unused" + std::to_string(i) + "]");
+  for (const char* s : {"[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+    out.emplace_back(s);
   return out;
 }
 
-std::vector<std::string> build_wordpiece_vocab(const std::map<std::string, std::int64_t>& word_counts,
-                                               const vocab_build_options& options) {
+std::vector<std::string>
+build_wordpiece_vocab(const std::map<std::string, std::int64_t>& word_counts,
+                      const vocab_build_options& options) {
   std::vector<std::string> vocab = special_tokens(options.unused_tokens);
-  DSA_CHECK(options.size > static_cast<int>(vocab.size()), "vocabulary size {} leaves no room after {} special tokens",
-            options.size, vocab.size());
+  DSA_CHECK(options.size > static_cast<int>(vocab.size()),
+            "vocabulary size {} leaves no room after {} special tokens", options.size,
+            vocab.size());
 
   // Character frequencies of both forms; keep the most frequent that fit.
   std::map<std::string, std::int64_t> char_counts;
@@ -164,13 +182,15 @@ std::vector<std::string> build_wordpiece_vocab(const std::map<std::string, std::
   std::vector<std::pair<std::string, std::int64_t>> chars(char_counts.begin(), char_counts.end());
   std::size_t budget = static_cast<std::size_t>(options.size) - vocab.size();
   if (chars.size() > budget) {
-    std::stable_sort(chars.begin(), chars.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+    std::stable_sort(chars.begin(), chars.end(),
+                     [](const auto& x, const auto& y) { return x.second > y.second; });
     chars.resize(budget);
   }
   // BERT's order: word-initial characters, then continuations, each by code point.
   std::sort(chars.begin(), chars.end(), [](const auto& x, const auto& y) {
     bool xc = x.first.rfind("##", 0) == 0, yc = y.first.rfind("##", 0) == 0;
-    if (xc != yc) return yc;
+    if (xc != yc)
+      return yc;
     return utf8_decode(x.first) < utf8_decode(y.first);
   });
   merge_learner learner;
@@ -185,21 +205,25 @@ std::vector<std::string> build_wordpiece_vocab(const std::map<std::string, std::
     for (std::size_t i = 0; i < cps.size() && ok; ++i) {
       std::string s = char_string(cps[i], i > 0);
       ok = learner.known(s);
-      if (ok) syms.push_back(learner.intern(s));
+      if (ok)
+        syms.push_back(learner.intern(s));
     }
-    if (ok && syms.size() > 1) learner.add_word(std::move(syms), count);
+    if (ok && syms.size() > 1)
+      learner.add_word(std::move(syms), count);
   }
   learner.start();
 
   std::int64_t merges = 0;
   pair_key key = 0;
-  while (static_cast<int>(vocab.size()) < options.size && learner.best(options.min_pair_count, key)) {
+  while (static_cast<int>(vocab.size()) < options.size &&
+         learner.best(options.min_pair_count, key)) {
     const std::string& left = learner.str(static_cast<symbol_id>(key >> 32));
     const std::string& right = learner.str(static_cast<symbol_id>(key));
     std::string merged = left + right.substr(right.rfind("##", 0) == 0 ? 2 : 0);
     bool fresh = !learner.known(merged);
     symbol_id id = learner.intern(merged);
-    if (fresh) vocab.push_back(merged);
+    if (fresh)
+      vocab.push_back(merged);
     learner.merge(key, id);
     ++merges;
     if (options.progress && options.progress_every > 0 && merges % options.progress_every == 0)

@@ -27,8 +27,8 @@
 namespace dsa::tok {
 
 struct vocab_build_options {
-  int size = 30522;          // total vocabulary size, special tokens included
-  int unused_tokens = 10;    // [unused0] .. [unusedK-1]
+  int size = 30522;       // total vocabulary size, special tokens included
+  int unused_tokens = 10; // [unused0] .. [unusedK-1]
   std::int64_t min_pair_count = 2;
   // Called every `progress_every` merges with (merges so far, vocabulary size so far).
   std::function<void(std::int64_t, std::int64_t)> progress;
@@ -51,7 +51,8 @@ private:
 std::vector<std::string> special_tokens(int unused_tokens);
 
 // Returns the tokens of vocab.txt in id order.
-std::vector<std::string> build_wordpiece_vocab(const std::map<std::string, std::int64_t>& word_counts,
-                                               const vocab_build_options& options);
+std::vector<std::string>
+build_wordpiece_vocab(const std::map<std::string, std::int64_t>& word_counts,
+                      const vocab_build_options& options);
 
 } // namespace dsa::tok

@@ -13,7 +13,8 @@ TEST_CASE("brown: tags dropped, quotes undone, punctuation attached") {
         "The jury said \"no evidence.\"");
   CHECK(brown_detokenize("``/`` Only/rb a/at handful/nn ''/'' ,/, the/at jury/nn said/vbd ./.") ==
         "\"Only a handful,\" the jury said.");
-  CHECK(brown_detokenize("He/pps said/vbd ,/, ``/`` Nothing/pn ''/'' ./.") == "He said, \"Nothing.\"");
+  CHECK(brown_detokenize("He/pps said/vbd ,/, ``/`` Nothing/pn ''/'' ./.") ==
+        "He said, \"Nothing.\"");
   CHECK(brown_detokenize("more/ap '/' pro/nn '/' letters/nns than/cs '/' con/nn '/' ./.") ==
         "more 'pro' letters than 'con'.");
   CHECK(brown_detokenize("little/ap appetite/nn ;/. ;/.") == "little appetite;");
@@ -26,12 +27,11 @@ TEST_CASE("brown: tags dropped, quotes undone, punctuation attached") {
 
 TEST_CASE("brown: paragraphs, headlines and documents") {
   dsa::test::scratch_dir dir("brown");
-  dir.write("ca01",
-            "\n\n\tThe/at jury/nn said/vbd ./.\n"
-            "It/pps agreed/vbd ./.\n\n\n"
-            "\t``/`` Yes/rb ''/'' ,/, he/pps said/vbd ./.\n\n\n\n"
-            "Merger/nn-hl proposed/vbn-hl \n"
-            "However/wrb ,/, the/at jury/nn said/vbd so/rb ./.\n\n");
+  dir.write("ca01", "\n\n\tThe/at jury/nn said/vbd ./.\n"
+                    "It/pps agreed/vbd ./.\n\n\n"
+                    "\t``/`` Yes/rb ''/'' ,/, he/pps said/vbd ./.\n\n\n\n"
+                    "Merger/nn-hl proposed/vbn-hl \n"
+                    "However/wrb ,/, the/at jury/nn said/vbd so/rb ./.\n\n");
   dir.write("cb02", "\tSecond/od document/nn ./.\n");
   dir.write("README", "not a corpus file\n");
   dir.write("cats.txt", "ca01 news\n");
@@ -51,7 +51,8 @@ TEST_CASE("brown: paragraphs, headlines and documents") {
 
 TEST_CASE("text corpus: one file with blank-line separated documents") {
   dsa::test::scratch_dir dir("text");
-  std::string path = dir.write("corpus.txt", "First sentence.\nSecond one.\n\n\n  Another document.  \n\nThird.\n");
+  std::string path = dir.write(
+      "corpus.txt", "First sentence.\nSecond one.\n\n\n  Another document.  \n\nThird.\n");
   auto docs = read_corpus(path);
   REQUIRE(docs.has_value());
   REQUIRE(docs->size() == 3);

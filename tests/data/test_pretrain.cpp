@@ -14,8 +14,10 @@ namespace {
 // [PAD] [UNK] [CLS] [SEP] [MASK] [unused0], 200 words w0.., 50 pieces ##x0..
 vocab synthetic_vocab() {
   std::vector<std::string> t{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"};
-  for (int i = 0; i < 200; ++i) t.push_back("w" + std::to_string(i));
-  for (int i = 0; i < 50; ++i) t.push_back("##x" + std::to_string(i));
+  for (int i = 0; i < 200; ++i)
+    t.push_back("w" + std::to_string(i));
+  for (int i = 0; i < 50; ++i)
+    t.push_back("##x" + std::to_string(i));
   return vocab::from_tokens(t);
 }
 
@@ -28,20 +30,23 @@ std::vector<tokenized_document> synthetic_documents(std::uint64_t seed) {
     for (auto& s : d) {
       auto n = rng.uniform_int(1, 25);
       for (std::int64_t k = 0; k < n; ++k)
-        s.push_back(static_cast<std::int32_t>(k > 0 && rng.uniform_real() < 0.25 ? rng.uniform_int(206, 255)
-                                                                                 : rng.uniform_int(6, 205)));
+        s.push_back(static_cast<std::int32_t>(k > 0 && rng.uniform_real() < 0.25
+                                                  ? rng.uniform_int(206, 255)
+                                                  : rng.uniform_int(6, 205)));
     }
   }
   return docs;
 }
 
-std::vector<pretrain_instance> make(std::uint64_t seed, word_masking mode = word_masking::per_token, int seq = 128) {
+std::vector<pretrain_instance> make(std::uint64_t seed, word_masking mode = word_masking::per_token,
+                                    int seq = 128) {
   pretrain_options o;
   o.max_seq_length = seq;
   o.dupe_factor = 3;
   o.seed = seed;
   o.masking.mode = mode;
-  return create_pretraining_instances(synthetic_documents(7), masking_vocab::from(synthetic_vocab()), o);
+  return create_pretraining_instances(synthetic_documents(7),
+                                      masking_vocab::from(synthetic_vocab()), o);
 }
 
 } // namespace
@@ -59,13 +64,16 @@ TEST_CASE("pretrain: [CLS] A [SEP] B [SEP] layout, token types and lengths") {
       CHECK(ids.back() == 3);
       std::vector<std::size_t> seps;
       for (std::size_t i = 0; i < ids.size(); ++i)
-        if (ids[i] == 3) seps.push_back(i);
-      REQUIRE(seps.size() == 2); // [SEP] is never masked and never drawn as a random token
-      CHECK(seps[0] >= 2);                // A is not empty
-      CHECK(seps[1] >= seps[0] + 2);      // B is not empty
-      for (std::size_t i = 0; i < ids.size(); ++i) CHECK(inst.token_type_ids[i] == (i <= seps[0] ? 0 : 1));
-      for (auto p : inst.masked_lm_positions) CHECK((p > 0 && p != static_cast<std::int32_t>(seps[0]) &&
-                                                      p != static_cast<std::int32_t>(seps[1])));
+        if (ids[i] == 3)
+          seps.push_back(i);
+      REQUIRE(seps.size() == 2);     // [SEP] is never masked and never drawn as a random token
+      CHECK(seps[0] >= 2);           // A is not empty
+      CHECK(seps[1] >= seps[0] + 2); // B is not empty
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        CHECK(inst.token_type_ids[i] == (i <= seps[0] ? 0 : 1));
+      for (auto p : inst.masked_lm_positions)
+        CHECK((p > 0 && p != static_cast<std::int32_t>(seps[0]) &&
+               p != static_cast<std::int32_t>(seps[1])));
       short_ones += ids.size() < static_cast<std::size_t>(seq) / 2;
     }
     CHECK(short_ones > 0); // short_seq_prob and document ends give short instances
@@ -78,15 +86,20 @@ TEST_CASE("pretrain: masked LM takes ~15% of tokens, split 80/10/10") {
   for (const auto& inst : all) {
     auto len = static_cast<std::int64_t>(inst.input_ids.size());
     non_special += len - 3;
-    std::int64_t expect = std::min<std::int64_t>(20, std::max<std::int64_t>(1, std::llround(len * 0.15)));
+    std::int64_t expect =
+        std::min<std::int64_t>(20, std::max<std::int64_t>(1, std::llround(len * 0.15)));
     CHECK(static_cast<std::int64_t>(inst.masked_lm_positions.size()) == expect);
     for (std::size_t j = 0; j < inst.masked_lm_positions.size(); ++j) {
-      if (j > 0) CHECK(inst.masked_lm_positions[j] > inst.masked_lm_positions[j - 1]);
+      if (j > 0)
+        CHECK(inst.masked_lm_positions[j] > inst.masked_lm_positions[j - 1]);
       auto now = inst.input_ids[static_cast<std::size_t>(inst.masked_lm_positions[j])];
       ++masked;
-      if (now == 4) ++as_mask;
-      else if (now == inst.masked_lm_ids[j]) ++kept;
-      else ++replaced;
+      if (now == 4)
+        ++as_mask;
+      else if (now == inst.masked_lm_ids[j])
+        ++kept;
+      else
+        ++replaced;
       CHECK(inst.masked_lm_ids[j] >= 6);
     }
   }
@@ -105,7 +118,8 @@ TEST_CASE("pretrain: masked LM takes ~15% of tokens, split 80/10/10") {
 TEST_CASE("pretrain: next sentence labels are balanced") {
   auto all = make(12345);
   double random_next = 0;
-  for (const auto& inst : all) random_next += inst.next_sentence_label;
+  for (const auto& inst : all)
+    random_next += inst.next_sentence_label;
   double share = random_next / static_cast<double>(all.size());
   // 50% by coin, plus chunks of one sentence which are always random (Google's rule):
   // the share sits a little above one half.
@@ -126,7 +140,8 @@ TEST_CASE("pretrain: whole-word masking masks a word's pieces together") {
       bool cont = v.is_continuation[static_cast<std::size_t>(original[i])];
       bool prev_word = original[i - 1] != 2 && original[i - 1] != 3;
       if (cont && prev_word) {
-        CHECK(masked.count(static_cast<std::int32_t>(i)) == masked.count(static_cast<std::int32_t>(i - 1)));
+        CHECK(masked.count(static_cast<std::int32_t>(i)) ==
+              masked.count(static_cast<std::int32_t>(i - 1)));
         continuation_targets += masked.count(static_cast<std::int32_t>(i));
       }
     }
@@ -140,10 +155,12 @@ TEST_CASE("pretrain: the same seed gives the same instances, another seed others
   REQUIRE(a.size() == b.size());
   bool all_equal = true, differs = a.size() != c.size();
   for (std::size_t i = 0; i < a.size(); ++i) {
-    all_equal = all_equal && a[i].input_ids == b[i].input_ids && a[i].masked_lm_ids == b[i].masked_lm_ids &&
+    all_equal = all_equal && a[i].input_ids == b[i].input_ids &&
+                a[i].masked_lm_ids == b[i].masked_lm_ids &&
                 a[i].masked_lm_positions == b[i].masked_lm_positions &&
                 a[i].next_sentence_label == b[i].next_sentence_label;
-    if (i < c.size()) differs = differs || a[i].input_ids != c[i].input_ids;
+    if (i < c.size())
+      differs = differs || a[i].input_ids != c[i].input_ids;
   }
   CHECK(all_equal);
   CHECK(differs);
@@ -171,7 +188,8 @@ TEST_CASE("pretrain: rng helpers are uniform and stay in range") {
     REQUIRE(x <= 9);
     ++hist[static_cast<std::size_t>(x - 3)];
   }
-  for (int h : hist) CHECK(std::abs(h - 10000) < 500); // sd = 93
+  for (int h : hist)
+    CHECK(std::abs(h - 10000) < 500); // sd = 93
   for (int i = 0; i < 1000; ++i) {
     double u = rng.uniform_real();
     REQUIRE(u >= 0.0);

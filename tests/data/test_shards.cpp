@@ -12,12 +12,14 @@ using namespace dsa::data;
 
 namespace {
 
-// Instance `tag`: [CLS] tag ... [SEP] x [SEP] with one or two targets; input_ids[1] = tag identifies it.
+// Instance `tag`: [CLS] tag ... [SEP] x [SEP] with one or two targets; input_ids[1] = tag
+// identifies it.
 pretrain_instance tagged_instance(std::int32_t tag) {
   pretrain_instance inst;
   std::int32_t len = 5 + tag % 7;
   inst.input_ids = {2, 100 + tag};
-  for (std::int32_t k = 0; k < len; ++k) inst.input_ids.push_back(6 + (tag + k) % 50);
+  for (std::int32_t k = 0; k < len; ++k)
+    inst.input_ids.push_back(6 + (tag + k) % 50);
   inst.input_ids.push_back(3);
   inst.token_type_ids.assign(inst.input_ids.size(), 0);
   inst.input_ids.push_back(7);
@@ -46,12 +48,14 @@ const shard_layout layout{32, 5, 400};
 // Shards of 7, 13, 1 and 10 instances tagged 0..30.
 std::vector<std::string> write_shards(const dsa::test::scratch_dir& dir) {
   std::vector<pretrain_instance> all;
-  for (std::int32_t t = 0; t < 31; ++t) all.push_back(tagged_instance(t));
+  for (std::int32_t t = 0; t < 31; ++t)
+    all.push_back(tagged_instance(t));
   std::vector<std::string> paths;
   std::size_t begin = 0;
   for (std::size_t size : {7, 13, 1, 10}) {
     paths.push_back(shard_file_name(dir.file("train"), static_cast<std::int64_t>(paths.size())));
-    REQUIRE(write_pretrain_shard(paths.back(), all, begin, begin + size, layout, {{"seed", "1"}}).has_value());
+    REQUIRE(write_pretrain_shard(paths.back(), all, begin, begin + size, layout, {{"seed", "1"}})
+                .has_value());
     begin += size;
   }
   return paths;
@@ -63,7 +67,8 @@ std::vector<pretrain_instance> read_n(shard_reader& r, int n) {
   for (int i = 0; i < n; ++i) {
     auto more = r.next(inst);
     REQUIRE(more.has_value());
-    if (!*more) break;
+    if (!*more)
+      break;
     out.push_back(inst);
   }
   return out;
@@ -71,7 +76,8 @@ std::vector<pretrain_instance> read_n(shard_reader& r, int n) {
 
 dsa::tok::vocab small_vocab() {
   std::vector<std::string> t{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"};
-  for (int i = 6; i < 400; ++i) t.push_back("w" + std::to_string(i));
+  for (int i = 6; i < 400; ++i)
+    t.push_back("w" + std::to_string(i));
   return dsa::tok::vocab::from_tokens(t);
 }
 
@@ -89,7 +95,8 @@ TEST_CASE("shards: round trip, padding and metadata") {
   CHECK(shard->layout().max_predictions == 5);
   CHECK(shard->metadata().at("seed") == "1");
   CHECK(shard->metadata().at("format") == "dsactor-pretrain-v1");
-  for (std::int64_t i = 0; i < 13; ++i) CHECK(same(shard->row(i), tagged_instance(static_cast<std::int32_t>(7 + i))));
+  for (std::int64_t i = 0; i < 13; ++i)
+    CHECK(same(shard->row(i), tagged_instance(static_cast<std::int32_t>(7 + i))));
 
   std::vector<pretrain_instance> two{tagged_instance(1), tagged_instance(2)};
   auto t = pack_instances(two, 0, 2, layout);
@@ -99,9 +106,9 @@ TEST_CASE("shards: round trip, padding and metadata") {
   const auto* ids = t.at("masked_lm_ids").data<std::int32_t>();
   const auto* pos = t.at("masked_lm_positions").data<std::int32_t>();
   const auto* mask = t.at("attention_mask").data<std::int32_t>();
-  CHECK(ids[2] == -1);        // row 0 has two targets, then -1 padding
-  CHECK(pos[2] == 0);         // positions pad with 0
-  CHECK(ids[5 + 1] == -1);    // row 1 has one target
+  CHECK(ids[2] == -1);     // row 0 has two targets, then -1 padding
+  CHECK(pos[2] == 0);      // positions pad with 0
+  CHECK(ids[5 + 1] == -1); // row 1 has one target
   CHECK(mask[two[0].input_ids.size() - 1] == 1);
   CHECK(mask[two[0].input_ids.size()] == 0);
 }
@@ -131,12 +138,17 @@ TEST_CASE("shard reader: every epoch is a permutation, the order depends on the 
     auto got = read_n(*r, 31);
     REQUIRE(got.size() == 31);
     std::vector<std::int32_t> tags;
-    for (auto& g : got) tags.push_back(g.input_ids[1] - 100);
-    for (auto& g : got) CHECK(same(g, tagged_instance(g.input_ids[1] - 100)));
-    if (epoch == 0) order = tags;
-    else CHECK(tags != order); // a new permutation each epoch
+    for (auto& g : got)
+      tags.push_back(g.input_ids[1] - 100);
+    for (auto& g : got)
+      CHECK(same(g, tagged_instance(g.input_ids[1] - 100)));
+    if (epoch == 0)
+      order = tags;
+    else
+      CHECK(tags != order); // a new permutation each epoch
     std::sort(tags.begin(), tags.end());
-    for (std::int32_t t = 0; t < 31; ++t) CHECK(tags[static_cast<std::size_t>(t)] == t);
+    for (std::int32_t t = 0; t < 31; ++t)
+      CHECK(tags[static_cast<std::size_t>(t)] == t);
   }
   CHECK(r->cursor().epoch == 2);
 
@@ -148,7 +160,8 @@ TEST_CASE("shard reader: every epoch is a permutation, the order depends on the 
   REQUIRE(p.has_value());
   auto got = read_n(*p, 100);
   REQUIRE(got.size() == 31); // one epoch, then the end
-  for (std::int32_t t = 0; t < 31; ++t) CHECK(got[static_cast<std::size_t>(t)].input_ids[1] == 100 + t);
+  for (std::int32_t t = 0; t < 31; ++t)
+    CHECK(got[static_cast<std::size_t>(t)].input_ids[1] == 100 + t);
 }
 
 TEST_CASE("shard reader: a resumed stream equals the uninterrupted one") {
@@ -176,7 +189,8 @@ TEST_CASE("shard reader: a resumed stream equals the uninterrupted one") {
       auto rest = read_n(*second, 80 - k);
       REQUIRE(rest.size() == static_cast<std::size_t>(80 - k));
       bool equal = true;
-      for (std::size_t i = 0; i < rest.size(); ++i) equal = equal && same(rest[i], reference[k + i]);
+      for (std::size_t i = 0; i < rest.size(); ++i)
+        equal = equal && same(rest[i], reference[k + i]);
       CHECK_MESSAGE(equal, "resume after " << k);
     }
     auto third = shard_reader::open(paths, o);

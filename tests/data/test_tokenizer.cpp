@@ -8,7 +8,9 @@ using namespace dsa::tok;
 using strings = std::vector<std::string>;
 
 namespace {
-tokenizer_options uncased() { return {}; }
+tokenizer_options uncased() {
+  return {};
+}
 tokenizer_options cased() {
   tokenizer_options o;
   o.case_mode = casing::keep;
@@ -18,7 +20,7 @@ tokenizer_options cased() {
 
 TEST_CASE("unicode: classes, lower-casing and decomposition") {
   CHECK(is_punctuation(U'!'));
-  CHECK(is_punctuation(U'$'));  // ASCII range, though Sc
+  CHECK(is_punctuation(U'$')); // ASCII range, though Sc
   CHECK(is_punctuation(U'^'));
   CHECK(is_punctuation(0x00BF)); // ¿ Po
   CHECK(is_punctuation(0x3002)); // 。 Po
@@ -44,44 +46,58 @@ TEST_CASE("unicode: classes, lower-casing and decomposition") {
   append_nfd(d, 0xD55C); // 한 -> three jamo
   CHECK(d == U"\u1112\u1161\u11ab");
   CHECK(utf8_encode(utf8_decode("h\xc3\xa9llo \xe4\xb8\xad")) == "h\xc3\xa9llo \xe4\xb8\xad");
-  CHECK(utf8_decode("a\xff" "b") == U"a\ufffdb");
+  CHECK(utf8_decode("a\xff"
+                    "b") == U"a\ufffdb");
 }
 
 TEST_CASE("basic tokenizer: accents are stripped uncased and kept cased") {
   CHECK(basic_tokenize("H\xc3\xa9llo W\xc3\xb6rld", uncased()) == strings{"hello", "world"});
-  CHECK(basic_tokenize("H\xc3\xa9llo W\xc3\xb6rld", cased()) == strings{"H\xc3\xa9llo", "W\xc3\xb6rld"});
+  CHECK(basic_tokenize("H\xc3\xa9llo W\xc3\xb6rld", cased()) ==
+        strings{"H\xc3\xa9llo", "W\xc3\xb6rld"});
   // Greek and Cyrillic lower-case; Greek tonos is stripped.
-  CHECK(basic_tokenize("\xce\x86\xce\xb8\xce\xae\xce\xbd\xce\xb1 \xd0\x9c\xd0\xbe\xd1\x81\xd0\xba\xd0\xb2\xd0\xb0", uncased()) ==
-        strings{"\xce\xb1\xce\xb8\xce\xb7\xce\xbd\xce\xb1", "\xd0\xbc\xd0\xbe\xd1\x81\xd0\xba\xd0\xb2\xd0\xb0"});
+  CHECK(basic_tokenize("\xce\x86\xce\xb8\xce\xae\xce\xbd\xce\xb1 "
+                       "\xd0\x9c\xd0\xbe\xd1\x81\xd0\xba\xd0\xb2\xd0\xb0",
+                       uncased()) == strings{"\xce\xb1\xce\xb8\xce\xb7\xce\xbd\xce\xb1",
+                                             "\xd0\xbc\xd0\xbe\xd1\x81\xd0\xba\xd0\xb2\xd0\xb0"});
 }
 
 TEST_CASE("basic tokenizer: punctuation splits") {
   CHECK(basic_tokenize("don't!", uncased()) == strings{"don", "'", "t", "!"});
-  CHECK(basic_tokenize("a.b,c ($5)", uncased()) == strings{"a", ".", "b", ",", "c", "(", "$", "5", ")"});
+  CHECK(basic_tokenize("a.b,c ($5)", uncased()) ==
+        strings{"a", ".", "b", ",", "c", "(", "$", "5", ")"});
   CHECK(basic_tokenize("\xc2\xbfQu\xc3\xa9?", uncased()) == strings{"\xc2\xbf", "que", "?"});
 }
 
 TEST_CASE("basic tokenizer: CJK ideographs are spaced out") {
   // 中文abc -> 中 文 abc ; hiragana is not in the ideograph blocks.
-  CHECK(basic_tokenize("\xe4\xb8\xad\xe6\x96\x87" "abc", uncased()) == strings{"\xe4\xb8\xad", "\xe6\x96\x87", "abc"});
-  CHECK(basic_tokenize("\xe3\x81\x82\xe3\x81\x84", uncased()) == strings{"\xe3\x81\x82\xe3\x81\x84"});
+  CHECK(basic_tokenize("\xe4\xb8\xad\xe6\x96\x87"
+                       "abc",
+                       uncased()) == strings{"\xe4\xb8\xad", "\xe6\x96\x87", "abc"});
+  CHECK(basic_tokenize("\xe3\x81\x82\xe3\x81\x84", uncased()) ==
+        strings{"\xe3\x81\x82\xe3\x81\x84"});
   tokenizer_options no_cjk;
   no_cjk.tokenize_chinese_chars = false;
   CHECK(basic_tokenize("\xe4\xb8\xad\xe6\x96\x87", no_cjk) == strings{"\xe4\xb8\xad\xe6\x96\x87"});
 }
 
 TEST_CASE("basic tokenizer: control characters removed, whitespace normalised") {
-  CHECK(basic_tokenize(std::string("he\0llo\x07 wo\xef\xbf\xbdrld", 17), uncased()) == strings{"hello", "world"});
-  CHECK(basic_tokenize("a\tb\r\nc\xc2\xa0" "d\xe2\x80\x8b" "e", uncased()) == strings{"a", "b", "c", "de"});
+  CHECK(basic_tokenize(std::string("he\0llo\x07 wo\xef\xbf\xbdrld", 17), uncased()) ==
+        strings{"hello", "world"});
+  CHECK(basic_tokenize("a\tb\r\nc\xc2\xa0"
+                       "d\xe2\x80\x8b"
+                       "e",
+                       uncased()) == strings{"a", "b", "c", "de"});
   CHECK(basic_tokenize("   \t\n ", uncased()).empty());
 }
 
 TEST_CASE("wordpiece: greedy longest match with ## continuations") {
-  vocab v = vocab::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "runn",
-                                "##ing", "want", "##want", "##ed", "wa", ",", "\xc3\xa9t\xc3\xa9"});
+  vocab v = vocab::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff",
+                                "##able", "runn", "##ing", "want", "##want", "##ed", "wa", ",",
+                                "\xc3\xa9t\xc3\xa9"});
   bert_tokenizer tok(v);
   CHECK(tok.tokenize("unaffable") == strings{"un", "##aff", "##able"});
-  CHECK(tok.tokenize("UNwant\xc3\xa9" "d,running") == strings{"un", "##want", "##ed", ",", "runn", "##ing"});
+  CHECK(tok.tokenize("UNwant\xc3\xa9"
+                     "d,running") == strings{"un", "##want", "##ed", ",", "runn", "##ing"});
   CHECK(tok.tokenize("unknownword") == strings{"[UNK]"});
   CHECK(tok.tokenize("wants") == strings{"[UNK]"}); // "##s" missing: the whole word is unknown
   CHECK(tok.encode("unaffable") == std::vector<std::int32_t>{5, 6, 7});
@@ -101,7 +117,8 @@ TEST_CASE("wordpiece: words over 100 code points are [UNK]") {
   // 100 two-byte characters are 100 code points, not 200.
   std::vector<std::string> accented{"[UNK]", "\xc3\xa9", "##\xc3\xa9"};
   std::string word;
-  for (int i = 0; i < 100; ++i) word += "\xc3\xa9";
+  for (int i = 0; i < 100; ++i)
+    word += "\xc3\xa9";
   bert_tokenizer cased_tok(vocab::from_tokens(accented), cased());
   CHECK(cased_tok.tokenize(word).size() == 100);
   CHECK(cased_tok.tokenize(word + "\xc3\xa9") == strings{"[UNK]"});

@@ -26,20 +26,23 @@ TEST_CASE("vocab builder: special tokens first, then characters, then pieces") {
   auto tokens = build_wordpiece_vocab(tiny_counts(), options);
   REQUIRE(tokens.size() <= 80u);
   std::vector<std::string> head(tokens.begin(), tokens.begin() + 8);
-  CHECK(head == std::vector<std::string>{"[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]", "[SEP]",
-                                         "[MASK]"});
-  CHECK(std::set<std::string>(tokens.begin(), tokens.end()).size() == tokens.size()); // no duplicates
+  CHECK(head == std::vector<std::string>{"[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]",
+                                         "[CLS]", "[SEP]", "[MASK]"});
+  CHECK(std::set<std::string>(tokens.begin(), tokens.end()).size() ==
+        tokens.size()); // no duplicates
   // Characters: word-initial then "##" forms; both forms of 'u' appear.
   CHECK(std::find(tokens.begin(), tokens.end(), "u") != tokens.end());
   CHECK(std::find(tokens.begin(), tokens.end(), "##u") != tokens.end());
   CHECK(std::find(tokens.begin(), tokens.end(), "!") != tokens.end());
-  auto first_hash = std::find_if(tokens.begin(), tokens.end(), [](auto& t) { return t.rfind("##", 0) == 0; });
+  auto first_hash =
+      std::find_if(tokens.begin(), tokens.end(), [](auto& t) { return t.rfind("##", 0) == 0; });
   CHECK(*first_hash == "##!"); // by code point
   CHECK(*(first_hash - 1) == "y");
   // Frequent words become single pieces; every word of the corpus tokenizes without [UNK].
   CHECK(std::find(tokens.begin(), tokens.end(), "the") != tokens.end());
   bert_tokenizer tok(vocab::from_tokens(tokens));
-  for (auto& piece : tok.tokenize("the unaffable runners are unhappy")) CHECK(piece != "[UNK]");
+  for (auto& piece : tok.tokenize("the unaffable runners are unhappy"))
+    CHECK(piece != "[UNK]");
 }
 
 TEST_CASE("vocab builder: size is respected and the result is deterministic") {
@@ -51,7 +54,8 @@ TEST_CASE("vocab builder: size is respected and the result is deterministic") {
     auto b = build_wordpiece_vocab(tiny_counts(), options);
     CHECK(a.size() <= static_cast<std::size_t>(size));
     CHECK(a == b);
-    if (size == 20) CHECK(a.size() == 20u); // characters truncated to the budget
+    if (size == 20)
+      CHECK(a.size() == 20u); // characters truncated to the budget
   }
   // Learning stops when no pair repeats: a large budget is not filled with noise.
   vocab_build_options big;
