@@ -8,6 +8,7 @@ using command_fn = int (*)(int argc, char** argv);
 
 int cmd_report(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
 int cmd_vocab(int argc, char** argv);
 int cmd_prep(int argc, char** argv);
 // 'dsactor prep qa-from-corpus' (tools/cmd_prep_qa.cpp), dispatched by cmd_prep.

@@ -18,6 +18,7 @@ struct entry {
 const entry commands[] = {
     {"report", "what this machine supports (CPU, BLAS, CUDA, NCCL, UCX, libaio, O_DIRECT)", dsa::tools::cmd_report},
     {"bench", "benchmarks against a peer measured in the same run (kernels, ...)", dsa::tools::cmd_bench},
+    {"eval", "score predictions: SQuAD v1.1 exact match and F1 (eval squad)", dsa::tools::cmd_eval},
     {"vocab", "learn a WordPiece vocabulary from a corpus (vocab build)", dsa::tools::cmd_vocab},
 };
 
