@@ -114,6 +114,14 @@ bool is_stopword(const std::string& w) {
   return words.count(w) > 0;
 }
 
+// Capitalized only because they start a clause ("-- The results", "(2) A patient").
+bool is_function_word(const std::string& w) {
+  return is_stopword(w) ||
+         in_list(w, {"the", "a", "an", "this", "his", "her", "its", "our", "my", "your", "their", "and", "but", "or",
+                     "if", "in", "on", "at", "of", "for", "to", "by", "as", "it", "he", "she", "we", "they", "you",
+                     "no", "not", "so", "all", "one", "some", "any", "each", "both", "who", "why", "how", "yes"});
+}
+
 bool is_org_word(const std::string& w) {
   return in_list(w, {"Committee", "Company", "Court", "University", "College", "Church", "County", "Department",
                      "House", "Party", "Association", "Corporation", "Inc", "Bureau", "Board", "Council", "School",
@@ -174,10 +182,17 @@ void number_candidates(const std::vector<word>& w, std::vector<qa_candidate>& ou
 
 // Names: runs of capitalized words after the first word of the sentence.
 void name_candidates(std::string_view s, const std::vector<word>& w, std::vector<qa_candidate>& out) {
-  std::size_t i = 1;
+  // The sentence's first word is capitalized anyway; it may follow "--" or "(1)".
+  std::size_t i = 0;
+  auto has_letter = [](const std::string& x) {
+    return std::any_of(x.begin(), x.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'); });
+  };
+  while (i < w.size() && !has_letter(w[i].core)) ++i;
+  ++i;
   while (i < w.size()) {
     const std::string& c = w[i].core;
-    if (!is_capitalized(c) || is_month(c) || is_weekday(c) || w[i].core_begin != w[i].begin) {
+    if (!is_capitalized(c) || is_month(c) || is_weekday(c) || w[i].core_begin != w[i].begin ||
+        is_function_word(lower_ascii(c))) {
       ++i;
       continue;
     }

@@ -73,6 +73,10 @@ TEST_CASE("qa candidates: places, dates, counts, names, content words") {
   REQUIRE(noun);
   CHECK(qa_question(s, *noun) == "In 1958 what praised the investigation?");
   CHECK(qa_candidates("I'm sure it was fine and I'll go.").empty());
+  // Clause-initial function words are capitalized but are not names.
+  s = "-- The results were clear. (2) A patient left.";
+  for (const auto& c : qa_candidates(s)) CHECK(s.substr(c.begin, c.end - c.begin) != "The");
+  for (const auto& c : qa_candidates(s)) CHECK(s.substr(c.begin, c.end - c.begin) != "A");
 }
 
 TEST_CASE("qa-from-corpus: answers match, the loader reads the output, deterministic") {
