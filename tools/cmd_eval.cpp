@@ -17,15 +17,17 @@ namespace po = boost::program_options;
 
 int eval_squad(int argc, char** argv) {
   po::options_description opts("dsactor eval squad --data dev.json --predictions predictions.json");
-  opts.add_options()("help,h", "this help")
-      ("data", po::value<std::string>()->required(), "SQuAD v1.1 data set (dev-v1.1.json layout)")
-      ("predictions", po::value<std::string>()->required(), "predictions.json: {question id: answer text}");
+  opts.add_options()("help,h", "this help")("data", po::value<std::string>()->required(),
+                                            "SQuAD v1.1 data set (dev-v1.1.json layout)")(
+      "predictions", po::value<std::string>()->required(),
+      "predictions.json: {question id: answer text}");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
     if (vm.count("help")) {
       fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-      fmt::print("Prints {{\"exact_match\": ..., \"f1\": ...}} as its last line, as evaluate-v1.1.py does.\n");
+      fmt::print("Prints {{\"exact_match\": ..., \"f1\": ...}} as its last line, as "
+                 "evaluate-v1.1.py does.\n");
       return 0;
     }
     po::notify(vm);
@@ -50,7 +52,8 @@ int eval_squad(int argc, char** argv) {
     fmt::print(stderr, "dsactor eval squad: --data: {}\n", scores.err().to_string());
     return 1;
   }
-  for (const auto& id : scores->unanswered) fmt::print(stderr, "Unanswered question {} will receive score 0.\n", id);
+  for (const auto& id : scores->unanswered)
+    fmt::print(stderr, "Unanswered question {} will receive score 0.\n", id);
   std::fflush(stderr);
   fmt::print("{}\n", data::squad_scores_json(*scores));
   return 0;
@@ -64,7 +67,8 @@ int cmd_eval(int argc, char** argv) {
                "  squad   SQuAD v1.1 exact match and F1 ('dsactor eval squad --help')\n");
     return argc < 2 ? 2 : 0;
   }
-  if (!std::strcmp(argv[1], "squad")) return eval_squad(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "squad"))
+    return eval_squad(argc - 1, argv + 1);
   fmt::print(stderr, "dsactor eval: unknown task '{}' (expected 'squad')\n", argv[1]);
   return 2;
 }

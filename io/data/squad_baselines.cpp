@@ -9,8 +9,8 @@ namespace dsa::data {
 std::string squad_first_sentence(std::string_view context) {
   for (std::size_t i = 0; i < context.size(); ++i) {
     char c = context[i];
-    if ((c == '.' || c == '!' || c == '?') &&
-        (i + 1 == context.size() || context[i + 1] == ' ' || context[i + 1] == '\t' || context[i + 1] == '\n'))
+    if ((c == '.' || c == '!' || c == '?') && (i + 1 == context.size() || context[i + 1] == ' ' ||
+                                               context[i + 1] == '\t' || context[i + 1] == '\n'))
       return python_strip(context.substr(0, i + 1));
   }
   return python_strip(context);
@@ -33,7 +33,8 @@ squad_predictions squad_baseline_predictions(const squad_dataset& dataset, squad
         std::size_t length = 1 + rng.below(4);
         std::string span;
         for (std::size_t i = start; i < std::min(words.size(), start + length); ++i) {
-          if (!span.empty()) span.push_back(' ');
+          if (!span.empty())
+            span.push_back(' ');
           span += words[i];
         }
         out[qa.id] = span;
@@ -43,12 +44,15 @@ squad_predictions squad_baseline_predictions(const squad_dataset& dataset, squad
   return out;
 }
 
-expected<squad_baseline_scores> squad_evaluate_baselines(const squad_dataset& dataset, std::uint64_t seed) {
+expected<squad_baseline_scores> squad_evaluate_baselines(const squad_dataset& dataset,
+                                                         std::uint64_t seed) {
   squad_baseline_scores out;
   DSA_ASSIGN_OR_RETURN(out.first_sentence,
-                       squad_evaluate(dataset, squad_baseline_predictions(dataset, squad_baseline::first_sentence, seed)));
+                       squad_evaluate(dataset, squad_baseline_predictions(
+                                                   dataset, squad_baseline::first_sentence, seed)));
   DSA_ASSIGN_OR_RETURN(out.random_span,
-                       squad_evaluate(dataset, squad_baseline_predictions(dataset, squad_baseline::random_span, seed)));
+                       squad_evaluate(dataset, squad_baseline_predictions(
+                                                   dataset, squad_baseline::random_span, seed)));
   return out;
 }
 

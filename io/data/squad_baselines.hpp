@@ -27,6 +27,7 @@ struct squad_baseline_scores {
   squad_scores first_sentence;
   squad_scores random_span;
 };
-expected<squad_baseline_scores> squad_evaluate_baselines(const squad_dataset& dataset, std::uint64_t seed);
+expected<squad_baseline_scores> squad_evaluate_baselines(const squad_dataset& dataset,
+                                                         std::uint64_t seed);
 
 } // namespace dsa::data

@@ -23,17 +23,23 @@ struct location {
 
   std::string describe() const {
     std::string out(source);
-    if (article >= 0) out += fmt::format(": article {}", article);
-    if (!title.empty()) out += fmt::format(" ('{}')", title);
-    if (paragraph >= 0) out += fmt::format(", paragraph {}", paragraph);
-    if (!question_id.empty()) out += fmt::format(", question '{}'", question_id);
+    if (article >= 0)
+      out += fmt::format(": article {}", article);
+    if (!title.empty())
+      out += fmt::format(" ('{}')", title);
+    if (paragraph >= 0)
+      out += fmt::format(", paragraph {}", paragraph);
+    if (!question_id.empty())
+      out += fmt::format(", question '{}'", question_id);
     return out;
   }
 };
 
 const char* type_name(const json& value) {
-  if (value.is_number_integer()) return "integer";
-  if (value.is_number_float()) return "float";
+  if (value.is_number_integer())
+    return "integer";
+  if (value.is_number_float())
+    return "float";
   return value.type_name();
 }
 
@@ -41,20 +47,28 @@ enum class kind { string, array, object, integer };
 
 bool has_kind(const json& value, kind k) {
   switch (k) {
-  case kind::string: return value.is_string();
-  case kind::array: return value.is_array();
-  case kind::object: return value.is_object();
-  case kind::integer: return value.is_number_integer();
+  case kind::string:
+    return value.is_string();
+  case kind::array:
+    return value.is_array();
+  case kind::object:
+    return value.is_object();
+  case kind::integer:
+    return value.is_number_integer();
   }
   return false;
 }
 
 const char* kind_name(kind k) {
   switch (k) {
-  case kind::string: return "string";
-  case kind::array: return "array";
-  case kind::object: return "object";
-  case kind::integer: return "integer";
+  case kind::string:
+    return "string";
+  case kind::array:
+    return "array";
+  case kind::object:
+    return "object";
+  case kind::integer:
+    return "integer";
   }
   return "?";
 }
@@ -67,47 +81,57 @@ error format_error(const location& at, std::string_view what) {
 expected<const json*> field(const json& object, const char* name, kind k, const location& at,
                             std::string_view owner) {
   auto it = object.find(name);
-  if (it == object.end()) return format_error(at, fmt::format("{} has no field '{}'", owner, name));
+  if (it == object.end())
+    return format_error(at, fmt::format("{} has no field '{}'", owner, name));
   if (!has_kind(*it, k))
-    return format_error(at, fmt::format("{} field '{}' is {}, expected {}", owner, name, type_name(*it),
-                                        kind_name(k)));
+    return format_error(at, fmt::format("{} field '{}' is {}, expected {}", owner, name,
+                                        type_name(*it), kind_name(k)));
   return &*it;
 }
 
 status parse_answer(const json& item, std::size_t index, const std::string& context,
-                    const std::vector<std::size_t>& offsets, const location& at, squad_answer& out) {
+                    const std::vector<std::size_t>& offsets, const location& at,
+                    squad_answer& out) {
   std::string owner = fmt::format("answers[{}]", index);
-  if (!item.is_object()) return format_error(at, fmt::format("{} is {}, expected object", owner, type_name(item)));
+  if (!item.is_object())
+    return format_error(at, fmt::format("{} is {}, expected object", owner, type_name(item)));
   const json* object = &item;
   DSA_ASSIGN_OR_RETURN(const json* text, field(*object, "text", kind::string, at, owner));
   DSA_ASSIGN_OR_RETURN(const json* start, field(*object, "answer_start", kind::integer, at, owner));
   out.text = text->get<std::string>();
   out.answer_start = start->get<std::int64_t>();
-  if (squad_answer_matches(context, offsets, out)) return {};
+  if (squad_answer_matches(context, offsets, out))
+    return {};
   std::int64_t length = static_cast<std::int64_t>(utf8_decode(out.text).size());
   std::int64_t chars = static_cast<std::int64_t>(offsets.size()) - 1;
   if (out.answer_start < 0 || out.answer_start + length > chars)
-    return format_error(at, fmt::format("{} answer_start {} with text '{}' ({} characters) lies outside the "
-                                        "context ({} characters)",
-                                        owner, out.answer_start, out.text, length, chars));
+    return format_error(
+        at, fmt::format("{} answer_start {} with text '{}' ({} characters) lies outside the "
+                        "context ({} characters)",
+                        owner, out.answer_start, out.text, length, chars));
   std::size_t b = offsets[static_cast<std::size_t>(out.answer_start)];
   std::size_t e = offsets[static_cast<std::size_t>(out.answer_start + length)];
-  return format_error(at, fmt::format("{} answer_start {} does not match the context: text is '{}', context "
-                                      "there has '{}'",
-                                      owner, out.answer_start, out.text, context.substr(b, e - b)));
+  return format_error(
+      at, fmt::format("{} answer_start {} does not match the context: text is '{}', context "
+                      "there has '{}'",
+                      owner, out.answer_start, out.text, context.substr(b, e - b)));
 }
 
-status parse_question(const json& item, const std::string& context, const std::vector<std::size_t>& offsets,
-                      location at, std::unordered_set<std::string>& seen_ids, squad_question& out) {
-  if (!item.is_object()) return format_error(at, fmt::format("a qas entry is {}, expected object", type_name(item)));
+status parse_question(const json& item, const std::string& context,
+                      const std::vector<std::size_t>& offsets, location at,
+                      std::unordered_set<std::string>& seen_ids, squad_question& out) {
+  if (!item.is_object())
+    return format_error(at, fmt::format("a qas entry is {}, expected object", type_name(item)));
   DSA_ASSIGN_OR_RETURN(const json* id, field(item, "id", kind::string, at, "question"));
   out.id = id->get<std::string>();
   at.question_id = out.id;
-  if (!seen_ids.insert(out.id).second) return format_error(at, "duplicate question id");
+  if (!seen_ids.insert(out.id).second)
+    return format_error(at, "duplicate question id");
   DSA_ASSIGN_OR_RETURN(const json* question, field(item, "question", kind::string, at, "question"));
   DSA_ASSIGN_OR_RETURN(const json* answers, field(item, "answers", kind::array, at, "question"));
   out.question = question->get<std::string>();
-  if (answers->empty()) return format_error(at, "question has no answers");
+  if (answers->empty())
+    return format_error(at, "question has no answers");
   out.answers.resize(answers->size());
   for (std::size_t i = 0; i < answers->size(); ++i)
     DSA_TRY(parse_answer((*answers)[i], i, context, offsets, at, out.answers[i]));
@@ -116,7 +140,8 @@ status parse_question(const json& item, const std::string& context, const std::v
 
 status parse_paragraph(const json& item, location at, std::unordered_set<std::string>& seen_ids,
                        squad_paragraph& out) {
-  if (!item.is_object()) return format_error(at, fmt::format("paragraph is {}, expected object", type_name(item)));
+  if (!item.is_object())
+    return format_error(at, fmt::format("paragraph is {}, expected object", type_name(item)));
   DSA_ASSIGN_OR_RETURN(const json* context, field(item, "context", kind::string, at, "paragraph"));
   DSA_ASSIGN_OR_RETURN(const json* qas, field(item, "qas", kind::array, at, "paragraph"));
   out.context = context->get<std::string>();
@@ -129,11 +154,13 @@ status parse_paragraph(const json& item, location at, std::unordered_set<std::st
 
 status parse_article(const json& item, location at, std::unordered_set<std::string>& seen_ids,
                      squad_article& out) {
-  if (!item.is_object()) return format_error(at, fmt::format("article is {}, expected object", type_name(item)));
+  if (!item.is_object())
+    return format_error(at, fmt::format("article is {}, expected object", type_name(item)));
   DSA_ASSIGN_OR_RETURN(const json* title, field(item, "title", kind::string, at, "article"));
   out.title = title->get<std::string>();
   at.title = out.title;
-  DSA_ASSIGN_OR_RETURN(const json* paragraphs, field(item, "paragraphs", kind::array, at, "article"));
+  DSA_ASSIGN_OR_RETURN(const json* paragraphs,
+                       field(item, "paragraphs", kind::array, at, "article"));
   out.paragraphs.resize(paragraphs->size());
   for (std::size_t i = 0; i < paragraphs->size(); ++i) {
     at.paragraph = static_cast<std::int64_t>(i);
@@ -147,17 +174,21 @@ status parse_article(const json& item, location at, std::unordered_set<std::stri
 std::int64_t squad_dataset::question_count() const {
   std::int64_t n = 0;
   for (const auto& article : articles)
-    for (const auto& paragraph : article.paragraphs) n += static_cast<std::int64_t>(paragraph.qas.size());
+    for (const auto& paragraph : article.paragraphs)
+      n += static_cast<std::int64_t>(paragraph.qas.size());
   return n;
 }
 
-bool squad_answer_matches(std::string_view context, const std::vector<std::size_t>& offsets, squad_answer& answer) {
+bool squad_answer_matches(std::string_view context, const std::vector<std::size_t>& offsets,
+                          squad_answer& answer) {
   std::int64_t chars = static_cast<std::int64_t>(offsets.size()) - 1;
   std::int64_t length = static_cast<std::int64_t>(utf8_decode(answer.text).size());
-  if (answer.answer_start < 0 || answer.answer_start + length > chars) return false;
+  if (answer.answer_start < 0 || answer.answer_start + length > chars)
+    return false;
   std::size_t b = offsets[static_cast<std::size_t>(answer.answer_start)];
   std::size_t e = offsets[static_cast<std::size_t>(answer.answer_start + length)];
-  if (context.substr(b, e - b) != answer.text) return false;
+  if (context.substr(b, e - b) != answer.text)
+    return false;
   answer.byte_start = b;
   return true;
 }
@@ -171,10 +202,13 @@ expected<squad_dataset> parse_squad(std::string_view json_text, std::string_view
   }
   location at;
   at.source = source;
-  if (!root.is_object()) return format_error(at, fmt::format("top level is {}, expected object", type_name(root)));
+  if (!root.is_object())
+    return format_error(at, fmt::format("top level is {}, expected object", type_name(root)));
   squad_dataset out;
   if (auto it = root.find("version"); it != root.end()) {
-    if (!it->is_string()) return format_error(at, fmt::format("field 'version' is {}, expected string", type_name(*it)));
+    if (!it->is_string())
+      return format_error(at,
+                          fmt::format("field 'version' is {}, expected string", type_name(*it)));
     out.version = it->get<std::string>();
   }
   DSA_ASSIGN_OR_RETURN(const json* data, field(root, "data", kind::array, at, "top level"));
@@ -200,7 +234,8 @@ std::string squad_to_json(const squad_dataset& dataset, int indent) {
       nlohmann::ordered_json qas = nlohmann::ordered_json::array();
       for (const auto& q : paragraph.qas) {
         nlohmann::ordered_json answers = nlohmann::ordered_json::array();
-        for (const auto& a : q.answers) answers.push_back({{"answer_start", a.answer_start}, {"text", a.text}});
+        for (const auto& a : q.answers)
+          answers.push_back({{"answer_start", a.answer_start}, {"text", a.text}});
         qas.push_back({{"answers", std::move(answers)}, {"question", q.question}, {"id", q.id}});
       }
       paragraphs.push_back({{"context", paragraph.context}, {"qas", std::move(qas)}});

@@ -47,14 +47,15 @@ struct squad_dataset {
 // question id: a missing field, a wrong type, an empty answer list, a
 // duplicate question id, or an answer whose text differs from the context at
 // answer_start. Unknown fields are ignored; "version" is optional.
-expected<squad_dataset> parse_squad(std::string_view json_text, std::string_view source = "<squad>");
+expected<squad_dataset> parse_squad(std::string_view json_text,
+                                    std::string_view source = "<squad>");
 // Reads and parses a file (errc::io when it cannot be read).
 expected<squad_dataset> load_squad(const std::string& path);
 
 // The context substring [answer_start, answer_start + length(text)) in code
 // points equals the text; fills byte_start when it does.
-bool squad_answer_matches(std::string_view context, const std::vector<std::size_t>& code_point_offsets,
-                          squad_answer& answer);
+bool squad_answer_matches(std::string_view context,
+                          const std::vector<std::size_t>& code_point_offsets, squad_answer& answer);
 
 // Serializes to the official layout (ensure_ascii escapes, as Python's json.dump).
 std::string squad_to_json(const squad_dataset& dataset, int indent = -1);

@@ -15,7 +15,8 @@ namespace {
 
 // Python's string.punctuation.
 bool is_ascii_punctuation(char32_t c) {
-  return c < 0x80 && c != 0 && std::strchr("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", static_cast<int>(c)) != nullptr;
+  return c < 0x80 && c != 0 &&
+         std::strchr("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", static_cast<int>(c)) != nullptr;
 }
 
 // re.sub(r'\b(a|an|the)\b', ' ', text) on a lower-cased str: a word boundary
@@ -59,11 +60,13 @@ std::string squad_normalize_answer(std::string_view text) {
   std::u32string no_punctuation;
   no_punctuation.reserve(lowered.size());
   for (char32_t c : lowered)
-    if (!is_ascii_punctuation(c)) no_punctuation.push_back(c);
+    if (!is_ascii_punctuation(c))
+      no_punctuation.push_back(c);
   std::string spaced = utf8_encode(remove_articles(no_punctuation));
   std::string out;
   for (const auto& word : python_split(spaced)) {
-    if (!out.empty()) out.push_back(' ');
+    if (!out.empty())
+      out.push_back(' ');
     out += word;
   }
   return out;
@@ -78,7 +81,8 @@ double squad_f1(std::string_view prediction, std::string_view ground_truth) {
   std::vector<std::string> truth = normalized_tokens(ground_truth);
   // Multiset intersection size, as Counter(a) & Counter(b).
   std::unordered_map<std::string, std::int64_t> counts;
-  for (const auto& t : truth) ++counts[t];
+  for (const auto& t : truth)
+    ++counts[t];
   std::int64_t same = 0;
   for (const auto& t : predicted) {
     auto it = counts.find(t);
@@ -87,13 +91,15 @@ double squad_f1(std::string_view prediction, std::string_view ground_truth) {
       ++same;
     }
   }
-  if (same == 0) return 0.0;
+  if (same == 0)
+    return 0.0;
   double precision = 1.0 * static_cast<double>(same) / static_cast<double>(predicted.size());
   double recall = 1.0 * static_cast<double>(same) / static_cast<double>(truth.size());
   return (2 * precision * recall) / (precision + recall);
 }
 
-expected<squad_scores> squad_evaluate(const squad_dataset& dataset, const squad_predictions& predictions) {
+expected<squad_scores> squad_evaluate(const squad_dataset& dataset,
+                                      const squad_predictions& predictions) {
   squad_scores scores;
   std::int64_t exact = 0;
   double f1 = 0.0;
@@ -119,13 +125,15 @@ expected<squad_scores> squad_evaluate(const squad_dataset& dataset, const squad_
       }
     }
   }
-  if (scores.total == 0) return make_error(errc::invalid_argument, "the data set holds no questions");
+  if (scores.total == 0)
+    return make_error(errc::invalid_argument, "the data set holds no questions");
   scores.exact_match = 100.0 * static_cast<double>(exact) / static_cast<double>(scores.total);
   scores.f1 = 100.0 * f1 / static_cast<double>(scores.total);
   return scores;
 }
 
-expected<squad_predictions> parse_squad_predictions(std::string_view json_text, std::string_view source) {
+expected<squad_predictions> parse_squad_predictions(std::string_view json_text,
+                                                    std::string_view source) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(json_text.begin(), json_text.end());
@@ -133,13 +141,13 @@ expected<squad_predictions> parse_squad_predictions(std::string_view json_text, 
     return make_error(errc::format, "{}: not valid JSON: {}", source, e.what());
   }
   if (!root.is_object())
-    return make_error(errc::format, "{}: top level is {}, expected an object {{id: answer}}", source,
-                      root.type_name());
+    return make_error(errc::format, "{}: top level is {}, expected an object {{id: answer}}",
+                      source, root.type_name());
   squad_predictions out;
   for (auto it = root.begin(); it != root.end(); ++it) {
     if (!it.value().is_string())
-      return make_error(errc::format, "{}: prediction for question '{}' is {}, expected string", source, it.key(),
-                        it.value().type_name());
+      return make_error(errc::format, "{}: prediction for question '{}' is {}, expected string",
+                        source, it.key(), it.value().type_name());
     out.emplace(it.key(), it.value().get<std::string>());
   }
   return out;
@@ -151,10 +159,13 @@ expected<squad_predictions> load_squad_predictions(const std::string& path) {
 }
 
 std::string python_float_repr(double value) {
-  if (std::isnan(value)) return "NaN"; // json.dumps spelling
-  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  if (std::isnan(value))
+    return "NaN"; // json.dumps spelling
+  if (std::isinf(value))
+    return value > 0 ? "Infinity" : "-Infinity";
   std::string out = fmt::format("{}", value);
-  if (out.find_first_of(".e") == std::string::npos) out += ".0";
+  if (out.find_first_of(".e") == std::string::npos)
+    out += ".0";
   return out;
 }
 

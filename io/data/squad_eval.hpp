@@ -25,18 +25,20 @@ int squad_exact_match(std::string_view prediction, std::string_view ground_truth
 double squad_f1(std::string_view prediction, std::string_view ground_truth);
 
 struct squad_scores {
-  double exact_match = 0.0; // percent
-  double f1 = 0.0;          // percent
-  std::int64_t total = 0;   // questions in the data set
+  double exact_match = 0.0;            // percent
+  double f1 = 0.0;                     // percent
+  std::int64_t total = 0;              // questions in the data set
   std::vector<std::string> unanswered; // ids without a prediction, in file order
 };
 
 // Scores every question of `dataset` (errc::invalid_argument when it has none,
 // where the official script divides by zero).
-expected<squad_scores> squad_evaluate(const squad_dataset& dataset, const squad_predictions& predictions);
+expected<squad_scores> squad_evaluate(const squad_dataset& dataset,
+                                      const squad_predictions& predictions);
 
 // Reads predictions.json: one object of string values (errors name the id).
-expected<squad_predictions> parse_squad_predictions(std::string_view json_text, std::string_view source);
+expected<squad_predictions> parse_squad_predictions(std::string_view json_text,
+                                                    std::string_view source);
 expected<squad_predictions> load_squad_predictions(const std::string& path);
 
 // Python's repr() of a float (shortest round trip, "100.0" not "100").

@@ -11,7 +11,8 @@ namespace {
 std::string join(const std::vector<std::string>& words, std::size_t begin, std::size_t end) {
   std::string out;
   for (std::size_t i = begin; i < end; ++i) {
-    if (i > begin) out.push_back(' ');
+    if (i > begin)
+      out.push_back(' ');
     out += words[i];
   }
   return out;
@@ -22,11 +23,15 @@ std::string join(const std::vector<std::string>& words, std::size_t begin, std::
 bool label_example(squad_example& example, const squad_answer& answer) {
   std::int64_t length = static_cast<std::int64_t>(utf8_decode(answer.text).size());
   std::int64_t chars = static_cast<std::int64_t>(example.char_to_word_offset.size());
-  if (length == 0 || answer.answer_start < 0 || answer.answer_start + length > chars) return false;
+  if (length == 0 || answer.answer_start < 0 || answer.answer_start + length > chars)
+    return false;
   example.orig_answer_text = answer.text;
-  example.start_position = example.char_to_word_offset[static_cast<std::size_t>(answer.answer_start)];
-  example.end_position = example.char_to_word_offset[static_cast<std::size_t>(answer.answer_start + length - 1)];
-  if (example.start_position < 0) return false; // answer begins in leading whitespace
+  example.start_position =
+      example.char_to_word_offset[static_cast<std::size_t>(answer.answer_start)];
+  example.end_position =
+      example.char_to_word_offset[static_cast<std::size_t>(answer.answer_start + length - 1)];
+  if (example.start_position < 0)
+    return false; // answer begins in leading whitespace
   std::string actual = join(example.doc_tokens, static_cast<std::size_t>(example.start_position),
                             static_cast<std::size_t>(example.end_position) + 1);
   std::vector<std::string> answer_words = python_split(answer.text);
@@ -49,7 +54,8 @@ void squad_split_context(std::string_view context, std::vector<std::string>& doc
     if (squad_is_whitespace(c)) {
       previous_whitespace = true;
     } else {
-      if (previous_whitespace) doc_tokens.emplace_back();
+      if (previous_whitespace)
+        doc_tokens.emplace_back();
       utf8_append(doc_tokens.back(), c);
       previous_whitespace = false;
     }
@@ -87,8 +93,8 @@ void squad_improve_answer_span(const std::vector<std::string>& doc_sub_tokens, s
   std::string answer = join(answer_tokens, 0, answer_tokens.size());
   for (std::int32_t new_start = start; new_start <= end; ++new_start) {
     for (std::int32_t new_end = end; new_end >= new_start; --new_end) {
-      if (join(doc_sub_tokens, static_cast<std::size_t>(new_start), static_cast<std::size_t>(new_end) + 1) ==
-          answer) {
+      if (join(doc_sub_tokens, static_cast<std::size_t>(new_start),
+               static_cast<std::size_t>(new_end) + 1) == answer) {
         start = new_start;
         end = new_end;
         return;
@@ -97,26 +103,29 @@ void squad_improve_answer_span(const std::vector<std::string>& doc_sub_tokens, s
   }
 }
 
-std::vector<squad_doc_span> squad_doc_spans(std::int32_t doc_length, std::int32_t max_tokens_for_doc,
-                                            std::int32_t doc_stride) {
+std::vector<squad_doc_span>
+squad_doc_spans(std::int32_t doc_length, std::int32_t max_tokens_for_doc, std::int32_t doc_stride) {
   std::vector<squad_doc_span> spans;
   std::int32_t start = 0;
   while (start < doc_length) {
     std::int32_t length = std::min(doc_length - start, max_tokens_for_doc);
     spans.push_back({start, length});
-    if (start + length == doc_length) break;
+    if (start + length == doc_length)
+      break;
     start += std::min(length, doc_stride);
   }
   return spans;
 }
 
-bool squad_is_max_context(const std::vector<squad_doc_span>& spans, std::size_t span_index, std::int32_t position) {
+bool squad_is_max_context(const std::vector<squad_doc_span>& spans, std::size_t span_index,
+                          std::int32_t position) {
   double best_score = 0.0;
   std::size_t best_index = spans.size();
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const auto& span = spans[i];
     std::int32_t end = span.start + span.length - 1;
-    if (position < span.start || position > end) continue;
+    if (position < span.start || position > end)
+      continue;
     std::int32_t left = position - span.start;
     std::int32_t right = end - position;
     double score = std::min(left, right) + 0.01 * span.length;
@@ -128,14 +137,16 @@ bool squad_is_max_context(const std::vector<squad_doc_span>& spans, std::size_t 
   return span_index == best_index;
 }
 
-expected<std::vector<squad_feature>> squad_convert_examples(const std::vector<squad_example>& examples,
-                                                            const tok::bert_tokenizer& tokenizer,
-                                                            const squad_feature_options& options) {
+expected<std::vector<squad_feature>>
+squad_convert_examples(const std::vector<squad_example>& examples,
+                       const tok::bert_tokenizer& tokenizer, const squad_feature_options& options) {
   const tok::vocab& vocab = tokenizer.vocabulary();
   if (!vocab.contains("[CLS]") || !vocab.contains("[SEP]"))
-    return make_error(errc::invalid_argument, "squad features: the vocabulary has no [CLS] or [SEP] token");
+    return make_error(errc::invalid_argument,
+                      "squad features: the vocabulary has no [CLS] or [SEP] token");
   if (options.doc_stride < 1 || options.max_query_length < 0)
-    return make_error(errc::invalid_argument, "squad features: doc_stride {} must be >= 1, max_query_length {} >= 0",
+    return make_error(errc::invalid_argument,
+                      "squad features: doc_stride {} must be >= 1, max_query_length {} >= 0",
                       options.doc_stride, options.max_query_length);
   const auto seq = static_cast<std::size_t>(std::max(options.max_seq_length, 0));
   std::vector<squad_feature> features;
@@ -145,11 +156,13 @@ expected<std::vector<squad_feature>> squad_convert_examples(const std::vector<sq
     std::vector<std::string> query = tokenizer.tokenize(example.question_text);
     if (query.size() > static_cast<std::size_t>(options.max_query_length))
       query.resize(static_cast<std::size_t>(options.max_query_length));
-    const auto max_tokens_for_doc = options.max_seq_length - static_cast<std::int32_t>(query.size()) - 3;
+    const auto max_tokens_for_doc =
+        options.max_seq_length - static_cast<std::int32_t>(query.size()) - 3;
     if (max_tokens_for_doc < 1)
-      return make_error(errc::invalid_argument,
-                        "squad features: max_seq_length {} leaves no room for the document after {} query tokens",
-                        options.max_seq_length, query.size());
+      return make_error(
+          errc::invalid_argument,
+          "squad features: max_seq_length {} leaves no room for the document after {} query tokens",
+          options.max_seq_length, query.size());
 
     std::vector<std::int32_t> tok_to_orig, orig_to_tok;
     std::vector<std::string> doc;
@@ -166,7 +179,8 @@ expected<std::vector<squad_feature>> squad_convert_examples(const std::vector<sq
     if (training) {
       if (example.start_position < 0 || example.end_position < example.start_position ||
           example.end_position >= static_cast<std::int32_t>(example.doc_tokens.size()))
-        return make_error(errc::invalid_argument, "squad features: training example '{}' has no valid answer span",
+        return make_error(errc::invalid_argument,
+                          "squad features: training example '{}' has no valid answer span",
                           example.qas_id);
       tok_start = orig_to_tok[static_cast<std::size_t>(example.start_position)];
       if (example.end_position < static_cast<std::int32_t>(example.doc_tokens.size()) - 1)
@@ -176,7 +190,8 @@ expected<std::vector<squad_feature>> squad_convert_examples(const std::vector<sq
       squad_improve_answer_span(doc, tok_start, tok_end, tokenizer, example.orig_answer_text);
     }
 
-    std::vector<squad_doc_span> spans = squad_doc_spans(doc_length, max_tokens_for_doc, options.doc_stride);
+    std::vector<squad_doc_span> spans =
+        squad_doc_spans(doc_length, max_tokens_for_doc, options.doc_stride);
     for (std::size_t span_index = 0; span_index < spans.size(); ++span_index) {
       const squad_doc_span& span = spans[span_index];
       squad_feature f;
@@ -193,13 +208,15 @@ expected<std::vector<squad_feature>> squad_convert_examples(const std::vector<sq
         std::int32_t split_index = span.start + i;
         std::size_t position = f.tokens.size();
         f.token_to_orig_map[position] = tok_to_orig[static_cast<std::size_t>(split_index)];
-        f.token_is_max_context[position] = squad_is_max_context(spans, span_index, split_index) ? 1 : 0;
+        f.token_is_max_context[position] =
+            squad_is_max_context(spans, span_index, split_index) ? 1 : 0;
         f.tokens.push_back(doc[static_cast<std::size_t>(split_index)]);
         f.token_type_ids.push_back(1);
       }
       f.tokens.push_back("[SEP]");
       f.token_type_ids.push_back(1);
-      for (const auto& t : f.tokens) f.input_ids.push_back(vocab.id(t));
+      for (const auto& t : f.tokens)
+        f.input_ids.push_back(vocab.id(t));
       f.attention_mask.assign(f.input_ids.size(), 1);
       f.input_ids.resize(seq, 0);
       f.attention_mask.resize(seq, 0);

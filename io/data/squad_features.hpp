@@ -24,10 +24,10 @@ enum class squad_mode : std::uint8_t { training, evaluation };
 struct squad_example {
   std::string qas_id;
   std::string question_text;
-  std::vector<std::string> doc_tokens;        // context split on whitespace (run_squad's is_whitespace)
+  std::vector<std::string> doc_tokens; // context split on whitespace (run_squad's is_whitespace)
   std::vector<std::int32_t> char_to_word_offset; // per context code point: index of its word
-  std::string orig_answer_text;               // training: the first answer
-  std::int32_t start_position = -1;           // training: word index of the answer's first/last word
+  std::string orig_answer_text;                  // training: the first answer
+  std::int32_t start_position = -1; // training: word index of the answer's first/last word
   std::int32_t end_position = -1;
 };
 
@@ -60,20 +60,23 @@ struct squad_feature {
   std::int32_t example_index = 0;
   std::int32_t doc_span_index = 0;
   std::vector<std::string> tokens;
-  std::vector<std::int32_t> token_to_orig_map;     // position -> word index in doc_tokens, -1 outside the window
-  std::vector<std::uint8_t> token_is_max_context;  // position -> 1 when this window is the token's best context
-  std::vector<std::int32_t> input_ids;             // padded with 0
-  std::vector<std::int32_t> attention_mask;        // 1 for real tokens
-  std::vector<std::int32_t> token_type_ids;        // 0 for [CLS] query [SEP], 1 for the window and its [SEP]
-  std::int32_t start_position = 0;                 // training: labels (0 = [CLS] when outside the window)
+  std::vector<std::int32_t>
+      token_to_orig_map; // position -> word index in doc_tokens, -1 outside the window
+  std::vector<std::uint8_t>
+      token_is_max_context;            // position -> 1 when this window is the token's best context
+  std::vector<std::int32_t> input_ids; // padded with 0
+  std::vector<std::int32_t> attention_mask; // 1 for real tokens
+  std::vector<std::int32_t>
+      token_type_ids;              // 0 for [CLS] query [SEP], 1 for the window and its [SEP]
+  std::int32_t start_position = 0; // training: labels (0 = [CLS] when outside the window)
   std::int32_t end_position = 0;
 };
 
 // errc::invalid_argument when the options leave no room for the document
 // (max_seq_length - query - 3 < 1) or doc_stride < 1.
-expected<std::vector<squad_feature>> squad_convert_examples(const std::vector<squad_example>& examples,
-                                                            const tok::bert_tokenizer& tokenizer,
-                                                            const squad_feature_options& options);
+expected<std::vector<squad_feature>>
+squad_convert_examples(const std::vector<squad_example>& examples,
+                       const tok::bert_tokenizer& tokenizer, const squad_feature_options& options);
 
 // run_squad's _improve_answer_span: the smallest sub-token span inside
 // [start, end] whose tokens join to the tokenized answer text.
@@ -86,10 +89,11 @@ struct squad_doc_span {
   std::int32_t length = 0;
 };
 // The sliding windows over `doc_length` sub-tokens.
-std::vector<squad_doc_span> squad_doc_spans(std::int32_t doc_length, std::int32_t max_tokens_for_doc,
-                                            std::int32_t doc_stride);
+std::vector<squad_doc_span>
+squad_doc_spans(std::int32_t doc_length, std::int32_t max_tokens_for_doc, std::int32_t doc_stride);
 // run_squad's _check_is_max_context: the window where `position` has the
 // highest min(left, right) context + 0.01 * window length (first one on ties).
-bool squad_is_max_context(const std::vector<squad_doc_span>& spans, std::size_t span_index, std::int32_t position);
+bool squad_is_max_context(const std::vector<squad_doc_span>& spans, std::size_t span_index,
+                          std::int32_t position);
 
 } // namespace dsa::data

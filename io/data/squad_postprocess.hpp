@@ -25,7 +25,8 @@ struct squad_raw_result {
 struct squad_postprocess_options {
   int n_best_size = 20;
   int max_answer_length = 30;
-  tok::tokenizer_options basic; // the model tokenizer's options (lower-casing decides get_final_text)
+  tok::tokenizer_options
+      basic; // the model tokenizer's options (lower-casing decides get_final_text)
 };
 
 struct squad_nbest_entry {
@@ -43,10 +44,9 @@ struct squad_prediction {
 
 // One prediction per example, in example order. errc::invalid_argument when a
 // feature has no result or logits shorter than its tokens.
-expected<std::vector<squad_prediction>> squad_postprocess(const std::vector<squad_example>& examples,
-                                                          const std::vector<squad_feature>& features,
-                                                          const std::vector<squad_raw_result>& results,
-                                                          const squad_postprocess_options& options);
+expected<std::vector<squad_prediction>> squad_postprocess(
+    const std::vector<squad_example>& examples, const std::vector<squad_feature>& features,
+    const std::vector<squad_raw_result>& results, const squad_postprocess_options& options);
 
 // run_squad's get_final_text: projects `pred_text` (de-tokenized WordPiece
 // text) onto `orig_text` (the original words joined by spaces) by aligning
@@ -60,6 +60,7 @@ std::string squad_predictions_json(const std::vector<squad_prediction>& predicti
 // {id: [{text, probability, start_logit, end_logit}, ...]}
 std::string squad_nbest_json(const std::vector<squad_prediction>& predictions);
 // Replaces `path` atomically.
-status write_squad_predictions(const std::string& path, const std::vector<squad_prediction>& predictions);
+status write_squad_predictions(const std::string& path,
+                               const std::vector<squad_prediction>& predictions);
 
 } // namespace dsa::data

@@ -18,29 +18,37 @@ struct word {
   std::size_t begin = 0, end = 0;           // the whitespace-separated word
   std::size_t core_begin = 0, core_end = 0; // without leading/trailing ASCII punctuation
   std::string core;
-  bool trailing_punctuation = false;        // the word ends in punctuation (a phrase boundary)
+  bool trailing_punctuation = false; // the word ends in punctuation (a phrase boundary)
 };
 
 bool is_ascii_alnum(unsigned char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 // Non-ASCII bytes count as letters so UTF-8 words keep their characters.
-bool is_core_char(unsigned char c) { return c >= 0x80 || is_ascii_alnum(c); }
+bool is_core_char(unsigned char c) {
+  return c >= 0x80 || is_ascii_alnum(c);
+}
 
 std::vector<word> split_words(std::string_view s) {
   std::vector<word> words;
   std::size_t i = 0;
   while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-    if (i >= s.size()) break;
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+      ++i;
+    if (i >= s.size())
+      break;
     word w;
     w.begin = i;
-    while (i < s.size() && !(s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+    while (i < s.size() && !(s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+      ++i;
     w.end = i;
     w.core_begin = w.begin;
     w.core_end = w.end;
-    while (w.core_begin < w.core_end && !is_core_char(static_cast<unsigned char>(s[w.core_begin]))) ++w.core_begin;
-    while (w.core_end > w.core_begin && !is_core_char(static_cast<unsigned char>(s[w.core_end - 1]))) --w.core_end;
+    while (w.core_begin < w.core_end && !is_core_char(static_cast<unsigned char>(s[w.core_begin])))
+      ++w.core_begin;
+    while (w.core_end > w.core_begin &&
+           !is_core_char(static_cast<unsigned char>(s[w.core_end - 1])))
+      --w.core_end;
     w.core = std::string(s.substr(w.core_begin, w.core_end - w.core_begin));
     w.trailing_punctuation = w.core_end < w.end;
     words.push_back(std::move(w));
@@ -50,13 +58,15 @@ std::vector<word> split_words(std::string_view s) {
 
 bool in_list(const std::string& w, std::initializer_list<const char*> list) {
   for (const char* item : list)
-    if (w == item) return true;
+    if (w == item)
+      return true;
   return false;
 }
 
 std::string lower_ascii(std::string s) {
   for (char& c : s)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c + 32);
   return s;
 }
 
@@ -65,76 +75,96 @@ bool is_digits(const std::string& w) {
 }
 // 12, 1,000, 3.5
 bool is_number(const std::string& w) {
-  if (w.empty() || !(w.front() >= '0' && w.front() <= '9') || !(w.back() >= '0' && w.back() <= '9')) return false;
-  return std::all_of(w.begin(), w.end(), [](char c) { return (c >= '0' && c <= '9') || c == ',' || c == '.'; });
+  if (w.empty() || !(w.front() >= '0' && w.front() <= '9') || !(w.back() >= '0' && w.back() <= '9'))
+    return false;
+  return std::all_of(w.begin(), w.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || c == ',' || c == '.'; });
 }
 bool is_year(const std::string& w) {
-  if (w.size() != 4 || !is_digits(w)) return false;
+  if (w.size() != 4 || !is_digits(w))
+    return false;
   int v = std::stoi(w);
   return v >= 1000 && v <= 2099;
 }
 bool is_day(const std::string& w) {
-  if (w.empty() || w.size() > 2 || !is_digits(w)) return false;
+  if (w.empty() || w.size() > 2 || !is_digits(w))
+    return false;
   int v = std::stoi(w);
   return v >= 1 && v <= 31;
 }
 bool is_month(const std::string& w) {
-  return in_list(w, {"January", "February", "March", "April", "May", "June", "July", "August", "September",
-                     "October", "November", "December"});
+  return in_list(w, {"January", "February", "March", "April", "May", "June", "July", "August",
+                     "September", "October", "November", "December"});
 }
 bool is_weekday(const std::string& w) {
   return in_list(w, {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"});
 }
 bool is_capitalized(const std::string& w) {
-  if (w.size() < 2 || !(w[0] >= 'A' && w[0] <= 'Z')) return false;
+  if (w.size() < 2 || !(w[0] >= 'A' && w[0] <= 'Z'))
+    return false;
   return std::all_of(w.begin(), w.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '\'' || c == '-';
   });
 }
 bool is_lower_word(const std::string& w) {
-  return !w.empty() && std::all_of(w.begin(), w.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-'; }) &&
+  return !w.empty() &&
+         std::all_of(w.begin(), w.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || c == '-'; }) &&
          w.front() != '-' && w.back() != '-';
 }
 
 bool is_stopword(const std::string& w) {
   static const std::unordered_set<std::string> words = {
-      "about", "above", "after", "again", "against", "almost", "along", "already", "although", "always", "among",
-      "another", "anyone", "anything", "around", "because", "become", "became", "before", "being", "below",
-      "between", "beyond", "cannot", "could", "didn't", "doesn't", "during", "either", "enough", "every",
-      "everything", "first", "further", "given", "going", "great", "having", "herself", "himself", "however",
-      "itself", "large", "later", "least", "little", "might", "myself", "never", "nothing", "often", "other",
-      "others", "ourselves", "perhaps", "quite", "rather", "really", "right", "second", "seemed", "seems", "shall",
-      "should", "since", "small", "something", "sometimes", "still", "their", "theirs", "themselves", "there",
-      "therefore", "these", "thing", "things", "think", "third", "those", "though", "three", "through", "today",
-      "together", "toward", "towards", "under", "until", "upon", "whatever", "where", "whether", "which", "while",
-      "whole", "whose", "within", "without", "would", "years", "yesterday", "yourself", "certain", "several",
-      "whom", "every", "another", "rather", "point", "place", "times", "there's", "what's", "also", "made",
-      "make", "said", "says", "much", "many", "more", "most", "such", "than", "that", "this", "with", "were",
-      "been", "have", "from", "they", "them", "then", "when", "what", "will", "would", "about", "could", "other"};
+      "about",    "above",      "after",   "again",      "against",   "almost",  "along",
+      "already",  "although",   "always",  "among",      "another",   "anyone",  "anything",
+      "around",   "because",    "become",  "became",     "before",    "being",   "below",
+      "between",  "beyond",     "cannot",  "could",      "didn't",    "doesn't", "during",
+      "either",   "enough",     "every",   "everything", "first",     "further", "given",
+      "going",    "great",      "having",  "herself",    "himself",   "however", "itself",
+      "large",    "later",      "least",   "little",     "might",     "myself",  "never",
+      "nothing",  "often",      "other",   "others",     "ourselves", "perhaps", "quite",
+      "rather",   "really",     "right",   "second",     "seemed",    "seems",   "shall",
+      "should",   "since",      "small",   "something",  "sometimes", "still",   "their",
+      "theirs",   "themselves", "there",   "therefore",  "these",     "thing",   "things",
+      "think",    "third",      "those",   "though",     "three",     "through", "today",
+      "together", "toward",     "towards", "under",      "until",     "upon",    "whatever",
+      "where",    "whether",    "which",   "while",      "whole",     "whose",   "within",
+      "without",  "would",      "years",   "yesterday",  "yourself",  "certain", "several",
+      "whom",     "every",      "another", "rather",     "point",     "place",   "times",
+      "there's",  "what's",     "also",    "made",       "make",      "said",    "says",
+      "much",     "many",       "more",    "most",       "such",      "than",    "that",
+      "this",     "with",       "were",    "been",       "have",      "from",    "they",
+      "them",     "then",       "when",    "what",       "will",      "would",   "about",
+      "could",    "other"};
   return words.count(w) > 0;
 }
 
 // Capitalized only because they start a clause ("-- The results", "(2) A patient").
 bool is_function_word(const std::string& w) {
   return is_stopword(w) ||
-         in_list(w, {"the", "a", "an", "this", "his", "her", "its", "our", "my", "your", "their", "and", "but", "or",
-                     "if", "in", "on", "at", "of", "for", "to", "by", "as", "it", "he", "she", "we", "they", "you",
-                     "no", "not", "so", "all", "one", "some", "any", "each", "both", "who", "why", "how", "yes"});
+         in_list(w, {"the",  "a",     "an",  "this", "his", "her", "its", "our",  "my",
+                     "your", "their", "and", "but",  "or",  "if",  "in",  "on",   "at",
+                     "of",   "for",   "to",  "by",   "as",  "it",  "he",  "she",  "we",
+                     "they", "you",   "no",  "not",  "so",  "all", "one", "some", "any",
+                     "each", "both",  "who", "why",  "how", "yes"});
 }
 
 bool is_org_word(const std::string& w) {
-  return in_list(w, {"Committee", "Company", "Court", "University", "College", "Church", "County", "Department",
-                     "House", "Party", "Association", "Corporation", "Inc", "Bureau", "Board", "Council", "School",
-                     "Society", "Club", "Commission", "Senate", "Congress", "Army", "Navy", "Administration",
-                     "Institute", "Museum", "Hospital", "Bank", "Union", "Office", "Street", "Avenue", "River"});
+  return in_list(w, {"Committee",   "Company",     "Court",      "University", "College",
+                     "Church",      "County",      "Department", "House",      "Party",
+                     "Association", "Corporation", "Inc",        "Bureau",     "Board",
+                     "Council",     "School",      "Society",    "Club",       "Commission",
+                     "Senate",      "Congress",    "Army",       "Navy",       "Administration",
+                     "Institute",   "Museum",      "Hospital",   "Bank",       "Union",
+                     "Office",      "Street",      "Avenue",     "River"});
 }
 
 bool is_place_preposition(const std::string& w) {
   return in_list(w, {"in", "at", "from", "near", "into", "across", "to", "outside", "inside"});
 }
 
-qa_candidate make(const std::vector<word>& words, std::size_t first, std::size_t last, int k, int priority,
-                  std::size_t replace_first) {
+qa_candidate make(const std::vector<word>& words, std::size_t first, std::size_t last, int k,
+                  int priority, std::size_t replace_first) {
   qa_candidate c;
   c.begin = words[first].core_begin;
   c.end = words[last].core_end;
@@ -150,18 +180,22 @@ void date_candidates(const std::vector<word>& w, std::vector<qa_candidate>& out)
   for (std::size_t i = 0; i < w.size(); ++i) {
     const std::string& c = w[i].core;
     std::string before = i > 0 ? lower_ascii(w[i - 1].core) : "";
-    bool time_prep = in_list(before, {"in", "on", "during", "since", "until", "by", "after", "before"});
+    bool time_prep =
+        in_list(before, {"in", "on", "during", "since", "until", "by", "after", "before"});
     std::size_t rep = time_prep && !w[i - 1].trailing_punctuation ? i - 1 : i;
     if (is_month(c)) {
       std::size_t last = i;
-      if (!w[last].trailing_punctuation && last + 1 < w.size() && is_day(w[last + 1].core)) ++last;
+      if (!w[last].trailing_punctuation && last + 1 < w.size() && is_day(w[last + 1].core))
+        ++last;
       if (last + 1 < w.size() && is_year(w[last + 1].core) &&
           (!w[last].trailing_punctuation || w[last].end - w[last].core_end == 1))
         ++last;
-      if (last > i) out.push_back(make(w, i, last, when, 4, rep));
+      if (last > i)
+        out.push_back(make(w, i, last, when, 4, rep));
     } else if (is_year(c) && !(i > 0 && is_day(w[i - 1].core))) {
       qa_candidate y = make(w, i, i, when, time_prep ? 4 : 3, rep);
-      if (!time_prep) y.wh = "what year";
+      if (!time_prep)
+        y.wh = "what year";
       out.push_back(y);
     } else if (is_weekday(c)) {
       out.push_back(make(w, i, i, when, 2, rep));
@@ -173,21 +207,28 @@ void date_candidates(const std::vector<word>& w, std::vector<qa_candidate>& out)
 void number_candidates(const std::vector<word>& w, std::vector<qa_candidate>& out) {
   for (std::size_t i = 0; i + 1 < w.size(); ++i) {
     const std::string& c = w[i].core;
-    if (!is_number(c) || is_year(c) || w[i].trailing_punctuation || w[i].core_begin != w[i].begin) continue;
-    if (i > 0 && is_month(w[i - 1].core)) continue;
+    if (!is_number(c) || is_year(c) || w[i].trailing_punctuation || w[i].core_begin != w[i].begin)
+      continue;
+    if (i > 0 && is_month(w[i - 1].core))
+      continue;
     const std::string& next = w[i + 1].core;
-    if (is_lower_word(next) && next.size() >= 3) out.push_back(make(w, i, i, how_many, 3, i));
+    if (is_lower_word(next) && next.size() >= 3)
+      out.push_back(make(w, i, i, how_many, 3, i));
   }
 }
 
 // Names: runs of capitalized words after the first word of the sentence.
-void name_candidates(std::string_view s, const std::vector<word>& w, std::vector<qa_candidate>& out) {
+void name_candidates(std::string_view s, const std::vector<word>& w,
+                     std::vector<qa_candidate>& out) {
   // The sentence's first word is capitalized anyway; it may follow "--" or "(1)".
   std::size_t i = 0;
   auto has_letter = [](const std::string& x) {
-    return std::any_of(x.begin(), x.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'); });
+    return std::any_of(x.begin(), x.end(), [](char ch) {
+      return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+    });
   };
-  while (i < w.size() && !has_letter(w[i].core)) ++i;
+  while (i < w.size() && !has_letter(w[i].core))
+    ++i;
   ++i;
   while (i < w.size()) {
     const std::string& c = w[i].core;
@@ -205,16 +246,16 @@ void name_candidates(std::string_view s, const std::vector<word>& w, std::vector
       const std::string& x = w[k].core;
       bool one_dot = w[k].end == w[k].core_end + 1 && s[w[k].core_end] == '.';
       return one_dot && ((x.size() == 1 && x[0] >= 'A' && x[0] <= 'Z') ||
-                         in_list(x, {"Mr", "Mrs", "Ms", "Dr", "St", "Gov", "Sen", "Rep", "Gen", "Col", "Lt", "Capt",
-                                     "Prof", "Rev", "Jr", "Sgt", "Maj"}));
+                         in_list(x, {"Mr", "Mrs", "Ms", "Dr", "St", "Gov", "Sen", "Rep", "Gen",
+                                     "Col", "Lt", "Capt", "Prof", "Rev", "Jr", "Sgt", "Maj"}));
     };
     auto name_word = [&](std::size_t k) {
       return w[k].core_begin == w[k].begin && !is_month(w[k].core) &&
              (is_capitalized(w[k].core) || abbreviation(k));
     };
     std::size_t last = i;
-    while ((!w[last].trailing_punctuation || abbreviation(last)) && last + 1 < w.size() && last - i < 3 &&
-           name_word(last + 1))
+    while ((!w[last].trailing_punctuation || abbreviation(last)) && last + 1 < w.size() &&
+           last - i < 3 && name_word(last + 1))
       ++last;
     std::string before = lower_ascii(w[i - 1].core);
     bool prep = is_place_preposition(before) && !w[i - 1].trailing_punctuation;
@@ -250,20 +291,24 @@ void noun_candidates(const std::vector<word>& w, std::vector<qa_candidate>& out)
   for (std::size_t i = 1; i < w.size(); ++i) {
     const std::string& c = w[i].core;
     const std::string det = lower_ascii(w[i - 1].core);
-    if (w[i - 1].trailing_punctuation || !in_list(det, {"the", "a", "an", "his", "her", "their", "its", "this"}))
+    if (w[i - 1].trailing_punctuation ||
+        !in_list(det, {"the", "a", "an", "his", "her", "their", "its", "this"}))
       continue;
-    if (!is_lower_word(c) || c.size() < 5 || is_stopword(c) || w[i].core_begin != w[i].begin) continue;
+    if (!is_lower_word(c) || c.size() < 5 || is_stopword(c) || w[i].core_begin != w[i].begin)
+      continue;
     auto ends_with = [&](const char* suffix) {
       std::size_t n = std::strlen(suffix);
       return c.size() > n && c.compare(c.size() - n, n, suffix) == 0;
     };
-    if (ends_with("ly") || ends_with("ing") || ends_with("ed")) continue;
+    if (ends_with("ly") || ends_with("ing") || ends_with("ed"))
+      continue;
     out.push_back(make(w, i, i, what, 1, i - 1));
   }
 }
 
 void shuffle(std::vector<std::size_t>& v, squad_rng& rng) {
-  for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+  for (std::size_t i = v.size(); i > 1; --i)
+    std::swap(v[i - 1], v[rng.below(i)]);
 }
 
 } // namespace
@@ -286,10 +331,12 @@ std::vector<qa_candidate> qa_candidates(std::string_view sentence) {
 std::string qa_question(std::string_view sentence, const qa_candidate& c) {
   std::string q(sentence.substr(0, c.replace_begin));
   std::string wh = c.wh ? c.wh : qa_kind_name(c.kind);
-  if (c.replace_begin == 0) wh[0] = static_cast<char>(wh[0] - 'a' + 'A'); // starts the question
+  if (c.replace_begin == 0)
+    wh[0] = static_cast<char>(wh[0] - 'a' + 'A'); // starts the question
   q += wh;
   q += sentence.substr(c.replace_end);
-  while (!q.empty() && std::strchr(" \t.!?;:,\"'", q.back()) != nullptr) q.pop_back();
+  while (!q.empty() && std::strchr(" \t.!?;:,\"'", q.back()) != nullptr)
+    q.pop_back();
   q += '?';
   return q;
 }
@@ -300,11 +347,14 @@ expected<qa_gen_result> generate_qa_from_corpus(const std::vector<document>& doc
     return make_error(errc::invalid_argument, "qa-from-corpus: dev fraction {} must be in [0, 1)",
                       options.dev_fraction);
   if (options.max_questions < 0 || options.questions_per_paragraph < 1)
-    return make_error(errc::invalid_argument, "qa-from-corpus: max questions {} must be >= 0 and questions per "
-                      "paragraph {} >= 1", options.max_questions, options.questions_per_paragraph);
+    return make_error(errc::invalid_argument,
+                      "qa-from-corpus: max questions {} must be >= 0 and questions per "
+                      "paragraph {} >= 1",
+                      options.max_questions, options.questions_per_paragraph);
   squad_rng rng(options.seed);
   std::vector<std::size_t> doc_order(documents.size());
-  for (std::size_t i = 0; i < doc_order.size(); ++i) doc_order[i] = i;
+  for (std::size_t i = 0; i < doc_order.size(); ++i)
+    doc_order[i] = i;
   shuffle(doc_order, rng);
 
   qa_gen_result result;
@@ -312,46 +362,57 @@ expected<qa_gen_result> generate_qa_from_corpus(const std::vector<document>& doc
   std::int64_t total = 0;
   auto full = [&] { return options.max_questions > 0 && total >= options.max_questions; };
   for (std::size_t d : doc_order) {
-    if (full()) break;
+    if (full())
+      break;
     const document& doc = documents[d];
     squad_article article;
     article.title = doc.id.empty() ? fmt::format("document-{}", d) : doc.id;
     for (std::size_t p = 0; p < doc.paragraphs.size() && !full(); ++p) {
       squad_paragraph paragraph;
-      std::vector<std::size_t> starts; // byte start of each sentence in the context (npos when skipped)
+      std::vector<std::size_t>
+          starts; // byte start of each sentence in the context (npos when skipped)
       for (const auto& s : doc.paragraphs[p].sentences) {
         if (s.empty()) {
           starts.push_back(std::string::npos);
           continue;
         }
-        if (!paragraph.context.empty()) paragraph.context += ' ';
+        if (!paragraph.context.empty())
+          paragraph.context += ' ';
         starts.push_back(paragraph.context.size());
         paragraph.context += s;
       }
       std::vector<std::size_t> offsets = utf8_code_point_offsets(paragraph.context);
       std::vector<std::size_t> order(starts.size());
-      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
       shuffle(order, rng);
       for (std::size_t s : order) {
-        if (full() || static_cast<int>(paragraph.qas.size()) >= options.questions_per_paragraph) break;
-        if (starts[s] == std::string::npos) continue;
+        if (full() || static_cast<int>(paragraph.qas.size()) >= options.questions_per_paragraph)
+          break;
+        if (starts[s] == std::string::npos)
+          continue;
         const std::string& sentence = doc.paragraphs[p].sentences[s];
         auto n_words = static_cast<int>(python_split(sentence).size());
-        if (n_words < options.min_sentence_words || n_words > options.max_sentence_words) continue;
+        if (n_words < options.min_sentence_words || n_words > options.max_sentence_words)
+          continue;
         std::vector<qa_candidate> cands = qa_candidates(sentence);
-        if (cands.empty()) continue;
+        if (cands.empty())
+          continue;
         int best = 0;
-        for (const auto& c : cands) best = std::max(best, c.priority);
+        for (const auto& c : cands)
+          best = std::max(best, c.priority);
         std::vector<const qa_candidate*> top;
         for (const auto& c : cands)
-          if (c.priority == best) top.push_back(&c);
+          if (c.priority == best)
+            top.push_back(&c);
         const qa_candidate& c = *top[rng.below(top.size())];
         std::size_t byte_start = starts[s] + c.begin;
         squad_answer answer;
         answer.text = sentence.substr(c.begin, c.end - c.begin);
         answer.answer_start = static_cast<std::int64_t>(
             std::lower_bound(offsets.begin(), offsets.end(), byte_start) - offsets.begin());
-        if (!squad_answer_matches(paragraph.context, offsets, answer)) continue; // mid-character: never for UTF-8
+        if (!squad_answer_matches(paragraph.context, offsets, answer))
+          continue; // mid-character: never for UTF-8
         squad_question q;
         q.id = fmt::format("qg{:05d}.{:03d}.{:03d}", d, p, s);
         q.question = qa_question(sentence, c);
@@ -360,26 +421,33 @@ expected<qa_gen_result> generate_qa_from_corpus(const std::vector<document>& doc
         ++result.by_kind[c.kind];
         ++total;
       }
-      if (!paragraph.qas.empty()) article.paragraphs.push_back(std::move(paragraph));
+      if (!paragraph.qas.empty())
+        article.paragraphs.push_back(std::move(paragraph));
     }
-    if (!article.paragraphs.empty()) articles.push_back(std::move(article));
+    if (!article.paragraphs.empty())
+      articles.push_back(std::move(article));
   }
-  if (total == 0) return make_error(errc::invalid_argument, "qa-from-corpus: no question could be generated");
+  if (total == 0)
+    return make_error(errc::invalid_argument, "qa-from-corpus: no question could be generated");
 
   // Documents go to dev whole, so dev questions come from text the model was not fine-tuned on.
   result.train.version = result.dev.version = "1.1";
   std::size_t n_dev = 0;
   if (options.dev_fraction > 0.0 && articles.size() >= 2) {
-    n_dev = static_cast<std::size_t>(options.dev_fraction * static_cast<double>(articles.size()) + 0.5);
+    n_dev =
+        static_cast<std::size_t>(options.dev_fraction * static_cast<double>(articles.size()) + 0.5);
     n_dev = std::clamp<std::size_t>(n_dev, 1, articles.size() - 1);
-  } else if (options.dev_fraction > 0.0 && articles.size() == 1 && articles[0].paragraphs.size() >= 2) {
+  } else if (options.dev_fraction > 0.0 && articles.size() == 1 &&
+             articles[0].paragraphs.size() >= 2) {
     // One document: split its paragraphs instead.
     auto& ps = articles[0].paragraphs;
     std::size_t k = std::clamp<std::size_t>(
-        static_cast<std::size_t>(options.dev_fraction * static_cast<double>(ps.size()) + 0.5), 1, ps.size() - 1);
+        static_cast<std::size_t>(options.dev_fraction * static_cast<double>(ps.size()) + 0.5), 1,
+        ps.size() - 1);
     squad_article dev_article{articles[0].title, {}};
-    dev_article.paragraphs.assign(std::make_move_iterator(ps.end() - static_cast<std::ptrdiff_t>(k)),
-                                  std::make_move_iterator(ps.end()));
+    dev_article.paragraphs.assign(
+        std::make_move_iterator(ps.end() - static_cast<std::ptrdiff_t>(k)),
+        std::make_move_iterator(ps.end()));
     ps.resize(ps.size() - k);
     result.dev.articles.push_back(std::move(dev_article));
   }

@@ -27,7 +27,8 @@ private:
 // FNV-1a of a string, to derive per-item seeds that do not depend on order.
 inline std::uint64_t squad_hash(std::string_view text, std::uint64_t seed = 0xCBF29CE484222325ull) {
   std::uint64_t h = seed;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001B3ull;
+  for (unsigned char c : text)
+    h = (h ^ c) * 0x100000001B3ull;
   return h;
 }
 

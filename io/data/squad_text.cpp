@@ -12,21 +12,26 @@ constexpr char32_t replacement = 0xFFFD;
 // The C.UTF-8 locale's ctype tables hold Unicode's simple case mappings and
 // classes; one process-wide handle, created on first use (thread-safe static).
 locale_t unicode_locale() {
-  static const locale_t handle = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+  static const locale_t handle =
+      newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
   return handle;
 }
 
 char32_t simple_lower(char32_t c) {
-  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+  if (c < 0x80)
+    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
   locale_t loc = unicode_locale();
-  if (!loc) return c;
+  if (!loc)
+    return c;
   return static_cast<char32_t>(towlower_l(static_cast<wint_t>(c), loc));
 }
 
 bool is_cased_letter(char32_t c) {
-  if (c < 0x80) return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+  if (c < 0x80)
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
   locale_t loc = unicode_locale();
-  if (!loc) return false;
+  if (!loc)
+    return false;
   wint_t w = static_cast<wint_t>(c);
   return iswalpha_l(w, loc) && (towlower_l(w, loc) != w || towupper_l(w, loc) != w);
 }
@@ -57,19 +62,33 @@ static char32_t decode_one(std::string_view text, std::size_t i, std::size_t& le
   auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   unsigned char b0 = byte(i);
   length = 1;
-  if (b0 < 0x80) return b0;
+  if (b0 < 0x80)
+    return b0;
   std::size_t n = 0;
   char32_t c = 0, min = 0;
-  if ((b0 & 0xE0) == 0xC0) { n = 1; c = b0 & 0x1F; min = 0x80; }
-  else if ((b0 & 0xF0) == 0xE0) { n = 2; c = b0 & 0x0F; min = 0x800; }
-  else if ((b0 & 0xF8) == 0xF0) { n = 3; c = b0 & 0x07; min = 0x10000; }
-  else return replacement;
-  if (i + n >= text.size()) return replacement; // truncated sequence
+  if ((b0 & 0xE0) == 0xC0) {
+    n = 1;
+    c = b0 & 0x1F;
+    min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    n = 2;
+    c = b0 & 0x0F;
+    min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    n = 3;
+    c = b0 & 0x07;
+    min = 0x10000;
+  } else
+    return replacement;
+  if (i + n >= text.size())
+    return replacement; // truncated sequence
   for (std::size_t k = 1; k <= n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return replacement;
+    if ((byte(i + k) & 0xC0) != 0x80)
+      return replacement;
     c = (c << 6) | (byte(i + k) & 0x3F);
   }
-  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return replacement;
+  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+    return replacement;
   length = n + 1;
   return c;
 }
@@ -77,14 +96,16 @@ static char32_t decode_one(std::string_view text, std::size_t i, std::size_t& le
 std::u32string utf8_decode(std::string_view text) {
   std::u32string out;
   out.reserve(text.size());
-  for (std::size_t i = 0, len = 0; i < text.size(); i += len) out.push_back(decode_one(text, i, len));
+  for (std::size_t i = 0, len = 0; i < text.size(); i += len)
+    out.push_back(decode_one(text, i, len));
   return out;
 }
 
 std::string utf8_encode(std::u32string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char32_t c : text) utf8_append(out, c);
+  for (char32_t c : text)
+    utf8_append(out, c);
   return out;
 }
 
@@ -102,8 +123,8 @@ std::vector<std::size_t> utf8_code_point_offsets(std::string_view text) {
 
 bool python_is_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 std::vector<std::string> python_split(std::string_view text) {
@@ -113,7 +134,8 @@ std::vector<std::string> python_split(std::string_view text) {
   for (std::size_t i = 0, len = 0; i < text.size(); i += len) {
     char32_t c = decode_one(text, i, len);
     if (python_is_space(c)) {
-      if (in_word) words.push_back(std::move(current));
+      if (in_word)
+        words.push_back(std::move(current));
       current.clear();
       in_word = false;
     } else {
@@ -121,15 +143,18 @@ std::vector<std::string> python_split(std::string_view text) {
       in_word = true;
     }
   }
-  if (in_word) words.push_back(std::move(current));
+  if (in_word)
+    words.push_back(std::move(current));
   return words;
 }
 
 std::string python_strip(std::string_view text) {
   std::u32string cps = utf8_decode(text);
   std::size_t begin = 0, end = cps.size();
-  while (begin < end && python_is_space(cps[begin])) ++begin;
-  while (end > begin && python_is_space(cps[end - 1])) --end;
+  while (begin < end && python_is_space(cps[begin]))
+    ++begin;
+  while (end > begin && python_is_space(cps[end - 1]))
+    --end;
   return utf8_encode(std::u32string_view(cps).substr(begin, end - begin));
 }
 
@@ -154,11 +179,13 @@ std::u32string python_lower(std::u32string_view text) {
 
 std::string python_lower(std::string_view text) {
   bool ascii = true;
-  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  for (char c : text)
+    ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) {
     std::string out(text);
     for (char& c : out)
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+      if (c >= 'A' && c <= 'Z')
+        c = static_cast<char>(c + 32);
     return out;
   }
   return utf8_encode(python_lower(utf8_decode(text)));

@@ -11,7 +11,8 @@ squad_question question(std::string id, std::vector<std::string> answers) {
   squad_question q;
   q.id = std::move(id);
   q.question = "?";
-  for (auto& a : answers) q.answers.push_back({std::move(a), 0, 0});
+  for (auto& a : answers)
+    q.answers.push_back({std::move(a), 0, 0});
   return q;
 }
 
@@ -21,16 +22,22 @@ TEST_CASE("squad normalize: lower-case, punctuation, articles, whitespace") {
   CHECK(squad_normalize_answer("The Cat!") == "cat");
   CHECK(squad_normalize_answer("  A  quick,\tbrown fox... ") == "quick brown fox");
   CHECK(squad_normalize_answer("an apple and the banana") == "apple and banana");
-  CHECK(squad_normalize_answer("theatre anthem atheist") == "theatre anthem atheist"); // whole words only
+  CHECK(squad_normalize_answer("theatre anthem atheist") ==
+        "theatre anthem atheist"); // whole words only
   CHECK(squad_normalize_answer("Levi's Stadium") == "levis stadium");
-  CHECK(squad_normalize_answer("the-end") == "theend");    // punctuation goes before articles
-  CHECK(squad_normalize_answer("a.b") == "ab");             // punctuation removal joins the letters
+  CHECK(squad_normalize_answer("the-end") == "theend"); // punctuation goes before articles
+  CHECK(squad_normalize_answer("a.b") == "ab");         // punctuation removal joins the letters
   CHECK(squad_normalize_answer("The") == "");
-  CHECK(squad_normalize_answer("\xC3\x89" "COLE  Normale") == "\xC3\xA9" "cole normale"); // Unicode lower-casing
-  CHECK(squad_normalize_answer("caf\xC3\xA9 a") == "caf\xC3\xA9");                     // \b after a non-ASCII letter
-  CHECK(squad_normalize_answer("\xC3\xA9" "a b") == "\xC3\xA9" "a b");                 // 'a' inside a word stays
+  CHECK(squad_normalize_answer("\xC3\x89"
+                               "COLE  Normale") == "\xC3\xA9"
+                                                   "cole normale"); // Unicode lower-casing
+  CHECK(squad_normalize_answer("caf\xC3\xA9 a") == "caf\xC3\xA9");  // \b after a non-ASCII letter
+  CHECK(squad_normalize_answer("\xC3\xA9"
+                               "a b") == "\xC3\xA9"
+                                         "a b");        // 'a' inside a word stays
   CHECK(squad_normalize_answer("x\xC2\xA0y") == "x y"); // NBSP is whitespace for str.split()
-  CHECK(squad_normalize_answer("\xE2\x80\x9CQuoted\xE2\x80\x9D") == "\xE2\x80\x9Cquoted\xE2\x80\x9D"); // not ASCII
+  CHECK(squad_normalize_answer("\xE2\x80\x9CQuoted\xE2\x80\x9D") ==
+        "\xE2\x80\x9Cquoted\xE2\x80\x9D"); // not ASCII
 }
 
 TEST_CASE("squad exact match") {
@@ -41,11 +48,13 @@ TEST_CASE("squad exact match") {
 
 TEST_CASE("squad F1 by hand") {
   // pred {quick, brown, fox}, truth {quick, fox, jumps}: 2 shared, P = R = 2/3.
-  CHECK(squad_f1("the quick brown fox", "quick fox jumps") == doctest::Approx(2.0 / 3.0).epsilon(1e-15));
+  CHECK(squad_f1("the quick brown fox", "quick fox jumps") ==
+        doctest::Approx(2.0 / 3.0).epsilon(1e-15));
   // Counter intersection: "fox fox" vs "fox" shares one token: P = 1/2, R = 1, F1 = 2/3.
   CHECK(squad_f1("fox fox", "fox") == doctest::Approx(2.0 / 3.0).epsilon(1e-15));
   // 2 of 5 predicted tokens, 2 of 3 truth tokens: P = 0.4, R = 2/3, F1 = 0.5.
-  CHECK(squad_f1("Levi's Stadium in Santa Clara", "Santa Clara, California") == doctest::Approx(0.5));
+  CHECK(squad_f1("Levi's Stadium in Santa Clara", "Santa Clara, California") ==
+        doctest::Approx(0.5));
   CHECK(squad_f1("red", "blue") == 0.0);
   CHECK(squad_f1("the", "a") == 0.0); // v1.1: empty token lists score F1 0 even though EM is 1
   CHECK(squad_f1("The Cat!", "cat") == 1.0);
@@ -60,7 +69,8 @@ TEST_CASE("squad evaluate: max over ground truths, unanswered scores 0") {
   qas.push_back(question("q1", {"Denver Broncos", "The Denver Broncos"}));
   qas.push_back(question("q2", {"Santa Clara, California", "Levi's Stadium"}));
   qas.push_back(question("q3", {"February 7, 2016"}));
-  squad_predictions p{{"q1", "denver broncos!"}, {"q2", "Levi's Stadium in Santa Clara"}, {"extra", "x"}};
+  squad_predictions p{
+      {"q1", "denver broncos!"}, {"q2", "Levi's Stadium in Santa Clara"}, {"extra", "x"}};
   auto scores = squad_evaluate(d, p);
   REQUIRE(scores);
   CHECK(scores->total == 3);
@@ -70,7 +80,8 @@ TEST_CASE("squad evaluate: max over ground truths, unanswered scores 0") {
   CHECK(scores->exact_match == 100.0 * 1 / 3);
   CHECK(python_float_repr(scores->exact_match) == "33.333333333333336");
   CHECK(python_float_repr(scores->f1) == "52.38095238095239");
-  CHECK(squad_scores_json(*scores) == R"({"exact_match": 33.333333333333336, "f1": 52.38095238095239})");
+  CHECK(squad_scores_json(*scores) ==
+        R"({"exact_match": 33.333333333333336, "f1": 52.38095238095239})");
 }
 
 TEST_CASE("squad evaluate: empty data set is an error") {

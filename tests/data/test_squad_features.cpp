@@ -11,15 +11,15 @@ using dsa::tok::vocab;
 namespace {
 
 bert_tokenizer small_tokenizer() {
-  return bert_tokenizer(vocab::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "q", "one", "two",
-                                            "three", "four", "five", "six", "seven", "eight", "##een", "nine",
-                                            "ten", "eleven", "twelve", "(", ")", "-", ".", "1895", "1943", "born",
-                                            "he", "was", "?", "when"}));
+  return bert_tokenizer(vocab::from_tokens(
+      {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "q",    "one", "two",    "three",  "four",
+       "five",  "six",   "seven", "eight", "##een",  "nine", "ten", "eleven", "twelve", "(",
+       ")",     "-",     ".",     "1895",  "1943",   "born", "he",  "was",    "?",      "when"}));
 }
 
 // A one-question data set whose first answer is `answer` found in `context`.
-squad_dataset one_question(const std::string& context, const std::string& question, const std::string& answer,
-                           std::int64_t answer_start) {
+squad_dataset one_question(const std::string& context, const std::string& question,
+                           const std::string& answer, std::int64_t answer_start) {
   squad_dataset d;
   d.articles.resize(1);
   d.articles[0].title = "t";
@@ -35,8 +35,11 @@ squad_dataset one_question(const std::string& context, const std::string& questi
 TEST_CASE("squad context split: whitespace words and char_to_word_offset per code point") {
   std::vector<std::string> words;
   std::vector<std::int32_t> offsets;
-  // two leading spaces, "a", two spaces, "b", tab, "c", U+202F, "d\u00e9", NBSP is not whitespace here.
-  squad_split_context("  a  b\tc\xE2\x80\xAF" "d\xC3\xA9\xC2\xA0x", words, offsets);
+  // two leading spaces, "a", two spaces, "b", tab, "c", U+202F, "d\u00e9", NBSP is not whitespace
+  // here.
+  squad_split_context("  a  b\tc\xE2\x80\xAF"
+                      "d\xC3\xA9\xC2\xA0x",
+                      words, offsets);
   REQUIRE(words.size() == 4);
   CHECK(words[0] == "a");
   CHECK(words[2] == "c");
@@ -59,7 +62,8 @@ TEST_CASE("squad examples: answer word span; unrecoverable answers skipped in tr
   REQUIRE(ex.examples.size() == 1);
   CHECK(ex.examples[0].start_position == 2);
   CHECK(ex.examples[0].end_position == 3);
-  // An answer text that does not appear in the words it covers is skipped (the reference warns and skips).
+  // An answer text that does not appear in the words it covers is skipped (the reference warns and
+  // skips).
   d = one_question(context, "when", "Then", 20);
   ex = squad_read_examples(d, squad_mode::training);
   CHECK(ex.examples.empty());
@@ -127,7 +131,8 @@ TEST_CASE("squad features: answer straddling a doc-stride boundary") {
   CHECK(f[1].tokens[6] == "seven");
   CHECK(f[2].start_position == 0);
   CHECK(f[3].end_position == 0);
-  // Sub-token 4 (five): window 0 scores min(4, 1) + 0.06, window 1 min(1, 4) + 0.06: the tie goes to window 0.
+  // Sub-token 4 (five): window 0 scores min(4, 1) + 0.06, window 1 min(1, 4) + 0.06: the tie goes
+  // to window 0.
   CHECK(f[0].token_is_max_context[3 + 4] == 1);
   CHECK(f[1].token_is_max_context[3 + 1] == 0);
   // Sub-token 5 (six): window 0 min(5, 0), window 1 min(2, 3): window 1.

@@ -33,7 +33,8 @@ std::string load_error(const std::string& q2) {
 
 bool names_all(const std::string& message, std::initializer_list<const char*> parts) {
   for (const char* p : parts)
-    if (message.find(p) == std::string::npos) return false;
+    if (message.find(p) == std::string::npos)
+      return false;
   return true;
 }
 
@@ -50,7 +51,8 @@ TEST_CASE("squad loader reads the official layout with code-point offsets") {
   CHECK(p.qas[0].id == "q2");
   const auto& a = p.qas[0].answers;
   REQUIRE(a.size() == 2);
-  // "Café " is 5 characters, 6 bytes; the emoji 1 character, 4 bytes; " in " 4: 10 characters, 14 bytes.
+  // "Café " is 5 characters, 6 bytes; the emoji 1 character, 4 bytes; " in " 4: 10 characters, 14
+  // bytes.
   CHECK(a[0].answer_start == 10);
   CHECK(a[0].byte_start == 14);
   CHECK(p.context.substr(a[0].byte_start, a[0].text.size()) == a[0].text);
@@ -63,7 +65,8 @@ TEST_CASE("squad loader round-trips through its writer") {
   auto again = parse_squad(squad_to_json(*d), "again.json");
   REQUIRE(again);
   CHECK(squad_to_json(*again) == squad_to_json(*d));
-  CHECK(squad_to_json(*d).find("\\u00fc") != std::string::npos); // ensure_ascii, as Python's json.dump
+  CHECK(squad_to_json(*d).find("\\u00fc") !=
+        std::string::npos); // ensure_ascii, as Python's json.dump
 }
 
 TEST_CASE("squad loader: missing field names article, paragraph and question") {
@@ -87,15 +90,18 @@ TEST_CASE("squad loader: missing field names article, paragraph and question") {
 TEST_CASE("squad loader: wrong types name the place") {
   std::string m = load_error(R"({"id": 7, "question": "Where?", "answers": []})");
   CHECK(names_all(m, {"article 1", "paragraph 1", "'id'", "integer", "string"}));
-  m = load_error(R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": "31"}]})");
+  m = load_error(
+      R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": "31"}]})");
   CHECK(names_all(m, {"article 1", "paragraph 1", "'q2'", "'answer_start'", "string", "integer"}));
-  m = load_error(R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": 31.0}]})");
+  m = load_error(
+      R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": 31.0}]})");
   CHECK(names_all(m, {"'q2'", "'answer_start'", "float"}));
   m = load_error(R"({"id": "q2", "question": ["Where?"], "answers": []})");
   CHECK(names_all(m, {"'q2'", "'question'", "array"}));
   m = load_error(R"({"id": "q2", "question": "Where?", "answers": {"text": "1999"}})");
   CHECK(names_all(m, {"'q2'", "'answers'", "object", "array"}));
-  auto d = parse_squad(R"({"data": [{"title": "T", "paragraphs": [{"context": 1, "qas": []}]}]})", "x.json");
+  auto d = parse_squad(R"({"data": [{"title": "T", "paragraphs": [{"context": 1, "qas": []}]}]})",
+                       "x.json");
   REQUIRE_FALSE(d);
   CHECK(names_all(d.err().message, {"article 0", "paragraph 0", "'context'"}));
   d = parse_squad(R"({"version": 1.1, "data": []})", "x.json");
@@ -107,13 +113,18 @@ TEST_CASE("squad loader: wrong types name the place") {
 
 TEST_CASE("squad loader: answer_start that does not match the context") {
   // 14 is the byte offset; 15 characters in is "ldorf ope".
-  std::string m = load_error(R"({"id": "q2", "question": "Where?", "answers": [{"text": "D\u00fcsseldorf", "answer_start": 15}]})");
-  CHECK(names_all(m, {"article 1", "Broncos", "paragraph 1", "'q2'", "answer_start 15", "does not match"}));
-  m = load_error(R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": 33}]})");
+  std::string m = load_error(
+      R"({"id": "q2", "question": "Where?", "answers": [{"text": "D\u00fcsseldorf", "answer_start": 15}]})");
+  CHECK(names_all(
+      m, {"article 1", "Broncos", "paragraph 1", "'q2'", "answer_start 15", "does not match"}));
+  m = load_error(
+      R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": 33}]})");
   CHECK(names_all(m, {"'q2'", "outside the context"}));
-  m = load_error(R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": -1}]})");
+  m = load_error(
+      R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": -1}]})");
   CHECK(names_all(m, {"'q2'", "answer_start -1"}));
-  m = load_error(R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": 31},
+  m = load_error(
+      R"({"id": "q2", "question": "Where?", "answers": [{"text": "1999", "answer_start": 31},
                     {"text": "Caf\u00e9", "answer_start": 1}]})");
   CHECK(names_all(m, {"'q2'", "answers[1]", "answer_start 1"}));
 }
@@ -121,7 +132,8 @@ TEST_CASE("squad loader: answer_start that does not match the context") {
 TEST_CASE("squad loader: empty answers and duplicate ids") {
   std::string m = load_error(R"({"id": "q2", "question": "Where?", "answers": []})");
   CHECK(names_all(m, {"'q2'", "no answers"}));
-  m = load_error(R"({"id": "q1", "question": "Where?", "answers": [{"text": "1999", "answer_start": 31}]})");
+  m = load_error(
+      R"({"id": "q1", "question": "Where?", "answers": [{"text": "1999", "answer_start": 31}]})");
   CHECK(names_all(m, {"'q1'", "duplicate"}));
 }
 

@@ -17,7 +17,8 @@ std::vector<document> corpus() {
       "The meeting was held in Dallas on March 4, 1961, after a long delay.",
       "He bought 12 apples and Mr. John F. Smith paid for them with Wilson's money.",
       "The committee praised the investigation of the election (1958-1960).",
-      "Caf\xC3\xA9 owners in M\xC3\xBC" "nchen said the price rose in 1958.",
+      "Caf\xC3\xA9 owners in M\xC3\xBC"
+      "nchen said the price rose in 1958.",
       "Later the Draft Act was passed by the Senate in Washington.",
       "The   river flooded the valley, and  the farmers lost 300 cattle.",
   };
@@ -28,7 +29,8 @@ std::vector<document> corpus() {
     for (int p = 0; p < 2; ++p) {
       paragraph para;
       for (std::size_t s = 0; s < sentences.size(); ++s)
-        para.sentences.push_back(sentences[(s + static_cast<std::size_t>(d * 2 + p)) % sentences.size()]);
+        para.sentences.push_back(
+            sentences[(s + static_cast<std::size_t>(d * 2 + p)) % sentences.size()]);
       doc.paragraphs.push_back(para);
     }
     docs.push_back(doc);
@@ -40,10 +42,12 @@ dsa::tok::bert_tokenizer tokenizer_for(const std::vector<document>& docs, int si
   dsa::tok::word_counter counter(dsa::tok::tokenizer_options{});
   for (const auto& d : docs)
     for (const auto& p : d.paragraphs)
-      for (const auto& s : p.sentences) counter.add_text(s);
+      for (const auto& s : p.sentences)
+        counter.add_text(s);
   dsa::tok::vocab_build_options o;
   o.size = size;
-  return dsa::tok::bert_tokenizer(dsa::tok::vocab::from_tokens(dsa::tok::build_wordpiece_vocab(counter.counts(), o)));
+  return dsa::tok::bert_tokenizer(
+      dsa::tok::vocab::from_tokens(dsa::tok::build_wordpiece_vocab(counter.counts(), o)));
 }
 
 } // namespace
@@ -87,16 +91,18 @@ TEST_CASE("squad pipeline: oracle logits through windows recover every generated
     auto predictions = squad_postprocess(ex.examples, *features, results, po);
     REQUIRE(predictions);
     squad_predictions by_id;
-    for (const auto& p : *predictions) by_id[p.qas_id] = p.text;
+    for (const auto& p : *predictions)
+      by_id[p.qas_id] = p.text;
     auto scores = squad_evaluate(data, by_id);
     REQUIRE(scores);
     CHECK(scores->unanswered.empty());
-    // A span is recoverable when some window holds all of it and is its start token's max-context window
-    // (the reference skips other starts). Those answers must come back exactly, not only after
-    // normalization: casing, accents and punctuation come from the context.
+    // A span is recoverable when some window holds all of it and is its start token's max-context
+    // window (the reference skips other starts). Those answers must come back exactly, not only
+    // after normalization: casing, accents and punctuation come from the context.
     std::vector<bool> recoverable(ex.examples.size(), false);
     for (const auto& f : *features)
-      if (f.start_position > 0 && f.token_is_max_context[static_cast<std::size_t>(f.start_position)])
+      if (f.start_position > 0 &&
+          f.token_is_max_context[static_cast<std::size_t>(f.start_position)])
         recoverable[static_cast<std::size_t>(f.example_index)] = true;
     std::size_t i = 0, n_recoverable = 0;
     for (const auto& a : data.articles)
@@ -110,7 +116,8 @@ TEST_CASE("squad pipeline: oracle logits through windows recover every generated
         }
     INFO("vocab ", vocab_size, ": ", n_recoverable, " of ", i, " recoverable");
     CHECK(n_recoverable * 10 >= i * 9);
-    if (vocab_size == 400) CHECK(n_recoverable == i); // whole words: every answer fits a best window
+    if (vocab_size == 400)
+      CHECK(n_recoverable == i); // whole words: every answer fits a best window
     if (n_recoverable == i) {
       CHECK(scores->exact_match == 100.0);
       CHECK(squad_scores_json(*scores) == R"({"exact_match": 100.0, "f1": 100.0})");

@@ -18,10 +18,11 @@ using dsa::tok::vocab;
 namespace {
 
 bert_tokenizer small_tokenizer() {
-  return bert_tokenizer(vocab::from_tokens({"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "q", "super", "bowl", "50",
-                                            "was", "won", "by", "the", "denver", "bro", "##ncos", ",", "in", "2016",
-                                            ".", "one", "two", "three", "four", "five", "six", "seven", "eight",
-                                            "##een", "nine", "ten", "eleven", "twelve"}));
+  return bert_tokenizer(vocab::from_tokens(
+      {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "q",     "super",  "bowl", "50",
+       "was",   "won",   "by",    "the",   "denver", "bro",   "##ncos", ",",    "in",
+       "2016",  ".",     "one",   "two",   "three",  "four",  "five",   "six",  "seven",
+       "eight", "##een", "nine",  "ten",   "eleven", "twelve"}));
 }
 
 squad_dataset one_paragraph(const std::string& context, std::vector<std::string> ids) {
@@ -29,14 +30,16 @@ squad_dataset one_paragraph(const std::string& context, std::vector<std::string>
   d.articles.resize(1);
   d.articles[0].paragraphs.resize(1);
   d.articles[0].paragraphs[0].context = context;
-  for (auto& id : ids) d.articles[0].paragraphs[0].qas.push_back({id, "q", {{"x", 0, 0}}});
+  for (auto& id : ids)
+    d.articles[0].paragraphs[0].qas.push_back({id, "q", {{"x", 0, 0}}});
   return d;
 }
 
 // Logits of `n` positions: -100 everywhere except the given (position, value) pairs.
 std::vector<float> logits(std::size_t n, std::initializer_list<std::pair<int, float>> peaks) {
   std::vector<float> out(n, -100.0f);
-  for (auto [i, v] : peaks) out[static_cast<std::size_t>(i)] = v;
+  for (auto [i, v] : peaks)
+    out[static_cast<std::size_t>(i)] = v;
   return out;
 }
 
@@ -47,7 +50,8 @@ TEST_CASE("squad get_final_text recovers casing and trims to the predicted chara
   CHECK(squad_get_final_text("denver broncos", "Denver Broncos,", lower) == "Denver Broncos");
   CHECK(squad_get_final_text("steve smith", "Steve Smith's", lower) == "Steve Smith");
   CHECK(squad_get_final_text("1895", "(1895-1943).", lower) == "1895");
-  CHECK(squad_get_final_text("cafe", "Caf\xC3\xA9,", lower) == "Caf\xC3\xA9"); // accent stripped, same length
+  CHECK(squad_get_final_text("cafe", "Caf\xC3\xA9,", lower) ==
+        "Caf\xC3\xA9"); // accent stripped, same length
   CHECK(squad_get_final_text("nowhere", "Denver Broncos", lower) == "Denver Broncos"); // fallback
   dsa::tok::tokenizer_options cased;
   cased.case_mode = dsa::tok::casing::keep;
@@ -71,8 +75,8 @@ TEST_CASE("squad post-processing picks the best valid span and recovers the orig
   REQUIRE(f.tokens[12] == "##ncos");
   squad_raw_result r;
   r.unique_id = f.unique_id;
-  // Start: the query token and padding (invalid) beat "denver"; end: [CLS] and padding (invalid) and "won"
-  // (end before start) beat "##ncos" (5), then "," (4) and "bro" (3).
+  // Start: the query token and padding (invalid) beat "denver"; end: [CLS] and padding (invalid)
+  // and "won" (end before start) beat "##ncos" (5), then "," (4) and "bro" (3).
   r.start_logits = logits(24, {{1, 9.0f}, {10, 6.0f}, {9, 2.0f}, {20, 8.0f}});
   r.end_logits = logits(24, {{0, 9.0f}, {21, 9.5f}, {12, 5.0f}, {13, 4.0f}, {11, 3.0f}, {5, 7.0f}});
   squad_postprocess_options po;
@@ -88,10 +92,12 @@ TEST_CASE("squad post-processing picks the best valid span and recovers the orig
   CHECK(pred.nbest[0].end_logit == 5.0);
   CHECK(pred.nbest[1].text == "Denver Broncos,"); // (10, 13)
   double total = 0.0;
-  for (const auto& n : pred.nbest) total += n.probability;
+  for (const auto& n : pred.nbest)
+    total += n.probability;
   CHECK(total == doctest::Approx(1.0));
 
-  po.max_answer_length = 2; // spans of 3+ tokens are too long: (10, 11) "denver bro" is the best left
+  po.max_answer_length =
+      2; // spans of 3+ tokens are too long: (10, 11) "denver bro" is the best left
   p = squad_postprocess(ex, *features, {r}, po);
   REQUIRE(p);
   CHECK((*p)[0].text == "Denver Bro");
@@ -111,7 +117,8 @@ TEST_CASE("squad post-processing picks the best valid span and recovers the orig
 }
 
 TEST_CASE("squad post-processing over windows: start must be in its max-context window") {
-  auto d = one_paragraph("one two three four five six seven eighteen nine ten eleven twelve", {"w"});
+  auto d =
+      one_paragraph("one two three four five six seven eighteen nine ten eleven twelve", {"w"});
   auto ex = squad_read_examples(d, squad_mode::evaluation).examples;
   squad_feature_options fo;
   fo.max_seq_length = 10;
@@ -120,14 +127,16 @@ TEST_CASE("squad post-processing over windows: start must be in its max-context 
   REQUIRE(features);
   REQUIRE(features->size() == 4); // windows [0..5], [3..8], [6..11], [9..12] after [CLS] q [SEP]
   std::vector<squad_raw_result> results;
-  for (const auto& f : *features) results.push_back({f.unique_id, logits(10, {}), logits(10, {})});
+  for (const auto& f : *features)
+    results.push_back({f.unique_id, logits(10, {}), logits(10, {})});
   // Window 0: "six" (sub-token 5, position 8) scores highest, but its max context is window 1.
   results[0].start_logits[8] = 9.0f;
   results[0].end_logits[8] = 9.0f;
   // Window 1: "six seven" (positions 5..6) is valid.
   results[1].start_logits[5] = 3.0f;
   results[1].end_logits[6] = 3.0f;
-  // Window 2: "seven eighteen" (positions 3..5), start "seven" (sub-token 6) has max context in window 1: invalid.
+  // Window 2: "seven eighteen" (positions 3..5), start "seven" (sub-token 6) has max context in
+  // window 1: invalid.
   results[2].start_logits[3] = 8.0f;
   results[2].end_logits[5] = 8.0f;
   auto p = squad_postprocess(ex, *features, results, {});
@@ -142,7 +151,8 @@ TEST_CASE("squad predictions.json is written atomically and reads back") {
   preds[1].qas_id = "a";
   preds[1].text = "x";
   std::string text = squad_predictions_json(preds);
-  CHECK(text.find("\"b\": \"D\\u00fcsseldorf\"") < text.find("\"a\"")); // example order, ASCII escapes
+  CHECK(text.find("\"b\": \"D\\u00fcsseldorf\"") <
+        text.find("\"a\"")); // example order, ASCII escapes
   char dir[] = "/tmp/squad_pp_XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   std::string path = std::string(dir) + "/predictions.json";

@@ -27,7 +27,8 @@ std::vector<document> small_corpus() {
     for (int p = 0; p < 3; ++p) {
       paragraph para;
       for (std::size_t s = 0; s < sentences.size(); ++s)
-        para.sentences.push_back(sentences[(s + static_cast<std::size_t>(d + p)) % sentences.size()]);
+        para.sentences.push_back(
+            sentences[(s + static_cast<std::size_t>(d + p)) % sentences.size()]);
       doc.paragraphs.push_back(para);
     }
     docs.push_back(doc);
@@ -35,10 +36,12 @@ std::vector<document> small_corpus() {
   return docs;
 }
 
-const qa_candidate* find_kind(const std::vector<qa_candidate>& cs, std::string_view sentence, const char* kind,
-                              std::string_view answer) {
+const qa_candidate* find_kind(const std::vector<qa_candidate>& cs, std::string_view sentence,
+                              const char* kind, std::string_view answer) {
   for (const auto& c : cs)
-    if (std::string_view(qa_kind_name(c.kind)) == kind && sentence.substr(c.begin, c.end - c.begin) == answer) return &c;
+    if (std::string_view(qa_kind_name(c.kind)) == kind &&
+        sentence.substr(c.begin, c.end - c.begin) == answer)
+      return &c;
   return nullptr;
 }
 
@@ -53,7 +56,8 @@ TEST_CASE("qa candidates: places, dates, counts, names, content words") {
   const qa_candidate* when = find_kind(cs, s, "when", "March 4, 1961");
   REQUIRE(when);
   CHECK(qa_question(s, *when) == "The meeting was held in Dallas when?");
-  CHECK(find_kind(cs, s, "what", "meeting") == nullptr); // sentence-initial "The" is not a name; "meeting" ends in -ing
+  CHECK(find_kind(cs, s, "what", "meeting") ==
+        nullptr); // sentence-initial "The" is not a name; "meeting" ends in -ing
 
   s = "He bought 12 apples and Mr. John Smith paid for them.";
   cs = qa_candidates(s);
@@ -75,8 +79,10 @@ TEST_CASE("qa candidates: places, dates, counts, names, content words") {
   CHECK(qa_candidates("I'm sure it was fine and I'll go.").empty());
   // Clause-initial function words are capitalized but are not names.
   s = "-- The results were clear. (2) A patient left.";
-  for (const auto& c : qa_candidates(s)) CHECK(s.substr(c.begin, c.end - c.begin) != "The");
-  for (const auto& c : qa_candidates(s)) CHECK(s.substr(c.begin, c.end - c.begin) != "A");
+  for (const auto& c : qa_candidates(s))
+    CHECK(s.substr(c.begin, c.end - c.begin) != "The");
+  for (const auto& c : qa_candidates(s))
+    CHECK(s.substr(c.begin, c.end - c.begin) != "A");
 }
 
 TEST_CASE("qa-from-corpus: answers match, the loader reads the output, deterministic") {
@@ -90,7 +96,8 @@ TEST_CASE("qa-from-corpus: answers match, the loader reads the output, determini
   std::int64_t total = qa->train.question_count() + qa->dev.question_count();
   CHECK(total == 12 * 3 * 2); // two questions per paragraph
   for (const auto* set : {&qa->train, &qa->dev}) {
-    auto loaded = parse_squad(squad_to_json(*set), "generated.json"); // validates every answer_start
+    auto loaded =
+        parse_squad(squad_to_json(*set), "generated.json"); // validates every answer_start
     REQUIRE_MESSAGE(loaded, loaded.err().message);
     CHECK(loaded->question_count() == set->question_count());
     for (const auto& a : loaded->articles)
@@ -98,8 +105,8 @@ TEST_CASE("qa-from-corpus: answers match, the loader reads the output, determini
         for (const auto& q : p.qas) {
           const auto& ans = q.answers.at(0);
           std::u32string context = utf8_decode(p.context);
-          CHECK(utf8_encode(context.substr(static_cast<std::size_t>(ans.answer_start), utf8_decode(ans.text).size())) ==
-                ans.text);
+          CHECK(utf8_encode(context.substr(static_cast<std::size_t>(ans.answer_start),
+                                           utf8_decode(ans.text).size())) == ans.text);
           CHECK(q.question.back() == '?');
           CHECK(q.question.find(ans.text) == std::string::npos);
         }
