@@ -2,12 +2,15 @@
 #include "actors/coordinator_actor.hpp"
 
 #include "actors/protocol/protocol.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <exception>
 #include <map>
+#include <string>
 
 namespace dsa::actors {
 
@@ -31,9 +34,10 @@ struct coordinator_state {
   caf::response_promise promise;
   std::map<caf::actor_addr, std::uint32_t> ids; // monitored actor -> plan actor id
   std::vector<caf::actor> alive;
-  std::vector<std::uint32_t> stage_steps;  // steps completed per stage
-  std::vector<std::uint32_t> step_reports; // per step: stages that completed it
+  std::vector<std::uint32_t> stage_steps;  // per stage: the absolute step it works on (completed ones + first_step)
+  std::vector<std::uint32_t> step_reports; // [k - first_step]: stages that completed step k
   std::chrono::steady_clock::time_point last_progress;
+  std::chrono::steady_clock::time_point last_step_done; // the previous step's completion (the start at first)
 };
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
 
@@ -104,16 +108,47 @@ void on_down(coordinator_actor* self, const caf::down_msg& dm) {
   if (st.phase == coord_phase::stopping && st.alive.empty()) finish(self);
 }
 
+// Every stage and shard finished `step`: report it, then stop or go on.
+void on_step_complete(coordinator_actor* self, std::uint32_t step) {
+  auto& st = self->state;
+  const auto& plan = *st.args.setup.plan;
+  const auto& hooks = st.args.hooks;
+  const auto now = std::chrono::steady_clock::now();
+  const step_summary summary{step, st.args.summary->losses[step - plan.first_step],
+                             std::chrono::duration<double>(now - st.last_step_done).count()};
+  st.last_step_done = now;
+  st.args.summary->steps_completed = step + 1 - plan.first_step;
+  log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
+  bool stop = step + 1 == plan.end_step();
+  try {
+    if (hooks.on_step) hooks.on_step(summary);
+    if (hooks.stop_after && hooks.stop_after(step) && !stop) {
+      log_info("coordinator: stopping after step {} as asked", step);
+      stop = true;
+    }
+  } catch (const std::exception& e) {
+    fail(self, {"coordinator", step, std::string("step hook threw: ") + e.what()});
+    return;
+  }
+  if (stop) {
+    stop_all(self);
+  } else if (hooks.stop_after) {
+    for (const auto& shard : st.args.shards) self->send(shard, allow_atom::value, step + 1);
+  }
+}
+
 void on_step_report(coordinator_actor* self, const step_report& r) {
   auto& st = self->state;
-  const auto& opt = st.args.setup.plan->options;
+  const auto& plan = *st.args.setup.plan;
+  const auto& opt = plan.options;
+  DSA_CHECK(r.stage < opt.stages && r.step >= plan.first_step && r.step < plan.end_step(),
+            "coordinator: step report of stage {} for step {} outside the run's steps [{}, {})", r.stage, r.step,
+            plan.first_step, plan.end_step());
+  const std::uint32_t i = r.step - plan.first_step;
   st.last_progress = std::chrono::steady_clock::now();
   st.stage_steps[r.stage] = r.step + 1;
-  if (r.stage + 1 == opt.stages) st.args.summary->losses[r.step] = r.loss / opt.micro_batches;
-  if (++st.step_reports[r.step] == opt.stages) {
-    log_debug("step {} done, loss {}", r.step, st.args.summary->losses[r.step]);
-    if (r.step + 1 == opt.steps && st.phase == coord_phase::running) stop_all(self);
-  }
+  if (r.stage + 1 == opt.stages) st.args.summary->losses[i] = r.loss / opt.micro_batches;
+  if (++st.step_reports[i] == opt.stages && st.phase == coord_phase::running) on_step_complete(self, r.step);
 }
 
 void on_start(coordinator_actor* self) {
@@ -138,10 +173,11 @@ void on_start(coordinator_actor* self) {
     watch(a.stages[s], plan.stage_id(s));
     watch(a.shards[s], plan.shard_id(s));
   }
-  st.stage_steps.assign(S, 0);
+  st.stage_steps.assign(S, plan.first_step);
   st.step_reports.assign(plan.options.steps, 0);
   st.args.summary->losses.assign(plan.options.steps, 0.0);
   st.last_progress = std::chrono::steady_clock::now();
+  st.last_step_done = st.last_progress;
   set_phase(self, coord_phase::running);
   self->send(a.feeder, go_atom::value);
   self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);

@@ -2,12 +2,15 @@
 // steps, and ends the run. On any failure (an actor's down message, or no
 // progress within the watchdog deadline) it records which actor failed, in
 // which step and why, stops every actor, and answers the start request with an
-// error; it never leaves the caller waiting. Phases: idle -> running ->
-// stopping -> done.
+// error; it never leaves the caller waiting. After each completed step it calls
+// the step hooks and, when a stop_after hook is set, allows the optimizer
+// shards the next step's update (or ends the run cleanly instead). Phases:
+// idle -> running -> stopping -> done.
 #pragma once
 
 #include "actors/actor_setup.hpp"
 #include "actors/protocol/errors.hpp"
+#include "actors/step_hooks.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -21,7 +24,8 @@ namespace dsa::actors {
 
 // Written by the coordinator; read by the caller after the start request is answered.
 struct run_summary {
-  std::vector<double> losses; // per step: mean micro-batch loss at the last stage
+  std::uint32_t steps_completed = 0; // counted from the plan's first_step
+  std::vector<double> losses;        // [i]: mean micro-batch loss of step first_step + i (last stage)
   std::optional<failure_info> failure;
   std::string trace_error; // "" when the trace was written (or not asked for)
 };
@@ -31,6 +35,7 @@ struct coordinator_args {
   std::vector<caf::actor> stages, shards;
   caf::actor feeder, tracer;
   std::shared_ptr<run_summary> summary;
+  step_hooks hooks; // with hooks.stop_after the shards wait for allow_atom before each step's update
   std::chrono::milliseconds watchdog{60000}; // no step or update report for this long: fail
 };
 

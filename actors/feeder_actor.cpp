@@ -29,7 +29,7 @@ struct feeder_core {
   // A slot index is free when both its input and its labels slot came back.
   std::vector<std::uint32_t> free_slots; // lowest at the back
   std::vector<std::uint32_t> half_free;  // one of the two came back
-  std::uint32_t total, next = 0;
+  std::uint32_t total, next = 0; // micro-batches of the run, and the next to fill (counted from first_step)
   bool started = false, filling = false;
   std::uint32_t filling_slot = 0;
   compute_worker worker; // last: joined first
@@ -47,7 +47,8 @@ void try_fill(feeder_actor* self) {
   c.filling = true;
   c.filling_slot = c.free_slots.back();
   c.free_slots.pop_back();
-  const std::uint32_t step = c.next / c.plan.options.micro_batches, mb = c.next % c.plan.options.micro_batches;
+  const std::uint32_t step = c.plan.first_step + c.next / c.plan.options.micro_batches;
+  const std::uint32_t mb = c.next % c.plan.options.micro_batches;
   auto slots = c.slots;
   auto* source = c.source;
   const slot_ref input{c.plan.input_edge, c.filling_slot}, labels{c.plan.labels_edge, c.filling_slot};

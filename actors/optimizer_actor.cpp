@@ -7,15 +7,21 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <limits>
+#include <optional>
+
 namespace dsa::actors {
 
 namespace {
 
 struct shard_core {
-  shard_core(const actor_setup& setup, std::uint32_t i, optimizer_compute* opt)
+  shard_core(const actor_setup& setup, std::uint32_t i, optimizer_compute* opt, update_release release)
       : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.shard_id(i)),
         grads_edge(plan.grads_edges[i]), params_edge(plan.params_edges[i]), optimizer(opt),
-        io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)) {}
+        io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
+        allowed(release == update_release::immediately ? std::numeric_limits<std::uint32_t>::max()
+                                                       : plan.first_step) {}
 
   const pipeline_plan& plan;
   std::shared_ptr<slot_table> slots;
@@ -25,6 +31,8 @@ struct shard_core {
   endpoint io;
   caf::actor stage, coordinator;
   bool params_slot_free = true;
+  std::uint32_t allowed;               // updates of steps <= allowed may start
+  std::optional<std::uint32_t> waiting; // a step whose gradients arrived before it was allowed
   compute_worker worker; // last: joined first
 };
 
@@ -34,21 +42,37 @@ struct shard_state {
 };
 using shard_actor = caf::stateful_actor<shard_state>;
 
-void on_grads(shard_actor* self, const produced& m) {
+void start_update(shard_actor* self, std::uint32_t step) {
   auto& c = *self->state.core;
-  c.io.received(m, c.plan.stage_id(c.index));
-  DSA_CHECK(m.ref.edge == c.grads_edge && c.params_slot_free,
-            "optimizer {}: gradients of step {} while the previous version is still unread", c.index, m.step);
-  c.params_slot_free = false;
   auto slots = c.slots;
   auto* trace = c.trace;
   auto* optimizer = c.optimizer;
-  const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, params = c.params_edge, step = m.step;
+  const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, params = c.params_edge;
   post_job(self, c.worker, step, [=] {
     trace_span span(trace, trace_name::optimizer, id, static_cast<std::int32_t>(index), step, 0);
     optimizer->update(step, slots->at({grads, 0}), slots->at({params, 0}));
     return work_done{0, step, 0, 0.0};
   });
+}
+
+void on_grads(shard_actor* self, const produced& m) {
+  auto& c = *self->state.core;
+  c.io.received(m, c.plan.stage_id(c.index));
+  DSA_CHECK(m.ref.edge == c.grads_edge && c.params_slot_free && !c.waiting,
+            "optimizer {}: gradients of step {} while the previous version is still unread", c.index, m.step);
+  c.params_slot_free = false;
+  if (m.step <= c.allowed) start_update(self, m.step);
+  else c.waiting = m.step;
+}
+
+void on_allow(shard_actor* self, std::uint32_t step) {
+  auto& c = *self->state.core;
+  c.allowed = std::max(c.allowed, step);
+  if (c.waiting && *c.waiting <= c.allowed) {
+    const std::uint32_t ready = *c.waiting;
+    c.waiting.reset();
+    start_update(self, ready);
+  }
 }
 
 void on_updated(shard_actor* self, const work_done& d) {
@@ -61,15 +85,16 @@ void on_updated(shard_actor* self, const work_done& d) {
 }
 
 caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t index,
-                             optimizer_compute* optimizer) {
+                             optimizer_compute* optimizer, update_release release) {
   self->state.plan = setup.plan;
-  self->state.core = std::make_unique<shard_core>(setup, index, optimizer);
+  self->state.core = std::make_unique<shard_core>(setup, index, optimizer, release);
   return {
       [=](wire_atom, const caf::actor& stage, const caf::actor& coordinator) {
         self->state.core->stage = stage;
         self->state.core->coordinator = coordinator;
       },
       [=](const produced& m) { on_grads(self, m); },
+      [=](allow_atom, std::uint32_t step) { on_allow(self, step); },
       [=](const released& m) {
         auto& c = *self->state.core;
         c.io.received(m, c.plan.stage_id(c.index));
@@ -86,8 +111,8 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
 } // namespace
 
 caf::actor spawn_optimizer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index,
-                           optimizer_compute* optimizer) {
-  return sys.spawn(shard_behavior, setup, index, optimizer);
+                           optimizer_compute* optimizer, update_release release) {
+  return sys.spawn(shard_behavior, setup, index, optimizer, release);
 }
 
 } // namespace dsa::actors

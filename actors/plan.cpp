@@ -15,12 +15,15 @@ std::string pipeline_plan::actor_name(std::uint32_t id) const {
   return fmt::format("optimizer {}", id - 3 - options.stages);
 }
 
-pipeline_plan make_plan(const pipeline_options& options, slot_table& slots) {
+pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step) {
   DSA_CHECK(options.stages > 0 && options.micro_batches > 0 && options.steps > 0,
             "a pipeline needs stages, micro-batches and steps (got {}, {}, {})", options.stages,
             options.micro_batches, options.steps);
+  DSA_CHECK(first_step <= ~0u - options.steps, "first step {} + {} steps overflows the step counter", first_step,
+            options.steps);
   pipeline_plan plan;
   plan.options = options;
+  plan.first_step = first_step;
   plan.input_edge = slots.add_edge("input", options.feed_slots, 1);
   plan.labels_edge = slots.add_edge("labels", options.feed_slots, 1);
   for (std::uint32_t s = 0; s + 1 < options.stages; ++s) {

@@ -14,7 +14,7 @@ namespace dsa::actors {
 struct pipeline_options {
   std::uint32_t stages = 1;
   std::uint32_t micro_batches = 1; // gradient accumulation steps M
-  std::uint32_t steps = 1;         // optimizer steps
+  std::uint32_t steps = 1;         // optimizer steps this run performs
   schedule_kind schedule = schedule_kind::one_f_one_b;
   std::uint32_t feed_slots = 2;       // feeder -> first stage inputs, and -> last stage labels
   std::uint32_t activation_slots = 2; // stage s -> s + 1
@@ -23,6 +23,10 @@ struct pipeline_options {
 
 struct pipeline_plan {
   pipeline_options options;
+  // Absolute number of the run's first step: the run performs steps
+  // [first_step, end_step()), and parameter version k is the input of step k.
+  std::uint32_t first_step = 0;
+  std::uint32_t end_step() const { return first_step + options.steps; }
   std::uint32_t input_edge = 0;  // feeder -> stage 0: {input}
   std::uint32_t labels_edge = 0; // feeder -> stage S-1: {labels}
   std::vector<std::uint32_t> activation_edges; // [s]: stage s -> s + 1, {activation}
@@ -40,7 +44,7 @@ struct pipeline_plan {
   std::string actor_name(std::uint32_t id) const;
 };
 
-// Adds the plan's edges to `slots` (each with its slot count).
-pipeline_plan make_plan(const pipeline_options& options, slot_table& slots);
+// Adds the plan's edges to `slots` (each with its slot count). first_step: see pipeline_plan.
+pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step = 0);
 
 } // namespace dsa::actors

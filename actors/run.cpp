@@ -38,9 +38,12 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.setup = setup;
   args.summary = summary;
   args.watchdog = options.watchdog;
+  args.hooks = step_hooks{options.on_step, options.stop_after};
+  // Only a run that may stop early holds each update until the coordinator went on past the previous step.
+  const auto release = options.stop_after ? update_release::when_allowed : update_release::immediately;
   for (std::uint32_t s = 0; s < S; ++s) {
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
-    args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s]));
+    args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));
   }
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, setup.trace, trace_path);
@@ -72,21 +75,26 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
             "run_pipeline: {} stages need {} stage computes ({} given), optimizers ({} given) and a source", S,
             S, parts.stages.size(), parts.optimizers.size());
   auto slots = std::make_shared<slot_table>();
-  auto plan = std::make_shared<const pipeline_plan>(make_plan(options.pipeline, *slots));
+  auto plan = std::make_shared<const pipeline_plan>(make_plan(options.pipeline, *slots, options.first_step));
+  const bool tracing = options.trace == trace_mode::record;
   trace_recorder trace;
   for (std::uint32_t id = 0; id < plan->actor_count(); ++id) trace.set_actor_name(id, plan->actor_name(id));
-  for (std::uint32_t s = 0; s < S; ++s) parts.optimizers[s]->init(parts.stages[s]->parameters());
+  if (options.optimizers == optimizer_start::init_from_stages)
+    for (std::uint32_t s = 0; s < S; ++s) parts.optimizers[s]->init(parts.stages[s]->parameters());
 
   run_result result;
-  if (!options.run_dir.empty()) {
+  if (!options.run_dir.empty() && tracing) {
     std::error_code ec;
     std::filesystem::create_directories(options.run_dir, ec);
     result.trace_path = (std::filesystem::path(options.run_dir) / "trace.dsat").string();
   }
   auto summary = std::make_shared<run_summary>();
-  spawn_and_run(options, parts, actor_setup{plan, slots, &trace}, summary, result.trace_path, result);
+  spawn_and_run(options, parts, actor_setup{plan, slots, tracing ? &trace : nullptr}, summary, result.trace_path,
+                result);
   // The actor system is gone: every actor and worker thread has ended.
+  result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;
+  result.losses.resize(summary->steps_completed);
   result.trace_error = summary->trace_error;
   result.failure = summary->failure;
   if (result.failure) {
@@ -94,7 +102,7 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     result.error = fmt::format("{} failed in step {}: {}", result.failure->actor, result.failure->step,
                                result.failure->why);
   }
-  result.trace = trace.snapshot();
+  if (tracing) result.trace = trace.snapshot();
   return result;
 }
 

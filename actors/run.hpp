@@ -5,19 +5,54 @@
 #include "actors/compute.hpp"
 #include "actors/plan.hpp"
 #include "actors/protocol/errors.hpp"
+#include "actors/step_hooks.hpp"
 #include "actors/trace/trace_recorder.hpp"
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace dsa::actors {
 
+// How the optimizer shards get their starting state (see run_pipeline).
+enum class optimizer_start {
+  // run_pipeline calls optimizers[s]->init(stages[s]->parameters()): a fresh run.
+  init_from_stages,
+  // The caller restored each optimizer's whole state (master weights, moments,
+  // counters) and each stage's working parameters (version first_step) before
+  // run_pipeline, e.g. from a checkpoint; init is not called.
+  already_loaded,
+};
+
+// Whether the run records a trace (spans and message edges) at all.
+enum class trace_mode { record, off };
+
 struct run_options {
-  pipeline_options pipeline;
+  pipeline_options pipeline; // pipeline.steps: how many steps this run performs (from first_step)
+  // Absolute number of the first step: the run performs steps first_step ..
+  // first_step + pipeline.steps - 1. Messages, parameter versions, the trace
+  // and every compute call use absolute numbers; the stages must hold
+  // parameter version first_step (the result of step first_step - 1's update).
+  std::uint32_t first_step = 0;
+  optimizer_start optimizers = optimizer_start::init_from_stages;
+  // Called once per completed step, in order (see step_hooks.hpp; keep it short).
+  std::function<void(const step_summary&)> on_step;
+  // Called after on_step with the completed step k; true ends the run after
+  // step k: ok = true, steps_completed = k + 1 - first_step. A step is
+  // complete when every optimizer shard applied its update and every stage
+  // loaded the new version k + 1. When set, no shard starts the update of step
+  // k + 1 before the coordinator decided to go on after k, so after a stop
+  // every optimizer holds the state after step k and every stage parameter
+  // version k + 1; forwards and backwards of step k + 1 that had started are
+  // discarded (the stages' gradients are then partial sums: zero them or load
+  // parameters before using them again). Checked on the coordinator: a signal
+  // handler sets an atomic flag that this function reads.
+  std::function<bool(std::uint32_t completed_step)> stop_after;
+  trace_mode trace = trace_mode::record; // off: no records, no trace file, an empty run_result::trace
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
-  std::string run_dir;                       // writes run_dir/trace.dsat when not empty
+  std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)
   std::size_t scheduler_threads = 2;         // CAF worker threads (compute runs on its own threads)
 };
 
@@ -33,14 +68,18 @@ struct run_result {
   bool ok = false;
   std::optional<failure_info> failure; // set when !ok: which actor, which step, why
   std::string error;                   // "<actor> failed in step <k>: <why>" when !ok
-  std::vector<double> losses;          // per step: mean micro-batch loss
-  trace_data trace;                    // the whole trace of the run
+  std::uint32_t steps_completed = 0;   // steps done (also on a failure); the next is first_step + steps_completed
+  std::vector<double> losses;          // [i]: mean micro-batch loss of step first_step + i, completed steps only
+  trace_data trace;                    // the whole trace of the run (empty with trace_mode::off)
   std::string trace_path;              // "" when no run_dir
   std::string trace_error;             // "" when the trace file was written
 };
 
-// Runs options.pipeline.steps optimizer steps. Initialises each optimizer from its
-// stage's parameters. Never hangs: a failure or the watchdog ends the run.
+// Runs options.pipeline.steps optimizer steps from options.first_step, or fewer
+// when stop_after ends the run. With optimizer_start::init_from_stages it first
+// initialises each optimizer from its stage's parameters. Never hangs: a
+// failure or the watchdog ends the run. The compute objects are not touched
+// after it returns.
 run_result run_pipeline(const run_options& options, const run_parts& parts);
 
 } // namespace dsa::actors

@@ -18,7 +18,7 @@ namespace {
 struct stage_core {
   stage_core(const actor_setup& setup, std::uint32_t i, stage_compute* compute)
       : plan(*setup.plan), index(i), id(plan.stage_id(i)), edges(stage_edges_of(plan, i)),
-        sched({i, plan.options.stages, plan.options.micro_batches, plan.options.steps},
+        sched({i, plan.options.stages, plan.options.micro_batches, plan.options.steps, plan.first_step},
               schedule_policy::make(plan.options.schedule, plan.options.stages, i, plan.options.micro_batches),
               {plan.options.activation_slots, plan.options.gradient_slots}),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),

@@ -45,7 +45,8 @@ const char* work_kind_name(work_kind kind) {
 stage_scheduler::stage_scheduler(stage_position pos, schedule_policy policy, stage_credits credits)
     : pos_(pos), policy_(policy), credits_(credits), free_stash_(slot_list(policy.stash_slots)),
       free_out_(slot_list(pos.last() ? 0 : credits.out_slots)),
-      free_grad_out_(slot_list(pos.first() ? 0 : credits.grad_out_slots)) {
+      free_grad_out_(slot_list(pos.first() ? 0 : credits.grad_out_slots)), held_version_(pos.first_step),
+      next_forward_step_(pos.first_step), next_backward_step_(pos.first_step) {
   DSA_CHECK(pos.stages > 0 && pos.index < pos.stages && pos.micro_batches > 0,
             "bad stage position {}/{} with {} micro-batches", pos.index, pos.stages, pos.micro_batches);
   DSA_CHECK(policy.stash_slots > 0, "a stage needs at least one stash slot");
@@ -114,7 +115,7 @@ std::optional<stage_work> stage_scheduler::pick() {
 }
 
 std::optional<stage_work> stage_scheduler::pick_forward() {
-  if (next_forward_step_ >= pos_.steps || held_version_ < next_forward_step_) return std::nullopt;
+  if (next_forward_step_ >= pos_.end_step() || held_version_ < next_forward_step_) return std::nullopt;
   if (inputs_.empty() || free_stash_.empty()) return std::nullopt;
   if (!pos_.last() && free_out_.empty()) return std::nullopt;
   if (pos_.last() && labels_.empty()) return std::nullopt;

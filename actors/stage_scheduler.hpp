@@ -27,9 +27,11 @@ struct stage_position {
   std::uint32_t index = 0;
   std::uint32_t stages = 1;
   std::uint32_t micro_batches = 1;
-  std::uint32_t steps = 1;
+  std::uint32_t steps = 1;      // steps of the run
+  std::uint32_t first_step = 0; // absolute number of the run's first step (its parameter version is held at start)
   bool first() const { return index == 0; }
   bool last() const { return index + 1 == stages; }
+  std::uint32_t end_step() const { return first_step + steps; }
 };
 
 // Slot counts of the edges the stage writes into.
@@ -70,7 +72,7 @@ public:
   void on_done(const stage_work& work);
 
   bool busy() const { return busy_; }
-  bool finished() const { return next_backward_step_ >= pos_.steps; }
+  bool finished() const { return next_backward_step_ >= pos_.end_step(); }
   std::uint32_t held_version() const { return held_version_; }
   std::uint32_t in_flight() const { return static_cast<std::uint32_t>(in_flight_.size()); }
   const stage_position& position() const { return pos_; }
@@ -96,9 +98,9 @@ private:
   std::deque<stashed> in_flight_; // forward done, backward not yet: in micro-batch order
   std::vector<std::uint32_t> free_stash_, free_out_, free_grad_out_;
   std::optional<arrival> pending_version_;
-  std::uint32_t held_version_ = 0;
-  std::uint32_t next_forward_step_ = 0, next_forward_mb_ = 0;
-  std::uint32_t next_backward_step_ = 0;
+  std::uint32_t held_version_;
+  std::uint32_t next_forward_step_, next_forward_mb_ = 0;
+  std::uint32_t next_backward_step_;
   bool busy_ = false;
 };
 
