@@ -22,17 +22,18 @@ std::string join(const std::vector<std::string>& words, std::size_t begin, std::
 // cannot be recovered from the whitespace words (the reference skips those).
 bool label_example(squad_example& example, const squad_answer& answer) {
   std::int64_t length = static_cast<std::int64_t>(utf8_decode(answer.text).size());
-  std::int64_t chars = static_cast<std::int64_t>(example.char_to_word_offset.size());
+  std::int64_t chars = static_cast<std::int64_t>(example.words->char_to_word_offset.size());
   if (length == 0 || answer.answer_start < 0 || answer.answer_start + length > chars)
     return false;
   example.orig_answer_text = answer.text;
   example.start_position =
-      example.char_to_word_offset[static_cast<std::size_t>(answer.answer_start)];
+      example.words->char_to_word_offset[static_cast<std::size_t>(answer.answer_start)];
   example.end_position =
-      example.char_to_word_offset[static_cast<std::size_t>(answer.answer_start + length - 1)];
+      example.words
+          ->char_to_word_offset[static_cast<std::size_t>(answer.answer_start + length - 1)];
   if (example.start_position < 0)
     return false; // answer begins in leading whitespace
-  std::string actual = join(example.doc_tokens, static_cast<std::size_t>(example.start_position),
+  std::string actual = join(example.doc_tokens(), static_cast<std::size_t>(example.start_position),
                             static_cast<std::size_t>(example.end_position) + 1);
   std::vector<std::string> answer_words = python_split(answer.text);
   std::string cleaned = join(answer_words, 0, answer_words.size());
@@ -67,8 +68,10 @@ squad_examples squad_read_examples(const squad_dataset& dataset, squad_mode mode
   squad_examples out;
   for (const auto& article : dataset.articles) {
     for (const auto& paragraph : article.paragraphs) {
+      auto words = std::make_shared<squad_context_words>();
+      squad_split_context(paragraph.context, words->doc_tokens, words->char_to_word_offset);
       squad_example base;
-      squad_split_context(paragraph.context, base.doc_tokens, base.char_to_word_offset);
+      base.words = std::move(words);
       for (const auto& qa : paragraph.qas) {
         squad_example example = base;
         example.qas_id = qa.id;
@@ -151,6 +154,9 @@ squad_convert_examples(const std::vector<squad_example>& examples,
   const auto seq = static_cast<std::size_t>(std::max(options.max_seq_length, 0));
   std::vector<squad_feature> features;
   std::int64_t unique_id = options.first_unique_id;
+  std::shared_ptr<const squad_context_words> tokenized_words;
+  std::vector<std::int32_t> tok_to_orig, orig_to_tok;
+  std::vector<std::string> doc;
   for (std::size_t example_index = 0; example_index < examples.size(); ++example_index) {
     const squad_example& example = examples[example_index];
     std::vector<std::string> query = tokenizer.tokenize(example.question_text);
@@ -164,13 +170,21 @@ squad_convert_examples(const std::vector<squad_example>& examples,
           "squad features: max_seq_length {} leaves no room for the document after {} query tokens",
           options.max_seq_length, query.size());
 
-    std::vector<std::int32_t> tok_to_orig, orig_to_tok;
-    std::vector<std::string> doc;
-    for (std::size_t i = 0; i < example.doc_tokens.size(); ++i) {
-      orig_to_tok.push_back(static_cast<std::int32_t>(doc.size()));
-      for (auto& sub : tokenizer.tokenize(example.doc_tokens[i])) {
-        tok_to_orig.push_back(static_cast<std::int32_t>(i));
-        doc.push_back(std::move(sub));
+    if (!example.words)
+      return make_error(errc::invalid_argument, "squad features: example '{}' has no context words",
+                        example.qas_id);
+    // Questions of one paragraph share its words: sub-tokenize them once.
+    if (example.words != tokenized_words) {
+      tokenized_words = example.words;
+      tok_to_orig.clear();
+      orig_to_tok.clear();
+      doc.clear();
+      for (std::size_t i = 0; i < example.doc_tokens().size(); ++i) {
+        orig_to_tok.push_back(static_cast<std::int32_t>(doc.size()));
+        for (auto& sub : tokenizer.tokenize(example.doc_tokens()[i])) {
+          tok_to_orig.push_back(static_cast<std::int32_t>(i));
+          doc.push_back(std::move(sub));
+        }
       }
     }
     const auto doc_length = static_cast<std::int32_t>(doc.size());
@@ -178,12 +192,12 @@ squad_convert_examples(const std::vector<squad_example>& examples,
     const bool training = options.mode == squad_mode::training;
     if (training) {
       if (example.start_position < 0 || example.end_position < example.start_position ||
-          example.end_position >= static_cast<std::int32_t>(example.doc_tokens.size()))
+          example.end_position >= static_cast<std::int32_t>(example.doc_tokens().size()))
         return make_error(errc::invalid_argument,
                           "squad features: training example '{}' has no valid answer span",
                           example.qas_id);
       tok_start = orig_to_tok[static_cast<std::size_t>(example.start_position)];
-      if (example.end_position < static_cast<std::int32_t>(example.doc_tokens.size()) - 1)
+      if (example.end_position < static_cast<std::int32_t>(example.doc_tokens().size()) - 1)
         tok_end = orig_to_tok[static_cast<std::size_t>(example.end_position) + 1] - 1;
       else
         tok_end = doc_length - 1;

@@ -11,6 +11,7 @@
 #include "models/tokenizer/bert_tokenizer.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,14 +22,21 @@ namespace dsa::data {
 // found in the whitespace words are skipped); evaluation: no labels.
 enum class squad_mode : std::uint8_t { training, evaluation };
 
+// The whitespace words of one context, shared by the questions of its paragraph.
+struct squad_context_words {
+  std::vector<std::string> doc_tokens;           // run_squad's is_whitespace split
+  std::vector<std::int32_t> char_to_word_offset; // per context code point: index of its word
+};
+
 struct squad_example {
   std::string qas_id;
   std::string question_text;
-  std::vector<std::string> doc_tokens; // context split on whitespace (run_squad's is_whitespace)
-  std::vector<std::int32_t> char_to_word_offset; // per context code point: index of its word
-  std::string orig_answer_text;                  // training: the first answer
-  std::int32_t start_position = -1; // training: word index of the answer's first/last word
-  std::int32_t end_position = -1;
+  std::shared_ptr<const squad_context_words> words;
+  std::string orig_answer_text;     // training: the first answer
+  std::int32_t start_position = -1; // training: word index of the answer's first word
+  std::int32_t end_position = -1;   // training: word index of the answer's last word
+
+  const std::vector<std::string>& doc_tokens() const { return words->doc_tokens; }
 };
 
 struct squad_examples {

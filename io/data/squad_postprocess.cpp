@@ -209,8 +209,8 @@ expected<std::vector<squad_prediction>> squad_postprocess(
       auto orig_end =
           static_cast<std::size_t>(f.token_to_orig_map[static_cast<std::size_t>(c.end)]);
       std::vector<std::string> orig_words;
-      for (std::size_t w = orig_start; w <= orig_end && w < example.doc_tokens.size(); ++w)
-        orig_words.push_back(example.doc_tokens[w]);
+      for (std::size_t w = orig_start; w <= orig_end && w < example.doc_tokens().size(); ++w)
+        orig_words.push_back(example.doc_tokens()[w]);
       std::string final_text =
           squad_get_final_text(tok_text, join_words(orig_words), options.basic);
       if (!seen.insert(final_text).second)

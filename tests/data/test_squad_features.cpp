@@ -55,7 +55,7 @@ TEST_CASE("squad examples: answer word span; unrecoverable answers skipped in tr
   REQUIRE(ex.examples.size() == 1);
   CHECK(ex.examples[0].start_position == 3);
   CHECK(ex.examples[0].end_position == 3);
-  CHECK(ex.examples[0].doc_tokens[3] == "(1895-1943).");
+  CHECK(ex.examples[0].doc_tokens()[3] == "(1895-1943).");
   // "born (1895" spans two words.
   d = one_question(context, "when", "born (1895", 7);
   ex = squad_read_examples(d, squad_mode::training);
