@@ -1,12 +1,17 @@
 // kernels/cpu/activation: GELU and tanh kernels against the double references,
-// and the backward passes against central differences of a double forward.
+// the backward passes against central differences of a double forward, and the
+// vectorized erf of kernels/cpu/vec_math against std::erf in double.
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/vec_math.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/finite_diff.hpp"
+#include "tests/support/tolerances.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -15,11 +20,14 @@ namespace {
 std::vector<float> random_vector(std::int64_t n, float lo, float hi, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = dist(rng);
+  for (auto& x : v)
+    x = dist(rng);
   return v;
 }
 
-double gelu_double(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_double(double x) {
+  return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
 
 // Awkward lengths, and one above the threading threshold.
 const std::int64_t lengths[] = {1, 7, 37, 131, 1000, (std::int64_t{1} << 16) + 3};
@@ -28,11 +36,91 @@ const std::int64_t lengths[] = {1, 7, 37, 131, 1000, (std::int64_t{1} << 16) + 3
 std::vector<float> activation_inputs(std::int64_t n, std::mt19937& rng) {
   auto x = random_vector(n, -6.0f, 6.0f, rng);
   const float specials[] = {0.0f, -0.0f, 10.0f, -10.0f, 1e-20f, -30.0f, 30.0f};
-  for (std::size_t i = 0; i < x.size() && i < 7; ++i) x[i] = specials[i];
+  for (std::size_t i = 0; i < x.size() && i < 7; ++i)
+    x[i] = specials[i];
   return x;
 }
 
+// |got - exact| in ulps of the float nearest exact (subnormals: of the smallest subnormal).
+double ulp_error(float got, double exact) {
+  if (std::isnan(exact))
+    return std::isnan(got) ? 0.0 : std::numeric_limits<double>::infinity();
+  const int exponent = std::max(std::ilogb(static_cast<float>(exact)), -126);
+  return std::fabs(static_cast<double>(got) - exact) / std::ldexp(1.0, exponent - 23);
+}
+
+struct worst_ulp {
+  double ulps = 0.0;
+  float x = 0.0f;
+  void add(float got, float at) {
+    const double e = ulp_error(got, std::erf(static_cast<double>(at)));
+    if (!(e <= ulps)) {
+      ulps = e;
+      x = at;
+    }
+  }
+};
+
 } // namespace
+
+TEST_CASE("activation: vectorized erf vs std::erf in double, max ulp error") {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -1e-40f,
+                            std::numeric_limits<float>::min(),
+                            1e-20f,
+                            1.0f,
+                            -1.0f,
+                            std::nextafter(1.0f, 2.0f),
+                            3.9192f,
+                            4.0f,
+                            -4.0f,
+                            1e30f,
+                            -3e38f,
+                            inf,
+                            -inf};
+  // A dense sweep of [-10, 10] in steps of 2^-19 (both polynomials, their seam at |x| = 1
+  // and the saturation near 3.92), then the special values; the length is not a multiple
+  // of 8, so the masked tail is exercised.
+  constexpr int step_log2 = 19;
+  std::vector<float> x;
+  for (std::int64_t i = -10 * (std::int64_t{1} << step_log2);
+       i <= 10 * (std::int64_t{1} << step_log2); ++i)
+    x.push_back(std::ldexp(static_cast<float>(i), -step_log2));
+  x.insert(x.end(), std::begin(specials), std::end(specials));
+  std::vector<float> y(x.size());
+  dsa::cpu::vec::erf(y.data(), x.data(), static_cast<std::int64_t>(x.size()));
+  worst_ulp array_form, scalar_form;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    array_form.add(y[i], x[i]);
+    scalar_form.add(dsa::cpu::vec::erf(x[i]), x[i]);
+  }
+  INFO("array form: " << array_form.ulps << " ulp at x = " << array_form.x);
+  INFO("scalar form: " << scalar_form.ulps << " ulp at x = " << scalar_form.x);
+  CHECK(array_form.ulps <= dsa::test::erf_f32.ulps);
+  CHECK(scalar_form.ulps <= dsa::test::erf_f32.ulps);
+  MESSAGE("erf max error: array " << array_form.ulps << " ulp at " << array_form.x << ", scalar "
+                                  << scalar_form.ulps << " ulp at " << scalar_form.x);
+
+  // Exact values: odd with signed zero, saturation, NaN propagation.
+  const float exact_in[] = {0.0f, -0.0f, 4.0f, -4.0f, inf, -inf};
+  const float exact_out[] = {0.0f, -0.0f, 1.0f, -1.0f, 1.0f, -1.0f};
+  float out[6];
+  dsa::cpu::vec::erf(out, exact_in, 6);
+  for (int i = 0; i < 6; ++i) {
+    INFO("x = " << exact_in[i]);
+    CHECK(out[i] == exact_out[i]);
+    CHECK(std::signbit(out[i]) == std::signbit(exact_out[i]));
+    CHECK(dsa::cpu::vec::erf(exact_in[i]) == exact_out[i]);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float nan_out = 0.0f;
+  dsa::cpu::vec::erf(&nan_out, &nan, 1);
+  CHECK(std::isnan(nan_out));
+  CHECK(std::isnan(dsa::cpu::vec::erf(nan)));
+}
 
 TEST_CASE("activation: gelu forward and backward match the double references") {
   std::mt19937 rng(1);
@@ -67,7 +155,8 @@ TEST_CASE("activation: gelu backward vs central differences in double") {
     std::vector<double> xd(x.begin(), x.end());
     auto loss = [&] {
       double s = 0.0;
-      for (std::size_t j = 0; j < xd.size(); ++j) s += dy[j] * gelu_double(xd[j]);
+      for (std::size_t j = 0; j < xd.size(); ++j)
+        s += dy[j] * gelu_double(xd[j]);
       return s;
     };
     const auto fd = dsa::test::central_difference(xd, loss, 1e-6);
@@ -87,7 +176,8 @@ TEST_CASE("activation: tanh forward vs double, backward vs central differences")
     const auto dy = random_vector(n, -2.0f, 2.0f, rng);
     std::vector<float> y(x.size()), dx(x.size());
     std::vector<double> y_double(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y_double[i] = std::tanh(static_cast<double>(x[i]));
+    for (std::size_t i = 0; i < x.size(); ++i)
+      y_double[i] = std::tanh(static_cast<double>(x[i]));
     dsa::cpu::tanh_forward(y.data(), x.data(), n);
     DSA_CHECK_CLOSE(y.data(), y_double.data(), n, dsa::test::f32_kernel);
     dsa::cpu::tanh_backward(dx.data(), dy.data(), y.data(), n);
