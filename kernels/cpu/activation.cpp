@@ -37,24 +37,35 @@ constexpr double inv_sqrt_2pi = 0.39894228040143267794;
 
 #if DSA_VEC_MATH_AVX2
 
-// Runs lane_fn on 8 elements at a time over [b, e); the tail goes through masked loads
-// and stores so every element takes the same arithmetic.
+// Loads and stores of 8 lanes: all of them, or the first few through masks (the tail, so
+// that every element takes the same arithmetic). Masked stores are slow on some CPUs.
+struct all_lanes {
+  __m256 load(const float* p) const { return _mm256_loadu_ps(p); }
+  void store(float* p, __m256 v) const { _mm256_storeu_ps(p, v); }
+};
+struct first_lanes {
+  __m256i mask;
+  __m256 load(const float* p) const { return _mm256_maskload_ps(p, mask); }
+  void store(float* p, __m256 v) const { _mm256_maskstore_ps(p, mask, v); }
+};
+
+// Runs lane_fn(i, lanes) on 8 elements at a time over [b, e).
 template <class LaneFn> void for_lanes(std::int64_t b, std::int64_t e, LaneFn lane_fn) {
   std::int64_t i = b;
   for (; i + 8 <= e; i += 8)
-    lane_fn(i, _mm256_set1_epi32(-1));
+    lane_fn(i, all_lanes{});
   if (i < e)
-    lane_fn(i, vec::first_lanes(e - i));
+    lane_fn(i, first_lanes{vec::first_lanes(e - i)});
 }
 
 void gelu_forward(float* y, const float* x, std::int64_t n) {
   for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-    for_lanes(b, e, [&](std::int64_t i, __m256i mask) {
-      const __m256 v = _mm256_maskload_ps(x + i, mask);
+    for_lanes(b, e, [&](std::int64_t i, auto lanes) {
+      const __m256 v = lanes.load(x + i);
       const __m256 half_v = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
       const __m256 erf_v =
           vec::erf(_mm256_mul_ps(v, _mm256_set1_ps(static_cast<float>(inv_sqrt2))));
-      _mm256_maskstore_ps(y + i, mask, _mm256_fmadd_ps(half_v, erf_v, half_v));
+      lanes.store(y + i, _mm256_fmadd_ps(half_v, erf_v, half_v));
     });
   });
 }
@@ -62,8 +73,8 @@ void gelu_forward(float* y, const float* x, std::int64_t n) {
 // gelu'(x) = Phi(x) + x * phi(x), with Phi the normal CDF and phi its density.
 void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n) {
   for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-    for_lanes(b, e, [&](std::int64_t i, __m256i mask) {
-      const __m256 v = _mm256_maskload_ps(x + i, mask);
+    for_lanes(b, e, [&](std::int64_t i, auto lanes) {
+      const __m256 v = lanes.load(x + i);
       const __m256 half = _mm256_set1_ps(0.5f);
       const __m256 erf_v =
           vec::erf(_mm256_mul_ps(v, _mm256_set1_ps(static_cast<float>(inv_sqrt2))));
@@ -71,9 +82,8 @@ void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n) {
       const __m256 minus_half_v2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-0.5f), v), v);
       const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(static_cast<float>(inv_sqrt_2pi)),
                                        vec::exp_nonpositive(minus_half_v2));
-      const __m256 grad =
-          _mm256_mul_ps(_mm256_maskload_ps(dy + i, mask), _mm256_fmadd_ps(v, pdf, cdf));
-      _mm256_maskstore_ps(dx + i, mask, grad);
+      const __m256 grad = _mm256_mul_ps(lanes.load(dy + i), _mm256_fmadd_ps(v, pdf, cdf));
+      lanes.store(dx + i, grad);
     });
   });
 }
