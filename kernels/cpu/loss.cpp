@@ -3,6 +3,7 @@
 #include "kernels/cpu/loss.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/vec_math.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -13,34 +14,6 @@ namespace dsa::cpu {
 namespace {
 
 constexpr std::int64_t parallel_threshold = 1 << 14;
-
-// exp(x) for x <= 0, branch-free so `omp simd` loops vectorize it; ~1 ulp. Same scheme
-// as the one in softmax.cpp: x = n ln2 + r, degree-7 Taylor for exp(r), 2^n in the
-// exponent bits; results below ~2^-126.5 (x < -87.7) are exactly 0.
-inline float exp_nonpositive(float x) {
-  // Clamp to >= -88 by an unsigned min of the bits (for negative floats the pattern
-  // grows with magnitude): a float compare is a possible trap that stops GCC's
-  // if-conversion, and so vectorization, under the default -ftrapping-math.
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  u = u < 0xC2B00000u ? u : 0xC2B00000u; // -88.0f
-  std::memcpy(&x, &u, sizeof x);
-  // Round to nearest by the 1.5 * 2^23 trick (|x log2 e| < 2^22); nearbyint is a call.
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
 
 void check_label(std::int32_t label, std::int64_t row, std::int64_t classes) {
   DSA_CHECK(label >= 0 && label < classes,
@@ -63,7 +36,7 @@ double row_sum_exp(const float* x, float mx, std::int64_t classes) {
   double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
   for (std::int64_t j = 0; j < classes; ++j)
-    sum += static_cast<double>(exp_nonpositive(x[j] - mx));
+    sum += static_cast<double>(vec::exp_nonpositive(x[j] - mx));
   return sum;
 }
 
@@ -71,7 +44,7 @@ double row_sum_exp(const float* x, float mx, std::int64_t classes) {
 void row_scaled_exp(float* d, const float* x, float mx, float inv, std::int64_t classes) {
 #pragma omp simd
   for (std::int64_t j = 0; j < classes; ++j)
-    d[j] = exp_nonpositive(x[j] - mx) * inv;
+    d[j] = vec::exp_nonpositive(x[j] - mx) * inv;
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #include "kernels/cpu/softmax.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/vec_math.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -12,36 +13,6 @@ namespace dsa::cpu {
 namespace {
 
 constexpr std::int64_t parallel_threshold = 1 << 14;
-
-// exp(x) for x <= 0 with ~1 ulp error, written without calls or branches so that
-// `omp simd` loops vectorize it (libm's expf does not vectorize without -ffast-math).
-// x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-7 Taylor polynomial (truncation
-// < 1e-8 relative), times 2^n built in the exponent bits. Results below ~2^-126.5
-// (x < -87.7, -inf included) are exactly 0: subnormals flushed, n stays >= -127.
-inline float exp_nonpositive(float x) {
-  // Clamp to >= -88 by an unsigned min of the bits (for negative floats the pattern
-  // grows with magnitude): a float compare is a possible trap that stops GCC's
-  // if-conversion, and so vectorization, under the default -ftrapping-math.
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  u = u < 0xC2B00000u ? u : 0xC2B00000u; // -88.0f
-  std::memcpy(&x, &u, sizeof x);
-  // Round to nearest by the 1.5 * 2^23 trick (|x log2 e| < 2^22); nearbyint is a call.
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
 
 // x where mask != 0, else -inf. Blended with integer ops: a float select whose arm holds
 // arithmetic is not if-converted (the arm may trap), so the loop would stay scalar.
@@ -81,7 +52,7 @@ void forward_row(float* probs, const float* s, const float* mask, float scale, s
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (std::int64_t k = 0; k < tk; ++k) {
-    const float e = exp_nonpositive(probs[k] - mx);
+    const float e = vec::exp_nonpositive(probs[k] - mx);
     probs[k] = e;
     sum += e;
   }
