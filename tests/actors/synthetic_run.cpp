@@ -33,6 +33,26 @@ std::vector<tensor> synthetic_pipeline::parameters() {
   return out;
 }
 
+void synthetic_pipeline::load(const std::vector<tensor>& all) {
+  std::size_t next = 0;
+  for (auto& s : stages) {
+    std::vector<tensor> mine;
+    for (const auto& t : s->parameters()) {
+      DSA_CHECK(next < all.size() && all[next].shape() == t.shape(), "load: parameter {} does not fit", next);
+      mine.push_back(all[next++].clone());
+    }
+    s->load_parameters(mine);
+  }
+  DSA_CHECK(next == all.size(), "load: {} parameters given, the stages hold {}", all.size(), next);
+}
+
+std::vector<tensor> synthetic_pipeline::master() {
+  std::vector<tensor> out;
+  for (auto& o : optimizers)
+    for (const auto& t : o->master()) out.push_back(t);
+  return out;
+}
+
 run_result run_synthetic(synthetic_pipeline& pipeline, const pipeline_options& options, const std::string& run_dir) {
   run_options opt;
   opt.pipeline = options;
@@ -40,26 +60,34 @@ run_result run_synthetic(synthetic_pipeline& pipeline, const pipeline_options& o
   return run_pipeline(opt, pipeline.parts());
 }
 
-std::vector<tensor> reference_parameters(const synthetic_model& model, std::uint32_t micro_batches,
-                                         std::uint32_t steps) {
+reference_run run_reference(const synthetic_model& model, std::uint32_t micro_batches, std::uint32_t steps) {
   linear_stack stack(0, model.layers, model.width);
   synthetic_source source(model.rows, model.width);
   stack.reserve_stash(1);
   auto params = stack.parameters();
   std::vector<tensor> master;
   for (auto& p : params) master.push_back(p.clone());
+  reference_run run;
   for (std::uint32_t step = 0; step < steps; ++step) {
+    double loss = 0;
     for (std::uint32_t mb = 0; mb < micro_batches; ++mb) {
       tensor input, labels, out, grad_in;
       source.fill(step, mb, input, labels);
-      stack.forward({step, mb, 0}, input, labels, out);
+      loss += stack.forward({step, mb, 0}, input, labels, out);
       stack.backward({step, mb, 0}, tensor(), grad_in);
     }
+    run.losses.push_back(loss / micro_batches);
     auto grads = stack.gradients();
     for (std::size_t i = 0; i < master.size(); ++i) sgd_apply(master[i], grads[i], model.lr, micro_batches);
     stack.load_parameters(master);
   }
-  return stack.parameters();
+  for (const auto& p : stack.parameters()) run.parameters.push_back(p.clone());
+  return run;
+}
+
+std::vector<tensor> reference_parameters(const synthetic_model& model, std::uint32_t micro_batches,
+                                         std::uint32_t steps) {
+  return run_reference(model, micro_batches, steps).parameters;
 }
 
 } // namespace dsa::test

@@ -25,6 +25,11 @@ struct synthetic_pipeline {
   actors::run_parts parts();
   // Working parameters of every layer, first stage first.
   std::vector<tensor> parameters();
+  // Installs `all` (every layer, first stage first) as the stages' working
+  // parameters and zeros their gradients (the state a checkpoint load leaves).
+  void load(const std::vector<tensor>& all);
+  // The optimizers' fp32 master copies, first stage first.
+  std::vector<tensor> master();
 
   std::vector<std::unique_ptr<actors::stage_compute>> stages;
   std::vector<std::unique_ptr<actors::sgd>> optimizers;
@@ -34,7 +39,12 @@ struct synthetic_pipeline {
 actors::run_result run_synthetic(synthetic_pipeline& pipeline, const actors::pipeline_options& options,
                                  const std::string& run_dir = "");
 
-// The plain-loop reference: the same model and math, no runtime. Returns the parameters after `steps`.
+// The plain-loop reference: the same model and math, no runtime, steps 0 .. steps - 1.
+struct reference_run {
+  std::vector<tensor> parameters; // after the last step
+  std::vector<double> losses;     // per step: mean micro-batch loss
+};
+reference_run run_reference(const synthetic_model& model, std::uint32_t micro_batches, std::uint32_t steps);
 std::vector<tensor> reference_parameters(const synthetic_model& model, std::uint32_t micro_batches,
                                          std::uint32_t steps);
 
