@@ -6,6 +6,7 @@ namespace dsa::tools {
 // argv[0] is the subcommand name; returns the process exit code.
 using command_fn = int (*)(int argc, char** argv);
 
+int cmd_run(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_eval(int argc, char** argv);

@@ -1,5 +1,6 @@
 // dsactor: one program, one subcommand per file under tools/.
 #include "tools/command.hpp"
+#include "tools/omp_env.hpp"
 
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@ struct entry {
 
 // The list of subcommands: add one line per subcommand.
 const entry commands[] = {
+    {"run", "train or fine-tune BERT from a config (run CONFIG [--set k=v] [--resume])", dsa::tools::cmd_run},
     {"report", "what this machine supports (CPU, BLAS, CUDA, NCCL, UCX, libaio, O_DIRECT)", dsa::tools::cmd_report},
     {"bench", "benchmarks against a peer measured in the same run (kernels, ...)", dsa::tools::cmd_bench},
     {"eval", "score predictions: SQuAD v1.1 exact match and F1 (eval squad)", dsa::tools::cmd_eval},
@@ -32,6 +34,7 @@ void usage() {
 } // namespace
 
 int main(int argc, char** argv) {
+  dsa::tools::ensure_passive_omp_wait(argv); // may re-exec; must run before any thread
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;

@@ -1,0 +1,109 @@
+// One stage's optimizer shard.
+#include "actors/train/bert_optimizer.hpp"
+
+#include "optim/grad_clip.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace dsa::train {
+
+bert_optimizer::bert_optimizer(bert_optimizer_options options, step_sync& sync)
+    : options_(std::move(options)), sync_(sync) {}
+
+void bert_optimizer::init(const std::vector<tensor>& initial) {
+  const auto& specs = options_.specs;
+  DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
+            options_.participant, initial.size(), specs.size());
+  dtype half = working_dtype(options_.working);
+  slots_.clear();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    optim::param_slot s;
+    s.name = specs[i].name;
+    auto resumed = options_.resume_masters.find(s.name);
+    if (!options_.resume_masters.empty()) {
+      if (resumed == options_.resume_masters.end())
+        throw std::runtime_error("checkpoint has no master weights for " + s.name);
+      s.param = cast_to(resumed->second, dtype::f32);
+    } else {
+      s.param = cast_to(initial[i], dtype::f32);
+    }
+    s.grad = tensor::zeros(s.param.shape(), dtype::f32);
+    if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
+    if (specs[i].name == bert::word_embeddings_name()) tied_index_ = static_cast<int>(i);
+    slots_.push_back(s);
+  }
+  // Groups hold copies of the slots: tensors are shared, so updates land in slots_ too.
+  auto groups = optim::bert_param_groups(slots_, options_.optimizer.weight_decay, options_.optimizer.lr);
+  auto created = optim::optimizer::create(options_.optimizer, std::move(groups));
+  if (!created) throw std::runtime_error(created.err().message);
+  opt_.emplace(std::move(*created));
+  if (options_.resume_state) {
+    auto loaded = opt_->load_state(*options_.resume_state);
+    if (!loaded) throw std::runtime_error(loaded.err().message);
+  }
+}
+
+void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) {
+  DSA_CHECK(grads.size() == slots_.size(), "optimizer shard {}: {} gradients for {} parameters",
+            options_.participant, grads.size(), slots_.size());
+  step_contribution mine;
+  for (std::size_t i = 0; i < grads.size(); ++i) cast_into(slots_[i].grad, grads[i], dtype::f32);
+
+  // Tied word embedding: every holder sums the holders' contributions in stage order.
+  tensor tied = tied_index_ >= 0 ? slots_[static_cast<std::size_t>(tied_index_)].grad.clone() : tensor();
+  std::vector<tensor> holders = sync_.exchange_tied(step, options_.participant, tied);
+  if (tied_index_ >= 0 && holders.size() > 1) {
+    float* sum = slots_[static_cast<std::size_t>(tied_index_)].grad.data<float>();
+    const std::int64_t n = holders[0].numel();
+    for (std::int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (const auto& h : holders) acc += h.data<float>()[j];
+      sum[j] = acc;
+    }
+  }
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (options_.specs[i].role == bert::replica::tied_copy) continue; // counted by the owner
+    mine.sum_of_squares += optim::sum_of_squares(slots_[i].grad);
+  }
+  mine.overflow = !std::isfinite(mine.sum_of_squares);
+
+  step_decision d = sync_.decide(step, options_.participant, mine,
+                                 [&](const std::vector<step_contribution>& all) { return options_.decide(step, all); });
+  if (!d.skip) {
+    for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
+    opt_->set_lr(d.lr);
+    if (d.set_betas) opt_->set_betas(d.beta1, d.beta2);
+    opt_->step();
+  }
+  write_working(out);
+  step_sync::payload p;
+  if (d.save_state) p = state_payload();
+  sync_.after_update(step, options_.participant, std::move(p),
+                     [&](std::vector<step_sync::payload>& all) {
+                       if (options_.after_step) options_.after_step(step, d, all);
+                     });
+}
+
+void bert_optimizer::write_working(std::vector<tensor>& out) const {
+  out.resize(slots_.size());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const tensor& src = slots_[i].half_copy.defined() ? slots_[i].half_copy : slots_[i].param;
+    if (!out[i].defined() || out[i].type() != src.type() || out[i].shape() != src.shape())
+      out[i] = tensor::empty(src.shape(), src.type());
+    out[i].copy_from(src);
+  }
+}
+
+step_sync::payload bert_optimizer::state_payload() const {
+  step_sync::payload p;
+  for (const auto& s : slots_) p["master." + s.name] = s.param.clone();
+  optim::optimizer_state st = opt_->save_state();
+  for (auto& [name, t] : st.tensors) p[name] = std::move(t);
+  tensor count = tensor::empty({1}, dtype::i64);
+  count.data<std::int64_t>()[0] = st.step;
+  p["optimizer_step_count"] = count;
+  return p;
+}
+
+} // namespace dsa::train

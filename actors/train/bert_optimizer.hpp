@@ -1,0 +1,58 @@
+// An optimizer shard for one pipeline stage behind the runtime's
+// optimizer_compute interface: fp32 master weights and Adam/AdamW/LAMB state
+// of that stage's parameters. Per step it converts the incoming (possibly half)
+// gradients, takes part in the step rendezvous (tied embedding sum, global norm,
+// overflow), unscales and clips, steps, and sends the new working weights.
+#pragma once
+
+#include "actors/compute.hpp"
+#include "actors/train/precision.hpp"
+#include "actors/train/step_sync.hpp"
+#include "models/bert/parameter_specs.hpp"
+#include "optim/optimizer.hpp"
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsa::train {
+
+struct bert_optimizer_options {
+  std::uint32_t participant = 0;          // the stage index
+  std::vector<bert::param_spec> specs;    // the stage's parameters, in its order
+  optim::optimizer_config optimizer;
+  precision working = precision::f32;
+  // Called once per step, on the last shard to arrive, under the rendezvous lock.
+  std::function<step_decision(std::uint32_t step, const std::vector<step_contribution>&)> decide;
+  // Called once per step on the last shard to finish the update, with every shard's payload
+  // ("master.<name>", "<name>.exp_avg", "<name>.exp_avg_sq", "optimizer_step_count";
+  // empty unless the decision says save_state).
+  std::function<void(std::uint32_t step, const step_decision&, std::vector<step_sync::payload>&)> after_step;
+  // Resuming: fp32 masters by name and optimizer state, used instead of the stage's weights.
+  std::map<std::string, tensor> resume_masters;
+  std::optional<optim::optimizer_state> resume_state;
+};
+
+class bert_optimizer final : public actors::optimizer_compute {
+public:
+  bert_optimizer(bert_optimizer_options options, step_sync& sync);
+
+  void init(const std::vector<tensor>& initial) override;
+  void update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) override;
+
+  const optim::optimizer& inner() const { return *opt_; }
+
+private:
+  void write_working(std::vector<tensor>& out) const;
+  step_sync::payload state_payload() const;
+
+  bert_optimizer_options options_;
+  step_sync& sync_;
+  std::vector<optim::param_slot> slots_; // in stage order (views shared with the groups)
+  std::optional<optim::optimizer> opt_;
+  int tied_index_ = -1;
+};
+
+} // namespace dsa::train

@@ -1,0 +1,107 @@
+// BERT stage: unpack, run the range, convert what crosses to a neighbour.
+#include "actors/train/bert_stage.hpp"
+
+#include <chrono>
+#include <stdexcept>
+
+namespace dsa::train {
+
+bert_stage::bert_stage(const bert_stage_options& options, stage_shared& shared)
+    : options_(options), shared_(shared), part_(options.model, options.range) {}
+
+void bert_stage::round_weights() {
+  for (const auto& e : part_.parameters().entries()) {
+    tensor v = e.value;
+    round_in_place(v, working_dtype(options_.working));
+  }
+}
+
+void bert_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
+
+namespace {
+struct timed {
+  std::atomic<std::int64_t>& sink;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~timed() {
+    sink += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+} // namespace
+
+double bert_stage::forward(const actors::work_key& key, const tensor& in, const tensor& labels, tensor& out) {
+  timed t{shared_.forward_ns};
+  bert::bert_batch batch;
+  tensor hidden;
+  if (part_.range().has_embeddings()) {
+    unpack_inputs(in, batch);
+  } else {
+    hidden = in.type() == dtype::f32 ? in : cast_to(in, dtype::f32);
+    batch.attention_mask = shared_.masks.get(key.step, key.micro_batch);
+  }
+  if (part_.range().has_head()) unpack_labels(labels, options_.model.head, batch);
+  bert::forward_context ctx;
+  ctx.seed = options_.seed;
+  ctx.step = key.step;
+  ctx.micro_batch = key.micro_batch;
+  auto result = part_.forward(hidden, batch, ctx, stashes_.at(key.stash));
+  if (!result) throw std::runtime_error(result.err().message);
+  if (part_.range().has_head()) {
+    shared_.stats.add(key.step, result->losses);
+    return result->losses.total;
+  }
+  dtype wire = working_dtype(options_.working);
+  if (wire == dtype::f32) out = result->hidden;
+  else cast_into(out, result->hidden, wire);
+  return 0.0;
+}
+
+void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
+  timed t{shared_.backward_ns};
+  tensor dout;
+  if (grad_out.defined()) dout = grad_out.type() == dtype::f32 ? grad_out : cast_to(grad_out, dtype::f32);
+  bert::backward_options opt;
+  // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss scale.
+  opt.loss_scale = static_cast<float>(shared_.loss_scale.load() / static_cast<double>(options_.micro_batches));
+  tensor dx = part_.backward(dout, stashes_.at(key.stash), opt);
+  if (part_.range().has_embeddings()) {
+    shared_.masks.remove(key.step, key.micro_batch); // the micro-batch's last use
+  } else {
+    dtype wire = working_dtype(options_.working);
+    if (wire == dtype::f32) grad_in = dx;
+    else cast_into(grad_in, dx, wire);
+  }
+}
+
+std::vector<tensor> bert_stage::parameters() {
+  std::vector<tensor> out;
+  for (const auto& e : part_.parameters().entries()) out.push_back(e.value);
+  return out;
+}
+
+std::vector<tensor> bert_stage::gradients() {
+  const auto& entries = part_.parameters().entries();
+  dtype wire = working_dtype(options_.working);
+  std::vector<tensor> out;
+  if (wire == dtype::f32) {
+    for (const auto& e : entries) out.push_back(e.grad);
+    return out;
+  }
+  half_grads_.resize(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) cast_into(half_grads_[i], entries[i].grad, wire);
+  return half_grads_;
+}
+
+void bert_stage::load_parameters(const std::vector<tensor>& updated) {
+  auto& params = part_.parameters();
+  const auto& entries = params.entries();
+  DSA_CHECK(updated.size() == entries.size(), "parameter version with {} tensors for a stage of {}", updated.size(),
+            entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    tensor dst = entries[i].value;
+    if (updated[i].type() == dtype::f32) dst.copy_from(updated[i]);
+    else cast_into(dst, updated[i], dtype::f32);
+  }
+  params.zero_grad();
+}
+
+} // namespace dsa::train

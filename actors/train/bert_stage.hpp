@@ -1,0 +1,60 @@
+// A pipeline stage running a contiguous range of BERT (models/bert bert_part)
+// behind the runtime's stage_compute interface. With fp16/bf16 the stage's
+// working weights hold half-precision values, and what it sends (activations,
+// activation-gradients, parameter gradients) is half precision.
+#pragma once
+
+#include "actors/compute.hpp"
+#include "actors/train/batch_packing.hpp"
+#include "actors/train/precision.hpp"
+#include "actors/train/step_stats.hpp"
+#include "models/bert/bert_part.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+namespace dsa::train {
+
+// Shared by the stages of a run: the current loss scale (read by the head's
+// backward) and the boards.
+struct stage_shared {
+  std::atomic<double> loss_scale{1.0};
+  mask_board masks;
+  step_stats stats;
+  // Compute time summed over stages (wall_clock_breakdown), in nanoseconds.
+  std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
+};
+
+struct bert_stage_options {
+  bert::bert_config model;
+  bert::bert_range range;
+  std::uint32_t micro_batches = 1; // M: the head's loss gradient is scaled by 1/M
+  precision working = precision::f32;
+  std::uint64_t seed = 0; // dropout streams
+};
+
+class bert_stage final : public actors::stage_compute {
+public:
+  bert_stage(const bert_stage_options& options, stage_shared& shared);
+
+  bert::bert_part& part() { return part_; }
+  // Rounds the working weights to the working precision (call after init or load).
+  void round_weights();
+
+  void reserve_stash(std::uint32_t slots) override;
+  double forward(const actors::work_key& key, const tensor& in, const tensor& labels, tensor& out) override;
+  void backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) override;
+  std::vector<tensor> parameters() override;
+  std::vector<tensor> gradients() override;
+  void load_parameters(const std::vector<tensor>& updated) override;
+
+private:
+  bert_stage_options options_;
+  stage_shared& shared_;
+  bert::bert_part part_;
+  std::vector<bert::part_stash> stashes_;
+  std::vector<tensor> half_grads_; // gradients in the working precision, sent to the optimizer
+};
+
+} // namespace dsa::train

@@ -1,0 +1,84 @@
+// Data for a run: a provider of BERT micro-batches (pre-training shards or
+// SQuAD features) and the runtime's batch_source over it. The feeder fills
+// micro-batches strictly in (step, micro-batch) order; the source records the
+// provider's cursor after each step's last micro-batch, so a checkpoint taken
+// after step k resumes the data exactly at step k + 1.
+#pragma once
+
+#include "actors/compute.hpp"
+#include "actors/train/batch_packing.hpp"
+#include "io/data/shard_reader.hpp"
+#include "io/data/squad_features.hpp"
+#include "models/bert/bert_batch.hpp"
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace dsa::train {
+
+using data_cursor = std::vector<std::uint64_t>;
+
+class batch_provider {
+public:
+  virtual ~batch_provider() = default;
+  // The next `rows` training rows (wrapping around epochs).
+  virtual bert::bert_batch next(std::int64_t rows) = 0;
+  virtual data_cursor cursor() const = 0;
+  virtual status seek(const data_cursor& c) = 0;
+  virtual std::int64_t rows_per_epoch() const = 0;
+};
+
+// Pre-training shards through data::shard_reader (endless epochs).
+class pretrain_provider final : public batch_provider {
+public:
+  explicit pretrain_provider(data::shard_reader reader) : reader_(std::move(reader)) {}
+  bert::bert_batch next(std::int64_t rows) override;
+  data_cursor cursor() const override;
+  status seek(const data_cursor& c) override;
+  std::int64_t rows_per_epoch() const override { return reader_.instances_per_epoch(); }
+
+private:
+  data::shard_reader reader_;
+};
+
+// SQuAD training features, reshuffled every epoch by a seeded permutation.
+class squad_provider final : public batch_provider {
+public:
+  squad_provider(std::vector<data::squad_feature> features, std::uint64_t seed);
+  bert::bert_batch next(std::int64_t rows) override;
+  data_cursor cursor() const override { return {epoch_, position_}; }
+  status seek(const data_cursor& c) override;
+  std::int64_t rows_per_epoch() const override { return static_cast<std::int64_t>(features_.size()); }
+
+private:
+  void shuffle_epoch();
+  std::vector<data::squad_feature> features_;
+  std::vector<std::uint32_t> order_;
+  std::uint64_t seed_;
+  std::uint64_t epoch_ = 0, position_ = 0;
+};
+
+// Turns a batch of features into model input (evaluation uses it too).
+bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, std::size_t begin, std::size_t end);
+
+class feed_source final : public actors::batch_source {
+public:
+  feed_source(batch_provider& provider, std::int64_t micro_batch_size, std::uint32_t micro_batches,
+              bert::head_kind head, mask_board& masks);
+  void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) override;
+  // The provider's cursor after the last micro-batch of `step` (checks it was filled).
+  data_cursor cursor_after(std::uint32_t step);
+
+private:
+  batch_provider& provider_;
+  std::int64_t rows_;
+  std::uint32_t micro_batches_;
+  bert::head_kind head_;
+  mask_board& masks_;
+  std::mutex mutex_;
+  std::map<std::uint32_t, data_cursor> cursors_;
+};
+
+} // namespace dsa::train

@@ -1,0 +1,29 @@
+// Splitting BERT into pipeline stages (DeepSpeed's partition_method): the
+// embeddings go to the first stage and the head to the last; encoder layers are
+// divided contiguously by
+//   uniform         equal numbers of layers,
+//   parameters      balanced parameter counts (embeddings and head included),
+//   type:<regex>    equal numbers of the layers whose name matches (the others
+//                   follow along); layer names are "embeddings", "BertLayer"
+//                   and "head", so "type:BertLayer" (or "type:transformer|Bert")
+//                   is uniform over encoder layers.
+#pragma once
+
+#include "core/error.hpp"
+#include "models/bert/bert_config.hpp"
+#include "models/bert/bert_range.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::train {
+
+expected<std::vector<bert::bert_range>> partition_layers(const bert::bert_config& cfg, std::uint32_t stages,
+                                                         const std::string& method);
+
+// Contiguous split of `weights` into `parts` non-empty runs minimising the largest
+// run sum; returns the start index of each part (first is 0).
+std::vector<std::size_t> balanced_split(const std::vector<double>& weights, std::size_t parts);
+
+} // namespace dsa::train

@@ -1,0 +1,72 @@
+// Checkpoint contents of a run.
+#include "actors/train/run_checkpoint.hpp"
+
+#include <fmt/format.h>
+
+namespace dsa::train {
+
+nlohmann::json progress_to_json(const run_progress_state& s) {
+  nlohmann::json j;
+  j["next_step"] = s.next_step;
+  j["schedule_iteration"] = s.schedule_iteration;
+  j["loss_scaler"] = {{"cur_scale", s.scaler.cur_scale},
+                      {"cur_iter", s.scaler.cur_iter},
+                      {"last_overflow_iter", s.scaler.last_overflow_iter},
+                      {"cur_hysteresis", s.scaler.cur_hysteresis}};
+  j["data_cursor"] = s.data_cursor;
+  j["skipped_steps"] = s.skipped_steps;
+  j["stages"] = s.stages;
+  j["config"] = s.config_toml;
+  return j;
+}
+
+expected<run_progress_state> progress_from_json(const nlohmann::json& j, const std::string& where) {
+  run_progress_state s;
+  try {
+    s.next_step = j.at("next_step").get<std::uint64_t>();
+    s.schedule_iteration = j.at("schedule_iteration").get<std::int64_t>();
+    const auto& ls = j.at("loss_scaler");
+    s.scaler.cur_scale = ls.at("cur_scale").get<double>();
+    s.scaler.cur_iter = ls.at("cur_iter").get<std::int64_t>();
+    s.scaler.last_overflow_iter = ls.at("last_overflow_iter").get<std::int64_t>();
+    s.scaler.cur_hysteresis = ls.at("cur_hysteresis").get<std::int64_t>();
+    s.data_cursor = j.at("data_cursor").get<std::vector<std::uint64_t>>();
+    s.skipped_steps = j.at("skipped_steps").get<std::int64_t>();
+    s.stages = j.at("stages").get<std::uint32_t>();
+    s.config_toml = j.at("config").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(errc::format, "{}: manifest state: {}", where, e.what());
+  }
+  return s;
+}
+
+ckpt::tensor_groups checkpoint_groups(std::vector<step_sync::payload>& payloads) {
+  ckpt::tensor_groups groups;
+  auto& model = groups["model"];
+  for (std::size_t s = 0; s < payloads.size(); ++s) {
+    auto& opt = groups[fmt::format("optimizer_{}", s)];
+    for (auto& [name, t] : payloads[s]) {
+      if (name.rfind("master.", 0) == 0) {
+        // The tied copy on the last stage equals the owner's: keep the first one.
+        model.emplace(name.substr(7), t);
+      } else {
+        opt.emplace(name, t);
+      }
+    }
+  }
+  return groups;
+}
+
+expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& groups, std::uint32_t stage,
+                                                    const std::string& where) {
+  auto it = groups.find(fmt::format("optimizer_{}", stage));
+  if (it == groups.end()) return make_error(errc::not_found, "{}: no optimizer state for stage {}", where, stage);
+  optim::optimizer_state st;
+  for (const auto& [name, t] : it->second) {
+    if (name == "optimizer_step_count") st.step = t.data<std::int64_t>()[0];
+    else st.tensors[name] = t;
+  }
+  return st;
+}
+
+} // namespace dsa::train

@@ -1,0 +1,40 @@
+// What a training checkpoint holds and how a run is restored from it.
+// Groups: "model" (fp32 master weights, HuggingFace names, the tied word
+// embedding once: loadable by HuggingFace as is) and "optimizer_<stage>"
+// (exp_avg / exp_avg_sq per parameter, optimizer_step_count). The manifest
+// state holds the next step, the schedule's iteration, the loss scaler, the
+// data cursor, skipped steps, the layout and the effective config.
+#pragma once
+
+#include "actors/train/step_sync.hpp"
+#include "io/ckpt/checkpoint_dir.hpp"
+#include "optim/loss_scaler.hpp"
+#include "optim/optimizer.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::train {
+
+struct run_progress_state {
+  std::uint64_t next_step = 0;
+  std::int64_t schedule_iteration = -1; // lr_schedule::last_batch_iteration
+  optim::loss_scaler_state scaler;
+  std::vector<std::uint64_t> data_cursor;
+  std::int64_t skipped_steps = 0;
+  std::uint32_t stages = 1;
+  std::string config_toml;
+};
+
+nlohmann::json progress_to_json(const run_progress_state& s);
+expected<run_progress_state> progress_from_json(const nlohmann::json& j, const std::string& where);
+
+// Builds the checkpoint groups from every shard's payload (see bert_optimizer).
+ckpt::tensor_groups checkpoint_groups(std::vector<step_sync::payload>& payloads);
+
+// The optimizer state of shard `stage` from a loaded checkpoint.
+expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& groups, std::uint32_t stage,
+                                                    const std::string& where);
+
+} // namespace dsa::train

@@ -1,0 +1,92 @@
+// Everything `dsactor run` reads from its config, as plain structs. Keys follow
+// DeepSpeed (train_batch_size, optimizer, scheduler, fp16, bf16,
+// gradient_clipping, steps_per_print, wall_clock_breakdown, ...) plus dsactor's
+// own tables: model, pipeline, data, checkpoint. Unknown keys anywhere are
+// errors naming the key, with the nearest known key suggested.
+#pragma once
+
+#include "actors/train/batch_config.hpp"
+#include "actors/train/precision.hpp"
+#include "core/config.hpp"
+#include "models/bert/bert_config.hpp"
+#include "optim/loss_scaler.hpp"
+#include "optim/optimizer.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace dsa::train {
+
+// [data.prepare]: make the data set from a corpus when it is absent (quick start).
+struct prepare_settings {
+  std::string corpus;            // a corpus directory (Brown or plain text)
+  std::string out_dir;           // vocab.txt, train-*.safetensors and holdout-*.safetensors go here
+  std::int64_t vocab_size = 8000;
+  std::int64_t seq_length = 128;
+  std::int64_t max_predictions = 20;
+  std::int64_t dupe_factor = 5;
+  double short_seq_prob = 0.1;
+  double masked_lm_prob = 0.15;
+  std::int64_t holdout_docs = 20; // documents kept out for evaluation
+  std::int64_t instances_per_shard = 4096;
+  std::uint64_t seed = 12345;
+};
+
+struct data_settings {
+  std::string vocab;           // vocab.txt
+  bool lower_case = true;
+  // Pre-training.
+  std::string train_shards;    // a directory of *.safetensors shards
+  std::string eval_shards;     // held-out shards ("" = none)
+  std::int64_t shuffle_buffer = 4096;
+  bool dynamic_masking = false;
+  std::int64_t eval_batches = 0; // 0 = the whole held-out set
+  // SQuAD.
+  std::string train_file, dev_file;
+  std::int64_t max_seq_length = 384, doc_stride = 128, max_query_length = 64;
+  std::int64_t n_best_size = 20, max_answer_length = 30;
+  std::optional<prepare_settings> prepare;
+};
+
+struct checkpoint_settings {
+  std::string dir;                 // default <run_dir>/checkpoints
+  std::int64_t save_interval = 0;  // steps; 0 = only at the end
+  std::int64_t keep_last = 0;      // 0 = keep all
+  bool save_final = true;
+  std::string load;                // "" (fresh), "latest", a step number or a checkpoint directory
+};
+
+struct run_config {
+  std::string config_path;
+  std::string run_dir;
+  batch_config batch;
+  bert::bert_config model;
+  std::string init_checkpoint; // HuggingFace-style safetensors to start from
+  optim::optimizer_config optimizer;
+  bool has_scheduler = false;
+  precision working = precision::f32;
+  optim::loss_scaler_params scaler;
+  double gradient_clipping = 1.0;
+  std::uint32_t stages = 1;
+  std::string partition = "parameters";
+  std::string schedule = "1f1b"; // or "gpipe"
+  std::int64_t train_steps = 0;
+  double epochs = 0.0;
+  std::int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  std::uint64_t seed = 42;
+  std::int64_t watchdog_seconds = 600;
+  checkpoint_settings checkpoint;
+  data_settings data;
+};
+
+// Reads every key (marking it known), then rejects unknown ones. `default_run_dir` is
+// used when the config has no run_dir. Paths may use ${VAR} (environment; DSA_DATA_DIR
+// defaults to ./data-cache) and are taken relative to the working directory.
+expected<run_config> parse_run_config(const config& cfg, const std::string& default_run_dir);
+
+// ${VAR} expansion for paths.
+std::string expand_path(const std::string& path);
+
+} // namespace dsa::train

@@ -1,0 +1,30 @@
+// Async-signal-safe stop flag.
+#include "actors/train/signals.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <unistd.h>
+
+namespace dsa::train {
+namespace {
+std::atomic<int> g_signals{0};
+
+void on_signal(int sig) {
+  if (g_signals.fetch_add(1) > 0) _exit(128 + sig);
+  const char msg[] = "\ndsactor: stopping after the current step (checkpoint follows); signal again to abort\n";
+  ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+} // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool stop_requested() { return g_signals.load() > 0; }
+
+} // namespace dsa::train

@@ -1,0 +1,498 @@
+// The run: configuration, data, stages, shards, restore, run, report.
+#include "actors/train/trainer.hpp"
+
+#include "actors/run.hpp"
+#include "actors/trace/chrome_export.hpp"
+#include "actors/trace/trace_analysis.hpp"
+#include "actors/train/bert_optimizer.hpp"
+#include "actors/train/bert_stage.hpp"
+#include "actors/train/data_prepare.hpp"
+#include "actors/train/deepspeed_json.hpp"
+#include "actors/train/evaluation.hpp"
+#include "actors/train/feed_source.hpp"
+#include "actors/train/metrics.hpp"
+#include "actors/train/partition.hpp"
+#include "actors/train/progress.hpp"
+#include "actors/train/run_checkpoint.hpp"
+#include "actors/train/run_config.hpp"
+#include "actors/train/signals.hpp"
+#include "core/log.hpp"
+#include "io/ckpt/atomic_file.hpp"
+#include "io/ckpt/safetensors.hpp"
+#include "io/data/squad_dataset.hpp"
+#include "models/bert/bert_state.hpp"
+#include "optim/grad_clip.hpp"
+#include "optim/lr_schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <stdexcept>
+
+namespace dsa::train {
+namespace {
+namespace fs = std::filesystem;
+
+std::string default_run_dir(const std::string& config_path) {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return fmt::format("runs/{}-{}", fs::path(config_path).stem().string(), stamp);
+}
+
+// The decision state shared by the shards; touched only inside step_sync::decide.
+struct decision_state {
+  optim::loss_scaler scaler;
+  bool scaling = false;
+  std::unique_ptr<optim::lr_schedule> schedule;
+  double base_lr = 0.0;
+  double clip = 0.0;
+  std::int64_t skipped = 0;
+};
+
+struct run_context {
+  run_config rc;
+  config cfg;
+  std::unique_ptr<tok::bert_tokenizer> tokenizer;
+  std::unique_ptr<batch_provider> provider;
+  std::vector<bert::bert_range> ranges;
+  stage_shared shared;
+  std::vector<std::unique_ptr<bert_stage>> stages;
+  decision_state decisions;
+  std::uint32_t first_step = 0;
+  std::uint32_t last_step = 0; // inclusive
+};
+
+expected<tok::vocab> load_vocab(run_context& ctx) {
+  if (ctx.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*ctx.rc.data.prepare, ctx.rc.data.vocab));
+  DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(ctx.rc.data.vocab));
+  if (!ctx.cfg.table().at_path("model.vocab_size").node()) ctx.rc.model.vocab_size = v.size();
+  if (v.size() > ctx.rc.model.vocab_size)
+    return ctx.cfg.key_error("model.vocab_size", fmt::format("{} is smaller than the vocabulary {} ({} tokens)",
+                                                             ctx.rc.model.vocab_size, ctx.rc.data.vocab, v.size()));
+  return v;
+}
+
+status make_provider(run_context& ctx) {
+  const auto& d = ctx.rc.data;
+  if (ctx.rc.model.head == bert::head_kind::pretraining) {
+    DSA_ASSIGN_OR_RETURN(auto shards, list_shards(d.train_shards));
+    data::shard_reader_options o;
+    o.shuffle_buffer = d.shuffle_buffer;
+    o.seed = ctx.rc.seed;
+    if (d.dynamic_masking) {
+      o.masking = data::masking_source::dynamic;
+      o.vocab = data::masking_vocab::from(ctx.tokenizer->vocabulary());
+    }
+    DSA_ASSIGN_OR_RETURN(auto reader, data::shard_reader::open(shards, o));
+    if (reader.layout().vocab_size > ctx.rc.model.vocab_size || reader.layout().seq_length > ctx.rc.model.max_position_embeddings)
+      return make_error(errc::config, "{}: shards (vocab {}, seq {}) do not fit the model (vocab {}, positions {})",
+                        d.train_shards, reader.layout().vocab_size, reader.layout().seq_length, ctx.rc.model.vocab_size,
+                        ctx.rc.model.max_position_embeddings);
+    log_info("data: {} pre-training shard(s), {} sequences of {} tokens per epoch", shards.size(),
+             reader.instances_per_epoch(), reader.layout().seq_length);
+    ctx.provider = std::make_unique<pretrain_provider>(std::move(reader));
+    return {};
+  }
+  DSA_ASSIGN_OR_RETURN(auto dataset, data::load_squad(d.train_file));
+  auto examples = data::squad_read_examples(dataset, data::squad_mode::training);
+  data::squad_feature_options fo;
+  fo.max_seq_length = static_cast<int>(d.max_seq_length);
+  fo.doc_stride = static_cast<int>(d.doc_stride);
+  fo.max_query_length = static_cast<int>(d.max_query_length);
+  fo.mode = data::squad_mode::training;
+  DSA_ASSIGN_OR_RETURN(auto features, data::squad_convert_examples(examples.examples, *ctx.tokenizer, fo));
+  for (auto& f : features) f.tokens.clear(); // training needs ids only
+  log_info("data: {} SQuAD questions -> {} training features ({} answers not recoverable, skipped)",
+           examples.examples.size(), features.size(), examples.skipped);
+  if (features.empty()) return make_error(errc::config, "{}: no training features", d.train_file);
+  ctx.provider = std::make_unique<squad_provider>(std::move(features), ctx.rc.seed);
+  return {};
+}
+
+status make_stages(run_context& ctx) {
+  DSA_ASSIGN_OR_RETURN(ctx.ranges, partition_layers(ctx.rc.model, ctx.rc.stages, ctx.rc.partition));
+  ckpt::named_tensors init;
+  if (!ctx.rc.init_checkpoint.empty()) {
+    DSA_ASSIGN_OR_RETURN(auto f, ckpt::read_safetensors(ctx.rc.init_checkpoint));
+    init = std::move(f.tensors);
+  }
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+    bert_stage_options o{ctx.rc.model, ctx.ranges[s], static_cast<std::uint32_t>(ctx.rc.batch.gradient_accumulation),
+                         ctx.rc.working, ctx.rc.seed};
+    auto stage = std::make_unique<bert_stage>(o, ctx.shared);
+    stage->part().parameters().init(ctx.rc.seed);
+    if (!init.empty()) {
+      bert::load_options lo;
+      lo.head = bert::missing_head::keep_current;
+      auto loaded = bert::load_state(stage->part().parameters(), init, lo);
+      if (!loaded) return make_error(errc::format, "init_checkpoint {}: {}", ctx.rc.init_checkpoint, loaded.err().message);
+    }
+    stage->round_weights();
+    log_info("stage {}: {} ({} parameters)", s, ctx.ranges[s].to_string(), stage->part().parameters().count());
+    ctx.stages.push_back(std::move(stage));
+  }
+  return {};
+}
+
+status make_decisions(run_context& ctx) {
+  auto& d = ctx.decisions;
+  d.base_lr = ctx.rc.optimizer.lr;
+  d.clip = ctx.rc.gradient_clipping;
+  d.scaling = ctx.rc.working == precision::f16;
+  if (d.scaling) d.scaler = optim::loss_scaler(ctx.rc.scaler, 0);
+  if (ctx.rc.has_scheduler) {
+    DSA_ASSIGN_OR_RETURN(d.schedule, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
+  }
+  ctx.shared.loss_scale = d.scaling ? d.scaler.scale() : 1.0;
+  return {};
+}
+
+step_decision decide_step(run_context& ctx, std::uint32_t step, const std::vector<step_contribution>& all) {
+  auto& st = ctx.decisions;
+  double total = 0.0;
+  bool overflow = false;
+  for (const auto& c : all) {
+    total += c.sum_of_squares;
+    overflow = overflow || c.overflow;
+  }
+  overflow = overflow || !std::isfinite(total);
+  step_decision d;
+  d.loss_scale = st.scaling ? st.scaler.scale() : 1.0;
+  if (st.scaling) {
+    auto u = st.scaler.update(overflow);
+    if (!u) throw std::runtime_error(u.err().message);
+    d.skip = u->skip_step;
+  } else if (overflow) {
+    log_warn("step {}: non-finite gradients without loss scaling; step skipped", step);
+    d.skip = true;
+  }
+  d.scaled_norm = std::sqrt(total);
+  d.lr = st.schedule ? st.schedule->lr() : st.base_lr;
+  if (d.skip) {
+    ++st.skipped;
+  } else {
+    d.grad_scale = 1.0 / optim::combined_unscale_clip(d.scaled_norm, d.loss_scale, st.clip);
+    if (st.schedule) {
+      if (auto b = st.schedule->momentum()) {
+        d.set_betas = true;
+        d.beta1 = b->beta1;
+        d.beta2 = b->beta2;
+      }
+      st.schedule->step();
+    }
+  }
+  ctx.shared.loss_scale = st.scaling ? st.scaler.scale() : 1.0;
+  const auto& cp = ctx.rc.checkpoint;
+  bool interval = cp.save_interval > 0 && (step + 1) % static_cast<std::uint32_t>(cp.save_interval) == 0;
+  bool final_step = step == ctx.last_step && cp.save_final;
+  d.save_state = interval || final_step || stop_requested();
+  return d;
+}
+
+// Restores a checkpoint into the stages and returns what the shards and the data need.
+struct restored {
+  std::map<std::string, tensor> masters;
+  std::vector<optim::optimizer_state> optimizer_states;
+};
+
+expected<restored> restore(run_context& ctx, const std::string& which) {
+  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint(ctx.rc.checkpoint.dir, which));
+  DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
+  if (progress.stages != ctx.rc.stages)
+    return make_error(errc::config, "{}: saved with {} pipeline stage(s); this run has {} (pipeline.stages)", ck.dir,
+                      progress.stages, ctx.rc.stages);
+  restored r;
+  r.masters = ck.groups.at("model");
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+    auto loaded = bert::load_state(ctx.stages[s]->part().parameters(), r.masters, {});
+    if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
+    ctx.stages[s]->round_weights();
+    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck.groups, s, ck.dir));
+    r.optimizer_states.push_back(std::move(st));
+  }
+  ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
+  if (ctx.decisions.schedule) ctx.decisions.schedule->set_last_batch_iteration(progress.schedule_iteration);
+  if (ctx.decisions.scaling) ctx.decisions.scaler.load_state(progress.scaler);
+  ctx.decisions.skipped = progress.skipped_steps;
+  ctx.shared.loss_scale = ctx.decisions.scaling ? ctx.decisions.scaler.scale() : 1.0;
+  DSA_TRY(ctx.provider->seek(progress.data_cursor));
+  log_info("resumed from {} at step {}", ck.dir, ctx.first_step);
+  return r;
+}
+
+// What the last shard to finish a step does: metrics, progress, checkpoint.
+class step_reporter {
+public:
+  step_reporter(run_context& ctx, feed_source& source, metrics_writer& metrics, progress& bar)
+      : ctx_(ctx), source_(source), metrics_(metrics), bar_(bar), last_(std::chrono::steady_clock::now()) {}
+
+  void on_step(std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& payloads) {
+    step_totals t = ctx_.shared.stats.take(step);
+    auto now = std::chrono::steady_clock::now();
+    double secs = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    const auto& b = ctx_.rc.batch;
+    const std::int64_t samples = static_cast<std::int64_t>(step + 1) * b.train_batch_size;
+    metrics_row row{static_cast<std::int64_t>(step) + 1, samples, {}};
+    row.values = {{"Train/Samples/train_loss", t.mean_loss()},
+                  {"Train/Samples/lr", d.lr},
+                  {"Train/Samples/loss_scale", d.loss_scale},
+                  {"Train/Samples/grad_norm", d.scaled_norm / d.loss_scale},
+                  {"Train/Samples/skipped", d.skip ? 1.0 : 0.0}};
+    if (t.mlm_count > 0)
+      row.values.push_back({"Train/Samples/mlm_accuracy", static_cast<double>(t.mlm_correct) / static_cast<double>(t.mlm_count)});
+    if (t.nsp_count > 0)
+      row.values.push_back({"Train/Samples/nsp_accuracy", static_cast<double>(t.nsp_correct) / static_cast<double>(t.nsp_count)});
+    if (auto w = metrics_.write(row); !w) throw std::runtime_error(w.err().message);
+    last_loss_ = t.mean_loss();
+    step_report r;
+    r.step = static_cast<std::int64_t>(step) + 1;
+    r.loss = t.mean_loss();
+    r.lr = d.lr;
+    r.loss_scale = d.loss_scale;
+    r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
+    if (ctx_.rc.wall_clock_breakdown) r.extra = breakdown();
+    bar_.update(r);
+    if (d.save_state) save(step, payloads);
+  }
+
+  double last_loss() const { return last_loss_; }
+
+private:
+  std::string breakdown() {
+    auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
+    return fmt::format("forward {:.1f} ms | backward {:.1f} ms (summed over stages)", take(ctx_.shared.forward_ns),
+                       take(ctx_.shared.backward_ns));
+  }
+
+  void save(std::uint32_t step, std::vector<step_sync::payload>& payloads) {
+    run_progress_state p;
+    p.next_step = step + 1;
+    p.schedule_iteration = ctx_.decisions.schedule ? ctx_.decisions.schedule->last_batch_iteration() : -1;
+    p.scaler = ctx_.decisions.scaler.state();
+    p.data_cursor = source_.cursor_after(step);
+    p.skipped_steps = ctx_.decisions.skipped;
+    p.stages = ctx_.rc.stages;
+    p.config_toml = ctx_.cfg.to_toml();
+    ckpt::checkpoint_contents c;
+    c.step = step + 1;
+    c.global_samples = static_cast<std::uint64_t>(step + 1) * static_cast<std::uint64_t>(ctx_.rc.batch.train_batch_size);
+    c.state = progress_to_json(p);
+    c.groups = checkpoint_groups(payloads);
+    ckpt::save_options o;
+    o.keep_last = static_cast<std::size_t>(ctx_.rc.checkpoint.keep_last);
+    o.overwrite = ckpt::overwrite_policy::replace;
+    auto saved = ckpt::save_checkpoint(ctx_.rc.checkpoint.dir, c, o);
+    if (!saved) throw std::runtime_error("checkpoint: " + saved.err().message);
+    bar_.finish();
+    log_info("saved checkpoint {} (step {})", saved->dir, step + 1);
+  }
+
+  run_context& ctx_;
+  feed_source& source_;
+  metrics_writer& metrics_;
+  progress& bar_;
+  std::chrono::steady_clock::time_point last_;
+  double last_loss_ = 0.0;
+};
+
+// The whole model in f32 from the stages' working weights (for evaluation).
+bert::bert_part assemble_whole(run_context& ctx) {
+  bert::bert_part whole(ctx.rc.model, bert::bert_range::whole(ctx.rc.model));
+  std::map<std::string, tensor> dict;
+  for (auto& st : ctx.stages)
+    for (const auto& e : st->part().parameters().entries())
+      if (e.spec.role == bert::replica::owner) dict.emplace(e.spec.name, e.value);
+  auto loaded = bert::load_state(whole.parameters(), dict, {});
+  DSA_CHECK(loaded.has_value(), "assembling the stages into one model: {}", loaded.has_value() ? "" : loaded.err().message);
+  return whole;
+}
+
+int evaluate(run_context& ctx) {
+  bert::bert_part whole = assemble_whole(ctx);
+  const auto& d = ctx.rc.data;
+  if (ctx.rc.model.head == bert::head_kind::pretraining) {
+    if (d.eval_shards.empty()) return 0;
+    auto shards = list_shards(d.eval_shards);
+    if (!shards) {
+      log_warn("evaluation skipped: {}", shards.err().message);
+      return 0;
+    }
+    auto r = evaluate_pretraining(whole, *shards, ctx.rc.batch.micro_batch_size, d.eval_batches);
+    if (!r) {
+      log_error("evaluation failed: {}", r.err().message);
+      return 1;
+    }
+    log_info("eval: {} held-out sequences: MLM accuracy {:.4f} (loss {:.4f}), NSP accuracy {:.4f} (loss {:.4f})",
+             r->sequences, r->mlm_accuracy, r->mlm_loss, r->nsp_accuracy, r->nsp_loss);
+    std::string summary = fmt::format("{{\"eval_sequences\":{},\"mlm_accuracy\":{:.6f},\"mlm_loss\":{:.6f},"
+                                      "\"nsp_accuracy\":{:.6f},\"nsp_loss\":{:.6f}}}\n",
+                                      r->sequences, r->mlm_accuracy, r->mlm_loss, r->nsp_accuracy, r->nsp_loss);
+    (void)ckpt::write_file_atomic(ctx.rc.run_dir + "/eval.json", summary);
+    fmt::print("{}", summary);
+    return 0;
+  }
+  if (d.dev_file.empty()) return 0;
+  squad_eval_settings s;
+  s.dev_file = d.dev_file;
+  s.predictions_path = ctx.rc.run_dir + "/predictions.json";
+  s.batch_size = ctx.rc.batch.micro_batch_size;
+  s.max_seq_length = static_cast<int>(d.max_seq_length);
+  s.doc_stride = static_cast<int>(d.doc_stride);
+  s.max_query_length = static_cast<int>(d.max_query_length);
+  s.n_best_size = static_cast<int>(d.n_best_size);
+  s.max_answer_length = static_cast<int>(d.max_answer_length);
+  s.seed = ctx.rc.seed;
+  auto r = evaluate_squad(whole, *ctx.tokenizer, s);
+  if (!r) {
+    log_error("evaluation failed: {}", r.err().message);
+    return 1;
+  }
+  log_info("eval: wrote {}", s.predictions_path);
+  log_info("eval: baseline first sentence: EM {:.2f} F1 {:.2f}; baseline random span: EM {:.2f} F1 {:.2f}",
+           r->first_sentence.exact_match, r->first_sentence.f1, r->random_span.exact_match, r->random_span.f1);
+  log_info("eval: model: EM {:.2f} F1 {:.2f} over {} questions", r->model.exact_match, r->model.f1, r->model.total);
+  std::string line = data::squad_scores_json(r->model);
+  (void)ckpt::write_file_atomic(ctx.rc.run_dir + "/eval.json", line + "\n");
+  fmt::print("{}\n", line);
+  return 0;
+}
+
+int fail(const error& e, int code) {
+  fmt::print(stderr, "dsactor run: {}\n", e.message);
+  return code;
+}
+
+} // namespace
+
+int run_training(const run_request& req) {
+  install_stop_handlers();
+  run_context ctx;
+  auto loaded = load_run_config(req.config_path, req.deepspeed_config);
+  if (!loaded) return fail(loaded.err(), 2);
+  ctx.cfg = std::move(*loaded);
+  for (const auto& o : req.overrides)
+    if (auto s = ctx.cfg.set_override(o); !s) return fail(s.err(), 2);
+  if (req.resume)
+    if (auto s = ctx.cfg.set_override("checkpoint.load=\"latest\""); !s) return fail(s.err(), 2);
+  auto parsed = parse_run_config(ctx.cfg, default_run_dir(req.config_path));
+  if (!parsed) return fail(parsed.err(), 2);
+  ctx.rc = std::move(*parsed);
+  const auto& rc = ctx.rc;
+
+  std::error_code ec;
+  fs::create_directories(rc.run_dir, ec);
+  if (ec) return fail(make_error(errc::io, "run_dir '{}': cannot create: {}", rc.run_dir, ec.message()), 1);
+  const std::string effective = ctx.cfg.to_toml();
+  if (auto w = ckpt::write_file_atomic(rc.run_dir + "/config.toml", effective + "\n"); !w) return fail(w.err(), 1);
+  log_info("dsactor run {} -> {}\neffective config:\n{}", rc.config_path, rc.run_dir, effective);
+
+  auto v = load_vocab(ctx);
+  if (!v) return fail(v.err(), 1);
+  tok::tokenizer_options to;
+  if (!rc.data.lower_case) to.case_mode = tok::casing::keep;
+  ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(*v), to);
+  if (auto s = make_provider(ctx); !s) return fail(s.err(), 1);
+  log_info("model: {}; precision {}; batch {} = micro {} x accumulation {}", bert::describe(rc.model),
+           precision_name(rc.working), rc.batch.train_batch_size, rc.batch.micro_batch_size,
+           rc.batch.gradient_accumulation);
+  std::int64_t total_steps = rc.train_steps;
+  if (total_steps == 0)
+    total_steps = static_cast<std::int64_t>(std::ceil(rc.epochs * static_cast<double>(ctx.provider->rows_per_epoch()) /
+                                                      static_cast<double>(rc.batch.train_batch_size)));
+  ctx.last_step = static_cast<std::uint32_t>(std::max<std::int64_t>(total_steps, 1) - 1);
+  if (auto s = make_stages(ctx); !s) return fail(s.err(), 1);
+  if (auto s = make_decisions(ctx); !s) return fail(s.err(), 2);
+  std::optional<restored> resumed;
+  if (!rc.checkpoint.load.empty()) {
+    auto r = restore(ctx, rc.checkpoint.load);
+    if (!r) return fail(r.err(), 1);
+    resumed = std::move(*r);
+  }
+
+  int status_code = 0;
+  if (ctx.first_step <= ctx.last_step) {
+    auto metrics = metrics_writer::open(rc.run_dir, resumed.has_value());
+    if (!metrics) return fail(metrics.err(), 1);
+    progress bar(ctx.first_step, ctx.last_step + 1, rc.steps_per_print, progress::detect_style());
+    const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
+    feed_source source(*ctx.provider, rc.batch.micro_batch_size, M, rc.model.head, ctx.shared.masks);
+    step_reporter reporter(ctx, source, *metrics, bar);
+    step_sync sync(rc.stages, std::chrono::seconds(rc.watchdog_seconds));
+    std::atomic<std::int64_t> stop_at{-1};
+    std::vector<std::unique_ptr<bert_optimizer>> shards;
+    actors::run_parts parts;
+    for (std::uint32_t s = 0; s < rc.stages; ++s) {
+      bert_optimizer_options o;
+      o.participant = s;
+      o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
+      o.optimizer = rc.optimizer;
+      o.working = rc.working;
+      o.decide = [&](std::uint32_t step, const std::vector<step_contribution>& all) {
+        step_decision d = decide_step(ctx, step, all);
+        std::int64_t none = -1;
+        if (stop_requested()) stop_at.compare_exchange_strong(none, step);
+        return d;
+      };
+      o.after_step = [&](std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& p) {
+        reporter.on_step(step, d, p);
+      };
+      if (resumed) {
+        o.resume_masters = resumed->masters;
+        o.resume_state = resumed->optimizer_states[s];
+      }
+      shards.push_back(std::make_unique<bert_optimizer>(std::move(o), sync));
+      parts.stages.push_back(ctx.stages[s].get());
+      parts.optimizers.push_back(shards.back().get());
+    }
+    parts.source = &source;
+    actors::run_options ro;
+    ro.pipeline.stages = rc.stages;
+    ro.pipeline.micro_batches = M;
+    ro.pipeline.steps = ctx.last_step - ctx.first_step + 1;
+    ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
+    ro.first_step = ctx.first_step;
+    if (resumed) {
+      for (std::uint32_t s = 0; s < rc.stages; ++s) shards[s]->init(ctx.stages[s]->parameters());
+      ro.optimizers = actors::optimizer_start::already_loaded;
+    }
+    ro.stop_after = [&](std::uint32_t k) {
+      std::int64_t at = stop_at.load();
+      return at >= 0 && static_cast<std::int64_t>(k) >= at;
+    };
+    ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
+    ro.run_dir = rc.run_dir;
+    actors::run_result result = actors::run_pipeline(ro, parts);
+    bar.finish();
+    if (!result.ok) return fail(make_error(errc::runtime, "{}", result.error), 1);
+    if (!req.trace_chrome.empty()) {
+      if (auto w = actors::write_chrome_trace(req.trace_chrome, result.trace); !w) return fail(w.err(), 1);
+      log_info("wrote Chrome trace {}", req.trace_chrome);
+    }
+    if (rc.stages > 1 || M > 1) {
+      double bubble = actors::theoretical_bubble(rc.stages, M);
+      for (const auto& idle : actors::stage_idle_fractions(result.trace, rc.stages, M))
+        log_info("stage {}: idle {:.1f}% of the run (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
+                 100 * idle.idle_fraction, 100 * bubble);
+    }
+    log_info("training done: last loss {:.4f}, {} step(s) skipped", reporter.last_loss(), ctx.decisions.skipped);
+    if (stop_at.load() >= 0) {
+      log_info("stopped by signal after step {}; resume with --resume", stop_at.load() + 1);
+      return 130;
+    }
+  } else {
+    log_info("nothing to train: the checkpoint is at step {} of {}", ctx.first_step, ctx.last_step + 1);
+  }
+  status_code = evaluate(ctx);
+  return status_code;
+}
+
+} // namespace dsa::train

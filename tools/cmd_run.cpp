@@ -1,0 +1,43 @@
+// dsactor run CONFIG: train or fine-tune BERT as configured (see actors/train/trainer.hpp).
+#include "actors/train/trainer.hpp"
+#include "tools/command.hpp"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+namespace dsa::tools {
+
+int cmd_run(int argc, char** argv) {
+  namespace po = boost::program_options;
+  po::options_description opts("dsactor run CONFIG [options]");
+  opts.add_options()("help,h", "this help")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set key=value (repeatable)")(
+      "resume", "continue from the latest checkpoint in checkpoint.dir")(
+      "deepspeed_config", po::value<std::string>(), "a DeepSpeed JSON config under the TOML one")(
+      "trace-chrome", po::value<std::string>(), "also export the actor trace as Chrome trace-event JSON")(
+      "config", po::value<std::string>(), "the run's TOML config");
+  po::positional_options_description pos;
+  pos.add("config", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "dsactor run: {}\n{}", e.what(), fmt::to_string(fmt::streamed(opts)));
+    return 2;
+  }
+  if (vm.count("help") || !vm.count("config")) {
+    fmt::print(vm.count("help") ? stdout : stderr, "{}", fmt::to_string(fmt::streamed(opts)));
+    return vm.count("help") ? 0 : 2;
+  }
+  train::run_request r;
+  r.config_path = vm["config"].as<std::string>();
+  if (vm.count("set")) r.overrides = vm["set"].as<std::vector<std::string>>();
+  if (vm.count("deepspeed_config")) r.deepspeed_config = vm["deepspeed_config"].as<std::string>();
+  if (vm.count("trace-chrome")) r.trace_chrome = vm["trace-chrome"].as<std::string>();
+  r.resume = vm.count("resume") > 0;
+  return train::run_training(r);
+}
+
+} // namespace dsa::tools
