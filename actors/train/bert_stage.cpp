@@ -30,6 +30,8 @@ struct timed {
 
 double bert_stage::forward(const actors::work_key& key, const tensor& in, const tensor& labels, tensor& out) {
   timed t{shared_.forward_ns};
+  if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
+    throw std::runtime_error("injected fault (debug.fail_step)");
   bert::bert_batch batch;
   tensor hidden;
   if (part_.range().has_embeddings()) {

@@ -32,6 +32,7 @@ struct bert_stage_options {
   std::uint32_t micro_batches = 1; // M: the head's loss gradient is scaled by 1/M
   precision working = precision::f32;
   std::uint64_t seed = 0; // dropout streams
+  std::int64_t fail_step = -1; // testing: forward of this step throws
 };
 
 class bert_stage final : public actors::stage_compute {

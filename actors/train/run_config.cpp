@@ -173,6 +173,8 @@ expected<run_config> parse_run_config(const config& cfg, const std::string& defa
   DSA_ASSIGN_OR_RETURN(seed, cfg.get_or<std::int64_t>("seed", 42));
   rc.seed = static_cast<std::uint64_t>(seed);
   DSA_ASSIGN_OR_RETURN(rc.watchdog_seconds, cfg.get_or<std::int64_t>("watchdog_seconds", 600));
+  DSA_ASSIGN_OR_RETURN(rc.fail_stage, cfg.get_or<std::int64_t>("debug.fail_stage", -1));
+  DSA_ASSIGN_OR_RETURN(rc.fail_step, cfg.get_or<std::int64_t>("debug.fail_step", -1));
   DSA_TRY(read_checkpoint(cfg, rc.checkpoint));
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   DSA_TRY(read_data(cfg, rc.model, rc.data));

@@ -77,6 +77,9 @@ struct run_config {
   bool wall_clock_breakdown = false;
   std::uint64_t seed = 42;
   std::int64_t watchdog_seconds = 600;
+  // [debug] fail_stage / fail_step: stage fail_stage throws in its forward of step
+  // fail_step (testing the failure path of a real run); -1 = never.
+  std::int64_t fail_stage = -1, fail_step = -1;
   checkpoint_settings checkpoint;
   data_settings data;
 };

@@ -127,6 +127,7 @@ status make_stages(run_context& ctx) {
   for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
     bert_stage_options o{ctx.rc.model, ctx.ranges[s], static_cast<std::uint32_t>(ctx.rc.batch.gradient_accumulation),
                          ctx.rc.working, ctx.rc.seed};
+    if (static_cast<std::int64_t>(s) == ctx.rc.fail_stage) o.fail_step = ctx.rc.fail_step;
     auto stage = std::make_unique<bert_stage>(o, ctx.shared);
     stage->part().parameters().init(ctx.rc.seed);
     if (!init.empty()) {

@@ -1,0 +1,28 @@
+// Bad configs and failing actors end the run with an error naming the cause.
+#include "tests/train/train_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace dsa;
+
+TEST_CASE("malformed configs are rejected with exit code 2") {
+  test::temp_dir dir;
+  std::string cfg = test::tiny_config(dir.path());
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"train_batch_size=\"eight\""}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"train_bach_size=8"}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"gradient_accumulation_steps=3"}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"optimizer.params.lr=\"fast\""}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"pipeline.stages=9"}) == 1); // more stages than layers
+}
+
+TEST_CASE("a stage that fails ends the run with exit code 1 and no checkpoint of that step") {
+  test::temp_dir dir;
+  std::string cfg = test::tiny_config(dir.path());
+  CHECK(test::run_config(dir.path(), "fail", cfg,
+                         {"pipeline.stages=2", "debug.fail_stage=1", "debug.fail_step=2",
+                          "checkpoint.save_interval=1"}) == 1);
+  auto list = ckpt::list_checkpoints(dir.path() + "/ckpt");
+  REQUIRE(list.has_value());
+  REQUIRE(!list->empty());
+  CHECK(list->back().step == 2); // steps 0 and 1 completed; step 2 never did
+}

@@ -1,0 +1,111 @@
+// Tiny corpus and config for run tests.
+#include "tests/train/train_fixture.hpp"
+
+#include "actors/train/trainer.hpp"
+#include "core/philox.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+namespace dsa::test {
+namespace fs = std::filesystem;
+
+temp_dir::temp_dir() {
+  std::string tmpl = (fs::temp_directory_path() / "dsactor-test-XXXXXX").string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  REQUIRE(mkdtemp(buf.data()) != nullptr);
+  path_ = buf.data();
+}
+
+temp_dir::~temp_dir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string write_tiny_corpus(const std::string& dir) {
+  static const char* words[] = {"the", "river", "ran", "past", "old", "mill", "where", "children", "played",
+                                "every", "summer", "and", "sang", "songs", "about", "green", "hills", "far",
+                                "away", "from", "town", "market", "bread", "was", "warm", "sold", "early"};
+  const int nwords = sizeof words / sizeof words[0];
+  std::string corpus = dir + "/corpus";
+  fs::create_directories(corpus);
+  philox_stream rng{99, 0, 0, 0, 0};
+  std::uint64_t k = 0;
+  for (int d = 0; d < 24; ++d) {
+    std::ofstream out(fmt::format("{}/doc{:02}.txt", corpus, d));
+    for (int s = 0; s < 12; ++s) {
+      int len = 5 + static_cast<int>(rng.uniform(k++) * 8);
+      std::string sentence;
+      for (int w = 0; w < len; ++w) {
+        sentence += (w ? " " : "");
+        sentence += words[static_cast<int>(rng.uniform(k++) * nwords) % nwords];
+      }
+      out << sentence << ".\n";
+    }
+  }
+  return corpus;
+}
+
+std::string tiny_config(const std::string& dir, const std::string& extra) {
+  return fmt::format(R"(train_batch_size = 8
+train_micro_batch_size_per_gpu = 2
+train_steps = 5
+steps_per_print = 0
+seed = 7
+gradient_clipping = 1.0
+run_dir = "{0}/run"
+
+[model]
+size = "custom"
+num_layers = 4
+hidden_size = 32
+num_heads = 2
+intermediate_size = 64
+max_position_embeddings = 32
+hidden_dropout = 0.0
+attention_dropout = 0.0
+
+[optimizer]
+type = "AdamW"
+params = {{ lr = 1e-3, weight_decay = 0.01 }}
+
+[data.prepare]
+corpus = "{1}"
+out_dir = "{0}/data"
+vocab_size = 160
+seq_length = 32
+max_predictions = 5
+dupe_factor = 2
+holdout_docs = 2
+instances_per_shard = 128
+
+[checkpoint]
+dir = "{0}/ckpt"
+{2}
+)",
+                     dir, write_tiny_corpus(dir), extra);
+}
+
+int run_config(const std::string& dir, const std::string& name, const std::string& config_text,
+               const std::vector<std::string>& overrides, bool resume) {
+  std::string path = dir + "/" + name + ".toml";
+  std::ofstream(path) << config_text;
+  train::run_request r;
+  r.config_path = path;
+  r.overrides = overrides;
+  r.resume = resume;
+  return train::run_training(r);
+}
+
+ckpt::loaded_checkpoint load_run_checkpoint(const std::string& checkpoint_dir, const std::string& which) {
+  auto ck = ckpt::load_checkpoint(checkpoint_dir, which);
+  REQUIRE_MESSAGE(ck.has_value(), (ck.has_value() ? "" : ck.err().message));
+  return std::move(*ck);
+}
+
+} // namespace dsa::test

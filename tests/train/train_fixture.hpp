@@ -1,0 +1,38 @@
+// A tiny self-contained pre-training setup for tests of `dsactor run`: a
+// generated corpus, a config for a 4-layer hidden-32 BERT, and helpers to run
+// and to read back checkpoints.
+#pragma once
+
+#include "io/ckpt/checkpoint_dir.hpp"
+
+#include <string>
+#include <vector>
+
+namespace dsa::test {
+
+// A fresh directory under the system temp folder, removed on destruction.
+class temp_dir {
+public:
+  temp_dir();
+  ~temp_dir();
+  const std::string& path() const { return path_; }
+
+private:
+  std::string path_;
+};
+
+// Writes a deterministic plain-text corpus (one document per file) into dir/corpus.
+std::string write_tiny_corpus(const std::string& dir);
+
+// A run config (TOML text) over the tiny corpus; `extra` is appended (top-level keys
+// must come before tables, so extra holds only tables or is applied with overrides).
+std::string tiny_config(const std::string& dir, const std::string& extra = "");
+
+// Runs `dsactor run` in process on `config_text` (written to dir/name.toml).
+int run_config(const std::string& dir, const std::string& name, const std::string& config_text,
+               const std::vector<std::string>& overrides = {}, bool resume = false);
+
+// The model group of a run's checkpoint `which` ("latest", a step number).
+ckpt::loaded_checkpoint load_run_checkpoint(const std::string& checkpoint_dir, const std::string& which);
+
+} // namespace dsa::test
