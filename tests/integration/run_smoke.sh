@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Integration: the real dsactor binary on a tiny generated corpus — pre-training
+# with 2 stages, outputs in the run directory, the Chrome trace, a bad config,
+# SIGINT (finish the step, checkpoint, exit 130) and --resume, SQuAD generation,
+# fine-tuning and evaluation. Usage: run_smoke.sh PATH/TO/dsactor
+set -euo pipefail
+dsactor=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+mkdir -p "$work/corpus"
+words=(the river ran past old mill where children played every summer and sang songs about green hills far away from town Mary went to Boston in 1961 with John)
+for d in $(seq -w 0 29); do
+  for s in $(seq 1 12); do
+    line=""
+    for w in $(seq 1 $((5 + (10#$d * 7 + s * 3) % 9))); do line+="${words[$(( (10#$d * 31 + s * 17 + w * 13) % ${#words[@]} ))]} "; done
+    echo "${line% }." >> "$work/corpus/doc$d.txt"
+  done
+done
+
+cat > "$work/pre.toml" <<TOML
+train_batch_size = 8
+train_micro_batch_size_per_gpu = 2
+train_steps = 4
+steps_per_print = 1
+run_dir = "$work/run"
+
+[model]
+size = "custom"
+num_layers = 2
+hidden_size = 32
+num_heads = 2
+max_position_embeddings = 64
+
+[optimizer]
+type = "Lamb"
+params = { lr = 2e-3, weight_decay = 0.01 }
+
+[scheduler]
+type = "WarmupDecayLR"
+params = { warmup_num_steps = 2, total_num_steps = 4, warmup_max_lr = 2e-3 }
+
+[pipeline]
+stages = 2
+
+[data.prepare]
+corpus = "$work/corpus"
+out_dir = "$work/data"
+vocab_size = 150
+seq_length = 64
+holdout_docs = 3
+
+[checkpoint]
+dir = "$work/ckpt"
+save_interval = 2
+TOML
+
+out=$("$dsactor" run "$work/pre.toml" --trace-chrome "$work/trace.json" 2>"$work/pre.log") || { cat "$work/pre.log"; fail "pre-training run"; }
+for f in config.toml metrics.csv metrics.jsonl trace.dsat eval.json; do [[ -s $work/run/$f ]] || fail "run dir lacks $f"; done
+head -1 "$work/run/metrics.csv" | grep -q "Train/Samples/train_loss,Train/Samples/lr,Train/Samples/loss_scale" || fail "metrics.csv header"
+[[ $(wc -l < "$work/run/metrics.csv") -eq 5 ]] || fail "metrics.csv should have 4 rows"
+grep -q '"Train/Samples/lr"' "$work/run/metrics.jsonl" || fail "metrics.jsonl"
+[[ $(cat "$work/ckpt/latest") == step_00000004 ]] || fail "latest should name step 4"
+python3 -c "import json,sys; t=json.load(open('$work/trace.json')); ev=t['traceEvents'] if isinstance(t,dict) else t; assert any(e.get('name')=='forward' and 'stage' in e.get('args',{}) for e in ev)" || fail "chrome trace"
+echo "$out" | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert 0<=d['mlm_accuracy']<=1" || fail "eval line"
+grep -q "stage 1: idle" "$work/pre.log" || fail "idle fraction report"
+echo "ok: pre-training run, outputs, trace, eval"
+
+# A bad key names the key and exits 2.
+if "$dsactor" run "$work/pre.toml" --set optimizer.params.lrr=1 2>"$work/bad.log"; then fail "bad config accepted"; else rc=$?; fi
+[[ $rc -eq 2 ]] || fail "bad config exit code $rc"
+grep -q "optimizer.params.lrr" "$work/bad.log" || { cat "$work/bad.log"; fail "error does not name the key"; }
+echo "ok: bad config"
+
+# SIGINT: finish the current step, checkpoint, exit 130; then --resume continues.
+"$dsactor" run "$work/pre.toml" --set train_steps=100000 --set checkpoint.save_interval=0 \
+  --set "run_dir=\"$work/run2\"" --set "checkpoint.dir=\"$work/ckpt2\"" 2>"$work/int.log" &
+pid=$!
+for _ in $(seq 1 600); do
+  [[ -f $work/run2/metrics.csv && $(wc -l < "$work/run2/metrics.csv") -ge 3 ]] && break
+  sleep 0.1
+done
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[[ $rc -eq 130 ]] || { cat "$work/int.log"; fail "SIGINT exit code $rc"; }
+step=$(sed 's/step_0*//' "$work/ckpt2/latest")
+[[ $step -ge 2 ]] || fail "no checkpoint after SIGINT"
+"$dsactor" run "$work/pre.toml" --resume --set "train_steps=$((step + 2))" \
+  --set "run_dir=\"$work/run2\"" --set "checkpoint.dir=\"$work/ckpt2\"" 2>"$work/res.log" >/dev/null || { cat "$work/res.log"; fail "resume"; }
+grep -q "resumed from" "$work/res.log" || fail "resume log"
+[[ $(cat "$work/ckpt2/latest") == $(printf 'step_%08d' $((step + 2))) ]] || fail "resumed run's checkpoint"
+echo "ok: SIGINT checkpoint and resume"
+
+# SQuAD: generate a QA set, fine-tune from the pre-trained checkpoint, evaluate.
+"$dsactor" prep qa-from-corpus --corpus "$work/corpus" --out "$work/qa" >/dev/null 2>&1 || fail "qa-from-corpus"
+cat > "$work/squad.toml" <<TOML
+train_batch_size = 4
+train_micro_batch_size_per_gpu = 4
+train_steps = 3
+run_dir = "$work/squad"
+init_checkpoint = "$work/ckpt/step_00000004/model.safetensors"
+
+[model]
+size = "custom"
+num_layers = 2
+hidden_size = 32
+num_heads = 2
+max_position_embeddings = 64
+head = "squad"
+
+[optimizer]
+type = "Adam"
+params = { lr = 3e-5 }
+
+[data]
+vocab = "$work/data/vocab.txt"
+train_file = "$work/qa/train.json"
+dev_file = "$work/qa/dev.json"
+max_seq_length = 64
+doc_stride = 32
+max_query_length = 16
+TOML
+out=$("$dsactor" run "$work/squad.toml" 2>"$work/squad.log") || { cat "$work/squad.log"; fail "squad run"; }
+[[ -s $work/squad/predictions.json ]] || fail "predictions.json"
+last=$(echo "$out" | tail -1)
+echo "$last" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert set(d)=={'exact_match','f1'}" || fail "squad result line: $last"
+official=$("$dsactor" eval squad --data "$work/qa/dev.json" --predictions "$work/squad/predictions.json" 2>/dev/null | tail -1)
+[[ $official == "$last" ]] || fail "eval squad ($official) disagrees with the run ($last)"
+grep -q "baseline first sentence" "$work/squad.log" || fail "baselines not printed"
+echo "ok: squad fine-tuning and evaluation"
