@@ -21,8 +21,9 @@ struct step_hooks {
   // optimizer updates (a run with stop_after) and the watchdog. An exception
   // fails the run ("coordinator failed in step k: on_step: ...").
   std::function<void(const step_summary&)> on_step;
-  // Called after on_step with the completed step's absolute number; true ends
-  // the run cleanly after that step (an exception fails it). Same rules as on_step.
+  // Called after on_step with the completed step's absolute number (also after
+  // the run's last step, which ends the run anyway); true ends the run cleanly
+  // after that step (an exception fails it). Same rules as on_step.
   std::function<bool(std::uint32_t completed_step)> stop_after;
 };
 
