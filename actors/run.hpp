@@ -50,6 +50,8 @@ struct run_options {
   // parameters before using them again). Checked on the coordinator: a signal
   // handler sets an atomic flag that this function reads.
   std::function<bool(std::uint32_t completed_step)> stop_after;
+  // Called once on failure, before actors stop (see step_hooks.hpp); must not block.
+  std::function<void(const std::string& why)> on_failure;
   trace_mode trace = trace_mode::record; // off: no records, no trace file, an empty run_result::trace
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
   std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace dsa::actors {
 
@@ -25,6 +26,11 @@ struct step_hooks {
   // the run's last step, which ends the run anyway); true ends the run cleanly
   // after that step (an exception fails it). Same rules as on_step.
   std::function<bool(std::uint32_t completed_step)> stop_after;
+  // Called once when the run fails (any actor, the watchdog), before the actors are
+  // stopped: the caller wakes compute that may be blocked waiting on other actors'
+  // work (a rendezvous between optimizer shards), so the workers can be joined.
+  // Must not block.
+  std::function<void(const std::string& why)> on_failure;
 };
 
 } // namespace dsa::actors

@@ -47,6 +47,8 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
 void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) {
   DSA_CHECK(grads.size() == slots_.size(), "optimizer shard {}: {} gradients for {} parameters",
             options_.participant, grads.size(), slots_.size());
+  if (options_.fail_step >= 0 && step == static_cast<std::uint64_t>(options_.fail_step))
+    throw std::runtime_error("injected fault (debug.fail_optimizer_step)");
   step_contribution mine;
   for (std::size_t i = 0; i < grads.size(); ++i) cast_into(slots_[i].grad, grads[i], dtype::f32);
 

@@ -33,6 +33,7 @@ struct bert_optimizer_options {
   // Resuming: fp32 masters by name and optimizer state, used instead of the stage's weights.
   std::map<std::string, tensor> resume_masters;
   std::optional<optim::optimizer_state> resume_state;
+  std::int64_t fail_step = -1; // testing: update of this step throws
 };
 
 class bert_optimizer final : public actors::optimizer_compute {

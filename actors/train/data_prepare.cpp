@@ -6,6 +6,7 @@
 #include "io/data/corpus.hpp"
 #include "io/data/pretrain_builder.hpp"
 #include "io/data/pretrain_shard.hpp"
+#include "io/data/squad_qa_gen.hpp"
 #include "models/tokenizer/vocab_builder.hpp"
 
 #include <algorithm>
@@ -111,6 +112,23 @@ status prepare_pretraining_data(const prepare_settings& p, const std::string& vo
     auto instances = data::create_pretraining_instances(std::move(holdout_docs), masking, held);
     DSA_TRY(write_set(p.out_dir, "holdout", instances, p, layout));
   }
+  return {};
+}
+
+status prepare_qa_data(const prepare_qa_settings& p) {
+  std::error_code ec;
+  if (fs::exists(p.out_dir + "/train.json", ec) && fs::exists(p.out_dir + "/dev.json", ec)) return {};
+  fs::create_directories(p.out_dir, ec);
+  if (ec) return make_error(errc::io, "data.prepare_qa.out_dir '{}': cannot create: {}", p.out_dir, ec.message());
+  DSA_ASSIGN_OR_RETURN(auto docs, data::read_corpus(p.corpus));
+  data::qa_gen_options o;
+  o.seed = p.seed;
+  o.dev_fraction = p.dev_fraction;
+  o.max_questions = p.max_questions;
+  DSA_ASSIGN_OR_RETURN(auto qa, data::generate_qa_from_corpus(docs, o));
+  DSA_TRY(data::write_squad(p.out_dir + "/dev.json", qa.dev));
+  DSA_TRY(data::write_squad(p.out_dir + "/train.json", qa.train));
+  log_info("prepare: generated a QA set from {} into {}", p.corpus, p.out_dir);
   return {};
 }
 

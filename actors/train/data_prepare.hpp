@@ -13,6 +13,8 @@
 namespace dsa::train {
 
 status prepare_pretraining_data(const prepare_settings& p, const std::string& vocab_path);
+// train.json and dev.json in p.out_dir from the corpus, when absent.
+status prepare_qa_data(const prepare_qa_settings& p);
 
 // Shard files of a data set: every *.safetensors in a directory, or, when `spec` is
 // "<dir>/<prefix>", the files <dir>/<prefix>-*.safetensors; sorted by name.

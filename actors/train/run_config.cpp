@@ -40,6 +40,27 @@ status read_prepare(const config& cfg, data_settings& d) {
   return {};
 }
 
+status read_prepare_qa(const config& cfg, data_settings& d) {
+  if (!cfg.has("data.prepare_qa")) return {};
+  prepare_qa_settings p;
+  param_reader r(cfg, "data.prepare_qa");
+  DSA_TRY(r.require("corpus", p.corpus));
+  DSA_TRY(r.require("out_dir", p.out_dir));
+  DSA_TRY(r.read("dev_fraction", p.dev_fraction));
+  DSA_TRY(r.read("max_questions", p.max_questions));
+  std::int64_t seed = static_cast<std::int64_t>(p.seed);
+  DSA_TRY(r.read("seed", seed));
+  p.seed = static_cast<std::uint64_t>(seed);
+  DSA_TRY(r.reject_unknown());
+  if (!(p.dev_fraction > 0 && p.dev_fraction < 1)) return r.value_error("dev_fraction", "must be in (0, 1)");
+  p.corpus = expand_path(p.corpus);
+  p.out_dir = expand_path(p.out_dir);
+  if (d.train_file.empty()) d.train_file = p.out_dir + "/train.json";
+  if (d.dev_file.empty()) d.dev_file = p.out_dir + "/dev.json";
+  d.prepare_qa = p;
+  return {};
+}
+
 status read_data(const config& cfg, const bert::bert_config& model, data_settings& d) {
   param_reader r(cfg, "data");
   DSA_TRY(r.read("vocab", d.vocab));
@@ -57,9 +78,11 @@ status read_data(const config& cfg, const bert::bert_config& model, data_setting
   DSA_TRY(r.read("n_best_size", d.n_best_size));
   DSA_TRY(r.read("max_answer_length", d.max_answer_length));
   r.accept("prepare");
+  r.accept("prepare_qa");
   DSA_TRY(r.reject_unknown());
   for (std::string* p : {&d.vocab, &d.train_shards, &d.eval_shards, &d.train_file, &d.dev_file}) *p = expand_path(*p);
   DSA_TRY(read_prepare(cfg, d));
+  DSA_TRY(read_prepare_qa(cfg, d));
   if (d.vocab.empty()) return cfg.key_error("data.vocab", "required (a BERT vocab.txt), or give [data.prepare]");
   if (model.head == bert::head_kind::pretraining && d.train_shards.empty())
     return cfg.key_error("data.train_shards", "required for pre-training (a directory of shards), or give [data.prepare]");
@@ -175,6 +198,7 @@ expected<run_config> parse_run_config(const config& cfg, const std::string& defa
   DSA_ASSIGN_OR_RETURN(rc.watchdog_seconds, cfg.get_or<std::int64_t>("watchdog_seconds", 600));
   DSA_ASSIGN_OR_RETURN(rc.fail_stage, cfg.get_or<std::int64_t>("debug.fail_stage", -1));
   DSA_ASSIGN_OR_RETURN(rc.fail_step, cfg.get_or<std::int64_t>("debug.fail_step", -1));
+  DSA_ASSIGN_OR_RETURN(rc.fail_optimizer_step, cfg.get_or<std::int64_t>("debug.fail_optimizer_step", -1));
   DSA_TRY(read_checkpoint(cfg, rc.checkpoint));
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   DSA_TRY(read_data(cfg, rc.model, rc.data));

@@ -33,6 +33,16 @@ struct prepare_settings {
   std::uint64_t seed = 12345;
 };
 
+// [data.prepare_qa]: generate an extractive QA set in SQuAD v1.1 format from a
+// corpus when absent (the SQuAD quick start; real SQuAD files are read unchanged).
+struct prepare_qa_settings {
+  std::string corpus;
+  std::string out_dir; // train.json and dev.json go here
+  double dev_fraction = 0.1;
+  std::int64_t max_questions = 0;
+  std::uint64_t seed = 12345;
+};
+
 struct data_settings {
   std::string vocab;           // vocab.txt
   bool lower_case = true;
@@ -47,6 +57,7 @@ struct data_settings {
   std::int64_t max_seq_length = 384, doc_stride = 128, max_query_length = 64;
   std::int64_t n_best_size = 20, max_answer_length = 30;
   std::optional<prepare_settings> prepare;
+  std::optional<prepare_qa_settings> prepare_qa;
 };
 
 struct checkpoint_settings {
@@ -80,6 +91,7 @@ struct run_config {
   // [debug] fail_stage / fail_step: stage fail_stage throws in its forward of step
   // fail_step (testing the failure path of a real run); -1 = never.
   std::int64_t fail_stage = -1, fail_step = -1;
+  std::int64_t fail_optimizer_step = -1; // the shard of fail_stage throws in this step's update
   checkpoint_settings checkpoint;
   data_settings data;
 };

@@ -72,6 +72,7 @@ struct run_context {
 
 expected<tok::vocab> load_vocab(run_context& ctx) {
   if (ctx.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*ctx.rc.data.prepare, ctx.rc.data.vocab));
+  if (ctx.rc.data.prepare_qa) DSA_TRY(prepare_qa_data(*ctx.rc.data.prepare_qa));
   DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(ctx.rc.data.vocab));
   if (!ctx.cfg.table().at_path("model.vocab_size").node()) ctx.rc.model.vocab_size = v.size();
   if (v.size() > ctx.rc.model.vocab_size)
@@ -437,6 +438,7 @@ int run_training(const run_request& req) {
       o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
       o.optimizer = rc.optimizer;
       o.working = rc.working;
+      if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
       o.decide = [&](std::uint32_t step, const std::vector<step_contribution>& all) {
         step_decision d = decide_step(ctx, step, all);
         std::int64_t none = -1;
@@ -469,6 +471,7 @@ int run_training(const run_request& req) {
       std::int64_t at = stop_at.load();
       return at >= 0 && static_cast<std::int64_t>(k) >= at;
     };
+    ro.on_failure = [&](const std::string& why) { sync.abort(why); };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;
     actors::run_result result = actors::run_pipeline(ro, parts);
