@@ -1,0 +1,101 @@
+// Shipped configs parse; DeepSpeed JSON configs are accepted; fp16 overflow
+// skips steps, lowers the scale and leaves the LR schedule where it was.
+#include "actors/train/deepspeed_json.hpp"
+#include "actors/train/run_config.hpp"
+#include "tests/train/train_fixture.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+using namespace dsa;
+
+TEST_CASE("every config in configs/ parses") {
+  setenv("BERT_LARGE", "/nonexistent/bert-large", 1);
+  setenv("SQUAD", "/nonexistent/squad", 1);
+  setenv("SHARDS", "/nonexistent/shards", 1);
+  setenv("BERT_VOCAB", "/nonexistent/vocab.txt", 1);
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(DSA_SOURCE_DIR "/configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    ++seen;
+    INFO(entry.path().string());
+    auto cfg = train::load_run_config(entry.path().string());
+    REQUIRE_MESSAGE(cfg.has_value(), (cfg.has_value() ? "" : cfg.err().message));
+    auto rc = train::parse_run_config(*cfg, "runs/x");
+    CHECK_MESSAGE(rc.has_value(), (rc.has_value() ? "" : rc.err().message));
+  }
+  CHECK(seen >= 5);
+}
+
+TEST_CASE("a DeepSpeed JSON config supplies keys the TOML does not set") {
+  test::temp_dir dir;
+  std::ofstream(dir.path() + "/ds.json") << R"({
+    "train_batch_size": 16, "gradient_accumulation_steps": 4,
+    "optimizer": {"type": "Adam", "params": {"lr": 5e-4, "weight_decay": 0.0}},
+    "fp16": {"enabled": false}, "steps_per_print": 7, "wall_clock_breakdown": false, "zero_allow": null
+  })";
+  std::ofstream(dir.path() + "/run.toml") << "deepspeed_config = \"ds.json\"\nsteps_per_print = 3\ntrain_steps = 1\n"
+                                              "[model]\nsize = \"tiny\"\n[data]\nvocab = \"v.txt\"\ntrain_shards = \"s\"\n";
+  auto cfg = train::load_run_config(dir.path() + "/run.toml");
+  REQUIRE_MESSAGE(cfg.has_value(), (cfg.has_value() ? "" : cfg.err().message));
+  auto rc = train::parse_run_config(*cfg, "runs/x");
+  REQUIRE_MESSAGE(rc.has_value(), (rc.has_value() ? "" : rc.err().message));
+  CHECK(rc->batch.train_batch_size == 16);
+  CHECK(rc->batch.micro_batch_size == 4);
+  CHECK(rc->optimizer.lr == doctest::Approx(5e-4));
+  CHECK(rc->steps_per_print == 3); // the TOML wins
+  // An unknown DeepSpeed key is named like any other.
+  std::ofstream(dir.path() + "/bad.json")
+      << R"({"train_batch_size": 16, "optimizer": {"type": "Adam"}, "zero_optimisation": {"stage": 1}})";
+  auto bad = train::load_run_config(dir.path() + "/run.toml", dir.path() + "/bad.json");
+  REQUIRE(bad.has_value());
+  auto rejected = train::parse_run_config(*bad, "runs/x");
+  REQUIRE_FALSE(rejected.has_value());
+  CHECK(rejected.err().message.find("zero_optimisation.stage") != std::string::npos);
+}
+
+namespace {
+std::vector<nlohmann::json> metrics_rows(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+} // namespace
+
+TEST_CASE("fp16 overflow skips the step, halves the scale and does not advance the schedule") {
+  test::temp_dir a, b;
+  std::vector<std::string> common{"fp16.enabled=true", "train_steps=10", "scheduler.type=\"WarmupLR\"",
+                                  "scheduler.params.warmup_num_steps=5", "scheduler.params.warmup_min_lr=1e-4",
+                                  "scheduler.params.warmup_type=\"linear\""};
+  auto high = common;
+  high.push_back("fp16.initial_scale_power=24");
+  auto low = common;
+  low.push_back("fp16.initial_scale_power=4");
+  REQUIRE(test::run_config(a.path(), "a", test::tiny_config(a.path()), high) == 0);
+  REQUIRE(test::run_config(b.path(), "b", test::tiny_config(b.path()), low) == 0);
+  auto ra = metrics_rows(a.path() + "/run"), rb = metrics_rows(b.path() + "/run");
+  REQUIRE(ra.size() == 10);
+  REQUIRE(rb.size() == 10);
+  int skipped = 0;
+  double scale = 16777216.0;
+  std::vector<double> lrs;
+  for (const auto& row : ra) {
+    if (row["Train/Samples/skipped"].get<double>() > 0) {
+      ++skipped;
+      CHECK(row["Train/Samples/loss_scale"].get<double>() == scale); // the scale that overflowed
+      scale /= 2;
+    } else {
+      lrs.push_back(row["Train/Samples/lr"].get<double>());
+    }
+  }
+  CHECK(skipped >= 2);
+  CHECK(ra.front()["Train/Samples/skipped"].get<double>() == 1.0);
+  // The schedule advanced only on applied steps: their lrs are the no-overflow run's first lrs.
+  for (std::size_t i = 0; i < lrs.size(); ++i) CHECK(lrs[i] == rb[i]["Train/Samples/lr"].get<double>());
+  for (const auto& row : rb) CHECK(row["Train/Samples/skipped"].get<double>() == 0.0);
+}
