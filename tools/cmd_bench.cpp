@@ -1,6 +1,7 @@
 // dsactor bench: benchmarks that validate, time, and print a ratio against a
 // peer or a physical limit measured in the same run.
 #include "tools/bench_kernels.hpp"
+#include "tools/bench_memory.hpp"
 #include "tools/bench_runtime.hpp"
 #include "tools/command.hpp"
 
@@ -69,10 +70,12 @@ int cmd_bench(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help")) {
     fmt::print("usage: dsactor bench WHAT [options]\n  kernels   GEMM, Adam and a BERT-mini step against this machine's limits\n");
     fmt::print("  runtime   the actor runtime's own overhead on BERT-mini: 1 stage vs a plain loop, trace on vs off\n");
+    fmt::print("  memory    activation bytes stashed per layer for each memory-flag setting\n");
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "runtime")) return bench_runtime_main(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "memory")) return bench_memory_main(argc - 1, argv + 1);
   fmt::print(stderr, "dsactor bench: unknown benchmark '{}'\n", argv[1]);
   return 2;
 }
