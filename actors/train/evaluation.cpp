@@ -24,13 +24,7 @@ expected<pretrain_eval> evaluate_pretraining(const bert::bert_part& model, const
   for (std::int64_t b = 0; batches == 0 || b < batches; ++b) {
     DSA_ASSIGN_OR_RETURN(auto t, reader.next_batch(batch_size));
     if (t.empty() || t.at("input_ids").dim(0) == 0) break;
-    bert::bert_batch batch;
-    batch.input_ids = t.at("input_ids");
-    batch.token_type_ids = t.at("token_type_ids");
-    batch.attention_mask = t.at("attention_mask");
-    batch.masked_lm_positions = t.at("masked_lm_positions");
-    batch.masked_lm_ids = t.at("masked_lm_ids");
-    batch.next_sentence_labels = t.at("next_sentence_labels");
+    bert::bert_batch batch = pretrain_batch(t);
     bert::part_stash stash;
     DSA_ASSIGN_OR_RETURN(auto out, model.forward(tensor(), batch, ctx, stash));
     const auto& l = out.losses;

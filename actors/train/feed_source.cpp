@@ -24,6 +24,10 @@ bert::bert_batch pretrain_provider::next(std::int64_t rows) {
   auto& t = *tensors;
   if (t.at("input_ids").dim(0) != rows)
     throw std::runtime_error("pre-training data ended early (the reader is endless: this is a bug)");
+  return pretrain_batch(t);
+}
+
+bert::bert_batch pretrain_batch(const ckpt::named_tensors& t) {
   bert::bert_batch b;
   b.input_ids = t.at("input_ids");
   b.token_type_ids = t.at("token_type_ids");

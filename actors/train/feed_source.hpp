@@ -60,6 +60,9 @@ private:
   std::uint64_t epoch_ = 0, position_ = 0;
 };
 
+// Pre-training shard tensors (shard_reader::next_batch) as model input.
+bert::bert_batch pretrain_batch(const ckpt::named_tensors& t);
+
 // Turns a batch of features into model input (evaluation uses it too).
 bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, std::size_t begin, std::size_t end);
 

@@ -3,6 +3,7 @@
 #include "kernels/cpu/dropout.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/random.hpp"
 #include "tests/support/tolerances.hpp"
 
 #include <doctest/doctest.h>
@@ -16,14 +17,7 @@ using namespace dsa;
 
 namespace {
 
-std::vector<float> random_vector(std::int64_t n, float lo, float hi, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& e : v)
-    e = dist(gen);
-  return v;
-}
+using test::random_vector;
 
 std::vector<std::uint8_t> mask_of(const philox_stream& s, float p, std::int64_t n) {
   std::vector<std::uint8_t> m(static_cast<std::size_t>(n));

@@ -3,6 +3,7 @@
 #include "kernels/cpu/layernorm.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/random.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -20,14 +21,7 @@ using dsa::test::tolerance;
 
 namespace {
 
-std::vector<float> random_vector(std::int64_t n, float lo, float hi, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& e : v)
-    e = dist(gen);
-  return v;
-}
+using test::random_vector;
 
 // gamma away from zero with both signs, as backward_from_output requires.
 std::vector<float> random_gamma(std::int64_t c, std::uint32_t seed) {

@@ -3,6 +3,7 @@
 #include "kernels/cpu/loss.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/random.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -19,14 +20,7 @@ namespace {
 
 constexpr std::int32_t ignore = -100;
 
-std::vector<float> random_vector(std::int64_t n, float lo, float hi, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& e : v)
-    e = dist(gen);
-  return v;
-}
+using test::random_vector;
 
 // Labels in [0, classes), about a quarter ignored (row 0 never is).
 std::vector<std::int32_t> random_labels(std::int64_t rows, std::int64_t classes,

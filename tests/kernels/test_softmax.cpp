@@ -3,6 +3,7 @@
 #include "kernels/cpu/softmax.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/random.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -17,14 +18,7 @@ using namespace dsa;
 
 namespace {
 
-std::vector<float> random_vector(std::int64_t n, float lo, float hi, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& e : v)
-    e = dist(gen);
-  return v;
-}
+using test::random_vector;
 
 // (batch, tk) mask: about a third masked; batch 1 (when present) fully masked;
 // key 0 of batch 0 always kept.
