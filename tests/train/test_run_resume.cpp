@@ -54,3 +54,7 @@ TEST_CASE("resume is bit-exact with gradient accumulation and a warm-up schedule
 TEST_CASE("resume is bit-exact with 2 pipeline stages, fp16 and dynamic loss scaling") {
   resume_matches({"pipeline.stages=2", "fp16.enabled=true", "fp16.initial_scale_power=8"});
 }
+
+TEST_CASE("resume is bit-exact with 4 stages in bf16") {
+  resume_matches({"pipeline.stages=4", "bf16.enabled=true", "pipeline.partition=\"uniform\""});
+}
