@@ -53,9 +53,9 @@ void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads
   for (std::size_t i = 0; i < grads.size(); ++i) cast_into(slots_[i].grad, grads[i], dtype::f32);
 
   // Tied word embedding: every holder sums the holders' contributions in stage order.
-  tensor tied = tied_index_ >= 0 ? slots_[static_cast<std::size_t>(tied_index_)].grad.clone() : tensor();
-  std::vector<tensor> holders = sync_.exchange_tied(step, options_.participant, tied);
-  if (tied_index_ >= 0 && holders.size() > 1) {
+  if (tied_index_ >= 0 && options_.tied_holders > 1) {
+    tensor tied = slots_[static_cast<std::size_t>(tied_index_)].grad.clone();
+    std::vector<tensor> holders = sync_.exchange_tied(step, options_.participant, tied);
     float* sum = slots_[static_cast<std::size_t>(tied_index_)].grad.data<float>();
     const std::int64_t n = holders[0].numel();
     for (std::int64_t j = 0; j < n; ++j) {
@@ -70,8 +70,11 @@ void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads
   }
   mine.overflow = !std::isfinite(mine.sum_of_squares);
 
-  step_decision d = sync_.decide(step, options_.participant, mine,
-                                 [&](const std::vector<step_contribution>& all) { return options_.decide(step, all); });
+  step_decision d = options_.scope == decision_scope::local
+                        ? options_.decide_local(step, mine)
+                        : sync_.decide(step, options_.participant, mine, [&](const std::vector<step_contribution>& all) {
+                            return options_.decide(step, all);
+                          });
   if (!d.skip) {
     for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
     opt_->set_lr(d.lr);
@@ -81,9 +84,9 @@ void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads
   write_working(out);
   step_sync::payload p;
   if (d.save_state) p = state_payload();
-  sync_.after_update(step, options_.participant, std::move(p),
-                     [&](std::vector<step_sync::payload>& all) {
-                       if (options_.after_step) options_.after_step(step, d, all);
+  sync_.after_update(step, options_.participant, std::move(p), mine.sum_of_squares,
+                     [&](std::vector<step_sync::payload>& all, double total) {
+                       if (options_.after_step) options_.after_step(step, d, all, total);
                      });
 }
 

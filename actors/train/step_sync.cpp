@@ -7,8 +7,8 @@
 
 namespace dsa::train {
 
-step_sync::step_sync(std::uint32_t participants, std::chrono::milliseconds deadline)
-    : n_(participants), deadline_(deadline) {}
+step_sync::step_sync(std::uint32_t participants, std::uint32_t tied_holders, std::chrono::milliseconds deadline)
+    : n_(participants), tied_holders_(tied_holders), deadline_(deadline) {}
 
 step_sync::round& step_sync::round_for(std::uint32_t step, int phase) {
   round& r = rounds_[{step, phase}];
@@ -31,15 +31,15 @@ void step_sync::wait_done(std::unique_lock<std::mutex>& lock, round& r, std::uin
   }
 }
 
-void step_sync::leave(std::uint32_t step, int phase, round& r) {
-  if (++r.left == n_) rounds_.erase({step, phase});
+void step_sync::leave(std::uint32_t step, int phase, round& r, std::uint32_t count) {
+  if (++r.left == count) rounds_.erase({step, phase});
 }
 
 std::vector<tensor> step_sync::exchange_tied(std::uint32_t step, std::uint32_t participant, const tensor& tied_grad) {
   std::unique_lock<std::mutex> lock(mutex_);
   round& r = round_for(step, 1);
   r.tensors[participant] = tied_grad;
-  if (++r.arrived == n_) {
+  if (++r.arrived == tied_holders_) {
     r.done = true;
     cv_.notify_all();
   }
@@ -47,7 +47,7 @@ std::vector<tensor> step_sync::exchange_tied(std::uint32_t step, std::uint32_t p
   std::vector<tensor> out;
   for (const auto& t : r.tensors)
     if (t.defined()) out.push_back(t);
-  leave(step, 1, r);
+  leave(step, 1, r, tied_holders_);
   return out;
 }
 
@@ -63,24 +63,26 @@ step_decision step_sync::decide(std::uint32_t step, std::uint32_t participant, c
   }
   wait_done(lock, r, step, 2);
   step_decision d = r.decision;
-  leave(step, 2, r);
+  leave(step, 2, r, n_);
   return d;
 }
 
-void step_sync::after_update(std::uint32_t step, std::uint32_t participant, payload p,
-                             const std::function<void(std::vector<payload>&)>& last) {
+void step_sync::after_update(std::uint32_t step, std::uint32_t participant, payload p, double sum_of_squares,
+                             const std::function<void(std::vector<payload>&, double)>& last) {
   std::unique_lock<std::mutex> lock(mutex_);
   round& r = round_for(step, 3);
   r.payloads[participant] = std::move(p);
+  r.sum_of_squares += sum_of_squares;
   if (++r.arrived < n_) {
     // Nobody waits for phase 3: a shard deposits and returns; the last one runs `last`.
     ++r.left;
     return;
   }
   std::vector<payload> all = std::move(r.payloads);
+  double total = r.sum_of_squares;
   rounds_.erase({step, 3});
   lock.unlock();
-  last(all);
+  last(all, total);
 }
 
 void step_sync::abort(const std::string& why) {

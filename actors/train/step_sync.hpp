@@ -40,11 +40,13 @@ struct step_decision {
 
 class step_sync {
 public:
-  step_sync(std::uint32_t participants, std::chrono::milliseconds deadline);
+  // participants: the shards; tied_holders: how many of them hold the tied word
+  // embedding and call exchange_tied (2 with several stages).
+  step_sync(std::uint32_t participants, std::uint32_t tied_holders, std::chrono::milliseconds deadline);
 
-  // Phase 1: exchanges the tied gradient. Each holder passes its f32 gradient of
-  // the tied tensor (undefined when it holds none); returns the holders' tensors in
-  // participant order, so every holder sums them in the same order.
+  // Phase 1, called by the tied_holders only: exchanges the tied gradient (f32);
+  // returns the holders' tensors in participant order, so every holder sums them
+  // in the same order.
   std::vector<tensor> exchange_tied(std::uint32_t step, std::uint32_t participant, const tensor& tied_grad);
 
   // Phase 2: combines contributions; `decide` runs once, on the last arrival, and its
@@ -55,8 +57,9 @@ public:
   // Phase 3 (optional): a rendezvous after the update; `last` runs once, on the last arrival
   // (checkpoint writing, metrics), after every participant has deposited its payload.
   using payload = std::map<std::string, tensor>;
-  void after_update(std::uint32_t step, std::uint32_t participant, payload p,
-                    const std::function<void(std::vector<payload>&)>& last);
+  // `sum_of_squares` is the shard's gradient contribution, summed for `last` (metrics).
+  void after_update(std::uint32_t step, std::uint32_t participant, payload p, double sum_of_squares,
+                    const std::function<void(std::vector<payload>&, double total_sum_of_squares)>& last);
 
   // Wakes every waiter with an exception (the run failed elsewhere).
   void abort(const std::string& why);
@@ -68,14 +71,16 @@ private:
     std::vector<tensor> tensors;
     std::vector<step_contribution> contributions;
     std::vector<payload> payloads;
+    double sum_of_squares = 0.0;
     step_decision decision;
     bool done = false;
   };
   round& round_for(std::uint32_t step, int phase);
   void wait_done(std::unique_lock<std::mutex>& lock, round& r, std::uint32_t step, int phase);
-  void leave(std::uint32_t step, int phase, round& r);
+  void leave(std::uint32_t step, int phase, round& r, std::uint32_t count);
 
   std::uint32_t n_;
+  std::uint32_t tied_holders_;
   std::chrono::milliseconds deadline_;
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -52,6 +52,8 @@ struct decision_state {
   optim::loss_scaler scaler;
   bool scaling = false;
   std::unique_ptr<optim::lr_schedule> schedule;
+  // Local decisions: shard s > 0 steps its own copy of the schedule (shard 0 uses `schedule`).
+  std::vector<std::unique_ptr<optim::lr_schedule>> replicas;
   double base_lr = 0.0;
   double clip = 0.0;
   std::int64_t skipped = 0;
@@ -164,9 +166,20 @@ status make_decisions(run_context& ctx) {
   if (d.scaling) d.scaler = optim::loss_scaler(ctx.rc.scaler, 0);
   if (ctx.rc.has_scheduler) {
     DSA_ASSIGN_OR_RETURN(d.schedule, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
+    for (std::uint32_t s = 1; s < ctx.rc.stages; ++s) {
+      DSA_ASSIGN_OR_RETURN(auto replica, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
+      d.replicas.push_back(std::move(replica));
+    }
   }
   ctx.shared.loss_scale = d.scaling ? d.scaler.scale() : 1.0;
   return {};
+}
+
+// Interval checkpoints are taken inside the step; the final one and one asked for by
+// a signal are taken after the run from the shards (which then hold that step's state).
+bool checkpoint_due(const run_context& ctx, std::uint32_t step) {
+  const auto& cp = ctx.rc.checkpoint;
+  return cp.save_interval > 0 && (step + 1) % static_cast<std::uint32_t>(cp.save_interval) == 0;
 }
 
 step_decision decide_step(run_context& ctx, std::uint32_t step, const std::vector<step_contribution>& all) {
@@ -204,10 +217,30 @@ step_decision decide_step(run_context& ctx, std::uint32_t step, const std::vecto
     }
   }
   ctx.shared.loss_scale = st.scaling ? st.scaler.scale() : 1.0;
-  const auto& cp = ctx.rc.checkpoint;
-  bool interval = cp.save_interval > 0 && (step + 1) % static_cast<std::uint32_t>(cp.save_interval) == 0;
-  bool final_step = step == ctx.last_step && cp.save_final;
-  d.save_state = interval || final_step || stop_requested();
+  d.save_state = checkpoint_due(ctx, step);
+  return d;
+}
+
+// A shard's own decision when nothing needs the other stages (decision_scope::local):
+// no clipping and no loss scaling; the schedule replicas advance identically.
+step_decision decide_local(run_context& ctx, std::uint32_t shard, std::uint32_t step, const step_contribution& c) {
+  if (c.overflow)
+    throw std::runtime_error(fmt::format("non-finite gradients in step {} (without loss scaling or clipping; enable "
+                                         "fp16 loss scaling or gradient_clipping)", step));
+  optim::lr_schedule* schedule = shard == 0 ? ctx.decisions.schedule.get()
+                                 : ctx.decisions.replicas.empty() ? nullptr : ctx.decisions.replicas[shard - 1].get();
+  step_decision d;
+  d.scaled_norm = std::sqrt(c.sum_of_squares);
+  d.lr = schedule ? schedule->lr() : ctx.decisions.base_lr;
+  if (schedule) {
+    if (auto b = schedule->momentum()) {
+      d.set_betas = true;
+      d.beta1 = b->beta1;
+      d.beta2 = b->beta2;
+    }
+    schedule->step();
+  }
+  d.save_state = checkpoint_due(ctx, step);
   return d;
 }
 
@@ -234,6 +267,7 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
   }
   ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
   if (ctx.decisions.schedule) ctx.decisions.schedule->set_last_batch_iteration(progress.schedule_iteration);
+  for (auto& replica : ctx.decisions.replicas) replica->set_last_batch_iteration(progress.schedule_iteration);
   if (ctx.decisions.scaling) ctx.decisions.scaler.load_state(progress.scaler);
   ctx.decisions.skipped = progress.skipped_steps;
   ctx.shared.loss_scale = ctx.decisions.scaling ? ctx.decisions.scaler.scale() : 1.0;
@@ -248,7 +282,8 @@ public:
   step_reporter(run_context& ctx, feed_source& source, metrics_writer& metrics, progress& bar)
       : ctx_(ctx), source_(source), metrics_(metrics), bar_(bar), last_(std::chrono::steady_clock::now()) {}
 
-  void on_step(std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& payloads) {
+  void on_step(std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& payloads,
+               double sum_of_squares) {
     step_totals t = ctx_.shared.stats.take(step);
     auto now = std::chrono::steady_clock::now();
     double secs = std::chrono::duration<double>(now - last_).count();
@@ -259,7 +294,7 @@ public:
     row.values = {{"Train/Samples/train_loss", t.mean_loss()},
                   {"Train/Samples/lr", d.lr},
                   {"Train/Samples/loss_scale", d.loss_scale},
-                  {"Train/Samples/grad_norm", d.scaled_norm / d.loss_scale},
+                  {"Train/Samples/grad_norm", std::sqrt(sum_of_squares) / d.loss_scale},
                   {"Train/Samples/skipped", d.skip ? 1.0 : 0.0}};
     if (t.mlm_count > 0)
       row.values.push_back({"Train/Samples/mlm_accuracy", static_cast<double>(t.mlm_correct) / static_cast<double>(t.mlm_count)});
@@ -279,13 +314,7 @@ public:
   }
 
   double last_loss() const { return last_loss_; }
-
-private:
-  std::string breakdown() {
-    auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
-    return fmt::format("forward {:.1f} ms | backward {:.1f} ms (summed over stages)", take(ctx_.shared.forward_ns),
-                       take(ctx_.shared.backward_ns));
-  }
+  std::int64_t last_saved() const { return last_saved_; }
 
   void save(std::uint32_t step, std::vector<step_sync::payload>& payloads) {
     run_progress_state p;
@@ -307,7 +336,15 @@ private:
     auto saved = ckpt::save_checkpoint(ctx_.rc.checkpoint.dir, c, o);
     if (!saved) throw std::runtime_error("checkpoint: " + saved.err().message);
     bar_.finish();
+    last_saved_ = step;
     log_info("saved checkpoint {} (step {})", saved->dir, step + 1);
+  }
+
+private:
+  std::string breakdown() {
+    auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
+    return fmt::format("forward {:.1f} ms | backward {:.1f} ms (summed over stages)", take(ctx_.shared.forward_ns),
+                       take(ctx_.shared.backward_ns));
   }
 
   run_context& ctx_;
@@ -316,6 +353,7 @@ private:
   progress& bar_;
   std::chrono::steady_clock::time_point last_;
   double last_loss_ = 0.0;
+  std::int64_t last_saved_ = -1;
 };
 
 // The whole model in f32 from the stages' working weights (for evaluation).
@@ -440,7 +478,13 @@ int run_training(const run_request& req) {
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
     feed_source source(*ctx.provider, rc.batch.micro_batch_size, M, rc.model.head, ctx.shared.masks);
     step_reporter reporter(ctx, source, *metrics, bar);
-    step_sync sync(rc.stages, std::chrono::seconds(rc.watchdog_seconds));
+    step_sync sync(rc.stages, rc.stages > 1 ? 2 : 1, std::chrono::seconds(rc.watchdog_seconds));
+    const decision_scope scope = rc.gradient_clipping <= 0 && rc.working != precision::f16 ? decision_scope::local
+                                                                                            : decision_scope::global;
+    log_info("optimizer decisions: {}", scope == decision_scope::local
+                                             ? "local (no clipping, no loss scaling): each stage updates as soon as "
+                                               "its gradients are complete"
+                                             : "global (gradient clipping or loss scaling need every stage's gradients)");
     std::atomic<std::int64_t> stop_at{-1};
     std::vector<std::unique_ptr<bert_optimizer>> shards;
     actors::run_parts parts;
@@ -451,15 +495,16 @@ int run_training(const run_request& req) {
       o.optimizer = rc.optimizer;
       o.working = rc.working;
       if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
+      o.scope = scope;
+      o.tied_holders = rc.stages > 1 ? 2 : 1;
       o.decide = [&](std::uint32_t step, const std::vector<step_contribution>& all) {
-        step_decision d = decide_step(ctx, step, all);
-        std::int64_t none = -1;
-        if (stop_requested()) stop_at.compare_exchange_strong(none, step);
-        return d;
+        return decide_step(ctx, step, all);
       };
-      o.after_step = [&](std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& p) {
-        reporter.on_step(step, d, p);
+      o.decide_local = [&ctx, s](std::uint32_t step, const step_contribution& c) {
+        return decide_local(ctx, s, step, c);
       };
+      o.after_step = [&](std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& p,
+                         double sumsq) { reporter.on_step(step, d, p, sumsq); };
       if (resumed) {
         o.resume_masters = resumed->masters;
         o.resume_state = resumed->optimizer_states[s];
@@ -480,8 +525,9 @@ int run_training(const run_request& req) {
       ro.optimizers = actors::optimizer_start::already_loaded;
     }
     ro.stop_after = [&](std::uint32_t k) {
-      std::int64_t at = stop_at.load();
-      return at >= 0 && static_cast<std::int64_t>(k) >= at;
+      if (!stop_requested() || k == ctx.last_step) return false;
+      stop_at = k;
+      return true;
     };
     ro.on_failure = [&](const std::string& why) { sync.abort(why); };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
@@ -489,6 +535,17 @@ int run_training(const run_request& req) {
     actors::run_result result = actors::run_pipeline(ro, parts);
     bar.finish();
     if (!result.ok) return fail(make_error(errc::runtime, "{}", result.error), 1);
+    // The final checkpoint (or the one a signal asked for): the shards hold that step's state.
+    const std::int64_t done = static_cast<std::int64_t>(ctx.first_step) + result.steps_completed - 1;
+    if (done >= 0 && done > reporter.last_saved() && (rc.checkpoint.save_final || stop_at.load() >= 0)) {
+      std::vector<step_sync::payload> payloads;
+      for (const auto& shard : shards) payloads.push_back(shard->state_payload());
+      try {
+        reporter.save(static_cast<std::uint32_t>(done), payloads);
+      } catch (const std::exception& e) {
+        return fail(make_error(errc::io, "{}", e.what()), 1);
+      }
+    }
     if (!req.trace_chrome.empty()) {
       if (auto w = actors::write_chrome_trace(req.trace_chrome, result.trace); !w) return fail(w.err(), 1);
       log_info("wrote Chrome trace {}", req.trace_chrome);

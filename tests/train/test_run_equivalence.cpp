@@ -8,10 +8,11 @@ using namespace dsa;
 
 namespace {
 
-ckpt::named_tensors final_model(const std::string& root, std::uint32_t stages, const std::string& schedule) {
+ckpt::named_tensors final_model(const std::string& root, std::uint32_t stages, const std::string& schedule,
+                                const std::vector<std::string>& overrides = {}) {
   test::temp_dir dir;
   std::string cfg = test::tiny_config(dir.path(), fmt::format("\n[pipeline]\nstages = {}\nschedule = \"{}\"\n", stages, schedule));
-  REQUIRE(test::run_config(dir.path(), "equiv", cfg) == 0);
+  REQUIRE(test::run_config(dir.path(), "equiv", cfg, overrides) == 0);
   auto ck = test::load_run_checkpoint(dir.path() + "/ckpt", "latest");
   CHECK(ck.manifest.step == 5);
   (void)root;
@@ -44,5 +45,21 @@ TEST_CASE("the GPipe schedule gives the same parameters as 1F1B") {
   for (const auto& [name, t] : a) {
     INFO(name);
     DSA_CHECK_CLOSE(b.at(name).data<float>(), t.data<float>(), t.numel(), test::layout_equivalence);
+  }
+}
+
+// Without clipping and loss scaling each shard decides alone and updates as soon as
+// its stage's gradients are complete (decision_scope::local); only the tied-embedding
+// holders meet. The result must still equal one stage's.
+TEST_CASE("stages updating independently (no clipping) equal 1 stage, with a warm-up schedule") {
+  std::vector<std::string> local{"gradient_clipping=0", "scheduler.type=\"WarmupLR\"",
+                                 "scheduler.params.warmup_num_steps=3"};
+  auto one = final_model("", 1, "1f1b", local);
+  for (std::uint32_t stages : {2u, 4u}) {
+    auto many = final_model("", stages, "1f1b", local);
+    for (const auto& [name, t] : one) {
+      INFO("stages " << stages << " tensor " << name);
+      DSA_CHECK_CLOSE(many.at(name).data<float>(), t.data<float>(), t.numel(), test::layout_equivalence);
+    }
   }
 }

@@ -58,3 +58,8 @@ TEST_CASE("resume is bit-exact with 2 pipeline stages, fp16 and dynamic loss sca
 TEST_CASE("resume is bit-exact with 4 stages in bf16") {
   resume_matches({"pipeline.stages=4", "bf16.enabled=true", "pipeline.partition=\"uniform\""});
 }
+
+TEST_CASE("resume is bit-exact with stages updating independently (no clipping)") {
+  resume_matches({"pipeline.stages=2", "gradient_clipping=0", "scheduler.type=\"WarmupLR\"",
+                  "scheduler.params.warmup_num_steps=4"});
+}
