@@ -3,6 +3,7 @@
 
 #include "optim/grad_clip.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -47,6 +48,7 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
 void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) {
   DSA_CHECK(grads.size() == slots_.size(), "optimizer shard {}: {} gradients for {} parameters",
             options_.participant, grads.size(), slots_.size());
+  auto started = std::chrono::steady_clock::now();
   if (options_.fail_step >= 0 && step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_optimizer_step)");
   step_contribution mine;
@@ -82,6 +84,9 @@ void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads
     opt_->step();
   }
   write_working(out);
+  if (options_.update_ns)
+    *options_.update_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
   step_sync::payload p;
   if (d.save_state) p = state_payload();
   sync_.after_update(step, options_.participant, std::move(p), mine.sum_of_squares,

@@ -11,6 +11,7 @@
 #include "models/bert/parameter_specs.hpp"
 #include "optim/optimizer.hpp"
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <optional>
@@ -46,6 +47,7 @@ struct bert_optimizer_options {
   std::map<std::string, tensor> resume_masters;
   std::optional<optim::optimizer_state> resume_state;
   std::int64_t fail_step = -1; // testing: update of this step throws
+  std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
 
 class bert_optimizer final : public actors::optimizer_compute {

@@ -343,8 +343,8 @@ public:
 private:
   std::string breakdown() {
     auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
-    return fmt::format("forward {:.1f} ms | backward {:.1f} ms (summed over stages)", take(ctx_.shared.forward_ns),
-                       take(ctx_.shared.backward_ns));
+    return fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
+                       take(ctx_.shared.forward_ns), take(ctx_.shared.backward_ns), take(ctx_.shared.optimizer_ns));
   }
 
   run_context& ctx_;
@@ -496,6 +496,7 @@ int run_training(const run_request& req) {
       o.working = rc.working;
       if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
       o.scope = scope;
+      o.update_ns = &ctx.shared.optimizer_ns;
       o.tied_holders = rc.stages > 1 ? 2 : 1;
       o.decide = [&](std::uint32_t step, const std::vector<step_contribution>& all) {
         return decide_step(ctx, step, all);
