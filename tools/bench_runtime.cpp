@@ -4,9 +4,11 @@
 // with trace recording on against off. The optimizer only copies parameters,
 // so every step sees the same model and batch: the losses of all three must
 // agree (checked before the times are reported). Rounds interleave the three
-// variants; each variant reports its fastest step over all rounds (the first
-// step of a round, with allocation and actor start-up, is left out): on a
-// shared machine the minimum is the estimate least disturbed by other load.
+// variants (the first step of a round, with allocation and actor start-up, is
+// left out). Reported: each variant's fastest step over all rounds, and the
+// ratios as the median over rounds of each round's paired ratio of median step
+// times — the machine's speed drifts between rounds (other load, frequency), and
+// a ratio taken within one round cancels most of that drift.
 #include "tools/bench_runtime.hpp"
 
 #include "actors/run.hpp"
@@ -140,6 +142,14 @@ struct timing {
   double best_s() const {     // fastest step without the first
     return *std::min_element(step_s.begin() + (step_s.size() > 1 ? 1 : 0), step_s.end());
   }
+  double median_s() const { // median step without the first
+    std::vector<double> v(step_s.begin() + (step_s.size() > 1 ? 1 : 0), step_s.end());
+    return median(v);
+  }
+  static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
 };
 
 timing run_loop(bert_mini_stage& stage, copy_optimizer& optimizer, std::uint32_t M, std::uint32_t steps) {
@@ -200,13 +210,13 @@ void check_losses(const char* what, const timing& got, const timing& want) {
 
 int bench_runtime_main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::uint32_t M = 4, steps = 6, rounds = 3;
+  std::uint32_t M = 4, steps = 6, rounds = 5;
   std::int64_t batch = 8, seq = 128;
   po::options_description opts("dsactor bench runtime [options]");
   opts.add_options()("help,h", "this help")("quick", "batch 2, seq 32, 3 steps, 2 rounds (a smoke run)")(
       "micro-batches", po::value(&M)->default_value(M), "micro-batches per step (M)")(
       "steps", po::value(&steps)->default_value(steps), "steps per run (the first is not timed)")(
-      "rounds", po::value(&rounds)->default_value(rounds), "interleaved rounds; the best is reported")(
+      "rounds", po::value(&rounds)->default_value(rounds), "interleaved rounds (ratios: median of per-round ratios)")(
       "batch", po::value(&batch)->default_value(batch), "sequences per micro-batch")(
       "seq", po::value(&seq)->default_value(seq), "tokens per sequence");
   po::variables_map vm;
@@ -239,31 +249,36 @@ int bench_runtime_main(int argc, char** argv) {
   copy_optimizer optimizer;
 
   double loop_s = 1e30, traced_s = 1e30, untraced_s = 1e30;
+  std::vector<double> overheads, untraced_overheads, trace_overheads; // per round, paired
   for (std::uint32_t r = 0; r < rounds; ++r) {
     const timing loop = run_loop(stage, optimizer, M, steps);
     const timing traced = run_actors(stage, optimizer, M, steps, actors::trace_mode::record);
     const timing untraced = run_actors(stage, optimizer, M, steps, actors::trace_mode::off);
     check_losses("run_pipeline, trace on", traced, loop);
     check_losses("run_pipeline, trace off", untraced, loop);
-    fmt::print("  round {}: fastest step: loop {:.4f}  actors+trace {:.4f}  actors {:.4f} s\n", r, loop.best_s(),
-               traced.best_s(), untraced.best_s());
+    fmt::print("  round {}: median step: loop {:.4f}  actors+trace {:.4f}  actors {:.4f} s\n", r, loop.median_s(),
+               traced.median_s(), untraced.median_s());
+    overheads.push_back(traced.median_s() / loop.median_s());
+    untraced_overheads.push_back(untraced.median_s() / loop.median_s());
+    trace_overheads.push_back(traced.median_s() / untraced.median_s());
     loop_s = std::min(loop_s, loop.best_s());
     traced_s = std::min(traced_s, traced.best_s());
     untraced_s = std::min(untraced_s, untraced.best_s());
   }
-  const double overhead = traced_s / loop_s, trace_overhead = traced_s / untraced_s;
-  fmt::print("  {:<44} {:>9} {:>8} {:>8}\n", "variant (fastest step)", "s/step", "ratio", "goal");
+  const double overhead = timing::median(overheads), trace_overhead = timing::median(trace_overheads);
+  const double untraced_overhead = timing::median(untraced_overheads);
+  fmt::print("  {:<44} {:>9} {:>8} {:>8}\n", "variant (fastest step; paired median ratio)", "s/step", "ratio", "goal");
   fmt::print("  {:<44} {:>9.4f} {:>8} {:>8}\n", "(a) plain loop: M x fwd+bwd, parameter copy", loop_s, "1", "");
   fmt::print("  {:<44} {:>9.4f} {:>8.4f} {:>8}\n", "(b) run_pipeline, 1 stage, trace on", traced_s, overhead,
              "<=1.05");
   fmt::print("  {:<44} {:>9.4f} {:>8.4f} {:>8}\n", "    run_pipeline, 1 stage, trace off", untraced_s,
-             untraced_s / loop_s, "");
+             untraced_overhead, "");
   fmt::print("  {:<44} {:>9} {:>8.4f} {:>8}\n", "(c) trace overhead (on / off)", "", trace_overhead, "<=1.03");
   fmt::print("{{\"bench\":\"runtime\",\"model\":\"bert-mini\",\"batch\":{},\"seq\":{},\"micro_batches\":{},"
              "\"steps\":{},\"rounds\":{},\"loop_step_s\":{:.6g},\"actor_step_s\":{:.6g},"
              "\"actor_untraced_step_s\":{:.6g},\"overhead_ratio\":{:.4f},\"untraced_overhead_ratio\":{:.4f},"
              "\"trace_overhead_ratio\":{:.4f}}}\n",
-             batch, seq, M, steps, rounds, loop_s, traced_s, untraced_s, overhead, untraced_s / loop_s,
+             batch, seq, M, steps, rounds, loop_s, traced_s, untraced_s, overhead, untraced_overhead,
              trace_overhead);
   return 0;
 }
