@@ -22,8 +22,14 @@ struct gemm_report {
   std::vector<row> rows;
 };
 
+struct triad_report {
+  double streaming_gbps = 0; // a = b + s*c, non-temporal stores
+  double in_place_gbps = 0;  // a = a + s*c
+};
+
 struct adam_report {
-  double triad_gbps = 0;
+  double triad_streaming_gbps = 0, triad_in_place_gbps = 0;
+  double triad_gbps = 0; // the faster of the two: the bound
   double params_per_s = 0;
   double bound_params_per_s = 0;
 };

@@ -46,8 +46,9 @@ int bench_kernels_main(int argc, char** argv) {
              100 * g.bert_gflops / g.peak_gflops);
   adam_report a = bench_adam(sizes);
   fmt::print("Adam (fused, f32)\n");
-  fmt::print("  triad bandwidth {:.1f} GB/s -> bound {:.3g} params/s at 28 B/param\n", a.triad_gbps,
-             a.bound_params_per_s);
+  fmt::print("  triad bandwidth {:.1f} GB/s (streaming stores {:.1f}, in place {:.1f}) -> bound {:.3g} params/s "
+             "at 28 B/param\n",
+             a.triad_gbps, a.triad_streaming_gbps, a.triad_in_place_gbps, a.bound_params_per_s);
   fmt::print("  adam            {:.3g} params/s  {:.1f}% of bound\n", a.params_per_s,
              100 * a.params_per_s / a.bound_params_per_s);
   bert_step_report b = bench_bert_mini_step(sizes, g.peak_gflops);
