@@ -7,6 +7,8 @@
 
 #include "models/bert/encoder_layer.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -23,16 +25,7 @@ int bench_memory_main(int argc, char** argv) {
       "batch", po::value<std::int64_t>()->default_value(32), "micro-batch size")(
       "seq", po::value<std::int64_t>()->default_value(128), "sequence length");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor bench memory: {}\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-    return 0;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "bench memory")) return *done;
   auto size = bert::parse_model_size(vm["model"].as<std::string>());
   if (!size) {
     fmt::print(stderr, "dsactor bench memory: --model: {}\n", size.err().message);

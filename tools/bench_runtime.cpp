@@ -10,6 +10,7 @@
 // times — the machine's speed drifts between rounds (other load, frequency), and
 // a ratio taken within one round cancels most of that drift.
 #include "tools/bench_runtime.hpp"
+#include "tools/options.hpp"
 
 #include "actors/run.hpp"
 #include "core/error.hpp"
@@ -220,17 +221,7 @@ int bench_runtime_main(int argc, char** argv) {
       "batch", po::value(&batch)->default_value(batch), "sequences per micro-batch")(
       "seq", po::value(&seq)->default_value(seq), "tokens per sequence");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor bench runtime: {}\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-    return 0;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "bench runtime")) return *done;
   if (vm.count("quick")) {
     batch = 2;
     seq = 32;

@@ -5,6 +5,8 @@
 #include "tools/bench_runtime.hpp"
 #include "tools/command.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -19,16 +21,7 @@ int bench_kernels_main(int argc, char** argv) {
   po::options_description opts("dsactor bench kernels [--quick]");
   opts.add_options()("help,h", "this help")("quick", "small sizes (a smoke run; ratios are less meaningful)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor bench kernels: {}\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-    return 0;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "bench kernels")) return *done;
   bench_sizes sizes;
   if (vm.count("quick")) {
     sizes.square = {256, 512};

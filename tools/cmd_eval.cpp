@@ -4,6 +4,8 @@
 #include "io/data/squad_eval.hpp"
 #include "tools/command.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -22,19 +24,9 @@ int eval_squad(int argc, char** argv) {
       "predictions", po::value<std::string>()->required(),
       "predictions.json: {question id: answer text}");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-      fmt::print("Prints {{\"exact_match\": ..., \"f1\": ...}} as its last line, as "
-                 "evaluate-v1.1.py does.\n");
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor eval squad: {}\n", e.what());
-    return 2;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "eval squad",
+                                 "Prints {\"exact_match\": ..., \"f1\": ...} as its last line, as evaluate-v1.1.py does.\n"))
+    return *done;
   auto dataset = data::load_squad(vm["data"].as<std::string>());
   if (!dataset) {
     fmt::print(stderr, "dsactor eval squad: --data: {}\n", dataset.err().to_string());

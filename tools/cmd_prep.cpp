@@ -6,6 +6,8 @@
 #include "io/data/pretrain_shard.hpp"
 #include "tools/command.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -80,19 +82,9 @@ int prep_pretrain(int argc, char** argv) {
                      "documents held out into holdout-*.safetensors")(
       "shard-size", po::value<std::int64_t>()->default_value(10000), "instances per shard");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-      fmt::print("Writes <out>/train-NNNNN.safetensors (and holdout-NNNNN); format in "
-                 "io/data/pretrain_shard.hpp.\n");
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor prep pretrain: {}\n", e.what());
-    return 2;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "prep pretrain",
+                                 "Writes <out>/train-NNNNN.safetensors (and holdout-NNNNN); format in io/data/pretrain_shard.hpp.\n"))
+    return *done;
   data::pretrain_options options;
   options.max_seq_length = vm["seq"].as<int>();
   options.dupe_factor = vm["dupe-factor"].as<int>();

@@ -5,6 +5,8 @@
 #include "io/data/squad_qa_gen.hpp"
 #include "tools/command.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -28,22 +30,9 @@ int prep_qa_from_corpus(int argc, char** argv) {
                                                    po::value<int>()->default_value(2),
                                                    "at most this many per paragraph");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-      fmt::print("A question is a sentence of the paragraph with one span (name, number, date, "
-                 "place, content\n"
-                 "word) replaced by who/what/when/where/how many; the answer is that span. Prints "
-                 "the trivial\n"
-                 "baselines (first sentence, random span) on dev.\n");
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor prep qa-from-corpus: {}\n", e.what());
-    return 2;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "prep qa-from-corpus",
+                                 "A question is a sentence of the paragraph with one span (name, number, date, place, content\nword) replaced by who/what/when/where/how many; the answer is that span. Prints the trivial\nbaselines (first sentence, random span) on dev.\n"))
+    return *done;
   auto bad = [](const char* flag, const std::string& why) {
     fmt::print(stderr, "dsactor prep qa-from-corpus: --{} {}\n", flag, why);
     return 2;

@@ -3,6 +3,8 @@
 // whether a directory supports O_DIRECT.
 #include "tools/command.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <cblas.h>
 #include <dlfcn.h>
@@ -143,17 +145,7 @@ int cmd_report(int argc, char** argv) {
   opts.add_options()("help,h", "this help")(
       "dir", po::value<std::string>()->default_value("."), "directory to probe for O_DIRECT (the NVMe path)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor report: {}\n{}", e.what(), fmt::to_string(fmt::streamed(opts)));
-    return 2;
-  }
-  if (vm.count("help")) {
-    fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-    return 0;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "report")) return *done;
   fmt::print("cpu           : {} ({} hardware threads)\n", cpu_model(), std::thread::hardware_concurrency());
   fmt::print("cpu features  : {}\n", cpu_features());
   fmt::print("blas          : {} (core {}, {} threads)\n", openblas_get_config(), openblas_get_corename(),

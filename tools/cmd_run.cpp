@@ -2,6 +2,8 @@
 #include "actors/train/trainer.hpp"
 #include "tools/command.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -20,16 +22,10 @@ int cmd_run(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("config", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor run: {}\n{}", e.what(), fmt::to_string(fmt::streamed(opts)));
+  if (auto done = parse_options(argc, argv, opts, vm, "run", "", &pos)) return *done;
+  if (!vm.count("config")) {
+    fmt::print(stderr, "dsactor run: a config file is required\n{}", fmt::to_string(fmt::streamed(opts)));
     return 2;
-  }
-  if (vm.count("help") || !vm.count("config")) {
-    fmt::print(vm.count("help") ? stdout : stderr, "{}", fmt::to_string(fmt::streamed(opts)));
-    return vm.count("help") ? 0 : 2;
   }
   train::run_request r;
   r.config_path = vm["config"].as<std::string>();

@@ -4,6 +4,8 @@
 #include "models/tokenizer/vocab_builder.hpp"
 #include "tools/command.hpp"
 
+#include "tools/options.hpp"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -28,19 +30,9 @@ int vocab_build(int argc, char** argv) {
       "min-pair-count", po::value<std::int64_t>()->default_value(2),
       "stop merging below this pair count");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      fmt::print("{}", fmt::to_string(fmt::streamed(opts)));
-      fmt::print("Learns WordPiece pieces by greedy pair merges (see "
-                 "models/tokenizer/vocab_builder.hpp).\n");
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    fmt::print(stderr, "dsactor vocab build: {}\n", e.what());
-    return 2;
-  }
+  if (auto done = parse_options(argc, argv, opts, vm, "vocab build",
+                                 "Learns WordPiece pieces by greedy pair merges (see models/tokenizer/vocab_builder.hpp).\n"))
+    return *done;
   tok::vocab_build_options options;
   options.size = vm["size"].as<int>();
   options.unused_tokens = vm["unused"].as<int>();
