@@ -11,6 +11,9 @@ namespace dsa {
 enum class log_level { debug = 0, info = 1, warn = 2, error = 3, off = 4 };
 
 void set_log_level(log_level level);
+// Also appends every line to `path` (the run directory's log); "" stops. Returns false
+// when the file cannot be opened.
+bool set_log_file(const std::string& path);
 log_level current_log_level();
 void log_line(log_level level, std::string_view text);
 

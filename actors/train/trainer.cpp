@@ -443,6 +443,11 @@ int run_training(const run_request& req) {
   std::error_code ec;
   fs::create_directories(rc.run_dir, ec);
   if (ec) return fail(make_error(errc::io, "run_dir '{}': cannot create: {}", rc.run_dir, ec.message()), 1);
+  if (!set_log_file(rc.run_dir + "/train.log"))
+    return fail(make_error(errc::io, "{}/train.log: cannot open for writing", rc.run_dir), 1);
+  struct log_file_closer {
+    ~log_file_closer() { set_log_file(""); }
+  } closer;
   const std::string effective = ctx.cfg.to_toml();
   if (auto w = ckpt::write_file_atomic(rc.run_dir + "/config.toml", effective + "\n"); !w) return fail(w.err(), 1);
   log_info("dsactor run {} -> {}\neffective config:\n{}", rc.config_path, rc.run_dir, effective);

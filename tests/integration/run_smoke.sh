@@ -57,7 +57,7 @@ save_interval = 2
 TOML
 
 out=$("$dsactor" run "$work/pre.toml" --trace-chrome "$work/trace.json" 2>"$work/pre.log") || { cat "$work/pre.log"; fail "pre-training run"; }
-for f in config.toml metrics.csv metrics.jsonl trace.dsat eval.json; do [[ -s $work/run/$f ]] || fail "run dir lacks $f"; done
+for f in config.toml train.log metrics.csv metrics.jsonl trace.dsat eval.json; do [[ -s $work/run/$f ]] || fail "run dir lacks $f"; done
 head -1 "$work/run/metrics.csv" | grep -q "Train/Samples/train_loss,Train/Samples/lr,Train/Samples/loss_scale" || fail "metrics.csv header"
 [[ $(wc -l < "$work/run/metrics.csv") -eq 5 ]] || fail "metrics.csv should have 4 rows"
 grep -q '"Train/Samples/lr"' "$work/run/metrics.jsonl" || fail "metrics.jsonl"
@@ -65,6 +65,7 @@ grep -q '"Train/Samples/lr"' "$work/run/metrics.jsonl" || fail "metrics.jsonl"
 python3 -c "import json,sys; t=json.load(open('$work/trace.json')); ev=t['traceEvents'] if isinstance(t,dict) else t; assert any(e.get('name')=='forward' and 'stage' in e.get('args',{}) for e in ev)" || fail "chrome trace"
 echo "$out" | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); assert 0<=d['mlm_accuracy']<=1" || fail "eval line"
 grep -q "stage 1: idle" "$work/pre.log" || fail "idle fraction report"
+grep -q "training done" "$work/run/train.log" || fail "train.log lacks the run's log lines"
 echo "ok: pre-training run, outputs, trace, eval"
 
 # A bad key names the key and exits 2.
