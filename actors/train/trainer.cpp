@@ -1,6 +1,8 @@
 // The run: configuration, data, stages, shards, restore, run, report.
 #include "actors/train/trainer.hpp"
 
+#include "actors/train/run_context.hpp"
+
 #include "actors/run.hpp"
 #include "actors/trace/chrome_export.hpp"
 #include "actors/trace/trace_analysis.hpp"
@@ -46,31 +48,6 @@ std::string default_run_dir(const std::string& config_path) {
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
   return fmt::format("runs/{}-{}", fs::path(config_path).stem().string(), stamp);
 }
-
-// The decision state shared by the shards; touched only inside step_sync::decide.
-struct decision_state {
-  optim::loss_scaler scaler;
-  bool scaling = false;
-  std::unique_ptr<optim::lr_schedule> schedule;
-  // Local decisions: shard s > 0 steps its own copy of the schedule (shard 0 uses `schedule`).
-  std::vector<std::unique_ptr<optim::lr_schedule>> replicas;
-  double base_lr = 0.0;
-  double clip = 0.0;
-  std::int64_t skipped = 0;
-};
-
-struct run_context {
-  run_config rc;
-  config cfg;
-  std::unique_ptr<tok::bert_tokenizer> tokenizer;
-  std::unique_ptr<batch_provider> provider;
-  std::vector<bert::bert_range> ranges;
-  stage_shared shared;
-  std::vector<std::unique_ptr<bert_stage>> stages;
-  decision_state decisions;
-  std::uint32_t first_step = 0;
-  std::uint32_t last_step = 0; // inclusive
-};
 
 expected<tok::vocab> load_vocab(run_context& ctx) {
   if (ctx.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*ctx.rc.data.prepare, ctx.rc.data.vocab));
@@ -175,75 +152,6 @@ status make_decisions(run_context& ctx) {
   return {};
 }
 
-// Interval checkpoints are taken inside the step; the final one and one asked for by
-// a signal are taken after the run from the shards (which then hold that step's state).
-bool checkpoint_due(const run_context& ctx, std::uint32_t step) {
-  const auto& cp = ctx.rc.checkpoint;
-  return cp.save_interval > 0 && (step + 1) % static_cast<std::uint32_t>(cp.save_interval) == 0;
-}
-
-step_decision decide_step(run_context& ctx, std::uint32_t step, const std::vector<step_contribution>& all) {
-  auto& st = ctx.decisions;
-  double total = 0.0;
-  bool overflow = false;
-  for (const auto& c : all) {
-    total += c.sum_of_squares;
-    overflow = overflow || c.overflow;
-  }
-  overflow = overflow || !std::isfinite(total);
-  step_decision d;
-  d.loss_scale = st.scaling ? st.scaler.scale() : 1.0;
-  if (st.scaling) {
-    auto u = st.scaler.update(overflow);
-    if (!u) throw std::runtime_error(u.err().message);
-    d.skip = u->skip_step;
-  } else if (overflow) {
-    log_warn("step {}: non-finite gradients without loss scaling; step skipped", step);
-    d.skip = true;
-  }
-  d.scaled_norm = std::sqrt(total);
-  d.lr = st.schedule ? st.schedule->lr() : st.base_lr;
-  if (d.skip) {
-    ++st.skipped;
-  } else {
-    d.grad_scale = 1.0 / optim::combined_unscale_clip(d.scaled_norm, d.loss_scale, st.clip);
-    if (st.schedule) {
-      if (auto b = st.schedule->momentum()) {
-        d.set_betas = true;
-        d.beta1 = b->beta1;
-        d.beta2 = b->beta2;
-      }
-      st.schedule->step();
-    }
-  }
-  ctx.shared.loss_scale = st.scaling ? st.scaler.scale() : 1.0;
-  d.save_state = checkpoint_due(ctx, step);
-  return d;
-}
-
-// A shard's own decision when nothing needs the other stages (decision_scope::local):
-// no clipping and no loss scaling; the schedule replicas advance identically.
-step_decision decide_local(run_context& ctx, std::uint32_t shard, std::uint32_t step, const step_contribution& c) {
-  if (c.overflow)
-    throw std::runtime_error(fmt::format("non-finite gradients in step {} (without loss scaling or clipping; enable "
-                                         "fp16 loss scaling or gradient_clipping)", step));
-  optim::lr_schedule* schedule = shard == 0 ? ctx.decisions.schedule.get()
-                                 : ctx.decisions.replicas.empty() ? nullptr : ctx.decisions.replicas[shard - 1].get();
-  step_decision d;
-  d.scaled_norm = std::sqrt(c.sum_of_squares);
-  d.lr = schedule ? schedule->lr() : ctx.decisions.base_lr;
-  if (schedule) {
-    if (auto b = schedule->momentum()) {
-      d.set_betas = true;
-      d.beta1 = b->beta1;
-      d.beta2 = b->beta2;
-    }
-    schedule->step();
-  }
-  d.save_state = checkpoint_due(ctx, step);
-  return d;
-}
-
 // Restores a checkpoint into the stages and returns what the shards and the data need.
 struct restored {
   std::map<std::string, tensor> masters;
@@ -275,86 +183,6 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
   log_info("resumed from {} at step {}", ck.dir, ctx.first_step);
   return r;
 }
-
-// What the last shard to finish a step does: metrics, progress, checkpoint.
-class step_reporter {
-public:
-  step_reporter(run_context& ctx, feed_source& source, metrics_writer& metrics, progress& bar)
-      : ctx_(ctx), source_(source), metrics_(metrics), bar_(bar), last_(std::chrono::steady_clock::now()) {}
-
-  void on_step(std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& payloads,
-               double sum_of_squares) {
-    step_totals t = ctx_.shared.stats.take(step);
-    auto now = std::chrono::steady_clock::now();
-    double secs = std::chrono::duration<double>(now - last_).count();
-    last_ = now;
-    const auto& b = ctx_.rc.batch;
-    const std::int64_t samples = static_cast<std::int64_t>(step + 1) * b.train_batch_size;
-    metrics_row row{static_cast<std::int64_t>(step) + 1, samples, {}};
-    row.values = {{"Train/Samples/train_loss", t.mean_loss()},
-                  {"Train/Samples/lr", d.lr},
-                  {"Train/Samples/loss_scale", d.loss_scale},
-                  {"Train/Samples/grad_norm", std::sqrt(sum_of_squares) / d.loss_scale},
-                  {"Train/Samples/skipped", d.skip ? 1.0 : 0.0}};
-    if (t.mlm_count > 0)
-      row.values.push_back({"Train/Samples/mlm_accuracy", static_cast<double>(t.mlm_correct) / static_cast<double>(t.mlm_count)});
-    if (t.nsp_count > 0)
-      row.values.push_back({"Train/Samples/nsp_accuracy", static_cast<double>(t.nsp_correct) / static_cast<double>(t.nsp_count)});
-    if (auto w = metrics_.write(row); !w) throw std::runtime_error(w.err().message);
-    last_loss_ = t.mean_loss();
-    step_report r;
-    r.step = static_cast<std::int64_t>(step) + 1;
-    r.loss = t.mean_loss();
-    r.lr = d.lr;
-    r.loss_scale = d.loss_scale;
-    r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
-    if (ctx_.rc.wall_clock_breakdown) r.extra = breakdown();
-    bar_.update(r);
-    if (d.save_state) save(step, payloads);
-  }
-
-  double last_loss() const { return last_loss_; }
-  std::int64_t last_saved() const { return last_saved_; }
-
-  void save(std::uint32_t step, std::vector<step_sync::payload>& payloads) {
-    run_progress_state p;
-    p.next_step = step + 1;
-    p.schedule_iteration = ctx_.decisions.schedule ? ctx_.decisions.schedule->last_batch_iteration() : -1;
-    p.scaler = ctx_.decisions.scaler.state();
-    p.data_cursor = source_.cursor_after(step);
-    p.skipped_steps = ctx_.decisions.skipped;
-    p.stages = ctx_.rc.stages;
-    p.config_toml = ctx_.cfg.to_toml();
-    ckpt::checkpoint_contents c;
-    c.step = step + 1;
-    c.global_samples = static_cast<std::uint64_t>(step + 1) * static_cast<std::uint64_t>(ctx_.rc.batch.train_batch_size);
-    c.state = progress_to_json(p);
-    c.groups = checkpoint_groups(payloads);
-    ckpt::save_options o;
-    o.keep_last = static_cast<std::size_t>(ctx_.rc.checkpoint.keep_last);
-    o.overwrite = ckpt::overwrite_policy::replace;
-    auto saved = ckpt::save_checkpoint(ctx_.rc.checkpoint.dir, c, o);
-    if (!saved) throw std::runtime_error("checkpoint: " + saved.err().message);
-    bar_.finish();
-    last_saved_ = step;
-    log_info("saved checkpoint {} (step {})", saved->dir, step + 1);
-  }
-
-private:
-  std::string breakdown() {
-    auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
-    return fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
-                       take(ctx_.shared.forward_ns), take(ctx_.shared.backward_ns), take(ctx_.shared.optimizer_ns));
-  }
-
-  run_context& ctx_;
-  feed_source& source_;
-  metrics_writer& metrics_;
-  progress& bar_;
-  std::chrono::steady_clock::time_point last_;
-  double last_loss_ = 0.0;
-  std::int64_t last_saved_ = -1;
-};
 
 // The whole model in f32 from the stages' working weights (for evaluation).
 bert::bert_part assemble_whole(run_context& ctx) {

@@ -1,0 +1,85 @@
+// Metrics, progress and checkpoints at the end of each step.
+#include "actors/train/run_context.hpp"
+
+#include "actors/train/run_checkpoint.hpp"
+#include "core/log.hpp"
+#include "io/ckpt/checkpoint_dir.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace dsa::train {
+
+void step_reporter::on_step(std::uint32_t step, const step_decision& d,
+                            std::vector<step_sync::payload>& payloads, double sum_of_squares) {
+  step_totals t = ctx_.shared.stats.take(step);
+  auto now = std::chrono::steady_clock::now();
+  double secs = std::chrono::duration<double>(now - last_).count();
+  last_ = now;
+  const auto& b = ctx_.rc.batch;
+  const std::int64_t samples = static_cast<std::int64_t>(step + 1) * b.train_batch_size;
+  metrics_row row{static_cast<std::int64_t>(step) + 1, samples, {}};
+  row.values = {{"Train/Samples/train_loss", t.mean_loss()},
+                {"Train/Samples/lr", d.lr},
+                {"Train/Samples/loss_scale", d.loss_scale},
+                {"Train/Samples/grad_norm", std::sqrt(sum_of_squares) / d.loss_scale},
+                {"Train/Samples/skipped", d.skip ? 1.0 : 0.0}};
+  if (t.mlm_count > 0)
+    row.values.push_back({"Train/Samples/mlm_accuracy",
+                          static_cast<double>(t.mlm_correct) / static_cast<double>(t.mlm_count)});
+  if (t.nsp_count > 0)
+    row.values.push_back({"Train/Samples/nsp_accuracy",
+                          static_cast<double>(t.nsp_correct) / static_cast<double>(t.nsp_count)});
+  if (auto w = metrics_.write(row); !w)
+    throw std::runtime_error(w.err().message);
+  last_loss_ = t.mean_loss();
+  step_report r;
+  r.step = static_cast<std::int64_t>(step) + 1;
+  r.loss = t.mean_loss();
+  r.lr = d.lr;
+  r.loss_scale = d.loss_scale;
+  r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
+  if (ctx_.rc.wall_clock_breakdown)
+    r.extra = breakdown();
+  bar_.update(r);
+  if (d.save_state)
+    save(step, payloads);
+}
+
+void step_reporter::save(std::uint32_t step, std::vector<step_sync::payload>& payloads) {
+  run_progress_state p;
+  p.next_step = step + 1;
+  p.schedule_iteration =
+      ctx_.decisions.schedule ? ctx_.decisions.schedule->last_batch_iteration() : -1;
+  p.scaler = ctx_.decisions.scaler.state();
+  p.data_cursor = source_.cursor_after(step);
+  p.skipped_steps = ctx_.decisions.skipped;
+  p.stages = ctx_.rc.stages;
+  p.config_toml = ctx_.cfg.to_toml();
+  ckpt::checkpoint_contents c;
+  c.step = step + 1;
+  c.global_samples = static_cast<std::uint64_t>(step + 1) *
+                     static_cast<std::uint64_t>(ctx_.rc.batch.train_batch_size);
+  c.state = progress_to_json(p);
+  c.groups = checkpoint_groups(payloads);
+  ckpt::save_options o;
+  o.keep_last = static_cast<std::size_t>(ctx_.rc.checkpoint.keep_last);
+  o.overwrite = ckpt::overwrite_policy::replace;
+  auto saved = ckpt::save_checkpoint(ctx_.rc.checkpoint.dir, c, o);
+  if (!saved)
+    throw std::runtime_error("checkpoint: " + saved.err().message);
+  bar_.finish();
+  last_saved_ = step;
+  log_info("saved checkpoint {} (step {})", saved->dir, step + 1);
+}
+
+std::string step_reporter::breakdown() {
+  auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
+  return fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
+                     take(ctx_.shared.forward_ns), take(ctx_.shared.backward_ns),
+                     take(ctx_.shared.optimizer_ns));
+}
+
+} // namespace dsa::train
