@@ -311,7 +311,13 @@ int run_training(const run_request& req) {
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
     feed_source source(*ctx.provider, rc.batch.micro_batch_size, M, rc.model.head, ctx.shared.masks);
     step_reporter reporter(ctx, source, *metrics, bar);
-    step_sync sync(rc.stages, rc.stages > 1 ? 2 : 1, std::chrono::seconds(rc.watchdog_seconds));
+    // Stages holding the tied word embedding: the first, and the last with a pretraining
+    // head (a SQuAD head has no decoder, so no copy).
+    std::uint32_t tied_holders = 0;
+    for (const auto& range : ctx.ranges)
+      for (const auto& spec : bert::parameter_specs(rc.model, range))
+        if (spec.name == bert::word_embeddings_name()) ++tied_holders;
+    step_sync sync(rc.stages, std::max<std::uint32_t>(tied_holders, 1), std::chrono::seconds(rc.watchdog_seconds));
     const decision_scope scope = rc.gradient_clipping <= 0 && rc.working != precision::f16 ? decision_scope::local
                                                                                             : decision_scope::global;
     log_info("optimizer decisions: {}", scope == decision_scope::local
@@ -330,7 +336,7 @@ int run_training(const run_request& req) {
       if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
       o.scope = scope;
       o.update_ns = &ctx.shared.optimizer_ns;
-      o.tied_holders = rc.stages > 1 ? 2 : 1;
+      o.tied_holders = tied_holders;
       o.decide = [&](std::uint32_t step, const std::vector<step_contribution>& all) {
         return decide_step(ctx, step, all);
       };

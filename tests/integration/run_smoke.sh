@@ -93,7 +93,7 @@ grep -q "resumed from" "$work/res.log" || fail "resume log"
 [[ $(cat "$work/ckpt2/latest") == $(printf 'step_%08d' $((step + 2))) ]] || fail "resumed run's checkpoint"
 echo "ok: SIGINT checkpoint and resume"
 
-# SQuAD: generate a QA set, fine-tune from the pre-trained checkpoint, evaluate.
+# SQuAD: generate a QA set, fine-tune from the pre-trained checkpoint on 2 stages, evaluate.
 "$dsactor" prep qa-from-corpus --corpus "$work/corpus" --out "$work/qa" >/dev/null 2>&1 || fail "qa-from-corpus"
 cat > "$work/squad.toml" <<TOML
 train_batch_size = 4
@@ -113,6 +113,9 @@ head = "squad"
 [optimizer]
 type = "Adam"
 params = { lr = 3e-5 }
+
+[pipeline]
+stages = 2
 
 [data]
 vocab = "$work/data/vocab.txt"
