@@ -126,10 +126,12 @@ data_cursor feed_source::cursor_after(std::uint32_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cursors_.find(step);
   DSA_CHECK(it != cursors_.end(), "no data cursor recorded for step {}", step);
-  data_cursor c = it->second;
-  // Older cursors are no longer needed.
-  cursors_.erase(cursors_.begin(), it);
-  return c;
+  return it->second;
+}
+
+void feed_source::forget_before(std::uint32_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cursors_.erase(cursors_.begin(), cursors_.lower_bound(step));
 }
 
 } // namespace dsa::train

@@ -73,6 +73,8 @@ public:
   void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) override;
   // The provider's cursor after the last micro-batch of `step` (checks it was filled).
   data_cursor cursor_after(std::uint32_t step);
+  // Drops the cursors of steps before `step` (no checkpoint can need them any more).
+  void forget_before(std::uint32_t step);
 
 private:
   batch_provider& provider_;

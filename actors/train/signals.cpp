@@ -18,8 +18,10 @@ void on_signal(int sig) {
 } // namespace
 
 void install_stop_handlers() {
+  g_signals = 0; // a new run in this process starts unstopped
   struct sigaction sa{};
   sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART; // interrupted reads and writes resume instead of failing with EINTR
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);

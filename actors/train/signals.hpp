@@ -4,6 +4,7 @@
 
 namespace dsa::train {
 
+// Installs the handlers (SA_RESTART) and clears an earlier run's request.
 void install_stop_handlers();
 bool stop_requested();
 

@@ -46,6 +46,7 @@ void step_reporter::on_step(std::uint32_t step, const step_decision& d,
   bar_.update(r);
   if (d.save_state)
     save(step, payloads);
+  source_.forget_before(step); // the post-run save may still need this step's cursor
 }
 
 void step_reporter::save(std::uint32_t step, std::vector<step_sync::payload>& payloads) {

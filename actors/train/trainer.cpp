@@ -324,7 +324,6 @@ int run_training(const run_request& req) {
                                              ? "local (no clipping, no loss scaling): each stage updates as soon as "
                                                "its gradients are complete"
                                              : "global (gradient clipping or loss scaling need every stage's gradients)");
-    std::atomic<std::int64_t> stop_at{-1};
     std::vector<std::unique_ptr<bert_optimizer>> shards;
     actors::run_parts parts;
     for (std::uint32_t s = 0; s < rc.stages; ++s) {
@@ -364,11 +363,7 @@ int run_training(const run_request& req) {
       for (std::uint32_t s = 0; s < rc.stages; ++s) shards[s]->init(ctx.stages[s]->parameters());
       ro.optimizers = actors::optimizer_start::already_loaded;
     }
-    ro.stop_after = [&](std::uint32_t k) {
-      if (!stop_requested() || k == ctx.last_step) return false;
-      stop_at = k;
-      return true;
-    };
+    ro.stop_after = [&](std::uint32_t k) { return stop_requested() && k != ctx.last_step; };
     ro.on_failure = [&](const std::string& why) { sync.abort(why); };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;
@@ -377,7 +372,8 @@ int run_training(const run_request& req) {
     if (!result.ok) return fail(make_error(errc::runtime, "{}", result.error), 1);
     // The final checkpoint (or the one a signal asked for): the shards hold that step's state.
     const std::int64_t done = static_cast<std::int64_t>(ctx.first_step) + result.steps_completed - 1;
-    if (done >= 0 && done > reporter.last_saved() && (rc.checkpoint.save_final || stop_at.load() >= 0)) {
+    const bool stopped = stop_requested(); // also when the signal came during the last step
+    if (done >= 0 && done > reporter.last_saved() && (rc.checkpoint.save_final || stopped)) {
       std::vector<step_sync::payload> payloads;
       for (const auto& shard : shards) payloads.push_back(shard->state_payload());
       try {
@@ -397,8 +393,8 @@ int run_training(const run_request& req) {
                  100 * idle.idle_fraction, 100 * bubble);
     }
     log_info("training done: last loss {:.4f}, {} step(s) skipped", reporter.last_loss(), ctx.decisions.skipped);
-    if (stop_at.load() >= 0) {
-      log_info("stopped by signal after step {}; resume with --resume", stop_at.load() + 1);
+    if (stopped) {
+      log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", done + 1, req.config_path);
       return 130;
     }
   } else {
