@@ -9,6 +9,12 @@
 
 namespace dsa::train {
 
+std::string describe_layout(const std::vector<bert::bert_range>& ranges) {
+  std::string out;
+  for (const auto& r : ranges) out += (out.empty() ? "" : " | ") + r.to_string();
+  return out;
+}
+
 std::vector<std::size_t> balanced_split(const std::vector<double>& weights, std::size_t parts) {
   const std::size_t n = weights.size();
   DSA_CHECK(parts >= 1 && parts <= n, "cannot split {} items into {} parts", n, parts);

@@ -22,6 +22,9 @@ namespace dsa::train {
 expected<std::vector<bert::bert_range>> partition_layers(const bert::bert_config& cfg, std::uint32_t stages,
                                                          const std::string& method);
 
+// "embeddings + layers [0, 2) | layers [2, 4) + head": the stages' ranges in order.
+std::string describe_layout(const std::vector<bert::bert_range>& ranges);
+
 // Contiguous split of `weights` into `parts` non-empty runs minimising the largest
 // run sum; returns the start index of each part (first is 0).
 std::vector<std::size_t> balanced_split(const std::vector<double>& weights, std::size_t parts);

@@ -16,6 +16,10 @@ nlohmann::json progress_to_json(const run_progress_state& s) {
   j["data_cursor"] = s.data_cursor;
   j["skipped_steps"] = s.skipped_steps;
   j["stages"] = s.stages;
+  j["layout"] = s.layout;
+  j["precision"] = s.precision;
+  j["micro_batch_size"] = s.micro_batch_size;
+  j["gradient_accumulation"] = s.gradient_accumulation;
   j["config"] = s.config_toml;
   return j;
 }
@@ -33,6 +37,10 @@ expected<run_progress_state> progress_from_json(const nlohmann::json& j, const s
     s.data_cursor = j.at("data_cursor").get<std::vector<std::uint64_t>>();
     s.skipped_steps = j.at("skipped_steps").get<std::int64_t>();
     s.stages = j.at("stages").get<std::uint32_t>();
+    s.layout = j.at("layout").get<std::string>();
+    s.precision = j.at("precision").get<std::string>();
+    s.micro_batch_size = j.at("micro_batch_size").get<std::int64_t>();
+    s.gradient_accumulation = j.at("gradient_accumulation").get<std::int64_t>();
     s.config_toml = j.at("config").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     return make_error(errc::format, "{}: manifest state: {}", where, e.what());

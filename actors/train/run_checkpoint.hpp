@@ -24,6 +24,9 @@ struct run_progress_state {
   std::vector<std::uint64_t> data_cursor;
   std::int64_t skipped_steps = 0;
   std::uint32_t stages = 1;
+  std::string layout;    // the stages' layer ranges, e.g. "embeddings + layers [0, 2) | layers [2, 4) + head"
+  std::string precision; // fp32, fp16 or bf16
+  std::int64_t micro_batch_size = 0, gradient_accumulation = 0;
   std::string config_toml;
 };
 

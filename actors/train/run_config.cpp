@@ -196,6 +196,9 @@ expected<run_config> parse_run_config(const config& cfg, const std::string& defa
   DSA_ASSIGN_OR_RETURN(seed, cfg.get_or<std::int64_t>("seed", 42));
   rc.seed = static_cast<std::uint64_t>(seed);
   DSA_ASSIGN_OR_RETURN(rc.watchdog_seconds, cfg.get_or<std::int64_t>("watchdog_seconds", 600));
+  if (rc.watchdog_seconds < 1 || rc.watchdog_seconds > 30 * 86400)
+    return cfg.key_error("watchdog_seconds", fmt::format("must be between 1 and 2592000 (30 days), got {}",
+                                                         rc.watchdog_seconds));
   DSA_ASSIGN_OR_RETURN(rc.fail_stage, cfg.get_or<std::int64_t>("debug.fail_stage", -1));
   DSA_ASSIGN_OR_RETURN(rc.fail_step, cfg.get_or<std::int64_t>("debug.fail_step", -1));
   DSA_ASSIGN_OR_RETURN(rc.fail_optimizer_step, cfg.get_or<std::int64_t>("debug.fail_optimizer_step", -1));

@@ -1,6 +1,7 @@
 // Metrics, progress and checkpoints at the end of each step.
 #include "actors/train/run_context.hpp"
 
+#include "actors/train/partition.hpp"
 #include "actors/train/run_checkpoint.hpp"
 #include "core/log.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
@@ -58,6 +59,10 @@ void step_reporter::save(std::uint32_t step, std::vector<step_sync::payload>& pa
   p.data_cursor = source_.cursor_after(step);
   p.skipped_steps = ctx_.decisions.skipped;
   p.stages = ctx_.rc.stages;
+  p.layout = describe_layout(ctx_.ranges);
+  p.precision = precision_name(ctx_.rc.working);
+  p.micro_batch_size = ctx_.rc.batch.micro_batch_size;
+  p.gradient_accumulation = ctx_.rc.batch.gradient_accumulation;
   p.config_toml = ctx_.cfg.to_toml();
   ckpt::checkpoint_contents c;
   c.step = step + 1;

@@ -161,11 +161,25 @@ struct restored {
 expected<restored> restore(run_context& ctx, const std::string& which) {
   DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint(ctx.rc.checkpoint.dir, which));
   DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
-  if (progress.stages != ctx.rc.stages)
-    return make_error(errc::config, "{}: saved with {} pipeline stage(s); this run has {} (pipeline.stages)", ck.dir,
-                      progress.stages, ctx.rc.stages);
+  // The run must continue the saved one: same stages, precision and micro-batching.
+  const std::string layout = describe_layout(ctx.ranges);
+  if (progress.stages != ctx.rc.stages || progress.layout != layout)
+    return make_error(errc::config, "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, "
+                      "pipeline.partition)", ck.dir, progress.layout, layout);
+  if (progress.precision != precision_name(ctx.rc.working))
+    return make_error(errc::config, "{}: saved in {}; this run is {} (fp16.enabled, bf16.enabled)", ck.dir,
+                      progress.precision, precision_name(ctx.rc.working));
+  if (progress.micro_batch_size != ctx.rc.batch.micro_batch_size ||
+      progress.gradient_accumulation != ctx.rc.batch.gradient_accumulation)
+    return make_error(errc::config,
+                      "{}: saved with micro-batches of {} x {} accumulation steps; this run has {} x {} "
+                      "(train_micro_batch_size_per_gpu, gradient_accumulation_steps)",
+                      ck.dir, progress.micro_batch_size, progress.gradient_accumulation,
+                      ctx.rc.batch.micro_batch_size, ctx.rc.batch.gradient_accumulation);
+  auto model = ck.groups.find("model");
+  if (model == ck.groups.end()) return make_error(errc::format, "{}: no model weights", ck.dir);
   restored r;
-  r.masters = ck.groups.at("model");
+  r.masters = model->second;
   for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
     auto loaded = bert::load_state(ctx.stages[s]->part().parameters(), r.masters, {});
     if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
@@ -299,7 +313,7 @@ int run_training(const run_request& req) {
   std::optional<restored> resumed;
   if (!rc.checkpoint.load.empty()) {
     auto r = restore(ctx, rc.checkpoint.load);
-    if (!r) return fail(r.err(), 1);
+    if (!r) return fail(r.err(), r.err().code == errc::config ? 2 : 1);
     resumed = std::move(*r);
   }
 
@@ -360,7 +374,11 @@ int run_training(const run_request& req) {
     ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
     ro.first_step = ctx.first_step;
     if (resumed) {
-      for (std::uint32_t s = 0; s < rc.stages; ++s) shards[s]->init(ctx.stages[s]->parameters());
+      try {
+        for (std::uint32_t s = 0; s < rc.stages; ++s) shards[s]->init(ctx.stages[s]->parameters());
+      } catch (const std::exception& e) {
+        return fail(make_error(errc::format, "{}: optimizer state: {}", rc.checkpoint.dir, e.what()), 1);
+      }
       ro.optimizers = actors::optimizer_start::already_loaded;
     }
     ro.stop_after = [&](std::uint32_t k) { return stop_requested() && k != ctx.last_step; };

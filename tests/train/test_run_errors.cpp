@@ -37,3 +37,14 @@ TEST_CASE("an optimizer shard that fails while another waits for it ends the run
                          {"pipeline.stages=2", "debug.fail_stage=0", "debug.fail_optimizer_step=1",
                           "watchdog_seconds=3600"}) == 1);
 }
+
+TEST_CASE("resuming with another layout, precision or micro-batching is refused with exit code 2") {
+  test::temp_dir dir;
+  std::string cfg = test::tiny_config(dir.path());
+  REQUIRE(test::run_config(dir.path(), "base", cfg, {"pipeline.stages=2", "train_steps=2"}) == 0);
+  CHECK(test::run_config(dir.path(), "base", cfg, {"pipeline.stages=4", "train_steps=4"}, true) == 2);
+  CHECK(test::run_config(dir.path(), "base", cfg, {"pipeline.stages=2", "train_steps=4", "bf16.enabled=true"}, true) == 2);
+  CHECK(test::run_config(dir.path(), "base", cfg,
+                         {"pipeline.stages=2", "train_steps=4", "train_micro_batch_size_per_gpu=4"}, true) == 2);
+  CHECK(test::run_config(dir.path(), "base", cfg, {"pipeline.stages=2", "train_steps=4"}, true) == 0);
+}
