@@ -49,6 +49,22 @@ std::string default_run_dir(const std::string& config_path) {
   return fmt::format("runs/{}-{}", fs::path(config_path).stem().string(), stamp);
 }
 
+// --resume without a run_dir in the config: the newest runs/<config name>-<time> that
+// holds a checkpoint (names sort by time).
+expected<std::string> run_dir_to_resume(const std::string& config_path) {
+  const std::string prefix = fs::path(config_path).stem().string() + "-";
+  std::string best;
+  std::error_code ec;
+  for (fs::directory_iterator it("runs", ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && fs::exists(it->path() / "checkpoints" / "latest") && name > best) best = name;
+  }
+  if (best.empty())
+    return make_error(errc::not_found, "--resume: no earlier run of {} with a checkpoint under runs/{}* (set run_dir "
+                      "or checkpoint.load)", config_path, prefix);
+  return "runs/" + best;
+}
+
 expected<tok::vocab> load_vocab(run_context& ctx) {
   if (ctx.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*ctx.rc.data.prepare, ctx.rc.data.vocab));
   if (ctx.rc.data.prepare_qa) DSA_TRY(prepare_qa_data(*ctx.rc.data.prepare_qa));
@@ -277,7 +293,13 @@ int run_training(const run_request& req) {
     if (auto s = ctx.cfg.set_override(o); !s) return fail(s.err(), 2);
   if (req.resume)
     if (auto s = ctx.cfg.set_override("checkpoint.load=\"latest\""); !s) return fail(s.err(), 2);
-  auto parsed = parse_run_config(ctx.cfg, default_run_dir(req.config_path));
+  std::string run_dir = default_run_dir(req.config_path);
+  if (req.resume && !ctx.cfg.table().at_path("run_dir").node()) {
+    auto earlier = run_dir_to_resume(req.config_path);
+    if (!earlier) return fail(earlier.err(), 1);
+    run_dir = *earlier;
+  }
+  auto parsed = parse_run_config(ctx.cfg, run_dir);
   if (!parsed) return fail(parsed.err(), 2);
   ctx.rc = std::move(*parsed);
   const auto& rc = ctx.rc;

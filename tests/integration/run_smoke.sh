@@ -4,7 +4,7 @@
 # SIGINT (finish the step, checkpoint, exit 130) and --resume, SQuAD generation,
 # fine-tuning and evaluation. Usage: run_smoke.sh PATH/TO/dsactor
 set -euo pipefail
-dsactor=$1
+dsactor=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -92,6 +92,13 @@ step=$(sed 's/step_0*//' "$work/ckpt2/latest")
 grep -q "resumed from" "$work/res.log" || fail "resume log"
 [[ $(cat "$work/ckpt2/latest") == $(printf 'step_%08d' $((step + 2))) ]] || fail "resumed run's checkpoint"
 echo "ok: SIGINT checkpoint and resume"
+
+# --resume with the default (timestamped) run directory continues the newest earlier run.
+(cd "$work" && sed -e '/^run_dir/d' -e '/^dir = /d' pre.toml > auto.toml \
+  && "$dsactor" run auto.toml --set train_steps=2 >/dev/null 2>&1 \
+  && "$dsactor" run auto.toml --resume --set train_steps=3 >/dev/null 2>"$work/auto.log") || { cat "$work/auto.log"; fail "resume in a default run_dir"; }
+grep -q "resumed from runs/auto-" "$work/auto.log" || fail "resume did not find the earlier default run_dir"
+echo "ok: --resume finds the default run directory"
 
 # SQuAD: generate a QA set, fine-tune from the pre-trained checkpoint on 2 stages, evaluate.
 "$dsactor" prep qa-from-corpus --corpus "$work/corpus" --out "$work/qa" >/dev/null 2>&1 || fail "qa-from-corpus"
