@@ -53,6 +53,8 @@ step_decision decide_step(run_context& ctx, std::uint32_t step,
     }
   }
   ctx.shared.loss_scale = st.scaling ? st.scaler.scale() : 1.0;
+  d.lr_after = st.schedule ? st.schedule->lr() : st.base_lr;
+  d.loss_scale_after = ctx.shared.loss_scale;
   d.save_state = checkpoint_due(ctx, step);
   return d;
 }
@@ -81,6 +83,7 @@ step_decision decide_local(run_context& ctx, std::uint32_t shard, std::uint32_t 
     }
     schedule->step();
   }
+  d.lr_after = schedule ? schedule->lr() : ctx.decisions.base_lr;
   d.save_state = checkpoint_due(ctx, step);
   return d;
 }

@@ -23,8 +23,8 @@ void step_reporter::on_step(std::uint32_t step, const step_decision& d,
   const std::int64_t samples = static_cast<std::int64_t>(step + 1) * b.train_batch_size;
   metrics_row row{static_cast<std::int64_t>(step) + 1, samples, {}};
   row.values = {{"Train/Samples/train_loss", t.mean_loss()},
-                {"Train/Samples/lr", d.lr},
-                {"Train/Samples/loss_scale", d.loss_scale},
+                {"Train/Samples/lr", d.lr_after},
+                {"Train/Samples/loss_scale", d.loss_scale_after},
                 {"Train/Samples/grad_norm", std::sqrt(sum_of_squares) / d.loss_scale},
                 {"Train/Samples/skipped", d.skip ? 1.0 : 0.0}};
   if (t.mlm_count > 0)
@@ -39,8 +39,8 @@ void step_reporter::on_step(std::uint32_t step, const step_decision& d,
   step_report r;
   r.step = static_cast<std::int64_t>(step) + 1;
   r.loss = t.mean_loss();
-  r.lr = d.lr;
-  r.loss_scale = d.loss_scale;
+  r.lr = d.lr_after;
+  r.loss_scale = d.loss_scale_after;
   r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
   if (ctx_.rc.wall_clock_breakdown)
     r.extra = breakdown();

@@ -36,6 +36,10 @@ struct step_decision {
   bool set_betas = false;   // OneCycle momentum cycling
   double beta1 = 0.0, beta2 = 0.0;
   bool save_state = false;  // every shard hands its state to after_update (a checkpoint)
+  // After the step, as DeepSpeed's monitor logs them: the schedule's next lr and the
+  // updated loss scale.
+  double lr_after = 0.0;
+  double loss_scale_after = 1.0;
 };
 
 class step_sync {

@@ -87,8 +87,8 @@ TEST_CASE("fp16 overflow skips the step, halves the scale and does not advance t
   for (const auto& row : ra) {
     if (row["Train/Samples/skipped"].get<double>() > 0) {
       ++skipped;
-      CHECK(row["Train/Samples/loss_scale"].get<double>() == scale); // the scale that overflowed
       scale /= 2;
+      CHECK(row["Train/Samples/loss_scale"].get<double>() == scale); // logged after the update, as DeepSpeed
     } else {
       lrs.push_back(row["Train/Samples/lr"].get<double>());
     }
