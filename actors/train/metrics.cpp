@@ -1,10 +1,13 @@
 // CSV and JSON-lines metric files.
 #include "actors/train/metrics.hpp"
 
+#include "io/ckpt/atomic_file.hpp"
+
 #include <fmt/format.h>
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sys/stat.h>
 
@@ -17,10 +20,11 @@ std::string number(double v) {
 }
 } // namespace
 
-expected<metrics_writer> metrics_writer::open(const std::string& run_dir, bool append) {
+namespace {
+
+expected<metrics_writer> open_files(const std::string& run_dir, bool append, bool header_written,
+                                    metrics_writer (*make)(std::FILE*, std::FILE*, std::string, bool)) {
   std::string csv_path = run_dir + "/metrics.csv", jsonl_path = run_dir + "/metrics.jsonl";
-  struct stat st{};
-  bool had_csv = append && ::stat(csv_path.c_str(), &st) == 0 && st.st_size > 0;
   std::FILE* csv = std::fopen(csv_path.c_str(), append ? "a" : "w");
   if (!csv) return make_error(errc::io, "{}: cannot open: {}", csv_path, std::strerror(errno));
   std::FILE* jsonl = std::fopen(jsonl_path.c_str(), append ? "a" : "w");
@@ -28,7 +32,52 @@ expected<metrics_writer> metrics_writer::open(const std::string& run_dir, bool a
     std::fclose(csv);
     return make_error(errc::io, "{}: cannot open: {}", jsonl_path, std::strerror(errno));
   }
-  return metrics_writer(csv, jsonl, run_dir, had_csv);
+  return make(csv, jsonl, run_dir, header_written);
+}
+
+// Keeps the lines whose step (the first CSV field, or the "step" JSON key) is <= last_step.
+status cut_file(const std::string& path, std::int64_t last_step, bool csv) {
+  auto text = ckpt::read_file(path);
+  if (!text) return text.err().code == errc::not_found ? status{} : status{text.err()};
+  std::string kept;
+  std::size_t begin = 0;
+  bool first = true;
+  while (begin < text->size()) {
+    std::size_t end = text->find('\n', begin);
+    if (end == std::string::npos) end = text->size();
+    std::string line = text->substr(begin, end - begin);
+    begin = end + 1;
+    if (line.empty()) continue;
+    bool keep = csv && first; // the CSV header
+    first = false;
+    if (!keep) {
+      std::size_t at = csv ? 0 : line.find("\"step\":");
+      if (at != std::string::npos) {
+        at += csv ? 0 : 7;
+        keep = std::strtoll(line.c_str() + at, nullptr, 10) <= last_step;
+      }
+    }
+    if (keep) kept += line + "\n";
+  }
+  return ckpt::write_file_atomic(path, kept);
+}
+
+} // namespace
+
+expected<metrics_writer> metrics_writer::open(const std::string& run_dir) {
+  return open_files(run_dir, false, false, [](std::FILE* c, std::FILE* j, std::string d, bool h) {
+    return metrics_writer(c, j, std::move(d), h);
+  });
+}
+
+expected<metrics_writer> metrics_writer::open_resumed(const std::string& run_dir, std::int64_t resume_step) {
+  DSA_TRY(cut_file(run_dir + "/metrics.csv", resume_step, true));
+  DSA_TRY(cut_file(run_dir + "/metrics.jsonl", resume_step, false));
+  struct stat st{};
+  bool had_csv = ::stat((run_dir + "/metrics.csv").c_str(), &st) == 0 && st.st_size > 0;
+  return open_files(run_dir, true, had_csv, [](std::FILE* c, std::FILE* j, std::string d, bool h) {
+    return metrics_writer(c, j, std::move(d), h);
+  });
 }
 
 metrics_writer::metrics_writer(metrics_writer&& o) noexcept

@@ -23,8 +23,11 @@ struct metrics_row {
 
 class metrics_writer {
 public:
-  // Opens (appends to, when resuming) metrics.csv and metrics.jsonl in `run_dir`.
-  static expected<metrics_writer> open(const std::string& run_dir, bool append);
+  // Opens metrics.csv and metrics.jsonl in `run_dir`: new files, or, when resuming from
+  // the checkpoint after `resume_step` optimizer steps, the existing files cut to their
+  // rows of steps <= resume_step (rows of a crashed run's later steps are dropped).
+  static expected<metrics_writer> open(const std::string& run_dir);
+  static expected<metrics_writer> open_resumed(const std::string& run_dir, std::int64_t resume_step);
   metrics_writer(metrics_writer&& o) noexcept;
   metrics_writer& operator=(metrics_writer&&) = delete;
   metrics_writer(const metrics_writer&) = delete;

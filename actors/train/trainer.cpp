@@ -341,7 +341,8 @@ int run_training(const run_request& req) {
 
   int status_code = 0;
   if (ctx.first_step <= ctx.last_step) {
-    auto metrics = metrics_writer::open(rc.run_dir, resumed.has_value());
+    // Rows are numbered by completed steps: a resumed run keeps rows 1..first_step.
+    auto metrics = resumed ? metrics_writer::open_resumed(rc.run_dir, ctx.first_step) : metrics_writer::open(rc.run_dir);
     if (!metrics) return fail(metrics.err(), 1);
     progress bar(ctx.first_step, ctx.last_step + 1, rc.steps_per_print, progress::detect_style());
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);

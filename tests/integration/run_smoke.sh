@@ -90,6 +90,11 @@ step=$(sed 's/step_0*//' "$work/ckpt2/latest")
 "$dsactor" run "$work/pre.toml" --resume --set "train_steps=$((step + 2))" \
   --set "run_dir=\"$work/run2\"" --set "checkpoint.dir=\"$work/ckpt2\"" 2>"$work/res.log" >/dev/null || { cat "$work/res.log"; fail "resume"; }
 grep -q "resumed from" "$work/res.log" || fail "resume log"
+python3 - "$work/run2/metrics.csv" "$step" <<'PY' || fail "metrics.csv after resume: steps must run 1..N once each"
+import csv, sys
+steps = [int(r["step"]) for r in csv.DictReader(open(sys.argv[1]))]
+assert steps == list(range(1, int(sys.argv[2]) + 3)), steps
+PY
 [[ $(cat "$work/ckpt2/latest") == $(printf 'step_%08d' $((step + 2))) ]] || fail "resumed run's checkpoint"
 echo "ok: SIGINT checkpoint and resume"
 
