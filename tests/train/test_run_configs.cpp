@@ -1,12 +1,15 @@
 // Shipped configs parse; DeepSpeed JSON configs are accepted; fp16 overflow
 // skips steps, lowers the scale and leaves the LR schedule where it was.
+#include "actors/train/data_prepare.hpp"
 #include "actors/train/deepspeed_json.hpp"
 #include "actors/train/run_config.hpp"
+#include "io/data/shard_reader.hpp"
 #include "tests/train/train_fixture.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -98,4 +101,18 @@ TEST_CASE("fp16 overflow skips the step, halves the scale and does not advance t
   // The schedule advanced only on applied steps: their lrs are the no-overflow run's first lrs.
   for (std::size_t i = 0; i < lrs.size(); ++i) CHECK(lrs[i] == rb[i]["Train/Samples/lr"].get<double>());
   for (const auto& row : rb) CHECK(row["Train/Samples/skipped"].get<double>() == 0.0);
+}
+
+TEST_CASE("epochs set the run length from the data: ceil(epochs x sequences / train_batch_size) steps") {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "ep", test::tiny_config(dir.path()), {"train_steps=0", "epochs=0.25"}) == 0);
+  auto shards = train::list_shards(dir.path() + "/data/train");
+  REQUIRE(shards.has_value());
+  auto reader = data::shard_reader::open(*shards, {});
+  REQUIRE(reader.has_value());
+  const auto expected_steps =
+      static_cast<std::uint64_t>(std::ceil(0.25 * static_cast<double>(reader->instances_per_epoch()) / 8.0));
+  auto ck = test::load_run_checkpoint(dir.path() + "/ckpt", "latest");
+  CHECK(ck.manifest.step == expected_steps);
+  CHECK(metrics_rows(dir.path() + "/run").size() == expected_steps);
 }
