@@ -98,6 +98,20 @@ PY
 [[ $(cat "$work/ckpt2/latest") == $(printf 'step_%08d' $((step + 2))) ]] || fail "resumed run's checkpoint"
 echo "ok: SIGINT checkpoint and resume"
 
+# A corrupted checkpoint is refused on resume, naming the file; nothing is trained.
+latest=$(cat "$work/ckpt2/latest")
+python3 - "$work/ckpt2/$latest/model.safetensors" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[-5] ^= 0xFF; open(p, "wb").write(bytes(b))
+PY
+if "$dsactor" run "$work/pre.toml" --resume --set "train_steps=$((step + 4))" \
+  --set "run_dir=\"$work/run2\"" --set "checkpoint.dir=\"$work/ckpt2\"" 2>"$work/corrupt.log" >/dev/null; then
+  fail "resume from a corrupted checkpoint succeeded"
+fi
+grep -q "model.safetensors" "$work/corrupt.log" || { cat "$work/corrupt.log"; fail "error does not name the corrupted file"; }
+[[ $(cat "$work/ckpt2/latest") == "$latest" ]] || fail "latest changed after a refused resume"
+echo "ok: corrupted checkpoint refused"
+
 # --resume with the default (timestamped) run directory continues the newest earlier run.
 (cd "$work" && sed -e '/^run_dir/d' -e '/^dir = /d' pre.toml > auto.toml \
   && "$dsactor" run auto.toml --set train_steps=2 >/dev/null 2>&1 \
