@@ -2,6 +2,7 @@
 // intrinsics when built for them, `omp simd` loops otherwise); tanh is a scalar libm
 // call. Buffers above a threshold are split across OpenMP threads.
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 #include "core/error.hpp"
 #include "kernels/cpu/vec_math.hpp"
@@ -18,16 +19,7 @@ constexpr std::int64_t chunk_elements = std::int64_t{1} << 13;
 
 template <class Fn> void for_chunks(std::int64_t n, Fn fn) {
   DSA_CHECK(n >= 0, "activation: n = {}", n);
-  if (n < parallel_threshold) {
-    fn(std::int64_t{0}, n);
-    return;
-  }
-  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < chunks; ++i) {
-    const std::int64_t begin = i * chunk_elements;
-    fn(begin, std::min(n, begin + chunk_elements));
-  }
+  cpu::for_chunks(n, chunk_elements, parallel_threshold, fn);
 }
 
 constexpr double inv_sqrt2 = 0.70710678118654752440;

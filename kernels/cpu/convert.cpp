@@ -9,6 +9,7 @@
 //   bf16        AVX2 integer rounding, the same formula as the scalar.
 // Buffers above a size threshold are split into chunks across OpenMP threads.
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -30,16 +31,7 @@ constexpr std::int64_t chunk_elements = std::int64_t{1} << 15;
 // Calls fn(begin, end) over [0, n), in parallel chunks when n is large.
 template <class Fn>
 void for_chunks(std::int64_t n, Fn fn) {
-  if (n < parallel_threshold) {
-    fn(std::int64_t{0}, n);
-    return;
-  }
-  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < chunks; ++i) {
-    const std::int64_t begin = i * chunk_elements;
-    fn(begin, std::min(n, begin + chunk_elements));
-  }
+  cpu::for_chunks(n, chunk_elements, parallel_threshold, fn);
 }
 
 // True when fn(begin, end) is true for some chunk of [0, n).
