@@ -1,12 +1,35 @@
 // Scratch directories and files for the corpus and pre-training tests.
 #pragma once
 
+#include "io/data/corpus.hpp"
+
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace dsa::test {
+
+// `documents` documents "doc<d>" of `paragraphs` paragraphs, each holding every sentence
+// once, rotated by d * doc_shift + p so paragraphs and documents differ.
+inline std::vector<data::document> rotated_documents(const std::vector<std::string>& sentences, int documents,
+                                                     int paragraphs, int doc_shift) {
+  std::vector<data::document> docs;
+  for (int d = 0; d < documents; ++d) {
+    data::document doc;
+    doc.id = "doc" + std::to_string(d);
+    for (int p = 0; p < paragraphs; ++p) {
+      data::paragraph para;
+      for (std::size_t s = 0; s < sentences.size(); ++s)
+        para.sentences.push_back(sentences[(s + static_cast<std::size_t>(d * doc_shift + p)) % sentences.size()]);
+      doc.paragraphs.push_back(para);
+    }
+    docs.push_back(doc);
+  }
+  return docs;
+}
 
 // A fresh directory under the system temporary directory, removed on destruction.
 class scratch_dir {

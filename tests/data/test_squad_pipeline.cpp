@@ -6,6 +6,8 @@
 #include "io/data/squad_qa_gen.hpp"
 #include "models/tokenizer/vocab_builder.hpp"
 
+#include "tests/data/corpus_test_util.hpp"
+
 #include <doctest/doctest.h>
 
 using namespace dsa::data;
@@ -22,20 +24,7 @@ std::vector<document> corpus() {
       "Later the Draft Act was passed by the Senate in Washington.",
       "The   river flooded the valley, and  the farmers lost 300 cattle.",
   };
-  std::vector<document> docs;
-  for (int d = 0; d < 6; ++d) {
-    document doc;
-    doc.id = "doc" + std::to_string(d);
-    for (int p = 0; p < 2; ++p) {
-      paragraph para;
-      for (std::size_t s = 0; s < sentences.size(); ++s)
-        para.sentences.push_back(
-            sentences[(s + static_cast<std::size_t>(d * 2 + p)) % sentences.size()]);
-      doc.paragraphs.push_back(para);
-    }
-    docs.push_back(doc);
-  }
-  return docs;
+  return dsa::test::rotated_documents(sentences, 6, 2, 2);
 }
 
 dsa::tok::bert_tokenizer tokenizer_for(const std::vector<document>& docs, int size) {

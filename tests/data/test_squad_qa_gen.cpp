@@ -4,6 +4,8 @@
 #include "io/data/squad_qa_gen.hpp"
 #include "io/data/squad_text.hpp"
 
+#include "tests/data/corpus_test_util.hpp"
+
 #include <doctest/doctest.h>
 
 using namespace dsa::data;
@@ -20,20 +22,7 @@ std::vector<document> small_corpus() {
       "Short one.",
       "Nothing here can be asked about at all, sadly.",
   };
-  std::vector<document> docs;
-  for (int d = 0; d < 12; ++d) {
-    document doc;
-    doc.id = "doc" + std::to_string(d);
-    for (int p = 0; p < 3; ++p) {
-      paragraph para;
-      for (std::size_t s = 0; s < sentences.size(); ++s)
-        para.sentences.push_back(
-            sentences[(s + static_cast<std::size_t>(d + p)) % sentences.size()]);
-      doc.paragraphs.push_back(para);
-    }
-    docs.push_back(doc);
-  }
-  return docs;
+  return dsa::test::rotated_documents(sentences, 12, 3, 1);
 }
 
 const qa_candidate* find_kind(const std::vector<qa_candidate>& cs, std::string_view sentence,
