@@ -47,14 +47,30 @@ public:
   virtual void load_parameters(const std::vector<tensor>& updated) = 0;
 };
 
+// The step's gradient reductions as an optimizer shard receives them from its
+// reducer (see reducer_actor.hpp).
+struct grad_totals {
+  // Sum of squares of the step's gradients: over every stage (a tied parameter
+  // counted once) when `global`, else this stage's share only. Not finite when
+  // some gradient is inf or nan.
+  double sum_of_squares = 0;
+  double own_sum_of_squares = 0; // this stage's share
+  bool global = true;
+};
+
 class optimizer_compute {
 public:
   virtual ~optimizer_compute() = default;
   // Takes the stage's initial parameters (copies them into master state).
   virtual void init(const std::vector<tensor>& initial) = 0;
-  // Applies the update of `step` from the step's summed gradients and writes the
-  // new working parameters into `out` (resized and allocated on first use).
-  virtual void update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) = 0;
+  // f32 buffers, one per parameter in the stage's order, that the reducer fills
+  // with the step's reduced gradients before each update. Valid after init; the
+  // same tensors for the whole run.
+  virtual std::vector<tensor> gradient_buffers() = 0;
+  // Applies the update of `step` from gradient_buffers() and writes the new
+  // working parameters into `out` (resized and allocated on first use).
+  // Returns false when the step was skipped (parameters unchanged, e.g. an fp16 overflow).
+  virtual bool update(std::uint32_t step, const grad_totals& totals, std::vector<tensor>& out) = 0;
 };
 
 class batch_source {

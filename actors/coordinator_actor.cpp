@@ -35,7 +35,9 @@ struct coordinator_state {
   std::map<caf::actor_addr, std::uint32_t> ids; // monitored actor -> plan actor id
   std::vector<caf::actor> alive;
   std::vector<std::uint32_t> stage_steps;  // per stage: the absolute step it works on (completed ones + first_step)
-  std::vector<std::uint32_t> step_reports; // [k - first_step]: stages that completed step k
+  std::vector<std::uint32_t> step_reports; // [k - first_step]: stage and update reports of step k
+  std::vector<std::vector<double>> shares;  // [k - first_step][s]: stage s's gradient sum of squares
+  std::vector<bool> skipped;                // [k - first_step]: some shard skipped the update
   std::chrono::steady_clock::time_point last_progress;
   std::chrono::steady_clock::time_point last_step_done; // the previous step's completion (the start at first)
 };
@@ -88,6 +90,7 @@ std::uint32_t current_step(const coordinator_state& st, std::uint32_t id) {
   const auto S = plan.options.stages;
   if (id >= plan.stage_id(0) && id < plan.stage_id(0) + S) return st.stage_steps[id - plan.stage_id(0)];
   if (id >= plan.shard_id(0) && id < plan.shard_id(0) + S) return st.stage_steps[id - plan.shard_id(0)];
+  if (id >= plan.reducer_id(0) && id < plan.reducer_id(0) + S) return st.stage_steps[id - plan.reducer_id(0)];
   return *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
 }
 
@@ -115,8 +118,12 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   const auto& plan = *st.args.setup.plan;
   const auto& hooks = st.args.hooks;
   const auto now = std::chrono::steady_clock::now();
-  const step_summary summary{step, st.args.summary->losses[step - plan.first_step],
-                             std::chrono::duration<double>(now - st.last_step_done).count()};
+  const std::uint32_t i = step - plan.first_step;
+  double sum_of_squares = 0;
+  for (double share : st.shares[i]) sum_of_squares += share; // stage order
+  const step_summary summary{step, st.args.summary->losses[i],
+                             std::chrono::duration<double>(now - st.last_step_done).count(), sum_of_squares,
+                             st.skipped[i]};
   st.last_step_done = now;
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
@@ -131,6 +138,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
     fail(self, {"coordinator", step, std::string("step hook threw: ") + e.what()});
     return;
   }
+  st.last_progress = std::chrono::steady_clock::now(); // a long hook (a checkpoint) is progress
   if (stop) {
     stop_all(self);
   } else if (hooks.stop_after) {
@@ -138,18 +146,39 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   }
 }
 
+// The index of `step` in the run; a report outside the run's steps breaks the protocol.
+std::uint32_t step_index(const pipeline_plan& plan, const char* what, std::uint32_t stage, std::uint32_t step) {
+  DSA_CHECK(stage < plan.options.stages && step >= plan.first_step && step < plan.end_step(),
+            "coordinator: {} of stage {} for step {} outside the run's steps [{}, {})", what, stage, step,
+            plan.first_step, plan.end_step());
+  return step - plan.first_step;
+}
+
+// A step is complete when every stage loaded its new version and every shard
+// reported its update (the two reports of a stage come from different actors,
+// in either order).
+void count_report(coordinator_actor* self, std::uint32_t i, std::uint32_t step) {
+  auto& st = self->state;
+  st.last_progress = std::chrono::steady_clock::now();
+  if (++st.step_reports[i] == 2 * st.args.setup.plan->options.stages && st.phase == coord_phase::running)
+    on_step_complete(self, step);
+}
+
 void on_step_report(coordinator_actor* self, const step_report& r) {
   auto& st = self->state;
   const auto& plan = *st.args.setup.plan;
-  const auto& opt = plan.options;
-  DSA_CHECK(r.stage < opt.stages && r.step >= plan.first_step && r.step < plan.end_step(),
-            "coordinator: step report of stage {} for step {} outside the run's steps [{}, {})", r.stage, r.step,
-            plan.first_step, plan.end_step());
-  const std::uint32_t i = r.step - plan.first_step;
-  st.last_progress = std::chrono::steady_clock::now();
+  const std::uint32_t i = step_index(plan, "step report", r.stage, r.step);
   st.stage_steps[r.stage] = r.step + 1;
-  if (r.stage + 1 == opt.stages) st.args.summary->losses[i] = r.loss / opt.micro_batches;
-  if (++st.step_reports[i] == opt.stages && st.phase == coord_phase::running) on_step_complete(self, r.step);
+  if (r.stage + 1 == plan.options.stages) st.args.summary->losses[i] = r.loss / plan.options.micro_batches;
+  count_report(self, i, r.step);
+}
+
+void on_update_report(coordinator_actor* self, const update_report& r) {
+  auto& st = self->state;
+  const std::uint32_t i = step_index(*st.args.setup.plan, "update report", r.stage, r.step);
+  st.shares[i][r.stage] = r.sum_of_squares;
+  if (r.skipped) st.skipped[i] = true;
+  count_report(self, i, r.step);
 }
 
 void on_start(coordinator_actor* self) {
@@ -161,8 +190,11 @@ void on_start(coordinator_actor* self) {
   for (std::uint32_t s = 0; s < S; ++s) {
     caf::actor up = s == 0 ? a.feeder : a.stages[s - 1];
     caf::actor down = s + 1 < S ? a.stages[s + 1] : caf::actor{};
-    self->send(a.stages[s], wire_atom::value, up, down, a.feeder, a.shards[s], caf::actor_cast<caf::actor>(self));
-    self->send(a.shards[s], wire_atom::value, a.stages[s], caf::actor_cast<caf::actor>(self));
+    self->send(a.stages[s], wire_atom::value, up, down, a.feeder, a.shards[s], a.reducers[s],
+               caf::actor_cast<caf::actor>(self));
+    self->send(a.shards[s], wire_atom::value, a.stages[s], a.reducers[s], caf::actor_cast<caf::actor>(self));
+    self->send(a.reducers[s], wire_atom::value, a.stages[s], a.shards[s]);
+    for (std::uint32_t r = 0; r < S; ++r) self->send(a.reducers[s], wire_atom::value, r, a.reducers[r]);
   }
   auto watch = [&](const caf::actor& x, std::uint32_t id) {
     self->monitor(x);
@@ -173,9 +205,12 @@ void on_start(coordinator_actor* self) {
   for (std::uint32_t s = 0; s < S; ++s) {
     watch(a.stages[s], plan.stage_id(s));
     watch(a.shards[s], plan.shard_id(s));
+    watch(a.reducers[s], plan.reducer_id(s));
   }
   st.stage_steps.assign(S, plan.first_step);
   st.step_reports.assign(plan.options.steps, 0);
+  st.shares.assign(plan.options.steps, std::vector<double>(S, 0.0));
+  st.skipped.assign(plan.options.steps, false);
   st.args.summary->losses.assign(plan.options.steps, 0.0);
   st.last_progress = std::chrono::steady_clock::now();
   st.last_step_done = st.last_progress;
@@ -207,7 +242,7 @@ caf::behavior coordinator_behavior(coordinator_actor* self, coordinator_args arg
         return self->state.promise;
       },
       [=](const step_report& r) { on_step_report(self, r); },
-      [=](const update_report&) { self->state.last_progress = std::chrono::steady_clock::now(); },
+      [=](const update_report& r) { on_update_report(self, r); },
       [=](tick_atom) { on_tick(self); },
   };
 }

@@ -32,7 +32,7 @@ struct run_summary {
 
 struct coordinator_args {
   actor_setup setup;
-  std::vector<caf::actor> stages, shards;
+  std::vector<caf::actor> stages, shards, reducers;
   caf::actor feeder, tracer;
   std::shared_ptr<run_summary> summary;
   step_hooks hooks; // with hooks.stop_after the shards wait for allow_atom before each step's update

@@ -36,9 +36,13 @@ void endpoint::note(trace_kind kind, trace_name name, std::uint32_t peer, slot_r
 
 void endpoint::send_produced(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer,
                              slot_ref ref, std::uint32_t step, std::uint32_t micro_batch) {
+  self->send(dest, stamp_produced(peer, ref, step, micro_batch));
+}
+
+produced endpoint::stamp_produced(std::uint32_t peer, slot_ref ref, std::uint32_t step, std::uint32_t micro_batch) {
   produced msg{ref, step, micro_batch, slots_->bytes(ref), produced_sent_.at(ref.edge)++};
   note(trace_kind::send, trace_name::produced, peer, ref, msg.seq, msg.bytes, step, micro_batch);
-  self->send(dest, msg);
+  return msg;
 }
 
 void endpoint::send_released(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer,

@@ -23,6 +23,8 @@ public:
   // Sends `produced` for a slot this actor wrote; `peer` is the receiver's actor id.
   void send_produced(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer, slot_ref ref,
                      std::uint32_t step, std::uint32_t micro_batch);
+  // Numbers and records a `produced` for a slot this actor wrote, for sending inside another message.
+  produced stamp_produced(std::uint32_t peer, slot_ref ref, std::uint32_t step, std::uint32_t micro_batch);
   void send_released(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer, slot_ref ref);
   // Record arrivals; check the per-edge sequence (FIFO per sender).
   void received(const produced& msg, std::uint32_t peer);

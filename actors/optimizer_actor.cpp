@@ -18,7 +18,7 @@ namespace {
 struct shard_core {
   shard_core(const actor_setup& setup, std::uint32_t i, optimizer_compute* opt, update_release release)
       : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.shard_id(i)),
-        grads_edge(plan.grads_edges[i]), params_edge(plan.params_edges[i]), optimizer(opt),
+        reduced_edge(plan.reduced_edges[i]), params_edge(plan.params_edges[i]), optimizer(opt),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         allowed(release == update_release::immediately ? std::numeric_limits<std::uint32_t>::max()
                                                        : plan.first_step) {}
@@ -26,13 +26,13 @@ struct shard_core {
   const pipeline_plan& plan;
   std::shared_ptr<slot_table> slots;
   trace_recorder* trace;
-  std::uint32_t index, id, grads_edge, params_edge;
+  std::uint32_t index, id, reduced_edge, params_edge;
   optimizer_compute* optimizer;
   endpoint io;
-  caf::actor stage, coordinator;
+  caf::actor stage, reducer, coordinator;
   bool params_slot_free = true;
   std::uint32_t allowed;               // updates of steps <= allowed may start
-  std::optional<std::uint32_t> waiting; // a step whose gradients arrived before it was allowed
+  std::optional<reduced> waiting; // a step whose gradients arrived before it was allowed
   compute_worker worker; // last: joined first
 };
 
@@ -42,34 +42,36 @@ struct shard_state {
 };
 using shard_actor = caf::stateful_actor<shard_state>;
 
-void start_update(shard_actor* self, std::uint32_t step) {
+// work_done.kind of an update: 1 when applied, 0 when skipped; work_done.loss: the stage's share.
+void start_update(shard_actor* self, const reduced& r) {
   auto& c = *self->state.core;
   auto slots = c.slots;
   auto* trace = c.trace;
   auto* optimizer = c.optimizer;
-  const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, params = c.params_edge;
+  const std::uint32_t id = c.id, index = c.index, params = c.params_edge, step = r.data.step;
+  const grad_totals totals{r.sum_of_squares, r.own_sum_of_squares, r.global};
   post_job(self, c.worker, step, [=] {
     trace_span span(trace, trace_name::optimizer, id, static_cast<std::int32_t>(index), step, 0);
-    optimizer->update(step, slots->at({grads, 0}), slots->at({params, 0}));
-    return work_done{0, step, 0, 0.0};
+    const bool applied = optimizer->update(step, totals, slots->at({params, 0}));
+    return work_done{applied ? 1u : 0u, step, 0, totals.own_sum_of_squares};
   });
 }
 
-void on_grads(shard_actor* self, const produced& m) {
+void on_reduced(shard_actor* self, const reduced& r) {
   auto& c = *self->state.core;
-  c.io.received(m, c.plan.stage_id(c.index));
-  DSA_CHECK(m.ref.edge == c.grads_edge && c.params_slot_free && !c.waiting,
-            "optimizer {}: gradients of step {} while the previous version is still unread", c.index, m.step);
+  c.io.received(r.data, c.plan.reducer_id(c.index));
+  DSA_CHECK(r.data.ref.edge == c.reduced_edge && c.params_slot_free && !c.waiting,
+            "optimizer {}: gradients of step {} while the previous version is still unread", c.index, r.data.step);
   c.params_slot_free = false;
-  if (m.step <= c.allowed) start_update(self, m.step);
-  else c.waiting = m.step;
+  if (r.data.step <= c.allowed) start_update(self, r);
+  else c.waiting = r;
 }
 
 void on_allow(shard_actor* self, std::uint32_t step) {
   auto& c = *self->state.core;
   c.allowed = std::max(c.allowed, step);
-  if (c.waiting && *c.waiting <= c.allowed) {
-    const std::uint32_t ready = *c.waiting;
+  if (c.waiting && c.waiting->data.step <= c.allowed) {
+    const reduced ready = *c.waiting;
     c.waiting.reset();
     start_update(self, ready);
   }
@@ -78,10 +80,9 @@ void on_allow(shard_actor* self, std::uint32_t step) {
 void on_updated(shard_actor* self, const work_done& d) {
   auto& c = *self->state.core;
   const auto stage_id = c.plan.stage_id(c.index);
-  c.slots->at({c.grads_edge, 0}).clear(); // drop the views of the stage's gradients
-  c.io.send_released(self, c.stage, stage_id, {c.grads_edge, 0});
+  c.io.send_released(self, c.reducer, c.plan.reducer_id(c.index), {c.reduced_edge, 0});
   c.io.send_produced(self, c.stage, stage_id, {c.params_edge, 0}, d.step + 1, 0);
-  self->send(c.coordinator, update_report{c.index, d.step});
+  self->send(c.coordinator, update_report{c.index, d.step, d.loss, d.kind == 0});
 }
 
 caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t index,
@@ -89,11 +90,12 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
   self->state.plan = setup.plan;
   self->state.core = std::make_unique<shard_core>(setup, index, optimizer, release);
   return {
-      [=](wire_atom, const caf::actor& stage, const caf::actor& coordinator) {
+      [=](wire_atom, const caf::actor& stage, const caf::actor& reducer, const caf::actor& coordinator) {
         self->state.core->stage = stage;
+        self->state.core->reducer = reducer;
         self->state.core->coordinator = coordinator;
       },
-      [=](const produced& m) { on_grads(self, m); },
+      [=](const reduced& r) { on_reduced(self, r); },
       [=](allow_atom, std::uint32_t step) { on_allow(self, step); },
       [=](const released& m) {
         auto& c = *self->state.core;

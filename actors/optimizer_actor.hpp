@@ -1,7 +1,8 @@
-// The optimizer shard of one stage: when the stage's accumulated gradients of
-// step k arrive it runs optimizer_compute::update on its own worker thread,
-// returns the gradient slot, and sends parameter version k + 1 to the stage.
-// Its update overlaps the other stages' backward. With update_release::when_allowed
+// The optimizer shard of one stage: when its reducer hands it the reduced
+// gradients of step k (in the shard's own gradient buffers, with the step's
+// totals) it runs optimizer_compute::update on its own worker thread, gives
+// the buffers back to the reducer, and sends parameter version k + 1 to the
+// stage. Its update overlaps the other stages' backward. With update_release::when_allowed
 // it starts the update of step k only once the coordinator allowed it
 // ((allow_atom, j) allows steps <= j; the run's first step is always allowed),
 // so that a run the coordinator stops after step k - 1 never updates past it.
@@ -20,7 +21,7 @@ enum class update_release {
   when_allowed, // and the coordinator allowed the step (runs that may stop early)
 };
 
-// Spawns the shard of stage `index`. Then expects (wire_atom, stage, coordinator).
+// Spawns the shard of stage `index`. Then expects (wire_atom, stage, reducer, coordinator).
 // `optimizer` must be initialised and outlive the actor.
 caf::actor spawn_optimizer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index,
                            optimizer_compute* optimizer, update_release release);

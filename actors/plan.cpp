@@ -12,7 +12,8 @@ std::string pipeline_plan::actor_name(std::uint32_t id) const {
   if (id == feeder_id) return "feeder";
   if (id == tracer_id) return "tracer";
   if (id < 3 + options.stages) return fmt::format("stage {}", id - 3);
-  return fmt::format("optimizer {}", id - 3 - options.stages);
+  if (id < 3 + 2 * options.stages) return fmt::format("optimizer {}", id - 3 - options.stages);
+  return fmt::format("reducer {}", id - 3 - 2 * options.stages);
 }
 
 pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step) {
@@ -32,7 +33,12 @@ pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std:
   }
   for (std::uint32_t s = 0; s < options.stages; ++s) {
     plan.grads_edges.push_back(slots.add_edge(fmt::format("grads {}", s), 1, 0));
+    plan.reduced_edges.push_back(slots.add_edge(fmt::format("reduced {}", s), 1, 0));
     plan.params_edges.push_back(slots.add_edge(fmt::format("params {}", s), 1, 0));
+  }
+  if (options.tied_ends && options.stages > 1) {
+    plan.tied_up_edge = slots.add_edge("tied up", 1, 1);
+    plan.tied_down_edge = slots.add_edge("tied down", 1, 1);
   }
   return plan;
 }

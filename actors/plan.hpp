@@ -1,5 +1,5 @@
 // The plan of a pipeline run: its shape, the edges (with slot counts) between
-// feeder, stages and optimizer shards, and the actor ids used in the trace.
+// feeder, stages, reducers and optimizer shards, and the actor ids used in the trace.
 #pragma once
 
 #include "actors/schedule_policy.hpp"
@@ -11,6 +11,12 @@
 
 namespace dsa::actors {
 
+// Which gradient sums an optimizer update needs (grad_totals::global).
+enum class grad_scope : std::uint8_t {
+  global,    // every stage's: the reducers exchange their shares first (clipping, overflow)
+  per_stage, // its own stage's only: each shard updates as soon as its stage's gradients are reduced
+};
+
 struct pipeline_options {
   std::uint32_t stages = 1;
   std::uint32_t micro_batches = 1; // gradient accumulation steps M
@@ -19,6 +25,10 @@ struct pipeline_options {
   std::uint32_t feed_slots = 2;       // feeder -> first stage inputs, and -> last stage labels
   std::uint32_t activation_slots = 2; // stage s -> s + 1
   std::uint32_t gradient_slots = 2;   // stage s + 1 -> s
+  grad_scope totals = grad_scope::global;
+  // The first and the last stage hold one shared (tied) parameter whose gradients
+  // are summed before the update, like BERT's word embedding and MLM decoder.
+  bool tied_ends = false;
 };
 
 struct pipeline_plan {
@@ -31,16 +41,24 @@ struct pipeline_plan {
   std::uint32_t labels_edge = 0; // feeder -> stage S-1: {labels}
   std::vector<std::uint32_t> activation_edges; // [s]: stage s -> s + 1, {activation}
   std::vector<std::uint32_t> gradient_edges;   // [s]: stage s + 1 -> s, {dLoss/d activation}
-  std::vector<std::uint32_t> grads_edges;      // [s]: stage s -> shard s, accumulated parameter gradients
+  std::vector<std::uint32_t> grads_edges;      // [s]: stage s -> reducer s, accumulated parameter gradients
+  std::vector<std::uint32_t> reduced_edges;    // [s]: reducer s -> shard s, reduced f32 gradients
   std::vector<std::uint32_t> params_edges;     // [s]: shard s -> stage s, a parameter version
+  // With tied_ends and several stages: the last stage's tied gradient to the first
+  // stage's reducer, and the sum back (none otherwise).
+  static constexpr std::uint32_t no_edge = ~0u;
+  std::uint32_t tied_up_edge = no_edge;
+  std::uint32_t tied_down_edge = no_edge;
+  bool exchanges_tied() const { return tied_up_edge != no_edge; }
 
   static constexpr std::uint32_t coordinator_id = 0;
   static constexpr std::uint32_t feeder_id = 1;
   static constexpr std::uint32_t tracer_id = 2;
   std::uint32_t stage_id(std::uint32_t s) const { return 3 + s; }
   std::uint32_t shard_id(std::uint32_t s) const { return 3 + options.stages + s; }
-  std::uint32_t actor_count() const { return 3 + 2 * options.stages; }
-  // "coordinator", "feeder", "tracer", "stage 0", ..., "optimizer 0", ...
+  std::uint32_t reducer_id(std::uint32_t s) const { return 3 + 2 * options.stages + s; }
+  std::uint32_t actor_count() const { return 3 + 3 * options.stages; }
+  // "coordinator", "feeder", "tracer", "stage 0", ..., "optimizer 0", ..., "reducer 0", ...
   std::string actor_name(std::uint32_t id) const;
 };
 

@@ -4,6 +4,7 @@
 #include "actors/coordinator_actor.hpp"
 #include "actors/feeder_actor.hpp"
 #include "actors/optimizer_actor.hpp"
+#include "actors/reducer_actor.hpp"
 #include "actors/protocol/protocol.hpp"
 #include "actors/stage_actor.hpp"
 #include "actors/tracer_actor.hpp"
@@ -29,6 +30,8 @@ caf::actor_system_config make_config(const run_options& options) {
   return cfg;
 }
 
+int tied_index(const run_parts& parts, std::uint32_t s) { return parts.tied.empty() ? -1 : parts.tied[s]; }
+
 void spawn_and_run(const run_options& options, const run_parts& parts, const actor_setup& setup,
                    std::shared_ptr<run_summary> summary, std::string trace_path, run_result& result) {
   auto cfg = make_config(options);
@@ -44,6 +47,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   for (std::uint32_t s = 0; s < S; ++s) {
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
     args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));
+    args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s)));
   }
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, setup.trace, trace_path);
@@ -61,6 +65,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
     // The actors may still run if the coordinator itself was lost: stop them.
     for (const auto& a : args.stages) caf::anon_send_exit(a, caf::exit_reason::kill);
     for (const auto& a : args.shards) caf::anon_send_exit(a, caf::exit_reason::kill);
+    for (const auto& a : args.reducers) caf::anon_send_exit(a, caf::exit_reason::kill);
     caf::anon_send_exit(args.feeder, caf::exit_reason::kill);
     caf::anon_send_exit(args.tracer, caf::exit_reason::kill);
     caf::anon_send_exit(coordinator, caf::exit_reason::kill);
@@ -74,13 +79,34 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   DSA_CHECK(parts.stages.size() == S && parts.optimizers.size() == S && parts.source,
             "run_pipeline: {} stages need {} stage computes ({} given), optimizers ({} given) and a source", S,
             S, parts.stages.size(), parts.optimizers.size());
+  DSA_CHECK(parts.tied.empty() || parts.tied.size() == S, "run_pipeline: {} tied indices for {} stages",
+            parts.tied.size(), S);
+  for (std::uint32_t s = 0; s < parts.tied.size(); ++s)
+    DSA_CHECK(parts.tied[s] < 0 || s == 0 || s + 1 == S,
+              "run_pipeline: stage {} holds the tied parameter; only the first and the last stage may", s);
+  pipeline_options shape = options.pipeline;
+  shape.tied_ends = S > 1 && !parts.tied.empty() && parts.tied.front() >= 0 && parts.tied.back() >= 0;
   auto slots = std::make_shared<slot_table>();
-  auto plan = std::make_shared<const pipeline_plan>(make_plan(options.pipeline, *slots, options.first_step));
+  auto plan = std::make_shared<const pipeline_plan>(make_plan(shape, *slots, options.first_step));
   const bool tracing = options.trace == trace_mode::record;
   trace_recorder trace;
   for (std::uint32_t id = 0; id < plan->actor_count(); ++id) trace.set_actor_name(id, plan->actor_name(id));
   if (options.optimizers == optimizer_start::init_from_stages)
     for (std::uint32_t s = 0; s < S; ++s) parts.optimizers[s]->init(parts.stages[s]->parameters());
+  for (std::uint32_t s = 0; s < S; ++s) {
+    auto buffers = parts.optimizers[s]->gradient_buffers();
+    auto params = parts.stages[s]->parameters();
+    DSA_CHECK(buffers.size() == params.size(), "run_pipeline: optimizer {} has {} gradient buffers for {} parameters",
+              s, buffers.size(), params.size());
+    for (std::size_t i = 0; i < params.size(); ++i)
+      DSA_CHECK(buffers[i].type() == dtype::f32 && buffers[i].shape() == params[i].shape(),
+                "run_pipeline: optimizer {} gradient buffer {} is {}, parameter is {}", s, i, buffers[i].describe(),
+                params[i].describe());
+    if (s < parts.tied.size() && parts.tied[s] >= 0)
+      DSA_CHECK(static_cast<std::size_t>(parts.tied[s]) < params.size(), "run_pipeline: stage {} tied index {} of {}",
+                s, parts.tied[s], params.size());
+    slots->at({plan->reduced_edges[s], 0}) = std::move(buffers);
+  }
 
   run_result result;
   if (!options.run_dir.empty() && tracing) {

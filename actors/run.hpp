@@ -64,6 +64,12 @@ struct run_parts {
   std::vector<stage_compute*> stages;
   std::vector<optimizer_compute*> optimizers;
   batch_source* source = nullptr;
+  // Empty, or [s]: the position in stages[s]->parameters() of a parameter tied
+  // between the first and the last stage (BERT's word embedding and MLM
+  // decoder), -1 where the stage does not hold it. When both ends hold it,
+  // their reducers sum its gradients before the update; the first stage's copy
+  // counts in the gradient norm.
+  std::vector<int> tied;
 };
 
 struct run_result {

@@ -34,7 +34,7 @@ struct stage_core {
   endpoint io;
   std::shared_ptr<stage_runner> runner;
   std::optional<stage_work> running;
-  caf::actor upstream, downstream, feeder, shard, coordinator;
+  caf::actor upstream, downstream, feeder, shard, reducer, coordinator;
   double step_loss = 0;
   compute_worker worker; // last: joined first when the core is destroyed
 };
@@ -87,7 +87,7 @@ void on_released(stage_actor* self, const released& m) {
     c.io.received(m, c.upstream_id());
     c.sched.on_grad_out_released(m.ref.slot);
   } else if (e == c.edges.grads) {
-    c.io.received(m, c.plan.shard_id(c.index));
+    c.io.received(m, c.plan.reducer_id(c.index));
   } else {
     self->quit(make_failure(runtime_errc::protocol,
                             {c.plan.actor_name(c.id), 0, "released on foreign edge " + std::to_string(e)}));
@@ -114,7 +114,7 @@ void after_backward(stage_actor* self, const stage_work& w) {
   if (!c.sched.position().first())
     c.io.send_produced(self, c.upstream, c.upstream_id(), {c.edges.grad_out, w.out_slot}, w.step, w.micro_batch);
   if (w.last_of_step)
-    c.io.send_produced(self, c.shard, c.plan.shard_id(c.index), {c.edges.grads, 0}, w.step, w.micro_batch);
+    c.io.send_produced(self, c.reducer, c.plan.reducer_id(c.index), {c.edges.grads, 0}, w.step, w.micro_batch);
 }
 
 void after_load(stage_actor* self, const stage_work& w) {
@@ -144,12 +144,13 @@ caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t
   self->state.core = std::make_unique<stage_core>(setup, index, compute);
   return {
       [=](wire_atom, const caf::actor& upstream, const caf::actor& downstream, const caf::actor& feeder,
-          const caf::actor& shard, const caf::actor& coordinator) {
+          const caf::actor& shard, const caf::actor& reducer, const caf::actor& coordinator) {
         auto& c = *self->state.core;
         c.upstream = upstream;
         c.downstream = downstream;
         c.feeder = feeder;
         c.shard = shard;
+        c.reducer = reducer;
         c.coordinator = coordinator;
       },
       [=](const produced& m) { on_produced(self, m); },

@@ -12,7 +12,7 @@
 namespace dsa::actors {
 
 // Spawns stage `index`. Then expects (wire_atom, upstream, downstream, feeder,
-// shard, coordinator): upstream is the feeder on stage 0, downstream is
+// shard, reducer, coordinator): upstream is the feeder on stage 0, downstream is
 // invalid on the last stage. `compute` must outlive the actor.
 caf::actor spawn_stage(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index,
                        stage_compute* compute);

@@ -21,7 +21,7 @@ struct stage_edges {
   std::uint32_t output = none;   // activation out (not on the last stage)
   std::uint32_t grad_in = none;  // gradient from the next stage (not on the last stage)
   std::uint32_t grad_out = none; // gradient to the previous stage (not on the first stage)
-  std::uint32_t grads = none;    // accumulated gradients to the optimizer shard
+  std::uint32_t grads = none;    // accumulated gradients to the stage's reducer
   std::uint32_t params = none;   // parameter versions from the optimizer shard
 };
 stage_edges stage_edges_of(const pipeline_plan& plan, std::uint32_t stage);

@@ -15,7 +15,9 @@
 #include "actors/run.hpp"
 #include "core/error.hpp"
 #include "core/philox.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "models/bert/bert_part.hpp"
+#include "optim/grad_clip.hpp"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -113,20 +115,38 @@ class copy_optimizer : public actors::optimizer_compute {
 public:
   void init(const std::vector<tensor>& initial) override {
     master_.clear();
-    for (const auto& t : initial) master_.push_back(t.clone());
+    grads_.clear();
+    for (const auto& t : initial) {
+      master_.push_back(t.clone());
+      grads_.push_back(tensor::zeros(t.shape(), dtype::f32));
+    }
   }
-  void update(std::uint32_t, const std::vector<tensor>& grads, std::vector<tensor>& out) override {
-    DSA_CHECK(grads.size() == master_.size(), "copy_optimizer: {} gradients for {}", grads.size(), master_.size());
+  std::vector<tensor> gradient_buffers() override { return grads_; }
+  bool update(std::uint32_t, const actors::grad_totals&, std::vector<tensor>& out) override {
     out.resize(master_.size());
     for (std::size_t i = 0; i < master_.size(); ++i) {
       if (!out[i].defined()) out[i] = tensor::empty(master_[i].shape(), master_[i].type());
       out[i].copy_from(master_[i]);
     }
+    return true;
   }
 
 private:
   std::vector<tensor> master_;
+  std::vector<tensor> grads_;
 };
+
+// What a reducer does for one stage and one replica: the gradients into the
+// optimizer's f32 buffers, and their sum of squares.
+actors::grad_totals reduce_locally(const std::vector<tensor>& grads, std::vector<tensor> buffers) {
+  actors::grad_totals t;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    cpu::cast(buffers[i].raw_data(), dtype::f32, grads[i].raw_data(), grads[i].type(), grads[i].numel());
+    t.sum_of_squares += optim::sum_of_squares(buffers[i]);
+  }
+  t.own_sum_of_squares = t.sum_of_squares;
+  return t;
+}
 
 // The runtime wants defined input and label tensors; the stage reads its own batch.
 class token_source : public actors::batch_source {
@@ -168,7 +188,7 @@ timing run_loop(bert_mini_stage& stage, copy_optimizer& optimizer, std::uint32_t
       loss += stage.forward({step, mb, 0}, input, labels, out);
       stage.backward({step, mb, 0}, tensor(), grad_in);
     }
-    optimizer.update(step, stage.gradients(), version);
+    optimizer.update(step, reduce_locally(stage.gradients(), optimizer.gradient_buffers()), version);
     stage.load_parameters(version);
     t.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     t.losses.push_back(loss / M);
@@ -191,7 +211,7 @@ timing run_actors(bert_mini_stage& stage, copy_optimizer& optimizer, std::uint32
   };
   // As the driver runs: with a stop check, so the shards wait for the coordinator each step.
   options.stop_after = [](std::uint32_t) { return false; };
-  auto result = actors::run_pipeline(options, {{&stage}, {&optimizer}, &source});
+  auto result = actors::run_pipeline(options, {{&stage}, {&optimizer}, &source, {}});
   DSA_CHECK(result.ok, "bench run failed: {}", result.error);
   return t;
 }

@@ -12,6 +12,8 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<released>("dsa_released");
   cfg.add_message_type<step_report>("dsa_step_report");
   cfg.add_message_type<update_report>("dsa_update_report");
+  cfg.add_message_type<grad_partial>("dsa_grad_partial");
+  cfg.add_message_type<reduced>("dsa_reduced");
   cfg.add_message_type<work_done>("dsa_work_done");
   cfg.add_message_type<work_failed>("dsa_work_failed");
   // The templated add_error_category<T> of 0.17.6 does not compile; pass the renderer.

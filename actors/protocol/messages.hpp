@@ -41,11 +41,31 @@ struct step_report {
   double loss = 0;
 };
 
-// Optimizer shard -> coordinator: the update of `step` is applied and its
-// parameter version (step + 1) has been sent to the stage.
+// Optimizer shard -> coordinator: the update of `step` is applied (or skipped)
+// and its parameter version (step + 1) has been sent to the stage.
+// sum_of_squares: the stage's share of the step's gradient sum of squares.
 struct update_report {
   std::uint32_t stage = 0;
   std::uint32_t step = 0;
+  double sum_of_squares = 0;
+  bool skipped = false;
+};
+
+// Reducer -> every other reducer (global totals): stage `stage`'s share of the
+// step's gradient sum of squares (a tied parameter counted by its owner only).
+struct grad_partial {
+  std::uint32_t stage = 0;
+  std::uint32_t step = 0;
+  double sum_of_squares = 0;
+};
+
+// Reducer -> its optimizer shard: the slot in `data` holds the step's reduced
+// f32 gradients; the totals are those of grad_totals (compute.hpp).
+struct reduced {
+  produced data;
+  double sum_of_squares = 0;
+  double own_sum_of_squares = 0;
+  bool global = true;
 };
 
 // Worker thread -> its own actor: a unit of work finished (kind: see work_kind).
@@ -81,7 +101,15 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, update_report& x) {
-  return f(caf::meta::type_name("update_report"), x.stage, x.step);
+  return f(caf::meta::type_name("update_report"), x.stage, x.step, x.sum_of_squares, x.skipped);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, grad_partial& x) {
+  return f(caf::meta::type_name("grad_partial"), x.stage, x.step, x.sum_of_squares);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reduced& x) {
+  return f(caf::meta::type_name("reduced"), x.data, x.sum_of_squares, x.own_sum_of_squares, x.global);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done& x) {

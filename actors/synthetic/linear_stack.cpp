@@ -32,12 +32,15 @@ float linear_stack::initial_weight(std::uint32_t layer, std::int64_t row, std::i
   return static_cast<float>((row == col ? 0.9 : 0.0) + 0.2 * std::sin(phase) / std::sqrt(double(width)));
 }
 
-linear_stack::linear_stack(std::uint32_t first_layer, std::uint32_t layers, std::int64_t width) : width_(width) {
+linear_stack::linear_stack(std::uint32_t first_layer, std::uint32_t layers, std::int64_t width,
+                           std::int64_t tied_layer)
+    : width_(width) {
   for (std::uint32_t l = 0; l < layers; ++l) {
     tensor w = tensor::empty({width, width}, dtype::f32);
     float* p = w.data<float>();
+    const std::uint32_t source = first_layer + l == tied_layer ? 0 : first_layer + l;
     for (std::int64_t r = 0; r < width; ++r)
-      for (std::int64_t c = 0; c < width; ++c) p[r * width + c] = initial_weight(first_layer + l, r, c, width);
+      for (std::int64_t c = 0; c < width; ++c) p[r * width + c] = initial_weight(source, r, c, width);
     weights_.push_back(w);
     grads_.push_back(tensor::zeros({width, width}, dtype::f32));
   }

@@ -15,7 +15,9 @@ namespace dsa::actors {
 class linear_stack : public stage_compute {
 public:
   // layers [first_layer, first_layer + layers) of a model of width `width`.
-  linear_stack(std::uint32_t first_layer, std::uint32_t layers, std::int64_t width);
+  // tied_layer: a global layer that starts with layer 0's weights (the two are
+  // meant to be tied: their gradients summed, see run_parts::tied); -1: none.
+  linear_stack(std::uint32_t first_layer, std::uint32_t layers, std::int64_t width, std::int64_t tied_layer = -1);
 
   void reserve_stash(std::uint32_t slots) override;
   // in: (B, width); labels: (B, width) on the last stage; out: (B, width).

@@ -1,5 +1,7 @@
 // A synthetic optimizer for runtime tests: plain SGD on fp32 master copies,
-// p -= lr * g / accumulation (g summed over the step's micro-batches).
+// p -= lr * c * g / accumulation (g summed over the step's micro-batches), where
+// c clips the global gradient norm: c = min(1, clip / |g|) when clip > 0, with
+// |g| over every stage (the reducers' totals), so a pipeline matches one loop.
 #pragma once
 
 #include "actors/compute.hpp"
@@ -8,20 +10,26 @@ namespace dsa::actors {
 
 class sgd : public optimizer_compute {
 public:
-  sgd(double lr, std::uint32_t accumulation) : lr_(lr), accumulation_(accumulation) {}
+  sgd(double lr, std::uint32_t accumulation, double clip = 0.0)
+      : lr_(lr), accumulation_(accumulation), clip_(clip) {}
 
   void init(const std::vector<tensor>& initial) override;
-  void update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) override;
+  std::vector<tensor> gradient_buffers() override { return grads_; }
+  bool update(std::uint32_t step, const grad_totals& totals, std::vector<tensor>& out) override;
 
   const std::vector<tensor>& master() const { return master_; }
 
 private:
   double lr_;
   std::uint32_t accumulation_;
+  double clip_;
   std::vector<tensor> master_;
+  std::vector<tensor> grads_;
 };
 
-// The same rule on one tensor (the plain-loop reference uses it too).
-void sgd_apply(tensor& param, const tensor& grad, double lr, std::uint32_t accumulation);
+// The same rule on one tensor (the plain-loop reference uses it too); grad_scale is c.
+void sgd_apply(tensor& param, const tensor& grad, double lr, std::uint32_t accumulation, double grad_scale = 1.0);
+// c of the rule above for a gradient sum of squares.
+double sgd_clip_factor(double clip, double sum_of_squares);
 
 } // namespace dsa::actors

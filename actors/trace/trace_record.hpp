@@ -23,7 +23,9 @@ enum class trace_name : std::uint16_t {
   released = 5,
   step_report = 6,
   update_report = 7,
-  count_ = 8,
+  reduce = 8,       // a reducer's compute (gather, tied sum or copy)
+  grad_partial = 9, // a reducer's share of the gradient norm, to another reducer
+  count_ = 10,
 };
 const char* trace_name_string(trace_name name);
 

@@ -9,8 +9,9 @@
 
 namespace dsa::train {
 
-bert_optimizer::bert_optimizer(bert_optimizer_options options, step_sync& sync)
-    : options_(std::move(options)), sync_(sync) {}
+bert_optimizer::bert_optimizer(bert_optimizer_options options) : options_(std::move(options)) {
+  DSA_CHECK(options_.decider != nullptr, "optimizer shard {}: no step decider", options_.participant);
+}
 
 void bert_optimizer::init(const std::vector<tensor>& initial) {
   const auto& specs = options_.specs;
@@ -31,7 +32,6 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
     }
     s.grad = tensor::zeros(s.param.shape(), dtype::f32);
     if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
-    if (specs[i].name == bert::word_embeddings_name()) tied_index_ = static_cast<int>(i);
     slots_.push_back(s);
   }
   // Groups hold copies of the slots: tensors are shared, so updates land in slots_ too.
@@ -45,38 +45,17 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   }
 }
 
-void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads, std::vector<tensor>& out) {
-  DSA_CHECK(grads.size() == slots_.size(), "optimizer shard {}: {} gradients for {} parameters",
-            options_.participant, grads.size(), slots_.size());
+std::vector<tensor> bert_optimizer::gradient_buffers() {
+  std::vector<tensor> out;
+  for (const auto& s : slots_) out.push_back(s.grad);
+  return out;
+}
+
+bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& totals, std::vector<tensor>& out) {
   auto started = std::chrono::steady_clock::now();
   if (options_.fail_step >= 0 && step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_optimizer_step)");
-  step_contribution mine;
-  for (std::size_t i = 0; i < grads.size(); ++i) cast_into(slots_[i].grad, grads[i], dtype::f32);
-
-  // Tied word embedding: every holder sums the holders' contributions in stage order.
-  if (tied_index_ >= 0 && options_.tied_holders > 1) {
-    tensor tied = slots_[static_cast<std::size_t>(tied_index_)].grad.clone();
-    std::vector<tensor> holders = sync_.exchange_tied(step, options_.participant, tied);
-    float* sum = slots_[static_cast<std::size_t>(tied_index_)].grad.data<float>();
-    const std::int64_t n = holders[0].numel();
-    for (std::int64_t j = 0; j < n; ++j) {
-      float acc = 0.0f;
-      for (const auto& h : holders) acc += h.data<float>()[j];
-      sum[j] = acc;
-    }
-  }
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    if (options_.specs[i].role == bert::replica::tied_copy) continue; // counted by the owner
-    mine.sum_of_squares += optim::sum_of_squares(slots_[i].grad);
-  }
-  mine.overflow = !std::isfinite(mine.sum_of_squares);
-
-  step_decision d = options_.scope == decision_scope::local
-                        ? options_.decide_local(step, mine)
-                        : sync_.decide(step, options_.participant, mine, [&](const std::vector<step_contribution>& all) {
-                            return options_.decide(step, all);
-                          });
+  const step_decision d = options_.decider->decide(step, totals);
   if (!d.skip) {
     for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
     opt_->set_lr(d.lr);
@@ -84,15 +63,12 @@ void bert_optimizer::update(std::uint32_t step, const std::vector<tensor>& grads
     opt_->step();
   }
   write_working(out);
+  if (options_.loss_scale_out) options_.loss_scale_out->store(d.loss_scale_after);
+  last_ = d;
   if (options_.update_ns)
     *options_.update_ns +=
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
-  step_sync::payload p;
-  if (d.save_state) p = state_payload();
-  sync_.after_update(step, options_.participant, std::move(p), mine.sum_of_squares,
-                     [&](std::vector<step_sync::payload>& all, double total) {
-                       if (options_.after_step) options_.after_step(step, d, all, total);
-                     });
+  return !d.skip;
 }
 
 void bert_optimizer::write_working(std::vector<tensor>& out) const {
@@ -105,8 +81,8 @@ void bert_optimizer::write_working(std::vector<tensor>& out) const {
   }
 }
 
-step_sync::payload bert_optimizer::state_payload() const {
-  step_sync::payload p;
+state_payload bert_optimizer::payload() const {
+  state_payload p;
   for (const auto& s : slots_) p["master." + s.name] = s.param.clone();
   optim::optimizer_state st = opt_->save_state();
   for (auto& [name, t] : st.tensors) p[name] = std::move(t);

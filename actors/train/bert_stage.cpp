@@ -63,7 +63,7 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
   if (grad_out.defined()) dout = grad_out.type() == dtype::f32 ? grad_out : cast_to(grad_out, dtype::f32);
   bert::backward_options opt;
   // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss scale.
-  opt.loss_scale = static_cast<float>(shared_.loss_scale.load() / static_cast<double>(options_.micro_batches));
+  opt.loss_scale = static_cast<float>(loss_scale_.load() / static_cast<double>(options_.micro_batches));
   tensor dx = part_.backward(dout, stashes_.at(key.stash), opt);
   if (part_.range().has_embeddings()) {
     shared_.masks.remove(key.step, key.micro_batch); // the micro-batch's last use

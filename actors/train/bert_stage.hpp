@@ -16,10 +16,8 @@
 
 namespace dsa::train {
 
-// Shared by the stages of a run: the current loss scale (read by the head's
-// backward) and the boards.
+// Shared by the stages of a run: the boards and the compute-time counters.
 struct stage_shared {
-  std::atomic<double> loss_scale{1.0};
   mask_board masks;
   step_stats stats;
   // Compute time summed over stages (wall_clock_breakdown), in nanoseconds.
@@ -50,12 +48,17 @@ public:
   std::vector<tensor> gradients() override;
   void load_parameters(const std::vector<tensor>& updated) override;
 
+  // The loss scale the head's backward applies; its optimizer shard sets it for
+  // the next step before sending the new parameter version.
+  std::atomic<double>& loss_scale() { return loss_scale_; }
+
 private:
   bert_stage_options options_;
   stage_shared& shared_;
   bert::bert_part part_;
   std::vector<bert::part_stash> stashes_;
-  std::vector<tensor> half_grads_; // gradients in the working precision, sent to the optimizer
+  std::vector<tensor> half_grads_; // gradients in the working precision, sent to the reducer
+  std::atomic<double> loss_scale_{1.0};
 };
 
 } // namespace dsa::train

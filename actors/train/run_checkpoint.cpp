@@ -48,7 +48,7 @@ expected<run_progress_state> progress_from_json(const nlohmann::json& j, const s
   return s;
 }
 
-ckpt::tensor_groups checkpoint_groups(std::vector<step_sync::payload>& payloads) {
+ckpt::tensor_groups checkpoint_groups(std::vector<state_payload>& payloads) {
   ckpt::tensor_groups groups;
   auto& model = groups["model"];
   for (std::size_t s = 0; s < payloads.size(); ++s) {

@@ -6,7 +6,7 @@
 // data cursor, skipped steps, the layout and the effective config.
 #pragma once
 
-#include "actors/train/step_sync.hpp"
+#include "actors/train/bert_optimizer.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/optimizer.hpp"
@@ -34,7 +34,7 @@ nlohmann::json progress_to_json(const run_progress_state& s);
 expected<run_progress_state> progress_from_json(const nlohmann::json& j, const std::string& where);
 
 // Builds the checkpoint groups from every shard's payload (see bert_optimizer).
-ckpt::tensor_groups checkpoint_groups(std::vector<step_sync::payload>& payloads);
+ckpt::tensor_groups checkpoint_groups(std::vector<state_payload>& payloads);
 
 // The optimizer state of shard `stage` from a loaded checkpoint.
 expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& groups, std::uint32_t stage,

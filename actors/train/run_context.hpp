@@ -1,18 +1,17 @@
-// The state one `dsactor run` shares between its setup, its optimizer shards,
-// step decisions and its step reporter.
+// The state one `dsactor run` shares between its setup, its optimizer shards
+// and its step reporter.
 #pragma once
 
+#include "actors/step_hooks.hpp"
+#include "actors/train/bert_optimizer.hpp"
 #include "actors/train/bert_stage.hpp"
 #include "actors/train/feed_source.hpp"
 #include "actors/train/metrics.hpp"
 #include "actors/train/progress.hpp"
 #include "actors/train/run_config.hpp"
-#include "actors/train/step_sync.hpp"
 #include "core/config.hpp"
 #include "models/bert/bert_range.hpp"
 #include "models/tokenizer/bert_tokenizer.hpp"
-#include "optim/loss_scaler.hpp"
-#include "optim/lr_schedule.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -20,18 +19,6 @@
 #include <vector>
 
 namespace dsa::train {
-
-// The decision state shared by the shards; touched only inside step_sync::decide.
-struct decision_state {
-  optim::loss_scaler scaler;
-  bool scaling = false;
-  std::unique_ptr<optim::lr_schedule> schedule;
-  // Local decisions: shard s > 0 steps its own copy of the schedule (shard 0 uses `schedule`).
-  std::vector<std::unique_ptr<optim::lr_schedule>> replicas;
-  double base_lr = 0.0;
-  double clip = 0.0;
-  std::int64_t skipped = 0;
-};
 
 struct run_context {
   run_config rc;
@@ -41,35 +28,28 @@ struct run_context {
   std::vector<bert::bert_range> ranges;
   stage_shared shared;
   std::vector<std::unique_ptr<bert_stage>> stages;
-  decision_state decisions;
   std::uint32_t first_step = 0;
   std::uint32_t last_step = 0; // inclusive
 };
 
-// Interval checkpoints are taken inside the step; the final one and one asked for by
-// a signal are taken after the run from the shards (which then hold that step's state).
+// Interval checkpoints are taken after the step on the coordinator (the shards then
+// wait); the final one and one asked for by a signal after the run.
 bool checkpoint_due(const run_context& ctx, std::uint32_t step);
-// The global decision (step_sync::decide, once per step, under its lock): overflow and
-// loss scale, clipping factor, lr; advances the schedule unless the step is skipped.
-step_decision decide_step(run_context& ctx, std::uint32_t step,
-                          const std::vector<step_contribution>& all);
-// A shard's own decision when nothing needs the other stages (decision_scope::local).
-step_decision decide_local(run_context& ctx, std::uint32_t shard, std::uint32_t step,
-                           const step_contribution& c);
 
-// What the last shard to finish a step does: metrics, progress, and the checkpoint
-// when one is due. Called from one optimizer worker at a time (step_sync phase 3).
+// What happens after each completed step (the run's on_step hook, on the
+// coordinator): metrics, progress, and the checkpoint when one is due. The
+// shards are idle then and hold the state after the step: the run has a
+// stop_after hook, so no shard starts the next update before this returns.
 class step_reporter {
 public:
-  step_reporter(run_context& ctx, feed_source& source, metrics_writer& metrics, progress& bar)
-      : ctx_(ctx), source_(source), metrics_(metrics), bar_(bar),
+  step_reporter(run_context& ctx, feed_source& source, metrics_writer& metrics, progress& bar,
+                std::vector<const bert_optimizer*> shards)
+      : ctx_(ctx), source_(source), metrics_(metrics), bar_(bar), shards_(std::move(shards)),
         last_(std::chrono::steady_clock::now()) {}
 
-  // sum_of_squares: the step's gradient sum of squares over all stages (loss-scaled).
-  void on_step(std::uint32_t step, const step_decision& d,
-               std::vector<step_sync::payload>& payloads, double sum_of_squares);
-  // Writes the checkpoint of the state after `step` from every shard's payload.
-  void save(std::uint32_t step, std::vector<step_sync::payload>& payloads);
+  void on_step(const actors::step_summary& s);
+  // Writes the checkpoint of the state after `step` from the shards.
+  void save(std::uint32_t step);
 
   double last_loss() const { return last_loss_; }
   std::int64_t last_saved() const { return last_saved_; }
@@ -81,6 +61,7 @@ private:
   feed_source& source_;
   metrics_writer& metrics_;
   progress& bar_;
+  std::vector<const bert_optimizer*> shards_;
   std::chrono::steady_clock::time_point last_;
   double last_loss_ = 0.0;
   std::int64_t last_saved_ = -1;

@@ -1,4 +1,4 @@
-// Metrics, progress and checkpoints at the end of each step.
+// Metrics, progress and checkpoints after each step.
 #include "actors/train/run_context.hpp"
 
 #include "actors/train/partition.hpp"
@@ -13,8 +13,15 @@
 
 namespace dsa::train {
 
-void step_reporter::on_step(std::uint32_t step, const step_decision& d,
-                            std::vector<step_sync::payload>& payloads, double sum_of_squares) {
+bool checkpoint_due(const run_context& ctx, std::uint32_t step) {
+  const auto& cp = ctx.rc.checkpoint;
+  return cp.save_interval > 0 && (step + 1) % static_cast<std::uint32_t>(cp.save_interval) == 0;
+}
+
+void step_reporter::on_step(const actors::step_summary& s) {
+  const std::uint32_t step = s.step;
+  // Every shard decided the same; shard 0's decision stands for all.
+  const step_decision& d = shards_.front()->last_decision();
   step_totals t = ctx_.shared.stats.take(step);
   auto now = std::chrono::steady_clock::now();
   double secs = std::chrono::duration<double>(now - last_).count();
@@ -25,7 +32,7 @@ void step_reporter::on_step(std::uint32_t step, const step_decision& d,
   row.values = {{"Train/Samples/train_loss", t.mean_loss()},
                 {"Train/Samples/lr", d.lr_after},
                 {"Train/Samples/loss_scale", d.loss_scale_after},
-                {"Train/Samples/grad_norm", std::sqrt(sum_of_squares) / d.loss_scale},
+                {"Train/Samples/grad_norm", std::sqrt(s.grad_sum_of_squares) / d.loss_scale},
                 {"Train/Samples/skipped", d.skip ? 1.0 : 0.0}};
   if (t.mlm_count > 0)
     row.values.push_back({"Train/Samples/mlm_accuracy",
@@ -45,19 +52,21 @@ void step_reporter::on_step(std::uint32_t step, const step_decision& d,
   if (ctx_.rc.wall_clock_breakdown)
     r.extra = breakdown();
   bar_.update(r);
-  if (d.save_state)
-    save(step, payloads);
+  if (checkpoint_due(ctx_, step))
+    save(step);
   source_.forget_before(step); // the post-run save may still need this step's cursor
 }
 
-void step_reporter::save(std::uint32_t step, std::vector<step_sync::payload>& payloads) {
+void step_reporter::save(std::uint32_t step) {
+  std::vector<state_payload> payloads;
+  for (const auto* shard : shards_) payloads.push_back(shard->payload());
+  const step_decider& decider = shards_.front()->decider();
   run_progress_state p;
   p.next_step = step + 1;
-  p.schedule_iteration =
-      ctx_.decisions.schedule ? ctx_.decisions.schedule->last_batch_iteration() : -1;
-  p.scaler = ctx_.decisions.scaler.state();
+  p.schedule_iteration = decider.schedule_iteration();
+  p.scaler = decider.scaler_state();
   p.data_cursor = source_.cursor_after(step);
-  p.skipped_steps = ctx_.decisions.skipped;
+  p.skipped_steps = decider.skipped();
   p.stages = ctx_.rc.stages;
   p.layout = describe_layout(ctx_.ranges);
   p.precision = precision_name(ctx_.rc.working);

@@ -151,27 +151,30 @@ status make_stages(run_context& ctx) {
   return {};
 }
 
-status make_decisions(run_context& ctx) {
-  auto& d = ctx.decisions;
-  d.base_lr = ctx.rc.optimizer.lr;
-  d.clip = ctx.rc.gradient_clipping;
-  d.scaling = ctx.rc.working == precision::f16;
-  if (d.scaling) d.scaler = optim::loss_scaler(ctx.rc.scaler, 0);
-  if (ctx.rc.has_scheduler) {
-    DSA_ASSIGN_OR_RETURN(d.schedule, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
-    for (std::uint32_t s = 1; s < ctx.rc.stages; ++s) {
-      DSA_ASSIGN_OR_RETURN(auto replica, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
-      d.replicas.push_back(std::move(replica));
+// One step_decider per shard, all alike. global: the shards get totals over every stage.
+expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(run_context& ctx) {
+  step_decider_options o;
+  o.base_lr = ctx.rc.optimizer.lr;
+  o.clip = ctx.rc.gradient_clipping;
+  o.scaling = ctx.rc.working == precision::f16;
+  o.scaler = ctx.rc.scaler;
+  std::vector<std::unique_ptr<step_decider>> out;
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+    o.rank = static_cast<int>(s);
+    std::unique_ptr<optim::lr_schedule> schedule;
+    if (ctx.rc.has_scheduler) {
+      DSA_ASSIGN_OR_RETURN(schedule, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
     }
+    out.push_back(std::make_unique<step_decider>(o, std::move(schedule)));
   }
-  ctx.shared.loss_scale = d.scaling ? d.scaler.scale() : 1.0;
-  return {};
+  return out;
 }
 
 // Restores a checkpoint into the stages and returns what the shards and the data need.
 struct restored {
   std::map<std::string, tensor> masters;
   std::vector<optim::optimizer_state> optimizer_states;
+  run_progress_state progress;
 };
 
 expected<restored> restore(run_context& ctx, const std::string& which) {
@@ -204,12 +207,8 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
     r.optimizer_states.push_back(std::move(st));
   }
   ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
-  if (ctx.decisions.schedule) ctx.decisions.schedule->set_last_batch_iteration(progress.schedule_iteration);
-  for (auto& replica : ctx.decisions.replicas) replica->set_last_batch_iteration(progress.schedule_iteration);
-  if (ctx.decisions.scaling) ctx.decisions.scaler.load_state(progress.scaler);
-  ctx.decisions.skipped = progress.skipped_steps;
-  ctx.shared.loss_scale = ctx.decisions.scaling ? ctx.decisions.scaler.scale() : 1.0;
   DSA_TRY(ctx.provider->seek(progress.data_cursor));
+  r.progress = std::move(progress);
   log_info("resumed from {} at step {}", ck.dir, ctx.first_step);
   return r;
 }
@@ -331,13 +330,17 @@ int run_training(const run_request& req) {
                                                       static_cast<double>(rc.batch.train_batch_size)));
   ctx.last_step = static_cast<std::uint32_t>(std::max<std::int64_t>(total_steps, 1) - 1);
   if (auto s = make_stages(ctx); !s) return fail(s.err(), 1);
-  if (auto s = make_decisions(ctx); !s) return fail(s.err(), 2);
+  auto deciders = make_deciders(ctx);
+  if (!deciders) return fail(deciders.err(), 2);
   std::optional<restored> resumed;
   if (!rc.checkpoint.load.empty()) {
     auto r = restore(ctx, rc.checkpoint.load);
     if (!r) return fail(r.err(), r.err().code == errc::config ? 2 : 1);
     resumed = std::move(*r);
+    for (auto& d : *deciders)
+      d->restore(resumed->progress.schedule_iteration, resumed->progress.scaler, resumed->progress.skipped_steps);
   }
+  for (std::uint32_t s = 0; s < rc.stages; ++s) ctx.stages[s]->loss_scale() = (*deciders)[s]->loss_scale();
 
   int status_code = 0;
   if (ctx.first_step <= ctx.last_step) {
@@ -347,54 +350,50 @@ int run_training(const run_request& req) {
     progress bar(ctx.first_step, ctx.last_step + 1, rc.steps_per_print, progress::detect_style());
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
     feed_source source(*ctx.provider, rc.batch.micro_batch_size, M, rc.model.head, ctx.shared.masks);
-    step_reporter reporter(ctx, source, *metrics, bar);
-    // Stages holding the tied word embedding: the first, and the last with a pretraining
+    // The tied word embedding: on the first stage, and on the last with a pretraining
     // head (a SQuAD head has no decoder, so no copy).
-    std::uint32_t tied_holders = 0;
-    for (const auto& range : ctx.ranges)
-      for (const auto& spec : bert::parameter_specs(rc.model, range))
-        if (spec.name == bert::word_embeddings_name()) ++tied_holders;
-    step_sync sync(rc.stages, std::max<std::uint32_t>(tied_holders, 1), std::chrono::seconds(rc.watchdog_seconds));
-    const decision_scope scope = rc.gradient_clipping <= 0 && rc.working != precision::f16 ? decision_scope::local
-                                                                                            : decision_scope::global;
-    log_info("optimizer decisions: {}", scope == decision_scope::local
-                                             ? "local (no clipping, no loss scaling): each stage updates as soon as "
-                                               "its gradients are complete"
-                                             : "global (gradient clipping or loss scaling need every stage's gradients)");
+    std::vector<int> tied(rc.stages, -1);
+    for (std::uint32_t s = 0; s < rc.stages; ++s) {
+      const auto specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
+      for (std::size_t i = 0; i < specs.size(); ++i)
+        if (specs[i].name == bert::word_embeddings_name()) tied[s] = static_cast<int>(i);
+    }
+    const bool global = rc.gradient_clipping > 0 || rc.working == precision::f16;
+    log_info("optimizer updates: {}", global ? "after the reducers exchanged every stage's gradient norm "
+                                               "(gradient clipping or loss scaling need it)"
+                                             : "each stage's as soon as its gradients are reduced (no clipping, "
+                                               "no loss scaling)");
     std::vector<std::unique_ptr<bert_optimizer>> shards;
     actors::run_parts parts;
+    parts.tied = tied;
     for (std::uint32_t s = 0; s < rc.stages; ++s) {
       bert_optimizer_options o;
       o.participant = s;
       o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
       o.optimizer = rc.optimizer;
       o.working = rc.working;
+      o.decider = std::move((*deciders)[s]);
+      o.loss_scale_out = &ctx.stages[s]->loss_scale();
       if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
-      o.scope = scope;
       o.update_ns = &ctx.shared.optimizer_ns;
-      o.tied_holders = tied_holders;
-      o.decide = [&](std::uint32_t step, const std::vector<step_contribution>& all) {
-        return decide_step(ctx, step, all);
-      };
-      o.decide_local = [&ctx, s](std::uint32_t step, const step_contribution& c) {
-        return decide_local(ctx, s, step, c);
-      };
-      o.after_step = [&](std::uint32_t step, const step_decision& d, std::vector<step_sync::payload>& p,
-                         double sumsq) { reporter.on_step(step, d, p, sumsq); };
       if (resumed) {
         o.resume_masters = resumed->masters;
         o.resume_state = resumed->optimizer_states[s];
       }
-      shards.push_back(std::make_unique<bert_optimizer>(std::move(o), sync));
+      shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
       parts.stages.push_back(ctx.stages[s].get());
       parts.optimizers.push_back(shards.back().get());
     }
+    std::vector<const bert_optimizer*> shard_views;
+    for (const auto& shard : shards) shard_views.push_back(shard.get());
+    step_reporter reporter(ctx, source, *metrics, bar, shard_views);
     parts.source = &source;
     actors::run_options ro;
     ro.pipeline.stages = rc.stages;
     ro.pipeline.micro_batches = M;
     ro.pipeline.steps = ctx.last_step - ctx.first_step + 1;
     ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
+    ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
     ro.first_step = ctx.first_step;
     if (resumed) {
       try {
@@ -404,8 +403,9 @@ int run_training(const run_request& req) {
       }
       ro.optimizers = actors::optimizer_start::already_loaded;
     }
+    ro.on_step = [&](const actors::step_summary& summary) { reporter.on_step(summary); };
+    // Also what keeps each next update waiting until on_step returned (see step_reporter).
     ro.stop_after = [&](std::uint32_t k) { return stop_requested() && k != ctx.last_step; };
-    ro.on_failure = [&](const std::string& why) { sync.abort(why); };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;
     actors::run_result result = actors::run_pipeline(ro, parts);
@@ -415,10 +415,8 @@ int run_training(const run_request& req) {
     const std::int64_t done = static_cast<std::int64_t>(ctx.first_step) + result.steps_completed - 1;
     const bool stopped = stop_requested(); // also when the signal came during the last step
     if (done >= 0 && done > reporter.last_saved() && (rc.checkpoint.save_final || stopped)) {
-      std::vector<step_sync::payload> payloads;
-      for (const auto& shard : shards) payloads.push_back(shard->state_payload());
       try {
-        reporter.save(static_cast<std::uint32_t>(done), payloads);
+        reporter.save(static_cast<std::uint32_t>(done));
       } catch (const std::exception& e) {
         return fail(make_error(errc::io, "{}", e.what()), 1);
       }
@@ -433,7 +431,8 @@ int run_training(const run_request& req) {
         log_info("stage {}: idle {:.1f}% of the run (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
                  100 * idle.idle_fraction, 100 * bubble);
     }
-    log_info("training done: last loss {:.4f}, {} step(s) skipped", reporter.last_loss(), ctx.decisions.skipped);
+    log_info("training done: last loss {:.4f}, {} step(s) skipped", reporter.last_loss(),
+             shards.front()->decider().skipped());
     if (stopped) {
       log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", done + 1, req.config_path);
       return 130;

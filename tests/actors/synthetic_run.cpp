@@ -10,10 +10,17 @@ using namespace dsa::actors;
 synthetic_pipeline::synthetic_pipeline(const synthetic_model& model, const pipeline_options& options) {
   const std::uint32_t S = options.stages;
   DSA_CHECK(model.layers % S == 0, "{} layers over {} stages", model.layers, S);
+  DSA_CHECK(!model.tie_ends || S > 1, "a tied pair needs two stages (the runtime ties first and last stage)");
   const std::uint32_t per_stage = model.layers / S;
+  const std::int64_t tied_layer = model.tie_ends ? static_cast<std::int64_t>(model.layers) - 1 : -1;
   for (std::uint32_t s = 0; s < S; ++s) {
-    stages.push_back(std::make_unique<linear_stack>(s * per_stage, per_stage, model.width));
-    optimizers.push_back(std::make_unique<sgd>(model.lr, options.micro_batches));
+    stages.push_back(std::make_unique<linear_stack>(s * per_stage, per_stage, model.width, tied_layer));
+    optimizers.push_back(std::make_unique<sgd>(model.lr, options.micro_batches, model.clip));
+  }
+  if (model.tie_ends) {
+    tied.assign(S, -1);
+    tied.front() = 0;
+    tied.back() = static_cast<int>(per_stage) - 1;
   }
   source = std::make_unique<synthetic_source>(model.rows, model.width);
 }
@@ -23,6 +30,7 @@ run_parts synthetic_pipeline::parts() {
   for (auto& s : stages) p.stages.push_back(s.get());
   for (auto& o : optimizers) p.optimizers.push_back(o.get());
   p.source = source.get();
+  p.tied = tied;
   return p;
 }
 
@@ -61,7 +69,8 @@ run_result run_synthetic(synthetic_pipeline& pipeline, const pipeline_options& o
 }
 
 reference_run run_reference(const synthetic_model& model, std::uint32_t micro_batches, std::uint32_t steps) {
-  linear_stack stack(0, model.layers, model.width);
+  const std::size_t last = model.layers - 1;
+  linear_stack stack(0, model.layers, model.width, model.tie_ends ? static_cast<std::int64_t>(last) : -1);
   synthetic_source source(model.rows, model.width);
   stack.reserve_stash(1);
   auto params = stack.parameters();
@@ -78,7 +87,22 @@ reference_run run_reference(const synthetic_model& model, std::uint32_t micro_ba
     }
     run.losses.push_back(loss / micro_batches);
     auto grads = stack.gradients();
-    for (std::size_t i = 0; i < master.size(); ++i) sgd_apply(master[i], grads[i], model.lr, micro_batches);
+    if (model.tie_ends) { // both ends take the sum, first layer's term first; the norm counts it once
+      tensor sum = grads[0].clone();
+      float* s = sum.data<float>();
+      const float* g = grads[last].data<float>();
+      for (std::int64_t j = 0; j < sum.numel(); ++j) s[j] = s[j] + g[j];
+      grads[0] = sum;
+      grads[last] = sum;
+    }
+    double sum_of_squares = 0;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (model.tie_ends && i == last) continue;
+      const float* g = grads[i].data<float>();
+      for (std::int64_t j = 0; j < grads[i].numel(); ++j) sum_of_squares += double(g[j]) * g[j];
+    }
+    const double c = sgd_clip_factor(model.clip, sum_of_squares);
+    for (std::size_t i = 0; i < master.size(); ++i) sgd_apply(master[i], grads[i], model.lr, micro_batches, c);
     stack.load_parameters(master);
   }
   for (const auto& p : stack.parameters()) run.parameters.push_back(p.clone());

@@ -17,6 +17,10 @@ struct synthetic_model {
   std::int64_t width = 5; // awkward on purpose
   std::int64_t rows = 3;
   double lr = 0.05;
+  // Optional: the last layer tied to the first (same start, gradients summed), and
+  // SGD clipping the global gradient norm at `clip` (0: off).
+  bool tie_ends = false;
+  double clip = 0.0;
 };
 
 struct synthetic_pipeline {
@@ -34,6 +38,7 @@ struct synthetic_pipeline {
   std::vector<std::unique_ptr<actors::stage_compute>> stages;
   std::vector<std::unique_ptr<actors::sgd>> optimizers;
   std::unique_ptr<actors::synthetic_source> source;
+  std::vector<int> tied; // run_parts::tied
 };
 
 actors::run_result run_synthetic(synthetic_pipeline& pipeline, const actors::pipeline_options& options,

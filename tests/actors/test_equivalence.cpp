@@ -1,5 +1,6 @@
 // Equivalence: the synthetic model's parameters after N steps are the same with
 // 1, 2 and 4 pipeline stages and in a plain loop without the runtime.
+#include "parameter_check.hpp"
 #include "synthetic_run.hpp"
 #include "tests/support/compare.hpp"
 
@@ -11,19 +12,6 @@
 using namespace dsa::actors;
 using dsa::test::synthetic_model;
 using dsa::test::synthetic_pipeline;
-
-namespace {
-
-void check_same(const std::vector<dsa::tensor>& got, const std::vector<dsa::tensor>& want) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(got[i].shape() == want[i].shape());
-    DSA_CHECK_CLOSE(got[i].data<float>(), want[i].data<float>(), got[i].numel(), dsa::test::layout_equivalence);
-  }
-}
-
-} // namespace
 
 TEST_CASE("equivalence: 1, 2 and 4 stages give the plain loop's parameters after 5 steps of 4 micro-batches") {
   // Each layer's gradient is summed over micro-batches in micro-batch order in
@@ -43,7 +31,7 @@ TEST_CASE("equivalence: 1, 2 and 4 stages give the plain loop's parameters after
     auto result = dsa::test::run_synthetic(pipe, options);
     CAPTURE(result.error);
     REQUIRE(result.ok);
-    check_same(pipe.parameters(), reference);
+    dsa::test::check_parameters_close(pipe.parameters(), reference);
   }
   // The training moved the parameters (the test would be vacuous otherwise).
   const float* a = initial[0].data<float>();

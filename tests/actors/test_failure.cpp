@@ -37,9 +37,9 @@ private:
 class failing_optimizer : public sgd {
 public:
   failing_optimizer(std::uint32_t accumulation, std::uint32_t fail_step) : sgd(0.05, accumulation), fail_(fail_step) {}
-  void update(std::uint32_t step, const std::vector<dsa::tensor>& grads, std::vector<dsa::tensor>& out) override {
+  bool update(std::uint32_t step, const grad_totals& totals, std::vector<dsa::tensor>& out) override {
     if (step == fail_) throw std::runtime_error("optimizer fault");
-    sgd::update(step, grads, out);
+    return sgd::update(step, totals, out);
   }
 
 private:

@@ -3,6 +3,7 @@
 // runs without a trace. Oracles: the plain-loop reference and an uninterrupted
 // run of the same layout (bit for bit).
 #include "actors/trace/trace_analysis.hpp"
+#include "parameter_check.hpp"
 #include "synthetic_run.hpp"
 #include "tests/support/compare.hpp"
 
@@ -32,15 +33,6 @@ pipeline_options shape(std::uint32_t S, std::uint32_t M, std::uint32_t steps) {
   o.micro_batches = M;
   o.steps = steps;
   return o;
-}
-
-void check_close(const std::vector<dsa::tensor>& got, const std::vector<dsa::tensor>& want) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(got[i].shape() == want[i].shape());
-    DSA_CHECK_CLOSE(got[i].data<float>(), want[i].data<float>(), got[i].numel(), dsa::test::layout_equivalence);
-  }
 }
 
 // Bit for bit; names the first differing element.
@@ -139,8 +131,8 @@ TEST_CASE("run control: stop_after(1) ends a 5-step run ok after steps 0 and 1; 
         }
         if (M == 4) {
           // Stages hold version 2 and the optimizers the state after step 1: the plain loop's 2 steps.
-          check_close(pipe.parameters(), reference.parameters);
-          check_close(pipe.master(), reference.parameters);
+          dsa::test::check_parameters_close(pipe.parameters(), reference.parameters);
+          dsa::test::check_parameters_close(pipe.master(), reference.parameters);
         }
       }
 }
@@ -255,7 +247,7 @@ TEST_CASE("run control: first_step 3 from the reference's step-3 parameters runs
         CHECK(span_steps(result.trace, "load", s) == std::vector<std::uint32_t>{4, 5});
         for (auto step : span_steps(result.trace, "forward", s)) CHECK((step == 3 || step == 4));
       }
-      check_close(pipe.parameters(), at5.parameters);
+      dsa::test::check_parameters_close(pipe.parameters(), at5.parameters);
     }
 }
 
@@ -301,6 +293,6 @@ TEST_CASE("run control: trace_mode::off records nothing and writes no trace file
   CHECK(result.trace.records.empty());
   CHECK(result.trace_path.empty());
   CHECK(!std::filesystem::exists(dir / "trace.dsat"));
-  check_close(pipe.parameters(), dsa::test::reference_parameters(model, 2, 3));
+  dsa::test::check_parameters_close(pipe.parameters(), dsa::test::reference_parameters(model, 2, 3));
   std::filesystem::remove_all(dir);
 }

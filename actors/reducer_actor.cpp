@@ -1,0 +1,256 @@
+// The reducer actor; see reducer_actor.hpp.
+#include "actors/reducer_actor.hpp"
+
+#include "actors/endpoint.hpp"
+#include "actors/protocol/protocol.hpp"
+#include "actors/reducer_state.hpp"
+#include "actors/worker_job.hpp"
+#include "kernels/cpu/convert.hpp"
+#include "optim/grad_clip.hpp"
+
+#include <caf/all.hpp>
+
+namespace dsa::actors {
+
+namespace {
+
+enum job_kind : std::uint32_t { gather_job = 0, tied_sum_job = 1, tied_copy_job = 2 };
+
+tied_role role_of(const pipeline_plan& plan, std::uint32_t index) {
+  if (!plan.exchanges_tied()) return tied_role::none;
+  if (index == 0) return tied_role::owner;
+  if (index + 1 == plan.options.stages) return tied_role::copy;
+  return tied_role::none;
+}
+
+struct reducer_core {
+  reducer_core(const actor_setup& setup, std::uint32_t i, int tied)
+      : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.reducer_id(i)),
+        grads_edge(plan.grads_edges[i]), reduced_edge(plan.reduced_edges[i]),
+        state(i, plan.options.stages, role_of(plan, i), plan.options.totals), tied_index(tied),
+        io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
+        peers(plan.options.stages) {
+    DSA_CHECK(state.role() == tied_role::none || tied_index >= 0,
+              "reducer {}: the plan exchanges a tied parameter this stage does not name", i);
+  }
+
+  std::uint32_t owner_id() const { return plan.reducer_id(0); }
+  std::uint32_t copy_id() const { return plan.reducer_id(plan.options.stages - 1); }
+
+  const pipeline_plan& plan;
+  std::shared_ptr<slot_table> slots;
+  trace_recorder* trace;
+  std::uint32_t index, id, grads_edge, reduced_edge;
+  reducer_state state;
+  int tied_index;
+  endpoint io;
+  caf::actor stage, shard;
+  std::vector<caf::actor> peers; // [s]: the reducer of stage s
+  bool tied_up_free = true;      // copy: the owner has read the offered gradient
+  compute_worker worker;         // last: joined first
+};
+
+struct reducer_state_holder {
+  std::shared_ptr<const pipeline_plan> plan;
+  std::unique_ptr<reducer_core> core;
+};
+using reducer_actor = caf::stateful_actor<reducer_state_holder>;
+
+// Gradients into the shard's f32 buffers; returns the sum of squares of all but `skip`.
+double gather(const slot_contents& grads, slot_contents& buffers, int skip) {
+  DSA_CHECK(grads.size() == buffers.size(), "{} gradients for {} optimizer buffers", grads.size(), buffers.size());
+  double share = 0;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const tensor& g = grads[i];
+    tensor& b = buffers[i];
+    DSA_CHECK(g.shape() == b.shape() && b.type() == dtype::f32 && g.is_contiguous(),
+              "gradient {} {} does not fit the optimizer's buffer {}", i, g.describe(), b.describe());
+    cpu::cast(b.raw_data(), dtype::f32, g.raw_data(), g.type(), g.numel());
+    if (static_cast<int>(i) != skip) share += optim::sum_of_squares(b);
+  }
+  return share;
+}
+
+void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
+  auto& c = *self->state.core;
+  auto slots = c.slots;
+  auto* trace = c.trace;
+  const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, reduced = c.reduced_edge;
+  const int tied = c.tied_index;
+  const int skip = c.state.role() == tied_role::none ? -1 : tied;
+  const slot_ref tied_in = c.state.role() == tied_role::owner ? slot_ref{c.plan.tied_up_edge, 0}
+                                                              : slot_ref{c.plan.tied_down_edge, 0};
+  post_job(self, c.worker, step, [=] {
+    trace_span span(trace, trace_name::reduce, id, static_cast<std::int32_t>(index), step, 0);
+    slot_contents& buffers = slots->at({reduced, 0});
+    double share = 0;
+    if (kind == gather_job) {
+      share = gather(slots->at({grads, 0}), buffers, skip);
+    } else {
+      tensor& mine = buffers.at(static_cast<std::size_t>(tied));
+      const tensor& other = slots->at(tied_in).at(0);
+      DSA_CHECK(other.shape() == mine.shape() && other.type() == dtype::f32, "tied gradient {} does not fit {}",
+                other.describe(), mine.describe());
+      if (kind == tied_sum_job) {
+        float* m = mine.data<float>();
+        const float* o = other.data<float>();
+        for (std::int64_t j = 0; j < mine.numel(); ++j) m[j] = m[j] + o[j]; // first stage's term first
+        share = optim::sum_of_squares(mine);
+      } else {
+        mine.copy_from(other);
+      }
+    }
+    return work_done{kind, step, 0, share};
+  });
+}
+
+void note_partial(reducer_core& c, trace_kind kind, std::uint32_t from, std::uint32_t to, std::uint32_t step) {
+  if (!c.trace) return;
+  trace_record r;
+  r.t0_ns = c.trace->now_ns();
+  r.kind = static_cast<std::uint8_t>(kind);
+  r.name = static_cast<std::uint16_t>(trace_name::grad_partial);
+  r.actor = c.id;
+  r.stage = static_cast<std::int32_t>(c.index);
+  r.peer = c.plan.reducer_id(kind == trace_kind::send ? to : from);
+  r.edge = from * c.plan.options.stages + to; // not a slot edge: the pair of stages
+  r.bytes = sizeof(double);
+  r.flow = flow_id(trace_name::grad_partial, r.edge, step);
+  r.step = step;
+  c.trace->record(r);
+}
+
+void execute(reducer_actor* self, const reducer_state::actions& todo) {
+  auto& c = *self->state.core;
+  const auto S = c.plan.options.stages;
+  for (const auto& a : todo) {
+    switch (a.what) {
+      case reducer_action::kind::gather: start_job(self, gather_job, a.step); break;
+      case reducer_action::kind::tied_sum: start_job(self, tied_sum_job, a.step); break;
+      case reducer_action::kind::tied_copy: start_job(self, tied_copy_job, a.step); break;
+      case reducer_action::kind::send_tied_up: {
+        DSA_CHECK(c.tied_up_free, "reducer {}: tied gradient of step {} offered before the last was read", c.index,
+                  a.step);
+        c.tied_up_free = false;
+        c.slots->at({c.plan.tied_up_edge, 0}).at(0) = c.slots->at({c.reduced_edge, 0}).at(c.tied_index);
+        c.io.send_produced(self, c.peers[0], c.owner_id(), {c.plan.tied_up_edge, 0}, a.step, 0);
+        break;
+      }
+      case reducer_action::kind::send_tied_down:
+        c.slots->at({c.plan.tied_down_edge, 0}).at(0) = c.slots->at({c.reduced_edge, 0}).at(c.tied_index);
+        c.io.send_produced(self, c.peers[S - 1], c.copy_id(), {c.plan.tied_down_edge, 0}, a.step, 0);
+        break;
+      case reducer_action::kind::publish:
+        for (std::uint32_t s = 0; s < S; ++s) {
+          if (s == c.index) continue;
+          note_partial(c, trace_kind::send, c.index, s, a.step);
+          self->send(c.peers[s], grad_partial{c.index, a.step, a.own});
+        }
+        break;
+      case reducer_action::kind::forward: {
+        produced p = c.io.stamp_produced(c.plan.shard_id(c.index), {c.reduced_edge, 0}, a.step, 0);
+        self->send(c.shard, reduced{p, a.total, a.own, c.plan.options.totals == grad_scope::global});
+        break;
+      }
+    }
+  }
+}
+
+// Runs one state event and its actions; a protocol violation fails the reducer.
+template <class Event>
+void handle(reducer_actor* self, std::uint32_t step, Event&& event) {
+  auto& c = *self->state.core;
+  reducer_state::actions todo;
+  try {
+    todo = event(c.state);
+  } catch (const std::exception& e) {
+    self->quit(make_failure(runtime_errc::protocol, {c.plan.actor_name(c.id), step, e.what()}));
+    return;
+  }
+  execute(self, todo);
+}
+
+void on_produced(reducer_actor* self, const produced& m) {
+  auto& c = *self->state.core;
+  if (m.ref.edge == c.grads_edge) {
+    c.io.received(m, c.plan.stage_id(c.index));
+    handle(self, m.step, [&](reducer_state& st) { return st.on_grads(m.step); });
+  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_up_edge && c.index == 0) {
+    c.io.received(m, c.copy_id());
+    handle(self, m.step, [&](reducer_state& st) { return st.on_tied_arrived(m.step); });
+  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_down_edge && c.index + 1 == c.plan.options.stages) {
+    c.io.received(m, c.owner_id());
+    handle(self, m.step, [&](reducer_state& st) { return st.on_tied_arrived(m.step); });
+  } else {
+    self->quit(make_failure(runtime_errc::protocol,
+                            {c.plan.actor_name(c.id), m.step, "produced on foreign edge " + std::to_string(m.ref.edge)}));
+  }
+}
+
+void on_released(reducer_actor* self, const released& m) {
+  auto& c = *self->state.core;
+  if (m.ref.edge == c.reduced_edge) {
+    c.io.received(m, c.plan.shard_id(c.index));
+    handle(self, 0, [](reducer_state& st) { return st.on_reduced_released(); });
+  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_down_edge && c.index == 0) {
+    c.io.received(m, c.copy_id());
+    handle(self, 0, [](reducer_state& st) { return st.on_tied_down_released(); });
+  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_up_edge && c.index + 1 == c.plan.options.stages) {
+    c.io.received(m, c.owner_id());
+    c.tied_up_free = true;
+  } else {
+    self->quit(make_failure(runtime_errc::protocol,
+                            {c.plan.actor_name(c.id), 0, "released on foreign edge " + std::to_string(m.ref.edge)}));
+  }
+}
+
+void on_done(reducer_actor* self, const work_done& d) {
+  auto& c = *self->state.core;
+  switch (d.kind) {
+    case gather_job:
+      c.slots->at({c.grads_edge, 0}).clear(); // drop the views of the stage's gradients
+      c.io.send_released(self, c.stage, c.plan.stage_id(c.index), {c.grads_edge, 0});
+      handle(self, d.step, [&](reducer_state& st) { return st.on_gathered(d.step, d.loss); });
+      break;
+    case tied_sum_job:
+      c.io.send_released(self, c.peers.back(), c.copy_id(), {c.plan.tied_up_edge, 0});
+      handle(self, d.step, [&](reducer_state& st) { return st.on_tied_done(d.step, d.loss); });
+      break;
+    default:
+      c.io.send_released(self, c.peers.front(), c.owner_id(), {c.plan.tied_down_edge, 0});
+      handle(self, d.step, [&](reducer_state& st) { return st.on_tied_done(d.step, 0.0); });
+      break;
+  }
+}
+
+caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint32_t index, int tied_index) {
+  self->state.plan = setup.plan;
+  self->state.core = std::make_unique<reducer_core>(setup, index, tied_index);
+  return {
+      [=](wire_atom, const caf::actor& stage, const caf::actor& shard) {
+        self->state.core->stage = stage;
+        self->state.core->shard = shard;
+      },
+      [=](wire_atom, std::uint32_t s, const caf::actor& peer) { self->state.core->peers.at(s) = peer; },
+      [=](const produced& m) { on_produced(self, m); },
+      [=](const released& m) { on_released(self, m); },
+      [=](const grad_partial& m) {
+        auto& c = *self->state.core;
+        note_partial(c, trace_kind::recv, m.stage, c.index, m.step);
+        handle(self, m.step, [&](reducer_state& st) { return st.on_partial(m.stage, m.step, m.sum_of_squares); });
+      },
+      [=](const work_done& d) { on_done(self, d); },
+      [=](const work_failed& f) {
+        auto& c = *self->state.core;
+        self->quit(make_failure(runtime_errc::compute_failed, {c.plan.actor_name(c.id), f.step, f.what}));
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index) {
+  return sys.spawn(reducer_behavior, setup, index, tied_index);
+}
+
+} // namespace dsa::actors

@@ -1,0 +1,26 @@
+// The gradient reducer of one stage: between the stage and its optimizer shard,
+// it turns the stage's accumulated gradients of a step into what the update
+// needs, by message: the tied parameter's gradient summed between the first and
+// the last stage, and (with grad_scope::global) the sum of squares over all
+// stages for clipping and the fp16 overflow check. reducer_state.hpp describes
+// the steps; the compute (casting into the shard's f32 buffers, sums) runs on
+// the reducer's own worker thread. With one data-parallel replica these are the
+// only reductions; a data-parallel all-reduce of the buckets belongs here too.
+#pragma once
+
+#include "actors/actor_setup.hpp"
+#include "actors/compute.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+namespace dsa::actors {
+
+// Spawns the reducer of stage `index`. The reduced edge's slot must already
+// hold the shard's gradient_buffers(). tied_index: the position of the tied
+// parameter in the stage's parameters (used when the plan exchanges it), or -1.
+// Then expects (wire_atom, stage, shard) and (wire_atom, s, reducer of stage s)
+// for every stage s.
+caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index);
+
+} // namespace dsa::actors
