@@ -9,6 +9,9 @@
 #include "optim/grad_clip.hpp"
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include <stdexcept>
 
 namespace dsa::actors {
 
@@ -57,14 +60,18 @@ struct reducer_state_holder {
 using reducer_actor = caf::stateful_actor<reducer_state_holder>;
 
 // Gradients into the shard's f32 buffers; returns the sum of squares of all but `skip`.
+// Gradients that do not fit fail the job (and the reducer, naming them).
 double gather(const slot_contents& grads, slot_contents& buffers, int skip) {
-  DSA_CHECK(grads.size() == buffers.size(), "{} gradients for {} optimizer buffers", grads.size(), buffers.size());
+  if (grads.size() != buffers.size())
+    throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers", grads.size(), buffers.size()));
   double share = 0;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const tensor& g = grads[i];
     tensor& b = buffers[i];
-    DSA_CHECK(g.shape() == b.shape() && b.type() == dtype::f32 && g.is_contiguous(),
-              "gradient {} {} does not fit the optimizer's buffer {}", i, g.describe(), b.describe());
+    const bool floating = g.type() == dtype::f32 || g.type() == dtype::f16 || g.type() == dtype::bf16;
+    if (!g.defined() || g.shape() != b.shape() || !floating || !g.is_contiguous())
+      throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {}", i,
+                                           g.defined() ? g.describe() : "(none)", b.describe()));
     cpu::cast(b.raw_data(), dtype::f32, g.raw_data(), g.type(), g.numel());
     if (static_cast<int>(i) != skip) share += optim::sum_of_squares(b);
   }

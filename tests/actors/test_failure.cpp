@@ -11,26 +11,36 @@ using dsa::test::synthetic_pipeline;
 
 namespace {
 
-// Wraps a stage compute; throws in forward of `fail_step`.
+enum class fault { forward_throws, bad_gradients };
+
+// Wraps a stage compute; in step `fail_step` its forward throws, or it hands
+// out gradients of the wrong shape.
 class failing_compute : public stage_compute {
 public:
-  failing_compute(std::unique_ptr<stage_compute> inner, std::uint32_t fail_step)
-      : inner_(std::move(inner)), fail_step_(fail_step) {}
+  failing_compute(std::unique_ptr<stage_compute> inner, std::uint32_t fail_step, fault kind = fault::forward_throws)
+      : inner_(std::move(inner)), fail_step_(fail_step), kind_(kind) {}
   void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
   double forward(const work_key& key, const dsa::tensor& in, const dsa::tensor& labels, dsa::tensor& out) override {
-    if (key.step == fail_step_) throw std::runtime_error("injected fault");
+    if (kind_ == fault::forward_throws && key.step == fail_step_) throw std::runtime_error("injected fault");
     return inner_->forward(key, in, labels, out);
   }
   void backward(const work_key& key, const dsa::tensor& grad_out, dsa::tensor& grad_in) override {
+    last_backward_ = key.step;
     inner_->backward(key, grad_out, grad_in);
   }
   std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
-  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
+  std::vector<dsa::tensor> gradients() override {
+    auto g = inner_->gradients();
+    if (kind_ == fault::bad_gradients && last_backward_ == fail_step_) g[0] = dsa::tensor::zeros({3}, dsa::dtype::f32);
+    return g;
+  }
   void load_parameters(const std::vector<dsa::tensor>& updated) override { inner_->load_parameters(updated); }
 
 private:
   std::unique_ptr<stage_compute> inner_;
   std::uint32_t fail_step_;
+  fault kind_;
+  std::uint32_t last_backward_ = ~0u;
 };
 
 // Throws in update of `fail_step`.
@@ -82,4 +92,23 @@ TEST_CASE("failure: an optimizer update throwing ends the run naming the shard")
   REQUIRE(result.failure);
   CHECK(result.failure->actor == "optimizer 0");
   CHECK(result.failure->step == 1);
+}
+
+TEST_CASE("failure: gradients that do not fit the optimizer's buffers end the run naming the reducer") {
+  for (std::uint32_t S : {1u, 2u}) {
+    CAPTURE(S);
+    pipeline_options options;
+    options.stages = S;
+    options.micro_batches = 2;
+    options.steps = 4;
+    synthetic_pipeline pipe({4, 5, 3, 0.05}, options);
+    pipe.stages[S - 1] = std::make_unique<failing_compute>(std::move(pipe.stages[S - 1]), 2, fault::bad_gradients);
+    auto result = dsa::test::run_synthetic(pipe, options);
+    CHECK(!result.ok);
+    REQUIRE(result.failure);
+    CHECK(result.failure->actor == "reducer " + std::to_string(S - 1));
+    CHECK(result.failure->step == 2);
+    CHECK(result.failure->why.find("does not fit the optimizer's buffer") != std::string::npos);
+    CHECK(result.steps_completed <= 2); // never past the broken step
+  }
 }
