@@ -80,7 +80,6 @@ void fail(coordinator_actor* self, failure_info info) {
   auto& st = self->state;
   if (st.phase != coord_phase::running) return;
   log_error("{} failed in step {}: {}", info.actor, info.step, info.why);
-  if (st.args.hooks.on_failure) st.args.hooks.on_failure(fmt::format("{} failed in step {}", info.actor, info.step));
   st.args.summary->failure = std::move(info);
   stop_all(self);
 }

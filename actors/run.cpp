@@ -41,7 +41,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.setup = setup;
   args.summary = summary;
   args.watchdog = options.watchdog;
-  args.hooks = step_hooks{options.on_step, options.stop_after, options.on_failure};
+  args.hooks = step_hooks{options.on_step, options.stop_after};
   // Only a run that may stop early holds each update until the coordinator went on past the previous step.
   const auto release = options.stop_after ? update_release::when_allowed : update_release::immediately;
   for (std::uint32_t s = 0; s < S; ++s) {

@@ -37,7 +37,7 @@ struct run_options {
   // parameter version first_step (the result of step first_step - 1's update).
   std::uint32_t first_step = 0;
   optimizer_start optimizers = optimizer_start::init_from_stages;
-  // Called once per completed step, in order (see step_hooks.hpp; keep it short).
+  // Called once per completed step, in order (see step_hooks.hpp).
   std::function<void(const step_summary&)> on_step;
   // Called after on_step with the completed step k; true ends the run after
   // step k: ok = true, steps_completed = k + 1 - first_step. A step is
@@ -50,8 +50,6 @@ struct run_options {
   // parameters before using them again). Checked on the coordinator: a signal
   // handler sets an atomic flag that this function reads.
   std::function<bool(std::uint32_t completed_step)> stop_after;
-  // Called once on failure, before actors stop (see step_hooks.hpp); must not block.
-  std::function<void(const std::string& why)> on_failure;
   trace_mode trace = trace_mode::record; // off: no records, no trace file, an empty run_result::trace
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
   std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)

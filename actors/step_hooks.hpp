@@ -32,9 +32,6 @@ struct step_hooks {
   // the run's last step, which ends the run anyway); true ends the run cleanly
   // after that step (an exception fails it). Same rules as on_step.
   std::function<bool(std::uint32_t completed_step)> stop_after;
-  // Called once when the run fails (any actor, the watchdog), before the actors are
-  // stopped, e.g. to wake compute the caller blocks elsewhere. Must not block.
-  std::function<void(const std::string& why)> on_failure;
 };
 
 } // namespace dsa::actors
