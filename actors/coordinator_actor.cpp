@@ -140,7 +140,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   st.last_progress = std::chrono::steady_clock::now(); // a long hook (a checkpoint) is progress
   if (stop) {
     stop_all(self);
-  } else if (hooks.stop_after) {
+  } else if (hooks.holds_updates()) {
     for (const auto& shard : st.args.shards) self->send(shard, allow_atom::value, step + 1);
   }
 }

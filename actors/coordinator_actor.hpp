@@ -3,7 +3,7 @@
 // progress within the watchdog deadline) it records which actor failed, in
 // which step and why, stops every actor, and answers the start request with an
 // error; it never leaves the caller waiting. After each completed step it calls
-// the step hooks and, when a stop_after hook is set, allows the optimizer
+// the step hooks and, when any step hook is set, allows the optimizer
 // shards the next step's update (or ends the run cleanly instead). Phases:
 // idle -> running -> stopping -> done.
 #pragma once
@@ -35,7 +35,7 @@ struct coordinator_args {
   std::vector<caf::actor> stages, shards, reducers;
   caf::actor feeder, tracer;
   std::shared_ptr<run_summary> summary;
-  step_hooks hooks; // with hooks.stop_after the shards wait for allow_atom before each step's update
+  step_hooks hooks; // with a hook the shards wait for allow_atom before each step's update
   std::chrono::milliseconds watchdog{60000}; // no step or update report for this long: fail
 };
 

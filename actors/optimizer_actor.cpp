@@ -32,7 +32,7 @@ struct shard_core {
   caf::actor stage, reducer, coordinator;
   bool params_slot_free = true;
   std::uint32_t allowed;               // updates of steps <= allowed may start
-  std::optional<reduced> waiting; // a step whose gradients arrived before it was allowed
+  std::optional<reduced> waiting; // reduced gradients whose update has not started
   compute_worker worker; // last: joined first
 };
 
@@ -57,24 +57,31 @@ void start_update(shard_actor* self, const reduced& r) {
   });
 }
 
+// Starts the waiting update once the stage has read the previous version (its
+// released and the reducer's reduced come from different actors, in either order)
+// and the coordinator allowed the step.
+void try_start(shard_actor* self) {
+  auto& c = *self->state.core;
+  if (!c.waiting || !c.params_slot_free || c.waiting->data.step > c.allowed) return;
+  const reduced ready = *c.waiting;
+  c.waiting.reset();
+  c.params_slot_free = false;
+  start_update(self, ready);
+}
+
 void on_reduced(shard_actor* self, const reduced& r) {
   auto& c = *self->state.core;
   c.io.received(r.data, c.plan.reducer_id(c.index));
-  DSA_CHECK(r.data.ref.edge == c.reduced_edge && c.params_slot_free && !c.waiting,
-            "optimizer {}: gradients of step {} while the previous version is still unread", c.index, r.data.step);
-  c.params_slot_free = false;
-  if (r.data.step <= c.allowed) start_update(self, r);
-  else c.waiting = r;
+  DSA_CHECK(r.data.ref.edge == c.reduced_edge && !c.waiting, "optimizer {}: gradients of step {} arrived twice",
+            c.index, r.data.step);
+  c.waiting = r;
+  try_start(self);
 }
 
 void on_allow(shard_actor* self, std::uint32_t step) {
   auto& c = *self->state.core;
   c.allowed = std::max(c.allowed, step);
-  if (c.waiting && c.waiting->data.step <= c.allowed) {
-    const reduced ready = *c.waiting;
-    c.waiting.reset();
-    start_update(self, ready);
-  }
+  try_start(self);
 }
 
 void on_updated(shard_actor* self, const work_done& d) {
@@ -101,6 +108,7 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
         auto& c = *self->state.core;
         c.io.received(m, c.plan.stage_id(c.index));
         c.params_slot_free = true;
+        try_start(self);
       },
       [=](const work_done& d) { on_updated(self, d); },
       [=](const work_failed& f) {

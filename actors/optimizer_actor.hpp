@@ -5,7 +5,9 @@
 // stage. Its update overlaps the other stages' backward. With update_release::when_allowed
 // it starts the update of step k only once the coordinator allowed it
 // ((allow_atom, j) allows steps <= j; the run's first step is always allowed),
-// so that a run the coordinator stops after step k - 1 never updates past it.
+// so that a run the coordinator stops after step k - 1 never updates past it
+// and the step hooks of k - 1 see the shard's state of step k - 1. It also
+// waits until the stage has read the previous version.
 #pragma once
 
 #include "actors/actor_setup.hpp"
@@ -18,7 +20,7 @@ namespace dsa::actors {
 
 enum class update_release {
   immediately,  // as soon as the gradients of the step arrive
-  when_allowed, // and the coordinator allowed the step (runs that may stop early)
+  when_allowed, // and the coordinator allowed the step (runs with step hooks)
 };
 
 // Spawns the shard of stage `index`. Then expects (wire_atom, stage, reducer, coordinator).

@@ -136,8 +136,8 @@ void execute(reducer_actor* self, const reducer_state::actions& todo) {
       case reducer_action::kind::tied_sum: start_job(self, tied_sum_job, a.step); break;
       case reducer_action::kind::tied_copy: start_job(self, tied_copy_job, a.step); break;
       case reducer_action::kind::send_tied_up: {
-        DSA_CHECK(c.tied_up_free, "reducer {}: tied gradient of step {} offered before the last was read", c.index,
-                  a.step);
+        if (!c.tied_up_free)
+          throw std::runtime_error(fmt::format("tied gradient of step {} offered before the last was read", a.step));
         c.tied_up_free = false;
         c.slots->at({c.plan.tied_up_edge, 0}).at(0) = c.slots->at({c.reduced_edge, 0}).at(c.tied_index);
         c.io.send_produced(self, c.peers[0], c.owner_id(), {c.plan.tied_up_edge, 0}, a.step, 0);
@@ -167,14 +167,11 @@ void execute(reducer_actor* self, const reducer_state::actions& todo) {
 template <class Event>
 void handle(reducer_actor* self, std::uint32_t step, Event&& event) {
   auto& c = *self->state.core;
-  reducer_state::actions todo;
   try {
-    todo = event(c.state);
+    execute(self, event(c.state));
   } catch (const std::exception& e) {
     self->quit(make_failure(runtime_errc::protocol, {c.plan.actor_name(c.id), step, e.what()}));
-    return;
   }
-  execute(self, todo);
 }
 
 void on_produced(reducer_actor* self, const produced& m) {
@@ -198,10 +195,10 @@ void on_released(reducer_actor* self, const released& m) {
   auto& c = *self->state.core;
   if (m.ref.edge == c.reduced_edge) {
     c.io.received(m, c.plan.shard_id(c.index));
-    handle(self, 0, [](reducer_state& st) { return st.on_reduced_released(); });
+    handle(self, c.state.current_step().value_or(0), [](reducer_state& st) { return st.on_reduced_released(); });
   } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_down_edge && c.index == 0) {
     c.io.received(m, c.copy_id());
-    handle(self, 0, [](reducer_state& st) { return st.on_tied_down_released(); });
+    handle(self, c.state.current_step().value_or(0), [](reducer_state& st) { return st.on_tied_down_released(); });
   } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_up_edge && c.index + 1 == c.plan.options.stages) {
     c.io.received(m, c.owner_id());
     c.tied_up_free = true;

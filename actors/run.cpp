@@ -42,8 +42,8 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.summary = summary;
   args.watchdog = options.watchdog;
   args.hooks = step_hooks{options.on_step, options.stop_after};
-  // Only a run that may stop early holds each update until the coordinator went on past the previous step.
-  const auto release = options.stop_after ? update_release::when_allowed : update_release::immediately;
+  // Only a run with step hooks holds each update until the coordinator went on past the previous step.
+  const auto release = args.hooks.holds_updates() ? update_release::when_allowed : update_release::immediately;
   for (std::uint32_t s = 0; s < S; ++s) {
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
     args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));

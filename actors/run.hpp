@@ -37,7 +37,9 @@ struct run_options {
   // parameter version first_step (the result of step first_step - 1's update).
   std::uint32_t first_step = 0;
   optimizer_start optimizers = optimizer_start::init_from_stages;
-  // Called once per completed step, in order (see step_hooks.hpp).
+  // Called once per completed step, in order (see step_hooks.hpp). When set,
+  // like stop_after, no shard starts the update of step k + 1 before the hooks
+  // of step k returned, so they may read the optimizers' state of step k.
   std::function<void(const step_summary&)> on_step;
   // Called after on_step with the completed step k; true ends the run after
   // step k: ok = true, steps_completed = k + 1 - first_step. A step is

@@ -22,8 +22,8 @@ struct step_summary {
 
 struct step_hooks {
   // Progress, metrics and checkpoints. The coordinator handles no message while
-  // it runs. With stop_after set, no shard starts the next step's update before
-  // it returns, so the optimizers' state is exactly the state after this step
+  // it runs. No shard starts the next step's update before it returns (see
+  // holds_updates), so the optimizers' state is exactly the state after this step
   // (a consistent checkpoint) while the stages go on with the next step's
   // forward and backward. An exception fails the run ("coordinator failed in
   // step k: step hook threw: ...").
@@ -32,6 +32,10 @@ struct step_hooks {
   // the run's last step, which ends the run anyway); true ends the run cleanly
   // after that step (an exception fails it). Same rules as on_step.
   std::function<bool(std::uint32_t completed_step)> stop_after;
+
+  // With either hook set, no shard starts the update of step k + 1 before the
+  // hooks of step k returned (the shards' state is then that of step k).
+  bool holds_updates() const { return static_cast<bool>(on_step) || static_cast<bool>(stop_after); }
 };
 
 } // namespace dsa::actors

@@ -404,7 +404,7 @@ int run_training(const run_request& req) {
       ro.optimizers = actors::optimizer_start::already_loaded;
     }
     ro.on_step = [&](const actors::step_summary& summary) { reporter.on_step(summary); };
-    // Also what keeps each next update waiting until on_step returned (see step_reporter).
+    // The shards wait for each on_step to return before their next update (step_hooks.hpp).
     ro.stop_after = [&](std::uint32_t k) { return stop_requested() && k != ctx.last_step; };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;

@@ -296,3 +296,36 @@ TEST_CASE("run control: trace_mode::off records nothing and writes no trace file
   dsa::test::check_parameters_close(pipe.parameters(), dsa::test::reference_parameters(model, 2, 3));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("run control: on_step alone holds the next update, so the hook sees the optimizers' state of its step") {
+  // A checkpoint written from on_step must hold exactly the state after that step,
+  // even though the stages go on with the next step's forward and backward.
+  const std::uint32_t M = 1, steps = 6;
+  std::vector<std::vector<dsa::tensor>> expected;
+  for (std::uint32_t k = 1; k <= steps; ++k) expected.push_back(dsa::test::reference_parameters(model, M, k));
+  for (std::uint32_t S : {1u, 2u})
+    for (int rep = 0; rep < 5; ++rep) {
+      CAPTURE(S);
+      CAPTURE(rep);
+      run_options options;
+      options.pipeline = shape(S, M, steps);
+      synthetic_pipeline pipe(model, options.pipeline);
+      std::vector<std::vector<dsa::tensor>> seen;
+      options.on_step = [&](const step_summary&) {
+        // A slow hook (a checkpoint being written): the state must not move under it.
+        // The sleep only gives an unheld update the time to show; it decides nothing.
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::vector<dsa::tensor> copy;
+        for (const auto& t : pipe.master()) copy.push_back(t.clone());
+        seen.push_back(std::move(copy));
+      };
+      auto result = run_pipeline(options, pipe.parts());
+      CAPTURE(result.error);
+      REQUIRE(result.ok);
+      REQUIRE(seen.size() == steps);
+      for (std::uint32_t k = 0; k < steps; ++k) {
+        CAPTURE(k);
+        dsa::test::check_parameters_close(seen[k], expected[k]);
+      }
+    }
+}

@@ -48,9 +48,9 @@ TEST_CASE("the GPipe schedule gives the same parameters as 1F1B") {
   }
 }
 
-// Without clipping and loss scaling each shard decides alone and updates as soon as
-// its stage's gradients are complete (decision_scope::local); only the tied-embedding
-// holders meet. The result must still equal one stage's.
+// Without clipping and loss scaling each shard updates as soon as its stage's
+// gradients are reduced (grad_scope::per_stage); only the reducers of the tied
+// embedding's holders exchange it. The result must still equal one stage's.
 TEST_CASE("stages updating independently (no clipping) equal 1 stage, with a warm-up schedule") {
   std::vector<std::string> local{"gradient_clipping=0", "scheduler.type=\"WarmupLR\"",
                                  "scheduler.params.warmup_num_steps=3"};

@@ -27,7 +27,7 @@ TEST_CASE("a stage that fails ends the run with exit code 1 and no checkpoint of
   CHECK(list->back().step == 2); // steps 0 and 1 completed; step 2 never did
 }
 
-// Stage 1's shard waits for the reducers' totals of step 1 while stage 0's shard
+// Stage 1's reducer waits for stage 0's share of the norm while stage 0's shard
 // fails: nothing may wait on the failed shard (the watchdog, an hour here, is past
 // the test's timeout).
 TEST_CASE("an optimizer shard that fails while another waits for it ends the run promptly") {
