@@ -115,6 +115,14 @@ void config::mark(std::string_view key) const { known_.insert(std::string(key));
 void config::accept(std::string_view key) const { accepted_.insert(std::string(key)); }
 
 std::string config::where(std::string_view key) const {
+  // The longest prefix of the key that was set from elsewhere.
+  for (std::string prefix(key);;) {
+    auto o = origins_.find(prefix);
+    if (o != origins_.end()) return o->second;
+    auto dot = prefix.rfind('.');
+    if (dot == std::string::npos) break;
+    prefix.resize(dot);
+  }
   auto it = lines_.find(std::string(key));
   if (it != lines_.end()) return fmt::format("{}:{}", source_, it->second);
   return source_;
@@ -213,13 +221,13 @@ status config::set_override(std::string_view assignment) {
   std::string value(assignment.substr(eq + 1));
   try {
     toml::table parsed = toml::parse("v = " + value);
-    return set_node(key, *parsed.get("v"));
+    return set_node(key, *parsed.get("v"), fmt::format("--set {}", assignment));
   } catch (const toml::parse_error&) {
-    return set_node(key, toml::value<std::string>(value));
+    return set_node(key, toml::value<std::string>(value), fmt::format("--set {}", assignment));
   }
 }
 
-status config::set_node(std::string_view key, const toml::node& value) {
+status config::set_node(std::string_view key, const toml::node& value, std::string origin) {
   auto parts = split_key(key);
   toml::table* t = &table_;
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -233,6 +241,7 @@ status config::set_node(std::string_view key, const toml::node& value) {
     t = child->as_table();
   }
   value.visit([&](auto&& v) { t->insert_or_assign(parts.back(), v); });
+  if (!origin.empty()) origins_[std::string(key)] = std::move(origin);
   return {};
 }
 

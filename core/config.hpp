@@ -38,8 +38,10 @@ public:
 
   // Applies "a.b.c=value"; the value is parsed as a TOML value, or taken as a string.
   status set_override(std::string_view assignment);
-  // Sets a key from a TOML value, creating intermediate tables.
-  status set_node(std::string_view key, const toml::node& value);
+  // Sets a key from a TOML value, creating intermediate tables. `origin` names where
+  // the value came from (another file, a command-line flag); errors about the key
+  // or anything under it name it instead of this file.
+  status set_node(std::string_view key, const toml::node& value, std::string origin = "");
 
   const std::string& source() const { return source_; }
   const toml::table& table() const { return table_; }
@@ -56,6 +58,7 @@ private:
   toml::table table_;
   std::string source_;
   std::map<std::string, int> lines_;      // source line of each key as loaded
+  std::map<std::string, std::string> origins_; // keys set from elsewhere (set_node's origin)
   mutable std::set<std::string> known_;    // keys read or tested
   mutable std::set<std::string> accepted_; // subtrees accepted whole
 };

@@ -38,15 +38,26 @@ bool to_toml(const nlohmann::json& j, toml::table& parent, const std::string& ke
   }
 }
 
+// A section whose `type` decides what its params mean (optimizer, scheduler): when
+// the TOML and the JSON name different types, the JSON's params do not belong to the
+// TOML's type, so the TOML's section is taken whole.
+bool other_type(const config& cfg, const toml::node& json_section, const std::string& key) {
+  const toml::table* section = json_section.as_table();
+  const auto* json_type = section ? section->get("type") : nullptr;
+  const auto* toml_type = cfg.table().at_path(key + ".type").node();
+  return json_type && toml_type && json_type->value<std::string>() != toml_type->value<std::string>();
+}
+
 // Sets every key of `json` that the TOML config does not set itself (TOML wins).
-status fill_missing(config& cfg, const toml::table& json, const std::string& prefix) {
+status fill_missing(config& cfg, const toml::table& json, const std::string& prefix, const std::string& origin) {
   for (const auto& [k, v] : json) {
     std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     bool present = cfg.table().at_path(key).node() != nullptr;
     if (present && v.is_table()) {
-      DSA_TRY(fill_missing(cfg, *v.as_table(), key));
+      if ((key == "optimizer" || key == "scheduler") && other_type(cfg, v, key)) continue;
+      DSA_TRY(fill_missing(cfg, *v.as_table(), key, origin));
     } else if (!present) {
-      DSA_TRY(cfg.set_node(key, v));
+      DSA_TRY(cfg.set_node(key, v, origin));
     }
   }
   return {};
@@ -82,7 +93,7 @@ expected<config> load_run_config(const std::string& toml_path, const std::string
   }
   if (json_path.empty()) return cfg;
   DSA_ASSIGN_OR_RETURN(toml::table json, load_deepspeed_json(json_path));
-  DSA_TRY(fill_missing(cfg, json, ""));
+  DSA_TRY(fill_missing(cfg, json, "", json_path));
   return cfg;
 }
 

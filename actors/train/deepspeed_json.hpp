@@ -13,7 +13,9 @@ namespace dsa::train {
 expected<toml::table> load_deepspeed_json(const std::string& path);
 
 // Loads a run config: the TOML file, merged over the DeepSpeed JSON it names with
-// `deepspeed_config` (or `json_override`, from --deepspeed_config), TOML keys winning.
+// `deepspeed_config` (or `json_override`, from --deepspeed_config), TOML keys winning;
+// an optimizer or scheduler section of another `type` than the TOML's is dropped
+// whole. Errors about keys from the JSON name the JSON file.
 expected<config> load_run_config(const std::string& toml_path, const std::string& json_override = "");
 
 } // namespace dsa::train

@@ -128,6 +128,24 @@ status read_pipeline(const config& cfg, run_config& rc) {
   return {};
 }
 
+// DeepSpeed keys about data-parallel gradient averaging and ZeRO that BERT configs
+// carry. With one data-parallel replica the averaging keys change nothing, so any
+// valid value is accepted; what would change the run and is not built yet is an error.
+status read_data_parallel_keys(const config& cfg) {
+  DSA_TRY(cfg.get_or<bool>("prescale_gradients", false));
+  DSA_ASSIGN_OR_RETURN(double predivide, cfg.get_or<double>("gradient_predivide_factor", 1.0));
+  if (!(predivide > 0)) return cfg.key_error("gradient_predivide_factor", "must be > 0");
+  DSA_ASSIGN_OR_RETURN(bool sparse, cfg.get_or<bool>("sparse_gradients", false));
+  if (sparse) return cfg.key_error("sparse_gradients", "sparse embedding gradients are not supported; set false");
+  DSA_TRY(cfg.get_or<bool>("zero_allow_untested_optimizer", false));
+  DSA_ASSIGN_OR_RETURN(std::int64_t zero, cfg.get_or<std::int64_t>("zero_optimization.stage", 0));
+  if (zero != 0)
+    return cfg.key_error("zero_optimization.stage",
+                         fmt::format("ZeRO stage {} is not supported yet; set 0 (or remove the section)", zero));
+  cfg.accept("zero_optimization"); // stage 0: DeepSpeed ignores the section's other keys
+  return {};
+}
+
 status read_precision(const config& cfg, run_config& rc) {
   bool fp16 = false, bf16 = false;
   DSA_ASSIGN_OR_RETURN(fp16, cfg.get_or<bool>("fp16.enabled", false));
@@ -205,6 +223,7 @@ expected<run_config> parse_run_config(const config& cfg, const std::string& defa
   DSA_TRY(read_checkpoint(cfg, rc.checkpoint));
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   DSA_TRY(read_data(cfg, rc.model, rc.data));
+  DSA_TRY(read_data_parallel_keys(cfg));
   cfg.has("deepspeed_config");
   DSA_TRY(cfg.reject_unknown());
   return rc;

@@ -65,6 +65,11 @@ TEST_CASE("command-line overrides set typed values and create tables") {
   CHECK(c.set_override("run_dir=runs/x").has_value()); // not TOML: taken as a string
   CHECK(*c.get<std::string>("run_dir") == "runs/x");
   CHECK_FALSE(c.set_override("novalue").has_value());
+  // An error about an overridden key names the flag, not the file.
+  REQUIRE(c.set_override("train_batch_size=\"many\"").has_value());
+  auto bad = c.get<std::int64_t>("train_batch_size");
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.err().message.find("--set train_batch_size=\"many\"") != std::string::npos);
   CHECK_FALSE(c.set_override("train_batch_size.x=1").has_value());
 }
 

@@ -59,6 +59,41 @@ TEST_CASE("a DeepSpeed JSON config supplies keys the TOML does not set") {
   auto rejected = train::parse_run_config(*bad, "runs/x");
   REQUIRE_FALSE(rejected.has_value());
   CHECK(rejected.err().message.find("zero_optimisation.stage") != std::string::npos);
+  CHECK(rejected.err().message.find("bad.json") != std::string::npos); // where the key came from
+}
+
+TEST_CASE("a DeepSpeed JSON optimizer of another type does not lend its params to the TOML's") {
+  test::temp_dir dir;
+  // bing_bert's Lamb section under a TOML that asks for AdamW: max_coeff would be unknown to AdamW.
+  std::ofstream(dir.path() + "/ds.json") << R"({
+    "train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "prescale_gradients": false,
+    "optimizer": {"type": "Lamb", "params": {"lr": 11e-3, "bias_correction": false, "max_coeff": 0.3}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 7}}
+  })";
+  std::ofstream(dir.path() + "/run.toml") << "deepspeed_config = \"ds.json\"\ntrain_steps = 1\n"
+                                              "[optimizer]\ntype = \"AdamW\"\nparams = { lr = 1e-3 }\n"
+                                              "[scheduler.params]\nwarmup_max_lr = 2e-3\n"
+                                              "[model]\nsize = \"tiny\"\n[data]\nvocab = \"v.txt\"\ntrain_shards = \"s\"\n";
+  auto cfg = train::load_run_config(dir.path() + "/run.toml");
+  REQUIRE_MESSAGE(cfg.has_value(), (cfg.has_value() ? "" : cfg.err().message));
+  auto rc = train::parse_run_config(*cfg, "runs/x");
+  REQUIRE_MESSAGE(rc.has_value(), (rc.has_value() ? "" : rc.err().message));
+  CHECK(rc->optimizer.lr == doctest::Approx(1e-3));
+  CHECK(rc->optimizer.max_coeff != doctest::Approx(0.3)); // Lamb's params were not merged
+  // With one replica the data-parallel averaging keys change nothing and are accepted;
+  // ZeRO stages are not built yet and are refused by name.
+  std::ofstream(dir.path() + "/zero.json") << R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
+    "gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 2, "overlap_comm": true}})";
+  auto zero = train::load_run_config(dir.path() + "/run.toml", dir.path() + "/zero.json");
+  REQUIRE(zero.has_value());
+  auto refused = train::parse_run_config(*zero, "runs/x");
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.err().message.find("zero_optimization.stage") != std::string::npos);
+  CHECK(refused.err().message.find("zero.json") != std::string::npos);
+  // The scheduler section has no type in the TOML: the JSON's type and params merge under it.
+  CHECK(*cfg->get<std::string>("scheduler.type") == "WarmupLR");
+  CHECK(*cfg->get<std::int64_t>("scheduler.params.warmup_num_steps") == 7);
+  CHECK(*cfg->get<double>("scheduler.params.warmup_max_lr") == doctest::Approx(2e-3));
 }
 
 namespace {
