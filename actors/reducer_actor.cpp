@@ -136,8 +136,8 @@ void execute(reducer_actor* self, const reducer_state::actions& todo) {
       case reducer_action::kind::tied_sum: start_job(self, tied_sum_job, a.step); break;
       case reducer_action::kind::tied_copy: start_job(self, tied_copy_job, a.step); break;
       case reducer_action::kind::send_tied_up: {
-        if (!c.tied_up_free)
-          throw std::runtime_error(fmt::format("tied gradient of step {} offered before the last was read", a.step));
+        DSA_CHECK(c.tied_up_free, "reducer {}: tied gradient of step {} offered before the last was read", c.index,
+                  a.step);
         c.tied_up_free = false;
         c.slots->at({c.plan.tied_up_edge, 0}).at(0) = c.slots->at({c.reduced_edge, 0}).at(c.tied_index);
         c.io.send_produced(self, c.peers[0], c.owner_id(), {c.plan.tied_up_edge, 0}, a.step, 0);
@@ -167,11 +167,12 @@ void execute(reducer_actor* self, const reducer_state::actions& todo) {
 template <class Event>
 void handle(reducer_actor* self, std::uint32_t step, Event&& event) {
   auto& c = *self->state.core;
-  try {
-    execute(self, event(c.state));
-  } catch (const std::exception& e) {
-    self->quit(make_failure(runtime_errc::protocol, {c.plan.actor_name(c.id), step, e.what()}));
+  reducer_state::result todo = event(c.state);
+  if (!todo) {
+    self->quit(make_failure(runtime_errc::protocol, {c.plan.actor_name(c.id), step, todo.err().message}));
+    return;
   }
+  execute(self, *todo);
 }
 
 void on_produced(reducer_actor* self, const produced& m) {

@@ -1,79 +1,73 @@
 // The reducer's state machine; see reducer_state.hpp.
 #include "actors/reducer_state.hpp"
 
-#include <fmt/format.h>
-
-#include <stdexcept>
-
 namespace dsa::actors {
 
-namespace {
 // A message or job result that breaks the protocol: the reducer actor fails, naming it.
-template <class... Args>
-void expect(bool ok, const char* format, const Args&... args) {
-  if (!ok) throw std::runtime_error(fmt::format(format, args...));
-}
-} // namespace
+#define DSA_REDUCER_EXPECT(cond, ...)                                  \
+  do {                                                                 \
+    if (!(cond)) return make_error(errc::runtime, __VA_ARGS__);        \
+  } while (0)
 
 using kind = reducer_action::kind;
 
 reducer_state::reducer_state(std::uint32_t index, std::uint32_t stages, tied_role role, grad_scope scope)
     : index_(index), stages_(stages), role_(role), scope_(scope) {
-  expect(index < stages, "reducer {} of {} stages", index, stages);
-  expect(role == tied_role::none || (stages > 1 && (role == tied_role::owner) == (index == 0) &&
+  DSA_CHECK(index < stages, "reducer {} of {} stages", index, stages);
+  DSA_CHECK(role == tied_role::none || (stages > 1 && (role == tied_role::owner) == (index == 0) &&
                                         (role == tied_role::copy) == (index + 1 == stages)),
             "reducer {}: a tied parameter is owned by the first and copied by the last of several stages", index);
 }
 
-reducer_state::actions reducer_state::on_grads(std::uint32_t step) {
-  expect(!waiting_grads_ && !(step_ && *step_ == step), "reducer {}: gradients of step {} arrived twice", index_,
+reducer_state::result reducer_state::on_grads(std::uint32_t step) {
+  DSA_REDUCER_EXPECT(!waiting_grads_ && !(step_ && *step_ == step), "reducer {}: gradients of step {} arrived twice", index_,
             step);
   waiting_grads_ = step;
   return advance();
 }
 
-reducer_state::actions reducer_state::on_gathered(std::uint32_t step, double share) {
-  expect(step_ && *step_ == step && !gathered_, "reducer {}: gather of step {} ended unasked", index_, step);
+reducer_state::result reducer_state::on_gathered(std::uint32_t step, double share) {
+  DSA_REDUCER_EXPECT(step_ && *step_ == step && !gathered_, "reducer {}: gather of step {} ended unasked", index_, step);
   gathered_ = true;
   share_ = share;
   return advance();
 }
 
-reducer_state::actions reducer_state::on_tied_arrived(std::uint32_t step) {
-  expect(role_ != tied_role::none && !tied_arrived_, "reducer {}: tied gradient of step {} unexpected", index_,
+reducer_state::result reducer_state::on_tied_arrived(std::uint32_t step) {
+  DSA_REDUCER_EXPECT(role_ != tied_role::none && !tied_arrived_, "reducer {}: tied gradient of step {} unexpected", index_,
             step);
-  expect(role_ == tied_role::owner || (step_ && *step_ == step && tied_up_sent_),
+  DSA_REDUCER_EXPECT(role_ == tied_role::owner || (step_ && *step_ == step && tied_up_sent_),
             "reducer {}: the tied sum of step {} arrived before its gradient was offered", index_, step);
   tied_arrived_ = step;
   return advance();
 }
 
-reducer_state::actions reducer_state::on_tied_done(std::uint32_t step, double tied_share) {
-  expect(step_ && *step_ == step && tied_started_ && !tied_done_, "reducer {}: tied job of step {} ended unasked",
+reducer_state::result reducer_state::on_tied_done(std::uint32_t step, double tied_share) {
+  DSA_REDUCER_EXPECT(step_ && *step_ == step && tied_started_ && !tied_done_, "reducer {}: tied job of step {} ended unasked",
             index_, step);
   tied_done_ = true;
   if (role_ == tied_role::owner) share_ += tied_share;
   return advance();
 }
 
-reducer_state::actions reducer_state::on_tied_down_released() {
-  expect(role_ == tied_role::owner && !tied_down_free_, "reducer {}: tied sum released unasked", index_);
+reducer_state::result reducer_state::on_tied_down_released() {
+  DSA_REDUCER_EXPECT(role_ == tied_role::owner && !tied_down_free_, "reducer {}: tied sum released unasked", index_);
   tied_down_free_ = true;
   return advance();
 }
 
-reducer_state::actions reducer_state::on_partial(std::uint32_t stage, std::uint32_t step, double share) {
-  expect(scope_ == grad_scope::global && stage < stages_ && stage != index_,
+reducer_state::result reducer_state::on_partial(std::uint32_t stage, std::uint32_t step, double share) {
+  DSA_REDUCER_EXPECT(scope_ == grad_scope::global && stage < stages_ && stage != index_,
             "reducer {}: share of stage {} unexpected", index_, stage);
   auto& row = shares_[step];
   row.resize(stages_);
-  expect(!row[stage], "reducer {}: share of stage {} for step {} arrived twice", index_, stage, step);
+  DSA_REDUCER_EXPECT(!row[stage], "reducer {}: share of stage {} for step {} arrived twice", index_, stage, step);
   row[stage] = share;
   return advance();
 }
 
-reducer_state::actions reducer_state::on_reduced_released() {
-  expect(!buffers_free_, "reducer {}: buffers released while free", index_);
+reducer_state::result reducer_state::on_reduced_released() {
+  DSA_REDUCER_EXPECT(!buffers_free_, "reducer {}: buffers released while free", index_);
   buffers_free_ = true;
   return advance();
 }
@@ -131,3 +125,5 @@ reducer_state::actions reducer_state::advance() {
 }
 
 } // namespace dsa::actors
+
+#undef DSA_REDUCER_EXPECT

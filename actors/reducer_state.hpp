@@ -1,8 +1,8 @@
 // What a stage's gradient reducer does next, without CAF: a plain state
 // machine the reducer actor feeds with events (a message arrived, a job ended)
 // and whose returned actions it carries out. Tested on its own. An event that
-// breaks the protocol (a duplicate, an unexpected job result) throws
-// std::runtime_error; the actor then fails, naming it.
+// breaks the protocol (a duplicate, an unexpected job result) returns an error
+// (errc::runtime); the actor then fails, naming it.
 //
 // Per step k the reducer of stage s
 //   1. gathers the stage's accumulated gradients into its optimizer shard's f32
@@ -20,6 +20,7 @@
 #pragma once
 
 #include "actors/plan.hpp"
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <map>
@@ -53,25 +54,28 @@ struct reducer_action {
 class reducer_state {
 public:
   using actions = std::vector<reducer_action>;
+  using result = expected<actions>;
 
+  // A role that does not fit the position (the owner is stage 0, the copy the last
+  // of several) is a broken invariant.
   reducer_state(std::uint32_t index, std::uint32_t stages, tied_role role, grad_scope scope);
 
   // The stage's accumulated gradients of `step` arrived.
-  actions on_grads(std::uint32_t step);
+  result on_grads(std::uint32_t step);
   // The gather job of `step` ended; `share`: the sum of squares of every gradient
   // but the tied one (owner and copy) or of all (no tied role).
-  actions on_gathered(std::uint32_t step, double share);
+  result on_gathered(std::uint32_t step, double share);
   // Owner: the copy's tied gradient of `step` arrived. Copy: the owner's sum arrived.
-  actions on_tied_arrived(std::uint32_t step);
+  result on_tied_arrived(std::uint32_t step);
   // Owner: the sum job ended, `tied_share` is the sum of squares of the sum.
   // Copy: the copy job ended (tied_share 0).
-  actions on_tied_done(std::uint32_t step, double tied_share);
+  result on_tied_done(std::uint32_t step, double tied_share);
   // Owner: the copy is done reading the sum.
-  actions on_tied_down_released();
+  result on_tied_down_released();
   // Another reducer's share of `step`.
-  actions on_partial(std::uint32_t stage, std::uint32_t step, double share);
+  result on_partial(std::uint32_t stage, std::uint32_t step, double share);
   // The shard is done with the buffers (its update ended).
-  actions on_reduced_released();
+  result on_reduced_released();
 
   tied_role role() const { return role_; }
   std::optional<std::uint32_t> current_step() const { return step_; }
