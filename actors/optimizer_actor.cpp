@@ -42,7 +42,7 @@ struct shard_state {
 };
 using shard_actor = caf::stateful_actor<shard_state>;
 
-// work_done.kind of an update: 1 when applied, 0 when skipped; work_done.loss: the stage's share.
+// work_done.kind of an update: 1 when applied, 0 when skipped; work_done.value: the stage's share.
 void start_update(shard_actor* self, const reduced& r) {
   auto& c = *self->state.core;
   auto slots = c.slots;
@@ -89,7 +89,7 @@ void on_updated(shard_actor* self, const work_done& d) {
   const auto stage_id = c.plan.stage_id(c.index);
   c.io.send_released(self, c.reducer, c.plan.reducer_id(c.index), {c.reduced_edge, 0});
   c.io.send_produced(self, c.stage, stage_id, {c.params_edge, 0}, d.step + 1, 0);
-  self->send(c.coordinator, update_report{c.index, d.step, d.loss, d.kind == 0});
+  self->send(c.coordinator, update_report{c.index, d.step, d.value, d.kind == 0});
 }
 
 caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t index,

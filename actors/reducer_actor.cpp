@@ -215,11 +215,11 @@ void on_done(reducer_actor* self, const work_done& d) {
     case gather_job:
       c.slots->at({c.grads_edge, 0}).clear(); // drop the views of the stage's gradients
       c.io.send_released(self, c.stage, c.plan.stage_id(c.index), {c.grads_edge, 0});
-      handle(self, d.step, [&](reducer_state& st) { return st.on_gathered(d.step, d.loss); });
+      handle(self, d.step, [&](reducer_state& st) { return st.on_gathered(d.step, d.value); });
       break;
     case tied_sum_job:
       c.io.send_released(self, c.peers.back(), c.copy_id(), {c.plan.tied_up_edge, 0});
-      handle(self, d.step, [&](reducer_state& st) { return st.on_tied_done(d.step, d.loss); });
+      handle(self, d.step, [&](reducer_state& st) { return st.on_tied_done(d.step, d.value); });
       break;
     default:
       c.io.send_released(self, c.peers.front(), c.owner_id(), {c.plan.tied_down_edge, 0});

@@ -132,7 +132,7 @@ void on_done(stage_actor* self, const work_done& d) {
   c.running.reset();
   c.sched.on_done(w);
   switch (w.kind) {
-    case work_kind::forward: after_forward(self, w, d.loss); break;
+    case work_kind::forward: after_forward(self, w, d.value); break;
     case work_kind::backward: after_backward(self, w); break;
     case work_kind::load: after_load(self, w); break;
   }

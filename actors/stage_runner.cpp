@@ -36,7 +36,7 @@ work_done stage_runner::run(const stage_work& w) {
           edges_.labels == stage_edges::none ? undefined : slots_->at({edges_.labels, w.labels_slot})[0];
       tensor scratch;
       tensor& out = edges_.output == stage_edges::none ? scratch : slots_->at({edges_.output, w.out_slot})[0];
-      done.loss = compute_->forward(key, in, labels, out);
+      done.value = compute_->forward(key, in, labels, out);
       break;
     }
     case work_kind::backward: {

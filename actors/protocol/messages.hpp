@@ -68,13 +68,15 @@ struct reduced {
   bool global = true;
 };
 
-// Worker thread -> its own actor: a unit of work finished (kind: see work_kind).
-// loss: the micro-batch loss of a last-stage forward, 0 otherwise.
+// Worker thread -> its own actor: a unit of work finished. kind and value depend
+// on the actor: a stage's work_kind and the micro-batch loss of a last-stage
+// forward; a reducer's job (gather, tied sum, tied copy) and the sum of squares it
+// took; a shard's update (1 applied, 0 skipped) and its stage's share of the norm.
 struct work_done {
   std::uint32_t kind = 0;
   std::uint32_t step = 0;
   std::uint32_t micro_batch = 0;
-  double loss = 0;
+  double value = 0;
 };
 
 // Worker thread -> its own actor: a unit of work threw; the actor then fails.
@@ -113,7 +115,7 @@ typename Inspector::result_type inspect(Inspector& f, reduced& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done& x) {
-  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch, x.loss);
+  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch, x.value);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_failed& x) {
