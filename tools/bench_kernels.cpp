@@ -43,43 +43,59 @@ double gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, cpu::transpos
 // exactly those bytes: a = b + s*c with non-temporal stores (plain stores would also
 // read `a` first: write-allocate), and a = a + s*c (read, then write the same lines,
 // Adam's own pattern). The faster of the two is the machine's bandwidth bound.
-triad_report triad_gbps(std::int64_t n, int reps) {
-  n = n / 8 * 8;
-  auto a = filled(n, 0.0f), b = filled(n, 1.0f), c = filled(n, 2.0f);
-  float* pa = a.data();
-  const float* pb = b.data();
-  const float* pc = c.data();
-  const float s = 0.5f;
-  triad_report r;
-  double secs = best_seconds(reps, [&] {
+struct triad_arrays {
+  explicit triad_arrays(std::int64_t n) : n(n / 8 * 8), a(filled(this->n, 0.0f)), b(filled(this->n, 1.0f)),
+                                          c(filled(this->n, 2.0f)) {}
+  triad_report measure(int reps) {
+    float* pa = a.data();
+    const float* pb = b.data();
+    const float* pc = c.data();
+    const float s = 0.5f;
+    const std::int64_t len = n;
+    triad_report r;
+    double secs = best_seconds(reps, [&] {
 #if defined(__AVX2__) && defined(__FMA__)
 #pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; i += 8)
-      _mm256_stream_ps(pa + i, _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_load_ps(pc + i), _mm256_load_ps(pb + i)));
-    _mm_sfence();
+      for (std::int64_t i = 0; i < len; i += 8)
+        _mm256_stream_ps(pa + i, _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_load_ps(pc + i), _mm256_load_ps(pb + i)));
+      _mm_sfence();
 #else
 #pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) pa[i] = pb[i] + s * pc[i];
+      for (std::int64_t i = 0; i < len; ++i) pa[i] = pb[i] + s * pc[i];
 #endif
-  });
-  r.streaming_gbps = 12.0 * static_cast<double>(n) / secs / 1e9;
-  secs = best_seconds(reps, [&] {
+    });
+    r.streaming_gbps = 12.0 * static_cast<double>(len) / secs / 1e9;
+    secs = best_seconds(reps, [&] {
 #pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) pa[i] = pa[i] + s * pc[i];
-  });
-  r.in_place_gbps = 12.0 * static_cast<double>(n) / secs / 1e9;
-  return r;
-}
+      for (std::int64_t i = 0; i < len; ++i) pa[i] = pa[i] + s * pc[i];
+    });
+    r.in_place_gbps = 12.0 * static_cast<double>(len) / secs / 1e9;
+    return r;
+  }
+  std::int64_t n;
+  buffer a, b, c;
+};
 
-double adam_params_per_s(std::int64_t n, int reps) {
-  auto p = filled(n, 0.1f), g = filled(n, 0.01f), m = filled(n, 0.0f), v = filled(n, 0.0f);
+struct adam_arrays {
+  explicit adam_arrays(std::int64_t n)
+      : n(n), p(filled(n, 0.1f)), g(filled(n, 0.01f)), m(filled(n, 0.0f)), v(filled(n, 0.0f)) {
+    ap.weight_decay = 0.01f;
+  }
+  double params_per_s(int reps) {
+    double secs = best_seconds(reps, [&] {
+      cpu::adam_update(p.data(), m.data(), v.data(), g.data(), nullptr, dtype::f32, ap, n);
+      ++ap.step;
+    });
+    return static_cast<double>(n) / secs;
+  }
+  std::int64_t n;
+  buffer p, g, m, v;
   cpu::adam_params ap;
-  ap.weight_decay = 0.01f;
-  double secs = best_seconds(reps, [&] {
-    cpu::adam_update(p.data(), m.data(), v.data(), g.data(), nullptr, dtype::f32, ap, n);
-    ++ap.step;
-  });
-  return static_cast<double>(n) / secs;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 } // namespace
@@ -110,15 +126,32 @@ gemm_report bench_gemm(const bench_sizes& sizes) {
   return r;
 }
 
+// The machine's bandwidth drifts within a run (a shared host): the triad and Adam are
+// measured back to back in each round, and the ratio is the median of the rounds' ratios.
 adam_report bench_adam(const bench_sizes& sizes) {
+  triad_arrays triad(sizes.stream_elements);
+  adam_arrays adam(sizes.adam_params);
+  std::vector<double> streaming, in_place, params, ratios;
+  for (int round = 0; round < std::max(sizes.adam_rounds, 1); ++round) {
+    const triad_report t = triad.measure(sizes.reps);
+    const double p = adam.params_per_s(sizes.reps);
+    // Adam reads param, grad, m, v (16 B) and writes param, m, v (12 B): 28 B per parameter.
+    const double bound = std::max(t.streaming_gbps, t.in_place_gbps) * 1e9 / 28.0;
+    streaming.push_back(t.streaming_gbps);
+    in_place.push_back(t.in_place_gbps);
+    params.push_back(p);
+    ratios.push_back(p / bound);
+  }
   adam_report r;
-  triad_report t = triad_gbps(sizes.stream_elements, sizes.reps);
-  r.triad_streaming_gbps = t.streaming_gbps;
-  r.triad_in_place_gbps = t.in_place_gbps;
-  r.triad_gbps = std::max(t.streaming_gbps, t.in_place_gbps);
-  r.params_per_s = adam_params_per_s(sizes.adam_params, sizes.reps);
-  // Adam reads param, grad, m, v (16 B) and writes param, m, v (12 B): 28 B per parameter.
+  r.rounds = static_cast<int>(ratios.size());
+  r.triad_streaming_gbps = median(streaming);
+  r.triad_in_place_gbps = median(in_place);
+  r.triad_gbps = std::max(r.triad_streaming_gbps, r.triad_in_place_gbps);
+  r.params_per_s = median(params);
   r.bound_params_per_s = r.triad_gbps * 1e9 / 28.0;
+  r.ratio_to_bound = median(ratios);
+  r.ratio_min = *std::min_element(ratios.begin(), ratios.end());
+  r.ratio_max = *std::max_element(ratios.begin(), ratios.end());
   return r;
 }
 

@@ -10,9 +10,10 @@ namespace dsa::tools {
 struct bench_sizes {
   std::vector<std::int64_t> square{1024, 2048, 3072}; // square GEMM sizes for the peak
   std::int64_t tokens = 4096;                         // B*T of the BERT-shaped GEMMs (32 x 128)
-  std::int64_t stream_elements = 1 << 26;             // 256 MiB per triad array
-  std::int64_t adam_params = 1 << 25;                 // 32 M parameters, 896 MiB of state
+  std::int64_t stream_elements = 1 << 25;             // as many elements as Adam's arrays: 128 MiB each
+  std::int64_t adam_params = 1 << 25;                 // 32 M parameters, 512 MiB of state
   int reps = 3;
+  int adam_rounds = 5; // paired triad/Adam rounds
 };
 
 struct gemm_report {
@@ -27,11 +28,14 @@ struct triad_report {
   double in_place_gbps = 0;  // a = a + s*c
 };
 
+// Medians over the rounds; the ratio is the median of each round's Adam / bound.
 struct adam_report {
+  int rounds = 0;
   double triad_streaming_gbps = 0, triad_in_place_gbps = 0;
   double triad_gbps = 0; // the faster of the two: the bound
   double params_per_s = 0;
   double bound_params_per_s = 0;
+  double ratio_to_bound = 0, ratio_min = 0, ratio_max = 0;
 };
 
 struct bert_step_report {
