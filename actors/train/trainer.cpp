@@ -151,7 +151,7 @@ status make_stages(run_context& ctx) {
   return {};
 }
 
-// One step_decider per shard, all alike. global: the shards get totals over every stage.
+// One step_decider per shard, all alike (fed identical totals, they decide alike).
 expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(run_context& ctx) {
   step_decider_options o;
   o.base_lr = ctx.rc.optimizer.lr;
@@ -350,14 +350,6 @@ int run_training(const run_request& req) {
     progress bar(ctx.first_step, ctx.last_step + 1, rc.steps_per_print, progress::detect_style());
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
     feed_source source(*ctx.provider, rc.batch.micro_batch_size, M, rc.model.head, ctx.shared.masks);
-    // The tied word embedding: on the first stage, and on the last with a pretraining
-    // head (a SQuAD head has no decoder, so no copy).
-    std::vector<int> tied(rc.stages, -1);
-    for (std::uint32_t s = 0; s < rc.stages; ++s) {
-      const auto specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
-      for (std::size_t i = 0; i < specs.size(); ++i)
-        if (specs[i].name == bert::word_embeddings_name()) tied[s] = static_cast<int>(i);
-    }
     const bool global = rc.gradient_clipping > 0 || rc.working == precision::f16;
     log_info("optimizer updates: {}", global ? "after the reducers exchanged every stage's gradient norm "
                                                "(gradient clipping or loss scaling need it)"
@@ -365,11 +357,15 @@ int run_training(const run_request& req) {
                                                "no loss scaling)");
     std::vector<std::unique_ptr<bert_optimizer>> shards;
     actors::run_parts parts;
-    parts.tied = tied;
+    parts.tied.assign(rc.stages, -1);
     for (std::uint32_t s = 0; s < rc.stages; ++s) {
       bert_optimizer_options o;
       o.participant = s;
       o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
+      // The tied word embedding: on the first stage, and on the last with a pretraining
+      // head (a SQuAD head has no decoder, so no copy); the reducers sum it.
+      for (std::size_t i = 0; i < o.specs.size(); ++i)
+        if (o.specs[i].name == bert::word_embeddings_name()) parts.tied[s] = static_cast<int>(i);
       o.optimizer = rc.optimizer;
       o.working = rc.working;
       o.decider = std::move((*deciders)[s]);
