@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "kernels/cpu/vec_math.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -67,25 +68,6 @@ inline void adam_element(float& param, float& m, float& v, float g, const adam_c
 
 inline std::uint16_t to_half(float x, dtype t) { return t == dtype::f16 ? f32_to_f16(x) : f32_to_bf16(x); }
 
-#ifdef DSA_ADAM_AVX2
-// bf16 round-to-nearest-even of 8 floats, NaN kept quiet; same rule as core/half.hpp.
-inline __m128i bf16_round8(__m256 x) {
-  __m256i u = _mm256_castps_si256(x);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  __m256i r = _mm256_blendv_epi8(rounded, quiet, is_nan);
-  __m256i packed = _mm256_packus_epi32(r, r); // per 128-bit lane: r0..r3 r0..r3 | r4..r7 r4..r7
-  packed = _mm256_permute4x64_epi64(packed, 0x08);
-  return _mm256_castsi256_si128(packed);
-}
-
-inline void store_half8(std::uint16_t* out, __m256 x, dtype t) {
-  __m128i h = t == dtype::f16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : bf16_round8(x);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), h);
-}
-#endif
 
 void adam_chunk(float* param, float* m, float* v, const float* grad, std::uint16_t* half_out, dtype half_type,
                 const adam_consts& c, std::int64_t n) {
@@ -116,7 +98,7 @@ void adam_chunk(float* param, float* m, float* v, const float* grad, std::uint16
     _mm256_storeu_ps(m + i, mm);
     _mm256_storeu_ps(v + i, vv);
     _mm256_storeu_ps(param + i, p);
-    if (half_out) store_half8(half_out + i, p, half_type);
+    if (half_out) vec::store_half8(half_out + i, p, half_type == dtype::bf16);
   }
 #endif
   for (; i < n; ++i) {

@@ -10,6 +10,7 @@
 // Buffers above a size threshold are split into chunks across OpenMP threads.
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vec_math.hpp"
 
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -96,25 +97,9 @@ void f16_to_f32_span(float* out, const std::uint16_t* in, std::int64_t n) {
 
 void f32_to_bf16_span(std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
-#if defined(__AVX2__)
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i f32_inf = _mm256_set1_epi32(0x7f800000);
-  const __m256i half_ulp = _mm256_set1_epi32(0x7fff);
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i quiet_bit = _mm256_set1_epi32(0x40);
-  for (; i + 8 <= n; i += 8) {
-    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
-    const __m256i high = _mm256_srli_epi32(u, 16);
-    // (u + 0x7fff + lsb) >> 16: ties go to the even upper half.
-    const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(half_ulp, _mm256_and_si256(high, one))), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), f32_inf);
-    const __m256i result = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet_bit), nan);
-    // Every lane is in [0, 0xffff], so unsigned saturation is exact; packus works per
-    // 128-bit half, the permute gathers the two low quadwords.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
-  }
+#if DSA_VEC_MATH_AVX2
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), vec::f32_to_bf16_8(_mm256_loadu_ps(in + i)));
 #endif
   for (; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }

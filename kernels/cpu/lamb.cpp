@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "kernels/cpu/vec_math.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -65,16 +66,6 @@ inline double hsum(__m256d x) {
   _mm256_store_pd(lanes, x);
   return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 }
-// bf16 round-to-nearest-even of 8 floats, NaN kept quiet; same rule as core/half.hpp.
-inline __m128i bf16_round8(__m256 x) {
-  __m256i u = _mm256_castps_si256(x);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  __m256i packed = _mm256_packus_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), _mm256_setzero_si256());
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
-}
 #endif
 
 // Pass 1 over a chunk: writes u into work; returns sum p^2 and sum u^2.
@@ -122,11 +113,7 @@ void pass_two(float* param, const float* work, std::uint16_t* half_out, dtype ha
   for (; i + 8 <= n; i += 8) {
     __m256 p = _mm256_fmadd_ps(_mm256_loadu_ps(work + i), s, _mm256_loadu_ps(param + i));
     _mm256_storeu_ps(param + i, p);
-    if (half_out) {
-      __m128i h = half_type == dtype::f16 ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                                          : bf16_round8(p);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(half_out + i), h);
-    }
+    if (half_out) vec::store_half8(half_out + i, p, half_type == dtype::bf16);
   }
 #endif
   for (; i < n; ++i) {

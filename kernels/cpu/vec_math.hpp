@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define DSA_VEC_MATH_AVX2 1
 #else
@@ -158,6 +158,29 @@ inline __m256 erf(__m256 x) {
   __m256 r = _mm256_blendv_ps(r_large, r_small, is_small);
   r = _mm256_or_ps(r, _mm256_and_ps(x, sign));
   return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+// 8 floats to bf16, rounded to nearest even, a NaN kept as a quiet NaN: the same bits
+// as core/half.hpp's f32_to_bf16 for every input.
+inline __m128i f32_to_bf16_8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i high = _mm256_srli_epi32(u, 16);
+  // (u + 0x7fff + lsb) >> 16: ties go to the even upper half.
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(high, _mm256_set1_epi32(1)))),
+      16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  const __m256i result = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
+  // Every lane is in [0, 0xffff], so unsigned saturation is exact; packus works per
+  // 128-bit half, the permute gathers the two low quadwords.
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08));
+}
+
+// Stores 8 floats as f16 (the hardware's round to nearest even) or as bf16.
+inline void store_half8(std::uint16_t* out, __m256 x, bool bf16) {
+  const __m128i h = bf16 ? f32_to_bf16_8(x) : _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), h);
 }
 
 // Lane mask of the first `count` lanes (0 <= count <= 8), for maskload / maskstore tails.
