@@ -1,7 +1,9 @@
 // The coordinator actor; see coordinator_actor.hpp.
 #include "actors/coordinator_actor.hpp"
 
+#include "actors/compute_worker.hpp"
 #include "actors/protocol/protocol.hpp"
+#include "actors/worker_job.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -38,8 +40,11 @@ struct coordinator_state {
   std::vector<std::uint32_t> step_reports; // [k - first_step]: stage and update reports of step k
   std::vector<std::vector<double>> shares;  // [k - first_step][s]: stage s's gradient sum of squares
   std::vector<bool> skipped;                // [k - first_step]: some shard skipped the update
+  std::vector<std::vector<bool>> stage_seen, update_seen; // [k - first_step][s]: that report of stage s arrived
   std::chrono::steady_clock::time_point last_progress;
   std::chrono::steady_clock::time_point last_step_done; // the previous step's completion (the start at first)
+  bool hook_running = false; // the step hooks of a step run on `hooks`
+  compute_worker hooks;      // last: joined first. Runs the step hooks off the CAF threads
 };
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
 
@@ -73,7 +78,7 @@ void stop_all(coordinator_actor* self) {
   auto& st = self->state;
   set_phase(self, coord_phase::stopping);
   for (const auto& a : st.alive) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  if (st.alive.empty()) finish(self);
+  if (st.alive.empty() && !st.hook_running) finish(self);
 }
 
 void fail(coordinator_actor* self, failure_info info) {
@@ -108,7 +113,7 @@ void on_down(coordinator_actor* self, const caf::down_msg& dm) {
               dm.reason ? self->system().render(dm.reason) : "exited before the run finished"};
     fail(self, info);
   }
-  if (st.phase == coord_phase::stopping && st.alive.empty()) finish(self);
+  if (st.phase == coord_phase::stopping && st.alive.empty() && !st.hook_running) finish(self);
 }
 
 // Every stage and shard finished `step`: report it, then stop or go on.
@@ -126,31 +131,63 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   st.last_step_done = now;
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
-  bool stop = step + 1 == plan.end_step();
-  try {
-    if (hooks.on_step) hooks.on_step(summary);
-    if (hooks.stop_after && hooks.stop_after(step) && !stop) {
-      log_info("coordinator: stopping after step {} as asked", step);
-      stop = true;
-    }
-  } catch (const std::exception& e) {
-    fail(self, {"coordinator", step, std::string("step hook threw: ") + e.what()});
+  if (!hooks.on_step && !hooks.stop_after) {
+    if (step + 1 == plan.end_step()) stop_all(self);
     return;
   }
+  // The hooks (metrics, progress, checkpoint writes with their fsyncs) run on
+  // the coordinator's own thread, so no CAF scheduler thread blocks on them; the
+  // next step's updates wait for their result (on_hooks_done).
+  st.hook_running = true;
+  post_job(self, st.hooks, step, [hooks, summary, step] {
+    if (hooks.on_step) hooks.on_step(summary);
+    const bool stop = hooks.stop_after && hooks.stop_after(step);
+    return work_done{stop ? 1u : 0u, step, 0, 0.0};
+  });
+}
+
+// The hooks of `step` returned; kind 1: stop_after asked to end the run.
+void on_hooks_done(coordinator_actor* self, const work_done& d) {
+  auto& st = self->state;
+  const auto& plan = *st.args.setup.plan;
+  st.hook_running = false;
   st.last_progress = std::chrono::steady_clock::now(); // a long hook (a checkpoint) is progress
+  if (st.phase == coord_phase::stopping) {
+    if (st.alive.empty()) finish(self);
+    return;
+  }
+  if (st.phase != coord_phase::running) return;
+  bool stop = d.step + 1 == plan.end_step();
+  if (d.kind == 1 && !stop) {
+    log_info("coordinator: stopping after step {} as asked", d.step);
+    stop = true;
+  }
   if (stop) {
     stop_all(self);
-  } else if (hooks.holds_updates()) {
-    for (const auto& shard : st.args.shards) self->send(shard, allow_atom::value, step + 1);
+  } else {
+    for (const auto& shard : st.args.shards) self->send(shard, allow_atom::value, d.step + 1);
   }
 }
 
-// The index of `step` in the run; a report outside the run's steps breaks the protocol.
-std::uint32_t step_index(const pipeline_plan& plan, const char* what, std::uint32_t stage, std::uint32_t step) {
-  DSA_CHECK(stage < plan.options.stages && step >= plan.first_step && step < plan.end_step(),
-            "coordinator: {} of stage {} for step {} outside the run's steps [{}, {})", what, stage, step,
-            plan.first_step, plan.end_step());
-  return step - plan.first_step;
+void on_hooks_failed(coordinator_actor* self, const work_failed& f) {
+  auto& st = self->state;
+  st.hook_running = false;
+  if (st.phase == coord_phase::running) return fail(self, {"coordinator", f.step, "step hook threw: " + f.what});
+  if (st.phase == coord_phase::stopping && st.alive.empty()) finish(self);
+}
+
+// The index of `step` in the run, checking a report against the plan: a report
+// outside the run's steps or stages, or a second one of a kind for one stage
+// and step, breaks the protocol. `seen` [i][s]: that report arrived.
+expected<std::uint32_t> accept_report(const pipeline_plan& plan, std::vector<std::vector<bool>>& seen, const char* what,
+                                      std::uint32_t stage, std::uint32_t step) {
+  if (stage >= plan.options.stages || step < plan.first_step || step >= plan.end_step())
+    return make_error(errc::protocol, "{} of stage {} for step {}, outside the run's {} stages and steps [{}, {})",
+                      what, stage, step, plan.options.stages, plan.first_step, plan.end_step());
+  const std::uint32_t i = step - plan.first_step;
+  if (seen[i][stage]) return make_error(errc::protocol, "second {} of stage {} for step {}", what, stage, step);
+  seen[i][stage] = true;
+  return i;
 }
 
 // A step is complete when every stage loaded its new version and every shard
@@ -166,18 +203,20 @@ void count_report(coordinator_actor* self, std::uint32_t i, std::uint32_t step) 
 void on_step_report(coordinator_actor* self, const step_report& r) {
   auto& st = self->state;
   const auto& plan = *st.args.setup.plan;
-  const std::uint32_t i = step_index(plan, "step report", r.stage, r.step);
+  auto i = accept_report(plan, st.stage_seen, "step report", r.stage, r.step);
+  if (!i) return fail(self, {"coordinator", r.step, i.err().message});
   st.stage_steps[r.stage] = r.step + 1;
-  if (r.stage + 1 == plan.options.stages) st.args.summary->losses[i] = r.loss / plan.options.micro_batches;
-  count_report(self, i, r.step);
+  if (r.stage + 1 == plan.options.stages) st.args.summary->losses[*i] = r.loss / plan.options.micro_batches;
+  count_report(self, *i, r.step);
 }
 
 void on_update_report(coordinator_actor* self, const update_report& r) {
   auto& st = self->state;
-  const std::uint32_t i = step_index(*st.args.setup.plan, "update report", r.stage, r.step);
-  st.shares[i][r.stage] = r.sum_of_squares;
-  if (r.skipped) st.skipped[i] = true;
-  count_report(self, i, r.step);
+  auto i = accept_report(*st.args.setup.plan, st.update_seen, "update report", r.stage, r.step);
+  if (!i) return fail(self, {"coordinator", r.step, i.err().message});
+  st.shares[*i][r.stage] = r.sum_of_squares;
+  if (r.skipped) st.skipped[*i] = true;
+  count_report(self, *i, r.step);
 }
 
 void on_start(coordinator_actor* self) {
@@ -210,6 +249,8 @@ void on_start(coordinator_actor* self) {
   st.step_reports.assign(plan.options.steps, 0);
   st.shares.assign(plan.options.steps, std::vector<double>(S, 0.0));
   st.skipped.assign(plan.options.steps, false);
+  st.stage_seen.assign(plan.options.steps, std::vector<bool>(S, false));
+  st.update_seen = st.stage_seen;
   st.args.summary->losses.assign(plan.options.steps, 0.0);
   st.last_progress = std::chrono::steady_clock::now();
   st.last_step_done = st.last_progress;
@@ -222,7 +263,8 @@ void on_tick(coordinator_actor* self) {
   auto& st = self->state;
   if (st.phase != coord_phase::running) return;
   const auto idle = std::chrono::steady_clock::now() - st.last_progress;
-  if (idle > st.args.watchdog) {
+  // A running hook is progress: the updates wait for it, not for a stuck actor.
+  if (idle > st.args.watchdog && !st.hook_running) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(idle).count();
     auto step = *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
     fail(self, {"coordinator", step, "watchdog: no step completed for " + std::to_string(ms) + " ms"});
@@ -243,6 +285,8 @@ caf::behavior coordinator_behavior(coordinator_actor* self, coordinator_args arg
       [=](const step_report& r) { on_step_report(self, r); },
       [=](const update_report& r) { on_update_report(self, r); },
       [=](tick_atom) { on_tick(self); },
+      [=](const work_done& d) { on_hooks_done(self, d); },
+      [=](const work_failed& f) { on_hooks_failed(self, f); },
   };
 }
 

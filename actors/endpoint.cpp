@@ -52,18 +52,32 @@ void endpoint::send_released(caf::event_based_actor* self, const caf::actor& des
   self->send(dest, msg);
 }
 
-void endpoint::received(const produced& msg, std::uint32_t peer) {
-  DSA_CHECK(msg.ref.edge < produced_seen_.size() && msg.seq == produced_seen_[msg.ref.edge],
-            "{}: produced on edge {} with seq {} out of order", actor_, msg.ref.edge, msg.seq);
-  ++produced_seen_[msg.ref.edge];
-  note(trace_kind::recv, trace_name::produced, peer, msg.ref, msg.seq, msg.bytes, msg.step, msg.micro_batch);
+status endpoint::check_arrival(const char* what, slot_ref ref, std::uint64_t seq,
+                               const std::vector<std::uint64_t>& seen) const {
+  if (ref.edge >= seen.size())
+    return make_error(errc::protocol, "{} on edge {}, which the plan does not have ({} edges)", what, ref.edge,
+                      seen.size());
+  if (ref.slot >= slots_->slot_count(ref.edge))
+    return make_error(errc::protocol, "{} on edge {} ({}) names slot {} of {}", what, ref.edge,
+                      slots_->edge_name(ref.edge), ref.slot, slots_->slot_count(ref.edge));
+  if (seq != seen[ref.edge])
+    return make_error(errc::protocol, "{} on edge {} ({}) with sequence number {}, expected {}", what, ref.edge,
+                      slots_->edge_name(ref.edge), seq, seen[ref.edge]);
+  return {};
 }
 
-void endpoint::received(const released& msg, std::uint32_t peer) {
-  DSA_CHECK(msg.ref.edge < released_seen_.size() && msg.seq == released_seen_[msg.ref.edge],
-            "{}: released on edge {} with seq {} out of order", actor_, msg.ref.edge, msg.seq);
+status endpoint::received(const produced& msg, std::uint32_t peer) {
+  DSA_TRY(check_arrival("produced", msg.ref, msg.seq, produced_seen_));
+  ++produced_seen_[msg.ref.edge];
+  note(trace_kind::recv, trace_name::produced, peer, msg.ref, msg.seq, msg.bytes, msg.step, msg.micro_batch);
+  return {};
+}
+
+status endpoint::received(const released& msg, std::uint32_t peer) {
+  DSA_TRY(check_arrival("released", msg.ref, msg.seq, released_seen_));
   ++released_seen_[msg.ref.edge];
   note(trace_kind::recv, trace_name::released, peer, msg.ref, msg.seq, 0, 0, 0);
+  return {};
 }
 
 } // namespace dsa::actors

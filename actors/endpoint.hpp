@@ -6,6 +6,7 @@
 #include "actors/protocol/messages.hpp"
 #include "actors/slot_table.hpp"
 #include "actors/trace/trace_recorder.hpp"
+#include "core/error.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/event_based_actor.hpp>
@@ -26,9 +27,11 @@ public:
   // Numbers and records a `produced` for a slot this actor wrote, for sending inside another message.
   produced stamp_produced(std::uint32_t peer, slot_ref ref, std::uint32_t step, std::uint32_t micro_batch);
   void send_released(caf::event_based_actor* self, const caf::actor& dest, std::uint32_t peer, slot_ref ref);
-  // Record arrivals; check the per-edge sequence (FIFO per sender).
-  void received(const produced& msg, std::uint32_t peer);
-  void received(const released& msg, std::uint32_t peer);
+  // Record arrivals. A message naming an edge or slot the slot table does not
+  // have, or out of sequence on its edge (FIFO per sender), is a protocol error:
+  // the sender broke the protocol, so the receiver fails by name, not by abort.
+  status received(const produced& msg, std::uint32_t peer);
+  status received(const released& msg, std::uint32_t peer);
 
   slot_table& slots() { return *slots_; }
   trace_recorder* trace() const { return trace_; }
@@ -36,6 +39,7 @@ public:
   std::int32_t stage() const { return stage_; }
 
 private:
+  status check_arrival(const char* what, slot_ref ref, std::uint64_t seq, const std::vector<std::uint64_t>& seen) const;
   void note(trace_kind kind, trace_name name, std::uint32_t peer, slot_ref ref, std::uint64_t seq,
             std::uint64_t bytes, std::uint32_t step, std::uint32_t micro_batch);
 

@@ -28,7 +28,11 @@ struct feeder_core {
   caf::actor first, last;
   // A slot index is free when both its input and its labels slot came back.
   std::vector<std::uint32_t> free_slots; // lowest at the back
-  std::vector<std::uint32_t> half_free;  // one of the two came back
+  struct half_returned {
+    std::uint32_t slot;
+    bool input; // the input came back (else the labels)
+  };
+  std::vector<half_returned> half_free; // one of the two came back
   std::uint32_t total, next = 0; // micro-batches of the run, and the next to fill (counted from first_step)
   bool started = false, filling = false;
   std::uint32_t filling_slot = 0;
@@ -68,18 +72,35 @@ void on_filled(feeder_actor* self, const work_done& d) {
   try_fill(self);
 }
 
-void on_released(feeder_actor* self, const released& m) {
-  auto& c = *self->state.core;
+status accept_released(feeder_core& c, const released& m) {
   const bool input = m.ref.edge == c.plan.input_edge;
-  c.io.received(m, input ? c.plan.stage_id(0) : c.plan.stage_id(c.plan.options.stages - 1));
-  auto half = std::find(c.half_free.begin(), c.half_free.end(), m.ref.slot);
+  if (!input && m.ref.edge != c.plan.labels_edge)
+    return make_error(errc::protocol, "released on edge {}, which the feeder does not write", m.ref.edge);
+  DSA_TRY(c.io.received(m, input ? c.plan.stage_id(0) : c.plan.stage_id(c.plan.options.stages - 1)));
+  if (std::find(c.free_slots.begin(), c.free_slots.end(), m.ref.slot) != c.free_slots.end() ||
+      (c.filling && c.filling_slot == m.ref.slot))
+    return make_error(errc::protocol, "{} slot {} released while not in use", input ? "input" : "labels",
+                      m.ref.slot);
+  auto half = std::find_if(c.half_free.begin(), c.half_free.end(), [&](const auto& h) { return h.slot == m.ref.slot; });
   if (half == c.half_free.end()) {
-    c.half_free.push_back(m.ref.slot);
-    return;
+    c.half_free.push_back({m.ref.slot, input});
+    return {};
   }
+  if (half->input == input)
+    return make_error(errc::protocol, "{} slot {} released twice", input ? "input" : "labels", m.ref.slot);
   c.half_free.erase(half);
   c.free_slots.push_back(m.ref.slot);
   std::sort(c.free_slots.begin(), c.free_slots.end(), std::greater<std::uint32_t>());
+  return {};
+}
+
+void on_released(feeder_actor* self, const released& m) {
+  auto& c = *self->state.core;
+  if (auto st = accept_released(c, m); !st) {
+    const std::uint32_t step = c.plan.first_step + c.next / c.plan.options.micro_batches;
+    self->quit(protocol_failure("feeder", step, st.err()));
+    return;
+  }
   try_fill(self);
 }
 

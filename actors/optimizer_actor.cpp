@@ -33,6 +33,7 @@ struct shard_core {
   bool params_slot_free = true;
   std::uint32_t allowed;               // updates of steps <= allowed may start
   std::optional<reduced> waiting; // reduced gradients whose update has not started
+  std::uint32_t next_step = plan.first_step; // the step whose gradients come next
   compute_worker worker; // last: joined first
 };
 
@@ -69,12 +70,35 @@ void try_start(shard_actor* self) {
   start_update(self, ready);
 }
 
-void on_reduced(shard_actor* self, const reduced& r) {
-  auto& c = *self->state.core;
-  c.io.received(r.data, c.plan.reducer_id(c.index));
-  DSA_CHECK(r.data.ref.edge == c.reduced_edge && !c.waiting, "optimizer {}: gradients of step {} arrived twice",
-            c.index, r.data.step);
+status accept_reduced(shard_core& c, const reduced& r) {
+  if (r.data.ref.edge != c.reduced_edge)
+    return make_error(errc::protocol, "reduced gradients on edge {}, expected edge {} ({})", r.data.ref.edge,
+                      c.reduced_edge, c.slots->edge_name(c.reduced_edge));
+  DSA_TRY(c.io.received(r.data, c.plan.reducer_id(c.index)));
+  if (c.waiting || r.data.step != c.next_step || r.data.step >= c.plan.end_step())
+    return make_error(errc::protocol, "gradients of step {} arrived, expected step {} (run ends before {}{})",
+                      r.data.step, c.next_step, c.plan.end_step(), c.waiting ? "; the last are still waiting" : "");
+  ++c.next_step;
   c.waiting = r;
+  return {};
+}
+
+status accept_released(shard_core& c, const released& m) {
+  if (m.ref.edge != c.params_edge)
+    return make_error(errc::protocol, "released on edge {}, which the shard does not write", m.ref.edge);
+  DSA_TRY(c.io.received(m, c.plan.stage_id(c.index)));
+  if (c.params_slot_free) return make_error(errc::protocol, "parameter slot released twice");
+  c.params_slot_free = true;
+  return {};
+}
+
+void fail_protocol(shard_actor* self, std::uint32_t step, const error& why) {
+  auto& c = *self->state.core;
+  self->quit(protocol_failure(c.plan.actor_name(c.id), step, why));
+}
+
+void on_reduced(shard_actor* self, const reduced& r) {
+  if (auto st = accept_reduced(*self->state.core, r); !st) return fail_protocol(self, r.data.step, st.err());
   try_start(self);
 }
 
@@ -106,8 +130,7 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
       [=](allow_atom, std::uint32_t step) { on_allow(self, step); },
       [=](const released& m) {
         auto& c = *self->state.core;
-        c.io.received(m, c.plan.stage_id(c.index));
-        c.params_slot_free = true;
+        if (auto st = accept_released(c, m); !st) return fail_protocol(self, c.next_step, st.err());
         try_start(self);
       },
       [=](const work_done& d) { on_updated(self, d); },

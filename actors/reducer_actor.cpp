@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include <functional>
 #include <stdexcept>
 
 namespace dsa::actors {
@@ -96,8 +97,10 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
     } else {
       tensor& mine = buffers.at(static_cast<std::size_t>(tied));
       const tensor& other = slots->at(tied_in).at(0);
-      DSA_CHECK(other.shape() == mine.shape() && other.type() == dtype::f32, "tied gradient {} does not fit {}",
-                other.describe(), mine.describe());
+      if (other.shape() != mine.shape() || other.type() != dtype::f32) // from another reducer: fails this one
+        throw std::runtime_error(
+            fmt::format("the tied gradient received, {}, does not fit this stage's {}", other.describe(),
+                        mine.describe()));
       if (kind == tied_sum_job) {
         float* m = mine.data<float>();
         const float* o = other.data<float>();
@@ -136,8 +139,13 @@ void execute(reducer_actor* self, const reducer_state::actions& todo) {
       case reducer_action::kind::tied_sum: start_job(self, tied_sum_job, a.step); break;
       case reducer_action::kind::tied_copy: start_job(self, tied_copy_job, a.step); break;
       case reducer_action::kind::send_tied_up: {
-        DSA_CHECK(c.tied_up_free, "reducer {}: tied gradient of step {} offered before the last was read", c.index,
-                  a.step);
+        if (!c.tied_up_free) {
+          self->quit(protocol_failure(c.plan.actor_name(c.id), a.step,
+                                      make_error(errc::protocol, "tied gradient of step {} offered before the first "
+                                                                 "stage's reducer released the last",
+                                                 a.step)));
+          return;
+        }
         c.tied_up_free = false;
         c.slots->at({c.plan.tied_up_edge, 0}).at(0) = c.slots->at({c.reduced_edge, 0}).at(c.tied_index);
         c.io.send_produced(self, c.peers[0], c.owner_id(), {c.plan.tied_up_edge, 0}, a.step, 0);
@@ -175,37 +183,52 @@ void handle(reducer_actor* self, std::uint32_t step, Event&& event) {
   execute(self, *todo);
 }
 
+void fail_protocol(reducer_actor* self, std::uint32_t step, const error& why) {
+  auto& c = *self->state.core;
+  self->quit(protocol_failure(c.plan.actor_name(c.id), step, why));
+}
+
 void on_produced(reducer_actor* self, const produced& m) {
   auto& c = *self->state.core;
+  const bool owner = c.index == 0, copy = c.index + 1 == c.plan.options.stages;
+  std::uint32_t peer = 0;
+  std::function<reducer_state::result(reducer_state&)> event;
   if (m.ref.edge == c.grads_edge) {
-    c.io.received(m, c.plan.stage_id(c.index));
-    handle(self, m.step, [&](reducer_state& st) { return st.on_grads(m.step); });
-  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_up_edge && c.index == 0) {
-    c.io.received(m, c.copy_id());
-    handle(self, m.step, [&](reducer_state& st) { return st.on_tied_arrived(m.step); });
-  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_down_edge && c.index + 1 == c.plan.options.stages) {
-    c.io.received(m, c.owner_id());
-    handle(self, m.step, [&](reducer_state& st) { return st.on_tied_arrived(m.step); });
+    peer = c.plan.stage_id(c.index);
+    event = [&](reducer_state& st) { return st.on_grads(m.step); };
+  } else if (c.plan.exchanges_tied() && ((m.ref.edge == c.plan.tied_up_edge && owner) ||
+                                         (m.ref.edge == c.plan.tied_down_edge && copy))) {
+    peer = owner ? c.copy_id() : c.owner_id();
+    event = [&](reducer_state& st) { return st.on_tied_arrived(m.step); };
   } else {
-    self->quit(make_failure(runtime_errc::protocol,
-                            {c.plan.actor_name(c.id), m.step, "produced on foreign edge " + std::to_string(m.ref.edge)}));
+    return fail_protocol(self, m.step,
+                         make_error(errc::protocol, "produced on edge {}, which this reducer does not read", m.ref.edge));
   }
+  if (auto st = c.io.received(m, peer); !st) return fail_protocol(self, m.step, st.err());
+  handle(self, m.step, event);
 }
 
 void on_released(reducer_actor* self, const released& m) {
   auto& c = *self->state.core;
+  const bool owner = c.index == 0, copy = c.index + 1 == c.plan.options.stages;
+  const std::uint32_t step = c.state.current_step().value_or(0);
+  const bool tied = c.plan.exchanges_tied();
+  std::uint32_t peer = 0;
+  if (m.ref.edge == c.reduced_edge) peer = c.plan.shard_id(c.index);
+  else if (tied && m.ref.edge == c.plan.tied_down_edge && owner) peer = c.copy_id();
+  else if (tied && m.ref.edge == c.plan.tied_up_edge && copy) peer = c.owner_id();
+  else
+    return fail_protocol(self, step,
+                         make_error(errc::protocol, "released on edge {}, which this reducer does not write", m.ref.edge));
+  if (auto st = c.io.received(m, peer); !st) return fail_protocol(self, step, st.err());
   if (m.ref.edge == c.reduced_edge) {
-    c.io.received(m, c.plan.shard_id(c.index));
-    handle(self, c.state.current_step().value_or(0), [](reducer_state& st) { return st.on_reduced_released(); });
-  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_down_edge && c.index == 0) {
-    c.io.received(m, c.copy_id());
-    handle(self, c.state.current_step().value_or(0), [](reducer_state& st) { return st.on_tied_down_released(); });
-  } else if (c.plan.exchanges_tied() && m.ref.edge == c.plan.tied_up_edge && c.index + 1 == c.plan.options.stages) {
-    c.io.received(m, c.owner_id());
-    c.tied_up_free = true;
+    handle(self, step, [](reducer_state& st) { return st.on_reduced_released(); });
+  } else if (m.ref.edge == c.plan.tied_down_edge) {
+    handle(self, step, [](reducer_state& st) { return st.on_tied_down_released(); });
+  } else if (c.tied_up_free) {
+    fail_protocol(self, step, make_error(errc::protocol, "tied gradient slot released twice"));
   } else {
-    self->quit(make_failure(runtime_errc::protocol,
-                            {c.plan.actor_name(c.id), 0, "released on foreign edge " + std::to_string(m.ref.edge)}));
+    c.tied_up_free = true;
   }
 }
 

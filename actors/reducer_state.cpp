@@ -6,7 +6,7 @@ namespace dsa::actors {
 // A message or job result that breaks the protocol: the reducer actor fails, naming it.
 #define DSA_REDUCER_EXPECT(cond, ...)                                  \
   do {                                                                 \
-    if (!(cond)) return make_error(errc::runtime, __VA_ARGS__);        \
+    if (!(cond)) return make_error(errc::protocol, __VA_ARGS__);        \
   } while (0)
 
 using kind = reducer_action::kind;

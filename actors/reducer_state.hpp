@@ -2,7 +2,7 @@
 // machine the reducer actor feeds with events (a message arrived, a job ended)
 // and whose returned actions it carries out. Tested on its own. An event that
 // breaks the protocol (a duplicate, an unexpected job result) returns an error
-// (errc::runtime); the actor then fails, naming it.
+// (errc::protocol); the actor then fails, naming it.
 //
 // Per step k the reducer of stage s
 //   1. gathers the stage's accumulated gradients into its optimizer shard's f32

@@ -52,6 +52,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, setup.trace, trace_path);
   auto coordinator = spawn_coordinator(sys, args);
+  if (options.on_spawned) options.on_spawned(run_actors{coordinator, args.feeder, args.stages, args.shards, args.reducers});
   caf::scoped_actor self{sys};
   // The coordinator always answers (watchdog); the timeout is a last resort.
   const auto backstop = options.watchdog * 4 + std::chrono::seconds(60);

@@ -8,6 +8,8 @@
 #include "actors/step_hooks.hpp"
 #include "actors/trace/trace_recorder.hpp"
 
+#include <caf/actor.hpp>
+
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -24,6 +26,13 @@ enum class optimizer_start {
   // counters) and each stage's working parameters (version first_step) before
   // run_pipeline, e.g. from a checkpoint; init is not called.
   already_loaded,
+};
+
+// The actors of a run, for code that talks to them directly (tests inject a
+// message that breaks the protocol and check that the receiver fails by name).
+struct run_actors {
+  caf::actor coordinator, feeder;
+  std::vector<caf::actor> stages, shards, reducers; // [s]
 };
 
 // Whether the run records a trace (spans and message edges) at all.
@@ -52,6 +61,8 @@ struct run_options {
   // parameters before using them again). Checked on the coordinator: a signal
   // handler sets an atomic flag that this function reads.
   std::function<bool(std::uint32_t completed_step)> stop_after;
+  // Called once the actors are spawned, before the run starts.
+  std::function<void(const run_actors&)> on_spawned;
   trace_mode trace = trace_mode::record; // off: no records, no trace file, an empty run_result::trace
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
   std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)

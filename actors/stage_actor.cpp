@@ -54,45 +54,57 @@ void try_run(stage_actor* self) {
   post_job(self, c.worker, work->step, [runner, w = *work] { return runner->run(w); });
 }
 
-void on_produced(stage_actor* self, const produced& m) {
+void fail_protocol(stage_actor* self, std::uint32_t step, const error& why) {
   auto& c = *self->state.core;
+  self->quit(protocol_failure(c.plan.actor_name(c.id), step, why));
+}
+
+status accept_produced(stage_core& c, const produced& m) {
   const auto e = m.ref.edge;
   if (e == c.edges.input) {
-    c.io.received(m, c.upstream_id());
-    c.sched.on_input(m.step, m.micro_batch, m.ref.slot);
-  } else if (e == c.edges.labels) {
-    c.io.received(m, pipeline_plan::feeder_id);
-    c.sched.on_labels(m.step, m.micro_batch, m.ref.slot);
-  } else if (e == c.edges.grad_in) {
-    c.io.received(m, c.downstream_id());
-    c.sched.on_grad(m.step, m.micro_batch, m.ref.slot);
-  } else if (e == c.edges.params) {
-    c.io.received(m, c.plan.shard_id(c.index));
-    c.sched.on_version(m.step, m.ref.slot);
-  } else {
-    self->quit(make_failure(runtime_errc::protocol,
-                            {c.plan.actor_name(c.id), m.step, "produced on foreign edge " + std::to_string(e)}));
-    return;
+    DSA_TRY(c.io.received(m, c.upstream_id()));
+    return c.sched.on_input(m.step, m.micro_batch, m.ref.slot);
   }
+  if (e == c.edges.labels) {
+    DSA_TRY(c.io.received(m, pipeline_plan::feeder_id));
+    return c.sched.on_labels(m.step, m.micro_batch, m.ref.slot);
+  }
+  if (e == c.edges.grad_in) {
+    DSA_TRY(c.io.received(m, c.downstream_id()));
+    return c.sched.on_grad(m.step, m.micro_batch, m.ref.slot);
+  }
+  if (e == c.edges.params) {
+    DSA_TRY(c.io.received(m, c.plan.shard_id(c.index)));
+    return c.sched.on_version(m.step, m.ref.slot);
+  }
+  return make_error(errc::protocol, "produced on edge {}, which stage {} does not read", e, c.index);
+}
+
+status accept_released(stage_core& c, const released& m) {
+  const auto e = m.ref.edge;
+  if (e == c.edges.output) {
+    DSA_TRY(c.io.received(m, c.downstream_id()));
+    return c.sched.on_out_released(m.ref.slot);
+  }
+  if (e == c.edges.grad_out) {
+    DSA_TRY(c.io.received(m, c.upstream_id()));
+    return c.sched.on_grad_out_released(m.ref.slot);
+  }
+  if (e == c.edges.grads) {
+    DSA_TRY(c.io.received(m, c.plan.reducer_id(c.index)));
+    return c.sched.on_grads_released();
+  }
+  return make_error(errc::protocol, "released on edge {}, which stage {} does not write", e, c.index);
+}
+
+void on_produced(stage_actor* self, const produced& m) {
+  if (auto st = accept_produced(*self->state.core, m); !st) return fail_protocol(self, m.step, st.err());
   try_run(self);
 }
 
 void on_released(stage_actor* self, const released& m) {
   auto& c = *self->state.core;
-  const auto e = m.ref.edge;
-  if (e == c.edges.output) {
-    c.io.received(m, c.downstream_id());
-    c.sched.on_out_released(m.ref.slot);
-  } else if (e == c.edges.grad_out) {
-    c.io.received(m, c.upstream_id());
-    c.sched.on_grad_out_released(m.ref.slot);
-  } else if (e == c.edges.grads) {
-    c.io.received(m, c.plan.reducer_id(c.index));
-  } else {
-    self->quit(make_failure(runtime_errc::protocol,
-                            {c.plan.actor_name(c.id), 0, "released on foreign edge " + std::to_string(e)}));
-    return;
-  }
+  if (auto st = accept_released(c, m); !st) return fail_protocol(self, c.sched.held_version(), st.err());
   try_run(self);
 }
 

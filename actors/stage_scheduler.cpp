@@ -23,12 +23,13 @@ std::uint32_t take_lowest(std::vector<std::uint32_t>& slots) {
   return slot;
 }
 
-void give_back(std::vector<std::uint32_t>& slots, std::uint32_t slot, std::uint32_t capacity,
-               const char* what) {
-  DSA_CHECK(slot < capacity && std::find(slots.begin(), slots.end(), slot) == slots.end(),
-            "{} slot {} released twice or out of range", what, slot);
+status give_back(std::vector<std::uint32_t>& slots, std::uint32_t slot, std::uint32_t capacity, const char* what) {
+  if (slot >= capacity || std::find(slots.begin(), slots.end(), slot) != slots.end())
+    return make_error(errc::protocol, "{} slot {} released twice or out of range (the edge has {})", what, slot,
+                      capacity);
   slots.push_back(slot);
   std::sort(slots.begin(), slots.end(), std::greater<std::uint32_t>());
+  return {};
 }
 
 } // namespace
@@ -52,57 +53,79 @@ stage_scheduler::stage_scheduler(stage_position pos, schedule_policy policy, sta
   DSA_CHECK(policy.stash_slots > 0, "a stage needs at least one stash slot");
 }
 
-void stage_scheduler::check_order(const std::deque<arrival>& queue, const arrival& next, const char* edge) {
-  if (queue.empty()) return;
-  const auto& prev = queue.back();
-  DSA_CHECK(prev.step < next.step || (prev.step == next.step && prev.micro_batch < next.micro_batch),
-            "{} arrived out of order: ({}, {}) after ({}, {})", edge, next.step, next.micro_batch,
-            prev.step, prev.micro_batch);
+status stage_scheduler::check_next(std::uint32_t& count, std::uint32_t step, std::uint32_t micro_batch,
+                                   const char* edge) const {
+  const std::uint32_t M = pos_.micro_batches;
+  if (count >= pos_.steps * M)
+    return make_error(errc::protocol, "stage {}: {} ({}, {}) after the run's last micro-batch", pos_.index, edge,
+                      step, micro_batch);
+  const std::uint32_t want_step = pos_.first_step + count / M, want_mb = count % M;
+  if (step != want_step || micro_batch != want_mb)
+    return make_error(errc::protocol, "stage {}: {} ({}, {}) arrived, expected ({}, {})", pos_.index, edge, step,
+                      micro_batch, want_step, want_mb);
+  ++count;
+  return {};
 }
 
-void stage_scheduler::on_input(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
-  arrival a{step, micro_batch, slot};
-  check_order(inputs_, a, "input");
-  inputs_.push_back(a);
+status stage_scheduler::on_input(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
+  DSA_TRY(check_next(inputs_seen_, step, micro_batch, "input"));
+  inputs_.push_back({step, micro_batch, slot});
+  return {};
 }
 
-void stage_scheduler::on_labels(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
-  DSA_CHECK(pos_.last(), "labels sent to stage {}, which is not the last", pos_.index);
-  arrival a{step, micro_batch, slot};
-  check_order(labels_, a, "labels");
-  labels_.push_back(a);
+status stage_scheduler::on_labels(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
+  if (!pos_.last())
+    return make_error(errc::protocol, "labels sent to stage {}, which is not the last", pos_.index);
+  DSA_TRY(check_next(labels_seen_, step, micro_batch, "labels"));
+  labels_.push_back({step, micro_batch, slot});
+  return {};
 }
 
-void stage_scheduler::on_grad(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
-  DSA_CHECK(!pos_.last(), "output gradient sent to the last stage {}", pos_.index);
-  arrival a{step, micro_batch, slot};
-  check_order(grads_, a, "gradient");
-  grads_.push_back(a);
+status stage_scheduler::on_grad(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot) {
+  if (pos_.last()) return make_error(errc::protocol, "output gradient sent to the last stage {}", pos_.index);
+  if (grads_seen_ >= forwards_done_)
+    return make_error(errc::protocol, "stage {}: gradient ({}, {}) arrived before its forward ran", pos_.index,
+                      step, micro_batch);
+  DSA_TRY(check_next(grads_seen_, step, micro_batch, "gradient"));
+  grads_.push_back({step, micro_batch, slot});
+  return {};
 }
 
-void stage_scheduler::on_version(std::uint32_t step, std::uint32_t slot) {
-  DSA_CHECK(!pending_version_ && step == held_version_ + 1, "parameter version {} after {}", step,
-            held_version_);
+status stage_scheduler::on_version(std::uint32_t step, std::uint32_t slot) {
+  const std::uint32_t expected = pending_version_ ? pending_version_->step + 1 : held_version_ + 1;
+  if (pending_version_ || step != held_version_ + 1 || step > pos_.end_step())
+    return make_error(errc::protocol, "stage {}: parameter version {} arrived, expected {} (holding {}, run ends at {})",
+                      pos_.index, step, expected, held_version_, pos_.end_step());
   pending_version_ = arrival{step, 0, slot};
+  return {};
 }
 
-void stage_scheduler::on_out_released(std::uint32_t slot) {
-  give_back(free_out_, slot, pos_.last() ? 0 : credits_.out_slots, "activation");
+status stage_scheduler::on_out_released(std::uint32_t slot) {
+  return give_back(free_out_, slot, pos_.last() ? 0 : credits_.out_slots, "activation");
 }
 
-void stage_scheduler::on_grad_out_released(std::uint32_t slot) {
-  give_back(free_grad_out_, slot, pos_.first() ? 0 : credits_.grad_out_slots, "gradient");
+status stage_scheduler::on_grad_out_released(std::uint32_t slot) {
+  return give_back(free_grad_out_, slot, pos_.first() ? 0 : credits_.grad_out_slots, "gradient");
+}
+
+status stage_scheduler::on_grads_released() {
+  if (!grads_published_)
+    return make_error(errc::protocol, "stage {}: gradients released that were not published", pos_.index);
+  grads_published_ = false;
+  return {};
 }
 
 std::optional<stage_work> stage_scheduler::pick() {
   if (busy_) return std::nullopt;
   std::optional<stage_work> work;
-  if (pending_version_) {
+  if (pending_version_ && !grads_published_) {
     work = stage_work{};
     work->kind = work_kind::load;
     work->step = pending_version_->step;
     work->in_slot = pending_version_->slot;
     pending_version_.reset();
+  } else if (pending_version_) {
+    // The load waits for the reducer to give the gradients back; nothing else runs first.
   } else if (policy_.order == pick_order::backward_first) {
     work = pick_backward();
     if (!work) work = pick_forward();
@@ -147,7 +170,7 @@ std::optional<stage_work> stage_scheduler::pick_forward() {
 }
 
 std::optional<stage_work> stage_scheduler::pick_backward() {
-  if (in_flight_.empty()) return std::nullopt;
+  if (in_flight_.empty() || grads_published_) return std::nullopt;
   const stashed s = in_flight_.front();
   // GPipe flushes: a step's backwards start once all its forwards ran.
   if (policy_.order == pick_order::forward_first && next_forward_step_ <= s.step) return std::nullopt;
@@ -178,11 +201,17 @@ void stage_scheduler::on_done(const stage_work& work) {
   switch (work.kind) {
     case work_kind::forward:
       in_flight_.push_back({work.step, work.micro_batch, work.stash_slot});
+      ++forwards_done_;
       break;
-    case work_kind::backward:
-      give_back(free_stash_, work.stash_slot, policy_.stash_slots, "stash");
-      if (work.last_of_step) next_backward_step_ = work.step + 1;
+    case work_kind::backward: {
+      const bool stash_ok = give_back(free_stash_, work.stash_slot, policy_.stash_slots, "stash").has_value();
+      DSA_CHECK(stash_ok, "stage {}: stash slot {} was not in use", pos_.index, work.stash_slot);
+      if (work.last_of_step) {
+        next_backward_step_ = work.step + 1;
+        grads_published_ = true;
+      }
       break;
+    }
     case work_kind::load:
       held_version_ = work.step;
       break;
@@ -191,10 +220,10 @@ void stage_scheduler::on_done(const stage_work& work) {
 
 std::string stage_scheduler::describe() const {
   return fmt::format("stage {}: busy={} version={} next_forward=({}, {}) in_flight={} inputs={} labels={} "
-                     "grads={} free_stash={} free_out={} free_grad_out={} pending_version={}",
+                     "grads={} free_stash={} free_out={} free_grad_out={} pending_version={} grads_published={}",
                      pos_.index, busy_, held_version_, next_forward_step_, next_forward_mb_,
                      in_flight_.size(), inputs_.size(), labels_.size(), grads_.size(), free_stash_.size(),
-                     free_out_.size(), free_grad_out_.size(), pending_version_.has_value());
+                     free_out_.size(), free_grad_out_.size(), pending_version_.has_value(), grads_published_);
 }
 
 } // namespace dsa::actors

@@ -5,12 +5,18 @@
 // Forward (k, mb) is runnable when its input (and, on the last stage, its
 // labels) arrived, a stash slot and a downstream output slot are free and
 // parameter version k is held. Backward (k, mb) is runnable when its gradient
-// arrived (last stage: its forward is done) and an upstream gradient slot is
-// free. Forwards and backwards each run in (step, micro-batch) order. Not
-// thread-safe: owned by one actor.
+// arrived (last stage: its forward is done), an upstream gradient slot is free
+// and the reducer gave back the gradients of the previous step. Forwards and
+// backwards each run in (step, micro-batch) order. Not thread-safe: owned by
+// one actor.
+//
+// Events come from other actors (later, other processes): an arrival out of
+// sequence, a version that is not the next, a credit returned twice is a
+// protocol error returned to the caller, never an abort.
 #pragma once
 
 #include "actors/schedule_policy.hpp"
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -57,21 +63,27 @@ class stage_scheduler {
 public:
   stage_scheduler(stage_position pos, schedule_policy policy, stage_credits credits);
 
-  // Arrivals, each in (step, micro_batch) order per edge.
-  void on_input(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
-  void on_labels(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
-  void on_grad(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
+  // Arrivals, each the next of its edge in (step, micro_batch) order.
+  status on_input(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
+  status on_labels(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
+  // A gradient can only follow the forward that produced its activation.
+  status on_grad(std::uint32_t step, std::uint32_t micro_batch, std::uint32_t slot);
   // Parameters for forward of `step` arrived in `slot`; they load before anything else runs.
-  void on_version(std::uint32_t step, std::uint32_t slot);
+  status on_version(std::uint32_t step, std::uint32_t slot);
   // Credits back.
-  void on_out_released(std::uint32_t slot);
-  void on_grad_out_released(std::uint32_t slot);
+  status on_out_released(std::uint32_t slot);
+  status on_grad_out_released(std::uint32_t slot);
+  // The reducer is done reading the gradients published by the step's last
+  // backward (the gradients edge has one slot). Until then no backward (which
+  // accumulates into them) and no load (which zeroes them) runs.
+  status on_grads_released();
 
   // The next work to run, or nothing. Takes the inputs and slots it needs and marks the stage busy.
   std::optional<stage_work> pick();
   void on_done(const stage_work& work);
 
   bool busy() const { return busy_; }
+  bool gradients_published() const { return grads_published_; }
   bool finished() const { return next_backward_step_ >= pos_.end_step(); }
   std::uint32_t held_version() const { return held_version_; }
   std::uint32_t in_flight() const { return static_cast<std::uint32_t>(in_flight_.size()); }
@@ -89,7 +101,8 @@ private:
 
   std::optional<stage_work> pick_forward();
   std::optional<stage_work> pick_backward();
-  static void check_order(const std::deque<arrival>& queue, const arrival& next, const char* edge);
+  // Checks that (step, micro_batch) is arrival number `count` of an edge and counts it.
+  status check_next(std::uint32_t& count, std::uint32_t step, std::uint32_t micro_batch, const char* edge) const;
 
   stage_position pos_;
   schedule_policy policy_;
@@ -101,7 +114,10 @@ private:
   std::uint32_t held_version_;
   std::uint32_t next_forward_step_, next_forward_mb_ = 0;
   std::uint32_t next_backward_step_;
+  std::uint32_t inputs_seen_ = 0, labels_seen_ = 0, grads_seen_ = 0; // arrivals so far per edge
+  std::uint32_t forwards_done_ = 0;
   bool busy_ = false;
+  bool grads_published_ = false; // the reducer holds the step's gradients
 };
 
 } // namespace dsa::actors

@@ -1,7 +1,7 @@
 // What the caller of a run sees while it goes: a summary of every completed
 // step, and the question whether to stop after it. Both are called on the
-// coordinator (a CAF scheduler thread, never a compute worker), once per
-// completed step, in step order.
+// coordinator's hook thread (never a CAF scheduler thread nor a compute
+// worker), once per completed step, in step order, one step at a time.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,8 @@ struct step_summary {
 };
 
 struct step_hooks {
-  // Progress, metrics and checkpoints. The coordinator handles no message while
-  // it runs. No shard starts the next step's update before it returns (see
+  // Progress, metrics and checkpoints. The actors (the coordinator too) go on
+  // handling messages while it runs. No shard starts the next step's update before it returns (see
   // holds_updates), so the optimizers' state is exactly the state after this step
   // (a consistent checkpoint) while the stages go on with the next step's
   // forward and backward. An exception fails the run ("coordinator failed in

@@ -14,6 +14,7 @@ const char* errc_name(errc code) {
   case errc::not_found: return "not found";
   case errc::unsupported: return "unsupported";
   case errc::runtime: return "runtime error";
+  case errc::protocol: return "protocol error";
   }
   return "error";
 }

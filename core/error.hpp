@@ -22,6 +22,7 @@ enum class errc {
   not_found,        // a named thing (tensor, file, key) does not exist
   unsupported,      // valid but not implemented on this build or device
   runtime,          // an actor or component failed while running
+  protocol,         // a message (from another actor, process or peer) broke the protocol
 };
 
 const char* errc_name(errc code);

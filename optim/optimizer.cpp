@@ -117,14 +117,20 @@ void optimizer::step() {
   }
 }
 
-optimizer_state optimizer::save_state() const {
+optimizer_state optimizer::state_views() const {
   optimizer_state s;
   s.step = step_;
   for (const auto& g : groups_)
     for (const auto& slot : g.params) {
-      s.tensors.emplace(slot.name + ".exp_avg", slot.m.clone());
-      s.tensors.emplace(slot.name + ".exp_avg_sq", slot.v.clone());
+      s.tensors.emplace(slot.name + ".exp_avg", slot.m);
+      s.tensors.emplace(slot.name + ".exp_avg_sq", slot.v);
     }
+  return s;
+}
+
+optimizer_state optimizer::save_state() const {
+  optimizer_state s = state_views();
+  for (auto& [name, t] : s.tensors) t = t.clone();
   return s;
 }
 

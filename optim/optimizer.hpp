@@ -67,7 +67,7 @@ bool bert_no_decay(std::string_view hf_name);
 std::vector<param_group> bert_param_groups(std::vector<param_slot> params, double weight_decay, double lr);
 
 // Optimizer state for checkpoints: "<param name>.exp_avg" and "<param name>.exp_avg_sq" f32
-// tensors (copies), and the number of steps taken.
+// tensors (copies or views, see below), and the number of steps taken.
 struct optimizer_state {
   std::map<std::string, tensor> tensors;
   std::int64_t step = 0;
@@ -93,7 +93,11 @@ public:
   // Trust ratios applied by the last LAMB step, one per parameter in group order.
   const std::vector<float>& last_lamb_coeffs() const { return lamb_coeffs_; }
 
+  // The state as copies (independent of later steps).
   optimizer_state save_state() const;
+  // The state as views of the live moments: no copy, for writing a checkpoint
+  // while no step runs (the caller holds the updates back until it is written).
+  optimizer_state state_views() const;
   // Restores m, v (copied into the existing tensors) and the step count; every parameter's
   // two tensors must be present with matching sizes.
   status load_state(const optimizer_state& state);

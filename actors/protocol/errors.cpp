@@ -19,6 +19,10 @@ caf::error make_failure(runtime_errc code, const failure_info& info) {
   return caf::make_error(code, info.actor, info.step, info.why);
 }
 
+caf::error protocol_failure(const std::string& actor, std::uint32_t step, const dsa::error& why) {
+  return make_failure(runtime_errc::protocol, {actor, step, why.message});
+}
+
 bool read_failure(const caf::error& err, failure_info& out) {
   const auto& ctx = err.context();
   if (!ctx.match_elements<std::string, std::uint32_t, std::string>()) return false;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.hpp"
+
 #include <caf/error.hpp>
 #include <caf/make_message.hpp>
 #include <caf/message.hpp>
@@ -30,6 +32,8 @@ struct failure_info {
 
 // Builds the error an actor quits with.
 caf::error make_failure(runtime_errc code, const failure_info& info);
+// The error an actor quits with when a message broke the protocol (`why` names what).
+caf::error protocol_failure(const std::string& actor, std::uint32_t step, const dsa::error& why);
 // Reads the context back; false when the error carries no failure_info.
 bool read_failure(const caf::error& err, failure_info& out);
 

@@ -83,8 +83,8 @@ void bert_optimizer::write_working(std::vector<tensor>& out) const {
 
 state_payload bert_optimizer::payload() const {
   state_payload p;
-  for (const auto& s : slots_) p["master." + s.name] = s.param.clone();
-  optim::optimizer_state st = opt_->save_state();
+  for (const auto& s : slots_) p["master." + s.name] = s.param; // views: no copy of the shard's state
+  optim::optimizer_state st = opt_->state_views();
   for (auto& [name, t] : st.tensors) p[name] = std::move(t);
   tensor count = tensor::empty({1}, dtype::i64);
   count.data<std::int64_t>()[0] = st.step;

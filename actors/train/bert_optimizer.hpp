@@ -52,7 +52,9 @@ public:
   const step_decider& decider() const { return *options_.decider; }
   // The decision of the last update (read between steps, when the shard is idle).
   const step_decision& last_decision() const { return last_; }
-  // Copies of the master weights and optimizer state, for checkpoints.
+  // The master weights and optimizer state for a checkpoint, as views of the
+  // shard's own tensors (no copy): valid while no update runs, which the
+  // coordinator guarantees while a step hook (the checkpoint save) runs.
   state_payload payload() const;
 
 private:

@@ -13,6 +13,9 @@ using namespace dsa::actors;
 
 namespace {
 
+// The simulated actors follow the protocol; an error here is a bug in the simulation or the scheduler.
+void must(const status& st) { DSA_CHECK(st.has_value(), "{}", st.has_value() ? "" : st.err().message); }
+
 struct running {
   stage_work work;
   std::uint32_t end;
@@ -33,8 +36,8 @@ struct sim {
     while (free_feed > 0 && fed < total) {
       std::uint32_t step = fed / opt.micro_batches, mb = fed % opt.micro_batches;
       std::uint32_t slot = fed % opt.feed_slots;
-      stages[0].on_input(step, mb, slot);
-      stages[opt.stages - 1].on_labels(step, mb, slot);
+      must(stages[0].on_input(step, mb, slot));
+      must(stages[opt.stages - 1].on_labels(step, mb, slot));
       --free_feed;
       ++fed;
     }
@@ -45,12 +48,15 @@ struct sim {
     const bool last = s + 1 == opt.stages;
     if (w.kind == work_kind::forward) {
       if (s == 0) ++free_feed;
-      if (s > 0) stages[s - 1].on_out_released(w.in_slot);
-      if (!last) stages[s + 1].on_input(w.step, w.micro_batch, w.out_slot);
+      if (s > 0) must(stages[s - 1].on_out_released(w.in_slot));
+      if (!last) must(stages[s + 1].on_input(w.step, w.micro_batch, w.out_slot));
     } else if (w.kind == work_kind::backward) {
-      if (!last) stages[s + 1].on_grad_out_released(w.in_slot);
-      if (s > 0) stages[s - 1].on_grad(w.step, w.micro_batch, w.out_slot);
-      if (w.last_of_step && w.step + 1 < opt.steps) stages[s].on_version(w.step + 1, 0); // instant optimizer
+      if (!last) must(stages[s + 1].on_grad_out_released(w.in_slot));
+      if (s > 0) must(stages[s - 1].on_grad(w.step, w.micro_batch, w.out_slot));
+      if (w.last_of_step) { // an instant reducer and optimizer
+        must(stages[s].on_grads_released());
+        if (w.step + 1 < opt.steps) must(stages[s].on_version(w.step + 1, 0));
+      }
     }
     feed();
   }

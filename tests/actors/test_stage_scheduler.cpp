@@ -13,14 +13,14 @@ using dsa::test::simulate_pipeline;
 TEST_CASE("scheduler: last stage of 1F1B alternates forward and backward") {
   stage_scheduler s({1, 2, 3, 1}, schedule_policy::one_f_one_b(2, 1), {});
   for (std::uint32_t mb = 0; mb < 3; ++mb) {
-    s.on_input(0, mb, mb % 2);
-    s.on_labels(0, mb, mb % 2);
+    REQUIRE(s.on_input(0, mb, mb % 2));
+    REQUIRE(s.on_labels(0, mb, mb % 2));
   }
   std::string order;
   while (auto w = s.pick()) {
     order += std::string(work_kind_name(w->kind)).substr(0, 1) + std::to_string(w->micro_batch);
     s.on_done(*w);
-    if (w->kind == work_kind::backward) s.on_grad_out_released(w->out_slot);
+    if (w->kind == work_kind::backward) REQUIRE(s.on_grad_out_released(w->out_slot));
   }
   CHECK(order == "f0b0f1b1f2b2");
   CHECK(s.finished());
@@ -28,22 +28,22 @@ TEST_CASE("scheduler: last stage of 1F1B alternates forward and backward") {
 
 TEST_CASE("scheduler: a forward waits for a stash slot, an output slot and the parameter version") {
   stage_scheduler s({0, 2, 4, 2}, schedule_policy::one_f_one_b(2, 0), {1, 1});
-  for (std::uint32_t mb = 0; mb < 4; ++mb) s.on_input(0, mb, mb);
+  for (std::uint32_t mb = 0; mb < 4; ++mb) REQUIRE(s.on_input(0, mb, mb));
   auto f0 = s.pick();
   REQUIRE(f0);
   CHECK(f0->kind == work_kind::forward);
   CHECK(!s.pick()); // busy
   s.on_done(*f0);
   CHECK(!s.pick()); // the only output slot is held by F0's activation
-  s.on_out_released(f0->out_slot);
+  REQUIRE(s.on_out_released(f0->out_slot));
   auto f1 = s.pick();
   REQUIRE(f1);
   CHECK(f1->micro_batch == 1);
   s.on_done(*f1);
-  s.on_out_released(f1->out_slot);
+  REQUIRE(s.on_out_released(f1->out_slot));
   CHECK(!s.pick()); // stash full: 2 micro-batches in flight
   CHECK(s.in_flight() == 2);
-  s.on_grad(0, 0, 0);
+  REQUIRE(s.on_grad(0, 0, 0));
   auto b0 = s.pick();
   REQUIRE(b0);
   CHECK(b0->kind == work_kind::backward);
@@ -53,25 +53,27 @@ TEST_CASE("scheduler: a forward waits for a stash slot, an output slot and the p
   REQUIRE(f2);
   CHECK(f2->micro_batch == 2);
   s.on_done(*f2);
-  s.on_out_released(f2->out_slot);
+  REQUIRE(s.on_out_released(f2->out_slot));
   // Finish step 0: forward of step 1 must then wait for version 1.
-  s.on_grad(0, 1, 0);
+  REQUIRE(s.on_grad(0, 1, 0));
   auto b1 = s.pick();
   s.on_done(*b1);
   auto f3 = s.pick();
   s.on_done(*f3);
-  s.on_out_released(f3->out_slot);
-  s.on_grad(0, 2, 0);
-  s.on_grad(0, 3, 0);
+  REQUIRE(s.on_out_released(f3->out_slot));
+  REQUIRE(s.on_grad(0, 2, 0));
+  REQUIRE(s.on_grad(0, 3, 0));
   for (int i = 0; i < 2; ++i) {
     auto b = s.pick();
     REQUIRE(b);
     CHECK(b->last_of_step == (i == 1));
     s.on_done(*b);
   }
-  s.on_input(1, 0, 0);
+  REQUIRE(s.on_input(1, 0, 0));
   CHECK(!s.pick()); // version 0 held, step 1 needs version 1
-  s.on_version(1, 0);
+  REQUIRE(s.on_version(1, 0));
+  CHECK(!s.pick()); // the load zeroes the gradients: it waits until the reducer gave them back
+  REQUIRE(s.on_grads_released());
   auto load = s.pick();
   REQUIRE(load);
   CHECK(load->kind == work_kind::load);
@@ -84,10 +86,10 @@ TEST_CASE("scheduler: a forward waits for a stash slot, an output slot and the p
 
 TEST_CASE("scheduler: backward first picks the runnable backward over a runnable forward") {
   stage_scheduler s({0, 3, 4, 1}, schedule_policy::one_f_one_b(3, 0), {});
-  for (std::uint32_t mb = 0; mb < 4; ++mb) s.on_input(0, mb, mb);
+  for (std::uint32_t mb = 0; mb < 4; ++mb) REQUIRE(s.on_input(0, mb, mb));
   auto f0 = s.pick();
   s.on_done(*f0);
-  s.on_grad(0, 0, 0);
+  REQUIRE(s.on_grad(0, 0, 0));
   auto next = s.pick();
   REQUIRE(next);
   CHECK(next->kind == work_kind::backward);

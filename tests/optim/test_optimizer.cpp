@@ -4,6 +4,7 @@
 #include "optim/optimizer.hpp"
 
 #include "core/half.hpp"
+#include "core/memory_stats.hpp"
 
 #include <doctest/doctest.h>
 
@@ -212,6 +213,27 @@ TEST_CASE("optimizer state: save, restore into a fresh optimizer, continue bit-e
     REQUIRE_FALSE(missing.has_value());
     CHECK(missing.err().message.find("encoder.dense.bias.exp_avg") != std::string::npos);
   }
+}
+
+TEST_CASE("optimizer state views share the live moments and allocate nothing; save_state copies") {
+  optimizer_config cfg;
+  cfg.type = optimizer_type::adam;
+  std::vector<param_slot> params;
+  params.push_back(slot("encoder.dense.weight", std::vector<float>(4099, 0.5f), std::vector<float>(4099, 0.25f)));
+  auto a = must(optimizer::create(cfg, bert_param_groups(std::move(params), 0.0, 1e-2)));
+  a.step();
+  const auto before = dsa::memory_usage_of(dsa::device::cpu());
+  optimizer_state views = a.state_views();
+  const auto during = dsa::memory_usage_of(dsa::device::cpu());
+  CHECK(during.allocations == before.allocations);
+  CHECK(during.current_bytes == before.current_bytes);
+  const auto& live = a.groups()[0].params[0];
+  CHECK(views.tensors.at("encoder.dense.weight.exp_avg").raw_data() == live.m.raw_data());
+  CHECK(views.tensors.at("encoder.dense.weight.exp_avg_sq").raw_data() == live.v.raw_data());
+  optimizer_state copy = a.save_state();
+  CHECK(copy.tensors.at("encoder.dense.weight.exp_avg").raw_data() != live.m.raw_data());
+  CHECK(dsa::memory_usage_of(dsa::device::cpu()).current_bytes == before.current_bytes + 2 * 4099 * 4);
+  CHECK(same_bits(copy.tensors.at("encoder.dense.weight.exp_avg"), views.tensors.at("encoder.dense.weight.exp_avg")));
 }
 
 TEST_CASE("parse_optimizer_config: DeepSpeed keys, defaults and errors naming the key") {
