@@ -12,6 +12,18 @@ using dsa::test::render_order;
 using dsa::test::sim_options;
 using dsa::test::simulate_pipeline;
 
+namespace {
+
+// The end of the last op on any stage, in unit times.
+std::uint32_t makespan(const std::vector<std::vector<dsa::test::sim_op>>& ops) {
+  std::uint32_t end = 0;
+  for (const auto& stage : ops)
+    for (const auto& op : stage) end = std::max(end, op.end);
+  return end;
+}
+
+} // namespace
+
 TEST_CASE("scheduler: last stage of 1F1B alternates forward and backward") {
   stage_scheduler s({1, 2, 3, 1}, schedule_policy::one_f_one_b(2, 1), {});
   for (std::uint32_t mb = 0; mb < 3; ++mb) {
@@ -155,7 +167,6 @@ TEST_CASE("scheduler: deep 1F1B (S in {5, 8}, M >= 2S) keeps DeepSpeed's order a
         for (std::uint32_t s = 0; s < S; ++s) CHECK(render_order(slow[s], 1) == deepspeed_order(S, s, M));
       }
       auto ops = simulate_pipeline({S, M, steps, schedule_kind::one_f_one_b, 1, 1, {}});
-      std::uint32_t makespan = 0;
       for (std::uint32_t s = 0; s < S; ++s) {
         CAPTURE(s);
         for (std::uint32_t step = 0; step < steps; ++step) {
@@ -163,14 +174,22 @@ TEST_CASE("scheduler: deep 1F1B (S in {5, 8}, M >= 2S) keeps DeepSpeed's order a
           CHECK(render_order(ops[s], step) == deepspeed_order(S, s, M));
         }
         std::uint32_t busy = 0;
-        for (const auto& op : ops[s]) {
-          busy += op.end - op.start;
-          makespan = std::max(makespan, op.end);
-        }
+        for (const auto& op : ops[s]) busy += op.end - op.start;
         CHECK(busy == 2 * M * steps);
       }
-      CHECK(makespan == 2 * (M + S - 1) * steps);
-      const double idle = 1.0 - double(2 * M * steps) / double(makespan);
+      CHECK(makespan(ops) == 2 * (M + S - 1) * steps);
+      const double idle = 1.0 - double(2 * M * steps) / double(makespan(ops));
       CHECK(idle == doctest::Approx(double(S - 1) / double(M + S - 1)));
+    }
+}
+
+TEST_CASE("scheduler: deep GPipe (S in {5, 8}) keeps the ideal makespan") {
+  // Unit costs: M + S - 1 forward slots, then as many backward slots, per step.
+  for (std::uint32_t S : {5u, 8u})
+    for (std::uint32_t M : {2 * S, 32u}) {
+      CAPTURE(S);
+      CAPTURE(M);
+      auto ops = simulate_pipeline({S, M, 2, schedule_kind::gpipe, 1, 1, {}});
+      CHECK(makespan(ops) == 2 * 2 * (M + S - 1));
     }
 }
