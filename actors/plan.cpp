@@ -25,8 +25,9 @@ pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std:
   pipeline_plan plan;
   plan.options = options;
   plan.first_step = first_step;
-  plan.input_edge = slots.add_edge("input", options.feed_slots, 1);
-  plan.labels_edge = slots.add_edge("labels", options.feed_slots, 1);
+  plan.feed_slots = feed_slots_for(options.stages);
+  plan.input_edge = slots.add_edge("input", plan.feed_slots, 1);
+  plan.labels_edge = slots.add_edge("labels", plan.feed_slots, 1);
   for (std::uint32_t s = 0; s + 1 < options.stages; ++s) {
     plan.activation_edges.push_back(slots.add_edge(fmt::format("activation {}", s), options.activation_slots, 1));
     plan.gradient_edges.push_back(slots.add_edge(fmt::format("gradient {}", s), options.gradient_slots, 1));

@@ -2,6 +2,7 @@
 // feeder, stages, reducers and optimizer shards, and the actor ids used in the trace.
 #pragma once
 
+#include "actors/feed_state.hpp"
 #include "actors/schedule_policy.hpp"
 #include "actors/slot_table.hpp"
 
@@ -22,7 +23,6 @@ struct pipeline_options {
   std::uint32_t micro_batches = 1; // gradient accumulation steps M
   std::uint32_t steps = 1;         // optimizer steps this run performs
   schedule_kind schedule = schedule_kind::one_f_one_b;
-  std::uint32_t feed_slots = 2;       // feeder -> first stage inputs, and -> last stage labels
   std::uint32_t activation_slots = 2; // stage s -> s + 1
   std::uint32_t gradient_slots = 2;   // stage s + 1 -> s
   grad_scope totals = grad_scope::global;
@@ -37,6 +37,9 @@ struct pipeline_plan {
   // [first_step, end_step()), and parameter version k is the input of step k.
   std::uint32_t first_step = 0;
   std::uint32_t end_step() const { return first_step + options.steps; }
+  // Slots of each feed edge: feed_slots_for(stages), enough for the first stage's
+  // 1F1B warm-up (feed_state.hpp).
+  std::uint32_t feed_slots = 0;
   std::uint32_t input_edge = 0;  // feeder -> stage 0: {input}
   std::uint32_t labels_edge = 0; // feeder -> stage S-1: {labels}
   std::vector<std::uint32_t> activation_edges; // [s]: stage s -> s + 1, {activation}

@@ -1,6 +1,7 @@
 // Event simulation of stage schedulers; see pipeline_sim.hpp.
 #include "pipeline_sim.hpp"
 
+#include "actors/feed_state.hpp"
 #include "core/error.hpp"
 
 #include <fmt/format.h>
@@ -22,32 +23,34 @@ struct running {
 };
 
 struct sim {
-  explicit sim(const sim_options& o) : opt(o), ops(o.stages), busy(o.stages) {
+  explicit sim(const sim_options& o)
+      : opt(o), feeder(feed_slots_for(o.stages), o.micro_batches, o.steps, 0), ops(o.stages), busy(o.stages) {
     for (std::uint32_t s = 0; s < o.stages; ++s)
       stages.emplace_back(stage_position{s, o.stages, o.micro_batches, o.steps},
                           schedule_policy::make(o.schedule, o.stages, s, o.micro_batches), o.credits);
-    total = o.micro_batches * o.steps;
-    free_feed = o.feed_slots;
     feed();
   }
 
-  // The feeder: fills free input slots in order (labels go to the last stage at once).
+  // The real feeder's rule with instant fills: a slot comes back once the first
+  // stage gave its input back and the last stage its labels (both after their forward).
   void feed() {
-    while (free_feed > 0 && fed < total) {
-      std::uint32_t step = fed / opt.micro_batches, mb = fed % opt.micro_batches;
-      std::uint32_t slot = fed % opt.feed_slots;
-      must(stages[0].on_input(step, mb, slot));
-      must(stages[opt.stages - 1].on_labels(step, mb, slot));
-      --free_feed;
-      ++fed;
+    while (auto fill = feeder.start_fill()) {
+      feeder.on_filled();
+      must(stages[0].on_input(fill->step, fill->micro_batch, fill->slot));
+      must(stages[opt.stages - 1].on_labels(fill->step, fill->micro_batch, fill->slot));
     }
+  }
+
+  void give_back_feed(feed_edge edge, std::uint32_t slot) {
+    must(feeder.on_released(edge, slot));
   }
 
   void complete(std::uint32_t s, const stage_work& w) {
     stages[s].on_done(w);
     const bool last = s + 1 == opt.stages;
     if (w.kind == work_kind::forward) {
-      if (s == 0) ++free_feed;
+      if (s == 0) give_back_feed(feed_edge::input, w.in_slot);
+      if (last) give_back_feed(feed_edge::labels, w.labels_slot);
       if (s > 0) must(stages[s - 1].on_out_released(w.in_slot));
       if (!last) must(stages[s + 1].on_input(w.step, w.micro_batch, w.out_slot));
     } else if (w.kind == work_kind::backward) {
@@ -88,7 +91,7 @@ struct sim {
     std::uint32_t dur = 0; // loads are instant
     if (w->kind == work_kind::forward) dur = opt.forward_time;
     if (w->kind == work_kind::backward) dur = opt.backward_time;
-    if (w->kind != work_kind::load) ops[s].push_back({w->kind, w->step, w->micro_batch, now});
+    if (w->kind != work_kind::load) ops[s].push_back({w->kind, w->step, w->micro_batch, now, now + dur});
     if (dur == 0) {
       complete(s, *w);
       start(s, now);
@@ -98,10 +101,10 @@ struct sim {
   }
 
   sim_options opt;
+  feed_state feeder;
   std::vector<stage_scheduler> stages;
   std::vector<std::vector<sim_op>> ops;
   std::vector<std::optional<running>> busy;
-  std::uint32_t total = 0, fed = 0, free_feed = 0;
 };
 
 } // namespace

@@ -1,5 +1,6 @@
 // A discrete-event simulation of S stage_schedulers wired as a pipeline, with
-// unit-time work and instant messages: the CAF-free oracle for the pick rule.
+// unit-time work, instant messages and the real feeder's slot rule (feed_state):
+// the CAF-free oracle for the pick rule.
 #pragma once
 
 #include "actors/stage_scheduler.hpp"
@@ -14,13 +15,12 @@ struct sim_options {
   std::uint32_t stages = 2, micro_batches = 4, steps = 1;
   actors::schedule_kind schedule = actors::schedule_kind::one_f_one_b;
   std::uint32_t forward_time = 1, backward_time = 1;
-  std::uint32_t feed_slots = 2;
   actors::stage_credits credits{};
 };
 
 struct sim_op {
   actors::work_kind kind;
-  std::uint32_t step, micro_batch, start;
+  std::uint32_t step, micro_batch, start, end; // unit times
 };
 
 // Per stage, the forwards and backwards in the order they ran (loads left out).

@@ -1,7 +1,10 @@
 // Synthetic pipelines for the runtime tests; see synthetic_run.hpp.
 #include "synthetic_run.hpp"
 
+#include "actors/trace/trace_analysis.hpp"
 #include "core/error.hpp"
+
+#include <map>
 
 namespace dsa::test {
 
@@ -59,6 +62,22 @@ std::vector<tensor> synthetic_pipeline::master() {
   for (auto& o : optimizers)
     for (const auto& t : o->master()) out.push_back(t);
   return out;
+}
+
+std::vector<double> one_f_one_b_idle(const trace_data& trace, std::uint32_t stages) {
+  std::map<std::uint32_t, std::uint64_t> first_forward, last_backward; // stage 0's, per step
+  for (const auto& r : stage_spans(trace, "forward", 0))
+    if (!first_forward.count(r.step)) first_forward[r.step] = r.t0_ns;
+  for (const auto& r : stage_spans(trace, "backward", 0)) last_backward[r.step] = r.t1_ns;
+  std::uint64_t windows = 0;
+  for (const auto& [step, begin] : first_forward) windows += last_backward.at(step) - begin;
+  std::vector<double> idle;
+  for (std::uint32_t s = 0; s < stages; ++s) {
+    std::uint64_t busy = 0;
+    for (const auto& r : stage_compute_spans(trace, static_cast<std::int32_t>(s))) busy += r.t1_ns - r.t0_ns;
+    idle.push_back(1.0 - static_cast<double>(busy) / static_cast<double>(windows));
+  }
+  return idle;
 }
 
 run_result run_synthetic(synthetic_pipeline& pipeline, const pipeline_options& options, const std::string& run_dir) {

@@ -41,6 +41,11 @@ struct synthetic_pipeline {
   std::vector<int> tied; // run_parts::tied
 };
 
+// Per stage, 1 - busy / window, where step k's window runs from stage 0's first
+// forward to its last backward of k (the first and the last compute of a 1F1B or
+// GPipe step by dataflow) and busy sums the stage's forward and backward spans.
+std::vector<double> one_f_one_b_idle(const actors::trace_data& trace, std::uint32_t stages);
+
 actors::run_result run_synthetic(synthetic_pipeline& pipeline, const actors::pipeline_options& options,
                                  const std::string& run_dir = "");
 

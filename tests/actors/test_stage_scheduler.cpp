@@ -4,11 +4,25 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 using namespace dsa::actors;
 using dsa::test::deepspeed_order;
 using dsa::test::render_order;
 using dsa::test::sim_options;
 using dsa::test::simulate_pipeline;
+
+namespace {
+
+// The end of the last op on any stage, in unit times.
+std::uint32_t makespan(const std::vector<std::vector<dsa::test::sim_op>>& ops) {
+  std::uint32_t end = 0;
+  for (const auto& stage : ops)
+    for (const auto& op : stage) end = std::max(end, op.end);
+  return end;
+}
+
+} // namespace
 
 TEST_CASE("scheduler: last stage of 1F1B alternates forward and backward") {
   stage_scheduler s({1, 2, 3, 1}, schedule_policy::one_f_one_b(2, 1), {});
@@ -96,7 +110,7 @@ TEST_CASE("scheduler: backward first picks the runnable backward over a runnable
 }
 
 TEST_CASE("scheduler: GPipe runs every forward before the first backward") {
-  auto ops = simulate_pipeline({3, 5, 1, schedule_kind::gpipe, 1, 1, 2, {}});
+  auto ops = simulate_pipeline({3, 5, 1, schedule_kind::gpipe, 1, 1, {}});
   for (std::uint32_t s = 0; s < 3; ++s)
     CHECK(render_order(ops[s], 0) == "F0 F1 F2 F3 F4 B0 B1 B2 B3 B4");
 }
@@ -105,7 +119,7 @@ TEST_CASE("scheduler: balanced 1F1B equals DeepSpeed's TrainSchedule order") {
   for (std::uint32_t S : {1u, 2u, 3u, 4u, 5u})
     for (std::uint32_t M : {1u, 2u, 4u, 7u, 8u})
       for (std::uint32_t backward_time : {1u, 2u}) {
-        sim_options opt{S, M, 3, schedule_kind::one_f_one_b, 1, backward_time, 2, {}};
+        sim_options opt{S, M, 3, schedule_kind::one_f_one_b, 1, backward_time, {}};
         auto ops = simulate_pipeline(opt);
         for (std::uint32_t s = 0; s < S; ++s)
           for (std::uint32_t step = 0; step < 3; ++step) {
@@ -128,7 +142,7 @@ TEST_CASE("scheduler: DeepSpeed reference order for S=4, M=8 matches the publish
 TEST_CASE("scheduler: the stash bound S - s holds under unbalanced stages") {
   for (std::uint32_t fwd : {1u, 3u})
     for (std::uint32_t bwd : {1u, 4u}) {
-      sim_options opt{4, 8, 2, schedule_kind::one_f_one_b, fwd, bwd, 3, {1, 1}};
+      sim_options opt{4, 8, 2, schedule_kind::one_f_one_b, fwd, bwd, {1, 1}};
       auto ops = simulate_pipeline(opt);
       for (std::uint32_t s = 0; s < 4; ++s) {
         int in_flight = 0, peak = 0;
@@ -139,5 +153,45 @@ TEST_CASE("scheduler: the stash bound S - s holds under unbalanced stages") {
         CHECK(peak <= int(4 - s));
         CHECK(in_flight == 0);
       }
+    }
+}
+
+TEST_CASE("scheduler: deep 1F1B (S in {5, 8}, M >= 2S) keeps DeepSpeed's order and the ideal makespan") {
+  // Unit forward and backward: a step takes 2 (M + S - 1) slots on every stage,
+  // of which 2M compute, so each stage idles (S - 1) / (M + S - 1) of the run.
+  const std::uint32_t steps = 2;
+  for (std::uint32_t S : {5u, 8u})
+    for (std::uint32_t M : {2 * S, 2 * S + 3, 32u}) {
+      CAPTURE(S);
+      CAPTURE(M);
+      for (std::uint32_t backward_time : {2u, 3u}) { // the order holds under slower backwards too
+        auto slow = simulate_pipeline({S, M, steps, schedule_kind::one_f_one_b, 1, backward_time, {}});
+        for (std::uint32_t s = 0; s < S; ++s) CHECK(render_order(slow[s], 1) == deepspeed_order(S, s, M));
+      }
+      auto ops = simulate_pipeline({S, M, steps, schedule_kind::one_f_one_b, 1, 1, {}});
+      for (std::uint32_t s = 0; s < S; ++s) {
+        CAPTURE(s);
+        for (std::uint32_t step = 0; step < steps; ++step) {
+          CAPTURE(step);
+          CHECK(render_order(ops[s], step) == deepspeed_order(S, s, M));
+        }
+        std::uint32_t busy = 0;
+        for (const auto& op : ops[s]) busy += op.end - op.start;
+        CHECK(busy == 2 * M * steps);
+      }
+      CHECK(makespan(ops) == 2 * (M + S - 1) * steps);
+      const double idle = 1.0 - double(2 * M * steps) / double(makespan(ops));
+      CHECK(idle == doctest::Approx(double(S - 1) / double(M + S - 1)));
+    }
+}
+
+TEST_CASE("scheduler: deep GPipe (S in {5, 8}) keeps the ideal makespan") {
+  // Unit costs: M + S - 1 forward slots, then as many backward slots, per step.
+  for (std::uint32_t S : {5u, 8u})
+    for (std::uint32_t M : {2 * S, 32u}) {
+      CAPTURE(S);
+      CAPTURE(M);
+      auto ops = simulate_pipeline({S, M, 2, schedule_kind::gpipe, 1, 1, {}});
+      CHECK(makespan(ops) == 2 * 2 * (M + S - 1));
     }
 }

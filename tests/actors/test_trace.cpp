@@ -2,6 +2,7 @@
 #include "actors/trace/chrome_export.hpp"
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/trace/trace_file.hpp"
+#include "pipeline_sim.hpp"
 #include "synthetic_run.hpp"
 
 #include <doctest/doctest.h>
@@ -124,9 +125,81 @@ TEST_CASE("trace: the reader rejects a wrong magic, a newer version and a trunca
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("trace: idle fraction per stage lies in [0, 1]; bubble formula") {
+namespace {
+
+// A trace holding only compute spans: (stage, forward?, step, micro-batch, t0, t1) in ns.
+struct span_spec {
+  std::int32_t stage;
+  bool forward;
+  std::uint32_t step, micro_batch;
+  std::uint64_t t0, t1;
+};
+
+trace_data spans_trace(const std::vector<span_spec>& spans) {
+  trace_data trace;
+  for (std::uint16_t n = 0; n < static_cast<std::uint16_t>(trace_name::count_); ++n)
+    trace.names.push_back(trace_name_string(static_cast<trace_name>(n)));
+  for (const auto& sp : spans) {
+    trace_record r;
+    r.kind = static_cast<std::uint8_t>(trace_kind::span);
+    r.name = static_cast<std::uint16_t>(sp.forward ? trace_name::forward : trace_name::backward);
+    r.stage = sp.stage;
+    r.step = sp.step;
+    r.micro_batch = sp.micro_batch;
+    r.t0_ns = sp.t0;
+    r.t1_ns = sp.t1;
+    trace.records.push_back(r);
+  }
+  return trace;
+}
+
+} // namespace
+
+TEST_CASE("trace: idle fraction of a hand-computed schedule; bubble formula") {
   CHECK(theoretical_bubble(4, 8) == doctest::Approx(3.0 / 11.0));
   CHECK(theoretical_bubble(1, 8) == 0.0);
+  // S = 2, M = 2, 1F1B with unit forwards and a backward of 2 on stage 1; step 1
+  // repeats step 0 after a gap of 20 that belongs to no step's window.
+  //   stage 0: F0 [0,1] F1 [1,2]          B0 [4,5]          B1 [7,8]
+  //   stage 1:          F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]
+  // Window 8 per step; busy: stage 0 4, stage 1 6. Idle 4/8 and 2/8 (over the
+  // whole run, gap included, it would be 28/36 and 24/36).
+  std::vector<span_spec> spans;
+  for (std::uint32_t step = 0; step < 2; ++step) {
+    const std::uint64_t o = step * 28;
+    for (const auto& sp : std::vector<span_spec>{{0, true, step, 0, o + 0, o + 1},
+                                                 {0, true, step, 1, o + 1, o + 2},
+                                                 {1, true, step, 0, o + 1, o + 2},
+                                                 {1, false, step, 0, o + 2, o + 4},
+                                                 {1, true, step, 1, o + 4, o + 5},
+                                                 {0, false, step, 0, o + 4, o + 5},
+                                                 {1, false, step, 1, o + 5, o + 7},
+                                                 {0, false, step, 1, o + 7, o + 8}})
+      spans.push_back(sp);
+  }
+  auto idle = stage_idle_fractions(spans_trace(spans), 2, 2);
+  REQUIRE(idle.size() == 2);
+  CHECK(idle[0].idle_fraction == doctest::Approx(4.0 / 8.0));
+  CHECK(idle[1].idle_fraction == doctest::Approx(2.0 / 8.0));
+  CHECK(idle[0].bubble == doctest::Approx(1.0 / 3.0));
+}
+
+TEST_CASE("trace: a balanced unit-cost 1F1B schedule idles exactly the bubble, S in {4, 5, 8}") {
+  for (std::uint32_t S : {4u, 5u, 8u}) {
+    const std::uint32_t M = 2 * S + 1, steps = 2;
+    auto ops = dsa::test::simulate_pipeline({S, M, steps, schedule_kind::one_f_one_b, 1, 1, {}});
+    std::vector<span_spec> spans;
+    for (std::uint32_t s = 0; s < S; ++s)
+      for (const auto& op : ops[s])
+        spans.push_back({static_cast<std::int32_t>(s), op.kind == work_kind::forward, op.step, op.micro_batch,
+                         1000ull * op.start, 1000ull * op.end});
+    CAPTURE(S);
+    for (const auto& stage : stage_idle_fractions(spans_trace(spans), S, M))
+      CHECK(stage.idle_fraction == doctest::Approx(theoretical_bubble(S, M)));
+  }
+}
+
+TEST_CASE("trace: a real run's idle fractions follow from its spans and 1F1B's step window") {
   pipeline_options options;
   options.stages = 4;
   options.micro_batches = 8;
@@ -134,10 +207,8 @@ TEST_CASE("trace: idle fraction per stage lies in [0, 1]; bubble formula") {
   dsa::test::synthetic_pipeline pipe({4, 5, 3, 0.05}, options);
   auto result = dsa::test::run_synthetic(pipe, options);
   REQUIRE(result.ok);
-  auto idle = stage_idle_fractions(result.trace, 4, 8);
+  const auto expected = dsa::test::one_f_one_b_idle(result.trace, 4);
+  const auto idle = stage_idle_fractions(result.trace, 4, 8);
   REQUIRE(idle.size() == 4);
-  for (const auto& s : idle) {
-    CHECK(s.idle_fraction >= 0.0);
-    CHECK(s.idle_fraction <= 1.0);
-  }
+  for (std::uint32_t s = 0; s < 4; ++s) CHECK(idle[s].idle_fraction == doctest::Approx(expected[s]).epsilon(1e-9));
 }
