@@ -68,6 +68,15 @@ grep -q "stage 1: idle" "$work/pre.log" || fail "idle fraction report"
 grep -q "training done" "$work/run/train.log" || fail "train.log lacks the run's log lines"
 echo "ok: pre-training run, outputs, trace, eval"
 
+# Pre-training from the shards alone: no data.vocab, the vocabulary size from their metadata.
+sed -e '/^\[data.prepare\]/,/^$/d' -e "s|^run_dir = .*|run_dir = \"$work/run_shards\"|" \
+  -e "s|^train_steps = .*|train_steps = 2\ninit_checkpoint = \"$work/ckpt\"|" \
+  -e "s|^dir = .*|dir = \"$work/ckpt_shards\"|" "$work/pre.toml" > "$work/shards.toml"
+printf '[data]\ntrain_shards = "%s"\n' "$work/data/train" >> "$work/shards.toml"
+grep -q vocab "$work/shards.toml" && fail "shards.toml should name no vocabulary"
+"$dsactor" run "$work/shards.toml" >/dev/null 2>"$work/shards.log" || { cat "$work/shards.log"; fail "pre-training from shards without data.vocab"; }
+echo "ok: pre-training from shards without a vocabulary"
+
 # A bad key names the key and exits 2.
 if "$dsactor" run "$work/pre.toml" --set optimizer.params.lrr=1 2>"$work/bad.log"; then fail "bad config accepted"; else rc=$?; fi
 [[ $rc -eq 2 ]] || fail "bad config exit code $rc"
