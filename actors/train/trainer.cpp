@@ -115,8 +115,11 @@ status make_provider(run_context& ctx) {
   fo.mode = data::squad_mode::training;
   DSA_ASSIGN_OR_RETURN(auto features, data::squad_convert_examples(examples.examples, *ctx.tokenizer, fo));
   for (auto& f : features) f.tokens.clear(); // training needs ids only
-  log_info("data: {} SQuAD questions -> {} training features ({} answers not recoverable, skipped)",
-           examples.examples.size(), features.size(), examples.skipped);
+  log_info("data: {}: {} SQuAD questions -> {} training features; {} answers found away from answer_start "
+           "(labelled where found); {} questions skipped ({} answers not in the context, {} not recoverable from "
+           "the whitespace words)",
+           d.train_file, examples.examples.size() + static_cast<std::size_t>(examples.skipped), features.size(),
+           examples.moved, examples.skipped, examples.not_found, examples.skipped - examples.not_found);
   if (features.empty()) return make_error(errc::config, "{}: no training features", d.train_file);
   ctx.provider = std::make_unique<squad_provider>(std::move(features), ctx.rc.seed);
   return {};

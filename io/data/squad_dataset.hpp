@@ -16,7 +16,7 @@ namespace dsa::data {
 struct squad_answer {
   std::string text;
   std::int64_t answer_start = 0; // offset in the context in code points (Python characters)
-  std::size_t byte_start = 0;    // the same offset in bytes of the UTF-8 context
+  std::size_t byte_start = 0;    // the same offset in bytes; set by squad_answer_matches
 };
 
 struct squad_question {
@@ -44,9 +44,12 @@ struct squad_dataset {
 
 // Parses SQuAD JSON text. `source` names the input in error messages. Errors
 // (errc::format) name the article (index and title), paragraph index and
-// question id: a missing field, a wrong type, an empty answer list, a
-// duplicate question id, or an answer whose text differs from the context at
-// answer_start. Unknown fields are ignored; "version" is optional.
+// question id: a missing field, a wrong type, an empty answer list or a
+// duplicate question id. An answer whose text differs from the context at
+// answer_start (case, spacing, a wrong offset) is read as written: the
+// official evaluate-v1.1 script compares answer texts only, and files made by
+// hand or by other tools hold such answers. Unknown fields are ignored;
+// "version" is optional.
 expected<squad_dataset> parse_squad(std::string_view json_text,
                                     std::string_view source = "<squad>");
 // Reads and parses a file (errc::io when it cannot be read).

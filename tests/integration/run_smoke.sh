@@ -130,6 +130,22 @@ echo "ok: --resume finds the default run directory"
 
 # SQuAD: generate a QA set, fine-tune from the pre-trained checkpoint on 2 stages, evaluate.
 "$dsactor" prep qa-from-corpus --corpus "$work/corpus" --out "$work/qa" >/dev/null 2>&1 || fail "qa-from-corpus"
+# Answers as hand-made files hold them: another case, a wrong offset, other spacing, and
+# (training only) a text not in the context. Scoring reads answer texts only; training
+# moves or skips and counts.
+python3 - "$work/qa" <<'PY' || fail "perturbing the QA files"
+import json, sys
+for name, absent in (("dev.json", False), ("train.json", True)):
+    path = f"{sys.argv[1]}/{name}"
+    d = json.load(open(path))
+    answers = [q["answers"][0] for a in d["data"] for p in a["paragraphs"] for q in p["qas"]]
+    answers[0]["text"] = answers[0]["text"].upper()
+    answers[1]["answer_start"] += 3
+    answers[2]["text"] = "\n" + answers[2]["text"].replace(" ", "  ") + " "
+    if absent:
+        answers[-1]["text"] = "zzz not in the context"
+    json.dump(d, open(path, "w"))
+PY
 cat > "$work/squad.toml" <<TOML
 train_batch_size = 4
 train_micro_batch_size_per_gpu = 4
@@ -167,4 +183,6 @@ echo "$last" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); asse
 official=$("$dsactor" eval squad --data "$work/qa/dev.json" --predictions "$work/squad/predictions.json" 2>/dev/null | tail -1)
 [[ $official == "$last" ]] || fail "eval squad ($official) disagrees with the run ($last)"
 grep -q "baseline first sentence" "$work/squad.log" || fail "baselines not printed"
+grep -Eq "[1-9][0-9]* answers found away from answer_start" "$work/squad.log" || fail "moved answers not counted"
+grep -q "(1 answers not in the context" "$work/squad.log" || fail "skipped answer not counted"
 echo "ok: squad fine-tuning and evaluation"
