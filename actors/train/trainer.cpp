@@ -81,6 +81,23 @@ expected<std::optional<tok::vocab>> load_vocab(run_context& ctx) {
   return std::optional<tok::vocab>(std::move(v));
 }
 
+// The held-out shards must share the training shards' vocabulary; checked before training
+// rather than after it. Absent ones are left to the final evaluation, which warns.
+status check_eval_shards(const data_settings& d, const data::shard_layout& train, const std::string& train_shard) {
+  if (d.eval_shards.empty()) return {};
+  auto shards = list_shards(d.eval_shards);
+  if (!shards) return {};
+  DSA_ASSIGN_OR_RETURN(auto reader, data::shard_reader::open(*shards, {}));
+  const data::shard_layout& eval = reader.layout();
+  if (eval.vocab_size != train.vocab_size || eval.vocab != train.vocab)
+    return make_error(errc::config,
+                      "data.eval_shards {} and data.train_shards {} come from different vocabularies (vocab_size {} "
+                      "and {}, vocab_fingerprint '{}' and '{}')",
+                      shards->front(), train_shard, eval.vocab_size, train.vocab_size, eval.vocab.fingerprint,
+                      train.vocab.fingerprint);
+  return {};
+}
+
 status make_provider(run_context& ctx) {
   const auto& d = ctx.rc.data;
   if (ctx.rc.model.head == bert::head_kind::pretraining) {
@@ -97,6 +114,7 @@ status make_provider(run_context& ctx) {
       DSA_TRY(data::check_shard_vocab(reader.layout(), shards.front(), ctx.tokenizer->vocabulary(), d.vocab));
     else if (!ctx.cfg.table().at_path("model.vocab_size").node())
       ctx.rc.model.vocab_size = reader.layout().vocab_size;
+    DSA_TRY(check_eval_shards(d, reader.layout(), shards.front()));
     if (reader.layout().vocab_size > ctx.rc.model.vocab_size || reader.layout().seq_length > ctx.rc.model.max_position_embeddings)
       return make_error(errc::config, "{}: shards (vocab {}, seq {}) do not fit the model (vocab {}, positions {})",
                         d.train_shards, reader.layout().vocab_size, reader.layout().seq_length, ctx.rc.model.vocab_size,

@@ -1,7 +1,9 @@
 // Pre-training from shards that `prep pretrain` (here [data.prepare]) wrote: the
 // vocabulary size comes from their metadata, data.vocab is optional, and a
-// vocabulary that is not the shards' own is refused naming both files.
+// vocabulary (or held-out set) that is not the shards' own is refused naming both files.
 #include "tests/train/train_fixture.hpp"
+
+#include "io/data/pretrain_shard.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -32,15 +34,18 @@ std::string without_prepare(std::string config) {
   return config.erase(begin, end + 2 - begin);
 }
 
-// A run from the shards under dir/data, starting from the weights in dir/ckpt, plus `extra`.
+// A run from the shards under dir/data, starting from the weights in dir/ckpt; `extra`
+// comes last, so it overrides these.
 std::vector<std::string> shards_overrides(const std::string& dir,
-                                          std::vector<std::string> extra = {}) {
+                                          const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> out;
   for (std::string o :
        {"train_steps=2", "run_dir=\"{0}/shards_run\"", "init_checkpoint=\"{0}/ckpt\"",
         "checkpoint.dir=\"{0}/shards_ckpt\"", "data.train_shards=\"{0}/data/train\"",
         "data.eval_shards=\"{0}/data/holdout\""})
-    extra.push_back(fmt::format(o, dir));
-  return extra;
+    out.push_back(fmt::format(o, dir));
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
 }
 
 // Runs with stderr sent to a file; returns the exit code and what was printed.
@@ -110,6 +115,22 @@ TEST_CASE("pre-training from shards needs no data.vocab; another vocabulary is r
   const std::string message = err.substr(at);
   CHECK_MESSAGE(message.find(other) != std::string::npos, message);
   CHECK_MESSAGE(message.find(d + "/data/train-00000.safetensors") != std::string::npos, message);
+
+  // Held-out shards from another vocabulary are refused before training, naming both sets.
+  data::pretrain_instance row;
+  row.input_ids = {2, 4, 3, 9, 3};
+  row.token_type_ids = {0, 0, 0, 1, 1};
+  row.masked_lm_positions = {1};
+  row.masked_lm_ids = {7};
+  const std::string foreign = d + "/foreign-00000.safetensors";
+  REQUIRE(data::write_pretrain_shard(foreign, {row}, 0, 1, data::shard_layout{32, 5, 50, {}})
+              .has_value());
+  std::tie(rc, err) = run_capturing(
+      d, config, shards_overrides(d, {fmt::format("data.eval_shards=\"{}/foreign\"", d)}));
+  CHECK(rc == 1);
+  const std::string eval_message = err.substr(std::min(err.size(), err.rfind("dsactor run: ")));
+  CHECK_MESSAGE(eval_message.find(foreign) != std::string::npos, err);
+  CHECK_MESSAGE(eval_message.find(d + "/data/train-00000.safetensors") != std::string::npos, err);
 
   // Dynamic masking draws tokens from the vocabulary: there data.vocab is required.
   std::tie(rc, err) = run_capturing(d, config, shards_overrides(d, {"data.dynamic_masking=true"}));
