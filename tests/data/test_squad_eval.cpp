@@ -116,6 +116,37 @@ TEST_CASE("squad evaluate: a dev file whose answers differ from the context scor
   CHECK(scores->f1 == 100.0 * (1.0 + (2 * (2.0 / 3.0)) / (2.0 / 3.0 + 1.0) + (2 * 0.5) / 1.5) / 4);
 }
 
+// The official script reads only ids and answer texts: a file without titles, contexts,
+// questions or answer_start (or with other types there), with an id twice, is scored: "a"
+// twice ("blue whales" against "blue whale": F1 0.5 each), "b" EM 1 against "Everest".
+// EM = 100 * 1/3, F1 = 100 * (0.5 + 0.5 + 1) / 3, as the script prints them.
+TEST_CASE("squad evaluate: the scorer reads only what evaluate-v1.1 reads") {
+  const char* dev = R"({"version": "1.1", "data": [{"paragraphs": [
+    {"context": 7, "qas": [
+      {"id": "a", "answers": [{"text": "Blue whale"}]},
+      {"id": "a", "answers": [{"text": "the blue whale", "answer_start": "x"}]}]},
+    {"qas": [{"id": "b", "answers": [{"text": "Mount Everest"}, {"text": "Everest"}]}]}]}]})";
+  auto dataset = parse_squad(dev, "dev.json", squad_fields::scored);
+  REQUIRE_MESSAGE(dataset, dataset.err().message);
+  auto predictions =
+      parse_squad_predictions(R"({"a": "blue whales", "b": "Everest"})", "predictions.json");
+  REQUIRE(predictions);
+  auto scores = squad_evaluate(*dataset, *predictions);
+  REQUIRE(scores);
+  CHECK(scores->total == 3);
+  CHECK(squad_scores_json(*scores) ==
+        R"({"exact_match": 33.333333333333336, "f1": 66.66666666666667})");
+  // What the script needs is still required; training and the run's evaluation need the rest.
+  auto no_text =
+      parse_squad(R"({"data": [{"paragraphs": [{"qas": [{"id": "a", "answers": [{}]}]}]}]})",
+                  "dev.json", squad_fields::scored);
+  REQUIRE_FALSE(no_text);
+  CHECK(no_text.err().message.find("'text'") != std::string::npos);
+  auto full = parse_squad(dev, "dev.json");
+  REQUIRE_FALSE(full);
+  CHECK(full.err().message.find("'title'") != std::string::npos);
+}
+
 TEST_CASE("squad evaluate: empty data set is an error") {
   squad_dataset d;
   auto scores = squad_evaluate(d, {});
