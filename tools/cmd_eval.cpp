@@ -27,7 +27,7 @@ int eval_squad(int argc, char** argv) {
   if (auto done = parse_options(argc, argv, opts, vm, "eval squad",
                                  "Prints {\"exact_match\": ..., \"f1\": ...} as its last line, as evaluate-v1.1.py does.\n"))
     return *done;
-  auto dataset = data::load_squad(vm["data"].as<std::string>());
+  auto dataset = data::load_squad(vm["data"].as<std::string>(), data::squad_fields::scored);
   if (!dataset) {
     fmt::print(stderr, "dsactor eval squad: --data: {}\n", dataset.err().to_string());
     return 1;

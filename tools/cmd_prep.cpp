@@ -161,7 +161,8 @@ int prep_pretrain(int argc, char** argv) {
     }
   };
   const data::shard_layout layout{options.max_seq_length, options.masking.max_predictions,
-                                  tokenizer.vocabulary().size()};
+                                  tokenizer.vocabulary().size(),
+                                  data::shard_vocab_of(tokenizer.vocabulary())};
   ckpt::metadata_map meta{{"seed", std::to_string(options.seed)},
                           {"dupe_factor", std::to_string(options.dupe_factor)},
                           {"short_seq_prob", fmt::format("{}", options.short_seq_prob)},

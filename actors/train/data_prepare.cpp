@@ -101,7 +101,7 @@ status prepare_pretraining_data(const prepare_settings& p, const std::string& vo
     if (done % every == 0 || done == total) log_info("prepare: instances: {} / {} document passes", done, total);
   };
   const data::shard_layout layout{static_cast<int>(p.seq_length), static_cast<int>(p.max_predictions),
-                                  tokenizer.vocabulary().size()};
+                                  tokenizer.vocabulary().size(), data::shard_vocab_of(tokenizer.vocabulary())};
   auto train = data::create_pretraining_instances(std::move(train_docs), masking, options);
   DSA_TRY(write_set(p.out_dir, "train", train, p, layout));
   if (!holdout_docs.empty()) {

@@ -83,7 +83,8 @@ status read_data(const config& cfg, const bert::bert_config& model, data_setting
   for (std::string* p : {&d.vocab, &d.train_shards, &d.eval_shards, &d.train_file, &d.dev_file}) *p = expand_path(*p);
   DSA_TRY(read_prepare(cfg, d));
   DSA_TRY(read_prepare_qa(cfg, d));
-  if (d.vocab.empty()) return cfg.key_error("data.vocab", "required (a BERT vocab.txt), or give [data.prepare]");
+  if (d.vocab.empty() && (model.head == bert::head_kind::squad || d.dynamic_masking))
+    return cfg.key_error("data.vocab", "required to tokenize SQuAD text or mask dynamically (a BERT vocab.txt)");
   if (model.head == bert::head_kind::pretraining && d.train_shards.empty())
     return cfg.key_error("data.train_shards", "required for pre-training (a directory of shards), or give [data.prepare]");
   if (model.head == bert::head_kind::squad && d.train_file.empty())

@@ -21,6 +21,7 @@
 #include "core/log.hpp"
 #include "io/ckpt/atomic_file.hpp"
 #include "io/ckpt/safetensors.hpp"
+#include "io/data/pretrain_shard.hpp"
 #include "io/data/squad_dataset.hpp"
 #include "models/bert/bert_state.hpp"
 #include "optim/grad_clip.hpp"
@@ -33,6 +34,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -65,15 +67,35 @@ expected<std::string> run_dir_to_resume(const std::string& config_path) {
   return "runs/" + best;
 }
 
-expected<tok::vocab> load_vocab(run_context& ctx) {
+// The vocabulary, where data.vocab names one: tokenizing SQuAD text and dynamic masking
+// need it; pre-training from shards alone takes the vocabulary size from their metadata.
+expected<std::optional<tok::vocab>> load_vocab(run_context& ctx) {
   if (ctx.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*ctx.rc.data.prepare, ctx.rc.data.vocab));
   if (ctx.rc.data.prepare_qa) DSA_TRY(prepare_qa_data(*ctx.rc.data.prepare_qa));
+  if (ctx.rc.data.vocab.empty()) return std::optional<tok::vocab>();
   DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(ctx.rc.data.vocab));
   if (!ctx.cfg.table().at_path("model.vocab_size").node()) ctx.rc.model.vocab_size = v.size();
   if (v.size() > ctx.rc.model.vocab_size)
     return ctx.cfg.key_error("model.vocab_size", fmt::format("{} is smaller than the vocabulary {} ({} tokens)",
                                                              ctx.rc.model.vocab_size, ctx.rc.data.vocab, v.size()));
-  return v;
+  return std::optional<tok::vocab>(std::move(v));
+}
+
+// The held-out shards must share the training shards' vocabulary; checked before training
+// rather than after it. Absent ones are left to the final evaluation, which warns.
+status check_eval_shards(const data_settings& d, const data::shard_layout& train, const std::string& train_shard) {
+  if (d.eval_shards.empty()) return {};
+  auto shards = list_shards(d.eval_shards);
+  if (!shards) return {};
+  DSA_ASSIGN_OR_RETURN(auto reader, data::shard_reader::open(*shards, {}));
+  const data::shard_layout& eval = reader.layout();
+  if (eval.vocab_size != train.vocab_size || eval.vocab != train.vocab)
+    return make_error(errc::config,
+                      "data.eval_shards {} and data.train_shards {} come from different vocabularies (vocab_size {} "
+                      "and {}, vocab_fingerprint '{}' and '{}')",
+                      shards->front(), train_shard, eval.vocab_size, train.vocab_size, eval.vocab.fingerprint,
+                      train.vocab.fingerprint);
+  return {};
 }
 
 status make_provider(run_context& ctx) {
@@ -88,6 +110,11 @@ status make_provider(run_context& ctx) {
       o.vocab = data::masking_vocab::from(ctx.tokenizer->vocabulary());
     }
     DSA_ASSIGN_OR_RETURN(auto reader, data::shard_reader::open(shards, o));
+    if (ctx.tokenizer)
+      DSA_TRY(data::check_shard_vocab(reader.layout(), shards.front(), ctx.tokenizer->vocabulary(), d.vocab));
+    else if (!ctx.cfg.table().at_path("model.vocab_size").node())
+      ctx.rc.model.vocab_size = reader.layout().vocab_size;
+    DSA_TRY(check_eval_shards(d, reader.layout(), shards.front()));
     if (reader.layout().vocab_size > ctx.rc.model.vocab_size || reader.layout().seq_length > ctx.rc.model.max_position_embeddings)
       return make_error(errc::config, "{}: shards (vocab {}, seq {}) do not fit the model (vocab {}, positions {})",
                         d.train_shards, reader.layout().vocab_size, reader.layout().seq_length, ctx.rc.model.vocab_size,
@@ -106,8 +133,11 @@ status make_provider(run_context& ctx) {
   fo.mode = data::squad_mode::training;
   DSA_ASSIGN_OR_RETURN(auto features, data::squad_convert_examples(examples.examples, *ctx.tokenizer, fo));
   for (auto& f : features) f.tokens.clear(); // training needs ids only
-  log_info("data: {} SQuAD questions -> {} training features ({} answers not recoverable, skipped)",
-           examples.examples.size(), features.size(), examples.skipped);
+  log_info("data: {}: {} SQuAD questions -> {} training features; {} answers found away from answer_start "
+           "(labelled where found); {} questions skipped ({} answers not in the context, {} not recoverable from "
+           "the whitespace words)",
+           d.train_file, examples.examples.size() + static_cast<std::size_t>(examples.skipped), features.size(),
+           examples.moved, examples.skipped, examples.not_found, examples.skipped - examples.not_found);
   if (features.empty()) return make_error(errc::config, "{}: no training features", d.train_file);
   ctx.provider = std::make_unique<squad_provider>(std::move(features), ctx.rc.seed);
   return {};
@@ -319,7 +349,7 @@ int run_training(const run_request& req) {
   if (!v) return fail(v.err(), 1);
   tok::tokenizer_options to;
   if (!rc.data.lower_case) to.case_mode = tok::casing::keep;
-  ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(*v), to);
+  if (*v) ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(**v), to);
   if (auto s = make_provider(ctx); !s) return fail(s.err(), 1);
   log_info("model: {}; precision {}; batch {} = micro {} x accumulation {}", bert::describe(rc.model),
            precision_name(rc.working), rc.batch.train_batch_size, rc.batch.micro_batch_size,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 namespace dsa::data {
 namespace {
@@ -23,7 +24,89 @@ expected<std::int64_t> meta_int(const std::string& path, const ckpt::metadata_ma
   return v;
 }
 
+// A token id that older shards do not record: -1 when absent.
+expected<std::int32_t> meta_id(const std::string& path, const ckpt::metadata_map& meta,
+                               const std::string& key, std::int64_t vocab_size) {
+  if (meta.find(key) == meta.end())
+    return -1;
+  DSA_ASSIGN_OR_RETURN(std::int64_t id, meta_int(path, meta, key));
+  if (id >= vocab_size)
+    return make_error(errc::format,
+                      "shard '{}': metadata '{}' = {} is outside the vocabulary of {}", path, key,
+                      id, vocab_size);
+  return static_cast<std::int32_t>(id);
+}
+
+constexpr std::pair<const char*, std::int32_t shard_vocab_info::*> special_ids[] = {
+    {"cls_id", &shard_vocab_info::cls_id},
+    {"sep_id", &shard_vocab_info::sep_id},
+    {"mask_id", &shard_vocab_info::mask_id},
+    {"pad_id", &shard_vocab_info::pad_id}};
+
 } // namespace
+
+bool shard_vocab_info::operator==(const shard_vocab_info& o) const {
+  return cls_id == o.cls_id && sep_id == o.sep_id && mask_id == o.mask_id && pad_id == o.pad_id &&
+         fingerprint == o.fingerprint;
+}
+
+shard_vocab_info shard_vocab_of(const tok::vocab& v) {
+  shard_vocab_info info;
+  info.cls_id = v.contains("[CLS]") ? v.cls_id() : -1;
+  info.sep_id = v.contains("[SEP]") ? v.sep_id() : -1;
+  info.mask_id = v.contains("[MASK]") ? v.mask_id() : -1;
+  info.pad_id = v.contains("[PAD]") ? v.pad_id() : -1;
+  std::uint64_t h = 0xCBF29CE484222325ull; // FNV-1a 64
+  for (const auto& token : v.tokens()) {
+    for (unsigned char c : token)
+      h = (h ^ c) * 0x100000001B3ull;
+    h = (h ^ static_cast<unsigned char>('\n')) * 0x100000001B3ull;
+  }
+  info.fingerprint = fmt::format("{:016x}", h);
+  return info;
+}
+
+expected<shard_header> read_shard_header(const std::string& path, const ckpt::metadata_map& meta) {
+  auto format = meta.find("format");
+  if (format == meta.end() || format->second != pretrain_shard_format)
+    return make_error(errc::format,
+                      "'{}' is not a pre-training shard (metadata format is not '{}')", path,
+                      pretrain_shard_format);
+  DSA_ASSIGN_OR_RETURN(std::int64_t t, meta_int(path, meta, "seq_length"));
+  DSA_ASSIGN_OR_RETURN(std::int64_t p, meta_int(path, meta, "max_predictions"));
+  DSA_ASSIGN_OR_RETURN(std::int64_t v, meta_int(path, meta, "vocab_size"));
+  shard_header h;
+  DSA_ASSIGN_OR_RETURN(h.count, meta_int(path, meta, "count"));
+  h.layout =
+      shard_layout{static_cast<int>(t), static_cast<int>(p), static_cast<std::int32_t>(v), {}};
+  for (const auto& [key, member] : special_ids) {
+    DSA_ASSIGN_OR_RETURN(h.layout.vocab.*member, meta_id(path, meta, key, v));
+  }
+  if (auto it = meta.find("vocab_fingerprint"); it != meta.end())
+    h.layout.vocab.fingerprint = it->second;
+  return h;
+}
+
+status check_shard_vocab(const shard_layout& layout, const std::string& shard_path,
+                         const tok::vocab& v, const std::string& vocab_path) {
+  auto differ = [&](const std::string& what) {
+    return make_error(errc::config,
+                      "the vocabulary {} is not the one the shard {} was written with: {}",
+                      vocab_path, shard_path, what);
+  };
+  if (v.size() != layout.vocab_size)
+    return differ(fmt::format("{} tokens in {}, vocab_size {} in the shard", v.size(), vocab_path,
+                              layout.vocab_size));
+  const shard_vocab_info mine = shard_vocab_of(v);
+  for (const auto& [key, member] : special_ids)
+    if (layout.vocab.*member >= 0 && layout.vocab.*member != mine.*member)
+      return differ(fmt::format("{} is {} in {}, {} in the shard", key, mine.*member, vocab_path,
+                                layout.vocab.*member));
+  if (!layout.vocab.fingerprint.empty() && layout.vocab.fingerprint != mine.fingerprint)
+    return differ(fmt::format("the tokens differ (vocab_fingerprint {} of {}, {} in the shard)",
+                              mine.fingerprint, vocab_path, layout.vocab.fingerprint));
+  return {};
+}
 
 std::string shard_file_name(const std::string& prefix, std::int64_t index) {
   return fmt::format("{}-{:05d}.safetensors", prefix, index);
@@ -71,6 +154,11 @@ status write_pretrain_shard(const std::string& path,
   meta["seq_length"] = std::to_string(layout.seq_length);
   meta["max_predictions"] = std::to_string(layout.max_predictions);
   meta["vocab_size"] = std::to_string(layout.vocab_size);
+  for (const auto& [key, member] : special_ids)
+    if (layout.vocab.*member >= 0)
+      meta[key] = std::to_string(layout.vocab.*member);
+  if (!layout.vocab.fingerprint.empty())
+    meta["vocab_fingerprint"] = layout.vocab.fingerprint;
   meta["count"] = std::to_string(end - begin);
   return ckpt::write_safetensors(path, pack_instances(instances, begin, end, layout), meta);
 }
@@ -78,18 +166,10 @@ status write_pretrain_shard(const std::string& path,
 expected<pretrain_shard> pretrain_shard::load(const std::string& path) {
   pretrain_shard s;
   DSA_ASSIGN_OR_RETURN(s.file_, ckpt::read_safetensors(path));
-  const auto& meta = s.file_.metadata;
-  auto format = meta.find("format");
-  if (format == meta.end() || format->second != pretrain_shard_format)
-    return make_error(errc::format,
-                      "'{}' is not a pre-training shard (metadata format is not '{}')", path,
-                      pretrain_shard_format);
-  DSA_ASSIGN_OR_RETURN(std::int64_t t, meta_int(path, meta, "seq_length"));
-  DSA_ASSIGN_OR_RETURN(std::int64_t p, meta_int(path, meta, "max_predictions"));
-  DSA_ASSIGN_OR_RETURN(std::int64_t v, meta_int(path, meta, "vocab_size"));
-  DSA_ASSIGN_OR_RETURN(s.count_, meta_int(path, meta, "count"));
-  s.layout_ = shard_layout{static_cast<int>(t), static_cast<int>(p), static_cast<std::int32_t>(v)};
-  const std::int64_t b = s.count_;
+  DSA_ASSIGN_OR_RETURN(shard_header header, read_shard_header(path, s.file_.metadata));
+  s.layout_ = header.layout;
+  s.count_ = header.count;
+  const std::int64_t b = s.count_, t = s.layout_.seq_length, p = s.layout_.max_predictions;
   DSA_TRY(ckpt::check_tensors(path, s.file_.tensors,
                               {{"input_ids", {{b, t}, dtype::i32}},
                                {"token_type_ids", {{b, t}, dtype::i32}},

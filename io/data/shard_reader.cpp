@@ -1,7 +1,6 @@
 // Shuffle-buffer streaming over pre-training shards with a replayable cursor.
 #include "io/data/shard_reader.hpp"
 
-#include <charconv>
 #include <tuple>
 
 namespace dsa::data {
@@ -25,17 +24,6 @@ std::uint64_t splitmix_below(std::uint64_t& state, std::uint64_t n) {
   return x % n;
 }
 
-expected<std::int64_t> header_int(const std::string& path, const ckpt::metadata_map& meta,
-                                  const char* key) {
-  auto it = meta.find(key);
-  std::int64_t v = -1;
-  if (it != meta.end())
-    std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-  if (v < 0)
-    return make_error(errc::format, "shard '{}': metadata '{}' missing or not a count", path, key);
-  return v;
-}
-
 } // namespace
 
 expected<shard_reader> shard_reader::open(std::vector<std::string> paths,
@@ -49,23 +37,25 @@ expected<shard_reader> shard_reader::open(std::vector<std::string> paths,
     return make_error(errc::invalid_argument, "shard reader: dynamic masking needs a vocabulary");
   shard_reader r;
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    DSA_ASSIGN_OR_RETURN(auto header, ckpt::read_safetensors_header(paths[i]));
-    auto format = header.metadata.find("format");
-    if (format == header.metadata.end() || format->second != pretrain_shard_format)
-      return make_error(errc::format, "'{}' is not a pre-training shard", paths[i]);
-    DSA_ASSIGN_OR_RETURN(std::int64_t count, header_int(paths[i], header.metadata, "count"));
-    DSA_ASSIGN_OR_RETURN(std::int64_t t, header_int(paths[i], header.metadata, "seq_length"));
-    DSA_ASSIGN_OR_RETURN(std::int64_t p, header_int(paths[i], header.metadata, "max_predictions"));
-    DSA_ASSIGN_OR_RETURN(std::int64_t v, header_int(paths[i], header.metadata, "vocab_size"));
-    shard_layout layout{static_cast<int>(t), static_cast<int>(p), static_cast<std::int32_t>(v)};
+    DSA_ASSIGN_OR_RETURN(auto file, ckpt::read_safetensors_header(paths[i]));
+    DSA_ASSIGN_OR_RETURN(shard_header header, read_shard_header(paths[i], file.metadata));
+    const shard_layout& layout = header.layout;
     if (i == 0) {
       r.layout_ = layout;
     } else if (layout.seq_length != r.layout_.seq_length ||
                layout.max_predictions != r.layout_.max_predictions) {
       return make_error(errc::format,
                         "shard '{}' has seq_length {} / max_predictions {}, '{}' has {} / {}",
-                        paths[i], t, p, paths[0], r.layout_.seq_length, r.layout_.max_predictions);
+                        paths[i], layout.seq_length, layout.max_predictions, paths[0],
+                        r.layout_.seq_length, r.layout_.max_predictions);
+    } else if (layout.vocab_size != r.layout_.vocab_size || layout.vocab != r.layout_.vocab) {
+      return make_error(errc::format,
+                        "shard '{}' and '{}' come from different vocabularies (vocab_size {} and "
+                        "{}, vocab_fingerprint '{}' and '{}')",
+                        paths[i], paths[0], layout.vocab_size, r.layout_.vocab_size,
+                        layout.vocab.fingerprint, r.layout_.vocab.fingerprint);
     }
+    const std::int64_t count = header.count;
     r.counts_.push_back(count);
     r.total_ += count;
   }

@@ -89,82 +89,83 @@ expected<const json*> field(const json& object, const char* name, kind k, const 
   return &*it;
 }
 
-status parse_answer(const json& item, std::size_t index, const std::string& context,
-                    const std::vector<std::size_t>& offsets, const location& at,
-                    squad_answer& out) {
+struct parse_state {
+  squad_fields fields = squad_fields::all;
+  std::unordered_set<std::string> seen_ids;
+};
+
+// A field that only squad_fields::all reads (evaluate-v1.1 never does): nullptr under
+// squad_fields::scored, whatever the file holds there.
+expected<const json*> layout_field(const json& object, const char* name, kind k, const location& at,
+                                   std::string_view owner, const parse_state& state) {
+  if (state.fields == squad_fields::scored)
+    return nullptr;
+  return field(object, name, k, at, owner);
+}
+
+status parse_answer(const json& item, std::size_t index, const location& at,
+                    const parse_state& state, squad_answer& out) {
   std::string owner = fmt::format("answers[{}]", index);
   if (!item.is_object())
     return format_error(at, fmt::format("{} is {}, expected object", owner, type_name(item)));
-  const json* object = &item;
-  DSA_ASSIGN_OR_RETURN(const json* text, field(*object, "text", kind::string, at, owner));
-  DSA_ASSIGN_OR_RETURN(const json* start, field(*object, "answer_start", kind::integer, at, owner));
+  DSA_ASSIGN_OR_RETURN(const json* text, field(item, "text", kind::string, at, owner));
+  DSA_ASSIGN_OR_RETURN(const json* start,
+                       layout_field(item, "answer_start", kind::integer, at, owner, state));
   out.text = text->get<std::string>();
-  out.answer_start = start->get<std::int64_t>();
-  if (squad_answer_matches(context, offsets, out))
-    return {};
-  std::int64_t length = static_cast<std::int64_t>(utf8_decode(out.text).size());
-  std::int64_t chars = static_cast<std::int64_t>(offsets.size()) - 1;
-  if (out.answer_start < 0 || out.answer_start + length > chars)
-    return format_error(
-        at, fmt::format("{} answer_start {} with text '{}' ({} characters) lies outside the "
-                        "context ({} characters)",
-                        owner, out.answer_start, out.text, length, chars));
-  std::size_t b = offsets[static_cast<std::size_t>(out.answer_start)];
-  std::size_t e = offsets[static_cast<std::size_t>(out.answer_start + length)];
-  return format_error(
-      at, fmt::format("{} answer_start {} does not match the context: text is '{}', context "
-                      "there has '{}'",
-                      owner, out.answer_start, out.text, context.substr(b, e - b)));
+  if (start)
+    out.answer_start = start->get<std::int64_t>();
+  return {};
 }
 
-status parse_question(const json& item, const std::string& context,
-                      const std::vector<std::size_t>& offsets, location at,
-                      std::unordered_set<std::string>& seen_ids, squad_question& out) {
+status parse_question(const json& item, location at, parse_state& state, squad_question& out) {
   if (!item.is_object())
     return format_error(at, fmt::format("a qas entry is {}, expected object", type_name(item)));
   DSA_ASSIGN_OR_RETURN(const json* id, field(item, "id", kind::string, at, "question"));
   out.id = id->get<std::string>();
   at.question_id = out.id;
-  if (!seen_ids.insert(out.id).second)
+  if (!state.seen_ids.insert(out.id).second && state.fields == squad_fields::all)
     return format_error(at, "duplicate question id");
-  DSA_ASSIGN_OR_RETURN(const json* question, field(item, "question", kind::string, at, "question"));
+  DSA_ASSIGN_OR_RETURN(const json* question,
+                       layout_field(item, "question", kind::string, at, "question", state));
   DSA_ASSIGN_OR_RETURN(const json* answers, field(item, "answers", kind::array, at, "question"));
-  out.question = question->get<std::string>();
+  if (question)
+    out.question = question->get<std::string>();
   if (answers->empty())
     return format_error(at, "question has no answers");
   out.answers.resize(answers->size());
   for (std::size_t i = 0; i < answers->size(); ++i)
-    DSA_TRY(parse_answer((*answers)[i], i, context, offsets, at, out.answers[i]));
+    DSA_TRY(parse_answer((*answers)[i], i, at, state, out.answers[i]));
   return {};
 }
 
-status parse_paragraph(const json& item, location at, std::unordered_set<std::string>& seen_ids,
-                       squad_paragraph& out) {
+status parse_paragraph(const json& item, location at, parse_state& state, squad_paragraph& out) {
   if (!item.is_object())
     return format_error(at, fmt::format("paragraph is {}, expected object", type_name(item)));
-  DSA_ASSIGN_OR_RETURN(const json* context, field(item, "context", kind::string, at, "paragraph"));
+  DSA_ASSIGN_OR_RETURN(const json* context,
+                       layout_field(item, "context", kind::string, at, "paragraph", state));
   DSA_ASSIGN_OR_RETURN(const json* qas, field(item, "qas", kind::array, at, "paragraph"));
-  out.context = context->get<std::string>();
-  std::vector<std::size_t> offsets = utf8_code_point_offsets(out.context);
+  if (context)
+    out.context = context->get<std::string>();
   out.qas.resize(qas->size());
   for (std::size_t i = 0; i < qas->size(); ++i)
-    DSA_TRY(parse_question((*qas)[i], out.context, offsets, at, seen_ids, out.qas[i]));
+    DSA_TRY(parse_question((*qas)[i], at, state, out.qas[i]));
   return {};
 }
 
-status parse_article(const json& item, location at, std::unordered_set<std::string>& seen_ids,
-                     squad_article& out) {
+status parse_article(const json& item, location at, parse_state& state, squad_article& out) {
   if (!item.is_object())
     return format_error(at, fmt::format("article is {}, expected object", type_name(item)));
-  DSA_ASSIGN_OR_RETURN(const json* title, field(item, "title", kind::string, at, "article"));
-  out.title = title->get<std::string>();
+  DSA_ASSIGN_OR_RETURN(const json* title,
+                       layout_field(item, "title", kind::string, at, "article", state));
+  if (title)
+    out.title = title->get<std::string>();
   at.title = out.title;
   DSA_ASSIGN_OR_RETURN(const json* paragraphs,
                        field(item, "paragraphs", kind::array, at, "article"));
   out.paragraphs.resize(paragraphs->size());
   for (std::size_t i = 0; i < paragraphs->size(); ++i) {
     at.paragraph = static_cast<std::int64_t>(i);
-    DSA_TRY(parse_paragraph((*paragraphs)[i], at, seen_ids, out.paragraphs[i]));
+    DSA_TRY(parse_paragraph((*paragraphs)[i], at, state, out.paragraphs[i]));
   }
   return {};
 }
@@ -193,7 +194,8 @@ bool squad_answer_matches(std::string_view context, const std::vector<std::size_
   return true;
 }
 
-expected<squad_dataset> parse_squad(std::string_view json_text, std::string_view source) {
+expected<squad_dataset> parse_squad(std::string_view json_text, std::string_view source,
+                                    squad_fields fields) {
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
@@ -212,18 +214,19 @@ expected<squad_dataset> parse_squad(std::string_view json_text, std::string_view
     out.version = it->get<std::string>();
   }
   DSA_ASSIGN_OR_RETURN(const json* data, field(root, "data", kind::array, at, "top level"));
-  std::unordered_set<std::string> seen_ids;
+  parse_state state;
+  state.fields = fields;
   out.articles.resize(data->size());
   for (std::size_t i = 0; i < data->size(); ++i) {
     at.article = static_cast<std::int64_t>(i);
-    DSA_TRY(parse_article((*data)[i], at, seen_ids, out.articles[i]));
+    DSA_TRY(parse_article((*data)[i], at, state, out.articles[i]));
   }
   return out;
 }
 
-expected<squad_dataset> load_squad(const std::string& path) {
+expected<squad_dataset> load_squad(const std::string& path, squad_fields fields) {
   DSA_ASSIGN_OR_RETURN(std::string text, ckpt::read_file(path));
-  return parse_squad(text, path);
+  return parse_squad(text, path, fields);
 }
 
 std::string squad_to_json(const squad_dataset& dataset, int indent) {

@@ -1,6 +1,7 @@
 // SQuAD examples and sliding-window features as in the reference run_squad.
 #include "io/data/squad_features.hpp"
 
+#include "io/data/squad_locate.hpp"
 #include "io/data/squad_text.hpp"
 
 #include <algorithm>
@@ -70,6 +71,8 @@ squad_examples squad_read_examples(const squad_dataset& dataset, squad_mode mode
     for (const auto& paragraph : article.paragraphs) {
       auto words = std::make_shared<squad_context_words>();
       squad_split_context(paragraph.context, words->doc_tokens, words->char_to_word_offset);
+      const std::u32string context =
+          mode == squad_mode::training ? utf8_decode(paragraph.context) : std::u32string();
       squad_example base;
       base.words = std::move(words);
       for (const auto& qa : paragraph.qas) {
@@ -77,7 +80,11 @@ squad_examples squad_read_examples(const squad_dataset& dataset, squad_mode mode
         example.qas_id = qa.id;
         example.question_text = qa.question;
         if (mode == squad_mode::training) {
-          if (qa.answers.empty() || !label_example(example, qa.answers[0])) {
+          squad_answer answer = qa.answers.empty() ? squad_answer{} : qa.answers[0];
+          squad_answer_place place = squad_locate_answer(context, answer);
+          out.not_found += place == squad_answer_place::not_found ? 1 : 0;
+          out.moved += place == squad_answer_place::moved ? 1 : 0;
+          if (place == squad_answer_place::not_found || !label_example(example, answer)) {
             ++out.skipped;
             continue;
           }

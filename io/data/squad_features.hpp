@@ -18,8 +18,10 @@
 
 namespace dsa::data {
 
-// training: label the first answer's span (examples whose answer cannot be
-// found in the whitespace words are skipped); evaluation: no labels.
+// training: label the first answer's span, found in the context with
+// squad_locate_answer (examples whose answer is not in the context, or cannot
+// be recovered from the whitespace words, are skipped and counted);
+// evaluation: no labels, answers are not looked at.
 enum class squad_mode : std::uint8_t { training, evaluation };
 
 // The whitespace words of one context, shared by the questions of its paragraph.
@@ -41,7 +43,9 @@ struct squad_example {
 
 struct squad_examples {
   std::vector<squad_example> examples;
-  std::int64_t skipped = 0; // training: answers not recoverable from the whitespace words
+  std::int64_t skipped = 0;   // training: questions left out, for either reason below
+  std::int64_t not_found = 0; // training: of those, answer text not in the context at all
+  std::int64_t moved = 0;     // training: answers labelled where found, not at answer_start
 };
 
 // run_squad's whitespace: ' ', '\t', '\r', '\n' and U+202F (not all of Unicode's).

@@ -43,7 +43,7 @@ bool same(const pretrain_instance& a, const pretrain_instance& b) {
          a.next_sentence_label == b.next_sentence_label;
 }
 
-const shard_layout layout{32, 5, 400};
+const shard_layout layout{32, 5, 400, {}};
 
 // Shards of 7, 13, 1 and 10 instances tagged 0..30.
 std::vector<std::string> write_shards(const dsa::test::scratch_dir& dir) {
@@ -111,6 +111,64 @@ TEST_CASE("shards: round trip, padding and metadata") {
   CHECK(ids[5 + 1] == -1); // row 1 has one target
   CHECK(mask[two[0].input_ids.size() - 1] == 1);
   CHECK(mask[two[0].input_ids.size()] == 0);
+}
+
+TEST_CASE("shards: the vocabulary's special ids and fingerprint travel in the metadata") {
+  dsa::test::scratch_dir dir("shardvocab");
+  const dsa::tok::vocab v = small_vocab();
+  shard_layout with_vocab = layout;
+  with_vocab.vocab = shard_vocab_of(v);
+  CHECK(with_vocab.vocab.cls_id == 2);
+  CHECK(with_vocab.vocab.sep_id == 3);
+  CHECK(with_vocab.vocab.mask_id == 4);
+  CHECK(with_vocab.vocab.pad_id == 0);
+  CHECK(with_vocab.vocab.fingerprint.size() == 16);
+  std::vector<pretrain_instance> rows{tagged_instance(1), tagged_instance(2)};
+  const std::string path = dir.file("train-00000.safetensors");
+  REQUIRE(write_pretrain_shard(path, rows, 0, 2, with_vocab).has_value());
+  auto shard = pretrain_shard::load(path);
+  REQUIRE(shard.has_value());
+  CHECK(shard->layout().vocab_size == 400);
+  CHECK(shard->layout().vocab == with_vocab.vocab);
+  CHECK(shard->metadata().at("mask_id") == "4");
+  auto reader = shard_reader::open({path}, {});
+  REQUIRE(reader.has_value());
+  CHECK(reader->layout().vocab == with_vocab.vocab);
+  CHECK(check_shard_vocab(shard->layout(), path, v, "vocab.txt").has_value());
+
+  // Another vocabulary: an error naming both files and what differs.
+  auto mismatch = [&](const dsa::tok::vocab& other, const char* what) {
+    auto st = check_shard_vocab(shard->layout(), path, other, "other/vocab.txt");
+    REQUIRE_FALSE(st.has_value());
+    CHECK(st.err().code == dsa::errc::config);
+    const std::string& m = st.err().message;
+    CHECK_MESSAGE(m.find("other/vocab.txt") != std::string::npos, m);
+    CHECK_MESSAGE(m.find(path) != std::string::npos, m);
+    CHECK_MESSAGE(m.find(what) != std::string::npos, m);
+  };
+  std::vector<std::string> tokens = v.tokens();
+  tokens.pop_back();
+  mismatch(dsa::tok::vocab::from_tokens(tokens), "399 tokens");
+  tokens = v.tokens();
+  std::swap(tokens[2], tokens[3]); // [SEP] before [CLS]
+  mismatch(dsa::tok::vocab::from_tokens(tokens), "cls_id is 3");
+  tokens = v.tokens();
+  tokens[200] = "changed";
+  mismatch(dsa::tok::vocab::from_tokens(tokens), "the tokens differ");
+
+  // A shard written without the vocabulary facts (older shards) is checked by size only.
+  const std::string old_path = dir.file("old-00000.safetensors");
+  REQUIRE(write_pretrain_shard(old_path, rows, 0, 2, layout).has_value());
+  auto old = pretrain_shard::load(old_path);
+  REQUIRE(old.has_value());
+  CHECK(old->layout().vocab == shard_vocab_info{});
+  CHECK(old->metadata().count("vocab_fingerprint") == 0);
+  CHECK(check_shard_vocab(old->layout(), old_path, dsa::tok::vocab::from_tokens(tokens), "v.txt")
+            .has_value());
+  // Shards of one data set must come from one vocabulary.
+  auto mixed = shard_reader::open({path, old_path}, {});
+  REQUIRE_FALSE(mixed.has_value());
+  CHECK(mixed.err().message.find("different vocabularies") != std::string::npos);
 }
 
 TEST_CASE("shards: a file that is not a shard is refused by name") {

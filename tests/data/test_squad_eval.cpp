@@ -84,6 +84,69 @@ TEST_CASE("squad evaluate: max over ground truths, unanswered scores 0") {
         R"({"exact_match": 33.333333333333336, "f1": 52.38095238095239})");
 }
 
+// Answers whose text differs from the context at answer_start: in case, in spacing, and
+// at a wrong offset (also outside the context). The official script compares answer texts
+// only. By its rules: "case" EM 1 F1 1; "space" ("santa clara california" against "santa
+// clara") EM 0 F1 2pr/(p+r) with p = 2/3, r = 1: 0.8; "offset" ("panthers" against
+// "carolina panthers", "carolina", "2410") EM 0 F1 max(2/3, 0, 0); "missing" unanswered, 0.
+// EM = 100 * 1/4 = 25.0, F1 = 100 * (1 + 0.8 + 2/3) / 4 = 61.666..., the exact doubles
+// the script prints.
+TEST_CASE("squad evaluate: a dev file whose answers differ from the context scores as the official "
+          "script") {
+  const char* dev = R"({"version": "1.1", "data": [{"title": "Super_Bowl_50", "paragraphs": [
+    {"context": "The Denver Broncos beat the Carolina Panthers 24-10 in Santa Clara, California.",
+     "qas": [
+      {"id": "case", "question": "Who won?", "answers": [{"text": "denver BRONCOS", "answer_start": 4}]},
+      {"id": "space", "question": "Where?", "answers": [{"text": "Santa  Clara", "answer_start": 55}]},
+      {"id": "offset", "question": "Who lost?", "answers": [{"text": "Carolina Panthers", "answer_start": 0},
+        {"text": "Carolina", "answer_start": 999}, {"text": "24-10", "answer_start": -3}]},
+      {"id": "missing", "question": "Score?", "answers": [{"text": "24-10", "answer_start": 46}]}]}]}]})";
+  auto dataset = parse_squad(dev, "dev.json");
+  REQUIRE_MESSAGE(dataset, dataset.err().message);
+  auto predictions = parse_squad_predictions(
+      R"({"case": "Denver Broncos", "space": "Santa Clara, California", "offset": "the Panthers",
+          "extra": "ignored"})",
+      "predictions.json");
+  REQUIRE(predictions);
+  auto scores = squad_evaluate(*dataset, *predictions);
+  REQUIRE(scores);
+  CHECK(scores->total == 4);
+  CHECK(scores->unanswered == std::vector<std::string>{"missing"});
+  CHECK(squad_scores_json(*scores) == R"({"exact_match": 25.0, "f1": 61.66666666666667})");
+  CHECK(scores->f1 == 100.0 * (1.0 + (2 * (2.0 / 3.0)) / (2.0 / 3.0 + 1.0) + (2 * 0.5) / 1.5) / 4);
+}
+
+// The official script reads only ids and answer texts: a file without titles, contexts,
+// questions or answer_start (or with other types there), with an id twice, is scored: "a"
+// twice ("blue whales" against "blue whale": F1 0.5 each), "b" EM 1 against "Everest".
+// EM = 100 * 1/3, F1 = 100 * (0.5 + 0.5 + 1) / 3, as the script prints them.
+TEST_CASE("squad evaluate: the scorer reads only what evaluate-v1.1 reads") {
+  const char* dev = R"({"version": "1.1", "data": [{"paragraphs": [
+    {"context": 7, "qas": [
+      {"id": "a", "answers": [{"text": "Blue whale"}]},
+      {"id": "a", "answers": [{"text": "the blue whale", "answer_start": "x"}]}]},
+    {"qas": [{"id": "b", "answers": [{"text": "Mount Everest"}, {"text": "Everest"}]}]}]}]})";
+  auto dataset = parse_squad(dev, "dev.json", squad_fields::scored);
+  REQUIRE_MESSAGE(dataset, dataset.err().message);
+  auto predictions =
+      parse_squad_predictions(R"({"a": "blue whales", "b": "Everest"})", "predictions.json");
+  REQUIRE(predictions);
+  auto scores = squad_evaluate(*dataset, *predictions);
+  REQUIRE(scores);
+  CHECK(scores->total == 3);
+  CHECK(squad_scores_json(*scores) ==
+        R"({"exact_match": 33.333333333333336, "f1": 66.66666666666667})");
+  // What the script needs is still required; training and the run's evaluation need the rest.
+  auto no_text =
+      parse_squad(R"({"data": [{"paragraphs": [{"qas": [{"id": "a", "answers": [{}]}]}]}]})",
+                  "dev.json", squad_fields::scored);
+  REQUIRE_FALSE(no_text);
+  CHECK(no_text.err().message.find("'text'") != std::string::npos);
+  auto full = parse_squad(dev, "dev.json");
+  REQUIRE_FALSE(full);
+  CHECK(full.err().message.find("'title'") != std::string::npos);
+}
+
 TEST_CASE("squad evaluate: empty data set is an error") {
   squad_dataset d;
   auto scores = squad_evaluate(d, {});

@@ -62,15 +62,46 @@ TEST_CASE("squad examples: answer word span; unrecoverable answers skipped in tr
   REQUIRE(ex.examples.size() == 1);
   CHECK(ex.examples[0].start_position == 2);
   CHECK(ex.examples[0].end_position == 3);
-  // An answer text that does not appear in the words it covers is skipped (the reference warns and
-  // skips).
-  d = one_question(context, "when", "Then", 20);
+  // An answer whose words, split on all Unicode whitespace, are not in the run_squad words
+  // that cover it (U+00A0 is whitespace to str.split, not to run_squad) is skipped, as the
+  // reference warns and skips.
+  d = one_question("He was born\xC2\xA0(1895-1943).", "when", "born\xC2\xA0(1895", 7);
   ex = squad_read_examples(d, squad_mode::training);
   CHECK(ex.examples.empty());
   CHECK(ex.skipped == 1);
+  CHECK(ex.not_found == 0);
   ex = squad_read_examples(d, squad_mode::evaluation);
   CHECK(ex.examples.size() == 1);
   CHECK(ex.examples[0].start_position == -1);
+}
+
+TEST_CASE("squad examples: training finds answers away from answer_start, or skips and counts") {
+  squad_dataset d =
+      one_question("He was born (1895-1943). Then he LEFT  home.", "when", "Then", 20);
+  auto& qas = d.articles[0].paragraphs[0].qas;
+  qas.push_back({"case", "what", {{"left home", 30, 0}}});               // case and spacing differ
+  qas.push_back({"absent", "what", {{"Paris", 3, 0}}});                  // not in the context
+  qas.push_back({"second", "when", {{"1943", -1, 0}, {"1895", 13, 0}}}); // only the first counts
+  qas.push_back({"exact", "when", {{"1895", 13, 0}}});
+  auto ex = squad_read_examples(d, squad_mode::training);
+  CHECK(ex.moved == 3);
+  CHECK(ex.not_found == 1);
+  CHECK(ex.skipped == 1);
+  REQUIRE(ex.examples.size() == 4);
+  CHECK(ex.examples[0].qas_id == "q0");
+  CHECK(ex.examples[0].start_position == 4); // "Then", found at 25
+  CHECK(ex.examples[0].end_position == 4);
+  CHECK(ex.examples[1].qas_id == "case");
+  CHECK(ex.examples[1].orig_answer_text == "LEFT  home"); // the context's own text
+  CHECK(ex.examples[1].start_position == 6);
+  CHECK(ex.examples[1].end_position == 7);
+  CHECK(ex.examples[2].qas_id == "second");
+  CHECK(ex.examples[2].orig_answer_text == "1943"); // inside the word "(1895-1943)."
+  CHECK(ex.examples[2].start_position == 3);
+  CHECK(ex.examples[3].qas_id == "exact");
+  CHECK(ex.examples[3].start_position == 3);
+  // Evaluation looks at no answer: every question is kept.
+  CHECK(squad_read_examples(d, squad_mode::evaluation).examples.size() == 5);
 }
 
 TEST_CASE("squad features: improved answer span inside one word") {

@@ -85,14 +85,13 @@ TEST_CASE("qa-from-corpus: answers match, the loader reads the output, determini
   std::int64_t total = qa->train.question_count() + qa->dev.question_count();
   CHECK(total == 12 * 3 * 2); // two questions per paragraph
   for (const auto* set : {&qa->train, &qa->dev}) {
-    auto loaded =
-        parse_squad(squad_to_json(*set), "generated.json"); // validates every answer_start
+    auto loaded = parse_squad(squad_to_json(*set), "generated.json");
     REQUIRE_MESSAGE(loaded, loaded.err().message);
     CHECK(loaded->question_count() == set->question_count());
     for (const auto& a : loaded->articles)
       for (const auto& p : a.paragraphs)
         for (const auto& q : p.qas) {
-          const auto& ans = q.answers.at(0);
+          const auto& ans = q.answers.at(0); // answer_start must hold the text, checked here
           std::u32string context = utf8_decode(p.context);
           CHECK(utf8_encode(context.substr(static_cast<std::size_t>(ans.answer_start),
                                            utf8_decode(ans.text).size())) == ans.text);
