@@ -1,53 +1,15 @@
 // Step hooks (metrics, progress, checkpoint writes) run off the CAF scheduler
-// threads: while a hook blocks, the stages go on with the next step.
+// threads: while a hook blocks, the actors go on handling messages.
 #include "synthetic_run.hpp"
 
+#include <caf/all.hpp>
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
+#include <future>
 
 using namespace dsa::actors;
 using dsa::test::synthetic_pipeline;
-
-namespace {
-
-// Tells a waiting thread when a forward of `step` has started.
-class forward_signal : public stage_compute {
-public:
-  forward_signal(std::unique_ptr<stage_compute> inner, std::uint32_t step) : inner_(std::move(inner)), step_(step) {}
-  void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
-  double forward(const work_key& key, const dsa::tensor& in, const dsa::tensor& labels, dsa::tensor& out) override {
-    if (key.step == step_) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      seen_ = true;
-      cv_.notify_all();
-    }
-    return inner_->forward(key, in, labels, out);
-  }
-  void backward(const work_key& key, const dsa::tensor& grad_out, dsa::tensor& grad_in) override {
-    inner_->backward(key, grad_out, grad_in);
-  }
-  std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
-  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
-  void load_parameters(const std::vector<dsa::tensor>& updated) override { inner_->load_parameters(updated); }
-
-  // True once the forward started; false when `limit` passed first (a bug: nothing else can start it).
-  bool wait(std::chrono::seconds limit) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    return cv_.wait_for(lock, limit, [&] { return seen_; });
-  }
-
-private:
-  std::unique_ptr<stage_compute> inner_;
-  std::uint32_t step_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool seen_ = false;
-};
-
-} // namespace
 
 TEST_CASE("step hooks: a blocking hook does not hold the only CAF scheduler thread") {
   run_options options;
@@ -56,19 +18,27 @@ TEST_CASE("step hooks: a blocking hook does not hold the only CAF scheduler thre
   options.pipeline.steps = 3;
   options.scheduler_threads = 1; // a hook on a scheduler thread would stop every actor
   synthetic_pipeline pipe({4, 5, 3, 0.05}, options.pipeline);
-  auto signal = std::make_unique<forward_signal>(std::move(pipe.stages[0]), 1);
-  forward_signal* first = signal.get();
-  pipe.stages[0] = std::move(signal);
-  bool next_step_started = false;
-  // The hook of step 0 waits for stage 0's forward of step 1, which needs only
-  // messages between actors (version 1 is loaded before step 0 completes). The
-  // limit only ends a broken run: a passing run returns as soon as it starts.
+  // A probe actor in the run's actor system: it answers a message only if a
+  // scheduler thread is free to run it.
+  std::promise<void> answered;
+  caf::actor probe;
+  options.on_spawned = [&](const run_actors& a) {
+    probe = a.coordinator.home_system().spawn([&](caf::event_based_actor*) -> caf::behavior {
+      return {[&](int) { answered.set_value(); }};
+    });
+  };
+  bool probe_ran = false;
+  // The hook of step 0 asks the probe and waits. The limit only ends a broken
+  // run: a passing run goes on as soon as the probe ran.
   options.on_step = [&](const step_summary& s) {
-    if (s.step == 0) next_step_started = first->wait(std::chrono::seconds(120));
+    if (s.step != 0) return;
+    caf::anon_send(probe, 1);
+    probe_ran = answered.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    caf::anon_send_exit(probe, caf::exit_reason::user_shutdown);
   };
   auto result = run_pipeline(options, pipe.parts());
   CAPTURE(result.error);
   CHECK(result.ok);
-  CHECK(next_step_started);
+  CHECK(probe_ran);
   CHECK(result.steps_completed == 3);
 }
