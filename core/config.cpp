@@ -114,22 +114,39 @@ const toml::node* config::find(std::string_view key) const {
 void config::mark(std::string_view key) const { known_.insert(std::string(key)); }
 void config::accept(std::string_view key) const { accepted_.insert(std::string(key)); }
 
-std::string config::where(std::string_view key) const {
-  // The longest prefix of the key that was set from elsewhere.
+config_problem config::problem(problem_kind kind, std::string_view key, std::string message) const {
+  config_problem p{kind, std::string(key), source_, 0, 0, std::move(message)};
+  // Where the longest prefix of the key that was set from elsewhere came from.
   for (std::string prefix(key);;) {
     auto o = origins_.find(prefix);
-    if (o != origins_.end()) return o->second;
+    if (o != origins_.end()) {
+      p.origin = o->second.name;
+      p.set_order = o->second.order;
+      return p;
+    }
     auto dot = prefix.rfind('.');
     if (dot == std::string::npos) break;
     prefix.resize(dot);
   }
-  auto it = lines_.find(std::string(key));
-  if (it != lines_.end()) return fmt::format("{}:{}", source_, it->second);
-  return source_;
+  // The key's own line, or for an absent key the line of its nearest table.
+  const bool present = find(key) != nullptr;
+  for (std::string prefix(key);;) {
+    auto it = lines_.find(prefix);
+    if (it != lines_.end()) {
+      p.line = it->second;
+      break;
+    }
+    auto dot = prefix.rfind('.');
+    if (present || dot == std::string::npos)
+      break;
+    prefix.resize(dot);
+  }
+  return p;
 }
 
 error config::key_error(std::string_view key, std::string_view message) const {
-  return make_error(errc::config, "{}: key '{}': {}", where(key), key, message);
+  return error{errc::config,
+               problem(problem_kind::invalid_value, key, std::string(message)).to_string()};
 }
 
 bool config::has(std::string_view key) const {
@@ -137,29 +154,69 @@ bool config::has(std::string_view key) const {
   return find(key) != nullptr;
 }
 
-template <class T> expected<T> config::get(std::string_view key) const {
-  mark(key);
-  const toml::node* n = find(key);
-  if (!n) return make_error(errc::config, "{}: missing required key '{}'", source_, key);
+template <class T> expected<T> config::convert_node(const toml::node& n) {
   if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<double>> ||
                 std::is_same_v<T, std::vector<std::int64_t>>) {
     using E = typename T::value_type;
-    const toml::array* arr = n->as_array();
-    if (!arr) return key_error(key, fmt::format("expected an array of {}, found {}", type_traits<E>::name, node_kind(*n)));
+    const toml::array* arr = n.as_array();
+    if (!arr)
+      return make_error(errc::config, "expected an array of {}, found {}", type_traits<E>::name,
+                        node_kind(n));
     T out;
     for (std::size_t i = 0; i < arr->size(); ++i) {
       auto v = convert<E>(*arr->get(i));
       if (!v)
-        return key_error(key, fmt::format("element {} should be {}, found {}", i, type_traits<E>::name,
-                                          node_kind(*arr->get(i))));
+        return make_error(errc::config, "element {} should be {}, found {}", i,
+                          type_traits<E>::name, node_kind(*arr->get(i)));
       out.push_back(*v);
     }
     return out;
   } else {
-    auto v = convert<T>(*n);
-    if (!v) return key_error(key, fmt::format("expected {}, found {}", type_traits<T>::name, node_kind(*n)));
+    auto v = convert<T>(n);
+    if (!v)
+      return make_error(errc::config, "expected {}, found {}", type_traits<T>::name, node_kind(n));
     return *v;
   }
+}
+
+template <class T> expected<T> config::get(std::string_view key) const {
+  mark(key);
+  const toml::node* n = find(key);
+  if (!n)
+    return make_error(errc::config, "{}: missing required key '{}'", source_, key);
+  expected<T> v = convert_node<T>(*n);
+  if (!v)
+    return key_error(key, v.err().message);
+  return v;
+}
+
+template <class T>
+void config::read(std::string_view key, T& out, config_problems& problems) const {
+  mark(key);
+  const toml::node* n = find(key);
+  if (!n)
+    return;
+  auto v = convert_node<T>(*n);
+  if (v)
+    out = std::move(*v);
+  else
+    problems.add(problem(problem_kind::invalid_value, key, v.err().message));
+}
+
+template <class T>
+void config::require(std::string_view key, T& out, config_problems& problems) const {
+  mark(key);
+  if (!find(key)) {
+    const char* what = "a value";
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::int64_t> ||
+                  std::is_same_v<T, int> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, std::string>)
+      what = type_traits<T>::name;
+    problems.add(problem(problem_kind::missing_key, key,
+                         fmt::format("required key is missing (expected {})", what)));
+    return;
+  }
+  read(key, out, problems);
 }
 
 template <class T> expected<T> config::get_or(std::string_view key, T fallback) const {
@@ -168,9 +225,11 @@ template <class T> expected<T> config::get_or(std::string_view key, T fallback) 
   return get<T>(key);
 }
 
-#define DSA_CONFIG_INSTANTIATE(T)                                            \
-  template expected<T> config::get<T>(std::string_view) const;              \
-  template expected<T> config::get_or<T>(std::string_view, T) const;
+#define DSA_CONFIG_INSTANTIATE(T)                                                                  \
+  template expected<T> config::get<T>(std::string_view) const;                                     \
+  template expected<T> config::get_or<T>(std::string_view, T) const;                               \
+  template void config::read<T>(std::string_view, T&, config_problems&) const;                     \
+  template void config::require<T>(std::string_view, T&, config_problems&) const;
 DSA_CONFIG_INSTANTIATE(bool)
 DSA_CONFIG_INSTANTIATE(std::int64_t)
 DSA_CONFIG_INSTANTIATE(int)
@@ -190,27 +249,36 @@ std::vector<std::string> config::children(std::string_view key) const {
   return out;
 }
 
-status config::reject_unknown() const {
+void config::check_unknown(config_problems& problems) const {
   std::vector<std::string> known(known_.begin(), known_.end());
-  // Depth-first in file order; the first unknown leaf is reported.
-  std::function<std::optional<error>(const toml::table&, const std::string&)> walk =
-      [&](const toml::table& t, const std::string& prefix) -> std::optional<error> {
-    for (const auto& [k, v] : t) {
-      std::string path = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-      if (accepted_.count(path)) continue;
-      if (const toml::table* sub = v.as_table()) {
-        if (auto e = walk(*sub, path)) return e;
-        continue;
-      }
-      if (known_.count(path)) continue;
-      std::string hint = nearest_match(path, known);
-      return key_error(path, hint.empty() ? std::string("unknown key")
-                                          : fmt::format("unknown key (did you mean '{}'?)", hint));
-    }
-    return std::nullopt;
-  };
-  if (auto e = walk(table_, "")) return *e;
-  return {};
+  // Depth-first in file order.
+  std::function<void(const toml::table&, const std::string&)> walk =
+      [&](const toml::table& t, const std::string& prefix) {
+        for (const auto& [k, v] : t) {
+          std::string path =
+              prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+          if (accepted_.count(path))
+            continue;
+          if (const toml::table* sub = v.as_table()) {
+            walk(*sub, path);
+            continue;
+          }
+          if (known_.count(path))
+            continue;
+          std::string hint = nearest_match(path, known);
+          problems.add(problem(problem_kind::unknown_key, path,
+                               hint.empty()
+                                   ? std::string("unknown key")
+                                   : fmt::format("unknown key (did you mean '{}'?)", hint)));
+        }
+      };
+  walk(table_, "");
+}
+
+status config::reject_unknown() const {
+  config_problems problems;
+  check_unknown(problems);
+  return problems.to_status();
 }
 
 status config::set_override(std::string_view assignment) {
@@ -241,7 +309,8 @@ status config::set_node(std::string_view key, const toml::node& value, std::stri
     t = child->as_table();
   }
   value.visit([&](auto&& v) { t->insert_or_assign(parts.back(), v); });
-  if (!origin.empty()) origins_[std::string(key)] = std::move(origin);
+  if (!origin.empty())
+    origins_[std::string(key)] = {std::move(origin), ++origins_set_};
   return {};
 }
 

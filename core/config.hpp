@@ -1,9 +1,11 @@
 // Typed access to a TOML configuration by key path ("optimizer.params.lr").
-// Every error names the file, the key and (where the key exists) its line.
-// Keys that the program never asked for are rejected by reject_unknown(),
-// with the nearest known key suggested.
+// Every error names the file, the key and its line (for an absent key, the line of
+// its table). Reads may record problems in a config_problems sink and go on, so a
+// whole config is checked in one pass; keys that the program never asked for are
+// unknown, with the nearest known key suggested.
 #pragma once
 
+#include "core/config_problems.hpp"
 #include "core/error.hpp"
 
 #include <toml++/toml.h>
@@ -27,13 +29,21 @@ public:
   // T is bool, std::int64_t, int, double, std::string, or std::vector of those.
   template <class T> expected<T> get(std::string_view key) const;
   template <class T> expected<T> get_or(std::string_view key, T fallback) const;
+  // Overwrites out when the key is present; a value of the wrong type is recorded as an
+  // invalid value and out keeps its value, so parsing goes on.
+  template <class T> void read(std::string_view key, T& out, config_problems& problems) const;
+  // As read, but an absent key is recorded as missing.
+  template <class T> void require(std::string_view key, T& out, config_problems& problems) const;
   bool has(std::string_view key) const;
   // Names of the direct children of a table key ("" for the root); marks the key as known.
   std::vector<std::string> children(std::string_view key) const;
 
   // Marks a key (and everything under it) as known without reading it.
   void accept(std::string_view key) const;
-  // Error listing the first key in the file that was never read or accepted.
+  // Records every key that was never read or accepted (in file order), each with the
+  // nearest known key.
+  void check_unknown(config_problems& problems) const;
+  // An error listing every key that was never read or accepted.
   status reject_unknown() const;
 
   // Applies "a.b.c=value"; the value is parsed as a TOML value, or taken as a string.
@@ -47,18 +57,26 @@ public:
   const toml::table& table() const { return table_; }
   std::string to_toml() const;
 
+  // A problem about a key, located in the file (and line), JSON file or --set flag it came from.
+  config_problem problem(problem_kind kind, std::string_view key, std::string message) const;
   // Error helpers for callers that validate values: "<file>:<line>: key 'k': message".
   error key_error(std::string_view key, std::string_view message) const;
 
 private:
   const toml::node* find(std::string_view key) const;
   void mark(std::string_view key) const;
-  std::string where(std::string_view key) const;
+  // The converted value, or why the node cannot be a T ("expected an integer, found a string").
+  template <class T> static expected<T> convert_node(const toml::node& n);
 
   toml::table table_;
   std::string source_;
   std::map<std::string, int> lines_;      // source line of each key as loaded
-  std::map<std::string, std::string> origins_; // keys set from elsewhere (set_node's origin)
+  struct origin {
+    std::string name; // set_node's origin
+    int order;        // 1 for the first key set from elsewhere, then 2, ...
+  };
+  std::map<std::string, origin> origins_;  // keys set from elsewhere
+  int origins_set_ = 0;                    // how many set_node calls named an origin
   mutable std::set<std::string> known_;    // keys read or tested
   mutable std::set<std::string> accepted_; // subtrees accepted whole
 };

@@ -95,26 +95,38 @@ expected<loss_scale_update> loss_scaler::update(bool overflow) {
   return out;
 }
 
-expected<loss_scaler_params> parse_loss_scaler_params(const config& cfg, loss_scaler_flavour flavour,
-                                                      std::string_view key) {
+loss_scaler_params read_loss_scaler_params(const config& cfg, loss_scaler_flavour flavour,
+                                           config_problems& problems, std::string_view key) {
   loss_scaler_params p;
   p.flavour = flavour;
-  param_reader r(cfg, std::string(key));
+  param_reader r(cfg, std::string(key), problems);
   bool enabled = false;
-  DSA_TRY(r.read("enabled", enabled));
-  DSA_TRY(r.read("loss_scale", p.loss_scale));
-  DSA_TRY(r.read("initial_scale_power", p.initial_scale_power));
-  DSA_TRY(r.read("loss_scale_window", p.loss_scale_window));
-  DSA_TRY(r.read("hysteresis", p.hysteresis));
-  DSA_TRY(r.read("consecutive_hysteresis", p.consecutive_hysteresis));
-  DSA_TRY(r.read("min_loss_scale", p.min_loss_scale));
-  if (p.loss_scale < 0.0) return r.value_error("loss_scale", "must be >= 0 (0 selects dynamic scaling)");
+  r.read("enabled", enabled);
+  r.read("loss_scale", p.loss_scale);
+  r.read("initial_scale_power", p.initial_scale_power);
+  r.read("loss_scale_window", p.loss_scale_window);
+  r.read("hysteresis", p.hysteresis);
+  r.read("consecutive_hysteresis", p.consecutive_hysteresis);
+  r.read("min_loss_scale", p.min_loss_scale);
+  if (p.loss_scale < 0.0)
+    r.invalid("loss_scale", "must be >= 0 (0 selects dynamic scaling)");
   if (p.initial_scale_power < 0 || p.initial_scale_power > 64)
-    return r.value_error("initial_scale_power", "must be in [0, 64]");
-  if (p.loss_scale_window < 1) return r.value_error("loss_scale_window", "must be >= 1");
-  if (p.hysteresis < 1) return r.value_error("hysteresis", "must be >= 1");
-  if (!(p.min_loss_scale > 0.0)) return r.value_error("min_loss_scale", "must be > 0");
+    r.invalid("initial_scale_power", "must be in [0, 64]");
+  if (p.loss_scale_window < 1)
+    r.invalid("loss_scale_window", "must be >= 1");
+  if (p.hysteresis < 1)
+    r.invalid("hysteresis", "must be >= 1");
+  if (!(p.min_loss_scale > 0.0))
+    r.invalid("min_loss_scale", "must be > 0");
   (void)enabled; // whether fp16 is on is the caller's decision; the key is still validated here
+  return p;
+}
+
+expected<loss_scaler_params>
+parse_loss_scaler_params(const config& cfg, loss_scaler_flavour flavour, std::string_view key) {
+  config_problems problems;
+  loss_scaler_params p = read_loss_scaler_params(cfg, flavour, problems, key);
+  DSA_TRY(problems.to_status());
   return p;
 }
 

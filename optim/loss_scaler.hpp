@@ -85,7 +85,12 @@ private:
 };
 
 // The "fp16" section (enabled, loss_scale, initial_scale_power, loss_scale_window,
-// hysteresis, consecutive_hysteresis, min_loss_scale); errors name the key.
+// hysteresis, consecutive_hysteresis, min_loss_scale). Every problem is recorded in
+// `problems`, naming the key; a bad value keeps its default.
+loss_scaler_params read_loss_scaler_params(const config& cfg, loss_scaler_flavour flavour,
+                                           config_problems& problems,
+                                           std::string_view key = "fp16");
+// As read_loss_scaler_params, with every problem in one error.
 expected<loss_scaler_params> parse_loss_scaler_params(const config& cfg, loss_scaler_flavour flavour,
                                                       std::string_view key = "fp16");
 

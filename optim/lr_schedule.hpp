@@ -120,8 +120,14 @@ expected<std::unique_ptr<lr_schedule>> make_one_cycle(const one_cycle_params& p)
 expected<std::unique_ptr<lr_schedule>> make_lr_range_test(const lr_range_test_params& p);
 
 // From a config subtree `key` ("scheduler") holding type and params, as in a DeepSpeed
-// config. Errors name the key ("scheduler.params.warmup_num_steps: expected an integer").
-// Unknown keys under params are errors with a suggestion.
+// config. Every problem is recorded in `problems`, naming the key
+// ("scheduler.params.warmup_num_steps: expected an integer"); unknown keys under params
+// come with a suggestion, an unknown type with the known ones. nullptr when the section
+// has a problem.
+std::unique_ptr<lr_schedule> read_lr_schedule(const config& cfg, double optimizer_lr,
+                                              config_problems& problems,
+                                              std::string_view key = "scheduler");
+// As read_lr_schedule, with every problem in one error.
 expected<std::unique_ptr<lr_schedule>> make_lr_schedule(const config& cfg, double optimizer_lr,
                                                         std::string_view key = "scheduler");
 

@@ -37,8 +37,12 @@ struct optimizer_config {
 };
 
 // Parses cfg[key] = {type, params{lr, betas, eps, weight_decay, bias_correction, adam_w_mode,
-// max_coeff, min_coeff}}; type is matched case-insensitively as DeepSpeed does. Errors name
-// the key; keys not valid for the type are rejected.
+// max_coeff, min_coeff}}; type is matched case-insensitively as DeepSpeed does. Every
+// problem (naming the key; keys not valid for the type are unknown; an unknown type lists
+// the known ones) is recorded in `problems` and the value keeps its default.
+optimizer_config read_optimizer_config(const config& cfg, config_problems& problems,
+                                       std::string_view key = "optimizer");
+// As read_optimizer_config, with every problem in one error.
 expected<optimizer_config> parse_optimizer_config(const config& cfg, std::string_view key = "optimizer");
 
 // One parameter and its state. param, grad, m, v: f32, same number of elements, contiguous CPU.

@@ -8,22 +8,34 @@
 namespace dsa::train {
 namespace {
 
-expected<std::optional<std::int64_t>> optional_positive(const config& cfg, const char* key) {
-  if (!cfg.has(key)) return std::optional<std::int64_t>{};
-  auto v = cfg.get<std::int64_t>(key);
-  if (!v) return v.err();
-  if (*v <= 0) return cfg.key_error(key, fmt::format("must be a positive integer, got {}", *v));
-  return std::optional<std::int64_t>{*v};
+// The key's value when present and positive; a bad value is recorded and reads as absent.
+std::optional<std::int64_t> optional_positive(const config& cfg, const char* key,
+                                              config_problems& problems) {
+  if (!cfg.has(key))
+    return std::nullopt;
+  std::int64_t v = 0;
+  const std::size_t before = problems.size();
+  cfg.read(key, v, problems);
+  if (problems.size() != before)
+    return std::nullopt;
+  if (v > 0)
+    return v;
+  problems.add(cfg.problem(problem_kind::invalid_value, key,
+                           fmt::format("must be a positive integer, got {}", v)));
+  return std::nullopt;
 }
 
 } // namespace
 
-expected<batch_config> resolve_batch_config(const config& cfg, std::int64_t dp) {
-  DSA_ASSIGN_OR_RETURN(auto train, optional_positive(cfg, "train_batch_size"));
-  DSA_ASSIGN_OR_RETURN(auto micro, optional_positive(cfg, "train_micro_batch_size_per_gpu"));
-  DSA_ASSIGN_OR_RETURN(auto accum, optional_positive(cfg, "gradient_accumulation_steps"));
+batch_config read_batch_config(const config& cfg, std::int64_t dp, config_problems& problems) {
+  const std::size_t before = problems.size();
+  auto train = optional_positive(cfg, "train_batch_size", problems);
+  auto micro = optional_positive(cfg, "train_micro_batch_size_per_gpu", problems);
+  auto accum = optional_positive(cfg, "gradient_accumulation_steps", problems);
   batch_config b;
   b.data_parallel_size = dp;
+  if (problems.size() != before)
+    return b; // the rule is not applied to values already reported
   if (train && micro && accum) {
     b = {*train, *micro, *accum, dp};
   } else if (train && micro) {
@@ -37,17 +49,27 @@ expected<batch_config> resolve_batch_config(const config& cfg, std::int64_t dp) 
   } else if (micro) {
     b = {*micro * dp, *micro, 1, dp};
   } else {
-    return make_error(errc::config,
-                      "{}: either 'train_batch_size' or 'train_micro_batch_size_per_gpu' needs to be provided",
-                      cfg.source());
+    problems.add(cfg.problem(
+        problem_kind::missing_key, "train_batch_size",
+        "either 'train_batch_size' or 'train_micro_batch_size_per_gpu' needs to be provided"));
+    return b;
   }
   if (b.micro_batch_size <= 0 || b.gradient_accumulation <= 0 ||
       b.train_batch_size != b.micro_batch_size * b.gradient_accumulation * dp) {
-    return make_error(errc::config,
-                      "{}: inconsistent batch keys: train_batch_size ({}) must equal "
-                      "train_micro_batch_size_per_gpu ({}) x gradient_accumulation_steps ({}) x data-parallel size ({})",
-                      cfg.source(), b.train_batch_size, b.micro_batch_size, b.gradient_accumulation, dp);
+    problems.add(cfg.problem(
+        problem_kind::invalid_value, "train_batch_size",
+        fmt::format("inconsistent batch keys: train_batch_size ({}) must equal "
+                    "train_micro_batch_size_per_gpu ({}) "
+                    "x gradient_accumulation_steps ({}) x data-parallel size ({})",
+                    b.train_batch_size, b.micro_batch_size, b.gradient_accumulation, dp)));
   }
+  return b;
+}
+
+expected<batch_config> resolve_batch_config(const config& cfg, std::int64_t dp) {
+  config_problems problems;
+  batch_config b = read_batch_config(cfg, dp, problems);
+  DSA_TRY(problems.to_status());
   return b;
 }
 

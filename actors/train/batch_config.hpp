@@ -17,7 +17,10 @@ struct batch_config {
   std::int64_t data_parallel_size = 1;
 };
 
-// Resolves the three keys of `cfg` as DeepSpeed does, for `dp` data-parallel replicas.
+// Resolves the three keys of `cfg` as DeepSpeed does, for `dp` data-parallel replicas,
+// recording every problem in `problems`.
+batch_config read_batch_config(const config& cfg, std::int64_t dp, config_problems& problems);
+// As read_batch_config, with every problem in one error.
 expected<batch_config> resolve_batch_config(const config& cfg, std::int64_t dp);
 
 } // namespace dsa::train

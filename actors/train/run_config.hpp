@@ -2,7 +2,8 @@
 // DeepSpeed (train_batch_size, optimizer, scheduler, fp16, bf16,
 // gradient_clipping, steps_per_print, wall_clock_breakdown, ...) plus dsactor's
 // own tables: model, pipeline, data, checkpoint. Unknown keys anywhere are
-// errors naming the key, with the nearest known key suggested.
+// errors naming the key, with the nearest known key suggested; every problem of a
+// config is reported at once.
 #pragma once
 
 #include "actors/train/batch_config.hpp"
@@ -96,9 +97,15 @@ struct run_config {
   data_settings data;
 };
 
-// Reads every key (marking it known), then rejects unknown ones. `default_run_dir` is
+// Reads every key (marking it known), then checks for unknown ones, in one pass:
+// every problem (unknown keys with the nearest known key, missing keys, invalid values,
+// the scheduler included) is recorded in `problems` and reading goes on with defaults,
+// so the result is meaningful only when `problems` stays empty. `default_run_dir` is
 // used when the config has no run_dir. Paths may use ${VAR} (environment; DSA_DATA_DIR
 // defaults to ./data-cache) and are taken relative to the working directory.
+run_config read_run_config(const config& cfg, const std::string& default_run_dir,
+                           config_problems& problems);
+// As read_run_config, with every problem in one error (unknown keys first).
 expected<run_config> parse_run_config(const config& cfg, const std::string& default_run_dir);
 
 // ${VAR} expansion for paths.

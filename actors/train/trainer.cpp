@@ -318,19 +318,23 @@ int run_training(const run_request& req) {
   auto loaded = load_run_config(req.config_path, req.deepspeed_config);
   if (!loaded) return fail(loaded.err(), 2);
   ctx.cfg = std::move(*loaded);
+  // Every problem of the config and the --set flags is reported in one run.
+  config_problems problems;
   for (const auto& o : req.overrides)
-    if (auto s = ctx.cfg.set_override(o); !s) return fail(s.err(), 2);
+    if (auto s = ctx.cfg.set_override(o); !s)
+      problems.add(s.err());
   if (req.resume)
-    if (auto s = ctx.cfg.set_override("checkpoint.load=\"latest\""); !s) return fail(s.err(), 2);
+    if (auto s = ctx.cfg.set_override("checkpoint.load=\"latest\""); !s)
+      problems.add(s.err());
   std::string run_dir = default_run_dir(req.config_path);
   if (req.resume && !ctx.cfg.table().at_path("run_dir").node()) {
     auto earlier = run_dir_to_resume(req.config_path);
     if (!earlier) return fail(earlier.err(), 1);
     run_dir = *earlier;
   }
-  auto parsed = parse_run_config(ctx.cfg, run_dir);
-  if (!parsed) return fail(parsed.err(), 2);
-  ctx.rc = std::move(*parsed);
+  ctx.rc = read_run_config(ctx.cfg, run_dir, problems);
+  if (auto s = problems.to_status(); !s)
+    return fail(s.err(), 2);
   const auto& rc = ctx.rc;
 
   std::error_code ec;

@@ -50,12 +50,13 @@ std::string join_key(std::string_view prefix, std::string_view key) {
   return prefix.empty() ? std::string(key) : fmt::format("{}.{}", prefix, key);
 }
 
-// Reads an optional key into `field`, keeping the current value when absent.
+// Reads an optional key into `field`, keeping the current value when absent or bad.
 template <class T, class Field>
-status read_optional(const config& cfg, const std::string& key, Field& field) {
-  DSA_ASSIGN_OR_RETURN(T value, cfg.get_or<T>(key, static_cast<T>(field)));
+void read_optional(const config& cfg, const std::string& key, Field& field,
+                   config_problems& problems) {
+  T value = static_cast<T>(field);
+  cfg.read(key, value, problems);
   field = static_cast<Field>(value);
-  return {};
 }
 
 } // namespace
@@ -119,7 +120,8 @@ expected<model_size> parse_model_size(std::string_view name) {
       "unknown model size '{}' (expected tiny, mini, small, medium, base, large or custom)", name);
 }
 
-expected<bert_config> parse_bert_config(const config& cfg, std::string_view prefix) {
+bert_config read_bert_config(const config& cfg, config_problems& problems,
+                             std::string_view prefix) {
   for (const auto& child : cfg.children(prefix)) {
     bool known = false;
     for (const auto& k : known_keys())
@@ -127,62 +129,74 @@ expected<bert_config> parse_bert_config(const config& cfg, std::string_view pref
     if (known)
       continue;
     std::string hint = nearest_match(child, known_keys());
-    return cfg.key_error(join_key(prefix, child),
-                         hint.empty()
-                             ? std::string("unknown model key")
-                             : fmt::format("unknown model key (did you mean '{}'?)", hint));
+    problems.add(cfg.problem(problem_kind::unknown_key, join_key(prefix, child),
+                             hint.empty()
+                                 ? std::string("unknown model key")
+                                 : fmt::format("unknown model key (did you mean '{}'?)", hint)));
   }
   auto key = [&](std::string_view k) { return join_key(prefix, k); };
+  auto invalid = [&](std::string_view k, std::string message) {
+    problems.add(cfg.problem(problem_kind::invalid_value, k, std::move(message)));
+  };
 
-  DSA_ASSIGN_OR_RETURN(std::string size_name, cfg.get_or<std::string>(key("size"), "base"));
+  std::string size_name = "base";
+  cfg.read(key("size"), size_name, problems);
   auto size = parse_model_size(size_name);
   if (!size)
-    return cfg.key_error(key("size"), size.err().message);
-  bert_config out = bert_config_for(*size);
-  if (*size == model_size::custom)
+    invalid(key("size"), size.err().message);
+  bert_config out = bert_config_for(size ? *size : model_size::base);
+  if (size && *size == model_size::custom)
     for (const char* k : {"num_layers", "hidden_size", "num_heads"})
       if (!cfg.has(key(k)))
-        return cfg.key_error(key(k), "required when size = \"custom\"");
+        problems.add(
+            cfg.problem(problem_kind::missing_key, key(k), "required when size = \"custom\""));
 
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("num_layers"), out.num_layers));
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("hidden_size"), out.hidden_size));
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("num_heads"), out.num_heads));
+  read_optional<std::int64_t>(cfg, key("num_layers"), out.num_layers, problems);
+  read_optional<std::int64_t>(cfg, key("hidden_size"), out.hidden_size, problems);
+  read_optional<std::int64_t>(cfg, key("num_heads"), out.num_heads, problems);
   out.intermediate_size = 4 * out.hidden_size;
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("intermediate_size"), out.intermediate_size));
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("vocab_size"), out.vocab_size));
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("max_position_embeddings"),
-                                      out.max_position_embeddings));
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("type_vocab_size"), out.type_vocab_size));
-  DSA_TRY(read_optional<std::int64_t>(cfg, key("pad_token_id"), out.pad_token_id));
-  DSA_TRY(read_optional<double>(cfg, key("hidden_dropout"), out.hidden_dropout));
-  DSA_TRY(read_optional<double>(cfg, key("attention_dropout"), out.attention_dropout));
-  DSA_TRY(read_optional<double>(cfg, key("layer_norm_eps"), out.layer_norm_eps));
-  DSA_TRY(read_optional<double>(cfg, key("initializer_range"), out.initializer_range));
-  DSA_TRY(read_optional<bool>(cfg, key("normalize_invertible"), out.memory.normalize_invertible));
-  DSA_TRY(
-      read_optional<bool>(cfg, key("attn_dropout_checkpoint"), out.memory.attn_dropout_checkpoint));
-  DSA_TRY(read_optional<bool>(cfg, key("gelu_checkpoint"), out.memory.gelu_checkpoint));
+  read_optional<std::int64_t>(cfg, key("intermediate_size"), out.intermediate_size, problems);
+  read_optional<std::int64_t>(cfg, key("vocab_size"), out.vocab_size, problems);
+  read_optional<std::int64_t>(cfg, key("max_position_embeddings"), out.max_position_embeddings,
+                              problems);
+  read_optional<std::int64_t>(cfg, key("type_vocab_size"), out.type_vocab_size, problems);
+  read_optional<std::int64_t>(cfg, key("pad_token_id"), out.pad_token_id, problems);
+  read_optional<double>(cfg, key("hidden_dropout"), out.hidden_dropout, problems);
+  read_optional<double>(cfg, key("attention_dropout"), out.attention_dropout, problems);
+  read_optional<double>(cfg, key("layer_norm_eps"), out.layer_norm_eps, problems);
+  read_optional<double>(cfg, key("initializer_range"), out.initializer_range, problems);
+  read_optional<bool>(cfg, key("normalize_invertible"), out.memory.normalize_invertible, problems);
+  read_optional<bool>(cfg, key("attn_dropout_checkpoint"), out.memory.attn_dropout_checkpoint,
+                      problems);
+  read_optional<bool>(cfg, key("gelu_checkpoint"), out.memory.gelu_checkpoint, problems);
 
-  DSA_ASSIGN_OR_RETURN(std::string norm, cfg.get_or<std::string>(key("layer_norm"), "post"));
+  std::string norm = "post";
+  cfg.read(key("layer_norm"), norm, problems);
   if (norm == "post")
     out.norm = layer_norm_placement::post;
   else if (norm == "pre")
     out.norm = layer_norm_placement::pre;
   else
-    return cfg.key_error(key("layer_norm"),
-                         fmt::format("expected \"post\" or \"pre\", got \"{}\"", norm));
+    invalid(key("layer_norm"), fmt::format("expected \"post\" or \"pre\", got \"{}\"", norm));
 
-  DSA_ASSIGN_OR_RETURN(std::string head, cfg.get_or<std::string>(key("head"), "pretraining"));
+  std::string head = "pretraining";
+  cfg.read(key("head"), head, problems);
   if (head == "pretraining")
     out.head = head_kind::pretraining;
   else if (head == "squad")
     out.head = head_kind::squad;
   else
-    return cfg.key_error(key("head"),
-                         fmt::format("expected \"pretraining\" or \"squad\", got \"{}\"", head));
+    invalid(key("head"), fmt::format("expected \"pretraining\" or \"squad\", got \"{}\"", head));
 
   if (auto ok = out.validate(); !ok)
-    return cfg.key_error(prefix, ok.err().message);
+    invalid(prefix, ok.err().message);
+  return out;
+}
+
+expected<bert_config> parse_bert_config(const config& cfg, std::string_view prefix) {
+  config_problems problems;
+  bert_config out = read_bert_config(cfg, problems, prefix);
+  DSA_TRY(problems.to_status());
   return out;
 }
 

@@ -72,7 +72,11 @@ expected<model_size> parse_model_size(std::string_view name);
 //   hidden_dropout, attention_dropout, layer_norm_eps, initializer_range,
 //   layer_norm = "post"|"pre", head = "pretraining"|"squad",
 //   normalize_invertible, attn_dropout_checkpoint, gelu_checkpoint (booleans).
-// Unknown keys under the table are errors naming the key (with a suggestion).
+// Every problem is recorded in `problems`, naming the key (unknown keys with a
+// suggestion), and reading goes on with the size's defaults.
+bert_config read_bert_config(const config& cfg, config_problems& problems,
+                             std::string_view prefix = "model");
+// As read_bert_config, with every problem in one error.
 expected<bert_config> parse_bert_config(const config& cfg, std::string_view prefix = "model");
 
 // One line for the start-of-run log.

@@ -77,10 +77,19 @@ grep -q vocab "$work/shards.toml" && fail "shards.toml should name no vocabulary
 "$dsactor" run "$work/shards.toml" >/dev/null 2>"$work/shards.log" || { cat "$work/shards.log"; fail "pre-training from shards without data.vocab"; }
 echo "ok: pre-training from shards without a vocabulary"
 
-# A bad key names the key and exits 2.
-if "$dsactor" run "$work/pre.toml" --set optimizer.params.lrr=1 2>"$work/bad.log"; then fail "bad config accepted"; else rc=$?; fi
+# Every problem of a bad config is reported in one run, unknown keys first, naming the
+# key and the --set flag it came from; the run exits 2.
+if "$dsactor" run "$work/pre.toml" --set 'scheduler.type="Cosine"' --set optimizer.params.lrr=1 \
+  --set train_stepz=3 2>"$work/bad.log"; then fail "bad config accepted"; else rc=$?; fi
 [[ $rc -eq 2 ]] || fail "bad config exit code $rc"
-grep -q "optimizer.params.lrr" "$work/bad.log" || { cat "$work/bad.log"; fail "error does not name the key"; }
+grep -q "3 problems in the configuration" "$work/bad.log" || { cat "$work/bad.log"; fail "not every problem reported"; }
+order=$(grep -o "key '[a-z_.]*'" "$work/bad.log" | tr '\n' ' ')
+[[ $order == "key 'optimizer.params.lrr' key 'train_stepz' key 'scheduler.type' " ]] ||
+  { cat "$work/bad.log"; fail "problems out of order: $order"; }
+grep -q -- "--set train_stepz=3: key 'train_stepz': unknown key (did you mean 'train_steps'?)" "$work/bad.log" ||
+  { cat "$work/bad.log"; fail "unknown key without its flag or suggestion"; }
+grep -q "known: WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest" "$work/bad.log" ||
+  { cat "$work/bad.log"; fail "unknown scheduler without the known ones"; }
 echo "ok: bad config"
 
 # SIGINT: finish the current step, checkpoint, exit 130; then --resume continues.

@@ -273,17 +273,19 @@ bias_correction = false
     const char* needle2;
   };
   for (auto [text, n1, n2] : {
-           bad_case{"[optimizer]\ntype = \"Adam\"\n[optimizer.params]\nlr = \"fast\"\n", "optimizer.params.lr",
-                    "expected a number"},
+           bad_case{"[optimizer]\ntype = \"Adam\"\n[optimizer.params]\nlr = \"fast\"\n",
+                    "optimizer.params.lr", "expected a number"},
            bad_case{"[optimizer]\ntype = \"Adam\"\n[optimizer.params]\nbetas = [0.9, 0.99, 0.9]\n",
                     "optimizer.params.betas", "two numbers"},
            bad_case{"[optimizer]\ntype = \"Adam\"\n[optimizer.params]\nweight_decy = 0.1\n",
                     "optimizer.params.weight_decy", "did you mean 'weight_decay'"},
            bad_case{"[optimizer]\ntype = \"Lamb\"\n[optimizer.params]\nadam_w_mode = true\n",
                     "optimizer.params.adam_w_mode", "unknown key"},
-           bad_case{"[optimizer]\ntype = \"SGD\"\n", "optimizer.type", "unsupported optimizer"},
+           bad_case{"[optimizer]\ntype = \"SGD\"\n", "optimizer.type",
+                    "unknown optimizer \"SGD\" (known: Adam, AdamW, Lamb)"},
            bad_case{"[optimizer]\n[optimizer.params]\nlr = 1e-3\n", "optimizer.type", "missing"},
-           bad_case{"[optimizer]\ntype = \"Adam\"\n[optimizer.params]\neps = 0.0\n", "optimizer.params.eps", "> 0"},
+           bad_case{"[optimizer]\ntype = \"Adam\"\n[optimizer.params]\neps = 0.0\n",
+                    "optimizer.params.eps", "> 0"},
        }) {
     CAPTURE(text);
     auto cfg = parse(text);
