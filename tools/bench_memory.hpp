@@ -1,4 +1,5 @@
-// `dsactor bench memory`: stashed activation bytes per layer for each memory-flag setting.
+// `dsactor bench memory`: stashed activation bytes per layer for each memory-flag
+// setting, and working-weight and activation bytes per precision.
 #pragma once
 
 namespace dsa::tools {

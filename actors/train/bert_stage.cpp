@@ -1,20 +1,16 @@
 // BERT stage: unpack, run the range, convert what crosses to a neighbour.
 #include "actors/train/bert_stage.hpp"
 
+#include "kernels/cpu/convert.hpp"
+
 #include <chrono>
 #include <stdexcept>
 
 namespace dsa::train {
 
 bert_stage::bert_stage(const bert_stage_options& options, stage_shared& shared)
-    : options_(options), shared_(shared), part_(options.model, options.range) {}
-
-void bert_stage::round_weights() {
-  for (const auto& e : part_.parameters().entries()) {
-    tensor v = e.value;
-    round_in_place(v, working_dtype(options_.working));
-  }
-}
+    : options_(options), shared_(shared),
+      part_(options.model, options.range, working_dtype(options.working)) {}
 
 void bert_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
 
@@ -45,6 +41,7 @@ double bert_stage::forward(const actors::work_key& key, const tensor& in, const 
   ctx.seed = options_.seed;
   ctx.step = key.step;
   ctx.micro_batch = key.micro_batch;
+  ctx.stash_type = working_dtype(options_.working);
   auto result = part_.forward(hidden, batch, ctx, stashes_.at(key.stash));
   if (!result) throw std::runtime_error(result.err().message);
   if (part_.range().has_head()) {
@@ -99,9 +96,11 @@ void bert_stage::load_parameters(const std::vector<tensor>& updated) {
   DSA_CHECK(updated.size() == entries.size(), "parameter version with {} tensors for a stage of {}", updated.size(),
             entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    tensor dst = entries[i].value;
-    if (updated[i].type() == dtype::f32) dst.copy_from(updated[i]);
-    else cast_into(dst, updated[i], dtype::f32);
+    const tensor& src = updated[i];
+    const tensor& dst = entries[i].value;
+    DSA_CHECK(src.is_contiguous() && src.shape() == dst.shape(),
+              "parameter version: tensor {} is {}, expected {}", i, src.describe(), dst.describe());
+    cpu::cast(dst.raw_data(), dst.type(), src.raw_data(), src.type(), src.numel());
   }
   params.zero_grad();
 }

@@ -1,7 +1,10 @@
 // A pipeline stage running a contiguous range of BERT (models/bert bert_part)
 // behind the runtime's stage_compute interface. With fp16/bf16 the stage's
-// working weights hold half-precision values, and what it sends (activations,
-// activation-gradients, parameter gradients) is half precision.
+// working weights are f16/bf16 tensors (widened to f32 one layer at a time while
+// it computes), its stashed activations are f16/bf16, and what it sends
+// (activations, activation-gradients, parameter gradients) is half precision.
+// Parameter gradients accumulate in f32 over the micro-batches and are cast to
+// half once per step, when the reducer takes them.
 #pragma once
 
 #include "actors/compute.hpp"
@@ -37,13 +40,13 @@ class bert_stage final : public actors::stage_compute {
 public:
   bert_stage(const bert_stage_options& options, stage_shared& shared);
 
+  // The model range; its parameter values are in the working precision.
   bert::bert_part& part() { return part_; }
-  // Rounds the working weights to the working precision (call after init or load).
-  void round_weights();
 
   void reserve_stash(std::uint32_t slots) override;
   double forward(const actors::work_key& key, const tensor& in, const tensor& labels, tensor& out) override;
   void backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) override;
+  // The working weights (views, in the working precision) and f32 gradients.
   std::vector<tensor> parameters() override;
   std::vector<tensor> gradients() override;
   void load_parameters(const std::vector<tensor>& updated) override;

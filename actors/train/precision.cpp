@@ -28,10 +28,4 @@ tensor cast_to(const tensor& src, dtype type) {
   return out;
 }
 
-void round_in_place(tensor& x, dtype type) {
-  if (type == dtype::f32) return;
-  tensor half = cast_to(x, type);
-  cpu::cast(x.raw_data(), dtype::f32, half.raw_data(), type, x.numel());
-}
-
 } // namespace dsa::train

@@ -8,9 +8,10 @@
 
 namespace dsa::train {
 
-// f32: everything in f32. f16 / bf16: working weights, activations and
-// activation-gradients between stages and parameter gradients to the optimizer
-// are half precision; masters and compute stay f32 (CPU ranks compute in f32).
+// f32: everything in f32. f16 / bf16: the stages' working weights and stashed
+// activations, activations and activation-gradients between stages, parameter
+// versions from the optimizer and parameter gradients to it are half precision;
+// masters, gradient accumulation and compute stay f32 (CPU ranks compute in f32).
 enum class precision : std::uint8_t { f32, f16, bf16 };
 
 inline dtype working_dtype(precision p) {
@@ -21,7 +22,5 @@ const char* precision_name(precision p);
 // A contiguous copy of `src` (f32/f16/bf16) as `type`; reuses `dst` when its shape and type fit.
 void cast_into(tensor& dst, const tensor& src, dtype type);
 tensor cast_to(const tensor& src, dtype type);
-// Rounds an f32 tensor in place to the values `type` can hold (f32: unchanged).
-void round_in_place(tensor& x, dtype type);
 
 } // namespace dsa::train

@@ -174,8 +174,11 @@ status make_stages(run_context& ctx) {
       auto loaded = bert::load_state(stage->part().parameters(), init, lo);
       if (!loaded) return make_error(errc::format, "init_checkpoint {}: {}", ctx.rc.init_checkpoint, loaded.err().message);
     }
-    stage->round_weights();
-    log_info("stage {}: {} ({} parameters)", s, ctx.ranges[s].to_string(), stage->part().parameters().count());
+    const auto& params = stage->part().parameters();
+    log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
+             ctx.ranges[s].to_string(), params.count(),
+             static_cast<double>(params.value_bytes()) / (1 << 20),
+             dtype_name(params.value_type()));
     ctx.stages.push_back(std::move(stage));
   }
   return {};
@@ -232,7 +235,6 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
   for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
     auto loaded = bert::load_state(ctx.stages[s]->part().parameters(), r.masters, {});
     if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
-    ctx.stages[s]->round_weights();
     DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck.groups, s, ck.dir));
     r.optimizer_states.push_back(std::move(st));
   }

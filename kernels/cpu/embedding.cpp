@@ -3,6 +3,7 @@
 #include "kernels/cpu/embedding.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/convert.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -32,6 +33,21 @@ void embedding_forward(float* y, const float* table, const std::int32_t* ids, st
 #pragma omp parallel for schedule(static) if (tokens * c >= parallel_threshold)
   for (std::int64_t t = 0; t < tokens; ++t)
     std::memcpy(y + t * c, table + ids[t] * c, row_bytes);
+}
+
+void embedding_forward(float* y, const void* table, dtype table_type, const std::int32_t* ids,
+                       std::int64_t tokens, std::int64_t vocab, std::int64_t c) {
+  if (table_type == dtype::f32) {
+    embedding_forward(y, static_cast<const float*>(table), ids, tokens, vocab, c);
+    return;
+  }
+  DSA_CHECK(table_type == dtype::f16 || table_type == dtype::bf16,
+            "embedding: a {} table; expected f32, f16 or bf16", dtype_name(table_type));
+  check_ids(ids, tokens, vocab, c);
+  const auto* rows = static_cast<const std::uint16_t*>(table);
+#pragma omp parallel for schedule(static) if (tokens * c >= parallel_threshold)
+  for (std::int64_t t = 0; t < tokens; ++t)
+    cast(y + t * c, dtype::f32, rows + ids[t] * c, table_type, c);
 }
 
 void embedding_backward(float* dtable, const float* dy, const std::int32_t* ids,

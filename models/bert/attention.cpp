@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/softmax.hpp"
+#include "models/bert/stored_precision.hpp"
 
 #include <cmath>
 #include <vector>
@@ -52,41 +53,43 @@ head_operand squares_of(const float* p, const attention_dims& d) {
 
 void attention_forward(float* out, attention_stash& stash, const tensor& x, const float* key_mask,
                        const layer_params& p, const attention_dims& dims, float dropout_p,
-                       const philox_stream& stream, const memory_flags& flags) {
+                       const philox_stream& stream, const memory_flags& flags, dtype stash_type) {
   const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads,
                      d = dims.head_size();
-  stash.x = x;
-  stash.q = tensor::empty({N, H}, dtype::f32);
-  stash.k = tensor::empty({N, H}, dtype::f32);
-  stash.v = tensor::empty({N, H}, dtype::f32);
-  linear_forward(stash.q.data<float>(), x.data<float>(), p.query, N);
-  linear_forward(stash.k.data<float>(), x.data<float>(), p.key, N);
-  linear_forward(stash.v.data<float>(), x.data<float>(), p.value, N);
+  tensor q = tensor::empty({N, H}, dtype::f32);
+  tensor k = tensor::empty({N, H}, dtype::f32);
+  tensor v = tensor::empty({N, H}, dtype::f32);
+  linear_forward(q.data<float>(), x.data<float>(), p.query, N);
+  linear_forward(k.data<float>(), x.data<float>(), p.key, N);
+  linear_forward(v.data<float>(), x.data<float>(), p.value, N);
 
   // scores(b, h) = Q_bh K_bh^T; the 1/sqrt(d) scale is applied inside the softmax.
-  stash.probs = tensor::empty({dims.batch, A, T, T}, dtype::f32);
-  float* probs = stash.probs.data<float>();
-  per_head_gemm(probs, T, T * T, A * T * T, rows_of(stash.q.data<float>(), dims),
-                cpu::transpose::no, rows_of(stash.k.data<float>(), dims), cpu::transpose::yes, T, T,
-                d, 0.0f, dims);
+  tensor probs_t = tensor::empty({dims.batch, A, T, T}, dtype::f32);
+  float* probs = probs_t.data<float>();
+  per_head_gemm(probs, T, T * T, A * T * T, rows_of(q.data<float>(), dims), cpu::transpose::no,
+                rows_of(k.data<float>(), dims), cpu::transpose::yes, T, T, d, 0.0f, dims);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   cpu::softmax_forward(probs, probs, key_mask, scale, dims.batch, A, T, T);
 
   const float* used = probs;
   tensor dropped;
   if (dropout_p > 0.0f) {
-    dropped = tensor::empty(stash.probs.shape(), dtype::f32);
-    dropout_apply(dropped.data<float>(), probs, dropout_p, stream, stash.probs.numel());
+    dropped = tensor::empty(probs_t.shape(), dtype::f32);
+    dropout_apply(dropped.data<float>(), probs, dropout_p, stream, probs_t.numel());
     used = dropped.data<float>();
     if (!flags.attn_dropout_checkpoint)
-      stash.probs_drop = dropped;
+      stash.probs_drop = keep(dropped, stash_type);
   }
   // context(b, h) = P_bh V_bh, written straight into (B*T, H) rows.
-  stash.context = tensor::empty({N, H}, dtype::f32);
-  per_head_gemm(stash.context.data<float>(), H, d, T * H, squares_of(used, dims),
-                cpu::transpose::no, rows_of(stash.v.data<float>(), dims), cpu::transpose::no, T, d,
-                T, 0.0f, dims);
-  linear_forward(out, stash.context.data<float>(), p.attention_out, N);
+  tensor context = tensor::empty({N, H}, dtype::f32);
+  per_head_gemm(context.data<float>(), H, d, T * H, squares_of(used, dims), cpu::transpose::no,
+                rows_of(v.data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
+  linear_forward(out, context.data<float>(), p.attention_out, N);
+  stash.q = keep(q, stash_type);
+  stash.k = keep(k, stash_type);
+  stash.v = keep(v, stash_type);
+  stash.probs = keep(probs_t, stash_type);
+  stash.context = keep(context, stash_type);
 }
 
 void attention_backward(float* dx, const float* dout, const attention_stash& stash,
@@ -96,42 +99,43 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
                      d = dims.head_size();
   const std::int64_t score_count = stash.probs.numel();
   std::vector<float> dcontext(static_cast<std::size_t>(N * H));
-  linear_backward(dcontext.data(), dout, stash.context.data<float>(), p.attention_out, N,
+  linear_backward(dcontext.data(), dout, widen(stash.context).data<float>(), p.attention_out, N,
                   write_mode::overwrite);
 
   // The probabilities the context used: stashed, recomputed, or the softmax output itself.
-  const float* used = stash.probs.data<float>();
-  std::vector<float> recomputed;
+  const tensor probs = widen(stash.probs);
+  tensor used = probs;
   if (dropout_p > 0.0f && stash.probs_drop.defined()) {
-    used = stash.probs_drop.data<float>();
+    used = widen(stash.probs_drop);
   } else if (dropout_p > 0.0f) {
-    recomputed.resize(static_cast<std::size_t>(score_count));
-    dropout_apply(recomputed.data(), stash.probs.data<float>(), dropout_p, stream, score_count);
-    used = recomputed.data();
+    used = tensor::empty(probs.shape(), dtype::f32);
+    dropout_apply(used.data<float>(), probs.data<float>(), dropout_p, stream, score_count);
   }
 
   std::vector<float> dq(static_cast<std::size_t>(N * H)), dk(dq.size()), dv(dq.size());
   // dV_bh = P_bh^T dC_bh
-  per_head_gemm(dv.data(), H, d, T * H, squares_of(used, dims), cpu::transpose::yes,
+  per_head_gemm(dv.data(), H, d, T * H, squares_of(used.data<float>(), dims), cpu::transpose::yes,
                 rows_of(dcontext.data(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
-  recomputed.clear();
-  recomputed.shrink_to_fit();
+  used = tensor{};
   // dP_bh = dC_bh V_bh^T
   std::vector<float> dscores(static_cast<std::size_t>(score_count));
   per_head_gemm(dscores.data(), T, T * T, A * T * T, rows_of(dcontext.data(), dims),
-                cpu::transpose::no, rows_of(stash.v.data<float>(), dims), cpu::transpose::yes, T, T,
-                d, 0.0f, dims);
+                cpu::transpose::no, rows_of(widen(stash.v).data<float>(), dims),
+                cpu::transpose::yes, T, T, d, 0.0f, dims);
   dropout_apply_backward(dscores.data(), dscores.data(), dropout_p, stream, score_count);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  cpu::softmax_backward(dscores.data(), dscores.data(), stash.probs.data<float>(), scale,
+  cpu::softmax_backward(dscores.data(), dscores.data(), probs.data<float>(), scale,
                         dims.batch * A * T, T);
   // dQ_bh = dS_bh K_bh, dK_bh = dS_bh^T Q_bh
   per_head_gemm(dq.data(), H, d, T * H, squares_of(dscores.data(), dims), cpu::transpose::no,
-                rows_of(stash.k.data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
+                rows_of(widen(stash.k).data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f,
+                dims);
   per_head_gemm(dk.data(), H, d, T * H, squares_of(dscores.data(), dims), cpu::transpose::yes,
-                rows_of(stash.q.data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
+                rows_of(widen(stash.q).data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f,
+                dims);
 
-  const float* x = stash.x.data<float>();
+  const tensor x_t = widen(stash.x);
+  const float* x = x_t.data<float>();
   linear_backward(dx, dq.data(), x, p.query, N, dx_mode);
   linear_backward(dx, dk.data(), x, p.key, N, write_mode::accumulate);
   linear_backward(dx, dv.data(), x, p.value, N, write_mode::accumulate);

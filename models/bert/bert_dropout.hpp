@@ -1,9 +1,11 @@
 // Dropout inside BERT: Philox stream sites, the forward context, and apply /
 // backward helpers. A mask is a pure function of (seed, step, micro_batch,
 // layer, site), so backward regenerates the exact mask forward used instead of
-// stashing it, on any rank and in any recompute.
+// stashing it, on any rank and in any recompute. The forward context also says
+// in which dtype a train-mode forward stashes its activations.
 #pragma once
 
+#include "core/dtype.hpp"
 #include "core/philox.hpp"
 
 #include <cstdint>
@@ -27,6 +29,10 @@ struct forward_context {
   std::uint32_t step = 0;
   std::uint32_t micro_batch = 0;
   run_mode mode = run_mode::train;
+  // The stash's dtype for activations (f32, f16 or bf16; see stored_precision.hpp):
+  // f16/bf16 copies are made on stash and widened to f32 in backward. Per-row
+  // LayerNorm statistics and the heads' stashes stay f32.
+  dtype stash_type = dtype::f32;
 
   philox_stream stream(std::uint32_t layer, std::uint32_t dropout_site) const {
     philox_stream s;

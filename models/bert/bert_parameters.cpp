@@ -1,19 +1,22 @@
 // Allocation, typed views, init and zero_grad of a BERT range's parameters.
 #include "models/bert/bert_parameters.hpp"
 
+#include "kernels/cpu/convert.hpp"
 #include "models/bert/param_init.hpp"
 
 namespace dsa::bert {
 
-bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range)
-    : cfg_(cfg), range_(range) {
+bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type)
+    : cfg_(cfg), range_(range), value_type_(value_type) {
+  DSA_CHECK(value_type == dtype::f32 || value_type == dtype::f16 || value_type == dtype::bf16,
+            "bert parameters: values in {}; expected f32, f16 or bf16", dtype_name(value_type));
   auto ok = cfg.validate();
   DSA_CHECK(ok.has_value(), "{}", ok ? "" : ok.err().message);
   auto range_ok = range.validate(cfg);
   DSA_CHECK(range_ok.has_value(), "{}", range_ok ? "" : range_ok.err().message);
 
   for (auto& spec : parameter_specs(cfg, range)) {
-    tensor value = tensor::zeros(spec.shape, dtype::f32);
+    tensor value = tensor::zeros(spec.shape, value_type);
     tensor grad = tensor::zeros(spec.shape, dtype::f32);
     entries_.push_back(entry{std::move(spec), std::move(value), std::move(grad)});
   }
@@ -59,8 +62,15 @@ bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range
 }
 
 void bert_parameters::init(std::uint64_t seed) {
-  for (auto& e : entries_)
-    init_parameter(e.value, e.spec, cfg_, seed);
+  for (auto& e : entries_) {
+    if (value_type_ == dtype::f32) {
+      init_parameter(e.value, e.spec, cfg_, seed);
+      continue;
+    }
+    tensor full = tensor::empty(e.spec.shape, dtype::f32);
+    init_parameter(full, e.spec, cfg_, seed);
+    cpu::cast(e.value.raw_data(), value_type_, full.raw_data(), dtype::f32, full.numel());
+  }
 }
 
 void bert_parameters::zero_grad() {
@@ -79,6 +89,13 @@ std::int64_t bert_parameters::count() const {
   std::int64_t n = 0;
   for (const auto& e : entries_)
     n += e.value.numel();
+  return n;
+}
+
+std::size_t bert_parameters::value_bytes() const {
+  std::size_t n = 0;
+  for (const auto& e : entries_)
+    n += e.value.nbytes();
   return n;
 }
 

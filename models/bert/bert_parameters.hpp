@@ -1,6 +1,8 @@
-// The parameters of one BERT range: an f32 value and an f32 gradient per
-// HF-named tensor, plus typed views for the forward/backward code. Gradients
-// accumulate (+=) across micro-batches until zero_grad().
+// The parameters of one BERT range: a value (f32, or f16/bf16 working weights)
+// and an f32 gradient per HF-named tensor, plus typed views for the
+// forward/backward code, which widen half values to f32 one layer at a time
+// (stored_precision.hpp). Gradients accumulate (+=) across micro-batches until
+// zero_grad().
 #pragma once
 
 #include "core/tensor.hpp"
@@ -57,19 +59,21 @@ class bert_parameters {
 public:
   struct entry {
     param_spec spec;
-    tensor value; // f32, spec.shape
+    tensor value; // value_type(), spec.shape
     tensor grad;  // f32, spec.shape
   };
 
-  // Allocates every tensor of the range (values and gradients zero).
-  bert_parameters(const bert_config& cfg, const bert_range& range);
+  // Allocates every tensor of the range (values and gradients zero); values in
+  // value_type: f32, f16 or bf16.
+  bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type = dtype::f32);
   // Views share storage with entries: copying would alias, so only moves.
   bert_parameters(const bert_parameters&) = delete;
   bert_parameters& operator=(const bert_parameters&) = delete;
   bert_parameters(bert_parameters&&) = default;
   bert_parameters& operator=(bert_parameters&&) = default;
 
-  // Deterministic init from a seed (param_init.hpp); gradients untouched.
+  // Deterministic init from a seed (param_init.hpp), rounded to value_type();
+  // gradients untouched.
   void init(std::uint64_t seed);
   void zero_grad();
 
@@ -79,8 +83,10 @@ public:
   // nullptr when this range holds no tensor of that name.
   const entry* find(std::string_view name) const;
   std::int64_t count() const; // elements over all entries
+  dtype value_type() const { return value_type_; }
+  std::size_t value_bytes() const; // bytes of the values (the working weights)
 
-  // Typed views; each checks that the range holds the part.
+  // Typed views (values in value_type()); each checks that the range holds the part.
   const embeddings_params& embeddings() const;
   const layer_params& layer(std::int64_t global_index) const;
   const layernorm_params& final_norm() const; // pre-LN with head only
@@ -95,6 +101,7 @@ private:
 
   bert_config cfg_;
   bert_range range_;
+  dtype value_type_;
   std::vector<entry> entries_;
   embeddings_params embeddings_;
   std::vector<layer_params> layers_;

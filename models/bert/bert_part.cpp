@@ -2,6 +2,7 @@
 #include "models/bert/bert_part.hpp"
 
 #include "kernels/cpu/layernorm.hpp"
+#include "models/bert/stored_precision.hpp"
 
 namespace dsa::bert {
 namespace {
@@ -32,7 +33,8 @@ tensor key_mask_f32(const bert_batch& batch) {
   return out;
 }
 
-bert_part::bert_part(const bert_config& cfg, const bert_range& range) : params_(cfg, range) {}
+bert_part::bert_part(const bert_config& cfg, const bert_range& range, dtype weights)
+    : params_(cfg, range, weights) {}
 
 expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_batch& batch,
                                          const forward_context& ctx, part_stash& stash) const {
@@ -57,14 +59,17 @@ expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_bat
   const tensor mask = key_mask_f32(batch);
   const float* key_mask = mask.defined() ? mask.data<float>() : nullptr;
   stash.layers.resize(static_cast<std::size_t>(r.layer_count()));
-  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l)
-    hidden = encoder_layer_forward(hidden, key_mask, params_.layer(l), cfg, l, ctx,
-                                   stash.layers[static_cast<std::size_t>(l - r.first_layer)]);
+  tensor kept; // the previous layer's stashed output, shared as this layer's stashed input
+  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) {
+    layer_stash& s = stash.layers[static_cast<std::size_t>(l - r.first_layer)];
+    hidden = encoder_layer_forward(hidden, kept, key_mask, params_.layer(l), cfg, l, ctx, s);
+    kept = s.output;
+  }
 
   if (r.has_head()) {
     if (cfg.norm == layer_norm_placement::pre) {
-      const layernorm_params& n = params_.final_norm();
-      stash.final_norm_in = hidden;
+      const layernorm_params n = widen(params_.final_norm());
+      stash.final_norm_in = keep(hidden, ctx.stash_type);
       stash.final_norm_mean = tensor::empty({B * T}, dtype::f32);
       stash.final_norm_rstd = tensor::empty({B * T}, dtype::f32);
       tensor normed = tensor::empty({B, T, H}, dtype::f32);
@@ -102,11 +107,11 @@ tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
                                         options.loss_scale)
             : squad_head_backward(stash.squad, params_.squad_head(), options.loss_scale);
     if (cfg.norm == layer_norm_placement::pre) {
-      const layernorm_params& n = params_.final_norm();
+      const layernorm_params n = widen(params_.final_norm());
       const std::int64_t rows = stash.final_norm_rstd.dim(0);
       cpu::layernorm_backward(
           d.data<float>(), n.dweight.data<float>(), n.dbias.data<float>(), d.data<float>(),
-          stash.final_norm_in.data<float>(), stash.final_norm_mean.data<float>(),
+          widen(stash.final_norm_in).data<float>(), stash.final_norm_mean.data<float>(),
           stash.final_norm_rstd.data<float>(), n.weight.data<float>(), rows, cfg.hidden_size);
     }
   } else {

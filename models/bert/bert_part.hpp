@@ -33,7 +33,7 @@ namespace dsa::bert {
 struct part_stash {
   embeddings_stash embeddings;
   std::vector<layer_stash> layers;
-  tensor final_norm_in, final_norm_mean, final_norm_rstd; // pre-LN with head
+  tensor final_norm_in, final_norm_mean, final_norm_rstd; // pre-LN with head; in: stash_type
   pretraining_head_stash pretraining;
   squad_head_stash squad;
   bool filled = false; // set by a train-mode forward, cleared by backward
@@ -56,7 +56,10 @@ struct backward_options {
 
 class bert_part {
 public:
-  bert_part(const bert_config& cfg, const bert_range& range);
+  // weights: the dtype the parameter values are held in (f32, f16 or bf16); each
+  // layer widens its own to f32 while it runs, so at most one layer's f32 copy
+  // lives at a time per call.
+  bert_part(const bert_config& cfg, const bert_range& range, dtype weights = dtype::f32);
 
   bert_parameters& parameters() { return params_; }
   const bert_parameters& parameters() const { return params_; }
@@ -66,7 +69,8 @@ public:
   // hidden_in: (B, T, H) from the previous stage; ignored (may be undefined) when the
   // range has the embeddings, which read batch.input_ids. Every range reads
   // batch.attention_mask; the head reads the labels. Errors name a malformed batch
-  // tensor. In eval mode nothing is stashed and dropout is off.
+  // tensor. In eval mode nothing is stashed and dropout is off. Activations are
+  // stashed in ctx.stash_type (the heads' stashes and per-row statistics in f32).
   expected<part_output> forward(const tensor& hidden_in, const bert_batch& batch,
                                 const forward_context& ctx, part_stash& stash) const;
 

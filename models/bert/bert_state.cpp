@@ -144,7 +144,7 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
   }
   for (const auto& [e, src] : plan) {
     const tensor c = src->value.is_contiguous() ? src->value : src->value.clone();
-    cpu::cast(e->value.raw_data(), dtype::f32, c.raw_data(), c.type(), c.numel());
+    cpu::cast(e->value.raw_data(), e->value.type(), c.raw_data(), c.type(), c.numel());
     report.loaded.push_back(e->spec.name);
   }
   return report;

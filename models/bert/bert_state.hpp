@@ -2,7 +2,8 @@
 // BertForQuestionAnswering state dict as HF writes it; state() exports ours.
 //
 // Accepted on load:
-//   - f32, f16 and bf16 tensors (converted to f32); anything else is an error;
+//   - f32, f16 and bf16 tensors (converted to the parameters' value type, rounding to
+//     nearest even when that is f16/bf16); anything else is an error;
 //   - old LayerNorm names "...LayerNorm.gamma" / "...LayerNorm.beta";
 //   - BertModel dicts without the "bert." prefix;
 //   - HF extras: bert.embeddings.position_ids / token_type_ids buffers;
@@ -15,7 +16,7 @@
 // unexpected name. Nothing is written unless the whole dict checks out.
 //
 // Exported by state(): every parameter this range owns under its HF name, as
-// f32 views of the live parameters (clone to snapshot). Not exported:
+// views of the live parameters in their value type (clone to snapshot). Not exported:
 // cls.predictions.decoder.weight and cls.predictions.decoder.bias, which HF ties
 // to the word embedding and cls.predictions.bias (HF's own safetensors files omit
 // them and load without them), and the tied word-embedding copy of a head-only

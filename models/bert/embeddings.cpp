@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/layernorm.hpp"
+#include "models/bert/stored_precision.hpp"
 
 #include <vector>
 
@@ -19,7 +20,7 @@ std::size_t embeddings_stash::bytes() const {
   return bytes_of(sum) + bytes_of(mean) + bytes_of(rstd);
 }
 
-tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg,
+tensor embeddings_forward(const embeddings_params& stored, const bert_config& cfg,
                           const bert_batch& batch, const forward_context& ctx,
                           embeddings_stash& stash) {
   const std::int64_t B = batch.batch_size(), T = batch.seq_length(), H = cfg.hidden_size, N = B * T;
@@ -27,15 +28,18 @@ tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg,
   stash.ctx = ctx;
   stash.input_ids = batch.input_ids;
   stash.token_type_ids = batch.token_type_ids;
-  stash.sum = tensor::empty({N, H}, dtype::f32);
   stash.mean = tensor::empty({N}, dtype::f32);
   stash.rstd = tensor::empty({N}, dtype::f32);
 
-  float* e = stash.sum.data<float>();
-  cpu::embedding_forward(e, p.word.data<float>(), batch.input_ids.data<std::int32_t>(), N,
-                         cfg.vocab_size, H);
-  const float* pos = p.position.data<float>();
-  const float* types = p.token_type.data<float>();
+  tensor sum = tensor::empty({N, H}, dtype::f32);
+  float* e = sum.data<float>();
+  // The word table is read row by row in its stored dtype: widening all of it would
+  // cost a (V, H) f32 copy for B*T rows.
+  cpu::embedding_forward(e, stored.word.raw_data(), stored.word.type(),
+                         batch.input_ids.data<std::int32_t>(), N, cfg.vocab_size, H);
+  const tensor pos_t = widen(stored.position), types_t = widen(stored.token_type);
+  const float* pos = pos_t.data<float>();
+  const float* types = types_t.data<float>();
   const std::int32_t* tt =
       batch.token_type_ids.defined() ? batch.token_type_ids.data<std::int32_t>() : nullptr;
   for (std::int64_t row = 0; row < N; ++row) {
@@ -45,10 +49,12 @@ tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg,
     for (std::int64_t c = 0; c < H; ++c)
       erow[c] += prow[c] + trow[c];
   }
+  const layernorm_params norm = widen(stored.norm);
   tensor out = tensor::empty({B, T, H}, dtype::f32);
   cpu::layernorm_forward(out.data<float>(), stash.mean.data<float>(), stash.rstd.data<float>(), e,
-                         p.norm.weight.data<float>(), p.norm.bias.data<float>(), cfg.layer_norm_eps,
-                         N, H);
+                         norm.weight.data<float>(), norm.bias.data<float>(), cfg.layer_norm_eps, N,
+                         H);
+  stash.sum = keep(sum, ctx.stash_type);
   dropout_apply(out.data<float>(), out.data<float>(), ctx.rate(cfg.hidden_dropout),
                 ctx.stream(0, site::embeddings), N * H);
   return out;
@@ -61,8 +67,8 @@ void embeddings_backward(const embeddings_params& p, const bert_config& cfg, con
   dropout_apply_backward(d, d, stash.ctx.rate(cfg.hidden_dropout),
                          stash.ctx.stream(0, site::embeddings), N * H);
   cpu::layernorm_backward(d, p.norm.dweight.data<float>(), p.norm.dbias.data<float>(), d,
-                          stash.sum.data<float>(), stash.mean.data<float>(),
-                          stash.rstd.data<float>(), p.norm.weight.data<float>(), N, H);
+                          widen(stash.sum).data<float>(), stash.mean.data<float>(),
+                          stash.rstd.data<float>(), widen(p.norm.weight).data<float>(), N, H);
 
   float* dpos = p.dposition.data<float>();
   float* dtypes = p.dtoken_type.data<float>();

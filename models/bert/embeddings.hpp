@@ -13,12 +13,13 @@ namespace dsa::bert {
 struct embeddings_stash {
   forward_context ctx;
   tensor input_ids, token_type_ids; // (B, T) i32, references to the batch
-  tensor sum;                       // (B*T, H) LayerNorm input
+  tensor sum;                       // (B*T, H) LayerNorm input, in ctx.stash_type
   tensor mean, rstd;                // (B*T)
   std::size_t bytes() const;
 };
 
-// Returns (B, T, H) f32.
+// p: in the parameters' stored dtype (word rows are widened as they are gathered,
+// the small tables whole). Returns (B, T, H) f32.
 tensor embeddings_forward(const embeddings_params& p, const bert_config& cfg,
                           const bert_batch& batch, const forward_context& ctx,
                           embeddings_stash& stash);

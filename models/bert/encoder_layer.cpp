@@ -3,6 +3,7 @@
 #include "models/bert/encoder_layer.hpp"
 
 #include "kernels/cpu/layernorm.hpp"
+#include "models/bert/stored_precision.hpp"
 
 #include <set>
 #include <utility>
@@ -17,18 +18,19 @@ struct norm_stash {
   tensor* rstd;
 };
 
-// y: (N, C) = LN(x); keeps the input and mean unless normalize_invertible.
-void norm_forward(const tensor& y, const tensor& x, const layernorm_params& p,
-                  const bert_config& cfg, norm_stash keep) {
+// y: (N, C) = LN(x); keeps the input (as x_kept, or a copy in ctx.stash_type) and the
+// mean unless normalize_invertible.
+void norm_forward(const tensor& y, const tensor& x, const tensor& x_kept, const layernorm_params& p,
+                  const bert_config& cfg, const forward_context& ctx, norm_stash keep_in) {
   const std::int64_t N = x.dim(0), C = x.dim(1);
   const bool invertible = cfg.memory.normalize_invertible;
-  *keep.rstd = tensor::empty({N}, dtype::f32);
+  *keep_in.rstd = tensor::empty({N}, dtype::f32);
   if (!invertible) {
-    *keep.input = x;
-    *keep.mean = tensor::empty({N}, dtype::f32);
+    *keep_in.input = x_kept.defined() ? x_kept : keep(x, ctx.stash_type);
+    *keep_in.mean = tensor::empty({N}, dtype::f32);
   }
-  cpu::layernorm_forward(y.data<float>(), invertible ? nullptr : keep.mean->data<float>(),
-                         keep.rstd->data<float>(), x.data<float>(), p.weight.data<float>(),
+  cpu::layernorm_forward(y.data<float>(), invertible ? nullptr : keep_in.mean->data<float>(),
+                         keep_in.rstd->data<float>(), x.data<float>(), p.weight.data<float>(),
                          p.bias.data<float>(), cfg.layer_norm_eps, N, C);
 }
 
@@ -37,13 +39,14 @@ void norm_backward(float* dx, const float* dy, const layernorm_params& p, const 
                    const tensor& mean, const tensor& rstd, const tensor& output) {
   const std::int64_t N = rstd.dim(0), C = p.weight.dim(0);
   if (input.defined()) {
-    cpu::layernorm_backward(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy,
-                            input.data<float>(), mean.data<float>(), rstd.data<float>(),
-                            p.weight.data<float>(), N, C);
+    const tensor x = widen(input);
+    cpu::layernorm_backward(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy, x.data<float>(),
+                            mean.data<float>(), rstd.data<float>(), p.weight.data<float>(), N, C);
   } else {
+    const tensor y = widen(output);
     cpu::layernorm_backward_from_output(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy,
-                                        output.data<float>(), rstd.data<float>(),
-                                        p.weight.data<float>(), p.bias.data<float>(), N, C);
+                                        y.data<float>(), rstd.data<float>(), p.weight.data<float>(),
+                                        p.bias.data<float>(), N, C);
   }
 }
 
@@ -79,14 +82,17 @@ std::size_t layer_stash::bytes() const {
   return total;
 }
 
-tensor encoder_layer_forward(const tensor& x_in, const float* key_mask, const layer_params& p,
-                             const bert_config& cfg, std::int64_t layer, const forward_context& ctx,
-                             layer_stash& stash) {
+tensor encoder_layer_forward(const tensor& x_in, const tensor& x_kept, const float* key_mask,
+                             const layer_params& stored, const bert_config& cfg, std::int64_t layer,
+                             const forward_context& ctx, layer_stash& stash) {
   const attention_dims dims = dims_of(x_in, cfg);
   const std::int64_t N = dims.rows(), H = cfg.hidden_size;
   const tensor x = x_in.reshape({N, H});
+  const tensor x_stash = x_kept.defined() ? x_kept.reshape({N, H}) : tensor{};
+  const layer_params p = widen(stored);
   const auto id = static_cast<std::uint32_t>(layer);
   const float hidden_p = ctx.rate(cfg.hidden_dropout);
+  const dtype kt = ctx.stash_type;
   stash = layer_stash{};
   stash.ctx = ctx;
   stash.layer = layer;
@@ -96,41 +102,46 @@ tensor encoder_layer_forward(const tensor& x_in, const float* key_mask, const la
   tensor branch = new_rows(N, H);
   tensor y = new_rows(N, H);
   if (cfg.norm == layer_norm_placement::post) {
+    stash.attention.x = x_stash.defined() ? x_stash : keep(x, kt);
     attention_forward(branch.data<float>(), stash.attention, x, key_mask, p, dims,
                       ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs),
-                      cfg.memory);
+                      cfg.memory, kt);
     tensor sum = new_rows(N, H);
     residual_dropout(sum.data<float>(), x.data<float>(), branch.data<float>(), hidden_p,
                      ctx.stream(id, site::attention_output), N * H);
     tensor h = new_rows(N, H);
-    norm_forward(h, sum, p.attention_norm, cfg, keep_a);
-    feed_forward_forward(branch.data<float>(), stash.feed_forward, h, p, cfg.memory);
+    norm_forward(h, sum, tensor{}, p.attention_norm, cfg, ctx, keep_a);
+    stash.feed_forward.x = keep(h, kt);
+    feed_forward_forward(branch.data<float>(), stash.feed_forward, h, p, cfg.memory, kt);
     tensor sum2 = new_rows(N, H);
     residual_dropout(sum2.data<float>(), h.data<float>(), branch.data<float>(), hidden_p,
                      ctx.stream(id, site::ffn_output), N * H);
-    norm_forward(y, sum2, p.output_norm, cfg, keep_o);
+    norm_forward(y, sum2, tensor{}, p.output_norm, cfg, ctx, keep_o);
     if (cfg.memory.normalize_invertible)
-      stash.output = y;
+      stash.output = keep(y, kt);
   } else {
     tensor a_in = new_rows(N, H);
-    norm_forward(a_in, x, p.attention_norm, cfg, keep_a);
+    norm_forward(a_in, x, x_stash, p.attention_norm, cfg, ctx, keep_a);
+    stash.attention.x = keep(a_in, kt);
     attention_forward(branch.data<float>(), stash.attention, a_in, key_mask, p, dims,
                       ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs),
-                      cfg.memory);
+                      cfg.memory, kt);
     tensor h = new_rows(N, H);
     residual_dropout(h.data<float>(), x.data<float>(), branch.data<float>(), hidden_p,
                      ctx.stream(id, site::attention_output), N * H);
     tensor f_in = new_rows(N, H);
-    norm_forward(f_in, h, p.output_norm, cfg, keep_o);
-    feed_forward_forward(branch.data<float>(), stash.feed_forward, f_in, p, cfg.memory);
+    norm_forward(f_in, h, tensor{}, p.output_norm, cfg, ctx, keep_o);
+    stash.feed_forward.x = keep(f_in, kt);
+    feed_forward_forward(branch.data<float>(), stash.feed_forward, f_in, p, cfg.memory, kt);
     residual_dropout(y.data<float>(), h.data<float>(), branch.data<float>(), hidden_p,
                      ctx.stream(id, site::ffn_output), N * H);
   }
   return y.reshape(x_in.shape());
 }
 
-tensor encoder_layer_backward(const tensor& dy_in, const layer_stash& s, const layer_params& p,
+tensor encoder_layer_backward(const tensor& dy_in, const layer_stash& s, const layer_params& stored,
                               const bert_config& cfg) {
+  const layer_params p = widen(stored);
   const attention_dims dims = dims_of(dy_in, cfg);
   const std::int64_t N = dims.rows(), H = cfg.hidden_size, n = N * H;
   const auto id = static_cast<std::uint32_t>(s.layer);
@@ -177,27 +188,30 @@ tensor encoder_layer_backward(const tensor& dy_in, const layer_stash& s, const l
 }
 
 std::size_t layer_stash_bytes(const bert_config& cfg, std::int64_t batch, std::int64_t seq,
-                              run_mode mode) {
+                              run_mode mode, dtype stash_type) {
   const std::size_t N = static_cast<std::size_t>(batch * seq),
                     H = static_cast<std::size_t>(cfg.hidden_size);
   const std::size_t I = static_cast<std::size_t>(cfg.intermediate_size);
   const std::size_t scores = static_cast<std::size_t>(batch * cfg.num_heads * seq * seq);
   const memory_flags& f = cfg.memory;
   const bool attention_dropped = mode == run_mode::train && cfg.attention_dropout > 0.0f;
-  std::size_t floats = 0;
-  floats += 5 * N * H; // attention x, q, k, v, context
-  floats += scores;    // probs
+  std::size_t values = 0; // activations, in stash_type
+  std::size_t stats = 0;  // per-row LayerNorm statistics, f32
+  values += 5 * N * H;    // attention x, q, k, v, context
+  values += scores;       // probs
   if (attention_dropped && !f.attn_dropout_checkpoint)
-    floats += scores;      // probs_drop
-  floats += N * H + N * I; // feed-forward x, ff1
+    values += scores;      // probs_drop
+  values += N * H + N * I; // feed-forward x, ff1
   if (!f.gelu_checkpoint)
-    floats += N * I; // gelu
-  floats += 2 * N;   // two rstd
-  if (!f.normalize_invertible)
-    floats += 2 * N * H + 2 * N; // two LayerNorm inputs and means
+    values += N * I; // gelu
+  stats += 2 * N;    // two rstd
+  if (!f.normalize_invertible) {
+    values += 2 * N * H; // two LayerNorm inputs
+    stats += 2 * N;      // and their means
+  }
   if (f.normalize_invertible && cfg.norm == layer_norm_placement::post)
-    floats += N * H; // output
-  return floats * sizeof(float);
+    values += N * H; // output
+  return values * dtype_size(stash_type) + stats * sizeof(float);
 }
 
 } // namespace dsa::bert

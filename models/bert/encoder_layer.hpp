@@ -35,18 +35,24 @@ struct layer_stash {
 };
 
 // x: (B, T, H) f32; key_mask: (B, T) f32 or null. Returns y: (B, T, H).
+// x_kept: the stash's copy of x when one exists already (the previous layer's
+// `output`, post-LN under normalize_invertible), shared instead of copied again;
+// undefined otherwise. Activations are stashed in ctx.stash_type. p: the layer's
+// parameters in their stored dtype, widened to f32 while the layer runs.
 // `layer` is the global layer index (it selects the dropout streams).
-tensor encoder_layer_forward(const tensor& x, const float* key_mask, const layer_params& p,
-                             const bert_config& cfg, std::int64_t layer, const forward_context& ctx,
-                             layer_stash& stash);
+tensor encoder_layer_forward(const tensor& x, const tensor& x_kept, const float* key_mask,
+                             const layer_params& p, const bert_config& cfg, std::int64_t layer,
+                             const forward_context& ctx, layer_stash& stash);
 
-// dy: (B, T, H). Returns dx: (B, T, H); parameter gradients +=.
+// dy: (B, T, H). Returns dx: (B, T, H); parameter gradients (f32) +=. Stashed
+// f16/bf16 activations and parameters are widened to f32 as they are used.
 tensor encoder_layer_backward(const tensor& dy, const layer_stash& stash, const layer_params& p,
                               const bert_config& cfg);
 
 // Bytes encoder_layer_forward stashes per layer for a (B, T) micro-batch in `mode`
-// under cfg.memory; equals layer_stash::bytes() of a real forward (tested).
+// under cfg.memory, with activations in stash_type (per-row LayerNorm statistics
+// stay f32); equals layer_stash::bytes() of a real forward (tested).
 std::size_t layer_stash_bytes(const bert_config& cfg, std::int64_t batch, std::int64_t seq,
-                              run_mode mode);
+                              run_mode mode, dtype stash_type = dtype::f32);
 
 } // namespace dsa::bert

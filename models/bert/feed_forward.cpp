@@ -2,40 +2,39 @@
 #include "models/bert/feed_forward.hpp"
 
 #include "kernels/cpu/activation.hpp"
+#include "models/bert/stored_precision.hpp"
 
 #include <vector>
 
 namespace dsa::bert {
 
 void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x,
-                          const layer_params& p, const memory_flags& flags) {
+                          const layer_params& p, const memory_flags& flags, dtype stash_type) {
   const std::int64_t rows = x.dim(0), I = p.intermediate.out_features();
-  stash.x = x;
-  stash.ff1 = tensor::empty({rows, I}, dtype::f32);
-  linear_forward(stash.ff1.data<float>(), x.data<float>(), p.intermediate, rows);
+  tensor ff1 = tensor::empty({rows, I}, dtype::f32);
+  linear_forward(ff1.data<float>(), x.data<float>(), p.intermediate, rows);
   tensor gelu = tensor::empty({rows, I}, dtype::f32);
-  cpu::gelu_forward(gelu.data<float>(), stash.ff1.data<float>(), rows * I);
+  cpu::gelu_forward(gelu.data<float>(), ff1.data<float>(), rows * I);
   linear_forward(out, gelu.data<float>(), p.output, rows);
+  stash.ff1 = keep(ff1, stash_type);
   if (!flags.gelu_checkpoint)
-    stash.gelu = gelu;
+    stash.gelu = keep(gelu, stash_type);
 }
 
 void feed_forward_backward(float* dx, const float* dout, const feed_forward_stash& stash,
                            const layer_params& p, write_mode dx_mode) {
   const std::int64_t rows = stash.x.dim(0), I = p.intermediate.out_features();
-  std::vector<float> recomputed;
-  const float* gelu = nullptr;
-  if (stash.gelu.defined()) {
-    gelu = stash.gelu.data<float>();
-  } else {
-    recomputed.resize(static_cast<std::size_t>(rows * I));
-    cpu::gelu_forward(recomputed.data(), stash.ff1.data<float>(), rows * I);
-    gelu = recomputed.data();
+  const tensor ff1 = widen(stash.ff1);
+  tensor gelu = widen(stash.gelu);
+  if (!gelu.defined()) {
+    gelu = tensor::empty({rows, I}, dtype::f32);
+    cpu::gelu_forward(gelu.data<float>(), ff1.data<float>(), rows * I);
   }
   std::vector<float> dgelu(static_cast<std::size_t>(rows * I));
-  linear_backward(dgelu.data(), dout, gelu, p.output, rows, write_mode::overwrite);
-  cpu::gelu_backward(dgelu.data(), dgelu.data(), stash.ff1.data<float>(), rows * I);
-  linear_backward(dx, dgelu.data(), stash.x.data<float>(), p.intermediate, rows, dx_mode);
+  linear_backward(dgelu.data(), dout, gelu.data<float>(), p.output, rows, write_mode::overwrite);
+  gelu = tensor{};
+  cpu::gelu_backward(dgelu.data(), dgelu.data(), ff1.data<float>(), rows * I);
+  linear_backward(dx, dgelu.data(), widen(stash.x).data<float>(), p.intermediate, rows, dx_mode);
 }
 
 } // namespace dsa::bert

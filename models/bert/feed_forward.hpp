@@ -11,18 +11,21 @@
 
 namespace dsa::bert {
 
-// gelu is left undefined under gelu_checkpoint and recomputed from ff1 in backward.
+// In the forward's stash dtype (f32, f16 or bf16). gelu is left undefined under
+// gelu_checkpoint and recomputed from ff1 in backward.
 struct feed_forward_stash {
-  tensor x;    // (rows, H) input, a reference
+  tensor x;    // (rows, H) input, set by the caller (the encoder layer)
   tensor ff1;  // (rows, I) intermediate.dense output = GELU input
   tensor gelu; // (rows, I) GELU output = output.dense input
 };
 
-// out: (rows, H) = output.dense(gelu(intermediate.dense(x))); x: (rows, H).
+// out: (rows, H) = output.dense(gelu(intermediate.dense(x))); x: (rows, H) f32; p: f32.
+// Fills ff1 and gelu of the stash in stash_type.
 void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x,
-                          const layer_params& p, const memory_flags& flags);
+                          const layer_params& p, const memory_flags& flags, dtype stash_type);
 
-// dx: (rows, H) = or += per dx_mode; dout: (rows, H). Parameter gradients +=.
+// dx: (rows, H) = or += per dx_mode; dout: (rows, H). Parameter gradients +=. p: f32;
+// the stash is widened to f32 as it is used.
 void feed_forward_backward(float* dx, const float* dout, const feed_forward_stash& stash,
                            const layer_params& p, write_mode dx_mode);
 

@@ -7,6 +7,7 @@
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/loss.hpp"
 #include "models/bert/linear.hpp"
+#include "models/bert/stored_precision.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -103,8 +104,9 @@ void nsp_forward(const float* hidden, const bert_batch& batch, const pretraining
 } // namespace
 
 bert_losses pretraining_head_forward(const tensor& hidden, const bert_batch& batch,
-                                     const pretraining_head_params& p, const bert_config& cfg,
+                                     const pretraining_head_params& stored, const bert_config& cfg,
                                      pretraining_head_stash& stash) {
+  const pretraining_head_params p = widen(stored);
   stash = pretraining_head_stash{};
   stash.hidden_shape = hidden.shape();
   bert_losses losses;
@@ -116,8 +118,10 @@ bert_losses pretraining_head_forward(const tensor& hidden, const bert_batch& bat
   return losses;
 }
 
-tensor pretraining_head_backward(const pretraining_head_stash& s, const pretraining_head_params& p,
-                                 const bert_config& cfg, float loss_scale) {
+tensor pretraining_head_backward(const pretraining_head_stash& s,
+                                 const pretraining_head_params& stored, const bert_config& cfg,
+                                 float loss_scale) {
+  const pretraining_head_params p = widen(stored);
   const std::int64_t B = s.hidden_shape[0], T = s.hidden_shape[1], H = cfg.hidden_size,
                      V = cfg.vocab_size;
   tensor dhidden = tensor::zeros(s.hidden_shape, dtype::f32);

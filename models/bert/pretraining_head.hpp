@@ -28,6 +28,10 @@ struct pretraining_head_stash {
   tensor nsp_dlogits;                    // (B, 2)
 };
 
+// The head's stash stays f32 whatever the forward's stash_type: d mean-CE / d logits
+// (M, V) is stashed before the loss scale applies and would underflow in f16.
+// p: in the stored dtype, widened to f32 (the tied word embedding too) while the
+// forward or the backward runs.
 // hidden: (B, T, H). MLM is skipped when the batch has no masked_lm tensors, NSP
 // when it has no next_sentence_labels.
 bert_losses pretraining_head_forward(const tensor& hidden, const bert_batch& batch,

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/loss.hpp"
 #include "models/bert/linear.hpp"
+#include "models/bert/stored_precision.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -22,8 +23,9 @@ std::vector<std::int32_t> clamped_labels(const tensor& positions, std::int64_t T
 } // namespace
 
 bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch,
-                               const squad_head_params& p, squad_head_stash& stash,
+                               const squad_head_params& stored, squad_head_stash& stash,
                                squad_logits& out) {
+  const squad_head_params p = widen(stored);
   const std::int64_t B = hidden.dim(0), T = hidden.dim(1), N = B * T;
   stash = squad_head_stash{};
   stash.hidden = hidden;
@@ -68,8 +70,9 @@ bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch,
   return losses;
 }
 
-tensor squad_head_backward(const squad_head_stash& stash, const squad_head_params& p,
+tensor squad_head_backward(const squad_head_stash& stash, const squad_head_params& stored,
                            float loss_scale) {
+  const squad_head_params p = widen(stored);
   const std::int64_t N = stash.hidden.dim(0) * stash.hidden.dim(1);
   tensor dhidden = tensor::zeros(stash.hidden.shape(), dtype::f32);
   if (!stash.dlogits.defined())

@@ -20,6 +20,8 @@ struct squad_logits {
   tensor start, end; // (B, T) f32
 };
 
+// p: in the stored dtype, widened to f32 while the forward or the backward runs; the
+// stash stays f32.
 // hidden: (B, T, H). Loss pieces are zero when the batch has no start/end positions.
 bert_losses squad_head_forward(const tensor& hidden, const bert_batch& batch,
                                const squad_head_params& p, squad_head_stash& stash,

@@ -1,6 +1,8 @@
-// Embedding gather copies rows exactly; scatter-add with repeated ids matches the
-// double reference and is bit-identical to in-order f32 accumulation; bad ids abort.
+// Embedding gather copies rows exactly (widening f16/bf16 tables); scatter-add with repeated ids
+// matches the double reference and is bit-identical to in-order f32 accumulation; bad ids abort.
 #include "kernels/cpu/embedding.hpp"
+
+#include "core/half.hpp"
 
 #include "tests/support/compare.hpp"
 #include "tests/support/random.hpp"
@@ -69,6 +71,30 @@ TEST_CASE("embedding: forward copies the table rows of the ids") {
         wrong += y[static_cast<std::size_t>(t * c + j)] !=
                  table[static_cast<std::size_t>(ids[t] * c + j)];
     CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("embedding: forward from an f16/bf16 table widens the rows of the ids exactly") {
+  for (dtype t : {dtype::f16, dtype::bf16}) {
+    for (auto [tokens, vocab, c] : awkward) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(tokens);
+      CAPTURE(c);
+      const auto values = random_vector(vocab * c, -1.0f, 1.0f, 8);
+      std::vector<std::uint16_t> table(values.size());
+      for (std::size_t i = 0; i < values.size(); ++i)
+        table[i] = t == dtype::f16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+      const auto ids = random_ids(tokens, vocab, 9);
+      std::vector<float> y(static_cast<std::size_t>(tokens * c));
+      cpu::embedding_forward(y.data(), table.data(), t, ids.data(), tokens, vocab, c);
+      std::int64_t wrong = 0;
+      for (std::int64_t i = 0; i < tokens * c; ++i) {
+        const std::uint16_t h = table[static_cast<std::size_t>(ids[i / c] * c + i % c)];
+        wrong +=
+            y[static_cast<std::size_t>(i)] != (t == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h));
+      }
+      CHECK(wrong == 0);
+    }
   }
 }
 

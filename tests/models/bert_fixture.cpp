@@ -1,6 +1,7 @@
 // Shared fixtures of the model tests.
 #include "tests/models/bert_fixture.hpp"
 
+#include "kernels/cpu/convert.hpp"
 #include "models/bert/param_init.hpp"
 
 #include <doctest/doctest.h>
@@ -85,12 +86,14 @@ bert::bert_losses chain_step(const std::vector<bert::bert_part*>& parts,
 
 void randomize_parameters(bert::bert_parameters& params, std::uint64_t seed) {
   for (const auto& e : params.entries()) {
-    float* v = e.value.data<float>();
+    tensor full = tensor::empty(e.spec.shape, dtype::f32);
+    float* v = full.data<float>();
     const bool gain = e.spec.init == bert::init_kind::ones;
-    bert::normal_fill(v, e.value.numel(), gain ? 0.2f : 0.3f, seed, e.spec.name);
+    bert::normal_fill(v, full.numel(), gain ? 0.2f : 0.3f, seed, e.spec.name);
     if (gain)
-      for (std::int64_t i = 0; i < e.value.numel(); ++i)
+      for (std::int64_t i = 0; i < full.numel(); ++i)
         v[i] += 1.0f;
+    cpu::cast(e.value.raw_data(), e.value.type(), v, dtype::f32, full.numel()); // rounds f16/bf16
   }
 }
 

@@ -28,8 +28,9 @@ bert::bert_losses chain_step(const std::vector<bert::bert_part*>& parts,
                              const bert::bert_batch& batch, const bert::forward_context& ctx);
 
 // Every tensor ~ N(0, 0.3) (LayerNorm gains 1 + N(0, 0.2)), keyed by name like the
-// real init: attention and GELU well inside their non-linear range, biases non-zero
-// (the real init, std 0.02 and zero biases, leaves the model almost linear).
+// real init, rounded to the values' dtype: attention and GELU well inside their
+// non-linear range, biases non-zero (the real init, std 0.02 and zero biases,
+// leaves the model almost linear).
 void randomize_parameters(bert::bert_parameters& params, std::uint64_t seed);
 
 } // namespace dsa::test

@@ -27,6 +27,24 @@ inline constexpr tolerance finite_diff_model{2.5e-4, 1e-2, "central differences 
 inline constexpr tolerance f16_roundtrip{0.0, 4.9e-4, "RNE to 11 significant bits"};
 // bf16 round trip: half an ulp of an 8-bit significand.
 inline constexpr tolerance bf16_roundtrip{0.0, 3.9e-3, "RNE to 8 significant bits"};
+// Gradients of a BERT backward from activations stashed in f16 / bf16 vs the same
+// backward from f32 stashes (tests/models/test_bert_precision.cpp, small model with
+// weights ~ N(0, 0.3), dropout on): each stashed value carries its rounding (2^-11 and
+// 2^-8 relative) into products through softmax, GELU and LayerNorm backward; gradients
+// near zero see it as absolute error. Measured max abs 2.8e-4 (f16) and 4.3e-3 (bf16)
+// over both LayerNorm placements, both heads and all memory flags; ~2x margin.
+inline constexpr tolerance f16_stash{6e-4, 1e-2, "activations rounded to 11 significant bits"};
+inline constexpr tolerance bf16_stash{9e-3, 8e-2, "activations rounded to 8 significant bits"};
+// Per-step losses of 5 steps of a run in fp16 / bf16 vs the same run in fp32
+// (tests/train/test_run_precision.cpp, tiny model, dropout off): weights and stash
+// rounded to the working precision. Measured max rel 1.3e-5 (f16), 1.3e-4 (bf16).
+inline constexpr tolerance f16_run_loss{0.0, 5e-5, "f16 weights and stash, 5 steps"};
+inline constexpr tolerance bf16_run_loss{0.0, 5e-4, "bf16 weights and stash, 5 steps"};
+// fp32 master weights after those 5 Adam steps (lr 1e-3): where a gradient is near
+// zero, m/sqrt(v) is +-1 in either run, so a weight may differ by up to 2 lr per step;
+// measured max abs 2.0e-3 (f16) and 2.6e-3 (bf16). Bound: 5 lr.
+inline constexpr tolerance half_run_masters{5e-3, 0.0,
+                                            "Adam steps of size lr where gradients are near zero"};
 // Same computation, different but exact recompute path (memory flags): identical up to
 // reassociation inside a vectorized reduction.
 inline constexpr tolerance recompute{1e-6, 1e-5, "recomputed activations, reassociated sums"};

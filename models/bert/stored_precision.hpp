@@ -1,0 +1,30 @@
+// Parameters and stashed activations held in f16/bf16 while the CPU computes in
+// f32 (DESIGN: CPU ranks compute in f32 and may keep working copies in half).
+// widen() makes the f32 copy a layer computes with; the copy lives as long as the
+// caller holds it (one layer at a time), so the half values are the only lasting
+// copy. keep() makes the copy of an f32 activation that the stash holds for
+// backward. Both return their argument itself, sharing storage, when it is
+// already in the wanted dtype: f32 runs copy nothing.
+#pragma once
+
+#include "core/tensor.hpp"
+#include "models/bert/bert_parameters.hpp"
+
+namespace dsa::bert {
+
+// t: f32, f16 or bf16, contiguous. Returns t when f32, else a new f32 tensor of its values.
+tensor widen(const tensor& t);
+// x: f32, contiguous. Returns x when type is f32, else a new `type` tensor of x rounded
+// to nearest even. type: f32, f16 or bf16.
+tensor keep(const tensor& x, dtype type);
+
+// The same views with weight and bias widened to f32; the gradients (always f32)
+// stay the parameters' own, so backward still accumulates into them.
+linear_params widen(const linear_params& p);
+layernorm_params widen(const layernorm_params& p);
+layer_params widen(const layer_params& p);
+squad_head_params widen(const squad_head_params& p);
+// Widens every tensor of the head, the tied word embedding (V, H) included.
+pretraining_head_params widen(const pretraining_head_params& p);
+
+} // namespace dsa::bert

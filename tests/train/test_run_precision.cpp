@@ -1,0 +1,107 @@
+// fp16 and bf16 working precision: a stage's working weights are f16/bf16 tensors
+// (half the bytes of fp32), its parameter versions and gradients travel in half,
+// and a few steps of a run stay within the precision's tolerance of fp32.
+#include "tests/support/compare.hpp"
+#include "tests/train/train_fixture.hpp"
+
+#include "actors/train/bert_stage.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+using namespace dsa;
+
+namespace {
+
+std::size_t total_bytes(const std::vector<tensor>& ts) {
+  std::size_t n = 0;
+  for (const auto& t : ts)
+    n += t.nbytes();
+  return n;
+}
+
+bert::bert_config stage_model() {
+  bert::bert_config cfg = bert::bert_config_for(bert::model_size::tiny);
+  cfg.vocab_size = 97;
+  return cfg;
+}
+
+std::vector<double> losses_of(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);)
+    out.push_back(nlohmann::json::parse(line)["Train/Samples/train_loss"].get<double>());
+  return out;
+}
+
+test::tolerance loss_tolerance(const std::string& precision) {
+  return precision == "fp16" ? test::f16_run_loss : test::bf16_run_loss;
+}
+
+} // namespace
+
+TEST_CASE("a stage's fp16/bf16 working weights are half tensors of half the bytes of fp32") {
+  const bert::bert_config cfg = stage_model();
+  const auto ranges = {bert::bert_range::layers(0, 1).with_embeddings(),
+                       bert::bert_range::layers(1, 2).with_head()};
+  for (const auto& range : ranges) {
+    train::stage_shared shared;
+    train::bert_stage f32({cfg, range, 1, train::precision::f32, 0}, shared);
+    const std::size_t f32_bytes = total_bytes(f32.parameters());
+    CHECK(f32_bytes == static_cast<std::size_t>(f32.part().parameters().count()) * 4);
+    for (auto p : {train::precision::f16, train::precision::bf16}) {
+      CAPTURE(train::precision_name(p));
+      train::bert_stage half({cfg, range, 1, p, 0}, shared);
+      const auto params = half.parameters();
+      CHECK(total_bytes(params) * 2 == f32_bytes);
+      for (const auto& t : params)
+        CHECK(t.type() == train::working_dtype(p));
+      // Gradients accumulate in f32 and go to the reducer in half.
+      for (const auto& t : half.gradients())
+        CHECK(t.type() == train::working_dtype(p));
+      // A parameter version in half is installed as is.
+      std::vector<tensor> version;
+      for (const auto& t : params) {
+        tensor v = tensor::empty(t.shape(), t.type());
+        std::fill(v.data<std::uint16_t>(), v.data<std::uint16_t>() + v.numel(),
+                  std::uint16_t{0x3c00 | 1});
+        version.push_back(v);
+      }
+      half.load_parameters(version);
+      for (const auto& t : half.parameters())
+        CHECK(std::all_of(t.data<std::uint16_t>(), t.data<std::uint16_t>() + t.numel(),
+                          [](std::uint16_t h) { return h == (0x3c00 | 1); }));
+    }
+  }
+}
+
+// Five steps with dropout off: fp16 and bf16 runs see the fp32 run's batches, and
+// differ from it only by the rounding of weights and stashed activations.
+TEST_CASE("five steps in fp16 and bf16 stay within tolerance of fp32") {
+  test::temp_dir base;
+  REQUIRE(test::run_config(base.path(), "fp32", test::tiny_config(base.path())) == 0);
+  const auto want = losses_of(base.path() + "/run");
+  REQUIRE(want.size() == 5);
+  const auto want_model =
+      test::load_run_checkpoint(base.path() + "/ckpt", "latest").groups.at("model");
+  for (std::string precision : {"fp16", "bf16"}) {
+    CAPTURE(precision);
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), precision, test::tiny_config(dir.path()),
+                             {precision + ".enabled=true"}) == 0);
+    const auto got = losses_of(dir.path() + "/run");
+    REQUIRE(got.size() == want.size());
+    DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()),
+                    loss_tolerance(precision));
+    CHECK(got != want); // the precision really is in effect
+    const auto model = test::load_run_checkpoint(dir.path() + "/ckpt", "latest").groups.at("model");
+    for (const auto& [name, t] : want_model) {
+      INFO(name);
+      DSA_CHECK_CLOSE(model.at(name).data<float>(), t.data<float>(), t.numel(),
+                      test::half_run_masters);
+    }
+  }
+}
