@@ -114,6 +114,8 @@ const toml::node* config::find(std::string_view key) const {
 void config::mark(std::string_view key) const { known_.insert(std::string(key)); }
 void config::accept(std::string_view key) const { accepted_.insert(std::string(key)); }
 
+void config::know(std::string_view key) const { known_.insert(std::string(key)); }
+
 config_problem config::problem(problem_kind kind, std::string_view key, std::string message) const {
   config_problem p{kind, std::string(key), source_, 0, 0, std::move(message)};
   // Where the longest prefix of the key that was set from elsewhere came from.

@@ -40,6 +40,9 @@ public:
 
   // Marks a key (and everything under it) as known without reading it.
   void accept(std::string_view key) const;
+  // Marks a key as known without reading it: a key of that name is not reported
+  // by check_unknown, and a misspelling of it gets it as the suggestion.
+  void know(std::string_view key) const;
   // Records every key that was never read or accepted (in file order), each with the
   // nearest known key.
   void check_unknown(config_problems& problems) const;

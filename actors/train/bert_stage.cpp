@@ -3,6 +3,8 @@
 
 #include "kernels/cpu/convert.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <stdexcept>
 
@@ -93,13 +95,19 @@ std::vector<tensor> bert_stage::gradients() {
 void bert_stage::load_parameters(const std::vector<tensor>& updated) {
   auto& params = part_.parameters();
   const auto& entries = params.entries();
-  DSA_CHECK(updated.size() == entries.size(), "parameter version with {} tensors for a stage of {}", updated.size(),
-            entries.size());
+  // The version comes from the optimizer shard (later, from another process): a
+  // mismatch fails this stage's load job, and so the stage, by name.
+  if (updated.size() != entries.size())
+    throw std::runtime_error(fmt::format("parameter version with {} tensors for a stage of {}", updated.size(),
+                                         entries.size()));
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const tensor& src = updated[i];
     const tensor& dst = entries[i].value;
-    DSA_CHECK(src.is_contiguous() && src.shape() == dst.shape(),
-              "parameter version: tensor {} is {}, expected {}", i, src.describe(), dst.describe());
+    const bool floating = src.type() == dtype::f32 || src.type() == dtype::f16 || src.type() == dtype::bf16;
+    if (!src.defined() || !floating || !src.is_contiguous() || src.shape() != dst.shape())
+      throw std::runtime_error(fmt::format("parameter version: tensor {} ({}) is {}, expected {}", i,
+                                           entries[i].spec.name, src.defined() ? src.describe() : "(none)",
+                                           dst.describe()));
     cpu::cast(dst.raw_data(), dst.type(), src.raw_data(), src.type(), src.numel());
   }
   params.zero_grad();

@@ -145,6 +145,22 @@ void read_pipeline(const config& cfg, run_config& rc, config_problems& problems)
 // DeepSpeed keys about data-parallel gradient averaging and ZeRO that BERT configs
 // carry. With one data-parallel replica the averaging keys change nothing, so any
 // valid value is accepted; what would change the run and is not built yet is an error.
+// DeepSpeed's zero_optimization keys (runtime/zero/config.py), offload sections aside.
+constexpr const char* zero_optimization_keys[] = {
+    "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_partitions",
+    "allgather_bucket_size", "overlap_comm", "load_from_fp32_weights", "elastic_checkpoint",
+    "sub_group_size", "cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory",
+    "prefetch_bucket_size", "stage3_prefetch_bucket_size", "param_persistence_threshold",
+    "stage3_param_persistence_threshold", "model_persistence_threshold",
+    "stage3_model_persistence_threshold", "max_live_parameters", "stage3_max_live_parameters",
+    "max_reuse_distance", "stage3_max_reuse_distance", "gather_16bit_weights_on_model_save",
+    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+    "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params",
+    "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "zero_hpz_partition_size",
+    "zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
+    "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
+    "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings"};
+
 void read_data_parallel_keys(const config& cfg, config_problems& problems) {
   auto invalid = [&](const char* key, std::string message) {
     problems.add(cfg.problem(problem_kind::invalid_value, key, std::move(message)));
@@ -164,7 +180,11 @@ void read_data_parallel_keys(const config& cfg, config_problems& problems) {
   if (zero != 0)
     invalid("zero_optimization.stage",
             fmt::format("ZeRO stage {} is not supported yet; set 0 (or remove the section)", zero));
-  cfg.accept("zero_optimization"); // stage 0: DeepSpeed ignores the section's other keys
+  // Stage 0 ignores the section's other keys, but like DeepSpeed (whose config
+  // models forbid extra fields) a key it does not know is an error.
+  for (const char* key : zero_optimization_keys) cfg.know(fmt::format("zero_optimization.{}", key));
+  cfg.accept("zero_optimization.offload_param");
+  cfg.accept("zero_optimization.offload_optimizer");
 }
 
 void read_precision(const config& cfg, run_config& rc, config_problems& problems) {
@@ -183,7 +203,10 @@ void read_precision(const config& cfg, run_config& rc, config_problems& problems
           cfg.problem(problem_kind::invalid_value, "fp16.loss_scale",
                       "LAMB requires dynamic loss scaling (loss_scale = 0), as in DeepSpeed"));
   } else {
-    cfg.accept("fp16");
+    // Off: the section's keys are still checked, so a misspelt `enabled` is not
+    // silently taken for fp32.
+    config_problems ignored_values;
+    (void)optim::read_loss_scaler_params(cfg, optim::loss_scaler_flavour::fp16_optimizer, ignored_values);
   }
   if (bf16) rc.working = precision::bf16;
 }

@@ -312,6 +312,9 @@ int fail(const error& e, int code) {
   return code;
 }
 
+// Exit code 2 for a configuration error, whenever it is found; 1 for anything else.
+int fail(const error& e) { return fail(e, e.code == errc::config ? 2 : 1); }
+
 } // namespace
 
 int run_training(const run_request& req) {
@@ -330,9 +333,9 @@ int run_training(const run_request& req) {
       problems.add(s.err());
   std::string run_dir = default_run_dir(req.config_path);
   if (req.resume && !ctx.cfg.table().at_path("run_dir").node()) {
-    auto earlier = run_dir_to_resume(req.config_path);
-    if (!earlier) return fail(earlier.err(), 1);
-    run_dir = *earlier;
+    // Not finding the run to resume is reported with the config's problems.
+    if (auto earlier = run_dir_to_resume(req.config_path)) run_dir = *earlier;
+    else problems.add(earlier.err());
   }
   ctx.rc = read_run_config(ctx.cfg, run_dir, problems);
   if (auto s = problems.to_status(); !s)
@@ -352,11 +355,11 @@ int run_training(const run_request& req) {
   log_info("dsactor run {} -> {}\neffective config:\n{}", rc.config_path, rc.run_dir, effective);
 
   auto v = load_vocab(ctx);
-  if (!v) return fail(v.err(), 1);
+  if (!v) return fail(v.err());
   tok::tokenizer_options to;
   if (!rc.data.lower_case) to.case_mode = tok::casing::keep;
   if (*v) ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(**v), to);
-  if (auto s = make_provider(ctx); !s) return fail(s.err(), 1);
+  if (auto s = make_provider(ctx); !s) return fail(s.err());
   log_info("model: {}; precision {}; batch {} = micro {} x accumulation {}", bert::describe(rc.model),
            precision_name(rc.working), rc.batch.train_batch_size, rc.batch.micro_batch_size,
            rc.batch.gradient_accumulation);
@@ -365,13 +368,13 @@ int run_training(const run_request& req) {
     total_steps = static_cast<std::int64_t>(std::ceil(rc.epochs * static_cast<double>(ctx.provider->rows_per_epoch()) /
                                                       static_cast<double>(rc.batch.train_batch_size)));
   ctx.last_step = static_cast<std::uint32_t>(std::max<std::int64_t>(total_steps, 1) - 1);
-  if (auto s = make_stages(ctx); !s) return fail(s.err(), 1);
+  if (auto s = make_stages(ctx); !s) return fail(s.err());
   auto deciders = make_deciders(ctx);
   if (!deciders) return fail(deciders.err(), 2);
   std::optional<restored> resumed;
   if (!rc.checkpoint.load.empty()) {
     auto r = restore(ctx, rc.checkpoint.load);
-    if (!r) return fail(r.err(), r.err().code == errc::config ? 2 : 1);
+    if (!r) return fail(r.err());
     resumed = std::move(*r);
     for (auto& d : *deciders)
       d->restore(resumed->progress.schedule_iteration, resumed->progress.scaler, resumed->progress.skipped_steps);

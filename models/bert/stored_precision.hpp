@@ -1,5 +1,5 @@
 // Parameters and stashed activations held in f16/bf16 while the CPU computes in
-// f32 (DESIGN: CPU ranks compute in f32 and may keep working copies in half).
+// f32 (CPU ranks compute in f32 and keep working copies in half).
 // widen() makes the f32 copy a layer computes with; the copy lives as long as the
 // caller holds it (one layer at a time), so the half values are the only lasting
 // copy. keep() makes the copy of an f32 activation that the stash holds for

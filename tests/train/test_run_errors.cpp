@@ -114,6 +114,51 @@ TEST_CASE("problems from the DeepSpeed JSON and --set flags name where the key c
   CHECK(problem_lines(rc.err().message) == expected);
 }
 
+TEST_CASE("keys of a disabled fp16 section and of zero_optimization are checked too") {
+  test::temp_dir dir;
+  const std::string path = dir.path() + "/run.toml";
+  std::ofstream(path) << R"(train_steps = 1
+train_batch_size = 8
+[model]
+size = "tiny"
+[optimizer]
+type = "Adam"
+[fp16]
+enabeld = true
+[zero_optimization]
+stag = 2
+overlap_comm = true
+[zero_optimization.offload_optimizer]
+device = "cpu"
+[data]
+vocab = "v.txt"
+train_shards = "s"
+)";
+  auto cfg = train::load_run_config(path);
+  REQUIRE(cfg.has_value());
+  auto rc = train::parse_run_config(*cfg, "runs/x");
+  REQUIRE_FALSE(rc.has_value());
+  INFO(rc.err().message);
+  // A misspelt `enabled` would otherwise train in fp32 without a word.
+  const std::vector<std::string> expected{
+      path + ":8: key 'fp16.enabeld': unknown key (did you mean 'fp16.enabled'?)",
+      path + ":10: key 'zero_optimization.stag': unknown key (did you mean 'zero_optimization.stage'?)",
+  };
+  CHECK(problem_lines(rc.err().message) == expected);
+}
+
+TEST_CASE("--resume without an earlier run is reported with the config's problems, exit code 2") {
+  test::temp_dir dir;
+  std::string cfg = test::tiny_config(dir.path());
+  // tiny_config sets run_dir; without it --resume looks for runs/<name>-* and finds none.
+  std::string without_run_dir;
+  std::istringstream in(cfg);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("run_dir", 0) != 0) without_run_dir += line + "\n";
+  REQUIRE(without_run_dir != cfg + "\n");
+  CHECK(test::run_config(dir.path(), "never-ran-xyz", without_run_dir, {"train_stepz=1"}, true) == 2);
+}
+
 TEST_CASE("a stage that fails ends the run with exit code 1 and no checkpoint of that step") {
   test::temp_dir dir;
   std::string cfg = test::tiny_config(dir.path());
