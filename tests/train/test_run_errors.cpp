@@ -23,6 +23,15 @@ std::vector<std::string> problem_lines(const std::string& message) {
   return lines;
 }
 
+// The error of parsing the run config in `path` (which must fail).
+error parse_error(const std::string& path) {
+  auto cfg = train::load_run_config(path);
+  REQUIRE(cfg.has_value());
+  auto rc = train::parse_run_config(*cfg, "runs/x");
+  REQUIRE_FALSE(rc.has_value());
+  return rc.err();
+}
+
 } // namespace
 
 TEST_CASE("malformed configs are rejected with exit code 2") {
@@ -59,13 +68,10 @@ type = "WarmupLinear"
 vocab = "v.txt"
 train_shards = "s"
 )";
-  auto cfg = train::load_run_config(path);
-  REQUIRE(cfg.has_value());
-  auto rc = train::parse_run_config(*cfg, "runs/x");
-  REQUIRE_FALSE(rc.has_value());
-  CHECK(rc.err().code == errc::config);
-  INFO(rc.err().message);
-  CHECK(rc.err().message.rfind("8 problems in the configuration:\n", 0) == 0);
+  const error err = parse_error(path);
+  CHECK(err.code == errc::config);
+  INFO(err.message);
+  CHECK(err.message.rfind("8 problems in the configuration:\n", 0) == 0);
   const std::vector<std::string> expected{
       path + ":1: key 'train_stepz': unknown key (did you mean 'train_steps'?)",
       path + ":2: key 'train_batch_sise': unknown key (did you mean 'train_batch_size'?)",
@@ -82,7 +88,7 @@ train_shards = "s"
              "WarmupDecayLR, "
              "WarmupCosineLR, OneCycle, LRRangeTest)",
   };
-  CHECK(problem_lines(rc.err().message) == expected);
+  CHECK(problem_lines(err.message) == expected);
 }
 
 TEST_CASE("problems from the DeepSpeed JSON and --set flags name where the key came from, all in "
@@ -134,17 +140,14 @@ device = "cpu"
 vocab = "v.txt"
 train_shards = "s"
 )";
-  auto cfg = train::load_run_config(path);
-  REQUIRE(cfg.has_value());
-  auto rc = train::parse_run_config(*cfg, "runs/x");
-  REQUIRE_FALSE(rc.has_value());
-  INFO(rc.err().message);
+  const error err = parse_error(path);
+  INFO(err.message);
   // A misspelt `enabled` would otherwise train in fp32 without a word.
   const std::vector<std::string> expected{
       path + ":8: key 'fp16.enabeld': unknown key (did you mean 'fp16.enabled'?)",
       path + ":10: key 'zero_optimization.stag': unknown key (did you mean 'zero_optimization.stage'?)",
   };
-  CHECK(problem_lines(rc.err().message) == expected);
+  CHECK(problem_lines(err.message) == expected);
 }
 
 TEST_CASE("--resume without an earlier run is reported with the config's problems, exit code 2") {
