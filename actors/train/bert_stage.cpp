@@ -80,16 +80,18 @@ std::vector<tensor> bert_stage::parameters() {
 }
 
 std::vector<tensor> bert_stage::gradients() {
-  const auto& entries = part_.parameters().entries();
-  dtype wire = working_dtype(options_.working);
+  // The f32 accumulators themselves, rounded to the working precision: the values
+  // a half-precision gradient would carry, without a second copy. The stage
+  // touches them again only when it loads the next version (zeroing them), after
+  // the reducer has given them back.
+  const dtype wire = working_dtype(options_.working);
   std::vector<tensor> out;
-  if (wire == dtype::f32) {
-    for (const auto& e : entries) out.push_back(e.grad);
-    return out;
+  for (const auto& e : part_.parameters().entries()) {
+    tensor g = e.grad;
+    round_in_place(g, wire);
+    out.push_back(g);
   }
-  half_grads_.resize(entries.size());
-  for (std::size_t i = 0; i < entries.size(); ++i) cast_into(half_grads_[i], entries[i].grad, wire);
-  return half_grads_;
+  return out;
 }
 
 void bert_stage::load_parameters(const std::vector<tensor>& updated) {

@@ -1,10 +1,10 @@
 // A pipeline stage running a contiguous range of BERT (models/bert bert_part)
 // behind the runtime's stage_compute interface. With fp16/bf16 the stage's
 // working weights are f16/bf16 tensors (widened to f32 one layer at a time while
-// it computes), its stashed activations are f16/bf16, and what it sends
-// (activations, activation-gradients, parameter gradients) is half precision.
-// Parameter gradients accumulate in f32 over the micro-batches and are cast to
-// half once per step, when the reducer takes them.
+// it computes), its stashed activations are f16/bf16, and the activations and
+// activation-gradients it sends are half precision. Parameter gradients
+// accumulate in f32 over the micro-batches and are rounded to half in place
+// once per step, when the reducer takes them (no second copy).
 #pragma once
 
 #include "actors/compute.hpp"
@@ -60,7 +60,6 @@ private:
   stage_shared& shared_;
   bert::bert_part part_;
   std::vector<bert::part_stash> stashes_;
-  std::vector<tensor> half_grads_; // gradients in the working precision, sent to the reducer
   std::atomic<double> loss_scale_{1.0};
 };
 

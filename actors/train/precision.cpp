@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/convert.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace dsa::train {
@@ -26,6 +27,19 @@ tensor cast_to(const tensor& src, dtype type) {
   tensor out;
   cast_into(out, src, type);
   return out;
+}
+
+void round_in_place(tensor& x, dtype type) {
+  if (type == dtype::f32) return;
+  DSA_CHECK(x.type() == dtype::f32 && x.is_contiguous(), "round_in_place of {}", x.describe());
+  constexpr std::int64_t chunk = 1 << 16; // 128 KiB of half values at a time
+  std::vector<std::uint16_t> half(static_cast<std::size_t>(std::min<std::int64_t>(chunk, x.numel())));
+  float* p = x.data<float>();
+  for (std::int64_t at = 0; at < x.numel(); at += chunk) {
+    const std::int64_t n = std::min(chunk, x.numel() - at);
+    cpu::cast(half.data(), type, p + at, dtype::f32, n);
+    cpu::cast(p + at, dtype::f32, half.data(), type, n);
+  }
 }
 
 } // namespace dsa::train

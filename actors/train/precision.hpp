@@ -9,9 +9,10 @@
 namespace dsa::train {
 
 // f32: everything in f32. f16 / bf16: the stages' working weights and stashed
-// activations, activations and activation-gradients between stages, parameter
-// versions from the optimizer and parameter gradients to it are half precision;
-// masters, gradient accumulation and compute stay f32 (CPU ranks compute in f32).
+// activations, activations and activation-gradients between stages and
+// parameter versions from the optimizer are half precision; parameter gradients
+// are rounded to it when published to the reducer; masters, gradient
+// accumulation and compute stay f32 (CPU ranks compute in f32).
 enum class precision : std::uint8_t { f32, f16, bf16 };
 
 inline dtype working_dtype(precision p) {
@@ -22,5 +23,8 @@ const char* precision_name(precision p);
 // A contiguous copy of `src` (f32/f16/bf16) as `type`; reuses `dst` when its shape and type fit.
 void cast_into(tensor& dst, const tensor& src, dtype type);
 tensor cast_to(const tensor& src, dtype type);
+// Rounds every element of x (f32, contiguous) to the nearest value of `type`
+// (f16 or bf16, round to nearest even), in place; f32 leaves x as it is.
+void round_in_place(tensor& x, dtype type);
 
 } // namespace dsa::train

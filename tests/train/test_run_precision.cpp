@@ -5,11 +5,13 @@
 #include "tests/train/train_fixture.hpp"
 
 #include "actors/train/bert_stage.hpp"
+#include "core/memory_stats.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 
 using namespace dsa;
@@ -59,9 +61,20 @@ TEST_CASE("a stage's fp16/bf16 working weights are half tensors of half the byte
       CHECK(total_bytes(params) * 2 == f32_bytes);
       for (const auto& t : params)
         CHECK(t.type() == train::working_dtype(p));
-      // Gradients accumulate in f32 and go to the reducer in half.
-      for (const auto& t : half.gradients())
-        CHECK(t.type() == train::working_dtype(p));
+      // Gradients accumulate in f32 and go to the reducer rounded to half, in
+      // place: no copy is allocated, and every value is one the half type holds.
+      for (const auto& e : half.part().parameters().entries()) {
+        tensor g = e.grad; // a view: fill the accumulator with values no half type holds
+        for (std::int64_t k = 0; k < g.numel(); ++k) g.data<float>()[k] = 1.0f + 1e-3f * k + 3e-7f;
+      }
+      const auto allocations = memory_usage_of(device::cpu()).allocations;
+      const auto grads = half.gradients();
+      CHECK(memory_usage_of(device::cpu()).allocations == allocations);
+      for (const auto& t : grads) {
+        CHECK(t.type() == dtype::f32);
+        tensor back = train::cast_to(train::cast_to(t, train::working_dtype(p)), dtype::f32);
+        CHECK(std::memcmp(back.raw_data(), t.raw_data(), t.nbytes()) == 0);
+      }
       // A parameter version in half is installed as is.
       std::vector<tensor> version;
       for (const auto& t : params) {
