@@ -112,6 +112,9 @@ expected<squad_scores> squad_evaluate(const squad_dataset& dataset,
           scores.unanswered.push_back(qa.id);
           continue;
         }
+        if (qa.answers.empty()) // the official script fails here too (max of no values)
+          return make_error(errc::format, "question '{}' has a prediction but no answers to score it against",
+                            qa.id);
         int best_exact = 0;
         double best_f1 = 0.0;
         for (std::size_t i = 0; i < qa.answers.size(); ++i) {

@@ -147,6 +147,22 @@ TEST_CASE("squad evaluate: the scorer reads only what evaluate-v1.1 reads") {
   CHECK(full.err().message.find("'title'") != std::string::npos);
 }
 
+TEST_CASE("squad evaluate: a question without answers counts only when unanswered, as in evaluate-v1.1") {
+  const char* dev = R"({"data": [{"paragraphs": [{"qas": [
+    {"id": "a", "answers": [{"text": "Everest"}]}, {"id": "b", "answers": []}]}]}]})";
+  auto dataset = parse_squad(dev, "dev.json", squad_fields::scored);
+  REQUIRE_MESSAGE(dataset, dataset.err().message);
+  // Unanswered: it scores 0 and counts in the total.
+  auto scores = squad_evaluate(*dataset, *parse_squad_predictions(R"({"a": "Everest"})", "p.json"));
+  REQUIRE(scores);
+  CHECK(scores->total == 2);
+  CHECK(squad_scores_json(*scores) == R"({"exact_match": 50.0, "f1": 50.0})");
+  // Answered: there is nothing to score it against (the script fails on it too).
+  auto refused = squad_evaluate(*dataset, *parse_squad_predictions(R"({"a": "Everest", "b": "x"})", "p.json"));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.err().message.find("question 'b'") != std::string::npos);
+}
+
 TEST_CASE("squad evaluate: empty data set is an error") {
   squad_dataset d;
   auto scores = squad_evaluate(d, {});
