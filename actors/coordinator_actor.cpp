@@ -173,6 +173,7 @@ void on_hooks_failed(coordinator_actor* self, const work_failed& f) {
   auto& st = self->state;
   st.hook_running = false;
   if (st.phase == coord_phase::running) return fail(self, {"coordinator", f.step, "step hook threw: " + f.what});
+  log_error("coordinator: the step hook of step {} threw while the run was stopping: {}", f.step, f.what);
   if (st.phase == coord_phase::stopping && st.alive.empty()) finish(self);
 }
 

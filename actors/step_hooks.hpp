@@ -1,7 +1,8 @@
 // What the caller of a run sees while it goes: a summary of every completed
 // step, and the question whether to stop after it. Both are called on the
-// coordinator's hook thread (never a CAF scheduler thread nor a compute
-// worker), once per completed step, in step order, one step at a time.
+// coordinator's own hook thread (never a CAF scheduler thread, nor a stage's,
+// reducer's or shard's worker), once per completed step, in step order, one
+// step at a time.
 #pragma once
 
 #include <cstdint>

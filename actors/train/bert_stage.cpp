@@ -81,7 +81,8 @@ std::vector<tensor> bert_stage::parameters() {
 
 std::vector<tensor> bert_stage::gradients() {
   // The f32 accumulators themselves, rounded to the working precision: the values
-  // a half-precision gradient would carry, without a second copy. The stage
+  // a half-precision gradient would carry, without a second tensor (the rounding
+  // goes through a bounded scratch buffer). The stage
   // touches them again only when it loads the next version (zeroing them), after
   // the reducer has given them back.
   const dtype wire = working_dtype(options_.working);

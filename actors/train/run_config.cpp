@@ -145,21 +145,27 @@ void read_pipeline(const config& cfg, run_config& rc, config_problems& problems)
 // DeepSpeed keys about data-parallel gradient averaging and ZeRO that BERT configs
 // carry. With one data-parallel replica the averaging keys change nothing, so any
 // valid value is accepted; what would change the run and is not built yet is an error.
-// DeepSpeed's zero_optimization keys (runtime/zero/config.py), offload sections aside.
+// DeepSpeed's zero_optimization keys with scalar values (runtime/zero/config.py,
+// aliases included); the table-valued ones are in zero_optimization_tables.
 constexpr const char* zero_optimization_keys[] = {
     "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_partitions",
     "allgather_bucket_size", "overlap_comm", "load_from_fp32_weights", "elastic_checkpoint",
-    "sub_group_size", "cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory",
+    "sub_group_size", "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory",
     "prefetch_bucket_size", "stage3_prefetch_bucket_size", "param_persistence_threshold",
     "stage3_param_persistence_threshold", "model_persistence_threshold",
     "stage3_model_persistence_threshold", "max_live_parameters", "stage3_max_live_parameters",
     "max_reuse_distance", "stage3_max_reuse_distance", "gather_16bit_weights_on_model_save",
     "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
     "use_all_reduce_for_fetch_params", "stage3_use_all_reduce_for_fetch_params",
-    "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients", "zero_hpz_partition_size",
-    "zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
-    "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
-    "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings"};
+    "module_granularity_threshold", "stage3_module_granularity_threshold", "allgather_sequential",
+    "stage3_allgather_sequential", "partition_stream_chunk_size", "stage3_partition_stream_chunk_size",
+    "use_multi_rank_bucket_allreduce", "enable_sanity_checks", "ignore_unused_parameters",
+    "legacy_stage1", "round_robin_gradients", "zero_hpz_partition_size", "zero_quantized_weights",
+    "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "mics_shard_size",
+    "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
+    "override_module_apply", "log_trace_cache_warnings", "save_muon_momentum_buffer_in_memory"};
+constexpr const char* zero_optimization_tables[] = {"offload_param", "offload_optimizer", "zeropp_loco_param",
+                                                    "zenflow", "leaf_module"};
 
 void read_data_parallel_keys(const config& cfg, config_problems& problems) {
   auto invalid = [&](const char* key, std::string message) {
@@ -176,15 +182,20 @@ void read_data_parallel_keys(const config& cfg, config_problems& problems) {
   if (sparse)
     invalid("sparse_gradients", "sparse embedding gradients are not supported; set false");
   cfg.read("zero_allow_untested_optimizer", zero_allow, problems);
-  cfg.read("zero_optimization.stage", zero, problems);
+  // DeepSpeed's deprecated boolean form: false is stage 0, true stage 1.
+  if (const toml::node* z = cfg.table().at_path("zero_optimization").node(); z && z->is_boolean()) {
+    cfg.accept("zero_optimization");
+    zero = z->value_or(false) ? 1 : 0;
+  } else {
+    cfg.read("zero_optimization.stage", zero, problems);
+  }
   if (zero != 0)
     invalid("zero_optimization.stage",
             fmt::format("ZeRO stage {} is not supported yet; set 0 (or remove the section)", zero));
   // Stage 0 ignores the section's other keys, but like DeepSpeed (whose config
   // models forbid extra fields) a key it does not know is an error.
   for (const char* key : zero_optimization_keys) cfg.know(fmt::format("zero_optimization.{}", key));
-  cfg.accept("zero_optimization.offload_param");
-  cfg.accept("zero_optimization.offload_optimizer");
+  for (const char* table : zero_optimization_tables) cfg.accept(fmt::format("zero_optimization.{}", table));
 }
 
 void read_precision(const config& cfg, run_config& rc, config_problems& problems) {
@@ -209,6 +220,21 @@ void read_precision(const config& cfg, run_config& rc, config_problems& problems
     (void)optim::read_loss_scaler_params(cfg, optim::loss_scaler_flavour::fp16_optimizer, ignored_values);
   }
   if (bf16) rc.working = precision::bf16;
+  // DeepSpeed's other precision keys. The CPU computes in f32 and casts nothing
+  // automatically, so auto_cast and the bf16 update/overflow switches change
+  // nothing here; master weights, gradients or optimizer state in half cannot be
+  // honoured (they are f32), so asking for them is an error.
+  cfg.know("fp16.auto_cast");
+  cfg.know("bf16.immediate_grad_update");
+  cfg.know("bf16.check_grad_overflow");
+  for (const char* key :
+       {"fp16.fp16_master_weights_and_grads", "bf16.bf16_master_weights_and_grads", "bf16.bf16_optimizer_states"}) {
+    bool half_state = false;
+    cfg.read(key, half_state, problems);
+    if (half_state)
+      problems.add(cfg.problem(problem_kind::invalid_value, key,
+                               "master weights, gradients and optimizer state are fp32 in dsactor; set false"));
+  }
 }
 
 // train_steps or epochs: exactly one of them, not negative.

@@ -131,11 +131,17 @@ size = "tiny"
 type = "Adam"
 [fp16]
 enabeld = true
+auto_cast = false
 [zero_optimization]
 stag = 2
 overlap_comm = true
+cpu_offload_param = false
 [zero_optimization.offload_optimizer]
 device = "cpu"
+[zero_optimization.zeropp_loco_param]
+err_beta = 0.8
+[bf16]
+immediate_grad_update = true
 [data]
 vocab = "v.txt"
 train_shards = "s"
@@ -145,9 +151,33 @@ train_shards = "s"
   // A misspelt `enabled` would otherwise train in fp32 without a word.
   const std::vector<std::string> expected{
       path + ":8: key 'fp16.enabeld': unknown key (did you mean 'fp16.enabled'?)",
-      path + ":10: key 'zero_optimization.stag': unknown key (did you mean 'zero_optimization.stage'?)",
+      path + ":11: key 'zero_optimization.stag': unknown key (did you mean 'zero_optimization.stage'?)",
   };
   CHECK(problem_lines(err.message) == expected);
+}
+
+TEST_CASE("DeepSpeed's boolean zero_optimization and half-precision master state") {
+  test::temp_dir dir;
+  const std::string base = "train_steps = 1\ntrain_batch_size = 8\n";
+  const std::string rest = "[model]\nsize = \"tiny\"\n[optimizer]\ntype = \"Adam\"\n"
+                           "[data]\nvocab = \"v.txt\"\ntrain_shards = \"s\"\n";
+  auto parse = [&](const std::string& text) {
+    const std::string path = dir.path() + "/run.toml";
+    std::ofstream(path) << text;
+    auto cfg = train::load_run_config(path);
+    REQUIRE(cfg.has_value());
+    return train::parse_run_config(*cfg, "runs/x");
+  };
+  // false is stage 0 (accepted); true is stage 1, refused by name like any ZeRO stage.
+  auto off = parse(base + "zero_optimization = false\n" + rest);
+  CHECK_MESSAGE(off.has_value(), (off.has_value() ? "" : off.err().message));
+  auto on = parse(base + "zero_optimization = true\n" + rest);
+  REQUIRE_FALSE(on.has_value());
+  CHECK(on.err().message.find("ZeRO stage 1 is not supported yet") != std::string::npos);
+  // Masters in half cannot be honoured: an error naming the key.
+  auto masters = parse(base + rest + "[fp16]\nenabled = true\nfp16_master_weights_and_grads = true\n");
+  REQUIRE_FALSE(masters.has_value());
+  CHECK(masters.err().message.find("fp16.fp16_master_weights_and_grads") != std::string::npos);
 }
 
 TEST_CASE("--resume without an earlier run is reported with the config's problems, exit code 2") {

@@ -62,7 +62,7 @@ TEST_CASE("a stage's fp16/bf16 working weights are half tensors of half the byte
       for (const auto& t : params)
         CHECK(t.type() == train::working_dtype(p));
       // Gradients accumulate in f32 and go to the reducer rounded to half, in
-      // place: no copy is allocated, and every value is one the half type holds.
+      // place: no tensor is allocated, and every value is one the half type holds.
       for (const auto& e : half.part().parameters().entries()) {
         tensor g = e.grad; // a view: fill the accumulator with values no half type holds
         for (std::int64_t k = 0; k < g.numel(); ++k) g.data<float>()[k] = 1.0f + 1e-3f * k + 3e-7f;
