@@ -63,7 +63,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
     opt_->step();
   }
   write_working(out);
-  if (options_.loss_scale_out) options_.loss_scale_out->store(d.loss_scale_after);
+  out.push_back(loss_scale_tensor(d.loss_scale_after)); // the next step's, for the stage's backward
   last_ = d;
   if (options_.update_ns)
     *options_.update_ns +=

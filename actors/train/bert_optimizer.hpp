@@ -31,8 +31,6 @@ struct bert_optimizer_options {
   optim::optimizer_config optimizer;
   precision working = precision::f32;
   std::unique_ptr<step_decider> decider;
-  // Where the loss scale of the next step goes (the stage's backward reads it); may be null.
-  std::atomic<double>* loss_scale_out = nullptr;
   // Resuming: fp32 masters by name and optimizer state, used instead of the stage's weights.
   std::map<std::string, tensor> resume_masters;
   std::optional<optim::optimizer_state> resume_state;

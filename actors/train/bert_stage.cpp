@@ -62,7 +62,7 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
   if (grad_out.defined()) dout = grad_out.type() == dtype::f32 ? grad_out : cast_to(grad_out, dtype::f32);
   bert::backward_options opt;
   // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss scale.
-  opt.loss_scale = static_cast<float>(loss_scale_.load() / static_cast<double>(options_.micro_batches));
+  opt.loss_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
   tensor dx = part_.backward(dout, stashes_.at(key.stash), opt);
   if (part_.range().has_embeddings()) {
     shared_.masks.remove(key.step, key.micro_batch); // the micro-batch's last use
@@ -100,9 +100,13 @@ void bert_stage::load_parameters(const std::vector<tensor>& updated) {
   const auto& entries = params.entries();
   // The version comes from the optimizer shard (later, from another process): a
   // mismatch fails this stage's load job, and so the stage, by name.
-  if (updated.size() != entries.size())
-    throw std::runtime_error(fmt::format("parameter version with {} tensors for a stage of {}", updated.size(),
-                                         entries.size()));
+  // The weights, then the loss scale of the next step.
+  if (updated.size() != entries.size() + 1)
+    throw std::runtime_error(fmt::format("parameter version with {} tensors for a stage of {} parameters and "
+                                         "the loss scale",
+                                         updated.size(), entries.size()));
+  auto scale = loss_scale_of(updated.back());
+  if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const tensor& src = updated[i];
     const tensor& dst = entries[i].value;
@@ -114,6 +118,7 @@ void bert_stage::load_parameters(const std::vector<tensor>& updated) {
     cpu::cast(dst.raw_data(), dst.type(), src.raw_data(), src.type(), src.numel());
   }
   params.zero_grad();
+  loss_scale_ = *scale;
 }
 
 } // namespace dsa::train

@@ -51,16 +51,18 @@ public:
   std::vector<tensor> gradients() override;
   void load_parameters(const std::vector<tensor>& updated) override;
 
-  // The loss scale the head's backward applies; its optimizer shard sets it for
-  // the next step before sending the new parameter version.
-  std::atomic<double>& loss_scale() { return loss_scale_; }
+  // The loss scale the head's backward applies: set before the run (the
+  // resumed or initial scale), then by each parameter version, whose last
+  // tensor is the next step's scale (see loss_scale_tensor). Read and written
+  // on the stage's worker only.
+  double& loss_scale() { return loss_scale_; }
 
 private:
   bert_stage_options options_;
   stage_shared& shared_;
   bert::bert_part part_;
   std::vector<bert::part_stash> stashes_;
-  std::atomic<double> loss_scale_{1.0};
+  double loss_scale_ = 1.0;
 };
 
 } // namespace dsa::train

@@ -4,6 +4,8 @@
 #include "kernels/cpu/convert.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace dsa::train {
@@ -40,6 +42,22 @@ void round_in_place(tensor& x, dtype type) {
     cpu::cast(half.data(), type, p + at, dtype::f32, n);
     cpu::cast(p + at, dtype::f32, half.data(), type, n);
   }
+}
+
+tensor loss_scale_tensor(double scale) {
+  tensor t = tensor::empty({1}, dtype::i64);
+  std::memcpy(t.raw_data(), &scale, sizeof scale);
+  return t;
+}
+
+expected<double> loss_scale_of(const tensor& t) {
+  if (!t.defined() || t.type() != dtype::i64 || t.numel() != 1)
+    return make_error(errc::protocol, "the loss scale is {}, expected one i64 element",
+                      t.defined() ? t.describe() : "(none)");
+  double scale = 0;
+  std::memcpy(&scale, t.raw_data(), sizeof scale);
+  if (!std::isfinite(scale) || scale <= 0) return make_error(errc::protocol, "loss scale {} is not finite and > 0", scale);
+  return scale;
 }
 
 } // namespace dsa::train

@@ -408,7 +408,6 @@ int run_training(const run_request& req) {
       o.optimizer = rc.optimizer;
       o.working = rc.working;
       o.decider = std::move((*deciders)[s]);
-      o.loss_scale_out = &ctx.stages[s]->loss_scale();
       if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
       o.update_ns = &ctx.shared.optimizer_ns;
       if (resumed) {

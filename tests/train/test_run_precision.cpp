@@ -83,10 +83,16 @@ TEST_CASE("a stage's fp16/bf16 working weights are half tensors of half the byte
                   std::uint16_t{0x3c00 | 1});
         version.push_back(v);
       }
+      // Its last tensor is the next step's loss scale; without it the load fails.
+      CHECK_THROWS_WITH(half.load_parameters(version), doctest::Contains("and the loss scale"));
+      version.push_back(train::loss_scale_tensor(1024.5));
       half.load_parameters(version);
+      CHECK(half.loss_scale() == 1024.5);
       for (const auto& t : half.parameters())
         CHECK(std::all_of(t.data<std::uint16_t>(), t.data<std::uint16_t>() + t.numel(),
                           [](std::uint16_t h) { return h == (0x3c00 | 1); }));
+      version.back() = train::loss_scale_tensor(-1.0);
+      CHECK_THROWS_WITH(half.load_parameters(version), doctest::Contains("loss scale -1"));
     }
   }
 }
