@@ -34,6 +34,11 @@ public:
   //   slot's previous tensor is passed in and may be reused if the shape fits.
   // Returns the micro-batch loss on the last stage, 0 elsewhere.
   virtual double forward(const work_key& key, const tensor& in, const tensor& labels, tensor& out) = 0;
+  // Called on the worker right after each forward: numbers about that micro-batch
+  // whose meaning the model defines (accuracy counts, loss parts). The runtime
+  // adds them up per step, element by element, on the last stage and reports the
+  // sums with the step (step_summary::metrics), by message. None by default.
+  virtual std::vector<double> forward_metrics() { return {}; }
 
   // grad_out: dLoss/d(output) from the next stage (undefined on the last stage).
   // grad_in: set to dLoss/d(input) (not needed on the first stage).

@@ -40,6 +40,7 @@ struct coordinator_state {
   std::vector<std::uint32_t> step_reports; // [k - first_step]: stage and update reports of step k
   std::vector<std::vector<double>> shares;  // [k - first_step][s]: stage s's gradient sum of squares
   std::vector<bool> skipped;                // [k - first_step]: some shard skipped the update
+  std::vector<std::vector<double>> metrics; // [k - first_step]: the last stage's summed forward metrics
   std::vector<std::vector<bool>> stage_seen, update_seen; // [k - first_step][s]: that report of stage s arrived
   std::chrono::steady_clock::time_point last_progress;
   std::chrono::steady_clock::time_point last_step_done; // the previous step's completion (the start at first)
@@ -127,7 +128,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   for (double share : st.shares[i]) sum_of_squares += share; // stage order
   const step_summary summary{step, st.args.summary->losses[i],
                              std::chrono::duration<double>(now - st.last_step_done).count(), sum_of_squares,
-                             st.skipped[i]};
+                             st.skipped[i], std::move(st.metrics[i])};
   st.last_step_done = now;
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
@@ -142,7 +143,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   post_job(self, st.hooks, step, [hooks, summary, step] {
     if (hooks.on_step) hooks.on_step(summary);
     const bool stop = hooks.stop_after && hooks.stop_after(step);
-    return work_done{stop ? 1u : 0u, step, 0, 0.0};
+    return work_done{stop ? 1u : 0u, step, 0, 0.0, {}};
   });
 }
 
@@ -207,7 +208,10 @@ void on_step_report(coordinator_actor* self, const step_report& r) {
   auto i = accept_report(plan, st.stage_seen, "step report", r.stage, r.step);
   if (!i) return fail(self, {"coordinator", r.step, i.err().message});
   st.stage_steps[r.stage] = r.step + 1;
-  if (r.stage + 1 == plan.options.stages) st.args.summary->losses[*i] = r.loss / plan.options.micro_batches;
+  if (r.stage + 1 == plan.options.stages) {
+    st.args.summary->losses[*i] = r.loss / plan.options.micro_batches;
+    st.metrics[*i] = r.metrics;
+  }
   count_report(self, *i, r.step);
 }
 
@@ -250,6 +254,7 @@ void on_start(coordinator_actor* self) {
   st.step_reports.assign(plan.options.steps, 0);
   st.shares.assign(plan.options.steps, std::vector<double>(S, 0.0));
   st.skipped.assign(plan.options.steps, false);
+  st.metrics.assign(plan.options.steps, {});
   st.stage_seen.assign(plan.options.steps, std::vector<bool>(S, false));
   st.update_seen = st.stage_seen;
   st.args.summary->losses.assign(plan.options.steps, 0.0);

@@ -44,7 +44,7 @@ void try_fill(feeder_actor* self) {
   const slot_ref input{c.plan.input_edge, fill->slot}, labels{c.plan.labels_edge, fill->slot};
   post_job(self, c.worker, step, [=] {
     source->fill(step, mb, slots->at(input)[0], slots->at(labels)[0]);
-    return work_done{0, step, mb, 0.0};
+    return work_done{0, step, mb, 0.0, {}};
   });
 }
 

@@ -36,6 +36,7 @@ struct stage_core {
   std::optional<stage_work> running;
   caf::actor upstream, downstream, feeder, shard, reducer, coordinator;
   double step_loss = 0;
+  std::vector<double> step_metrics; // element-wise sum of the step's forward metrics (last stage)
   compute_worker worker; // last: joined first when the core is destroyed
 };
 
@@ -108,11 +109,13 @@ void on_released(stage_actor* self, const released& m) {
   try_run(self);
 }
 
-void after_forward(stage_actor* self, const stage_work& w, double loss) {
+void after_forward(stage_actor* self, const stage_work& w, const work_done& d) {
   auto& c = *self->state.core;
   c.io.send_released(self, c.upstream, c.upstream_id(), {c.edges.input, w.in_slot});
   if (c.sched.position().last()) {
-    c.step_loss += loss;
+    c.step_loss += d.value;
+    if (c.step_metrics.size() < d.metrics.size()) c.step_metrics.resize(d.metrics.size(), 0.0);
+    for (std::size_t i = 0; i < d.metrics.size(); ++i) c.step_metrics[i] += d.metrics[i];
     c.io.send_released(self, c.feeder, pipeline_plan::feeder_id, {c.edges.labels, w.labels_slot});
   } else {
     c.io.send_produced(self, c.downstream, c.downstream_id(), {c.edges.output, w.out_slot}, w.step, w.micro_batch);
@@ -132,8 +135,9 @@ void after_backward(stage_actor* self, const stage_work& w) {
 void after_load(stage_actor* self, const stage_work& w) {
   auto& c = *self->state.core;
   c.io.send_released(self, c.shard, c.plan.shard_id(c.index), {c.edges.params, w.in_slot});
-  self->send(c.coordinator, step_report{c.index, w.step - 1, c.step_loss});
+  self->send(c.coordinator, step_report{c.index, w.step - 1, c.step_loss, std::move(c.step_metrics)});
   c.step_loss = 0;
+  c.step_metrics.clear();
 }
 
 void on_done(stage_actor* self, const work_done& d) {
@@ -144,7 +148,7 @@ void on_done(stage_actor* self, const work_done& d) {
   c.running.reset();
   c.sched.on_done(w);
   switch (w.kind) {
-    case work_kind::forward: after_forward(self, w, d.value); break;
+    case work_kind::forward: after_forward(self, w, d); break;
     case work_kind::backward: after_backward(self, w); break;
     case work_kind::load: after_load(self, w); break;
   }

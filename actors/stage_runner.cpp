@@ -24,7 +24,7 @@ stage_runner::stage_runner(std::shared_ptr<slot_table> slots, stage_edges edges,
     : slots_(std::move(slots)), edges_(edges), compute_(compute), trace_(trace), actor_(actor), stage_(stage) {}
 
 work_done stage_runner::run(const stage_work& w) {
-  work_done done{static_cast<std::uint32_t>(w.kind), w.step, w.micro_batch, 0.0};
+  work_done done{static_cast<std::uint32_t>(w.kind), w.step, w.micro_batch, 0.0, {}};
   const work_key key{w.step, w.micro_batch, w.stash_slot};
   const auto stage = static_cast<std::int32_t>(stage_);
   static const tensor undefined;
@@ -37,6 +37,7 @@ work_done stage_runner::run(const stage_work& w) {
       tensor scratch;
       tensor& out = edges_.output == stage_edges::none ? scratch : slots_->at({edges_.output, w.out_slot})[0];
       done.value = compute_->forward(key, in, labels, out);
+      done.metrics = compute_->forward_metrics();
       break;
     }
     case work_kind::backward: {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace dsa::actors {
 
@@ -19,6 +20,9 @@ struct step_summary {
   // counted once), as the optimizer shards received them (loss-scaled in fp16).
   double grad_sum_of_squares = 0;
   bool skipped = false; // some shard skipped the update (an overflow skips all)
+  // The element-wise sum of the last stage's stage_compute::forward_metrics over
+  // the step's micro-batches (empty when the compute reports none).
+  std::vector<double> metrics;
 };
 
 struct step_hooks {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <caf/meta/type_name.hpp>
 
@@ -35,10 +36,13 @@ struct released {
 // Stage -> coordinator when step `step` is complete on the stage: its last
 // backward ran and the updated parameters (version step + 1) are loaded.
 // loss: sum of micro-batch losses of the step (last stage only, 0 elsewhere).
+// metrics: the element-wise sum of the step's stage_compute::forward_metrics
+// (last stage only, empty elsewhere).
 struct step_report {
   std::uint32_t stage = 0;
   std::uint32_t step = 0;
   double loss = 0;
+  std::vector<double> metrics;
 };
 
 // Optimizer shard -> coordinator: the update of `step` is applied (or skipped)
@@ -72,11 +76,13 @@ struct reduced {
 // on the actor: a stage's work_kind and the micro-batch loss of a last-stage
 // forward; a reducer's job (gather, tied sum, tied copy) and the sum of squares it
 // took; a shard's update (1 applied, 0 skipped) and its stage's share of the norm.
+// metrics: a stage forward's stage_compute::forward_metrics.
 struct work_done {
   std::uint32_t kind = 0;
   std::uint32_t step = 0;
   std::uint32_t micro_batch = 0;
   double value = 0;
+  std::vector<double> metrics;
 };
 
 // Worker thread -> its own actor: a unit of work threw; the actor then fails.
@@ -99,7 +105,7 @@ typename Inspector::result_type inspect(Inspector& f, released& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_report& x) {
-  return f(caf::meta::type_name("step_report"), x.stage, x.step, x.loss);
+  return f(caf::meta::type_name("step_report"), x.stage, x.step, x.loss, x.metrics);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, update_report& x) {
@@ -115,7 +121,7 @@ typename Inspector::result_type inspect(Inspector& f, reduced& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done& x) {
-  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch, x.value);
+  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch, x.value, x.metrics);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_failed& x) {

@@ -47,7 +47,7 @@ double bert_stage::forward(const actors::work_key& key, const tensor& in, const 
   auto result = part_.forward(hidden, batch, ctx, stashes_.at(key.stash));
   if (!result) throw std::runtime_error(result.err().message);
   if (part_.range().has_head()) {
-    shared_.stats.add(key.step, result->losses);
+    last_metrics_ = forward_metrics_of(result->losses);
     return result->losses.total;
   }
   dtype wire = working_dtype(options_.working);

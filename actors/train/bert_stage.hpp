@@ -19,10 +19,9 @@
 
 namespace dsa::train {
 
-// Shared by the stages of a run: the boards and the compute-time counters.
+// Shared by the stages of a run: the attention-mask board and the compute-time counters.
 struct stage_shared {
   mask_board masks;
-  step_stats stats;
   // Compute time summed over stages (wall_clock_breakdown), in nanoseconds.
   std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
 };
@@ -50,6 +49,13 @@ public:
   std::vector<tensor> parameters() override;
   std::vector<tensor> gradients() override;
   void load_parameters(const std::vector<tensor>& updated) override;
+  // The head's losses and accuracy counts of the last forward (forward_metrics_of);
+  // none on stages without the head.
+  std::vector<double> forward_metrics() override {
+    std::vector<double> taken;
+    taken.swap(last_metrics_);
+    return taken;
+  }
 
   // The loss scale the head's backward applies: set before the run (the
   // resumed or initial scale), then by each parameter version, whose last
@@ -63,6 +69,7 @@ private:
   bert::bert_part part_;
   std::vector<bert::part_stash> stashes_;
   double loss_scale_ = 1.0;
+  std::vector<double> last_metrics_;
 };
 
 } // namespace dsa::train

@@ -22,7 +22,7 @@ void step_reporter::on_step(const actors::step_summary& s) {
   const std::uint32_t step = s.step;
   // Every shard decided the same; shard 0's decision stands for all.
   const step_decision& d = shards_.front()->last_decision();
-  step_totals t = ctx_.shared.stats.take(step);
+  const step_totals t = step_totals_of(s.metrics);
   auto now = std::chrono::steady_clock::now();
   double secs = std::chrono::duration<double>(now - last_).count();
   last_ = now;

@@ -1,12 +1,13 @@
-// Loss and accuracy of each step, summed over its micro-batches by the stage
-// that holds the head and read once per step by the metrics writer. Thread-safe.
+// Loss and accuracy of each step: the stage holding the head reports each
+// micro-batch's as forward metrics (stage_compute::forward_metrics), the
+// runtime sums them over the step and hands the sums to the step hooks by
+// message (step_summary::metrics), and the metrics writer reads them back.
 #pragma once
 
 #include "models/bert/bert_batch.hpp"
 
 #include <cstdint>
-#include <map>
-#include <mutex>
+#include <vector>
 
 namespace dsa::train {
 
@@ -20,15 +21,12 @@ struct step_totals {
   double mean_loss() const { return micro_batches ? loss_sum / static_cast<double>(micro_batches) : 0.0; }
 };
 
-class step_stats {
-public:
-  void add(std::uint32_t step, const bert::bert_losses& l);
-  // Removes and returns the totals of `step`.
-  step_totals take(std::uint32_t step);
-
-private:
-  std::mutex mutex_;
-  std::map<std::uint32_t, step_totals> steps_;
-};
+// One micro-batch's losses as forward metrics: a vector whose element-wise sum
+// over a step's micro-batches step_totals_of reads back (counts stay exact: a
+// double holds every integer up to 2^53).
+std::vector<double> forward_metrics_of(const bert::bert_losses& l);
+// The totals of a step from its summed forward metrics; all zero when `summed`
+// is empty (no head on the last stage reported any).
+step_totals step_totals_of(const std::vector<double>& summed);
 
 } // namespace dsa::train

@@ -42,3 +42,53 @@ TEST_CASE("step hooks: a blocking hook does not hold the only CAF scheduler thre
   CHECK(probe_ran);
   CHECK(result.steps_completed == 3);
 }
+
+namespace {
+
+// Reports (1, micro-batch, step) as the forward metrics of every micro-batch.
+class metric_compute : public stage_compute {
+public:
+  explicit metric_compute(std::unique_ptr<stage_compute> inner) : inner_(std::move(inner)) {}
+  void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
+  double forward(const work_key& key, const dsa::tensor& in, const dsa::tensor& labels, dsa::tensor& out) override {
+    last_ = {1.0, static_cast<double>(key.micro_batch), static_cast<double>(key.step)};
+    return inner_->forward(key, in, labels, out);
+  }
+  std::vector<double> forward_metrics() override { return last_; }
+  void backward(const work_key& key, const dsa::tensor& grad_out, dsa::tensor& grad_in) override {
+    inner_->backward(key, grad_out, grad_in);
+  }
+  std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
+  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
+  void load_parameters(const std::vector<dsa::tensor>& updated) override { inner_->load_parameters(updated); }
+
+private:
+  std::unique_ptr<stage_compute> inner_;
+  std::vector<double> last_;
+};
+
+} // namespace
+
+TEST_CASE("step hooks: the last stage's forward metrics arrive summed per step, by message") {
+  for (std::uint32_t S : {1u, 4u}) {
+    CAPTURE(S);
+    run_options options;
+    options.pipeline.stages = S;
+    options.pipeline.micro_batches = 4;
+    options.pipeline.steps = 3;
+    synthetic_pipeline pipe({4, 5, 3, 0.05}, options.pipeline);
+    // Every stage reports metrics; only the last stage's are the step's.
+    for (auto& stage : pipe.stages) stage = std::make_unique<metric_compute>(std::move(stage));
+    std::vector<std::vector<double>> seen;
+    options.on_step = [&](const step_summary& s) { seen.push_back(s.metrics); };
+    auto result = run_pipeline(options, pipe.parts());
+    CAPTURE(result.error);
+    REQUIRE(result.ok);
+    REQUIRE(seen.size() == 3);
+    for (std::uint32_t k = 0; k < 3; ++k) {
+      CAPTURE(k);
+      // 4 micro-batches: count 4, micro-batch numbers 0+1+2+3, the step four times.
+      CHECK(seen[k] == std::vector<double>{4.0, 6.0, 4.0 * k});
+    }
+  }
+}
