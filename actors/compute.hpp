@@ -28,12 +28,16 @@ public:
   // Called once before the run: at most `slots` micro-batches are between forward and backward.
   virtual void reserve_stash(std::uint32_t slots) = 0;
 
-  // in: the micro-batch (first stage) or the previous stage's output.
+  // in: the tensors of the input slot: [0] the micro-batch (first stage) or the
+  //   previous stage's output, then any riders the previous stage passed on.
   // labels: defined on the last stage only.
-  // out: this stage's output for the next stage (not on the last stage); the
-  //   slot's previous tensor is passed in and may be reused if the shape fits.
+  // out: the slot for the next stage (not on the last stage): [0] this stage's
+  //   output, then riders, tensors a stage passes on for later stages in the
+  //   same slot (BERT: the attention mask, which every layer needs). The slot's
+  //   previous tensors are passed in and may be reused if their shapes fit.
   // Returns the micro-batch loss on the last stage, 0 elsewhere.
-  virtual double forward(const work_key& key, const tensor& in, const tensor& labels, tensor& out) = 0;
+  virtual double forward(const work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                         std::vector<tensor>& out) = 0;
   // Called on the worker right after each forward: numbers about that micro-batch
   // whose meaning the model defines (accuracy counts, loss parts). The runtime
   // adds them up per step, element by element, on the last stage and reports the

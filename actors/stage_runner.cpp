@@ -31,11 +31,11 @@ work_done stage_runner::run(const stage_work& w) {
   switch (w.kind) {
     case work_kind::forward: {
       trace_span span(trace_, trace_name::forward, actor_, stage, w.step, w.micro_batch);
-      const tensor& in = slots_->at({edges_.input, w.in_slot})[0];
+      const slot_contents& in = slots_->at({edges_.input, w.in_slot});
       const tensor& labels =
           edges_.labels == stage_edges::none ? undefined : slots_->at({edges_.labels, w.labels_slot})[0];
-      tensor scratch;
-      tensor& out = edges_.output == stage_edges::none ? scratch : slots_->at({edges_.output, w.out_slot})[0];
+      slot_contents scratch;
+      slot_contents& out = edges_.output == stage_edges::none ? scratch : slots_->at({edges_.output, w.out_slot});
       done.value = compute_->forward(key, in, labels, out);
       done.metrics = compute_->forward_metrics();
       break;

@@ -66,7 +66,7 @@ public:
 
   void reserve_stash(std::uint32_t slots) override { stash_.assign(slots, bert::part_stash{}); }
 
-  double forward(const work_key& key, const tensor&, const tensor&, tensor&) override {
+  double forward(const work_key& key, const std::vector<tensor>&, const tensor&, std::vector<tensor>&) override {
     bert::forward_context ctx;
     ctx.seed = 1;
     ctx.step = key.step;
@@ -179,13 +179,14 @@ timing run_loop(bert_mini_stage& stage, copy_optimizer& optimizer, std::uint32_t
   optimizer.init(stage.parameters());
   timing t;
   std::vector<tensor> version;
-  tensor input, labels, out, grad_in;
+  tensor input, labels, grad_in;
+  std::vector<tensor> out;
   for (std::uint32_t step = 0; step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     double loss = 0;
     for (std::uint32_t mb = 0; mb < M; ++mb) {
       source.fill(step, mb, input, labels);
-      loss += stage.forward({step, mb, 0}, input, labels, out);
+      loss += stage.forward({step, mb, 0}, {input}, labels, out);
       stage.backward({step, mb, 0}, tensor(), grad_in);
     }
     optimizer.update(step, reduce_locally(stage.gradients(), optimizer.gradient_buffers()), version);

@@ -48,8 +48,11 @@ linear_stack::linear_stack(std::uint32_t first_layer, std::uint32_t layers, std:
 
 void linear_stack::reserve_stash(std::uint32_t slots) { stash_.assign(slots, stash_entry{}); }
 
-double linear_stack::forward(const work_key& key, const tensor& in, const tensor& labels, tensor& out) {
+double linear_stack::forward(const work_key& key, const std::vector<tensor>& inputs, const tensor& labels,
+                             std::vector<tensor>& outputs) {
   DSA_CHECK(key.stash < stash_.size() && !stash_[key.stash].used, "stash slot {} not free", key.stash);
+  DSA_CHECK(inputs.size() == 1, "linear_stack input slot with {} tensors", inputs.size());
+  const tensor& in = inputs[0];
   DSA_CHECK(in.ndim() == 2 && in.dim(1) == width_, "linear_stack input {} for width {}", in.describe(), width_);
   auto& entry = stash_[key.stash];
   entry.used = true;
@@ -62,6 +65,8 @@ double linear_stack::forward(const work_key& key, const tensor& in, const tensor
     h = next;
   }
   if (!labels.defined()) {
+    outputs.resize(1);
+    tensor& out = outputs[0];
     if (!out.defined() || out.shape() != h.shape()) out = tensor::empty(h.shape(), dtype::f32);
     out.copy_from(h);
     return 0.0;

@@ -21,7 +21,8 @@ public:
 
   void reserve_stash(std::uint32_t slots) override;
   // in: (B, width); labels: (B, width) on the last stage; out: (B, width).
-  double forward(const work_key& key, const tensor& in, const tensor& labels, tensor& out) override;
+  double forward(const work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                 std::vector<tensor>& out) override;
   void backward(const work_key& key, const tensor& grad_out, tensor& grad_in) override;
   std::vector<tensor> parameters() override { return weights_; }
   std::vector<tensor> gradients() override { return grads_; }

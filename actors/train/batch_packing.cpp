@@ -85,26 +85,4 @@ void unpack_labels(const tensor& packed, bert::head_kind head, bert::bert_batch&
   out.next_sentence_labels = i32_rows(p, B, 1, W, 2 * P).reshape({B});
 }
 
-void mask_board::post(std::uint32_t step, std::uint32_t micro_batch, tensor mask) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  masks_[{step, micro_batch}] = std::move(mask);
-}
-
-tensor mask_board::get(std::uint32_t step, std::uint32_t micro_batch) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = masks_.find({step, micro_batch});
-  DSA_CHECK(it != masks_.end(), "no attention mask posted for step {} micro-batch {}", step, micro_batch);
-  return it->second;
-}
-
-void mask_board::remove(std::uint32_t step, std::uint32_t micro_batch) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  masks_.erase({step, micro_batch});
-}
-
-std::size_t mask_board::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return masks_.size();
-}
-
 } // namespace dsa::train

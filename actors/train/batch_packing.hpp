@@ -12,8 +12,6 @@
 #include "models/bert/bert_config.hpp"
 
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <utility>
 
 namespace dsa::train {
@@ -24,18 +22,5 @@ void unpack_inputs(const tensor& packed, bert::bert_batch& out);
 
 tensor pack_labels(const bert::bert_batch& b, bert::head_kind head);
 void unpack_labels(const tensor& packed, bert::head_kind head, bert::bert_batch& out);
-
-// Attention masks of micro-batches in flight. Thread-safe.
-class mask_board {
-public:
-  void post(std::uint32_t step, std::uint32_t micro_batch, tensor mask);
-  tensor get(std::uint32_t step, std::uint32_t micro_batch) const; // checks presence
-  void remove(std::uint32_t step, std::uint32_t micro_batch);
-  std::size_t size() const;
-
-private:
-  mutable std::mutex mutex_;
-  std::map<std::pair<std::uint32_t, std::uint32_t>, tensor> masks_;
-};
 
 } // namespace dsa::train

@@ -26,17 +26,25 @@ struct timed {
 };
 } // namespace
 
-double bert_stage::forward(const actors::work_key& key, const tensor& in, const tensor& labels, tensor& out) {
+double bert_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                           std::vector<tensor>& out) {
   timed t{shared_.forward_ns};
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
   bert::bert_batch batch;
   tensor hidden;
+  // The first stage unpacks the micro-batch; later stages get the hidden states
+  // and, riding beside them in the slot, the attention mask.
   if (part_.range().has_embeddings()) {
-    unpack_inputs(in, batch);
+    if (in.size() != 1) throw std::runtime_error(fmt::format("input slot with {} tensors, expected 1", in.size()));
+    unpack_inputs(in[0], batch);
   } else {
-    hidden = in.type() == dtype::f32 ? in : cast_to(in, dtype::f32);
-    batch.attention_mask = shared_.masks.get(key.step, key.micro_batch);
+    if (in.size() != 2 || !in[0].defined() || !in[1].defined() || in[1].type() != dtype::f32)
+      throw std::runtime_error(fmt::format("activation slot with {} tensors, expected the hidden states and the "
+                                           "f32 attention mask",
+                                           in.size()));
+    hidden = in[0].type() == dtype::f32 ? in[0] : cast_to(in[0], dtype::f32);
+    batch.attention_mask = in[1];
   }
   if (part_.range().has_head()) unpack_labels(labels, options_.model.head, batch);
   bert::forward_context ctx;
@@ -51,8 +59,10 @@ double bert_stage::forward(const actors::work_key& key, const tensor& in, const 
     return result->losses.total;
   }
   dtype wire = working_dtype(options_.working);
-  if (wire == dtype::f32) out = result->hidden;
-  else cast_into(out, result->hidden, wire);
+  out.resize(2);
+  if (wire == dtype::f32) out[0] = result->hidden;
+  else cast_into(out[0], result->hidden, wire);
+  out[1] = batch.attention_mask; // passed on unchanged (shared, not copied, inside a process)
   return 0.0;
 }
 
@@ -64,9 +74,7 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
   // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss scale.
   opt.loss_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
   tensor dx = part_.backward(dout, stashes_.at(key.stash), opt);
-  if (part_.range().has_embeddings()) {
-    shared_.masks.remove(key.step, key.micro_batch); // the micro-batch's last use
-  } else {
+  if (!part_.range().has_embeddings()) {
     dtype wire = working_dtype(options_.working);
     if (wire == dtype::f32) grad_in = dx;
     else cast_into(grad_in, dx, wire);

@@ -21,7 +21,6 @@ namespace dsa::train {
 
 // Shared by the stages of a run: the attention-mask board and the compute-time counters.
 struct stage_shared {
-  mask_board masks;
   // Compute time summed over stages (wall_clock_breakdown), in nanoseconds.
   std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
 };
@@ -43,7 +42,10 @@ public:
   bert::bert_part& part() { return part_; }
 
   void reserve_stash(std::uint32_t slots) override;
-  double forward(const actors::work_key& key, const tensor& in, const tensor& labels, tensor& out) override;
+  // Slots between stages hold the hidden states (working precision) and the
+  // micro-batch's f32 attention mask (B, T) as a rider.
+  double forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                 std::vector<tensor>& out) override;
   void backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) override;
   // The working weights (views, in the working precision) and f32 gradients.
   std::vector<tensor> parameters() override;

@@ -106,16 +106,13 @@ bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, s
 }
 
 feed_source::feed_source(batch_provider& provider, std::int64_t micro_batch_size, std::uint32_t micro_batches,
-                         bert::head_kind head, mask_board& masks)
-    : provider_(provider), rows_(micro_batch_size), micro_batches_(micro_batches), head_(head), masks_(masks) {}
+                         bert::head_kind head)
+    : provider_(provider), rows_(micro_batch_size), micro_batches_(micro_batches), head_(head) {}
 
 void feed_source::fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) {
   bert::bert_batch b = provider_.next(rows_);
   input = pack_inputs(b);
   labels = pack_labels(b, head_);
-  bert::bert_batch unpacked;
-  unpack_inputs(input, unpacked);
-  masks_.post(step, micro_batch, unpacked.attention_mask);
   if (micro_batch + 1 == micro_batches_) {
     std::lock_guard<std::mutex> lock(mutex_);
     cursors_[step] = provider_.cursor();

@@ -69,7 +69,7 @@ bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, s
 class feed_source final : public actors::batch_source {
 public:
   feed_source(batch_provider& provider, std::int64_t micro_batch_size, std::uint32_t micro_batches,
-              bert::head_kind head, mask_board& masks);
+              bert::head_kind head);
   void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) override;
   // The provider's cursor after the last micro-batch of `step` (checks it was filled).
   data_cursor cursor_after(std::uint32_t step);
@@ -81,7 +81,6 @@ private:
   std::int64_t rows_;
   std::uint32_t micro_batches_;
   bert::head_kind head_;
-  mask_board& masks_;
   std::mutex mutex_;
   std::map<std::uint32_t, data_cursor> cursors_;
 };

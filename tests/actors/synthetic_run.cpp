@@ -99,9 +99,10 @@ reference_run run_reference(const synthetic_model& model, std::uint32_t micro_ba
   for (std::uint32_t step = 0; step < steps; ++step) {
     double loss = 0;
     for (std::uint32_t mb = 0; mb < micro_batches; ++mb) {
-      tensor input, labels, out, grad_in;
+      tensor input, labels, grad_in;
+      std::vector<tensor> out;
       source.fill(step, mb, input, labels);
-      loss += stack.forward({step, mb, 0}, input, labels, out);
+      loss += stack.forward({step, mb, 0}, {input}, labels, out);
       stack.backward({step, mb, 0}, tensor(), grad_in);
     }
     run.losses.push_back(loss / micro_batches);

@@ -20,7 +20,8 @@ public:
   failing_compute(std::unique_ptr<stage_compute> inner, std::uint32_t fail_step, fault kind = fault::forward_throws)
       : inner_(std::move(inner)), fail_step_(fail_step), kind_(kind) {}
   void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
-  double forward(const work_key& key, const dsa::tensor& in, const dsa::tensor& labels, dsa::tensor& out) override {
+  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
+                 std::vector<dsa::tensor>& out) override {
     if (kind_ == fault::forward_throws && key.step == fail_step_) throw std::runtime_error("injected fault");
     return inner_->forward(key, in, labels, out);
   }

@@ -62,7 +62,8 @@ public:
   thread_noting_compute(std::unique_ptr<stage_compute> inner, std::set<std::thread::id>& threads, std::mutex& m)
       : inner_(std::move(inner)), threads_(threads), mutex_(m) {}
   void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
-  double forward(const work_key& key, const dsa::tensor& in, const dsa::tensor& labels, dsa::tensor& out) override {
+  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
+                 std::vector<dsa::tensor>& out) override {
     note();
     return inner_->forward(key, in, labels, out);
   }

@@ -50,7 +50,8 @@ class metric_compute : public stage_compute {
 public:
   explicit metric_compute(std::unique_ptr<stage_compute> inner) : inner_(std::move(inner)) {}
   void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
-  double forward(const work_key& key, const dsa::tensor& in, const dsa::tensor& labels, dsa::tensor& out) override {
+  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
+                 std::vector<dsa::tensor>& out) override {
     last_ = {1.0, static_cast<double>(key.micro_batch), static_cast<double>(key.step)};
     return inner_->forward(key, in, labels, out);
   }
