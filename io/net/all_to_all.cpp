@@ -1,6 +1,8 @@
 // all_to_all: every rank sends block p to rank p directly (N-1 messages each way).
 #include "io/net/communicator.hpp"
 
+#include "io/net/call_checks.hpp"
+
 #include <cstring>
 
 namespace dsa::net {
@@ -9,14 +11,9 @@ status communicator::all_to_all(void* out, const void* in, dtype type, std::int6
   wire_header call = begin(op_kind::all_to_all, type, block_count);
   const int n = size(), r = rank();
   auto run = [&]() -> status {
-    if (block_count < 0)
-      return make_error(errc::invalid_argument,
-                        "rank {}, call #{} all_to_all: block count {} is negative", r, call.seq,
-                        block_count);
-    if ((in == nullptr || out == nullptr) && block_count > 0)
-      return make_error(errc::invalid_argument,
-                        "rank {}, call #{} all_to_all: in or out is null for blocks of {}", r,
-                        call.seq, block_count);
+    DSA_TRY(check_call(call, r));
+    DSA_TRY(check_pointer(call, r, "in", in, n * block_count));
+    DSA_TRY(check_pointer(call, r, "out", out, n * block_count));
     const std::int64_t block_bytes = block_count * static_cast<std::int64_t>(dtype_size(type));
     const auto* src = static_cast<const std::byte*>(in);
     auto* dst = static_cast<std::byte*>(out);

@@ -1,6 +1,8 @@
 // broadcast: a binomial tree rooted at `root` (ceil(log2 N) rounds, whole buffer per edge).
 #include "io/net/communicator.hpp"
 
+#include "io/net/call_checks.hpp"
+
 #include <cstring>
 
 namespace dsa::net {
@@ -9,13 +11,8 @@ status communicator::broadcast(void* data, dtype type, std::int64_t count, int r
   wire_header call = begin(op_kind::broadcast, type, count, root);
   const int n = size(), r = rank();
   auto run = [&]() -> status {
-    if (count < 0)
-      return make_error(errc::invalid_argument, "rank {}, call #{} broadcast: count {} is negative",
-                        r, call.seq, count);
-    if (data == nullptr && count > 0)
-      return make_error(errc::invalid_argument,
-                        "rank {}, call #{} broadcast: data is null for {} elements", r, call.seq,
-                        count);
+    DSA_TRY(check_call(call, r));
+    DSA_TRY(check_pointer(call, r, "data", data, count));
     if (root < 0 || root >= n)
       return make_error(errc::invalid_argument,
                         "rank {}, call #{} broadcast: root {} outside the group of {} ranks", r,

@@ -2,6 +2,7 @@
 // reduce_scatter and allgather.
 #include "io/net/communicator.hpp"
 
+#include "io/net/call_checks.hpp"
 #include "io/net/fp32_sum.hpp"
 #include "io/net/ring.hpp"
 
@@ -9,29 +10,6 @@
 #include <vector>
 
 namespace dsa::net {
-
-namespace {
-
-status check_buffer(const wire_header& call, int rank, const char* what, const void* p,
-                    std::int64_t elements) {
-  if (call.count < 0)
-    return make_error(errc::invalid_argument, "rank {}, call #{} {}: count {} is negative", rank,
-                      call.seq, op_kind_name(call.kind), call.count);
-  if (p == nullptr && elements > 0)
-    return make_error(errc::invalid_argument, "rank {}, call #{} {}: {} is null for {} elements",
-                      rank, call.seq, op_kind_name(call.kind), what, elements);
-  return {};
-}
-
-status check_reducible(const wire_header& call, int rank) {
-  if (!dtype_is_float(call.type))
-    return make_error(errc::invalid_argument,
-                      "rank {}, call #{} {}: dtype {} cannot be summed (f32, f16 or bf16)", rank,
-                      call.seq, op_kind_name(call.kind), dtype_name(call.type));
-  return {};
-}
-
-} // namespace
 
 chunk partition(std::int64_t count, int ranks, int rank) {
   DSA_CHECK(ranks >= 1 && rank >= 0 && rank < ranks && count >= 0, "partition({}, {}, {})", count,
@@ -63,12 +41,13 @@ status communicator::allreduce_sum(void* data, dtype type, std::int64_t count) {
   const bool flat = count >= 0 && static_cast<std::size_t>(count) * dtype_size(type) <
                                       options_.flat_allreduce_below_bytes;
   wire_header call = begin(flat ? op_kind::allreduce_flat : op_kind::allreduce_ring, type, count);
-  status ok = check_buffer(call, rank(), "data", data, count);
-  if (ok)
-    ok = check_reducible(call, rank());
-  if (ok)
-    ok = flat ? allreduce_flat(call, data) : allreduce_ring(call, data);
-  return finish(std::move(ok));
+  auto run = [&]() -> status {
+    DSA_TRY(check_call(call, rank()));
+    DSA_TRY(check_reducible(call, rank()));
+    DSA_TRY(check_pointer(call, rank(), "data", data, count));
+    return flat ? allreduce_flat(call, data) : allreduce_ring(call, data);
+  };
+  return finish(run());
 }
 
 status communicator::allreduce_flat(const wire_header& call, void* data) {
@@ -111,35 +90,34 @@ status communicator::allreduce_ring(const wire_header& call, void* data) {
 
 status communicator::reduce_scatter_sum(void* out, const void* in, dtype type, std::int64_t count) {
   wire_header call = begin(op_kind::reduce_scatter, type, count);
-  status ok = check_buffer(call, rank(), "in", in, count);
-  if (ok)
-    ok = check_reducible(call, rank());
-  if (ok) {
+  auto run = [&]() -> status {
+    DSA_TRY(check_call(call, rank()));
+    DSA_TRY(check_reducible(call, rank()));
     const chunk own = partition(count, size(), rank());
-    ok = check_buffer(call, rank(), "out", out, own.count);
+    DSA_TRY(check_pointer(call, rank(), "in", in, count));
+    DSA_TRY(check_pointer(call, rank(), "out", out, own.count));
     std::vector<float> sum(static_cast<std::size_t>(own.count));
-    if (ok)
-      ok = ring_reduce_scatter_f32(transport_, call, 0, sum.data(), in);
-    if (ok)
-      narrow_from_f32(out, type, sum.data(), own.count);
-  }
-  return finish(std::move(ok));
+    DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, sum.data(), in));
+    narrow_from_f32(out, type, sum.data(), own.count);
+    return {};
+  };
+  return finish(run());
 }
 
 status communicator::allgather(void* out, const void* in, dtype type, std::int64_t count) {
   wire_header call = begin(op_kind::allgather, type, count);
-  status ok = check_buffer(call, rank(), "out", out, count);
-  if (ok) {
+  auto run = [&]() -> status {
+    DSA_TRY(check_call(call, rank()));
     const chunk own = partition(count, size(), rank());
-    ok = check_buffer(call, rank(), "in", in, own.count);
+    DSA_TRY(check_pointer(call, rank(), "out", out, count));
+    DSA_TRY(check_pointer(call, rank(), "in", in, own.count));
     const std::size_t width = dtype_size(type);
-    if (ok && own.count > 0)
+    if (own.count > 0) // memmove: `in` may already be this rank's part of `out`
       std::memmove(static_cast<std::byte*>(out) + own.offset * static_cast<std::int64_t>(width), in,
                    static_cast<std::size_t>(own.count) * width);
-    if (ok)
-      ok = ring_allgather(transport_, call, 0, out);
-  }
-  return finish(std::move(ok));
+    return ring_allgather(transport_, call, 0, out);
+  };
+  return finish(run());
 }
 
 } // namespace dsa::net

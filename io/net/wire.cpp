@@ -45,10 +45,6 @@ wire_header decode(const std::byte* in) {
   return h;
 }
 
-const char* type_name(dtype t) {
-  return static_cast<unsigned>(t) <= static_cast<unsigned>(dtype::u8) ? dtype_name(t) : "?";
-}
-
 } // namespace
 
 const char* op_kind_name(op_kind kind) {
@@ -114,7 +110,7 @@ expected<bytes> wire_recv(transport& t, int peer, const wire_header& expect) {
   if (got.seq != expect.seq)
     return fail("sequence number", got.seq, expect.seq);
   if (got.type != expect.type)
-    return fail("dtype", type_name(got.type), type_name(expect.type));
+    return fail("dtype", dtype_name(got.type), dtype_name(expect.type));
   if (got.count != expect.count)
     return fail("count", got.count, expect.count);
   if (got.root != expect.root)

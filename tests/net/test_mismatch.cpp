@@ -123,6 +123,14 @@ TEST_CASE("bad arguments are errors naming the call, and abort the group") {
     REQUIRE_FALSE(s.has_value());
     CHECK(s.err().message.find("root 3 outside the group of 3") != std::string::npos);
   }
+  statuses = run_statuses(2, {}, [](net::communicator& c, int) {
+    std::vector<float> data(5);
+    return c.allgather(data.data(), data.data(), static_cast<dtype>(77), 5);
+  });
+  for (const auto& s : statuses) {
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.err().message.find("allgather: unknown dtype (enum value 77)") != std::string::npos);
+  }
   // One rank's bad argument: the others are woken by the abort instead of waiting.
   statuses = run_statuses(3, {}, [](net::communicator& c, int r) {
     std::vector<float> data(5);
