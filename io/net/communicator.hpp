@@ -37,10 +37,11 @@ namespace dsa::net {
 
 struct collective_options {
   // allreduce buffers of fewer bytes take the flat path (latency: one round); the rest
-  // the ring (bandwidth: each rank sends ~2x the buffer whatever N). With ~5 us per
-  // message and ~10 GB/s links the two cost the same near 250 KB at N = 4 and less for
-  // larger N; 64 KiB keeps the flat path for what is latency-bound. 0 forces the ring,
-  // SIZE_MAX the flat path.
+  // the ring (bandwidth: each rank sends ~2x the buffer whatever N). With a per-message
+  // cost a = 5 us, link bandwidth b = 10 GB/s and a rank's N-1 flat sends serialized,
+  // flat costs a + (N-1) S/b and ring 2(N-1) a + 2 (N-1)/N S/b: equal near S = 170 KB at
+  // N = 4, 125 KB at N = 8. 64 KiB keeps the flat path for what is latency-bound.
+  // 0 forces the ring, SIZE_MAX the flat path.
   std::size_t flat_allreduce_below_bytes = 64 * 1024;
 };
 
@@ -71,6 +72,8 @@ public:
   // its offset. Any dtype; bytes are copied unchanged.
   status allgather(void* out, const void* in, dtype type, std::int64_t count);
   // data: (count); root's data is copied to every rank (binomial tree). Any dtype.
+  // Only receivers check the header, so ranks naming different roots are caught only
+  // where one receives from a rank that names another root.
   status broadcast(void* data, dtype type, std::int64_t count, int root);
   // in: (size(), block_count), block p goes to rank p; out: (size(), block_count),
   // block p came from rank p. in and out must not overlap. Any dtype.
