@@ -66,6 +66,16 @@ struct ulp_tolerance {
 // Vectorized erf (kernels/cpu/vec_math.hpp) vs std::erf in double: measured <= 1.02 ulp with
 // FMA and <= 1.27 without (polynomial fits, exp, and the rounding of 1 - exp); margin to 2.
 inline constexpr ulp_tolerance erf_f32{2.0, "fitted erf polynomials, 1 - exp(q) rounding"};
+// Collective sums (io/net) vs a double sum over ranks rounded to f32 and then to the dtype;
+// inputs in [-1, 1), at most 5 ranks. The fp32 accumulation of N terms in the ring's order
+// errs by at most (N-1) u sum|x| <= 4 * 6e-8 * 5 = 1.2e-6 absolute; the result and the
+// reference each round once to the dtype, so they may sit one ulp of it apart (2 x half an
+// ulp relative). Ranks agree with each other exactly: that is checked bit for bit.
+inline constexpr tolerance collective_sum_f32{2e-6, 0.0,
+                                              "fp32 sum of <= 5 terms in |x| < 1, ring order"};
+inline constexpr tolerance collective_sum_f16{2e-6, 9.8e-4, "fp32 sum, one f16 rounding each side"};
+inline constexpr tolerance collective_sum_bf16{2e-6, 7.8e-3,
+                                               "fp32 sum, one bf16 rounding each side"};
 // Optimizer kernels vs double reference over a few steps.
 inline constexpr tolerance optimizer_step{1e-6, 1e-5, "f32 vs double optimizer arithmetic, few steps"};
 

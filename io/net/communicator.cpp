@@ -1,0 +1,123 @@
+// The communicator: call sequencing, argument checks, allreduce (flat and ring),
+// reduce_scatter and allgather.
+#include "io/net/communicator.hpp"
+
+#include "io/net/call_checks.hpp"
+#include "io/net/fp32_sum.hpp"
+#include "io/net/ring.hpp"
+
+#include <cstring>
+#include <vector>
+
+namespace dsa::net {
+
+chunk partition(std::int64_t count, int ranks, int rank) {
+  DSA_CHECK(ranks >= 1 && rank >= 0 && rank < ranks && count >= 0, "partition({}, {}, {})", count,
+            ranks, rank);
+  const std::int64_t base = count / ranks, extra = count % ranks;
+  return chunk{rank * base + std::min<std::int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
+}
+
+communicator::communicator(transport& t, collective_options options)
+    : transport_(t), options_(options) {}
+
+wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, std::int64_t root) {
+  wire_header h;
+  h.kind = kind;
+  h.type = type;
+  h.seq = seq_++; // consumed even by a call that fails its checks, so ranks stay in step
+  h.count = count;
+  h.root = root;
+  return h;
+}
+
+status communicator::finish(status result) {
+  if (!result)
+    transport_.abort(result.err());
+  return result;
+}
+
+status communicator::allreduce_sum(void* data, dtype type, std::int64_t count) {
+  const bool flat = count >= 0 && static_cast<std::size_t>(count) * dtype_size(type) <
+                                      options_.flat_allreduce_below_bytes;
+  wire_header call = begin(flat ? op_kind::allreduce_flat : op_kind::allreduce_ring, type, count);
+  auto run = [&]() -> status {
+    DSA_TRY(check_call(call, rank()));
+    DSA_TRY(check_reducible(call, rank()));
+    DSA_TRY(check_pointer(call, rank(), "data", data, count));
+    return flat ? allreduce_flat(call, data) : allreduce_ring(call, data);
+  };
+  return finish(run());
+}
+
+status communicator::allreduce_flat(const wire_header& call, void* data) {
+  const int n = size(), r = rank();
+  wire_header h = call;
+  h.payload_bytes = call.count * static_cast<std::int64_t>(dtype_size(call.type));
+  for (int step = 1; step < n; ++step)
+    DSA_TRY(wire_send(transport_, (r + step) % n, h, data));
+  // Received whole before summing, then summed in rank order: the order never depends on
+  // which message arrived first.
+  std::vector<bytes> from(static_cast<std::size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    if (p == r)
+      continue;
+    DSA_ASSIGN_OR_RETURN(from[static_cast<std::size_t>(p)], wire_recv(transport_, p, h));
+  }
+  auto contribution = [&](int p) -> const void* {
+    return p == r ? data
+                  : static_cast<const void*>(from[static_cast<std::size_t>(p)].data() +
+                                             wire_header_bytes);
+  };
+  std::vector<float> acc(static_cast<std::size_t>(call.count)), scratch;
+  widen_to_f32(acc.data(), contribution(0), call.type, call.count);
+  for (int p = 1; p < n; ++p)
+    add_to_f32(acc.data(), contribution(p), call.type, call.count, scratch);
+  narrow_from_f32(data, call.type, acc.data(), call.count);
+  return {};
+}
+
+status communicator::allreduce_ring(const wire_header& call, void* data) {
+  const chunk own = partition(call.count, size(), rank());
+  std::vector<float> sum(static_cast<std::size_t>(own.count));
+  DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, sum.data(), data));
+  // Only this rank's chunk is overwritten, after the reduce-scatter has read all of `data`.
+  narrow_from_f32(static_cast<std::byte*>(data) +
+                      own.offset * static_cast<std::int64_t>(dtype_size(call.type)),
+                  call.type, sum.data(), own.count);
+  return ring_allgather(transport_, call, size(), data);
+}
+
+status communicator::reduce_scatter_sum(void* out, const void* in, dtype type, std::int64_t count) {
+  wire_header call = begin(op_kind::reduce_scatter, type, count);
+  auto run = [&]() -> status {
+    DSA_TRY(check_call(call, rank()));
+    DSA_TRY(check_reducible(call, rank()));
+    const chunk own = partition(count, size(), rank());
+    DSA_TRY(check_pointer(call, rank(), "in", in, count));
+    DSA_TRY(check_pointer(call, rank(), "out", out, own.count));
+    std::vector<float> sum(static_cast<std::size_t>(own.count));
+    DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, sum.data(), in));
+    narrow_from_f32(out, type, sum.data(), own.count);
+    return {};
+  };
+  return finish(run());
+}
+
+status communicator::allgather(void* out, const void* in, dtype type, std::int64_t count) {
+  wire_header call = begin(op_kind::allgather, type, count);
+  auto run = [&]() -> status {
+    DSA_TRY(check_call(call, rank()));
+    const chunk own = partition(count, size(), rank());
+    DSA_TRY(check_pointer(call, rank(), "out", out, count));
+    DSA_TRY(check_pointer(call, rank(), "in", in, own.count));
+    const std::size_t width = dtype_size(type);
+    if (own.count > 0) // memmove: `in` may already be this rank's part of `out`
+      std::memmove(static_cast<std::byte*>(out) + own.offset * static_cast<std::int64_t>(width), in,
+                   static_cast<std::size_t>(own.count) * width);
+    return ring_allgather(transport_, call, 0, out);
+  };
+  return finish(run());
+}
+
+} // namespace dsa::net

@@ -1,0 +1,154 @@
+// allreduce over the in-process transport: both paths, every dtype, awkward sizes,
+// 1..5 ranks; ranks agree bit for bit and match a double reference.
+#include "tests/net/net_support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+namespace dsa::test {
+namespace {
+
+constexpr dtype all_types[] = {dtype::f32, dtype::f16, dtype::bf16};
+
+std::vector<std::int64_t> awkward_sizes(int ranks) {
+  return {0, 1, 7, 97, ranks * 1000 + 3};
+}
+
+enum class path { flat, ring };
+
+net::collective_options forced(path p) {
+  net::collective_options o;
+  o.flat_allreduce_below_bytes = p == path::flat ? std::numeric_limits<std::size_t>::max() : 0;
+  return o;
+}
+
+// Runs one allreduce on `ranks` ranks; returns every rank's result.
+std::vector<typed_buffer> run_allreduce(const std::vector<typed_buffer>& inputs,
+                                        net::collective_options options) {
+  std::vector<typed_buffer> results = inputs;
+  const int ranks = static_cast<int>(inputs.size());
+  run_ranks(ranks, [&](net::transport& t, int r) {
+    net::communicator comm(t, options);
+    auto& buf = results[static_cast<std::size_t>(r)];
+    status s = comm.allreduce_sum(buf.data(), buf.type, buf.size());
+    CHECK_MESSAGE(s.has_value(), (s ? "" : s.err().to_string()));
+  });
+  return results;
+}
+
+std::vector<typed_buffer> random_inputs(dtype type, std::int64_t count, int ranks,
+                                        std::uint32_t seed) {
+  std::vector<typed_buffer> inputs;
+  for (int r = 0; r < ranks; ++r)
+    inputs.push_back(random_buffer(type, count, seed, r));
+  return inputs;
+}
+
+void check_same_on_every_rank(const std::vector<typed_buffer>& results) {
+  for (std::size_t r = 1; r < results.size(); ++r) {
+    INFO("rank " << r << " vs rank 0");
+    CHECK(results[r] == results[0]);
+  }
+}
+
+TEST_CASE(
+    "allreduce: every rank gets the same bits, close to the double reference, on both paths") {
+  for (int ranks = 1; ranks <= 5; ++ranks)
+    for (dtype type : all_types)
+      for (std::int64_t count : awkward_sizes(ranks))
+        for (path p : {path::flat, path::ring}) {
+          INFO("ranks=" << ranks << " dtype=" << dtype_name(type) << " count=" << count
+                        << " path=" << (p == path::flat ? "flat" : "ring"));
+          auto inputs =
+              random_inputs(type, count, ranks, static_cast<std::uint32_t>(count + 7 * ranks));
+          auto results = run_allreduce(inputs, forced(p));
+          check_same_on_every_rank(results);
+          auto expected = reference_sum(inputs);
+          auto got = results[0].widened();
+          DSA_CHECK_CLOSE(got.data(), expected.data(), count, sum_tolerance(type));
+        }
+}
+
+constexpr std::int64_t order_count = 97;
+
+// Runs the allreduce on `p` and checks every rank's result bit for bit against an fp32
+// sum of each element over the ranks first_rank(i), first_rank(i)+1, ... (mod N),
+// rounded once to the dtype.
+void check_fp32_order(path p, std::uint32_t seed,
+                      const std::function<int(std::int64_t, int)>& first_rank) {
+  for (int ranks = 2; ranks <= 5; ++ranks)
+    for (dtype type : all_types) {
+      const std::int64_t count = order_count;
+      INFO("ranks=" << ranks << " dtype=" << dtype_name(type));
+      auto inputs = random_inputs(type, count, ranks, seed + static_cast<std::uint32_t>(ranks));
+      auto results = run_allreduce(inputs, forced(p));
+      typed_buffer expected(type, count);
+      for (std::int64_t i = 0; i < count; ++i) {
+        const int first = first_rank(i, ranks);
+        float s = inputs[static_cast<std::size_t>(first)].get(i);
+        for (int k = 1; k < ranks; ++k)
+          s += inputs[static_cast<std::size_t>((first + k) % ranks)].get(i);
+        expected.set(i, s);
+      }
+      for (int r = 0; r < ranks; ++r)
+        CHECK(results[static_cast<std::size_t>(r)] == expected);
+    }
+}
+
+TEST_CASE("flat allreduce sums in rank order 0..N-1 in fp32 and rounds once") {
+  // The stated order, exactly: a rank that started from its own contribution, or summed
+  // in arrival order, or rounded each partial sum to f16/bf16 would differ here.
+  check_fp32_order(path::flat, 11u, [](std::int64_t, int) { return 0; });
+}
+
+TEST_CASE("ring allreduce sums chunk c starting at rank c+1 in fp32 and rounds once") {
+  check_fp32_order(path::ring, 23u, [](std::int64_t i, int ranks) {
+    int c = 0; // the chunk holding element i
+    while (net::partition(order_count, ranks, c).offset +
+               net::partition(order_count, ranks, c).count <=
+           i)
+      ++c;
+    return (c + 1) % ranks;
+  });
+}
+
+TEST_CASE("consecutive collectives of different sizes, dtypes and paths do not mix") {
+  const int ranks = 4;
+  const std::int64_t sizes[] = {97, 0, 5003, 1, 20000, 7, 4003};
+  const int rounds = 14;
+  std::vector<std::vector<typed_buffer>> inputs(rounds), results(rounds);
+  for (int k = 0; k < rounds; ++k) {
+    const dtype type = all_types[k % 3];
+    inputs[static_cast<std::size_t>(k)] =
+        random_inputs(type, sizes[k % 7], ranks, 100u + static_cast<std::uint32_t>(k));
+    results[static_cast<std::size_t>(k)] = inputs[static_cast<std::size_t>(k)];
+  }
+  std::vector<std::uint64_t> calls(ranks);
+  run_ranks(ranks, [&](net::transport& t, int r) {
+    net::communicator comm(
+        t); // default threshold: 20000 f32 and 5003 f32 take the ring, the rest the flat path
+    for (int k = 0; k < rounds; ++k) {
+      auto& buf = results[static_cast<std::size_t>(k)][static_cast<std::size_t>(r)];
+      CHECK(comm.allreduce_sum(buf.data(), buf.type, buf.size()).has_value());
+      if (k % 4 == 1)
+        CHECK(comm.barrier().has_value());
+    }
+    calls[static_cast<std::size_t>(r)] = comm.calls();
+  });
+  for (int k = 0; k < rounds; ++k) {
+    INFO("round " << k);
+    const auto& res = results[static_cast<std::size_t>(k)];
+    check_same_on_every_rank(res);
+    auto expected = reference_sum(inputs[static_cast<std::size_t>(k)]);
+    auto got = res[0].widened();
+    DSA_CHECK_CLOSE(got.data(), expected.data(), res[0].size(), sum_tolerance(res[0].type));
+  }
+  for (auto c : calls)
+    CHECK(c == static_cast<std::uint64_t>(rounds + (rounds + 2) / 4));
+}
+
+} // namespace
+} // namespace dsa::test
