@@ -23,7 +23,7 @@ caf::actor_system_config make_config(const run_options& options) {
   caf::actor_system_config cfg;
   announce_protocol(cfg);
   // Sharing sleeps on a condition variable when idle; stealing would poll and
-  // take cores from the compute workers (actors-notes §2.8, CAF #1251).
+  // take cores from the compute workers (CAF issue #1251).
   cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("scheduler.max-threads", options.scheduler_threads);
   cfg.set("logger.verbosity", caf::atom("quiet"));

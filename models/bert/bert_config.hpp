@@ -26,7 +26,7 @@ enum class layer_norm_placement { post, pre };
 // (HF BertForQuestionAnswering, which has no pooler).
 enum class head_kind { pretraining, squad };
 
-// DeepSpeed transformer-kernel flags (deepspeed-notes §8). Each trades compute
+// DeepSpeed transformer-kernel flags (its fused BERT layer). Each trades compute
 // in backward for activation memory; results are identical with or without.
 struct memory_flags {
   bool normalize_invertible = false;    // do not stash LayerNorm inputs (encoder layers)
