@@ -88,6 +88,11 @@ public:
   // Fills the first stage's input and the last stage's labels of (step, micro_batch);
   // tensors from the previous use of the slot are passed in for reuse.
   virtual void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) = 0;
+  // Where the source stands after the last fill: numbers a checkpoint stores to
+  // resume the data stream (opaque to the runtime). Called on the feeder's
+  // worker right after a step's last fill; the feeder sends it to the
+  // coordinator (data_position), which hands it to the step hooks. None by default.
+  virtual std::vector<std::uint64_t> position() const { return {}; }
 };
 
 } // namespace dsa::actors

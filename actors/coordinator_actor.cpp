@@ -8,6 +8,7 @@
 #include "core/log.hpp"
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <exception>
@@ -128,7 +129,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   for (double share : st.shares[i]) sum_of_squares += share; // stage order
   const step_summary summary{step, st.args.summary->losses[i],
                              std::chrono::duration<double>(now - st.last_step_done).count(), sum_of_squares,
-                             st.skipped[i], std::move(st.metrics[i])};
+                             st.skipped[i], std::move(st.metrics[i]), st.args.summary->positions[i]};
   st.last_step_done = now;
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
@@ -143,7 +144,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   post_job(self, st.hooks, step, [hooks, summary, step] {
     if (hooks.on_step) hooks.on_step(summary);
     const bool stop = hooks.stop_after && hooks.stop_after(step);
-    return work_done{stop ? 1u : 0u, step, 0, 0.0, {}};
+    return work_done{stop ? 1u : 0u, step, 0, 0.0, {}, {}};
   });
 }
 
@@ -215,6 +216,16 @@ void on_step_report(coordinator_actor* self, const step_report& r) {
   count_report(self, *i, r.step);
 }
 
+void on_data_position(coordinator_actor* self, const data_position& p) {
+  auto& st = self->state;
+  const auto& plan = *st.args.setup.plan;
+  if (p.step < plan.first_step || p.step >= plan.end_step())
+    return fail(self, {"coordinator", p.step,
+                       fmt::format("data position for step {}, outside the run's steps [{}, {})", p.step,
+                                   plan.first_step, plan.end_step())});
+  st.args.summary->positions[p.step - plan.first_step] = p.position;
+}
+
 void on_update_report(coordinator_actor* self, const update_report& r) {
   auto& st = self->state;
   auto i = accept_report(*st.args.setup.plan, st.update_seen, "update report", r.stage, r.step);
@@ -229,7 +240,7 @@ void on_start(coordinator_actor* self) {
   const auto& a = st.args;
   const auto S = static_cast<std::uint32_t>(a.stages.size());
   const auto& plan = *a.setup.plan;
-  self->send(a.feeder, wire_atom::value, a.stages.front(), a.stages.back());
+  self->send(a.feeder, wire_atom::value, a.stages.front(), a.stages.back(), caf::actor_cast<caf::actor>(self));
   for (std::uint32_t s = 0; s < S; ++s) {
     caf::actor up = s == 0 ? a.feeder : a.stages[s - 1];
     caf::actor down = s + 1 < S ? a.stages[s + 1] : caf::actor{};
@@ -255,6 +266,7 @@ void on_start(coordinator_actor* self) {
   st.shares.assign(plan.options.steps, std::vector<double>(S, 0.0));
   st.skipped.assign(plan.options.steps, false);
   st.metrics.assign(plan.options.steps, {});
+  st.args.summary->positions.assign(plan.options.steps, {});
   st.stage_seen.assign(plan.options.steps, std::vector<bool>(S, false));
   st.update_seen = st.stage_seen;
   st.args.summary->losses.assign(plan.options.steps, 0.0);
@@ -290,6 +302,7 @@ caf::behavior coordinator_behavior(coordinator_actor* self, coordinator_args arg
       },
       [=](const step_report& r) { on_step_report(self, r); },
       [=](const update_report& r) { on_update_report(self, r); },
+      [=](const data_position& p) { on_data_position(self, p); },
       [=](tick_atom) { on_tick(self); },
       [=](const work_done& d) { on_hooks_done(self, d); },
       [=](const work_failed& f) { on_hooks_failed(self, f); },

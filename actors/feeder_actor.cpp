@@ -21,7 +21,7 @@ struct feeder_core {
   std::shared_ptr<slot_table> slots;
   batch_source* source;
   endpoint io;
-  caf::actor first, last;
+  caf::actor first, last, coordinator;
   feed_state feed;
   bool started = false;
   compute_worker worker; // last: joined first
@@ -42,9 +42,10 @@ void try_fill(feeder_actor* self) {
   auto slots = c.slots;
   auto* source = c.source;
   const slot_ref input{c.plan.input_edge, fill->slot}, labels{c.plan.labels_edge, fill->slot};
+  const bool last_of_step = mb + 1 == c.plan.options.micro_batches;
   post_job(self, c.worker, step, [=] {
     source->fill(step, mb, slots->at(input)[0], slots->at(labels)[0]);
-    return work_done{0, step, mb, 0.0, {}};
+    return work_done{0, step, mb, 0.0, {}, last_of_step ? source->position() : std::vector<std::uint64_t>{}};
   });
 }
 
@@ -52,6 +53,9 @@ void on_filled(feeder_actor* self, const work_done& d) {
   auto& c = *self->state.core;
   const feed_fill fill = c.feed.on_filled();
   const std::uint32_t last_id = c.plan.stage_id(c.plan.options.stages - 1);
+  // Before the micro-batch goes out, so the position reaches the coordinator before the step can complete.
+  if (d.micro_batch + 1 == c.plan.options.micro_batches)
+    self->send(c.coordinator, data_position{d.step, d.position});
   c.io.send_produced(self, c.first, c.plan.stage_id(0), {c.plan.input_edge, fill.slot}, d.step, d.micro_batch);
   c.io.send_produced(self, c.last, last_id, {c.plan.labels_edge, fill.slot}, d.step, d.micro_batch);
   try_fill(self);
@@ -78,9 +82,10 @@ caf::behavior feeder_behavior(feeder_actor* self, actor_setup setup, batch_sourc
   self->state.plan = setup.plan;
   self->state.core = std::make_unique<feeder_core>(setup, source);
   return {
-      [=](wire_atom, const caf::actor& first, const caf::actor& last) {
+      [=](wire_atom, const caf::actor& first, const caf::actor& last, const caf::actor& coordinator) {
         self->state.core->first = first;
         self->state.core->last = last;
+        self->state.core->coordinator = coordinator;
       },
       [=](go_atom) {
         self->state.core->started = true;

@@ -54,7 +54,7 @@ void start_update(shard_actor* self, const reduced& r) {
   post_job(self, c.worker, step, [=] {
     trace_span span(trace, trace_name::optimizer, id, static_cast<std::int32_t>(index), step, 0);
     const bool applied = optimizer->update(step, totals, slots->at({params, 0}));
-    return work_done{applied ? 1u : 0u, step, 0, totals.own_sum_of_squares, {}};
+    return work_done{applied ? 1u : 0u, step, 0, totals.own_sum_of_squares, {}, {}};
   });
 }
 

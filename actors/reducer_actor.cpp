@@ -110,7 +110,7 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
         mine.copy_from(other);
       }
     }
-    return work_done{kind, step, 0, share, {}};
+    return work_done{kind, step, 0, share, {}, {}};
   });
 }
 

@@ -122,6 +122,8 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;
   result.losses.resize(summary->steps_completed);
+  result.data_positions = summary->positions;
+  result.data_positions.resize(summary->steps_completed);
   result.trace_error = summary->trace_error;
   result.failure = summary->failure;
   if (result.failure) {

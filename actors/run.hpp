@@ -89,6 +89,8 @@ struct run_result {
   std::string error;                   // "<actor> failed in step <k>: <why>" when !ok
   std::uint32_t steps_completed = 0;   // steps done (also on a failure); the next is first_step + steps_completed
   std::vector<double> losses;          // [i]: mean micro-batch loss of step first_step + i, completed steps only
+  // [i]: the data source's position after step first_step + i (batch_source::position), completed steps only
+  std::vector<std::vector<std::uint64_t>> data_positions;
   trace_data trace;                    // the whole trace of the run (empty with trace_mode::off)
   std::string trace_path;              // "" when no run_dir
   std::string trace_error;             // "" when the trace file was written

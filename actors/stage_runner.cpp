@@ -24,7 +24,7 @@ stage_runner::stage_runner(std::shared_ptr<slot_table> slots, stage_edges edges,
     : slots_(std::move(slots)), edges_(edges), compute_(compute), trace_(trace), actor_(actor), stage_(stage) {}
 
 work_done stage_runner::run(const stage_work& w) {
-  work_done done{static_cast<std::uint32_t>(w.kind), w.step, w.micro_batch, 0.0, {}};
+  work_done done{static_cast<std::uint32_t>(w.kind), w.step, w.micro_batch, 0.0, {}, {}};
   const work_key key{w.step, w.micro_batch, w.stash_slot};
   const auto stage = static_cast<std::int32_t>(stage_);
   static const tensor undefined;

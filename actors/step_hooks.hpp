@@ -23,6 +23,9 @@ struct step_summary {
   // The element-wise sum of the last stage's stage_compute::forward_metrics over
   // the step's micro-batches (empty when the compute reports none).
   std::vector<double> metrics;
+  // The data source's position after the step's last micro-batch
+  // (batch_source::position, sent by the feeder; empty when the source has none).
+  std::vector<std::uint64_t> data_position;
 };
 
 struct step_hooks {

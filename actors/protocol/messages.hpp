@@ -55,6 +55,13 @@ struct update_report {
   bool skipped = false;
 };
 
+// Feeder -> coordinator after the last micro-batch of `step` was filled: the
+// data source's position then (batch_source::position), for the step's checkpoint.
+struct data_position {
+  std::uint32_t step = 0;
+  std::vector<std::uint64_t> position;
+};
+
 // Reducer -> every other reducer (global totals): stage `stage`'s share of the
 // step's gradient sum of squares (a tied parameter counted by its owner only).
 struct grad_partial {
@@ -77,12 +84,14 @@ struct reduced {
 // forward; a reducer's job (gather, tied sum, tied copy) and the sum of squares it
 // took; a shard's update (1 applied, 0 skipped) and its stage's share of the norm.
 // metrics: a stage forward's stage_compute::forward_metrics.
+// position: after a feeder's fill of a step's last micro-batch, batch_source::position.
 struct work_done {
   std::uint32_t kind = 0;
   std::uint32_t step = 0;
   std::uint32_t micro_batch = 0;
   double value = 0;
   std::vector<double> metrics;
+  std::vector<std::uint64_t> position;
 };
 
 // Worker thread -> its own actor: a unit of work threw; the actor then fails.
@@ -121,7 +130,11 @@ typename Inspector::result_type inspect(Inspector& f, reduced& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done& x) {
-  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch, x.value, x.metrics);
+  return f(caf::meta::type_name("work_done"), x.kind, x.step, x.micro_batch, x.value, x.metrics, x.position);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, data_position& x) {
+  return f(caf::meta::type_name("data_position"), x.step, x.position);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_failed& x) {

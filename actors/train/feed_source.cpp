@@ -109,26 +109,13 @@ feed_source::feed_source(batch_provider& provider, std::int64_t micro_batch_size
                          bert::head_kind head)
     : provider_(provider), rows_(micro_batch_size), micro_batches_(micro_batches), head_(head) {}
 
-void feed_source::fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) {
+// The provider streams in fill order, which the feeder keeps: (step, micro-batch) need not be looked at.
+void feed_source::fill(std::uint32_t, std::uint32_t, tensor& input, tensor& labels) {
   bert::bert_batch b = provider_.next(rows_);
   input = pack_inputs(b);
   labels = pack_labels(b, head_);
-  if (micro_batch + 1 == micro_batches_) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    cursors_[step] = provider_.cursor();
-  }
 }
 
-data_cursor feed_source::cursor_after(std::uint32_t step) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = cursors_.find(step);
-  DSA_CHECK(it != cursors_.end(), "no data cursor recorded for step {}", step);
-  return it->second;
-}
-
-void feed_source::forget_before(std::uint32_t step) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  cursors_.erase(cursors_.begin(), cursors_.lower_bound(step));
-}
+std::vector<std::uint64_t> feed_source::position() const { return provider_.cursor(); }
 
 } // namespace dsa::train

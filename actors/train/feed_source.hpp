@@ -71,18 +71,14 @@ public:
   feed_source(batch_provider& provider, std::int64_t micro_batch_size, std::uint32_t micro_batches,
               bert::head_kind head);
   void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) override;
-  // The provider's cursor after the last micro-batch of `step` (checks it was filled).
-  data_cursor cursor_after(std::uint32_t step);
-  // Drops the cursors of steps before `step` (no checkpoint can need them any more).
-  void forget_before(std::uint32_t step);
+  // The provider's cursor (the feeder asks after a step's last fill; a checkpoint stores it).
+  std::vector<std::uint64_t> position() const override;
 
 private:
   batch_provider& provider_;
   std::int64_t rows_;
   std::uint32_t micro_batches_;
   bert::head_kind head_;
-  std::mutex mutex_;
-  std::map<std::uint32_t, data_cursor> cursors_;
 };
 
 } // namespace dsa::train

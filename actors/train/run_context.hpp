@@ -42,14 +42,14 @@ bool checkpoint_due(const run_context& ctx, std::uint32_t step);
 // stop_after hook, so no shard starts the next update before this returns.
 class step_reporter {
 public:
-  step_reporter(run_context& ctx, feed_source& source, metrics_writer& metrics, progress& bar,
-                std::vector<const bert_optimizer*> shards)
-      : ctx_(ctx), source_(source), metrics_(metrics), bar_(bar), shards_(std::move(shards)),
+  step_reporter(run_context& ctx, metrics_writer& metrics, progress& bar, std::vector<const bert_optimizer*> shards)
+      : ctx_(ctx), metrics_(metrics), bar_(bar), shards_(std::move(shards)),
         last_(std::chrono::steady_clock::now()) {}
 
   void on_step(const actors::step_summary& s);
-  // Writes the checkpoint of the state after `step` from the shards.
-  void save(std::uint32_t step);
+  // Writes the checkpoint of the state after `step` from the shards;
+  // data_position: the data source's position after that step (step_summary::data_position).
+  void save(std::uint32_t step, const std::vector<std::uint64_t>& data_position);
 
   double last_loss() const { return last_loss_; }
   std::int64_t last_saved() const { return last_saved_; }
@@ -58,7 +58,6 @@ private:
   std::string breakdown();
 
   run_context& ctx_;
-  feed_source& source_;
   metrics_writer& metrics_;
   progress& bar_;
   std::vector<const bert_optimizer*> shards_;

@@ -53,11 +53,12 @@ void step_reporter::on_step(const actors::step_summary& s) {
     r.extra = breakdown();
   bar_.update(r);
   if (checkpoint_due(ctx_, step))
-    save(step);
-  source_.forget_before(step); // the post-run save may still need this step's cursor
+    save(step, s.data_position);
 }
 
-void step_reporter::save(std::uint32_t step) {
+void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& data_position) {
+  if (data_position.empty())
+    throw std::runtime_error(fmt::format("checkpoint of step {}: the feeder sent no data position", step + 1));
   std::vector<state_payload> payloads;
   for (const auto* shard : shards_) payloads.push_back(shard->payload());
   const step_decider& decider = shards_.front()->decider();
@@ -65,7 +66,7 @@ void step_reporter::save(std::uint32_t step) {
   p.next_step = step + 1;
   p.schedule_iteration = decider.schedule_iteration();
   p.scaler = decider.scaler_state();
-  p.data_cursor = source_.cursor_after(step);
+  p.data_cursor = data_position;
   p.skipped_steps = decider.skipped();
   p.stages = ctx_.rc.stages;
   p.layout = describe_layout(ctx_.ranges);

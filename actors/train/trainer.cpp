@@ -420,7 +420,7 @@ int run_training(const run_request& req) {
     }
     std::vector<const bert_optimizer*> shard_views;
     for (const auto& shard : shards) shard_views.push_back(shard.get());
-    step_reporter reporter(ctx, source, *metrics, bar, shard_views);
+    step_reporter reporter(ctx, *metrics, bar, shard_views);
     parts.source = &source;
     actors::run_options ro;
     ro.pipeline.stages = rc.stages;
@@ -450,7 +450,7 @@ int run_training(const run_request& req) {
     const bool stopped = stop_requested(); // also when the signal came during the last step
     if (done >= 0 && done > reporter.last_saved() && (rc.checkpoint.save_final || stopped)) {
       try {
-        reporter.save(static_cast<std::uint32_t>(done));
+        reporter.save(static_cast<std::uint32_t>(done), result.data_positions.back());
       } catch (const std::exception& e) {
         return fail(make_error(errc::io, "{}", e.what()), 1);
       }

@@ -93,3 +93,47 @@ TEST_CASE("step hooks: the last stage's forward metrics arrive summed per step, 
     }
   }
 }
+
+namespace {
+
+// Counts fills; its position is the number of micro-batches filled so far.
+class counting_source : public batch_source {
+public:
+  explicit counting_source(batch_source& inner) : inner_(inner) {}
+  void fill(std::uint32_t step, std::uint32_t micro_batch, dsa::tensor& input, dsa::tensor& labels) override {
+    inner_.fill(step, micro_batch, input, labels);
+    ++filled_;
+  }
+  std::vector<std::uint64_t> position() const override { return {filled_, 7}; }
+
+private:
+  batch_source& inner_;
+  std::uint64_t filled_ = 0;
+};
+
+} // namespace
+
+TEST_CASE("step hooks: the data position after each step comes from the feeder by message") {
+  run_options options;
+  options.pipeline.stages = 2;
+  options.pipeline.micro_batches = 3;
+  options.pipeline.steps = 4;
+  synthetic_pipeline pipe({4, 5, 3, 0.05}, options.pipeline);
+  counting_source source(*pipe.source);
+  auto parts = pipe.parts();
+  parts.source = &source;
+  std::vector<std::vector<std::uint64_t>> seen;
+  options.on_step = [&](const step_summary& s) { seen.push_back(s.data_position); };
+  auto result = run_pipeline(options, parts);
+  CAPTURE(result.error);
+  REQUIRE(result.ok);
+  REQUIRE(seen.size() == 4);
+  REQUIRE(result.data_positions.size() == 4);
+  for (std::uint64_t k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    // Taken right after the step's last fill: the feeder fills ahead, but not into the position.
+    const std::vector<std::uint64_t> want{3 * (k + 1), 7};
+    CHECK(seen[k] == want);
+    CHECK(result.data_positions[k] == want);
+  }
+}
