@@ -11,7 +11,6 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
-#include <functional>
 #include <stdexcept>
 
 namespace dsa::actors {
@@ -177,7 +176,7 @@ void handle(reducer_actor* self, std::uint32_t step, Event&& event) {
   auto& c = *self->state.core;
   reducer_state::result todo = event(c.state);
   if (!todo) {
-    self->quit(make_failure(runtime_errc::protocol, {c.plan.actor_name(c.id), step, todo.err().message}));
+    self->quit(protocol_failure(c.plan.actor_name(c.id), step, todo.err()));
     return;
   }
   execute(self, *todo);
@@ -191,21 +190,15 @@ void fail_protocol(reducer_actor* self, std::uint32_t step, const error& why) {
 void on_produced(reducer_actor* self, const produced& m) {
   auto& c = *self->state.core;
   const bool owner = c.index == 0, copy = c.index + 1 == c.plan.options.stages;
-  std::uint32_t peer = 0;
-  std::function<reducer_state::result(reducer_state&)> event;
-  if (m.ref.edge == c.grads_edge) {
-    peer = c.plan.stage_id(c.index);
-    event = [&](reducer_state& st) { return st.on_grads(m.step); };
-  } else if (c.plan.exchanges_tied() && ((m.ref.edge == c.plan.tied_up_edge && owner) ||
-                                         (m.ref.edge == c.plan.tied_down_edge && copy))) {
-    peer = owner ? c.copy_id() : c.owner_id();
-    event = [&](reducer_state& st) { return st.on_tied_arrived(m.step); };
-  } else {
+  const bool grads = m.ref.edge == c.grads_edge;
+  const bool tied = c.plan.exchanges_tied() &&
+                    ((m.ref.edge == c.plan.tied_up_edge && owner) || (m.ref.edge == c.plan.tied_down_edge && copy));
+  if (!grads && !tied)
     return fail_protocol(self, m.step,
                          make_error(errc::protocol, "produced on edge {}, which this reducer does not read", m.ref.edge));
-  }
+  const std::uint32_t peer = grads ? c.plan.stage_id(c.index) : owner ? c.copy_id() : c.owner_id();
   if (auto st = c.io.received(m, peer); !st) return fail_protocol(self, m.step, st.err());
-  handle(self, m.step, event);
+  handle(self, m.step, [&](reducer_state& st) { return grads ? st.on_grads(m.step) : st.on_tied_arrived(m.step); });
 }
 
 void on_released(reducer_actor* self, const released& m) {

@@ -105,9 +105,8 @@ bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, s
   return b;
 }
 
-feed_source::feed_source(batch_provider& provider, std::int64_t micro_batch_size, std::uint32_t micro_batches,
-                         bert::head_kind head)
-    : provider_(provider), rows_(micro_batch_size), micro_batches_(micro_batches), head_(head) {}
+feed_source::feed_source(batch_provider& provider, std::int64_t micro_batch_size, bert::head_kind head)
+    : provider_(provider), rows_(micro_batch_size), head_(head) {}
 
 // The provider streams in fill order, which the feeder keeps: (step, micro-batch) need not be looked at.
 void feed_source::fill(std::uint32_t, std::uint32_t, tensor& input, tensor& labels) {

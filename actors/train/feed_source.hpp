@@ -12,8 +12,6 @@
 #include "models/bert/bert_batch.hpp"
 
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <vector>
 
 namespace dsa::train {
@@ -68,8 +66,7 @@ bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, s
 
 class feed_source final : public actors::batch_source {
 public:
-  feed_source(batch_provider& provider, std::int64_t micro_batch_size, std::uint32_t micro_batches,
-              bert::head_kind head);
+  feed_source(batch_provider& provider, std::int64_t micro_batch_size, bert::head_kind head);
   void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) override;
   // The provider's cursor (the feeder asks after a step's last fill; a checkpoint stores it).
   std::vector<std::uint64_t> position() const override;
@@ -77,7 +74,6 @@ public:
 private:
   batch_provider& provider_;
   std::int64_t rows_;
-  std::uint32_t micro_batches_;
   bert::head_kind head_;
 };
 

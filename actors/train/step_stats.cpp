@@ -1,7 +1,9 @@
 // Per-step loss and accuracy as forward metrics and back.
 #include "actors/train/step_stats.hpp"
 
-#include "core/error.hpp"
+#include <fmt/format.h>
+
+#include <stdexcept>
 
 namespace dsa::train {
 
@@ -42,8 +44,10 @@ std::vector<double> forward_metrics_of(const bert::bert_losses& l) {
 step_totals step_totals_of(const std::vector<double>& summed) {
   step_totals t;
   if (summed.empty()) return t;
-  DSA_CHECK(summed.size() == metric_count, "step metrics of {} values, expected {}", summed.size(),
-            static_cast<std::size_t>(metric_count));
+  // The sums arrive by message (step_report): a wrong length fails the step hook, and so the run, by name.
+  if (summed.size() != metric_count)
+    throw std::runtime_error(fmt::format("step metrics of {} values, expected {}", summed.size(),
+                                         static_cast<std::size_t>(metric_count)));
   auto count = [&](metric i) { return static_cast<std::int64_t>(summed[i]); };
   t.micro_batches = count(micro_batches);
   t.loss_sum = summed[loss];

@@ -26,7 +26,7 @@ struct step_totals {
 // double holds every integer up to 2^53).
 std::vector<double> forward_metrics_of(const bert::bert_losses& l);
 // The totals of a step from its summed forward metrics; all zero when `summed`
-// is empty (no head on the last stage reported any).
+// is empty (no head on the last stage reported any); throws when it has another length.
 step_totals step_totals_of(const std::vector<double>& summed);
 
 } // namespace dsa::train

@@ -388,7 +388,7 @@ int run_training(const run_request& req) {
     if (!metrics) return fail(metrics.err(), 1);
     progress bar(ctx.first_step, ctx.last_step + 1, rc.steps_per_print, progress::detect_style());
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
-    feed_source source(*ctx.provider, rc.batch.micro_batch_size, M, rc.model.head);
+    feed_source source(*ctx.provider, rc.batch.micro_batch_size, rc.model.head);
     const bool global = rc.gradient_clipping > 0 || rc.working == precision::f16;
     log_info("optimizer updates: {}", global ? "after the reducers exchanged every stage's gradient norm "
                                                "(gradient clipping or loss scaling need it)"
