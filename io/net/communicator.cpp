@@ -18,8 +18,11 @@ chunk partition(std::int64_t count, int ranks, int rank) {
   return chunk{rank * base + std::min<std::int64_t>(rank, extra), base + (rank < extra ? 1 : 0)};
 }
 
-communicator::communicator(transport& t, collective_options options)
-    : transport_(t), options_(options) {}
+communicator::communicator(transport& t, collective_options options, std::uint32_t channel)
+    : transport_(t), options_(options), first_seq_(static_cast<std::uint64_t>(channel) << 40),
+      seq_(first_seq_) {
+  DSA_CHECK(channel < (1u << 23), "communicator channel {} is not below 2^23", channel);
+}
 
 wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, std::int64_t root) {
   wire_header h;

@@ -23,7 +23,9 @@
 // last bit; each is deterministic on its own.
 //
 // Threads: a communicator belongs to one thread (a dedicated communication thread,
-// never an actor thread: calls block until the peers take part).
+// never an actor thread: calls block until the peers take part). Several communicators
+// may share one transport, each on its own thread, when each has its own channel: a
+// channel's calls use tags channel * 2^40 + sequence, so channels never mix.
 #pragma once
 
 #include "core/dtype.hpp"
@@ -56,12 +58,14 @@ chunk partition(std::int64_t count, int ranks, int rank);
 
 class communicator {
 public:
-  explicit communicator(transport& t, collective_options options = {});
+  // channel: below 2^23; every rank's communicator of one conversation uses the same.
+  explicit communicator(transport& t, collective_options options = {}, std::uint32_t channel = 0);
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
   // Calls issued so far (the next call's sequence number).
-  std::uint64_t calls() const { return seq_; }
+  std::uint64_t calls() const { return seq_ - first_seq_; }
+  std::uint32_t channel() const { return static_cast<std::uint32_t>(first_seq_ >> 40); }
 
   // data: (count) in place, f32/f16/bf16; data = sum over ranks.
   status allreduce_sum(void* data, dtype type, std::int64_t count);
@@ -91,6 +95,7 @@ private:
 
   transport& transport_;
   collective_options options_;
+  std::uint64_t first_seq_ = 0;
   std::uint64_t seq_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <thread>
 
 namespace dsa::test {
 namespace {
@@ -148,6 +149,43 @@ TEST_CASE("consecutive collectives of different sizes, dtypes and paths do not m
   }
   for (auto c : calls)
     CHECK(c == static_cast<std::uint64_t>(rounds + (rounds + 2) / 4));
+}
+
+TEST_CASE("communicators on different channels of one transport run concurrently without mixing") {
+  // Each rank runs two threads, each with its own channel's communicator, issuing
+  // allreduces of different sizes at the same time: the results must be each channel's own.
+  const int ranks = 3, rounds = 6;
+  const std::int64_t sizes[2] = {5003, 97};
+  std::vector<typed_buffer> inputs[2], results[2];
+  for (int ch = 0; ch < 2; ++ch) {
+    inputs[ch] = random_inputs(dtype::f32, sizes[ch], ranks, 300u + static_cast<std::uint32_t>(ch));
+    results[ch] = inputs[ch];
+  }
+  run_ranks(ranks, [&](net::transport& t, int r) {
+    std::thread other([&] {
+      net::communicator comm(t, {}, 7);
+      CHECK(comm.channel() == 7u);
+      for (int k = 0; k < rounds; ++k) {
+        auto& buf = results[1][static_cast<std::size_t>(r)];
+        if (k == 0) CHECK(comm.allreduce_sum(buf.data(), buf.type, buf.size()).has_value());
+        else CHECK(comm.barrier().has_value());
+      }
+      CHECK(comm.calls() == static_cast<std::uint64_t>(rounds));
+    });
+    net::communicator comm(t, {}, 1);
+    for (int k = 0; k < rounds; ++k) {
+      auto& buf = results[0][static_cast<std::size_t>(r)];
+      if (k == 0) CHECK(comm.allreduce_sum(buf.data(), buf.type, buf.size()).has_value());
+      else CHECK(comm.barrier().has_value());
+    }
+    other.join();
+  });
+  for (int ch = 0; ch < 2; ++ch) {
+    check_same_on_every_rank(results[ch]);
+    auto expected = reference_sum(inputs[ch]);
+    auto got = results[ch][0].widened();
+    DSA_CHECK_CLOSE(got.data(), expected.data(), results[ch][0].size(), sum_tolerance(dtype::f32));
+  }
 }
 
 } // namespace
