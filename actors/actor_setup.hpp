@@ -2,6 +2,7 @@
 // the trace recorder. Passed to the actors when they are spawned.
 #pragma once
 
+#include "actors/data_parallel.hpp"
 #include "actors/plan.hpp"
 #include "actors/slot_table.hpp"
 #include "actors/trace/trace_recorder.hpp"
@@ -14,6 +15,7 @@ struct actor_setup {
   std::shared_ptr<const pipeline_plan> plan;
   std::shared_ptr<slot_table> slots;
   trace_recorder* trace = nullptr; // may be null: no tracing
+  data_parallel_options dp;        // this run's rank among the data-parallel replicas
 };
 
 } // namespace dsa::actors

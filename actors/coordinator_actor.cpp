@@ -2,6 +2,7 @@
 #include "actors/coordinator_actor.hpp"
 
 #include "actors/compute_worker.hpp"
+#include "actors/data_parallel.hpp"
 #include "actors/protocol/protocol.hpp"
 #include "actors/worker_job.hpp"
 #include "core/error.hpp"
@@ -46,6 +47,8 @@ struct coordinator_state {
   std::chrono::steady_clock::time_point last_progress;
   std::chrono::steady_clock::time_point last_step_done; // the previous step's completion (the start at first)
   bool hook_running = false; // the step hooks of a step run on `hooks`
+  // Data parallelism: the hook thread's channel to the other ranks' coordinators.
+  std::shared_ptr<net::communicator> peers;
   compute_worker hooks;      // last: joined first. Runs the step hooks off the CAF threads
 };
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
@@ -87,6 +90,10 @@ void fail(coordinator_actor* self, failure_info info) {
   auto& st = self->state;
   if (st.phase != coord_phase::running) return;
   log_error("{} failed in step {}: {}", info.actor, info.step, info.why);
+  // The other ranks would wait for this one in their next collective: wake them.
+  if (auto* t = st.args.setup.dp.transport)
+    t->abort(make_error(errc::runtime, "rank {} failed: {} failed in step {}: {}", st.args.setup.dp.rank,
+                        info.actor, info.step, info.why));
   st.args.summary->failure = std::move(info);
   stop_all(self);
 }
@@ -127,24 +134,41 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   const std::uint32_t i = step - plan.first_step;
   double sum_of_squares = 0;
   for (double share : st.shares[i]) sum_of_squares += share; // stage order
-  const step_summary summary{step, st.args.summary->losses[i],
+  step_summary summary{step, st.args.summary->losses[i],
                              std::chrono::duration<double>(now - st.last_step_done).count(), sum_of_squares,
                              st.skipped[i], std::move(st.metrics[i]), st.args.summary->positions[i]};
   st.last_step_done = now;
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
-  if (!hooks.on_step && !hooks.stop_after) {
+  if (!hooks.on_step && !hooks.stop_after && !st.peers) {
     if (step + 1 == plan.end_step()) stop_all(self);
     return;
   }
   // The hooks (metrics, progress, checkpoint writes with their fsyncs) run on
   // the coordinator's own thread, so no CAF scheduler thread blocks on them; the
-  // next step's updates wait for their result (on_hooks_done).
+  // next step's updates wait for their result (on_hooks_done). With data
+  // parallelism the ranks first sum the step's loss and metrics (the hooks see
+  // the group's), and afterwards stop when any rank asks to.
   st.hook_running = true;
-  post_job(self, st.hooks, step, [hooks, summary, step] {
+  post_job(self, st.hooks, step, [hooks, summary, step, peers = st.peers]() mutable {
+    if (peers) {
+      std::vector<double> local = summary.metrics;
+      local.push_back(summary.loss);
+      auto sums = sum_over_ranks(*peers, local);
+      if (!sums)
+        throw std::runtime_error(fmt::format("summing the step's loss over the ranks: {}", sums.err().message));
+      summary.loss = sums->back() / peers->size();
+      sums->pop_back();
+      summary.metrics = std::move(*sums);
+    }
     if (hooks.on_step) hooks.on_step(summary);
-    const bool stop = hooks.stop_after && hooks.stop_after(step);
-    return work_done{stop ? 1u : 0u, step, 0, 0.0, {}, {}};
+    bool stop = hooks.stop_after && hooks.stop_after(step);
+    if (peers) {
+      auto any = any_rank(*peers, stop);
+      if (!any) throw std::runtime_error(fmt::format("agreeing with the other ranks on stopping: {}", any.err().message));
+      stop = *any;
+    }
+    return work_done{stop ? 1u : 0u, step, 0, summary.loss, {}, {}};
   });
 }
 
@@ -154,6 +178,7 @@ void on_hooks_done(coordinator_actor* self, const work_done& d) {
   const auto& plan = *st.args.setup.plan;
   st.hook_running = false;
   st.last_progress = std::chrono::steady_clock::now(); // a long hook (a checkpoint) is progress
+  if (st.peers) st.args.summary->losses[d.step - plan.first_step] = d.value; // the group's mean
   if (st.phase == coord_phase::stopping) {
     if (st.alive.empty()) finish(self);
     return;
@@ -272,6 +297,8 @@ void on_start(coordinator_actor* self) {
   st.args.summary->losses.assign(plan.options.steps, 0.0);
   st.last_progress = std::chrono::steady_clock::now();
   st.last_step_done = st.last_progress;
+  if (a.setup.dp.enabled())
+    st.peers = std::make_shared<net::communicator>(*a.setup.dp.transport, net::collective_options{}, hook_channel);
   set_phase(self, coord_phase::running);
   self->send(a.feeder, go_atom::value);
   self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);

@@ -7,16 +7,25 @@
 
 namespace dsa::actors {
 
-std::string pipeline_plan::actor_name(std::uint32_t id) const {
-  if (id == coordinator_id) return "coordinator";
-  if (id == feeder_id) return "feeder";
-  if (id == tracer_id) return "tracer";
+namespace {
+std::string role_name(const pipeline_options& options, std::uint32_t id) {
+  if (id == pipeline_plan::coordinator_id) return "coordinator";
+  if (id == pipeline_plan::feeder_id) return "feeder";
+  if (id == pipeline_plan::tracer_id) return "tracer";
   if (id < 3 + options.stages) return fmt::format("stage {}", id - 3);
   if (id < 3 + 2 * options.stages) return fmt::format("optimizer {}", id - 3 - options.stages);
   return fmt::format("reducer {}", id - 3 - 2 * options.stages);
 }
+} // namespace
 
-pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step) {
+std::string pipeline_plan::actor_name(std::uint32_t id) const {
+  std::string name = role_name(options, id);
+  if (dp_size > 1) name += fmt::format(" of rank {}", dp_rank);
+  return name;
+}
+
+pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step, int dp_rank,
+                        int dp_size) {
   DSA_CHECK(options.stages > 0 && options.micro_batches > 0 && options.steps > 0,
             "a pipeline needs stages, micro-batches and steps (got {}, {}, {})", options.stages,
             options.micro_batches, options.steps);
@@ -25,6 +34,9 @@ pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std:
   pipeline_plan plan;
   plan.options = options;
   plan.first_step = first_step;
+  DSA_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "data-parallel rank {} of {}", dp_rank, dp_size);
+  plan.dp_rank = dp_rank;
+  plan.dp_size = dp_size;
   plan.feed_slots = feed_slots_for(options.stages);
   plan.input_edge = slots.add_edge("input", plan.feed_slots, 1);
   plan.labels_edge = slots.add_edge("labels", plan.feed_slots, 1);

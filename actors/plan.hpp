@@ -36,6 +36,10 @@ struct pipeline_plan {
   // Absolute number of the run's first step: the run performs steps
   // [first_step, end_step()), and parameter version k is the input of step k.
   std::uint32_t first_step = 0;
+  // This replica's data-parallel rank and the number of replicas; actor names carry
+  // the rank when there are several ("stage 1 of rank 2").
+  int dp_rank = 0;
+  int dp_size = 1;
   std::uint32_t end_step() const { return first_step + options.steps; }
   // Slots of each feed edge: feed_slots_for(stages), enough for the first stage's
   // 1F1B warm-up (feed_state.hpp).
@@ -61,11 +65,13 @@ struct pipeline_plan {
   std::uint32_t shard_id(std::uint32_t s) const { return 3 + options.stages + s; }
   std::uint32_t reducer_id(std::uint32_t s) const { return 3 + 2 * options.stages + s; }
   std::uint32_t actor_count() const { return 3 + 3 * options.stages; }
-  // "coordinator", "feeder", "tracer", "stage 0", ..., "optimizer 0", ..., "reducer 0", ...
+  // "coordinator", "feeder", "tracer", "stage 0", ..., "optimizer 0", ..., "reducer 0", ...,
+  // each followed by " of rank r" when dp_size > 1.
   std::string actor_name(std::uint32_t id) const;
 };
 
 // Adds the plan's edges to `slots` (each with its slot count). first_step: see pipeline_plan.
-pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step = 0);
+pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step = 0,
+                        int dp_rank = 0, int dp_size = 1);
 
 } // namespace dsa::actors

@@ -1,6 +1,7 @@
 // The reducer actor; see reducer_actor.hpp.
 #include "actors/reducer_actor.hpp"
 
+#include "actors/data_parallel.hpp"
 #include "actors/endpoint.hpp"
 #include "actors/protocol/protocol.hpp"
 #include "actors/reducer_state.hpp"
@@ -33,6 +34,10 @@ struct reducer_core {
         state(i, plan.options.stages, role_of(plan, i), plan.options.totals), tied_index(tied),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {
+    if (setup.dp.enabled())
+      replicas = std::make_shared<net::communicator>(*setup.dp.transport, net::collective_options{},
+                                                     reducer_channel(i));
+    bucket_elements = setup.dp.bucket_elements;
     DSA_CHECK(state.role() == tied_role::none || tied_index >= 0,
               "reducer {}: the plan exchanges a tied parameter this stage does not name", i);
   }
@@ -50,6 +55,10 @@ struct reducer_core {
   caf::actor stage, shard;
   std::vector<caf::actor> peers; // [s]: the reducer of stage s
   bool tied_up_free = true;      // copy: the owner has read the offered gradient
+  // Data parallelism: this stage's channel to the same stage's reducers on the other
+  // ranks (used on the worker only), and the bucket size of the gradient sums.
+  std::shared_ptr<net::communicator> replicas;
+  std::int64_t bucket_elements = 0;
   compute_worker worker;         // last: joined first
 };
 
@@ -59,9 +68,12 @@ struct reducer_state_holder {
 };
 using reducer_actor = caf::stateful_actor<reducer_state_holder>;
 
-// Gradients into the shard's f32 buffers; returns the sum of squares of all but `skip`.
-// Gradients that do not fit fail the job (and the reducer, naming them).
-double gather(const slot_contents& grads, slot_contents& buffers, int skip) {
+// Gradients into the shard's f32 buffers, summed over the data-parallel ranks when
+// `replicas` is set; returns the sum of squares of all but `skip` (of the sums).
+// Gradients that do not fit, or a sum the ranks cannot complete, fail the job (and
+// the reducer, naming them).
+double gather(const slot_contents& grads, slot_contents& buffers, int skip, net::communicator* replicas,
+              std::int64_t bucket_elements) {
   if (grads.size() != buffers.size())
     throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers", grads.size(), buffers.size()));
   double share = 0;
@@ -73,8 +85,12 @@ double gather(const slot_contents& grads, slot_contents& buffers, int skip) {
       throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {}", i,
                                            g.defined() ? g.describe() : "(none)", b.describe()));
     cpu::cast(b.raw_data(), dtype::f32, g.raw_data(), g.type(), g.numel());
-    if (static_cast<int>(i) != skip) share += optim::sum_of_squares(b);
   }
+  if (replicas)
+    if (auto s = allreduce_buffers(*replicas, buffers, bucket_elements); !s)
+      throw std::runtime_error("summing the gradients over the data-parallel ranks: " + s.err().message);
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    if (static_cast<int>(i) != skip) share += optim::sum_of_squares(buffers[i]);
   return share;
 }
 
@@ -85,6 +101,8 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
   const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, reduced = c.reduced_edge;
   const int tied = c.tied_index;
   const int skip = c.state.role() == tied_role::none ? -1 : tied;
+  auto replicas = c.replicas;
+  const std::int64_t bucket = c.bucket_elements;
   const slot_ref tied_in = c.state.role() == tied_role::owner ? slot_ref{c.plan.tied_up_edge, 0}
                                                               : slot_ref{c.plan.tied_down_edge, 0};
   post_job(self, c.worker, step, [=] {
@@ -92,7 +110,7 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
     slot_contents& buffers = slots->at({reduced, 0});
     double share = 0;
     if (kind == gather_job) {
-      share = gather(slots->at({grads, 0}), buffers, skip);
+      share = gather(slots->at({grads, 0}), buffers, skip, replicas.get(), bucket);
     } else {
       tensor& mine = buffers.at(static_cast<std::size_t>(tied));
       const tensor& other = slots->at(tied_in).at(0);

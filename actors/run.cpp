@@ -43,7 +43,9 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.watchdog = options.watchdog;
   args.hooks = step_hooks{options.on_step, options.stop_after};
   // Only a run with step hooks holds each update until the coordinator went on past the previous step.
-  const auto release = args.hooks.holds_updates() ? update_release::when_allowed : update_release::immediately;
+  // Data-parallel coordinators agree on every step before the next update.
+  const auto release = args.hooks.holds_updates() || setup.dp.enabled() ? update_release::when_allowed
+                                                                          : update_release::immediately;
   for (std::uint32_t s = 0; s < S; ++s) {
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
     args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));
@@ -88,7 +90,12 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   pipeline_options shape = options.pipeline;
   shape.tied_ends = S > 1 && !parts.tied.empty() && parts.tied.front() >= 0 && parts.tied.back() >= 0;
   auto slots = std::make_shared<slot_table>();
-  auto plan = std::make_shared<const pipeline_plan>(make_plan(shape, *slots, options.first_step));
+  DSA_CHECK(options.dp.size >= 1 && options.dp.rank >= 0 && options.dp.rank < options.dp.size &&
+                (!options.dp.enabled() || (options.dp.transport && options.dp.transport->size() == options.dp.size &&
+                                           options.dp.transport->rank() == options.dp.rank)),
+            "run_pipeline: data-parallel rank {} of {} needs that rank's transport", options.dp.rank, options.dp.size);
+  auto plan = std::make_shared<const pipeline_plan>(
+      make_plan(shape, *slots, options.first_step, options.dp.rank, options.dp.size));
   const bool tracing = options.trace == trace_mode::record;
   trace_recorder trace;
   for (std::uint32_t id = 0; id < plan->actor_count(); ++id) trace.set_actor_name(id, plan->actor_name(id));
@@ -113,11 +120,12 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   if (!options.run_dir.empty() && tracing) {
     std::error_code ec;
     std::filesystem::create_directories(options.run_dir, ec);
-    result.trace_path = (std::filesystem::path(options.run_dir) / "trace.dsat").string();
+    const std::string name = options.dp.rank == 0 ? "trace.dsat" : fmt::format("trace.rank{}.dsat", options.dp.rank);
+    result.trace_path = (std::filesystem::path(options.run_dir) / name).string();
   }
   auto summary = std::make_shared<run_summary>();
-  spawn_and_run(options, parts, actor_setup{plan, slots, tracing ? &trace : nullptr}, summary, result.trace_path,
-                result);
+  spawn_and_run(options, parts, actor_setup{plan, slots, tracing ? &trace : nullptr, options.dp}, summary,
+                result.trace_path, result);
   // The actor system is gone: every actor and worker thread has ended.
   result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "actors/compute.hpp"
+#include "actors/data_parallel.hpp"
 #include "actors/plan.hpp"
 #include "actors/protocol/errors.hpp"
 #include "actors/step_hooks.hpp"
@@ -67,6 +68,15 @@ struct run_options {
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
   std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)
   std::size_t scheduler_threads = 2;         // CAF worker threads (compute runs on its own threads)
+  // This run as one replica of a data-parallel group (data_parallel.hpp). With
+  // dp.size > 1 every rank calls run_pipeline with the same options but its rank
+  // (and its own parts, whose source feeds that rank's share of each step): the
+  // reducers sum each stage's gradients over the ranks, the coordinators sum the
+  // step's loss and metrics and agree on stopping (step_summary and run_result
+  // then hold the group's means), and the shards always wait for allow_atom. The
+  // trace file of rank r > 0 is run_dir/trace.rank<r>.dsat. A failure on any rank
+  // aborts the transport, so every rank's run fails instead of waiting.
+  data_parallel_options dp;
 };
 
 // The model, optimizer and data of a run, borrowed: they must outlive run_pipeline.

@@ -18,14 +18,16 @@ synthetic_pipeline::synthetic_pipeline(const synthetic_model& model, const pipel
   const std::int64_t tied_layer = model.tie_ends ? static_cast<std::int64_t>(model.layers) - 1 : -1;
   for (std::uint32_t s = 0; s < S; ++s) {
     stages.push_back(std::make_unique<linear_stack>(s * per_stage, per_stage, model.width, tied_layer));
-    optimizers.push_back(std::make_unique<sgd>(model.lr, options.micro_batches, model.clip));
+    optimizers.push_back(std::make_unique<sgd>(model.lr, options.micro_batches * static_cast<std::uint32_t>(model.dp_size),
+                                               model.clip));
   }
   if (model.tie_ends) {
     tied.assign(S, -1);
     tied.front() = 0;
     tied.back() = static_cast<int>(per_stage) - 1;
   }
-  source = std::make_unique<synthetic_source>(model.rows, model.width);
+  source = std::make_unique<synthetic_source>(model.rows, model.width,
+                                              static_cast<std::uint32_t>(model.dp_rank) * options.micro_batches);
 }
 
 run_parts synthetic_pipeline::parts() {

@@ -21,6 +21,11 @@ struct synthetic_model {
   // SGD clipping the global gradient norm at `clip` (0: off).
   bool tie_ends = false;
   double clip = 0.0;
+  // Data parallelism: this pipeline is rank dp_rank of dp_size replicas (its source
+  // feeds global micro-batches dp_rank * M .. dp_rank * M + M - 1; SGD averages
+  // over dp_size * M micro-batches).
+  int dp_rank = 0;
+  int dp_size = 1;
 };
 
 struct synthetic_pipeline {

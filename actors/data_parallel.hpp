@@ -1,0 +1,58 @@
+// Data parallelism: a run is one of `size` replicas (ranks) of the same pipeline,
+// each fed a different part of every step's global batch. The replicas of stage s
+// average their gradients before the update, so every rank's optimizer shard of
+// stage s applies the same update to the same weights (ZeRO stage 0: replicated
+// optimizer state). Ranks may be threads of one process (net::local_group) or
+// processes (a transport between processes); the runtime sees only the transport.
+//
+// Who talks to whom, each on its own communicator channel of the transport, so
+// the conversations never mix and each runs on one thread:
+// - channel 0: the coordinators' hook threads, once per step: the step's loss and
+//   forward metrics summed over ranks, then whether any rank asked to stop;
+// - channel 1 + s: the reducers of stage s on their workers: the stage's gradients,
+//   summed in buckets (allreduce_buffers).
+// Every rank issues these in the same order (one step after another, buckets in
+// parameter order), so calls always meet their peers.
+#pragma once
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+#include "io/net/communicator.hpp"
+#include "io/net/transport.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace dsa::actors {
+
+struct data_parallel_options {
+  int rank = 0;
+  int size = 1;
+  // The group's transport (rank() == rank, size() == size); required when size > 1.
+  // Borrowed: it must outlive the run. A failing run aborts it, which wakes every
+  // peer blocked in a collective with the reason.
+  net::transport* transport = nullptr;
+  // Gradients are summed in buckets of at most this many f32 elements (DeepSpeed's
+  // reduce_bucket_size); a larger tensor is summed on its own, in place.
+  std::int64_t bucket_elements = 500'000'000;
+
+  bool enabled() const { return size > 1; }
+};
+
+inline constexpr std::uint32_t hook_channel = 0;
+inline std::uint32_t reducer_channel(std::uint32_t stage) { return 1 + stage; }
+
+// Sums `buffers` (f32, contiguous) over the communicator's ranks in place. Consecutive
+// tensors share a bucket while their total fits `bucket_elements`; a bucket of several
+// tensors is packed into one scratch buffer, summed, and unpacked. Every rank must pass
+// tensors of the same shapes in the same order. The result is bit-identical on every rank.
+status allreduce_buffers(net::communicator& comm, std::vector<tensor>& buffers, std::int64_t bucket_elements);
+
+// Element-wise sums of every rank's `values` (the same length on every rank, else an
+// errc::protocol error), added in rank order in double: exact for counts, and the
+// same bits on every rank.
+expected<std::vector<double>> sum_over_ranks(net::communicator& comm, const std::vector<double>& values);
+// True on every rank when `mine` is true on any.
+expected<bool> any_rank(net::communicator& comm, bool mine);
+
+} // namespace dsa::actors
