@@ -50,7 +50,7 @@ double bert_stage::forward(const actors::work_key& key, const std::vector<tensor
   bert::forward_context ctx;
   ctx.seed = options_.seed;
   ctx.step = key.step;
-  ctx.micro_batch = key.micro_batch;
+  ctx.micro_batch = key.micro_batch + options_.micro_batch_offset;
   ctx.stash_type = working_dtype(options_.working);
   auto result = part_.forward(hidden, batch, ctx, stashes_.at(key.stash));
   if (!result) throw std::runtime_error(result.err().message);

@@ -28,10 +28,15 @@ struct stage_shared {
 struct bert_stage_options {
   bert::bert_config model;
   bert::bert_range range;
-  std::uint32_t micro_batches = 1; // M: the head's loss gradient is scaled by 1/M
+  // The head's loss gradient is scaled by 1/micro_batches: M, or M x R with R
+  // data-parallel ranks (the summed gradients are then the global batch's mean).
+  std::uint32_t micro_batches = 1;
   precision working = precision::f32;
   std::uint64_t seed = 0; // dropout streams
   std::int64_t fail_step = -1; // testing: forward of this step throws
+  // Rank r of R counts its micro-batches from r x M in the dropout streams, so each
+  // global micro-batch draws the masks it would draw on one rank.
+  std::uint32_t micro_batch_offset = 0;
 };
 
 class bert_stage final : public actors::stage_compute {

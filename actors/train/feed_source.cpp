@@ -74,6 +74,17 @@ bert::bert_batch squad_provider::next(std::int64_t rows) {
   return squad_batch(picked, 0, picked.size());
 }
 
+void squad_provider::skip(std::int64_t rows) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (position_ == features_.size()) {
+      ++epoch_;
+      position_ = 0;
+      shuffle_epoch();
+    }
+    ++position_;
+  }
+}
+
 status squad_provider::seek(const data_cursor& c) {
   if (c.size() != 2 || c[1] > features_.size())
     return make_error(errc::format, "SQuAD data cursor does not fit {} features", features_.size());
@@ -105,14 +116,23 @@ bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, s
   return b;
 }
 
-feed_source::feed_source(batch_provider& provider, std::int64_t micro_batch_size, bert::head_kind head)
-    : provider_(provider), rows_(micro_batch_size), head_(head) {}
+feed_source::feed_source(batch_provider& provider, std::int64_t micro_batch_size, bert::head_kind head,
+                         feed_share share)
+    : provider_(provider), rows_(micro_batch_size), head_(head), share_(share) {
+  DSA_CHECK(share.ranks >= 1 && share.rank >= 0 && share.rank < share.ranks && share.micro_batches >= 1,
+            "feed share: rank {} of {}, {} micro-batches", share.rank, share.ranks, share.micro_batches);
+}
 
-// The provider streams in fill order, which the feeder keeps: (step, micro-batch) need not be looked at.
-void feed_source::fill(std::uint32_t, std::uint32_t, tensor& input, tensor& labels) {
+// The provider streams in fill order, which the feeder keeps: only whether this is
+// the step's first or last micro-batch matters (the other ranks' rows lie around them).
+void feed_source::fill(std::uint32_t, std::uint32_t micro_batch, tensor& input, tensor& labels) {
+  const std::int64_t share_rows = rows_ * share_.micro_batches;
+  if (micro_batch == 0 && share_.rank > 0) provider_.skip(share_rows * share_.rank);
   bert::bert_batch b = provider_.next(rows_);
   input = pack_inputs(b);
   labels = pack_labels(b, head_);
+  if (micro_batch + 1 == share_.micro_batches && share_.rank + 1 < share_.ranks)
+    provider_.skip(share_rows * (share_.ranks - 1 - share_.rank));
 }
 
 std::vector<std::uint64_t> feed_source::position() const { return provider_.cursor(); }

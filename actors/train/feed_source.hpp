@@ -12,6 +12,7 @@
 #include "models/bert/bert_batch.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dsa::train {
@@ -26,6 +27,10 @@ public:
   virtual data_cursor cursor() const = 0;
   virtual status seek(const data_cursor& c) = 0;
   virtual std::int64_t rows_per_epoch() const = 0;
+  // Skips `rows` training rows as next() would read them.
+  virtual void skip(std::int64_t rows) { (void)next(rows); }
+  // An independent provider at the same position (a data-parallel rank's own).
+  virtual std::unique_ptr<batch_provider> clone() const = 0;
 };
 
 // Pre-training shards through data::shard_reader (endless epochs).
@@ -36,6 +41,7 @@ public:
   data_cursor cursor() const override;
   status seek(const data_cursor& c) override;
   std::int64_t rows_per_epoch() const override { return reader_.instances_per_epoch(); }
+  std::unique_ptr<batch_provider> clone() const override { return std::make_unique<pretrain_provider>(*this); }
 
 private:
   data::shard_reader reader_;
@@ -49,6 +55,8 @@ public:
   data_cursor cursor() const override { return {epoch_, position_}; }
   status seek(const data_cursor& c) override;
   std::int64_t rows_per_epoch() const override { return static_cast<std::int64_t>(features_.size()); }
+  void skip(std::int64_t rows) override;
+  std::unique_ptr<batch_provider> clone() const override { return std::make_unique<squad_provider>(*this); }
 
 private:
   void shuffle_epoch();
@@ -64,9 +72,19 @@ bert::bert_batch pretrain_batch(const ckpt::named_tensors& t);
 // Turns a batch of features into model input (evaluation uses it too).
 bert::bert_batch squad_batch(const std::vector<data::squad_feature>& features, std::size_t begin, std::size_t end);
 
+// Which share of each step's global batch a source feeds: rank r of R, each rank
+// filling M micro-batches of a global M x R. Rank r's micro-batch m is the global
+// micro-batch r x M + m; the source reads (and drops) the rows of the other ranks'
+// micro-batches, so every rank's provider ends each step at the same position, the
+// one a single rank with M x R micro-batches reaches.
+struct feed_share {
+  int rank = 0, ranks = 1;
+  std::uint32_t micro_batches = 1; // M, per rank
+};
+
 class feed_source final : public actors::batch_source {
 public:
-  feed_source(batch_provider& provider, std::int64_t micro_batch_size, bert::head_kind head);
+  feed_source(batch_provider& provider, std::int64_t micro_batch_size, bert::head_kind head, feed_share share = {});
   void fill(std::uint32_t step, std::uint32_t micro_batch, tensor& input, tensor& labels) override;
   // The provider's cursor (the feeder asks after a step's last fill; a checkpoint stores it).
   std::vector<std::uint64_t> position() const override;
@@ -75,6 +93,7 @@ private:
   batch_provider& provider_;
   std::int64_t rows_;
   bert::head_kind head_;
+  feed_share share_;
 };
 
 } // namespace dsa::train

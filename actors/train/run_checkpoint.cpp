@@ -20,6 +20,7 @@ nlohmann::json progress_to_json(const run_progress_state& s) {
   j["precision"] = s.precision;
   j["micro_batch_size"] = s.micro_batch_size;
   j["gradient_accumulation"] = s.gradient_accumulation;
+  j["data_parallel_size"] = s.data_parallel_size;
   j["config"] = s.config_toml;
   return j;
 }
@@ -41,6 +42,7 @@ expected<run_progress_state> progress_from_json(const nlohmann::json& j, const s
     s.precision = j.at("precision").get<std::string>();
     s.micro_batch_size = j.at("micro_batch_size").get<std::int64_t>();
     s.gradient_accumulation = j.at("gradient_accumulation").get<std::int64_t>();
+    s.data_parallel_size = j.value("data_parallel_size", std::int64_t{1});
     s.config_toml = j.at("config").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     return make_error(errc::format, "{}: manifest state: {}", where, e.what());

@@ -27,6 +27,7 @@ struct run_progress_state {
   std::string layout;    // the stages' layer ranges, e.g. "embeddings + layers [0, 2) | layers [2, 4) + head"
   std::string precision; // fp32, fp16 or bf16
   std::int64_t micro_batch_size = 0, gradient_accumulation = 0;
+  std::int64_t data_parallel_size = 1; // absent in checkpoints of single-rank versions: 1
   std::string config_toml;
 };
 

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace dsa::train {
 namespace {
 
@@ -167,7 +169,17 @@ constexpr const char* zero_optimization_keys[] = {
 constexpr const char* zero_optimization_tables[] = {"offload_param", "offload_optimizer", "zeropp_loco_param",
                                                     "zenflow", "leaf_module"};
 
-void read_data_parallel_keys(const config& cfg, config_problems& problems) {
+void read_devices(const config& cfg, run_config& rc, config_problems& problems) {
+  param_reader r(cfg, "devices", problems);
+  r.read("ranks", rc.ranks);
+  r.check_unknown();
+  if (rc.ranks < 1 || rc.ranks > 64) {
+    r.invalid("ranks", fmt::format("must be in 1..64, got {}", rc.ranks));
+    rc.ranks = 1;
+  }
+}
+
+void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems& problems) {
   auto invalid = [&](const char* key, std::string message) {
     problems.add(cfg.problem(problem_kind::invalid_value, key, std::move(message)));
   };
@@ -194,6 +206,13 @@ void read_data_parallel_keys(const config& cfg, config_problems& problems) {
             fmt::format("ZeRO stage {} is not supported yet; set 0 (or remove the section)", zero));
   // Stage 0 ignores the section's other keys, but like DeepSpeed (whose config
   // models forbid extra fields) a key it does not know is an error.
+  // DeepSpeed configs write bucket sizes as 5e8 (a float in JSON and TOML).
+  double bucket = static_cast<double>(rc.reduce_bucket_elements);
+  cfg.read("zero_optimization.reduce_bucket_size", bucket, problems);
+  if (!(bucket >= 1 && bucket <= 9e15 && bucket == std::floor(bucket)))
+    invalid("zero_optimization.reduce_bucket_size", fmt::format("must be a whole number of elements >= 1, got {}", bucket));
+  else
+    rc.reduce_bucket_elements = static_cast<std::int64_t>(bucket);
   for (const char* key : zero_optimization_keys) cfg.know(fmt::format("zero_optimization.{}", key));
   for (const char* table : zero_optimization_tables) cfg.accept(fmt::format("zero_optimization.{}", table));
 }
@@ -287,7 +306,8 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   rc.run_dir = default_run_dir;
   cfg.read("run_dir", rc.run_dir, problems);
   rc.run_dir = expand_path(rc.run_dir);
-  rc.batch = read_batch_config(cfg, 1, problems);
+  read_devices(cfg, rc, problems);
+  rc.batch = read_batch_config(cfg, rc.ranks, problems);
   rc.model = bert::read_bert_config(cfg, problems, "model");
   cfg.read("init_checkpoint", rc.init_checkpoint, problems);
   rc.init_checkpoint = expand_path(rc.init_checkpoint);
@@ -329,7 +349,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   read_checkpoint(cfg, rc.checkpoint, problems);
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   read_data(cfg, rc.model, rc.data, problems);
-  read_data_parallel_keys(cfg, problems);
+  read_data_parallel_keys(cfg, rc, problems);
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
   return rc;

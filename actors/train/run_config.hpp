@@ -80,6 +80,12 @@ struct run_config {
   precision working = precision::f32;
   optim::loss_scaler_params scaler;
   double gradient_clipping = 1.0;
+  // [devices] ranks: data-parallel replicas in this process (threads sharing an
+  // in-process transport); the batch rule counts them in data_parallel_size.
+  std::int64_t ranks = 1;
+  // zero_optimization.reduce_bucket_size: gradients are summed over the ranks in
+  // buckets of at most this many elements.
+  std::int64_t reduce_bucket_elements = 500'000'000;
   std::uint32_t stages = 1;
   std::string partition = "parameters";
   std::string schedule = "1f1b"; // or "gpipe"

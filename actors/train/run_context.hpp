@@ -23,13 +23,14 @@ namespace dsa::train {
 struct run_context {
   run_config rc;
   config cfg;
-  std::unique_ptr<tok::bert_tokenizer> tokenizer;
+  std::shared_ptr<const tok::bert_tokenizer> tokenizer; // shared by the ranks of the process
   std::unique_ptr<batch_provider> provider;
   std::vector<bert::bert_range> ranges;
   stage_shared shared;
   std::vector<std::unique_ptr<bert_stage>> stages;
   std::uint32_t first_step = 0;
   std::uint32_t last_step = 0; // inclusive
+  int rank = 0;                // data-parallel rank (only rank 0 reports, saves and evaluates)
 };
 
 // Interval checkpoints are taken after the step on the coordinator (the shards then

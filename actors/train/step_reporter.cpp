@@ -73,6 +73,7 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   p.precision = precision_name(ctx_.rc.working);
   p.micro_batch_size = ctx_.rc.batch.micro_batch_size;
   p.gradient_accumulation = ctx_.rc.batch.gradient_accumulation;
+  p.data_parallel_size = ctx_.rc.batch.data_parallel_size;
   p.config_toml = ctx_.cfg.to_toml();
   ckpt::checkpoint_contents c;
   c.step = step + 1;

@@ -23,6 +23,7 @@
 #include "io/ckpt/safetensors.hpp"
 #include "io/data/pretrain_shard.hpp"
 #include "io/data/squad_dataset.hpp"
+#include "io/net/local_transport.hpp"
 #include "models/bert/bert_state.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
@@ -37,6 +38,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 namespace dsa::train {
 namespace {
@@ -119,7 +121,8 @@ status make_provider(run_context& ctx) {
       return make_error(errc::config, "{}: shards (vocab {}, seq {}) do not fit the model (vocab {}, positions {})",
                         d.train_shards, reader.layout().vocab_size, reader.layout().seq_length, ctx.rc.model.vocab_size,
                         ctx.rc.model.max_position_embeddings);
-    log_info("data: {} pre-training shard(s), {} sequences of {} tokens per epoch", shards.size(),
+    if (ctx.rank == 0)
+      log_info("data: {} pre-training shard(s), {} sequences of {} tokens per epoch", shards.size(),
              reader.instances_per_epoch(), reader.layout().seq_length);
     ctx.provider = std::make_unique<pretrain_provider>(std::move(reader));
     return {};
@@ -160,11 +163,18 @@ status make_stages(run_context& ctx) {
     DSA_ASSIGN_OR_RETURN(std::string file, init_weights_file(ctx.rc.init_checkpoint));
     DSA_ASSIGN_OR_RETURN(auto f, ckpt::read_safetensors(file));
     init = std::move(f.tensors);
-    log_info("initial weights from {}", file);
+    if (ctx.rank == 0) log_info("initial weights from {}", file);
   }
   for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
-    bert_stage_options o{ctx.rc.model, ctx.ranges[s], static_cast<std::uint32_t>(ctx.rc.batch.gradient_accumulation),
-                         ctx.rc.working, ctx.rc.seed};
+    const auto M = static_cast<std::uint32_t>(ctx.rc.batch.gradient_accumulation);
+    const auto R = static_cast<std::uint32_t>(ctx.rc.batch.data_parallel_size);
+    bert_stage_options o;
+    o.model = ctx.rc.model;
+    o.range = ctx.ranges[s];
+    o.micro_batches = M * R;
+    o.micro_batch_offset = static_cast<std::uint32_t>(ctx.rank) * M;
+    o.working = ctx.rc.working;
+    o.seed = ctx.rc.seed;
     if (static_cast<std::int64_t>(s) == ctx.rc.fail_stage) o.fail_step = ctx.rc.fail_step;
     auto stage = std::make_unique<bert_stage>(o, ctx.shared);
     stage->part().parameters().init(ctx.rc.seed);
@@ -175,7 +185,8 @@ status make_stages(run_context& ctx) {
       if (!loaded) return make_error(errc::format, "init_checkpoint {}: {}", ctx.rc.init_checkpoint, loaded.err().message);
     }
     const auto& params = stage->part().parameters();
-    log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
+    if (ctx.rank == 0)
+      log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
              ctx.ranges[s].to_string(), params.count(),
              static_cast<double>(params.value_bytes()) / (1 << 20),
              dtype_name(params.value_type()));
@@ -221,13 +232,19 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
   if (progress.precision != precision_name(ctx.rc.working))
     return make_error(errc::config, "{}: saved in {}; this run is {} (fp16.enabled, bf16.enabled)", ck.dir,
                       progress.precision, precision_name(ctx.rc.working));
-  if (progress.micro_batch_size != ctx.rc.batch.micro_batch_size ||
-      progress.gradient_accumulation != ctx.rc.batch.gradient_accumulation)
+  // The data continues where the saved run's global batches ended: the micro-batch and
+  // the global batch must match; how a step's micro-batches split into accumulation
+  // steps and ranks may change (every rank holds the whole state).
+  const auto& b = ctx.rc.batch;
+  if (progress.micro_batch_size != b.micro_batch_size ||
+      progress.micro_batch_size * progress.gradient_accumulation * progress.data_parallel_size != b.train_batch_size)
     return make_error(errc::config,
-                      "{}: saved with micro-batches of {} x {} accumulation steps; this run has {} x {} "
-                      "(train_micro_batch_size_per_gpu, gradient_accumulation_steps)",
-                      ck.dir, progress.micro_batch_size, progress.gradient_accumulation,
-                      ctx.rc.batch.micro_batch_size, ctx.rc.batch.gradient_accumulation);
+                      "{}: saved with batches of {} = micro-batches of {} x {} accumulation steps x {} ranks; this "
+                      "run has {} = {} x {} x {} (train_batch_size, train_micro_batch_size_per_gpu, "
+                      "gradient_accumulation_steps, devices.ranks)",
+                      ck.dir, progress.micro_batch_size * progress.gradient_accumulation * progress.data_parallel_size,
+                      progress.micro_batch_size, progress.gradient_accumulation, progress.data_parallel_size,
+                      b.train_batch_size, b.micro_batch_size, b.gradient_accumulation, b.data_parallel_size);
   auto model = ck.groups.find("model");
   if (model == ck.groups.end()) return make_error(errc::format, "{}: no model weights", ck.dir);
   restored r;
@@ -241,7 +258,7 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
   ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
   DSA_TRY(ctx.provider->seek(progress.data_cursor));
   r.progress = std::move(progress);
-  log_info("resumed from {} at step {}", ck.dir, ctx.first_step);
+  if (ctx.rank == 0) log_info("resumed from {} at step {}", ck.dir, ctx.first_step);
   return r;
 }
 
@@ -255,6 +272,76 @@ bert::bert_part assemble_whole(run_context& ctx) {
   auto loaded = bert::load_state(whole.parameters(), dict, {});
   DSA_CHECK(loaded.has_value(), "assembling the stages into one model: {}", loaded.has_value() ? "" : loaded.err().message);
   return whole;
+}
+
+// What one rank starts from beyond its run_context: its step deciders and, with
+// checkpoint.load, the state it restored.
+struct rank_start {
+  std::vector<std::unique_ptr<step_decider>> deciders;
+  std::optional<restored> resumed;
+};
+
+// Builds the rank's stages and deciders and restores checkpoint.load into them.
+expected<rank_start> prepare_rank(run_context& ctx) {
+  DSA_TRY(make_stages(ctx));
+  rank_start st;
+  DSA_ASSIGN_OR_RETURN(st.deciders, make_deciders(ctx));
+  if (!ctx.rc.checkpoint.load.empty()) {
+    DSA_ASSIGN_OR_RETURN(auto r, restore(ctx, ctx.rc.checkpoint.load));
+    st.resumed = std::move(r);
+    for (auto& d : st.deciders)
+      d->restore(st.resumed->progress.schedule_iteration, st.resumed->progress.scaler,
+                 st.resumed->progress.skipped_steps);
+  }
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) ctx.stages[s]->loss_scale() = st.deciders[s]->loss_scale();
+  return st;
+}
+
+// One rank's part of the run: its share of the data, its optimizer shards, and
+// the runtime's view of its stages and shards.
+struct rank_run {
+  std::unique_ptr<feed_source> source;
+  std::vector<std::unique_ptr<bert_optimizer>> shards;
+  actors::run_parts parts;
+};
+
+expected<rank_run> make_rank_run(run_context& ctx, rank_start& start) {
+  const auto& rc = ctx.rc;
+  rank_run rr;
+  const feed_share share{ctx.rank, static_cast<int>(rc.batch.data_parallel_size),
+                         static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
+  rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);
+  rr.parts.tied.assign(rc.stages, -1);
+  for (std::uint32_t s = 0; s < rc.stages; ++s) {
+    bert_optimizer_options o;
+    o.participant = s;
+    o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
+    // The tied word embedding: on the first stage, and on the last with a pretraining
+    // head (a SQuAD head has no decoder, so no copy); the reducers sum it.
+    for (std::size_t i = 0; i < o.specs.size(); ++i)
+      if (o.specs[i].name == bert::word_embeddings_name()) rr.parts.tied[s] = static_cast<int>(i);
+    o.optimizer = rc.optimizer;
+    o.working = rc.working;
+    o.decider = std::move(start.deciders[s]);
+    if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
+    o.update_ns = &ctx.shared.optimizer_ns;
+    if (start.resumed) {
+      o.resume_masters = start.resumed->masters;
+      o.resume_state = start.resumed->optimizer_states[s];
+    }
+    rr.shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
+    rr.parts.stages.push_back(ctx.stages[s].get());
+    rr.parts.optimizers.push_back(rr.shards.back().get());
+  }
+  rr.parts.source = rr.source.get();
+  if (start.resumed) {
+    try {
+      for (std::uint32_t s = 0; s < rc.stages; ++s) rr.shards[s]->init(ctx.stages[s]->parameters());
+    } catch (const std::exception& e) {
+      return make_error(errc::format, "{}: optimizer state: {}", rc.checkpoint.dir, e.what());
+    }
+  }
+  return rr;
 }
 
 int evaluate(run_context& ctx) {
@@ -360,68 +447,63 @@ int run_training(const run_request& req) {
   if (!rc.data.lower_case) to.case_mode = tok::casing::keep;
   if (*v) ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(**v), to);
   if (auto s = make_provider(ctx); !s) return fail(s.err());
-  log_info("model: {}; precision {}; batch {} = micro {} x accumulation {}", bert::describe(rc.model),
+  log_info("model: {}; precision {}; batch {} = micro {} x accumulation {} x {} rank(s)", bert::describe(rc.model),
            precision_name(rc.working), rc.batch.train_batch_size, rc.batch.micro_batch_size,
-           rc.batch.gradient_accumulation);
+           rc.batch.gradient_accumulation, rc.batch.data_parallel_size);
   std::int64_t total_steps = rc.train_steps;
   if (total_steps == 0)
     total_steps = static_cast<std::int64_t>(std::ceil(rc.epochs * static_cast<double>(ctx.provider->rows_per_epoch()) /
                                                       static_cast<double>(rc.batch.train_batch_size)));
   ctx.last_step = static_cast<std::uint32_t>(std::max<std::int64_t>(total_steps, 1) - 1);
-  if (auto s = make_stages(ctx); !s) return fail(s.err());
-  auto deciders = make_deciders(ctx);
-  if (!deciders) return fail(deciders.err(), 2);
-  std::optional<restored> resumed;
-  if (!rc.checkpoint.load.empty()) {
-    auto r = restore(ctx, rc.checkpoint.load);
-    if (!r) return fail(r.err());
-    resumed = std::move(*r);
-    for (auto& d : *deciders)
-      d->restore(resumed->progress.schedule_iteration, resumed->progress.scaler, resumed->progress.skipped_steps);
+  auto start0 = prepare_rank(ctx);
+  if (!start0) return fail(start0.err());
+  std::vector<rank_start> starts;
+  starts.push_back(std::move(*start0));
+  // Data-parallel ranks 1..R-1 of this process: the same config, each with its own
+  // data provider (a copy at rank 0's position), stages, deciders and restored state.
+  const int R = static_cast<int>(rc.ranks);
+  std::vector<std::unique_ptr<run_context>> replicas;
+  for (int r = 1; r < R; ++r) {
+    auto c = std::make_unique<run_context>();
+    c->rc = ctx.rc;
+    c->cfg = ctx.cfg;
+    c->tokenizer = ctx.tokenizer;
+    c->provider = ctx.provider->clone();
+    c->last_step = ctx.last_step;
+    c->rank = r;
+    auto st = prepare_rank(*c);
+    if (!st) return fail(st.err());
+    starts.push_back(std::move(*st));
+    replicas.push_back(std::move(c));
   }
-  for (std::uint32_t s = 0; s < rc.stages; ++s) ctx.stages[s]->loss_scale() = (*deciders)[s]->loss_scale();
+  auto context_of = [&](int r) -> run_context& { return r == 0 ? ctx : *replicas[static_cast<std::size_t>(r - 1)]; };
 
   int status_code = 0;
   if (ctx.first_step <= ctx.last_step) {
     // Rows are numbered by completed steps: a resumed run keeps rows 1..first_step.
-    auto metrics = resumed ? metrics_writer::open_resumed(rc.run_dir, ctx.first_step) : metrics_writer::open(rc.run_dir);
+    auto metrics = starts[0].resumed ? metrics_writer::open_resumed(rc.run_dir, ctx.first_step)
+                                     : metrics_writer::open(rc.run_dir);
     if (!metrics) return fail(metrics.err(), 1);
     progress bar(ctx.first_step, ctx.last_step + 1, rc.steps_per_print, progress::detect_style());
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
-    feed_source source(*ctx.provider, rc.batch.micro_batch_size, rc.model.head);
     const bool global = rc.gradient_clipping > 0 || rc.working == precision::f16;
     log_info("optimizer updates: {}", global ? "after the reducers exchanged every stage's gradient norm "
                                                "(gradient clipping or loss scaling need it)"
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
-    std::vector<std::unique_ptr<bert_optimizer>> shards;
-    actors::run_parts parts;
-    parts.tied.assign(rc.stages, -1);
-    for (std::uint32_t s = 0; s < rc.stages; ++s) {
-      bert_optimizer_options o;
-      o.participant = s;
-      o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
-      // The tied word embedding: on the first stage, and on the last with a pretraining
-      // head (a SQuAD head has no decoder, so no copy); the reducers sum it.
-      for (std::size_t i = 0; i < o.specs.size(); ++i)
-        if (o.specs[i].name == bert::word_embeddings_name()) parts.tied[s] = static_cast<int>(i);
-      o.optimizer = rc.optimizer;
-      o.working = rc.working;
-      o.decider = std::move((*deciders)[s]);
-      if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
-      o.update_ns = &ctx.shared.optimizer_ns;
-      if (resumed) {
-        o.resume_masters = resumed->masters;
-        o.resume_state = resumed->optimizer_states[s];
-      }
-      shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
-      parts.stages.push_back(ctx.stages[s].get());
-      parts.optimizers.push_back(shards.back().get());
+    if (R > 1)
+      log_info("data parallel: {} ranks in this process; gradients summed over them in buckets of up to {} elements "
+               "(ZeRO stage 0: every rank holds the whole optimizer state)",
+               R, rc.reduce_bucket_elements);
+    std::vector<rank_run> runs;
+    for (int r = 0; r < R; ++r) {
+      auto rr = make_rank_run(context_of(r), starts[static_cast<std::size_t>(r)]);
+      if (!rr) return fail(rr.err(), 1);
+      runs.push_back(std::move(*rr));
     }
     std::vector<const bert_optimizer*> shard_views;
-    for (const auto& shard : shards) shard_views.push_back(shard.get());
+    for (const auto& shard : runs[0].shards) shard_views.push_back(shard.get());
     step_reporter reporter(ctx, *metrics, bar, shard_views);
-    parts.source = &source;
     actors::run_options ro;
     ro.pipeline.stages = rc.stages;
     ro.pipeline.micro_batches = M;
@@ -429,22 +511,35 @@ int run_training(const run_request& req) {
     ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
     ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
     ro.first_step = ctx.first_step;
-    if (resumed) {
-      try {
-        for (std::uint32_t s = 0; s < rc.stages; ++s) shards[s]->init(ctx.stages[s]->parameters());
-      } catch (const std::exception& e) {
-        return fail(make_error(errc::format, "{}: optimizer state: {}", rc.checkpoint.dir, e.what()), 1);
-      }
-      ro.optimizers = actors::optimizer_start::already_loaded;
-    }
-    ro.on_step = [&](const actors::step_summary& summary) { reporter.on_step(summary); };
-    // The shards wait for each on_step to return before their next update (step_hooks.hpp).
+    if (starts[0].resumed) ro.optimizers = actors::optimizer_start::already_loaded;
+    // The shards wait for each on_step to return before their next update (step_hooks.hpp);
+    // with several ranks the coordinators stop when any rank is asked to.
     ro.stop_after = [&](std::uint32_t k) { return stop_requested() && k != ctx.last_step; };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;
-    actors::run_result result = actors::run_pipeline(ro, parts);
+    std::unique_ptr<net::local_group> group;
+    if (R > 1) group = std::make_unique<net::local_group>(R);
+    auto options_of = [&](int r) {
+      actors::run_options o = ro;
+      if (r == 0) o.on_step = [&](const actors::step_summary& summary) { reporter.on_step(summary); };
+      if (group) o.dp = {r, R, &group->at(r), rc.reduce_bucket_elements};
+      return o;
+    };
+    std::vector<actors::run_result> results(static_cast<std::size_t>(R));
+    std::vector<std::thread> threads;
+    for (int r = 1; r < R; ++r)
+      threads.emplace_back([&, r] {
+        results[static_cast<std::size_t>(r)] = actors::run_pipeline(options_of(r), runs[static_cast<std::size_t>(r)].parts);
+      });
+    results[0] = actors::run_pipeline(options_of(0), runs[0].parts);
+    for (auto& t : threads) t.join();
     bar.finish();
-    if (!result.ok) return fail(make_error(errc::runtime, "{}", result.error), 1);
+    const actors::run_result& result = results[0];
+    std::string errors;
+    for (int r = 0; r < R; ++r)
+      if (!results[static_cast<std::size_t>(r)].ok)
+        errors += (errors.empty() ? "" : "\n") + results[static_cast<std::size_t>(r)].error;
+    if (!errors.empty()) return fail(make_error(errc::runtime, "{}", errors), 1);
     // The final checkpoint (or the one a signal asked for): the shards hold that step's state.
     const std::int64_t done = static_cast<std::int64_t>(ctx.first_step) + result.steps_completed - 1;
     const bool stopped = stop_requested(); // also when the signal came during the last step
@@ -466,7 +561,7 @@ int run_training(const run_request& req) {
                  100 * idle.idle_fraction, 100 * bubble);
     }
     log_info("training done: last loss {:.4f}, {} step(s) skipped", reporter.last_loss(),
-             shards.front()->decider().skipped());
+             runs[0].shards.front()->decider().skipped());
     if (stopped) {
       log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", done + 1, req.config_path);
       return 130;

@@ -1,0 +1,102 @@
+// Data parallelism in `dsactor run`: [devices] ranks = R trains the model one rank
+// trains with the same global batch (train_batch_size = micro x accumulation x R).
+#include "tests/support/compare.hpp"
+#include "tests/train/train_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+using namespace dsa;
+
+namespace {
+
+struct finished {
+  ckpt::named_tensors model;
+  nlohmann::json state;
+};
+
+finished train(const std::vector<std::string>& overrides, std::uint64_t step = 5) {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "dp", test::tiny_config(dir.path()), overrides) == 0);
+  auto ck = test::load_run_checkpoint(dir.path() + "/ckpt", "latest");
+  CHECK(ck.manifest.step == step);
+  return {ck.groups.at("model"), ck.manifest.state};
+}
+
+void check_close(const ckpt::named_tensors& got, const ckpt::named_tensors& want) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, t] : want) {
+    INFO(name);
+    REQUIRE(got.count(name) == 1);
+    DSA_CHECK_CLOSE(got.at(name).data<float>(), t.data<float>(), t.numel(), test::layout_equivalence);
+  }
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+} // namespace
+
+// One rank accumulates the step's 4 micro-batch gradients in one buffer; R ranks
+// accumulate 4/R each and sum the R buffers in rank order. Every rank reads the same
+// rows for a global micro-batch and draws the same dropout masks, so only the
+// summation order differs: tolerances.hpp layout_equivalence, as for pipeline layouts.
+TEST_CASE("devices.ranks = 2 and 4, with 1 and 2 stages, equal one rank with the same global batch") {
+  const std::vector<std::string> dropout{"model.hidden_dropout=0.1", "model.attention_dropout=0.1"};
+  auto one = train(dropout);
+  for (int ranks : {2, 4}) {
+    for (int stages : {1, 2}) {
+      CAPTURE(ranks);
+      CAPTURE(stages);
+      auto many = train(with(dropout, {fmt::format("devices.ranks={}", ranks), fmt::format("pipeline.stages={}", stages)}));
+      check_close(many.model, one.model);
+      // The data continues where one rank's would: the cursor is the global batch's.
+      CHECK(many.state["data_cursor"] == one.state["data_cursor"]);
+      CHECK(many.state["data_parallel_size"] == ranks);
+    }
+  }
+}
+
+TEST_CASE("devices.ranks = 2 with fp16 loss scaling equals one rank") {
+  const std::vector<std::string> fp16{"fp16.enabled=true", "fp16.initial_scale_power=8"};
+  auto one = train(fp16);
+  auto two = train(with(fp16, {"devices.ranks=2"}));
+  REQUIRE(two.model.size() == one.model.size());
+  for (const auto& [name, t] : one.model) {
+    INFO(name);
+    DSA_CHECK_CLOSE(two.model.at(name).data<float>(), t.data<float>(), t.numel(), test::data_parallel_fp16);
+  }
+  CHECK(two.state["loss_scaler"] == one.state["loss_scaler"]);
+}
+
+TEST_CASE("a run on 2 ranks resumes on 1 rank, and one on 1 rank on 4, continuing as the uninterrupted run") {
+  test::temp_dir full, part;
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), {"train_steps=6"}) == 0);
+  REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), {"train_steps=3", "devices.ranks=2"}) == 0);
+  REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), {"train_steps=6"}, /*resume=*/true) == 0);
+  auto a = test::load_run_checkpoint(full.path() + "/ckpt", "6");
+  auto b = test::load_run_checkpoint(part.path() + "/ckpt", "6");
+  CHECK(a.manifest.state["data_cursor"] == b.manifest.state["data_cursor"]);
+  check_close(b.groups.at("model"), a.groups.at("model"));
+
+  test::temp_dir part4;
+  REQUIRE(test::run_config(part4.path(), "part", test::tiny_config(part4.path()), {"train_steps=3"}) == 0);
+  REQUIRE(test::run_config(part4.path(), "part", test::tiny_config(part4.path()), {"train_steps=6", "devices.ranks=4"},
+                           /*resume=*/true) == 0);
+  auto c = test::load_run_checkpoint(part4.path() + "/ckpt", "6");
+  check_close(c.groups.at("model"), a.groups.at("model"));
+}
+
+TEST_CASE("devices.ranks must divide the batch, and a failing rank fails the run naming it") {
+  test::temp_dir dir;
+  // train_batch_size 8 = micro 2 x accumulation 4: 3 ranks cannot split it.
+  CHECK(test::run_config(dir.path(), "bad", test::tiny_config(dir.path()), {"devices.ranks=3"}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", test::tiny_config(dir.path()), {"devices.ranks=0"}) == 2);
+  // debug.fail_stage makes stage 0 throw in step 2 on every rank; the run fails, exit 1.
+  CHECK(test::run_config(dir.path(), "fail", test::tiny_config(dir.path()),
+                         {"devices.ranks=2", "debug.fail_stage=0", "debug.fail_step=2"}) == 1);
+}
