@@ -4,8 +4,9 @@
 // the last stage, and (with grad_scope::global) the sum of squares over all
 // stages for clipping and the fp16 overflow check. reducer_state.hpp describes
 // the steps; the compute (casting into the shard's f32 buffers, sums) runs on
-// the reducer's own worker thread. With one data-parallel replica these are the
-// only reductions; a data-parallel all-reduce of the buckets belongs here too.
+// the reducer's own worker thread. With several data-parallel ranks the gather
+// job also sums the stage's gradients over the ranks (data_parallel.hpp) before
+// taking the sum of squares.
 #pragma once
 
 #include "actors/actor_setup.hpp"

@@ -6,7 +6,8 @@
 //
 // Per step k the reducer of stage s
 //   1. gathers the stage's accumulated gradients into its optimizer shard's f32
-//      buffers and takes their sum of squares (its share; a tied copy excluded);
+//      buffers (summed over the data-parallel ranks, if several) and takes their
+//      sum of squares (its share; a tied copy excluded);
 //   2. with a tied parameter between the first and the last stage: the copy
 //      (last stage) offers its tied gradient to the owner (first stage), the
 //      owner adds it to its own, counts the sum in its share and offers the sum
