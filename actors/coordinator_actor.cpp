@@ -150,11 +150,13 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   // parallelism the ranks first sum the step's loss and metrics (the hooks see
   // the group's), and afterwards stop when any rank asks to.
   st.hook_running = true;
-  post_job(self, st.hooks, step, [hooks, summary, step, peers = st.peers]() mutable {
+  post_job(self, st.hooks, step,
+           [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger,
+            caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
     if (peers) {
       std::vector<double> local = summary.metrics;
       local.push_back(summary.loss);
-      auto sums = sum_over_ranks(*peers, local);
+      auto sums = sum_over_ranks(*peers, local, logger, caller);
       if (!sums)
         throw std::runtime_error(fmt::format("summing the step's loss over the ranks: {}", sums.err().message));
       summary.loss = sums->back() / peers->size();
@@ -164,7 +166,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
     if (hooks.on_step) hooks.on_step(summary);
     bool stop = hooks.stop_after && hooks.stop_after(step);
     if (peers) {
-      auto any = any_rank(*peers, stop);
+      auto any = any_rank(*peers, stop, logger, caller);
       if (!any) throw std::runtime_error(fmt::format("agreeing with the other ranks on stopping: {}", any.err().message));
       stop = *any;
     }

@@ -17,10 +17,12 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "io/net/comms_logger.hpp"
 #include "io/net/communicator.hpp"
 #include "io/net/transport.hpp"
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace dsa::actors {
@@ -35,6 +37,8 @@ struct data_parallel_options {
   // Gradients are summed in buckets of at most this many f32 elements (DeepSpeed's
   // reduce_bucket_size); a larger tensor is summed on its own, in place.
   std::int64_t bucket_elements = 500'000'000;
+  // comms_logger: times every collective the run issues (borrowed; may be null).
+  net::comms_logger* logger = nullptr;
 
   bool enabled() const { return size > 1; }
 };
@@ -46,13 +50,18 @@ inline std::uint32_t reducer_channel(std::uint32_t stage) { return 1 + stage; }
 // tensors share a bucket while their total fits `bucket_elements`; a bucket of several
 // tensors is packed into one scratch buffer, summed, and unpacked. Every rank must pass
 // tensors of the same shapes in the same order. The result is bit-identical on every rank.
-status allreduce_buffers(net::communicator& comm, std::vector<tensor>& buffers, std::int64_t bucket_elements);
+// Each bucket's sum is one "all_reduce" in `logger` (when given), issued by `caller`.
+status allreduce_buffers(net::communicator& comm, std::vector<tensor>& buffers, std::int64_t bucket_elements,
+                         net::comms_logger* logger = nullptr, std::string_view caller = {});
 
 // Element-wise sums of every rank's `values` (the same length on every rank, else an
 // errc::protocol error), added in rank order in double: exact for counts, and the
 // same bits on every rank.
-expected<std::vector<double>> sum_over_ranks(net::communicator& comm, const std::vector<double>& values);
-// True on every rank when `mine` is true on any.
-expected<bool> any_rank(net::communicator& comm, bool mine);
+// Logged as an "all_gather".
+expected<std::vector<double>> sum_over_ranks(net::communicator& comm, const std::vector<double>& values,
+                                             net::comms_logger* logger = nullptr, std::string_view caller = {});
+// True on every rank when `mine` is true on any. Logged as an "all_gather".
+expected<bool> any_rank(net::communicator& comm, bool mine, net::comms_logger* logger = nullptr,
+                        std::string_view caller = {});
 
 } // namespace dsa::actors

@@ -38,6 +38,7 @@ struct reducer_core {
       replicas = std::make_shared<net::communicator>(*setup.dp.transport, net::collective_options{},
                                                      reducer_channel(i));
     bucket_elements = setup.dp.bucket_elements;
+    logger = setup.dp.logger;
     DSA_CHECK(state.role() == tied_role::none || tied_index >= 0,
               "reducer {}: the plan exchanges a tied parameter this stage does not name", i);
   }
@@ -59,6 +60,7 @@ struct reducer_core {
   // ranks (used on the worker only), and the bucket size of the gradient sums.
   std::shared_ptr<net::communicator> replicas;
   std::int64_t bucket_elements = 0;
+  net::comms_logger* logger = nullptr;
   compute_worker worker;         // last: joined first
 };
 
@@ -73,7 +75,7 @@ using reducer_actor = caf::stateful_actor<reducer_state_holder>;
 // Gradients that do not fit, or a sum the ranks cannot complete, fail the job (and
 // the reducer, naming them).
 double gather(const slot_contents& grads, slot_contents& buffers, int skip, net::communicator* replicas,
-              std::int64_t bucket_elements) {
+              std::int64_t bucket_elements, net::comms_logger* logger, const std::string& caller) {
   if (grads.size() != buffers.size())
     throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers", grads.size(), buffers.size()));
   double share = 0;
@@ -87,7 +89,7 @@ double gather(const slot_contents& grads, slot_contents& buffers, int skip, net:
     cpu::cast(b.raw_data(), dtype::f32, g.raw_data(), g.type(), g.numel());
   }
   if (replicas)
-    if (auto s = allreduce_buffers(*replicas, buffers, bucket_elements); !s)
+    if (auto s = allreduce_buffers(*replicas, buffers, bucket_elements, logger, caller); !s)
       throw std::runtime_error("summing the gradients over the data-parallel ranks: " + s.err().message);
   for (std::size_t i = 0; i < buffers.size(); ++i)
     if (static_cast<int>(i) != skip) share += optim::sum_of_squares(buffers[i]);
@@ -103,6 +105,8 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
   const int skip = c.state.role() == tied_role::none ? -1 : tied;
   auto replicas = c.replicas;
   const std::int64_t bucket = c.bucket_elements;
+  auto* logger = c.logger;
+  const std::string caller = c.plan.actor_name(c.id);
   const slot_ref tied_in = c.state.role() == tied_role::owner ? slot_ref{c.plan.tied_up_edge, 0}
                                                               : slot_ref{c.plan.tied_down_edge, 0};
   post_job(self, c.worker, step, [=] {
@@ -110,7 +114,7 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
     slot_contents& buffers = slots->at({reduced, 0});
     double share = 0;
     if (kind == gather_job) {
-      share = gather(slots->at({grads, 0}), buffers, skip, replicas.get(), bucket);
+      share = gather(slots->at({grads, 0}), buffers, skip, replicas.get(), bucket, logger, caller);
     } else {
       tensor& mine = buffers.at(static_cast<std::size_t>(tied));
       const tensor& other = slots->at(tied_in).at(0);

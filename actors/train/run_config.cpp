@@ -7,7 +7,9 @@
 
 #include <cstdlib>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace dsa::train {
@@ -177,6 +179,21 @@ void read_devices(const config& cfg, run_config& rc, config_problems& problems) 
     r.invalid("ranks", fmt::format("must be in 1..64, got {}", rc.ranks));
     rc.ranks = 1;
   }
+}
+
+void read_comms_logger(const config& cfg, run_config& rc, config_problems& problems) {
+  param_reader r(cfg, "comms_logger", problems);
+  auto& o = rc.comms_logger;
+  r.read("enabled", o.enabled);
+  r.read("verbose", o.verbose);
+  r.read("prof_all", o.prof_all);
+  r.read("debug", o.debug);
+  r.read("prof_ops", o.prof_ops);
+  r.check_unknown();
+  const auto& known = net::comms_logger_ops();
+  for (const auto& op : o.prof_ops)
+    if (std::find(known.begin(), known.end(), op) == known.end())
+      r.invalid("prof_ops", fmt::format("unknown operation '{}'; known: {}", op, fmt::join(known, ", ")));
 }
 
 void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems& problems) {
@@ -350,6 +367,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   read_data(cfg, rc.model, rc.data, problems);
   read_data_parallel_keys(cfg, rc, problems);
+  read_comms_logger(cfg, rc, problems);
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
   return rc;

@@ -6,6 +6,7 @@
 // config is reported at once.
 #pragma once
 
+#include "io/net/comms_logger.hpp"
 #include "actors/train/batch_config.hpp"
 #include "actors/train/precision.hpp"
 #include "core/config.hpp"
@@ -86,6 +87,7 @@ struct run_config {
   // zero_optimization.reduce_bucket_size: gradients are summed over the ranks in
   // buckets of at most this many elements.
   std::int64_t reduce_bucket_elements = 500'000'000;
+  net::comms_logger_options comms_logger; // [comms_logger], DeepSpeed's keys
   std::uint32_t stages = 1;
   std::string partition = "parameters";
   std::string schedule = "1f1b"; // or "gpipe"

@@ -519,10 +519,12 @@ int run_training(const run_request& req) {
     ro.run_dir = rc.run_dir;
     std::unique_ptr<net::local_group> group;
     if (R > 1) group = std::make_unique<net::local_group>(R);
+    // comms_logger: rank 0's collectives (every rank issues the same ones).
+    net::comms_logger comms(rc.comms_logger, R);
     auto options_of = [&](int r) {
       actors::run_options o = ro;
       if (r == 0) o.on_step = [&](const actors::step_summary& summary) { reporter.on_step(summary); };
-      if (group) o.dp = {r, R, &group->at(r), rc.reduce_bucket_elements};
+      if (group) o.dp = {r, R, &group->at(r), rc.reduce_bucket_elements, r == 0 ? &comms : nullptr};
       return o;
     };
     std::vector<actors::run_result> results(static_cast<std::size_t>(R));
@@ -535,6 +537,11 @@ int run_training(const run_request& req) {
     for (auto& t : threads) t.join();
     bar.finish();
     const actors::run_result& result = results[0];
+    if (comms.enabled()) {
+      const std::string table = comms.summary();
+      log_info("comms_logger summary (rank 0 of {}; nccl-tests bandwidths):\n{}", R,
+               table.empty() ? std::string("no collectives (one rank)") : table);
+    }
     std::string errors;
     for (int r = 0; r < R; ++r)
       if (!results[static_cast<std::size_t>(r)].ok)

@@ -100,3 +100,24 @@ TEST_CASE("devices.ranks must divide the batch, and a failing rank fails the run
   CHECK(test::run_config(dir.path(), "fail", test::tiny_config(dir.path()),
                          {"devices.ranks=2", "debug.fail_stage=0", "debug.fail_step=2"}) == 1);
 }
+
+TEST_CASE("comms_logger on 2 ranks: one gradient all_reduce per stage and step, summarized at the end") {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "comms", test::tiny_config(dir.path()),
+                           {"devices.ranks=2", "pipeline.stages=2", "comms_logger.enabled=true",
+                            "comms_logger.prof_all=false", "comms_logger.prof_ops=[\"all_reduce\"]",
+                            "comms_logger.debug=true"}) == 0);
+  std::ifstream in(dir.path() + "/run/train.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string log = text.str();
+  const auto at = log.find("comms_logger summary");
+  REQUIRE(at != std::string::npos);
+  const std::string table = log.substr(at);
+  // Each stage's gradients fit one bucket: 5 steps x one all_reduce per stage.
+  CHECK(table.find("reducer 0 of rank 0 x5") != std::string::npos);
+  CHECK(table.find("reducer 1 of rank 0 x5") != std::string::npos);
+  CHECK(table.find("all_gather") == std::string::npos); // not in prof_ops
+
+  CHECK(test::run_config(dir.path(), "comms", test::tiny_config(dir.path()), {"comms_logger.prof_ops=[\"allreduce\"]"}) == 2);
+}
