@@ -8,7 +8,9 @@
 
 #include "core/tensor.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace dsa::actors {
@@ -52,6 +54,21 @@ public:
   // Working parameters and their accumulated gradients, as views, in a fixed order.
   virtual std::vector<tensor> parameters() = 0;
   virtual std::vector<tensor> gradients() = 0;
+  // The accumulated gradient of parameter `index` as the reducer reads it (what
+  // gradients()[index] is), taken after the step's last backward, or during it
+  // once the gradient is final (see set_gradients_final); it must not change the
+  // other gradients.
+  virtual tensor gradient(std::size_t index) { return gradients().at(index); }
+
+  // Overlapping communication with backward (overlap_comm): before the step's
+  // last backward the runtime installs a listener, and clears it (an empty
+  // function) after. A compute that can tells it, during that backward, which
+  // parameters' gradients are final for the step, as ranges [first, last) of
+  // parameters() (each index once); the runtime then sends those buckets to the
+  // reducer while the backward goes on. Calls come on the worker running the
+  // backward. A compute that never calls it has its gradients sent after the backward.
+  using gradients_final_fn = std::function<void(std::size_t first, std::size_t last)>;
+  virtual void set_gradients_final(gradients_final_fn listener) { (void)listener; }
   // Installs a new parameter version (same order and shapes) and zeros the gradients.
   virtual void load_parameters(const std::vector<tensor>& updated) = 0;
 };

@@ -37,6 +37,9 @@ struct data_parallel_options {
   // Gradients are summed in buckets of at most this many f32 elements (DeepSpeed's
   // reduce_bucket_size); a larger tensor is summed on its own, in place.
   std::int64_t bucket_elements = 500'000'000;
+  // overlap_comm: a stage sends each gradient bucket to its reducer as soon as
+  // backward has finished it, so the sums overlap the rest of the backward.
+  bool overlap = false;
   // comms_logger: times every collective the run issues (borrowed; may be null).
   net::comms_logger* logger = nullptr;
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dsa::actors {
 
 namespace {
@@ -24,6 +26,28 @@ std::string pipeline_plan::actor_name(std::uint32_t id) const {
   return name;
 }
 
+std::vector<grad_bucket> make_grad_buckets(const std::vector<std::int64_t>& sizes, std::int64_t bucket_elements) {
+  std::vector<grad_bucket> out;
+  auto end = static_cast<std::uint32_t>(sizes.size());
+  while (end > 0) {
+    std::uint32_t first = end - 1;
+    std::int64_t total = sizes[first];
+    while (first > 0 && total + sizes[first - 1] <= bucket_elements) total += sizes[--first];
+    out.push_back({first, end});
+    end = first;
+  }
+  return out;
+}
+
+const std::vector<grad_bucket>& pipeline_plan::buckets_of(std::uint32_t s) const {
+  static const std::vector<grad_bucket> none;
+  return s < options.grad_buckets.size() ? options.grad_buckets[s] : none;
+}
+
+std::uint32_t pipeline_plan::grads_slots(std::uint32_t s) const {
+  return std::max<std::uint32_t>(1, static_cast<std::uint32_t>(buckets_of(s).size()));
+}
+
 pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step, int dp_rank,
                         int dp_size) {
   DSA_CHECK(options.stages > 0 && options.micro_batches > 0 && options.steps > 0,
@@ -37,6 +61,8 @@ pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std:
   DSA_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "data-parallel rank {} of {}", dp_rank, dp_size);
   plan.dp_rank = dp_rank;
   plan.dp_size = dp_size;
+  DSA_CHECK(options.grad_buckets.empty() || options.grad_buckets.size() == options.stages,
+            "gradient buckets for {} stages in a plan of {}", options.grad_buckets.size(), options.stages);
   plan.feed_slots = feed_slots_for(options.stages);
   plan.input_edge = slots.add_edge("input", plan.feed_slots, 1);
   plan.labels_edge = slots.add_edge("labels", plan.feed_slots, 1);
@@ -45,7 +71,7 @@ pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std:
     plan.gradient_edges.push_back(slots.add_edge(fmt::format("gradient {}", s), options.gradient_slots, 1));
   }
   for (std::uint32_t s = 0; s < options.stages; ++s) {
-    plan.grads_edges.push_back(slots.add_edge(fmt::format("grads {}", s), 1, 0));
+    plan.grads_edges.push_back(slots.add_edge(fmt::format("grads {}", s), plan.grads_slots(s), 0));
     plan.reduced_edges.push_back(slots.add_edge(fmt::format("reduced {}", s), 1, 0));
     plan.params_edges.push_back(slots.add_edge(fmt::format("params {}", s), 1, 0));
   }

@@ -18,6 +18,17 @@ enum class grad_scope : std::uint8_t {
   per_stage, // its own stage's only: each shard updates as soon as its stage's gradients are reduced
 };
 
+// A bucket of a stage's gradients: the parameters [first, last) of its
+// stage_compute::parameters(), published to the reducer in one slot.
+struct grad_bucket {
+  std::uint32_t first = 0, last = 0;
+};
+
+// Buckets over parameters of `sizes` elements, in the order backward finishes
+// them: from the last parameter down, each taking consecutive parameters while
+// their total stays within `bucket_elements` (a larger parameter alone).
+std::vector<grad_bucket> make_grad_buckets(const std::vector<std::int64_t>& sizes, std::int64_t bucket_elements);
+
 struct pipeline_options {
   std::uint32_t stages = 1;
   std::uint32_t micro_batches = 1; // gradient accumulation steps M
@@ -29,6 +40,9 @@ struct pipeline_options {
   // The first and the last stage hold one shared (tied) parameter whose gradients
   // are summed before the update, like BERT's word embedding and MLM decoder.
   bool tied_ends = false;
+  // [s]: stage s's gradient buckets in publish order (the grads edge gets one slot
+  // per bucket); empty, or empty for a stage: one bucket of all its parameters.
+  std::vector<std::vector<grad_bucket>> grad_buckets;
 };
 
 struct pipeline_plan {
@@ -48,7 +62,7 @@ struct pipeline_plan {
   std::uint32_t labels_edge = 0; // feeder -> stage S-1: {labels}
   std::vector<std::uint32_t> activation_edges; // [s]: stage s -> s + 1, {activation}
   std::vector<std::uint32_t> gradient_edges;   // [s]: stage s + 1 -> s, {dLoss/d activation}
-  std::vector<std::uint32_t> grads_edges;      // [s]: stage s -> reducer s, accumulated parameter gradients
+  std::vector<std::uint32_t> grads_edges;      // [s]: stage s -> reducer s, accumulated parameter gradients (a slot per bucket)
   std::vector<std::uint32_t> reduced_edges;    // [s]: reducer s -> shard s, reduced f32 gradients
   std::vector<std::uint32_t> params_edges;     // [s]: shard s -> stage s, a parameter version
   // With tied_ends and several stages: the last stage's tied gradient to the first
@@ -57,6 +71,9 @@ struct pipeline_plan {
   std::uint32_t tied_up_edge = no_edge;
   std::uint32_t tied_down_edge = no_edge;
   bool exchanges_tied() const { return tied_up_edge != no_edge; }
+  // Stage s's gradient buckets (options.grad_buckets[s]); empty: one bucket of every parameter.
+  const std::vector<grad_bucket>& buckets_of(std::uint32_t s) const;
+  std::uint32_t grads_slots(std::uint32_t s) const;
 
   static constexpr std::uint32_t coordinator_id = 0;
   static constexpr std::uint32_t feeder_id = 1;

@@ -12,13 +12,14 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace dsa::actors {
 
 namespace {
 
-enum job_kind : std::uint32_t { gather_job = 0, tied_sum_job = 1, tied_copy_job = 2 };
+enum job_kind : std::uint32_t { gather_job = 0, tied_sum_job = 1, tied_copy_job = 2, bucket_job = 3 };
 
 tied_role role_of(const pipeline_plan& plan, std::uint32_t index) {
   if (!plan.exchanges_tied()) return tied_role::none;
@@ -38,6 +39,7 @@ struct reducer_core {
       replicas = std::make_shared<net::communicator>(*setup.dp.transport, net::collective_options{},
                                                      reducer_channel(i));
     bucket_elements = setup.dp.bucket_elements;
+    bucket_arrived.assign(plan.grads_slots(i), false);
     logger = setup.dp.logger;
     DSA_CHECK(state.role() == tied_role::none || tied_index >= 0,
               "reducer {}: the plan exchanges a tied parameter this stage does not name", i);
@@ -61,6 +63,12 @@ struct reducer_core {
   std::shared_ptr<net::communicator> replicas;
   std::int64_t bucket_elements = 0;
   net::comms_logger* logger = nullptr;
+  // The step's gradient buckets (one grads slot each): which arrived, how many
+  // were summed over the ranks, the next to sum (buckets are summed in order, so
+  // every rank issues the same collectives in the same order).
+  std::optional<std::uint32_t> bucket_step;
+  std::vector<bool> bucket_arrived;
+  std::uint32_t buckets_summed = 0, next_sum = 0;
   compute_worker worker;         // last: joined first
 };
 
@@ -70,12 +78,10 @@ struct reducer_state_holder {
 };
 using reducer_actor = caf::stateful_actor<reducer_state_holder>;
 
-// Gradients into the shard's f32 buffers, summed over the data-parallel ranks when
-// `replicas` is set; returns the sum of squares of all but `skip` (of the sums).
-// Gradients that do not fit, or a sum the ranks cannot complete, fail the job (and
-// the reducer, naming them).
-double gather(const slot_contents& grads, slot_contents& buffers, int skip, net::communicator* replicas,
-              std::int64_t bucket_elements, net::comms_logger* logger, const std::string& caller) {
+// Gradients (already summed over the data-parallel ranks, if several) into the
+// shard's f32 buffers; returns the sum of squares of all but `skip`. Gradients
+// that do not fit fail the job (and the reducer, naming them).
+double gather(const slot_contents& grads, slot_contents& buffers, int skip) {
   if (grads.size() != buffers.size())
     throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers", grads.size(), buffers.size()));
   double share = 0;
@@ -88,9 +94,6 @@ double gather(const slot_contents& grads, slot_contents& buffers, int skip, net:
                                            g.defined() ? g.describe() : "(none)", b.describe()));
     cpu::cast(b.raw_data(), dtype::f32, g.raw_data(), g.type(), g.numel());
   }
-  if (replicas)
-    if (auto s = allreduce_buffers(*replicas, buffers, bucket_elements, logger, caller); !s)
-      throw std::runtime_error("summing the gradients over the data-parallel ranks: " + s.err().message);
   for (std::size_t i = 0; i < buffers.size(); ++i)
     if (static_cast<int>(i) != skip) share += optim::sum_of_squares(buffers[i]);
   return share;
@@ -103,10 +106,8 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
   const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, reduced = c.reduced_edge;
   const int tied = c.tied_index;
   const int skip = c.state.role() == tied_role::none ? -1 : tied;
-  auto replicas = c.replicas;
-  const std::int64_t bucket = c.bucket_elements;
-  auto* logger = c.logger;
-  const std::string caller = c.plan.actor_name(c.id);
+  const std::uint32_t buckets = c.plan.grads_slots(index);
+  const std::vector<grad_bucket>* plan_buckets = &c.plan.buckets_of(index);
   const slot_ref tied_in = c.state.role() == tied_role::owner ? slot_ref{c.plan.tied_up_edge, 0}
                                                               : slot_ref{c.plan.tied_down_edge, 0};
   post_job(self, c.worker, step, [=] {
@@ -114,7 +115,22 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
     slot_contents& buffers = slots->at({reduced, 0});
     double share = 0;
     if (kind == gather_job) {
-      share = gather(slots->at({grads, 0}), buffers, skip, replicas.get(), bucket, logger, caller);
+      // The buckets' tensors in parameter order (bucket b holds parameters [first, last)).
+      slot_contents all;
+      if (buckets == 1) {
+        all = slots->at({grads, 0});
+      } else {
+        all.resize(buffers.size());
+        for (std::uint32_t b = 0; b < buckets; ++b) {
+          const grad_bucket& range = plan_buckets->at(b);
+          const slot_contents& part = slots->at({grads, b});
+          if (part.size() != range.last - range.first || range.last > all.size())
+            throw std::runtime_error(fmt::format("gradient bucket {} holds {} tensors for parameters [{}, {})", b,
+                                                 part.size(), range.first, range.last));
+          for (std::uint32_t i = range.first; i < range.last; ++i) all[i] = part[i - range.first];
+        }
+      }
+      share = gather(all, buffers, skip);
     } else {
       tensor& mine = buffers.at(static_cast<std::size_t>(tied));
       const tensor& other = slots->at(tied_in).at(0);
@@ -132,6 +148,27 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
       }
     }
     return work_done{kind, step, 0, share, {}, {}};
+  });
+}
+
+// Sums bucket b of the stage's gradients over the data-parallel ranks, in place in
+// the stage's accumulators (the stage leaves them alone until every bucket is back).
+void start_bucket_sum(reducer_actor* self, std::uint32_t step, std::uint32_t bucket) {
+  auto& c = *self->state.core;
+  auto slots = c.slots;
+  auto* trace = c.trace;
+  auto replicas = c.replicas;
+  auto* logger = c.logger;
+  const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge;
+  const std::int64_t limit = c.bucket_elements;
+  const std::string caller = c.plan.actor_name(c.id);
+  post_job(self, c.worker, step, [=] {
+    trace_span span(trace, trace_name::allreduce, id, static_cast<std::int32_t>(index), step, bucket);
+    slot_contents& tensors = slots->at({grads, bucket});
+    if (auto s = allreduce_buffers(*replicas, tensors, limit, logger, caller); !s)
+      throw std::runtime_error(fmt::format("summing gradient bucket {} over the data-parallel ranks: {}", bucket,
+                                           s.err().message));
+    return work_done{bucket_job, step, bucket, 0.0, {}, {}};
   });
 }
 
@@ -209,6 +246,15 @@ void fail_protocol(reducer_actor* self, std::uint32_t step, const error& why) {
   self->quit(protocol_failure(c.plan.actor_name(c.id), step, why));
 }
 
+// Every bucket of `step` is in (and summed over the ranks): the reduction proper starts.
+void grads_complete(reducer_actor* self, std::uint32_t step) {
+  auto& c = *self->state.core;
+  std::fill(c.bucket_arrived.begin(), c.bucket_arrived.end(), false);
+  c.bucket_step.reset();
+  c.buckets_summed = c.next_sum = 0;
+  handle(self, step, [&](reducer_state& st) { return st.on_grads(step); });
+}
+
 void on_produced(reducer_actor* self, const produced& m) {
   auto& c = *self->state.core;
   const bool owner = c.index == 0, copy = c.index + 1 == c.plan.options.stages;
@@ -220,7 +266,20 @@ void on_produced(reducer_actor* self, const produced& m) {
                          make_error(errc::protocol, "produced on edge {}, which this reducer does not read", m.ref.edge));
   const std::uint32_t peer = grads ? c.plan.stage_id(c.index) : owner ? c.copy_id() : c.owner_id();
   if (auto st = c.io.received(m, peer); !st) return fail_protocol(self, m.step, st.err());
-  handle(self, m.step, [&](reducer_state& st) { return grads ? st.on_grads(m.step) : st.on_tied_arrived(m.step); });
+  if (!grads) return handle(self, m.step, [&](reducer_state& st) { return st.on_tied_arrived(m.step); });
+  // A gradient bucket: once all of the step's are in (and summed over the ranks), the step's reduction starts.
+  const std::uint32_t b = m.ref.slot;
+  if ((c.bucket_step && *c.bucket_step != m.step) || c.bucket_arrived[b])
+    return fail_protocol(self, m.step,
+                         make_error(errc::protocol, "gradient bucket {} of step {} arrived {}", b, m.step,
+                                    c.bucket_arrived[b] ? "twice" : "while another step's buckets are incomplete"));
+  c.bucket_step = m.step;
+  c.bucket_arrived[b] = true;
+  if (c.replicas) {
+    while (c.next_sum < c.bucket_arrived.size() && c.bucket_arrived[c.next_sum]) start_bucket_sum(self, m.step, c.next_sum++);
+    return;
+  }
+  if (std::all_of(c.bucket_arrived.begin(), c.bucket_arrived.end(), [](bool a) { return a; })) grads_complete(self, m.step);
 }
 
 void on_released(reducer_actor* self, const released& m) {
@@ -251,9 +310,14 @@ void on_done(reducer_actor* self, const work_done& d) {
   auto& c = *self->state.core;
   switch (d.kind) {
     case gather_job:
-      c.slots->at({c.grads_edge, 0}).clear(); // drop the views of the stage's gradients
-      c.io.send_released(self, c.stage, c.plan.stage_id(c.index), {c.grads_edge, 0});
+      for (std::uint32_t b = 0; b < c.plan.grads_slots(c.index); ++b) {
+        c.slots->at({c.grads_edge, b}).clear(); // drop the views of the stage's gradients
+        c.io.send_released(self, c.stage, c.plan.stage_id(c.index), {c.grads_edge, b});
+      }
       handle(self, d.step, [&](reducer_state& st) { return st.on_gathered(d.step, d.value); });
+      break;
+    case bucket_job:
+      if (++c.buckets_summed == c.bucket_arrived.size()) grads_complete(self, d.step);
       break;
     case tied_sum_job:
       c.io.send_released(self, c.peers.back(), c.copy_id(), {c.plan.tied_up_edge, 0});

@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace dsa::actors {
@@ -89,6 +90,16 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
               "run_pipeline: stage {} holds the tied parameter; only the first and the last stage may", s);
   pipeline_options shape = options.pipeline;
   shape.tied_ends = S > 1 && !parts.tied.empty() && parts.tied.front() >= 0 && parts.tied.back() >= 0;
+  // With several ranks each stage's gradients go to the reducer in buckets (one
+  // collective each, started as backward finishes them with dp.overlap); alone, in one.
+  if (options.dp.enabled()) {
+    shape.grad_buckets.clear();
+    for (std::uint32_t s = 0; s < S; ++s) {
+      std::vector<std::int64_t> sizes;
+      for (const auto& p : parts.stages[s]->parameters()) sizes.push_back(p.numel());
+      shape.grad_buckets.push_back(make_grad_buckets(sizes, std::max<std::int64_t>(options.dp.bucket_elements, 1)));
+    }
+  }
   auto slots = std::make_shared<slot_table>();
   DSA_CHECK(options.dp.size >= 1 && options.dp.rank >= 0 && options.dp.rank < options.dp.size &&
                 (!options.dp.enabled() || (options.dp.transport && options.dp.transport->size() == options.dp.size &&

@@ -20,9 +20,10 @@ struct stage_core {
       : plan(*setup.plan), index(i), id(plan.stage_id(i)), edges(stage_edges_of(plan, i)),
         sched({i, plan.options.stages, plan.options.micro_batches, plan.options.steps, plan.first_step},
               schedule_policy::make(plan.options.schedule, plan.options.stages, i, plan.options.micro_batches),
-              {plan.options.activation_slots, plan.options.gradient_slots}),
+              {plan.options.activation_slots, plan.options.gradient_slots, plan.grads_slots(i)}),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
-        runner(std::make_shared<stage_runner>(setup.slots, edges, compute, setup.trace, id, i)) {}
+        runner(std::make_shared<stage_runner>(setup.slots, edges, compute, setup.trace, id, i, plan.buckets_of(i),
+                                              setup.dp.overlap)) {}
 
   std::uint32_t upstream_id() const { return index == 0 ? pipeline_plan::feeder_id : plan.stage_id(index - 1); }
   std::uint32_t downstream_id() const { return plan.stage_id(index + 1); }
@@ -128,8 +129,16 @@ void after_backward(stage_actor* self, const stage_work& w) {
     c.io.send_released(self, c.downstream, c.downstream_id(), {c.edges.grad_in, w.in_slot});
   if (!c.sched.position().first())
     c.io.send_produced(self, c.upstream, c.upstream_id(), {c.edges.grad_out, w.out_slot}, w.step, w.micro_batch);
-  if (w.last_of_step)
-    c.io.send_produced(self, c.reducer, c.plan.reducer_id(c.index), {c.edges.grads, 0}, w.step, w.micro_batch);
+}
+
+// A gradient bucket is in its slot (the worker said so): the reducer may read it.
+void on_grads_ready(stage_actor* self, const grads_ready& g) {
+  auto& c = *self->state.core;
+  DSA_CHECK(c.running && c.running->kind == work_kind::backward && c.running->last_of_step && c.running->step == g.step &&
+                g.bucket < c.plan.grads_slots(c.index),
+            "stage {}: gradient bucket {} of step {} outside the step's last backward", c.index, g.bucket, g.step);
+  c.io.send_produced(self, c.reducer, c.plan.reducer_id(c.index), {c.edges.grads, g.bucket}, g.step,
+                     c.running->micro_batch);
 }
 
 void after_load(stage_actor* self, const stage_work& w) {
@@ -158,6 +167,11 @@ void on_done(stage_actor* self, const work_done& d) {
 caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t index, stage_compute* compute) {
   self->state.plan = setup.plan;
   self->state.core = std::make_unique<stage_core>(setup, index, compute);
+  // The worker announces each published gradient bucket to this actor by message.
+  caf::weak_actor_ptr weak{self->ctrl()};
+  self->state.core->runner->set_sender([weak](std::uint32_t step, std::uint32_t bucket) {
+    if (auto strong = weak.lock()) caf::anon_send(caf::actor_cast<caf::actor>(strong), grads_ready{step, bucket});
+  });
   return {
       [=](wire_atom, const caf::actor& upstream, const caf::actor& downstream, const caf::actor& feeder,
           const caf::actor& shard, const caf::actor& reducer, const caf::actor& coordinator) {
@@ -172,6 +186,7 @@ caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t
       [=](const produced& m) { on_produced(self, m); },
       [=](const released& m) { on_released(self, m); },
       [=](const work_done& d) { on_done(self, d); },
+      [=](const grads_ready& g) { on_grads_ready(self, g); },
       [=](const work_failed& f) {
         auto& c = *self->state.core;
         self->quit(make_failure(runtime_errc::compute_failed, {c.plan.actor_name(c.id), f.step, f.what}));

@@ -1,6 +1,8 @@
 // Running stage work; see stage_runner.hpp.
 #include "actors/stage_runner.hpp"
 
+#include <algorithm>
+
 namespace dsa::actors {
 
 stage_edges stage_edges_of(const pipeline_plan& plan, std::uint32_t stage) {
@@ -20,8 +22,12 @@ stage_edges stage_edges_of(const pipeline_plan& plan, std::uint32_t stage) {
 }
 
 stage_runner::stage_runner(std::shared_ptr<slot_table> slots, stage_edges edges, stage_compute* compute,
-                           trace_recorder* trace, std::uint32_t actor, std::uint32_t stage)
-    : slots_(std::move(slots)), edges_(edges), compute_(compute), trace_(trace), actor_(actor), stage_(stage) {}
+                           trace_recorder* trace, std::uint32_t actor, std::uint32_t stage,
+                           std::vector<grad_bucket> buckets, bool overlap)
+    : slots_(std::move(slots)), edges_(edges), compute_(compute), trace_(trace), actor_(actor), stage_(stage),
+      buckets_(std::move(buckets)), overlap_(overlap) {
+  if (buckets_.empty()) buckets_.push_back({0, static_cast<std::uint32_t>(compute_->parameters().size())});
+}
 
 work_done stage_runner::run(const stage_work& w) {
   work_done done{static_cast<std::uint32_t>(w.kind), w.step, w.micro_batch, 0.0, {}, {}};
@@ -47,8 +53,8 @@ work_done stage_runner::run(const stage_work& w) {
       tensor scratch;
       tensor& grad_in =
           edges_.grad_out == stage_edges::none ? scratch : slots_->at({edges_.grad_out, w.out_slot})[0];
-      compute_->backward(key, grad_out, grad_in);
-      if (w.last_of_step) publish_gradients();
+      if (w.last_of_step) backward_publishing(key, grad_out, grad_in);
+      else compute_->backward(key, grad_out, grad_in);
       break;
     }
     case work_kind::load: {
@@ -60,8 +66,42 @@ work_done stage_runner::run(const stage_work& w) {
   return done;
 }
 
-void stage_runner::publish_gradients() {
-  slots_->at({edges_.grads, 0}) = compute_->gradients();
+void stage_runner::publish(std::uint32_t step, std::uint32_t bucket) {
+  const grad_bucket& b = buckets_[bucket];
+  slot_contents& slot = slots_->at({edges_.grads, bucket});
+  slot.clear();
+  for (std::uint32_t i = b.first; i < b.last; ++i) slot.push_back(compute_->gradient(i));
+  if (sender_) sender_(step, bucket);
+}
+
+void stage_runner::backward_publishing(const work_key& key, const tensor& grad_out, tensor& grad_in) {
+  std::uint32_t params = 0;
+  for (const auto& b : buckets_) params = std::max(params, b.last);
+  std::vector<bool> final_grad(params, false);
+  std::uint32_t next = 0; // the next bucket to publish: buckets go out in order
+  auto publish_ready = [&] {
+    while (next < buckets_.size()) {
+      const grad_bucket& b = buckets_[next];
+      for (std::uint32_t i = b.first; i < b.last; ++i)
+        if (!final_grad[i]) return;
+      publish(key.step, next++);
+    }
+  };
+  if (overlap_ && buckets_.size() > 1) {
+    compute_->set_gradients_final([&](std::size_t first, std::size_t last) {
+      for (std::size_t i = first; i < last && i < final_grad.size(); ++i) final_grad[i] = true;
+      publish_ready();
+    });
+  }
+  struct clear_listener {
+    stage_compute* compute;
+    bool set;
+    ~clear_listener() {
+      if (set) compute->set_gradients_final({});
+    }
+  } clear{compute_, overlap_ && buckets_.size() > 1};
+  compute_->backward(key, grad_out, grad_in);
+  while (next < buckets_.size()) publish(key.step, next++);
 }
 
 } // namespace dsa::actors

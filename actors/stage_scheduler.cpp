@@ -109,16 +109,16 @@ status stage_scheduler::on_grad_out_released(std::uint32_t slot) {
 }
 
 status stage_scheduler::on_grads_released() {
-  if (!grads_published_)
+  if (grads_outstanding_ == 0)
     return make_error(errc::protocol, "stage {}: gradients released that were not published", pos_.index);
-  grads_published_ = false;
+  --grads_outstanding_;
   return {};
 }
 
 std::optional<stage_work> stage_scheduler::pick() {
   if (busy_) return std::nullopt;
   std::optional<stage_work> work;
-  if (pending_version_ && !grads_published_) {
+  if (pending_version_ && grads_outstanding_ == 0) {
     work = stage_work{};
     work->kind = work_kind::load;
     work->step = pending_version_->step;
@@ -170,7 +170,7 @@ std::optional<stage_work> stage_scheduler::pick_forward() {
 }
 
 std::optional<stage_work> stage_scheduler::pick_backward() {
-  if (in_flight_.empty() || grads_published_) return std::nullopt;
+  if (in_flight_.empty() || grads_outstanding_ > 0) return std::nullopt;
   const stashed s = in_flight_.front();
   // GPipe flushes: a step's backwards start once all its forwards ran.
   if (policy_.order == pick_order::forward_first && next_forward_step_ <= s.step) return std::nullopt;
@@ -192,6 +192,7 @@ std::optional<stage_work> stage_scheduler::pick_backward() {
   }
   if (!pos_.first()) w.out_slot = take_lowest(free_grad_out_);
   in_flight_.pop_front();
+  if (w.last_of_step) grads_outstanding_ = std::max<std::uint32_t>(credits_.grads_slots, 1);
   return w;
 }
 
@@ -206,10 +207,7 @@ void stage_scheduler::on_done(const stage_work& work) {
     case work_kind::backward: {
       const bool stash_ok = give_back(free_stash_, work.stash_slot, policy_.stash_slots, "stash").has_value();
       DSA_CHECK(stash_ok, "stage {}: stash slot {} was not in use", pos_.index, work.stash_slot);
-      if (work.last_of_step) {
-        next_backward_step_ = work.step + 1;
-        grads_published_ = true;
-      }
+      if (work.last_of_step) next_backward_step_ = work.step + 1;
       break;
     }
     case work_kind::load:
@@ -220,10 +218,10 @@ void stage_scheduler::on_done(const stage_work& work) {
 
 std::string stage_scheduler::describe() const {
   return fmt::format("stage {}: busy={} version={} next_forward=({}, {}) in_flight={} inputs={} labels={} "
-                     "grads={} free_stash={} free_out={} free_grad_out={} pending_version={} grads_published={}",
+                     "grads={} free_stash={} free_out={} free_grad_out={} pending_version={} grads_outstanding={}",
                      pos_.index, busy_, held_version_, next_forward_step_, next_forward_mb_,
                      in_flight_.size(), inputs_.size(), labels_.size(), grads_.size(), free_stash_.size(),
-                     free_out_.size(), free_grad_out_.size(), pending_version_.has_value(), grads_published_);
+                     free_out_.size(), free_grad_out_.size(), pending_version_.has_value(), grads_outstanding_);
 }
 
 } // namespace dsa::actors

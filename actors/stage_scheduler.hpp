@@ -44,6 +44,7 @@ struct stage_position {
 struct stage_credits {
   std::uint32_t out_slots = 2;      // activation edge to the next stage
   std::uint32_t grad_out_slots = 2; // gradient edge to the previous stage
+  std::uint32_t grads_slots = 1;    // gradient buckets to the reducer (one slot each)
 };
 
 // One unit of work chosen by pick(). Slot fields not used by the kind are `none`.
@@ -73,9 +74,10 @@ public:
   // Credits back.
   status on_out_released(std::uint32_t slot);
   status on_grad_out_released(std::uint32_t slot);
-  // The reducer is done reading the gradients published by the step's last
-  // backward (the gradients edge has one slot). Until then no backward (which
-  // accumulates into them) and no load (which zeroes them) runs.
+  // The reducer is done reading one bucket of the gradients the step's last
+  // backward publishes (one slot per bucket; buckets may be published and
+  // released while that backward still runs). Until every bucket is back no
+  // backward (which accumulates into them) and no load (which zeroes them) runs.
   status on_grads_released();
 
   // The next work to run, or nothing. Takes the inputs and slots it needs and marks the stage busy.
@@ -83,7 +85,7 @@ public:
   void on_done(const stage_work& work);
 
   bool busy() const { return busy_; }
-  bool gradients_published() const { return grads_published_; }
+  bool gradients_published() const { return grads_outstanding_ > 0; }
   bool finished() const { return next_backward_step_ >= pos_.end_step(); }
   std::uint32_t held_version() const { return held_version_; }
   std::uint32_t in_flight() const { return static_cast<std::uint32_t>(in_flight_.size()); }
@@ -117,7 +119,9 @@ private:
   std::uint32_t inputs_seen_ = 0, labels_seen_ = 0, grads_seen_ = 0; // arrivals so far per edge
   std::uint32_t forwards_done_ = 0;
   bool busy_ = false;
-  bool grads_published_ = false; // the reducer holds the step's gradients
+  // Buckets of the step's gradients not yet released by the reducer: set when the
+  // step's last backward is picked (its buckets may go out while it runs).
+  std::uint32_t grads_outstanding_ = 0;
 };
 
 } // namespace dsa::actors

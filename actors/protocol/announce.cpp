@@ -16,6 +16,7 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<reduced>("dsa_reduced");
   cfg.add_message_type<work_done>("dsa_work_done");
   cfg.add_message_type<work_failed>("dsa_work_failed");
+  cfg.add_message_type<grads_ready>("dsa_grads_ready");
   cfg.add_message_type<data_position>("dsa_data_position");
   // The templated add_error_category<T> of 0.17.6 does not compile; pass the renderer.
   cfg.add_error_category(caf::atom("dsactor"),

@@ -100,6 +100,15 @@ struct work_failed {
   std::string what;
 };
 
+// A stage's worker -> its stage actor, during or right after the step's last
+// backward: gradient bucket `bucket` of `step` is in its slot of the grads edge;
+// the actor sends `produced` for it to the reducer. Arrives before that
+// backward's work_done (one sender, one mailbox).
+struct grads_ready {
+  std::uint32_t step = 0;
+  std::uint32_t bucket = 0;
+};
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, slot_ref& x) {
   return f(caf::meta::type_name("slot_ref"), x.edge, x.slot);
@@ -135,6 +144,10 @@ typename Inspector::result_type inspect(Inspector& f, work_done& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, data_position& x) {
   return f(caf::meta::type_name("data_position"), x.step, x.position);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, grads_ready& x) {
+  return f(caf::meta::type_name("grads_ready"), x.step, x.bucket);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_failed& x) {

@@ -108,6 +108,7 @@ void linear_stack::backward(const work_key& key, const tensor& grad_out, tensor&
         for (std::int64_t b = 0; b < rows; ++b) sum += double(g[b * n + o]) * x[b * n + i];
         dw[o * n + i] += static_cast<float>(sum);
       }
+    if (final_) final_(l, l + 1); // layer l's weight gradient is complete (overlap_comm)
     tensor dx = tensor::empty({rows, n}, dtype::f32); // dx = dy W
     float* dxp = dx.data<float>();
     for (std::int64_t b = 0; b < rows; ++b)

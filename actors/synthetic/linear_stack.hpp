@@ -27,6 +27,8 @@ public:
   std::vector<tensor> parameters() override { return weights_; }
   std::vector<tensor> gradients() override { return grads_; }
   void load_parameters(const std::vector<tensor>& updated) override;
+  // Reports each layer's gradient as final right after backward accumulated it.
+  void set_gradients_final(gradients_final_fn listener) override { final_ = std::move(listener); }
 
   // The initial value of weight (row, col) of global layer `layer`.
   static float initial_weight(std::uint32_t layer, std::int64_t row, std::int64_t col, std::int64_t width);
@@ -42,6 +44,7 @@ private:
   std::vector<tensor> weights_; // each (width, width): W[out, in]
   std::vector<tensor> grads_;   // same shapes, accumulated over micro-batches
   std::vector<stash_entry> stash_;
+  gradients_final_fn final_;
 };
 
 } // namespace dsa::actors

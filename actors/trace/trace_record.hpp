@@ -25,7 +25,8 @@ enum class trace_name : std::uint16_t {
   update_report = 7,
   reduce = 8,       // a reducer's compute (gather, tied sum or copy)
   grad_partial = 9, // a reducer's share of the gradient norm, to another reducer
-  count_ = 10,
+  allreduce = 10,   // a reducer's sum of one gradient bucket over the data-parallel ranks (micro_batch: the bucket)
+  count_ = 11,
 };
 const char* trace_name_string(trace_name name);
 

@@ -73,6 +73,10 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
   bert::backward_options opt;
   // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss scale.
   opt.loss_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
+  if (final_)
+    opt.on_done = [this](std::int64_t part) {
+      for (std::size_t i : part_parameters(part)) final_(i, i + 1);
+    };
   tensor dx = part_.backward(dout, stashes_.at(key.stash), opt);
   if (!part_.range().has_embeddings()) {
     dtype wire = working_dtype(options_.working);
@@ -85,6 +89,36 @@ std::vector<tensor> bert_stage::parameters() {
   std::vector<tensor> out;
   for (const auto& e : part_.parameters().entries()) out.push_back(e.value);
   return out;
+}
+
+std::vector<std::size_t> bert_stage::part_parameters(std::int64_t part) const {
+  // By name: "bert.embeddings." (only where the range runs the embeddings' backward;
+  // the last stage's tied decoder copy is completed by the head), the layer's
+  // prefix, and the rest is the head's.
+  const auto& entries = part_.parameters().entries();
+  const bool embeddings = part_.range().has_embeddings();
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string& name = entries[i].spec.name;
+    std::int64_t owner = bert::backward_options::head_done;
+    if (embeddings && name.rfind("bert.embeddings.", 0) == 0) {
+      owner = bert::backward_options::embeddings_done;
+    } else {
+      for (std::int64_t l = part_.range().first_layer; l < part_.range().last_layer; ++l)
+        if (name.rfind(bert::layer_prefix(l), 0) == 0) owner = l;
+    }
+    if (owner == part) out.push_back(i);
+  }
+  return out;
+}
+
+tensor bert_stage::gradient(std::size_t index) {
+  const auto& entries = part_.parameters().entries();
+  if (index >= entries.size())
+    throw std::runtime_error(fmt::format("gradient {} of a stage with {} parameters", index, entries.size()));
+  tensor g = entries[index].grad;
+  round_in_place(g, working_dtype(options_.working));
+  return g;
 }
 
 std::vector<tensor> bert_stage::gradients() {

@@ -55,6 +55,11 @@ public:
   // The working weights (views, in the working precision) and f32 gradients.
   std::vector<tensor> parameters() override;
   std::vector<tensor> gradients() override;
+  // One accumulated gradient, rounded in place to the working precision.
+  tensor gradient(std::size_t index) override;
+  // Reports, during the step's last backward, the head's, each layer's and the
+  // embeddings' parameters as their gradients complete.
+  void set_gradients_final(gradients_final_fn listener) override { final_ = std::move(listener); }
   void load_parameters(const std::vector<tensor>& updated) override;
   // The head's losses and accuracy counts of the last forward (forward_metrics_of);
   // none on stages without the head.
@@ -71,12 +76,16 @@ public:
   double& loss_scale() { return loss_scale_; }
 
 private:
+  // The positions in parameters() of each part of the range, in the order
+  // bert_part::backward reports them (backward_options::on_done).
+  std::vector<std::size_t> part_parameters(std::int64_t part) const;
   bert_stage_options options_;
   stage_shared& shared_;
   bert::bert_part part_;
   std::vector<bert::part_stash> stashes_;
   double loss_scale_ = 1.0;
   std::vector<double> last_metrics_;
+  gradients_final_fn final_;
 };
 
 } // namespace dsa::train

@@ -230,6 +230,7 @@ void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems&
     invalid("zero_optimization.reduce_bucket_size", fmt::format("must be a whole number of elements >= 1, got {}", bucket));
   else
     rc.reduce_bucket_elements = static_cast<std::int64_t>(bucket);
+  cfg.read("zero_optimization.overlap_comm", rc.overlap_comm, problems);
   for (const char* key : zero_optimization_keys) cfg.know(fmt::format("zero_optimization.{}", key));
   for (const char* table : zero_optimization_tables) cfg.accept(fmt::format("zero_optimization.{}", table));
 }

@@ -492,9 +492,10 @@ int run_training(const run_request& req) {
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
     if (R > 1)
-      log_info("data parallel: {} ranks in this process; gradients summed over them in buckets of up to {} elements "
-               "(ZeRO stage 0: every rank holds the whole optimizer state)",
-               R, rc.reduce_bucket_elements);
+      log_info("data parallel: {} ranks in this process; gradients summed over them in buckets of up to {} elements, "
+               "{} (ZeRO stage 0: every rank holds the whole optimizer state)",
+               R, rc.reduce_bucket_elements,
+               rc.overlap_comm ? "each started as backward finishes it (overlap_comm)" : "after the step's backward");
     std::vector<rank_run> runs;
     for (int r = 0; r < R; ++r) {
       auto rr = make_rank_run(context_of(r), starts[static_cast<std::size_t>(r)]);
@@ -524,7 +525,7 @@ int run_training(const run_request& req) {
     auto options_of = [&](int r) {
       actors::run_options o = ro;
       if (r == 0) o.on_step = [&](const actors::step_summary& summary) { reporter.on_step(summary); };
-      if (group) o.dp = {r, R, &group->at(r), rc.reduce_bucket_elements, r == 0 ? &comms : nullptr};
+      if (group) o.dp = {r, R, &group->at(r), rc.reduce_bucket_elements, rc.overlap_comm, r == 0 ? &comms : nullptr};
       return o;
     };
     std::vector<actors::run_result> results(static_cast<std::size_t>(R));

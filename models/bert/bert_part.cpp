@@ -114,6 +114,7 @@ tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
           widen(stash.final_norm_in).data<float>(), stash.final_norm_mean.data<float>(),
           stash.final_norm_rstd.data<float>(), n.weight.data<float>(), rows, cfg.hidden_size);
     }
+    if (options.on_done) options.on_done(backward_options::head_done);
   } else {
     DSA_CHECK(dhidden_out.defined() && dhidden_out.type() == dtype::f32 &&
                   dhidden_out.is_contiguous() && dhidden_out.ndim() == 3 &&
@@ -127,10 +128,12 @@ tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
     auto& s = stash.layers[static_cast<std::size_t>(l - r.first_layer)];
     d = encoder_layer_backward(d, s, params_.layer(l), cfg);
     s = layer_stash{}; // free as we go
+    if (options.on_done) options.on_done(l);
   }
   if (r.has_embeddings()) {
     embeddings_backward(params_.embeddings(), cfg, d, stash.embeddings);
     d = tensor{};
+    if (options.on_done) options.on_done(backward_options::embeddings_done);
   }
   stash = part_stash{};
   return d;

@@ -26,6 +26,7 @@
 #include "models/bert/squad_head.hpp"
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 namespace dsa::bert {
@@ -52,6 +53,13 @@ struct backward_options {
   // Applies in the range with the head only: other ranges receive gradients
   // that are already scaled.
   float loss_scale = 1.0f;
+  // When set, called as parts of the range finish adding to their parameter
+  // gradients: head_done after the head (and a pre-LN final LayerNorm), the
+  // layer's index after each encoder layer, embeddings_done after the
+  // embeddings (which also receive the tied decoder's share, so the word
+  // embedding is complete only then). Used to overlap gradient sums with backward.
+  static constexpr std::int64_t head_done = -1, embeddings_done = -2;
+  std::function<void(std::int64_t part)> on_done;
 };
 
 class bert_part {

@@ -3,6 +3,8 @@
 // one replica reaches with R times the micro-batches (the same global batch).
 #include "parameter_check.hpp"
 #include "synthetic_run.hpp"
+#include "actors/stage_runner.hpp"
+#include "actors/trace/trace_analysis.hpp"
 #include "io/net/local_transport.hpp"
 
 #include <doctest/doctest.h>
@@ -28,7 +30,8 @@ struct group_run {
 // make_stage0 may wrap a rank's first stage compute (fault injection).
 group_run run_group(synthetic_model model, const pipeline_options& options, int ranks,
                     std::int64_t bucket_elements = 500'000'000,
-                    std::function<void(int, synthetic_pipeline&)> adjust = {}) {
+                    std::function<void(int, synthetic_pipeline&)> adjust = {}, bool overlap = false,
+                    trace_mode trace = trace_mode::off) {
   dsa::net::local_group group(ranks);
   group_run g;
   for (int r = 0; r < ranks; ++r) {
@@ -43,8 +46,8 @@ group_run run_group(synthetic_model model, const pipeline_options& options, int 
     threads.emplace_back([&, r] {
       run_options o;
       o.pipeline = options;
-      o.trace = trace_mode::off;
-      o.dp = {r, ranks, &group.at(r), bucket_elements};
+      o.trace = trace;
+      o.dp = {r, ranks, &group.at(r), bucket_elements, overlap};
       g.results[static_cast<std::size_t>(r)] = run_pipeline(o, g.pipes[static_cast<std::size_t>(r)]->parts());
     });
   for (auto& t : threads) t.join();
@@ -155,5 +158,93 @@ TEST_CASE("data parallel: a failure on one rank fails every rank's run instead o
     // The others learn it from the aborted group: the reason names rank 1.
     CHECK(res.error.find("rank 1 failed") != std::string::npos);
     CHECK(res.steps_completed <= 2);
+  }
+}
+
+TEST_CASE("data parallel: overlap_comm sends buckets during backward; the result is the same bit for bit") {
+  const synthetic_model model{4, 5, 3, 0.05};
+  const std::uint32_t steps = 3;
+  for (std::uint32_t S : {1u, 2u}) {
+    CAPTURE(S);
+    const pipeline_options options{S, 2, steps};
+    auto plain = run_group(model, options, 2, 25); // each 5x5 layer its own bucket
+    auto overlapped = run_group(model, options, 2, 25, {}, true, trace_mode::record);
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE(plain.results[static_cast<std::size_t>(r)].ok);
+      REQUIRE(overlapped.results[static_cast<std::size_t>(r)].ok);
+      CHECK(same_bits(overlapped.pipes[static_cast<std::size_t>(r)]->parameters(), plain.pipes[0]->parameters()));
+    }
+    // Every stage's reducer summed one bucket per layer per step, bucket 0 (the last layer) first.
+    const auto& trace = overlapped.results[0].trace;
+    const std::uint32_t per_stage = model.layers / S;
+    for (std::uint32_t s = 0; s < S; ++s) {
+      std::vector<std::uint32_t> order;
+      for (const auto& r : trace.records)
+        if (r.kind == static_cast<std::uint8_t>(trace_kind::span) && trace.names[r.name] == "allreduce" &&
+            r.stage == static_cast<std::int32_t>(s) && r.step == 1)
+          order.push_back(r.micro_batch);
+      std::vector<std::uint32_t> want(per_stage);
+      for (std::uint32_t b = 0; b < per_stage; ++b) want[b] = b;
+      CHECK(order == want);
+    }
+  }
+}
+
+namespace {
+// A stage compute that reports each parameter final during backward and records
+// which buckets the runner had handed on by then.
+class reporting_compute : public stage_compute {
+public:
+  explicit reporting_compute(std::vector<std::uint32_t>& sent) : sent_(sent) {}
+  void reserve_stash(std::uint32_t) override {}
+  double forward(const work_key&, const std::vector<dsa::tensor>&, const dsa::tensor&, std::vector<dsa::tensor>&) override {
+    return 0;
+  }
+  void backward(const work_key&, const dsa::tensor&, dsa::tensor&) override {
+    for (std::size_t i = params_.size(); i-- > 0;) {
+      if (final_) final_(i, i + 1);
+      seen_during.push_back(sent_.size());
+    }
+  }
+  std::vector<dsa::tensor> parameters() override { return params_; }
+  std::vector<dsa::tensor> gradients() override { return params_; }
+  void load_parameters(const std::vector<dsa::tensor>&) override {}
+  void set_gradients_final(gradients_final_fn f) override { final_ = std::move(f); }
+  std::vector<std::size_t> seen_during; // buckets sent after each parameter was reported
+
+private:
+  std::vector<std::uint32_t>& sent_;
+  std::vector<dsa::tensor> params_{dsa::tensor::zeros({3}, dsa::dtype::f32), dsa::tensor::zeros({4}, dsa::dtype::f32),
+                                   dsa::tensor::zeros({5}, dsa::dtype::f32)};
+  gradients_final_fn final_;
+};
+} // namespace
+
+TEST_CASE("stage runner: with overlap each bucket goes out as soon as its parameters are final, in order") {
+  // Buckets of 5 elements from the last parameter: {2}, {1}, {0}.
+  const auto buckets = make_grad_buckets({3, 4, 5}, 5);
+  REQUIRE(buckets.size() == 3);
+  CHECK(buckets[0].first == 2);
+  CHECK(buckets[2].last == 1);
+  for (bool overlap : {true, false}) {
+    CAPTURE(overlap);
+    auto slots = std::make_shared<slot_table>();
+    pipeline_options po;
+    po.grad_buckets = {buckets};
+    const auto plan = make_plan(po, *slots);
+    std::vector<std::uint32_t> sent;
+    reporting_compute compute(sent);
+    stage_runner runner(slots, stage_edges_of(plan, 0), &compute, nullptr, plan.stage_id(0), 0, buckets, overlap);
+    runner.set_sender([&](std::uint32_t, std::uint32_t b) { sent.push_back(b); });
+    stage_work w;
+    w.kind = work_kind::backward;
+    w.last_of_step = true;
+    w.stash_slot = 0;
+    runner.run(w);
+    CHECK(sent == std::vector<std::uint32_t>{0, 1, 2});
+    // With overlap bucket b is out right after its parameter is reported; without, none before the end.
+    CHECK(compute.seen_during == (overlap ? std::vector<std::size_t>{1, 2, 3} : std::vector<std::size_t>{0, 0, 0}));
+    CHECK(slots->at({plan.grads_edges[0], 0}).size() == 1);
+    CHECK(slots->at({plan.grads_edges[0], 2}).at(0).numel() == 3);
   }
 }

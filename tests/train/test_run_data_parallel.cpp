@@ -121,3 +121,14 @@ TEST_CASE("comms_logger on 2 ranks: one gradient all_reduce per stage and step, 
 
   CHECK(test::run_config(dir.path(), "comms", test::tiny_config(dir.path()), {"comms_logger.prof_ops=[\"allreduce\"]"}) == 2);
 }
+
+TEST_CASE("devices.ranks = 2 with small buckets sent during backward (overlap_comm) equals one rank") {
+  auto one = train({});
+  for (const char* overlap : {"true", "false"}) {
+    CAPTURE(overlap);
+    // 2000 elements: the 4-layer hidden-32 model's tensors fall into many buckets.
+    auto two = train({"devices.ranks=2", "zero_optimization.reduce_bucket_size=2000",
+                      fmt::format("zero_optimization.overlap_comm={}", overlap)});
+    check_close(two.model, one.model);
+  }
+}
