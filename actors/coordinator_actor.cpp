@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <map>
 #include <string>
@@ -49,6 +50,9 @@ struct coordinator_state {
   bool hook_running = false; // the step hooks of a step run on `hooks`
   // Data parallelism: the hook thread's channel to the other ranks' coordinators.
   std::shared_ptr<net::communicator> peers;
+  // Set by the hook job while the caller's hooks run (a long checkpoint write is
+  // progress); not while it waits for the other ranks, which the watchdog watches.
+  std::shared_ptr<std::atomic<bool>> in_user_hook = std::make_shared<std::atomic<bool>>(false);
   compute_worker hooks;      // last: joined first. Runs the step hooks off the CAF threads
 };
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
@@ -152,7 +156,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   st.hook_running = true;
   post_job(self, st.hooks, step,
            [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger,
-            caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
+            caller = plan.actor_name(pipeline_plan::coordinator_id), in_user_hook = st.in_user_hook]() mutable {
     if (peers) {
       std::vector<double> local = summary.metrics;
       local.push_back(summary.loss);
@@ -163,8 +167,14 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
       sums->pop_back();
       summary.metrics = std::move(*sums);
     }
+    in_user_hook->store(true);
+    struct user_hook_done {
+      std::atomic<bool>& flag;
+      ~user_hook_done() { flag.store(false); }
+    } done{*in_user_hook};
     if (hooks.on_step) hooks.on_step(summary);
     bool stop = hooks.stop_after && hooks.stop_after(step);
+    in_user_hook->store(false);
     if (peers) {
       auto any = any_rank(*peers, stop, logger, caller);
       if (!any) throw std::runtime_error(fmt::format("agreeing with the other ranks on stopping: {}", any.err().message));
@@ -311,7 +321,8 @@ void on_tick(coordinator_actor* self) {
   if (st.phase != coord_phase::running) return;
   const auto idle = std::chrono::steady_clock::now() - st.last_progress;
   // A running hook is progress: the updates wait for it, not for a stuck actor.
-  if (idle > st.args.watchdog && !st.hook_running) {
+  // Waiting for the other ranks is not: a rank that stopped answering fails the run.
+  if (idle > st.args.watchdog && !(st.hook_running && st.in_user_hook->load())) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(idle).count();
     auto step = *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
     fail(self, {"coordinator", step, "watchdog: no step completed for " + std::to_string(ms) + " ms"});

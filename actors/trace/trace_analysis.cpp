@@ -61,4 +61,26 @@ std::vector<stage_idle> stage_idle_fractions(const trace_data& trace, std::uint3
   return out;
 }
 
+std::vector<comm_overlap> allreduce_overlap(const trace_data& trace, std::uint32_t stages) {
+  std::vector<comm_overlap> out;
+  for (std::uint32_t s = 0; s < stages; ++s) {
+    const auto stage = static_cast<std::int32_t>(s);
+    const auto backward = stage_spans(trace, "backward", stage);
+    const auto sums = stage_spans(trace, "allreduce", stage);
+    if (sums.empty()) continue;
+    comm_overlap o;
+    o.stage = stage;
+    for (const auto& a : sums) {
+      o.allreduce_s += static_cast<double>(a.t1_ns - a.t0_ns) * 1e-9;
+      // Backward spans of one stage never overlap each other (one worker).
+      for (const auto& b : backward) {
+        const std::uint64_t lo = std::max(a.t0_ns, b.t0_ns), hi = std::min(a.t1_ns, b.t1_ns);
+        if (hi > lo) o.overlapped_s += static_cast<double>(hi - lo) * 1e-9;
+      }
+    }
+    out.push_back(o);
+  }
+  return out;
+}
+
 } // namespace dsa::actors

@@ -27,4 +27,14 @@ struct stage_idle {
 std::vector<stage_idle> stage_idle_fractions(const trace_data& trace, std::uint32_t stages,
                                              std::uint32_t micro_batches);
 
+struct comm_overlap {
+  std::int32_t stage = 0;
+  double allreduce_s = 0;  // total time of the stage's reducer in "allreduce" spans (gradient buckets)
+  double overlapped_s = 0; // the part of it during the stage's "backward" spans
+};
+// Per stage: how much of its gradient sums over the data-parallel ranks ran while
+// the stage was still in backward (overlap_comm). Stages without allreduce spans
+// are left out.
+std::vector<comm_overlap> allreduce_overlap(const trace_data& trace, std::uint32_t stages);
+
 } // namespace dsa::actors

@@ -568,6 +568,10 @@ int run_training(const run_request& req) {
         log_info("stage {}: idle {:.1f}% of the run (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
                  100 * idle.idle_fraction, 100 * bubble);
     }
+    for (const auto& o : actors::allreduce_overlap(result.trace, rc.stages))
+      log_info("stage {}: gradient allreduce {:.3f} s, {:.1f}% of it during the stage's backward{}", o.stage,
+               o.allreduce_s, o.allreduce_s > 0 ? 100 * o.overlapped_s / o.allreduce_s : 0.0,
+               rc.overlap_comm ? "" : " (overlap_comm is off)");
     log_info("training done: last loss {:.4f}, {} step(s) skipped", reporter.last_loss(),
              runs[0].shards.front()->decider().skipped());
     if (stopped) {

@@ -10,6 +10,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -31,7 +34,9 @@ struct group_run {
 group_run run_group(synthetic_model model, const pipeline_options& options, int ranks,
                     std::int64_t bucket_elements = 500'000'000,
                     std::function<void(int, synthetic_pipeline&)> adjust = {}, bool overlap = false,
-                    trace_mode trace = trace_mode::off) {
+                    trace_mode trace = trace_mode::off,
+                    std::function<void(int, const run_result&)> on_rank_done = {},
+                    std::chrono::milliseconds watchdog = std::chrono::milliseconds(60000)) {
   dsa::net::local_group group(ranks);
   group_run g;
   for (int r = 0; r < ranks; ++r) {
@@ -48,7 +53,9 @@ group_run run_group(synthetic_model model, const pipeline_options& options, int 
       o.pipeline = options;
       o.trace = trace;
       o.dp = {r, ranks, &group.at(r), bucket_elements, overlap};
+      o.watchdog = watchdog;
       g.results[static_cast<std::size_t>(r)] = run_pipeline(o, g.pipes[static_cast<std::size_t>(r)]->parts());
+      if (on_rank_done) on_rank_done(r, g.results[static_cast<std::size_t>(r)]);
     });
   for (auto& t : threads) t.join();
   return g;
@@ -81,6 +88,37 @@ public:
 private:
   std::unique_ptr<stage_compute> inner_;
   std::uint32_t step_;
+};
+
+// Blocks forward of `step` until released (a rank that stops answering).
+class hanging_stage : public stage_compute {
+public:
+  hanging_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step) : inner_(std::move(inner)), step_(step) {}
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
+  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
+                 std::vector<dsa::tensor>& out) override {
+    if (key.step == step_) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return released_; });
+    }
+    return inner_->forward(key, in, labels, out);
+  }
+  void backward(const work_key& key, const dsa::tensor& g, dsa::tensor& gi) override { inner_->backward(key, g, gi); }
+  std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
+  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
+  void load_parameters(const std::vector<dsa::tensor>& u) override { inner_->load_parameters(u); }
+
+private:
+  std::unique_ptr<stage_compute> inner_;
+  std::uint32_t step_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool released_ = false;
 };
 
 } // namespace
@@ -247,4 +285,31 @@ TEST_CASE("stage runner: with overlap each bucket goes out as soon as its parame
     CHECK(slots->at({plan.grads_edges[0], 0}).size() == 1);
     CHECK(slots->at({plan.grads_edges[0], 2}).at(0).numel() == 3);
   }
+}
+
+TEST_CASE("data parallel: a rank that stops answering fails the others by their watchdog, not a hang") {
+  // Rank 1's forward of step 2 blocks. Rank 0 waits in its collectives; its watchdog
+  // (1 s here) fails its run and aborts the group. Rank 1 is released once rank 0 has
+  // returned, so its run can end too (it fails: the group is gone).
+  const synthetic_model model{4, 5, 3, 0.05};
+  hanging_stage* hung = nullptr;
+  auto g = run_group(
+      model, {1, 2, 4}, 2, 500'000'000,
+      [&](int r, synthetic_pipeline& p) {
+        if (r != 1) return;
+        auto h = std::make_unique<hanging_stage>(std::move(p.stages[0]), 2);
+        hung = h.get();
+        p.stages[0] = std::move(h);
+      },
+      false, trace_mode::off,
+      [&](int r, const run_result&) {
+        if (r == 0) hung->release();
+      },
+      std::chrono::milliseconds(1000));
+  const auto& first = g.results[0];
+  CAPTURE(first.error);
+  CHECK_FALSE(first.ok);
+  CHECK(first.error.find("watchdog") != std::string::npos);
+  CHECK(first.steps_completed == 2);
+  CHECK_FALSE(g.results[1].ok);
 }
