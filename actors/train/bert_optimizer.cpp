@@ -71,14 +71,31 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   return !d.skip;
 }
 
-void bert_optimizer::write_working(std::vector<tensor>& out) const {
+void bert_optimizer::write_working(std::vector<tensor>& out) {
   out.resize(slots_.size());
+  version_bytes_ = 0;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const tensor& src = slots_[i].half_copy.defined() ? slots_[i].half_copy : slots_[i].param;
     if (!out[i].defined() || out[i].type() != src.type() || out[i].shape() != src.shape())
       out[i] = tensor::empty(src.shape(), src.type());
     out[i].copy_from(src);
+    version_bytes_ += static_cast<std::int64_t>(out[i].nbytes());
   }
+}
+
+shard_bytes bert_optimizer::held_bytes() const {
+  shard_bytes b;
+  for (const auto& s : slots_) {
+    b.gradients += static_cast<std::int64_t>(s.grad.nbytes());
+    b.masters += static_cast<std::int64_t>(s.param.nbytes());
+    if (s.half_copy.defined()) b.half_masters += static_cast<std::int64_t>(s.half_copy.nbytes());
+  }
+  // The moments live in the optimizer's own slots (it allocates them).
+  if (opt_)
+    for (const auto& g : opt_->groups())
+      for (const auto& s : g.params) b.moments += static_cast<std::int64_t>(s.m.nbytes() + s.v.nbytes());
+  b.version = version_bytes_;
+  return b;
 }
 
 state_payload bert_optimizer::payload() const {

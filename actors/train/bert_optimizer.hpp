@@ -38,6 +38,11 @@ struct bert_optimizer_options {
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
 
+// The bytes a shard holds (memory_accounting.hpp).
+struct shard_bytes {
+  std::int64_t gradients = 0, masters = 0, half_masters = 0, moments = 0, version = 0;
+};
+
 class bert_optimizer final : public actors::optimizer_compute {
 public:
   explicit bert_optimizer(bert_optimizer_options options);
@@ -54,14 +59,18 @@ public:
   // shard's own tensors (no copy): valid while no update runs, which the
   // coordinator guarantees while a step hook (the checkpoint save) runs.
   state_payload payload() const;
+  // What the shard holds: its gradient buffers, masters (and their half copies),
+  // moments, and the last parameter version it wrote (0 before its first update).
+  shard_bytes held_bytes() const;
 
 private:
-  void write_working(std::vector<tensor>& out) const;
+  void write_working(std::vector<tensor>& out);
 
   bert_optimizer_options options_;
   std::vector<optim::param_slot> slots_; // in stage order (views shared with the groups)
   std::optional<optim::optimizer> opt_;
   step_decision last_;
+  std::int64_t version_bytes_ = 0; // the tensors write_working allocated
 };
 
 } // namespace dsa::train

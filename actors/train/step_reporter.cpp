@@ -1,6 +1,8 @@
 // Metrics, progress and checkpoints after each step.
 #include "actors/train/run_context.hpp"
 
+#include "actors/train/memory_accounting.hpp"
+
 #include "actors/train/partition.hpp"
 #include "actors/train/run_checkpoint.hpp"
 #include "core/log.hpp"
@@ -20,6 +22,19 @@ bool checkpoint_due(const run_context& ctx, std::uint32_t step) {
 
 void step_reporter::on_step(const actors::step_summary& s) {
   const std::uint32_t step = s.step;
+  if (measured_.empty()) {
+    // After the first update every model-state buffer exists: compare with the accounting.
+    for (std::uint32_t st = 0; st < ctx_.rc.stages; ++st) {
+      const auto measured = train::measured_model_states(*ctx_.stages[st], *shards_[st]);
+      const auto expected = expected_model_states(ctx_.stages[st]->part().parameters().count(), ctx_.rc.working);
+      measured_.push_back(measured.total());
+      if (measured == expected)
+        log_info("stage {}: model states measured after the first step: {} (as expected)", st, measured.describe());
+      else
+        log_warn("stage {}: model states measured after the first step: {}; the accounting expected {}", st,
+                 measured.describe(), expected.describe());
+    }
+  }
   // Every shard decided the same; shard 0's decision stands for all.
   const step_decision& d = shards_.front()->last_decision();
   const step_totals t = step_totals_of(s.metrics);

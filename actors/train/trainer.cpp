@@ -12,6 +12,7 @@
 #include "actors/train/deepspeed_json.hpp"
 #include "actors/train/evaluation.hpp"
 #include "actors/train/feed_source.hpp"
+#include "actors/train/memory_accounting.hpp"
 #include "actors/train/metrics.hpp"
 #include "actors/train/partition.hpp"
 #include "actors/train/progress.hpp"
@@ -185,6 +186,10 @@ status make_stages(run_context& ctx) {
       if (!loaded) return make_error(errc::format, "init_checkpoint {}: {}", ctx.rc.init_checkpoint, loaded.err().message);
     }
     const auto& params = stage->part().parameters();
+    if (ctx.rank == 0)
+      log_info("stage {}: model states per rank: {} ({} bytes per parameter)", s,
+               expected_model_states(params.count(), ctx.rc.working).describe(),
+               expected_model_states(1, ctx.rc.working).total());
     if (ctx.rank == 0)
       log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
              ctx.ranges[s].to_string(), params.count(),

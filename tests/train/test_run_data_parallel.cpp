@@ -2,6 +2,7 @@
 // trains with the same global batch (train_batch_size = micro x accumulation x R).
 #include "tests/support/compare.hpp"
 #include "tests/train/train_fixture.hpp"
+#include "actors/train/memory_accounting.hpp"
 
 #include <doctest/doctest.h>
 
@@ -17,7 +18,7 @@ struct finished {
   nlohmann::json state;
 };
 
-finished train(const std::vector<std::string>& overrides, std::uint64_t step = 5) {
+finished train_run(const std::vector<std::string>& overrides, std::uint64_t step = 5) {
   test::temp_dir dir;
   REQUIRE(test::run_config(dir.path(), "dp", test::tiny_config(dir.path()), overrides) == 0);
   auto ck = test::load_run_checkpoint(dir.path() + "/ckpt", "latest");
@@ -47,12 +48,12 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 // summation order differs: tolerances.hpp layout_equivalence, as for pipeline layouts.
 TEST_CASE("devices.ranks = 2 and 4, with 1 and 2 stages, equal one rank with the same global batch") {
   const std::vector<std::string> dropout{"model.hidden_dropout=0.1", "model.attention_dropout=0.1"};
-  auto one = train(dropout);
+  auto one = train_run(dropout);
   for (int ranks : {2, 4}) {
     for (int stages : {1, 2}) {
       CAPTURE(ranks);
       CAPTURE(stages);
-      auto many = train(with(dropout, {fmt::format("devices.ranks={}", ranks), fmt::format("pipeline.stages={}", stages)}));
+      auto many = train_run(with(dropout, {fmt::format("devices.ranks={}", ranks), fmt::format("pipeline.stages={}", stages)}));
       check_close(many.model, one.model);
       // The data continues where one rank's would: the cursor is the global batch's.
       CHECK(many.state["data_cursor"] == one.state["data_cursor"]);
@@ -63,8 +64,8 @@ TEST_CASE("devices.ranks = 2 and 4, with 1 and 2 stages, equal one rank with the
 
 TEST_CASE("devices.ranks = 2 with fp16 loss scaling equals one rank") {
   const std::vector<std::string> fp16{"fp16.enabled=true", "fp16.initial_scale_power=8"};
-  auto one = train(fp16);
-  auto two = train(with(fp16, {"devices.ranks=2"}));
+  auto one = train_run(fp16);
+  auto two = train_run(with(fp16, {"devices.ranks=2"}));
   REQUIRE(two.model.size() == one.model.size());
   for (const auto& [name, t] : one.model) {
     INFO(name);
@@ -123,12 +124,33 @@ TEST_CASE("comms_logger on 2 ranks: one gradient all_reduce per stage and step, 
 }
 
 TEST_CASE("devices.ranks = 2 with small buckets sent during backward (overlap_comm) equals one rank") {
-  auto one = train({});
+  auto one = train_run({});
   for (const char* overlap : {"true", "false"}) {
     CAPTURE(overlap);
     // 2000 elements: the 4-layer hidden-32 model's tensors fall into many buckets.
-    auto two = train({"devices.ranks=2", "zero_optimization.reduce_bucket_size=2000",
+    auto two = train_run({"devices.ranks=2", "zero_optimization.reduce_bucket_size=2000",
                       fmt::format("zero_optimization.overlap_comm={}", overlap)});
     check_close(two.model, one.model);
+  }
+}
+
+TEST_CASE("model-state accounting: 28 bytes per parameter in fp32, 26 in fp16, as measured on every stage") {
+  CHECK(train::expected_model_states(1000, train::precision::f32).total() == 28000);
+  CHECK(train::expected_model_states(1000, train::precision::f16).total() == 26000);
+  CHECK(train::expected_model_states(1000, train::precision::bf16).half_masters == 2000);
+  for (const char* fp16 : {"false", "true"}) {
+    CAPTURE(fp16);
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), "mem", test::tiny_config(dir.path()),
+                             {"devices.ranks=2", "pipeline.stages=2", fmt::format("fp16.enabled={}", fp16),
+                              "train_steps=2"}) == 0);
+    std::ifstream in(dir.path() + "/run/train.log");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string log = text.str();
+    CHECK(log.find("stage 0: model states measured after the first step") != std::string::npos);
+    CHECK(log.find("stage 1: model states measured after the first step") != std::string::npos);
+    CHECK(log.find("(as expected)") != std::string::npos);
+    CHECK(log.find("the accounting expected") == std::string::npos);
   }
 }

@@ -1,0 +1,49 @@
+// Model-state bytes per rank; see memory_accounting.hpp.
+#include "actors/train/memory_accounting.hpp"
+
+#include <fmt/format.h>
+
+namespace dsa::train {
+
+bool model_state_bytes::operator==(const model_state_bytes& o) const {
+  return weights == o.weights && grads == o.grads && reduced == o.reduced && masters == o.masters &&
+         half_masters == o.half_masters && moments == o.moments && version == o.version;
+}
+
+std::string model_state_bytes::describe() const {
+  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1 << 20); };
+  return fmt::format("{:.2f} MiB = working weights {:.2f} + gradient accumulators {:.2f} + reduced gradients {:.2f} + "
+                     "fp32 masters {:.2f} + half masters {:.2f} + optimizer moments {:.2f} + next version {:.2f}",
+                     mib(total()), mib(weights), mib(grads), mib(reduced), mib(masters), mib(half_masters),
+                     mib(moments), mib(version));
+}
+
+model_state_bytes expected_model_states(std::int64_t n, precision working) {
+  const std::int64_t w = working == precision::f32 ? 4 : 2;
+  model_state_bytes b;
+  b.weights = w * n;
+  b.grads = 4 * n;
+  b.reduced = 4 * n;
+  b.masters = 4 * n;
+  b.half_masters = working == precision::f32 ? 0 : 2 * n;
+  b.moments = 8 * n;
+  b.version = w * n;
+  return b;
+}
+
+model_state_bytes measured_model_states(const bert_stage& stage, const bert_optimizer& shard) {
+  model_state_bytes b;
+  for (const auto& e : const_cast<bert_stage&>(stage).part().parameters().entries()) {
+    b.weights += static_cast<std::int64_t>(e.value.nbytes());
+    b.grads += static_cast<std::int64_t>(e.grad.nbytes());
+  }
+  const shard_bytes s = shard.held_bytes();
+  b.reduced = s.gradients;
+  b.masters = s.masters;
+  b.half_masters = s.half_masters;
+  b.moments = s.moments;
+  b.version = s.version;
+  return b;
+}
+
+} // namespace dsa::train

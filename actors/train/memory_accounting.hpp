@@ -1,0 +1,44 @@
+// What one rank holds for the model states of a stage, in bytes: the expected
+// figure from the parameter count (printed at the start of a run) and the measured
+// one from the tensors the stage and its optimizer shard hold (printed after the
+// first step). The two must agree; a test checks that they do.
+//
+// Per parameter of the stage (Ψ of them), with w = 4 bytes in fp32 and 2 in fp16/bf16:
+//   working weights (stage)                          w
+//   gradient accumulators (stage, f32)               4
+//   reduced gradients (the shard's f32 buffers)      4
+//   fp32 master weights (shard)                      4
+//   half copy of the masters (shard, fp16/bf16)      2 (0 in fp32)
+//   Adam/LAMB moments (shard, f32)                   8
+//   the next parameter version (params slot)         w
+// = 28Ψ in fp32, 26Ψ in fp16/bf16. DeepSpeed's ZeRO stage 0 counts 16Ψ for mixed
+// precision (2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 masters and moments): it
+// keeps fp16 gradients, reduces them in place and has the optimizer write the
+// weights directly, where dsactor's stage and shard are separate actors with their
+// own buffers (the price of their independence; ZeRO partitioning is what cuts it).
+#pragma once
+
+#include "actors/train/bert_optimizer.hpp"
+#include "actors/train/bert_stage.hpp"
+#include "actors/train/precision.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace dsa::train {
+
+struct model_state_bytes {
+  std::int64_t weights = 0, grads = 0, reduced = 0, masters = 0, half_masters = 0, moments = 0, version = 0;
+  std::int64_t total() const { return weights + grads + reduced + masters + half_masters + moments + version; }
+  bool operator==(const model_state_bytes& o) const;
+  // "weights 1.2 MiB + gradients ... = total"
+  std::string describe() const;
+};
+
+// From the parameter count alone.
+model_state_bytes expected_model_states(std::int64_t parameters, precision working);
+// From the tensors a stage and its shard hold (after the shard's first update, which
+// allocates the next version's tensors).
+model_state_bytes measured_model_states(const bert_stage& stage, const bert_optimizer& shard);
+
+} // namespace dsa::train
