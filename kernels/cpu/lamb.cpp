@@ -1,7 +1,8 @@
 // LAMB as DeepSpeed's FusedLamb (eps outside the square root): two passes per
 // tensor, the first updating m, v and forming the update with its norm, the second
-// applying the trust ratio. Norm partial sums are per fixed chunk, summed in chunk
-// order, so the result does not depend on the number of OpenMP threads.
+// applying the trust ratio. Norm partial sums are per fixed block of lamb_norm_block
+// elements, summed in block order, so the result depends neither on the number of
+// OpenMP threads nor on how a tensor's blocks are spread over ZeRO partitions.
 #include "kernels/cpu/lamb.hpp"
 
 #include "core/error.hpp"
@@ -20,7 +21,10 @@
 namespace dsa::cpu {
 namespace {
 
-constexpr std::int64_t chunk_elements = 16384;
+// Elements per OpenMP work item of pass two, and the size above which pass one runs its
+// norm blocks on several threads. Neither changes a result: norm partial sums are per
+// lamb_norm_block, whichever thread computes them.
+constexpr std::int64_t parallel_above = 16384;
 
 struct lamb_consts {
   float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
@@ -130,34 +134,58 @@ double trust_ratio(double param_norm, double update_norm, double min_coeff, doub
 
 } // namespace
 
+void lamb_first_pass(float* m, float* v, float* work, double* block_sums, const float* param, const float* grad,
+                     const lamb_params& params, std::int64_t n) {
+  DSA_CHECK(n >= 0, "lamb_first_pass: negative size {}", n);
+  const lamb_consts c = make_consts(params);
+  const std::int64_t blocks = lamb_norm_blocks(n);
+#pragma omp parallel for schedule(static) if (n > parallel_above)
+  for (std::int64_t k = 0; k < blocks; ++k) {
+    std::int64_t begin = k * lamb_norm_block, len = std::min(lamb_norm_block, n - begin);
+    pass_one(param + begin, m + begin, v + begin, grad + begin, work + begin, c, len, &block_sums[2 * k],
+             &block_sums[2 * k + 1]);
+  }
+}
+
+void lamb_norm_totals(double totals[2], const double* block_sums, std::int64_t blocks) {
+  for (std::int64_t k = 0; k < blocks; ++k) {
+    totals[0] += block_sums[2 * k];
+    totals[1] += block_sums[2 * k + 1];
+  }
+}
+
+float lamb_trust_ratio(double sum_p2, double sum_u2, const lamb_params& params) {
+  return static_cast<float>(trust_ratio(std::sqrt(sum_p2), std::sqrt(sum_u2), params.min_coeff, params.max_coeff));
+}
+
+void lamb_second_pass(float* param, std::uint16_t* half_out, const float* work, dtype half_type, float coeff,
+                      const lamb_params& params, std::int64_t n) {
+  DSA_CHECK(n >= 0, "lamb_second_pass: negative size {}", n);
+  DSA_CHECK(!half_out || half_type == dtype::f16 || half_type == dtype::bf16,
+            "lamb_second_pass: half copy-out must be f16 or bf16, got {}", dtype_name(half_type));
+  const float scale = -params.lr * coeff;
+  const std::int64_t chunks = (n + parallel_above - 1) / parallel_above;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    std::int64_t begin = k * parallel_above, len = std::min(parallel_above, n - begin);
+    pass_two(param + begin, work + begin, half_out ? half_out + begin : nullptr, half_type, scale, len);
+  }
+}
+
 float lamb_update(float* param, float* m, float* v, const float* grad, float* work, std::uint16_t* half_out,
                   dtype half_type, const lamb_params& params, std::int64_t n) {
   DSA_CHECK(n >= 0, "lamb_update: negative size {}", n);
   DSA_CHECK(!half_out || half_type == dtype::f16 || half_type == dtype::bf16,
             "lamb_update: half copy-out must be f16 or bf16, got {}", dtype_name(half_type));
-  const lamb_consts c = make_consts(params);
+  make_consts(params); // checks the parameters even when there is nothing to update
   if (n == 0) return 1.0f;
-  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
-  std::vector<double> partial(static_cast<std::size_t>(2 * chunks));
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (std::int64_t k = 0; k < chunks; ++k) {
-    std::int64_t begin = k * chunk_elements, len = std::min(chunk_elements, n - begin);
-    pass_one(param + begin, m + begin, v + begin, grad + begin, work + begin, c, len,
-             &partial[static_cast<std::size_t>(2 * k)], &partial[static_cast<std::size_t>(2 * k + 1)]);
-  }
-  double sum_p2 = 0.0, sum_u2 = 0.0;
-  for (std::int64_t k = 0; k < chunks; ++k) {
-    sum_p2 += partial[static_cast<std::size_t>(2 * k)];
-    sum_u2 += partial[static_cast<std::size_t>(2 * k + 1)];
-  }
-  const float coeff = static_cast<float>(
-      trust_ratio(std::sqrt(sum_p2), std::sqrt(sum_u2), params.min_coeff, params.max_coeff));
-  const float scale = -params.lr * coeff;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (std::int64_t k = 0; k < chunks; ++k) {
-    std::int64_t begin = k * chunk_elements, len = std::min(chunk_elements, n - begin);
-    pass_two(param + begin, work + begin, half_out ? half_out + begin : nullptr, half_type, scale, len);
-  }
+  const std::int64_t blocks = lamb_norm_blocks(n);
+  std::vector<double> block_sums(static_cast<std::size_t>(2 * blocks));
+  lamb_first_pass(m, v, work, block_sums.data(), param, grad, params, n);
+  double totals[2] = {0.0, 0.0};
+  lamb_norm_totals(totals, block_sums.data(), blocks);
+  const float coeff = lamb_trust_ratio(totals[0], totals[1], params);
+  lamb_second_pass(param, half_out, work, half_type, coeff, params, n);
   return coeff;
 }
 

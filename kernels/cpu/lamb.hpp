@@ -38,6 +38,30 @@ struct lamb_params {
 float lamb_update(float* param, float* m, float* v, const float* grad, float* work, std::uint16_t* half_out,
                   dtype half_type, const lamb_params& params, std::int64_t n);
 
+// The same update in three phases, for a tensor whose elements are spread over several
+// owners (a ZeRO partition holds pieces of tensors). The norms are sums over fixed blocks of
+// lamb_norm_block elements counted from the tensor's first element: each block is summed on
+// its own, then the block sums are added in block order (lamb_norm_totals). lamb_update
+// sums the same way, so a piece that starts on a block boundary of its tensor yields exactly
+// the block sums the whole tensor would, and the owners, once they have every block's sums,
+// get the whole tensor's trust ratio bit for bit.
+inline constexpr std::int64_t lamb_norm_block = 2048;
+inline std::int64_t lamb_norm_blocks(std::int64_t n) { return (n + lamb_norm_block - 1) / lamb_norm_block; }
+
+// Pass one over n elements starting on a norm-block boundary: m, v updated in place; work = u;
+// block_sums: (2 * lamb_norm_blocks(n)), = {sum p^2, sum u^2} of each block (p before the update).
+// work may be grad itself (each element is read before it is written), not partly overlap it.
+void lamb_first_pass(float* m, float* v, float* work, double* block_sums, const float* param, const float* grad,
+                     const lamb_params& params, std::int64_t n);
+// Adds block sums in block order, starting from the given totals (0 for a whole tensor):
+// totals[0] += sum p^2, totals[1] += sum u^2. block_sums: (2 * blocks).
+void lamb_norm_totals(double totals[2], const double* block_sums, std::int64_t blocks);
+// The trust ratio lamb_update applies, from a whole tensor's totals.
+float lamb_trust_ratio(double sum_p2, double sum_u2, const lamb_params& params);
+// Pass two: param -= lr * coeff * work, in place; the half copy as in lamb_update. work: (n).
+void lamb_second_pass(float* param, std::uint16_t* half_out, const float* work, dtype half_type, float coeff,
+                      const lamb_params& params, std::int64_t n);
+
 float lamb_update_ref(float* param, float* m, float* v, const float* grad, const lamb_params& params,
                       std::int64_t n);
 

@@ -1,5 +1,6 @@
 // Tests for kernels/cpu/lamb: kernel vs the double reference, trust-ratio cases worked
-// out by hand (clamping both ways, zero norms), and the half copy-out.
+// out by hand (clamping both ways, zero norms), the half copy-out, and the update in
+// phases over pieces of a tensor (as ZeRO partitions cut it) against the whole.
 #include "kernels/cpu/lamb.hpp"
 
 #include "core/half.hpp"
@@ -191,4 +192,44 @@ TEST_CASE("lamb: half copy-out equals converting the f32 result") {
       CHECK(bad_f32 == 0);
     }
   }
+}
+
+TEST_CASE("lamb: the three phases over block-aligned pieces equal lamb_update, bit for bit") {
+  using dsa::cpu::lamb_norm_block;
+  const std::int64_t n = 5 * lamb_norm_block + 37;
+  // Pieces as ZeRO partitions cut a tensor: at norm-block boundaries, the last one short.
+  const std::int64_t cuts[] = {0, lamb_norm_block, 3 * lamb_norm_block, n};
+  auto p_whole = uniform(n, -1.0f, 1.0f, 5), p_split = p_whole;
+  std::vector<float> m_whole(n, 0.0f), v_whole(n, 0.0f), m_split(n, 0.0f), v_split(n, 0.0f), work(n);
+  std::vector<std::uint16_t> half_whole(n), half_split(n);
+  lamb_params params;
+  params.lr = 1e-2f;
+  params.weight_decay = 0.01f;
+  for (std::int64_t t = 1; t <= 3; ++t) {
+    params.step = t;
+    auto g = uniform(n, -2.0f, 2.0f, static_cast<std::uint32_t>(40 + t));
+    float whole = dsa::cpu::lamb_update(p_whole.data(), m_whole.data(), v_whole.data(), g.data(), work.data(),
+                                        half_whole.data(), dsa::dtype::bf16, params, n);
+    // Phase one per piece, the update direction written over the gradient (work == grad).
+    std::vector<double> sums(static_cast<std::size_t>(2 * dsa::cpu::lamb_norm_blocks(n)));
+    for (int k = 0; k < 3; ++k) {
+      const std::int64_t lo = cuts[k], hi = cuts[k + 1];
+      dsa::cpu::lamb_first_pass(m_split.data() + lo, v_split.data() + lo, g.data() + lo,
+                                sums.data() + 2 * (lo / lamb_norm_block), p_split.data() + lo, g.data() + lo, params,
+                                hi - lo);
+    }
+    double totals[2] = {0.0, 0.0};
+    dsa::cpu::lamb_norm_totals(totals, sums.data(), dsa::cpu::lamb_norm_blocks(n));
+    const float coeff = dsa::cpu::lamb_trust_ratio(totals[0], totals[1], params);
+    CHECK(coeff == whole);
+    for (int k = 0; k < 3; ++k) {
+      const std::int64_t lo = cuts[k], hi = cuts[k + 1];
+      dsa::cpu::lamb_second_pass(p_split.data() + lo, half_split.data() + lo, g.data() + lo, dsa::dtype::bf16, coeff,
+                                 params, hi - lo);
+    }
+  }
+  CHECK(p_split == p_whole);
+  CHECK(m_split == m_whole);
+  CHECK(v_split == v_whole);
+  CHECK(half_split == half_whole);
 }

@@ -1,0 +1,138 @@
+// ZeRO-1/2 optimizer of one data-parallel rank: fp32 master weights, exp_avg and
+// exp_avg_sq of its partition of a stage's flat layout only (12 bytes per
+// partition element), updated with Adam / AdamW / LAMB exactly as
+// optim::optimizer updates whole tensors: the same kernels per tensor piece, per-
+// tensor weight decay, and for LAMB each tensor's trust ratio from the norms of
+// the whole tensor. Masters, moments and the working weights written here are bit
+// for bit those of optim::optimizer on one rank, for any rank count.
+//
+// LAMB and tensors that span ranks: the kernel sums a tensor's squares per norm
+// block (cpu::lamb_norm_block elements from the tensor's start; the layout's
+// alignment keeps each block on one rank) and adds the block sums in order. Each
+// step, every rank writes the block sums of its pieces of spanning tensors into
+// an exchange vector (zeros elsewhere) and the caller's `combine` returns the
+// element-wise sum over ranks. Every entry is non-zero on one rank only, so the
+// sum is exact whatever the order: an allreduce, or an allgather followed by
+// add_gathered, both give every rank the same bits. Tensors that lie on one rank
+// need no exchange.
+//
+// Not thread-safe: one thread calls step() (the kernels parallelize inside).
+#pragma once
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+#include "optim/flat_layout.hpp"
+#include "optim/optimizer.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dsa::optim {
+
+// One rank's fp32 state: master, exp_avg, exp_avg_sq, each (partition_numel) f32,
+// padding elements 0; and the number of steps taken.
+struct partition_state {
+  tensor master;
+  tensor exp_avg;
+  tensor exp_avg_sq;
+  std::int64_t step = 0;
+};
+
+// partial: this rank's exchange vector; returns the element-wise sum over every
+// rank's vector (same length), identical on every rank. Called by every rank in
+// the same steps (see partitioned_optimizer::exchange_size).
+using norm_combine = std::function<expected<std::vector<double>>(const std::vector<double>& partial)>;
+
+struct partition_step {
+  // (partition_numel) f32: this rank's partition of the gradients summed over the ranks.
+  // Consumed: scaled in place, and LAMB leaves its update direction there. Padding
+  // elements are never read.
+  tensor grad;
+  // Gradients are multiplied by this first (step_decision::grad_scale: 1 / (loss scale x clip)),
+  // as bert_optimizer does before optimizer::step; 1 leaves them as they are.
+  double grad_scale = 1.0;
+  // Undefined, or (partition_numel) f32/f16/bf16: receives the partition's updated working
+  // weights, padding 0 (what the ranks all-gather).
+  tensor working;
+  // LAMB only, when exchange_size() > 0.
+  norm_combine combine;
+};
+
+class partitioned_optimizer {
+public:
+  // From a stage's whole initial parameters (tensors in layout order, f32/f16/bf16,
+  // shapes as the layout's): copies this rank's pieces into fresh masters; moments 0.
+  static expected<partitioned_optimizer> create(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank,
+                                                const std::vector<tensor>& initial);
+  // From a saved or repartitioned state (partition_checkpoint.hpp); the tensors are
+  // taken over, not copied. Non-zero padding is refused.
+  static expected<partitioned_optimizer> create(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank,
+                                                partition_state state);
+
+  void set_lr(double lr) { lr_ = lr; }
+  void set_betas(double beta1, double beta2);
+
+  // One update of the partition (increments the step count first). On an error from
+  // combine, m and v of the partition are already updated and the weights not: the
+  // run must stop, as after any failed collective.
+  status step(const partition_step& in);
+  // The working weights of the partition without a step (a skipped step, or the first
+  // parameters): working (partition_numel) f32/f16/bf16, padding 0.
+  status write_working(const tensor& working) const;
+  // Sum of squares of this rank's gradient elements, padding left out, for the global
+  // gradient norm (add the ranks' sums). grad: (partition_numel) f32.
+  double grad_sum_of_squares(const tensor& grad) const;
+
+  // Length of the LAMB exchange vector: 2 doubles per norm block of every tensor that
+  // spans ranks, the same on every rank; 0 for Adam/AdamW and when no tensor spans ranks
+  // (then combine is never called).
+  std::size_t exchange_size() const { return exchange_.size(); }
+  // Sum over ranks of an allgather of exchange vectors: gathered holds ranks x per_rank
+  // doubles, rank-major; returns per_rank sums.
+  static std::vector<double> add_gathered(const std::vector<double>& gathered, std::uint32_t ranks);
+
+  const flat_layout& layout() const { return layout_; }
+  std::uint32_t rank() const { return rank_; }
+  flat_range partition() const { return layout_.partition(rank_); }
+  const std::vector<flat_piece>& pieces() const { return pieces_; }
+  const optimizer_config& settings() const { return cfg_; }
+  std::int64_t step_count() const { return state_.step; }
+  // Bytes of optimizer state held: 12 x partition_numel (fp32 master, exp_avg, exp_avg_sq).
+  std::int64_t state_bytes() const;
+  // Scratch beyond the state, in bytes (LAMB block sums and the exchange vector).
+  std::int64_t scratch_bytes() const;
+  // Trust ratios of the last LAMB step, one per piece in pieces() order.
+  const std::vector<float>& last_lamb_coeffs() const { return lamb_coeffs_; }
+  // The whole-tensor sums behind them: {sum p^2, sum u^2} per piece, 2 x pieces() values.
+  const std::vector<double>& last_lamb_sums() const { return lamb_sums_; }
+
+  // The state itself (views, valid while no step runs).
+  const partition_state& state() const { return state_; }
+
+private:
+  partitioned_optimizer(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank);
+  status init_scratch();
+  void step_adam(float* grad, std::uint16_t* half, dtype half_type);
+  status step_lamb(float* grad, std::uint16_t* half, dtype half_type, const norm_combine& combine);
+  void zero_padding(const tensor& working) const;
+
+  optimizer_config cfg_;
+  flat_layout layout_;
+  std::uint32_t rank_ = 0;
+  std::vector<flat_piece> pieces_; // this rank's, in flat order
+  partition_state state_;
+  double lr_ = 0.0;
+  // LAMB block sums: of pieces of tensors on this rank only in local_, of pieces of tensors
+  // spanning ranks in exchange_ (every such tensor's blocks at exchange_at_[tensor]).
+  std::vector<std::int64_t> piece_sums_at_; // per piece: its first block's offset in local_ or exchange_
+  std::vector<double> local_;
+  std::vector<double> exchange_;
+  std::vector<std::int64_t> exchange_at_; // per tensor; -1 when it lies on one rank
+  std::vector<float> lamb_coeffs_;
+  std::vector<double> lamb_sums_;
+};
+
+} // namespace dsa::optim

@@ -1,0 +1,244 @@
+// Tests for optim/partitioned_optimizer: R simulated ranks (threads; the LAMB norm
+// exchange meets at a barrier) against optim::optimizer on whole tensors, bit for bit,
+// for Adam (L2), AdamW and LAMB, R = 1..4, f32/f16/bf16 working weights; padding never
+// read and never changed; the memory each rank holds; errors.
+#include "tests/optim/zero_ranks.hpp"
+
+#include "core/memory_stats.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+namespace {
+
+using namespace dsa;
+using namespace dsa::test::zero;
+using optim::optimizer_config;
+using optim::optimizer_type;
+
+optimizer_config config_of(optimizer_type type) {
+  optimizer_config cfg;
+  cfg.type = type;
+  cfg.lr = 1e-3;
+  cfg.weight_decay = 0.01;
+  cfg.adam_w_mode = false; // type adam: L2 decay; adamw is always decoupled
+  return cfg;
+}
+
+const char* type_name(optimizer_type t) {
+  return t == optimizer_type::adam ? "adam(L2)" : t == optimizer_type::adamw ? "adamw" : "lamb";
+}
+
+} // namespace
+
+TEST_CASE("partitioned optimizer on R ranks equals optim::optimizer on whole tensors, bit for bit") {
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  const auto inputs = step_inputs(specs, 4);
+  struct variant {
+    optimizer_type type;
+    std::int64_t alignment;
+  };
+  for (variant var : {variant{optimizer_type::adam, 1}, variant{optimizer_type::adamw, 1},
+                      variant{optimizer_type::adamw, 2048}, variant{optimizer_type::lamb, 2048},
+                      variant{optimizer_type::lamb, 6144}}) {
+    for (std::uint32_t ranks : {1u, 2u, 3u, 4u}) {
+      for (dtype working_type : {dtype::f32, dtype::f16, dtype::bf16}) {
+        CAPTURE(type_name(var.type));
+        CAPTURE(var.alignment);
+        CAPTURE(ranks);
+        CAPTURE(dtype_name(working_type));
+        const optimizer_config cfg = config_of(var.type);
+        auto layout = flat_layout::create(specs, ranks, var.alignment);
+        REQUIRE(layout.has_value());
+        reference ref(cfg, specs, initial, working_type);
+        zero_group z(cfg, *layout, initial, working_type);
+        for (const auto& in : inputs) {
+          ref.step(in);
+          z.step(in);
+          check_same_as_reference(z, ref, var.type);
+        }
+        for (std::uint32_t r = 0; r < ranks; ++r) {
+          CHECK(z.ranks[r].step_count() == 4);
+          // A skipped step's working weights (converted from the masters) are the step's.
+          tensor again = tensor::empty({z.layout.partition_numel()}, working_type);
+          REQUIRE(z.ranks[r].write_working(again).has_value());
+          CHECK(same_bits(again, z.working[r]));
+          // LAMB exchanges norms exactly when a tensor spans ranks, once per step.
+          const bool spans = ranks > 1 && var.type == optimizer_type::lamb;
+          CHECK((z.ranks[r].exchange_size() > 0) == spans);
+          CHECK(z.exchange.calls(r) == (spans ? 4 : 0));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the awkward layouts split the large tensor over three ranks, at odd offsets with alignment 1") {
+  const auto specs = awkward_specs();
+  auto a1 = flat_layout::create(specs, 3, 1);
+  auto a2048 = flat_layout::create(specs, 4, 2048);
+  REQUIRE(a1.has_value());
+  REQUIRE(a2048.has_value());
+  const std::size_t pooler = *a1->find("bert.pooler.dense.weight");
+  CHECK(a1->first_owner(pooler) == 0);
+  CHECK(a1->last_owner(pooler) == 2);
+  CHECK(a2048->first_owner(pooler) == 0);
+  CHECK(a2048->last_owner(pooler) == 2);
+  // With alignment 1 the boundaries fall at odd offsets inside the tensor.
+  auto pieces = a1->pieces(a1->partition(1));
+  REQUIRE(pieces.size() == 1);
+  CHECK(pieces[0].tensor == pooler);
+  CHECK(pieces[0].tensor_offset % 2 == 1);
+}
+
+TEST_CASE("partitioned optimizer: tensors of one and three elements over four ranks, two ranks holding only padding") {
+  std::vector<optim::flat_tensor_spec> specs{optim::bert_flat_tensor("bert.embeddings.LayerNorm.weight", {1}),
+                                             optim::bert_flat_tensor("bert.pooler.dense.bias", {3})};
+  const auto initial = initial_params(specs);
+  const auto inputs = step_inputs(specs, 3);
+  for (optimizer_type type : {optimizer_type::adamw, optimizer_type::lamb}) {
+    CAPTURE(type_name(type));
+    auto layout = flat_layout::create(specs, 4, type == optimizer_type::lamb ? 2048 : 4);
+    REQUIRE(layout.has_value());
+    reference ref(config_of(type), specs, initial, dtype::bf16);
+    zero_group z(config_of(type), *layout, initial, dtype::bf16);
+    CHECK(z.ranks[2].pieces().empty());
+    CHECK(z.ranks[3].pieces().empty());
+    for (const auto& in : inputs) {
+      ref.step(in);
+      z.step(in);
+      check_same_as_reference(z, ref, type);
+    }
+  }
+}
+
+TEST_CASE("partitioned optimizer holds 12 bytes per partition element, and allocates nothing else as tensors") {
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  for (optimizer_type type : {optimizer_type::adamw, optimizer_type::lamb}) {
+    for (std::uint32_t ranks : {1u, 2u, 3u, 4u}) {
+      CAPTURE(type_name(type));
+      CAPTURE(ranks);
+      auto layout = flat_layout::create(specs, ranks);
+      REQUIRE(layout.has_value());
+      std::int64_t total = 0;
+      for (std::uint32_t r = 0; r < ranks; ++r) {
+        const std::int64_t before = memory_usage_of(device::cpu()).current_bytes;
+        auto opt = partitioned_optimizer::create(config_of(type), *layout, r, initial);
+        REQUIRE(opt.has_value());
+        const std::int64_t held = memory_usage_of(device::cpu()).current_bytes - before;
+        CHECK(opt->state_bytes() == 12 * layout->partition_numel());
+        CHECK(held == opt->state_bytes());
+        total += opt->state_bytes();
+        // LAMB's scratch: block sums, a few bytes per 2048 elements.
+        if (type == optimizer_type::lamb) CHECK(opt->scratch_bytes() <= 16 * (layout->padded_numel() / 2048 + 8));
+        else CHECK(opt->scratch_bytes() == 0);
+      }
+      CHECK(total == 12 * layout->padded_numel());
+      // Padding is under one alignment per tensor plus the end's ranks x alignment.
+      CHECK(layout->padded_numel() - layout->numel() <
+            static_cast<std::int64_t>(specs.size() + ranks) * layout->alignment());
+    }
+  }
+}
+
+TEST_CASE("partitioned optimizer: write_working and grad_sum_of_squares leave padding out") {
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  auto layout = flat_layout::create(specs, 3, 1);
+  REQUIRE(layout.has_value());
+  const auto grads = step_inputs(specs, 1)[0].grads;
+  double whole = 0.0, parts = 0.0;
+  for (const auto& g : grads) whole += optim::sum_of_squares(g);
+  std::vector<tensor> working;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    auto opt = partitioned_optimizer::create(config_of(optimizer_type::adamw), *layout, r, initial);
+    REQUIRE(opt.has_value());
+    parts += opt->grad_sum_of_squares(grad_partition(*layout, r, grads)); // NaN padding would show
+    tensor w = tensor::empty({layout->partition_numel()}, dtype::bf16);
+    REQUIRE(opt->write_working(w).has_value());
+    working.push_back(w);
+  }
+  CHECK(std::isfinite(parts));
+  CHECK(parts == doctest::Approx(whole).epsilon(1e-12));
+  auto gathered = unflatten(*layout, working);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    tensor expected = tensor::empty(specs[i].shape, dtype::bf16);
+    for (std::int64_t k = 0; k < expected.numel(); ++k)
+      expected.data<std::uint16_t>()[k] = f32_to_bf16(initial[i].data<float>()[k]);
+    CHECK(same_bits(gathered[i], expected));
+  }
+}
+
+TEST_CASE("partitioned optimizer: errors name the rank and what is wrong") {
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  auto a1 = flat_layout::create(specs, 2, 1);
+  auto a2048 = flat_layout::create(specs, 2);
+  REQUIRE(a1.has_value());
+  REQUIRE(a2048.has_value());
+
+  SUBCASE("LAMB needs the norm-block alignment") {
+    auto opt = partitioned_optimizer::create(config_of(optimizer_type::lamb), *a1, 0, initial);
+    REQUIRE_FALSE(opt.has_value());
+    CHECK(opt.err().message.find("multiple of 2048") != std::string::npos);
+  }
+  SUBCASE("rank out of range, wrong initial tensors") {
+    CHECK_FALSE(partitioned_optimizer::create(config_of(optimizer_type::adamw), *a1, 2, initial).has_value());
+    auto fewer = initial;
+    fewer.pop_back();
+    CHECK_FALSE(partitioned_optimizer::create(config_of(optimizer_type::adamw), *a1, 0, fewer).has_value());
+    auto reshaped = initial;
+    reshaped[0] = reshaped[0].flatten();
+    auto opt = partitioned_optimizer::create(config_of(optimizer_type::adamw), *a1, 1, reshaped);
+    REQUIRE_FALSE(opt.has_value());
+    CHECK(opt.err().message.find("bert.embeddings.word_embeddings.weight") != std::string::npos);
+    CHECK(opt.err().message.find("rank 1") != std::string::npos);
+  }
+  SUBCASE("a gradient of the wrong size") {
+    auto opt = partitioned_optimizer::create(config_of(optimizer_type::adamw), *a1, 1, initial);
+    REQUIRE(opt.has_value());
+    optim::partition_step s;
+    s.grad = tensor::zeros({a1->partition_numel() + 1}, dtype::f32);
+    auto done = opt->step(s);
+    REQUIRE_FALSE(done.has_value());
+    CHECK(done.err().message.find("grad") != std::string::npos);
+    CHECK(opt->step_count() == 0);
+  }
+  SUBCASE("a failing or short exchange") {
+    for (int failing = 0; failing < 2; ++failing) {
+      auto opt = partitioned_optimizer::create(config_of(optimizer_type::lamb), *a2048, 0, initial);
+      REQUIRE(opt.has_value());
+      REQUIRE(opt->exchange_size() > 0);
+      optim::partition_step s;
+      s.grad = grad_partition(*a2048, 0, step_inputs(specs, 1)[0].grads);
+      s.combine = [&](const std::vector<double>& partial) -> expected<std::vector<double>> {
+        if (failing) return make_error(errc::protocol, "peer 1 went away");
+        return std::vector<double>(partial.size() - 2, 0.0);
+      };
+      auto done = opt->step(s);
+      REQUIRE_FALSE(done.has_value());
+      CHECK(done.err().message.find("rank 0") != std::string::npos);
+      CHECK(done.err().message.find(failing ? "peer 1 went away" : "LAMB norm sums") != std::string::npos);
+    }
+  }
+  SUBCASE("a state with non-zero padding") {
+    auto opt = partitioned_optimizer::create(config_of(optimizer_type::adamw), *a2048, 1, initial);
+    REQUIRE(opt.has_value());
+    optim::partition_state state{opt->state().master.clone(), opt->state().exp_avg.clone(),
+                                 opt->state().exp_avg_sq.clone(), 0};
+    state.exp_avg.data<float>()[a2048->partition_numel() - 1] = -0.0f; // the end padding
+    auto loaded = partitioned_optimizer::create(config_of(optimizer_type::adamw), *a2048, 1, state);
+    REQUIRE_FALSE(loaded.has_value());
+    CHECK(loaded.err().message.find("padding") != std::string::npos);
+  }
+}
+
+TEST_CASE("add_gathered sums an allgather of exchange vectors in rank order") {
+  std::vector<double> gathered{1.0, 0.0, 0.0, 0.0, 2.5, 0.0, 0.0, 0.0, 4.0};
+  auto sums = partitioned_optimizer::add_gathered(gathered, 3);
+  CHECK(sums == std::vector<double>{1.0, 2.5, 4.0});
+}
