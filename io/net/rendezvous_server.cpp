@@ -219,8 +219,10 @@ void rendezvous_server::impl::read_from(connection& c) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       break;
     c.dead = true;
-    c.why = n == 0 ? "its connection closed without a leave"
-                   : fmt::format("its connection failed: {}", std::strerror(errno));
+    // A peer that dies with unread input resets its connection instead of closing it.
+    c.why = n == 0              ? "its connection closed without a leave"
+            : errno == ECONNRESET ? "its connection closed without a leave (reset)"
+                                  : fmt::format("its connection failed: {}", std::strerror(errno));
     break; // frames that arrived before the close are still handled below
   }
   c.last_heard = clock::now();
@@ -521,6 +523,8 @@ void rendezvous_server::impl::fail_job(errc code, const std::string& text, int r
     return;
   log_error("rendezvous: the job failed: {}", text);
   set_phase(server_phase::failed, text);
+  // The event first: a launcher then learns why before any rank, told below, can exit.
+  emit(server_event::kind::failed, rank, text);
   gathers_.clear();
   const bytes payload = encode_abort({code, text});
   for (auto& m : members_) {
@@ -529,7 +533,6 @@ void rendezvous_server::impl::fail_job(errc code, const std::string& text, int r
       close_after_flush(*m.conn);
     }
   }
-  emit(server_event::kind::failed, rank, text);
 }
 
 void rendezvous_server::impl::lose(int rank, const std::string& why) {

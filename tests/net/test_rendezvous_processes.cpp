@@ -53,7 +53,7 @@ TEST_CASE("rendezvous processes: kill -9 of a rank is seen by the others within 
   for (auto* c : {&*rank0, &**rank2}) {
     auto lost = (*c)->wait_lost(wait_bound);
     REQUIRE(lost.has_value());
-    CHECK(lost->message == "rank 1 lost (its connection closed without a leave)");
+    CHECK(lost->message.rfind("rank 1 lost (its connection closed without a leave", 0) == 0);
   }
   auto st = rank1.wait_exit();
   REQUIRE(st.has_value());
@@ -66,12 +66,14 @@ TEST_CASE("rendezvous processes: kill -9 of a rank is seen by the others within 
 TEST_CASE("rendezvous processes: a stopped rank (SIGSTOP) is lost by missed heartbeats") {
   net::rendezvous_options fast;
   fast.heartbeat_interval = std::chrono::milliseconds(50);
-  fast.heartbeat_timeout = std::chrono::milliseconds(500);
+  fast.heartbeat_timeout = std::chrono::milliseconds(1000);
   event_log events;
   auto server = start_server(2, events, fast);
   probe_process rank1(server->port(), 1, 2,
                       {"--hang-rank", "1", "--heartbeat-interval-ms", "50", "--config", "train_steps=4"});
-  auto rank0 = net::rendezvous_client::join(request_for(server->port(), 0, 2), fast);
+  net::rendezvous_options patient = fast; // what is tested is the server's view
+  patient.heartbeat_timeout = std::chrono::minutes(1);
+  auto rank0 = net::rendezvous_client::join(request_for(server->port(), 0, 2), patient);
   REQUIRE_MESSAGE(rank0.has_value(), (rank0 ? "" : rank0.err().to_string()));
   REQUIRE(::kill(rank1.pid(), SIGSTOP) == 0); // its heartbeat thread stops too
   auto lost = (*rank0)->wait_lost(wait_bound);
