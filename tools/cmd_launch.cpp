@@ -79,9 +79,10 @@ fails or the rendezvous loses one, every rank is stopped (SIGTERM, then SIGKILL 
 } // namespace
 
 int cmd_launch(int argc, char** argv) {
-  po::options_description opts("dsactor launch --num_procs N [options] (CONFIG [run options] | -- PROGRAM [ARGS])");
-  opts.add_options()("help,h", "this help")(
-      "num_procs", po::value<int>(), "how many processes (ranks) to start on this host")(
+  po::options_description opts(
+      "dsactor launch --num_procs N [options] (CONFIG [run options] | -- PROGRAM [ARGS])");
+  opts.add_options()("help,h", "this help")("num_procs", po::value<int>(),
+                                            "how many processes (ranks) to start on this host")(
       "master_addr", po::value<std::string>()->default_value("127.0.0.1"),
       "address the rendezvous server binds and the ranks connect to")(
       "master_port", po::value<int>()->default_value(0), "its port; 0 lets the OS pick a free one")(
@@ -95,7 +96,8 @@ int cmd_launch(int argc, char** argv) {
   for (auto& a : args.own)
     own.push_back(a.data());
   po::variables_map vm;
-  if (auto done = parse_options(static_cast<int>(own.size()), own.data(), opts, vm, "launch", epilog))
+  if (auto done =
+          parse_options(static_cast<int>(own.size()), own.data(), opts, vm, "launch", epilog))
     return *done;
   auto usage_error = [&](const std::string& what) {
     fmt::print(stderr, "dsactor launch: {}\n{}", what, fmt::to_string(fmt::streamed(opts)));
@@ -141,13 +143,14 @@ int cmd_launch(int argc, char** argv) {
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
   process_group group(supervise); // its signal handlers are in place before any rank starts
   net::rendezvous_options rendezvous;
-  rendezvous.heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
-  auto server = net::rendezvous_server::start(
-      request.master_addr, request.master_port, request.job_token, request.num_procs, rendezvous,
-      [&group](const net::server_event& e) {
-        if (e.what == net::server_event::kind::failed)
-          group.fail("rendezvous: " + e.text, e.rank);
-      });
+  rendezvous.heartbeat_timeout =
+      std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
+  auto server = net::rendezvous_server::start(request.master_addr, request.master_port,
+                                              request.job_token, request.num_procs, rendezvous,
+                                              [&group](const net::server_event& e) {
+                                                if (e.what == net::server_event::kind::failed)
+                                                  group.fail("rendezvous: " + e.text, e.rank);
+                                              });
   if (!server) {
     fmt::print(stderr, "dsactor launch: {}\n", server.err().message);
     return 1;

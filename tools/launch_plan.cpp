@@ -34,10 +34,10 @@ std::vector<process_spec> make_local_plan(const launch_request& request) {
 }
 
 std::string shell_quote(const std::string& word) {
-  const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                             "0123456789_-+=.,/:@%") ==
-                                          std::string::npos;
+  const bool plain =
+      !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_-+=.,/:@%") == std::string::npos;
   if (plain)
     return word;
   std::string out = "'";
@@ -47,8 +47,8 @@ std::string shell_quote(const std::string& word) {
 }
 
 std::string describe(const process_spec& spec, int world_size) {
-  std::string line = fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE={}", spec.rank,
-                                 spec.local_rank, world_size);
+  std::string line =
+      fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE={}", spec.rank, spec.local_rank, world_size);
   for (const auto& word : spec.argv)
     line += " " + shell_quote(word);
   return line;

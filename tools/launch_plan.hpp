@@ -13,9 +13,9 @@ namespace dsa::tools {
 struct launch_request {
   int num_procs = 1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;               // the rendezvous server's; 0 in a dry run before binding
-  std::string job_token;             // "" in a dry run
-  std::vector<std::string> command;  // every rank's argv: program first
+  int master_port = 0;              // the rendezvous server's; 0 in a dry run before binding
+  std::string job_token;            // "" in a dry run
+  std::vector<std::string> command; // every rank's argv: program first
 };
 
 // One process of the job. A host-list launcher would add the host and run the same spec

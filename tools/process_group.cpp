@@ -398,12 +398,15 @@ void process_group::impl::emit_line(const child& c, stream& s, const std::string
   write_out(s.to, fmt::format("[rank {}] {}\n", c.rank, line));
 }
 
-process_group::process_group(supervise_options options)
-    : impl_(std::make_unique<impl>(options)) {}
+process_group::process_group(supervise_options options) : impl_(std::make_unique<impl>(options)) {}
 process_group::~process_group() = default;
 
-status process_group::spawn_rank(const process_spec& spec) { return impl_->spawn_rank(spec); }
-void process_group::fail(std::string why, int rank) { impl_->fail(std::move(why), rank); }
+status process_group::spawn_rank(const process_spec& spec) {
+  return impl_->spawn_rank(spec);
+}
+void process_group::fail(std::string why, int rank) {
+  impl_->fail(std::move(why), rank);
+}
 int process_group::supervise(const std::function<void(int, const std::string&)>& on_end) {
   return impl_->supervise(on_end);
 }

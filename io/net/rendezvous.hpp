@@ -20,6 +20,8 @@
 #include "core/error.hpp"
 #include "io/net/transport.hpp" // bytes
 
+#include <toml++/toml.h>
+
 #include <chrono>
 #include <map>
 #include <string>
@@ -39,6 +41,10 @@ struct rendezvous_options {
   // Client: wait this long for every rank to join, and for an allgather to complete.
   std::chrono::milliseconds join_timeout{600000};
 };
+
+// Every leaf of a config table as "a.b.c" -> its value as TOML text (strings quoted, arrays
+// inline), e.g. the effective config of `dsactor run` (dsa::config::table()).
+config_summary summarize_config(const toml::table& table);
 
 // "" when a and b are equal; otherwise the differing keys with both values, e.g.
 // "rank 1's config differs from rank 0's: optimizer.params.lr = 0.001 vs 0.0002".

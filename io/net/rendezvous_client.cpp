@@ -84,19 +84,19 @@ private:
 };
 
 status rendezvous_client::impl::connect_and_join() {
-  auto fd = tcp_connect(request_.address, request_.port,
-                        clock::now() + options_.connect_timeout);
+  auto fd = tcp_connect(request_.address, request_.port, clock::now() + options_.connect_timeout);
   if (!fd)
     return make_error(fd.err().code, "rank {} cannot reach the rendezvous: {}", request_.rank,
                       fd.err().message);
   fd_ = std::move(*fd);
-  DSA_TRY(send_frame(frame_type::hello, encode_hello({request_.job_token, request_.rank,
-                                                      request_.world_size, request_.config,
-                                                      request_.blob})));
+  DSA_TRY(send_frame(frame_type::hello,
+                     encode_hello({request_.job_token, request_.rank, request_.world_size,
+                                   request_.config, request_.blob})));
   thread_ = std::thread([this] { run(); });
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, options_.join_timeout, [&] { return phase_ != phase::joining; }))
-    return make_error(errc::runtime, "rank {}: not every rank joined the rendezvous at {} within {} ms",
+    return make_error(errc::runtime,
+                      "rank {}: not every rank joined the rendezvous at {} within {} ms",
                       request_.rank, server_, options_.join_timeout.count());
   if (phase_ != phase::joined)
     return not_joined();
@@ -106,7 +106,8 @@ status rendezvous_client::impl::connect_and_join() {
 status rendezvous_client::impl::send_frame(frame_type type, const bytes& payload) {
   bytes f = encode_frame(type, payload);
   std::lock_guard<std::mutex> lock(send_mutex_);
-  return send_all(fd_.get(), f.data(), f.size(), fmt::format("the rendezvous server at {}", server_));
+  return send_all(fd_.get(), f.data(), f.size(),
+                  fmt::format("the rendezvous server at {}", server_));
 }
 
 void rendezvous_client::impl::run() {
@@ -134,8 +135,9 @@ void rendezvous_client::impl::run() {
         return end(make_error(errc::runtime, "the rendezvous server at {} closed the connection",
                               server_));
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        return end(make_error(errc::runtime, "the connection to the rendezvous server at {} failed: {}",
-                              server_, std::strerror(errno)));
+        return end(make_error(errc::runtime,
+                              "the connection to the rendezvous server at {} failed: {}", server_,
+                              std::strerror(errno)));
       if (n > 0) {
         in.append(buf, static_cast<std::size_t>(n));
         last_heard = clock::now();
@@ -152,8 +154,9 @@ void rendezvous_client::impl::run() {
     }
     now = clock::now();
     if (now - last_heard > options_.heartbeat_timeout)
-      return end(make_error(errc::runtime, "no heartbeat from the rendezvous server at {} for {} ms",
-                            server_, ms(now - last_heard)));
+      return end(make_error(errc::runtime,
+                            "no heartbeat from the rendezvous server at {} for {} ms", server_,
+                            ms(now - last_heard)));
     if (now >= next_heartbeat) {
       if (auto sent = send_frame(frame_type::heartbeat); !sent)
         return end(sent.err());
@@ -164,11 +167,13 @@ void rendezvous_client::impl::run() {
 
 bool rendezvous_client::impl::handle(const frame& f) {
   switch (f.type) {
-  case frame_type::heartbeat: return true;
+  case frame_type::heartbeat:
+    return true;
   case frame_type::welcome: {
     auto blobs = decode_blobs(f.payload);
     if (!blobs || static_cast<int>(blobs->size()) != request_.world_size) {
-      end(make_error(errc::protocol, "the rendezvous server at {} sent a malformed welcome", server_));
+      end(make_error(errc::protocol, "the rendezvous server at {} sent a malformed welcome",
+                     server_));
       return false;
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -180,7 +185,8 @@ bool rendezvous_client::impl::handle(const frame& f) {
   case frame_type::gathered: {
     auto g = decode_keyed(f.payload);
     if (!g || static_cast<int>(g->blobs.size()) != request_.world_size) {
-      end(make_error(errc::protocol, "the rendezvous server at {} sent a malformed allgather", server_));
+      end(make_error(errc::protocol, "the rendezvous server at {} sent a malformed allgather",
+                     server_));
       return false;
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -191,7 +197,8 @@ bool rendezvous_client::impl::handle(const frame& f) {
   case frame_type::abort: {
     auto a = decode_abort(f.payload);
     end(a ? error{a->code, a->text}
-          : make_error(errc::protocol, "the rendezvous server at {} sent a malformed abort", server_));
+          : make_error(errc::protocol, "the rendezvous server at {} sent a malformed abort",
+                       server_));
     return false;
   }
   case frame_type::bye: {
@@ -239,16 +246,25 @@ rendezvous_client::join(join_request request, rendezvous_options options, lost_c
 rendezvous_client::rendezvous_client(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
 rendezvous_client::~rendezvous_client() = default;
 
-int rendezvous_client::rank() const { return impl_->request_.rank; }
-int rendezvous_client::world_size() const { return impl_->request_.world_size; }
-const std::vector<bytes>& rendezvous_client::blobs() const { return impl_->blobs_; }
+int rendezvous_client::rank() const {
+  return impl_->request_.rank;
+}
+int rendezvous_client::world_size() const {
+  return impl_->request_.world_size;
+}
+const std::vector<bytes>& rendezvous_client::blobs() const {
+  return impl_->blobs_;
+}
 
 client_state rendezvous_client::state() const {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   switch (impl_->phase_) {
-  case phase::lost: return client_state::lost;
-  case phase::left: return client_state::left;
-  default: return client_state::joined; // joining ends before join() returns a client
+  case phase::lost:
+    return client_state::lost;
+  case phase::left:
+    return client_state::left;
+  default:
+    return client_state::joined; // joining ends before join() returns a client
   }
 }
 
@@ -311,7 +327,8 @@ status rendezvous_client::leave() {
   DSA_TRY(impl_->send_frame(frame_type::leave));
   std::unique_lock<std::mutex> lock(impl_->mutex_);
   if (!impl_->wait(lock, impl_->options_.heartbeat_timeout, [] { return false; }))
-    return make_error(errc::runtime, "rank {}: the rendezvous server at {} did not answer leave within {} ms",
+    return make_error(errc::runtime,
+                      "rank {}: the rendezvous server at {} did not answer leave within {} ms",
                       rank(), impl_->server_, impl_->options_.heartbeat_timeout.count());
   if (impl_->phase_ != phase::left)
     return impl_->not_joined();

@@ -11,13 +11,13 @@
 namespace dsa::net {
 
 struct rendezvous_env {
-  int rank = 0;                    // RANK: 0..world_size-1
-  int world_size = 1;              // WORLD_SIZE
-  int local_rank = 0;              // LOCAL_RANK: index among the job's processes on this host
-  std::optional<int> local_size;   // LOCAL_SIZE, when set
-  std::string master_addr;         // MASTER_ADDR: where the rendezvous server listens
-  int master_port = 0;             // MASTER_PORT
-  std::string job_token;           // DSA_JOB_TOKEN: every connection must present it
+  int rank = 0;                  // RANK: 0..world_size-1
+  int world_size = 1;            // WORLD_SIZE
+  int local_rank = 0;            // LOCAL_RANK: index among the job's processes on this host
+  std::optional<int> local_size; // LOCAL_SIZE, when set
+  std::string master_addr;       // MASTER_ADDR: where the rendezvous server listens
+  int master_port = 0;           // MASTER_PORT
+  std::string job_token;         // DSA_JOB_TOKEN: every connection must present it
 };
 
 // nullopt when WORLD_SIZE is unset (a plain single-process run). Otherwise every variable

@@ -1,136 +1,18 @@
-// The rendezvous server: one thread polling the listener and every connection; see
-// rendezvous_server.hpp and, for the protocol, rendezvous.hpp.
-#include "io/net/rendezvous_server.hpp"
+// The rendezvous server: one thread polling the listener, every connection and a wakeup;
+// reads frames, flushes output queues, checks heartbeats. Who is in the job is decided in
+// rendezvous_membership.cpp. See rendezvous_server.hpp and, for the protocol, rendezvous.hpp.
+#include "io/net/rendezvous_server_impl.hpp"
 
 #include "core/log.hpp"
-#include "io/net/rendezvous_frame.hpp"
-#include "io/net/tcp_socket.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <list>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <thread>
-#include <vector>
 
 #include <poll.h>
 #include <sys/socket.h>
 
 namespace dsa::net {
-namespace {
-
-using clock = std::chrono::steady_clock;
-
-struct connection {
-  unique_fd fd;
-  std::string peer;
-  frame_buffer in;
-  bytes out; // queued bytes not yet accepted by the socket
-  std::size_t out_sent = 0;
-  int rank = -1; // set once its hello was accepted
-  clock::time_point opened, last_heard, closing_since;
-  bool closing = false; // ignore what arrives; shut down writing once `out` is flushed
-  bool shut = false;    // writing shut down: waiting for the peer's close (or a timeout)
-  bool dead = false;    // close now; a member's loss is `why`
-  std::string why;
-};
-
-enum class member_state { absent, joined, left, lost };
-
-struct member {
-  member_state state = member_state::absent;
-  connection* conn = nullptr;
-  std::string peer;
-  config_summary config;
-  bytes blob;
-};
-
-long long ms(clock::duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-} // namespace
-
-class rendezvous_server::impl {
-public:
-  impl(unique_fd listener, int port, std::string token, int world_size,
-       rendezvous_options options, event_callback on_event)
-      : port_(port), token_(std::move(token)), world_size_(world_size), options_(options),
-        on_event_(std::move(on_event)), listener_(std::move(listener)),
-        members_(static_cast<std::size_t>(world_size)) {}
-
-  void start() { thread_ = std::thread([this] { run(); }); }
-
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify();
-    if (thread_.joinable())
-      thread_.join();
-  }
-
-  void process_exited(int rank, std::string how) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      exits_.emplace_back(rank, std::move(how));
-    }
-    wake_.notify();
-  }
-
-  int port_;
-  mutable std::mutex mutex_; // guards the fields down to wake_
-  server_phase phase_ = server_phase::joining;
-  std::string failure_;
-  int refused_ = 0;
-  std::vector<std::pair<int, std::string>> exits_;
-  bool stop_ = false;
-  wakeup wake_;
-
-private:
-  void run();
-  bool poll_once();
-  void accept_all();
-  void read_from(connection& c);
-  void handle(connection& c, frame f);
-  void on_hello(connection& c, const frame& f);
-  void on_all_joined();
-  void on_gather(connection& c, const frame& f);
-  void on_leave(connection& c);
-  void on_exit(int rank, const std::string& how);
-  void check_timers();
-  void sweep();
-
-  void send(connection& c, frame_type type, const bytes& payload = {});
-  void flush(connection& c);
-  void close_after_flush(connection& c);
-  void refuse(connection& c, errc code, const std::string& why);
-  void reject(connection& c, const std::string& why, int rank);
-  void fail_job(errc code, const std::string& text, int rank);
-  void lose(int rank, const std::string& why);
-  void set_phase(server_phase p, const std::string& failure = "");
-  void emit(server_event::kind what, int rank, const std::string& text);
-  int joined_count() const;
-
-  const std::string token_;
-  const int world_size_;
-  const rendezvous_options options_;
-  const event_callback on_event_;
-  std::thread thread_;
-
-  // Owned by the server thread.
-  unique_fd listener_;
-  std::list<connection> conns_;
-  std::vector<member> members_;
-  server_phase phase_seen_ = server_phase::joining; // the thread's copy of phase_
-  std::map<int, std::string> exited_unjoined_;
-  std::map<std::string, std::vector<std::optional<bytes>>> gathers_;
-  clock::time_point next_heartbeat_ = clock::now();
-};
 
 void rendezvous_server::impl::run() {
   while (poll_once()) {
@@ -220,7 +102,7 @@ void rendezvous_server::impl::read_from(connection& c) {
       break;
     c.dead = true;
     // A peer that dies with unread input resets its connection instead of closing it.
-    c.why = n == 0              ? "its connection closed without a leave"
+    c.why = n == 0                ? "its connection closed without a leave"
             : errno == ECONNRESET ? "its connection closed without a leave (reset)"
                                   : fmt::format("its connection failed: {}", std::strerror(errno));
     break; // frames that arrived before the close are still handled below
@@ -250,162 +132,17 @@ void rendezvous_server::impl::handle(connection& c, frame f) {
     return on_hello(c, f);
   }
   switch (f.type) {
-  case frame_type::heartbeat: return;
-  case frame_type::leave: return on_leave(c);
-  case frame_type::gather: return on_gather(c, f);
+  case frame_type::heartbeat:
+    return;
+  case frame_type::leave:
+    return on_leave(c);
+  case frame_type::gather:
+    return on_gather(c, f);
   default:
     c.dead = true;
-    c.why = fmt::format("it broke the protocol: unexpected frame type {}",
-                        static_cast<int>(f.type));
+    c.why =
+        fmt::format("it broke the protocol: unexpected frame type {}", static_cast<int>(f.type));
   }
-}
-
-void rendezvous_server::impl::on_hello(connection& c, const frame& f) {
-  auto hello = decode_hello(f.payload);
-  if (!hello)
-    return refuse(c, errc::protocol, hello.err().message);
-  const hello_msg& h = *hello;
-  // Compare every byte, so the time taken says nothing about how much of a guess was right.
-  bool token_ok = h.job_token.size() == token_.size();
-  unsigned char diff = 0;
-  for (std::size_t i = 0; token_ok && i < token_.size(); ++i)
-    diff |= static_cast<unsigned char>(h.job_token[i] ^ token_[i]);
-  if (!token_ok || diff != 0)
-    return refuse(c, errc::protocol,
-                  h.job_token.empty() ? "no job token" : "wrong job token");
-  if (phase_seen_ == server_phase::failed) {
-    send(c, frame_type::abort, encode_abort({errc::runtime, failure_}));
-    return close_after_flush(c);
-  }
-  if (phase_seen_ != server_phase::joining)
-    return refuse(c, errc::invalid_argument,
-                  fmt::format("rank {} tried to join after the job started", h.rank));
-  const std::string who = fmt::format("rank {} (from {})", h.rank, c.peer);
-  if (h.world_size != world_size_)
-    return reject(c, fmt::format("{} was started with world size {}; the rendezvous expects {}",
-                                 who, h.world_size, world_size_),
-                  -1);
-  if (h.rank < 0 || h.rank >= world_size_)
-    return reject(
-        c, fmt::format("{} is outside 0..{} (world size {})", who, world_size_ - 1, world_size_),
-        -1);
-  member& m = members_[static_cast<std::size_t>(h.rank)];
-  if (m.state != member_state::absent)
-    return reject(
-        c, fmt::format("rank {} joined twice (from {} and from {})", h.rank, m.peer, c.peer),
-        h.rank);
-  c.rank = h.rank;
-  m.state = member_state::joined;
-  m.conn = &c;
-  m.peer = c.peer;
-  m.config = h.config;
-  m.blob = h.blob;
-  log_debug("rendezvous: rank {} joined from {}", h.rank, c.peer);
-  if (!exited_unjoined_.empty()) {
-    auto& [rank, how] = *exited_unjoined_.begin();
-    return fail_job(errc::runtime,
-                    fmt::format("rank {} lost ({} before joining the rendezvous)", rank, how),
-                    rank);
-  }
-  if (joined_count() == world_size_)
-    on_all_joined();
-}
-
-void rendezvous_server::impl::on_all_joined() {
-  std::string differences;
-  for (int r = 1; r < world_size_; ++r) {
-    std::string d = config_difference(members_[0].config, members_[static_cast<std::size_t>(r)].config, r);
-    if (!d.empty())
-      differences += (differences.empty() ? "" : "; ") + d;
-  }
-  if (!differences.empty())
-    return fail_job(errc::config, differences, -1);
-  std::vector<bytes> blobs;
-  for (const auto& m : members_)
-    blobs.push_back(m.blob);
-  const bytes welcome = encode_blobs(blobs);
-  for (auto& m : members_)
-    send(*m.conn, frame_type::welcome, welcome);
-  set_phase(server_phase::running);
-  log_debug("rendezvous: all {} ranks joined", world_size_);
-  emit(server_event::kind::joined, -1, "");
-}
-
-void rendezvous_server::impl::on_gather(connection& c, const frame& f) {
-  auto g = decode_keyed(f.payload);
-  if (!g || g->blobs.size() != 1 || phase_seen_ != server_phase::running) {
-    c.dead = true;
-    c.why = !g ? fmt::format("it broke the protocol: {}", g.err().message)
-               : "it broke the protocol: a malformed allgather";
-    return;
-  }
-  for (int r = 0; r < world_size_; ++r)
-    if (members_[static_cast<std::size_t>(r)].state == member_state::left)
-      return fail_job(errc::runtime,
-                      fmt::format("rank {} started allgather '{}' after rank {} left the job",
-                                  c.rank, g->key, r),
-                      c.rank);
-  auto& slots = gathers_[g->key];
-  slots.resize(static_cast<std::size_t>(world_size_));
-  auto& mine = slots[static_cast<std::size_t>(c.rank)];
-  if (mine)
-    return fail_job(errc::protocol,
-                    fmt::format("rank {} started allgather '{}' twice", c.rank, g->key), c.rank);
-  mine = std::move(g->blobs[0]);
-  if (std::any_of(slots.begin(), slots.end(), [](const auto& s) { return !s; }))
-    return;
-  keyed_blobs done{g->key, {}};
-  for (auto& s : slots)
-    done.blobs.push_back(std::move(*s));
-  gathers_.erase(g->key);
-  const bytes payload = encode_keyed(done);
-  for (auto& m : members_)
-    if (m.conn)
-      send(*m.conn, frame_type::gathered, payload);
-}
-
-void rendezvous_server::impl::on_leave(connection& c) {
-  if (phase_seen_ != server_phase::running) {
-    c.dead = true;
-    c.why = "it left before every rank joined";
-    return;
-  }
-  if (!gathers_.empty())
-    return fail_job(errc::runtime,
-                    fmt::format("rank {} left while allgather '{}' waited for it", c.rank,
-                                gathers_.begin()->first),
-                    c.rank);
-  member& m = members_[static_cast<std::size_t>(c.rank)];
-  m.state = member_state::left;
-  m.conn = nullptr;
-  send(c, frame_type::bye);
-  close_after_flush(c);
-  log_debug("rendezvous: rank {} left", c.rank);
-  bool all_left = std::all_of(members_.begin(), members_.end(),
-                              [](const member& x) { return x.state == member_state::left; });
-  if (all_left) {
-    set_phase(server_phase::finished);
-    emit(server_event::kind::finished, -1, "");
-  }
-}
-
-void rendezvous_server::impl::on_exit(int rank, const std::string& how) {
-  if (rank < 0 || rank >= world_size_)
-    return;
-  member& m = members_[static_cast<std::size_t>(rank)];
-  if (m.state == member_state::joined) {
-    if (m.conn) { // its socket goes too; its close must not be reported a second time
-      m.conn->dead = true;
-      m.conn->rank = -1;
-    }
-    return lose(rank, how);
-  }
-  if (m.state != member_state::absent || phase_seen_ != server_phase::joining)
-    return;
-  if (joined_count() > 0)
-    return fail_job(errc::runtime,
-                    fmt::format("rank {} lost ({} before joining the rendezvous)", rank, how), rank);
-  exited_unjoined_.emplace(rank, how); // a program that never joins is fine until another does
 }
 
 void rendezvous_server::impl::check_timers() {
@@ -500,70 +237,6 @@ void rendezvous_server::impl::close_after_flush(connection& c) {
   }
 }
 
-// A connection that is not a member of this job: logged, told why, closed.
-void rendezvous_server::impl::refuse(connection& c, errc code, const std::string& why) {
-  log_warn("rendezvous: refused the connection from {}: {}", c.peer, why);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++refused_;
-  }
-  send(c, frame_type::abort, encode_abort({code, fmt::format("the rendezvous refused the connection from {}: {}", c.peer, why)}));
-  close_after_flush(c);
-}
-
-// A hello with the right token that cannot be part of the job: the job fails with it.
-void rendezvous_server::impl::reject(connection& c, const std::string& why, int rank) {
-  fail_job(errc::invalid_argument, why, rank); // first, so the phase is failed before c hears
-  send(c, frame_type::abort, encode_abort({errc::invalid_argument, why}));
-  close_after_flush(c);
-}
-
-void rendezvous_server::impl::fail_job(errc code, const std::string& text, int rank) {
-  if (phase_seen_ == server_phase::failed || phase_seen_ == server_phase::finished)
-    return;
-  log_error("rendezvous: the job failed: {}", text);
-  set_phase(server_phase::failed, text);
-  // The event first: a launcher then learns why before any rank, told below, can exit.
-  emit(server_event::kind::failed, rank, text);
-  gathers_.clear();
-  const bytes payload = encode_abort({code, text});
-  for (auto& m : members_) {
-    if (m.state == member_state::joined && m.conn) {
-      send(*m.conn, frame_type::abort, payload);
-      close_after_flush(*m.conn);
-    }
-  }
-}
-
-void rendezvous_server::impl::lose(int rank, const std::string& why) {
-  members_[static_cast<std::size_t>(rank)].state = member_state::lost;
-  members_[static_cast<std::size_t>(rank)].conn = nullptr;
-  if (phase_seen_ == server_phase::joining || phase_seen_ == server_phase::running)
-    fail_job(errc::runtime, fmt::format("rank {} lost ({})", rank, why), rank);
-  else
-    log_info("rendezvous: rank {} gone after the job {} ({})", rank,
-             phase_seen_ == server_phase::failed ? "failed" : "finished", why);
-}
-
-void rendezvous_server::impl::set_phase(server_phase p, const std::string& failure) {
-  phase_seen_ = p;
-  std::lock_guard<std::mutex> lock(mutex_);
-  phase_ = p;
-  if (!failure.empty())
-    failure_ = failure;
-}
-
-void rendezvous_server::impl::emit(server_event::kind what, int rank, const std::string& text) {
-  if (on_event_)
-    on_event_(server_event{what, rank, text});
-}
-
-int rendezvous_server::impl::joined_count() const {
-  return static_cast<int>(std::count_if(members_.begin(), members_.end(), [](const member& m) {
-    return m.state == member_state::joined;
-  }));
-}
-
 expected<std::unique_ptr<rendezvous_server>>
 rendezvous_server::start(const std::string& bind_address, int port, std::string job_token,
                          int world_size, rendezvous_options options, event_callback on_event) {
@@ -580,9 +253,13 @@ rendezvous_server::start(const std::string& bind_address, int port, std::string 
 }
 
 rendezvous_server::rendezvous_server(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
-rendezvous_server::~rendezvous_server() { stop(); }
+rendezvous_server::~rendezvous_server() {
+  stop();
+}
 
-int rendezvous_server::port() const { return impl_->port_; }
+int rendezvous_server::port() const {
+  return impl_->port_;
+}
 
 server_phase rendezvous_server::phase() const {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
@@ -603,6 +280,8 @@ void rendezvous_server::process_exited(int rank, std::string how) {
   impl_->process_exited(rank, std::move(how));
 }
 
-void rendezvous_server::stop() { impl_->stop(); }
+void rendezvous_server::stop() {
+  impl_->stop();
+}
 
 } // namespace dsa::net

@@ -32,8 +32,8 @@ expected<addrinfo_ptr> resolve(const std::string& address, int port, int flags) 
   hints.ai_flags = flags | AI_NUMERICSERV;
   const std::string service = std::to_string(port);
   addrinfo* found = nullptr;
-  int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(), &hints,
-                         &found);
+  int rc =
+      ::getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(), &hints, &found);
   if (rc != 0)
     return make_error(errc::invalid_argument, "cannot resolve '{}': {}", address,
                       ::gai_strerror(rc));
@@ -69,8 +69,8 @@ expected<unique_fd> tcp_listen(const std::string& bind_address, int port) {
   DSA_ASSIGN_OR_RETURN(auto list, resolve(bind_address, port, AI_PASSIVE));
   int last_errno = 0;
   for (addrinfo* a = list.get(); a; a = a->ai_next) {
-    unique_fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                          a->ai_protocol));
+    unique_fd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
     if (!fd.valid()) {
       last_errno = errno;
       continue;
@@ -81,8 +81,7 @@ expected<unique_fd> tcp_listen(const std::string& bind_address, int port) {
       return fd;
     last_errno = errno;
   }
-  return make_error(errc::io, "cannot listen on {}:{}: {}", where, port,
-                    std::strerror(last_errno));
+  return make_error(errc::io, "cannot listen on {}:{}: {}", where, port, std::strerror(last_errno));
 }
 
 expected<int> tcp_local_port(int fd) {
@@ -128,8 +127,8 @@ expected<unique_fd> tcp_connect(const std::string& address, int port,
     // Why a sleep: nothing signals that a server on another host started listening.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return make_error(errc::io, "cannot connect to {}:{}: {} (gave up after retrying)", address,
-                    port, std::strerror(last_errno));
+  return make_error(errc::io, "cannot connect to {}:{}: {} (gave up after retrying)", address, port,
+                    std::strerror(last_errno));
 }
 
 std::string tcp_peer_name(int fd) {

@@ -2,8 +2,8 @@
 // refused tokens, differing configs, inconsistent hellos, and lost ranks and servers.
 #include "core/log.hpp"
 #include "io/net/rendezvous_frame.hpp"
-#include "tests/net/rendezvous_support.hpp"
 #include "io/net/tcp_socket.hpp"
+#include "tests/net/rendezvous_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -147,8 +147,8 @@ TEST_CASE("rendezvous: differing configs are refused, naming the keys and the ra
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r)
     threads.emplace_back([&, r] {
-      results[static_cast<std::size_t>(r)].emplace(net::rendezvous_client::join(
-          request_for(server->port(), r, 3, r == 2 ? other : base)));
+      results[static_cast<std::size_t>(r)].emplace(
+          net::rendezvous_client::join(request_for(server->port(), r, 3, r == 2 ? other : base)));
     });
   for (auto& t : threads)
     t.join();
@@ -189,8 +189,8 @@ TEST_CASE("rendezvous: a world size mismatch, a rank out of range and a duplicat
     // The client checks its own rank, so speak the protocol directly to reach the server.
     auto raw = net::tcp_connect("127.0.0.1", server->port(), std::chrono::steady_clock::now());
     REQUIRE(raw.has_value());
-    auto hello = net::encode_frame(net::frame_type::hello,
-                                   net::encode_hello({test_token, 5, 2, {}, {}}));
+    auto hello =
+        net::encode_frame(net::frame_type::hello, net::encode_hello({test_token, 5, 2, {}, {}}));
     REQUIRE(net::send_all(raw->get(), hello.data(), hello.size(), "server").has_value());
     net::frame_buffer in;
     std::optional<net::frame> f;
@@ -213,7 +213,8 @@ TEST_CASE("rendezvous: a world size mismatch, a rank out of range and a duplicat
   SUBCASE("duplicate rank") {
     auto server = start_server(2);
     std::optional<expected<std::unique_ptr<net::rendezvous_client>>> first;
-    std::thread t([&] { first.emplace(net::rendezvous_client::join(request_for(server->port(), 1, 2))); });
+    std::thread t(
+        [&] { first.emplace(net::rendezvous_client::join(request_for(server->port(), 1, 2))); });
     // Whichever hello comes second fails the job, and both ranks 1 hear why.
     auto second = net::rendezvous_client::join(request_for(server->port(), 1, 2));
     t.join();
@@ -272,7 +273,9 @@ TEST_CASE("rendezvous: a rank that stops sending heartbeats is lost after the ti
   net::rendezvous_options patient = fast;
   patient.heartbeat_timeout = std::chrono::minutes(1);
   std::optional<expected<std::unique_ptr<net::rendezvous_client>>> rank0;
-  std::thread t([&] { rank0.emplace(net::rendezvous_client::join(request_for(server->port(), 0, 2), patient)); });
+  std::thread t([&] {
+    rank0.emplace(net::rendezvous_client::join(request_for(server->port(), 0, 2), patient));
+  });
   net::rendezvous_options silent;
   silent.heartbeat_interval = std::chrono::hours(1);
   silent.heartbeat_timeout = std::chrono::hours(1);

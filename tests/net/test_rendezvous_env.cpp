@@ -123,5 +123,24 @@ TEST_CASE("rendezvous frames: decoders reject truncated and forged payloads") {
   CHECK_FALSE(unknown.next(net::max_frame_bytes, "peer").has_value());
 }
 
+TEST_CASE("rendezvous: summarize_config flattens a table to key paths and TOML texts") {
+  auto t = toml::parse(R"(
+train_steps = 4
+run_dir = "runs/x"
+[optimizer]
+type = "Adam"
+params = { lr = 0.001, betas = [0.9, 0.999] }
+groups = [{ name = "a", decay = true }]
+)");
+  auto s = net::summarize_config(t);
+  CHECK(s.size() == 6);
+  CHECK(s.at("optimizer.groups") == "[{decay = true, name = \"a\"}]"); // keys sorted
+  CHECK(s.at("train_steps") == "4");
+  CHECK(s.at("run_dir") == "\"runs/x\"");
+  CHECK(s.at("optimizer.type") == "\"Adam\"");
+  CHECK(s.at("optimizer.params.lr") == "0.001");
+  CHECK(s.at("optimizer.params.betas") == "[0.9, 0.999]");
+}
+
 } // namespace
 } // namespace dsa::test

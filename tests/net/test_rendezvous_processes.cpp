@@ -14,8 +14,8 @@ using kind = net::server_event::kind;
 
 std::unique_ptr<net::rendezvous_server> start_server(int world, event_log& log,
                                                      net::rendezvous_options options = {}) {
-  auto s = net::rendezvous_server::start("127.0.0.1", 0, test_token, world, options,
-                                         log.callback());
+  auto s =
+      net::rendezvous_server::start("127.0.0.1", 0, test_token, world, options, log.callback());
   REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.err().to_string()));
   return std::move(*s);
 }
@@ -25,8 +25,8 @@ TEST_CASE("rendezvous processes: 4 processes join, allgather, leave and exit 0")
   auto server = start_server(4, events);
   std::vector<std::unique_ptr<probe_process>> ranks;
   for (int r = 0; r < 4; ++r)
-    ranks.push_back(std::make_unique<probe_process>(server->port(), r, 4,
-                                                    std::vector<std::string>{"--config", "train_steps=4"}));
+    ranks.push_back(std::make_unique<probe_process>(
+        server->port(), r, 4, std::vector<std::string>{"--config", "train_steps=4"}));
   for (auto& p : ranks) {
     auto st = p->wait_exit();
     REQUIRE(st.has_value());
@@ -43,7 +43,8 @@ TEST_CASE("rendezvous processes: kill -9 of a rank is seen by the others within 
   // Rank 1 is a process that blocks after joining; ranks 0 and 2 are in this process.
   probe_process rank1(server->port(), 1, 3, {"--hang-rank", "1", "--config", "train_steps=4"});
   std::optional<expected<std::unique_ptr<net::rendezvous_client>>> rank2;
-  std::thread t([&] { rank2.emplace(net::rendezvous_client::join(request_for(server->port(), 2, 3))); });
+  std::thread t(
+      [&] { rank2.emplace(net::rendezvous_client::join(request_for(server->port(), 2, 3))); });
   auto rank0 = net::rendezvous_client::join(request_for(server->port(), 0, 3));
   t.join();
   REQUIRE_MESSAGE(rank0.has_value(), (rank0 ? "" : rank0.err().to_string()));
@@ -69,8 +70,9 @@ TEST_CASE("rendezvous processes: a stopped rank (SIGSTOP) is lost by missed hear
   fast.heartbeat_timeout = std::chrono::milliseconds(1000);
   event_log events;
   auto server = start_server(2, events, fast);
-  probe_process rank1(server->port(), 1, 2,
-                      {"--hang-rank", "1", "--heartbeat-interval-ms", "50", "--config", "train_steps=4"});
+  probe_process rank1(
+      server->port(), 1, 2,
+      {"--hang-rank", "1", "--heartbeat-interval-ms", "50", "--config", "train_steps=4"});
   net::rendezvous_options patient = fast; // what is tested is the server's view
   patient.heartbeat_timeout = std::chrono::minutes(1);
   auto rank0 = net::rendezvous_client::join(request_for(server->port(), 0, 2), patient);
