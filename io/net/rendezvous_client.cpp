@@ -71,6 +71,7 @@ public:
   std::map<std::string, std::vector<bytes>> gathered_;
   lost_callback on_lost_;
   bool stop_ = false;
+  bool losing_ = false; // end() is running the callback: the job is lost
 
 private:
   void run();
@@ -216,21 +217,26 @@ bool rendezvous_client::impl::handle(const frame& f) {
 }
 
 // The job is lost (or the join failed): record why, wake the waiters, tell the callback.
+// The callback runs before the state says lost, so whoever sees the loss (state(),
+// wait_lost(), a failed allgather) knows that on_lost has returned.
 void rendezvous_client::impl::end(error why) {
   lost_callback callback;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (phase_ == phase::lost || phase_ == phase::left)
+    if (phase_ == phase::lost || phase_ == phase::left || losing_)
       return;
-    if (phase_ == phase::joined)
-      callback = on_lost_;
-    phase_ = phase::lost;
     error_ = why;
-    cv_.notify_all();
+    if (phase_ == phase::joined) {
+      callback = on_lost_;
+      losing_ = true;
+    }
   }
   ::shutdown(fd_.get(), SHUT_RDWR);
   if (callback)
     callback(why);
+  std::lock_guard<std::mutex> lock(mutex_);
+  phase_ = phase::lost;
+  cv_.notify_all();
 }
 
 expected<std::unique_ptr<rendezvous_client>>
@@ -284,7 +290,7 @@ void rendezvous_client::set_on_lost(lost_callback on_lost) {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex_);
     impl_->on_lost_ = on_lost;
-    if (impl_->phase_ == phase::lost)
+    if (impl_->phase_ == phase::lost || impl_->losing_)
       already = impl_->error_;
   }
   if (already && on_lost)

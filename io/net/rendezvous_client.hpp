@@ -30,8 +30,9 @@ enum class client_state {
 
 class rendezvous_client {
 public:
-  // Called once, from the client's own thread, when the job is lost after join returned.
-  // It must not call leave() or destroy the client; aborting a transport is what it is for.
+  // Called once, from the client's own thread, when the job is lost after join returned,
+  // and before state(), lost_error() and wait_lost() report the loss. It must not call
+  // leave(), allgather() or destroy the client; aborting a transport is what it is for.
   using lost_callback = std::function<void(const error&)>;
 
   // Connects (retrying a refused connection for options.connect_timeout), presents the
