@@ -109,13 +109,14 @@ int cmd_launch(int argc, char** argv) {
     return usage_error(args.general ? "a PROGRAM is required after --"
                                     : "a CONFIG file, or -- PROGRAM, is required");
   const double grace = vm["grace"].as<double>(), heartbeat = vm["heartbeat_timeout"].as<double>();
-  if (!(grace >= 0) || !(heartbeat > 0))
-    return usage_error("--grace must be >= 0 and --heartbeat_timeout > 0 seconds");
+  if (!(grace >= 0) || !(heartbeat >= 0.001 && heartbeat <= 86400))
+    return usage_error("--grace must be >= 0 and --heartbeat_timeout within 0.001..86400 seconds");
 
   launch_request request;
   request.num_procs = vm["num_procs"].as<int>();
   request.master_addr = vm["master_addr"].as<std::string>();
   request.master_port = vm["master_port"].as<int>();
+  request.heartbeat_timeout_ms = static_cast<int>(heartbeat * 1000);
   auto program = args.general ? resolve_program(args.rest[0]) : self_executable();
   if (!program) {
     fmt::print(stderr, "dsactor launch: {}\n", program.err().message);
@@ -143,8 +144,10 @@ int cmd_launch(int argc, char** argv) {
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
   process_group group(supervise); // its signal handlers are in place before any rank starts
   net::rendezvous_options rendezvous;
-  rendezvous.heartbeat_timeout =
-      std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
+  rendezvous.heartbeat_timeout = std::chrono::milliseconds(request.heartbeat_timeout_ms);
+  rendezvous.heartbeat_interval =
+      std::min(rendezvous.heartbeat_interval,
+               std::max(std::chrono::milliseconds(1), rendezvous.heartbeat_timeout / 4));
   auto server = net::rendezvous_server::start(request.master_addr, request.master_port,
                                               request.job_token, request.num_procs, rendezvous,
                                               [&group](const net::server_event& e) {

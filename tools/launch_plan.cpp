@@ -27,7 +27,8 @@ std::vector<process_spec> make_local_plan(const launch_request& request) {
              {"CROSS_SIZE", "1"}, // the number of hosts
              {"MASTER_ADDR", request.master_addr},
              {"MASTER_PORT", std::to_string(request.master_port)},
-             {"DSA_JOB_TOKEN", request.job_token}};
+             {"DSA_JOB_TOKEN", request.job_token},
+             {"DSA_HEARTBEAT_TIMEOUT_MS", std::to_string(request.heartbeat_timeout_ms)}};
     plan.push_back(std::move(p));
   }
   return plan;

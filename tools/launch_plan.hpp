@@ -15,6 +15,7 @@ struct launch_request {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;              // the rendezvous server's; 0 in a dry run before binding
   std::string job_token;            // "" in a dry run
+  int heartbeat_timeout_ms = 10000; // the rendezvous server's, passed on to the ranks
   std::vector<std::string> command; // every rank's argv: program first
 };
 
@@ -25,7 +26,7 @@ struct process_spec {
   int local_rank = 0;
   std::vector<std::string> argv;
   // Set on top of the launcher's environment: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE,
-  // CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT, DSA_JOB_TOKEN.
+  // CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT, DSA_JOB_TOKEN, DSA_HEARTBEAT_TIMEOUT_MS.
   std::vector<std::pair<std::string, std::string>> env;
 };
 

@@ -190,7 +190,14 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
   const pid_t parent = ::getpid();
   static const char exec_failed[] = "dsactor launch: exec failed\n";
 
+  // Signals wait until the child has reset its handlers: the launcher's handler would
+  // write into the launcher's wake pipe from the child.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   pid_t pid = ::fork();
+  if (pid != 0)
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0)
     return make_error(errc::io, "rank {}: fork: {}", spec.rank, std::strerror(errno));
   if (pid == 0) {
@@ -203,7 +210,8 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
     ::dup2(err_write.get(), 2);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGPIPE, &dfl, nullptr); // ignored in the launcher; an ignored signal survives exec
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) // SIGPIPE: ignored survives exec
+      ::sigaction(sig, &dfl, nullptr);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -346,6 +354,7 @@ void process_group::impl::begin_stop(const std::string& why, int culprit) {
   for (auto& c : children_)
     if (c.running) {
       signal_rank(c, SIGTERM);
+      signal_rank(c, SIGCONT); // a stopped rank would keep SIGTERM pending until SIGKILL
       c.stopped = c.rank != culprit;
       any = true;
     }

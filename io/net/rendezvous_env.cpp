@@ -1,6 +1,7 @@
 // Reading the launcher's environment variables; see rendezvous_env.hpp.
 #include "io/net/rendezvous_env.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -46,7 +47,22 @@ expected<std::optional<rendezvous_env>> read_rendezvous_env() {
   DSA_ASSIGN_OR_RETURN(env.master_addr, required("MASTER_ADDR"));
   DSA_ASSIGN_OR_RETURN(env.master_port, integer("MASTER_PORT", 1, 65535));
   DSA_ASSIGN_OR_RETURN(env.job_token, required("DSA_JOB_TOKEN"));
+  if (std::getenv("DSA_HEARTBEAT_TIMEOUT_MS")) {
+    DSA_ASSIGN_OR_RETURN(int timeout_ms, integer("DSA_HEARTBEAT_TIMEOUT_MS", 1, 24 * 3600 * 1000));
+    env.heartbeat_timeout = std::chrono::milliseconds(timeout_ms);
+  }
   return std::optional<rendezvous_env>(std::move(env));
+}
+
+rendezvous_options make_rendezvous_options(const rendezvous_env& env) {
+  rendezvous_options options;
+  if (env.heartbeat_timeout) {
+    options.heartbeat_timeout = *env.heartbeat_timeout;
+    options.heartbeat_interval =
+        std::min(options.heartbeat_interval,
+                 std::max(std::chrono::milliseconds(1), *env.heartbeat_timeout / 4));
+  }
+  return options;
 }
 
 join_request make_join_request(const rendezvous_env& env, config_summary config, bytes blob) {

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "io/net/rendezvous_client.hpp"
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -18,12 +19,20 @@ struct rendezvous_env {
   std::string master_addr;       // MASTER_ADDR: where the rendezvous server listens
   int master_port = 0;           // MASTER_PORT
   std::string job_token;         // DSA_JOB_TOKEN: every connection must present it
+  // DSA_HEARTBEAT_TIMEOUT_MS, when set (dsactor launch --heartbeat_timeout): the job's
+  // heartbeat timeout, so that ranks heartbeat often enough for the server.
+  std::optional<std::chrono::milliseconds> heartbeat_timeout;
 };
 
 // nullopt when WORLD_SIZE is unset (a plain single-process run). Otherwise every variable
-// above but LOCAL_SIZE must be set and well formed; the error names the first that is not
+// above but LOCAL_SIZE and DSA_HEARTBEAT_TIMEOUT_MS must be set and well formed; the error names
+// the first that is not
 // ("RANK is not set", "MASTER_PORT='x' is not an integer in 1..65535", ...).
 expected<std::optional<rendezvous_env>> read_rendezvous_env();
+
+// Default options, with env's heartbeat timeout and a heartbeat interval of a quarter of
+// it (at most 1 s) when the launcher set one.
+rendezvous_options make_rendezvous_options(const rendezvous_env& env);
 
 // The join_request for this process: env's server, token, rank and world size.
 join_request make_join_request(const rendezvous_env& env, config_summary config, bytes blob);

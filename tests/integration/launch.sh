@@ -69,6 +69,23 @@ grep -q "dsactor launch: rank 1 was killed by signal 9 (SIGKILL)" "$work/err" ||
 grep -Eq "dsactor launch: rank 0 (exited with code 1|was killed by signal 15)" "$work/err" || fail "rank 0 should have stopped"
 echo "ok: kill -9 of a rank stops the job"
 
+# 3b. A rank that stops answering (SIGSTOP): lost after --heartbeat_timeout, the job ends.
+"$dsactor" launch --num_procs 2 --heartbeat_timeout 2 -- "$probe" --hang-rank 1 --wait-lost \
+  >"$work/out" 2>"$work/err" &
+launcher_pid=$!
+wait_for_lines "$work/out" '^\[rank 1\] hanging' 1
+victim=$(sed -n 's/^\[rank 1\] env .* PID=\([0-9]*\)$/\1/p' "$work/out")
+start=$SECONDS
+kill -STOP "$victim"
+rc=0
+wait "$launcher_pid" || rc=$?
+launcher_pid=
+((SECONDS - start < 30)) || fail "the job took $((SECONDS - start)) s to end after SIGSTOP"
+[[ $rc -ne 0 ]] || fail "a stopped rank should make the launcher exit non-zero"
+grep -q "dsactor launch: rendezvous: rank 1 lost (no heartbeat for [0-9]* ms)" "$work/err" || fail "the stopped rank 1 not named"
+grep -q "dsactor launch: rank 1 was killed by signal 15 (SIGTERM)" "$work/err" || fail "rank 1 should end by SIGTERM (sent with SIGCONT)"
+echo "ok: a stopped rank is lost by missed heartbeats"
+
 # 4. A rank that ignores SIGTERM is killed after the grace period.
 cat >"$work/stubborn.sh" <<SH
 if [ "\$RANK" = 1 ]; then

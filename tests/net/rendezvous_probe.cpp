@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include <unistd.h>
@@ -49,7 +50,7 @@ void say(std::FILE* to, const std::string& line) {
 int main(int argc, char** argv) {
   using namespace dsa;
   net::config_summary config;
-  net::rendezvous_options options;
+  std::optional<std::chrono::milliseconds> interval, timeout;
   bool join = true, wait_lost = false;
   int exit_rank = -1, exit_code = 0, hang_rank = -1;
   for (int i = 1; i < argc; ++i) {
@@ -76,9 +77,9 @@ int main(int argc, char** argv) {
     } else if (a == "--wait-lost") {
       wait_lost = true;
     } else if (a == "--heartbeat-interval-ms") {
-      options.heartbeat_interval = std::chrono::milliseconds(std::atoi(value().c_str()));
+      interval = std::chrono::milliseconds(std::atoi(value().c_str()));
     } else if (a == "--heartbeat-timeout-ms") {
-      options.heartbeat_timeout = std::chrono::milliseconds(std::atoi(value().c_str()));
+      timeout = std::chrono::milliseconds(std::atoi(value().c_str()));
     } else {
       say(stderr, "probe: unknown argument " + a);
       return 2;
@@ -99,6 +100,9 @@ int main(int argc, char** argv) {
   if (!join)
     return 0;
 
+  net::rendezvous_options options = net::make_rendezvous_options(e);
+  options.heartbeat_interval = interval.value_or(options.heartbeat_interval);
+  options.heartbeat_timeout = timeout.value_or(options.heartbeat_timeout);
   auto client = net::rendezvous_client::join(
       net::make_join_request(e, config, bytes_of(fmt::format("blob{}", e.rank))), options);
   if (!client) {

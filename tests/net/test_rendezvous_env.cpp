@@ -13,8 +13,9 @@
 namespace dsa::test {
 namespace {
 
-const char* const names[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",   "LOCAL_SIZE",
-                             "MASTER_ADDR", "MASTER_PORT", "DSA_JOB_TOKEN"};
+const char* const names[] = {
+    "RANK",        "WORLD_SIZE",  "LOCAL_RANK",    "LOCAL_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "DSA_JOB_TOKEN", "DSA_HEARTBEAT_TIMEOUT_MS"};
 
 // Sets the variables of a good 4-rank environment for rank 2; restores them on destruction.
 struct scoped_env {
@@ -31,6 +32,7 @@ struct scoped_env {
     set("MASTER_ADDR", "127.0.0.1");
     set("MASTER_PORT", "29500");
     set("DSA_JOB_TOKEN", "abc");
+    ::unsetenv("DSA_HEARTBEAT_TIMEOUT_MS");
   }
   ~scoped_env() {
     for (auto& [n, v] : saved)
@@ -60,9 +62,26 @@ TEST_CASE("rendezvous env: a complete environment is read") {
   CHECK(e.master_addr == "127.0.0.1");
   CHECK(e.master_port == 29500);
   CHECK(e.job_token == "abc");
+  CHECK_FALSE(e.heartbeat_timeout.has_value());
+  CHECK(net::make_rendezvous_options(e).heartbeat_timeout == std::chrono::seconds(10));
   auto req = net::make_join_request(e, {{"k", "v"}}, {});
   CHECK(req.port == 29500);
   CHECK(req.rank == 2);
+}
+
+TEST_CASE("rendezvous env: the launcher's heartbeat timeout sets the ranks' options") {
+  scoped_env env;
+  scoped_env::set("DSA_HEARTBEAT_TIMEOUT_MS", "2000");
+  auto r = net::read_rendezvous_env();
+  REQUIRE(r.has_value());
+  REQUIRE(r->has_value());
+  auto options = net::make_rendezvous_options(**r);
+  CHECK(options.heartbeat_timeout == std::chrono::milliseconds(2000));
+  CHECK(options.heartbeat_interval == std::chrono::milliseconds(500));
+  scoped_env::set("DSA_HEARTBEAT_TIMEOUT_MS", "soon");
+  auto bad = net::read_rendezvous_env();
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.err().message == "DSA_HEARTBEAT_TIMEOUT_MS='soon' is not an integer in 1..86400000");
 }
 
 TEST_CASE("rendezvous env: a missing or malformed variable is an error naming it") {
