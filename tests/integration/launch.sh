@@ -53,35 +53,32 @@ grep -q "dsactor launch: rank 1 exited with code 3" "$work/err" || fail "the lau
 grep -q "dsactor launch: the job failed: " "$work/err" || fail "no failure summary"
 echo "ok: a rank exiting 3"
 
+# Launches 2 probes (extra launcher options: $2...), rank 1 hanging and rank 0 waiting for
+# a loss, sends rank 1 signal $1 and waits for the launcher; sets rc. Fails after 30 s.
+signal_hanging_rank() {
+  local sig=$1
+  shift
+  "$dsactor" launch --num_procs 2 "$@" -- "$probe" --hang-rank 1 --wait-lost >"$work/out" 2>"$work/err" &
+  launcher_pid=$!
+  wait_for_lines "$work/out" '^\[rank 1\] hanging' 1
+  local victim start=$SECONDS
+  victim=$(sed -n 's/^\[rank 1\] env .* PID=\([0-9]*\)$/\1/p' "$work/out")
+  kill "-$sig" "$victim"
+  rc=0
+  wait "$launcher_pid" || rc=$?
+  launcher_pid=
+  ((SECONDS - start < 30)) || fail "the job took $((SECONDS - start)) s to end after SIG$sig"
+  [[ $rc -ne 0 ]] || fail "SIG$sig to a rank should make the launcher exit non-zero"
+}
+
 # 3. kill -9 of rank 1 while rank 0 waits: everything ends non-zero within 30 s, rank 1 named.
-"$dsactor" launch --num_procs 2 -- "$probe" --hang-rank 1 --wait-lost >"$work/out" 2>"$work/err" &
-launcher_pid=$!
-wait_for_lines "$work/out" '^\[rank 1\] hanging' 1
-victim=$(sed -n 's/^\[rank 1\] env .* PID=\([0-9]*\)$/\1/p' "$work/out")
-start=$SECONDS
-kill -9 "$victim"
-rc=0
-wait "$launcher_pid" || rc=$?
-launcher_pid=
-((SECONDS - start < 30)) || fail "the job took $((SECONDS - start)) s to end after kill -9"
-[[ $rc -ne 0 ]] || fail "kill -9 of a rank should make the launcher exit non-zero"
+signal_hanging_rank KILL
 grep -q "dsactor launch: rank 1 was killed by signal 9 (SIGKILL)" "$work/err" || fail "rank 1's SIGKILL not named"
 grep -Eq "dsactor launch: rank 0 (exited with code 1|was killed by signal 15)" "$work/err" || fail "rank 0 should have stopped"
 echo "ok: kill -9 of a rank stops the job"
 
 # 3b. A rank that stops answering (SIGSTOP): lost after --heartbeat_timeout, the job ends.
-"$dsactor" launch --num_procs 2 --heartbeat_timeout 2 -- "$probe" --hang-rank 1 --wait-lost \
-  >"$work/out" 2>"$work/err" &
-launcher_pid=$!
-wait_for_lines "$work/out" '^\[rank 1\] hanging' 1
-victim=$(sed -n 's/^\[rank 1\] env .* PID=\([0-9]*\)$/\1/p' "$work/out")
-start=$SECONDS
-kill -STOP "$victim"
-rc=0
-wait "$launcher_pid" || rc=$?
-launcher_pid=
-((SECONDS - start < 30)) || fail "the job took $((SECONDS - start)) s to end after SIGSTOP"
-[[ $rc -ne 0 ]] || fail "a stopped rank should make the launcher exit non-zero"
+signal_hanging_rank STOP --heartbeat_timeout 2
 grep -q "dsactor launch: rendezvous: rank 1 lost (no heartbeat for [0-9]* ms)" "$work/err" || fail "the stopped rank 1 not named"
 grep -q "dsactor launch: rank 1 was killed by signal 15 (SIGTERM)" "$work/err" || fail "rank 1 should end by SIGTERM (sent with SIGCONT)"
 echo "ok: a stopped rank is lost by missed heartbeats"
