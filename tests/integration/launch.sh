@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Integration: `dsactor launch` starting real processes (tests/net/rendezvous_probe.cpp, and
+# shell scripts): rank prefixes and the environment, stdout and stderr kept apart, a failing
+# rank, kill -9 of a rank, SIGKILL after the grace period, a wrong token, differing configs,
+# Ctrl-C passed on, --dry-run, usage errors. No fixed ports: the launcher binds port 0.
+# Usage: launch.sh PATH/TO/dsactor PATH/TO/rendezvous_probe
+set -euo pipefail
+dsactor=$(realpath "$1")
+probe=$(realpath "$2")
+work=$(mktemp -d)
+launcher_pid=
+cleanup() {
+  [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/out "$work"/err; do [[ -f $f ]] && { echo "--- $f" >&2; cat "$f" >&2; }; done
+  exit 1
+}
+# Waits (at most 30 s) until FILE holds at least COUNT lines matching PATTERN.
+wait_for_lines() {
+  local file=$1 pattern=$2 count=$3
+  for _ in $(seq 600); do
+    [[ $(grep -c -- "$pattern" "$file" 2>/dev/null || true) -ge $count ]] && return 0
+    sleep 0.05
+  done
+  fail "waited 30 s for $count line(s) matching '$pattern' in $file"
+}
+launch() { "$dsactor" launch "$@" >"$work/out" 2>"$work/err"; }
+
+# 1. Two ranks join and leave: prefixes, environment, streams kept apart.
+launch --num_procs 2 -- "$probe" --config train_steps=4 || fail "a clean 2-rank job should exit 0"
+for r in 0 1; do
+  grep -qx "\[rank $r\] env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=[0-9]* TOKEN_CHARS=32 PID=[0-9]*" "$work/out" ||
+    fail "rank $r's environment line"
+  grep -qx "\[rank $r\] joined: blob0,blob1" "$work/out" || fail "rank $r did not get both blobs"
+  grep -qx "\[rank $r\] left" "$work/out" || fail "rank $r did not leave"
+  grep -qx "\[rank $r\] probe rank $r writes this to stderr" "$work/err" || fail "rank $r's stderr line"
+done
+grep -q "writes this to stderr" "$work/out" && fail "stderr lines reached stdout"
+grep -v '^\[rank [01]\] ' "$work/out" && fail "an unprefixed stdout line"
+[[ $(grep -o 'MASTER_PORT=[0-9]*' "$work/out" | sort -u | wc -l) -eq 1 ]] || fail "ranks saw different ports"
+grep -q 'MASTER_PORT=0 ' "$work/out" && fail "MASTER_PORT should be the port the server bound"
+echo "ok: 2 ranks, prefixes, environment, stdout and stderr apart"
+
+# 2. A rank exiting 3: the launcher exits non-zero naming rank 1; the other rank stops.
+rc=0
+launch --num_procs 2 -- "$probe" --exit-rank 1 --exit-code 3 --wait-lost || rc=$?
+[[ $rc -eq 3 ]] || fail "a rank exiting 3 should make the launcher exit 3 (got $rc)"
+grep -q "dsactor launch: rank 1 exited with code 3" "$work/err" || fail "the launcher should name rank 1 and its code"
+grep -q "dsactor launch: the job failed: " "$work/err" || fail "no failure summary"
+echo "ok: a rank exiting 3"
+
+# Launches 2 probes (extra launcher options: $2...), rank 1 hanging and rank 0 waiting for
+# a loss, sends rank 1 signal $1 and waits for the launcher; sets rc. Fails after 30 s.
+signal_hanging_rank() {
+  local sig=$1
+  shift
+  "$dsactor" launch --num_procs 2 "$@" -- "$probe" --hang-rank 1 --wait-lost >"$work/out" 2>"$work/err" &
+  launcher_pid=$!
+  wait_for_lines "$work/out" '^\[rank 1\] hanging' 1
+  local victim start=$SECONDS
+  victim=$(sed -n 's/^\[rank 1\] env .* PID=\([0-9]*\)$/\1/p' "$work/out")
+  kill "-$sig" "$victim"
+  rc=0
+  wait "$launcher_pid" || rc=$?
+  launcher_pid=
+  ((SECONDS - start < 30)) || fail "the job took $((SECONDS - start)) s to end after SIG$sig"
+  [[ $rc -ne 0 ]] || fail "SIG$sig to a rank should make the launcher exit non-zero"
+}
+
+# 3. kill -9 of rank 1 while rank 0 waits: everything ends non-zero within 30 s, rank 1 named.
+signal_hanging_rank KILL
+grep -q "dsactor launch: rank 1 was killed by signal 9 (SIGKILL)" "$work/err" || fail "rank 1's SIGKILL not named"
+grep -Eq "dsactor launch: rank 0 (exited with code 1|was killed by signal 15)" "$work/err" || fail "rank 0 should have stopped"
+echo "ok: kill -9 of a rank stops the job"
+
+# 3b. A rank that stops answering (SIGSTOP): lost after --heartbeat_timeout, the job ends.
+signal_hanging_rank STOP --heartbeat_timeout 2
+grep -q "dsactor launch: rendezvous: rank 1 lost (no heartbeat for [0-9]* ms)" "$work/err" || fail "the stopped rank 1 not named"
+grep -q "dsactor launch: rank 1 was killed by signal 15 (SIGTERM)" "$work/err" || fail "rank 1 should end by SIGTERM (sent with SIGCONT)"
+echo "ok: a stopped rank is lost by missed heartbeats"
+
+# 4. A rank that ignores SIGTERM is killed after the grace period.
+cat >"$work/stubborn.sh" <<SH
+if [ "\$RANK" = 1 ]; then
+  while [ ! -e "$work/ready" ]; do sleep 0.05; done
+  exit 3
+fi
+trap '' TERM
+touch "$work/ready"
+while :; do sleep 0.05; done
+SH
+rc=0
+launch --num_procs 2 --grace 0.5 -- sh "$work/stubborn.sh" || rc=$?
+[[ $rc -eq 3 ]] || fail "the stubborn job should exit 3 (got $rc)"
+grep -q "rank 0 still runs 500 ms after SIGTERM; sending SIGKILL" "$work/err" || fail "no SIGKILL after the grace period"
+grep -q "rank 0 was killed by signal 9 (SIGKILL)" "$work/err" || fail "rank 0 should end by SIGKILL"
+echo "ok: SIGKILL after the grace period"
+
+# 5. A process presenting a wrong token is refused and logged with its address.
+rc=0
+launch --num_procs 2 -- sh -c 'if [ "$RANK" = 1 ]; then DSA_JOB_TOKEN=guess; fi; exec "$0" --wait-lost' "$probe" || rc=$?
+[[ $rc -ne 0 ]] || fail "a refused rank should fail the job"
+grep -q "rendezvous: refused the connection from 127.0.0.1:[0-9]*: wrong job token" "$work/err" || fail "the refusal was not logged"
+grep -q "\[rank 1\] join failed: .*wrong job token" "$work/err" || fail "rank 1 should read why it was refused"
+grep -q "guess" "$work/err" && fail "the presented token was logged"
+echo "ok: a wrong token is refused and logged"
+
+# 6. Differing configs are refused at the rendezvous, naming the key and the ranks.
+rc=0
+launch --num_procs 2 -- sh -c 'exec "$0" --config "optimizer.params.lr=0.00$RANK" --config train_steps=4' "$probe" || rc=$?
+[[ $rc -ne 0 ]] || fail "differing configs should fail the job"
+grep -q "rank 1's config differs from rank 0's: optimizer.params.lr = 0.000 vs 0.001" "$work/err" || fail "the differing key was not named"
+echo "ok: differing configs are refused"
+
+# 7. Ctrl-C (SIGINT to the launcher) reaches every rank once.
+"$dsactor" launch --num_procs 2 -- sh -c 'trap "echo got INT; exit 130" INT; echo ready; while :; do sleep 0.05; done' \
+  >"$work/out" 2>"$work/err" &
+launcher_pid=$!
+wait_for_lines "$work/out" 'ready$' 2
+kill -INT "$launcher_pid"
+rc=0
+wait "$launcher_pid" || rc=$?
+launcher_pid=
+[[ $rc -eq 130 ]] || fail "an interrupted job should exit 130 (got $rc)"
+for r in 0 1; do
+  [[ $(grep -c "^\[rank $r\] got INT" "$work/out") -eq 1 ]] || fail "rank $r should get SIGINT once"
+done
+echo "ok: SIGINT passed on"
+
+# 8. --dry-run prints each rank's command and starts nothing.
+launch --num_procs 2 --dry-run no-such.toml --set 'optimizer.params.lr=1e-4' --resume || fail "--dry-run"
+[[ $(wc -l <"$work/out") -eq 2 ]] || fail "--dry-run should print one line per rank"
+for r in 0 1; do
+  grep -qx "RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 $dsactor run no-such.toml --set optimizer.params.lr=1e-4 --resume" "$work/out" ||
+    fail "--dry-run line of rank $r"
+done
+launch --num_procs 3 --dry-run -- sh -c 'echo $RANK' || fail "--dry-run of a program"
+grep -qx "RANK=2 LOCAL_RANK=2 WORLD_SIZE=3 $(command -v sh) -c 'echo \$RANK'" "$work/out" || fail "--dry-run quoting"
+echo "ok: --dry-run"
+
+# 9. Usage errors exit 2 and say why.
+rc=0; launch -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "num_procs" "$work/err" || fail "a missing --num_procs should exit 2"
+rc=0; launch --num_procs 2 -- no-such-program-xyz || rc=$?
+[[ $rc -eq 2 ]] && grep -q "'no-such-program-xyz' was not found in PATH" "$work/err" || fail "a missing program should exit 2"
+rc=0; launch --num_procs 2 || rc=$?
+[[ $rc -eq 2 ]] && grep -q "a CONFIG file, or -- PROGRAM, is required" "$work/err" || fail "no command should exit 2"
+echo "ok: usage errors"

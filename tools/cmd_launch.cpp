@@ -1,0 +1,174 @@
+// dsactor launch: start the N local processes of one job, host their rendezvous, forward
+// their output and signals, and stop them all when one fails (DeepSpeed's launcher and
+// torchrun do the same for Python). Forms:
+//   dsactor launch [options] CONFIG [dsactor run options]   N x `dsactor run CONFIG ...`
+//   dsactor launch [options] -- PROGRAM [ARGS...]           N x any program
+#include "io/net/rendezvous_server.hpp"
+#include "tools/command.hpp"
+#include "tools/launch_plan.hpp"
+#include "tools/options.hpp"
+#include "tools/process_group.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <climits>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace dsa::tools {
+namespace {
+
+// The launcher's own options come first; from the first word that is not one of them
+// (CONFIG) or after `--`, everything belongs to the ranks' command, untouched.
+struct split_args {
+  std::vector<std::string> own{"launch"};
+  std::vector<std::string> rest;
+  bool general = false; // `-- PROGRAM ...` rather than CONFIG
+};
+
+split_args split(int argc, char** argv, const po::options_description& opts) {
+  split_args s;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      s.general = true;
+      s.rest.assign(argv + i + 1, argv + argc);
+      return s;
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      s.own.push_back(a);
+      std::string name = a.substr(a.find_first_not_of('-'));
+      const auto* o = opts.find_nothrow(name, false);
+      if (name.find('=') == std::string::npos && o && o->semantic()->max_tokens() > 0 &&
+          i + 1 < argc)
+        s.own.push_back(argv[++i]);
+      continue;
+    }
+    s.rest.assign(argv + i, argv + argc);
+    return s;
+  }
+  return s;
+}
+
+expected<std::string> self_executable() {
+  char path[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0)
+    return make_error(errc::io, "cannot read /proc/self/exe");
+  return std::string(path, static_cast<std::size_t>(n));
+}
+
+const char* const epilog = R"(
+Forms:
+  dsactor launch --num_procs N [options] CONFIG [dsactor run options...]
+      starts N processes of `dsactor run CONFIG ...` (this binary), e.g. --set k=v, --resume
+  dsactor launch --num_procs N [options] -- PROGRAM [ARGS...]
+      starts N processes of any program
+
+Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE,
+MASTER_ADDR, MASTER_PORT (the rendezvous server this launcher hosts) and DSA_JOB_TOKEN
+(a random token every rendezvous connection must present). Output lines are prefixed
+with "[rank r] ". Ctrl-C is passed on to every rank; a second one kills them. When a rank
+fails or the rendezvous loses one, every rank is stopped (SIGTERM, then SIGKILL after
+--grace seconds). The exit code is 0 only when every rank exited 0.
+)";
+
+} // namespace
+
+int cmd_launch(int argc, char** argv) {
+  po::options_description opts(
+      "dsactor launch --num_procs N [options] (CONFIG [run options] | -- PROGRAM [ARGS])");
+  opts.add_options()("help,h", "this help")("num_procs", po::value<int>(),
+                                            "how many processes (ranks) to start on this host")(
+      "master_addr", po::value<std::string>()->default_value("127.0.0.1"),
+      "address the rendezvous server binds and the ranks connect to")(
+      "master_port", po::value<int>()->default_value(0), "its port; 0 lets the OS pick a free one")(
+      "grace", po::value<double>()->default_value(10.0),
+      "seconds between SIGTERM and SIGKILL when stopping the ranks after a failure")(
+      "heartbeat_timeout", po::value<double>()->default_value(10.0),
+      "seconds of silence after which the rendezvous declares a rank lost")(
+      "dry-run", "print each rank's variables and command; start nothing");
+  split_args args = split(argc, argv, opts);
+  std::vector<char*> own;
+  for (auto& a : args.own)
+    own.push_back(a.data());
+  po::variables_map vm;
+  if (auto done =
+          parse_options(static_cast<int>(own.size()), own.data(), opts, vm, "launch", epilog))
+    return *done;
+  auto usage_error = [&](const std::string& what) {
+    fmt::print(stderr, "dsactor launch: {}\n{}", what, fmt::to_string(fmt::streamed(opts)));
+    return 2;
+  };
+  if (!vm.count("num_procs") || vm["num_procs"].as<int>() < 1)
+    return usage_error("--num_procs N (N >= 1) is required");
+  if (args.rest.empty())
+    return usage_error(args.general ? "a PROGRAM is required after --"
+                                    : "a CONFIG file, or -- PROGRAM, is required");
+  const double grace = vm["grace"].as<double>(), heartbeat = vm["heartbeat_timeout"].as<double>();
+  if (!(grace >= 0) || !(heartbeat >= 0.001 && heartbeat <= 86400))
+    return usage_error("--grace must be >= 0 and --heartbeat_timeout within 0.001..86400 seconds");
+
+  launch_request request;
+  request.num_procs = vm["num_procs"].as<int>();
+  request.master_addr = vm["master_addr"].as<std::string>();
+  request.master_port = vm["master_port"].as<int>();
+  request.heartbeat_timeout_ms = static_cast<int>(heartbeat * 1000);
+  auto program = args.general ? resolve_program(args.rest[0]) : self_executable();
+  if (!program) {
+    fmt::print(stderr, "dsactor launch: {}\n", program.err().message);
+    return 2;
+  }
+  request.command.push_back(*program);
+  if (!args.general)
+    request.command.push_back("run");
+  request.command.insert(request.command.end(), args.rest.begin() + (args.general ? 1 : 0),
+                         args.rest.end());
+
+  if (vm.count("dry-run")) {
+    for (const auto& spec : make_local_plan(request))
+      fmt::print("{}\n", describe(spec, request.num_procs));
+    return 0;
+  }
+
+  auto token = random_job_token();
+  if (!token) {
+    fmt::print(stderr, "dsactor launch: no job token: {}\n", token.err().message);
+    return 1;
+  }
+  request.job_token = *token;
+  supervise_options supervise;
+  supervise.grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
+  process_group group(supervise); // its signal handlers are in place before any rank starts
+  net::rendezvous_options rendezvous;
+  rendezvous.heartbeat_timeout = std::chrono::milliseconds(request.heartbeat_timeout_ms);
+  rendezvous.heartbeat_interval =
+      std::min(rendezvous.heartbeat_interval,
+               std::max(std::chrono::milliseconds(1), rendezvous.heartbeat_timeout / 4));
+  auto server = net::rendezvous_server::start(request.master_addr, request.master_port,
+                                              request.job_token, request.num_procs, rendezvous,
+                                              [&group](const net::server_event& e) {
+                                                if (e.what == net::server_event::kind::failed)
+                                                  group.fail("rendezvous: " + e.text, e.rank);
+                                              });
+  if (!server) {
+    fmt::print(stderr, "dsactor launch: {}\n", server.err().message);
+    return 1;
+  }
+  request.master_port = (*server)->port();
+  for (const auto& spec : make_local_plan(request)) {
+    if (auto started = group.spawn_rank(spec); !started) {
+      fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
+      return 1; // the group's destructor kills the ranks already started
+    }
+  }
+  int code = group.supervise(
+      [&](int rank, const std::string& how) { (*server)->process_exited(rank, how); });
+  (*server)->stop();
+  return code;
+}
+
+} // namespace dsa::tools

@@ -1,0 +1,87 @@
+// The processes `dsactor launch` starts; see launch_plan.hpp.
+#include "tools/launch_plan.hpp"
+
+#include "io/ckpt/posix_file.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace dsa::tools {
+
+std::vector<process_spec> make_local_plan(const launch_request& request) {
+  std::vector<process_spec> plan;
+  const std::string world = std::to_string(request.num_procs);
+  for (int rank = 0; rank < request.num_procs; ++rank) {
+    process_spec p;
+    p.rank = rank;
+    p.local_rank = rank;
+    p.argv = request.command;
+    p.env = {{"RANK", std::to_string(rank)},
+             {"LOCAL_RANK", std::to_string(rank)},
+             {"WORLD_SIZE", world},
+             {"LOCAL_SIZE", world},
+             {"CROSS_RANK", "0"}, // the host's index (DeepSpeed's node rank)
+             {"CROSS_SIZE", "1"}, // the number of hosts
+             {"MASTER_ADDR", request.master_addr},
+             {"MASTER_PORT", std::to_string(request.master_port)},
+             {"DSA_JOB_TOKEN", request.job_token},
+             {"DSA_HEARTBEAT_TIMEOUT_MS", std::to_string(request.heartbeat_timeout_ms)}};
+    plan.push_back(std::move(p));
+  }
+  return plan;
+}
+
+std::string shell_quote(const std::string& word) {
+  const bool plain =
+      !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_-+=.,/:@%") == std::string::npos;
+  if (plain)
+    return word;
+  std::string out = "'";
+  for (char c : word)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string describe(const process_spec& spec, int world_size) {
+  std::string line =
+      fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE={}", spec.rank, spec.local_rank, world_size);
+  for (const auto& word : spec.argv)
+    line += " " + shell_quote(word);
+  return line;
+}
+
+expected<std::string> random_job_token() {
+  const std::string path = "/dev/urandom";
+  DSA_ASSIGN_OR_RETURN(ckpt::unique_fd fd, ckpt::open_for_read(path));
+  unsigned char raw[16];
+  DSA_TRY(ckpt::pread_exact(fd, path, raw, sizeof raw, 0));
+  std::string token;
+  for (unsigned char b : raw)
+    token += fmt::format("{:02x}", b);
+  return token;
+}
+
+expected<std::string> resolve_program(const std::string& program) {
+  if (program.empty())
+    return make_error(errc::invalid_argument, "the program to launch is empty");
+  if (program.find('/') != std::string::npos) {
+    if (::access(program.c_str(), X_OK) != 0)
+      return make_error(errc::not_found, "'{}' is not an executable file", program);
+    return program;
+  }
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+  }
+  return make_error(errc::not_found, "'{}' was not found in PATH", program);
+}
+
+} // namespace dsa::tools

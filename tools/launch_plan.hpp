@@ -1,0 +1,50 @@
+// What `dsactor launch` starts: one process_spec per rank (its command and the variables a
+// launcher sets, named as DeepSpeed and torchrun name them), and the job token.
+#pragma once
+
+#include "core/error.hpp"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dsa::tools {
+
+struct launch_request {
+  int num_procs = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;              // the rendezvous server's; 0 in a dry run before binding
+  std::string job_token;            // "" in a dry run
+  int heartbeat_timeout_ms = 10000; // the rendezvous server's, passed on to the ranks
+  std::vector<std::string> command; // every rank's argv: program first
+};
+
+// One process of the job. A host-list launcher would add the host and run the same spec
+// through ssh; spawn_rank (process_group.hpp) is the one place a spec becomes a process.
+struct process_spec {
+  int rank = 0;
+  int local_rank = 0;
+  std::vector<std::string> argv;
+  // Set on top of the launcher's environment: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE,
+  // CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT, DSA_JOB_TOKEN, DSA_HEARTBEAT_TIMEOUT_MS.
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+// The processes of a one-host job: ranks 0..num_procs-1, local rank = rank.
+std::vector<process_spec> make_local_plan(const launch_request& request);
+
+// The line --dry-run prints: "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 'prog' 'arg'", arguments
+// quoted for a POSIX shell where they need it.
+std::string describe(const process_spec& spec, int world_size);
+
+// `word` quoted for a POSIX shell where it needs quoting (as it would be for ssh).
+std::string shell_quote(const std::string& word);
+
+// 32 hexadecimal characters from /dev/urandom.
+expected<std::string> random_job_token();
+
+// argv[0] resolved as execvp would (a name without '/' searched in PATH), so that a
+// missing program is an error before anything starts, and the child only calls execve.
+expected<std::string> resolve_program(const std::string& program);
+
+} // namespace dsa::tools
