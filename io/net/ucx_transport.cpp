@@ -199,9 +199,10 @@ void ucx_transport::close_endpoints() {
       continue;
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    // A healthy endpoint is flushed (sends in flight finish); a failed or aborted one
-    // is dropped at once.
-    prm.flags = (aborted_.load() || p->failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    // A healthy endpoint is flushed, so what is in flight (an abort notice too) gets
+    // out; sends the peer will never pull end when it drops them at its abort. A failed
+    // endpoint is dropped at once.
+    prm.flags = p->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* req = ucp_ep_close_nbx(p->ep, &prm);
     p->ep = nullptr;
     if (req && !UCS_PTR_IS_ERR(req))

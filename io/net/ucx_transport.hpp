@@ -37,7 +37,7 @@ public:
   // different one in every other job that could reach this one.
   static expected<std::unique_ptr<ucx_transport>> create(int rank, int size,
                                                           std::uint64_t job_token);
-  // Closes the endpoints (waiting for sends still in flight unless aborted), then the
+  // Closes the endpoints (flushing what is in flight; at most a few seconds), then the
   // worker. No other thread may still use the transport.
   ~ucx_transport() override;
 
