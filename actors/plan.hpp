@@ -42,7 +42,7 @@ struct pipeline_options {
   bool tied_ends = false;
   // [s]: stage s's gradient buckets in publish order (the grads edge gets one slot
   // per bucket); empty, or empty for a stage: one bucket of all its parameters.
-  std::vector<std::vector<grad_bucket>> grad_buckets;
+  std::vector<std::vector<grad_bucket>> grad_buckets{};
 };
 
 struct pipeline_plan {

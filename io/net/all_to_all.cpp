@@ -2,6 +2,7 @@
 #include "io/net/communicator.hpp"
 
 #include "io/net/call_checks.hpp"
+#include "io/net/sends_in_flight.hpp"
 
 #include <cstring>
 
@@ -18,10 +19,14 @@ status communicator::all_to_all(void* out, const void* in, dtype type, std::int6
     const auto* src = static_cast<const std::byte*>(in);
     auto* dst = static_cast<std::byte*>(out);
     call.payload_bytes = block_bytes;
+    sends_in_flight sends(transport_);
     for (int step = 1; step < n; ++step) {
       const int peer = (r + step) % n;
       call.block = peer; // the destination: the receiver checks it got its own block
-      DSA_TRY(wire_send(transport_, peer, call, src + peer * block_bytes));
+      auto sent = wire_send_parts(transport_, peer, call, src + peer * block_bytes);
+      if (!sent)
+        return sends.fail(sent.err());
+      sends.add(std::move(*sent));
     }
     if (block_bytes > 0)
       std::memcpy(dst + r * block_bytes, src + r * block_bytes,
@@ -30,12 +35,11 @@ status communicator::all_to_all(void* out, const void* in, dtype type, std::int6
     for (int p = 0; p < n; ++p) {
       if (p == r)
         continue;
-      DSA_ASSIGN_OR_RETURN(bytes message, wire_recv(transport_, p, call));
-      if (block_bytes > 0)
-        std::memcpy(dst + p * block_bytes, message.data() + wire_header_bytes,
-                    static_cast<std::size_t>(block_bytes));
+      status got = wire_recv_into(transport_, p, call, dst + p * block_bytes);
+      if (!got)
+        return sends.fail(got.err());
     }
-    return {};
+    return sends.finish();
   };
   return finish(run());
 }

@@ -2,8 +2,7 @@
 #include "io/net/communicator.hpp"
 
 #include "io/net/call_checks.hpp"
-
-#include <cstring>
+#include "io/net/sends_in_flight.hpp"
 
 namespace dsa::net {
 
@@ -24,17 +23,19 @@ status communicator::broadcast(void* data, dtype type, std::int64_t count, int r
     int mask = 1;
     for (; mask < n; mask <<= 1) {
       if (v & mask) {
-        DSA_ASSIGN_OR_RETURN(bytes message, wire_recv(transport_, (v - mask + root) % n, call));
-        if (call.payload_bytes > 0)
-          std::memcpy(data, message.data() + wire_header_bytes,
-                      static_cast<std::size_t>(call.payload_bytes));
+        DSA_TRY(wire_recv_into(transport_, (v - mask + root) % n, call, data));
         break;
       }
     }
+    sends_in_flight sends(transport_);
     for (mask >>= 1; mask > 0; mask >>= 1)
-      if (v + mask < n)
-        DSA_TRY(wire_send(transport_, (v + mask + root) % n, call, data));
-    return {};
+      if (v + mask < n) {
+        auto sent = wire_send_parts(transport_, (v + mask + root) % n, call, data);
+        if (!sent)
+          return sends.fail(sent.err());
+        sends.add(std::move(*sent));
+      }
+    return sends.finish();
   };
   return finish(run());
 }

@@ -82,12 +82,19 @@ status communicator::allreduce_flat(const wire_header& call, void* data) {
 
 status communicator::allreduce_ring(const wire_header& call, void* data) {
   const chunk own = partition(call.count, size(), rank());
-  std::vector<float> sum(static_cast<std::size_t>(own.count));
-  DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, sum.data(), data));
-  // Only this rank's chunk is overwritten, after the reduce-scatter has read all of `data`.
-  narrow_from_f32(static_cast<std::byte*>(data) +
-                      own.offset * static_cast<std::int64_t>(dtype_size(call.type)),
-                  call.type, sum.data(), own.count);
+  auto* own_bytes =
+      static_cast<std::byte*>(data) + own.offset * static_cast<std::int64_t>(dtype_size(call.type));
+  if (call.type == dtype::f32) {
+    // The sum lands in place: the reduce-scatter reads this rank's chunk of `data` only
+    // in its last step, where it writes the sum.
+    DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, reinterpret_cast<float*>(own_bytes), data,
+                                    scratch_));
+  } else {
+    scratch_.result.resize(static_cast<std::size_t>(own.count));
+    DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, scratch_.result.data(), data, scratch_));
+    // Only this rank's chunk is overwritten, after the reduce-scatter has read all of `data`.
+    narrow_from_f32(own_bytes, call.type, scratch_.result.data(), own.count);
+  }
   return ring_allgather(transport_, call, size(), data);
 }
 
@@ -99,9 +106,11 @@ status communicator::reduce_scatter_sum(void* out, const void* in, dtype type, s
     const chunk own = partition(count, size(), rank());
     DSA_TRY(check_pointer(call, rank(), "in", in, count));
     DSA_TRY(check_pointer(call, rank(), "out", out, own.count));
-    std::vector<float> sum(static_cast<std::size_t>(own.count));
-    DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, sum.data(), in));
-    narrow_from_f32(out, type, sum.data(), own.count);
+    if (type == dtype::f32)
+      return ring_reduce_scatter_f32(transport_, call, 0, static_cast<float*>(out), in, scratch_);
+    scratch_.result.resize(static_cast<std::size_t>(own.count));
+    DSA_TRY(ring_reduce_scatter_f32(transport_, call, 0, scratch_.result.data(), in, scratch_));
+    narrow_from_f32(out, type, scratch_.result.data(), own.count);
     return {};
   };
   return finish(run());

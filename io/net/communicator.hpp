@@ -29,6 +29,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "io/net/ring.hpp"
 #include "io/net/transport.hpp"
 #include "io/net/wire.hpp"
 
@@ -97,6 +98,7 @@ private:
   collective_options options_;
   std::uint64_t first_seq_ = 0;
   std::uint64_t seq_ = 0;
+  ring_scratch scratch_;
 };
 
 } // namespace dsa::net

@@ -14,6 +14,11 @@ void widen_to_f32(float* out, const void* in, dtype type, std::int64_t n);
 // storage for the widened input (resized as needed).
 void add_to_f32(float* acc, const void* in, dtype type, std::int64_t n,
                 std::vector<float>& scratch);
+// out: (n) f32 = a: (n) f32 + b: (n) of `type`, element by element, in fp32 (the same
+// bits as copying a into out and add_to_f32(out, b)). out may be a, or b when b is f32.
+// scratch: reused storage for the widened b.
+void sum_to_f32(float* out, const float* a, const void* b, dtype type, std::int64_t n,
+                std::vector<float>& scratch);
 // out: (n) of `type` = in: (n) f32 rounded to nearest even.
 void narrow_from_f32(void* out, dtype type, const float* in, std::int64_t n);
 

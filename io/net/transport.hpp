@@ -3,9 +3,11 @@
 #pragma once
 
 #include "core/error.hpp"
+#include "io/net/completion.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dsa::net {
@@ -15,6 +17,27 @@ namespace dsa::net {
 using tag_t = std::uint64_t;
 
 using bytes = std::vector<std::byte>;
+
+// The end of a send_parts: wait() returns once the transport no longer reads the
+// payload (the receiver has it, or the send failed), with the send's outcome. A
+// default-constructed ticket is already complete.
+class send_ticket {
+public:
+  send_ticket() = default;
+  explicit send_ticket(std::shared_ptr<completion> done) : done_(std::move(done)) {}
+  status wait() { return done_ ? done_->wait() : status{}; }
+
+private:
+  std::shared_ptr<completion> done_;
+};
+
+// What recv_parts delivered: with `placed`, `message` holds the head and the payload is
+// in the caller's buffer; otherwise the message was not head_bytes + payload_bytes long
+// and `message` holds all of it (the caller's buffer is untouched).
+struct received_parts {
+  bytes message;
+  bool placed = false;
+};
 
 // One rank's end of a group of size() ranks numbered 0..size()-1.
 //
@@ -29,13 +52,18 @@ using bytes = std::vector<std::byte>;
 //   rank aborts the group, since its peers can no longer complete it.
 // - A peer outside 0..size()-1 is an errc::invalid_argument error, not a crash.
 //
-// Threads: one thread per rank calls send/recv (the collectives run on a dedicated
-// communication thread, never on an actor thread); abort() may come from any thread.
+// - send_parts/recv_parts move the same messages without copying the payload: a
+//   message sent by one may be received by the other (or by send/recv); the defaults
+//   below copy through send/recv, a transport between processes overrides them so the
+//   payload goes from the sender's buffer straight into the receiver's.
 //
-// The shape fits a UCX active-message transport (not written yet): send() maps to
-// ucp_am_send_nbx with the tag in the AM header, recv() to matching queued AM
-// arrivals by (peer, tag) while progressing the worker, abort() to closing the
-// endpoints and failing the waiters.
+// Threads: send/recv may be called concurrently from several threads when each uses
+// its own tags (one communicator per thread, each on its own channel); the collectives
+// run on dedicated communication threads, never on an actor thread. abort() may come
+// from any thread.
+//
+// Implementations: local_transport (ranks as threads of one process) and ucx_transport
+// (processes; UCX active messages, the receiver pulling large payloads).
 class transport {
 public:
   virtual ~transport() = default;
@@ -44,6 +72,16 @@ public:
   virtual status send(int peer, tag_t tag, bytes message) = 0;
   virtual expected<bytes> recv(int peer, tag_t tag) = 0;
   virtual void abort(const error& reason) = 0;
+
+  // Sends head followed by payload: (payload_bytes) as one message, reading the payload
+  // from the caller's memory, which must stay valid and unchanged until the ticket's
+  // wait() returns. Default: copies both into one message for send().
+  virtual expected<send_ticket> send_parts(int peer, tag_t tag, bytes head, const void* payload,
+                                           std::size_t payload_bytes);
+  // Receives the next (peer, tag) message; when it is head_bytes + payload_bytes long, its
+  // payload lands in payload: (payload_bytes). Default: recv() and a copy.
+  virtual expected<received_parts> recv_parts(int peer, tag_t tag, std::size_t head_bytes,
+                                              void* payload, std::size_t payload_bytes);
 };
 
 } // namespace dsa::net

@@ -1,6 +1,7 @@
 // Header encoding (little-endian fields at fixed offsets) and the checked receive.
 #include "io/net/wire.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace dsa::net {
@@ -88,8 +89,12 @@ status wire_send(transport& t, int peer, const wire_header& header, const void* 
                 wire_encode(header, payload, static_cast<std::size_t>(header.payload_bytes)));
 }
 
-expected<bytes> wire_recv(transport& t, int peer, const wire_header& expect) {
-  DSA_ASSIGN_OR_RETURN(bytes message, t.recv(peer, expect.seq));
+namespace {
+
+// Checks a received message (its first wire_header_bytes at `head`, `total` bytes in
+// all) against what this rank expects.
+status check_message(const transport& t, int peer, const wire_header& expect,
+                     const std::byte* head, std::size_t head_bytes, std::size_t total) {
   auto fail = [&](const char* field, auto got, auto want) {
     return make_error(
         errc::protocol,
@@ -98,13 +103,12 @@ expected<bytes> wire_recv(transport& t, int peer, const wire_header& expect) {
         "dtype, count and root)",
         t.rank(), peer, expect.seq, op_kind_name(expect.kind), field, got, want);
   };
-  if (message.size() < wire_header_bytes ||
-      get<std::uint32_t>(message.data(), at_magic) != wire_magic)
+  if (head_bytes < wire_header_bytes || get<std::uint32_t>(head, at_magic) != wire_magic)
     return make_error(
         errc::protocol,
         "rank {} <- rank {}, call #{}: a {}-byte message without the collective header", t.rank(),
-        peer, expect.seq, message.size());
-  wire_header got = decode(message.data());
+        peer, expect.seq, total);
+  wire_header got = decode(head);
   if (got.kind != expect.kind)
     return fail("collective", op_kind_name(got.kind), op_kind_name(expect.kind));
   if (got.seq != expect.seq)
@@ -118,8 +122,42 @@ expected<bytes> wire_recv(transport& t, int peer, const wire_header& expect) {
   if (got.block != expect.block)
     return fail("block", got.block, expect.block);
   if (got.payload_bytes != expect.payload_bytes ||
-      message.size() != wire_header_bytes + static_cast<std::size_t>(got.payload_bytes))
-    return fail("payload bytes", message.size() - wire_header_bytes, expect.payload_bytes);
+      total != wire_header_bytes + static_cast<std::size_t>(got.payload_bytes))
+    return fail("payload bytes", total - std::min(total, wire_header_bytes), expect.payload_bytes);
+  return {};
+}
+
+bytes encode_header(const wire_header& header) {
+  return wire_encode(header, nullptr, 0);
+}
+
+} // namespace
+
+expected<send_ticket> wire_send_parts(transport& t, int peer, const wire_header& header,
+                                      const void* payload) {
+  bytes head = encode_header(header);
+  // wire_encode stamped payload 0; the header must announce the payload that follows.
+  put<std::int64_t>(head.data(), at_payload, header.payload_bytes);
+  return t.send_parts(peer, header.seq, std::move(head), payload,
+                      static_cast<std::size_t>(header.payload_bytes));
+}
+
+status wire_recv_into(transport& t, int peer, const wire_header& expect, void* payload) {
+  const auto payload_bytes = static_cast<std::size_t>(expect.payload_bytes);
+  DSA_ASSIGN_OR_RETURN(received_parts got,
+                       t.recv_parts(peer, expect.seq, wire_header_bytes, payload, payload_bytes));
+  const std::size_t total =
+      got.placed ? wire_header_bytes + payload_bytes : got.message.size();
+  DSA_TRY(check_message(t, peer, expect, got.message.data(), got.message.size(), total));
+  if (!got.placed) // the header matched but the length did not: check_message said so
+    return make_error(errc::protocol, "rank {} <- rank {}, call #{}: message of {} bytes, expected {}",
+                      t.rank(), peer, expect.seq, total, wire_header_bytes + payload_bytes);
+  return {};
+}
+
+expected<bytes> wire_recv(transport& t, int peer, const wire_header& expect) {
+  DSA_ASSIGN_OR_RETURN(bytes message, t.recv(peer, expect.seq));
+  DSA_TRY(check_message(t, peer, expect, message.data(), message.size(), message.size()));
   return message;
 }
 

@@ -42,6 +42,15 @@ bytes wire_encode(const wire_header& header, const void* payload, std::size_t pa
 // Sends header + payload to `peer` under tag header.seq.
 status wire_send(transport& t, int peer, const wire_header& header, const void* payload);
 
+// Sends header + payload to `peer` under tag header.seq without copying the payload,
+// which must stay valid and unchanged until the ticket's wait() returns.
+expected<send_ticket> wire_send_parts(transport& t, int peer, const wire_header& header,
+                                      const void* payload);
+
+// Receives from `peer` under tag expect.seq, checks the header as wire_recv does, and
+// leaves the payload in payload: (expect.payload_bytes).
+status wire_recv_into(transport& t, int peer, const wire_header& expect, void* payload);
+
 // Receives from `peer` under tag expect.seq and checks every field against `expect`.
 // Returns the whole message; its payload starts at wire_header_bytes. A mismatch is an
 // errc::protocol error naming both ranks, the call and the field.
