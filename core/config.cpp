@@ -322,28 +322,6 @@ std::string config::to_toml() const {
   return os.str();
 }
 
-namespace {
-void flatten_into(const toml::table& t, const std::string& prefix, std::map<std::string, std::string>& out) {
-  for (const auto& [k, v] : t) {
-    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-    if (const auto* sub = v.as_table()) {
-      flatten_into(*sub, key, out);
-    } else {
-      std::ostringstream os;
-      if (const auto* a = v.as_array()) os << *a;
-      else v.visit([&](const auto& leaf) { os << leaf; });
-      out[key] = os.str();
-    }
-  }
-}
-} // namespace
-
-std::map<std::string, std::string> config::flatten() const {
-  std::map<std::string, std::string> out;
-  flatten_into(table_, "", out);
-  return out;
-}
-
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;

@@ -59,9 +59,6 @@ public:
   const std::string& source() const { return source_; }
   const toml::table& table() const { return table_; }
   std::string to_toml() const;
-  // Every value by its key path ("optimizer.params.lr" -> "0.001"), arrays whole, in
-  // TOML notation: what two processes compare to check they run the same config.
-  std::map<std::string, std::string> flatten() const;
 
   // A problem about a key, located in the file (and line), JSON file or --set flag it came from.
   config_problem problem(problem_kind kind, std::string_view key, std::string message) const;

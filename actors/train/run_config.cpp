@@ -171,14 +171,20 @@ constexpr const char* zero_optimization_keys[] = {
 constexpr const char* zero_optimization_tables[] = {"offload_param", "offload_optimizer", "zeropp_loco_param",
                                                     "zenflow", "leaf_module"};
 
-void read_devices(const config& cfg, run_config& rc, config_problems& problems) {
+void read_devices(const config& cfg, run_config& rc, config_problems& problems, int processes) {
   param_reader r(cfg, "devices", problems);
   r.read("ranks", rc.ranks);
   r.check_unknown();
   if (rc.ranks < 1 || rc.ranks > 64) {
     r.invalid("ranks", fmt::format("must be in 1..64, got {}", rc.ranks));
     rc.ranks = 1;
+  } else if (processes > 1 && rc.ranks > 1) {
+    r.invalid("ranks", fmt::format("must be 1 in a job of {} processes (dsactor launch gives each process one "
+                                   "rank), got {}",
+                                   processes, rc.ranks));
+    rc.ranks = 1;
   }
+  rc.processes = processes;
 }
 
 void read_comms_logger(const config& cfg, run_config& rc, config_problems& problems) {
@@ -318,14 +324,14 @@ std::string expand_path(const std::string& path) {
 }
 
 run_config read_run_config(const config& cfg, const std::string& default_run_dir,
-                           config_problems& problems) {
+                           config_problems& problems, int processes) {
   run_config rc;
   rc.config_path = cfg.source();
   rc.run_dir = default_run_dir;
   cfg.read("run_dir", rc.run_dir, problems);
   rc.run_dir = expand_path(rc.run_dir);
-  read_devices(cfg, rc, problems);
-  rc.batch = read_batch_config(cfg, rc.ranks, problems);
+  read_devices(cfg, rc, problems, processes);
+  rc.batch = read_batch_config(cfg, rc.ranks * processes, problems);
   rc.model = bert::read_bert_config(cfg, problems, "model");
   cfg.read("init_checkpoint", rc.init_checkpoint, problems);
   rc.init_checkpoint = expand_path(rc.init_checkpoint);

@@ -84,6 +84,7 @@ struct run_config {
   // [devices] ranks: data-parallel replicas in this process (threads sharing an
   // in-process transport); the batch rule counts them in data_parallel_size.
   std::int64_t ranks = 1;
+  int processes = 1; // the job's processes (WORLD_SIZE under dsactor launch)
   // zero_optimization.reduce_bucket_size: gradients are summed over the ranks in
   // buckets of at most this many elements.
   std::int64_t reduce_bucket_elements = 500'000'000;
@@ -112,8 +113,10 @@ struct run_config {
 // so the result is meaningful only when `problems` stays empty. `default_run_dir` is
 // used when the config has no run_dir. Paths may use ${VAR} (environment; DSA_DATA_DIR
 // defaults to ./data-cache) and are taken relative to the working directory.
+// `processes`: how many processes the job has (WORLD_SIZE under dsactor launch), each
+// holding devices.ranks ranks (then 1); the batch rule counts ranks x processes.
 run_config read_run_config(const config& cfg, const std::string& default_run_dir,
-                           config_problems& problems);
+                           config_problems& problems, int processes = 1);
 // As read_run_config, with every problem in one error (unknown keys first).
 expected<run_config> parse_run_config(const config& cfg, const std::string& default_run_dir);
 

@@ -25,6 +25,9 @@
 #include "io/data/pretrain_shard.hpp"
 #include "io/data/squad_dataset.hpp"
 #include "io/net/local_transport.hpp"
+#include "io/net/rendezvous_client.hpp"
+#include "io/net/rendezvous_env.hpp"
+#include "io/net/ucx_transport.hpp"
 #include "models/bert/bert_state.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
@@ -33,6 +36,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -279,6 +283,44 @@ bert::bert_part assemble_whole(run_context& ctx) {
   return whole;
 }
 
+// This process as one rank of a job started by `dsactor launch` (RANK, WORLD_SIZE, ...
+// in the environment): its UCX transport to the other processes and its rendezvous
+// membership, which reports a lost rank by aborting the transport.
+struct job_membership {
+  net::rendezvous_env env;
+  std::unique_ptr<net::ucx_transport> transport;
+  std::unique_ptr<net::rendezvous_client> client;
+};
+
+// The UCX messages' job number from the launcher's token (FNV-1a of its text).
+std::uint64_t token_number(const std::string& token) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : token) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+net::bytes to_bytes(const std::string& s) {
+  net::bytes b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+
+// Creates the transport, joins the rendezvous (every process must run the same config:
+// a difference is an errc::config error naming the keys) and connects to every rank.
+expected<job_membership> join_job(const net::rendezvous_env& env, const config& cfg) {
+  job_membership job;
+  job.env = env;
+  DSA_ASSIGN_OR_RETURN(job.transport, net::ucx_transport::create(env.rank, env.world_size, token_number(env.job_token)));
+  DSA_ASSIGN_OR_RETURN(job.client,
+                       net::rendezvous_client::join(
+                           net::make_join_request(env, net::summarize_config(cfg.table()), job.transport->local_address()),
+                           net::make_rendezvous_options(env)));
+  DSA_TRY(job.transport->connect(job.client->blobs()));
+  // A lost rank or server fails every collective this process waits in.
+  job.client->set_on_lost([t = job.transport.get()](const error& e) { t->abort(e); });
+  return job;
+}
+
 // What one rank starts from beyond its run_context: its step deciders and, with
 // checkpoint.load, the state it restored.
 struct rank_start {
@@ -429,25 +471,51 @@ int run_training(const run_request& req) {
     if (auto earlier = run_dir_to_resume(req.config_path)) run_dir = *earlier;
     else problems.add(earlier.err());
   }
-  ctx.rc = read_run_config(ctx.cfg, run_dir, problems);
+  // Under dsactor launch this process is one rank of a job of WORLD_SIZE processes.
+  auto launched = net::read_rendezvous_env();
+  if (!launched) return fail(launched.err(), 2);
+  const int processes = *launched ? (*launched)->world_size : 1;
+  ctx.rc = read_run_config(ctx.cfg, run_dir, problems, processes);
   if (auto s = problems.to_status(); !s)
     return fail(s.err(), 2);
-  const auto& rc = ctx.rc;
+  auto& rc = ctx.rc;
+  std::optional<job_membership> job;
+  if (*launched) {
+    auto joined = join_job(**launched, ctx.cfg);
+    if (!joined) return fail(joined.err());
+    job = std::move(*joined);
+    ctx.rank = job->env.rank;
+    // Every process writes into rank 0's run directory (a default name carries the time).
+    auto dirs = job->client->allgather("run_dir", to_bytes(rc.run_dir));
+    if (!dirs) return fail(dirs.err(), 1);
+    const auto& first = dirs->front();
+    rc.run_dir.assign(reinterpret_cast<const char*>(first.data()), first.size());
+    if (!ctx.cfg.has("checkpoint.dir")) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
+  }
+  const bool lead = ctx.rank == 0; // reports, saves, evaluates
 
   std::error_code ec;
   fs::create_directories(rc.run_dir, ec);
   if (ec) return fail(make_error(errc::io, "run_dir '{}': cannot create: {}", rc.run_dir, ec.message()), 1);
-  if (!set_log_file(rc.run_dir + "/train.log"))
-    return fail(make_error(errc::io, "{}/train.log: cannot open for writing", rc.run_dir), 1);
+  const std::string log_name = lead ? "train.log" : fmt::format("train.rank{}.log", ctx.rank);
+  if (!set_log_file(rc.run_dir + "/" + log_name))
+    return fail(make_error(errc::io, "{}/{}: cannot open for writing", rc.run_dir, log_name), 1);
   struct log_file_closer {
     ~log_file_closer() { set_log_file(""); }
   } closer;
   const std::string effective = ctx.cfg.to_toml();
-  if (auto w = ckpt::write_file_atomic(rc.run_dir + "/config.toml", effective + "\n"); !w) return fail(w.err(), 1);
-  log_info("dsactor run {} -> {}\neffective config:\n{}", rc.config_path, rc.run_dir, effective);
+  if (lead)
+    if (auto w = ckpt::write_file_atomic(rc.run_dir + "/config.toml", effective + "\n"); !w) return fail(w.err(), 1);
+  log_info("dsactor run {} -> {}{}\neffective config:\n{}", rc.config_path, rc.run_dir,
+           job ? fmt::format(" as rank {} of {} processes", ctx.rank, job->env.world_size) : std::string(), effective);
 
+  // Rank 0 prepares the data (data.prepare) before the others look at it.
+  if (job && !lead)
+    if (auto s = job->client->barrier("data"); !s) return fail(s.err(), 1);
   auto v = load_vocab(ctx);
   if (!v) return fail(v.err());
+  if (job && lead)
+    if (auto s = job->client->barrier("data"); !s) return fail(s.err(), 1);
   tok::tokenizer_options to;
   if (!rc.data.lower_case) to.case_mode = tok::casing::keep;
   if (*v) ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(**v), to);
@@ -475,7 +543,7 @@ int run_training(const run_request& req) {
     c->tokenizer = ctx.tokenizer;
     c->provider = ctx.provider->clone();
     c->last_step = ctx.last_step;
-    c->rank = r;
+    c->rank = ctx.rank + r;
     auto st = prepare_rank(*c);
     if (!st) return fail(st.err());
     starts.push_back(std::move(*st));
@@ -485,21 +553,27 @@ int run_training(const run_request& req) {
 
   int status_code = 0;
   if (ctx.first_step <= ctx.last_step) {
-    // Rows are numbered by completed steps: a resumed run keeps rows 1..first_step.
-    auto metrics = starts[0].resumed ? metrics_writer::open_resumed(rc.run_dir, ctx.first_step)
-                                     : metrics_writer::open(rc.run_dir);
-    if (!metrics) return fail(metrics.err(), 1);
-    progress bar(ctx.first_step, ctx.last_step + 1, rc.steps_per_print, progress::detect_style());
+    // Rows are numbered by completed steps: a resumed run keeps rows 1..first_step. Rank 0
+    // alone writes them (and the progress, and checkpoints).
+    std::optional<metrics_writer> metrics;
+    if (lead) {
+      auto m = starts[0].resumed ? metrics_writer::open_resumed(rc.run_dir, ctx.first_step)
+                                 : metrics_writer::open(rc.run_dir);
+      if (!m) return fail(m.err(), 1);
+      metrics.emplace(std::move(*m));
+    }
+    progress bar(ctx.first_step, ctx.last_step + 1, lead ? rc.steps_per_print : 0, progress::detect_style());
     const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
     const bool global = rc.gradient_clipping > 0 || rc.working == precision::f16;
     log_info("optimizer updates: {}", global ? "after the reducers exchanged every stage's gradient norm "
                                                "(gradient clipping or loss scaling need it)"
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
-    if (R > 1)
-      log_info("data parallel: {} ranks in this process; gradients summed over them in buckets of up to {} elements, "
+    const int world = static_cast<int>(rc.batch.data_parallel_size);
+    if (world > 1)
+      log_info("data parallel: {} ranks{}; gradients summed over them in buckets of up to {} elements, "
                "{} (ZeRO stage 0: every rank holds the whole optimizer state)",
-               R, rc.reduce_bucket_elements,
+               world, job ? " (one per process)" : " in this process", rc.reduce_bucket_elements,
                rc.overlap_comm ? "each started as backward finishes it (overlap_comm)" : "after the step's backward");
     std::vector<rank_run> runs;
     for (int r = 0; r < R; ++r) {
@@ -509,7 +583,8 @@ int run_training(const run_request& req) {
     }
     std::vector<const bert_optimizer*> shard_views;
     for (const auto& shard : runs[0].shards) shard_views.push_back(shard.get());
-    step_reporter reporter(ctx, *metrics, bar, shard_views);
+    std::optional<step_reporter> reporter;
+    if (lead) reporter.emplace(ctx, *metrics, bar, shard_views);
     actors::run_options ro;
     ro.pipeline.stages = rc.stages;
     ro.pipeline.micro_batches = M;
@@ -525,12 +600,15 @@ int run_training(const run_request& req) {
     ro.run_dir = rc.run_dir;
     std::unique_ptr<net::local_group> group;
     if (R > 1) group = std::make_unique<net::local_group>(R);
-    // comms_logger: rank 0's collectives (every rank issues the same ones).
-    net::comms_logger comms(rc.comms_logger, R);
+    // comms_logger: this process's first rank's collectives (every rank issues the same ones).
+    net::comms_logger comms(rc.comms_logger, world);
     auto options_of = [&](int r) {
       actors::run_options o = ro;
-      if (r == 0) o.on_step = [&](const actors::step_summary& summary) { reporter.on_step(summary); };
-      if (group) o.dp = {r, R, &group->at(r), rc.reduce_bucket_elements, rc.overlap_comm, r == 0 ? &comms : nullptr};
+      const int global = ctx.rank + r;
+      if (global == 0) o.on_step = [&](const actors::step_summary& summary) { reporter->on_step(summary); };
+      net::transport* t = job ? static_cast<net::transport*>(job->transport.get())
+                              : group ? static_cast<net::transport*>(&group->at(r)) : nullptr;
+      if (world > 1) o.dp = {global, world, t, rc.reduce_bucket_elements, rc.overlap_comm, r == 0 ? &comms : nullptr};
       return o;
     };
     std::vector<actors::run_result> results(static_cast<std::size_t>(R));
@@ -545,7 +623,7 @@ int run_training(const run_request& req) {
     const actors::run_result& result = results[0];
     if (comms.enabled()) {
       const std::string table = comms.summary();
-      log_info("comms_logger summary (rank 0 of {}; nccl-tests bandwidths):\n{}", R,
+      log_info("comms_logger summary (rank {} of {}; nccl-tests bandwidths):\n{}", ctx.rank, world,
                table.empty() ? std::string("no collectives (one rank)") : table);
     }
     std::string errors;
@@ -553,12 +631,15 @@ int run_training(const run_request& req) {
       if (!results[static_cast<std::size_t>(r)].ok)
         errors += (errors.empty() ? "" : "\n") + results[static_cast<std::size_t>(r)].error;
     if (!errors.empty()) return fail(make_error(errc::runtime, "{}", errors), 1);
+    // The other processes need nothing more from this one: leave the job cleanly.
+    if (job)
+      if (auto s = job->client->leave(); !s) log_warn("leaving the job's rendezvous: {}", s.err().message);
     // The final checkpoint (or the one a signal asked for): the shards hold that step's state.
     const std::int64_t done = static_cast<std::int64_t>(ctx.first_step) + result.steps_completed - 1;
     const bool stopped = stop_requested(); // also when the signal came during the last step
-    if (done >= 0 && done > reporter.last_saved() && (rc.checkpoint.save_final || stopped)) {
+    if (lead && done >= 0 && done > reporter->last_saved() && (rc.checkpoint.save_final || stopped)) {
       try {
-        reporter.save(static_cast<std::uint32_t>(done), result.data_positions.back());
+        reporter->save(static_cast<std::uint32_t>(done), result.data_positions.back());
       } catch (const std::exception& e) {
         return fail(make_error(errc::io, "{}", e.what()), 1);
       }
@@ -577,7 +658,7 @@ int run_training(const run_request& req) {
       log_info("stage {}: gradient allreduce {:.3f} s, {:.1f}% of it during the stage's backward{}", o.stage,
                o.allreduce_s, o.allreduce_s > 0 ? 100 * o.overlapped_s / o.allreduce_s : 0.0,
                rc.overlap_comm ? "" : " (overlap_comm is off)");
-    log_info("training done: last loss {:.4f}, {} step(s) skipped", reporter.last_loss(),
+    log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
              runs[0].shards.front()->decider().skipped());
     if (stopped) {
       log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", done + 1, req.config_path);
@@ -586,7 +667,7 @@ int run_training(const run_request& req) {
   } else {
     log_info("nothing to train: the checkpoint is at step {} of {}", ctx.first_step, ctx.last_step + 1);
   }
-  status_code = evaluate(ctx);
+  if (lead) status_code = evaluate(ctx);
   return status_code;
 }
 

@@ -169,18 +169,3 @@ TEST_CASE("a problem about a key set by --set names the flag and has no line") {
   CHECK(all[1].to_string() == "--set b.c=\"text\": key 'b.c': expected an integer, found a string");
   CHECK(all[1].line == 0);
 }
-
-TEST_CASE("flatten: every value by key path in TOML notation, arrays whole, overrides included") {
-  auto cfg = dsa::config::parse("seed = 7\nname = \"x\"\n[optimizer]\ntype = \"Adam\"\nparams = { lr = 0.001, betas = [0.9, 0.999] }\n",
-                                "f.toml");
-  REQUIRE(cfg.has_value());
-  REQUIRE(cfg->set_override("train_steps=5").has_value());
-  auto flat = cfg->flatten();
-  CHECK(flat.size() == 6);
-  CHECK(flat.at("seed") == "7");
-  CHECK(flat.at("name") == "'x'");
-  CHECK(flat.at("optimizer.type") == "'Adam'");
-  CHECK(flat.at("optimizer.params.lr") == "0.001");
-  CHECK(flat.at("optimizer.params.betas") == "[ 0.90000000000000002, 0.999 ]"); // round-trip precision
-  CHECK(flat.at("train_steps") == "5");
-}
