@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Integration: `dsactor launch` training for real — 2 processes x 2 pipeline stages give
+# the parameters of 2 ranks in one process bit for bit; ranks with differing configs are
+# refused naming the key; kill -9 of a rank mid-run ends the job non-zero naming it, and
+# the last checkpoint resumes on one process. Usage: launch_train.sh PATH/TO/dsactor
+set -euo pipefail
+dsactor=$(realpath "$1")
+work=$(mktemp -d)
+launcher_pid=
+cleanup() {
+  [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/out "$work"/err; do [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }; done
+  exit 1
+}
+
+mkdir -p "$work/corpus"
+words=(the river ran past old mill where children played every summer and sang songs about green hills far away from town Mary went to Boston in 1961 with John)
+for d in $(seq -w 0 29); do
+  for s in $(seq 1 12); do
+    line=""
+    for w in $(seq 1 $((5 + (10#$d * 7 + s * 3) % 9))); do line+="${words[$(( (10#$d * 31 + s * 17 + w * 13) % ${#words[@]} ))]} "; done
+    echo "${line% }." >> "$work/corpus/doc$d.txt"
+  done
+done
+cat > "$work/pre.toml" <<TOML
+train_batch_size = 8
+train_micro_batch_size_per_gpu = 2
+train_steps = 4
+steps_per_print = 1
+
+[model]
+size = "custom"
+num_layers = 2
+hidden_size = 32
+num_heads = 2
+max_position_embeddings = 64
+
+[optimizer]
+type = "AdamW"
+params = { lr = 2e-3, weight_decay = 0.01 }
+
+[pipeline]
+stages = 2
+
+[data.prepare]
+corpus = "$work/corpus"
+out_dir = "$work/data"
+vocab_size = 150
+seq_length = 64
+holdout_docs = 3
+TOML
+
+# 1. Two processes (each 2 stages) equal two ranks in one process, bit for bit.
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/procs\"" \
+  --set zero_optimization.overlap_comm=true >"$work/out" 2>"$work/err" || fail "2-process training"
+for f in train.log train.rank1.log trace.dsat trace.rank1.dsat metrics.csv; do
+  [[ -s $work/procs/$f ]] || fail "the job's run dir lacks $f"
+done
+grep -q "as rank 1 of 2 processes" "$work/procs/train.rank1.log" || fail "rank 1 did not say which rank it is"
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/threads\"" --set devices.ranks=2 >"$work/out" 2>"$work/err" ||
+  fail "2 ranks in one process"
+cmp "$work/procs/checkpoints/step_00000004/model.safetensors" "$work/threads/checkpoints/step_00000004/model.safetensors" ||
+  fail "2 processes and 2 in-process ranks ended with different weights"
+cmp "$work/procs/metrics.csv" "$work/threads/metrics.csv" || fail "2 processes and 2 in-process ranks logged different metrics"
+echo "ok: 2 processes x 2 stages = 2 in-process ranks, bit for bit"
+
+# 2. Ranks whose configs differ are refused at the rendezvous, naming the key (exit 2).
+rc=0
+"$dsactor" launch --num_procs 2 -- sh -c "exec '$dsactor' run '$work/pre.toml' --set run_dir='\"$work/differ\"' \
+  --set optimizer.params.lr=\$((RANK + 1))e-3" >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -ne 0 ]] || fail "differing configs should fail the job"
+grep -q "\[rank 1\] dsactor run: rank 1's config differs from rank 0's: optimizer.params.lr = 0.001 vs 0.002" "$work/err" ||
+  fail "rank 1 should name the differing key"
+grep -q "rank 1 exited with code 2" "$work/err" || fail "a config refusal should exit 2"
+echo "ok: differing configs refused naming the key"
+
+# 3. kill -9 of rank 1 mid-run: the job ends non-zero within 30 s naming rank 1, and the
+#    last checkpoint resumes on one process.
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/killed\"" --set train_steps=100000 \
+  --set checkpoint.save_interval=2 >"$work/out" 2>"$work/err" &
+launcher_pid=$!
+for _ in $(seq 600); do
+  [[ -f $work/killed/checkpoints/latest ]] && break
+  sleep 0.05
+done
+[[ -f $work/killed/checkpoints/latest ]] || fail "no checkpoint within 30 s"
+victim=
+for environ in /proc/[0-9]*/environ; do
+  pid=${environ#/proc/}
+  pid=${pid%/environ}
+  [[ $(awk '{print $4}' "/proc/$pid/stat" 2>/dev/null) == "$launcher_pid" ]] || continue
+  if tr '\0' '\n' <"$environ" 2>/dev/null | grep -qx 'RANK=1'; then victim=$pid; fi
+done
+[[ -n $victim ]] || fail "rank 1's process not found"
+kill -9 "$victim"
+start=$(date +%s)
+rc=0
+wait "$launcher_pid" || rc=$?
+launcher_pid=
+elapsed=$(( $(date +%s) - start ))
+[[ $rc -ne 0 ]] || fail "the job should fail when a rank is killed"
+[[ $elapsed -le 30 ]] || fail "the job took ${elapsed} s to end after the kill"
+grep -q "rank 1" "$work/err" || fail "the launcher should name rank 1"
+last=$(cat "$work/killed/checkpoints/latest")
+steps=$((10#${last#step_}))
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/killed\"" --set checkpoint.load=\"latest\" \
+  --set "train_steps=$((steps + 1))" >"$work/out" 2>"$work/err" || fail "resuming the killed job's last checkpoint"
+grep -q "resumed from" "$work/killed/train.log" || fail "the resumed run did not load the checkpoint"
+echo "ok: kill -9 of rank 1 ended the job in ${elapsed} s; its last checkpoint resumes on one process"
