@@ -50,9 +50,7 @@ struct coordinator_state {
   bool hook_running = false; // the step hooks of a step run on `hooks`
   // Data parallelism: the hook thread's channel to the other ranks' coordinators.
   std::shared_ptr<net::communicator> peers;
-  // Set by the hook job while the caller's hooks run (a long checkpoint write is
-  // progress); not while it waits for the other ranks, which the watchdog watches.
-  std::shared_ptr<std::atomic<bool>> in_user_hook = std::make_shared<std::atomic<bool>>(false);
+
   compute_worker hooks;      // last: joined first. Runs the step hooks off the CAF threads
 };
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
@@ -156,7 +154,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   st.hook_running = true;
   post_job(self, st.hooks, step,
            [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger,
-            caller = plan.actor_name(pipeline_plan::coordinator_id), in_user_hook = st.in_user_hook]() mutable {
+            caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
     if (peers) {
       std::vector<double> local = summary.metrics;
       local.push_back(summary.loss);
@@ -167,14 +165,8 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
       sums->pop_back();
       summary.metrics = std::move(*sums);
     }
-    in_user_hook->store(true);
-    struct user_hook_done {
-      std::atomic<bool>& flag;
-      ~user_hook_done() { flag.store(false); }
-    } done{*in_user_hook};
     if (hooks.on_step) hooks.on_step(summary);
     bool stop = hooks.stop_after && hooks.stop_after(step);
-    in_user_hook->store(false);
     if (peers) {
       auto any = any_rank(*peers, stop, logger, caller);
       if (!any) throw std::runtime_error(fmt::format("agreeing with the other ranks on stopping: {}", any.err().message));
@@ -205,6 +197,9 @@ void on_hooks_done(coordinator_actor* self, const work_done& d) {
     stop_all(self);
   } else {
     for (const auto& shard : st.args.shards) self->send(shard, allow_atom::value, d.step + 1);
+    // With several ranks the reducers' collectives of the next step wait for it too.
+    if (st.peers)
+      for (const auto& reducer : st.args.reducers) self->send(reducer, allow_atom::value, d.step + 1);
   }
 }
 
@@ -320,9 +315,12 @@ void on_tick(coordinator_actor* self) {
   auto& st = self->state;
   if (st.phase != coord_phase::running) return;
   const auto idle = std::chrono::steady_clock::now() - st.last_progress;
-  // A running hook is progress: the updates wait for it, not for a stuck actor.
-  // Waiting for the other ranks is not: a rank that stopped answering fails the run.
-  if (idle > st.args.watchdog && !(st.hook_running && st.in_user_hook->load())) {
+  // A running hook is progress: the updates wait for it, not for a stuck actor. With
+  // several ranks that includes waiting for the others' hooks (rank 0 writing a
+  // checkpoint); a rank that stops answering leaves the others waiting in a gradient
+  // sum instead, outside the hooks, where the watchdog sees it (and between processes
+  // the rendezvous' heartbeats do).
+  if (idle > st.args.watchdog && !st.hook_running) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(idle).count();
     auto step = *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
     fail(self, {"coordinator", step, "watchdog: no step completed for " + std::to_string(ms) + " ms"});

@@ -9,8 +9,10 @@
 // the conversations never mix and each runs on one thread:
 // - channel 0: the coordinators' hook threads, once per step: the step's loss and
 //   forward metrics summed over ranks, then whether any rank asked to stop;
-// - channel 1 + s: the reducers of stage s on their workers: the stage's gradients,
-//   summed in buckets (allreduce_buffers).
+// - channel 1 + 2s: the reducers of stage s on their workers: the stage's gradients,
+//   summed in buckets (allreduce_buffers);
+// - channel 2 + 2s: with ZeRO, the optimizer shards of stage s (train::bert_optimizer):
+//   the updated weights all-gathered, LAMB's norms, the state gathered for a checkpoint.
 // Every rank issues these in the same order (one step after another, buckets in
 // parameter order), so calls always meet their peers.
 #pragma once
@@ -47,7 +49,9 @@ struct data_parallel_options {
 };
 
 inline constexpr std::uint32_t hook_channel = 0;
-inline std::uint32_t reducer_channel(std::uint32_t stage) { return 1 + stage; }
+inline std::uint32_t reducer_channel(std::uint32_t stage) { return 1 + 2 * stage; }
+// The optimizer shards of stage s under ZeRO (their compute's own communicator).
+inline std::uint32_t shard_channel(std::uint32_t stage) { return 2 + 2 * stage; }
 
 // Sums `buffers` (f32, contiguous) over the communicator's ranks in place. Consecutive
 // tensors share a bucket while their total fits `bucket_elements`; a bucket of several

@@ -40,6 +40,7 @@ struct reducer_core {
                                                      reducer_channel(i));
     bucket_elements = setup.dp.bucket_elements;
     bucket_arrived.assign(plan.grads_slots(i), false);
+    allowed = plan.first_step;
     logger = setup.dp.logger;
     DSA_CHECK(state.role() == tied_role::none || tied_index >= 0,
               "reducer {}: the plan exchanges a tied parameter this stage does not name", i);
@@ -69,6 +70,10 @@ struct reducer_core {
   std::optional<std::uint32_t> bucket_step;
   std::vector<bool> bucket_arrived;
   std::uint32_t buckets_summed = 0, next_sum = 0;
+  // Collectives of steps <= allowed may start (allow_atom from the coordinator, after
+  // the previous step's hooks): a step the ranks agreed not to run never starts one,
+  // so no rank waits in it for ranks that stopped.
+  std::uint32_t allowed = 0;
   compute_worker worker;         // last: joined first
 };
 
@@ -246,6 +251,14 @@ void fail_protocol(reducer_actor* self, std::uint32_t step, const error& why) {
   self->quit(protocol_failure(c.plan.actor_name(c.id), step, why));
 }
 
+// Starts the sums of the buckets that arrived, in bucket order, once their step is allowed.
+void start_allowed_sums(reducer_actor* self) {
+  auto& c = *self->state.core;
+  if (!c.bucket_step || *c.bucket_step > c.allowed) return;
+  while (c.next_sum < c.bucket_arrived.size() && c.bucket_arrived[c.next_sum])
+    start_bucket_sum(self, *c.bucket_step, c.next_sum++);
+}
+
 // Every bucket of `step` is in (and summed over the ranks): the reduction proper starts.
 void grads_complete(reducer_actor* self, std::uint32_t step) {
   auto& c = *self->state.core;
@@ -275,10 +288,7 @@ void on_produced(reducer_actor* self, const produced& m) {
                                     c.bucket_arrived[b] ? "twice" : "while another step's buckets are incomplete"));
   c.bucket_step = m.step;
   c.bucket_arrived[b] = true;
-  if (c.replicas) {
-    while (c.next_sum < c.bucket_arrived.size() && c.bucket_arrived[c.next_sum]) start_bucket_sum(self, m.step, c.next_sum++);
-    return;
-  }
+  if (c.replicas) return start_allowed_sums(self);
   if (std::all_of(c.bucket_arrived.begin(), c.bucket_arrived.end(), [](bool a) { return a; })) grads_complete(self, m.step);
 }
 
@@ -339,6 +349,11 @@ caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint
         self->state.core->shard = shard;
       },
       [=](wire_atom, std::uint32_t s, const caf::actor& peer) { self->state.core->peers.at(s) = peer; },
+      [=](allow_atom, std::uint32_t step) {
+        auto& c = *self->state.core;
+        c.allowed = std::max(c.allowed, step);
+        start_allowed_sums(self);
+      },
       [=](const produced& m) { on_produced(self, m); },
       [=](const released& m) { on_released(self, m); },
       [=](const grad_partial& m) {

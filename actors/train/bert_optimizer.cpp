@@ -2,6 +2,9 @@
 #include "actors/train/bert_optimizer.hpp"
 
 #include "optim/grad_clip.hpp"
+#include "optim/partition_checkpoint.hpp"
+
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
@@ -17,6 +20,7 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   const auto& specs = options_.specs;
   DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
             options_.participant, initial.size(), specs.size());
+  if (options_.zero_ranks > 1) return init_partitioned(initial);
   dtype half = working_dtype(options_.working);
   slots_.clear();
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -45,8 +49,60 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   }
 }
 
+namespace {
+// Tensor i of the layout as a view of a flat buffer, in its own shape.
+tensor layout_view(const tensor& flat, const optim::flat_tensor& t) {
+  return flat.slice_rows(t.offset, t.offset + t.numel).reshape(t.shape);
+}
+} // namespace
+
+void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
+  const auto& specs = options_.specs;
+  DSA_CHECK(options_.peers && options_.zero_rank < options_.zero_ranks,
+            "optimizer shard {}: ZeRO rank {} of {} without its peers", options_.participant, options_.zero_rank,
+            options_.zero_ranks);
+  std::vector<optim::flat_tensor_spec> flat;
+  for (const auto& s : specs) flat.push_back(optim::bert_flat_tensor(s.name, s.shape));
+  auto layout = optim::flat_layout::create(std::move(flat), options_.zero_ranks);
+  if (!layout) throw std::runtime_error(layout.err().message);
+  auto create = [&]() -> expected<optim::partitioned_optimizer> {
+    if (options_.resume_masters.empty())
+      return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, initial);
+    // A checkpoint holds whole tensors (payload() gathers them; the model group holds
+    // every stage's): this stage's, read as the pieces [0, numel), cut to this rank's partition.
+    optim::state_map mine;
+    auto take = [&](const std::string& key, const tensor* t) {
+      if (t) mine[key] = *t;
+    };
+    for (const auto& t : layout->tensors()) {
+      auto master = options_.resume_masters.find(t.name);
+      take("master." + t.name, master == options_.resume_masters.end() ? nullptr : &master->second);
+      if (options_.resume_state)
+        for (const char* kind : {".exp_avg", ".exp_avg_sq"}) {
+          auto it = options_.resume_state->tensors.find(t.name + kind);
+          take(t.name + kind, it == options_.resume_state->tensors.end() ? nullptr : &it->second);
+        }
+    }
+    tensor count = tensor::empty({1}, dtype::i64);
+    count.data<std::int64_t>()[0] = options_.resume_state ? options_.resume_state->step : 0;
+    mine["optimizer_step_count"] = count;
+    DSA_ASSIGN_OR_RETURN(auto index, optim::saved_partitions::index({optim::saved_partition_of(std::move(mine))}));
+    DSA_ASSIGN_OR_RETURN(auto state, index.partition(*layout, options_.zero_rank));
+    return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, std::move(state));
+  };
+  auto created = create();
+  if (!created) throw std::runtime_error(created.err().message);
+  part_.emplace(std::move(*created));
+  flat_grad_ = tensor::zeros({layout->padded_numel()}, dtype::f32);
+  flat_working_ = tensor::zeros({layout->padded_numel()}, working_dtype(options_.working));
+}
+
 std::vector<tensor> bert_optimizer::gradient_buffers() {
   std::vector<tensor> out;
+  if (part_) {
+    for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_grad_, t));
+    return out;
+  }
   for (const auto& s : slots_) out.push_back(s.grad);
   return out;
 }
@@ -56,6 +112,43 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   if (options_.fail_step >= 0 && step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_optimizer_step)");
   const step_decision d = options_.decider->decide(step, totals);
+  if (part_) {
+    // This rank's partition, then every rank's partition of the new weights.
+    const optim::flat_range mine = part_->partition();
+    tensor working = flat_working_.slice_rows(mine.lo, mine.hi);
+    status s;
+    if (d.skip) {
+      s = part_->write_working(working);
+    } else {
+      part_->set_lr(d.lr);
+      if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
+      auto peers = options_.peers;
+      optim::partition_step in{flat_grad_.slice_rows(mine.lo, mine.hi), d.grad_scale, working,
+                               [peers](const std::vector<double>& partial) -> expected<std::vector<double>> {
+                                 std::vector<double> all(partial.size() * static_cast<std::size_t>(peers->size()));
+                                 DSA_TRY(peers->allgather(all.data(), partial.data(), dtype::i64,
+                                                          static_cast<std::int64_t>(all.size())));
+                                 return optim::partitioned_optimizer::add_gathered(
+                                     all, static_cast<std::uint32_t>(peers->size()));
+                               }};
+      s = part_->step(in);
+    }
+    if (!s) throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
+    if (auto g = options_.peers->allgather(flat_working_.raw_data(), working.raw_data(), flat_working_.type(),
+                                           flat_working_.numel());
+        !g)
+      throw std::runtime_error(fmt::format("gathering stage {}'s updated weights from the other ranks: {}",
+                                           options_.participant, g.err().message));
+    out.clear();
+    version_bytes_ = static_cast<std::int64_t>(flat_working_.nbytes());
+    for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_working_, t));
+    out.push_back(loss_scale_tensor(d.loss_scale_after));
+    last_ = d;
+    if (options_.update_ns)
+      *options_.update_ns +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+    return !d.skip;
+  }
   if (!d.skip) {
     for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
     opt_->set_lr(d.lr);
@@ -85,6 +178,14 @@ void bert_optimizer::write_working(std::vector<tensor>& out) {
 
 shard_bytes bert_optimizer::held_bytes() const {
   shard_bytes b;
+  if (part_) {
+    const auto& st = part_->state();
+    b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes());
+    b.masters = static_cast<std::int64_t>(st.master.nbytes());
+    b.moments = static_cast<std::int64_t>(st.exp_avg.nbytes() + st.exp_avg_sq.nbytes());
+    b.version = version_bytes_;
+    return b;
+  }
   for (const auto& s : slots_) {
     b.gradients += static_cast<std::int64_t>(s.grad.nbytes());
     b.masters += static_cast<std::int64_t>(s.param.nbytes());
@@ -100,6 +201,27 @@ shard_bytes bert_optimizer::held_bytes() const {
 
 state_payload bert_optimizer::payload() const {
   state_payload p;
+  if (part_) {
+    // Every rank's partition of the masters and moments, then whole tensors by name.
+    const auto& layout = part_->layout();
+    const auto& st = part_->state();
+    const char* kinds[3] = {"master.", ".exp_avg", ".exp_avg_sq"};
+    const tensor* mine[3] = {&st.master, &st.exp_avg, &st.exp_avg_sq};
+    for (int k = 0; k < 3; ++k) {
+      tensor all = tensor::empty({layout.padded_numel()}, dtype::f32);
+      if (auto g = options_.peers->allgather(all.raw_data(), mine[k]->raw_data(), dtype::f32, all.numel()); !g)
+        throw std::runtime_error(fmt::format("gathering stage {}'s optimizer state for a checkpoint: {}",
+                                             options_.participant, g.err().message));
+      for (const auto& t : layout.tensors()) {
+        const std::string name = k == 0 ? kinds[0] + t.name : t.name + kinds[k];
+        p[name] = layout_view(all, t);
+      }
+    }
+    tensor count = tensor::empty({1}, dtype::i64);
+    count.data<std::int64_t>()[0] = st.step;
+    p["optimizer_step_count"] = count;
+    return p;
+  }
   for (const auto& s : slots_) p["master." + s.name] = s.param; // views: no copy of the shard's state
   optim::optimizer_state st = opt_->state_views();
   for (auto& [name, t] : st.tensors) p[name] = std::move(t);

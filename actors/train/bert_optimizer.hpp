@@ -10,7 +10,9 @@
 #include "actors/train/precision.hpp"
 #include "actors/train/step_decider.hpp"
 #include "models/bert/parameter_specs.hpp"
+#include "io/net/communicator.hpp"
 #include "optim/optimizer.hpp"
+#include "optim/partitioned_optimizer.hpp"
 
 #include <atomic>
 #include <map>
@@ -34,6 +36,13 @@ struct bert_optimizer_options {
   // Resuming: fp32 masters by name and optimizer state, used instead of the stage's weights.
   std::map<std::string, tensor> resume_masters;
   std::optional<optim::optimizer_state> resume_state;
+  // ZeRO stage 1: with zero_ranks > 1 this shard is rank zero_rank of the stage's
+  // zero_ranks shards and holds the fp32 masters and moments of its partition of the
+  // stage's flat layout only (optim::partitioned_optimizer); `peers` (its own channel
+  // to the other ranks' shards of the stage) all-gathers the updated weights and
+  // carries LAMB's norm exchange. zero_ranks 1: the whole stage (ZeRO stage 0).
+  std::uint32_t zero_rank = 0, zero_ranks = 1;
+  std::shared_ptr<net::communicator> peers;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -57,8 +66,13 @@ public:
   const step_decision& last_decision() const { return last_; }
   // The master weights and optimizer state for a checkpoint, as views of the
   // shard's own tensors (no copy): valid while no update runs, which the
-  // coordinator guarantees while a step hook (the checkpoint save) runs.
+  // coordinator guarantees while a step hook (the checkpoint save) runs. With ZeRO
+  // the whole stage's state is gathered from every rank's shard first (a collective:
+  // every rank's shard of the stage must call it, at the same point of the run), so
+  // the checkpoint has the same form as without ZeRO and loads on any rank count.
   state_payload payload() const;
+  // ZeRO: whether payload() is a collective.
+  bool partitioned() const { return part_.has_value(); }
   // What the shard holds: its gradient buffers, masters (and their half copies),
   // moments, and the last parameter version it wrote (0 before its first update).
   shard_bytes held_bytes() const;
@@ -71,6 +85,11 @@ private:
   std::optional<optim::optimizer> opt_;
   step_decision last_;
   std::int64_t version_bytes_ = 0; // the tensors write_working allocated
+  // ZeRO stage 1.
+  void init_partitioned(const std::vector<tensor>& initial);
+  std::optional<optim::partitioned_optimizer> part_;
+  tensor flat_grad_;    // (padded_numel) f32: the reducer's gradient buffers are views of it
+  tensor flat_working_; // (padded_numel) working dtype: the all-gathered weights the params slot views
 };
 
 } // namespace dsa::train

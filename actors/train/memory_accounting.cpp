@@ -1,6 +1,8 @@
 // Model-state bytes per rank; see memory_accounting.hpp.
 #include "actors/train/memory_accounting.hpp"
 
+#include "optim/flat_layout.hpp"
+
 #include <fmt/format.h>
 
 namespace dsa::train {
@@ -18,9 +20,18 @@ std::string model_state_bytes::describe() const {
                      mib(moments), mib(version));
 }
 
-model_state_bytes expected_model_states(std::int64_t n, precision working) {
+model_state_bytes expected_model_states(std::int64_t n, precision working, std::optional<zero_sizes> zero) {
   const std::int64_t w = working == precision::f32 ? 4 : 2;
   model_state_bytes b;
+  if (zero) {
+    b.weights = w * n;
+    b.grads = 4 * n;
+    b.reduced = 4 * zero->padded;
+    b.masters = 4 * zero->partition;
+    b.moments = 8 * zero->partition;
+    b.version = w * zero->padded;
+    return b;
+  }
   b.weights = w * n;
   b.grads = 4 * n;
   b.reduced = 4 * n;
@@ -29,6 +40,20 @@ model_state_bytes expected_model_states(std::int64_t n, precision working) {
   b.moments = 8 * n;
   b.version = w * n;
   return b;
+}
+
+zero_sizes zero_sizes_of(const std::vector<bert::param_spec>& specs, std::uint32_t ranks) {
+  std::vector<optim::flat_tensor_spec> flat;
+  for (const auto& s : specs) flat.push_back(optim::bert_flat_tensor(s.name, s.shape));
+  auto layout = optim::flat_layout::create(std::move(flat), ranks);
+  DSA_CHECK(layout.has_value(), "flat layout of a stage: {}", layout.has_value() ? "" : layout.err().message);
+  return {layout->padded_numel(), layout->partition_numel()};
+}
+
+std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const bert::bert_range& range) {
+  const auto ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
+  if (rc.zero_stage < 1 || ranks < 2) return std::nullopt;
+  return zero_sizes_of(bert::parameter_specs(rc.model, range), ranks);
 }
 
 model_state_bytes measured_model_states(const bert_stage& stage, const bert_optimizer& shard) {

@@ -11,7 +11,11 @@
 //   half copy of the masters (shard, fp16/bf16)      2 (0 in fp32)
 //   Adam/LAMB moments (shard, f32)                   8
 //   the next parameter version (params slot)         w
-// = 28Ψ in fp32, 26Ψ in fp16/bf16. DeepSpeed's ZeRO stage 0 counts 16Ψ for mixed
+// = 28Ψ in fp32, 26Ψ in fp16/bf16. With ZeRO stage 1 over n ranks the shard holds the
+// masters and moments of its partition only (12 bytes per partition element, about
+// Ψ/n) and no half copy, while the reduced gradients and the next version cover the
+// stage's padded flat layout (optim::flat_layout): w + 4 + 4 + 12/n + w per parameter,
+// up to padding. DeepSpeed's ZeRO stage 0 counts 16Ψ for mixed
 // precision (2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 masters and moments): it
 // keeps fp16 gradients, reduces them in place and has the optimizer write the
 // weights directly, where dsactor's stage and shard are separate actors with their
@@ -21,9 +25,12 @@
 #include "actors/train/bert_optimizer.hpp"
 #include "actors/train/bert_stage.hpp"
 #include "actors/train/precision.hpp"
+#include "actors/train/run_config.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace dsa::train {
 
@@ -35,8 +42,19 @@ struct model_state_bytes {
   std::string describe() const;
 };
 
-// From the parameter count alone.
-model_state_bytes expected_model_states(std::int64_t parameters, precision working);
+// ZeRO stage 1: the stage's padded flat size and one rank's partition of it.
+struct zero_sizes {
+  std::int64_t padded = 0, partition = 0;
+};
+
+// From the parameter count alone (and the flat layout's sizes with ZeRO).
+model_state_bytes expected_model_states(std::int64_t parameters, precision working,
+                                        std::optional<zero_sizes> zero = std::nullopt);
+// ZeRO sizes of a stage's parameters over `ranks` ranks (the shard's flat layout).
+zero_sizes zero_sizes_of(const std::vector<bert::param_spec>& specs, std::uint32_t ranks);
+// The ZeRO sizes a run's shard of the stage holding `range` uses; none without ZeRO
+// (stage 0, or one rank).
+std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const bert::bert_range& range);
 // From the tensors a stage and its shard hold (after the shard's first update, which
 // allocates the next version's tensors).
 model_state_bytes measured_model_states(const bert_stage& stage, const bert_optimizer& shard);

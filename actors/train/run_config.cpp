@@ -224,9 +224,14 @@ void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems&
   } else {
     cfg.read("zero_optimization.stage", zero, problems);
   }
-  if (zero != 0)
+  if (zero < 0 || zero > 3)
+    invalid("zero_optimization.stage", fmt::format("must be 0, 1, 2 or 3, got {}", zero));
+  else if (zero > 1)
     invalid("zero_optimization.stage",
-            fmt::format("ZeRO stage {} is not supported yet; set 0 (or remove the section)", zero));
+            fmt::format("ZeRO stage {} is not supported yet; set 0 or 1 (stage 1 partitions the optimizer state)",
+                        zero));
+  else
+    rc.zero_stage = static_cast<int>(zero);
   // Stage 0 ignores the section's other keys, but like DeepSpeed (whose config
   // models forbid extra fields) a key it does not know is an error.
   // DeepSpeed configs write bucket sizes as 5e8 (a float in JSON and TOML).

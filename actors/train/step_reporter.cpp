@@ -26,7 +26,8 @@ void step_reporter::on_step(const actors::step_summary& s) {
     // After the first update every model-state buffer exists: compare with the accounting.
     for (std::uint32_t st = 0; st < ctx_.rc.stages; ++st) {
       const auto measured = train::measured_model_states(*ctx_.stages[st], *shards_[st]);
-      const auto expected = expected_model_states(ctx_.stages[st]->part().parameters().count(), ctx_.rc.working);
+      const auto expected = expected_model_states(ctx_.stages[st]->part().parameters().count(), ctx_.rc.working,
+                                                  run_zero_sizes(ctx_.rc, ctx_.ranges[st]));
       measured_.push_back(measured.total());
       if (measured == expected)
         log_info("stage {}: model states measured after the first step: {} (as expected)", st, measured.describe());

@@ -191,9 +191,12 @@ status make_stages(run_context& ctx) {
     }
     const auto& params = stage->part().parameters();
     if (ctx.rank == 0)
-      log_info("stage {}: model states per rank: {} ({} bytes per parameter)", s,
-               expected_model_states(params.count(), ctx.rc.working).describe(),
-               expected_model_states(1, ctx.rc.working).total());
+      log_info("stage {}: model states per rank: {}{}", s,
+               expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges[s])).describe(),
+               run_zero_sizes(ctx.rc, ctx.ranges[s])
+                   ? fmt::format(" (ZeRO stage 1: masters and moments of 1/{} of the stage)",
+                                 ctx.rc.batch.data_parallel_size)
+                   : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()));
     if (ctx.rank == 0)
       log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
              ctx.ranges[s].to_string(), params.count(),
@@ -311,10 +314,14 @@ expected<job_membership> join_job(const net::rendezvous_env& env, const config& 
   job_membership job;
   job.env = env;
   DSA_ASSIGN_OR_RETURN(job.transport, net::ucx_transport::create(env.rank, env.world_size, token_number(env.job_token)));
+  // Liveness comes from heartbeats and the launcher: waits at the rendezvous (all ranks
+  // joining, rank 0 preparing the data) get no deadline of their own.
+  net::rendezvous_options options = net::make_rendezvous_options(env);
+  options.join_timeout = std::chrono::hours(24 * 7);
   DSA_ASSIGN_OR_RETURN(job.client,
                        net::rendezvous_client::join(
                            net::make_join_request(env, net::summarize_config(cfg.table()), job.transport->local_address()),
-                           net::make_rendezvous_options(env)));
+                           options));
   DSA_TRY(job.transport->connect(job.client->blobs()));
   // A lost rank or server fails every collective this process waits in.
   job.client->set_on_lost([t = job.transport.get()](const error& e) { t->abort(e); });
@@ -350,11 +357,22 @@ struct rank_run {
   std::unique_ptr<feed_source> source;
   std::vector<std::unique_ptr<bert_optimizer>> shards;
   actors::run_parts parts;
+  std::int64_t last_contributed = -1; // ZeRO, ranks > 0: the last checkpoint step they gathered for
 };
 
-expected<rank_run> make_rank_run(run_context& ctx, rank_start& start) {
+// ZeRO, a rank that does not write checkpoints: its shards' part of gathering the
+// optimizer state for rank 0's checkpoint of `step` (the same collectives, in stage order).
+void contribute_checkpoint(rank_run& run, std::uint32_t step) {
+  for (auto& shard : run.shards) (void)shard->payload();
+  run.last_contributed = step;
+}
+
+// transport: the rank's transport to the other ranks (null with one rank), for the
+// shards' own communicators under ZeRO.
+expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport) {
   const auto& rc = ctx.rc;
   rank_run rr;
+  const bool zero = rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1;
   const feed_share share{ctx.rank, static_cast<int>(rc.batch.data_parallel_size),
                          static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
   rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);
@@ -372,6 +390,11 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start) {
     o.decider = std::move(start.deciders[s]);
     if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
     o.update_ns = &ctx.shared.optimizer_ns;
+    if (zero) {
+      o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
+      o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
+      o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
+    }
     if (start.resumed) {
       o.resume_masters = start.resumed->masters;
       o.resume_state = start.resumed->optimizer_states[s];
@@ -572,12 +595,24 @@ int run_training(const run_request& req) {
     const int world = static_cast<int>(rc.batch.data_parallel_size);
     if (world > 1)
       log_info("data parallel: {} ranks{}; gradients summed over them in buckets of up to {} elements, "
-               "{} (ZeRO stage 0: every rank holds the whole optimizer state)",
+               "{} ({})",
                world, job ? " (one per process)" : " in this process", rc.reduce_bucket_elements,
-               rc.overlap_comm ? "each started as backward finishes it (overlap_comm)" : "after the step's backward");
+               rc.overlap_comm ? "each started as backward finishes it (overlap_comm)" : "after the step's backward",
+               rc.zero_stage >= 1 ? "ZeRO stage 1: each rank holds the optimizer state of 1/" + std::to_string(world) +
+                                        " of the parameters"
+                                  : "ZeRO stage 0: every rank holds the whole optimizer state");
+    std::unique_ptr<net::local_group> group;
+    if (R > 1) group = std::make_unique<net::local_group>(R);
+    // Rank r's transport to the others: UCX between processes, or the in-process group.
+    auto transport_of = [&](int r) -> net::transport* {
+      if (job) return job->transport.get();
+      return group ? &group->at(r) : nullptr;
+    };
+    // ZeRO stage 1: each rank's shards hold 1/world of the optimizer state.
+    const bool zero = rc.zero_stage >= 1 && world > 1;
     std::vector<rank_run> runs;
     for (int r = 0; r < R; ++r) {
-      auto rr = make_rank_run(context_of(r), starts[static_cast<std::size_t>(r)]);
+      auto rr = make_rank_run(context_of(r), starts[static_cast<std::size_t>(r)], transport_of(r));
       if (!rr) return fail(rr.err(), 1);
       runs.push_back(std::move(*rr));
     }
@@ -598,17 +633,20 @@ int run_training(const run_request& req) {
     ro.stop_after = [&](std::uint32_t k) { return stop_requested() && k != ctx.last_step; };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;
-    std::unique_ptr<net::local_group> group;
-    if (R > 1) group = std::make_unique<net::local_group>(R);
     // comms_logger: this process's first rank's collectives (every rank issues the same ones).
     net::comms_logger comms(rc.comms_logger, world);
     auto options_of = [&](int r) {
       actors::run_options o = ro;
       const int global = ctx.rank + r;
       if (global == 0) o.on_step = [&](const actors::step_summary& summary) { reporter->on_step(summary); };
-      net::transport* t = job ? static_cast<net::transport*>(job->transport.get())
-                              : group ? static_cast<net::transport*>(&group->at(r)) : nullptr;
-      if (world > 1) o.dp = {global, world, t, rc.reduce_bucket_elements, rc.overlap_comm, r == 0 ? &comms : nullptr};
+      if (world > 1)
+        o.dp = {global, world, transport_of(r), rc.reduce_bucket_elements, rc.overlap_comm, r == 0 ? &comms : nullptr};
+      // With ZeRO a checkpoint gathers the optimizer state from every rank's shards:
+      // the ranks that do not write it take part in the same steps.
+      if (global != 0 && zero)
+        o.on_step = [&, r](const actors::step_summary& summary) {
+          if (checkpoint_due(context_of(r), summary.step)) contribute_checkpoint(runs[static_cast<std::size_t>(r)], summary.step);
+        };
       return o;
     };
     std::vector<actors::run_result> results(static_cast<std::size_t>(R));
@@ -631,20 +669,44 @@ int run_training(const run_request& req) {
       if (!results[static_cast<std::size_t>(r)].ok)
         errors += (errors.empty() ? "" : "\n") + results[static_cast<std::size_t>(r)].error;
     if (!errors.empty()) return fail(make_error(errc::runtime, "{}", errors), 1);
-    // The other processes need nothing more from this one: leave the job cleanly.
-    if (job)
-      if (auto s = job->client->leave(); !s) log_warn("leaving the job's rendezvous: {}", s.err().message);
     // The final checkpoint (or the one a signal asked for): the shards hold that step's state.
     const std::int64_t done = static_cast<std::int64_t>(ctx.first_step) + result.steps_completed - 1;
-    const bool stopped = stop_requested(); // also when the signal came during the last step
-    if (lead && done >= 0 && done > reporter->last_saved() && (rc.checkpoint.save_final || stopped)) {
+    // Every rank agrees that the run ended early (the coordinators stop together), so
+    // every rank takes the same decision even when the signal reached only some.
+    const bool early = ctx.first_step + result.steps_completed <= ctx.last_step;
+    const bool stopped = stop_requested() || early; // also when the signal came during the last step
+    const bool final_save = done >= 0 && (rc.checkpoint.save_final || stopped);
+    // With ZeRO the other ranks' shards take part in gathering the state (their own threads).
+    std::vector<std::thread> contributors;
+    std::vector<std::string> contribution_errors(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      rank_run& run = runs[static_cast<std::size_t>(r)];
+      if (ctx.rank + r == 0 || !final_save || !zero || done <= run.last_contributed)
+        continue;
+      contributors.emplace_back([&, r] {
+        try {
+          contribute_checkpoint(runs[static_cast<std::size_t>(r)], static_cast<std::uint32_t>(done));
+        } catch (const std::exception& e) {
+          contribution_errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    }
+    std::optional<error> save_error;
+    if (lead && final_save && done > reporter->last_saved()) {
       try {
         reporter->save(static_cast<std::uint32_t>(done), result.data_positions.back());
       } catch (const std::exception& e) {
-        return fail(make_error(errc::io, "{}", e.what()), 1);
+        save_error = make_error(errc::io, "{}", e.what());
       }
     }
-    if (!req.trace_chrome.empty()) {
+    for (auto& t : contributors) t.join();
+    if (save_error) return fail(*save_error, 1);
+    for (const auto& e : contribution_errors)
+      if (!e.empty()) return fail(make_error(errc::runtime, "{}", e), 1);
+    // The other processes need nothing more from this one: leave the job cleanly.
+    if (job)
+      if (auto s = job->client->leave(); !s) log_warn("leaving the job's rendezvous: {}", s.err().message);
+    if (lead && !req.trace_chrome.empty()) { // rank 0's trace (the others' are trace.rank<r>.dsat)
       if (auto w = actors::write_chrome_trace(req.trace_chrome, result.trace); !w) return fail(w.err(), 1);
       log_info("wrote Chrome trace {}", req.trace_chrome);
     }

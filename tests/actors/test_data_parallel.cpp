@@ -36,7 +36,8 @@ group_run run_group(synthetic_model model, const pipeline_options& options, int 
                     std::function<void(int, synthetic_pipeline&)> adjust = {}, bool overlap = false,
                     trace_mode trace = trace_mode::off,
                     std::function<void(int, const run_result&)> on_rank_done = {},
-                    std::chrono::milliseconds watchdog = std::chrono::milliseconds(60000)) {
+                    std::chrono::milliseconds watchdog = std::chrono::milliseconds(60000),
+                    std::function<void(int, run_options&)> configure = {}) {
   dsa::net::local_group group(ranks);
   group_run g;
   for (int r = 0; r < ranks; ++r) {
@@ -54,6 +55,7 @@ group_run run_group(synthetic_model model, const pipeline_options& options, int 
       o.trace = trace;
       o.dp = {r, ranks, &group.at(r), bucket_elements, overlap};
       o.watchdog = watchdog;
+      if (configure) configure(r, o);
       g.results[static_cast<std::size_t>(r)] = run_pipeline(o, g.pipes[static_cast<std::size_t>(r)]->parts());
       if (on_rank_done) on_rank_done(r, g.results[static_cast<std::size_t>(r)]);
     });
@@ -289,7 +291,7 @@ TEST_CASE("stage runner: with overlap each bucket goes out as soon as its parame
 
 TEST_CASE("data parallel: a rank that stops answering fails the others by their watchdog, not a hang") {
   // Rank 1's forward of step 2 blocks. Rank 0 waits in its collectives; its watchdog
-  // (1 s here) fails its run and aborts the group. Rank 1 is released once rank 0 has
+  // (3 s here) fails its run and aborts the group. Rank 1 is released once rank 0 has
   // returned, so its run can end too (it fails: the group is gone).
   const synthetic_model model{4, 5, 3, 0.05};
   hanging_stage* hung = nullptr;
@@ -305,11 +307,92 @@ TEST_CASE("data parallel: a rank that stops answering fails the others by their 
       [&](int r, const run_result&) {
         if (r == 0) hung->release();
       },
-      std::chrono::milliseconds(1000));
+      std::chrono::milliseconds(3000));
   const auto& first = g.results[0];
   CAPTURE(first.error);
   CHECK_FALSE(first.ok);
   CHECK(first.error.find("watchdog") != std::string::npos);
   CHECK(first.steps_completed == 2);
   CHECK_FALSE(g.results[1].ok);
+}
+
+namespace {
+// Signals once backward of `step`'s last micro-batch has run on the wrapped stage.
+class signalling_stage : public stage_compute {
+public:
+  signalling_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step, std::uint32_t last_mb)
+      : inner_(std::move(inner)), step_(step), last_mb_(last_mb) {}
+  bool wait(std::chrono::seconds bound) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, bound, [&] { return done_; });
+  }
+  void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
+  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
+                 std::vector<dsa::tensor>& out) override {
+    return inner_->forward(key, in, labels, out);
+  }
+  void backward(const work_key& key, const dsa::tensor& g, dsa::tensor& gi) override {
+    inner_->backward(key, g, gi);
+    if (key.step == step_ && key.micro_batch == last_mb_) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+      cv_.notify_all();
+    }
+  }
+  std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
+  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
+  void load_parameters(const std::vector<dsa::tensor>& u) override { inner_->load_parameters(u); }
+
+private:
+  std::unique_ptr<stage_compute> inner_;
+  std::uint32_t step_, last_mb_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+} // namespace
+
+TEST_CASE("data parallel: ranks stopping early start no collective of the step they will not finish") {
+  // Rank 0 asks to stop after step 1. Its hook of step 1 returns only once rank 1 has run
+  // step 2's backward, so rank 1 offers step 2's gradients to its reducer, while rank 0's
+  // own forward of step 2 stays blocked until rank 1's run has returned: only rank 1 could
+  // start step 2's sums. Had its reducer started them it would wait forever for rank 0 (the
+  // test would hang); the sums of step k wait for the coordinators' go-ahead after step
+  // k - 1's hooks, which a stop never gives.
+  const synthetic_model model{4, 5, 3, 0.05};
+  signalling_stage* rank1_stage = nullptr;
+  hanging_stage* rank0_stage = nullptr;
+  std::atomic<bool> waited{false};
+  auto g = run_group(
+      model, {1, 2, 6}, 2, 500'000'000,
+      [&](int r, synthetic_pipeline& p) {
+        if (r == 1) {
+          auto s = std::make_unique<signalling_stage>(std::move(p.stages[0]), 2, 1);
+          rank1_stage = s.get();
+          p.stages[0] = std::move(s);
+        } else {
+          auto s = std::make_unique<hanging_stage>(std::move(p.stages[0]), 2);
+          rank0_stage = s.get();
+          p.stages[0] = std::move(s);
+        }
+      },
+      false, trace_mode::off,
+      [&](int r, const run_result&) {
+        if (r == 1) rank0_stage->release();
+      },
+      std::chrono::milliseconds(60000), [&](int r, run_options& o) {
+        if (r != 0) return;
+        o.on_step = [&](const step_summary& s) {
+          if (s.step == 1) waited = rank1_stage->wait(std::chrono::seconds(30));
+        };
+        o.stop_after = [](std::uint32_t k) { return k == 1; };
+      });
+  CHECK(waited.load());
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CAPTURE(g.results[static_cast<std::size_t>(r)].error);
+    CHECK(g.results[static_cast<std::size_t>(r)].ok);
+    CHECK(g.results[static_cast<std::size_t>(r)].steps_completed == 2);
+  }
+  CHECK(same_bits(g.pipes[1]->parameters(), g.pipes[0]->parameters()));
 }

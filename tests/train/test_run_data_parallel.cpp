@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -92,7 +93,7 @@ TEST_CASE("a run on 2 ranks resumes on 1 rank, and one on 1 rank on 4, continuin
   check_close(c.groups.at("model"), a.groups.at("model"));
 }
 
-TEST_CASE("devices.ranks must divide the batch, and a failing rank fails the run naming it") {
+TEST_CASE("devices.ranks must divide the batch, and a failing rank fails the run (exit 1)") {
   test::temp_dir dir;
   // train_batch_size 8 = micro 2 x accumulation 4: 3 ranks cannot split it.
   CHECK(test::run_config(dir.path(), "bad", test::tiny_config(dir.path()), {"devices.ranks=3"}) == 2);
@@ -153,4 +154,91 @@ TEST_CASE("model-state accounting: 28 bytes per parameter in fp32, 26 in fp16, a
     CHECK(log.find("(as expected)") != std::string::npos);
     CHECK(log.find("the accounting expected") == std::string::npos);
   }
+}
+
+namespace {
+void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [group, tensors] : a) {
+    REQUIRE(b.count(group) == 1);
+    for (const auto& [name, t] : tensors) {
+      INFO(group << "/" << name);
+      REQUIRE(b.at(group).count(name) == 1);
+      const auto& u = b.at(group).at(name);
+      REQUIRE(u.nbytes() == t.nbytes());
+      CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
+    }
+  }
+}
+
+ckpt::loaded_checkpoint train_checkpoint(const std::vector<std::string>& overrides) {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "z", test::tiny_config(dir.path()), overrides) == 0);
+  return test::load_run_checkpoint(dir.path() + "/ckpt", "latest");
+}
+} // namespace
+
+// The partitioned optimizer runs the whole-tensor kernels on each rank's pieces (LAMB's
+// norms exchanged exactly), and the all-gather copies bits: stage 1 equals stage 0 bit
+// for bit, masters and moments included (the checkpoint gathers them from every rank).
+TEST_CASE("ZeRO stage 1 on 2 and 4 ranks equals stage 0, bit for bit, with AdamW, LAMB and fp16") {
+  const std::vector<std::vector<std::string>> variants{
+      {},
+      {"optimizer.type=\"Lamb\"", "pipeline.stages=2"},
+      {"fp16.enabled=true", "fp16.initial_scale_power=8"}};
+  for (const auto& v : variants) {
+    for (int ranks : {2, 4}) {
+      CAPTURE(ranks);
+      CAPTURE(v.empty() ? std::string("AdamW") : v.front());
+      auto zero0 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks)}));
+      auto zero1 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1"}));
+      check_same_bits(zero1.groups, zero0.groups);
+      CHECK(zero1.manifest.state["data_cursor"] == zero0.manifest.state["data_cursor"]);
+    }
+  }
+}
+
+TEST_CASE("ZeRO stage 1 resumes on another rank count and stage, continuing as the uninterrupted run") {
+  const std::vector<std::string> lamb{"optimizer.type=\"Lamb\""};
+  test::temp_dir full, part;
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), with(lamb, {"train_steps=6"})) == 0);
+  // 3 steps with stage 1 on 2 ranks, then 3 more with stage 1 on 4 ranks, then compare.
+  REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
+                           with(lamb, {"train_steps=3", "devices.ranks=2", "zero_optimization.stage=1"})) == 0);
+  REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
+                           with(lamb, {"train_steps=6", "devices.ranks=4", "zero_optimization.stage=1"}),
+                           /*resume=*/true) == 0);
+  auto a = test::load_run_checkpoint(full.path() + "/ckpt", "6");
+  auto b = test::load_run_checkpoint(part.path() + "/ckpt", "6");
+  check_close(b.groups.at("model"), a.groups.at("model"));
+  // And a stage-1 checkpoint continues on one rank without ZeRO.
+  test::temp_dir back;
+  REQUIRE(test::run_config(back.path(), "back", test::tiny_config(back.path()),
+                           with(lamb, {"train_steps=3", "devices.ranks=2", "zero_optimization.stage=1"})) == 0);
+  REQUIRE(test::run_config(back.path(), "back", test::tiny_config(back.path()), with(lamb, {"train_steps=6"}),
+                           /*resume=*/true) == 0);
+  auto c = test::load_run_checkpoint(back.path() + "/ckpt", "6");
+  check_close(c.groups.at("model"), a.groups.at("model"));
+}
+
+TEST_CASE("ZeRO stage 1: each rank holds 1/N of the masters and moments, as the accounting expects") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), "mem", test::tiny_config(dir.path()),
+                             {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1", "train_steps=1"}) == 0);
+    std::ifstream in(dir.path() + "/run/train.log");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string log = text.str();
+    CHECK(log.find("(as expected)") != std::string::npos);
+    CHECK(log.find("the accounting expected") == std::string::npos);
+    CHECK(log.find(fmt::format("ZeRO stage 1: masters and moments of 1/{} of the stage", ranks)) != std::string::npos);
+  }
+  // The accounting itself: 12 bytes per partition element instead of 12 per parameter.
+  const auto whole = train::expected_model_states(1000, train::precision::f32);
+  const auto split = train::expected_model_states(1000, train::precision::f32, train::zero_sizes{4096, 1024});
+  CHECK(whole.masters + whole.moments == 12000);
+  CHECK(split.masters + split.moments == 12 * 1024);
+  CHECK(split.reduced == 4 * 4096);
 }

@@ -156,7 +156,7 @@ train_shards = "s"
   CHECK(problem_lines(err.message) == expected);
 }
 
-TEST_CASE("DeepSpeed's boolean zero_optimization and half-precision master state") {
+TEST_CASE("DeepSpeed's boolean zero_optimization, unsupported ZeRO stages, and half-precision master state") {
   test::temp_dir dir;
   const std::string base = "train_steps = 1\ntrain_batch_size = 8\n";
   const std::string rest = "[model]\nsize = \"tiny\"\n[optimizer]\ntype = \"Adam\"\n"
@@ -168,12 +168,16 @@ TEST_CASE("DeepSpeed's boolean zero_optimization and half-precision master state
     REQUIRE(cfg.has_value());
     return train::parse_run_config(*cfg, "runs/x");
   };
-  // false is stage 0 (accepted); true is stage 1, refused by name like any ZeRO stage.
+  // false is stage 0, true stage 1 (both accepted); stages 2 and 3 are refused by name.
   auto off = parse(base + "zero_optimization = false\n" + rest);
-  CHECK_MESSAGE(off.has_value(), (off.has_value() ? "" : off.err().message));
+  REQUIRE_MESSAGE(off.has_value(), (off.has_value() ? "" : off.err().message));
+  CHECK(off->zero_stage == 0);
   auto on = parse(base + "zero_optimization = true\n" + rest);
-  REQUIRE_FALSE(on.has_value());
-  CHECK(on.err().message.find("ZeRO stage 1 is not supported yet") != std::string::npos);
+  REQUIRE_MESSAGE(on.has_value(), (on.has_value() ? "" : on.err().message));
+  CHECK(on->zero_stage == 1);
+  auto two = parse(base + "[zero_optimization]\nstage = 2\n" + rest);
+  REQUIRE_FALSE(two.has_value());
+  CHECK(two.err().message.find("ZeRO stage 2 is not supported yet") != std::string::npos);
   // Masters in half cannot be honoured: an error naming the key.
   auto masters = parse(base + rest + "[fp16]\nenabled = true\nfp16_master_weights_and_grads = true\n");
   REQUIRE_FALSE(masters.has_value());
