@@ -151,16 +151,52 @@ std::vector<forked_result> run_forked_ranks(int n, const forked_fn& fn,
   // blob, each gets the table; otherwise those that offered one get 'X' (the exchange
   // failed: a rank died or already finished) and go on to report.
   std::vector<bool> done(static_cast<std::size_t>(started), false);
+  std::vector<bool> reaped(static_cast<std::size_t>(started), false);
+  std::vector<int> exit_status(static_cast<std::size_t>(started), 0);
   for (;;) {
     std::vector<bytes> frames(static_cast<std::size_t>(started));
     std::vector<char> kinds(static_cast<std::size_t>(started), 0);
     int offered = 0, running = 0;
+    // Frames are read in whatever order the ranks send them, so a rank that dies is
+    // reaped at once: UCX's shared-memory keepalive takes an unreaped (zombie) peer for
+    // alive, and the other ranks would wait for it forever.
+    std::vector<std::size_t> pending;
+    for (int r = 0; r < started; ++r)
+      if (!done[static_cast<std::size_t>(r)])
+        pending.push_back(static_cast<std::size_t>(r));
+    running = static_cast<int>(pending.size());
+    while (!pending.empty()) {
+      std::vector<pollfd> fds;
+      for (std::size_t i : pending)
+        fds.push_back(pollfd{up[i], POLLIN, 0});
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      int ready = left.count() > 0 ? ::poll(fds.data(), fds.size(), static_cast<int>(left.count())) : 0;
+      if (ready < 0 && errno == EINTR)
+        continue;
+      if (ready <= 0)
+        break; // the deadline: whoever is still pending is reported as not finished
+      std::vector<std::size_t> still;
+      for (std::size_t k = 0; k < pending.size(); ++k) {
+        const std::size_t i = pending[k];
+        if (fds[k].revents == 0) {
+          still.push_back(i);
+          continue;
+        }
+        kinds[i] = read_frame(up[i], frames[i], deadline);
+        if (kinds[i] == 0 && !reaped[i]) {
+          int st = 0;
+          while (::waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
+          }
+          reaped[i] = true;
+          exit_status[i] = st;
+        }
+      }
+      pending = std::move(still);
+    }
     for (int r = 0; r < started; ++r) {
       const auto i = static_cast<std::size_t>(r);
       if (done[i])
         continue;
-      ++running;
-      kinds[i] = read_frame(up[i], frames[i], deadline);
       offered += kinds[i] == 'A';
       if (kinds[i] == 'A')
         continue;
@@ -189,11 +225,23 @@ std::vector<forked_result> run_forked_ranks(int n, const forked_fn& fn,
     }
   }
   for (int r = 0; r < started; ++r) {
-    if (!results[static_cast<std::size_t>(r)].finished)
+    auto& res = results[static_cast<std::size_t>(r)];
+    const bool late = !res.finished && clock::now() >= deadline;
+    if (!res.finished && !reaped[static_cast<std::size_t>(r)])
       ::kill(pids[static_cast<std::size_t>(r)], SIGKILL);
-    int st = 0; // a rank that reported exits promptly (its teardown is bounded)
-    while (::waitpid(pids[static_cast<std::size_t>(r)], &st, 0) < 0 && errno == EINTR) {
-    }
+    int st = exit_status[static_cast<std::size_t>(r)];
+    if (!reaped[static_cast<std::size_t>(r)]) // a rank that reported exits promptly
+      while (::waitpid(pids[static_cast<std::size_t>(r)], &st, 0) < 0 && errno == EINTR) {
+      }
+    if (!res.finished)
+      res.error = late ? std::string("still running at the deadline; killed")
+                  : WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st))
+                                    : "exited with code " + std::to_string(WEXITSTATUS(st)) +
+                                          " without reporting";
+    else if (WIFSIGNALED(st) || WEXITSTATUS(st) != 0)
+      res.error += (res.error.empty() ? "" : "; ") + std::string("the process then ") +
+                   (WIFSIGNALED(st) ? "died of signal " + std::to_string(WTERMSIG(st))
+                                    : "exited with code " + std::to_string(WEXITSTATUS(st)));
     ::close(up[static_cast<std::size_t>(r)]);
     ::close(down[static_cast<std::size_t>(r)]);
   }

@@ -26,6 +26,7 @@ using forked_fn = std::function<expected<bytes>(int rank, const exchange_fn& exc
 struct forked_result {
   bool finished = false; // the rank reported back (false: it died or passed the deadline)
   bool ok = false;       // fn returned bytes, in `output`; else its error is in `error`
+                         // (or, when not finished, how the process ended)
   bytes output;
   std::string error;
 };

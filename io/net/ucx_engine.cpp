@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <future>
 #include <poll.h>
 
@@ -17,6 +18,25 @@ constexpr auto spin_for = std::chrono::microseconds(30);
 // A sleeping worker still wakes this often, so UCX's keepalive (how a dead peer is
 // noticed on shared memory) runs while nothing else happens.
 constexpr int sleep_ms = 100;
+
+// Whether UCX_TLS (unset: all) lets UCX use posix/sysv; setting MM_ERROR_HANDLING
+// without them makes UCX warn about an unused option.
+bool shared_memory_allowed() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (!tls)
+    return true;
+  const std::string list = tls;
+  for (const char* name : {"all", "sm", "shm", "mm", "sysv", "posix"}) {
+    const std::string n = name;
+    for (std::size_t at = list.find(n); at != std::string::npos; at = list.find(n, at + 1)) {
+      const bool starts = at == 0 || list[at - 1] == ',' || list[at - 1] == '^';
+      const bool ends = at + n.size() == list.size() || list[at + n.size()] == ',';
+      if (starts && ends)
+        return list[0] != '^'; // "^x" excludes x
+    }
+  }
+  return list[0] == '^';
+}
 
 } // namespace
 
@@ -69,6 +89,23 @@ status ucx_engine::init() {
   // others' receives sooner. UCX_KEEPALIVE_INTERVAL still wins when set.
   if (!std::getenv("UCX_KEEPALIVE_INTERVAL"))
     (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+  // UCX's registration cache hooks mmap/munmap process-wide (libucm) and, when set up
+  // in a process forked from a threaded one, now and then waited forever for a lock in
+  // ucm_event_handler_add (seen 1 run in ~30 of the fork tests). Shared memory (cma)
+  // and TCP need no registration cache. UCX_RCACHE_ENABLE still wins when set.
+  if (!std::getenv("UCX_RCACHE_ENABLE"))
+    (void)ucp_config_modify(config, "RCACHE_ENABLE", "n");
+  // Endpoints are created with peer error handling (a dead rank must fail the others'
+  // receives), which UCX 1.13's shared-memory transports (posix, sysv) claim only with
+  // MM_ERROR_HANDLING on: without it every byte between ranks of one host went over
+  // TCP loopback. UCX_MM_ERROR_HANDLING still wins when set.
+  if (!std::getenv("UCX_MM_ERROR_HANDLING") && shared_memory_allowed()) {
+    st = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return ucx_error(st, "ucp_config_modify MM_ERROR_HANDLING");
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -143,8 +180,13 @@ bool ucx_engine::run_deferred() {
 
 void ucx_engine::loop() {
   auto last_busy = std::chrono::steady_clock::now();
+  auto last_tick = last_busy;
   while (!stop_.load()) {
     bool busy = run_posted();
+    if (tick_ && std::chrono::steady_clock::now() - last_tick >= std::chrono::milliseconds(sleep_ms)) {
+      tick_();
+      last_tick = std::chrono::steady_clock::now();
+    }
     busy |= ucp_worker_progress(worker_) != 0;
     busy |= run_deferred();
     auto now = std::chrono::steady_clock::now();

@@ -42,6 +42,9 @@ public:
   // Runs fn on the progress thread after the current ucp_worker_progress returns (for
   // work a UCX callback must not do itself). Progress thread only.
   void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+  // Runs fn on the progress thread about every 100 ms, busy or idle. Progress thread
+  // only.
+  void set_tick(std::function<void()> fn) { tick_ = std::move(fn); }
   // Progress thread only.
   ucp_worker_h worker() const { return worker_; }
   bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
@@ -63,6 +66,7 @@ private:
   std::mutex mutex_;
   std::vector<std::function<void()>> posted_;
   std::vector<std::function<void()>> deferred_;
+  std::function<void()> tick_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
 };

@@ -69,7 +69,8 @@ struct ucx_transport::arrival {
 struct ucx_transport::peer_state {
   ucx_transport* self = nullptr;
   int rank = 0;
-  ucp_ep_h ep = nullptr;
+  ucp_ep_h ep = nullptr;   // peer error handling: control, small payloads, liveness
+  ucp_ep_h bulk = nullptr; // no error handling: large payloads (see connect())
   bool failed = false;
   std::uint64_t next_out = 0;               // seq of the next message to this peer
   std::uint64_t next_in = 0;                // seq of the next message from it to deliver
@@ -84,6 +85,7 @@ struct ucx_transport::send_op {
   const void* payload = nullptr;
   std::size_t payload_bytes = 0;
   std::shared_ptr<completion> done = std::make_shared<completion>();
+  bool bulk = false; // went out on the peer's bulk endpoint
 };
 
 struct ucx_transport::recv_op {
@@ -138,6 +140,7 @@ expected<std::unique_ptr<ucx_transport>> ucx_transport::create(int rank, int siz
     hp.cb = &ucx_transport::on_am;
     hp.arg = t.get();
     st = ucp_worker_set_am_recv_handler(t->engine_->worker(), &hp);
+    t->engine_->set_tick([self = t.get()] { self->check_local_peers(); });
   });
   if (st != UCS_OK)
     return ucx_error(st, fmt::format("rank {}: ucp_worker_set_am_recv_handler", rank));
@@ -152,6 +155,17 @@ status ucx_transport::connect(const std::vector<bytes>& addresses) {
     if (addresses[static_cast<std::size_t>(r)].empty())
       return make_error(errc::invalid_argument, "rank {}: connect got no address for rank {}",
                         rank_, r);
+  std::vector<bytes> ucx_addresses(static_cast<std::size_t>(size_));
+  std::vector<process_identity> who(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    auto parts = unwrap_identity(addresses[static_cast<std::size_t>(r)]);
+    if (!parts)
+      return make_error(errc::protocol, "rank {}: connect: rank {}'s address: {}", rank_, r,
+                        parts.err().message);
+    who[static_cast<std::size_t>(r)] = std::move(parts->first);
+    ucx_addresses[static_cast<std::size_t>(r)] = std::move(parts->second);
+  }
+  const process_identity me = this_process();
   status result;
   engine_->run_sync([&] {
     if (connected_) {
@@ -160,10 +174,18 @@ status ucx_transport::connect(const std::vector<bytes>& addresses) {
     }
     for (int r = 0; r < size_ && result; ++r) {
       peer_state& p = *peers_[static_cast<std::size_t>(r)];
+      const auto* address =
+          reinterpret_cast<const ucp_address_t*>(ucx_addresses[static_cast<std::size_t>(r)].data());
+      const process_identity& peer = who[static_cast<std::size_t>(r)];
+      if (r != rank_ && peer.host_key == me.host_key) {
+        result = local_peers_.add(r, peer.pid);
+        if (!result)
+          break;
+      }
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(addresses[static_cast<std::size_t>(r)].data());
+      ep.address = address;
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &ucx_transport::on_ep_error;
       ep.err_handler.arg = &p;
@@ -171,9 +193,65 @@ status ucx_transport::connect(const std::vector<bytes>& addresses) {
       if (st != UCS_OK) {
         p.ep = nullptr;
         result = ucx_error(st, fmt::format("rank {}: ucp_ep_create to rank {}", rank_, r));
+        break;
+      }
+      if (r == rank_)
+        continue;
+      // UCX 1.13 has no peer failure detection on cma, the single-copy path between
+      // processes of one host, so an endpoint with peer error handling pulls large
+      // payloads through the shared-memory FIFO, copy by copy (measured 0.1 GB/s against
+      // 4 GB/s). Large payloads therefore take a second endpoint without error
+      // handling; the first one still watches the peer, and its failure force-closes
+      // this one, which ends whatever is in flight on it.
+      ucp_ep_params_t bulk{};
+      bulk.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      bulk.address = address;
+      bulk.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      st = ucp_ep_create(engine_->worker(), &bulk, &p.bulk);
+      if (st != UCS_OK) {
+        p.bulk = nullptr;
+        result = ucx_error(st, fmt::format("rank {}: ucp_ep_create (bulk) to rank {}", rank_, r));
       }
     }
     connected_ = true;
+    if (!result)
+      return;
+    // Wire every endpoint up now (a flush completes once the peer has answered), so no
+    // endpoint still has its handshake pending when a peer fails later: UCX 1.13 asserts
+    // when it discards a TCP endpoint whose handshake request is still queued.
+    std::vector<void*> flushing;
+    for (auto& p : peers_)
+      for (ucp_ep_h ep : {p->ep, p->bulk}) {
+        if (!ep)
+          continue;
+        ucp_request_param_t prm{};
+        void* req = ucp_ep_flush_nbx(ep, &prm);
+        if (UCS_PTR_IS_ERR(req))
+          result = ucx_error(UCS_PTR_STATUS(req),
+                             fmt::format("rank {}: connecting to rank {}", rank_, p->rank));
+        else if (req)
+          flushing.push_back(req);
+      }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!flushing.empty()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        result = make_error(errc::runtime, "rank {}: connect: {} endpoints not wired up after "
+                                           "60 s", rank_, flushing.size());
+        break;
+      }
+      ucp_worker_progress(engine_->worker());
+      flushing.erase(std::remove_if(flushing.begin(), flushing.end(),
+                                    [&](void* req) {
+                                      ucs_status_t st = ucp_request_check_status(req);
+                                      if (st == UCS_INPROGRESS)
+                                        return false;
+                                      if (st != UCS_OK && result)
+                                        result = ucx_error(st, fmt::format("rank {}: connect", rank_));
+                                      ucp_request_free(req);
+                                      return true;
+                                    }),
+                     flushing.end());
+    }
   });
   return result;
 }
@@ -182,6 +260,20 @@ ucx_transport::~ucx_transport() {
   engine_->run_sync([this] { close_endpoints(); });
   engine_.reset(); // joins the progress thread, which destroys the worker
 }
+
+namespace {
+
+// Starts closing `ep`: at once (force) or after flushing what is in flight. Returns the
+// request to wait for, or null when done (or failed: nothing to wait for).
+void* close_endpoint(ucp_ep_h ep, bool force) {
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  void* req = ucp_ep_close_nbx(ep, &prm);
+  return req && !UCS_PTR_IS_ERR(req) ? req : nullptr;
+}
+
+} // namespace
 
 void ucx_transport::close_endpoints() {
   for (auto& [key, queue] : unclaimed_)
@@ -195,18 +287,18 @@ void ucx_transport::close_endpoints() {
   }
   std::vector<void*> closing;
   for (auto& p : peers_) {
-    if (!p->ep)
-      continue;
-    ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     // A healthy endpoint is flushed, so what is in flight (an abort notice too) gets
     // out; sends the peer will never pull end when it drops them at its abort. A failed
-    // endpoint is dropped at once.
-    prm.flags = p->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    void* req = ucp_ep_close_nbx(p->ep, &prm);
-    p->ep = nullptr;
-    if (req && !UCS_PTR_IS_ERR(req))
-      closing.push_back(req);
+    // endpoint, and a bulk one after an abort, are dropped at once.
+    const bool broken = p->failed || torn_down_;
+    for (ucp_ep_h* ep : {&p->bulk, &p->ep}) {
+      if (!*ep)
+        continue;
+      void* req = close_endpoint(*ep, ep == &p->bulk ? broken : p->failed);
+      *ep = nullptr;
+      if (req)
+        closing.push_back(req);
+    }
   }
   // Peers that vanish make their flush fail rather than hang (peer error handling); the
   // deadline only guards against a peer that is alive but never pulls what it was sent.
@@ -354,25 +446,32 @@ void ucx_transport::start_send(const std::shared_ptr<send_op>& op) {
                                    "rank {} -> rank {}, tag {}: refused by the receiver (a job "
                                    "token other than this job's?)",
                                    self->rank_, o.peer, o.tag)
-                      : ucx_error(st, fmt::format("rank {} -> rank {}, tag {}: send", self->rank_,
-                                                  o.peer, o.tag));
+                      : make_error(errc::runtime,
+                                   "rank {} lost (UCX send from rank {}, tag {}: {})", o.peer,
+                                   self->rank_, o.tag, ucs_status_string(st));
       o.done->finish(err);
       self->abort(err); // the message is lost: whoever waits for it must not hang
     }
+    self->sending_.erase(h->op.get());
     ucp_request_free(request);
     delete h;
   };
-  void* req = ucp_am_send_nbx(p.ep, am_id, op->header.data(), op->header.size(), op->payload,
+  const bool large = op->payload_bytes >= rndv_from_bytes;
+  op->bulk = large && p.bulk;
+  ucp_ep_h ep = op->bulk ? p.bulk : p.ep;
+  void* req = ucp_am_send_nbx(ep, am_id, op->header.data(), op->header.size(), op->payload,
                               op->payload_bytes, &prm);
   if (req == nullptr) { // done at once: no callback comes
     op->done->finish({});
     delete holder;
   } else if (UCS_PTR_IS_ERR(req)) {
-    error err = ucx_error(UCS_PTR_STATUS(req), fmt::format("rank {} -> rank {}, tag {}: send",
-                                                           rank_, op->peer, op->tag));
+    error err = make_error(errc::runtime, "rank {} lost (UCX send from rank {}, tag {}: {})",
+                           op->peer, rank_, op->tag, ucs_status_string(UCS_PTR_STATUS(req)));
     op->done->finish(err);
     delete holder;
     abort(err);
+  } else {
+    sending_.emplace(op.get(), op);
   }
 }
 
@@ -550,8 +649,9 @@ void ucx_transport::complete_recv(const std::shared_ptr<recv_op>& op, arrival a)
     if (st == UCS_OK) {
       finish_recv(*h->op, {});
     } else {
-      error err = ucx_error(st, fmt::format("rank {} <- rank {}, tag {}: rendezvous pull",
-                                            h->self->rank(), h->op->peer, h->op->tag));
+      error err = make_error(errc::runtime,
+                             "rank {} lost (UCX rendezvous pull by rank {}, tag {}: {})",
+                             h->op->peer, h->self->rank(), h->op->tag, ucs_status_string(st));
       finish_recv(*h->op, err);
       h->self->abort(err);
     }
@@ -563,9 +663,9 @@ void ucx_transport::complete_recv(const std::shared_ptr<recv_op>& op, arrival a)
     finish_recv(*op, {});
     delete holder;
   } else if (UCS_PTR_IS_ERR(req)) {
-    error err = ucx_error(UCS_PTR_STATUS(req), fmt::format("rank {} <- rank {}, tag {}: "
-                                                           "rendezvous pull", rank_, op->peer,
-                                                           op->tag));
+    error err = make_error(errc::runtime,
+                           "rank {} lost (UCX rendezvous pull by rank {}, tag {}: {})", op->peer,
+                           rank_, op->tag, ucs_status_string(UCS_PTR_STATUS(req)));
     finish_recv(*op, err);
     delete holder;
     abort(err);
@@ -601,6 +701,15 @@ void ucx_transport::on_ep_error(void* arg, ucp_ep_h, ucs_status_t st) {
                             p->rank, p->self->rank_, ucs_status_string(st)));
 }
 
+void ucx_transport::check_local_peers() {
+  for (int r : local_peers_.exited()) {
+    peer_state& p = *peers_[static_cast<std::size_t>(r)];
+    p.failed = true;
+    abort(make_error(errc::runtime, "rank {} lost (its process exited; seen by rank {})", r,
+                     rank_));
+  }
+}
+
 void ucx_transport::abort_locally() {
   torn_down_ = true;
   const error err = abort_error();
@@ -620,6 +729,22 @@ void ucx_transport::abort_locally() {
   if (connected_) {
     auto reason = aborted();
     send_abort_notices(reason ? reason->message : std::string("(no reason)"));
+    // Bulk endpoints cannot notice a dead peer: closing them ends their sends (with
+    // UCS_ERR_CANCELED), so no collective waits forever for a pull that never comes.
+    for (auto& p : peers_)
+      if (p->bulk) {
+        void* req = close_endpoint(p->bulk, true);
+        p->bulk = nullptr;
+        if (req)
+          ucp_request_free(req); // a forced close needs nothing more from us
+      }
+    // UCX 1.13 does not always cancel a rendezvous send when its endpoint is closed by
+    // force, so its ticket is ended here: after the abort no one pulls it any more, and
+    // this process no longer reads the payload (a peer still pulling reads its own copy
+    // of our mapping, or fails). Sends to a lost peer end the same way.
+    for (auto& [raw, op] : sending_)
+      if (op->bulk || peers_[static_cast<std::size_t>(op->peer)]->failed)
+        op->done->finish(err);
   }
 }
 

@@ -10,12 +10,14 @@
 // Trust and failure:
 // - A message whose job token differs from this job's is dropped and logged with the
 //   rank it claims; its sender sees the send fail. refused_messages() counts them.
-// - An endpoint error (the peer process died, its connection broke) aborts the
-//   transport with an error naming the lost rank, so no receive hangs.
+// - An endpoint error (the peer process died, its connection broke) or, for a rank on
+//   this host, the exit of its process (process_watch) aborts the transport with an
+//   error naming the lost rank, so no receive hangs.
 // - abort() tells every peer (which aborts too), fails every receive, and drops the
 //   payloads not yet pulled, which fails their sends on the peers.
 #pragma once
 
+#include "io/net/process_watch.hpp"
 #include "io/net/transport.hpp"
 #include "io/net/ucx_engine.hpp"
 
@@ -41,8 +43,9 @@ public:
   // worker. No other thread may still use the transport.
   ~ucx_transport() override;
 
-  // This process's UCX worker address, to give to every other rank.
-  bytes local_address() const { return engine_->address(); }
+  // This process's address (its UCX worker address, with its pid and host), to give
+  // to every other rank.
+  bytes local_address() const { return wrap_with_identity(this_process(), engine_->address()); }
   // Creates an endpoint to every rank (including this one) from addresses[rank], with
   // peer error handling. Call once, before any send or receive.
   status connect(const std::vector<bytes>& addresses);
@@ -89,6 +92,7 @@ private:
   void complete_recv(const std::shared_ptr<recv_op>& op, arrival a);
   void drop(arrival& a);
   void abort_locally();
+  void check_local_peers();
   void close_endpoints();
 
   const int rank_;
@@ -102,6 +106,8 @@ private:
 
   // Progress thread only.
   std::vector<std::unique_ptr<peer_state>> peers_;
+  process_watch local_peers_; // the ranks on this host, by process
+  std::map<const send_op*, std::shared_ptr<send_op>> sending_; // handed to UCX, not completed
   bool connected_ = false;
   bool torn_down_ = false; // abort_locally() ran
 

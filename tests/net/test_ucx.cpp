@@ -230,19 +230,21 @@ TEST_CASE("ucx: kill -9 of one rank fails the others' pending receives, naming i
           if (r == 2)
             ::kill(::getpid(), SIGKILL);
           // Rank 0 only waits (nothing to send: the death must be noticed on its own);
-          // rank 1 is in a collective that also sends to rank 2.
+          // rank 1 is in a collective that also sends (large payloads) to rank 2.
           if (r == 0) {
             auto got = t.recv(2, 42);
             return text(got ? std::string("received") : got.err().to_string());
           }
-          std::vector<float> x(1000, 1.0f);
-          status s = comm.allreduce_sum(x.data(), dtype::f32, 1000);
+          // 4 MiB: the ring, whose large sends to rank 2 are never pulled.
+          std::vector<float> x(1 << 20, 1.0f);
+          status s = comm.allreduce_sum(x.data(), dtype::f32, 1 << 20);
           return text(s ? std::string("completed") : s.err().to_string());
         },
         options);
     CHECK_FALSE(outcomes[2].finished);
     for (int r = 0; r < 2; ++r) {
       const auto& o = outcomes[static_cast<std::size_t>(r)];
+      INFO("rank " << r << ": " << o.error);
       REQUIRE(o.finished);
       // In the allreduce, or still in the barrier when rank 2 died before its last
       // barrier message left: either way the error names rank 2.
