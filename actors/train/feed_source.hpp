@@ -42,6 +42,8 @@ public:
   status seek(const data_cursor& c) override;
   std::int64_t rows_per_epoch() const override { return reader_.instances_per_epoch(); }
   std::unique_ptr<batch_provider> clone() const override { return std::make_unique<pretrain_provider>(*this); }
+  // Passes the rows by index only (no read, no masking).
+  void skip(std::int64_t rows) override { reader_.skip(rows); }
 
 private:
   data::shard_reader reader_;

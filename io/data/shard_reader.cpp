@@ -148,6 +148,23 @@ expected<bool> shard_reader::next(pretrain_instance& out) {
   return true;
 }
 
+std::int64_t shard_reader::skip(std::int64_t count) {
+  std::int64_t passed = 0;
+  std::uint32_t shard = 0, row = 0;
+  while (passed < count) {
+    if (!next_index(shard, row)) {
+      if ((options_.epochs > 0 && state_.epoch + 1 >= static_cast<std::uint64_t>(options_.epochs)) || total_ == 0)
+        break;
+      start_epoch(state_.epoch + 1);
+      continue;
+    }
+    if (--pending_[shard] == 0)
+      cache_.erase(shard); // as next(): every row of it has been passed
+    ++passed;
+  }
+  return passed;
+}
+
 expected<ckpt::named_tensors> shard_reader::next_batch(std::int64_t batch) {
   std::vector<pretrain_instance> rows;
   rows.reserve(static_cast<std::size_t>(batch));

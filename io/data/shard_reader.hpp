@@ -67,6 +67,11 @@ public:
   // Up to `batch` instances packed as the shard tensors (fewer only at the end).
   expected<ckpt::named_tensors> next_batch(std::int64_t batch);
 
+  // Passes over the next `count` instances as next() would, without reading or masking
+  // them (data-parallel ranks skip the other ranks' rows); returns how many it passed
+  // (fewer only at the end of the last epoch).
+  std::int64_t skip(std::int64_t count);
+
   shard_cursor cursor() const;
   // Continues from `cursor` (taken from a reader over the same shards and options).
   status seek(const shard_cursor& cursor);

@@ -258,6 +258,32 @@ TEST_CASE("shard reader: a resumed stream equals the uninterrupted one") {
   }
 }
 
+TEST_CASE("shard reader: skipping n instances continues as reading them, across epochs") {
+  dsa::test::scratch_dir dir("skip");
+  auto paths = write_shards(dir);
+  for (auto masking : {masking_source::stored, masking_source::dynamic}) {
+    shard_reader_options o;
+    o.shuffle_buffer = 6;
+    o.seed = 91;
+    o.masking = masking;
+    o.vocab = masking_vocab::from(small_vocab());
+    auto whole = shard_reader::open(paths, o);
+    REQUIRE(whole.has_value());
+    auto reference = read_n(*whole, 90);
+    for (int k : {0, 1, 7, 30, 31, 62}) {
+      auto r = shard_reader::open(paths, o);
+      REQUIRE(r.has_value());
+      CHECK(r->skip(k) == k);
+      auto rest = read_n(*r, 90 - k);
+      REQUIRE(rest.size() == static_cast<std::size_t>(90 - k));
+      bool equal = true;
+      for (std::size_t i = 0; i < rest.size(); ++i) equal = equal && same(rest[i], reference[k + i]);
+      CHECK_MESSAGE(equal, "skip " << k);
+      CHECK(r->cursor() == whole->cursor());
+    }
+  }
+}
+
 TEST_CASE("shard reader: dynamic masking re-draws targets per epoch and keeps the tokens") {
   dsa::test::scratch_dir dir("dynamic");
   auto paths = write_shards(dir);
