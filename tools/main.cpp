@@ -19,6 +19,8 @@ struct entry {
 const entry commands[] = {
     {"run", "train or fine-tune BERT from a config (run CONFIG [--set k=v] [--resume])", dsa::tools::cmd_run},
     {"launch", "start N local processes of one job (launch --num_procs N CONFIG | -- PROGRAM)", dsa::tools::cmd_launch},
+    {"convert", "checkpoint conversions: a run's model as one fp32 HuggingFace file (convert zero-to-fp32 CKPT OUT)",
+     dsa::tools::cmd_convert},
     {"report", "what this machine supports (CPU, BLAS, CUDA, NCCL, UCX, libaio, O_DIRECT)", dsa::tools::cmd_report},
     {"bench", "benchmarks against a peer measured in the same run (kernels, ...)", dsa::tools::cmd_bench},
     {"eval", "score predictions: SQuAD v1.1 exact match and F1 (eval squad)", dsa::tools::cmd_eval},

@@ -1,6 +1,10 @@
 // Checkpoint contents of a run.
 #include "actors/train/run_checkpoint.hpp"
 
+#include "io/ckpt/safetensors.hpp"
+
+#include <filesystem>
+
 #include <fmt/format.h>
 
 namespace dsa::train {
@@ -77,6 +81,33 @@ expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& g
     else st.tensors[name] = t;
   }
   return st;
+}
+
+expected<std::string> weights_file_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return make_error(errc::not_found, "{}: no such file or directory", path);
+  if (!fs::is_directory(path, ec)) return path;
+  if (fs::exists(fs::path(path) / "model.safetensors", ec)) return (fs::path(path) / "model.safetensors").string();
+  DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(path, "latest"));
+  return (fs::path(dir) / "model.safetensors").string();
+}
+
+expected<converted> convert_to_fp32(const std::string& checkpoint, const std::string& out) {
+  DSA_ASSIGN_OR_RETURN(std::string file, weights_file_of(checkpoint));
+  DSA_ASSIGN_OR_RETURN(auto weights, ckpt::read_safetensors(file));
+  converted c;
+  c.source = file;
+  for (auto& [name, t] : weights.tensors) {
+    if (t.type() == dtype::f16 || t.type() == dtype::bf16) t = cast_to(t, dtype::f32);
+    else if (t.type() != dtype::f32)
+      return make_error(errc::format, "{}: tensor {} is {}, not a floating-point weight", file, name,
+                        dtype_name(t.type()));
+    ++c.tensors;
+    c.parameters += t.numel();
+  }
+  DSA_TRY(ckpt::write_safetensors(out, weights.tensors, {{"format", "pt"}}));
+  return c;
 }
 
 } // namespace dsa::train

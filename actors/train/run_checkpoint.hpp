@@ -41,4 +41,21 @@ ckpt::tensor_groups checkpoint_groups(std::vector<state_payload>& payloads);
 expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& groups, std::uint32_t stage,
                                                     const std::string& where);
 
+// The model weights of a checkpoint in any form `init_checkpoint` accepts: a
+// safetensors file, a checkpoint directory (step_N) or a checkpoint root (its latest);
+// the last two hold them in model.safetensors.
+expected<std::string> weights_file_of(const std::string& path);
+
+// `dsactor convert zero-to-fp32 CKPT OUT`: the checkpoint's whole model as one
+// HuggingFace-named safetensors file of fp32 tensors, written atomically. Every rank's
+// partition is already gathered into the checkpoint's model file (ZeRO stage 1 gathers
+// at save), so this reads that one file (one copy in memory), widens any half tensor to
+// fp32 and writes OUT. Returns (tensors, parameters) written.
+struct converted {
+  std::size_t tensors = 0;
+  std::int64_t parameters = 0;
+  std::string source;
+};
+expected<converted> convert_to_fp32(const std::string& checkpoint, const std::string& out);
+
 } // namespace dsa::train

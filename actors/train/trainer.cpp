@@ -151,21 +151,11 @@ status make_provider(run_context& ctx) {
   return {};
 }
 
-// init_checkpoint: a safetensors file, a checkpoint directory (step_N), or a checkpoint
-// root (its latest checkpoint); the last two use their model.safetensors.
-expected<std::string> init_weights_file(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) return path;
-  if (fs::exists(fs::path(path) / "model.safetensors", ec)) return (fs::path(path) / "model.safetensors").string();
-  DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(path, "latest"));
-  return (fs::path(dir) / "model.safetensors").string();
-}
-
 status make_stages(run_context& ctx) {
   DSA_ASSIGN_OR_RETURN(ctx.ranges, partition_layers(ctx.rc.model, ctx.rc.stages, ctx.rc.partition));
   ckpt::named_tensors init;
   if (!ctx.rc.init_checkpoint.empty()) {
-    DSA_ASSIGN_OR_RETURN(std::string file, init_weights_file(ctx.rc.init_checkpoint));
+    DSA_ASSIGN_OR_RETURN(std::string file, weights_file_of(ctx.rc.init_checkpoint));
     DSA_ASSIGN_OR_RETURN(auto f, ckpt::read_safetensors(file));
     init = std::move(f.tensors);
     if (ctx.rank == 0) log_info("initial weights from {}", file);

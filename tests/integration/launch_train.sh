@@ -75,6 +75,17 @@ done
 cmp "$work/procs/metrics.csv" "$work/threads/metrics.csv" || fail "2 processes and 2 in-process ranks logged different metrics"
 echo "ok: 2 processes x 2 stages with ZeRO stage 1 = 2 in-process ranks without, bit for bit"
 
+# The ZeRO run's model as one fp32 HuggingFace-named file, from the checkpoint root.
+"$dsactor" convert zero-to-fp32 "$work/procs/checkpoints" "$work/model-fp32.safetensors" >"$work/out" 2>"$work/err" ||
+  fail "convert zero-to-fp32"
+grep -q "tensors, .* parameters in fp32, from .*step_00000004/model.safetensors" "$work/out" || fail "convert's summary"
+cmp "$work/model-fp32.safetensors" "$work/procs/checkpoints/step_00000004/model.safetensors" ||
+  fail "the converted file differs from the checkpoint's fp32 model"
+rc=0
+"$dsactor" convert zero-to-fp32 "$work/nowhere" "$work/x.safetensors" >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 2 ]] && grep -q "nowhere: no such file or directory" "$work/err" || fail "a missing checkpoint should be named (exit 2)"
+echo "ok: convert zero-to-fp32"
+
 # 2. Ranks whose configs differ are refused at the rendezvous, naming the key (exit 2).
 rc=0
 "$dsactor" launch --num_procs 2 -- sh -c "exec '$dsactor' run '$work/pre.toml' --set run_dir='\"$work/differ\"' \
