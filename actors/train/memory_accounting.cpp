@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dsa::train {
 
 bool model_state_bytes::operator==(const model_state_bytes& o) const {
@@ -18,6 +20,16 @@ std::string model_state_bytes::describe() const {
                      "fp32 masters {:.2f} + half masters {:.2f} + optimizer moments {:.2f} + next version {:.2f}",
                      mib(total()), mib(weights), mib(grads), mib(reduced), mib(masters), mib(half_masters),
                      mib(moments), mib(version));
+}
+
+double deepspeed_model_states(std::int64_t parameters, int stage, int ranks) {
+  const double p = static_cast<double>(parameters), n = std::max(ranks, 1);
+  switch (stage) {
+    case 0: return 16 * p;
+    case 1: return 4 * p + 12 * p / n;
+    case 2: return 2 * p + 14 * p / n;
+    default: return 16 * p / n;
+  }
 }
 
 model_state_bytes expected_model_states(std::int64_t n, precision working, std::optional<zero_sizes> zero) {

@@ -47,6 +47,10 @@ struct zero_sizes {
   std::int64_t padded = 0, partition = 0;
 };
 
+// DeepSpeed's model-state accounting for mixed-precision training of `parameters` on
+// `ranks` ranks at ZeRO stage `stage`: 16Ψ, 4Ψ + 12Ψ/n, 2Ψ + 14Ψ/n, 16Ψ/n bytes.
+double deepspeed_model_states(std::int64_t parameters, int stage, int ranks);
+
 // From the parameter count alone (and the flat layout's sizes with ZeRO).
 model_state_bytes expected_model_states(std::int64_t parameters, precision working,
                                         std::optional<zero_sizes> zero = std::nullopt);

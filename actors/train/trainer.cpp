@@ -181,12 +181,18 @@ status make_stages(run_context& ctx) {
     }
     const auto& params = stage->part().parameters();
     if (ctx.rank == 0)
-      log_info("stage {}: model states per rank: {}{}", s,
+      log_info("stage {}: model states per rank: {}{}; DeepSpeed's mixed-precision accounting for ZeRO stage {} on {} "
+               "rank(s): {:.2f} MiB",
+               s,
                expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges[s])).describe(),
                run_zero_sizes(ctx.rc, ctx.ranges[s])
                    ? fmt::format(" (ZeRO stage 1: masters and moments of 1/{} of the stage)",
                                  ctx.rc.batch.data_parallel_size)
-                   : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()));
+                   : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()),
+               ctx.rc.zero_stage, ctx.rc.batch.data_parallel_size,
+               deepspeed_model_states(params.count(), ctx.rc.zero_stage,
+                                      static_cast<int>(ctx.rc.batch.data_parallel_size)) /
+                   (1 << 20));
     if (ctx.rank == 0)
       log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
              ctx.ranges[s].to_string(), params.count(),

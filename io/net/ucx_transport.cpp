@@ -257,7 +257,12 @@ status ucx_transport::connect(const std::vector<bytes>& addresses) {
 }
 
 ucx_transport::~ucx_transport() {
-  engine_->run_sync([this] { close_endpoints(); });
+  // On the progress thread: no more peer checks (a peer's exit seen now would abort this
+  // transport through engine_, which reset() below nulls before the thread has ended).
+  engine_->run_sync([this] {
+    engine_->set_tick({});
+    close_endpoints();
+  });
   engine_.reset(); // joins the progress thread, which destroys the worker
 }
 

@@ -242,3 +242,10 @@ TEST_CASE("ZeRO stage 1: each rank holds 1/N of the masters and moments, as the 
   CHECK(split.masters + split.moments == 12 * 1024);
   CHECK(split.reduced == 4 * 4096);
 }
+
+TEST_CASE("DeepSpeed's model-state accounting: 16, 4 + 12/n, 2 + 14/n and 16/n bytes per parameter") {
+  CHECK(train::deepspeed_model_states(1000, 0, 4) == doctest::Approx(16000));
+  CHECK(train::deepspeed_model_states(1000, 1, 4) == doctest::Approx(4000 + 3000));
+  CHECK(train::deepspeed_model_states(1000, 2, 4) == doctest::Approx(2000 + 3500));
+  CHECK(train::deepspeed_model_states(1000, 3, 4) == doctest::Approx(4000));
+}
