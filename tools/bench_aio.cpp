@@ -26,7 +26,9 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-unsigned char pattern(std::size_t i) { return static_cast<unsigned char>((i * 131 + (i >> 12)) & 0xff); }
+unsigned char pattern(std::size_t i) {
+  return static_cast<unsigned char>((i * 131 + (i >> 12)) & 0xff);
+}
 
 // Two pool buffers: the source filled with the pattern, the destination for read-backs.
 struct buffer_pair {
@@ -49,8 +51,7 @@ expected<buffer_pair> make_buffers(std::size_t bytes, std::size_t alignment) {
   return b;
 }
 
-status validate(const buffer_pair& b, std::size_t bytes, const std::string& path,
-                const char* who) {
+status validate(const buffer_pair& b, std::size_t bytes, const std::string& path, const char* who) {
   if (std::memcmp(b.src.data(), b.dst.data(), bytes) == 0)
     return {};
   const auto* s = static_cast<const unsigned char*>(b.src.data());
@@ -62,18 +63,22 @@ status validate(const buffer_pair& b, std::size_t bytes, const std::string& path
                     bytes);
 }
 
-double gbps(std::size_t bytes, double s) { return static_cast<double>(bytes) / s / 1e9; }
+double gbps(std::size_t bytes, double s) {
+  return static_cast<double>(bytes) / s / 1e9;
+}
 
 status posix_write(const std::string& path, posix_mode mode, const char* src, std::size_t bytes,
                    std::size_t block, std::size_t padded) {
-  int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (mode == posix_mode::direct ? O_DIRECT : 0);
+  int flags =
+      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (mode == posix_mode::direct ? O_DIRECT : 0);
   ckpt::unique_fd fd(::open(path.c_str(), flags, 0600));
   if (!fd.valid())
     return ckpt::sys_error("cannot open", path, errno);
   std::size_t total = mode == posix_mode::direct ? padded : bytes;
   for (std::size_t off = 0; off < total; off += block) {
     std::size_t n = std::min(block, total - off);
-    ssize_t w = ckpt::retry_eintr([&] { return ::pwrite(fd.get(), src + off, n, static_cast<off_t>(off)); });
+    ssize_t w = ckpt::retry_eintr(
+        [&] { return ::pwrite(fd.get(), src + off, n, static_cast<off_t>(off)); });
     if (w != static_cast<ssize_t>(n))
       return w < 0 ? ckpt::sys_error("cannot pwrite", path, errno)
                    : make_error(errc::io, "short pwrite to '{}' at {}", path, off);
@@ -97,7 +102,8 @@ status posix_read(const std::string& path, posix_mode mode, char* dst, std::size
     std::size_t n = std::min(block, bytes - off);
     if (mode == posix_mode::direct)
       n = std::min(block, aio::round_up(bytes, align) - off); // whole blocks; EOF cuts the last
-    ssize_t r = ckpt::retry_eintr([&] { return ::pread(fd.get(), dst + off, n, static_cast<off_t>(off)); });
+    ssize_t r =
+        ckpt::retry_eintr([&] { return ::pread(fd.get(), dst + off, n, static_cast<off_t>(off)); });
     if (r < 0)
       return ckpt::sys_error("cannot pread", path, errno);
     if (static_cast<std::size_t>(r) < std::min(n, bytes - off))
@@ -178,21 +184,30 @@ std::string file_system_name(const std::string& dir) {
   if (::statfs(dir.c_str(), &st) != 0)
     return "unknown";
   switch (static_cast<unsigned long>(st.f_type)) {
-  case 0xEF53: return "ext4";
-  case 0x58465342: return "xfs";
-  case 0x01021994: return "tmpfs";
-  case 0x9123683E: return "btrfs";
-  case 0x794C7630: return "overlayfs";
-  case 0x6969: return "nfs";
-  case 0x65735546: return "fuse";
-  default: return fmt::format("0x{:x}", static_cast<unsigned long>(st.f_type));
+  case 0xEF53:
+    return "ext4";
+  case 0x58465342:
+    return "xfs";
+  case 0x01021994:
+    return "tmpfs";
+  case 0x9123683E:
+    return "btrfs";
+  case 0x794C7630:
+    return "overlayfs";
+  case 0x6969:
+    return "nfs";
+  case 0x65735546:
+    return "fuse";
+  default:
+    return fmt::format("0x{:x}", static_cast<unsigned long>(st.f_type));
   }
 }
 
 int bench_aio_main(int argc, char** argv) {
   po::options_description opts("dsactor bench aio DIR [--size MiB]");
-  opts.add_options()("help,h", "this help")("dir", po::value<std::string>()->required(),
-                                            "directory on the device to measure (a temporary file is written there)")(
+  opts.add_options()("help,h", "this help")(
+      "dir", po::value<std::string>()->required(),
+      "directory on the device to measure (a temporary file is written there)")(
       "size", po::value<std::size_t>()->default_value(512), "file size in MiB")(
       "reps", po::value<int>()->default_value(2), "repetitions; the best of each direction counts");
   po::positional_options_description pos;
@@ -221,21 +236,25 @@ int bench_aio_main(int argc, char** argv) {
     }
   fmt::print("  {:<48} {:>10} {:>10}\n", "method", "write GB/s", "read GB/s");
   fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n",
-             engine->direct ? "dsactor aio engine (libaio, O_DIRECT)" : "dsactor aio engine (buffered fallback)",
+             engine->direct ? "dsactor aio engine (libaio, O_DIRECT)"
+                            : "dsactor aio engine (buffered fallback)",
              engine->write_gbps, engine->read_gbps);
-  fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n", "pwrite/pread O_DIRECT, 1 MiB blocks", direct->write_gbps,
-             direct->read_gbps);
+  fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n", "pwrite/pread O_DIRECT, 1 MiB blocks",
+             direct->write_gbps, direct->read_gbps);
   fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n", "pwrite+fdatasync/pread buffered, cache dropped",
              buffered->write_gbps, buffered->read_gbps);
   fmt::print("  {:<48} {:>10.2f} {:>10.2f}\n", "ratio engine / pwrite,pread O_DIRECT",
              engine->write_gbps / direct->write_gbps, engine->read_gbps / direct->read_gbps);
-  fmt::print("{{\"bench\":\"aio\",\"dir\":{},\"fs\":\"{}\",\"bytes\":{},\"direct\":{},\"read_GBps\":{:.4g},"
-             "\"write_GBps\":{:.4g},\"posix_direct_read_GBps\":{:.4g},\"posix_direct_write_GBps\":{:.4g},"
-             "\"posix_buffered_read_GBps\":{:.4g},\"posix_buffered_write_GBps\":{:.4g},"
-             "\"read_ratio_to_posix_direct\":{:.4f},\"write_ratio_to_posix_direct\":{:.4f}}}\n",
-             nlohmann::json(dir).dump(), file_system_name(dir), bytes, engine->direct, engine->read_gbps, engine->write_gbps,
-             direct->read_gbps, direct->write_gbps, buffered->read_gbps, buffered->write_gbps,
-             engine->read_gbps / direct->read_gbps, engine->write_gbps / direct->write_gbps);
+  fmt::print(
+      "{{\"bench\":\"aio\",\"dir\":{},\"fs\":\"{}\",\"bytes\":{},\"direct\":{},\"read_GBps\":{:.4g}"
+      ","
+      "\"write_GBps\":{:.4g},\"posix_direct_read_GBps\":{:.4g},\"posix_direct_write_GBps\":{:.4g},"
+      "\"posix_buffered_read_GBps\":{:.4g},\"posix_buffered_write_GBps\":{:.4g},"
+      "\"read_ratio_to_posix_direct\":{:.4f},\"write_ratio_to_posix_direct\":{:.4f}}}\n",
+      nlohmann::json(dir).dump(), file_system_name(dir), bytes, engine->direct, engine->read_gbps,
+      engine->write_gbps, direct->read_gbps, direct->write_gbps, buffered->read_gbps,
+      buffered->write_gbps, engine->read_gbps / direct->read_gbps,
+      engine->write_gbps / direct->write_gbps);
   return 0;
 }
 

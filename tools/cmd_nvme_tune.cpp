@@ -24,8 +24,9 @@ struct tuned {
 
 int cmd_nvme_tune(int argc, char** argv) {
   po::options_description opts("dsactor nvme-tune DIR [--size MiB] [--quick]");
-  opts.add_options()("help,h", "this help")("dir", po::value<std::string>()->required(),
-                                            "directory on the device to tune (a temporary file is written there)")(
+  opts.add_options()("help,h", "this help")(
+      "dir", po::value<std::string>()->required(),
+      "directory on the device to tune (a temporary file is written there)")(
       "size", po::value<std::size_t>()->default_value(128), "file size in MiB per setting")(
       "reps", po::value<int>()->default_value(1), "repetitions per setting (best counts)")(
       "quick", "a smoke sweep: 2 block sizes x 2 queue depths x overlap_events on an 8 MiB file");
@@ -47,7 +48,8 @@ int cmd_nvme_tune(int argc, char** argv) {
     threads = {1};
     singles = {false};
   }
-  std::size_t total = block_sizes.size() * depths.size() * threads.size() * singles.size() * overlaps.size();
+  std::size_t total =
+      block_sizes.size() * depths.size() * threads.size() * singles.size() * overlaps.size();
   fmt::print("dsactor nvme-tune: {} settings, {} MiB file in {} ({})\n", total, bytes >> 20, dir,
              file_system_name(dir));
   fmt::print("  {:>10} {:>6} {:>8} {:>7} {:>8} {:>10} {:>10}\n", "block", "depth", "threads",
@@ -66,7 +68,8 @@ int cmd_nvme_tune(int argc, char** argv) {
             c.overlap_events = overlap;
             auto rates = measure_engine(dir, c, bytes, reps);
             if (!rates) {
-              fmt::print(stderr, "dsactor nvme-tune: {}: {}\n", c.summary(), rates.err().to_string());
+              fmt::print(stderr, "dsactor nvme-tune: {}: {}\n", c.summary(),
+                         rates.err().to_string());
               return 1;
             }
             results.push_back({c, *rates});
@@ -81,12 +84,15 @@ int cmd_nvme_tune(int argc, char** argv) {
   tuned best_read = by([](const tuned& r) { return r.rates.read_gbps; });
   tuned best_write = by([](const tuned& r) { return r.rates.write_gbps; });
   tuned best = by([](const tuned& r) { return r.score(); });
-  fmt::print("best read : {:.3f} GB/s with {}\n", best_read.rates.read_gbps, best_read.config.summary());
-  fmt::print("best write: {:.3f} GB/s with {}\n", best_write.rates.write_gbps, best_write.config.summary());
+  fmt::print("best read : {:.3f} GB/s with {}\n", best_read.rates.read_gbps,
+             best_read.config.summary());
+  fmt::print("best write: {:.3f} GB/s with {}\n", best_write.rates.write_gbps,
+             best_write.config.summary());
   fmt::print("best both : {:.3f} GB/s read, {:.3f} GB/s write; paste into the config:\n\n{}\n",
              best.rates.read_gbps, best.rates.write_gbps, best.config.to_toml());
   if (!best.rates.direct)
-    fmt::print("note: {} does not support O_DIRECT here; these figures include the page cache\n", dir);
+    fmt::print("note: {} does not support O_DIRECT here; these figures include the page cache\n",
+               dir);
   return 0;
 }
 

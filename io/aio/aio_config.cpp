@@ -27,15 +27,13 @@ status aio_config::validate() const {
 std::string aio_config::to_toml() const {
   return fmt::format("[aio]\nblock_size = {}\nqueue_depth = {}\nintra_op_parallelism = {}\n"
                      "single_submit = {}\noverlap_events = {}\n",
-                     block_size, queue_depth, intra_op_parallelism, single_submit,
-                     overlap_events);
+                     block_size, queue_depth, intra_op_parallelism, single_submit, overlap_events);
 }
 
 std::string aio_config::summary() const {
   return fmt::format("block_size={} queue_depth={} intra_op_parallelism={} single_submit={} "
                      "overlap_events={}",
-                     block_size, queue_depth, intra_op_parallelism, single_submit,
-                     overlap_events);
+                     block_size, queue_depth, intra_op_parallelism, single_submit, overlap_events);
 }
 
 } // namespace dsa::aio

@@ -18,7 +18,9 @@
 namespace dsa::aio {
 namespace {
 
-int default_open(const char* path, int flags, unsigned mode) { return ::open(path, flags, mode); }
+int default_open(const char* path, int flags, unsigned mode) {
+  return ::open(path, flags, mode);
+}
 
 } // namespace
 
@@ -113,9 +115,8 @@ expected<std::uint64_t> aio_engine::submit(aio_request request, aio_callback on_
   const std::size_t padded = padded_size(request.bytes);
   if (reinterpret_cast<std::uintptr_t>(request.buffer) % align != 0 ||
       (request.buffer == nullptr && padded > 0))
-    return make_error(errc::invalid_argument,
-                      "aio {} '{}': buffer {} is not aligned to {} bytes", aio_op_name(request.op),
-                      request.path, request.buffer, align);
+    return make_error(errc::invalid_argument, "aio {} '{}': buffer {} is not aligned to {} bytes",
+                      aio_op_name(request.op), request.path, request.buffer, align);
   if (request.buffer_bytes < padded)
     return make_error(errc::invalid_argument,
                       "aio {} '{}': buffer of {} bytes is smaller than the {} bytes padded to "

@@ -11,12 +11,16 @@
 
 namespace dsa::aio {
 
-const char* aio_op_name(aio_op op) { return op == aio_op::read ? "read" : "write"; }
+const char* aio_op_name(aio_op op) {
+  return op == aio_op::read ? "read" : "write";
+}
 
 expected<aio_file> open_aio_file(const std::string& path, aio_op op, direct_io mode,
                                  open_fn open_call) {
   int flags = (op == aio_op::read ? O_RDONLY : O_WRONLY | O_CREAT) | O_CLOEXEC;
-  auto attempt = [&](int f) { return ckpt::retry_eintr([&] { return open_call(path.c_str(), f, 0600); }); };
+  auto attempt = [&](int f) {
+    return ckpt::retry_eintr([&] { return open_call(path.c_str(), f, 0600); });
+  };
   aio_file file;
   int fd = -1;
   if (mode == direct_io::prefer) {

@@ -28,7 +28,9 @@ pool_buffer& pool_buffer::operator=(pool_buffer&& other) noexcept {
   return *this;
 }
 
-pool_buffer::~pool_buffer() { give_back(); }
+pool_buffer::~pool_buffer() {
+  give_back();
+}
 
 void pool_buffer::give_back() {
   if (pool_)

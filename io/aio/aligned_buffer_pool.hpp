@@ -46,7 +46,7 @@ private:
 struct pool_options {
   std::size_t buffer_count = 4;
   std::size_t buffer_bytes = std::size_t{1} << 20; // rounded up to the alignment
-  std::size_t alignment = 4096;                   // a power of two, at least 4096
+  std::size_t alignment = 4096;                    // a power of two, at least 4096
   memory_pinning pinning = memory_pinning::pageable;
 };
 
