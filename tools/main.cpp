@@ -25,6 +25,7 @@ const entry commands[] = {
     {"bench", "benchmarks against a peer measured in the same run (kernels, ...)", dsa::tools::cmd_bench},
     {"eval", "score predictions: SQuAD v1.1 exact match and F1 (eval squad)", dsa::tools::cmd_eval},
     {"vocab", "learn a WordPiece vocabulary from a corpus (vocab build)", dsa::tools::cmd_vocab},
+    {"nvme-tune", "sweep the [aio] settings on a directory and print the best section (nvme-tune DIR)", dsa::tools::cmd_nvme_tune},
     {"prep", "data preparation: pre-training shards, QA from a corpus", dsa::tools::cmd_prep},
 };
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Integration: 'dsactor bench aio' and 'dsactor nvme-tune' at quick sizes on a scratch
+# directory; checks the bench's last line is one JSON object with the engine's and the peers'
+# rates, and that nvme-tune ends with an [aio] section. Usage: aio_smoke.sh PATH/TO/dsactor
+set -euo pipefail
+dsactor=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+out=$("$dsactor" bench aio "$work" --size 8 --reps 1) || fail "bench aio exited non-zero"
+echo "$out"
+last=$(tail -n 1 <<<"$out")
+python3 - "$last" <<'PY' || fail "bench aio: last line is not the expected JSON"
+import json, sys
+j = json.loads(sys.argv[1])
+for k in ("read_GBps", "write_GBps", "posix_direct_read_GBps", "posix_direct_write_GBps",
+          "posix_buffered_read_GBps", "posix_buffered_write_GBps", "read_ratio_to_posix_direct"):
+    assert k in j and j[k] > 0, k
+assert j["bench"] == "aio" and j["bytes"] == 8 << 20
+PY
+[[ -z $(ls -A "$work") ]] || fail "bench aio left files behind: $(ls -A "$work")"
+
+out=$("$dsactor" nvme-tune "$work" --quick) || fail "nvme-tune exited non-zero"
+echo "$out"
+grep -q '^\[aio\]$' <<<"$out" || fail "nvme-tune printed no [aio] section"
+for key in block_size queue_depth intra_op_parallelism single_submit overlap_events; do
+  grep -Eq "^$key = " <<<"$out" || fail "nvme-tune's [aio] section lacks $key"
+done
+[[ $(grep -c 'K ' <<<"$out") -eq 8 ]] || fail "nvme-tune --quick should measure 8 settings"
+
+# A directory that cannot hold files is an error naming it, not a crash.
+if "$dsactor" bench aio "$work/missing" --size 1 2>"$work.err"; then fail "bench aio on a missing dir succeeded"; fi
+grep -q "$work/missing" "$work.err" || { cat "$work.err"; fail "the error does not name the directory"; }
+rm -f "$work.err"
+echo "aio smoke: ok"
