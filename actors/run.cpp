@@ -7,6 +7,7 @@
 #include "actors/reducer_actor.hpp"
 #include "actors/protocol/protocol.hpp"
 #include "actors/stage_actor.hpp"
+#include "actors/trace/trace_file.hpp"
 #include "actors/tracer_actor.hpp"
 #include "core/error.hpp"
 
@@ -33,8 +34,35 @@ caf::actor_system_config make_config(const run_options& options) {
 
 int tied_index(const run_parts& parts, std::uint32_t s) { return parts.tied.empty() ? -1 : parts.tied[s]; }
 
+// The facts a trace reader needs beside the records (trace_file.hpp, info frame).
+std::vector<std::pair<std::string, std::string>> trace_info(const run_options& options, const trace_recorder& trace) {
+  return {{"rank", std::to_string(options.dp.rank)},
+          {"ranks", std::to_string(options.dp.size)},
+          {"stages", std::to_string(options.pipeline.stages)},
+          {"micro_batches", std::to_string(options.pipeline.micro_batches)},
+          {"first_step", std::to_string(options.first_step)},
+          {"origin_unix_ns", std::to_string(trace.origin_unix_ns())}};
+}
+
+// run_result::trace: what the writer streamed to the file (the recorder kept
+// only what came after its last drain) and those remaining records.
+trace_data whole_trace(trace_writer* writer, trace_recorder& trace, run_result& result) {
+  if (!writer) return trace.snapshot();
+  if (auto finished = writer->finish(); !finished && result.trace_error.empty())
+    result.trace_error = finished.err().to_string();
+  auto rest = trace.snapshot();
+  auto read = read_trace(writer->path());
+  if (!read) {
+    if (result.trace_error.empty()) result.trace_error = read.err().to_string();
+    return rest;
+  }
+  read->records.insert(read->records.end(), rest.records.begin(), rest.records.end());
+  sort_trace_records(read->records);
+  return std::move(*read);
+}
+
 void spawn_and_run(const run_options& options, const run_parts& parts, const actor_setup& setup,
-                   std::shared_ptr<run_summary> summary, std::string trace_path, run_result& result) {
+                   std::shared_ptr<run_summary> summary, trace_writer* writer, run_result& result) {
   auto cfg = make_config(options);
   caf::actor_system sys{cfg};
   const auto S = options.pipeline.stages;
@@ -53,7 +81,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
     args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s)));
   }
   args.feeder = spawn_feeder(sys, setup, parts.source);
-  args.tracer = spawn_tracer(sys, setup.trace, trace_path);
+  args.tracer = spawn_tracer(sys, writer);
   auto coordinator = spawn_coordinator(sys, args);
   if (options.on_spawned) options.on_spawned(run_actors{coordinator, args.feeder, args.stages, args.shards, args.reducers});
   caf::scoped_actor self{sys};
@@ -128,15 +156,21 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   }
 
   run_result result;
+  std::unique_ptr<trace_writer> writer;
+  std::string open_error;
   if (!options.run_dir.empty() && tracing) {
     std::error_code ec;
     std::filesystem::create_directories(options.run_dir, ec);
     const std::string name = options.dp.rank == 0 ? "trace.dsat" : fmt::format("trace.rank{}.dsat", options.dp.rank);
     result.trace_path = (std::filesystem::path(options.run_dir) / name).string();
+    // Streamed from the start, so a killed run keeps its trace up to the last flush.
+    auto opened = trace_writer::open(trace, result.trace_path, trace_info(options, trace), options.trace_stream);
+    if (opened) writer = std::move(*opened);
+    else open_error = opened.err().to_string();
   }
   auto summary = std::make_shared<run_summary>();
   spawn_and_run(options, parts, actor_setup{plan, slots, tracing ? &trace : nullptr, options.dp}, summary,
-                result.trace_path, result);
+                writer.get(), result);
   // The actor system is gone: every actor and worker thread has ended.
   result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;
@@ -150,7 +184,8 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     result.error = fmt::format("{} failed in step {}: {}", result.failure->actor, result.failure->step,
                                result.failure->why);
   }
-  if (tracing) result.trace = trace.snapshot();
+  if (tracing) result.trace = whole_trace(writer.get(), trace, result);
+  if (!open_error.empty()) result.trace_error = open_error;
   return result;
 }
 

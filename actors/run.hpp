@@ -8,6 +8,7 @@
 #include "actors/protocol/errors.hpp"
 #include "actors/step_hooks.hpp"
 #include "actors/trace/trace_recorder.hpp"
+#include "actors/trace/trace_writer.hpp"
 
 #include <caf/actor.hpp>
 
@@ -67,6 +68,7 @@ struct run_options {
   trace_mode trace = trace_mode::record; // off: no records, no trace file, an empty run_result::trace
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
   std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)
+  trace_writer_options trace_stream;         // how often the trace streams to that file
   std::size_t scheduler_threads = 2;         // CAF worker threads (compute runs on its own threads)
   // This run as one replica of a data-parallel group (data_parallel.hpp). With
   // dp.size > 1 every rank calls run_pipeline with the same options but its rank
@@ -101,7 +103,8 @@ struct run_result {
   std::vector<double> losses;          // [i]: mean micro-batch loss of step first_step + i, completed steps only
   // [i]: the data source's position after step first_step + i (batch_source::position), completed steps only
   std::vector<std::vector<std::uint64_t>> data_positions;
-  trace_data trace;                    // the whole trace of the run (empty with trace_mode::off)
+  trace_data trace;                    // the whole trace of the run (empty with trace_mode::off; read back
+                                       // from the file when there is one)
   std::string trace_path;              // "" when no run_dir
   std::string trace_error;             // "" when the trace file was written
 };

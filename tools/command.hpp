@@ -15,6 +15,7 @@ int cmd_prep(int argc, char** argv);
 int cmd_launch(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_nvme_tune(int argc, char** argv);
+int cmd_trace(int argc, char** argv);
 // 'dsactor prep qa-from-corpus' (tools/cmd_prep_qa.cpp), dispatched by cmd_prep.
 int prep_qa_from_corpus(int argc, char** argv);
 

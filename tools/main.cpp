@@ -21,6 +21,7 @@ const entry commands[] = {
     {"launch", "start N local processes of one job (launch --num_procs N CONFIG | -- PROGRAM)", dsa::tools::cmd_launch},
     {"convert", "checkpoint conversions: a run's model as one fp32 HuggingFace file (convert zero-to-fp32 CKPT OUT)",
      dsa::tools::cmd_convert},
+    {"trace", "inspect a run's actor trace (trace RUN_DIR_OR_FILE summary)", dsa::tools::cmd_trace},
     {"report", "what this machine supports (CPU, BLAS, CUDA, NCCL, UCX, libaio, O_DIRECT)", dsa::tools::cmd_report},
     {"bench", "benchmarks against a peer measured in the same run (kernels, ...)", dsa::tools::cmd_bench},
     {"eval", "score predictions: SQuAD v1.1 exact match and F1 (eval squad)", dsa::tools::cmd_eval},

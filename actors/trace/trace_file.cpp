@@ -1,6 +1,11 @@
 // Writing and reading the binary trace format; see trace_file.hpp.
 #include "actors/trace/trace_file.hpp"
 
+#include "actors/trace/trace_frame.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -16,53 +21,169 @@ void put(std::string& out, T value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof(T));
 }
 
-void put_strings(std::string& out, const std::vector<std::string>& xs) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(xs.size()));
-  for (const auto& x : xs) {
-    put<std::uint32_t>(out, static_cast<std::uint32_t>(x.size()));
-    out += x;
-  }
+void put_string(std::string& out, const std::string& x) {
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(x.size()));
+  out += x;
 }
 
 struct cursor {
   const std::string& data;
   std::size_t pos = 0;
+  std::size_t end = data.size();
   bool take(void* dst, std::size_t n) {
-    if (data.size() - pos < n) return false;
+    if (end - pos < n) return false;
     std::memcpy(dst, data.data() + pos, n);
     pos += n;
     return true;
   }
   template <class T>
   bool get(T& value) { return take(&value, sizeof(T)); }
+  bool get_string(std::string& x) {
+    std::uint32_t length = 0;
+    if (!get(length) || end - pos < length) return false;
+    x = data.substr(pos, length);
+    pos += length;
+    return true;
+  }
   bool get_strings(std::vector<std::string>& xs) {
-    std::uint32_t count = 0, length = 0;
+    std::uint32_t count = 0;
     if (!get(count)) return false;
-    for (std::uint32_t i = 0; i < count; ++i) {
-      if (!get(length) || data.size() - pos < length) return false;
-      xs.emplace_back(data.substr(pos, length));
-      pos += length;
-    }
+    xs.clear();
+    for (std::uint32_t i = 0; i < count; ++i)
+      if (!get_string(xs.emplace_back())) return false;
     return true;
   }
 };
 
-} // namespace
-
-status write_trace(const std::string& path, const trace_data& trace) {
-  std::string out(trace_magic, sizeof(trace_magic));
-  put<std::uint32_t>(out, trace_format_version);
-  put<std::uint32_t>(out, sizeof(trace_record));
-  put_strings(out, trace.names);
-  put_strings(out, trace.actors);
-  put<std::uint64_t>(out, trace.records.size());
-  out.append(reinterpret_cast<const char*>(trace.records.data()), trace.records.size() * sizeof(trace_record));
+status write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) return make_error(errc::io, "cannot open trace file {} for writing", path);
-  file.write(out.data(), static_cast<std::streamsize>(out.size()));
+  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   file.close();
   if (!file) return make_error(errc::io, "short write to trace file {}", path);
   return {};
+}
+
+expected<trace_data> read_v1(const std::string& path, cursor& in) {
+  trace_data trace;
+  trace.version = 1;
+  std::uint64_t count = 0;
+  if (!in.get_strings(trace.names) || !in.get_strings(trace.actors) || !in.get(count))
+    return make_error(errc::format, "{}: truncated header", path);
+  const std::size_t left = in.end - in.pos;
+  if (left / sizeof(trace_record) < count || left % sizeof(trace_record))
+    return make_error(errc::format, "{}: {} records announced, {} bytes left", path, count, left);
+  trace.records.resize(count);
+  in.take(trace.records.data(), count * sizeof(trace_record));
+  trace.end.valid_bytes = trace.end.file_bytes = in.data.size();
+  return trace;
+}
+
+// Frames until the end frame, the end of the data or the first bad frame.
+expected<trace_data> read_v2(const std::string& path, const std::string& data) {
+  trace_data trace;
+  trace.version = 2;
+  trace.end.closed = false;
+  trace.end.file_bytes = data.size();
+  std::size_t pos = trace_header_bytes;
+  while (pos < data.size()) {
+    const auto frame = parse_trace_frame(data, pos);
+    if (!frame.ok) {
+      trace.end.why = fmt::format("{} at byte {}", frame.why, pos);
+      break;
+    }
+    cursor in{data, frame.payload_pos, frame.payload_pos + frame.payload_bytes};
+    bool parsed = true;
+    switch (frame.kind) {
+    case trace_frame_kind::names: parsed = in.get_strings(trace.names); break;
+    case trace_frame_kind::actors: parsed = in.get_strings(trace.actors); break;
+    case trace_frame_kind::info: {
+      std::uint32_t count = 0;
+      parsed = in.get(count);
+      trace.info.clear();
+      for (std::uint32_t i = 0; parsed && i < count; ++i) {
+        auto& [key, value] = trace.info.emplace_back();
+        parsed = in.get_string(key) && in.get_string(value);
+      }
+      break;
+    }
+    case trace_frame_kind::records: {
+      parsed = frame.payload_bytes % sizeof(trace_record) == 0;
+      if (!parsed) break;
+      const std::size_t before = trace.records.size();
+      trace.records.resize(before + frame.payload_bytes / sizeof(trace_record));
+      std::memcpy(trace.records.data() + before, data.data() + frame.payload_pos, frame.payload_bytes);
+      break;
+    }
+    case trace_frame_kind::end: trace.end.closed = true; break;
+    default: break; // a kind from a later writer: skipped, its CRC held
+    }
+    // The CRC held, so a payload that does not parse was written wrong: an error, not a torn tail.
+    if (!parsed)
+      return make_error(errc::format, "{}: frame of kind {} at byte {} does not parse", path,
+                        static_cast<unsigned>(frame.kind), pos);
+    pos = frame.payload_pos + frame.payload_bytes;
+    if (trace.end.closed) break;
+  }
+  trace.end.valid_bytes = pos;
+  if (!trace.end.closed && trace.end.why.empty())
+    trace.end.why = fmt::format("no end frame after byte {} (the run was killed or is still going)", pos);
+  return trace;
+}
+
+} // namespace
+
+std::string trace_file_header(std::uint32_t version) {
+  std::string out(trace_magic, sizeof(trace_magic));
+  put<std::uint32_t>(out, version);
+  put<std::uint32_t>(out, sizeof(trace_record));
+  return out;
+}
+
+std::string trace_table_payload(const std::vector<std::string>& strings) {
+  std::string out;
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(strings.size()));
+  for (const auto& x : strings) put_string(out, x);
+  return out;
+}
+
+std::string trace_info_payload(const std::vector<std::pair<std::string, std::string>>& info) {
+  std::string out;
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(info.size()));
+  for (const auto& [key, value] : info) {
+    put_string(out, key);
+    put_string(out, value);
+  }
+  return out;
+}
+
+void append_trace_records(std::string& out, const trace_record* records, std::size_t count, std::size_t per_frame) {
+  for (std::size_t i = 0; i < count; i += per_frame) {
+    const std::size_t n = std::min(per_frame, count - i);
+    append_trace_frame(out, trace_frame_kind::records,
+                       std::string(reinterpret_cast<const char*>(records + i), n * sizeof(trace_record)));
+  }
+}
+
+status write_trace(const std::string& path, const trace_data& trace) {
+  std::string out = trace_file_header(trace_format_version);
+  append_trace_frame(out, trace_frame_kind::names, trace_table_payload(trace.names));
+  append_trace_frame(out, trace_frame_kind::actors, trace_table_payload(trace.actors));
+  append_trace_frame(out, trace_frame_kind::info, trace_info_payload(trace.info));
+  append_trace_records(out, trace.records.data(), trace.records.size());
+  std::string end;
+  put<std::uint64_t>(end, trace.records.size());
+  append_trace_frame(out, trace_frame_kind::end, end);
+  return write_bytes(path, out);
+}
+
+status write_trace_v1(const std::string& path, const trace_data& trace) {
+  std::string out = trace_file_header(1);
+  out += trace_table_payload(trace.names);
+  out += trace_table_payload(trace.actors);
+  put<std::uint64_t>(out, trace.records.size());
+  out.append(reinterpret_cast<const char*>(trace.records.data()), trace.records.size() * sizeof(trace_record));
+  return write_bytes(path, out);
 }
 
 expected<trace_data> read_trace(const std::string& path) {
@@ -74,22 +195,17 @@ expected<trace_data> read_trace(const std::string& path) {
   std::uint32_t version = 0, record_size = 0;
   if (!in.take(magic, sizeof(magic)) || std::memcmp(magic, trace_magic, sizeof(magic)) != 0)
     return make_error(errc::format, "{} is not a dsactor trace (bad magic)", path);
-  if (!in.get(version) || version != trace_format_version)
-    return make_error(errc::format, "{}: trace version {} (this reader knows {})", path, version,
+  if (!in.get(version) || version < 1 || version > trace_format_version)
+    return make_error(errc::format, "{}: trace version {} (this reader knows 1 to {})", path, version,
                       trace_format_version);
   if (!in.get(record_size) || record_size != sizeof(trace_record))
     return make_error(errc::format, "{}: record size {} (expected {})", path, record_size, sizeof(trace_record));
-  trace_data trace;
-  std::uint64_t count = 0;
-  if (!in.get_strings(trace.names) || !in.get_strings(trace.actors) || !in.get(count))
-    return make_error(errc::format, "{}: truncated header", path);
-  if ((data.size() - in.pos) / sizeof(trace_record) < count || (data.size() - in.pos) % sizeof(trace_record))
-    return make_error(errc::format, "{}: {} records announced, {} bytes left", path, count, data.size() - in.pos);
-  trace.records.resize(count);
-  in.take(trace.records.data(), count * sizeof(trace_record));
-  for (const auto& r : trace.records)
-    if (r.name >= trace.names.size() || r.kind > 2)
+  auto trace = version == 1 ? read_v1(path, in) : read_v2(path, data);
+  if (!trace) return trace;
+  for (const auto& r : trace->records)
+    if (r.name >= trace->names.size() || r.kind > 2)
       return make_error(errc::format, "{}: record with name {} kind {} out of range", path, r.name, r.kind);
+  sort_trace_records(trace->records);
   return trace;
 }
 

@@ -718,6 +718,8 @@ int run_training(const run_request& req) {
                rc.overlap_comm ? "" : " (overlap_comm is off)");
     log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
              runs[0].shards.front()->decider().skipped());
+    if (lead && !result.trace_path.empty())
+      log_info("actor trace: {} (summarise it: dsactor trace {} summary)", result.trace_path, rc.run_dir);
     if (stopped) {
       log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", done + 1, req.config_path);
       return 130;

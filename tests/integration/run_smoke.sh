@@ -68,6 +68,38 @@ grep -q "stage 1: idle" "$work/pre.log" || fail "idle fraction report"
 grep -q "training done" "$work/run/train.log" || fail "train.log lacks the run's log lines"
 echo "ok: pre-training run, outputs, trace, eval"
 
+# dsactor trace: the run points at its trace; the summary reads it.
+grep -qF "dsactor trace $work/run summary" "$work/pre.log" || fail "the run should point at its trace summary"
+summary=$("$dsactor" trace "$work/run" summary) || fail "dsactor trace RUN summary"
+for part in "actors (busy" "steps of rank 0" "stage 1" "reducer 0" "(S-1)/(M+S-1)" "complete"; do
+  grep -qF "$part" <<<"$summary" || { echo "$summary"; fail "trace summary lacks '$part'"; }
+done
+step_rows() { grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% ' <<<"$1" || true; }
+[[ $(step_rows "$summary") -eq 4 ]] || { echo "$summary"; fail "trace summary should list 4 steps"; }
+# A run killed with kill -9 keeps its trace up to the writer's last flush (about
+# every second): wait, with a bound, until the file holds a whole step, then kill.
+sed -e "s|^run_dir = .*|run_dir = \"$work/killed\"|" -e "s|^train_steps = .*|train_steps = 100000|" \
+  -e "s|^dir = .*|dir = \"$work/ckpt_killed\"|" -e "s|^save_interval = .*|save_interval = 100000|" \
+  -e "s|total_num_steps = 4|total_num_steps = 100000|" "$work/pre.toml" > "$work/killed.toml"
+"$dsactor" run "$work/killed.toml" >/dev/null 2>"$work/killed.log" &
+pid=$!
+rows=0
+for _ in $(seq 1 240); do
+  if [[ -s $work/killed/trace.dsat ]]; then
+    rows=$(step_rows "$("$dsactor" trace "$work/killed" summary 2>/dev/null)")
+    [[ $rows -ge 2 ]] && break
+  fi
+  kill -0 "$pid" 2>/dev/null || { cat "$work/killed.log"; fail "the run to be killed ended early"; }
+  sleep 0.25
+done
+kill -9 "$pid"
+wait "$pid" 2>/dev/null || true
+[[ $rows -ge 2 ]] || fail "the killed run's trace never held two steps"
+summary=$("$dsactor" trace "$work/killed/trace.dsat" summary) || fail "summary of a killed run's trace"
+grep -qF "the trace ends at byte" <<<"$summary" || { echo "$summary"; fail "the summary should say where a torn trace ends"; }
+[[ $(step_rows "$summary") -ge 2 ]] || fail "the killed run's summary lost its steps"
+echo "ok: dsactor trace summary of a finished and of a killed run"
+
 # Pre-training from the shards alone: no data.vocab, the vocabulary size from their metadata.
 sed -e '/^\[data.prepare\]/,/^$/d' -e "s|^run_dir = .*|run_dir = \"$work/run_shards\"|" \
   -e "s|^train_steps = .*|train_steps = 2\ninit_checkpoint = \"$work/ckpt\"|" \

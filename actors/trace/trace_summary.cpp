@@ -1,0 +1,287 @@
+// The trace summary; see trace_summary.hpp.
+#include "actors/trace/trace_summary.hpp"
+
+#include "actors/trace/trace_analysis.hpp"
+#include "actors/trace/trace_file.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+namespace dsa::actors {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using interval = std::pair<std::uint64_t, std::uint64_t>;
+
+// Length of the union of intervals, in seconds.
+double union_s(std::vector<interval> xs) {
+  std::sort(xs.begin(), xs.end());
+  std::uint64_t total = 0, lo = 0, hi = 0;
+  bool open = false;
+  for (const auto& [a, b] : xs) {
+    if (open && a <= hi) {
+      hi = std::max(hi, b);
+      continue;
+    }
+    if (open)
+      total += hi - lo;
+    lo = a;
+    hi = b;
+    open = true;
+  }
+  if (open)
+    total += hi - lo;
+  return static_cast<double>(total) * 1e-9;
+}
+
+std::uint32_t parse_u32(const std::string& text, std::uint32_t fallback) {
+  try {
+    return text.empty() ? fallback : static_cast<std::uint32_t>(std::stoul(text));
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+int role_order(const std::string& role) {
+  static const char* const order[] = {"coordinator", "feeder",    "stage",
+                                      "reducer",     "optimizer", "tracer"};
+  for (int i = 0; i < 6; ++i)
+    if (role == order[i])
+      return i;
+  return 6;
+}
+
+bool is_name(const trace_data& t, const trace_record& r, const char* name) {
+  return t.names[r.name] == name;
+}
+
+// Per step: the window of its spans, its bubble and its allreduce overlap.
+void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<step_usage>& out) {
+  std::map<std::uint32_t, trace_data> by_step;
+  for (const auto& r : t.records) {
+    if (r.kind != static_cast<std::uint8_t>(trace_kind::span) || is_name(t, r, "load"))
+      continue;
+    auto& step = by_step[r.step];
+    if (step.names.empty())
+      step.names = t.names;
+    step.records.push_back(r);
+  }
+  for (const auto& [k, step] : by_step) {
+    step_usage u;
+    u.rank = rank.rank;
+    u.step = k;
+    std::uint64_t lo = ~0ull, hi = 0;
+    for (const auto& r : step.records) {
+      lo = std::min(lo, r.t0_ns);
+      hi = std::max(hi, r.t1_ns);
+    }
+    u.start_s = static_cast<double>(lo) * 1e-9;
+    u.time_s = static_cast<double>(hi - lo) * 1e-9;
+    if (rank.stages > 0) {
+      double idle = 0;
+      const auto stages = stage_idle_fractions(step, rank.stages, std::max(rank.micro_batches, 1u));
+      for (const auto& s : stages)
+        idle += s.idle_fraction;
+      u.bubble = stages.empty() ? 0 : idle / static_cast<double>(stages.size());
+      for (const auto& o : allreduce_overlap(step, rank.stages)) {
+        u.allreduce_s += o.allreduce_s;
+        u.overlap_s += o.overlapped_s;
+      }
+    }
+    out.push_back(u);
+  }
+}
+
+void summarize_actors(const trace_data& t, const rank_usage& rank, std::vector<actor_usage>& out) {
+  struct acc {
+    actor_usage u;
+    std::vector<interval> compute, comm, all;
+    bool seen = false;
+  };
+  std::vector<acc> actors(t.actors.size());
+  for (const auto& r : t.records) {
+    if (r.actor >= actors.size())
+      actors.resize(r.actor + 1);
+    auto& a = actors[r.actor];
+    a.seen = true;
+    if (r.stage >= 0 && a.u.stage < 0)
+      a.u.stage = r.stage;
+    switch (static_cast<trace_kind>(r.kind)) {
+    case trace_kind::span:
+      ++a.u.spans;
+      (is_name(t, r, "allreduce") ? a.comm : a.compute).emplace_back(r.t0_ns, r.t1_ns);
+      a.all.emplace_back(r.t0_ns, r.t1_ns);
+      break;
+    case trace_kind::send:
+      ++a.u.messages_out;
+      a.u.bytes_out += r.bytes;
+      break;
+    case trace_kind::recv:
+      ++a.u.messages_in;
+      a.u.bytes_in += r.bytes;
+      break;
+    }
+  }
+  for (std::size_t id = 0; id < actors.size(); ++id) {
+    auto& a = actors[id];
+    if (!a.seen)
+      continue;
+    a.u.name =
+        id < t.actors.size() && !t.actors[id].empty() ? t.actors[id] : fmt::format("actor {}", id);
+    a.u.role = a.u.name.substr(0, a.u.name.find(' '));
+    a.u.rank = rank.rank;
+    a.u.busy_s = union_s(std::move(a.compute));
+    a.u.comm_s = union_s(std::move(a.comm));
+    a.u.idle_s = std::max(0.0, rank.window_s - union_s(std::move(a.all)));
+    out.push_back(std::move(a.u));
+  }
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+std::string describe_end(const rank_usage& r) {
+  if (r.end.closed)
+    return fmt::format("complete ({} bytes)", r.end.file_bytes);
+  return fmt::format("INCOMPLETE: the trace ends at byte {} of {}: {}", r.end.valid_bytes,
+                     r.end.file_bytes, r.end.why);
+}
+
+} // namespace
+
+expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file) {
+  std::vector<std::pair<std::uint32_t, std::string>> files;
+  std::error_code ec;
+  if (fs::is_directory(run_dir_or_file, ec)) {
+    static const std::regex rank_file(R"(trace\.rank([0-9]+)\.dsat)");
+    for (const auto& entry : fs::directory_iterator(run_dir_or_file, ec)) {
+      const auto name = entry.path().filename().string();
+      std::smatch m;
+      if (name == "trace.dsat")
+        files.emplace_back(0, entry.path().string());
+      else if (std::regex_match(name, m, rank_file))
+        files.emplace_back(parse_u32(m[1], 0), entry.path().string());
+    }
+    if (ec)
+      return make_error(errc::io, "cannot list run directory {}: {}", run_dir_or_file,
+                        ec.message());
+    if (files.empty())
+      return make_error(errc::not_found, "{} holds no trace.dsat (nor trace.rank<r>.dsat)",
+                        run_dir_or_file);
+  } else {
+    files.emplace_back(0, run_dir_or_file);
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<rank_trace> out;
+  for (const auto& [rank, path] : files) {
+    DSA_ASSIGN_OR_RETURN(auto trace, read_trace(path));
+    rank_trace r{parse_u32(trace.info_value("rank"), rank), path, std::move(trace)};
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
+  trace_summary out;
+  for (const auto& rt : traces) {
+    const auto& t = rt.trace;
+    rank_usage r;
+    r.rank = rt.rank;
+    r.path = rt.path;
+    r.version = t.version;
+    r.records = t.records.size();
+    r.end = t.end;
+    // Old traces lack the info frame: the shape follows from the records.
+    std::uint32_t stages = 0, micro_batches = 0;
+    std::uint64_t lo = ~0ull, hi = 0;
+    for (const auto& rec : t.records) {
+      lo = std::min(lo, rec.t0_ns);
+      hi = std::max(hi, std::max(rec.t0_ns, rec.t1_ns));
+      if (rec.kind == static_cast<std::uint8_t>(trace_kind::span) && is_name(t, rec, "forward")) {
+        stages = std::max<std::uint32_t>(stages, static_cast<std::uint32_t>(rec.stage + 1));
+        micro_batches = std::max(micro_batches, rec.micro_batch + 1);
+      }
+    }
+    r.window_s = t.records.empty() ? 0 : static_cast<double>(hi - lo) * 1e-9;
+    r.stages = parse_u32(t.info_value("stages"), stages);
+    r.micro_batches = parse_u32(t.info_value("micro_batches"), micro_batches);
+    summarize_actors(t, r, out.actors);
+    summarize_steps(t, r, out.steps);
+    out.ranks.push_back(r);
+  }
+  std::stable_sort(out.actors.begin(), out.actors.end(),
+                   [](const actor_usage& a, const actor_usage& b) {
+                     return std::make_tuple(role_order(a.role), a.role, a.rank, a.stage, a.name) <
+                            std::make_tuple(role_order(b.role), b.role, b.rank, b.stage, b.name);
+                   });
+  return out;
+}
+
+std::string format_trace_summary(const trace_summary& s) {
+  std::string out;
+  out += "traces\n";
+  for (const auto& r : s.ranks)
+    out += fmt::format("  rank {}: {} (version {}), {} records over {:.3f} s, {}\n", r.rank, r.path,
+                       r.version, r.records, r.window_s, describe_end(r));
+  if (s.ranks.size() > 1)
+    out += "  (each rank's times count from its own start; the ranks are not aligned)\n";
+
+  out += "\nactors (busy: compute spans; comm: allreduce spans; idle: neither, over the rank's "
+         "trace)\n";
+  out += fmt::format(
+      "  {:<10} {:>4} {:>5}  {:<22} {:>9} {:>6} {:>9} {:>9} {:>7} {:>8} {:>11} {:>8} {:>11}\n",
+      "role", "rank", "stage", "actor", "busy s", "busy%", "comm s", "idle s", "spans", "msgs in",
+      "bytes in", "msgs out", "bytes out");
+  for (const auto& a : s.actors) {
+    double window = 0;
+    for (const auto& r : s.ranks)
+      if (r.rank == a.rank)
+        window = r.window_s;
+    out += fmt::format("  {:<10} {:>4} {:>5}  {:<22} {:>9.3f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>7} "
+                       "{:>8} {:>11} {:>8} {:>11}\n",
+                       a.role, a.rank, a.stage >= 0 ? std::to_string(a.stage) : "-", a.name,
+                       a.busy_s, window > 0 ? 100 * a.busy_s / window : 0.0, a.comm_s, a.idle_s,
+                       a.spans, a.messages_in, human_bytes(a.bytes_in), a.messages_out,
+                       human_bytes(a.bytes_out));
+  }
+
+  for (const auto& r : s.ranks) {
+    const double theory =
+        r.stages > 0 && r.micro_batches > 0 ? theoretical_bubble(r.stages, r.micro_batches) : 0.0;
+    out += fmt::format("\nsteps of rank {} (S = {} stages, M = {} micro-batches: bubble "
+                       "(S-1)/(M+S-1) = {:.1f}%)\n",
+                       r.rank, r.stages, r.micro_batches, 100 * theory);
+    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9}\n", "step", "start s",
+                       "time s", "bubble", "(S-1)/..", "allreduce s", "overlap");
+    for (const auto& st : s.steps) {
+      if (st.rank != r.rank)
+        continue;
+      out +=
+          fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}%\n",
+                      st.step, st.start_s, st.time_s, 100 * st.bubble, 100 * theory, st.allreduce_s,
+                      st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0);
+    }
+  }
+  for (const auto& r : s.ranks)
+    if (!r.end.closed)
+      out += fmt::format("\nrank {}: the trace ends at byte {} of {} ({}); steps after that are "
+                         "missing or partial\n",
+                         r.rank, r.end.valid_bytes, r.end.file_bytes, r.end.why);
+  return out;
+}
+
+} // namespace dsa::actors

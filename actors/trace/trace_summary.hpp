@@ -1,0 +1,63 @@
+// `dsactor trace RUN summary`: where the time of a run went, from its traces
+// (one file per data-parallel rank): per actor busy, communication and idle
+// time, spans, messages and bytes in and out; per step its time, the measured
+// pipeline bubble beside (S-1)/(M+S-1), and the gradient allreduce time with
+// its overlap with backward. Ranks are not put on one clock yet: each rank's
+// times count from its own recorder's origin.
+#pragma once
+
+#include "actors/trace/trace_recorder.hpp"
+#include "core/error.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::actors {
+
+struct rank_trace {
+  std::uint32_t rank = 0;
+  std::string path;
+  trace_data trace;
+};
+
+// A trace file, or a run directory's trace.dsat and trace.rank<r>.dsat, by rank.
+expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file);
+
+struct actor_usage {
+  std::string name, role; // role: the name's first word (stage, reducer, optimizer, feeder ...)
+  std::uint32_t rank = 0;
+  std::int32_t stage = -1; // -1: not a stage's actor
+  double busy_s = 0; // time inside compute spans (every span but allreduce), overlaps counted once
+  double comm_s = 0; // time inside allreduce spans
+  double idle_s = 0; // the rank's trace window outside any span of the actor
+  std::uint64_t spans = 0, messages_in = 0, messages_out = 0, bytes_in = 0, bytes_out = 0;
+};
+
+struct step_usage {
+  std::uint32_t rank = 0, step = 0;
+  double start_s = 0, time_s = 0; // first to last span of the step (forward .. optimizer)
+  double bubble = 0; // stages' mean idle share of the step's forward-to-backward window
+  double allreduce_s = 0, overlap_s = 0; // over all stages; overlap: during the stage's backward
+};
+
+struct rank_usage {
+  std::uint32_t rank = 0;
+  std::string path;
+  std::uint32_t version = 0, stages = 0, micro_batches = 0;
+  std::uint64_t records = 0;
+  double window_s = 0; // first to last record
+  trace_end end;
+};
+
+struct trace_summary {
+  std::vector<rank_usage> ranks;
+  std::vector<actor_usage> actors; // by role, rank, stage
+  std::vector<step_usage> steps;   // by rank, step
+};
+
+trace_summary summarize_traces(const std::vector<rank_trace>& traces);
+// The tables a terminal user reads.
+std::string format_trace_summary(const trace_summary& summary);
+
+} // namespace dsa::actors
