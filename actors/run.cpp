@@ -35,13 +35,21 @@ caf::actor_system_config make_config(const run_options& options) {
 int tied_index(const run_parts& parts, std::uint32_t s) { return parts.tied.empty() ? -1 : parts.tied[s]; }
 
 // The facts a trace reader needs beside the records (trace_file.hpp, info frame).
-std::vector<std::pair<std::string, std::string>> trace_info(const run_options& options, const trace_recorder& trace) {
-  return {{"rank", std::to_string(options.dp.rank)},
-          {"ranks", std::to_string(options.dp.size)},
-          {"stages", std::to_string(options.pipeline.stages)},
-          {"micro_batches", std::to_string(options.pipeline.micro_batches)},
-          {"first_step", std::to_string(options.first_step)},
-          {"origin_unix_ns", std::to_string(trace.origin_unix_ns())}};
+// The plan's edges go in as "edges" (the count) and "edge.<id>" = "<slots> <name>",
+// so `dsactor trace check` can bound the slots in flight per edge.
+std::vector<std::pair<std::string, std::string>> trace_info(const run_options& options, const trace_recorder& trace,
+                                                            const slot_table& slots) {
+  std::vector<std::pair<std::string, std::string>> info = {
+      {"rank", std::to_string(options.dp.rank)},
+      {"ranks", std::to_string(options.dp.size)},
+      {"stages", std::to_string(options.pipeline.stages)},
+      {"micro_batches", std::to_string(options.pipeline.micro_batches)},
+      {"first_step", std::to_string(options.first_step)},
+      {"origin_unix_ns", std::to_string(trace.origin_unix_ns())},
+      {"edges", std::to_string(slots.edge_count())}};
+  for (std::uint32_t e = 0; e < slots.edge_count(); ++e)
+    info.emplace_back(fmt::format("edge.{}", e), fmt::format("{} {}", slots.slot_count(e), slots.edge_name(e)));
+  return info;
 }
 
 // run_result::trace: what the writer streamed to the file (the recorder kept
@@ -164,7 +172,7 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     const std::string name = options.dp.rank == 0 ? "trace.dsat" : fmt::format("trace.rank{}.dsat", options.dp.rank);
     result.trace_path = (std::filesystem::path(options.run_dir) / name).string();
     // Streamed from the start, so a killed run keeps its trace up to the last flush.
-    auto opened = trace_writer::open(trace, result.trace_path, trace_info(options, trace), options.trace_stream);
+    auto opened = trace_writer::open(trace, result.trace_path, trace_info(options, trace, *slots), options.trace_stream);
     if (opened) writer = std::move(*opened);
     else open_error = opened.err().to_string();
   }
