@@ -1,0 +1,158 @@
+// dsactor trace check: the traces of real synthetic runs pass; faults injected
+// into a recorded trace (an over-committed slot, a lost release, a sequence gap)
+// are named as the first violation. The data-parallel case (collective order
+// across ranks) is in test_data_parallel.cpp, beside its group runner.
+#include "actors/trace/trace_check.hpp"
+#include "actors/trace/trace_file.hpp"
+#include "synthetic_run.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <unistd.h>
+
+using namespace dsa::actors;
+
+namespace {
+
+std::string temp_dir(const char* name) {
+  auto dir = std::filesystem::temp_directory_path() / ("dsactor-test-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// The trace of a 2-stage synthetic run, read back from its run directory.
+std::vector<rank_trace> two_stage_traces(const char* name) {
+  pipeline_options shape;
+  shape.stages = 2;
+  shape.micro_batches = 4;
+  shape.steps = 3;
+  dsa::test::synthetic_pipeline pipe({4, 5, 3, 0.05}, shape);
+  const auto dir = temp_dir(name);
+  auto result = dsa::test::run_synthetic(pipe, shape, dir);
+  REQUIRE(result.ok);
+  auto traces = load_run_traces(dir);
+  REQUIRE(traces.has_value());
+  REQUIRE(traces->size() == 1);
+  std::filesystem::remove_all(dir);
+  return std::move(*traces);
+}
+
+bool is(const trace_data& t, const trace_record& r, trace_kind kind, const char* name) {
+  return r.kind == static_cast<std::uint8_t>(kind) && t.names[r.name] == name;
+}
+
+// Index of the n-th record (0-based) that is `kind` `name` on the edge called `edge`.
+std::size_t nth(const trace_data& t, trace_kind kind, const char* name, const std::string& edge, int n) {
+  std::string key;
+  for (const auto& [k, v] : t.info)
+    if (v.size() > edge.size() && v.compare(v.size() - edge.size(), edge.size(), edge) == 0 &&
+        v[v.size() - edge.size() - 1] == ' ')
+      key = k;
+  REQUIRE_MESSAGE(!key.empty(), "the trace's info frame lists no edge '" << edge << "'");
+  const auto id = static_cast<std::uint32_t>(std::stoul(key.substr(5)));
+  for (std::size_t i = 0; i < t.records.size(); ++i)
+    if (is(t, t.records[i], kind, name) && t.records[i].edge == id && n-- == 0) return i;
+  FAIL("no such record");
+  return 0;
+}
+
+bool contains(const std::string& text, const char* part) { return text.find(part) != std::string::npos; }
+
+} // namespace
+
+TEST_CASE("trace check: the trace of a 2-stage run passes every check") {
+  auto traces = two_stage_traces("check-pass");
+  const auto result = check_traces(traces);
+  INFO(format_trace_check(result));
+  CHECK(!result.first);
+  CHECK(result.outstanding.empty());
+  REQUIRE(result.checked.size() == 4);
+  CHECK(contains(result.checked[0], "within the plan's slot counts"));
+  CHECK(contains(format_trace_check(result), "OK: no violation"));
+}
+
+TEST_CASE("trace check: a duplicated produced over-commits its slot") {
+  auto traces = two_stage_traces("check-dup");
+  auto& t = traces[0].trace;
+  const auto i = nth(t, trace_kind::send, "produced", "activation 0", 5);
+  const auto dup = t.records[i];
+  t.records.push_back(dup);
+  sort_trace_records(t.records);
+  const auto result = check_traces(traces);
+  INFO(format_trace_check(result));
+  REQUIRE(result.first);
+  CHECK(result.first->check == "slots");
+  CHECK(result.first->time_s == doctest::Approx(static_cast<double>(dup.t0_ns) * 1e-9));
+  CHECK(contains(result.first->what, "slot over-committed"));
+  CHECK(contains(result.first->what, "activation 0"));
+  CHECK(contains(result.first->what, "stage 0"));
+  CHECK(contains(format_trace_check(result), "FAILED"));
+}
+
+TEST_CASE("trace check: a deleted released receipt is a lost release, at the time it was sent") {
+  auto traces = two_stage_traces("check-lost");
+  auto& t = traces[0].trace;
+  const auto i = nth(t, trace_kind::recv, "released", "activation 0", 3);
+  const auto lost = t.records[i];
+  t.records.erase(t.records.begin() + static_cast<std::ptrdiff_t>(i));
+  const auto result = check_traces(traces);
+  INFO(format_trace_check(result));
+  REQUIRE(result.first);
+  CHECK(result.first->check == "delivery");
+  CHECK(contains(result.first->what, "a lost release"));
+  CHECK(contains(result.first->what, "activation 0"));
+  CHECK(result.first->time_s < static_cast<double>(lost.t0_ns) * 1e-9); // the send, before the lost receipt
+}
+
+TEST_CASE("trace check: a skipped sequence number is a gap, at the message that skips") {
+  auto traces = two_stage_traces("check-seq");
+  auto& t = traces[0].trace;
+  // Renumber every produced on the gradient edge from number 2 on (sent and received
+  // alike, so each still meets its match), as if the sender had skipped number 2.
+  const auto first = nth(t, trace_kind::send, "produced", "gradient 0", 2);
+  const auto edge = t.records[first].edge;
+  for (auto& r : t.records)
+    if (t.names[r.name] == "produced" && r.edge == edge && (r.flow & 0xffffu) >= 2) ++r.flow;
+  const auto result = check_traces(traces);
+  INFO(format_trace_check(result));
+  REQUIRE(result.first);
+  CHECK(result.first->check == "sequence");
+  CHECK(result.first->time_s == doctest::Approx(static_cast<double>(t.records[first].t0_ns) * 1e-9));
+  CHECK(contains(result.first->what, "stage 1 sent produced to stage 0"));
+  CHECK(contains(result.first->what, "expected 2 (1 missing)"));
+}
+
+TEST_CASE("trace check: without slot counts in the trace, alternation alone is checked and said so") {
+  auto traces = two_stage_traces("check-noslots");
+  auto& info = traces[0].trace.info;
+  info.erase(std::remove_if(info.begin(), info.end(), [](const auto& kv) { return kv.first.rfind("edge", 0) == 0; }),
+             info.end());
+  const auto result = check_traces(traces);
+  CHECK(!result.first);
+  REQUIRE(!result.checked.empty());
+  CHECK(contains(result.checked[0], "alternation only"));
+}
+
+TEST_CASE("trace check: a torn trace reports what is in flight at the cut, not a violation") {
+  auto traces = two_stage_traces("check-torn");
+  auto& t = traces[0].trace;
+  // Cut in the middle of step 1, as a killed run would, after a produced sent on "activation 0".
+  const auto cut = nth(t, trace_kind::send, "produced", "activation 0", 5);
+  t.records.resize(cut + 1);
+  t.end.closed = false;
+  t.end.why = "cut by the test";
+  const auto result = check_traces(traces);
+  INFO(format_trace_check(result));
+  CHECK(!result.first);
+  CHECK(!result.outstanding.empty());
+  CHECK(contains(format_trace_check(result), "torn trace"));
+  // The same cut in a trace that says it is complete is a slot never released.
+  t.end.closed = true;
+  const auto complete = check_traces(traces);
+  REQUIRE(complete.first);
+  CHECK(contains(complete.first->what, "never"));
+}
