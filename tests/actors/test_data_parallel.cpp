@@ -5,6 +5,7 @@
 #include "synthetic_run.hpp"
 #include "actors/stage_runner.hpp"
 #include "actors/trace/trace_analysis.hpp"
+#include "actors/trace/trace_check.hpp"
 #include "io/net/local_transport.hpp"
 
 #include <doctest/doctest.h>
@@ -14,9 +15,12 @@
 #include <condition_variable>
 #include <mutex>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace dsa::actors;
 using dsa::test::synthetic_model;
@@ -395,4 +399,49 @@ TEST_CASE("data parallel: ranks stopping early start no collective of the step t
     CHECK(g.results[static_cast<std::size_t>(r)].steps_completed == 2);
   }
   CHECK(same_bits(g.pipes[1]->parameters(), g.pipes[0]->parameters()));
+}
+
+TEST_CASE("trace check: a 2-rank run with several buckets passes; one rank's allreduces swapped is caught") {
+  const synthetic_model model{4, 5, 3, 0.05};
+  const pipeline_options options{2, 2, 3};
+  const auto dir = (std::filesystem::temp_directory_path() /
+                    ("dsactor-test-" + std::to_string(::getpid()) + "-check-dp"))
+                       .string();
+  std::filesystem::remove_all(dir);
+  // Each 5x5 layer its own bucket: two buckets per stage and step; both ranks write to one run directory.
+  auto g = run_group(model, options, 2, 25, {}, true, trace_mode::record, {}, std::chrono::milliseconds(60000),
+                     [&](int, run_options& o) { o.run_dir = dir; });
+  for (const auto& r : g.results) REQUIRE(r.ok);
+  auto traces = load_run_traces(dir);
+  std::filesystem::remove_all(dir);
+  REQUIRE(traces.has_value());
+  REQUIRE(traces->size() == 2);
+  CHECK((*traces)[1].rank == 1);
+  const auto result = check_traces(*traces);
+  INFO(format_trace_check(result));
+  CHECK(!result.first);
+  REQUIRE(!result.checked.empty());
+  CHECK(result.checked.back().find("allreduce order of 2 ranks") != std::string::npos);
+  CHECK(result.checked.back().find("(12 calls)") != std::string::npos); // 2 stages x 3 steps x 2 buckets
+
+  // Rank 1 issues stage 0's two buckets of step 1 in the other order.
+  auto& t = (*traces)[1].trace;
+  std::vector<std::size_t> calls;
+  for (std::size_t i = 0; i < t.records.size(); ++i) {
+    const auto& r = t.records[i];
+    if (r.kind == static_cast<std::uint8_t>(trace_kind::span) && t.names[r.name] == "allreduce" && r.stage == 0 &&
+        r.step == 1)
+      calls.push_back(i);
+  }
+  REQUIRE(calls.size() == 2);
+  auto& a = t.records[calls[0]];
+  auto& b = t.records[calls[1]];
+  REQUIRE(a.micro_batch != b.micro_batch);
+  std::swap(a.micro_batch, b.micro_batch);
+  const auto swapped = check_traces(*traces);
+  INFO(format_trace_check(swapped));
+  REQUIRE(swapped.first);
+  CHECK(swapped.first->check == "collectives");
+  CHECK(swapped.first->rank == 1);
+  CHECK(swapped.first->what.find("stage 0's allreduce number 2 differs") != std::string::npos);
 }
