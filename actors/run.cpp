@@ -46,6 +46,7 @@ std::vector<std::pair<std::string, std::string>> trace_info(const run_options& o
       {"micro_batches", std::to_string(options.pipeline.micro_batches)},
       {"first_step", std::to_string(options.first_step)},
       {"origin_unix_ns", std::to_string(trace.origin_unix_ns())},
+      {"trace_interval_ms", std::to_string(options.trace_stream.interval.count())},
       {"edges", std::to_string(slots.edge_count())}};
   for (std::uint32_t e = 0; e < slots.edge_count(); ++e)
     info.emplace_back(fmt::format("edge.{}", e), fmt::format("{} {}", slots.slot_count(e), slots.edge_name(e)));

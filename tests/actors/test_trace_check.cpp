@@ -145,11 +145,22 @@ TEST_CASE("trace check: a torn trace reports what is in flight at the cut, not a
   t.records.resize(cut + 1);
   t.end.closed = false;
   t.end.why = "cut by the test";
+  // The cut above is consistent (the whole sorted trace up to a record): no margin for the writer's drains.
+  for (auto& [key, value] : t.info)
+    if (key == "trace_interval_ms") value = "0";
   const auto result = check_traces(traces);
   INFO(format_trace_check(result));
   CHECK(!result.first);
   CHECK(!result.outstanding.empty());
   CHECK(contains(format_trace_check(result), "torn trace"));
+  CHECK(contains(result.checked[0], "checked up to"));
+  // With the writer's real interval the checked part ends 2 s before the cut: this short run's whole trace.
+  for (auto& [key, value] : t.info)
+    if (key == "trace_interval_ms") value = "1000";
+  const auto margin = check_traces(traces);
+  CHECK(!margin.first);
+  CHECK(margin.outstanding.empty());
+  CHECK(contains(margin.checked[0], "(0 of"));
   // The same cut in a trace that says it is complete is a slot never released.
   t.end.closed = true;
   const auto complete = check_traces(traces);

@@ -76,6 +76,10 @@ for part in "actors (busy" "steps of rank 0" "stage 1" "reducer 0" "(S-1)/(M+S-1
 done
 step_rows() { grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% ' <<<"$1" || true; }
 [[ $(step_rows "$summary") -eq 4 ]] || { echo "$summary"; fail "trace summary should list 4 steps"; }
+# dsactor trace check: the finished run's schedule keeps every invariant.
+check=$("$dsactor" trace "$work/run" check) || { echo "$check"; fail "dsactor trace RUN check should pass a real run"; }
+grep -qF "OK: no violation" <<<"$check" || { echo "$check"; fail "trace check should say it passed"; }
+grep -qF "within the plan's slot counts" <<<"$check" || { echo "$check"; fail "trace check should bound slots by the plan"; }
 # A run killed with kill -9 keeps its trace up to the writer's last flush (about
 # every second): wait, with a bound, until the file holds a whole step, then kill.
 sed -e "s|^run_dir = .*|run_dir = \"$work/killed\"|" -e "s|^train_steps = .*|train_steps = 100000|" \
@@ -98,7 +102,9 @@ wait "$pid" 2>/dev/null || true
 summary=$("$dsactor" trace "$work/killed/trace.dsat" summary) || fail "summary of a killed run's trace"
 grep -qF "the trace ends at byte" <<<"$summary" || { echo "$summary"; fail "the summary should say where a torn trace ends"; }
 [[ $(step_rows "$summary") -ge 2 ]] || fail "the killed run's summary lost its steps"
-echo "ok: dsactor trace summary of a finished and of a killed run"
+check=$("$dsactor" trace "$work/killed" check) || { echo "$check"; fail "trace check of a killed run's torn trace"; }
+grep -qF "torn trace" <<<"$check" || { echo "$check"; fail "trace check should say where it stopped in a torn trace"; }
+echo "ok: dsactor trace summary and check of a finished and of a killed run"
 
 # Pre-training from the shards alone: no data.vocab, the vocabulary size from their metadata.
 sed -e '/^\[data.prepare\]/,/^$/d' -e "s|^run_dir = .*|run_dir = \"$work/run_shards\"|" \
