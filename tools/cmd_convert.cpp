@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
 
@@ -34,7 +35,10 @@ int zero_to_fp32(int argc, char** argv) {
     fmt::print(stderr, "dsactor convert zero-to-fp32: {}\n", c.err().message);
     return c.err().code == errc::not_found ? 2 : 1;
   }
-  fmt::print("wrote {}: {} tensors, {} parameters in fp32, from {}\n", out, c->tensors, c->parameters, c->source);
+  fmt::print("wrote {}: {} tensors, {} parameters in fp32, from {}{}\n", out, c->tensors, c->parameters, c->source,
+             c->skipped.empty() ? std::string()
+                                : fmt::format(" ({} integer tensor(s) left out: {})", c->skipped.size(),
+                                              fmt::join(c->skipped, ", ")));
   return 0;
 }
 

@@ -98,15 +98,19 @@ expected<converted> convert_to_fp32(const std::string& checkpoint, const std::st
   DSA_ASSIGN_OR_RETURN(auto weights, ckpt::read_safetensors(file));
   converted c;
   c.source = file;
+  ckpt::named_tensors fp32;
   for (auto& [name, t] : weights.tensors) {
-    if (t.type() == dtype::f16 || t.type() == dtype::bf16) t = cast_to(t, dtype::f32);
-    else if (t.type() != dtype::f32)
-      return make_error(errc::format, "{}: tensor {} is {}, not a floating-point weight", file, name,
-                        dtype_name(t.type()));
+    // Integer buffers (HuggingFace's position_ids) are not weights: left out, and counted.
+    if (t.type() != dtype::f32 && t.type() != dtype::f16 && t.type() != dtype::bf16) {
+      c.skipped.push_back(name);
+      continue;
+    }
+    fp32[name] = t.type() == dtype::f32 ? t : cast_to(t, dtype::f32);
     ++c.tensors;
     c.parameters += t.numel();
   }
-  DSA_TRY(ckpt::write_safetensors(out, weights.tensors, {{"format", "pt"}}));
+  weights.tensors.clear();
+  DSA_TRY(ckpt::write_safetensors(out, fp32, {{"format", "pt"}}));
   return c;
 }
 

@@ -50,11 +50,12 @@ expected<std::string> weights_file_of(const std::string& path);
 // HuggingFace-named safetensors file of fp32 tensors, written atomically. Every rank's
 // partition is already gathered into the checkpoint's model file (ZeRO stage 1 gathers
 // at save), so this reads that one file (one copy in memory), widens any half tensor to
-// fp32 and writes OUT. Returns (tensors, parameters) written.
+// fp32, leaves out integer buffers, and writes OUT.
 struct converted {
   std::size_t tensors = 0;
   std::int64_t parameters = 0;
   std::string source;
+  std::vector<std::string> skipped; // non-float tensors left out (e.g. position_ids)
 };
 expected<converted> convert_to_fp32(const std::string& checkpoint, const std::string& out);
 

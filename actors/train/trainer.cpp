@@ -671,7 +671,11 @@ int run_training(const run_request& req) {
     // every rank takes the same decision even when the signal reached only some.
     const bool early = ctx.first_step + result.steps_completed <= ctx.last_step;
     const bool stopped = stop_requested() || early; // also when the signal came during the last step
-    const bool final_save = done >= 0 && (rc.checkpoint.save_final || stopped);
+    // With several ranks the decision must be the same everywhere (a ZeRO checkpoint is
+    // a collective): only what the ranks agreed on counts, not a signal one process got
+    // during the last step.
+    const bool final_save =
+        done >= 0 && (rc.checkpoint.save_final || early || (world == 1 && stop_requested()));
     // With ZeRO the other ranks' shards take part in gathering the state (their own threads).
     std::vector<std::thread> contributors;
     std::vector<std::string> contribution_errors(static_cast<std::size_t>(R));
@@ -695,6 +699,9 @@ int run_training(const run_request& req) {
         save_error = make_error(errc::io, "{}", e.what());
       }
     }
+    // Contributors still waiting in a gather rank 0 never entered: wake them.
+    if (save_error && !contributors.empty())
+      if (auto* t = transport_of(0)) t->abort(*save_error);
     for (auto& t : contributors) t.join();
     if (save_error) return fail(*save_error, 1);
     for (const auto& e : contribution_errors)

@@ -263,6 +263,12 @@ ucx_transport::~ucx_transport() {
     engine_->set_tick({});
     close_endpoints();
   });
+  {
+    // From here abort() is a no-op: reset() below nulls engine_ before the progress
+    // thread has ended, and a late endpoint error must not post to it.
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (!abort_reason_) abort_reason_ = make_error(errc::runtime, "rank {}: the transport is closed", rank_);
+  }
   engine_.reset(); // joins the progress thread, which destroys the worker
 }
 
