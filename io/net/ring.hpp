@@ -16,7 +16,7 @@ namespace dsa::net {
 // large call does not page-fault fresh buffers every time.
 struct ring_scratch {
   std::vector<float> step[2]; // partial sums in flight, alternately
-  std::vector<float> incoming; // the last step's partial sum when `own` overlaps `in`
+  std::vector<float> incoming; // one received segment of a partial sum, before it is added
   std::vector<float> widened;  // f16/bf16 inputs widened to f32
   std::vector<float> result;   // the fp32 sum of a f16/bf16 call before it is rounded
 };
@@ -25,7 +25,9 @@ struct ring_scratch {
 // every rank's in: (call.count) of call.type. Chunk c is summed starting at rank c+1:
 // ((x[c+1] + x[c+2]) + ...) + x[c], in fp32; partial sums travel as f32.
 // `own` may be this rank's chunk of `in` itself when call.type is f32 (the sum in place).
-// Message blocks: block_base + chunk index. Returns once no send reads `in` any more.
+// Message blocks: block_base + chunk index; a chunk travels as messages of at most 2 MiB
+// (segments, in order), each added to this rank's values as soon as it has landed, while
+// it is in cache. Returns once no send reads `in` any more.
 status ring_reduce_scatter_f32(transport& t, const wire_header& call, std::int64_t block_base,
                                float* own, const void* in, ring_scratch& scratch);
 

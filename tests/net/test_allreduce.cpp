@@ -79,16 +79,16 @@ constexpr std::int64_t order_count = 97;
 // sum of each element over the ranks first_rank(i), first_rank(i)+1, ... (mod N),
 // rounded once to the dtype.
 void check_fp32_order(path p, std::uint32_t seed,
-                      const std::function<int(std::int64_t, int)>& first_rank) {
-  for (int ranks = 2; ranks <= 5; ++ranks)
+                      const std::function<int(std::int64_t, int, std::int64_t)>& first_rank,
+                      std::int64_t count = order_count, int max_ranks = 5) {
+  for (int ranks = 2; ranks <= max_ranks; ++ranks)
     for (dtype type : all_types) {
-      const std::int64_t count = order_count;
-      INFO("ranks=" << ranks << " dtype=" << dtype_name(type));
+      INFO("ranks=" << ranks << " dtype=" << dtype_name(type) << " count=" << count);
       auto inputs = random_inputs(type, count, ranks, seed + static_cast<std::uint32_t>(ranks));
       auto results = run_allreduce(inputs, forced(p));
       typed_buffer expected(type, count);
       for (std::int64_t i = 0; i < count; ++i) {
-        const int first = first_rank(i, ranks);
+        const int first = first_rank(i, ranks, count);
         float s = inputs[static_cast<std::size_t>(first)].get(i);
         for (int k = 1; k < ranks; ++k)
           s += inputs[static_cast<std::size_t>((first + k) % ranks)].get(i);
@@ -102,18 +102,24 @@ void check_fp32_order(path p, std::uint32_t seed,
 TEST_CASE("flat allreduce sums in rank order 0..N-1 in fp32 and rounds once") {
   // The stated order, exactly: a rank that started from its own contribution, or summed
   // in arrival order, or rounded each partial sum to f16/bf16 would differ here.
-  check_fp32_order(path::flat, 11u, [](std::int64_t, int) { return 0; });
+  check_fp32_order(path::flat, 11u, [](std::int64_t, int, std::int64_t) { return 0; });
+}
+
+// The rank whose values start the ring's sum of element i: c+1 for chunk c.
+int ring_first_rank(std::int64_t i, int ranks, std::int64_t count) {
+  int c = 0; // the chunk holding element i
+  while (net::partition(count, ranks, c).offset + net::partition(count, ranks, c).count <= i)
+    ++c;
+  return (c + 1) % ranks;
 }
 
 TEST_CASE("ring allreduce sums chunk c starting at rank c+1 in fp32 and rounds once") {
-  check_fp32_order(path::ring, 23u, [](std::int64_t i, int ranks) {
-    int c = 0; // the chunk holding element i
-    while (net::partition(order_count, ranks, c).offset +
-               net::partition(order_count, ranks, c).count <=
-           i)
-      ++c;
-    return (c + 1) % ranks;
-  });
+  check_fp32_order(path::ring, 23u, ring_first_rank);
+}
+
+TEST_CASE("ring allreduce keeps that order when chunks travel as several segments") {
+  // Chunks of 2.5 and 1.7 segments (2 MiB of f32 each), the last segment short.
+  check_fp32_order(path::ring, 29u, ring_first_rank, 2 * 1310720 + 1, 3);
 }
 
 TEST_CASE("consecutive collectives of different sizes, dtypes and paths do not mix") {

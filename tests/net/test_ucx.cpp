@@ -24,8 +24,9 @@ void append(net::bytes& out, const void* data, std::size_t n) {
 }
 
 std::vector<std::int64_t> awkward_sizes(int ranks) {
-  // empty, one, a prime, not divisible by the rank count, over 1 MiB in every dtype
-  return {0, 1, 97, ranks * 1000 + 1, 600011};
+  // empty, one, a prime, not divisible by the rank count, over 1 MiB in every dtype, and
+  // a ring chunk of more than one 2 MiB segment at 2 ranks (the last one short)
+  return {0, 1, 97, ranks * 1000 + 1, 600011, 1100017};
 }
 
 // Every collective at every awkward size and dtype, plus a second communicator on its own
