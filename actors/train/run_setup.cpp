@@ -1,0 +1,348 @@
+// Setting up one rank of a run and the final evaluation; see run_setup.hpp.
+#include "actors/train/run_setup.hpp"
+
+#include "actors/train/bert_stage.hpp"
+#include "actors/train/data_prepare.hpp"
+#include "actors/train/evaluation.hpp"
+#include "actors/train/memory_accounting.hpp"
+#include "actors/train/partition.hpp"
+#include "core/log.hpp"
+#include "io/ckpt/atomic_file.hpp"
+#include "io/ckpt/safetensors.hpp"
+#include "io/data/pretrain_shard.hpp"
+#include "io/data/squad_dataset.hpp"
+#include "actors/data_parallel.hpp"
+#include "io/net/communicator.hpp"
+#include "models/bert/bert_state.hpp"
+#include "optim/lr_schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace dsa::train {
+
+expected<std::optional<tok::vocab>> load_vocab(run_context& ctx) {
+  if (ctx.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*ctx.rc.data.prepare, ctx.rc.data.vocab));
+  if (ctx.rc.data.prepare_qa) DSA_TRY(prepare_qa_data(*ctx.rc.data.prepare_qa));
+  if (ctx.rc.data.vocab.empty()) return std::optional<tok::vocab>();
+  DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(ctx.rc.data.vocab));
+  if (!ctx.cfg.table().at_path("model.vocab_size").node()) ctx.rc.model.vocab_size = v.size();
+  if (v.size() > ctx.rc.model.vocab_size)
+    return ctx.cfg.key_error("model.vocab_size", fmt::format("{} is smaller than the vocabulary {} ({} tokens)",
+                                                             ctx.rc.model.vocab_size, ctx.rc.data.vocab, v.size()));
+  return std::optional<tok::vocab>(std::move(v));
+}
+
+namespace {
+
+// The held-out shards must share the training shards' vocabulary; checked before training
+// rather than after it. Absent ones are left to the final evaluation, which warns.
+status check_eval_shards(const data_settings& d, const data::shard_layout& train, const std::string& train_shard) {
+  if (d.eval_shards.empty()) return {};
+  auto shards = list_shards(d.eval_shards);
+  if (!shards) return {};
+  DSA_ASSIGN_OR_RETURN(auto reader, data::shard_reader::open(*shards, {}));
+  const data::shard_layout& eval = reader.layout();
+  if (eval.vocab_size != train.vocab_size || eval.vocab != train.vocab)
+    return make_error(errc::config,
+                      "data.eval_shards {} and data.train_shards {} come from different vocabularies (vocab_size {} "
+                      "and {}, vocab_fingerprint '{}' and '{}')",
+                      shards->front(), train_shard, eval.vocab_size, train.vocab_size, eval.vocab.fingerprint,
+                      train.vocab.fingerprint);
+  return {};
+}
+} // namespace
+
+status make_provider(run_context& ctx) {
+  const auto& d = ctx.rc.data;
+  if (ctx.rc.model.head == bert::head_kind::pretraining) {
+    DSA_ASSIGN_OR_RETURN(auto shards, list_shards(d.train_shards));
+    data::shard_reader_options o;
+    o.shuffle_buffer = d.shuffle_buffer;
+    o.seed = ctx.rc.seed;
+    if (d.dynamic_masking) {
+      o.masking = data::masking_source::dynamic;
+      o.vocab = data::masking_vocab::from(ctx.tokenizer->vocabulary());
+    }
+    DSA_ASSIGN_OR_RETURN(auto reader, data::shard_reader::open(shards, o));
+    if (ctx.tokenizer)
+      DSA_TRY(data::check_shard_vocab(reader.layout(), shards.front(), ctx.tokenizer->vocabulary(), d.vocab));
+    else if (!ctx.cfg.table().at_path("model.vocab_size").node())
+      ctx.rc.model.vocab_size = reader.layout().vocab_size;
+    DSA_TRY(check_eval_shards(d, reader.layout(), shards.front()));
+    if (reader.layout().vocab_size > ctx.rc.model.vocab_size || reader.layout().seq_length > ctx.rc.model.max_position_embeddings)
+      return make_error(errc::config, "{}: shards (vocab {}, seq {}) do not fit the model (vocab {}, positions {})",
+                        d.train_shards, reader.layout().vocab_size, reader.layout().seq_length, ctx.rc.model.vocab_size,
+                        ctx.rc.model.max_position_embeddings);
+    if (ctx.rank == 0)
+      log_info("data: {} pre-training shard(s), {} sequences of {} tokens per epoch", shards.size(),
+             reader.instances_per_epoch(), reader.layout().seq_length);
+    ctx.provider = std::make_unique<pretrain_provider>(std::move(reader));
+    return {};
+  }
+  DSA_ASSIGN_OR_RETURN(auto dataset, data::load_squad(d.train_file));
+  auto examples = data::squad_read_examples(dataset, data::squad_mode::training);
+  data::squad_feature_options fo;
+  fo.max_seq_length = static_cast<int>(d.max_seq_length);
+  fo.doc_stride = static_cast<int>(d.doc_stride);
+  fo.max_query_length = static_cast<int>(d.max_query_length);
+  fo.mode = data::squad_mode::training;
+  DSA_ASSIGN_OR_RETURN(auto features, data::squad_convert_examples(examples.examples, *ctx.tokenizer, fo));
+  for (auto& f : features) f.tokens.clear(); // training needs ids only
+  log_info("data: {}: {} SQuAD questions -> {} training features; {} answers found away from answer_start "
+           "(labelled where found); {} questions skipped ({} answers not in the context, {} not recoverable from "
+           "the whitespace words)",
+           d.train_file, examples.examples.size() + static_cast<std::size_t>(examples.skipped), features.size(),
+           examples.moved, examples.skipped, examples.not_found, examples.skipped - examples.not_found);
+  if (features.empty()) return make_error(errc::config, "{}: no training features", d.train_file);
+  ctx.provider = std::make_unique<squad_provider>(std::move(features), ctx.rc.seed);
+  return {};
+}
+
+namespace {
+
+status make_stages(run_context& ctx) {
+  DSA_ASSIGN_OR_RETURN(ctx.ranges, partition_layers(ctx.rc.model, ctx.rc.stages, ctx.rc.partition));
+  ckpt::named_tensors init;
+  if (!ctx.rc.init_checkpoint.empty()) {
+    DSA_ASSIGN_OR_RETURN(std::string file, weights_file_of(ctx.rc.init_checkpoint));
+    DSA_ASSIGN_OR_RETURN(auto f, ckpt::read_safetensors(file));
+    init = std::move(f.tensors);
+    if (ctx.rank == 0) log_info("initial weights from {}", file);
+  }
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+    const auto M = static_cast<std::uint32_t>(ctx.rc.batch.gradient_accumulation);
+    const auto R = static_cast<std::uint32_t>(ctx.rc.batch.data_parallel_size);
+    bert_stage_options o;
+    o.model = ctx.rc.model;
+    o.range = ctx.ranges[s];
+    o.micro_batches = M * R;
+    o.micro_batch_offset = static_cast<std::uint32_t>(ctx.rank) * M;
+    o.working = ctx.rc.working;
+    o.seed = ctx.rc.seed;
+    if (static_cast<std::int64_t>(s) == ctx.rc.fail_stage) o.fail_step = ctx.rc.fail_step;
+    auto stage = std::make_unique<bert_stage>(o, ctx.shared);
+    stage->part().parameters().init(ctx.rc.seed);
+    if (!init.empty()) {
+      bert::load_options lo;
+      lo.head = bert::missing_head::keep_current;
+      auto loaded = bert::load_state(stage->part().parameters(), init, lo);
+      if (!loaded) return make_error(errc::format, "init_checkpoint {}: {}", ctx.rc.init_checkpoint, loaded.err().message);
+    }
+    const auto& params = stage->part().parameters();
+    if (ctx.rank == 0)
+      log_info("stage {}: model states per rank: {}{}; DeepSpeed's mixed-precision accounting for ZeRO stage {} on {} "
+               "rank(s): {:.2f} MiB",
+               s,
+               expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges[s])).describe(),
+               run_zero_sizes(ctx.rc, ctx.ranges[s])
+                   ? fmt::format(" (ZeRO stage 1: masters and moments of 1/{} of the stage)",
+                                 ctx.rc.batch.data_parallel_size)
+                   : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()),
+               ctx.rc.zero_stage, ctx.rc.batch.data_parallel_size,
+               deepspeed_model_states(params.count(), ctx.rc.zero_stage,
+                                      static_cast<int>(ctx.rc.batch.data_parallel_size)) /
+                   (1 << 20));
+    if (ctx.rank == 0)
+      log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
+             ctx.ranges[s].to_string(), params.count(),
+             static_cast<double>(params.value_bytes()) / (1 << 20),
+             dtype_name(params.value_type()));
+    ctx.stages.push_back(std::move(stage));
+  }
+  return {};
+}
+
+// One step_decider per shard, all alike (fed identical totals, they decide alike).
+expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(run_context& ctx) {
+  step_decider_options o;
+  o.base_lr = ctx.rc.optimizer.lr;
+  o.clip = ctx.rc.gradient_clipping;
+  o.scaling = ctx.rc.working == precision::f16;
+  o.scaler = ctx.rc.scaler;
+  std::vector<std::unique_ptr<step_decider>> out;
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+    o.rank = static_cast<int>(s);
+    std::unique_ptr<optim::lr_schedule> schedule;
+    if (ctx.rc.has_scheduler) {
+      DSA_ASSIGN_OR_RETURN(schedule, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
+    }
+    out.push_back(std::make_unique<step_decider>(o, std::move(schedule)));
+  }
+  return out;
+}
+
+// Restores a checkpoint into the stages and returns what the shards and the data need.
+expected<restored> restore(run_context& ctx, const std::string& which) {
+  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint(ctx.rc.checkpoint.dir, which));
+  DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
+  // The run must continue the saved one: same stages, precision and micro-batching.
+  const std::string layout = describe_layout(ctx.ranges);
+  if (progress.stages != ctx.rc.stages || progress.layout != layout)
+    return make_error(errc::config, "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, "
+                      "pipeline.partition)", ck.dir, progress.layout, layout);
+  if (progress.precision != precision_name(ctx.rc.working))
+    return make_error(errc::config, "{}: saved in {}; this run is {} (fp16.enabled, bf16.enabled)", ck.dir,
+                      progress.precision, precision_name(ctx.rc.working));
+  // The data continues where the saved run's global batches ended: the micro-batch and
+  // the global batch must match; how a step's micro-batches split into accumulation
+  // steps and ranks may change (every rank holds the whole state).
+  const auto& b = ctx.rc.batch;
+  if (progress.micro_batch_size != b.micro_batch_size ||
+      progress.micro_batch_size * progress.gradient_accumulation * progress.data_parallel_size != b.train_batch_size)
+    return make_error(errc::config,
+                      "{}: saved with batches of {} = micro-batches of {} x {} accumulation steps x {} ranks; this "
+                      "run has {} = {} x {} x {} (train_batch_size, train_micro_batch_size_per_gpu, "
+                      "gradient_accumulation_steps, devices.ranks)",
+                      ck.dir, progress.micro_batch_size * progress.gradient_accumulation * progress.data_parallel_size,
+                      progress.micro_batch_size, progress.gradient_accumulation, progress.data_parallel_size,
+                      b.train_batch_size, b.micro_batch_size, b.gradient_accumulation, b.data_parallel_size);
+  auto model = ck.groups.find("model");
+  if (model == ck.groups.end()) return make_error(errc::format, "{}: no model weights", ck.dir);
+  restored r;
+  r.masters = model->second;
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+    auto loaded = bert::load_state(ctx.stages[s]->part().parameters(), r.masters, {});
+    if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
+    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck.groups, s, ck.dir));
+    r.optimizer_states.push_back(std::move(st));
+  }
+  ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
+  DSA_TRY(ctx.provider->seek(progress.data_cursor));
+  r.progress = std::move(progress);
+  if (ctx.rank == 0) log_info("resumed from {} at step {}", ck.dir, ctx.first_step);
+  return r;
+}
+
+// The whole model in f32 from the stages' working weights (for evaluation).
+bert::bert_part assemble_whole(run_context& ctx) {
+  bert::bert_part whole(ctx.rc.model, bert::bert_range::whole(ctx.rc.model));
+  std::map<std::string, tensor> dict;
+  for (auto& st : ctx.stages)
+    for (const auto& e : st->part().parameters().entries())
+      if (e.spec.role == bert::replica::owner) dict.emplace(e.spec.name, e.value);
+  auto loaded = bert::load_state(whole.parameters(), dict, {});
+  DSA_CHECK(loaded.has_value(), "assembling the stages into one model: {}", loaded.has_value() ? "" : loaded.err().message);
+  return whole;
+}
+} // namespace
+
+
+expected<rank_start> prepare_rank(run_context& ctx) {
+  DSA_TRY(make_stages(ctx));
+  rank_start st;
+  DSA_ASSIGN_OR_RETURN(st.deciders, make_deciders(ctx));
+  if (!ctx.rc.checkpoint.load.empty()) {
+    DSA_ASSIGN_OR_RETURN(auto r, restore(ctx, ctx.rc.checkpoint.load));
+    st.resumed = std::move(r);
+    for (auto& d : st.deciders)
+      d->restore(st.resumed->progress.schedule_iteration, st.resumed->progress.scaler,
+                 st.resumed->progress.skipped_steps);
+  }
+  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) ctx.stages[s]->loss_scale() = st.deciders[s]->loss_scale();
+  return st;
+}
+
+
+void contribute_checkpoint(rank_run& run, std::uint32_t step) {
+  for (auto& shard : run.shards) (void)shard->payload();
+  run.last_contributed = step;
+}
+
+expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport) {
+  const auto& rc = ctx.rc;
+  rank_run rr;
+  const bool zero = rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1;
+  const feed_share share{ctx.rank, static_cast<int>(rc.batch.data_parallel_size),
+                         static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
+  rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);
+  rr.parts.tied.assign(rc.stages, -1);
+  for (std::uint32_t s = 0; s < rc.stages; ++s) {
+    bert_optimizer_options o;
+    o.participant = s;
+    o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
+    // The tied word embedding: on the first stage, and on the last with a pretraining
+    // head (a SQuAD head has no decoder, so no copy); the reducers sum it.
+    for (std::size_t i = 0; i < o.specs.size(); ++i)
+      if (o.specs[i].name == bert::word_embeddings_name()) rr.parts.tied[s] = static_cast<int>(i);
+    o.optimizer = rc.optimizer;
+    o.working = rc.working;
+    o.decider = std::move(start.deciders[s]);
+    if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
+    o.update_ns = &ctx.shared.optimizer_ns;
+    if (zero) {
+      o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
+      o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
+      o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
+    }
+    if (start.resumed) {
+      o.resume_masters = start.resumed->masters;
+      o.resume_state = start.resumed->optimizer_states[s];
+    }
+    rr.shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
+    rr.parts.stages.push_back(ctx.stages[s].get());
+    rr.parts.optimizers.push_back(rr.shards.back().get());
+  }
+  rr.parts.source = rr.source.get();
+  if (start.resumed) {
+    try {
+      for (std::uint32_t s = 0; s < rc.stages; ++s) rr.shards[s]->init(ctx.stages[s]->parameters());
+    } catch (const std::exception& e) {
+      return make_error(errc::format, "{}: optimizer state: {}", rc.checkpoint.dir, e.what());
+    }
+  }
+  return rr;
+}
+
+int evaluate(run_context& ctx) {
+  bert::bert_part whole = assemble_whole(ctx);
+  const auto& d = ctx.rc.data;
+  if (ctx.rc.model.head == bert::head_kind::pretraining) {
+    if (d.eval_shards.empty()) return 0;
+    auto shards = list_shards(d.eval_shards);
+    if (!shards) {
+      log_warn("evaluation skipped: {}", shards.err().message);
+      return 0;
+    }
+    auto r = evaluate_pretraining(whole, *shards, ctx.rc.batch.micro_batch_size, d.eval_batches);
+    if (!r) {
+      log_error("evaluation failed: {}", r.err().message);
+      return 1;
+    }
+    log_info("eval: {} held-out sequences: MLM accuracy {:.4f} (loss {:.4f}), NSP accuracy {:.4f} (loss {:.4f})",
+             r->sequences, r->mlm_accuracy, r->mlm_loss, r->nsp_accuracy, r->nsp_loss);
+    std::string summary = fmt::format("{{\"eval_sequences\":{},\"mlm_accuracy\":{:.6f},\"mlm_loss\":{:.6f},"
+                                      "\"nsp_accuracy\":{:.6f},\"nsp_loss\":{:.6f}}}\n",
+                                      r->sequences, r->mlm_accuracy, r->mlm_loss, r->nsp_accuracy, r->nsp_loss);
+    (void)ckpt::write_file_atomic(ctx.rc.run_dir + "/eval.json", summary);
+    fmt::print("{}", summary);
+    return 0;
+  }
+  if (d.dev_file.empty()) return 0;
+  squad_eval_settings s;
+  s.dev_file = d.dev_file;
+  s.predictions_path = ctx.rc.run_dir + "/predictions.json";
+  s.batch_size = ctx.rc.batch.micro_batch_size;
+  s.max_seq_length = static_cast<int>(d.max_seq_length);
+  s.doc_stride = static_cast<int>(d.doc_stride);
+  s.max_query_length = static_cast<int>(d.max_query_length);
+  s.n_best_size = static_cast<int>(d.n_best_size);
+  s.max_answer_length = static_cast<int>(d.max_answer_length);
+  s.seed = ctx.rc.seed;
+  auto r = evaluate_squad(whole, *ctx.tokenizer, s);
+  if (!r) {
+    log_error("evaluation failed: {}", r.err().message);
+    return 1;
+  }
+  log_info("eval: wrote {}", s.predictions_path);
+  log_info("eval: baseline first sentence: EM {:.2f} F1 {:.2f}; baseline random span: EM {:.2f} F1 {:.2f}",
+           r->first_sentence.exact_match, r->first_sentence.f1, r->random_span.exact_match, r->random_span.f1);
+  log_info("eval: model: EM {:.2f} F1 {:.2f} over {} questions", r->model.exact_match, r->model.f1, r->model.total);
+  std::string line = data::squad_scores_json(r->model);
+  (void)ckpt::write_file_atomic(ctx.rc.run_dir + "/eval.json", line + "\n");
+  fmt::print("{}\n", line);
+  return 0;
+}
+
+} // namespace dsa::train
