@@ -1,7 +1,9 @@
-// ucx_transport: the active-message header, matching by (peer, tag), rendezvous pulls,
-// token checks, abort and endpoint errors. Everything below the public methods runs on
+// ucx_transport: setup and teardown, the public methods, sends, abort and endpoint
+// errors (receives are in ucx_receive.cpp). Everything below the public methods runs on
 // the engine's progress thread.
 #include "io/net/ucx_transport.hpp"
+
+#include "io/net/ucx_transport_impl.hpp"
 
 #include "core/log.hpp"
 
@@ -11,104 +13,7 @@
 
 namespace dsa::net {
 
-namespace {
-
-constexpr unsigned am_id = 17;                      // our handler's id on the worker
-constexpr std::uint32_t am_magic = 0x55415344u;     // "DSAU"
-constexpr std::size_t max_head_bytes = 1024;        // the caller's head rides in the AM header
-constexpr std::size_t rndv_from_bytes = 64 * 1024;  // payloads this big are pulled by the receiver
-
-enum class am_kind : std::uint8_t { data = 1, abort = 2 };
-
-// The fixed part of every AM header (little-endian at fixed offsets), then the head.
-enum : std::size_t {
-  at_magic = 0,
-  at_kind = 4,
-  at_token = 8,
-  at_rank = 16,
-  at_head_len = 20,
-  at_seq = 24, // per (sender, receiver): the receiver delivers in this order
-  at_tag = 32,
-  am_fixed_bytes = 40
-};
-
-template <class T> void put(std::byte* out, std::size_t offset, T value) {
-  std::memcpy(out + offset, &value, sizeof(T));
-}
-template <class T> T get(const void* in, std::size_t offset) {
-  T value;
-  std::memcpy(&value, static_cast<const std::byte*>(in) + offset, sizeof(T));
-  return value;
-}
-
-bytes am_header(am_kind kind, std::uint64_t token, int rank, tag_t tag, const bytes& head) {
-  bytes h(am_fixed_bytes + head.size());
-  put<std::uint32_t>(h.data(), at_magic, am_magic);
-  put<std::uint8_t>(h.data(), at_kind, static_cast<std::uint8_t>(kind));
-  put<std::uint64_t>(h.data(), at_token, token);
-  put<std::int32_t>(h.data(), at_rank, rank);
-  put<std::uint32_t>(h.data(), at_head_len, static_cast<std::uint32_t>(head.size()));
-  put<std::uint64_t>(h.data(), at_tag, tag);
-  if (!head.empty())
-    std::memcpy(h.data() + am_fixed_bytes, head.data(), head.size());
-  return h;
-}
-
-} // namespace
-
-// A message that arrived and is not yet claimed by a receive: its head, and either its
-// eager payload or the rendezvous descriptor to pull it with.
-struct ucx_transport::arrival {
-  tag_t tag = 0;
-  bytes head;
-  bytes data;
-  void* rndv = nullptr;
-  std::size_t length = 0; // payload bytes
-};
-
-struct ucx_transport::peer_state {
-  ucx_transport* self = nullptr;
-  int rank = 0;
-  ucp_ep_h ep = nullptr;   // peer error handling: control, small payloads, liveness
-  ucp_ep_h bulk = nullptr; // no error handling: large payloads (see connect())
-  bool failed = false;
-  std::uint64_t next_out = 0;               // seq of the next message to this peer
-  std::uint64_t next_in = 0;                // seq of the next message from it to deliver
-  std::map<std::uint64_t, arrival> early;   // arrivals ahead of next_in
-};
-
-struct ucx_transport::send_op {
-  int peer = 0;
-  tag_t tag = 0;
-  bytes header; // the AM header; UCX reads it until completion
-  bytes owned;  // the payload when send() gave it away
-  const void* payload = nullptr;
-  std::size_t payload_bytes = 0;
-  std::shared_ptr<completion> done = std::make_shared<completion>();
-  bool bulk = false; // went out on the peer's bulk endpoint
-};
-
-struct ucx_transport::recv_op {
-  int peer = 0;
-  tag_t tag = 0;
-  bool whole = false; // recv(): the whole message in `result.message`
-  std::size_t head_bytes = 0;
-  void* payload = nullptr;
-  std::size_t payload_bytes = 0;
-  bool split = false; // pulled whole, but the right length: copy the payload out at the end
-  received_parts result;
-  completion done;
-};
-
-namespace {
-
-// What a UCX callback needs to find its operation and transport again.
-template <class Op> struct op_holder {
-  ucx_transport* self;
-  std::shared_ptr<Op> op;
-};
-
-} // namespace
+using namespace ucx_detail;
 
 // ---------------------------------------------------------------- setup and teardown
 
@@ -287,15 +192,7 @@ void* close_endpoint(ucp_ep_h ep, bool force) {
 } // namespace
 
 void ucx_transport::close_endpoints() {
-  for (auto& [key, queue] : unclaimed_)
-    for (auto& a : queue)
-      drop(a);
-  unclaimed_.clear();
-  for (auto& p : peers_) {
-    for (auto& [seq, a] : p->early)
-      drop(a);
-    p->early.clear();
-  }
+  drop_undelivered();
   std::vector<void*> closing;
   for (auto& p : peers_) {
     // A healthy endpoint is flushed, so what is in flight (an abort notice too) gets
@@ -512,197 +409,6 @@ void ucx_transport::send_abort_notices(const std::string& reason) {
   }
 }
 
-// ---------------------------------------------------------------- progress thread: receives
-
-ucs_status_t ucx_transport::on_am(void* arg, const void* header, std::size_t header_length,
-                                  void* data, std::size_t length,
-                                  const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<ucx_transport*>(arg);
-  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  // Refusing a rendezvous fails the sender's send; an eager message is simply dropped.
-  const ucs_status_t refuse = rndv ? UCS_ERR_REJECTED : UCS_OK;
-  if (header_length < am_fixed_bytes || get<std::uint32_t>(header, at_magic) != am_magic) {
-    self->refused_.fetch_add(1);
-    log_warn("rank {}: refused a {}-byte UCX active message without dsactor's header",
-             self->rank_, header_length + length);
-    return refuse;
-  }
-  const int from = get<std::int32_t>(header, at_rank);
-  const tag_t tag = get<std::uint64_t>(header, at_tag);
-  if (get<std::uint64_t>(header, at_token) != self->token_) {
-    self->refused_.fetch_add(1);
-    log_warn("rank {}: refused a message claiming to come from rank {} (tag {}, {} bytes): its "
-             "job token is not this job's",
-             self->rank_, from, tag, length);
-    return refuse;
-  }
-  const auto head_len = get<std::uint32_t>(header, at_head_len);
-  if (from < 0 || from >= self->size_ || head_len != header_length - am_fixed_bytes) {
-    self->refused_.fetch_add(1);
-    log_warn("rank {}: refused a malformed message claiming to come from rank {} (tag {})",
-             self->rank_, from, tag);
-    return refuse;
-  }
-  if (self->aborted_.load())
-    return rndv ? UCS_ERR_CANCELED : UCS_OK;
-  const auto* head = static_cast<const std::byte*>(header) + am_fixed_bytes;
-  if (static_cast<am_kind>(get<std::uint8_t>(header, at_kind)) == am_kind::abort) {
-    std::string reason(reinterpret_cast<const char*>(head), head_len);
-    self->abort(make_error(errc::runtime, "rank {} aborted the group: {}", from, reason));
-    return UCS_OK;
-  }
-  arrival a;
-  a.tag = tag;
-  a.head.assign(head, head + head_len);
-  if (rndv) {
-    a.rndv = data;
-    a.length = length;
-  } else {
-    const auto* d = static_cast<const std::byte*>(data);
-    a.data.assign(d, d + length);
-    a.length = length;
-  }
-  const auto seq = get<std::uint64_t>(header, at_seq);
-  // Matching may start a pull, which a UCX callback must not do: after progress returns.
-  self->engine_->defer([self, from, seq, a = std::move(a)]() mutable {
-    self->arrived(from, seq, std::move(a));
-  });
-  return rndv ? UCS_INPROGRESS : UCS_OK;
-}
-
-void ucx_transport::arrived(int peer, std::uint64_t seq, arrival a) {
-  peer_state& p = *peers_[static_cast<std::size_t>(peer)];
-  if (aborted_.load()) {
-    drop(a);
-    return;
-  }
-  if (seq != p.next_in) { // UCX may overtake; a peer's messages are delivered in send order
-    p.early.emplace(seq, std::move(a));
-    return;
-  }
-  deliver(peer, std::move(a));
-  ++p.next_in;
-  for (auto it = p.early.find(p.next_in); it != p.early.end(); it = p.early.find(p.next_in)) {
-    arrival next = std::move(it->second);
-    p.early.erase(it);
-    deliver(peer, std::move(next));
-    ++p.next_in;
-  }
-}
-
-void ucx_transport::deliver(int peer, arrival a) {
-  const std::pair<int, tag_t> key{peer, a.tag};
-  auto it = waiting_.find(key);
-  if (it == waiting_.end()) {
-    unclaimed_[key].push_back(std::move(a));
-    return;
-  }
-  auto op = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty())
-    waiting_.erase(it);
-  complete_recv(op, std::move(a));
-}
-
-void ucx_transport::start_recv(const std::shared_ptr<recv_op>& op) {
-  if (aborted_.load()) {
-    op->done.finish(abort_error());
-    return;
-  }
-  const std::pair<int, tag_t> key{op->peer, op->tag};
-  auto it = unclaimed_.find(key);
-  if (it == unclaimed_.end()) {
-    waiting_[key].push_back(op);
-    return;
-  }
-  arrival a = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty())
-    unclaimed_.erase(it); // keeps the map as small as the traffic in flight
-  complete_recv(op, std::move(a));
-}
-
-namespace {
-
-// The end of a receive: a message pulled whole that has the asked-for length is split.
-void finish_recv(ucx_transport::recv_op& op, status outcome);
-
-} // namespace
-
-void ucx_transport::complete_recv(const std::shared_ptr<recv_op>& op, arrival a) {
-  const std::size_t total = a.head.size() + a.length;
-  const bool direct =
-      !op->whole && a.head.size() == op->head_bytes && a.length == op->payload_bytes;
-  std::byte* dst;
-  if (direct) {
-    op->result.message = std::move(a.head);
-    op->result.placed = true;
-    dst = static_cast<std::byte*>(op->payload);
-  } else {
-    const std::size_t head_size = a.head.size();
-    op->result.message = std::move(a.head);
-    op->result.message.resize(total);
-    dst = op->result.message.data() + head_size;
-    op->split = !op->whole && total == op->head_bytes + op->payload_bytes;
-  }
-  if (!a.rndv) {
-    if (a.length > 0)
-      std::memcpy(dst, a.data.data(), a.length);
-    finish_recv(*op, {});
-    return;
-  }
-  ucp_request_param_t prm{};
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  auto* holder = new op_holder<recv_op>{this, op};
-  prm.user_data = holder;
-  prm.cb.recv_am = [](void* request, ucs_status_t st, std::size_t, void* user_data) {
-    auto* h = static_cast<op_holder<recv_op>*>(user_data);
-    if (st == UCS_OK) {
-      finish_recv(*h->op, {});
-    } else {
-      error err = make_error(errc::runtime,
-                             "rank {} lost (UCX rendezvous pull by rank {}, tag {}: {})",
-                             h->op->peer, h->self->rank(), h->op->tag, ucs_status_string(st));
-      finish_recv(*h->op, err);
-      h->self->abort(err);
-    }
-    ucp_request_free(request);
-    delete h;
-  };
-  void* req = ucp_am_recv_data_nbx(engine_->worker(), a.rndv, dst, a.length, &prm);
-  if (req == nullptr) {
-    finish_recv(*op, {});
-    delete holder;
-  } else if (UCS_PTR_IS_ERR(req)) {
-    error err = make_error(errc::runtime,
-                           "rank {} lost (UCX rendezvous pull by rank {}, tag {}: {})", op->peer,
-                           rank_, op->tag, ucs_status_string(UCS_PTR_STATUS(req)));
-    finish_recv(*op, err);
-    delete holder;
-    abort(err);
-  }
-}
-
-namespace {
-
-void finish_recv(ucx_transport::recv_op& op, status outcome) {
-  if (outcome && op.split) {
-    if (op.payload_bytes > 0)
-      std::memcpy(op.payload, op.result.message.data() + op.head_bytes, op.payload_bytes);
-    op.result.message.resize(op.head_bytes);
-    op.result.placed = true;
-  }
-  op.done.finish(std::move(outcome));
-}
-
-} // namespace
-
-void ucx_transport::drop(arrival& a) {
-  if (a.rndv) // the sender's send then completes (with an error) instead of waiting
-    ucp_am_data_release(engine_->worker(), a.rndv);
-  a.rndv = nullptr;
-}
-
 // ---------------------------------------------------------------- progress thread: failure
 
 void ucx_transport::on_ep_error(void* arg, ucp_ep_h, ucs_status_t st) {
@@ -728,15 +434,7 @@ void ucx_transport::abort_locally() {
     for (auto& op : ops)
       op->done.finish(err);
   waiting_.clear();
-  for (auto& [key, queue] : unclaimed_)
-    for (auto& a : queue)
-      drop(a);
-  unclaimed_.clear();
-  for (auto& p : peers_) {
-    for (auto& [seq, a] : p->early)
-      drop(a);
-    p->early.clear();
-  }
+  drop_undelivered();
   if (connected_) {
     auto reason = aborted();
     send_abort_notices(reason ? reason->message : std::string("(no reason)"));

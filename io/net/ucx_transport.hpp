@@ -91,6 +91,8 @@ private:
   void start_recv(const std::shared_ptr<recv_op>& op);
   void complete_recv(const std::shared_ptr<recv_op>& op, arrival a);
   void drop(arrival& a);
+  // Drops every arrival no receive has claimed (unclaimed and early ones).
+  void drop_undelivered();
   void abort_locally();
   void check_local_peers();
   void close_endpoints();
