@@ -76,14 +76,14 @@ bool same_bits(const std::vector<dsa::tensor>& a, const std::vector<dsa::tensor>
   return true;
 }
 
-// Fails forward of `step` on the rank it wraps.
-class throwing_stage : public stage_compute {
+// A stage compute that passes every call to the one it wraps; tests override the
+// calls they inject faults or signals into.
+class delegating_stage : public stage_compute {
 public:
-  throwing_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step) : inner_(std::move(inner)), step_(step) {}
+  explicit delegating_stage(std::unique_ptr<stage_compute> inner) : inner_(std::move(inner)) {}
   void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
   double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
                  std::vector<dsa::tensor>& out) override {
-    if (key.step == step_) throw std::runtime_error("injected fault");
     return inner_->forward(key, in, labels, out);
   }
   void backward(const work_key& key, const dsa::tensor& g, dsa::tensor& gi) override { inner_->backward(key, g, gi); }
@@ -93,38 +93,61 @@ public:
 
 private:
   std::unique_ptr<stage_compute> inner_;
+};
+
+// A flag one thread sets and others wait for.
+class latch {
+public:
+  void set() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return set_; });
+  }
+  bool wait_for(std::chrono::seconds bound) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, bound, [&] { return set_; });
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool set_ = false;
+};
+
+// Fails forward of `step` on the rank it wraps.
+class throwing_stage : public delegating_stage {
+public:
+  throwing_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step)
+      : delegating_stage(std::move(inner)), step_(step) {}
+  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
+                 std::vector<dsa::tensor>& out) override {
+    if (key.step == step_) throw std::runtime_error("injected fault");
+    return delegating_stage::forward(key, in, labels, out);
+  }
+
+private:
   std::uint32_t step_;
 };
 
 // Blocks forward of `step` until released (a rank that stops answering).
-class hanging_stage : public stage_compute {
+class hanging_stage : public delegating_stage {
 public:
-  hanging_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step) : inner_(std::move(inner)), step_(step) {}
-  void release() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    released_ = true;
-    cv_.notify_all();
-  }
-  void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
+  hanging_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step)
+      : delegating_stage(std::move(inner)), step_(step) {}
+  void release() { released_.set(); }
   double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
                  std::vector<dsa::tensor>& out) override {
-    if (key.step == step_) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return released_; });
-    }
-    return inner_->forward(key, in, labels, out);
+    if (key.step == step_) released_.wait();
+    return delegating_stage::forward(key, in, labels, out);
   }
-  void backward(const work_key& key, const dsa::tensor& g, dsa::tensor& gi) override { inner_->backward(key, g, gi); }
-  std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
-  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
-  void load_parameters(const std::vector<dsa::tensor>& u) override { inner_->load_parameters(u); }
 
 private:
-  std::unique_ptr<stage_compute> inner_;
   std::uint32_t step_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool released_ = false;
+  latch released_;
 };
 
 } // namespace
@@ -322,37 +345,19 @@ TEST_CASE("data parallel: a rank that stops answering fails the others by their 
 
 namespace {
 // Signals once backward of `step`'s last micro-batch has run on the wrapped stage.
-class signalling_stage : public stage_compute {
+class signalling_stage : public delegating_stage {
 public:
   signalling_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step, std::uint32_t last_mb)
-      : inner_(std::move(inner)), step_(step), last_mb_(last_mb) {}
-  bool wait(std::chrono::seconds bound) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    return cv_.wait_for(lock, bound, [&] { return done_; });
-  }
-  void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
-  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
-                 std::vector<dsa::tensor>& out) override {
-    return inner_->forward(key, in, labels, out);
-  }
+      : delegating_stage(std::move(inner)), step_(step), last_mb_(last_mb) {}
+  bool wait(std::chrono::seconds bound) { return done_.wait_for(bound); }
   void backward(const work_key& key, const dsa::tensor& g, dsa::tensor& gi) override {
-    inner_->backward(key, g, gi);
-    if (key.step == step_ && key.micro_batch == last_mb_) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-      cv_.notify_all();
-    }
+    delegating_stage::backward(key, g, gi);
+    if (key.step == step_ && key.micro_batch == last_mb_) done_.set();
   }
-  std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
-  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
-  void load_parameters(const std::vector<dsa::tensor>& u) override { inner_->load_parameters(u); }
 
 private:
-  std::unique_ptr<stage_compute> inner_;
   std::uint32_t step_, last_mb_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
+  latch done_;
 };
 } // namespace
 

@@ -18,15 +18,9 @@ fail() {
   exit 1
 }
 
-mkdir -p "$work/corpus"
-words=(the river ran past old mill where children played every summer and sang songs about green hills far away from town Mary went to Boston in 1961 with John)
-for d in $(seq -w 0 29); do
-  for s in $(seq 1 12); do
-    line=""
-    for w in $(seq 1 $((5 + (10#$d * 7 + s * 3) % 9))); do line+="${words[$(( (10#$d * 31 + s * 17 + w * 13) % ${#words[@]} ))]} "; done
-    echo "${line% }." >> "$work/corpus/doc$d.txt"
-  done
-done
+# shellcheck source=tiny_corpus.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"
+write_tiny_corpus "$work/corpus"
 cat > "$work/pre.toml" <<TOML
 train_batch_size = 8
 train_micro_batch_size_per_gpu = 2
