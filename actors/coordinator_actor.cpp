@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <exception>
 #include <map>
 #include <string>

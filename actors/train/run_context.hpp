@@ -53,8 +53,6 @@ public:
   void save(std::uint32_t step, const std::vector<std::uint64_t>& data_position);
 
   double last_loss() const { return last_loss_; }
-  // The model-state bytes measured after the run's first step, per stage (empty before).
-  const std::vector<std::int64_t>& model_state_totals() const { return measured_; }
   std::int64_t last_saved() const { return last_saved_; }
 
 private:
@@ -67,7 +65,7 @@ private:
   std::chrono::steady_clock::time_point last_;
   double last_loss_ = 0.0;
   std::int64_t last_saved_ = -1;
-  std::vector<std::int64_t> measured_;
+  bool states_measured_ = false; // the model-state bytes were compared after the first step
 };
 
 } // namespace dsa::train

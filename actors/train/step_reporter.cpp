@@ -22,13 +22,13 @@ bool checkpoint_due(const run_context& ctx, std::uint32_t step) {
 
 void step_reporter::on_step(const actors::step_summary& s) {
   const std::uint32_t step = s.step;
-  if (measured_.empty()) {
+  if (!states_measured_) {
+    states_measured_ = true;
     // After the first update every model-state buffer exists: compare with the accounting.
     for (std::uint32_t st = 0; st < ctx_.rc.stages; ++st) {
       const auto measured = train::measured_model_states(*ctx_.stages[st], *shards_[st]);
       const auto expected = expected_model_states(ctx_.stages[st]->part().parameters().count(), ctx_.rc.working,
                                                   run_zero_sizes(ctx_.rc, ctx_.ranges[st]));
-      measured_.push_back(measured.total());
       if (measured == expected)
         log_info("stage {}: model states measured after the first step: {} (as expected)", st, measured.describe());
       else
