@@ -43,7 +43,8 @@ partitioned_optimizer::partitioned_optimizer(const optimizer_config& cfg, flat_l
 }
 
 expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_config& cfg, flat_layout layout,
-                                                              std::uint32_t rank, const std::vector<tensor>& initial) {
+                                                              std::uint32_t rank, const std::vector<tensor>& initial,
+                                                              std::unique_ptr<chunked_state> store) {
   if (rank >= layout.ranks())
     return make_error(errc::invalid_argument, "partitioned optimizer: rank {} of {} ranks", rank, layout.ranks());
   const auto& tensors = layout.tensors();
@@ -57,34 +58,45 @@ expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_co
                         rank, tensors[i].name, shape_string(tensors[i].shape), t.defined() ? t.describe() : "undefined");
   }
   const std::int64_t size = layout.partition_numel();
-  partition_state state{tensor::zeros({size}, dtype::f32), tensor::zeros({size}, dtype::f32),
-                        tensor::zeros({size}, dtype::f32), 0};
-  const std::int64_t lo = layout.partition(rank).lo;
-  float* master = state.master.data<float>();
-  for (const auto& p : layout.pieces(layout.partition(rank))) {
-    const tensor& t = initial[p.tensor];
-    const auto* src = static_cast<const char*>(t.raw_data()) + p.tensor_offset * static_cast<std::int64_t>(dtype_size(t.type()));
-    cpu::cast(master + (p.flat_offset - lo), dtype::f32, src, t.type(), p.count);
+  if (!store) {
+    partition_state state{tensor::zeros({size}, dtype::f32), tensor::zeros({size}, dtype::f32),
+                          tensor::zeros({size}, dtype::f32), 0};
+    store = std::make_unique<resident_state>(state.master, state.exp_avg, state.exp_avg_sq);
   }
-  return create(cfg, std::move(layout), rank, std::move(state));
+  if (store->numel() != size)
+    return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: the state store holds {} elements, the partition {}",
+                      rank, store->numel(), size);
+  // Chunk by chunk: the masters from this rank's pieces, zeros elsewhere, moments 0.
+  const std::int64_t lo = layout.partition(rank).lo;
+  const auto pieces = layout.pieces(layout.partition(rank));
+  DSA_TRY(store->sweep(0, all_arrays, [&](const state_chunk& c) -> status {
+    const auto n = static_cast<std::size_t>(c.hi - c.lo);
+    for (unsigned a = 0; a < state_arrays; ++a) std::memset(c.arrays[a], 0, n * sizeof(float));
+    for (const auto& p : pieces) {
+      const std::int64_t from = std::max(p.flat_offset - lo, c.lo), to = std::min(p.flat_offset - lo + p.count, c.hi);
+      if (from >= to) continue;
+      const tensor& t = initial[p.tensor];
+      const std::int64_t element = p.tensor_offset + (from - (p.flat_offset - lo));
+      const auto* src = static_cast<const char*>(t.raw_data()) + element * static_cast<std::int64_t>(dtype_size(t.type()));
+      cpu::cast(c.arrays[master_array] + (from - c.lo), dtype::f32, src, t.type(), to - from);
+    }
+    return {};
+  }));
+  return finish_create(cfg, std::move(layout), rank, std::move(store), 0);
 }
 
 expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_config& cfg, flat_layout layout,
-                                                              std::uint32_t rank, partition_state state) {
+                                                              std::uint32_t rank, partition_state state,
+                                                              std::unique_ptr<chunked_state> store) {
   if (rank >= layout.ranks())
     return make_error(errc::invalid_argument, "partitioned optimizer: rank {} of {} ranks", rank, layout.ranks());
-  if (cfg.type == optimizer_type::lamb && layout.alignment() % cpu::lamb_norm_block != 0)
-    return make_error(errc::invalid_argument,
-                      "partitioned optimizer: LAMB needs the flat layout's alignment to be a multiple of {} elements "
-                      "(the norm block), got {}", cpu::lamb_norm_block, layout.alignment());
   const std::int64_t size = layout.partition_numel();
   DSA_TRY(check_flat(state.master, "master", size, rank, false));
   DSA_TRY(check_flat(state.exp_avg, "exp_avg", size, rank, false));
   DSA_TRY(check_flat(state.exp_avg_sq, "exp_avg_sq", size, rank, false));
   if (state.step < 0)
     return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: negative step count {}", rank, state.step);
-  partitioned_optimizer opt(cfg, std::move(layout), rank);
-  for (const auto& pad : padding_of(opt.pieces_, opt.partition()))
+  for (const auto& pad : padding_of(layout.pieces(layout.partition(rank)), layout.partition(rank)))
     for (const tensor* t : {&state.master, &state.exp_avg, &state.exp_avg_sq}) {
       const float* x = t->data<float>();
       for (std::int64_t i = pad.lo; i < pad.hi; ++i)
@@ -92,7 +104,33 @@ expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_co
           return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: padding element {} of the partition is {}, not 0",
                             rank, i, x[i]);
     }
-  opt.state_ = std::move(state);
+  if (store) {
+    if (store->numel() != size)
+      return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: the state store holds {} elements, the partition {}",
+                        rank, store->numel(), size);
+    DSA_TRY(write_arrays(*store, {state.master, state.exp_avg, state.exp_avg_sq}));
+  } else {
+    store = std::make_unique<resident_state>(std::move(state.master), std::move(state.exp_avg), std::move(state.exp_avg_sq));
+  }
+  return finish_create(cfg, std::move(layout), rank, std::move(store), state.step);
+}
+
+expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optimizer_config& cfg, flat_layout layout,
+                                                                     std::uint32_t rank,
+                                                                     std::unique_ptr<chunked_state> store,
+                                                                     std::int64_t step) {
+  if (cfg.type == optimizer_type::lamb && layout.alignment() % cpu::lamb_norm_block != 0)
+    return make_error(errc::invalid_argument,
+                      "partitioned optimizer: LAMB needs the flat layout's alignment to be a multiple of {} elements "
+                      "(the norm block), got {}", cpu::lamb_norm_block, layout.alignment());
+  // Chunks must start on alignment boundaries so LAMB's norm blocks stay whole.
+  if (store->chunks() > 1 && store->chunk_numel() % layout.alignment() != 0)
+    return make_error(errc::invalid_argument,
+                      "partitioned optimizer, rank {}: state chunks of {} elements are not a multiple of the layout's "
+                      "alignment ({} elements)", rank, store->chunk_numel(), layout.alignment());
+  partitioned_optimizer opt(cfg, std::move(layout), rank);
+  opt.store_ = std::move(store);
+  opt.step_ = step;
   DSA_TRY(opt.init_scratch());
   return opt;
 }
@@ -129,6 +167,21 @@ void partitioned_optimizer::set_betas(double beta1, double beta2) {
   cfg_.beta2 = beta2;
 }
 
+template <class Fn>
+void partitioned_optimizer::each_piece_in(const state_chunk& c, Fn&& fn) const {
+  const std::int64_t lo = partition().lo;
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    const flat_piece& p = pieces_[i];
+    const std::int64_t from = std::max(p.flat_offset - lo, c.lo), to = std::min(p.flat_offset - lo + p.count, c.hi);
+    if (from >= to) continue;
+    flat_piece part = p;
+    part.tensor_offset = p.tensor_offset + (from - (p.flat_offset - lo));
+    part.flat_offset = lo + from;
+    part.count = to - from;
+    fn(i, part);
+  }
+}
+
 status partitioned_optimizer::step(const partition_step& in) {
   const std::int64_t size = layout_.partition_numel();
   DSA_TRY(check_flat(in.grad, "grad", size, rank_, false));
@@ -138,63 +191,80 @@ status partitioned_optimizer::step(const partition_step& in) {
   const bool half_out = in.working.defined() && in.working.type() != dtype::f32;
   std::uint16_t* half = half_out ? in.working.data<std::uint16_t>() : nullptr;
   const dtype half_type = half_out ? in.working.type() : dtype::f16;
-  ++state_.step;
+  // f32 working weights are the masters: each chunk is copied out while it is at hand.
+  float* f32_out = in.working.defined() && !half_out ? in.working.data<float>() : nullptr;
+  ++step_;
   if (cfg_.type == optimizer_type::lamb) {
-    DSA_TRY(step_lamb(grad, half, half_type, in.combine));
+    DSA_TRY(step_lamb(grad, half, half_type, f32_out, in.combine));
   } else {
-    step_adam(grad, half, half_type);
+    DSA_TRY(step_adam(grad, half, half_type, f32_out));
   }
   if (half_out) zero_padding(in.working);
-  else if (in.working.defined()) std::memcpy(in.working.raw_data(), state_.master.raw_data(), state_.master.nbytes());
   return {};
 }
 
-void partitioned_optimizer::step_adam(float* grad, std::uint16_t* half, dtype half_type) {
+namespace {
+void copy_chunk(float* out, const state_chunk& c) {
+  if (out)
+    std::memcpy(out + c.lo, c.arrays[master_array], static_cast<std::size_t>(c.hi - c.lo) * sizeof(float));
+}
+} // namespace
+
+status partitioned_optimizer::step_adam(float* grad, std::uint16_t* half, dtype half_type, float* f32_out) {
   const std::int64_t lo = partition().lo;
-  float* master = state_.master.data<float>();
-  float* m = state_.exp_avg.data<float>();
-  float* v = state_.exp_avg_sq.data<float>();
-  for (const auto& piece : pieces_) {
-    const std::int64_t at = piece.flat_offset - lo;
-    cpu::adam_params p;
-    p.lr = static_cast<float>(lr_);
-    p.beta1 = static_cast<float>(cfg_.beta1);
-    p.beta2 = static_cast<float>(cfg_.beta2);
-    p.eps = static_cast<float>(cfg_.eps);
-    p.weight_decay = layout_.tensors()[piece.tensor].decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    p.mode = cfg_.decoupled_decay() ? cpu::adam_mode::adamw : cpu::adam_mode::adam;
-    p.correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
-    p.step = state_.step;
-    cpu::adam_update(master + at, m + at, v + at, grad + at, half ? half + at : nullptr, half_type, p, piece.count);
-  }
+  return store_->sweep(all_arrays, all_arrays, [&](const state_chunk& c) -> status {
+    each_piece_in(c, [&](std::size_t, const flat_piece& piece) {
+      const std::int64_t at = piece.flat_offset - lo; // in the partition
+      const std::int64_t in_chunk = at - c.lo;
+      cpu::adam_params p;
+      p.lr = static_cast<float>(lr_);
+      p.beta1 = static_cast<float>(cfg_.beta1);
+      p.beta2 = static_cast<float>(cfg_.beta2);
+      p.eps = static_cast<float>(cfg_.eps);
+      p.weight_decay = layout_.tensors()[piece.tensor].decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+      p.mode = cfg_.decoupled_decay() ? cpu::adam_mode::adamw : cpu::adam_mode::adam;
+      p.correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
+      p.step = step_;
+      cpu::adam_update(c.arrays[master_array] + in_chunk, c.arrays[exp_avg_array] + in_chunk,
+                       c.arrays[exp_avg_sq_array] + in_chunk, grad + at, half ? half + at : nullptr, half_type, p,
+                       piece.count);
+    });
+    copy_chunk(f32_out, c);
+    return {};
+  });
 }
 
-status partitioned_optimizer::step_lamb(float* grad, std::uint16_t* half, dtype half_type,
+status partitioned_optimizer::step_lamb(float* grad, std::uint16_t* half, dtype half_type, float* f32_out,
                                         const norm_combine& combine) {
   const std::int64_t lo = partition().lo;
-  float* master = state_.master.data<float>();
-  float* m = state_.exp_avg.data<float>();
-  float* v = state_.exp_avg_sq.data<float>();
   const auto& tensors = layout_.tensors();
   std::vector<cpu::lamb_params> params(pieces_.size());
-  std::fill(exchange_.begin(), exchange_.end(), 0.0);
-  // Pass one: moments, update direction (into grad) and block sums of every piece.
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
-    const flat_piece& piece = pieces_[i];
     cpu::lamb_params& p = params[i];
     p.lr = static_cast<float>(lr_);
     p.beta1 = static_cast<float>(cfg_.beta1);
     p.beta2 = static_cast<float>(cfg_.beta2);
     p.eps = static_cast<float>(cfg_.eps);
-    p.weight_decay = tensors[piece.tensor].decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    p.weight_decay = tensors[pieces_[i].tensor].decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
     p.max_coeff = static_cast<float>(cfg_.max_coeff);
     p.min_coeff = static_cast<float>(cfg_.min_coeff);
     p.correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
-    p.step = state_.step;
-    const std::int64_t at = piece.flat_offset - lo;
-    double* sums = (exchange_at_[piece.tensor] >= 0 ? exchange_.data() : local_.data()) + piece_sums_at_[i];
-    cpu::lamb_first_pass(m + at, v + at, grad + at, sums, master + at, grad + at, p, piece.count);
+    p.step = step_;
   }
+  std::fill(exchange_.begin(), exchange_.end(), 0.0);
+  // Pass one, chunk by chunk: moments, update direction (into grad) and the block sums
+  // (a part of a piece starts on a norm block: chunks and pieces are aligned).
+  DSA_TRY(store_->sweep(all_arrays, array_bit(exp_avg_array) | array_bit(exp_avg_sq_array),
+                        [&](const state_chunk& c) -> status {
+    each_piece_in(c, [&](std::size_t i, const flat_piece& part) {
+      const std::int64_t at = part.flat_offset - lo, in_chunk = at - c.lo;
+      const std::int64_t block = (part.tensor_offset - pieces_[i].tensor_offset) / cpu::lamb_norm_block;
+      double* sums = (exchange_at_[part.tensor] >= 0 ? exchange_.data() : local_.data()) + piece_sums_at_[i] + 2 * block;
+      cpu::lamb_first_pass(c.arrays[exp_avg_array] + in_chunk, c.arrays[exp_avg_sq_array] + in_chunk, grad + at, sums,
+                           c.arrays[master_array] + in_chunk, grad + at, params[i], part.count);
+    });
+    return {};
+  }));
   // The block sums of tensors spanning ranks, from every rank.
   std::vector<double> combined;
   if (!exchange_.empty()) {
@@ -209,7 +279,7 @@ status partitioned_optimizer::step_lamb(float* grad, std::uint16_t* half, dtype 
                         rank_, summed->size(), exchange_.size());
     combined = std::move(*summed);
   }
-  // Pass two: each tensor's trust ratio from all of its blocks, in block order.
+  // Each tensor's trust ratio from all of its blocks, in block order.
   lamb_coeffs_.clear();
   lamb_sums_.clear();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
@@ -220,13 +290,19 @@ status partitioned_optimizer::step_lamb(float* grad, std::uint16_t* half, dtype 
                             cpu::lamb_norm_blocks(tensors[piece.tensor].numel));
     else
       cpu::lamb_norm_totals(totals, local_.data() + piece_sums_at_[i], cpu::lamb_norm_blocks(piece.count));
-    const float coeff = cpu::lamb_trust_ratio(totals[0], totals[1], params[i]);
-    lamb_coeffs_.push_back(coeff);
+    lamb_coeffs_.push_back(cpu::lamb_trust_ratio(totals[0], totals[1], params[i]));
     lamb_sums_.insert(lamb_sums_.end(), {totals[0], totals[1]});
-    const std::int64_t at = piece.flat_offset - lo;
-    cpu::lamb_second_pass(master + at, half ? half + at : nullptr, grad + at, half_type, coeff, params[i], piece.count);
   }
-  return {};
+  // Pass two, chunk by chunk: the masters (and half copies) move along the update.
+  return store_->sweep(array_bit(master_array), array_bit(master_array), [&](const state_chunk& c) -> status {
+    each_piece_in(c, [&](std::size_t i, const flat_piece& part) {
+      const std::int64_t at = part.flat_offset - lo, in_chunk = at - c.lo;
+      cpu::lamb_second_pass(c.arrays[master_array] + in_chunk, half ? half + at : nullptr, grad + at, half_type,
+                            lamb_coeffs_[i], params[i], part.count);
+    });
+    copy_chunk(f32_out, c);
+    return {};
+  });
 }
 
 void partitioned_optimizer::zero_padding(const tensor& working) const {
@@ -238,8 +314,27 @@ void partitioned_optimizer::zero_padding(const tensor& working) const {
 
 status partitioned_optimizer::write_working(const tensor& working) const {
   DSA_TRY(check_flat(working, "working", layout_.partition_numel(), rank_, true));
-  cpu::cast(working.raw_data(), working.type(), state_.master.raw_data(), dtype::f32, layout_.partition_numel());
-  return {};
+  const std::size_t width = dtype_size(working.type());
+  auto* out = static_cast<char*>(working.raw_data());
+  return store_->sweep(array_bit(master_array), 0, [&](const state_chunk& c) -> status {
+    cpu::cast(out + c.lo * static_cast<std::int64_t>(width), working.type(), c.arrays[master_array], dtype::f32,
+              c.hi - c.lo);
+    return {};
+  });
+}
+
+expected<partition_state> partitioned_optimizer::read_state() const {
+  if (const auto* mem = dynamic_cast<const resident_state*>(store_.get()))
+    return partition_state{mem->array(master_array), mem->array(exp_avg_array), mem->array(exp_avg_sq_array), step_};
+  DSA_ASSIGN_OR_RETURN(auto arrays, read_arrays(*store_));
+  return partition_state{std::move(arrays[0]), std::move(arrays[1]), std::move(arrays[2]), step_};
+}
+
+partition_state partitioned_optimizer::state() const {
+  const auto* mem = dynamic_cast<const resident_state*>(store_.get());
+  DSA_CHECK(mem != nullptr, "partitioned optimizer, rank {}: state() of a state in {} (use read_state)", rank_,
+            store_->where());
+  return {mem->array(master_array), mem->array(exp_avg_array), mem->array(exp_avg_sq_array), step_};
 }
 
 double partitioned_optimizer::grad_sum_of_squares(const tensor& grad) const {
@@ -259,10 +354,6 @@ std::vector<double> partitioned_optimizer::add_gathered(const std::vector<double
   for (std::uint32_t r = 1; r < ranks; ++r)
     for (std::size_t i = 0; i < per_rank; ++i) out[i] += gathered[r * per_rank + i];
   return out;
-}
-
-std::int64_t partitioned_optimizer::state_bytes() const {
-  return static_cast<std::int64_t>(state_.master.nbytes() + state_.exp_avg.nbytes() + state_.exp_avg_sq.nbytes());
 }
 
 std::int64_t partitioned_optimizer::scratch_bytes() const {

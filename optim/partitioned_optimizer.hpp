@@ -16,17 +16,24 @@
 // add_gathered, both give every rank the same bits. Tensors that lie on one rank
 // need no exchange.
 //
+// The three arrays live in a chunked_state: in memory by default, or in NVMe swap
+// files (io/aio/swap_store.hpp) streamed through a few buffers one sub-group at a
+// time. The update runs chunk by chunk with the same kernels, so the bits do not
+// depend on where the state lives or on the chunk size.
+//
 // Not thread-safe: one thread calls step() (the kernels parallelize inside).
 #pragma once
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "optim/chunked_state.hpp"
 #include "optim/flat_layout.hpp"
 #include "optim/optimizer.hpp"
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,12 +72,16 @@ class partitioned_optimizer {
 public:
   // From a stage's whole initial parameters (tensors in layout order, f32/f16/bf16,
   // shapes as the layout's): copies this rank's pieces into fresh masters; moments 0.
+  // `store` (empty, numel = partition_numel) receives the arrays chunk by chunk; without
+  // one they are allocated in memory.
   static expected<partitioned_optimizer> create(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank,
-                                                const std::vector<tensor>& initial);
-  // From a saved or repartitioned state (partition_checkpoint.hpp); the tensors are
-  // taken over, not copied. Non-zero padding is refused.
+                                                const std::vector<tensor>& initial,
+                                                std::unique_ptr<chunked_state> store = nullptr);
+  // From a saved or repartitioned state (partition_checkpoint.hpp): without a store the
+  // tensors are taken over, not copied; with one they are written into it. Non-zero
+  // padding is refused.
   static expected<partitioned_optimizer> create(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank,
-                                                partition_state state);
+                                                partition_state state, std::unique_ptr<chunked_state> store = nullptr);
 
   void set_lr(double lr) { lr_ = lr; }
   void set_betas(double beta1, double beta2);
@@ -99,9 +110,13 @@ public:
   flat_range partition() const { return layout_.partition(rank_); }
   const std::vector<flat_piece>& pieces() const { return pieces_; }
   const optimizer_config& settings() const { return cfg_; }
-  std::int64_t step_count() const { return state_.step; }
-  // Bytes of optimizer state held: 12 x partition_numel (fp32 master, exp_avg, exp_avg_sq).
-  std::int64_t state_bytes() const;
+  std::int64_t step_count() const { return step_; }
+  // Bytes of optimizer state: 12 x partition_numel (fp32 master, exp_avg, exp_avg_sq),
+  // wherever it lives.
+  std::int64_t state_bytes() const { return 12 * layout_.partition_numel(); }
+  // What of it is in memory: all of it, or the swap buffers (chunked_state::resident_bytes).
+  std::int64_t resident_bytes() const { return store_->resident_bytes(); }
+  const chunked_state& store() const { return *store_; }
   // Scratch beyond the state, in bytes (LAMB block sums and the exchange vector).
   std::int64_t scratch_bytes() const;
   // Trust ratios of the last LAMB step, one per piece in pieces() order.
@@ -109,21 +124,31 @@ public:
   // The whole-tensor sums behind them: {sum p^2, sum u^2} per piece, 2 x pieces() values.
   const std::vector<double>& last_lamb_sums() const { return lamb_sums_; }
 
-  // The state itself (views, valid while no step runs).
-  const partition_state& state() const { return state_; }
+  // The state: views of the arrays when they are in memory (valid while no step runs),
+  // a copy read back from the store otherwise.
+  expected<partition_state> read_state() const;
+  // The same for a state in memory only (tests): a broken invariant otherwise.
+  partition_state state() const;
 
 private:
   partitioned_optimizer(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank);
+  static expected<partitioned_optimizer> finish_create(const optimizer_config& cfg, flat_layout layout,
+                                                       std::uint32_t rank, std::unique_ptr<chunked_state> store,
+                                                       std::int64_t step);
   status init_scratch();
-  void step_adam(float* grad, std::uint16_t* half, dtype half_type);
-  status step_lamb(float* grad, std::uint16_t* half, dtype half_type, const norm_combine& combine);
+  status step_adam(float* grad, std::uint16_t* half, dtype half_type, float* f32_out);
+  status step_lamb(float* grad, std::uint16_t* half, dtype half_type, float* f32_out, const norm_combine& combine);
   void zero_padding(const tensor& working) const;
+  // Calls fn(piece index, the part of that piece inside chunk c) for every piece meeting c.
+  template <class Fn>
+  void each_piece_in(const state_chunk& c, Fn&& fn) const;
 
   optimizer_config cfg_;
   flat_layout layout_;
   std::uint32_t rank_ = 0;
   std::vector<flat_piece> pieces_; // this rank's, in flat order
-  partition_state state_;
+  std::unique_ptr<chunked_state> store_; // master, exp_avg, exp_avg_sq
+  std::int64_t step_ = 0;
   double lr_ = 0.0;
   // LAMB block sums: of pieces of tensors on this rank only in local_, of pieces of tensors
   // spanning ranks in exchange_ (every such tensor's blocks at exchange_at_[tensor]).

@@ -127,7 +127,7 @@ expected<transfer_rates> measure_engine(const std::string& dir, const aio::aio_c
   double best_write = 1e30, best_read = 1e30;
   status outcome;
   for (int rep = 0; rep < reps && outcome; ++rep) {
-    aio::aio_request req{aio::aio_op::write, path, b.src.data(), b.src.size(), bytes, 0, {}};
+    aio::aio_request req{aio::aio_op::write, path, b.src.data(), b.src.size(), bytes, 0, {}, {}};
     auto t0 = clock_type::now();
     auto w = engine->submit(req).get();
     best_write = std::min(best_write, seconds_since(t0));
@@ -137,7 +137,7 @@ expected<transfer_rates> measure_engine(const std::string& dir, const aio::aio_c
     }
     rates.direct = w.direct;
     std::memset(b.dst.data(), 0, bytes);
-    req = {aio::aio_op::read, path, b.dst.data(), b.dst.size(), bytes, 0, {}};
+    req = {aio::aio_op::read, path, b.dst.data(), b.dst.size(), bytes, 0, {}, {}};
     t0 = clock_type::now();
     auto r = engine->submit(req).get();
     best_read = std::min(best_read, seconds_since(t0));

@@ -2,12 +2,14 @@
 #include "actors/train/bert_optimizer.hpp"
 
 #include "optim/grad_clip.hpp"
+#include "io/aio/swap_store.hpp"
 #include "optim/partition_checkpoint.hpp"
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -20,7 +22,7 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   const auto& specs = options_.specs;
   DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
             options_.participant, initial.size(), specs.size());
-  if (options_.zero_ranks > 1) return init_partitioned(initial);
+  if (options_.zero_ranks > 1 || options_.offload) return init_partitioned(initial);
   dtype half = working_dtype(options_.working);
   slots_.clear();
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -58,7 +60,7 @@ tensor layout_view(const tensor& flat, const optim::flat_tensor& t) {
 
 void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
   const auto& specs = options_.specs;
-  DSA_CHECK(options_.peers && options_.zero_rank < options_.zero_ranks,
+  DSA_CHECK((options_.peers || options_.zero_ranks == 1) && options_.zero_rank < options_.zero_ranks,
             "optimizer shard {}: ZeRO rank {} of {} without its peers", options_.participant, options_.zero_rank,
             options_.zero_ranks);
   std::vector<optim::flat_tensor_spec> flat;
@@ -66,8 +68,22 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
   auto layout = optim::flat_layout::create(std::move(flat), options_.zero_ranks);
   if (!layout) throw std::runtime_error(layout.err().message);
   auto create = [&]() -> expected<optim::partitioned_optimizer> {
+    std::unique_ptr<optim::chunked_state> store; // none: in memory
+    if (const auto& off = options_.offload) {
+      aio::swap_options so;
+      so.dir = off->dir;
+      so.name = fmt::format("stage{}", options_.participant);
+      so.numel = layout->partition_numel();
+      so.sub_group = off->sub_group;
+      so.granule = layout->alignment();
+      so.buffer_count = off->buffer_count;
+      so.pipeline_read = off->pipeline_read;
+      so.pipeline_write = off->pipeline_write;
+      DSA_ASSIGN_OR_RETURN(store, aio::swap_store::create(off->engine, so));
+    }
     if (options_.resume_masters.empty())
-      return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, initial);
+      return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, initial,
+                                                  std::move(store));
     // A checkpoint holds whole tensors (payload() gathers them; the model group holds
     // every stage's): this stage's, read as the pieces [0, numel), cut to this rank's partition.
     optim::state_map mine;
@@ -88,7 +104,8 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
     mine["optimizer_step_count"] = count;
     DSA_ASSIGN_OR_RETURN(auto index, optim::saved_partitions::index({optim::saved_partition_of(std::move(mine))}));
     DSA_ASSIGN_OR_RETURN(auto state, index.partition(*layout, options_.zero_rank));
-    return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, std::move(state));
+    return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, std::move(state),
+                                                std::move(store));
   };
   auto created = create();
   if (!created) throw std::runtime_error(created.err().message);
@@ -134,11 +151,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
       s = part_->step(in);
     }
     if (!s) throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
-    if (auto g = options_.peers->allgather(flat_working_.raw_data(), working.raw_data(), flat_working_.type(),
-                                           flat_working_.numel());
-        !g)
-      throw std::runtime_error(fmt::format("gathering stage {}'s updated weights from the other ranks: {}",
-                                           options_.participant, g.err().message));
+    gather_flat(flat_working_, working, "updated weights");
     out.clear();
     version_bytes_ = static_cast<std::int64_t>(flat_working_.nbytes());
     for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_working_, t));
@@ -164,6 +177,16 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   return !d.skip;
 }
 
+void bert_optimizer::gather_flat(const tensor& all, const tensor& mine, const char* what) const {
+  if (options_.zero_ranks == 1) {
+    if (all.raw_data() != mine.raw_data()) std::memcpy(all.raw_data(), mine.raw_data(), mine.nbytes());
+    return;
+  }
+  if (auto g = options_.peers->allgather(all.raw_data(), mine.raw_data(), all.type(), all.numel()); !g)
+    throw std::runtime_error(fmt::format("gathering stage {}'s {} from the other ranks: {}", options_.participant, what,
+                                         g.err().message));
+}
+
 void bert_optimizer::write_working(std::vector<tensor>& out) {
   out.resize(slots_.size());
   version_bytes_ = 0;
@@ -179,10 +202,13 @@ void bert_optimizer::write_working(std::vector<tensor>& out) {
 shard_bytes bert_optimizer::held_bytes() const {
   shard_bytes b;
   if (part_) {
-    const auto& st = part_->state();
     b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes());
-    b.masters = static_cast<std::int64_t>(st.master.nbytes());
-    b.moments = static_cast<std::int64_t>(st.exp_avg.nbytes() + st.exp_avg_sq.nbytes());
+    if (dynamic_cast<const optim::resident_state*>(&part_->store())) {
+      b.masters = 4 * part_->layout().partition_numel();
+      b.moments = 8 * part_->layout().partition_numel();
+    } else {
+      b.swap_buffers = part_->resident_bytes();
+    }
     b.version = version_bytes_;
     return b;
   }
@@ -203,15 +229,18 @@ state_payload bert_optimizer::payload() const {
   state_payload p;
   if (part_) {
     // Every rank's partition of the masters and moments, then whole tensors by name.
+    // Swapped state is read back from NVMe first: a checkpoint holds the real state.
     const auto& layout = part_->layout();
-    const auto& st = part_->state();
+    auto read = part_->read_state();
+    if (!read)
+      throw std::runtime_error(fmt::format("reading stage {}'s optimizer state for a checkpoint: {}",
+                                           options_.participant, read.err().message));
+    const auto& st = *read;
     const char* kinds[3] = {"master.", ".exp_avg", ".exp_avg_sq"};
     const tensor* mine[3] = {&st.master, &st.exp_avg, &st.exp_avg_sq};
     for (int k = 0; k < 3; ++k) {
-      tensor all = tensor::empty({layout.padded_numel()}, dtype::f32);
-      if (auto g = options_.peers->allgather(all.raw_data(), mine[k]->raw_data(), dtype::f32, all.numel()); !g)
-        throw std::runtime_error(fmt::format("gathering stage {}'s optimizer state for a checkpoint: {}",
-                                             options_.participant, g.err().message));
+      tensor all = options_.zero_ranks == 1 ? *mine[k] : tensor::empty({layout.padded_numel()}, dtype::f32);
+      gather_flat(all, *mine[k], "optimizer state for a checkpoint");
       for (const auto& t : layout.tensors()) {
         const std::string name = k == 0 ? kinds[0] + t.name : t.name + kinds[k];
         p[name] = layout_view(all, t);

@@ -10,6 +10,7 @@
 #include "actors/train/precision.hpp"
 #include "actors/train/step_decider.hpp"
 #include "models/bert/parameter_specs.hpp"
+#include "io/aio/aio_engine.hpp"
 #include "io/net/communicator.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/partitioned_optimizer.hpp"
@@ -43,6 +44,17 @@ struct bert_optimizer_options {
   // carries LAMB's norm exchange. zero_ranks 1: the whole stage (ZeRO stage 0).
   std::uint32_t zero_rank = 0, zero_ranks = 1;
   std::shared_ptr<net::communicator> peers;
+  // zero_optimization.offload_optimizer.device = "nvme": the partition's masters and
+  // moments live in swap files in `dir`, moved by `engine` one sub-group at a time
+  // (io/aio/swap_store.hpp). The shard is then partitioned even on one rank.
+  struct nvme_offload {
+    std::shared_ptr<aio::aio_engine> engine;
+    std::string dir;
+    std::int64_t sub_group = 1'000'000'000;
+    std::size_t buffer_count = 4;
+    bool pipeline_read = false, pipeline_write = false;
+  };
+  std::optional<nvme_offload> offload;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -50,6 +62,7 @@ struct bert_optimizer_options {
 // The bytes a shard holds (memory_accounting.hpp).
 struct shard_bytes {
   std::int64_t gradients = 0, masters = 0, half_masters = 0, moments = 0, version = 0;
+  std::int64_t swap_buffers = 0; // NVMe offload: the buffers the masters and moments pass through
 };
 
 class bert_optimizer final : public actors::optimizer_compute {
@@ -72,13 +85,17 @@ public:
   // the checkpoint has the same form as without ZeRO and loads on any rank count.
   state_payload payload() const;
   // ZeRO: whether payload() is a collective.
-  bool partitioned() const { return part_.has_value(); }
+  bool partitioned() const { return part_.has_value() && options_.zero_ranks > 1; }
+  // Where the masters and moments live, for the log: "memory" or "nvme: DIR".
+  std::string state_location() const { return part_ ? part_->store().where() : "memory"; }
   // What the shard holds: its gradient buffers, masters (and their half copies),
   // moments, and the last parameter version it wrote (0 before its first update).
   shard_bytes held_bytes() const;
 
 private:
   void write_working(std::vector<tensor>& out);
+  // The whole flat buffer from every rank's partition (a copy with one rank).
+  void gather_flat(const tensor& all, const tensor& mine, const char* what) const;
 
   bert_optimizer_options options_;
   std::vector<optim::param_slot> slots_; // in stage order (views shared with the groups)

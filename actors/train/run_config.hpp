@@ -8,6 +8,7 @@
 
 #include "io/net/comms_logger.hpp"
 #include "actors/train/batch_config.hpp"
+#include "actors/train/offload_config.hpp"
 #include "actors/train/precision.hpp"
 #include "core/config.hpp"
 #include "models/bert/bert_config.hpp"
@@ -90,6 +91,7 @@ struct run_config {
   std::int64_t reduce_bucket_elements = 500'000'000;
   int zero_stage = 0;       // zero_optimization.stage: 0, or 1 (optimizer state partitioned over the ranks)
   bool overlap_comm = false;              // zero_optimization.overlap_comm (DeepSpeed's default for stages 0-2)
+  offload_settings offload; // zero_optimization.offload_optimizer, sub_group_size, [aio]
   net::comms_logger_options comms_logger; // [comms_logger], DeepSpeed's keys
   std::uint32_t stages = 1;
   std::string partition = "parameters";

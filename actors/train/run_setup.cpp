@@ -7,6 +7,7 @@
 #include "actors/train/memory_accounting.hpp"
 #include "actors/train/partition.hpp"
 #include "core/log.hpp"
+#include "io/aio/swap_store.hpp"
 #include "io/ckpt/atomic_file.hpp"
 #include "io/ckpt/safetensors.hpp"
 #include "io/data/pretrain_shard.hpp"
@@ -258,6 +259,19 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
                          static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
   rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);
   rr.parts.tied.assign(rc.stages, -1);
+  const auto& off = rc.offload;
+  if (off.swaps()) {
+    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, ctx.rank));
+    if (ctx.rank == 0)
+      log_info("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to {}/rank<r>, in sub-groups of up to "
+               "{} elements through {} buffers per stage (pipeline_read {}, pipeline_write {}; [aio] {})",
+               off.nvme_path + "/" + swap_job_name(rc.run_dir), off.sub_group_size,
+               aio::swap_buffers_needed(off.pipeline_read, off.pipeline_write), off.pipeline_read, off.pipeline_write,
+               off.aio.summary());
+  } else if (off.device == offload_device::cpu && ctx.rank == 0) {
+    log_info("offload_optimizer.device = \"cpu\": on a CPU rank the optimizer state is in host memory already and is "
+             "stepped by the CPU kernels; nothing changes");
+  }
   for (std::uint32_t s = 0; s < rc.stages; ++s) {
     bert_optimizer_options o;
     o.participant = s;
@@ -276,6 +290,10 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
       o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
     }
+    if (rr.swap)
+      o.offload = bert_optimizer_options::nvme_offload{rr.swap->engine(), rr.swap->dir(), off.sub_group_size,
+                                                       static_cast<std::size_t>(off.buffer_count), off.pipeline_read,
+                                                       off.pipeline_write};
     if (start.resumed) {
       o.resume_masters = start.resumed->masters;
       o.resume_state = start.resumed->optimizer_states[s];

@@ -48,6 +48,7 @@ expected<rank_start> prepare_rank(run_context& ctx);
 // One rank's part of the run: its share of the data, its optimizer shards, and
 // the runtime's view of its stages and shards.
 struct rank_run {
+  std::unique_ptr<swap_area> swap; // NVMe offload: before the shards, so it goes after them
   std::unique_ptr<feed_source> source;
   std::vector<std::unique_ptr<bert_optimizer>> shards;
   actors::run_parts parts;

@@ -205,7 +205,7 @@ void aio_engine::finish(request_state& st) {
   const aio_request& req = st.request;
   if (st.opened && req.op == aio_op::write && !st.failed()) {
     // Cut the padding written past the logical end (see aio_request).
-    auto length = static_cast<off_t>(req.file_offset + req.bytes);
+    auto length = static_cast<off_t>(req.file_length.value_or(req.file_offset + req.bytes));
     if (ckpt::retry_eintr([&] { return ::ftruncate(st.file.fd.get(), length); }) != 0)
       st.fail(make_error(errc::io, "aio write '{}': cannot set the length to {}: {}", req.path,
                          length, std::strerror(errno)));

@@ -36,6 +36,9 @@ struct aio_request {
   // Reads: the size the file must have (default file_offset + bytes); another size is an
   // error naming the file. Writes: ignored (the file's length becomes file_offset + bytes).
   std::optional<std::uint64_t> expect_file_size;
+  // Writes: the length the file is given afterwards instead of file_offset + bytes (a
+  // range written into the middle of a file of this length, as the swap files are).
+  std::optional<std::uint64_t> file_length;
 };
 
 struct aio_completion {

@@ -1,6 +1,7 @@
-// GEMM through OpenBLAS cblas_sgemm (row-major). The installed OpenBLAS (0.3.21) has no
-// cblas_sgemm_batch: a batch of small matrices is spread over OpenMP threads, one
-// single-threaded sgemm per entry; a single GEMM is threaded by OpenBLAS.
+// GEMM through OpenBLAS cblas_sgemm (row-major), always single-threaded inside OpenBLAS: a
+// GEMM is cut into row blocks by its shape and the blocks spread over OpenMP threads; the
+// installed OpenBLAS (0.3.21) has no cblas_sgemm_batch, so a batch of small matrices is
+// spread over the threads one entry each.
 #include "kernels/cpu/gemm.hpp"
 
 #include "core/error.hpp"
@@ -9,6 +10,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -80,41 +82,51 @@ void gemm_resolved(float* c, const float* a, const float* b, const gemm_shape& s
               static_cast<blasint>(s.ldc));
 }
 
-// While alive, OpenBLAS runs each sgemm on its calling thread. The setting is process-wide in
-// 0.3.21 (no per-call or per-thread form), and pipeline stages call gemm_batched
-// concurrently: the first scope to open saves the count and sets 1, the last to close
-// restores it, so interleaved scopes never leave it at 1. A GEMM that another thread starts
-// inside the window runs single-threaded; its result is the same (OpenBLAS splits m and n
-// across threads, never k).
-class blas_single_thread_scope {
-public:
-  blas_single_thread_scope() {
-    std::lock_guard<std::mutex> lock(state().mutex);
-    if (state().open_scopes++ == 0) {
-      state().saved_threads = openblas_get_num_threads();
-      openblas_set_num_threads(1);
-    }
-  }
-  ~blas_single_thread_scope() {
-    std::lock_guard<std::mutex> lock(state().mutex);
-    if (--state().open_scopes == 0)
-      openblas_set_num_threads(state().saved_threads);
-  }
-  blas_single_thread_scope(const blas_single_thread_scope&) = delete;
-  blas_single_thread_scope& operator=(const blas_single_thread_scope&) = delete;
+// OpenBLAS runs single-threaded, always; dsactor spreads a GEMM over OpenMP threads itself,
+// cutting C into row blocks chosen from the shape alone. OpenBLAS 0.3.21 picks its kernels
+// by its thread count (single-threaded small-matrix kernels sum k in another order), and that
+// count is process-wide: when concurrent pipeline stages changed it, a GEMM's bits depended
+// on what the other threads were doing, and two identical runs differed in the 8th digit.
+// Now a result depends on the shape and operands only: not on OMP_NUM_THREADS, on being
+// called inside a parallel region, or on other threads' GEMMs (test_gemm checks all three).
+void blas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
 
-private:
-  struct shared {
-    std::mutex mutex;
-    int open_scopes = 0;
-    int saved_threads = 1;
-  };
-  // Mirrors OpenBLAS's own process-wide thread count, hence process-wide itself.
-  static shared& state() {
-    static shared s;
-    return s;
+// Row blocks of C: at least 2^21 multiply-adds and 16 rows each, at most 16 blocks, so a
+// BERT-base projection (1024 x 768 x 768) gets 16 blocks and a tiny one a single block.
+std::int64_t row_blocks(const gemm_shape& s) {
+  const std::int64_t by_work = s.m * s.n * s.k / (std::int64_t{1} << 21);
+  return std::max<std::int64_t>(1, std::min<std::int64_t>({16, by_work, s.m / 16}));
+}
+
+// One GEMM in row blocks: concurrently on the OpenMP threads, or one after the other when
+// called inside a parallel region (the same blocks, so the same bits).
+void gemm_blocks(float* c, const float* a, const float* b, const gemm_shape& s) {
+  blas_single_threaded();
+  const std::int64_t blocks = row_blocks(s);
+  if (blocks == 1) {
+    gemm_resolved(c, a, b, s);
+    return;
   }
-};
+  const std::int64_t rows = (s.m + blocks - 1) / blocks;
+  auto run_block = [&](std::int64_t i) {
+    const std::int64_t lo = i * rows, hi = std::min(s.m, lo + rows);
+    if (lo >= hi) return;
+    gemm_shape part = s;
+    part.m = hi - lo;
+    // Rows lo.. of op(A): rows of A, or columns of a transposed A.
+    const float* a_part = s.trans_a == transpose::yes ? a + lo : a + lo * s.lda;
+    gemm_resolved(c + lo * s.ldc, a_part, b, part);
+  };
+  if (omp_in_parallel()) {
+    for (std::int64_t i = 0; i < blocks; ++i) run_block(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < blocks; ++i) run_block(i);
+}
 
 // Entries of at most this many multiply-adds go one per OpenMP thread: for attention's
 // (128 x 64)(64 x 128) products, 1.2x faster than OpenBLAS threading each call (2 cores,
@@ -149,7 +161,7 @@ void check_batch(const gemm_batch& batch) {
 } // namespace
 
 void gemm(float* c, const float* a, const float* b, const gemm_shape& shape) {
-  gemm_resolved(c, a, b, resolve(shape).s);
+  gemm_blocks(c, a, b, resolve(shape).s);
 }
 
 void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& shape,
@@ -158,16 +170,16 @@ void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& sh
   const gemm_shape s = resolve(shape).s;
   if (!spread_entries(s, batch)) {
     for (std::int64_t i = 0; i < batch.count; ++i)
-      gemm_resolved(c + i * batch.stride_c, a + i * batch.stride_a, b + i * batch.stride_b, s);
+      gemm_blocks(c + i * batch.stride_c, a + i * batch.stride_a, b + i * batch.stride_b, s);
     return;
   }
   // Entries may share A or B (stride 0) but not C, so they are independent. Concurrent
   // single-threaded sgemm calls are safe in the pthread OpenBLAS (its buffer allocator
-  // locks); test_gemm checks the results equal the sequential ones bit for bit.
-  const blas_single_thread_scope single_thread;
+  // locks); each entry runs its own row blocks in order, so the bits are the sequential ones.
+  blas_single_threaded();
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < batch.count; ++i)
-    gemm_resolved(c + i * batch.stride_c, a + i * batch.stride_a, b + i * batch.stride_b, s);
+    gemm_blocks(c + i * batch.stride_c, a + i * batch.stride_a, b + i * batch.stride_b, s);
 }
 
 void gemm_half(float* c, const std::uint16_t* a, const std::uint16_t* b, dtype operand_type,
@@ -180,7 +192,7 @@ void gemm_half(float* c, const std::uint16_t* a, const std::uint16_t* b, dtype o
   std::vector<float> b32(static_cast<std::size_t>(extent(r.rows_b, r.cols_b, r.s.ldb)));
   cast(a32.data(), dtype::f32, a, operand_type, static_cast<std::int64_t>(a32.size()));
   cast(b32.data(), dtype::f32, b, operand_type, static_cast<std::int64_t>(b32.size()));
-  gemm_resolved(c, a32.data(), b32.data(), r.s);
+  gemm_blocks(c, a32.data(), b32.data(), r.s);
 }
 
 void gemm_ref(float* c, const float* a, const float* b, const gemm_shape& shape,

@@ -14,6 +14,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -257,10 +258,13 @@ struct zero_group {
   std::vector<tensor> working;
   simulated_exchange exchange;
 
-  zero_group(const optim::optimizer_config& cfg, flat_layout l, const std::vector<tensor>& initial, dtype working_type)
+  // store_for(rank): where the rank's state lives (nullptr: in memory).
+  using store_factory = std::function<std::unique_ptr<optim::chunked_state>(std::uint32_t rank)>;
+  zero_group(const optim::optimizer_config& cfg, flat_layout l, const std::vector<tensor>& initial, dtype working_type,
+             const store_factory& store_for = nullptr)
       : layout(std::move(l)), exchange(layout.ranks()) {
     for (std::uint32_t r = 0; r < layout.ranks(); ++r) {
-      auto opt = partitioned_optimizer::create(cfg, layout, r, initial);
+      auto opt = partitioned_optimizer::create(cfg, layout, r, initial, store_for ? store_for(r) : nullptr);
       REQUIRE_MESSAGE(opt.has_value(), opt.err().to_string());
       ranks.push_back(std::move(*opt));
       working.push_back(tensor::empty({layout.partition_numel()}, working_type));
@@ -297,7 +301,11 @@ struct zero_group {
 
   std::vector<tensor> gathered(tensor optim::partition_state::*kind) const {
     std::vector<tensor> parts;
-    for (const auto& r : ranks) parts.push_back(r.state().*kind);
+    for (const auto& r : ranks) {
+      auto st = r.read_state();
+      REQUIRE_MESSAGE(st.has_value(), st.err().to_string());
+      parts.push_back((*st).*kind);
+    }
     return unflatten(layout, parts);
   }
 };
@@ -333,9 +341,11 @@ inline void check_same_as_reference(const zero_group& z, const reference& ref, o
   }
   for (std::uint32_t r = 0; r < z.layout.ranks(); ++r) {
     const auto& opt = z.ranks[r];
-    check_padding_zero(z.layout, r, opt.state().master, "master");
-    check_padding_zero(z.layout, r, opt.state().exp_avg, "exp_avg");
-    check_padding_zero(z.layout, r, opt.state().exp_avg_sq, "exp_avg_sq");
+    auto st = opt.read_state();
+    REQUIRE_MESSAGE(st.has_value(), st.err().to_string());
+    check_padding_zero(z.layout, r, st->master, "master");
+    check_padding_zero(z.layout, r, st->exp_avg, "exp_avg");
+    check_padding_zero(z.layout, r, st->exp_avg_sq, "exp_avg_sq");
     check_padding_zero(z.layout, r, z.working[r], "working");
     if (type != optim::optimizer_type::lamb) continue;
     REQUIRE(opt.last_lamb_coeffs().size() == opt.pieces().size());

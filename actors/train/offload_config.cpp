@@ -1,0 +1,159 @@
+// zero_optimization.offload_optimizer, [aio], and a rank's swap folder.
+#include "actors/train/offload_config.hpp"
+
+#include "core/log.hpp"
+#include "io/aio/swap_store.hpp"
+#include "optim/param_reader.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+
+namespace dsa::train {
+
+const char* offload_device_name(offload_device d) {
+  switch (d) {
+  case offload_device::none: return "none";
+  case offload_device::cpu: return "cpu";
+  case offload_device::nvme: return "nvme";
+  }
+  return "?";
+}
+
+namespace {
+
+// DeepSpeed writes element counts as 1e9 (a float in JSON and TOML).
+void read_count(optim::param_reader& r, const char* key, std::int64_t& out, std::int64_t min) {
+  double v = static_cast<double>(out);
+  r.read(key, v);
+  if (!(v >= static_cast<double>(min) && v <= 9e15 && v == std::floor(v)))
+    r.invalid(key, fmt::format("must be a whole number >= {}, got {}", min, v));
+  else
+    out = static_cast<std::int64_t>(v);
+}
+
+void read_aio(const config& cfg, aio::aio_config& a, config_problems& problems) {
+  optim::param_reader r(cfg, "aio", problems);
+  std::int64_t block = static_cast<std::int64_t>(a.block_size), depth = a.queue_depth,
+               threads = a.intra_op_parallelism;
+  read_count(r, "block_size", block, 4096);
+  read_count(r, "queue_depth", depth, 1);
+  read_count(r, "intra_op_parallelism", threads, 1);
+  r.read("single_submit", a.single_submit);
+  r.read("overlap_events", a.overlap_events);
+  bool gds = false;
+  r.read("use_gds", gds);
+  if (gds) r.invalid("use_gds", "GPUDirect Storage needs a CUDA rank; set false");
+  std::int64_t thread_count = 0; // DeepSpeed's documented, unread alias
+  read_count(r, "thread_count", thread_count, 0);
+  r.check_unknown();
+  a.block_size = static_cast<std::size_t>(block);
+  a.queue_depth = static_cast<unsigned>(std::min<std::int64_t>(depth, 1 << 20));
+  a.intra_op_parallelism = static_cast<unsigned>(std::min<std::int64_t>(threads, 1024));
+  if (auto ok = a.validate(); !ok) problems.add(cfg.problem(problem_kind::invalid_value, "aio", ok.err().message));
+}
+
+} // namespace
+
+void read_offload(const config& cfg, int zero_stage, offload_settings& out, config_problems& problems) {
+  const std::string table = "zero_optimization.offload_optimizer";
+  optim::param_reader r(cfg, table, problems);
+  std::string device = "none";
+  r.read("device", device);
+  r.read("nvme_path", out.nvme_path);
+  read_count(r, "buffer_count", out.buffer_count, 1);
+  r.read("pin_memory", out.pin_memory);
+  r.read("pipeline_read", out.pipeline_read);
+  r.read("pipeline_write", out.pipeline_write);
+  bool fast_init = false;
+  r.read("fast_init", fast_init); // DeepSpeed's start-up shortcut; the swap files are written at start either way
+  double ratio = 1.0;
+  r.read("ratio", ratio);
+  if (ratio != 1.0) r.invalid("ratio", fmt::format("partial offload is not supported; set 1.0, got {}", ratio));
+  r.check_unknown();
+  // The legacy flag: cpu_offload = true is offload_optimizer.device = "cpu".
+  bool legacy = false;
+  cfg.read("zero_optimization.cpu_offload", legacy, problems);
+  if (legacy && device == "none") device = "cpu";
+  if (device == "none") out.device = offload_device::none;
+  else if (device == "cpu") out.device = offload_device::cpu;
+  else if (device == "nvme") out.device = offload_device::nvme;
+  else r.invalid("device", fmt::format("expected \"none\", \"cpu\" or \"nvme\", got \"{}\"", device));
+  if (out.device != offload_device::none && zero_stage < 1)
+    r.invalid("device", fmt::format("offloading the optimizer needs zero_optimization.stage >= 1 (as in DeepSpeed), "
+                                    "got stage {}", zero_stage));
+  if (out.swaps() && out.nvme_path.empty())
+    problems.add(cfg.problem(problem_kind::missing_key, table + ".nvme_path",
+                             "device = \"nvme\" needs the folder for the swap files"));
+  const auto needed = static_cast<std::int64_t>(aio::swap_buffers_needed(out.pipeline_read, out.pipeline_write));
+  if (out.swaps() && out.buffer_count < needed)
+    r.invalid("buffer_count",
+              fmt::format("{} buffers cannot hold the swap pipeline: {} are needed (3 per sub-group in flight{}{}); "
+                          "set buffer_count = {} or turn pipelining off",
+                          out.buffer_count, needed, out.pipeline_read ? ", one being read ahead" : "",
+                          out.pipeline_write ? ", one being written behind" : "", needed));
+  optim::param_reader zero(cfg, "zero_optimization", problems);
+  read_count(zero, "sub_group_size", out.sub_group_size, 1);
+  std::string param_device = "none";
+  cfg.read("zero_optimization.offload_param.device", param_device, problems);
+  bool legacy_param = false;
+  cfg.read("zero_optimization.cpu_offload_param", legacy_param, problems);
+  if (param_device != "none" || legacy_param)
+    problems.add(cfg.problem(problem_kind::invalid_value, "zero_optimization.offload_param.device",
+                             "offloading the parameters needs ZeRO stage 3, which dsactor does not have yet; "
+                             "offload the optimizer state (offload_optimizer) instead"));
+  read_aio(cfg, out.aio, problems);
+}
+
+std::string swap_job_name(const std::string& run_dir) {
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(run_dir, ec);
+  if (ec) abs = run_dir;
+  abs = abs.lexically_normal();
+  std::string name = abs.filename().string();
+  if (name.empty()) name = abs.parent_path().filename().string();
+  std::uint64_t h = 1469598103934665603ull; // FNV-1a of the absolute path
+  for (unsigned char c : abs.string()) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{}-{:08x}", name.empty() ? "run" : name, static_cast<std::uint32_t>(h ^ (h >> 32)));
+}
+
+expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& settings, const std::string& run_dir,
+                                                     int rank) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<swap_area> area(new swap_area());
+  area->job_dir_ = fmt::format("{}/{}", settings.nvme_path, swap_job_name(run_dir));
+  area->dir_ = fmt::format("{}/rank{}", area->job_dir_, rank);
+  std::error_code ec;
+  if (fs::exists(area->dir_, ec)) {
+    log_warn("offload: removing the swap files an earlier run of this job left in {} (it did not end cleanly)",
+             area->dir_);
+    fs::remove_all(area->dir_, ec);
+    if (ec)
+      return make_error(errc::io, "zero_optimization.offload_optimizer.nvme_path: cannot clear '{}': {}", area->dir_,
+                        ec.message());
+  }
+  fs::create_directories(area->dir_, ec);
+  if (ec)
+    return make_error(errc::io, "zero_optimization.offload_optimizer.nvme_path: cannot create '{}': {}", area->dir_,
+                      ec.message());
+  aio::engine_options o;
+  o.config = settings.aio;
+  auto alignment = aio::direct_io_alignment(area->dir_);
+  if (!alignment) return alignment.err();
+  o.alignment = *alignment;
+  auto engine = aio::aio_engine::create(o);
+  if (!engine) return engine.err();
+  area->engine_ = std::move(*engine);
+  return area;
+}
+
+swap_area::~swap_area() {
+  engine_.reset(); // every transfer ended before the files go
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+  std::filesystem::remove(job_dir_, ec); // only when empty: other ranks may still be there
+}
+
+} // namespace dsa::train

@@ -1,0 +1,69 @@
+// ZeRO-Offload / ZeRO-Infinity for the optimizer state: DeepSpeed's
+// zero_optimization.offload_optimizer keys, the [aio] engine settings, and the
+// swap area a rank's optimizer shards keep their swap files in.
+//
+// device = "nvme": each rank's shards keep their fp32 masters and Adam/LAMB
+// moments in swap files under <nvme_path>/<job>/rank<r>/ and stream them through
+// a few buffers one sub_group_size chunk at a time (io/aio/swap_store.hpp), so
+// the 12 bytes per parameter of optimizer state leave memory. device = "cpu" is
+// DeepSpeed's ZeRO-Offload: the state in host memory, stepped by the CPU
+// kernels; on a CPU rank that is where it already is, so it changes nothing
+// (the run says so). As in DeepSpeed, offloading needs ZeRO stage >= 1.
+#pragma once
+
+#include "core/config.hpp"
+#include "core/config_problems.hpp"
+#include "core/error.hpp"
+#include "io/aio/aio_config.hpp"
+#include "io/aio/aio_engine.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dsa::train {
+
+enum class offload_device { none, cpu, nvme };
+const char* offload_device_name(offload_device d);
+
+struct offload_settings {
+  offload_device device = offload_device::none;
+  std::string nvme_path;
+  std::int64_t buffer_count = 4; // DeepSpeed's default
+  bool pin_memory = true;        // no effect on CPU ranks (nothing is copied to a device)
+  bool pipeline_read = false, pipeline_write = false;
+  std::int64_t sub_group_size = 1'000'000'000; // zero_optimization.sub_group_size, elements
+  aio::aio_config aio;                          // the top-level [aio] table
+
+  bool swaps() const { return device == offload_device::nvme; }
+};
+
+// Reads zero_optimization.offload_optimizer, .offload_param (refused: ZeRO stage 3),
+// .sub_group_size, the legacy cpu_offload flag and [aio]; needs the ZeRO stage read.
+void read_offload(const config& cfg, int zero_stage, offload_settings& out, config_problems& problems);
+
+// The job's swap folder name under nvme_path: the run directory's name and a hash of
+// its absolute path, so a restarted job finds (and clears) what a crash left, and two
+// jobs never share files.
+std::string swap_job_name(const std::string& run_dir);
+
+// One rank's swap folder and its NVMe engine. Opening clears what an earlier run of
+// the same job left there (a crash) and says so; destroying it removes the folder.
+class swap_area {
+public:
+  static expected<std::unique_ptr<swap_area>> open(const offload_settings& settings, const std::string& run_dir,
+                                                   int rank);
+  ~swap_area();
+  swap_area(const swap_area&) = delete;
+  swap_area& operator=(const swap_area&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  const std::shared_ptr<aio::aio_engine>& engine() const { return engine_; }
+
+private:
+  swap_area() = default;
+  std::string dir_, job_dir_;
+  std::shared_ptr<aio::aio_engine> engine_;
+};
+
+} // namespace dsa::train

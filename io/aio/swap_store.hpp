@@ -1,0 +1,82 @@
+// ZeRO-Infinity's optimizer swap: a partition's fp32 master, exp_avg and exp_avg_sq
+// in three swap files on NVMe, moved by the aio engine one sub-group (chunk) at a
+// time through a small set of aligned buffers (optim/chunked_state.hpp).
+//
+// A sweep keeps up to three chunks in flight, as DeepSpeed's pipelined swapper
+// does: with pipeline_read the next chunk is read while the current one is
+// updated, with pipeline_write the last one is written meanwhile. Each chunk in
+// flight takes one buffer per array (3), so the buffers needed are
+// 3 x (1 + pipeline_read + pipeline_write); create() refuses fewer, naming the
+// count, where DeepSpeed asserts mid-run ("ran out of swap buffers").
+//
+// The files are scratch: created under the given directory, never read by a
+// checkpoint (which reads the state back through read_arrays), and removed when
+// the store is destroyed. A file changed under the run (cut short, removed) fails
+// the next read with an error naming it; a full disk fails the write naming it.
+#pragma once
+
+#include "core/error.hpp"
+#include "io/aio/aio_engine.hpp"
+#include "io/aio/aligned_buffer_pool.hpp"
+#include "optim/chunked_state.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dsa::aio {
+
+struct swap_options {
+  std::string dir;  // an existing, writable directory
+  std::string name; // file stem: <dir>/<name>.{master,exp_avg,exp_avg_sq}.swp
+  std::int64_t numel = 0; // elements of each array
+  // Elements per chunk (DeepSpeed's sub_group_size), rounded up to `granule`; chunks
+  // then start on multiples of the granule (the flat layout's alignment).
+  std::int64_t sub_group = 1'000'000'000;
+  std::int64_t granule = 2048;
+  std::size_t buffer_count = 4;     // zero_optimization.offload_optimizer.buffer_count
+  bool pipeline_read = false;       // read chunk i + 1 while chunk i is updated
+  bool pipeline_write = false;      // write chunk i - 1 while chunk i is updated
+  memory_pinning pinning = memory_pinning::pageable;
+};
+
+// Buffers a sweep needs with these pipelining settings: 3 per chunk in flight.
+std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write);
+
+class swap_store final : public optim::chunked_state {
+public:
+  // The engine must outlive the store. Creates the buffers; the files appear with
+  // the first sweep that writes.
+  static expected<std::unique_ptr<swap_store>> create(std::shared_ptr<aio_engine> engine, const swap_options& options);
+  ~swap_store() override; // removes the files
+  swap_store(const swap_store&) = delete;
+  swap_store& operator=(const swap_store&) = delete;
+
+  std::int64_t numel() const override { return options_.numel; }
+  std::int64_t chunk_numel() const override { return chunk_; }
+  status sweep(unsigned read, unsigned write, const optim::chunk_fn& fn) override;
+  std::int64_t resident_bytes() const override;
+  std::string where() const override { return "nvme: " + options_.dir; }
+
+  const std::string& path(optim::state_array a) const { return paths_[a]; }
+  // Bytes moved so far, for the logs and the bench.
+  std::uint64_t bytes_read() const { return bytes_read_; }
+  std::uint64_t bytes_written() const { return bytes_written_; }
+  std::size_t buffers() const { return buffers_.size(); }
+
+private:
+  swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk);
+  struct sweep_run;
+
+  std::shared_ptr<aio_engine> engine_;
+  swap_options options_;
+  std::int64_t chunk_ = 0;
+  std::string paths_[optim::state_arrays];
+  unsigned written_ = 0; // arrays a whole sweep has written: their files exist at full length
+  std::unique_ptr<aligned_buffer_pool> pool_;
+  std::vector<pool_buffer> buffers_; // after pool_: returned before it goes
+  std::uint64_t bytes_read_ = 0, bytes_written_ = 0;
+};
+
+} // namespace dsa::aio

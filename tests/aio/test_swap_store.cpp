@@ -1,0 +1,212 @@
+// Tests for io/aio/swap_store: the partition state in NVMe swap files gives the same
+// bits as in memory (the partitioned optimizer against the whole-tensor reference with
+// many small chunks and every pipelining mode), round trips, the buffers it needs, and
+// the errors of a full disk, a cut file and a place where no file can be written.
+#include "io/aio/swap_store.hpp"
+#include "tests/aio/aio_test_util.hpp"
+#include "tests/optim/zero_ranks.hpp"
+
+#include <doctest/doctest.h>
+
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+
+#include <filesystem>
+
+namespace {
+
+using namespace dsa;
+using namespace dsa::test;
+using namespace dsa::test::zero;
+
+std::shared_ptr<aio::aio_engine> shared_engine() {
+  aio::aio_config cfg;
+  cfg.block_size = 8192; // several iocbs per chunk
+  cfg.queue_depth = 4;
+  cfg.intra_op_parallelism = 2;
+  return make_engine(cfg);
+}
+
+aio::swap_options options_for(const std::string& dir, std::int64_t numel, std::int64_t sub_group, bool pr, bool pw) {
+  aio::swap_options o;
+  o.dir = dir;
+  o.name = "part";
+  o.numel = numel;
+  o.sub_group = sub_group;
+  o.granule = 2048;
+  o.buffer_count = aio::swap_buffers_needed(pr, pw);
+  o.pipeline_read = pr;
+  o.pipeline_write = pw;
+  return o;
+}
+
+std::unique_ptr<aio::swap_store> make_store(std::shared_ptr<aio::aio_engine> engine, const aio::swap_options& o) {
+  auto store = aio::swap_store::create(std::move(engine), o);
+  REQUIRE_MESSAGE(store.has_value(), store.err().to_string());
+  return std::move(*store);
+}
+
+std::vector<tensor> patterned_arrays(std::int64_t numel) {
+  std::vector<tensor> out;
+  for (std::uint32_t a = 0; a < 3; ++a) out.push_back(uniform_tensor({numel}, -3.0f, 3.0f, 7 + a));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("swap store: arrays written chunk by chunk read back bit for bit in every pipelining mode") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  const std::int64_t numel = 5 * 2048; // chunks of 2 x 2048: two whole, one short
+  const auto arrays = patterned_arrays(numel);
+  for (bool pr : {false, true})
+    for (bool pw : {false, true}) {
+      CAPTURE(pr);
+      CAPTURE(pw);
+      auto store = make_store(engine, options_for(dir.path(), numel, 3000, pr, pw)); // rounded up to 4096
+      CHECK(store->chunk_numel() == 4096);
+      CHECK(store->chunks() == 3);
+      CHECK(store->buffers() == aio::swap_buffers_needed(pr, pw));
+      CHECK(store->resident_bytes() == static_cast<std::int64_t>(store->buffers()) * 4096 * 4);
+      REQUIRE(optim::write_arrays(*store, arrays).has_value());
+      for (unsigned a = 0; a < 3; ++a)
+        CHECK(std::filesystem::file_size(store->path(static_cast<optim::state_array>(a))) ==
+              static_cast<std::uintmax_t>(numel) * 4);
+      auto back = optim::read_arrays(*store);
+      REQUIRE_MESSAGE(back.has_value(), back.err().to_string());
+      for (unsigned a = 0; a < 3; ++a) CHECK(same_bits((*back)[a], arrays[a]));
+      CHECK(store->bytes_written() == 3u * numel * 4);
+      CHECK(store->bytes_read() == 3u * numel * 4);
+      // A sweep that reads and writes one array leaves the others alone, in chunk order.
+      std::vector<std::int64_t> order;
+      REQUIRE(store->sweep(optim::array_bit(optim::master_array), optim::array_bit(optim::master_array),
+                           [&](const optim::state_chunk& c) -> status {
+                             order.push_back(c.index);
+                             CHECK(c.arrays[optim::exp_avg_array] == nullptr);
+                             for (std::int64_t i = 0; i < c.hi - c.lo; ++i) c.arrays[optim::master_array][i] += 1.0f;
+                             return {};
+                           }).has_value());
+      CHECK(order == std::vector<std::int64_t>{0, 1, 2});
+      auto again = optim::read_arrays(*store);
+      REQUIRE(again.has_value());
+      CHECK(same_bits((*again)[1], arrays[1]));
+      CHECK((*again)[0].data<float>()[numel - 1] == arrays[0].data<float>()[numel - 1] + 1.0f);
+      const std::string path = store->path(optim::master_array);
+      store.reset();
+      CHECK_FALSE(std::filesystem::exists(path)); // scratch: removed with the store
+    }
+}
+
+TEST_CASE("partitioned optimizer with its state swapped to NVMe equals the whole-tensor reference, bit for bit") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  const auto inputs = step_inputs(specs, 3);
+  struct variant {
+    optim::optimizer_type type;
+    bool pr, pw;
+    dtype working;
+  };
+  for (variant v : {variant{optim::optimizer_type::adamw, false, false, dtype::f32},
+                    variant{optim::optimizer_type::adam, true, true, dtype::f16},
+                    variant{optim::optimizer_type::lamb, true, false, dtype::bf16},
+                    variant{optim::optimizer_type::lamb, false, true, dtype::f32}}) {
+    for (std::uint32_t ranks : {1u, 3u}) {
+      CAPTURE(static_cast<int>(v.type));
+      CAPTURE(v.pr);
+      CAPTURE(v.pw);
+      CAPTURE(ranks);
+      optim::optimizer_config cfg;
+      cfg.type = v.type;
+      cfg.lr = 1e-3;
+      cfg.weight_decay = 0.01;
+      auto layout = flat_layout::create(specs, ranks);
+      REQUIRE(layout.has_value());
+      reference ref(cfg, specs, initial, v.working);
+      zero_group z(cfg, *layout, initial, v.working, [&](std::uint32_t r) -> std::unique_ptr<optim::chunked_state> {
+        auto o = options_for(dir.path(), layout->partition_numel(), 2048, v.pr, v.pw); // one norm block per chunk
+        o.name = fmt::format("r{}", r);
+        return make_store(engine, o);
+      });
+      for (std::uint32_t r = 0; r < ranks; ++r) CHECK(z.ranks[r].store().where() == "nvme: " + dir.path());
+      CHECK(z.ranks[0].store().chunks() > 5);
+      for (const auto& in : inputs) {
+        ref.step(in);
+        z.step(in);
+        check_same_as_reference(z, ref, v.type);
+      }
+    }
+  }
+}
+
+TEST_CASE("swap store: the buffers a pipeline needs are asked for at creation, naming the key and the count") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  CHECK(aio::swap_buffers_needed(false, false) == 3);
+  CHECK(aio::swap_buffers_needed(true, false) == 6);
+  CHECK(aio::swap_buffers_needed(true, true) == 9);
+  auto o = options_for(dir.path(), 4096, 2048, true, true);
+  o.buffer_count = 4; // DeepSpeed's default
+  auto store = aio::swap_store::create(engine, o);
+  REQUIRE_FALSE(store.has_value());
+  CHECK(store.err().code == errc::config);
+  CHECK(store.err().message.find("offload_optimizer.buffer_count = 4") != std::string::npos);
+  CHECK(store.err().message.find("9 buffers are needed") != std::string::npos);
+}
+
+TEST_CASE("swap store: no place to write, a full disk and a cut file are errors naming the path") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  const auto arrays = patterned_arrays(4096);
+  SUBCASE("a directory that does not exist") {
+    auto store = aio::swap_store::create(engine, options_for(dir.file("missing"), 4096, 2048, false, false));
+    REQUIRE_FALSE(store.has_value());
+    CHECK(store.err().message.find(dir.file("missing")) != std::string::npos);
+  }
+  SUBCASE("a full disk: a 16 KiB tmpfs made by the test (or, where mounting is not allowed, a file size limit)") {
+    const std::string small = dir.file("small");
+    std::filesystem::create_directory(small);
+    const bool mounted = ::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=16k") == 0;
+    rlimit old{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    auto old_handler = std::signal(SIGXFSZ, SIG_IGN); // EFBIG instead of a signal
+    if (!mounted) {
+      MESSAGE("cannot mount a tmpfs here (" << std::strerror(errno) << "): a file size limit stands in for the full disk");
+      rlimit lim = old;
+      lim.rlim_cur = 8192;
+      REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    }
+    status written;
+    {
+      auto store = make_store(engine, options_for(small, 4096, 2048, false, true)); // 3 x 16 KiB
+      written = optim::write_arrays(*store, arrays);
+    }
+    if (mounted) ::umount2(small.c_str(), MNT_DETACH);
+    else REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
+    std::signal(SIGXFSZ, old_handler);
+    REQUIRE_FALSE(written.has_value());
+    INFO(written.err().message);
+    CHECK(written.err().message.find(small + "/part.") != std::string::npos);
+    CHECK(written.err().message.find(std::strerror(mounted ? ENOSPC : EFBIG)) != std::string::npos);
+  }
+  SUBCASE("a swap file cut short under the run") {
+    auto store = make_store(engine, options_for(dir.path(), 4096, 2048, true, false));
+    REQUIRE(optim::write_arrays(*store, arrays).has_value());
+    REQUIRE(::truncate(store->path(optim::exp_avg_array).c_str(), 4096) == 0);
+    auto back = optim::read_arrays(*store);
+    REQUIRE_FALSE(back.has_value());
+    CHECK(back.err().message.find(store->path(optim::exp_avg_array)) != std::string::npos);
+    CHECK(back.err().message.find("expected 16384") != std::string::npos);
+  }
+  SUBCASE("reading before anything was written") {
+    auto store = make_store(engine, options_for(dir.path(), 4096, 2048, false, false));
+    auto back = optim::read_arrays(*store);
+    REQUIRE_FALSE(back.has_value());
+    CHECK(back.err().code == errc::protocol);
+  }
+}

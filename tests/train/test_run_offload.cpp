@@ -1,0 +1,188 @@
+// ZeRO-Infinity's optimizer offload in `dsactor run`: the fp32 masters and moments
+// swapped to NVMe give the same bits as in memory (the same kernels, chunk by chunk),
+// on one and two ranks, with AdamW, LAMB and fp16; the swap files live where the docs
+// say and go at the end (and after a crash, at the next start); checkpoints of an
+// offloaded run resume with and without offload; config errors name the key.
+#include "tests/train/train_fixture.hpp"
+
+#include "actors/train/offload_config.hpp"
+#include "actors/train/deepspeed_json.hpp"
+#include "actors/train/run_config.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace dsa;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<std::string> nvme(const std::string& path, const std::vector<std::string>& more = {}) {
+  return with({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
+               fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", path)},
+              more);
+}
+
+void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [group, tensors] : a) {
+    REQUIRE(b.count(group) == 1);
+    for (const auto& [name, t] : tensors) {
+      INFO(group << "/" << name);
+      REQUIRE(b.at(group).count(name) == 1);
+      const auto& u = b.at(group).at(name);
+      REQUIRE(u.nbytes() == t.nbytes());
+      CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
+    }
+  }
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct finished {
+  ckpt::loaded_checkpoint checkpoint;
+  std::string log;
+};
+
+finished train_run(const std::vector<std::string>& overrides) {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "off", test::tiny_config(dir.path()), overrides) == 0);
+  return {test::load_run_checkpoint(dir.path() + "/ckpt", "latest"), read_text(dir.path() + "/run/train.log")};
+}
+
+} // namespace
+
+TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and optimizer state, bit for bit") {
+  test::temp_dir swap;
+  struct variant {
+    std::vector<std::string> keys;
+    const char* name;
+  };
+  // Sub-groups of 2048 elements: the tiny model's stages stream through tens of chunks.
+  const std::vector<variant> variants{
+      {{}, "AdamW"},
+      {{"optimizer.type=\"Lamb\"", "pipeline.stages=2", "zero_optimization.offload_optimizer.pipeline_read=true",
+        "zero_optimization.offload_optimizer.buffer_count=6"},
+       "LAMB, 2 stages, pipelined reads"},
+      {{"fp16.enabled=true", "fp16.initial_scale_power=8", "zero_optimization.offload_optimizer.pipeline_read=true",
+        "zero_optimization.offload_optimizer.pipeline_write=true", "zero_optimization.offload_optimizer.buffer_count=9"},
+       "fp16, both pipelines"}};
+  for (const auto& v : variants) {
+    for (int ranks : {1, 2}) {
+      CAPTURE(v.name);
+      CAPTURE(ranks);
+      const auto base = with(v.keys, {fmt::format("devices.ranks={}", ranks), "zero_optimization.sub_group_size=2048"});
+      auto none = train_run(with(base, {"zero_optimization.stage=1"}));
+      auto cpu = train_run(with(base, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\""}));
+      auto on_nvme = train_run(with(base, nvme(swap.path())));
+      check_same_bits(cpu.checkpoint.groups, none.checkpoint.groups);
+      check_same_bits(on_nvme.checkpoint.groups, none.checkpoint.groups);
+      CHECK(cpu.log.find("nothing changes") != std::string::npos);
+      CHECK(on_nvme.log.find("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to " + swap.path()) !=
+            std::string::npos);
+      // The swap files are scratch: gone when the run ends.
+      CHECK(fs::is_empty(swap.path()));
+    }
+  }
+}
+
+TEST_CASE("offload: swap files live under nvme_path/<job>/rank<r>; a crashed run's leftovers are cleared at start") {
+  test::temp_dir dir, swap;
+  const std::string config = test::tiny_config(dir.path());
+  const std::string run_dir = dir.path() + "/run";
+  const std::string rank_dir = swap.path() + "/" + train::swap_job_name(run_dir) + "/rank0";
+  // What a run killed with -9 leaves behind.
+  fs::create_directories(rank_dir);
+  std::ofstream(rank_dir + "/stage0.master.swp") << "stale";
+  REQUIRE(test::run_config(dir.path(), "swap", config, nvme(swap.path(), {"train_steps=2"})) == 0);
+  const std::string log = read_text(run_dir + "/train.log");
+  CHECK(log.find("removing the swap files an earlier run of this job left in " + rank_dir) != std::string::npos);
+  CHECK_FALSE(fs::exists(swap.path() + "/" + train::swap_job_name(run_dir)));
+  // Another run directory is another job: it never touches this one's files.
+  CHECK(train::swap_job_name(run_dir) != train::swap_job_name(dir.path() + "/other/run"));
+  CHECK(train::swap_job_name(run_dir).rfind("run-", 0) == 0);
+}
+
+TEST_CASE("offload: a checkpoint of an offloaded run holds the real state and resumes with or without offload") {
+  test::temp_dir full, swap;
+  const std::vector<std::string> lamb{"optimizer.type=\"Lamb\"", "zero_optimization.sub_group_size=4096"};
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()),
+                           with(lamb, {"train_steps=6", "zero_optimization.stage=1"})) == 0);
+  auto want = test::load_run_checkpoint(full.path() + "/ckpt", "6");
+  for (bool offload_first : {true, false}) {
+    CAPTURE(offload_first);
+    test::temp_dir part;
+    const auto first = offload_first ? nvme(swap.path()) : std::vector<std::string>{"zero_optimization.stage=1"};
+    const auto second = offload_first ? std::vector<std::string>{"zero_optimization.stage=1"} : nvme(swap.path());
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(lamb, with(first, {"train_steps=3"}))) == 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(lamb, with(second, {"train_steps=6"})),
+                             /*resume=*/true) == 0);
+    auto got = test::load_run_checkpoint(part.path() + "/ckpt", "6");
+    check_same_bits(got.groups, want.groups);
+  }
+}
+
+TEST_CASE("offload: bad settings are refused at start-up naming the key and what is expected") {
+  test::temp_dir dir, swap;
+  auto parse = [&](const std::string& tables) {
+    const std::string path = dir.path() + "/bad.toml";
+    std::ofstream(path) << test::tiny_config(dir.path(), tables);
+    auto cfg = train::load_run_config(path);
+    REQUIRE(cfg.has_value());
+    return train::parse_run_config(*cfg, "runs/x");
+  };
+  const std::string nvme_at = fmt::format("[zero_optimization.offload_optimizer]\ndevice = \"nvme\"\nnvme_path = \"{}\"\n",
+                                          swap.path());
+  struct bad {
+    std::string tables, says;
+  };
+  const std::vector<bad> cases{
+      {nvme_at, "key 'zero_optimization.offload_optimizer.device': offloading the optimizer needs zero_optimization.stage >= 1"},
+      {"[zero_optimization]\nstage = 1\n[zero_optimization.offload_optimizer]\ndevice = \"nvme\"\n",
+       "zero_optimization.offload_optimizer.nvme_path"},
+      {"[zero_optimization]\nstage = 1\n[zero_optimization.offload_optimizer]\ndevice = \"disk\"\n",
+       "expected \"none\", \"cpu\" or \"nvme\", got \"disk\""},
+      {"[zero_optimization]\nstage = 1\n" + nvme_at + "pipeline_read = true\npipeline_write = true\n",
+       "key 'zero_optimization.offload_optimizer.buffer_count': 4 buffers cannot hold the swap pipeline: 9 are needed"},
+      {"[zero_optimization]\nstage = 1\n" + nvme_at + "buffer_cont = 9\n",
+       "key 'zero_optimization.offload_optimizer.buffer_cont': unknown key (did you mean 'buffer_count'?)"},
+      {"[zero_optimization]\nstage = 1\n[zero_optimization.offload_param]\ndevice = \"cpu\"\n", "needs ZeRO stage 3"},
+      {"[zero_optimization]\nstage = 1\n" + nvme_at + "[aio]\nqueue_depth = 0\n", "aio.queue_depth"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.says);
+    auto rc = parse(c.tables);
+    REQUIRE_FALSE(rc.has_value());
+    INFO(rc.err().message);
+    CHECK(rc.err().message.find(c.says) != std::string::npos);
+  }
+  auto good = parse("[zero_optimization]\nstage = 1\nsub_group_size = 1e6\n" + nvme_at + "[aio]\nblock_size = 262144\n");
+  REQUIRE_MESSAGE(good.has_value(), (good.has_value() ? "" : good.err().message));
+  CHECK(good->offload.swaps());
+  CHECK(good->offload.sub_group_size == 1000000);
+  CHECK(good->offload.aio.block_size == 262144);
+  // A place where no folder can be made fails the run at start, naming it.
+  std::ofstream(dir.path() + "/a_file") << "not a folder";
+  CHECK(test::run_config(dir.path(), "bad", test::tiny_config(dir.path()), nvme(dir.path() + "/a_file")) != 0);
+  train::offload_settings settings;
+  settings.device = train::offload_device::nvme;
+  settings.nvme_path = dir.path() + "/a_file";
+  auto area = train::swap_area::open(settings, dir.path() + "/run", 0);
+  REQUIRE_FALSE(area.has_value());
+  CHECK(area.err().message.find("nvme_path: cannot create '" + dir.path() + "/a_file/") != std::string::npos);
+}
