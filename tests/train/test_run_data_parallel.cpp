@@ -157,19 +157,6 @@ TEST_CASE("model-state accounting: 28 bytes per parameter in fp32, 26 in fp16, a
 }
 
 namespace {
-void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [group, tensors] : a) {
-    REQUIRE(b.count(group) == 1);
-    for (const auto& [name, t] : tensors) {
-      INFO(group << "/" << name);
-      REQUIRE(b.at(group).count(name) == 1);
-      const auto& u = b.at(group).at(name);
-      REQUIRE(u.nbytes() == t.nbytes());
-      CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
-    }
-  }
-}
 
 ckpt::loaded_checkpoint train_checkpoint(const std::vector<std::string>& overrides) {
   test::temp_dir dir;
@@ -192,7 +179,7 @@ TEST_CASE("ZeRO stage 1 on 2 and 4 ranks equals stage 0, bit for bit, with AdamW
       CAPTURE(v.empty() ? std::string("AdamW") : v.front());
       auto zero0 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks)}));
       auto zero1 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1"}));
-      check_same_bits(zero1.groups, zero0.groups);
+      test::check_same_bits(zero1.groups, zero0.groups);
       CHECK(zero1.manifest.state["data_cursor"] == zero0.manifest.state["data_cursor"]);
     }
   }

@@ -152,6 +152,9 @@ train_shards = "s"
   const std::vector<std::string> expected{
       path + ":8: key 'fp16.enabeld': unknown key (did you mean 'fp16.enabled'?)",
       path + ":11: key 'zero_optimization.stag': unknown key (did you mean 'zero_optimization.stage'?)",
+      // With the stage misspelt the run would be stage 0, where nothing can be offloaded.
+      path + ":15: key 'zero_optimization.offload_optimizer.device': offloading the optimizer needs "
+             "zero_optimization.stage >= 1 (as in DeepSpeed), got stage 0",
   };
   CHECK(problem_lines(err.message) == expected);
 }

@@ -33,19 +33,6 @@ std::vector<std::string> nvme(const std::string& path, const std::vector<std::st
               more);
 }
 
-void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [group, tensors] : a) {
-    REQUIRE(b.count(group) == 1);
-    for (const auto& [name, t] : tensors) {
-      INFO(group << "/" << name);
-      REQUIRE(b.at(group).count(name) == 1);
-      const auto& u = b.at(group).at(name);
-      REQUIRE(u.nbytes() == t.nbytes());
-      CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
-    }
-  }
-}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -90,8 +77,8 @@ TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and opt
       auto none = train_run(with(base, {"zero_optimization.stage=1"}));
       auto cpu = train_run(with(base, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\""}));
       auto on_nvme = train_run(with(base, nvme(swap.path())));
-      check_same_bits(cpu.checkpoint.groups, none.checkpoint.groups);
-      check_same_bits(on_nvme.checkpoint.groups, none.checkpoint.groups);
+      test::check_same_bits(cpu.checkpoint.groups, none.checkpoint.groups);
+      test::check_same_bits(on_nvme.checkpoint.groups, none.checkpoint.groups);
       CHECK(cpu.log.find("nothing changes") != std::string::npos);
       CHECK(on_nvme.log.find("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to " + swap.path()) !=
             std::string::npos);
@@ -133,7 +120,7 @@ TEST_CASE("offload: a checkpoint of an offloaded run holds the real state and re
     REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(lamb, with(second, {"train_steps=6"})),
                              /*resume=*/true) == 0);
     auto got = test::load_run_checkpoint(part.path() + "/ckpt", "6");
-    check_same_bits(got.groups, want.groups);
+    test::check_same_bits(got.groups, want.groups);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -106,6 +107,20 @@ ckpt::loaded_checkpoint load_run_checkpoint(const std::string& checkpoint_dir, c
   auto ck = ckpt::load_checkpoint(checkpoint_dir, which);
   REQUIRE_MESSAGE(ck.has_value(), (ck.has_value() ? "" : ck.err().message));
   return std::move(*ck);
+}
+
+void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [group, tensors] : a) {
+    REQUIRE(b.count(group) == 1);
+    for (const auto& [name, t] : tensors) {
+      INFO(group << "/" << name);
+      REQUIRE(b.at(group).count(name) == 1);
+      const auto& u = b.at(group).at(name);
+      REQUIRE(u.nbytes() == t.nbytes());
+      CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
+    }
+  }
 }
 
 } // namespace dsa::test
