@@ -42,6 +42,22 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
+// The train.log of a tiny run with `overrides`.
+std::string run_log(const std::string& name, const std::vector<std::string>& overrides) {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), name, test::tiny_config(dir.path()), overrides) == 0);
+  std::ifstream in(dir.path() + "/run/train.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The model states every stage measured after the first step equal the accounting's.
+void check_accounting(const std::string& log) {
+  CHECK(log.find("(as expected)") != std::string::npos);
+  CHECK(log.find("the accounting expected") == std::string::npos);
+}
+
 } // namespace
 
 // One rank accumulates the step's 4 micro-batch gradients in one buffer; R ranks
@@ -142,18 +158,11 @@ TEST_CASE("model-state accounting: 28 bytes per parameter in fp32, 26 in fp16, a
   CHECK(train::expected_model_states(1000, train::precision::bf16).half_masters == 2000);
   for (const char* fp16 : {"false", "true"}) {
     CAPTURE(fp16);
-    test::temp_dir dir;
-    REQUIRE(test::run_config(dir.path(), "mem", test::tiny_config(dir.path()),
-                             {"devices.ranks=2", "pipeline.stages=2", fmt::format("fp16.enabled={}", fp16),
-                              "train_steps=2"}) == 0);
-    std::ifstream in(dir.path() + "/run/train.log");
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string log = text.str();
+    const std::string log =
+        run_log("mem", {"devices.ranks=2", "pipeline.stages=2", fmt::format("fp16.enabled={}", fp16), "train_steps=2"});
     CHECK(log.find("stage 0: model states measured after the first step") != std::string::npos);
     CHECK(log.find("stage 1: model states measured after the first step") != std::string::npos);
-    CHECK(log.find("(as expected)") != std::string::npos);
-    CHECK(log.find("the accounting expected") == std::string::npos);
+    check_accounting(log);
   }
 }
 
@@ -265,15 +274,9 @@ TEST_CASE("ZeRO stage 2 resumes as stage 1, on another rank count, and on one ra
 TEST_CASE("ZeRO stage 1: each rank holds 1/N of the masters and moments, as the accounting expects") {
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
-    test::temp_dir dir;
-    REQUIRE(test::run_config(dir.path(), "mem", test::tiny_config(dir.path()),
-                             {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1", "train_steps=1"}) == 0);
-    std::ifstream in(dir.path() + "/run/train.log");
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string log = text.str();
-    CHECK(log.find("(as expected)") != std::string::npos);
-    CHECK(log.find("the accounting expected") == std::string::npos);
+    const std::string log =
+        run_log("mem", {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1", "train_steps=1"});
+    check_accounting(log);
     CHECK(log.find(fmt::format("ZeRO stage 1: masters and moments of 1/{} of the stage", ranks)) != std::string::npos);
   }
   // The accounting itself: 12 bytes per partition element instead of 12 per parameter.
@@ -292,16 +295,10 @@ TEST_CASE("ZeRO stage 2: each rank holds the reduced gradients of 1/N of the sta
     for (int stages : {1, 2}) {
       CAPTURE(ranks);
       CAPTURE(stages);
-      test::temp_dir dir;
-      REQUIRE(test::run_config(dir.path(), "mem", test::tiny_config(dir.path()),
-                               {fmt::format("devices.ranks={}", ranks), fmt::format("pipeline.stages={}", stages),
-                                "zero_optimization.stage=2", "train_steps=1"}) == 0);
-      std::ifstream in(dir.path() + "/run/train.log");
-      std::stringstream text;
-      text << in.rdbuf();
-      const std::string log = text.str();
-      CHECK(log.find("(as expected)") != std::string::npos);
-      CHECK(log.find("the accounting expected") == std::string::npos);
+      const std::string log = run_log("mem", {fmt::format("devices.ranks={}", ranks),
+                                              fmt::format("pipeline.stages={}", stages), "zero_optimization.stage=2",
+                                              "train_steps=1"});
+      check_accounting(log);
       CHECK(log.find(fmt::format("ZeRO stage 2: gradients, masters and moments of 1/{} of the stage", ranks)) !=
             std::string::npos);
       CHECK(log.find(fmt::format("ZeRO stage 2: each rank holds the optimizer state and the reduced gradients of 1/{}",
