@@ -106,7 +106,8 @@ double gather(const slot_contents& grads, slot_contents& buffers, const std::vec
     if (!g.defined() || !fits || !floating || !g.is_contiguous())
       throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {} (elements [{}, {}))",
                                            i, g.defined() ? g.describe() : "(none)", b.describe(), part.lo, part.hi));
-    const auto* first = static_cast<const std::byte*>(g.raw_data()) + part.lo * static_cast<std::int64_t>(dtype_size(g.type()));
+    const std::int64_t skipped = part.lo * static_cast<std::int64_t>(dtype_size(g.type())); // bytes
+    const auto* first = static_cast<const std::byte*>(g.raw_data()) + skipped;
     cpu::cast(b.raw_data(), dtype::f32, first, g.type(), part.hi - part.lo);
   }
   for (std::size_t i = 0; i < grads.size(); ++i)

@@ -134,7 +134,8 @@ std::vector<actors::gradient_part> bert_optimizer::gradient_parts() {
   if (!part_ || !options_.partition_gradients) return {};
   const auto& layout = part_->layout();
   std::vector<actors::gradient_part> parts(layout.tensors().size());
-  for (const auto& p : layout.pieces(part_->partition())) parts[p.tensor] = {p.tensor_offset, p.tensor_offset + p.count};
+  for (const auto& p : layout.pieces(part_->partition()))
+    parts[p.tensor] = {p.tensor_offset, p.tensor_offset + p.count};
   if (options_.whole_gradient >= 0)
     parts[static_cast<std::size_t>(options_.whole_gradient)] = {0, whole_grad_.numel()};
   return parts;

@@ -137,9 +137,8 @@ status make_stages(run_context& ctx) {
                s,
                expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges, s)).describe(),
                run_zero_sizes(ctx.rc, ctx.ranges, s)
-                   ? fmt::format(ctx.rc.zero_stage >= 2
-                                     ? " (ZeRO stage 2: gradients, masters and moments of 1/{} of the stage)"
-                                     : " (ZeRO stage 1: masters and moments of 1/{} of the stage)",
+                   ? fmt::format(" (ZeRO stage {}: {} of 1/{} of the stage)", ctx.rc.zero_stage,
+                                 ctx.rc.zero_stage >= 2 ? "gradients, masters and moments" : "masters and moments",
                                  ctx.rc.batch.data_parallel_size)
                    : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()),
                ctx.rc.zero_stage, ctx.rc.batch.data_parallel_size,

@@ -237,7 +237,8 @@ int run_training(const run_request& req) {
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
     const int world = static_cast<int>(rc.batch.data_parallel_size);
-    const char* zero_held = rc.zero_stage >= 2 ? "the optimizer state and the reduced gradients" : "the optimizer state";
+    const char* zero_held =
+        rc.zero_stage >= 2 ? "the optimizer state and the reduced gradients" : "the optimizer state";
     if (world > 1)
       log_info("data parallel: {} ranks{}; gradients summed over them in buckets of up to {} elements, "
                "{} ({})",
