@@ -84,6 +84,13 @@ struct grad_totals {
   bool global = true;
 };
 
+// Elements [lo, hi) of a gradient in row-major order: the part of it an optimizer
+// shard keeps (ZeRO stage 2). lo == hi: none of it.
+struct gradient_part {
+  std::int64_t lo = 0;
+  std::int64_t hi = 0;
+};
+
 class optimizer_compute {
 public:
   virtual ~optimizer_compute() = default;
@@ -93,6 +100,13 @@ public:
   // with the step's reduced gradients before each update. Valid after init; the
   // same tensors for the whole run.
   virtual std::vector<tensor> gradient_buffers() = 0;
+  // Gradient partitioning (ZeRO stage 2): empty (the default) when the shard keeps
+  // every gradient whole, each buffer in its parameter's shape. Otherwise one part
+  // per parameter, and gradient_buffers()[i] holds only elements [lo, hi) of gradient
+  // i, as (hi - lo) f32 elements. The reducer still reads each gradient whole for
+  // the sum of squares. A parameter whose gradient the reducer exchanges with another
+  // stage (a tied one) must be kept whole. Valid after init; fixed for the run.
+  virtual std::vector<gradient_part> gradient_parts() { return {}; }
   // Applies the update of `step` from gradient_buffers() and writes the new
   // working parameters into `out` (resized and allocated on first use).
   // Returns false when the step was skipped (parameters unchanged, e.g. an fp16 overflow).

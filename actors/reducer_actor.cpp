@@ -29,10 +29,11 @@ tied_role role_of(const pipeline_plan& plan, std::uint32_t index) {
 }
 
 struct reducer_core {
-  reducer_core(const actor_setup& setup, std::uint32_t i, int tied)
+  reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts)
       : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.reducer_id(i)),
         grads_edge(plan.grads_edges[i]), reduced_edge(plan.reduced_edges[i]),
         state(i, plan.options.stages, role_of(plan, i), plan.options.totals), tied_index(tied),
+        kept(std::move(parts)),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {
     if (setup.dp.enabled())
@@ -55,6 +56,7 @@ struct reducer_core {
   std::uint32_t index, id, grads_edge, reduced_edge;
   reducer_state state;
   int tied_index;
+  std::vector<gradient_part> kept; // the shard's gradient_parts(): empty when it keeps every gradient whole
   endpoint io;
   caf::actor stage, shard;
   std::vector<caf::actor> peers; // [s]: the reducer of stage s
@@ -84,23 +86,32 @@ struct reducer_state_holder {
 using reducer_actor = caf::stateful_actor<reducer_state_holder>;
 
 // Gradients (already summed over the data-parallel ranks, if several) into the
-// shard's f32 buffers; returns the sum of squares of all but `skip`. Gradients
-// that do not fit fail the job (and the reducer, naming them).
-double gather(const slot_contents& grads, slot_contents& buffers, int skip) {
-  if (grads.size() != buffers.size())
-    throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers", grads.size(), buffers.size()));
+// shard's f32 buffers: each whole, or only the part the shard keeps (`kept`, ZeRO
+// stage 2). Returns the sum of squares of all but `skip`, over the whole gradients
+// either way (the cast to f32 is exact, so it equals the sum over whole f32 buffers).
+// Gradients that do not fit fail the job (and the reducer, naming them).
+double gather(const slot_contents& grads, slot_contents& buffers, const std::vector<gradient_part>& kept, int skip) {
+  if (grads.size() != buffers.size() || (!kept.empty() && kept.size() != buffers.size()))
+    throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers ({} parts kept)", grads.size(),
+                                         buffers.size(), kept.size()));
   double share = 0;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const tensor& g = grads[i];
     tensor& b = buffers[i];
     const bool floating = g.type() == dtype::f32 || g.type() == dtype::f16 || g.type() == dtype::bf16;
-    if (!g.defined() || g.shape() != b.shape() || !floating || !g.is_contiguous())
-      throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {}", i,
-                                           g.defined() ? g.describe() : "(none)", b.describe()));
-    cpu::cast(b.raw_data(), dtype::f32, g.raw_data(), g.type(), g.numel());
+    const gradient_part part = kept.empty() ? gradient_part{0, g.numel()} : kept[i];
+    const bool fits = kept.empty() ? g.shape() == b.shape()
+                                   : 0 <= part.lo && part.lo <= part.hi && part.hi <= g.numel() &&
+                                         b.numel() == part.hi - part.lo && b.is_contiguous();
+    if (!g.defined() || !fits || !floating || !g.is_contiguous())
+      throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {} (elements [{}, {}))",
+                                           i, g.defined() ? g.describe() : "(none)", b.describe(), part.lo, part.hi));
+    const std::int64_t skipped = part.lo * static_cast<std::int64_t>(dtype_size(g.type())); // bytes
+    const auto* first = static_cast<const std::byte*>(g.raw_data()) + skipped;
+    cpu::cast(b.raw_data(), dtype::f32, first, g.type(), part.hi - part.lo);
   }
-  for (std::size_t i = 0; i < buffers.size(); ++i)
-    if (static_cast<int>(i) != skip) share += optim::sum_of_squares(buffers[i]);
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    if (static_cast<int>(i) != skip) share += optim::sum_of_squares(grads[i]);
   return share;
 }
 
@@ -113,6 +124,7 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
   const int skip = c.state.role() == tied_role::none ? -1 : tied;
   const std::uint32_t buckets = c.plan.grads_slots(index);
   const std::vector<grad_bucket>* plan_buckets = &c.plan.buckets_of(index);
+  const std::vector<gradient_part>* kept = &c.kept; // the core (and so this) outlives its worker's jobs
   const slot_ref tied_in = c.state.role() == tied_role::owner ? slot_ref{c.plan.tied_up_edge, 0}
                                                               : slot_ref{c.plan.tied_down_edge, 0};
   post_job(self, c.worker, step, [=] {
@@ -135,7 +147,7 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
           for (std::uint32_t i = range.first; i < range.last; ++i) all[i] = part[i - range.first];
         }
       }
-      share = gather(all, buffers, skip);
+      share = gather(all, buffers, *kept, skip);
     } else {
       tensor& mine = buffers.at(static_cast<std::size_t>(tied));
       const tensor& other = slots->at(tied_in).at(0);
@@ -340,9 +352,10 @@ void on_done(reducer_actor* self, const work_done& d) {
   }
 }
 
-caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint32_t index, int tied_index) {
+caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint32_t index, int tied_index,
+                              std::vector<gradient_part> kept) {
   self->state.plan = setup.plan;
-  self->state.core = std::make_unique<reducer_core>(setup, index, tied_index);
+  self->state.core = std::make_unique<reducer_core>(setup, index, tied_index, std::move(kept));
   return {
       [=](wire_atom, const caf::actor& stage, const caf::actor& shard) {
         self->state.core->stage = stage;
@@ -371,8 +384,9 @@ caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint
 
 } // namespace
 
-caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index) {
-  return sys.spawn(reducer_behavior, setup, index, tied_index);
+caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index,
+                         std::vector<gradient_part> kept) {
+  return sys.spawn(reducer_behavior, setup, index, tied_index, std::move(kept));
 }
 
 } // namespace dsa::actors

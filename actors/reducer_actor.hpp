@@ -20,8 +20,10 @@ namespace dsa::actors {
 // Spawns the reducer of stage `index`. The reduced edge's slot must already
 // hold the shard's gradient_buffers(). tied_index: the position of the tied
 // parameter in the stage's parameters (used when the plan exchanges it), or -1.
-// Then expects (wire_atom, stage, shard) and (wire_atom, s, reducer of stage s)
-// for every stage s.
-caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index);
+// kept: the shard's gradient_parts() (empty: it keeps every gradient whole; else
+// the tied parameter's part must be whole). Then expects (wire_atom, stage, shard)
+// and (wire_atom, s, reducer of stage s) for every stage s.
+caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index,
+                         std::vector<gradient_part> kept = {});
 
 } // namespace dsa::actors

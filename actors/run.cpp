@@ -87,7 +87,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   for (std::uint32_t s = 0; s < S; ++s) {
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
     args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));
-    args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s)));
+    args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s), parts.optimizers[s]->gradient_parts()));
   }
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, writer);
@@ -151,16 +151,26 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     for (std::uint32_t s = 0; s < S; ++s) parts.optimizers[s]->init(parts.stages[s]->parameters());
   for (std::uint32_t s = 0; s < S; ++s) {
     auto buffers = parts.optimizers[s]->gradient_buffers();
+    const auto kept = parts.optimizers[s]->gradient_parts();
     auto params = parts.stages[s]->parameters();
-    DSA_CHECK(buffers.size() == params.size(), "run_pipeline: optimizer {} has {} gradient buffers for {} parameters",
-              s, buffers.size(), params.size());
-    for (std::size_t i = 0; i < params.size(); ++i)
-      DSA_CHECK(buffers[i].type() == dtype::f32 && buffers[i].shape() == params[i].shape(),
+    DSA_CHECK(buffers.size() == params.size() && (kept.empty() || kept.size() == params.size()),
+              "run_pipeline: optimizer {} has {} gradient buffers and {} parts for {} parameters", s, buffers.size(),
+              kept.size(), params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const bool fits = kept.empty() ? buffers[i].shape() == params[i].shape()
+                                     : 0 <= kept[i].lo && kept[i].lo <= kept[i].hi && kept[i].hi <= params[i].numel() &&
+                                           buffers[i].numel() == kept[i].hi - kept[i].lo;
+      DSA_CHECK(buffers[i].type() == dtype::f32 && fits,
                 "run_pipeline: optimizer {} gradient buffer {} is {}, parameter is {}", s, i, buffers[i].describe(),
                 params[i].describe());
-    if (s < parts.tied.size() && parts.tied[s] >= 0)
-      DSA_CHECK(static_cast<std::size_t>(parts.tied[s]) < params.size(), "run_pipeline: stage {} tied index {} of {}",
-                s, parts.tied[s], params.size());
+    }
+    if (s < parts.tied.size() && parts.tied[s] >= 0) {
+      const auto t = static_cast<std::size_t>(parts.tied[s]);
+      DSA_CHECK(t < params.size(), "run_pipeline: stage {} tied index {} of {}", s, parts.tied[s], params.size());
+      // The reducers add the tied gradients whole.
+      DSA_CHECK(!shape.tied_ends || kept.empty() || (kept[t].lo == 0 && kept[t].hi == params[t].numel()),
+                "run_pipeline: optimizer {} keeps only part of the tied gradient {}", s, t);
+    }
     slots->at({plan->reduced_edges[s], 0}) = std::move(buffers);
   }
 

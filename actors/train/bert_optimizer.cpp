@@ -110,18 +110,65 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
   auto created = create();
   if (!created) throw std::runtime_error(created.err().message);
   part_.emplace(std::move(*created));
-  flat_grad_ = tensor::zeros({layout->padded_numel()}, dtype::f32);
+  const bool partition_grads = options_.partition_gradients;
+  flat_grad_ = tensor::zeros({partition_grads ? layout->partition_numel() : layout->padded_numel()}, dtype::f32);
+  if (partition_grads && options_.whole_gradient >= 0) {
+    DSA_CHECK(static_cast<std::size_t>(options_.whole_gradient) < specs.size(),
+              "optimizer shard {}: whole gradient {} of {} parameters", options_.participant, options_.whole_gradient,
+              specs.size());
+    whole_grad_ = tensor::zeros(specs[static_cast<std::size_t>(options_.whole_gradient)].shape, dtype::f32);
+  }
   flat_working_ = tensor::zeros({layout->padded_numel()}, working_dtype(options_.working));
 }
 
 std::vector<tensor> bert_optimizer::gradient_buffers() {
   std::vector<tensor> out;
+  if (part_ && options_.partition_gradients) {
+    // Each tensor's piece of this rank's partition, as a view of flat_grad_ (1-D, maybe empty).
+    const auto parts = gradient_parts();
+    const auto& tensors = part_->layout().tensors();
+    const std::int64_t lo = part_->partition().lo;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (static_cast<int>(i) == options_.whole_gradient) {
+        out.push_back(whole_grad_);
+        continue;
+      }
+      const std::int64_t kept = parts[i].hi - parts[i].lo;
+      const std::int64_t first = kept > 0 ? tensors[i].offset + parts[i].lo - lo : 0;
+      out.push_back(flat_grad_.slice_rows(first, first + kept));
+    }
+    return out;
+  }
   if (part_) {
     for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_grad_, t));
     return out;
   }
   for (const auto& s : slots_) out.push_back(s.grad);
   return out;
+}
+
+std::vector<actors::gradient_part> bert_optimizer::gradient_parts() {
+  if (!part_ || !options_.partition_gradients) return {};
+  const auto& layout = part_->layout();
+  std::vector<actors::gradient_part> parts(layout.tensors().size());
+  for (const auto& p : layout.pieces(part_->partition()))
+    parts[p.tensor] = {p.tensor_offset, p.tensor_offset + p.count};
+  if (options_.whole_gradient >= 0)
+    parts[static_cast<std::size_t>(options_.whole_gradient)] = {0, whole_grad_.numel()};
+  return parts;
+}
+
+// This rank's partition of the reduced gradients. ZeRO stage 2 copies the owned piece
+// of the whole (tied) gradient in first: the reducer summed it with the other stage's.
+tensor bert_optimizer::partition_grad() {
+  const optim::flat_range mine = part_->partition();
+  if (!options_.partition_gradients) return flat_grad_.slice_rows(mine.lo, mine.hi);
+  if (whole_grad_.defined())
+    for (const auto& p : part_->layout().pieces(mine))
+      if (static_cast<int>(p.tensor) == options_.whole_gradient)
+        flat_grad_.slice_rows(p.flat_offset - mine.lo, p.flat_offset - mine.lo + p.count)
+            .copy_from(whole_grad_.flatten().slice_rows(p.tensor_offset, p.tensor_offset + p.count));
+  return flat_grad_;
 }
 
 bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& totals, std::vector<tensor>& out) {
@@ -140,7 +187,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
       part_->set_lr(d.lr);
       if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
       auto peers = options_.peers;
-      optim::partition_step in{flat_grad_.slice_rows(mine.lo, mine.hi), d.grad_scale, working,
+      optim::partition_step in{partition_grad(), d.grad_scale, working,
                                [peers](const std::vector<double>& partial) -> expected<std::vector<double>> {
                                  std::vector<double> all(partial.size() * static_cast<std::size_t>(peers->size()));
                                  DSA_TRY(peers->allgather(all.data(), partial.data(), dtype::i64,
@@ -202,7 +249,7 @@ void bert_optimizer::write_working(std::vector<tensor>& out) {
 shard_bytes bert_optimizer::held_bytes() const {
   shard_bytes b;
   if (part_) {
-    b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes());
+    b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes() + (whole_grad_.defined() ? whole_grad_.nbytes() : 0));
     if (dynamic_cast<const optim::resident_state*>(&part_->store())) {
       b.masters = 4 * part_->layout().partition_numel();
       b.moments = 8 * part_->layout().partition_numel();

@@ -55,6 +55,12 @@ struct bert_optimizer_options {
     bool pipeline_read = false, pipeline_write = false;
   };
   std::optional<nvme_offload> offload;
+  // ZeRO stage 2 (with zero_ranks > 1): the shard keeps the f32 gradients of its
+  // partition only (gradient_parts()), not the whole stage's. whole_gradient: the
+  // parameter (an index into specs) whose gradient the reducer exchanges with another
+  // stage (the tied embedding), kept whole so the exchange can add it; -1 for none.
+  bool partition_gradients = false;
+  int whole_gradient = -1;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -71,6 +77,7 @@ public:
 
   void init(const std::vector<tensor>& initial) override;
   std::vector<tensor> gradient_buffers() override;
+  std::vector<actors::gradient_part> gradient_parts() override;
   bool update(std::uint32_t step, const actors::grad_totals& totals, std::vector<tensor>& out) override;
 
   const optim::optimizer& inner() const { return *opt_; }
@@ -102,10 +109,14 @@ private:
   std::optional<optim::optimizer> opt_;
   step_decision last_;
   std::int64_t version_bytes_ = 0; // the tensors write_working allocated
-  // ZeRO stage 1.
+  // ZeRO stages 1 and 2.
   void init_partitioned(const std::vector<tensor>& initial);
   std::optional<optim::partitioned_optimizer> part_;
-  tensor flat_grad_;    // (padded_numel) f32: the reducer's gradient buffers are views of it
+  // (padded_numel) f32, or (partition_numel) with ZeRO stage 2: the reducer's gradient
+  // buffers are views of it (but for whole_grad_).
+  tensor flat_grad_;
+  tensor whole_grad_; // ZeRO stage 2: options_.whole_gradient's whole f32 gradient, or undefined
+  tensor partition_grad();
   tensor flat_working_; // (padded_numel) working dtype: the all-gathered weights the params slot views
 };
 

@@ -38,7 +38,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
   if (zero) {
     b.weights = w * n;
     b.grads = 4 * n;
-    b.reduced = 4 * zero->padded;
+    b.reduced = 4 * (zero->stage >= 2 ? zero->partition + zero->whole_gradient : zero->padded);
     b.masters = 4 * zero->partition;
     b.moments = 8 * zero->partition;
     b.version = w * zero->padded;
@@ -62,10 +62,29 @@ zero_sizes zero_sizes_of(const std::vector<bert::param_spec>& specs, std::uint32
   return {layout->padded_numel(), layout->partition_numel()};
 }
 
-std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const bert::bert_range& range) {
+namespace {
+const bert::param_spec* find_word_embeddings(const std::vector<bert::param_spec>& specs) {
+  for (const auto& s : specs)
+    if (s.name == bert::word_embeddings_name()) return &s;
+  return nullptr;
+}
+} // namespace
+
+bool tied_exchanged(const run_config& rc, const std::vector<bert::bert_range>& ranges) {
+  return ranges.size() > 1 && find_word_embeddings(bert::parameter_specs(rc.model, ranges.front())) &&
+         find_word_embeddings(bert::parameter_specs(rc.model, ranges.back()));
+}
+
+std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector<bert::bert_range>& ranges,
+                                         std::size_t s) {
   const auto ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
   if (rc.zero_stage < 1 || ranks < 2) return std::nullopt;
-  return zero_sizes_of(bert::parameter_specs(rc.model, range), ranks);
+  const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
+  zero_sizes z = zero_sizes_of(specs, ranks);
+  z.stage = rc.zero_stage >= 2 ? 2 : 1;
+  if (const auto* tied = find_word_embeddings(specs); z.stage == 2 && tied && tied_exchanged(rc, ranges))
+    z.whole_gradient = shape_numel(tied->shape);
+  return z;
 }
 
 model_state_bytes measured_model_states(const bert_stage& stage, const bert_optimizer& shard) {

@@ -15,7 +15,11 @@
 // masters and moments of its partition only (12 bytes per partition element, about
 // Ψ/n) and no half copy, while the reduced gradients and the next version cover the
 // stage's padded flat layout (optim::flat_layout): w + 4 + 4 + 12/n + w per parameter,
-// up to padding. DeepSpeed's ZeRO stage 0 counts 16Ψ for mixed
+// up to padding. ZeRO stage 2 keeps the reduced gradients of the partition only too:
+// w + 4 + 16/n + w, except that the first and last stage of a pipeline that ties the
+// word embedding keep that parameter's reduced gradient whole as well (4 bytes per
+// element of it), since their reducers add the two stages' gradients of it whole.
+// DeepSpeed's ZeRO stage 0 counts 16Ψ for mixed
 // precision (2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 masters and moments): it
 // keeps fp16 gradients, reduces them in place and has the optimizer write the
 // weights directly, where dsactor's stage and shard are separate actors with their
@@ -42,9 +46,12 @@ struct model_state_bytes {
   std::string describe() const;
 };
 
-// ZeRO stage 1: the stage's padded flat size and one rank's partition of it.
+// ZeRO: the stage's padded flat size and one rank's partition of it; with stage 2
+// (gradients partitioned), the elements of a gradient kept whole beside the partition.
 struct zero_sizes {
   std::int64_t padded = 0, partition = 0;
+  int stage = 1;
+  std::int64_t whole_gradient = 0;
 };
 
 // DeepSpeed's model-state accounting for mixed-precision training of `parameters` on
@@ -56,9 +63,13 @@ model_state_bytes expected_model_states(std::int64_t parameters, precision worki
                                         std::optional<zero_sizes> zero = std::nullopt);
 // ZeRO sizes of a stage's parameters over `ranks` ranks (the shard's flat layout).
 zero_sizes zero_sizes_of(const std::vector<bert::param_spec>& specs, std::uint32_t ranks);
-// The ZeRO sizes a run's shard of the stage holding `range` uses; none without ZeRO
-// (stage 0, or one rank).
-std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const bert::bert_range& range);
+// Whether the first and last stage's reducers exchange the tied word embedding's
+// gradient: several stages, and the last holds the decoder tied to it.
+bool tied_exchanged(const run_config& rc, const std::vector<bert::bert_range>& ranges);
+// The ZeRO sizes a run's shard of stage s (of the stages holding `ranges`) uses; none
+// without ZeRO (stage 0, or one rank).
+std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector<bert::bert_range>& ranges,
+                                         std::size_t s);
 // From the tensors a stage and its shard hold (after the shard's first update, which
 // allocates the next version's tensors).
 model_state_bytes measured_model_states(const bert_stage& stage, const bert_optimizer& shard);

@@ -226,9 +226,10 @@ void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems&
   }
   if (zero < 0 || zero > 3)
     invalid("zero_optimization.stage", fmt::format("must be 0, 1, 2 or 3, got {}", zero));
-  else if (zero > 1)
+  else if (zero > 2)
     invalid("zero_optimization.stage",
-            fmt::format("ZeRO stage {} is not supported yet; set 0 or 1 (stage 1 partitions the optimizer state)",
+            fmt::format("ZeRO stage {} (partitioned parameters) is not supported; set 0, 1 or 2 (stage 1 partitions "
+                        "the optimizer state, stage 2 the gradients as well)",
                         zero));
   else
     rc.zero_stage = static_cast<int>(zero);

@@ -89,7 +89,7 @@ struct run_config {
   // zero_optimization.reduce_bucket_size: gradients are summed over the ranks in
   // buckets of at most this many elements.
   std::int64_t reduce_bucket_elements = 500'000'000;
-  int zero_stage = 0;       // zero_optimization.stage: 0, or 1 (optimizer state partitioned over the ranks)
+  int zero_stage = 0;       // zero_optimization.stage: 0, 1 (optimizer state partitioned) or 2 (gradients too)
   bool overlap_comm = false;              // zero_optimization.overlap_comm (DeepSpeed's default for stages 0-2)
   offload_settings offload; // zero_optimization.offload_optimizer, sub_group_size, [aio]
   net::comms_logger_options comms_logger; // [comms_logger], DeepSpeed's keys

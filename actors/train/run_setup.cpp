@@ -136,9 +136,10 @@ status make_stages(run_context& ctx) {
       log_info("stage {}: model states per rank: {}{}; DeepSpeed's mixed-precision accounting for ZeRO stage {} on {} "
                "rank(s): {:.2f} MiB",
                s,
-               expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges[s])).describe(),
-               run_zero_sizes(ctx.rc, ctx.ranges[s])
-                   ? fmt::format(" (ZeRO stage 1: masters and moments of 1/{} of the stage)",
+               expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges, s)).describe(),
+               run_zero_sizes(ctx.rc, ctx.ranges, s)
+                   ? fmt::format(" (ZeRO stage {}: {} of 1/{} of the stage)", ctx.rc.zero_stage,
+                                 ctx.rc.zero_stage >= 2 ? "gradients, masters and moments" : "masters and moments",
                                  ctx.rc.batch.data_parallel_size)
                    : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()),
                ctx.rc.zero_stage, ctx.rc.batch.data_parallel_size,
@@ -289,6 +290,9 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
       o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
       o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
+      o.partition_gradients = rc.zero_stage >= 2;
+      // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
+      if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = rr.parts.tied[s];
     }
     if (rr.swap)
       o.offload = bert_optimizer_options::nvme_offload{rr.swap->engine(), rr.swap->dir(), off.sub_group_size,

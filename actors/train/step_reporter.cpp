@@ -28,7 +28,7 @@ void step_reporter::on_step(const actors::step_summary& s) {
     for (std::uint32_t st = 0; st < ctx_.rc.stages; ++st) {
       const auto measured = train::measured_model_states(*ctx_.stages[st], *shards_[st]);
       const auto expected = expected_model_states(ctx_.stages[st]->part().parameters().count(), ctx_.rc.working,
-                                                  run_zero_sizes(ctx_.rc, ctx_.ranges[st]));
+                                                  run_zero_sizes(ctx_.rc, ctx_.ranges, st));
       if (measured == expected)
         log_info("stage {}: model states measured after the first step: {} (as expected)", st, measured.describe());
       else

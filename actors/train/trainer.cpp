@@ -237,14 +237,16 @@ int run_training(const run_request& req) {
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
     const int world = static_cast<int>(rc.batch.data_parallel_size);
+    const char* zero_held =
+        rc.zero_stage >= 2 ? "the optimizer state and the reduced gradients" : "the optimizer state";
     if (world > 1)
       log_info("data parallel: {} ranks{}; gradients summed over them in buckets of up to {} elements, "
                "{} ({})",
                world, job ? " (one per process)" : " in this process", rc.reduce_bucket_elements,
                rc.overlap_comm ? "each started as backward finishes it (overlap_comm)" : "after the step's backward",
-               rc.zero_stage >= 1 ? "ZeRO stage 1: each rank holds the optimizer state of 1/" + std::to_string(world) +
-                                        " of the parameters"
-                                  : "ZeRO stage 0: every rank holds the whole optimizer state");
+               rc.zero_stage >= 1 ? fmt::format("ZeRO stage {}: each rank holds {} of 1/{} of the parameters",
+                                                rc.zero_stage, zero_held, world)
+                                  : std::string("ZeRO stage 0: every rank holds the whole optimizer state"));
     std::unique_ptr<net::local_group> group;
     if (R > 1) group = std::make_unique<net::local_group>(R);
     // Rank r's transport to the others: UCX between processes, or the in-process group.
@@ -252,7 +254,7 @@ int run_training(const run_request& req) {
       if (job) return job->transport.get();
       return group ? &group->at(r) : nullptr;
     };
-    // ZeRO stage 1: each rank's shards hold 1/world of the optimizer state.
+    // ZeRO stages 1 and 2: each rank's shards hold 1/world of the optimizer state.
     const bool zero = rc.zero_stage >= 1 && world > 1;
     std::vector<rank_run> runs;
     for (int r = 0; r < R; ++r) {

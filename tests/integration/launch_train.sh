@@ -49,12 +49,12 @@ seq_length = 64
 holdout_docs = 3
 TOML
 
-# 1. Two processes (each 2 stages, ZeRO stage 1, buckets sent during backward) equal two
-#    ranks in one process without ZeRO, bit for bit: the partitioned optimizer and the
+# 1. Two processes (each 2 stages, ZeRO stage 2, buckets sent during backward) equal two
+#    ranks in one process without ZeRO, bit for bit: the partitioned gradients, optimizer and
 #    all-gathers reproduce the whole-tensor update, and the checkpoint gathers the state.
 "$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/procs\"" \
   --set zero_optimization.overlap_comm=true --set zero_optimization.reduce_bucket_size=2000 \
-  --set zero_optimization.stage=1 --set checkpoint.save_interval=2 \
+  --set zero_optimization.stage=2 --set checkpoint.save_interval=2 \
   >"$work/out" 2>"$work/err" || fail "2-process training"
 for f in train.log train.rank1.log trace.dsat trace.rank1.dsat metrics.csv; do
   [[ -s $work/procs/$f ]] || fail "the job's run dir lacks $f"
@@ -67,7 +67,7 @@ for f in model optimizer_0 optimizer_1; do
     fail "2 processes and 2 in-process ranks ended with different $f state"
 done
 cmp "$work/procs/metrics.csv" "$work/threads/metrics.csv" || fail "2 processes and 2 in-process ranks logged different metrics"
-echo "ok: 2 processes x 2 stages with ZeRO stage 1 = 2 in-process ranks without, bit for bit"
+echo "ok: 2 processes x 2 stages with ZeRO stage 2 = 2 in-process ranks without, bit for bit"
 
 # The ZeRO run's model as one fp32 HuggingFace-named file, from the checkpoint root.
 "$dsactor" convert zero-to-fp32 "$work/procs/checkpoints" "$work/model-fp32.safetensors" >"$work/out" 2>"$work/err" ||

@@ -5,6 +5,7 @@
 #include "actors/train/memory_accounting.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
 #include <fstream>
@@ -39,6 +40,22 @@ void check_close(const ckpt::named_tensors& got, const ckpt::named_tensors& want
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// The train.log of a tiny run with `overrides`.
+std::string run_log(const std::string& name, const std::vector<std::string>& overrides) {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), name, test::tiny_config(dir.path()), overrides) == 0);
+  std::ifstream in(dir.path() + "/run/train.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The model states every stage measured after the first step equal the accounting's.
+void check_accounting(const std::string& log) {
+  CHECK(log.find("(as expected)") != std::string::npos);
+  CHECK(log.find("the accounting expected") == std::string::npos);
 }
 
 } // namespace
@@ -141,18 +158,11 @@ TEST_CASE("model-state accounting: 28 bytes per parameter in fp32, 26 in fp16, a
   CHECK(train::expected_model_states(1000, train::precision::bf16).half_masters == 2000);
   for (const char* fp16 : {"false", "true"}) {
     CAPTURE(fp16);
-    test::temp_dir dir;
-    REQUIRE(test::run_config(dir.path(), "mem", test::tiny_config(dir.path()),
-                             {"devices.ranks=2", "pipeline.stages=2", fmt::format("fp16.enabled={}", fp16),
-                              "train_steps=2"}) == 0);
-    std::ifstream in(dir.path() + "/run/train.log");
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string log = text.str();
+    const std::string log =
+        run_log("mem", {"devices.ranks=2", "pipeline.stages=2", fmt::format("fp16.enabled={}", fp16), "train_steps=2"});
     CHECK(log.find("stage 0: model states measured after the first step") != std::string::npos);
     CHECK(log.find("stage 1: model states measured after the first step") != std::string::npos);
-    CHECK(log.find("(as expected)") != std::string::npos);
-    CHECK(log.find("the accounting expected") == std::string::npos);
+    check_accounting(log);
   }
 }
 
@@ -168,19 +178,28 @@ ckpt::loaded_checkpoint train_checkpoint(const std::vector<std::string>& overrid
 // The partitioned optimizer runs the whole-tensor kernels on each rank's pieces (LAMB's
 // norms exchanged exactly), and the all-gather copies bits: stage 1 equals stage 0 bit
 // for bit, masters and moments included (the checkpoint gathers them from every rank).
-TEST_CASE("ZeRO stage 1 on 2 and 4 ranks equals stage 0, bit for bit, with AdamW, LAMB and fp16") {
+// Stage 2 keeps only the partition's gradients, but the sum of squares (clipping, the
+// fp16 overflow check) still covers the whole gradients, and two stages still add the
+// tied embedding's gradient whole: it too equals stage 0 bit for bit.
+TEST_CASE("ZeRO stages 1 and 2 on 2 and 4 ranks equal stage 0, bit for bit, with AdamW, LAMB, fp16 and 2 stages") {
   const std::vector<std::vector<std::string>> variants{
       {},
       {"optimizer.type=\"Lamb\"", "pipeline.stages=2"},
-      {"fp16.enabled=true", "fp16.initial_scale_power=8"}};
+      {"fp16.enabled=true", "fp16.initial_scale_power=8"},
+      {"fp16.enabled=true", "fp16.initial_scale_power=8", "pipeline.stages=2", "gradient_clipping=0.05"}};
   for (const auto& v : variants) {
     for (int ranks : {2, 4}) {
       CAPTURE(ranks);
       CAPTURE(v.empty() ? std::string("AdamW") : v.front());
+      CAPTURE(v.size());
       auto zero0 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks)}));
-      auto zero1 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1"}));
-      test::check_same_bits(zero1.groups, zero0.groups);
-      CHECK(zero1.manifest.state["data_cursor"] == zero0.manifest.state["data_cursor"]);
+      for (int stage : {1, 2}) {
+        CAPTURE(stage);
+        auto zero = train_checkpoint(
+            with(v, {fmt::format("devices.ranks={}", ranks), fmt::format("zero_optimization.stage={}", stage)}));
+        test::check_same_bits(zero.groups, zero0.groups);
+        CHECK(zero.manifest.state["data_cursor"] == zero0.manifest.state["data_cursor"]);
+      }
     }
   }
 }
@@ -208,18 +227,43 @@ TEST_CASE("ZeRO stage 1 resumes on another rank count and stage, continuing as t
   check_close(c.groups.at("model"), a.groups.at("model"));
 }
 
+// A stage-2 checkpoint has the same whole tensors as any other: it resumes bit for bit
+// as stage 1 on the same ranks, and on another rank count as stage 2 or without ZeRO.
+TEST_CASE("ZeRO stage 2 resumes as stage 1, on another rank count, and on one rank") {
+  const std::vector<std::string> lamb{"optimizer.type=\"Lamb\"", "pipeline.stages=2"};
+  test::temp_dir full;
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()),
+                           with(lamb, {"train_steps=6", "devices.ranks=2"})) == 0);
+  auto a = test::load_run_checkpoint(full.path() + "/ckpt", "6");
+  struct leg {
+    std::vector<std::string> first, second;
+    bool same_ranks;
+  };
+  const std::vector<leg> legs{
+      {{"devices.ranks=2", "zero_optimization.stage=2"}, {"devices.ranks=2", "zero_optimization.stage=1"}, true},
+      {{"devices.ranks=2", "zero_optimization.stage=1"}, {"devices.ranks=2", "zero_optimization.stage=2"}, true},
+      {{"devices.ranks=2", "zero_optimization.stage=2"}, {"devices.ranks=4", "zero_optimization.stage=2"}, false},
+      {{"devices.ranks=4", "zero_optimization.stage=2"}, {}, false}};
+  for (const auto& l : legs) {
+    CAPTURE(fmt::format("{} then {}", fmt::join(l.first, " "), fmt::join(l.second, " ")));
+    test::temp_dir part;
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
+                             with(lamb, with(l.first, {"train_steps=3"}))) == 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
+                             with(lamb, with(l.second, {"train_steps=6"})), /*resume=*/true) == 0);
+    auto b = test::load_run_checkpoint(part.path() + "/ckpt", "6");
+    CHECK(b.manifest.state["data_cursor"] == a.manifest.state["data_cursor"]);
+    if (l.same_ranks) test::check_same_bits(b.groups, a.groups);
+    else check_close(b.groups.at("model"), a.groups.at("model"));
+  }
+}
+
 TEST_CASE("ZeRO stage 1: each rank holds 1/N of the masters and moments, as the accounting expects") {
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
-    test::temp_dir dir;
-    REQUIRE(test::run_config(dir.path(), "mem", test::tiny_config(dir.path()),
-                             {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1", "train_steps=1"}) == 0);
-    std::ifstream in(dir.path() + "/run/train.log");
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string log = text.str();
-    CHECK(log.find("(as expected)") != std::string::npos);
-    CHECK(log.find("the accounting expected") == std::string::npos);
+    const std::string log =
+        run_log("mem", {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1", "train_steps=1"});
+    check_accounting(log);
     CHECK(log.find(fmt::format("ZeRO stage 1: masters and moments of 1/{} of the stage", ranks)) != std::string::npos);
   }
   // The accounting itself: 12 bytes per partition element instead of 12 per parameter.
@@ -228,6 +272,35 @@ TEST_CASE("ZeRO stage 1: each rank holds 1/N of the masters and moments, as the 
   CHECK(whole.masters + whole.moments == 12000);
   CHECK(split.masters + split.moments == 12 * 1024);
   CHECK(split.reduced == 4 * 4096);
+}
+
+// The log's "(as expected)" compares what every shard holds (held_bytes) with the
+// accounting, which gives a stage-2 shard 4 bytes of reduced gradient per partition
+// element (plus, on a pipeline's end stages, the tied embedding's whole gradient).
+TEST_CASE("ZeRO stage 2: each rank holds the reduced gradients of 1/N of the stage, as the accounting expects") {
+  for (int ranks : {2, 4}) {
+    for (int stages : {1, 2}) {
+      CAPTURE(ranks);
+      CAPTURE(stages);
+      const std::string log = run_log("mem", {fmt::format("devices.ranks={}", ranks),
+                                              fmt::format("pipeline.stages={}", stages), "zero_optimization.stage=2",
+                                              "train_steps=1"});
+      check_accounting(log);
+      CHECK(log.find(fmt::format("ZeRO stage 2: gradients, masters and moments of 1/{} of the stage", ranks)) !=
+            std::string::npos);
+      CHECK(log.find(fmt::format("ZeRO stage 2: each rank holds the optimizer state and the reduced gradients of 1/{}",
+                                 ranks)) != std::string::npos);
+    }
+  }
+  // The accounting itself: 4 bytes of reduced gradient per partition element (and per
+  // element of a gradient kept whole) instead of per padded element.
+  const auto stage1 = train::expected_model_states(1000, train::precision::f32, train::zero_sizes{4096, 1024, 1, 0});
+  const auto stage2 = train::expected_model_states(1000, train::precision::f32, train::zero_sizes{4096, 1024, 2, 0});
+  const auto tied = train::expected_model_states(1000, train::precision::f32, train::zero_sizes{4096, 1024, 2, 300});
+  CHECK(stage1.reduced == 4 * 4096);
+  CHECK(stage2.reduced == 4 * 1024);
+  CHECK(tied.reduced == 4 * (1024 + 300));
+  CHECK(stage2.masters + stage2.moments == stage1.masters + stage1.moments);
 }
 
 TEST_CASE("DeepSpeed's model-state accounting: 16, 4 + 12/n, 2 + 14/n and 16/n bytes per parameter") {
