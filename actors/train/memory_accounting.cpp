@@ -1,6 +1,7 @@
 // Model-state bytes per rank; see memory_accounting.hpp.
 #include "actors/train/memory_accounting.hpp"
 
+#include "io/aio/swap_store.hpp"
 #include "optim/flat_layout.hpp"
 
 #include <fmt/format.h>
@@ -11,7 +12,8 @@ namespace dsa::train {
 
 bool model_state_bytes::operator==(const model_state_bytes& o) const {
   return weights == o.weights && grads == o.grads && reduced == o.reduced && masters == o.masters &&
-         half_masters == o.half_masters && moments == o.moments && version == o.version;
+         half_masters == o.half_masters && moments == o.moments && version == o.version &&
+         swap_buffers == o.swap_buffers;
 }
 
 std::string model_state_bytes::describe() const {
@@ -19,7 +21,8 @@ std::string model_state_bytes::describe() const {
   return fmt::format("{:.2f} MiB = working weights {:.2f} + gradient accumulators {:.2f} + reduced gradients {:.2f} + "
                      "fp32 masters {:.2f} + half masters {:.2f} + optimizer moments {:.2f} + next version {:.2f}",
                      mib(total()), mib(weights), mib(grads), mib(reduced), mib(masters), mib(half_masters),
-                     mib(moments), mib(version));
+                     mib(moments), mib(version)) +
+         (swap_buffers > 0 ? fmt::format(" + NVMe swap buffers {:.2f}", mib(swap_buffers)) : std::string());
 }
 
 double deepspeed_model_states(std::int64_t parameters, int stage, int ranks) {
@@ -39,8 +42,9 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.weights = w * n;
     b.grads = 4 * n;
     b.reduced = 4 * (zero->stage >= 2 ? zero->partition + zero->whole_gradient : zero->padded);
-    b.masters = 4 * zero->partition;
-    b.moments = 8 * zero->partition;
+    b.masters = zero->swap_buffers > 0 ? 0 : 4 * zero->partition;
+    b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition;
+    b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
     return b;
   }
@@ -78,10 +82,14 @@ bool tied_exchanged(const run_config& rc, const std::vector<bert::bert_range>& r
 std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                          std::size_t s) {
   const auto ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
-  if (rc.zero_stage < 1 || ranks < 2) return std::nullopt;
+  const auto& off = rc.offload;
+  if (rc.zero_stage < 1 || (ranks < 2 && !off.swaps())) return std::nullopt;
   const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
   zero_sizes z = zero_sizes_of(specs, ranks);
-  z.stage = rc.zero_stage >= 2 ? 2 : 1;
+  z.stage = rc.zero_stage >= 2 && ranks > 1 ? 2 : 1;
+  if (off.swaps())
+    z.swap_buffers = static_cast<std::int64_t>(aio::swap_buffers_needed(off.pipeline_read, off.pipeline_write)) * 4 *
+                     aio::swap_chunk_numel(off.sub_group_size, optim::flat_layout::default_alignment, z.partition);
   if (const auto* tied = find_word_embeddings(specs); z.stage == 2 && tied && tied_exchanged(rc, ranges))
     z.whole_gradient = shape_numel(tied->shape);
   return z;
@@ -99,6 +107,7 @@ model_state_bytes measured_model_states(const bert_stage& stage, const bert_opti
   b.half_masters = s.half_masters;
   b.moments = s.moments;
   b.version = s.version;
+  b.swap_buffers = s.swap_buffers;
   return b;
 }
 

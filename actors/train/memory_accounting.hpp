@@ -40,7 +40,10 @@ namespace dsa::train {
 
 struct model_state_bytes {
   std::int64_t weights = 0, grads = 0, reduced = 0, masters = 0, half_masters = 0, moments = 0, version = 0;
-  std::int64_t total() const { return weights + grads + reduced + masters + half_masters + moments + version; }
+  std::int64_t swap_buffers = 0; // NVMe offload: masters and moments are on NVMe, these in memory
+  std::int64_t total() const {
+    return weights + grads + reduced + masters + half_masters + moments + version + swap_buffers;
+  }
   bool operator==(const model_state_bytes& o) const;
   // "weights 1.2 MiB + gradients ... = total"
   std::string describe() const;
@@ -52,6 +55,9 @@ struct zero_sizes {
   std::int64_t padded = 0, partition = 0;
   int stage = 1;
   std::int64_t whole_gradient = 0;
+  // NVMe optimizer offload: the bytes of swap buffers the partition's masters and
+  // moments pass through instead of living in memory (0: in memory).
+  std::int64_t swap_buffers = 0;
 };
 
 // DeepSpeed's model-state accounting for mixed-precision training of `parameters` on
@@ -67,7 +73,7 @@ zero_sizes zero_sizes_of(const std::vector<bert::param_spec>& specs, std::uint32
 // gradient: several stages, and the last holds the decoder tied to it.
 bool tied_exchanged(const run_config& rc, const std::vector<bert::bert_range>& ranges);
 // The ZeRO sizes a run's shard of stage s (of the stages holding `ranges`) uses; none
-// without ZeRO (stage 0, or one rank).
+// without ZeRO (stage 0, or one rank without NVMe offload).
 std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                          std::size_t s);
 // From the tensors a stage and its shard hold (after the shard's first update, which

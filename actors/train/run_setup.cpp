@@ -138,9 +138,10 @@ status make_stages(run_context& ctx) {
                s,
                expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges, s)).describe(),
                run_zero_sizes(ctx.rc, ctx.ranges, s)
-                   ? fmt::format(" (ZeRO stage {}: {} of 1/{} of the stage)", ctx.rc.zero_stage,
+                   ? fmt::format(" (ZeRO stage {}: {} of 1/{} of the stage{})", ctx.rc.zero_stage,
                                  ctx.rc.zero_stage >= 2 ? "gradients, masters and moments" : "masters and moments",
-                                 ctx.rc.batch.data_parallel_size)
+                                 ctx.rc.batch.data_parallel_size,
+                                 ctx.rc.offload.swaps() ? "; masters and moments on NVMe" : "")
                    : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()),
                ctx.rc.zero_stage, ctx.rc.batch.data_parallel_size,
                deepspeed_model_states(params.count(), ctx.rc.zero_stage,

@@ -21,6 +21,11 @@ std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write) {
   return optim::state_arrays * (1 + (pipeline_read ? 1 : 0) + (pipeline_write ? 1 : 0));
 }
 
+std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std::int64_t numel) {
+  const std::int64_t rounded = (sub_group + granule - 1) / granule * granule;
+  return std::max(granule, std::min(rounded, numel));
+}
+
 swap_store::swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk)
     : engine_(std::move(engine)), options_(options), chunk_(chunk) {
   for (unsigned a = 0; a < optim::state_arrays; ++a)
@@ -45,8 +50,7 @@ expected<std::unique_ptr<swap_store>> swap_store::create(std::shared_ptr<aio_eng
                       options.pipeline_write ? ", the last being written" : "", needed);
   if (::access(options.dir.c_str(), W_OK | X_OK) != 0)
     return make_error(errc::io, "nvme_path: cannot write swap files in '{}': {}", options.dir, std::strerror(errno));
-  const std::int64_t rounded = (options.sub_group + options.granule - 1) / options.granule * options.granule;
-  const std::int64_t chunk = std::max(options.granule, std::min(rounded, options.numel));
+  const std::int64_t chunk = swap_chunk_numel(options.sub_group, options.granule, options.numel);
   std::unique_ptr<swap_store> store(new swap_store(std::move(engine), options, chunk));
   pool_options po;
   po.buffer_count = needed; // buffer_count is an upper bound: more would sit idle

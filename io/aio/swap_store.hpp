@@ -43,6 +43,8 @@ struct swap_options {
 
 // Buffers a sweep needs with these pipelining settings: 3 per chunk in flight.
 std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write);
+// Elements per chunk for sub-groups of `sub_group` over `numel` elements in `granule`s.
+std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std::int64_t numel);
 
 class swap_store final : public optim::chunked_state {
 public:

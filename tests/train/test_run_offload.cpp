@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 using namespace dsa;
 namespace fs = std::filesystem;
@@ -54,7 +55,7 @@ finished train_run(const std::vector<std::string>& overrides) {
 
 } // namespace
 
-TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and optimizer state, bit for bit") {
+TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and optimizer state, bit for bit, ZeRO 1 and 2") {
   test::temp_dir swap;
   struct variant {
     std::vector<std::string> keys;
@@ -70,18 +71,25 @@ TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and opt
         "zero_optimization.offload_optimizer.pipeline_write=true", "zero_optimization.offload_optimizer.buffer_count=9"},
        "fp16, both pipelines"}};
   for (const auto& v : variants) {
-    for (int ranks : {1, 2}) {
+    for (auto [ranks, stage] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 2}}) {
       CAPTURE(v.name);
       CAPTURE(ranks);
+      CAPTURE(stage);
+      const std::string zero = fmt::format("zero_optimization.stage={}", stage);
       const auto base = with(v.keys, {fmt::format("devices.ranks={}", ranks), "zero_optimization.sub_group_size=2048"});
-      auto none = train_run(with(base, {"zero_optimization.stage=1"}));
-      auto cpu = train_run(with(base, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\""}));
-      auto on_nvme = train_run(with(base, nvme(swap.path())));
+      auto none = train_run(with(base, {zero}));
+      auto cpu = train_run(with(base, {zero, "zero_optimization.offload_optimizer.device=\"cpu\""}));
+      auto on_nvme = train_run(with(base, nvme(swap.path(), {zero}))); // the later stage key wins
       test::check_same_bits(cpu.checkpoint.groups, none.checkpoint.groups);
       test::check_same_bits(on_nvme.checkpoint.groups, none.checkpoint.groups);
       CHECK(cpu.log.find("nothing changes") != std::string::npos);
       CHECK(on_nvme.log.find("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to " + swap.path()) !=
             std::string::npos);
+      // What stays in memory is the swap buffers, measured as the accounting expects.
+      CHECK(on_nvme.log.find("masters and moments on NVMe") != std::string::npos);
+      CHECK(on_nvme.log.find(fmt::format("(ZeRO stage {}: ", stage)) != std::string::npos);
+      CHECK(on_nvme.log.find("(as expected)") != std::string::npos);
+      CHECK(on_nvme.log.find("the accounting expected") == std::string::npos);
       // The swap files are scratch: gone when the run ends.
       CHECK(fs::is_empty(swap.path()));
     }
