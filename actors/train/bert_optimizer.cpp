@@ -272,6 +272,59 @@ shard_bytes bert_optimizer::held_bytes() const {
   return b;
 }
 
+std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank) {
+  return fmt::format("optimizer_{}_rank{}", stage, rank);
+}
+
+state_payload bert_optimizer::gathered_masters() const {
+  DSA_CHECK(partitioned(), "optimizer shard {}: gathered_masters without ZeRO ranks", options_.participant);
+  auto read = part_->read_state();
+  if (!read)
+    throw std::runtime_error(fmt::format("reading stage {}'s master weights for a checkpoint: {}",
+                                         options_.participant, read.err().message));
+  const auto& layout = part_->layout();
+  tensor all = tensor::empty({layout.padded_numel()}, dtype::f32);
+  gather_flat(all, read->master, "master weights for a checkpoint");
+  state_payload p;
+  for (const auto& t : layout.tensors()) p["master." + t.name] = layout_view(all, t);
+  return p;
+}
+
+std::vector<ckpt::checkpoint_file> bert_optimizer::stage_partition(const std::string& root, std::uint64_t step) const {
+  DSA_CHECK(partitioned(), "optimizer shard {}: stage_partition without ZeRO ranks", options_.participant);
+  auto read = part_->read_state();
+  if (!read)
+    throw std::runtime_error(fmt::format("reading stage {}'s optimizer state for a checkpoint: {}",
+                                         options_.participant, read.err().message));
+  ckpt::named_tensors mine;
+  for (auto& [key, t] : optim::partition_payload(part_->layout(), options_.zero_rank, *read))
+    if (key.rfind("master.", 0) != 0) mine.emplace(key, t.is_contiguous() ? t : t.clone());
+  auto staged = ckpt::stage_group(root, step, checkpoint_partition_group(options_.participant, options_.zero_rank), mine);
+  // Every rank learns every rank's entry; a rank that failed sends bytes = -1.
+  std::int64_t entry[2] = {staged ? static_cast<std::int64_t>(staged->bytes) : -1,
+                           staged ? static_cast<std::int64_t>(staged->crc32c) : 0};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(options_.zero_ranks));
+  if (auto g = options_.peers->allgather(all.data(), entry, dtype::i64, static_cast<std::int64_t>(all.size())); !g)
+    throw std::runtime_error(fmt::format("gathering stage {}'s checkpoint files from the other ranks: {}",
+                                         options_.participant, g.err().message));
+  if (!staged)
+    throw std::runtime_error(fmt::format("writing stage {}'s optimizer partition: {}", options_.participant,
+                                         staged.err().message));
+  std::vector<ckpt::checkpoint_file> files;
+  for (std::uint32_t r = 0; r < options_.zero_ranks; ++r) {
+    if (all[2 * r] < 0)
+      throw std::runtime_error(fmt::format("rank {} could not write its partition of stage {}'s optimizer state", r,
+                                           options_.participant));
+    ckpt::checkpoint_file f;
+    f.group = checkpoint_partition_group(options_.participant, r);
+    f.name = f.group + ".safetensors";
+    f.bytes = static_cast<std::uint64_t>(all[2 * r]);
+    f.crc32c = static_cast<std::uint32_t>(all[2 * r + 1]);
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
 state_payload bert_optimizer::payload() const {
   state_payload p;
   if (part_) {

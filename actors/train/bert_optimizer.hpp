@@ -11,6 +11,7 @@
 #include "actors/train/step_decider.hpp"
 #include "models/bert/parameter_specs.hpp"
 #include "io/aio/aio_engine.hpp"
+#include "io/ckpt/checkpoint_dir.hpp"
 #include "io/net/communicator.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/partitioned_optimizer.hpp"
@@ -65,6 +66,9 @@ struct bert_optimizer_options {
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
 
+// The checkpoint group of rank `rank`'s partition of stage `stage`'s optimizer state.
+std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank);
+
 // The bytes a shard holds (memory_accounting.hpp).
 struct shard_bytes {
   std::int64_t gradients = 0, masters = 0, half_masters = 0, moments = 0, version = 0;
@@ -93,6 +97,16 @@ public:
   state_payload payload() const;
   // ZeRO: whether payload() is a collective.
   bool partitioned() const { return part_.has_value() && options_.zero_ranks > 1; }
+  // ZeRO over several ranks, a checkpoint in per-rank form. Both are collectives: every
+  // rank's shard of the stage calls them, in this order, at the same point of the run.
+  // The whole stage's fp32 masters ("master.<name>"), all-gathered from the partitions.
+  state_payload gathered_masters() const;
+  // This rank's partition of the moments (optim::partition_payload's ranged names, the
+  // shapes and the step count; no masters: the model file holds them), written as group
+  // checkpoint_partition_group(stage, rank) into ckpt::staging_dir(root, step); then every
+  // rank's file entry, all-gathered (so every file is written when this returns): the
+  // stage's staged files in rank order.
+  std::vector<ckpt::checkpoint_file> stage_partition(const std::string& root, std::uint64_t step) const;
   // Where the masters and moments live, for the log: "memory" or "nvme: DIR".
   std::string state_location() const { return part_ ? part_->store().where() : "memory"; }
   // What the shard holds: its gradient buffers, masters (and their half copies),

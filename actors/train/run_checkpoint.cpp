@@ -2,8 +2,11 @@
 #include "actors/train/run_checkpoint.hpp"
 
 #include "io/ckpt/safetensors.hpp"
+#include "optim/partition_checkpoint.hpp"
 
 #include <filesystem>
+#include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -67,14 +70,64 @@ ckpt::tensor_groups checkpoint_groups(std::vector<state_payload>& payloads) {
         opt.emplace(name, t);
       }
     }
+    // A ZeRO shard's payload holds masters only: its ranks write their own partitions.
+    if (opt.empty()) groups.erase(fmt::format("optimizer_{}", s));
   }
   return groups;
 }
 
+namespace {
+
+// The whole moments of a stage from its ranks' partition groups (ZeRO's per-rank form),
+// with the masters from the model group completing each tensor's record.
+expected<optim::optimizer_state> assemble_partitions(const ckpt::tensor_groups& groups, std::uint32_t stage,
+                                                     const std::string& where) {
+  constexpr std::string_view shape_prefix = "shape.", step_key = "optimizer_step_count";
+  std::vector<optim::saved_partition> parts;
+  std::set<std::string> names;
+  tensor count;
+  for (std::uint32_t r = 0;; ++r) {
+    auto g = groups.find(checkpoint_partition_group(stage, r));
+    if (g == groups.end()) break;
+    optim::state_map m(g->second.begin(), g->second.end());
+    for (const auto& [key, t] : m) {
+      if (key.rfind(shape_prefix, 0) == 0) names.insert(key.substr(shape_prefix.size()));
+      if (key == step_key) count = t;
+    }
+    parts.push_back(optim::saved_partition_of(std::move(m)));
+  }
+  if (parts.empty()) return make_error(errc::not_found, "{}: no optimizer state for stage {}", where, stage);
+  if (!count.defined()) return make_error(errc::format, "{}: stage {}'s partitions have no step count", where, stage);
+  auto model = groups.find("model");
+  if (model == groups.end()) return make_error(errc::format, "{}: no model weights", where);
+  optim::state_map masters;
+  for (const auto& name : names) {
+    auto t = model->second.find(name);
+    if (t == model->second.end())
+      return make_error(errc::format, "{}: the model file lacks '{}', which stage {}'s optimizer state holds", where,
+                        name, stage);
+    masters["master." + name] = t->second.type() == dtype::f32 ? t->second : cast_to(t->second, dtype::f32);
+  }
+  masters[std::string(step_key)] = count;
+  parts.push_back(optim::saved_partition_of(std::move(masters)));
+  auto index = optim::saved_partitions::index(std::move(parts));
+  if (!index) return make_error(index.err().code, "{}: stage {}'s optimizer partitions: {}", where, stage, index.err().message);
+  optim::optimizer_state st;
+  st.step = index->step();
+  DSA_TRY(index->assemble([&](const optim::assembled_tensor& a) -> status {
+    st.tensors[a.name + ".exp_avg"] = a.exp_avg;
+    st.tensors[a.name + ".exp_avg_sq"] = a.exp_avg_sq;
+    return {};
+  }));
+  return st;
+}
+
+} // namespace
+
 expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& groups, std::uint32_t stage,
                                                     const std::string& where) {
   auto it = groups.find(fmt::format("optimizer_{}", stage));
-  if (it == groups.end()) return make_error(errc::not_found, "{}: no optimizer state for stage {}", where, stage);
+  if (it == groups.end()) return assemble_partitions(groups, stage, where);
   optim::optimizer_state st;
   for (const auto& [name, t] : it->second) {
     if (name == "optimizer_step_count") st.step = t.data<std::int64_t>()[0];

@@ -248,8 +248,11 @@ expected<rank_start> prepare_rank(run_context& ctx) {
 }
 
 
-void contribute_checkpoint(rank_run& run, std::uint32_t step) {
-  for (auto& shard : run.shards) (void)shard->payload();
+void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t step) {
+  for (auto& shard : run.shards) {
+    (void)shard->gathered_masters();
+    (void)shard->stage_partition(root, std::uint64_t{step} + 1);
+  }
   run.last_contributed = step;
 }
 

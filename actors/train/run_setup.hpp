@@ -59,9 +59,10 @@ struct rank_run {
 // shards' own communicators under ZeRO.
 expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport);
 
-// ZeRO, a rank that does not write checkpoints: its shards' part of gathering the
-// optimizer state for rank 0's checkpoint of `step` (the same collectives, in stage order).
-void contribute_checkpoint(rank_run& run, std::uint32_t step);
+// ZeRO, a rank that does not write checkpoints: its shards' part of rank 0's checkpoint
+// after `step` under `root` (the same collectives, in stage order): the gathered master
+// weights, and this rank's optimizer partition written into the staging folder.
+void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t step);
 
 // The final evaluation with the stages' weights (rank 0): held-out shards or the SQuAD
 // dev set; returns the exit code (1 when it fails).

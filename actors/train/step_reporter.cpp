@@ -75,8 +75,19 @@ void step_reporter::on_step(const actors::step_summary& s) {
 void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& data_position) {
   if (data_position.empty())
     throw std::runtime_error(fmt::format("checkpoint of step {}: the feeder sent no data position", step + 1));
+  // With ZeRO over several ranks every rank writes its own optimizer partition (staged),
+  // the masters are gathered into the model file, and this save commits them together.
   std::vector<state_payload> payloads;
-  for (const auto* shard : shards_) payloads.push_back(shard->payload());
+  std::vector<ckpt::checkpoint_file> staged;
+  for (const auto* shard : shards_) {
+    if (!shard->partitioned()) {
+      payloads.push_back(shard->payload());
+      continue;
+    }
+    payloads.push_back(shard->gathered_masters());
+    auto files = shard->stage_partition(ctx_.rc.checkpoint.dir, std::uint64_t{step} + 1);
+    staged.insert(staged.end(), files.begin(), files.end());
+  }
   const step_decider& decider = shards_.front()->decider();
   run_progress_state p;
   p.next_step = step + 1;
@@ -100,6 +111,7 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   ckpt::save_options o;
   o.keep_last = static_cast<std::size_t>(ctx_.rc.checkpoint.keep_last);
   o.overwrite = ckpt::overwrite_policy::replace;
+  o.staged = std::move(staged);
   auto saved = ckpt::save_checkpoint(ctx_.rc.checkpoint.dir, c, o);
   if (!saved)
     throw std::runtime_error("checkpoint: " + saved.err().message);

@@ -291,7 +291,7 @@ int run_training(const run_request& req) {
       // the ranks that do not write it take part in the same steps.
       if (global != 0 && zero)
         o.on_step = [&, r](const actors::step_summary& summary) {
-          if (checkpoint_due(context_of(r), summary.step)) contribute_checkpoint(runs[static_cast<std::size_t>(r)], summary.step);
+          if (checkpoint_due(context_of(r), summary.step)) contribute_checkpoint(runs[static_cast<std::size_t>(r)], rc.checkpoint.dir, summary.step);
         };
       return o;
     };
@@ -335,7 +335,7 @@ int run_training(const run_request& req) {
         continue;
       contributors.emplace_back([&, r] {
         try {
-          contribute_checkpoint(runs[static_cast<std::size_t>(r)], static_cast<std::uint32_t>(done));
+          contribute_checkpoint(runs[static_cast<std::size_t>(r)], rc.checkpoint.dir, static_cast<std::uint32_t>(done));
         } catch (const std::exception& e) {
           contribution_errors[static_cast<std::size_t>(r)] = e.what();
         }

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <string>
 
 namespace dsa::ckpt {
 namespace {
@@ -63,35 +65,80 @@ status check_contents(const std::string& root, const checkpoint_contents& conten
   return {};
 }
 
+constexpr const char* staging_suffix = ".staging";
+
+// The step of a staging folder's name (".step_<N>.staging"), if it is one.
+std::optional<std::uint64_t> staging_step(const std::string& name) {
+  const std::size_t n = std::char_traits<char>::length(staging_suffix);
+  if (name.size() <= n + 1 || name[0] != '.' || name.compare(name.size() - n, n, staging_suffix) != 0)
+    return std::nullopt;
+  return detail::parse_step_name(name.substr(1, name.size() - n - 1));
+}
+
 // Best effort: a leftover that cannot be removed now is retried on the next save.
-void remove_stale_leftovers(const std::string& root) {
+// Staging folders of earlier steps are leftovers too (a crash between staging and commit).
+void remove_stale_leftovers(const std::string& root, std::uint64_t saving) {
   auto names = detail::directory_entries(root);
   if (!names)
     return;
-  for (const std::string& name : *names)
-    if (detail::is_stale_leftover(name))
+  for (const std::string& name : *names) {
+    const auto staged = staging_step(name);
+    if (detail::is_stale_leftover(name) || (staged && *staged < saving))
       (void)detail::remove_tree(join(root, name));
+  }
 }
 
-// Writes every group and the manifest into `dir`; each file is fsynced.
-status write_contents(const std::string& dir, const checkpoint_contents& contents) {
+// Writes one group's file into `dir` (fsynced) and returns its manifest entry.
+expected<checkpoint_file> write_group(const std::string& dir, const std::string& group, const named_tensors& tensors) {
+  checkpoint_file f;
+  f.group = group;
+  f.name = group + ".safetensors";
+  std::string path = join(dir, f.name);
+  // "format":"pt" is the metadata HuggingFace loaders expect of a safetensors file.
+  DSA_TRY(write_safetensors(path, tensors, {{"format", "pt"}}));
+  // Digest what reached the file, not what we meant to write.
+  DSA_ASSIGN_OR_RETURN(file_digest digest, digest_file(path));
+  f.bytes = digest.bytes;
+  f.crc32c = digest.crc32c;
+  return f;
+}
+
+// The staged files in `dir`: each present with its size; anything else there is removed
+// (a crashed earlier attempt's files).
+status adopt_staged(const std::string& dir, const std::vector<checkpoint_file>& staged,
+                    const checkpoint_contents& contents) {
+  for (const auto& f : staged) {
+    if (!valid_group_name(f.group) || f.name != f.group + ".safetensors" || contents.groups.count(f.group))
+      return make_error(errc::invalid_argument, "staged checkpoint file '{}' of group '{}' is misnamed or a duplicate",
+                        f.name, f.group);
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(join(dir, f.name), ec);
+    if (ec || bytes != f.bytes)
+      return make_error(errc::io, "staged checkpoint file '{}' is {} (expected {} bytes)", join(dir, f.name),
+                        ec ? "missing" : fmt::format("{} bytes", bytes), f.bytes);
+  }
+  DSA_ASSIGN_OR_RETURN(auto names, detail::directory_entries(dir));
+  for (const auto& name : names) {
+    const bool listed = std::any_of(staged.begin(), staged.end(), [&](const auto& f) { return f.name == name; });
+    if (!listed) DSA_TRY(detail::remove_tree(join(dir, name)));
+  }
+  return {};
+}
+
+// Writes every group and the manifest (listing `staged` too) into `dir`; each file is fsynced.
+status write_contents(const std::string& dir, const checkpoint_contents& contents,
+                      const std::vector<checkpoint_file>& staged) {
   checkpoint_manifest manifest;
   manifest.step = contents.step;
   manifest.global_samples = contents.global_samples;
   manifest.state = contents.state;
+  manifest.files = staged;
   for (const auto& [group, tensors] : contents.groups) {
-    checkpoint_file f;
-    f.group = group;
-    f.name = group + ".safetensors";
-    std::string path = join(dir, f.name);
-    // "format":"pt" is the metadata HuggingFace loaders expect of a safetensors file.
-    DSA_TRY(write_safetensors(path, tensors, {{"format", "pt"}}));
-    // Digest what reached the file, not what we meant to write.
-    DSA_ASSIGN_OR_RETURN(file_digest digest, digest_file(path));
-    f.bytes = digest.bytes;
-    f.crc32c = digest.crc32c;
+    DSA_ASSIGN_OR_RETURN(auto f, write_group(dir, group, tensors));
     manifest.files.push_back(std::move(f));
   }
+  std::sort(manifest.files.begin(), manifest.files.end(),
+            [](const checkpoint_file& a, const checkpoint_file& b) { return a.group < b.group; });
   DSA_ASSIGN_OR_RETURN(std::string text, manifest_to_json(manifest));
   DSA_TRY(write_file_atomic(join(dir, manifest_name), text));
   return detail::fsync_directory(dir);
@@ -154,12 +201,27 @@ std::string checkpoint_dir_name(std::uint64_t step) {
   return fmt::format("step_{:08d}", step);
 }
 
+std::string staging_dir(const std::string& root, std::uint64_t step) {
+  return join(root, "." + checkpoint_dir_name(step) + staging_suffix);
+}
+
+expected<checkpoint_file> stage_group(const std::string& root, std::uint64_t step, const std::string& group,
+                                      const named_tensors& tensors) {
+  if (!valid_group_name(group))
+    return make_error(errc::invalid_argument, "checkpoint group name '{}' is not 1 to 64 of [A-Za-z0-9_-]", group);
+  const std::string dir = staging_dir(root, step);
+  DSA_TRY(detail::make_directories(dir));
+  DSA_ASSIGN_OR_RETURN(auto f, write_group(dir, group, tensors));
+  DSA_TRY(detail::fsync_directory(dir));
+  return f;
+}
+
 expected<saved_checkpoint> save_checkpoint(const std::string& root,
                                            const checkpoint_contents& contents,
                                            const save_options& options) {
   DSA_TRY(check_contents(root, contents));
   DSA_TRY(detail::make_directories(root));
-  remove_stale_leftovers(root);
+  remove_stale_leftovers(root, contents.step);
   std::string name = checkpoint_dir_name(contents.step);
   std::string target = join(root, name);
   std::error_code ec;
@@ -170,10 +232,12 @@ expected<saved_checkpoint> save_checkpoint(const std::string& root,
                       "checkpoint '{}' already exists (from an earlier run?); remove it or save "
                       "with overwrite_policy::replace",
                       target);
-  std::string temp = join(root, hidden_name(name, "tmp"));
-  DSA_TRY(detail::make_directory(temp));
+  const bool staged = !options.staged.empty();
+  std::string temp = staged ? staging_dir(root, contents.step) : join(root, hidden_name(name, "tmp"));
+  if (!staged) DSA_TRY(detail::make_directory(temp));
   temp_dir_guard guard(temp);
-  DSA_TRY(write_contents(temp, contents));
+  if (staged) DSA_TRY(adopt_staged(temp, options.staged, contents));
+  DSA_TRY(write_contents(temp, contents, options.staged));
   if (exists) {
     DSA_TRY(replace_directory(root, temp, target));
   } else {

@@ -50,7 +50,23 @@ enum class overwrite_policy {
 struct save_options {
   std::size_t keep_last = 0; // complete checkpoints kept after the save; 0 keeps all
   overwrite_policy overwrite = overwrite_policy::refuse;
+  // Files other writers already put in staging_dir(root, step) (stage_group's results):
+  // the save writes its own groups there too, checks each staged file is present with
+  // its size, lists them in the manifest, removes anything else found there, and
+  // renames the folder into place. Empty: a save by one writer, in a private folder.
+  std::vector<checkpoint_file> staged;
 };
+
+// Saves by several writers (ZeRO ranks, each writing the optimizer state of its own
+// partition): every writer stages its groups with stage_group; once all have (the
+// caller's barrier), one writer saves with save_options::staged listing every staged
+// file. Until that save renames the folder, readers see the previous checkpoint; a
+// crash leaves a hidden folder that the next save of a later step removes.
+std::string staging_dir(const std::string& root, std::uint64_t step);
+// Writes "<group>.safetensors" (fsynced) into staging_dir(root, step), created if
+// missing; returns its manifest entry (size and CRC32C of what reached the file).
+expected<checkpoint_file> stage_group(const std::string& root, std::uint64_t step, const std::string& group,
+                                      const named_tensors& tensors);
 
 struct saved_checkpoint {
   std::string dir;                 // <root>/step_<N>

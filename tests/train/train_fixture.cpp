@@ -1,6 +1,7 @@
 // Tiny corpus and config for run tests.
 #include "tests/train/train_fixture.hpp"
 
+#include "actors/train/run_checkpoint.hpp"
 #include "actors/train/trainer.hpp"
 #include "core/philox.hpp"
 
@@ -121,6 +122,26 @@ void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b)
       CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
     }
   }
+}
+
+ckpt::tensor_groups whole_groups(const ckpt::loaded_checkpoint& ck) {
+  ckpt::tensor_groups out;
+  out["model"] = ck.groups.at("model");
+  const auto stages = ck.manifest.state.at("stages").get<std::uint32_t>();
+  for (std::uint32_t s = 0; s < stages; ++s) {
+    auto st = train::optimizer_state_of(ck.groups, s, ck.dir);
+    REQUIRE_MESSAGE(st.has_value(), (st.has_value() ? "" : st.err().message));
+    auto& group = out[fmt::format("optimizer_{}", s)];
+    for (const auto& [name, t] : st->tensors) group[name] = t;
+    tensor count = tensor::empty({1}, dtype::i64);
+    count.data<std::int64_t>()[0] = st->step;
+    group["optimizer_step_count"] = count;
+  }
+  return out;
+}
+
+void check_same_state(const ckpt::loaded_checkpoint& a, const ckpt::loaded_checkpoint& b) {
+  check_same_bits(whole_groups(a), whole_groups(b));
 }
 
 } // namespace dsa::test

@@ -38,5 +38,10 @@ ckpt::loaded_checkpoint load_run_checkpoint(const std::string& checkpoint_dir, c
 // Every tensor of every group of `a` has the bits of the same tensor in `b`, and the
 // groups and names match (doctest checks).
 void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b);
+// A checkpoint's groups in whole form: ZeRO's per-rank optimizer partitions
+// ("optimizer_<s>_rank<r>") assembled into "optimizer_<s>" as a resume does (bits kept).
+ckpt::tensor_groups whole_groups(const ckpt::loaded_checkpoint& ck);
+// check_same_bits of the two checkpoints' whole forms.
+void check_same_state(const ckpt::loaded_checkpoint& a, const ckpt::loaded_checkpoint& b);
 
 } // namespace dsa::test
