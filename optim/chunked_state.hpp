@@ -49,6 +49,9 @@ public:
   // or from moving the arrays) stops the sweep and is returned once every transfer
   // already started has ended; chunks before it are written, later ones are not.
   virtual status sweep(unsigned read, unsigned write, const chunk_fn& fn) = 0;
+  // A hint that the next sweep reads `read`: a store may start moving its first chunks
+  // now. Never blocks; errors surface in the next sweep. Nothing by default.
+  virtual void prefetch(unsigned read) { (void)read; }
   // Bytes this store keeps in memory: the arrays themselves, or the chunk buffers.
   virtual std::int64_t resident_bytes() const = 0;
   // Where the arrays live, for logs: "memory" or "nvme: DIR".

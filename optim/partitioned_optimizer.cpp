@@ -132,6 +132,7 @@ expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optim
   opt.store_ = std::move(store);
   opt.step_ = step;
   DSA_TRY(opt.init_scratch());
+  opt.store_->prefetch(all_arrays);
   return opt;
 }
 
@@ -200,6 +201,7 @@ status partitioned_optimizer::step(const partition_step& in) {
     DSA_TRY(step_adam(grad, half, half_type, f32_out));
   }
   if (half_out) zero_padding(in.working);
+  store_->prefetch(all_arrays); // the next step's first chunks, read while the stages compute
   return {};
 }
 

@@ -17,6 +17,46 @@ namespace {
 constexpr const char* array_names[optim::state_arrays] = {"master", "exp_avg", "exp_avg_sq"};
 } // namespace
 
+// The buffer sets and what each holds, kept across sweeps: a set may hold a chunk read
+// ahead for the next sweep (prefetch) or a chunk still being written (write-behind).
+struct swap_store::flight {
+  enum class use { free, reading, ready, computing, writing };
+  struct slot {
+    use state = use::free;
+    std::int64_t chunk = -1;
+    unsigned mask = 0; // the arrays read into it
+    int pending = 0;   // transfers not yet completed
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<slot> slots;
+  std::optional<error> failed; // the first error of a transfer, not yet reported
+
+  // A transfer of `s` ended (under mu).
+  void ended(slot& s) {
+    if (--s.pending > 0) return;
+    if (s.state == use::reading) s.state = use::ready;
+    else if (s.state == use::writing) s = slot{};
+  }
+  slot* holding(std::int64_t chunk) {
+    for (auto& s : slots)
+      if (s.chunk == chunk && (s.state == use::reading || s.state == use::ready)) return &s;
+    return nullptr;
+  }
+  bool writing(std::int64_t chunk) const {
+    return std::any_of(slots.begin(), slots.end(),
+                       [&](const slot& s) { return s.chunk == chunk && s.state == use::writing; });
+  }
+  slot* free_slot() {
+    for (auto& s : slots)
+      if (s.state == use::free) return &s;
+    return nullptr;
+  }
+  bool quiet() const {
+    return std::all_of(slots.begin(), slots.end(), [](const slot& s) { return s.pending == 0; });
+  }
+};
+
 std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write) {
   return optim::state_arrays * (1 + (pipeline_read ? 1 : 0) + (pipeline_write ? 1 : 0));
 }
@@ -27,7 +67,7 @@ std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std:
 }
 
 swap_store::swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk)
-    : engine_(std::move(engine)), options_(options), chunk_(chunk) {
+    : engine_(std::move(engine)), options_(options), chunk_(chunk), flight_(std::make_unique<flight>()) {
   for (unsigned a = 0; a < optim::state_arrays; ++a)
     paths_[a] = fmt::format("{}/{}.{}.swp", options_.dir, options_.name, array_names[a]);
 }
@@ -59,10 +99,12 @@ expected<std::unique_ptr<swap_store>> swap_store::create(std::shared_ptr<aio_eng
   po.pinning = options.pinning;
   DSA_ASSIGN_OR_RETURN(store->pool_, aligned_buffer_pool::create(po));
   for (std::size_t i = 0; i < needed; ++i) store->buffers_.push_back(*store->pool_->try_acquire());
+  store->flight_->slots.resize(needed / optim::state_arrays);
   return store;
 }
 
 swap_store::~swap_store() {
+  (void)flush(); // no transfer may outlive the buffers; an error here has no one to tell
   for (const auto& p : paths_) ::unlink(p.c_str()); // scratch: a missing file is fine
 }
 
@@ -72,132 +114,160 @@ std::int64_t swap_store::resident_bytes() const {
   return n;
 }
 
-// The chunks in flight of one sweep: each slot is one buffer per array.
-struct swap_store::sweep_run {
-  struct slot {
-    std::int64_t chunk = -1;
-    int pending = 0;       // transfers not yet completed
-    bool computed = false; // fn has run on it (a read-ahead slot has not)
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<slot> slots;
-  std::optional<error> failed;
+std::pair<std::int64_t, std::int64_t> swap_store::range(std::int64_t chunk) const {
+  return {chunk * chunk_, std::min(options_.numel, (chunk + 1) * chunk_)};
+}
 
-  bool is_free(const slot& s) const { return s.chunk < 0 || (s.computed && s.pending == 0); }
-  bool quiet() const {
-    return std::all_of(slots.begin(), slots.end(), [](const slot& s) { return s.pending == 0; });
+// Starts the transfers of `mask`'s arrays of the slot's chunk; called with `lock` held,
+// released around each submit (a completion may run at once on an engine thread).
+void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask) {
+  auto& f = *flight_;
+  const auto [lo, hi] = range(f.slots[slot].chunk);
+  const auto file_bytes = static_cast<std::uint64_t>(options_.numel) * sizeof(float);
+  // Every transfer is counted before the first is submitted: one that ends at once must
+  // not make the set look ready (or free) while the others are still to come.
+  std::vector<aio_request> requests;
+  for (unsigned a = 0; a < optim::state_arrays; ++a) {
+    if (!(mask & (1u << a))) continue;
+    const pool_buffer& buffer = buffers_[slot * optim::state_arrays + a];
+    aio_request r;
+    r.op = op;
+    r.path = paths_[a];
+    r.buffer = buffer.data();
+    r.buffer_bytes = buffer.size();
+    r.bytes = static_cast<std::size_t>(hi - lo) * sizeof(float);
+    r.file_offset = static_cast<std::uint64_t>(lo) * sizeof(float);
+    r.file_length = file_bytes;
+    // A file that exists must have its whole length: one cut or removed under the run is
+    // an error naming it, never refilled with zeros by a write.
+    if (op == aio_op::read || (written_ & (1u << a))) r.expect_file_size = file_bytes;
+    requests.push_back(std::move(r));
   }
-  void fail(const error& e) {
-    if (!failed) failed = e;
+  f.slots[slot].pending += static_cast<int>(requests.size());
+  lock.unlock();
+  std::optional<error> refused;
+  std::size_t submitted = 0;
+  for (auto& r : requests) {
+    const std::size_t bytes = r.bytes;
+    auto id = engine_->submit(std::move(r), [this, slot, op, bytes](aio_completion&& c) {
+      auto& fl = *flight_;
+      std::lock_guard<std::mutex> g(fl.mu);
+      if (!c.result) {
+        if (!fl.failed) fl.failed = c.result.err();
+      } else {
+        (op == aio_op::read ? bytes_read_ : bytes_written_) += bytes;
+      }
+      fl.ended(fl.slots[slot]);
+      fl.cv.notify_all();
+    });
+    if (!id) {
+      refused = id.err();
+      break;
+    }
+    ++submitted;
   }
-};
+  lock.lock();
+  if (refused) {
+    if (!f.failed) f.failed = *refused;
+    for (std::size_t k = submitted; k < requests.size(); ++k) f.ended(f.slots[slot]); // never submitted
+    f.cv.notify_all();
+  }
+}
+
+// After an error: waits for every transfer, empties the sets, reports the error once.
+error swap_store::settle(std::unique_lock<std::mutex>& lock) {
+  auto& f = *flight_;
+  f.cv.wait(lock, [&] { return f.quiet(); });
+  for (auto& s : f.slots) s = flight::slot{};
+  error e = *f.failed;
+  f.failed.reset();
+  return e;
+}
 
 status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& fn) {
   if ((read & ~written_) != 0)
     return make_error(errc::protocol, "swap store '{}/{}': read before the state was written", options_.dir,
                       options_.name);
+  auto& f = *flight_;
+  using use = flight::use;
   const std::int64_t n = chunks();
   const std::int64_t ahead = read != 0 && options_.pipeline_read ? 1 : 0;
   const bool write_behind = write != 0 && options_.pipeline_write;
-  sweep_run run;
-  run.slots.resize(buffers_.size() / optim::state_arrays);
-  std::vector<std::size_t> slot_of(static_cast<std::size_t>(n), 0);
-  const auto file_bytes = static_cast<std::uint64_t>(options_.numel) * sizeof(float);
-
-  auto buffer = [&](std::size_t slot, unsigned a) -> const pool_buffer& {
-    return buffers_[slot * optim::state_arrays + a];
-  };
-  auto range = [&](std::int64_t chunk) {
-    return std::pair<std::int64_t, std::int64_t>{chunk * chunk_, std::min(options_.numel, (chunk + 1) * chunk_)};
-  };
-  // Starts the transfers of `mask`'s arrays of the chunk in `slot`.
-  auto transfer = [&](std::size_t slot, aio_op op, unsigned mask) {
-    const auto [lo, hi] = range(run.slots[slot].chunk);
-    for (unsigned a = 0; a < optim::state_arrays; ++a) {
-      if (!(mask & (1u << a))) continue;
-      aio_request r;
-      r.op = op;
-      r.path = paths_[a];
-      r.buffer = buffer(slot, a).data();
-      r.buffer_bytes = buffer(slot, a).size();
-      r.bytes = static_cast<std::size_t>(hi - lo) * sizeof(float);
-      r.file_offset = static_cast<std::uint64_t>(lo) * sizeof(float);
-      if (op == aio_op::read) r.expect_file_size = file_bytes;
-      else r.file_length = file_bytes;
-      const std::size_t bytes = r.bytes;
-      {
-        std::lock_guard<std::mutex> lock(run.mu);
-        ++run.slots[slot].pending;
-      }
-      auto id = engine_->submit(std::move(r), [this, &run, slot, op, bytes](aio_completion&& c) {
-        std::lock_guard<std::mutex> lock(run.mu);
-        if (!c.result) run.fail(c.result.err());
-        else (op == aio_op::read ? bytes_read_ : bytes_written_) += bytes;
-        --run.slots[slot].pending;
-        run.cv.notify_all();
-      });
-      if (!id) {
-        std::lock_guard<std::mutex> lock(run.mu);
-        --run.slots[slot].pending;
-        run.fail(id.err());
-      }
-    }
-  };
-  // Gives chunk a free slot and starts its reads; with `wait`, waits for a slot to free.
-  auto claim = [&](std::int64_t chunk, bool wait) {
-    std::unique_lock<std::mutex> lock(run.mu);
-    auto free_slot = [&] {
-      return std::find_if(run.slots.begin(), run.slots.end(), [&](const auto& s) { return run.is_free(s); });
-    };
-    if (wait) run.cv.wait(lock, [&] { return run.failed || free_slot() != run.slots.end(); });
-    auto it = free_slot();
-    if (run.failed || it == run.slots.end()) return false;
-    *it = sweep_run::slot{chunk, 0, false};
-    const auto slot = static_cast<std::size_t>(it - run.slots.begin());
-    slot_of[static_cast<std::size_t>(chunk)] = slot;
-    lock.unlock();
-    if (read != 0) transfer(slot, aio_op::read, read);
+  std::unique_lock<std::mutex> lock(f.mu);
+  // Chunks read ahead that this sweep cannot use (it reads other arrays, or none) go.
+  f.cv.wait(lock, [&] {
+    return std::none_of(f.slots.begin(), f.slots.end(), [&](const flight::slot& s) {
+      return s.state == use::reading && (read == 0 || (s.mask & read) != read);
+    });
+  });
+  for (auto& s : f.slots)
+    if (s.state == use::ready && (read == 0 || (s.mask & read) != read)) s = flight::slot{};
+  // Gives chunk c a set and starts its reads, unless a set holds it already; false when no
+  // set is free (or, with `wait`, only after an error).
+  auto claim = [&](std::int64_t c, bool wait) {
+    if (f.holding(c)) return true;
+    auto can = [&] { return f.failed || (!f.writing(c) && f.free_slot()); };
+    if (wait) f.cv.wait(lock, can);
+    if (f.failed || !can()) return false;
+    flight::slot* s = f.free_slot();
+    *s = flight::slot{read != 0 ? use::reading : use::ready, c, read, 0};
+    if (read != 0) transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, read);
     return true;
   };
-
-  std::int64_t next = 0; // the next chunk to be given a slot
   for (std::int64_t i = 0; i < n; ++i) {
-    if (next == i) {
-      if (!claim(i, true)) break;
-      ++next;
-    }
-    while (next < n && next <= i + ahead && claim(next, false)) ++next;
-    const std::size_t slot = slot_of[static_cast<std::size_t>(i)];
-    {
-      std::unique_lock<std::mutex> lock(run.mu);
-      run.cv.wait(lock, [&] { return run.failed || run.slots[slot].pending == 0; });
-      if (run.failed) break;
-    }
+    if (!claim(i, true)) break;
+    for (std::int64_t j = i + 1; j <= std::min(n - 1, i + ahead); ++j)
+      if (!claim(j, false)) break;
+    flight::slot* s = f.holding(i);
+    f.cv.wait(lock, [&] { return f.failed || s->state == use::ready; });
+    if (f.failed) break;
+    s->state = use::computing;
+    const auto slot = static_cast<std::size_t>(s - f.slots.data());
     optim::state_chunk c;
     c.index = i;
     std::tie(c.lo, c.hi) = range(i);
     for (unsigned a = 0; a < optim::state_arrays; ++a)
-      if ((read | write) & (1u << a)) c.arrays[a] = static_cast<float*>(buffer(slot, a).data());
+      if ((read | write) & (1u << a)) c.arrays[a] = static_cast<float*>(buffers_[slot * optim::state_arrays + a].data());
+    lock.unlock();
     status done = fn(c);
-    {
-      std::lock_guard<std::mutex> lock(run.mu);
-      run.slots[slot].computed = true;
-      if (!done) run.fail(done.err());
-      if (run.failed) break;
+    lock.lock();
+    if (!done) {
+      if (!f.failed) f.failed = done.err();
+      s->state = use::free; // its transfers have all ended: it was ready
+      break;
     }
-    if (write != 0) {
-      transfer(slot, aio_op::write, write);
-      if (!write_behind) {
-        std::unique_lock<std::mutex> lock(run.mu);
-        run.cv.wait(lock, [&] { return run.failed || run.slots[slot].pending == 0; });
-      }
+    if (write == 0) {
+      *s = flight::slot{};
+      continue;
     }
+    s->state = use::writing;
+    transfer(lock, slot, aio_op::write, write);
+    if (!write_behind) f.cv.wait(lock, [&] { return f.failed || s->state != use::writing; });
   }
-  std::unique_lock<std::mutex> lock(run.mu);
-  run.cv.wait(lock, [&] { return run.quiet(); }); // the buffers are ours again
-  if (run.failed) return *run.failed;
+  if (f.failed) return settle(lock);
   written_ |= write;
+  return {};
+}
+
+void swap_store::prefetch(unsigned read) {
+  if (read == 0 || (read & ~written_) != 0) return;
+  auto& f = *flight_;
+  std::unique_lock<std::mutex> lock(f.mu);
+  if (f.failed) return; // reported by the next sweep
+  for (std::int64_t c = 0; c < chunks(); ++c) {
+    if (f.holding(c)) continue;
+    flight::slot* s = f.free_slot();
+    if (f.writing(c) || !s) break;
+    *s = flight::slot{flight::use::reading, c, read, 0};
+    transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, read);
+  }
+}
+
+status swap_store::flush() {
+  auto& f = *flight_;
+  std::unique_lock<std::mutex> lock(f.mu);
+  f.cv.wait(lock, [&] { return f.quiet(); });
+  if (f.failed) return settle(lock);
   return {};
 }
 

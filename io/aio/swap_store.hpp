@@ -4,7 +4,10 @@
 //
 // A sweep keeps up to three chunks in flight, as DeepSpeed's pipelined swapper
 // does: with pipeline_read the next chunk is read while the current one is
-// updated, with pipeline_write the last one is written meanwhile. Each chunk in
+// updated, with pipeline_write the last one is written meanwhile. Unlike
+// DeepSpeed's, the buffers keep their contents between sweeps: after a step the
+// optimizer asks for the first chunks of its next step (prefetch), which are then
+// read while the stages run forward and backward, and the last writes finish then. Each chunk in
 // flight takes one buffer per array (3), so the buffers needed are
 // 3 x (1 + pipeline_read + pipeline_write); create() refuses fewer, naming the
 // count, where DeepSpeed asserts mid-run ("ran out of swap buffers").
@@ -20,8 +23,11 @@
 #include "io/aio/aligned_buffer_pool.hpp"
 #include "optim/chunked_state.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -57,19 +63,32 @@ public:
 
   std::int64_t numel() const override { return options_.numel; }
   std::int64_t chunk_numel() const override { return chunk_; }
+  // Chunks this sweep needs that a prefetch already holds are not read again; with
+  // pipeline_write the last writes may still be in flight when it returns (a later sweep
+  // or prefetch waits for a chunk's write before reading it again; an error of such a
+  // transfer is returned by the next sweep or flush).
   status sweep(unsigned read, unsigned write, const optim::chunk_fn& fn) override;
+  // Starts reading the `read` arrays of the first chunks into the free buffer sets, for
+  // the next sweep (the optimizer's next step) to find them there: the read overlaps the
+  // forward and backward passes in between. Never blocks.
+  void prefetch(unsigned read) override;
+  // Waits for every transfer in flight; their first error, if any.
+  status flush();
   std::int64_t resident_bytes() const override;
   std::string where() const override { return "nvme: " + options_.dir; }
 
   const std::string& path(optim::state_array a) const { return paths_[a]; }
   // Bytes moved so far, for the logs and the bench.
-  std::uint64_t bytes_read() const { return bytes_read_; }
-  std::uint64_t bytes_written() const { return bytes_written_; }
+  std::uint64_t bytes_read() const { return bytes_read_.load(); }
+  std::uint64_t bytes_written() const { return bytes_written_.load(); }
   std::size_t buffers() const { return buffers_.size(); }
 
 private:
   swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk);
-  struct sweep_run;
+  struct flight;
+  std::pair<std::int64_t, std::int64_t> range(std::int64_t chunk) const;
+  void transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask);
+  error settle(std::unique_lock<std::mutex>& lock);
 
   std::shared_ptr<aio_engine> engine_;
   swap_options options_;
@@ -78,7 +97,8 @@ private:
   unsigned written_ = 0; // arrays a whole sweep has written: their files exist at full length
   std::unique_ptr<aligned_buffer_pool> pool_;
   std::vector<pool_buffer> buffers_; // after pool_: returned before it goes
-  std::uint64_t bytes_read_ = 0, bytes_written_ = 0;
+  std::atomic<std::uint64_t> bytes_read_{0}, bytes_written_{0};
+  std::unique_ptr<flight> flight_;                   // last: goes first, after flush()
 };
 
 } // namespace dsa::aio
