@@ -234,7 +234,9 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
   auto& rc = ctx.rc;
   DSA_ASSIGN_OR_RETURN(auto ranges, partition_layers(rc.model, rc.stages, rc.partition));
   plan_inputs in;
-  {
+  if (rc.model.head == bert::head_kind::squad) {
+    in.seq_length = rc.data.max_seq_length; // features are padded to it (a copy of them all would be large)
+  } else {
     // T and P from one micro-batch of a copy of the data (the run's own is untouched).
     auto probe = ctx.provider->clone();
     const bert::bert_batch b = probe->next(rc.batch.micro_batch_size);

@@ -380,10 +380,10 @@ int run_training(const run_request& req) {
                rc.overlap_comm ? "" : " (overlap_comm is off)");
     log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
              runs[0].shards.front()->decider().skipped());
-    log_memory_report(rc, *memory);
     if (lead && !result.trace_path.empty())
       log_info("actor trace: {} (summarise it: dsactor trace {} summary)", result.trace_path, rc.run_dir);
     if (stopped) {
+      log_memory_report(rc, *memory);
       log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", done + 1, req.config_path);
       return 130;
     }
@@ -391,6 +391,7 @@ int run_training(const run_request& req) {
     log_info("nothing to train: the checkpoint is at step {} of {}", ctx.first_step, ctx.last_step + 1);
   }
   if (lead) status_code = evaluate(ctx);
+  log_memory_report(rc, *memory); // the evaluation included
   return status_code;
 }
 
