@@ -1,6 +1,7 @@
 // Parsing of the run config into plain structs.
 #include "actors/train/run_config.hpp"
 
+#include "actors/train/memory_plan.hpp"
 #include "actors/train/partition.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/param_reader.hpp"
@@ -382,6 +383,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   read_data_parallel_keys(cfg, rc, problems);
   read_offload(cfg, rc.zero_stage, rc.offload, problems);
   read_comms_logger(cfg, rc, problems);
+  read_limits(cfg, rc, problems);
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
   return rc;

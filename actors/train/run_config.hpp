@@ -108,6 +108,8 @@ struct run_config {
   std::int64_t fail_optimizer_step = -1; // the shard of fail_stage throws in this step's update
   checkpoint_settings checkpoint;
   data_settings data;
+  // [limits] host_memory in bytes (0: no budget); memory_plan.hpp plans within it.
+  std::int64_t host_memory = 0;
 };
 
 // Reads every key (marking it known), then checks for unknown ones, in one pass:

@@ -12,6 +12,7 @@
 #include "actors/train/deepspeed_json.hpp"
 #include "actors/train/feed_source.hpp"
 #include "actors/train/memory_accounting.hpp"
+#include "actors/train/memory_plan.hpp"
 #include "actors/train/metrics.hpp"
 #include "actors/train/progress.hpp"
 #include "actors/train/run_checkpoint.hpp"
@@ -186,6 +187,7 @@ int run_training(const run_request& req) {
   tok::tokenizer_options to;
   if (!rc.data.lower_case) to.case_mode = tok::casing::keep;
   if (*v) ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(**v), to);
+  const std::int64_t rss_before_data = proc_status_bytes("VmRSS");
   if (auto s = make_provider(ctx); !s) return fail(s.err());
   log_info("model: {}; precision {}; batch {} = micro {} x accumulation {} x {} rank(s)", bert::describe(rc.model),
            precision_name(rc.working), rc.batch.train_batch_size, rc.batch.micro_batch_size,
@@ -195,6 +197,9 @@ int run_training(const run_request& req) {
     total_steps = static_cast<std::int64_t>(std::ceil(rc.epochs * static_cast<double>(ctx.provider->rows_per_epoch()) /
                                                       static_cast<double>(rc.batch.train_batch_size)));
   ctx.last_step = static_cast<std::uint32_t>(std::max<std::int64_t>(total_steps, 1) - 1);
+  // limits.host_memory: refused here, before the stages and shards allocate anything.
+  auto memory = plan_run_memory(ctx, rss_before_data);
+  if (!memory) return fail(memory.err());
   auto start0 = prepare_rank(ctx);
   if (!start0) return fail(start0.err());
   std::vector<rank_start> starts;
@@ -378,6 +383,7 @@ int run_training(const run_request& req) {
     if (lead && !result.trace_path.empty())
       log_info("actor trace: {} (summarise it: dsactor trace {} summary)", result.trace_path, rc.run_dir);
     if (stopped) {
+      log_memory_report(rc, *memory);
       log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", done + 1, req.config_path);
       return 130;
     }
@@ -385,6 +391,7 @@ int run_training(const run_request& req) {
     log_info("nothing to train: the checkpoint is at step {} of {}", ctx.first_step, ctx.last_step + 1);
   }
   if (lead) status_code = evaluate(ctx);
+  log_memory_report(rc, *memory); // the evaluation included
   return status_code;
 }
 

@@ -1,0 +1,309 @@
+// limits.host_memory: the plan's arithmetic (it fits, it picks the largest NVMe
+// sub_group_size that fits, it refuses with the smallest budget that works), size
+// strings and their errors, and real runs of the dsactor binary in a child process
+// whose peak resident memory (the kernel's, from wait4) stays within the smallest
+// budget the plan accepts.
+#include "tests/train/train_fixture.hpp"
+
+#include "actors/train/deepspeed_json.hpp"
+#include "actors/train/memory_accounting.hpp"
+#include "actors/train/memory_plan.hpp"
+#include "actors/train/partition.hpp"
+#include "actors/train/run_config.hpp"
+#include "models/bert/parameter_specs.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fcntl.h>
+#include <fstream>
+#include <regex>
+#include <spawn.h>
+#include <sstream>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+extern char** environ;
+
+using namespace dsa;
+
+namespace {
+
+constexpr std::int64_t mib = std::int64_t{1} << 20;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+train::run_config parsed(const std::string& dir, const std::string& tables) {
+  const std::string path = dir + "/plan.toml";
+  std::ofstream(path) << test::tiny_config(dir, tables);
+  auto cfg = train::load_run_config(path);
+  REQUIRE(cfg.has_value());
+  auto rc = train::parse_run_config(*cfg, dir + "/run");
+  REQUIRE_MESSAGE(rc.has_value(), (rc.has_value() ? "" : rc.err().message));
+  return *rc;
+}
+
+std::vector<bert::bert_range> ranges_of(const train::run_config& rc) {
+  auto r = train::partition_layers(rc.model, rc.stages, rc.partition);
+  REQUIRE(r.has_value());
+  return *r;
+}
+
+train::plan_inputs inputs() {
+  train::plan_inputs in;
+  in.baseline = 10 * mib;
+  in.seq_length = 32;
+  in.predictions = 5;
+  return in;
+}
+
+// The message's "the smallest budget that works is <n>MiB".
+std::int64_t smallest_mib(const std::string& message) {
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_search(message, m, std::regex("the smallest budget that works is ([0-9]+)MiB")), message);
+  return std::stoll(m[1].str());
+}
+
+struct child_run {
+  int exit_code = -1;
+  std::int64_t max_rss = 0; // bytes, the kernel's high-water mark of the child
+  std::string err, log;
+};
+
+// `dsactor run` as a child process, so its peak resident memory is its own.
+child_run run_binary(const std::string& dir, const std::string& config_text, const std::vector<std::string>& sets) {
+  const char* binary = std::getenv("DSACTOR");
+  REQUIRE_MESSAGE(binary != nullptr, "DSACTOR names the dsactor binary (set by meson)");
+  const std::string config = dir + "/mem.toml", err = dir + "/stderr.txt", out = dir + "/stdout.txt";
+  std::ofstream(config) << config_text;
+  std::vector<std::string> args{binary, "run", config};
+  for (const auto& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, binary, &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  REQUIRE(spawned == 0);
+  int status = 0;
+  rusage usage{};
+  REQUIRE(wait4(pid, &status, 0, &usage) == pid);
+  child_run r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.max_rss = static_cast<std::int64_t>(usage.ru_maxrss) * 1024; // KiB on Linux
+  r.err = read_text(err);
+  r.log = read_text(dir + "/run/train.log");
+  return r;
+}
+
+// A model whose states and activations dwarf the process's own baseline: hidden 256,
+// 4 layers (3.2 M parameters, 88 MiB of model states in fp32 without ZeRO).
+const std::vector<std::string> larger{"model.hidden_size=256", "model.num_heads=4", "model.intermediate_size=1024",
+                                      "train_steps=2"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("limits.host_memory: size strings, and bad values named by key") {
+  CHECK(train::parse_byte_size("2GiB") == 2 * (std::int64_t{1} << 30));
+  CHECK(train::parse_byte_size("512MiB") == 512 * mib);
+  CHECK(train::parse_byte_size("512 MiB") == 512 * mib);
+  CHECK(train::parse_byte_size("1.5GiB") == 3 * (std::int64_t{1} << 29));
+  CHECK(train::parse_byte_size("3GB") == 3'000'000'000);
+  CHECK(train::parse_byte_size("7") == 7);
+  CHECK(train::parse_byte_size("64KiB") == 65536);
+  for (const char* bad : {"2G", "", "GiB", "-1MiB", "0", "1.2.3MiB", "2gib", "2 GiB extra"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(train::parse_byte_size(bad).has_value());
+  }
+  test::temp_dir dir;
+  CHECK(parsed(dir.path(), "[limits]\nhost_memory = \"2GiB\"\n").host_memory == 2 * (std::int64_t{1} << 30));
+  CHECK(parsed(dir.path(), "[limits]\nhost_memory = 1048576\n").host_memory == mib);
+  CHECK(parsed(dir.path(), "").host_memory == 0);
+  struct bad {
+    std::string tables, says;
+  };
+  const std::vector<bad> cases{
+      {"[limits]\nhost_memory = \"2G\"\n", "key 'limits.host_memory': expected a size such as \"2GiB\""},
+      {"[limits]\nhost_memory = 0\n", "key 'limits.host_memory': must be a positive size, got 0"},
+      {"[limits]\nhost_memory = true\n", "limits.host_memory"},
+      {"[limits]\nhost_memroy = \"1GiB\"\n", "key 'limits.host_memroy': unknown key (did you mean 'host_memory'?)"}};
+  for (const auto& c : cases) {
+    CAPTURE(c.says);
+    const std::string path = dir.path() + "/bad.toml";
+    std::ofstream(path) << test::tiny_config(dir.path(), c.tables);
+    auto cfg = train::load_run_config(path);
+    REQUIRE(cfg.has_value());
+    auto rc = train::parse_run_config(*cfg, "runs/x");
+    REQUIRE_FALSE(rc.has_value());
+    CHECK(rc.err().message.find(c.says) != std::string::npos);
+  }
+}
+
+TEST_CASE("memory plan: model states of every stage and in-process rank, activations by schedule") {
+  test::temp_dir dir;
+  for (int ranks : {1, 2}) {
+    CAPTURE(ranks);
+    auto rc = parsed(dir.path(), "[pipeline]\nstages = 2\n[devices]\nranks = " + std::to_string(ranks) + "\n");
+    const auto ranges = ranges_of(rc);
+    std::int64_t psi = 0;
+    for (const auto& r : ranges)
+      for (const auto& s : bert::parameter_specs(rc.model, r)) psi += shape_numel(s.shape);
+    const auto plan = train::plan_host_memory(rc, ranges, inputs());
+    // fp32 without ZeRO: 28 bytes per parameter per rank (memory_accounting.hpp), 12 of them optimizer state.
+    CHECK(plan.model_states == 28 * psi * ranks);
+    CHECK(plan.optimizer_in_memory == 12 * psi * ranks);
+    CHECK(plan.checkpoint == 0); // unpartitioned: a checkpoint reads the shards' own tensors
+    // Each rank's reducers hold a bucket sent and one received (buckets larger than the stages here).
+    CHECK(plan.communication == (ranks > 1 ? 2 * 4 * psi * ranks : 0));
+    CHECK(plan.baseline == 10 * mib);
+    CHECK(plan.peak() == plan.baseline + plan.model_states +
+                             std::max(plan.activations + plan.communication, plan.checkpoint) + plan.margin);
+    CHECK(plan.margin == 16 * mib + (plan.peak() - plan.margin) / 10);
+    // GPipe stashes all 4 micro-batches of a step where 1F1B stashes S - s of them.
+    auto gpipe = rc;
+    gpipe.schedule = "gpipe";
+    CHECK(train::plan_host_memory(gpipe, ranges, inputs()).activations > plan.activations);
+    // ZeRO: every rank gathers its stages' whole masters and moments for a checkpoint.
+    auto zero = rc;
+    zero.zero_stage = 1;
+    if (ranks > 1) {
+      const auto zplan = train::plan_host_memory(zero, ranges, inputs());
+      std::int64_t padded = 0;
+      for (std::size_t s = 0; s < ranges.size(); ++s) padded += train::run_zero_sizes(zero, ranges, s)->padded;
+      CHECK(zplan.checkpoint == 12 * padded * ranks);
+      CHECK(zplan.model_states < plan.model_states);
+      auto no_save = inputs();
+      no_save.writes_checkpoints = false;
+      CHECK(train::plan_host_memory(zero, ranges, no_save).checkpoint == 0);
+    }
+  }
+}
+
+TEST_CASE("memory plan: fits as configured, picks the largest NVMe sub_group_size that fits, or refuses") {
+  test::temp_dir dir, swap;
+  auto rc = parsed(dir.path(), fmt::format("[zero_optimization]\nstage = 1\n[zero_optimization.offload_optimizer]\n"
+                                           "device = \"nvme\"\nnvme_path = \"{}\"\n",
+                                           swap.path()));
+  const auto ranges = ranges_of(rc);
+  const auto as_configured = train::plan_host_memory(rc, ranges, inputs());
+  // The default sub-group is larger than the partition: the swap buffers hold 3 whole copies.
+  CHECK(as_configured.swap_buffers == 3 * 4 * train::run_zero_sizes(rc, ranges, 0)->partition);
+  rc.host_memory = as_configured.peak();
+  auto kept = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE(kept.has_value());
+  CHECK_FALSE(kept->sub_group_size.has_value());
+
+  auto at = [&](std::int64_t g) {
+    auto c = rc;
+    c.offload.sub_group_size = g;
+    return train::plan_host_memory(c, ranges, inputs()).peak();
+  };
+  const std::int64_t floor = at(2048);
+  REQUIRE(floor < as_configured.peak());
+  rc.host_memory = (floor + as_configured.peak()) / 2;
+  auto shrunk = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE(shrunk.has_value());
+  REQUIRE(shrunk->sub_group_size.has_value());
+  const std::int64_t g = *shrunk->sub_group_size;
+  CHECK(g % 2048 == 0);
+  CHECK(at(g) <= rc.host_memory);
+  CHECK(at(g + 2048) > rc.host_memory); // the largest that fits
+  CHECK(shrunk->plan.peak() == at(g));
+
+  rc.host_memory = floor - 1;
+  auto refused = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_FALSE(refused.has_value());
+  const std::string& m = refused.err().message;
+  INFO(m);
+  CHECK(refused.err().code == errc::config);
+  CHECK(m.find("limits.host_memory = ") == 0);
+  CHECK(m.find("model states") != std::string::npos);
+  CHECK(m.find("activations") != std::string::npos);
+  CHECK(m.find("smallest zero_optimization.sub_group_size, 2048") != std::string::npos);
+  CHECK(smallest_mib(m) == (floor + mib - 1) / mib);
+  CHECK(m.find("needs ZeRO stage 3") != std::string::npos);
+}
+
+TEST_CASE("memory plan: without offload the refusal says what NVMe offload would need") {
+  test::temp_dir dir;
+  auto rc = parsed(dir.path(), "");
+  const auto ranges = ranges_of(rc);
+  const auto plan = train::plan_host_memory(rc, ranges, inputs());
+  rc.host_memory = plan.peak() - 1;
+  auto refused = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_FALSE(refused.has_value());
+  const std::string& m = refused.err().message;
+  INFO(m);
+  CHECK(smallest_mib(m) == (plan.peak() + mib - 1) / mib);
+  // ZeRO stage 0 here: offloading needs stage 1 first; the budget is one byte short,
+  // and moving 12 bytes per parameter out makes it fit.
+  CHECK(m.find("With zero_optimization.stage = 1 and zero_optimization.offload_optimizer.device = \"nvme\"") !=
+        std::string::npos);
+  CHECK(m.find("the run would fit") != std::string::npos);
+  rc.host_memory = plan.peak();
+  CHECK(train::fit_host_memory(rc, ranges, inputs()).has_value());
+}
+
+TEST_CASE("dsactor run under limits.host_memory: refused below the plan, and the smallest budget it names holds") {
+  for (bool two_ranks : {false, true}) {
+    CAPTURE(two_ranks);
+    test::temp_dir dir;
+    const std::string config = test::tiny_config(dir.path());
+    const auto keys = with(larger, two_ranks ? std::vector<std::string>{"devices.ranks=2", "zero_optimization.stage=2"}
+                                             : std::vector<std::string>{});
+    auto refused = run_binary(dir.path(), config, with(keys, {"limits.host_memory=\"4MiB\""}));
+    CHECK(refused.exit_code == 2);
+    INFO(refused.err);
+    CHECK(refused.err.find("dsactor run: limits.host_memory = 4.00 MiB is too small for this run: planned peak") !=
+          std::string::npos);
+    const std::int64_t budget = smallest_mib(refused.err) * mib;
+    auto fits = run_binary(dir.path(), config, with(keys, {fmt::format("limits.host_memory={}", budget)}));
+    INFO(fits.err);
+    REQUIRE(fits.exit_code == 0);
+    // The model alone makes the budget: not a trivially large one.
+    CHECK(budget > 100 * mib);
+    CHECK(fits.max_rss <= budget);
+    CHECK(fits.max_rss > budget / 2); // the plan is not wildly pessimistic either
+    CHECK(fits.log.find("within limits.host_memory") != std::string::npos);
+    CHECK(fits.log.find("measured peak resident (VmHWM)") != std::string::npos);
+  }
+}
+
+TEST_CASE("dsactor run under limits.host_memory with NVMe offload: a smaller sub_group_size is chosen and holds") {
+  test::temp_dir dir, swap;
+  const std::string config = test::tiny_config(dir.path());
+  const auto keys = with(larger, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
+                                  fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path())});
+  auto refused = run_binary(dir.path(), config, with(keys, {"limits.host_memory=\"4MiB\""}));
+  REQUIRE(refused.exit_code == 2);
+  CHECK(refused.err.find("smallest zero_optimization.sub_group_size, 2048") != std::string::npos);
+  // A few MiB above the smallest: the default sub-group (whole partitions) does not fit, a smaller one does.
+  const std::int64_t budget = (smallest_mib(refused.err) + 4) * mib;
+  auto fits = run_binary(dir.path(), config, with(keys, {fmt::format("limits.host_memory={}", budget)}));
+  INFO(fits.err);
+  REQUIRE(fits.exit_code == 0);
+  INFO(fits.log);
+  std::smatch m;
+  REQUIRE(std::regex_search(fits.log, m, std::regex("sub_group_size 1000000000 -> ([0-9]+)")));
+  CHECK(std::stoll(m[1].str()) % 2048 == 0);
+  CHECK(fits.log.find("(as expected)") != std::string::npos); // the accounting used the chosen sub-group
+  CHECK(fits.max_rss <= budget);
+}
