@@ -1,0 +1,356 @@
+// dsactor bench offload DIR: the same BERT pre-training run twice through
+// train::run_training, ZeRO stage 1 on one rank — the optimizer state in memory,
+// then offloaded to NVMe in DIR (pipelined reads and writes, 9 buffers, several
+// sub-groups) — then the disk measured with the same engine settings. Step times
+// come from the runs' metrics.jsonl (wall_clock_breakdown columns); the first
+// steps are warm-up and left out. The offloaded step is I/O-bound when moving
+// its swap bytes at the disk's measured rate takes longer than the in-memory step.
+#include "tools/bench_offload.hpp"
+
+#include "actors/train/trainer.hpp"
+#include "core/philox.hpp"
+#include "models/bert/bert_config.hpp"
+#include "models/bert/bert_range.hpp"
+#include "models/bert/parameter_specs.hpp"
+#include "tools/bench_aio.hpp"
+#include "tools/bench_util.hpp"
+#include "tools/options.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace dsa::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct bench_setup {
+  std::string model = "base";
+  bool model_vocab = true; // BERT's 30522-token vocabulary (else the prepared one)
+  int steps = 6;
+  int warmup = 1;
+  int micro_batch = 2;
+  int seq = 128;
+  int sub_groups = 8; // sub_group_size = the parameter count / this
+  int rounds = 2;     // in-memory and offloaded runs alternate, ABBA, against drift in the machine's load
+};
+
+// One run's per-step figures from its metrics.jsonl, warm-up steps left out, and the
+// process's block-device traffic while it ran.
+struct run_figures {
+  std::vector<double> step_s, update_s, forward_backward_s;
+  std::uint64_t read_bytes = 0, write_bytes = 0;
+  double wall_s = 0;
+  int runs = 0;
+
+  void add(const run_figures& o) {
+    step_s.insert(step_s.end(), o.step_s.begin(), o.step_s.end());
+    update_s.insert(update_s.end(), o.update_s.begin(), o.update_s.end());
+    forward_backward_s.insert(forward_backward_s.end(), o.forward_backward_s.begin(), o.forward_backward_s.end());
+    read_bytes += o.read_bytes;
+    write_bytes += o.write_bytes;
+    wall_s += o.wall_s;
+    runs += o.runs;
+  }
+};
+
+// Bytes this process made the block layer read and write (/proc/self/io): O_DIRECT
+// and libaio transfers included, page-cache hits not.
+struct process_io {
+  std::uint64_t read_bytes = 0, write_bytes = 0;
+};
+
+process_io read_process_io() {
+  std::ifstream in("/proc/self/io");
+  process_io io;
+  std::string key;
+  std::uint64_t value = 0;
+  while (in >> key >> value) {
+    if (key == "read_bytes:") io.read_bytes = value;
+    if (key == "write_bytes:") io.write_bytes = value;
+  }
+  return io;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Plain-text documents of made-up words (syllable pairs), enough for the run's
+// sequences; the content does not matter to the timing.
+std::string write_corpus(const std::string& dir, int documents) {
+  static const char* syllables[] = {"ka", "lo", "mi", "ren", "tu", "sa", "vel", "dor", "pi", "an",
+                                    "gre", "mo", "ti", "bal", "un", "ser", "fo", "lin", "qua", "zet"};
+  constexpr std::uint64_t n = sizeof syllables / sizeof syllables[0];
+  const std::string corpus = dir + "/corpus";
+  fs::create_directories(corpus);
+  philox_stream rng{2024, 0, 0, 0, 0};
+  std::uint64_t k = 0;
+  auto pick = [&] { return static_cast<std::uint64_t>(rng.uniform(k++) * n) % n; };
+  for (int d = 0; d < documents; ++d) {
+    std::ofstream out(fmt::format("{}/doc{:03}.txt", corpus, d));
+    for (int s = 0; s < 30; ++s) {
+      const int words = 6 + static_cast<int>(pick() % 12);
+      for (int w = 0; w < words; ++w) out << (w ? " " : "") << syllables[pick()] << syllables[pick()];
+      out << ".\n";
+    }
+  }
+  return corpus;
+}
+
+std::int64_t model_parameters(const bench_setup& b) {
+  auto size = bert::parse_model_size(b.model);
+  bert::bert_config cfg = bert::bert_config_for(*size);
+  if (!b.model_vocab) cfg.vocab_size = 400; // the prepared vocabulary's size at most
+  return bert::parameter_count(bert::parameter_specs(cfg, bert::bert_range::whole(cfg)));
+}
+
+std::string config_text(const bench_setup& b, const std::string& work, const std::string& corpus) {
+  return fmt::format(R"(train_batch_size = {mb}
+train_micro_batch_size_per_gpu = {mb}
+train_steps = {steps}
+steps_per_print = 1
+wall_clock_breakdown = true
+seed = 7
+
+[model]
+size = "{model}"
+{vocab}
+
+[optimizer]
+type = "AdamW"
+params = {{ lr = 1e-4, weight_decay = 0.01 }}
+
+[zero_optimization]
+stage = 1
+
+[data]
+eval_batches = 1
+
+[data.prepare]
+corpus = "{corpus}"
+out_dir = "{work}/data"
+vocab_size = 400
+seq_length = {seq}
+max_predictions = {pred}
+dupe_factor = 2
+holdout_docs = 1
+
+[checkpoint]
+dir = "{work}/checkpoints"
+save_final = false
+)",
+                     fmt::arg("mb", b.micro_batch), fmt::arg("steps", b.steps), fmt::arg("model", b.model),
+                     fmt::arg("vocab", b.model_vocab ? "vocab_size = 30522" : ""), fmt::arg("corpus", corpus),
+                     fmt::arg("work", work), fmt::arg("seq", b.seq), fmt::arg("pred", std::max(2, b.seq * 15 / 100)));
+}
+
+expected<run_figures> train_once(const bench_setup& b, const std::string& work, const std::string& name,
+                                 const std::string& config, const std::vector<std::string>& overrides) {
+  const std::string path = work + "/" + name + ".toml";
+  std::ofstream(path) << config;
+  train::run_request r;
+  r.config_path = path;
+  r.overrides = overrides;
+  r.overrides.push_back(fmt::format("run_dir=\"{}/{}\"", work, name));
+  const process_io before = read_process_io();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = train::run_training(r);
+  run_figures f;
+  f.runs = 1;
+  f.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const process_io after = read_process_io();
+  f.read_bytes = after.read_bytes - before.read_bytes;
+  f.write_bytes = after.write_bytes - before.write_bytes;
+  if (rc != 0) return make_error(errc::runtime, "the {} run failed (exit code {}); its log is above", name, rc);
+  const std::string metrics = work + "/" + name + "/metrics.jsonl";
+  std::ifstream in(metrics);
+  std::string line;
+  int step = 0;
+  while (std::getline(in, line)) {
+    if (++step <= b.warmup) continue;
+    const auto row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_discarded() || !row.contains("Train/Samples/elapsed_time_ms_iteration"))
+      return make_error(errc::io, "'{}' line {}: no Train/Samples/elapsed_time_ms_* columns", metrics, step);
+    auto ms = [&](const char* key) { return row[std::string("Train/Samples/elapsed_time_ms_") + key].get<double>() / 1e3; };
+    f.step_s.push_back(ms("iteration"));
+    f.update_s.push_back(ms("step"));
+    f.forward_backward_s.push_back(ms("forward") + ms("backward"));
+  }
+  if (f.step_s.empty())
+    return make_error(errc::io, "'{}' holds {} step(s); more than the {} warm-up step(s) are needed", metrics, step,
+                      b.warmup);
+  return f;
+}
+
+void print_run(const char* name, const run_figures& f) {
+  fmt::print("  {:<22} {:>9.3f} {:>9.3f} {:>9.3f}   ({} steps timed in {} run(s) of {:.1f} s in all)\n", name,
+             median(f.step_s), median(f.forward_backward_s), median(f.update_s), f.step_s.size(), f.runs, f.wall_s);
+}
+
+int report(const bench_setup& b, const std::string& dir, std::int64_t params, const run_figures& mem,
+           const run_figures& off, const transfer_rates& disk) {
+  const double mem_step = median(mem.step_s), off_step = median(off.step_s);
+  const double ratio = off_step / mem_step;
+  // AdamW over swapped state reads and writes the masters and both moments once a step.
+  const double state_bytes = 12.0 * static_cast<double>(params);
+  const double swap_bytes = 2 * state_bytes;
+  const double off_update = median(off.update_s);
+  const double nvme_gbps = swap_bytes / off_update / 1e9;
+  const double io_s = state_bytes / (disk.read_gbps * 1e9) + state_bytes / (disk.write_gbps * 1e9);
+  const bool io_bound = io_s > mem_step;
+  const double runs = static_cast<double>(off.runs);
+  const double measured_per_step =
+      (static_cast<double>(off.read_bytes + off.write_bytes) - static_cast<double>(mem.read_bytes + mem.write_bytes) -
+       runs * state_bytes) / (runs * b.steps); // less each run's first write of the state at start
+  // Forward and backward are the same work in both runs; what differs is the update. The
+  // in-memory step with the offloaded update put in its place cancels load that differed
+  // between the runs (the machine is shared).
+  const double update_only = (mem_step - median(mem.update_s) + off_update) / mem_step;
+  const double fb_ratio = median(off.forward_backward_s) / median(mem.forward_backward_s);
+  fmt::print("  {:<22} {:>9.2f}x {:>8.2f}x {:>8.2f}x\n", "ratio offload/memory", ratio,
+             median(off.forward_backward_s) / median(mem.forward_backward_s), off_update / median(mem.update_s));
+  fmt::print("swap traffic: {:.3f} GB a step (12 B/param read + 12 B/param written); the kernel counted {:.3f} GB a "
+             "step more block I/O in the offloaded run (/proc/self/io)\n",
+             swap_bytes / 1e9, measured_per_step / 1e9);
+  fmt::print("disk ({}): the engine moves {:.3f} GB/s read, {:.3f} GB/s write{} -> {:.3f} s for a step's swap bytes\n",
+             file_system_name(dir), disk.read_gbps, disk.write_gbps, disk.direct ? " (O_DIRECT)" : " (buffered)", io_s);
+  fmt::print("offloaded update: {:.3f} s, {:.3f} GB/s achieved ({:.0f}% of the disk's rate); rest of the step {:.3f} s\n",
+             off_update, nvme_gbps, 100 * io_s / off_update, off_step - off_update);
+  fmt::print("bound: the step is {} (swap I/O at the disk's rate {:.3f} s vs the in-memory step {:.3f} s); the "
+             "offloaded update is {} (I/O {:.3f} s vs the in-memory update {:.3f} s)\n",
+             io_bound ? "I/O-bound" : "compute-bound", io_s, mem_step,
+             io_s > median(mem.update_s) ? "I/O-bound" : "compute-bound", io_s, median(mem.update_s));
+  fmt::print("ratio with the in-memory forward+backward: {:.2f}x (in-memory step - its update + the offloaded "
+             "update){}\n",
+             update_only,
+             std::abs(fb_ratio - 1) > 0.1
+                 ? fmt::format("; forward+backward differed {:.2f}x between the runs: the machine's load changed, "
+                               "trust this figure over the measured ratio",
+                               fb_ratio)
+                 : "");
+  if (io_bound)
+    fmt::print("goal: <= 1.3x applies when compute >= I/O; here I/O exceeds compute, so the goal does not apply "
+               "(ratio {:.2f}x; the floor is about {:.2f}x)\n",
+               ratio, (mem_step - median(mem.update_s) + io_s) / mem_step);
+  else
+    fmt::print("goal: <= 1.3x with compute >= I/O: {} by the measured ratio {:.2f}x, {} by the ratio with the same "
+               "forward+backward {:.2f}x\n",
+               ratio <= 1.3 ? "met" : "NOT met", ratio, update_only <= 1.3 ? "met" : "NOT met", update_only);
+  fmt::print("{{\"bench\":\"offload\",\"cpu\":{},\"model\":\"{}\",\"params\":{},\"micro_batch\":{},\"seq\":{},"
+             "\"steps_timed\":{},\"in_memory_step_s\":{:.4g},\"offload_step_s\":{:.4g},\"ratio\":{:.4f},"
+             "\"ratio_same_forward_backward\":{:.4f},\"forward_backward_ratio\":{:.4f},"
+             "\"in_memory_update_s\":{:.4g},\"offload_update_s\":{:.4g},\"swap_bytes_per_step\":{:.0f},"
+             "\"measured_io_bytes_per_step\":{:.0f},\"nvme_GBps\":{:.4g},\"disk_read_GBps\":{:.4g},"
+             "\"disk_write_GBps\":{:.4g},\"io_s_per_step\":{:.4g},\"bound\":\"{}\",\"goal_met\":{}}}\n",
+             nlohmann::json(cpu_model()).dump(), b.model, params, b.micro_batch, b.seq, off.step_s.size(), mem_step,
+             off_step, ratio, update_only, fb_ratio, median(mem.update_s), off_update, swap_bytes, measured_per_step, nvme_gbps,
+             disk.read_gbps, disk.write_gbps, io_s, io_bound ? "io" : "compute",
+             io_bound ? "null" : (ratio <= 1.3 ? "true" : "false"));
+  return 0;
+}
+
+} // namespace
+
+int bench_offload_main(int argc, char** argv) {
+  po::options_description opts("dsactor bench offload DIR [--model base|mini|...] [--steps N] [--quick]");
+  opts.add_options()("help,h", "this help")("dir", po::value<std::string>()->required(),
+                                            "directory on the NVMe device (swap files and a work folder go there)")(
+      "model", po::value<std::string>()->default_value("base"), "model.size: tiny, mini, small, medium, base, large")(
+      "steps", po::value<int>()->default_value(6), "optimizer steps per run (the first is warm-up)")(
+      "micro-batch", po::value<int>()->default_value(2), "sequences per step")(
+      "seq", po::value<int>()->default_value(128), "sequence length")(
+      "rounds", po::value<int>()->default_value(2), "pairs of runs, alternated in-memory/offloaded/offloaded/in-memory")(
+      "quick", "a smoke run: BERT-tiny with its own small vocabulary, 3 steps, sequences of 32");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (auto done = parse_options(argc, argv, opts, vm, "bench offload", "", &pos)) return *done;
+  bench_setup b;
+  b.model = vm["model"].as<std::string>();
+  b.steps = vm["steps"].as<int>();
+  b.micro_batch = vm["micro-batch"].as<int>();
+  b.seq = vm["seq"].as<int>();
+  b.rounds = vm["rounds"].as<int>();
+  if (vm.count("quick")) {
+    b = bench_setup{};
+    b.model = "tiny";
+    b.model_vocab = false;
+    b.steps = 3;
+    b.seq = 32;
+    b.rounds = 1;
+  }
+  if (!bert::parse_model_size(b.model) || b.model == "custom") {
+    fmt::print(stderr, "dsactor bench offload: --model '{}' is not a model size (tiny, mini, small, medium, base, large)\n",
+               b.model);
+    return 2;
+  }
+  if (b.steps <= b.warmup || b.micro_batch < 1 || b.seq < 8 || b.rounds < 1) {
+    fmt::print(stderr,
+               "dsactor bench offload: --steps must exceed {} (warm-up), --micro-batch >= 1, --seq >= 8, --rounds >= 1\n",
+               b.warmup);
+    return 2;
+  }
+  const std::string dir = fs::absolute(vm["dir"].as<std::string>()).string();
+  std::error_code ec;
+  const std::string work = dir + fmt::format("/dsactor-bench-offload-{}", ::getpid());
+  if (!fs::create_directories(work, ec)) {
+    fmt::print(stderr, "dsactor bench offload: cannot create '{}': {}\n", work, ec ? ec.message() : "it exists");
+    return 1;
+  }
+  const std::int64_t params = model_parameters(b);
+  const std::int64_t sub_group = (params + b.sub_groups - 1) / b.sub_groups;
+  fmt::print("dsactor bench offload: BERT-{} ({} parameters), micro-batch {} x seq {}, {} steps ({} warm-up), "
+             "ZeRO stage 1, one rank, {} round(s)\n  cpu: {}\n  nvme: {} ({}), sub_group_size {} ({} sub-groups), buffer_count 9, "
+             "pipeline_read and pipeline_write on\n",
+             b.model, params, b.micro_batch, b.seq, b.steps, b.warmup, b.rounds, cpu_model(), dir, file_system_name(dir),
+             sub_group, b.sub_groups);
+  const std::string config = config_text(b, work, write_corpus(work, b.model_vocab ? 60 : 24));
+  const std::vector<std::string> offload = {
+      "zero_optimization.offload_optimizer.device=\"nvme\"",
+      fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}/swap\"", work),
+      "zero_optimization.offload_optimizer.buffer_count=9", "zero_optimization.offload_optimizer.pipeline_read=true",
+      "zero_optimization.offload_optimizer.pipeline_write=true",
+      fmt::format("zero_optimization.sub_group_size={}", sub_group)};
+  const int phases = 2 * b.rounds + 1;
+  int rc = 1;
+  [&] {
+    run_figures mem, off;
+    for (int k = 0; k < 2 * b.rounds; ++k) {
+      const bool offloaded = (k % 4 == 1 || k % 4 == 2); // A B B A ...
+      const std::string name = fmt::format("{}_{}", offloaded ? "offload" : "in_memory", k / 2);
+      fmt::print("[{}/{}] training {}\n", k + 1, phases,
+                 offloaded ? "with the optimizer state on NVMe" : "with the optimizer state in memory");
+      std::fflush(stdout);
+      auto f = train_once(b, work, name, config, offloaded ? offload : std::vector<std::string>{});
+      if (!f) return fmt::print(stderr, "dsactor bench offload: {}\n", f.err().to_string());
+      (offloaded ? off : mem).add(*f);
+    }
+    fmt::print("[{}/{}] the disk with the same engine settings ([aio] defaults)\n", phases, phases);
+    std::fflush(stdout);
+    const std::size_t disk_bytes = std::min<std::size_t>(512u << 20, static_cast<std::size_t>(params) * 12);
+    auto disk = measure_engine(work, aio::aio_config{}, disk_bytes, 2);
+    if (!disk) return fmt::print(stderr, "dsactor bench offload: {}\n", disk.err().to_string());
+    fmt::print("median seconds ({})   {:>9} {:>9} {:>9}\n", cpu_model(), "step", "fwd+bwd", "update");
+    print_run("in memory", mem);
+    print_run("offloaded to NVMe", off);
+    rc = report(b, dir, params, mem, off, *disk);
+  }();
+  fs::remove_all(work, ec);
+  return rc;
+}
+
+} // namespace dsa::tools
