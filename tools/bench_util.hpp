@@ -1,8 +1,10 @@
-// Small helpers shared by the benchmarks: best-of-N wall-clock timing.
+// Small helpers shared by the benchmarks: best-of-N wall-clock timing, the CPU's name.
 #pragma once
 
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <string>
 
 namespace dsa::tools {
 
@@ -17,6 +19,16 @@ inline double best_seconds(int reps, const std::function<void()>& body) {
     if (s < best) best = s;
   }
   return best;
+}
+
+// The CPU's model name from /proc/cpuinfo ("unknown" without one): every figure a
+// benchmark records is named with it.
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
 }
 
 } // namespace dsa::tools

@@ -4,6 +4,7 @@
 #include "tools/bench_allreduce.hpp"
 #include "tools/bench_kernels.hpp"
 #include "tools/bench_memory.hpp"
+#include "tools/bench_offload.hpp"
 #include "tools/bench_runtime.hpp"
 #include "tools/command.hpp"
 
@@ -70,12 +71,14 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("  memory    activation bytes stashed per layer for each memory-flag setting\n");
     fmt::print("  allreduce fp32 allreduce between 2 processes: dsactor over UCX vs Gloo and OpenMPI, memcpy bound\n");
     fmt::print("  aio       sequential write+read of a file: the libaio NVMe engine vs pwrite/pread (O_DIRECT, buffered)\n");
+    fmt::print("  offload   a BERT step with the optimizer state offloaded to NVMe vs in memory, and what bounds it\n");
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "runtime")) return bench_runtime_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "memory")) return bench_memory_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "aio")) return bench_aio_main(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "offload")) return bench_offload_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "allreduce")) return bench_allreduce_main(argc - 1, argv + 1);
   fmt::print(stderr, "dsactor bench: unknown benchmark '{}'\n", argv[1]);
   return 2;

@@ -3,6 +3,7 @@
 // whether a directory supports O_DIRECT.
 #include "tools/command.hpp"
 
+#include "tools/bench_util.hpp"
 #include "tools/options.hpp"
 
 #include <boost/program_options.hpp>
@@ -24,14 +25,6 @@
 
 namespace dsa::tools {
 namespace {
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
 
 std::string cpu_features() {
   std::string out;

@@ -56,7 +56,11 @@ public:
   std::int64_t last_saved() const { return last_saved_; }
 
 private:
-  std::string breakdown();
+  // The wall_clock_breakdown counters since the last call (reset to 0), in ms summed over stages.
+  struct step_times {
+    double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  };
+  step_times take_times();
 
   run_context& ctx_;
   metrics_writer& metrics_;

@@ -56,6 +56,15 @@ void step_reporter::on_step(const actors::step_summary& s) {
   if (t.nsp_count > 0)
     row.values.push_back({"Train/Samples/nsp_accuracy",
                           static_cast<double>(t.nsp_correct) / static_cast<double>(t.nsp_count)});
+  step_times times;
+  if (ctx_.rc.wall_clock_breakdown) {
+    times = take_times();
+    // DeepSpeed's monitor names for the wall_clock_breakdown timers, plus the whole step's wall time.
+    row.values.push_back({"Train/Samples/elapsed_time_ms_forward", times.forward_ms});
+    row.values.push_back({"Train/Samples/elapsed_time_ms_backward", times.backward_ms});
+    row.values.push_back({"Train/Samples/elapsed_time_ms_step", times.step_ms});
+    row.values.push_back({"Train/Samples/elapsed_time_ms_iteration", secs * 1e3});
+  }
   if (auto w = metrics_.write(row); !w)
     throw std::runtime_error(w.err().message);
   last_loss_ = t.mean_loss();
@@ -66,7 +75,8 @@ void step_reporter::on_step(const actors::step_summary& s) {
   r.loss_scale = d.loss_scale_after;
   r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
   if (ctx_.rc.wall_clock_breakdown)
-    r.extra = breakdown();
+    r.extra = fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
+                          times.forward_ms, times.backward_ms, times.step_ms);
   bar_.update(r);
   if (checkpoint_due(ctx_, step))
     save(step, s.data_position);
@@ -120,11 +130,13 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   log_info("saved checkpoint {} (step {})", saved->dir, step + 1);
 }
 
-std::string step_reporter::breakdown() {
+step_reporter::step_times step_reporter::take_times() {
   auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
-  return fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
-                     take(ctx_.shared.forward_ns), take(ctx_.shared.backward_ns),
-                     take(ctx_.shared.optimizer_ns));
+  step_times t;
+  t.forward_ms = take(ctx_.shared.forward_ns);
+  t.backward_ms = take(ctx_.shared.backward_ns);
+  t.step_ms = take(ctx_.shared.optimizer_ns);
+  return t;
 }
 
 } // namespace dsa::train

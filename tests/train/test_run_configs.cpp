@@ -1,5 +1,6 @@
 // Shipped configs parse; DeepSpeed JSON configs are accepted; fp16 overflow
-// skips steps, lowers the scale and leaves the LR schedule where it was.
+// skips steps, lowers the scale and leaves the LR schedule where it was;
+// wall_clock_breakdown adds its timing columns to the metrics.
 #include "actors/train/data_prepare.hpp"
 #include "actors/train/deepspeed_json.hpp"
 #include "actors/train/run_config.hpp"
@@ -7,6 +8,7 @@
 #include "tests/train/train_fixture.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -150,4 +152,30 @@ TEST_CASE("epochs set the run length from the data: ceil(epochs x sequences / tr
   auto ck = test::load_run_checkpoint(dir.path() + "/ckpt", "latest");
   CHECK(ck.manifest.step == expected_steps);
   CHECK(metrics_rows(dir.path() + "/run").size() == expected_steps);
+}
+
+TEST_CASE("wall_clock_breakdown adds DeepSpeed's elapsed_time_ms_* columns to the metrics; off, none") {
+  for (bool breakdown : {false, true}) {
+    CAPTURE(breakdown);
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), "wcb", test::tiny_config(dir.path()),
+                             {"train_steps=3", fmt::format("wall_clock_breakdown={}", breakdown)}) == 0);
+    const auto rows = metrics_rows(dir.path() + "/run");
+    REQUIRE(rows.size() == 3);
+    for (const auto& row : rows) {
+      double forward = 0, backward = 0, update = 0, iteration = 0;
+      for (auto [key, out] : {std::pair{"forward", &forward}, std::pair{"backward", &backward},
+                              std::pair{"step", &update}, std::pair{"iteration", &iteration}}) {
+        const std::string name = std::string("Train/Samples/elapsed_time_ms_") + key;
+        REQUIRE(row.contains(name) == breakdown);
+        if (breakdown) *out = row[name].get<double>();
+      }
+      if (!breakdown) continue;
+      // Each part is real work (no bound between them: the next forward may overlap the report).
+      CHECK(forward > 0);
+      CHECK(backward > 0);
+      CHECK(update > 0);
+      CHECK(iteration > 0);
+    }
+  }
 }

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Integration: 'dsactor bench offload --quick' on a scratch directory trains BERT-tiny in
+# memory and offloaded to NVMe; checks the last line is one JSON object with both step
+# times, their ratio, the swap bytes and the achieved rate, that the in-memory and offloaded
+# runs agree on their losses, and that nothing is left behind. No timing is asserted.
+# Usage: offload_bench_smoke.sh PATH/TO/dsactor
+set -euo pipefail
+dsactor=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work" "$work.err"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+out=$("$dsactor" bench offload "$work" --quick 2>"$work.err") || { tail -20 "$work.err"; fail "bench offload exited non-zero"; }
+echo "$out"
+last=$(tail -n 1 <<<"$out")
+python3 - "$last" <<'PY' || fail "bench offload: last line is not the expected JSON"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["bench"] == "offload" and j["model"] == "tiny", j
+for k in ("in_memory_step_s", "offload_step_s", "ratio", "swap_bytes_per_step", "nvme_GBps",
+          "disk_read_GBps", "disk_write_GBps", "io_s_per_step"):
+    assert k in j and j[k] > 0, k
+assert j["swap_bytes_per_step"] == 24 * j["params"], "AdamW swaps 12 B/param in and 12 out"
+assert abs(j["ratio"] - j["offload_step_s"] / j["in_memory_step_s"]) < 1e-3 * j["ratio"]
+assert j["bound"] in ("io", "compute") and j["cpu"]
+PY
+grep -q "in memory" <<<"$out" && grep -q "offloaded to NVMe" <<<"$out" || fail "the table lacks a row"
+grep -q "^bound: " <<<"$out" && grep -q "^goal: " <<<"$out" || fail "no bound or goal line"
+# Both runs train the same model on the same data: the same loss at every step.
+mapfile -t losses < <(grep -o 'step [0-9]*/3 | loss [0-9.]*' "$work.err")
+[[ ${#losses[@]} -eq 6 ]] || fail "expected 3 steps per run in the log, got ${#losses[@]} lines"
+[[ "${losses[*]:0:3}" == "${losses[*]:3:3}" ]] || fail "the runs' losses differ: ${losses[*]}"
+[[ -z $(ls -A "$work") ]] || fail "bench offload left files behind: $(ls -A "$work")"
+
+# A model size that does not exist is refused naming it.
+if "$dsactor" bench offload "$work" --model huge 2>"$work.err"; then fail "--model huge was accepted"; fi
+grep -q "huge" "$work.err" || { cat "$work.err"; fail "the error does not name the model"; }
+echo "offload bench smoke: ok"
