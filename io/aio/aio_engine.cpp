@@ -164,7 +164,7 @@ void aio_engine::open_request(request_state& st) {
   }
   st.file = std::move(*file);
   st.opened = true;
-  if (req.op == aio_op::read) {
+  if (req.op == aio_op::read || req.expect_file_size) {
     auto size = ckpt::file_size(st.file.fd, req.path);
     if (!size) {
       st.fail(size.err());
@@ -172,8 +172,8 @@ void aio_engine::open_request(request_state& st) {
     }
     std::uint64_t want = req.expect_file_size.value_or(req.file_offset + req.bytes);
     if (*size != want)
-      st.fail(make_error(errc::format, "aio read '{}': the file has {} bytes, expected {}",
-                         req.path, *size, want));
+      st.fail(make_error(errc::format, "aio {} '{}': the file has {} bytes, expected {}",
+                         req.op == aio_op::read ? "read" : "write", req.path, *size, want));
   }
 }
 

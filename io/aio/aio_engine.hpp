@@ -34,7 +34,9 @@ struct aio_request {
   std::size_t bytes = 0;         // logical bytes to move
   std::uint64_t file_offset = 0; // a multiple of the alignment
   // Reads: the size the file must have (default file_offset + bytes); another size is an
-  // error naming the file. Writes: ignored (the file's length becomes file_offset + bytes).
+  // error naming the file. Writes: when set, the size the file must already have before
+  // the write (a swap file written whole before: one cut under the run fails naming it
+  // instead of being extended with zeros); unset, anything goes.
   std::optional<std::uint64_t> expect_file_size;
   // Writes: the length the file is given afterwards instead of file_offset + bytes (a
   // range written into the middle of a file of this length, as the swap files are).

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <optional>
 
@@ -15,6 +17,22 @@ namespace dsa::aio {
 
 namespace {
 constexpr const char* array_names[optim::state_arrays] = {"master", "exp_avg", "exp_avg_sq"};
+
+// The fault tests' hook (tests/integration/offload_faults.sh): with DSA_SWAP_HOLD_FIFO
+// naming a FIFO, the process's first sweep that reads swapped state first reads that FIFO
+// to its end. The script's open of the FIFO returns once the run waits there, with no
+// transfer in flight, so it can cut a swap file at a known point instead of racing the run.
+void hold_for_test() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* fifo = std::getenv("DSA_SWAP_HOLD_FIFO");
+    if (fifo == nullptr || *fifo == '\0') return;
+    std::ifstream in(fifo);
+    std::string line;
+    while (std::getline(in, line)) {
+    }
+  });
+}
 } // namespace
 
 std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write) {
@@ -97,6 +115,7 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
   if ((read & ~written_) != 0)
     return make_error(errc::protocol, "swap store '{}/{}': read before the state was written", options_.dir,
                       options_.name);
+  if (read != 0) hold_for_test();
   const std::int64_t n = chunks();
   const std::int64_t ahead = read != 0 && options_.pipeline_read ? 1 : 0;
   const bool write_behind = write != 0 && options_.pipeline_write;
@@ -123,8 +142,8 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
       r.buffer_bytes = buffer(slot, a).size();
       r.bytes = static_cast<std::size_t>(hi - lo) * sizeof(float);
       r.file_offset = static_cast<std::uint64_t>(lo) * sizeof(float);
-      if (op == aio_op::read) r.expect_file_size = file_bytes;
-      else r.file_length = file_bytes;
+      if (op == aio_op::read || (written_ & (1u << a))) r.expect_file_size = file_bytes;
+      if (op == aio_op::write) r.file_length = file_bytes;
       const std::size_t bytes = r.bytes;
       {
         std::lock_guard<std::mutex> lock(run.mu);
