@@ -133,7 +133,7 @@ if mount -t tmpfs -o size=128k tmpfs "$work/small" 2>/dev/null; then
   umount "$work/small" && mounted=
   echo "ok: a full disk fails the run naming the swap file and No space left; the checkpoint still resumes"
 else
-  echo "skip: a full disk (mount -t tmpfs is not allowed here: run as root to test it)"
+  echo "skip: a full disk (mount -t tmpfs is not allowed here: it needs root with CAP_SYS_ADMIN)"
 fi
 
 # 4. nvme_path under a regular file fails at start, naming the folder it cannot create.
