@@ -81,8 +81,10 @@ run whole --set "train_steps=$steps" || fail "the uninterrupted offloaded run"
 final=$(printf 'step_%08d' "$steps")
 cmp "$work/killed/checkpoints/$final/model.safetensors" "$work/whole/checkpoints/$final/model.safetensors" ||
   fail "kill -9 and resume ended with other parameters than the uninterrupted run"
-cmp "$work/killed/checkpoints/$final/optimizer_0.safetensors" "$work/whole/checkpoints/$final/optimizer_0.safetensors" ||
-  fail "kill -9 and resume ended with another optimizer state than the uninterrupted run"
+for f in "$work/whole/checkpoints/$final"/optimizer_*.safetensors; do # the optimizer state too
+  cmp "$f" "$work/killed/checkpoints/$final/${f##*/}" ||
+    fail "kill -9 and resume ended with another optimizer state (${f##*/}) than the uninterrupted run"
+done
 echo "ok: kill -9 at step >= $((steps - 2)), --resume removed the stale swap files and equals the uninterrupted run at step $steps"
 
 # 2. A swap file cut under a running run. The run resumes step 2 and, at its first sweep
