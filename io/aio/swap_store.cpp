@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <optional>
 
@@ -15,6 +17,25 @@ namespace dsa::aio {
 
 namespace {
 constexpr const char* array_names[optim::state_arrays] = {"master", "exp_avg", "exp_avg_sq"};
+
+// The fault tests' hook (tests/integration/offload_faults.sh): with DSA_SWAP_HOLD_FIFO
+// naming a FIFO, the process's first sweep that reads swapped state first waits for every
+// transfer in flight (`settle`), then reads that FIFO to its end. The script's open of the
+// FIFO returns once the run waits there, with no transfer in flight, so it can cut a swap
+// file at a known point instead of racing the run.
+template <class Settle>
+void hold_for_test(Settle&& settle) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    const char* fifo = std::getenv("DSA_SWAP_HOLD_FIFO");
+    if (fifo == nullptr || *fifo == '\0') return;
+    settle();
+    std::ifstream in(fifo);
+    std::string line;
+    while (std::getline(in, line)) {
+    }
+  });
+}
 } // namespace
 
 // The buffer sets and what each holds, kept across sweeps: a set may hold a chunk read
@@ -190,6 +211,11 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
                       options_.name);
   auto& f = *flight_;
   using use = flight::use;
+  if (read != 0)
+    hold_for_test([&] {
+      std::unique_lock<std::mutex> quiet(f.mu);
+      f.cv.wait(quiet, [&] { return f.quiet(); });
+    });
   const std::int64_t n = chunks();
   const std::int64_t ahead = read != 0 && options_.pipeline_read ? 1 : 0;
   const bool write_behind = write != 0 && options_.pipeline_write;

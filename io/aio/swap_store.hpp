@@ -15,7 +15,9 @@
 // The files are scratch: created under the given directory, never read by a
 // checkpoint (which reads the state back through read_arrays), and removed when
 // the store is destroyed. A file changed under the run (cut short, removed) fails
-// the next read with an error naming it; a full disk fails the write naming it.
+// the next read or write with an error naming it (a write never extends a cut file
+// with zeros); a full disk fails the write naming it. DSA_SWAP_HOLD_FIFO is the fault
+// tests' hook: the first sweep that reads waits on that FIFO (swap_store.cpp).
 #pragma once
 
 #include "core/error.hpp"

@@ -241,6 +241,17 @@ TEST_CASE("swap store: no place to write, a full disk and a cut file are errors 
     CHECK(back.err().message.find(store->path(optim::exp_avg_array)) != std::string::npos);
     CHECK(back.err().message.find("expected 16384") != std::string::npos);
   }
+  SUBCASE("a write after the cut fails naming the file instead of filling the gap with zeros") {
+    auto store = make_store(engine, options_for(dir.path(), 4096, 2048, false, false));
+    REQUIRE(optim::write_arrays(*store, arrays).has_value());
+    const std::string master = store->path(optim::master_array);
+    REQUIRE(::truncate(master.c_str(), 4096) == 0);
+    auto rewritten = optim::write_arrays(*store, arrays);
+    REQUIRE_FALSE(rewritten.has_value());
+    CHECK(rewritten.err().message.find("aio write '" + master + "': the file has 4096 bytes, expected 16384") !=
+          std::string::npos);
+    CHECK(std::filesystem::file_size(master) == 4096);
+  }
   SUBCASE("reading before anything was written") {
     auto store = make_store(engine, options_for(dir.path(), 4096, 2048, false, false));
     auto back = optim::read_arrays(*store);

@@ -12,11 +12,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/out "$work"/err; do [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }; done
-  exit 1
-}
 
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"
@@ -27,12 +22,7 @@ train_micro_batch_size_per_gpu = 2
 train_steps = 4
 steps_per_print = 1
 
-[model]
-size = "custom"
-num_layers = 2
-hidden_size = 32
-num_heads = 2
-max_position_embeddings = 64
+$(tiny_bert_tables "$work")
 
 [optimizer]
 type = "AdamW"
@@ -40,13 +30,6 @@ params = { lr = 2e-3, weight_decay = 0.01 }
 
 [pipeline]
 stages = 2
-
-[data.prepare]
-corpus = "$work/corpus"
-out_dir = "$work/data"
-vocab_size = 150
-seq_length = 64
-holdout_docs = 3
 TOML
 
 # 1. Two processes (each 2 stages, ZeRO stage 2, buckets sent during backward) equal two

@@ -7,7 +7,6 @@ set -euo pipefail
 dsactor=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"
@@ -20,12 +19,7 @@ train_steps = 4
 steps_per_print = 1
 run_dir = "$work/run"
 
-[model]
-size = "custom"
-num_layers = 2
-hidden_size = 32
-num_heads = 2
-max_position_embeddings = 64
+$(tiny_bert_tables "$work")
 
 [optimizer]
 type = "Lamb"
@@ -37,13 +31,6 @@ params = { warmup_num_steps = 2, total_num_steps = 4, warmup_max_lr = 2e-3 }
 
 [pipeline]
 stages = 2
-
-[data.prepare]
-corpus = "$work/corpus"
-out_dir = "$work/data"
-vocab_size = 150
-seq_length = 64
-holdout_docs = 3
 
 [checkpoint]
 dir = "$work/ckpt"
@@ -194,12 +181,7 @@ train_steps = 3
 run_dir = "$work/squad"
 init_checkpoint = "$work/ckpt/step_00000004/model.safetensors"
 
-[model]
-size = "custom"
-num_layers = 2
-hidden_size = 32
-num_heads = 2
-max_position_embeddings = 64
+$(tiny_model_table)
 head = "squad"
 
 [optimizer]

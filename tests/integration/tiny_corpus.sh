@@ -1,5 +1,6 @@
 # Sourced by the integration scripts: write_tiny_corpus DIR writes a deterministic
-# 30-document plain-text corpus (12 sentences each) into DIR.
+# 30-document plain-text corpus (12 sentences each) into DIR; tiny_bert_tables and fail
+# are the config tables and the failure report they share.
 write_tiny_corpus() {
   local dir=$1 d s w line
   local words=(the river ran past old mill where children played every summer and sang songs about green hills far
@@ -12,4 +13,38 @@ write_tiny_corpus() {
       echo "${line% }." >> "$dir/doc$d.txt"
     done
   done
+}
+
+# tiny_model_table prints the [model] table of a 2-layer, 32-wide BERT; tiny_bert_tables
+# WORK adds [data.prepare] for the corpus in WORK/corpus (shards in WORK/data). For config
+# heredocs.
+tiny_model_table() {
+  cat <<TOML
+[model]
+size = "custom"
+num_layers = 2
+hidden_size = 32
+num_heads = 2
+max_position_embeddings = 64
+TOML
+}
+tiny_bert_tables() {
+  tiny_model_table
+  cat <<TOML
+
+[data.prepare]
+corpus = "$1/corpus"
+out_dir = "$1/data"
+vocab_size = 150
+seq_length = 64
+holdout_docs = 3
+TOML
+}
+
+# fail MESSAGE (after `work` is set): says what failed with the tails of $work/out and
+# $work/err, where the scripts keep the last command's output, and exits 1.
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/out "$work"/err; do [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }; done
+  exit 1
 }
