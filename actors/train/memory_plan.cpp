@@ -168,9 +168,14 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     p.optimizer_in_memory += rc.ranks * (b.masters + b.moments);
     p.swap_buffers += rc.ranks * b.swap_buffers;
     if (reduces) p.communication += rc.ranks * 2 * 4 * std::min(rc.reduce_bucket_elements, n);
-    // Unpartitioned, a checkpoint reads the shard's own tensors; partitioned (or
-    // swapped), every rank gathers the stage's masters and moments whole.
-    if (zero && in.writes_checkpoints) p.checkpoint += rc.ranks * 12 * zero->padded;
+    // A checkpoint reads a shard's own tensors in memory; ZeRO over several ranks gathers
+    // the stage's whole fp32 masters (each rank writes its own moments' file from views);
+    // swapped state is first read back from NVMe (its partition's masters and moments).
+    if (zero && in.writes_checkpoints) {
+      const std::int64_t gathered = reduces ? 4 * zero->padded : 0;
+      const std::int64_t read_back = zero->swap_buffers > 0 ? 12 * zero->partition : 0;
+      p.checkpoint += rc.ranks * (gathered + read_back);
+    }
   }
   p.activations = rc.ranks * rank_activations(rc, ranges, in);
   p.margin = margin_fixed + (p.baseline + p.model_states + std::max(p.activations + p.communication, p.checkpoint)) / 10;
