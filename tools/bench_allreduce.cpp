@@ -6,6 +6,7 @@
 #include "io/net/communicator.hpp"
 #include "io/net/fork_ranks.hpp"
 #include "io/net/ucx_transport.hpp"
+#include "tools/bench_scaling.hpp"
 #include "tools/options.hpp"
 
 #include <boost/program_options.hpp>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <thread>
 #include <unistd.h>
 
 namespace dsa::tools {
@@ -194,16 +196,20 @@ int bench_allreduce_main(int argc, char** argv) {
   std::vector<int> sizes_mib;
   allreduce_plan plan;
   std::string mpirun;
+  bool weak = true;
   opts.add_options()("help,h", "this help")(
       "sizes-mib", po::value<std::vector<int>>(&sizes_mib)->multitoken(),
       "buffer sizes in MiB (default 1 4 16 64 256)")(
       "iterations", po::value<int>(&plan.iterations)->default_value(7), "timed iterations per size (median)")(
       "warmup", po::value<int>(&plan.warmup)->default_value(2), "untimed iterations per size first")(
       "mpirun", po::value<std::string>(&mpirun)->default_value("mpirun"), "OpenMPI's launcher")(
-      "quick", "1 and 4 MiB, 3 iterations (a smoke run)");
+      "quick", "1 and 4 MiB, 3 iterations, no weak-scaling runs (a smoke run)")(
+      "weak-scaling", po::value<bool>(&weak)->default_value(true, "true (false with --quick)"),
+      "also time BERT-mini's step with 1 and 2 processes at the same per-rank batch");
   po::variables_map vm;
   if (auto done = parse_options(argc, argv, opts, vm, "bench allreduce")) return *done;
   if (vm.count("quick")) {
+    if (vm["weak-scaling"].defaulted()) weak = false;
     sizes_mib = {1, 4};
     plan.iterations = 3;
     plan.warmup = 1;
@@ -263,6 +269,33 @@ int bench_allreduce_main(int argc, char** argv) {
                mpi ? ratio_text(ours_bw, busbw_gbps(b, (*mpi)[i])) : "-",
                fmt::format("{:.0f}%", 100 * ours_bw / copy_bw));
   }
+  // Weak scaling: what the collectives buy a real training step.
+  std::optional<scaling_result> scaling;
+  if (weak) {
+    char pattern[] = "/tmp/dsactor_bench_scaling.XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) {
+      fmt::print(stderr, "dsactor bench allreduce: cannot make a scratch folder: {}\n", std::strerror(errno));
+      return 1;
+    }
+    scaling_plan sp;
+    sp.work_dir = pattern;
+    fmt::print("\nweak scaling: BERT-mini, {} sequences of {} tokens per rank and step, {} steps ({} untimed), "
+               "1 process then 2 (dsactor launch); logs in {}\n",
+               sp.micro_batch * sp.accumulation, sp.seq, sp.steps, sp.warmup, sp.work_dir);
+    auto w = bench_weak_scaling(sp);
+    if (!w) {
+      fmt::print(stderr, "dsactor bench allreduce: weak scaling: {}\n", w.err().message);
+      return 1;
+    }
+    scaling = *w;
+    std::error_code ec;
+    std::filesystem::remove_all(sp.work_dir, ec);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    fmt::print("  step with 1 process {:.3f} s, with 2 processes {:.3f} s (twice the samples): weak-scaling "
+               "efficiency {:.2f} (1 = perfect; on {} core(s) the two ranks share what the single process used "
+               "alone, so compute alone bounds it at about {:.2f})\n",
+               scaling->dp1_step_s, scaling->dp2_step_s, scaling->efficiency(), cores, cores >= 4 ? 1.0 : 0.5);
+  }
   // The JSON line: figures at 64 MiB (null where not measured).
   auto json_num = [](std::optional<double> v) {
     return v ? fmt::format("{:.4g}", *v) : std::string("null");
@@ -288,10 +321,14 @@ int bench_allreduce_main(int argc, char** argv) {
   fmt::print("{{\"bench\":\"allreduce\",\"ranks\":{},\"dtype\":\"f32\",\"busbw_64MiB_GBps\":{},"
              "\"gloo_busbw_64MiB_GBps\":{},\"gloo_ring_busbw_64MiB_GBps\":{},"
              "\"gloo_hd_busbw_64MiB_GBps\":{},\"mpi_busbw_64MiB_GBps\":{},\"copy_GBps\":{},"
-             "\"ratio_to_gloo\":{},\"ratio_to_mpi\":{},\"ratio_to_copy\":{}}}\n",
+             "\"ratio_to_gloo\":{},\"ratio_to_mpi\":{},\"ratio_to_copy\":{},\"dp1_step_s\":{},"
+             "\"dp2_step_s\":{},\"weak_scaling_efficiency\":{}}}\n",
              ranks, json_num(ours64), json_num(gloo64), json_num(ring64), json_num(hd64),
              json_num(mpi64), json_num(copy64), json_num(ratio(ours64, gloo64)),
-             json_num(ratio(ours64, mpi64)), json_num(ratio(ours64, copy64)));
+             json_num(ratio(ours64, mpi64)), json_num(ratio(ours64, copy64)),
+             json_num(scaling ? std::optional<double>(scaling->dp1_step_s) : std::nullopt),
+             json_num(scaling ? std::optional<double>(scaling->dp2_step_s) : std::nullopt),
+             json_num(scaling ? std::optional<double>(scaling->efficiency()) : std::nullopt));
   return 0;
 }
 
