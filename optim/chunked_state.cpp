@@ -27,12 +27,14 @@ std::int64_t resident_state::resident_bytes() const {
   return n;
 }
 
-expected<std::vector<tensor>> read_arrays(chunked_state& store) {
-  std::vector<tensor> out;
-  for (unsigned a = 0; a < state_arrays; ++a) out.push_back(tensor::empty({store.numel()}, dtype::f32));
-  DSA_TRY(store.sweep(all_arrays, 0, [&](const state_chunk& c) -> status {
+expected<std::vector<tensor>> read_arrays(chunked_state& store, unsigned which) {
+  std::vector<tensor> out(state_arrays);
+  for (unsigned a = 0; a < state_arrays; ++a)
+    if (which & (1u << a)) out[a] = tensor::empty({store.numel()}, dtype::f32);
+  DSA_TRY(store.sweep(which, 0, [&](const state_chunk& c) -> status {
     for (unsigned a = 0; a < state_arrays; ++a)
-      std::memcpy(out[a].data<float>() + c.lo, c.arrays[a], static_cast<std::size_t>(c.hi - c.lo) * sizeof(float));
+      if (which & (1u << a))
+        std::memcpy(out[a].data<float>() + c.lo, c.arrays[a], static_cast<std::size_t>(c.hi - c.lo) * sizeof(float));
     return {};
   }));
   return out;

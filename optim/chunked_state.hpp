@@ -52,6 +52,9 @@ public:
   // A hint that the next sweep reads `read`: a store may start moving its first chunks
   // now. Never blocks; errors surface in the next sweep. Nothing by default.
   virtual void prefetch(unsigned read) { (void)read; }
+  // Waits for every transfer still in flight (writes behind the last sweep, prefetches);
+  // their first error. Nothing to wait for by default.
+  virtual status flush() { return {}; }
   // Bytes this store keeps in memory: the arrays themselves, or the chunk buffers.
   virtual std::int64_t resident_bytes() const = 0;
   // Where the arrays live, for logs: "memory" or "nvme: DIR".
@@ -75,8 +78,9 @@ private:
   tensor arrays_[state_arrays];
 };
 
-// The three arrays copied out of a store into fresh (numel) f32 tensors (a checkpoint).
-expected<std::vector<tensor>> read_arrays(chunked_state& store);
+// The arrays in `which` (a bit mask) copied out of a store into fresh (numel) f32
+// tensors, in array order; the others are left undefined (a checkpoint).
+expected<std::vector<tensor>> read_arrays(chunked_state& store, unsigned which = all_arrays);
 // The three (numel) f32 arrays written into a store, chunk by chunk (a resume).
 status write_arrays(chunked_state& store, const std::vector<tensor>& arrays);
 

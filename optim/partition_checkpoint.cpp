@@ -95,9 +95,9 @@ state_map partition_payload(const flat_layout& layout, std::uint32_t rank, const
     const flat_tensor& t = layout.tensors()[p.tensor];
     const std::int64_t at = p.flat_offset - part.lo;
     const std::string range = fmt::format("[{}:{}]", p.tensor_offset, p.tensor_offset + p.count);
-    out["master." + t.name + range] = view_of(state.master, at, p.count);
-    out[t.name + ".exp_avg" + range] = view_of(state.exp_avg, at, p.count);
-    out[t.name + ".exp_avg_sq" + range] = view_of(state.exp_avg_sq, at, p.count);
+    if (state.master.defined()) out["master." + t.name + range] = view_of(state.master, at, p.count);
+    if (state.exp_avg.defined()) out[t.name + ".exp_avg" + range] = view_of(state.exp_avg, at, p.count);
+    if (state.exp_avg_sq.defined()) out[t.name + ".exp_avg_sq" + range] = view_of(state.exp_avg_sq, at, p.count);
     tensor shape = tensor::empty({static_cast<std::int64_t>(t.shape.size())}, dtype::i64);
     std::copy(t.shape.begin(), t.shape.end(), shape.data<std::int64_t>());
     out[std::string(shape_prefix) + t.name] = shape;

@@ -30,7 +30,7 @@ namespace dsa::optim {
 using state_map = std::map<std::string, tensor>;
 
 // Rank `rank`'s state under the names above, as views of `state` (no copy; valid
-// while no step runs).
+// while no step runs); an undefined array of `state` is left out.
 state_map partition_payload(const flat_layout& layout, std::uint32_t rank, const partition_state& state);
 
 // One old rank's saved state: its keys, and a way to read the tensor under a key

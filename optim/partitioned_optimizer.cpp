@@ -318,17 +318,21 @@ status partitioned_optimizer::write_working(const tensor& working) const {
   DSA_TRY(check_flat(working, "working", layout_.partition_numel(), rank_, true));
   const std::size_t width = dtype_size(working.type());
   auto* out = static_cast<char*>(working.raw_data());
-  return store_->sweep(array_bit(master_array), 0, [&](const state_chunk& c) -> status {
+  DSA_TRY(store_->sweep(array_bit(master_array), 0, [&](const state_chunk& c) -> status {
     cpu::cast(out + c.lo * static_cast<std::int64_t>(width), working.type(), c.arrays[master_array], dtype::f32,
               c.hi - c.lo);
     return {};
-  });
+  }));
+  store_->prefetch(all_arrays); // a skipped step: the next update's first chunks all the same
+  return {};
 }
 
-expected<partition_state> partitioned_optimizer::read_state() const {
-  if (const auto* mem = dynamic_cast<const resident_state*>(store_.get()))
-    return partition_state{mem->array(master_array), mem->array(exp_avg_array), mem->array(exp_avg_sq_array), step_};
-  DSA_ASSIGN_OR_RETURN(auto arrays, read_arrays(*store_));
+expected<partition_state> partitioned_optimizer::read_state(unsigned which) const {
+  if (const auto* mem = dynamic_cast<const resident_state*>(store_.get())) {
+    auto pick = [&](state_array a) { return which & array_bit(a) ? mem->array(a) : tensor(); };
+    return partition_state{pick(master_array), pick(exp_avg_array), pick(exp_avg_sq_array), step_};
+  }
+  DSA_ASSIGN_OR_RETURN(auto arrays, read_arrays(*store_, which));
   return partition_state{std::move(arrays[0]), std::move(arrays[1]), std::move(arrays[2]), step_};
 }
 

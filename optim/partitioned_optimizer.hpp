@@ -117,6 +117,8 @@ public:
   // What of it is in memory: all of it, or the swap buffers (chunked_state::resident_bytes).
   std::int64_t resident_bytes() const { return store_->resident_bytes(); }
   const chunked_state& store() const { return *store_; }
+  // Waits for the store's transfers still in flight (the last update's writes); their error.
+  status flush() { return store_->flush(); }
   // Scratch beyond the state, in bytes (LAMB block sums and the exchange vector).
   std::int64_t scratch_bytes() const;
   // Trust ratios of the last LAMB step, one per piece in pieces() order.
@@ -125,8 +127,9 @@ public:
   const std::vector<double>& last_lamb_sums() const { return lamb_sums_; }
 
   // The state: views of the arrays when they are in memory (valid while no step runs),
-  // a copy read back from the store otherwise.
-  expected<partition_state> read_state() const;
+  // a copy read back from the store otherwise; only the arrays in `which` (a bit mask of
+  // chunked_state.hpp's arrays), the others undefined.
+  expected<partition_state> read_state(unsigned which = all_arrays) const;
   // The same for a state in memory only (tests): a broken invariant otherwise.
   partition_state state() const;
 

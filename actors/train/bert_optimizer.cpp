@@ -278,10 +278,21 @@ std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank) 
 
 state_payload bert_optimizer::gathered_masters() const {
   DSA_CHECK(partitioned(), "optimizer shard {}: gathered_masters without ZeRO ranks", options_.participant);
-  auto read = part_->read_state();
+  auto read = part_->read_state(optim::array_bit(optim::master_array));
+  // Every rank learns whether every rank could read its masters before any data moves: a
+  // rank that failed still joins, so the others fail with it instead of waiting.
+  std::int64_t ok = read ? 1 : 0;
+  std::vector<std::int64_t> all_ok(options_.zero_ranks);
+  if (auto g = options_.peers->allgather(all_ok.data(), &ok, dtype::i64, static_cast<std::int64_t>(all_ok.size())); !g)
+    throw std::runtime_error(fmt::format("gathering stage {}'s master weights: {}", options_.participant,
+                                         g.err().message));
   if (!read)
     throw std::runtime_error(fmt::format("reading stage {}'s master weights for a checkpoint: {}",
                                          options_.participant, read.err().message));
+  for (std::uint32_t r = 0; r < options_.zero_ranks; ++r)
+    if (all_ok[r] == 0)
+      throw std::runtime_error(fmt::format("rank {} could not read its master weights of stage {} for a checkpoint",
+                                           r, options_.participant));
   const auto& layout = part_->layout();
   tensor all = tensor::empty({layout.padded_numel()}, dtype::f32);
   gather_flat(all, read->master, "master weights for a checkpoint");
@@ -292,14 +303,18 @@ state_payload bert_optimizer::gathered_masters() const {
 
 std::vector<ckpt::checkpoint_file> bert_optimizer::stage_partition(const std::string& root, std::uint64_t step) const {
   DSA_CHECK(partitioned(), "optimizer shard {}: stage_partition without ZeRO ranks", options_.participant);
-  auto read = part_->read_state();
-  if (!read)
-    throw std::runtime_error(fmt::format("reading stage {}'s optimizer state for a checkpoint: {}",
-                                         options_.participant, read.err().message));
-  ckpt::named_tensors mine;
-  for (auto& [key, t] : optim::partition_payload(part_->layout(), options_.zero_rank, *read))
-    if (key.rfind("master.", 0) != 0) mine.emplace(key, t.is_contiguous() ? t : t.clone());
-  auto staged = ckpt::stage_group(root, step, checkpoint_partition_group(options_.participant, options_.zero_rank), mine);
+  auto read = part_->read_state(optim::array_bit(optim::exp_avg_array) | optim::array_bit(optim::exp_avg_sq_array));
+  // A rank that cannot read or write its partition still joins the gather below (bytes -1),
+  // so every rank fails instead of waiting for it.
+  expected<ckpt::checkpoint_file> staged = make_error(errc::io, "not written");
+  if (!read) {
+    staged = make_error(read.err().code, "reading the optimizer state: {}", read.err().message);
+  } else {
+    ckpt::named_tensors mine;
+    for (auto& [key, t] : optim::partition_payload(part_->layout(), options_.zero_rank, *read))
+      if (key.rfind("master.", 0) != 0) mine.emplace(key, t.is_contiguous() ? t : t.clone());
+    staged = ckpt::stage_group(root, step, checkpoint_partition_group(options_.participant, options_.zero_rank), mine);
+  }
   // Every rank learns every rank's entry; a rank that failed sends bytes = -1.
   std::int64_t entry[2] = {staged ? static_cast<std::int64_t>(staged->bytes) : -1,
                            staged ? static_cast<std::int64_t>(staged->crc32c) : 0};

@@ -107,6 +107,9 @@ public:
   // rank's file entry, all-gathered (so every file is written when this returns): the
   // stage's staged files in rank order.
   std::vector<ckpt::checkpoint_file> stage_partition(const std::string& root, std::uint64_t step) const;
+  // After the last update: waits for the optimizer state's transfers still in flight (NVMe
+  // offload's writes behind the update); their error, so a failed swap fails the run.
+  status flush_state() { return part_ ? part_->flush() : status{}; }
   // Where the masters and moments live, for the log: "memory" or "nvme: DIR".
   std::string state_location() const { return part_ ? part_->store().where() : "memory"; }
   // What the shard holds: its gradient buffers, masters (and their half copies),

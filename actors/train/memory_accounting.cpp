@@ -88,7 +88,7 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   zero_sizes z = zero_sizes_of(specs, ranks);
   z.stage = rc.zero_stage >= 2 && ranks > 1 ? 2 : 1;
   if (off.swaps())
-    z.swap_buffers = static_cast<std::int64_t>(aio::swap_buffers_needed(off.pipeline_read, off.pipeline_write)) * 4 *
+    z.swap_buffers = static_cast<std::int64_t>(aio::swap_buffers_allocated(static_cast<std::size_t>(off.buffer_count))) * 4 *
                      aio::swap_chunk_numel(off.sub_group_size, optim::flat_layout::default_alignment, z.partition);
   if (const auto* tied = find_word_embeddings(specs); z.stage == 2 && tied && tied_exchanged(rc, ranges))
     z.whole_gradient = shape_numel(tied->shape);

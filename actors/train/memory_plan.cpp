@@ -140,7 +140,7 @@ std::int64_t proc_status_bytes(const char* field) {
 }
 
 std::int64_t host_memory_plan::peak() const {
-  return baseline + model_states + std::max(activations + communication, checkpoint) + margin;
+  return baseline + model_states + activations + communication + checkpoint + margin;
 }
 
 std::string host_memory_plan::describe() const {
@@ -148,8 +148,8 @@ std::string host_memory_plan::describe() const {
   if (swap_buffers > 0) states = fmt::format(" (of which NVMe swap buffers {})", format_bytes(swap_buffers));
   else if (optimizer_in_memory > 0)
     states = fmt::format(" (of which optimizer state {})", format_bytes(optimizer_in_memory));
-  return fmt::format("planned peak {} = baseline {} + model states {}{} + max(activations {} + gradient "
-                     "communication {}, checkpoint staging {}) + margin {}",
+  return fmt::format("planned peak {} = baseline {} + model states {}{} + activations {} + gradient "
+                     "communication {} + checkpoint staging {} + margin {}",
                      format_bytes(peak()), format_bytes(baseline), format_bytes(model_states), states,
                      format_bytes(activations), format_bytes(communication), format_bytes(checkpoint),
                      format_bytes(margin));
@@ -178,7 +178,7 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     }
   }
   p.activations = rc.ranks * rank_activations(rc, ranges, in);
-  p.margin = margin_fixed + (p.baseline + p.model_states + std::max(p.activations + p.communication, p.checkpoint)) / 10;
+  p.margin = margin_fixed + (p.baseline + p.model_states + p.activations + p.communication + p.checkpoint) / 10;
   return p;
 }
 

@@ -16,11 +16,13 @@
 //   communication with several data-parallel ranks, each rank's reducers hold what
 //                 they send and receive of a gradient bucket: 2 x 4 bytes x the smaller
 //                 of reduce_bucket_size and the stage's parameters, per stage
-//   checkpoint    with ZeRO (or NVMe offload) every rank gathers its stages' whole fp32
-//                 masters and moments (12 bytes per parameter) for a checkpoint;
-//                 without, a checkpoint reads the shards' own tensors (nothing more).
-//                 Checkpoints are taken between steps, when no activations are held:
-//                 the larger of the two counts
+//   checkpoint    with ZeRO over several ranks every rank gathers its stages' whole
+//                 fp32 masters (4 bytes per parameter; its moments are written from
+//                 views); with NVMe offload the partition's state is read back first (12
+//                 bytes per partition element); without either, a checkpoint reads the
+//                 shards' own tensors (nothing more). A checkpoint is written from a step
+//                 hook while the stages go on with the next step's forward and backward,
+//                 so it counts on top of the activations
 //   margin        what the plan does not model (threads' stacks, the allocator's
 //                 arenas, CAF's mailboxes, OpenMP): 16 MiB + 10% of the rest
 // Only the optimizer state (fp32 masters and moments) can leave host memory today,
@@ -71,8 +73,8 @@ struct host_memory_plan {
   std::int64_t optimizer_in_memory = 0; // of model_states: fp32 masters and moments
   std::int64_t swap_buffers = 0;        // of model_states: NVMe swap buffers
   std::int64_t peak() const;
-  // "planned peak 41.2 MiB = baseline ... + model states ... + max(activations ... + gradient
-  // communication ..., checkpoint staging ...) + margin ..."
+  // "planned peak 41.2 MiB = baseline ... + model states ... + activations ... + gradient
+  // communication ... + checkpoint staging ... + margin ..."
   std::string describe() const;
 };
 

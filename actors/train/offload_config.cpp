@@ -7,9 +7,16 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 namespace dsa::train {
 
@@ -119,13 +126,67 @@ std::string swap_job_name(const std::string& run_dir) {
   return fmt::format("{}-{:08x}", name.empty() ? "run" : name, static_cast<std::uint32_t>(h ^ (h >> 32)));
 }
 
+namespace {
+
+// An exclusive, non-blocking lock on `path` (created if missing): the descriptor, -1 when
+// another process holds it, or an error.
+expected<int> try_lock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(errc::io, "cannot open the lock '{}': {}", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd);
+    if (e == EWOULDBLOCK) return -1;
+    return make_error(errc::io, "cannot lock '{}': {}", path, std::strerror(e));
+  }
+  return fd;
+}
+
+// Rank 0: folders of ranks >= world that an earlier run with more ranks left, unless
+// their owner is alive (holds the lock).
+void remove_extra_ranks(const std::string& job_dir, int world) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(job_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    int r = -1;
+    if (!e.is_directory(ec) || std::sscanf(name.c_str(), "rank%d", &r) != 1 || name != fmt::format("rank{}", r) ||
+        r < world)
+      continue;
+    const std::string lock = fmt::format("{}/rank{}.lock", job_dir, r);
+    auto fd = try_lock(lock);
+    if (!fd || *fd < 0) continue;
+    log_warn("offload: removing the swap files of rank {} that an earlier run of this job with more ranks left in {}",
+             r, e.path().string());
+    fs::remove_all(e.path(), ec);
+    ::unlink(lock.c_str());
+    ::close(*fd);
+  }
+}
+
+} // namespace
+
 expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& settings, const std::string& run_dir,
-                                                     int rank) {
+                                                     int rank, int world) {
   namespace fs = std::filesystem;
   std::unique_ptr<swap_area> area(new swap_area());
   area->job_dir_ = fmt::format("{}/{}", settings.nvme_path, swap_job_name(run_dir));
   area->dir_ = fmt::format("{}/rank{}", area->job_dir_, rank);
+  area->lock_path_ = fmt::format("{}/rank{}.lock", area->job_dir_, rank);
   std::error_code ec;
+  fs::create_directories(area->job_dir_, ec);
+  if (ec)
+    return make_error(errc::io, "zero_optimization.offload_optimizer.nvme_path: cannot create '{}': {}",
+                      area->job_dir_, ec.message());
+  auto fd = try_lock(area->lock_path_);
+  if (!fd) return make_error(fd.err().code, "zero_optimization.offload_optimizer.nvme_path: {}", fd.err().message);
+  if (*fd < 0)
+    return make_error(errc::runtime,
+                      "zero_optimization.offload_optimizer.nvme_path: another run of this job (run_dir '{}') is using "
+                      "the swap folder '{}'; two runs at once need different run directories",
+                      run_dir, area->dir_);
+  area->lock_fd_ = *fd;
+  if (rank == 0) remove_extra_ranks(area->job_dir_, world);
   if (fs::exists(area->dir_, ec)) {
     log_warn("offload: removing the swap files an earlier run of this job left in {} (it did not end cleanly)",
              area->dir_);
@@ -153,6 +214,10 @@ swap_area::~swap_area() {
   engine_.reset(); // every transfer ended before the files go
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+  if (lock_fd_ >= 0) {
+    ::unlink(lock_path_.c_str());
+    ::close(lock_fd_);
+  }
   std::filesystem::remove(job_dir_, ec); // only when empty: other ranks may still be there
 }
 

@@ -47,12 +47,15 @@ void read_offload(const config& cfg, int zero_stage, offload_settings& out, conf
 // jobs never share files.
 std::string swap_job_name(const std::string& run_dir);
 
-// One rank's swap folder and its NVMe engine. Opening clears what an earlier run of
-// the same job left there (a crash) and says so; destroying it removes the folder.
+// One rank's swap folder and its NVMe engine. Opening takes the rank's lock
+// (<job>/rank<r>.lock: a second run with the same run directory is refused instead of
+// deleting this one's files), clears what an earlier run of the same job left there (a
+// crash) and says so; rank 0 also removes the folders of ranks >= `world` an earlier run
+// with more ranks left. Destroying it removes the folder and the lock.
 class swap_area {
 public:
   static expected<std::unique_ptr<swap_area>> open(const offload_settings& settings, const std::string& run_dir,
-                                                   int rank);
+                                                   int rank, int world);
   ~swap_area();
   swap_area(const swap_area&) = delete;
   swap_area& operator=(const swap_area&) = delete;
@@ -62,7 +65,8 @@ public:
 
 private:
   swap_area() = default;
-  std::string dir_, job_dir_;
+  std::string dir_, job_dir_, lock_path_;
+  int lock_fd_ = -1;
   std::shared_ptr<aio::aio_engine> engine_;
 };
 

@@ -266,12 +266,13 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
   rr.parts.tied.assign(rc.stages, -1);
   const auto& off = rc.offload;
   if (off.swaps()) {
-    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, ctx.rank));
+    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, ctx.rank,
+                                                   static_cast<int>(rc.batch.data_parallel_size)));
     if (ctx.rank == 0)
       log_info("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to {}/rank<r>, in sub-groups of up to "
                "{} elements through {} buffers per stage (pipeline_read {}, pipeline_write {}; [aio] {})",
                off.nvme_path + "/" + swap_job_name(rc.run_dir), off.sub_group_size,
-               aio::swap_buffers_needed(off.pipeline_read, off.pipeline_write), off.pipeline_read, off.pipeline_write,
+               aio::swap_buffers_allocated(static_cast<std::size_t>(off.buffer_count)), off.pipeline_read, off.pipeline_write,
                off.aio.summary());
   } else if (off.device == offload_device::cpu && ctx.rank == 0) {
     log_info("offload_optimizer.device = \"cpu\": on a CPU rank the optimizer state is in host memory already and is "

@@ -343,6 +343,8 @@ int run_training(const run_request& req) {
           contribute_checkpoint(runs[static_cast<std::size_t>(r)], rc.checkpoint.dir, static_cast<std::uint32_t>(done));
         } catch (const std::exception& e) {
           contribution_errors[static_cast<std::size_t>(r)] = e.what();
+          // Ranks still waiting in a gather this one left: wake them.
+          if (auto* t = transport_of(r)) t->abort(make_error(errc::runtime, "rank {}: {}", ctx.rank + r, e.what()));
         }
       });
     }
@@ -361,6 +363,11 @@ int run_training(const run_request& req) {
     if (save_error) return fail(*save_error, 1);
     for (const auto& e : contribution_errors)
       if (!e.empty()) return fail(make_error(errc::runtime, "{}", e), 1);
+    // NVMe offload: the last update's writes behind it must have landed.
+    for (auto& run : runs)
+      for (auto& shard : run.shards)
+        if (auto flushed = shard->flush_state(); !flushed)
+          return fail(make_error(flushed.err().code, "the optimizer state's last swap: {}", flushed.err().message), 1);
     // The other processes need nothing more from this one: leave the job cleanly.
     if (job)
       if (auto s = job->client->leave(); !s) log_warn("leaving the job's rendezvous: {}", s.err().message);

@@ -82,6 +82,10 @@ std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write) {
   return optim::state_arrays * (1 + (pipeline_read ? 1 : 0) + (pipeline_write ? 1 : 0));
 }
 
+std::size_t swap_buffers_allocated(std::size_t buffer_count) {
+  return buffer_count / optim::state_arrays * optim::state_arrays;
+}
+
 std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std::int64_t numel) {
   const std::int64_t rounded = (sub_group + granule - 1) / granule * granule;
   return std::max(granule, std::min(rounded, numel));
@@ -114,13 +118,15 @@ expected<std::unique_ptr<swap_store>> swap_store::create(std::shared_ptr<aio_eng
   const std::int64_t chunk = swap_chunk_numel(options.sub_group, options.granule, options.numel);
   std::unique_ptr<swap_store> store(new swap_store(std::move(engine), options, chunk));
   pool_options po;
-  po.buffer_count = needed; // buffer_count is an upper bound: more would sit idle
+  // Every buffer_count buffer, in whole sets of 3: sets beyond the pipeline's hold chunks of
+  // the next step read ahead (prefetch).
+  po.buffer_count = swap_buffers_allocated(options.buffer_count);
   po.buffer_bytes = static_cast<std::size_t>(chunk) * sizeof(float);
   po.alignment = std::max<std::size_t>(4096, store->engine_->alignment());
   po.pinning = options.pinning;
   DSA_ASSIGN_OR_RETURN(store->pool_, aligned_buffer_pool::create(po));
-  for (std::size_t i = 0; i < needed; ++i) store->buffers_.push_back(*store->pool_->try_acquire());
-  store->flight_->slots.resize(needed / optim::state_arrays);
+  for (std::size_t i = 0; i < po.buffer_count; ++i) store->buffers_.push_back(*store->pool_->try_acquire());
+  store->flight_->slots.resize(po.buffer_count / optim::state_arrays);
   return store;
 }
 

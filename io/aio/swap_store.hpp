@@ -43,7 +43,7 @@ struct swap_options {
   // then start on multiples of the granule (the flat layout's alignment).
   std::int64_t sub_group = 1'000'000'000;
   std::int64_t granule = 2048;
-  std::size_t buffer_count = 4;     // zero_optimization.offload_optimizer.buffer_count
+  std::size_t buffer_count = 4; // zero_optimization.offload_optimizer.buffer_count: all used, in sets of 3
   bool pipeline_read = false;       // read chunk i + 1 while chunk i is updated
   bool pipeline_write = false;      // write chunk i - 1 while chunk i is updated
   memory_pinning pinning = memory_pinning::pageable;
@@ -51,6 +51,8 @@ struct swap_options {
 
 // Buffers a sweep needs with these pipelining settings: 3 per chunk in flight.
 std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write);
+// Buffers a store allocates for buffer_count: whole sets of 3 (buffer_count rounded down).
+std::size_t swap_buffers_allocated(std::size_t buffer_count);
 // Elements per chunk for sub-groups of `sub_group` over `numel` elements in `granule`s.
 std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std::int64_t numel);
 
@@ -75,7 +77,7 @@ public:
   // forward and backward passes in between. Never blocks.
   void prefetch(unsigned read) override;
   // Waits for every transfer in flight; their first error, if any.
-  status flush();
+  status flush() override;
   std::int64_t resident_bytes() const override;
   std::string where() const override { return "nvme: " + options_.dir; }
 

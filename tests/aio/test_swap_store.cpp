@@ -117,8 +117,7 @@ TEST_CASE("swap store: prefetched chunks are not read again, and a file cut afte
   REQUIRE(back.has_value());
   for (unsigned a = 0; a < 3; ++a) CHECK(same_bits((*back)[a], arrays[a]));
   CHECK(store->bytes_read() == 3u * numel * 4); // nothing read twice
-  // A sweep of the master only uses what a prefetch of all arrays holds; one of the moments
-  // after a prefetch of the master alone reads them afresh.
+  // After a prefetch of the master alone, a sweep of a moment reads it afresh.
   store->prefetch(optim::array_bit(optim::master_array));
   REQUIRE(store->flush().has_value());
   const auto before = store->bytes_read();
@@ -187,6 +186,19 @@ TEST_CASE("swap store: the buffers a pipeline needs are asked for at creation, n
   CHECK(aio::swap_buffers_needed(false, false) == 3);
   CHECK(aio::swap_buffers_needed(true, false) == 6);
   CHECK(aio::swap_buffers_needed(true, true) == 9);
+  // Every buffer asked for is used, in whole sets of 3: the sets beyond the pipeline's
+  // hold chunks read ahead for the next step.
+  auto roomy = options_for(dir.path(), 4096, 2048, false, false);
+  roomy.buffer_count = 7;
+  auto more = make_store(engine, roomy);
+  CHECK(more->buffers() == 6);
+  CHECK(more->resident_bytes() == 6 * 2048 * 4);
+  REQUIRE(optim::write_arrays(*more, patterned_arrays(4096)).has_value());
+  more->prefetch(optim::all_arrays); // both chunks fit: the next sweep reads nothing
+  REQUIRE(more->flush().has_value());
+  const auto read_before = more->bytes_read();
+  REQUIRE(optim::read_arrays(*more).has_value());
+  CHECK(more->bytes_read() == read_before);
   auto o = options_for(dir.path(), 4096, 2048, true, true);
   o.buffer_count = 4; // DeepSpeed's default
   auto store = aio::swap_store::create(engine, o);

@@ -394,7 +394,7 @@ TEST_CASE("gemm: a result depends on the shape only, not on the threads, a paral
       nested = run();
     }
     CHECK(same_bits(nested, one));
-    // Other threads' GEMMs (of other shapes) running at the same time change nothing.
+    // Other threads' GEMMs running at the same time change nothing.
     std::vector<int> mismatches(3, 0);
     std::vector<std::thread> callers;
     for (int t = 0; t < 3; ++t)

@@ -113,6 +113,33 @@ TEST_CASE("offload: swap files live under nvme_path/<job>/rank<r>; a crashed run
   CHECK(train::swap_job_name(run_dir).rfind("run-", 0) == 0);
 }
 
+TEST_CASE("offload: a rank's swap folder is locked against a second run, and rank 0 clears extra ranks' folders") {
+  test::temp_dir swap;
+  train::offload_settings settings;
+  settings.device = train::offload_device::nvme;
+  settings.nvme_path = swap.path();
+  const std::string run_dir = swap.path() + "/some/run";
+  const std::string job = swap.path() + "/" + train::swap_job_name(run_dir);
+  // An earlier run with 3 ranks left rank 2's folder; this job has 2.
+  fs::create_directories(job + "/rank2");
+  std::ofstream(job + "/rank2/stage0.master.swp") << "stale";
+  auto rank0 = train::swap_area::open(settings, run_dir, 0, 2);
+  REQUIRE_MESSAGE(rank0.has_value(), (rank0.has_value() ? "" : rank0.err().message));
+  CHECK_FALSE(fs::exists(job + "/rank2"));
+  CHECK(fs::is_directory((*rank0)->dir()));
+  // A second run of the same job while this one holds rank 0's folder is refused, naming it.
+  auto again = train::swap_area::open(settings, run_dir, 0, 2);
+  REQUIRE_FALSE(again.has_value());
+  CHECK(again.err().message.find("another run of this job") != std::string::npos);
+  CHECK(again.err().message.find((*rank0)->dir()) != std::string::npos);
+  // Rank 1's folder is its own; closing both leaves nothing behind.
+  auto rank1 = train::swap_area::open(settings, run_dir, 1, 2);
+  REQUIRE(rank1.has_value());
+  rank1->reset();
+  rank0->reset();
+  CHECK_FALSE(fs::exists(job));
+}
+
 TEST_CASE("offload: a checkpoint of an offloaded run holds the real state and resumes with or without offload") {
   test::temp_dir full, swap;
   const std::vector<std::string> lamb{"optimizer.type=\"Lamb\"", "zero_optimization.sub_group_size=4096"};
@@ -177,7 +204,7 @@ TEST_CASE("offload: bad settings are refused at start-up naming the key and what
   train::offload_settings settings;
   settings.device = train::offload_device::nvme;
   settings.nvme_path = dir.path() + "/a_file";
-  auto area = train::swap_area::open(settings, dir.path() + "/run", 0);
+  auto area = train::swap_area::open(settings, dir.path() + "/run", 0, 1);
   REQUIRE_FALSE(area.has_value());
   CHECK(area.err().message.find("nvme_path: cannot create '" + dir.path() + "/a_file/") != std::string::npos);
 }
