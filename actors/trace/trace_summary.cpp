@@ -3,6 +3,7 @@
 
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/trace/trace_file.hpp"
+#include "actors/trace/trace_waits.hpp"
 
 #include <fmt/format.h>
 
@@ -83,6 +84,22 @@ void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<st
     }
     u.start_s = static_cast<double>(lo) * 1e-9;
     u.time_s = static_cast<double>(hi - lo) * 1e-9;
+    std::vector<interval> compute, comm, io;
+    for (const auto& r : step.records) {
+      const auto& name = t.names[r.name];
+      (name == "allreduce" ? comm : is_io_span(name) ? io : compute).emplace_back(r.t0_ns, r.t1_ns);
+    }
+    const auto both = [](const std::vector<interval>& a, const std::vector<interval>& b) {
+      std::vector<interval> ab(a);
+      ab.insert(ab.end(), b.begin(), b.end());
+      return std::max(0.0, union_s(a) + union_s(b) - union_s(ab));
+    };
+    u.compute_s = union_s(compute);
+    u.comm_s = union_s(comm);
+    u.io_s = union_s(io);
+    u.compute_comm_s = both(compute, comm);
+    u.compute_io_s = both(compute, io);
+    u.comm_io_s = both(comm, io);
     if (rank.stages > 0) {
       double idle = 0;
       const auto stages = stage_idle_fractions(step, rank.stages, std::max(rank.micro_batches, 1u));
@@ -105,6 +122,7 @@ void summarize_actors(const trace_data& t, const rank_usage& rank, std::vector<a
     bool seen = false;
   };
   std::vector<acc> actors(t.actors.size());
+  const auto waits = actor_timelines(t);
   for (const auto& r : t.records) {
     if (r.actor >= actors.size())
       actors.resize(r.actor + 1);
@@ -138,7 +156,13 @@ void summarize_actors(const trace_data& t, const rank_usage& rank, std::vector<a
     a.u.rank = rank.rank;
     a.u.busy_s = union_s(std::move(a.compute));
     a.u.comm_s = union_s(std::move(a.comm));
-    a.u.idle_s = std::max(0.0, rank.window_s - union_s(std::move(a.all)));
+    if (id < waits.size()) {
+      a.u.input_wait_s = static_cast<double>(waits[id].input_wait_ns) * 1e-9;
+      a.u.credit_wait_s = static_cast<double>(waits[id].credit_wait_ns) * 1e-9;
+      a.u.idle_s = static_cast<double>(waits[id].idle_ns) * 1e-9;
+    } else {
+      a.u.idle_s = std::max(0.0, rank.window_s - union_s(std::move(a.all)));
+    }
     out.push_back(std::move(a.u));
   }
 }
@@ -162,6 +186,10 @@ std::string describe_end(const rank_usage& r) {
 }
 
 } // namespace
+
+bool is_io_span(const std::string& name) {
+  return name.rfind("swap", 0) == 0 || name.rfind("nvme", 0) == 0 || name.rfind("io", 0) == 0;
+}
 
 expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file) {
   std::vector<std::pair<std::uint32_t, std::string>> files;
@@ -240,21 +268,23 @@ std::string format_trace_summary(const trace_summary& s) {
   if (s.ranks.size() > 1)
     out += "  (each rank's times count from its own start; the ranks are not aligned)\n";
 
-  out += "\nactors (busy: compute spans; comm: allreduce spans; idle: neither, over the rank's "
-         "trace)\n";
+  out += "\nactors (busy: compute spans; comm: allreduce spans; the rest of the rank's trace split "
+         "into\n  input: waiting for the input of its next span; credit: input there, waiting for its "
+         "output slot's release; idle)\n";
   out += fmt::format(
-      "  {:<10} {:>4} {:>5}  {:<22} {:>9} {:>6} {:>9} {:>9} {:>7} {:>8} {:>11} {:>8} {:>11}\n",
-      "role", "rank", "stage", "actor", "busy s", "busy%", "comm s", "idle s", "spans", "msgs in",
-      "bytes in", "msgs out", "bytes out");
+      "  {:<10} {:>4} {:>5}  {:<12} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>10} {:>7} {:>10}\n",
+      "role", "rank", "stage", "actor", "busy s", "busy%", "comm s", "input s", "credit s", "idle s",
+      "spans", "msgs in", "bytes in", "msgs out", "bytes out");
   for (const auto& a : s.actors) {
     double window = 0;
     for (const auto& r : s.ranks)
       if (r.rank == a.rank)
         window = r.window_s;
-    out += fmt::format("  {:<10} {:>4} {:>5}  {:<22} {:>9.3f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>7} "
-                       "{:>8} {:>11} {:>8} {:>11}\n",
+    out += fmt::format("  {:<10} {:>4} {:>5}  {:<12} {:>8.3f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} "
+                       "{:>8.3f} {:>6} {:>7} {:>10} {:>7} {:>10}\n",
                        a.role, a.rank, a.stage >= 0 ? std::to_string(a.stage) : "-", a.name,
-                       a.busy_s, window > 0 ? 100 * a.busy_s / window : 0.0, a.comm_s, a.idle_s,
+                       a.busy_s, window > 0 ? 100 * a.busy_s / window : 0.0, a.comm_s,
+                       a.input_wait_s, a.credit_wait_s, a.idle_s,
                        a.spans, a.messages_in, human_bytes(a.bytes_in), a.messages_out,
                        human_bytes(a.bytes_out));
   }
@@ -265,15 +295,18 @@ std::string format_trace_summary(const trace_summary& s) {
     out += fmt::format("\nsteps of rank {} (S = {} stages, M = {} micro-batches: bubble "
                        "(S-1)/(M+S-1) = {:.1f}%)\n",
                        r.rank, r.stages, r.micro_batches, 100 * theory);
-    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9}\n", "step", "start s",
-                       "time s", "bubble", "(S-1)/..", "allreduce s", "overlap");
+    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9}\n",
+                       "step", "start s", "time s", "bubble", "(S-1)/..", "allreduce s", "overlap",
+                       "compute s", "comm s", "io s", "comp&comm", "comp&io");
     for (const auto& st : s.steps) {
       if (st.rank != r.rank)
         continue;
       out +=
-          fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}%\n",
+          fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}% {:>10.3f} "
+                      "{:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f}\n",
                       st.step, st.start_s, st.time_s, 100 * st.bubble, 100 * theory, st.allreduce_s,
-                      st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0);
+                      st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0, st.compute_s,
+                      st.comm_s, st.io_s, st.compute_comm_s, st.compute_io_s);
     }
   }
   for (const auto& r : s.ranks)
