@@ -31,11 +31,8 @@ std::int64_t span_before_send(const actor_timeline& sender, const trace_data& t,
 } // namespace
 
 expected<critical_path> find_critical_path(const trace_data& t, std::uint32_t rank, std::uint32_t step) {
-  critical_path out;
-  out.rank = rank;
-  out.step = step;
   std::int64_t last = -1;
-  out.start_ns = ~0ull;
+  std::uint64_t start_ns = ~0ull;
   std::uint32_t max_step = 0;
   bool any = false;
   for (std::size_t i = 0; i < t.records.size(); ++i) {
@@ -45,23 +42,28 @@ expected<critical_path> find_critical_path(const trace_data& t, std::uint32_t ra
       any = true;
     }
     if (!counts_in_step(t, r, step)) continue;
-    out.start_ns = std::min(out.start_ns, r.t0_ns);
+    start_ns = std::min(start_ns, r.t0_ns);
     if (last < 0 || r.t1_ns > t.records[last].t1_ns) last = static_cast<std::int64_t>(i);
   }
   if (last < 0)
     return make_error(errc::not_found, "the trace of rank {} has no span of step {} ({})", rank, step,
                       any ? fmt::format("its steps are 0 .. {}", max_step) : std::string("it has no spans"));
+  auto path = walk_critical_path(t, trace_index(t), static_cast<std::size_t>(last), start_ns);
+  path.rank = rank;
+  path.step = step;
+  return path;
+}
+
+critical_path walk_critical_path(const trace_data& t, const trace_index& index, std::size_t last,
+                                 std::uint64_t start_ns) {
+  critical_path out;
+  out.step = t.records[last].step;
+  out.start_ns = start_ns;
   out.end_ns = t.records[last].t1_ns;
-
-  const auto timelines = actor_timelines(t);
-  std::map<std::size_t, const span_wait*> wait_of;
-  for (const auto& tl : timelines)
-    for (const auto& w : tl.spans) wait_of[w.span] = &w;
-
   std::vector<path_link> reversed;
-  std::int64_t cur = last;
+  auto cur = static_cast<std::int64_t>(last);
   while (cur >= 0) {
-    const span_wait& w = *wait_of.at(static_cast<std::size_t>(cur));
+    const span_wait& w = *index.wait_of.at(static_cast<std::size_t>(cur));
     const auto& s = t.records[cur];
     path_link link;
     link.span = static_cast<std::size_t>(cur);
@@ -72,10 +74,10 @@ expected<critical_path> find_critical_path(const trace_data& t, std::uint32_t ra
       next = w.previous;
     } else if (w.bound == span_bound::input || w.bound == span_bound::credit) {
       link.message = w.bound == span_bound::input ? w.input : w.credit;
-      link.sent = matching_send(t, static_cast<std::size_t>(link.message));
+      link.sent = index.matching_send(t, static_cast<std::size_t>(link.message));
       if (link.sent >= 0) {
         const auto& send = t.records[link.sent];
-        next = span_before_send(timelines.at(send.actor), t, send.t0_ns);
+        next = span_before_send(index.timelines.at(send.actor), t, send.t0_ns);
       }
     }
     reversed.push_back(link);
@@ -101,6 +103,15 @@ expected<critical_path> find_critical_path(const trace_data& t, std::uint32_t ra
   std::stable_sort(out.shares.begin(), out.shares.end(),
                    [](const critical_path::share& a, const critical_path::share& b) { return a.busy_s > b.busy_s; });
   out.gaps_s = std::max(0.0, seconds(out.end_ns - out.start_ns) - on_path);
+  return out;
+}
+
+std::string critical_path_shares(const critical_path& p, std::size_t most) {
+  const double step_s = seconds(p.end_ns - p.start_ns);
+  std::string out;
+  for (std::size_t i = 0; i < p.shares.size() && i < most; ++i)
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", p.shares[i].actor,
+                       step_s > 0 ? 100 * p.shares[i].busy_s / step_s : 0.0);
   return out;
 }
 

@@ -38,6 +38,12 @@ struct critical_path {
 
 // The critical path of `step` in one rank's trace; an error when the trace has no span of it.
 expected<critical_path> find_critical_path(const trace_data& trace, std::uint32_t rank, std::uint32_t step);
+// The walk itself, back from span record `last` to the step's start `start_ns`
+// (the summary runs it for every step on one index).
+critical_path walk_critical_path(const trace_data& trace, const trace_index& index, std::size_t last,
+                                 std::uint64_t start_ns);
+// "stage 1 86%, stage 0 12%": the largest shares of the step on the path.
+std::string critical_path_shares(const critical_path& path, std::size_t most = 3);
 std::string format_critical_path(const trace_data& trace, const critical_path& path);
 
 } // namespace dsa::actors

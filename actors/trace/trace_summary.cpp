@@ -2,6 +2,7 @@
 #include "actors/trace/trace_summary.hpp"
 
 #include "actors/trace/trace_analysis.hpp"
+#include "actors/trace/trace_critical_path.hpp"
 #include "actors/trace/trace_file.hpp"
 #include "actors/trace/trace_waits.hpp"
 
@@ -63,11 +64,17 @@ bool is_name(const trace_data& t, const trace_record& r, const char* name) {
 }
 
 // Per step: the window of its spans, its bubble and its allreduce overlap.
-void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<step_usage>& out) {
+void summarize_steps(const trace_data& t, const trace_index& index, const rank_usage& rank,
+                     std::vector<step_usage>& out) {
   std::map<std::uint32_t, trace_data> by_step;
-  for (const auto& r : t.records) {
+  std::map<std::uint32_t, std::size_t> last_span;
+  for (std::size_t i = 0; i < t.records.size(); ++i) {
+    const auto& r = t.records[i];
     if (r.kind != static_cast<std::uint8_t>(trace_kind::span) || is_name(t, r, "load"))
       continue;
+    auto last = last_span.emplace(r.step, i).first;
+    if (r.t1_ns > t.records[last->second].t1_ns)
+      last->second = i;
     auto& step = by_step[r.step];
     if (step.names.empty())
       step.names = t.names;
@@ -100,6 +107,7 @@ void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<st
     u.compute_comm_s = both(compute, comm);
     u.compute_io_s = both(compute, io);
     u.comm_io_s = both(comm, io);
+    u.critical_path = critical_path_shares(walk_critical_path(t, index, last_span.at(k), lo), 2);
     if (rank.stages > 0) {
       double idle = 0;
       const auto stages = stage_idle_fractions(step, rank.stages, std::max(rank.micro_batches, 1u));
@@ -115,14 +123,15 @@ void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<st
   }
 }
 
-void summarize_actors(const trace_data& t, const rank_usage& rank, std::vector<actor_usage>& out) {
+void summarize_actors(const trace_data& t, const trace_index& index, const rank_usage& rank,
+                      std::vector<actor_usage>& out) {
   struct acc {
     actor_usage u;
     std::vector<interval> compute, comm, all;
     bool seen = false;
   };
   std::vector<acc> actors(t.actors.size());
-  const auto waits = actor_timelines(t);
+  const auto& waits = index.timelines;
   for (const auto& r : t.records) {
     if (r.actor >= actors.size())
       actors.resize(r.actor + 1);
@@ -247,8 +256,9 @@ trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
     r.window_s = t.records.empty() ? 0 : static_cast<double>(hi - lo) * 1e-9;
     r.stages = parse_u32(t.info_value("stages"), stages);
     r.micro_batches = parse_u32(t.info_value("micro_batches"), micro_batches);
-    summarize_actors(t, r, out.actors);
-    summarize_steps(t, r, out.steps);
+    const trace_index index(t);
+    summarize_actors(t, index, r, out.actors);
+    summarize_steps(t, index, r, out.steps);
     out.ranks.push_back(r);
   }
   std::stable_sort(out.actors.begin(), out.actors.end(),
@@ -295,18 +305,18 @@ std::string format_trace_summary(const trace_summary& s) {
     out += fmt::format("\nsteps of rank {} (S = {} stages, M = {} micro-batches: bubble "
                        "(S-1)/(M+S-1) = {:.1f}%)\n",
                        r.rank, r.stages, r.micro_batches, 100 * theory);
-    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9}\n",
+    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9}  {}\n",
                        "step", "start s", "time s", "bubble", "(S-1)/..", "allreduce s", "overlap",
-                       "compute s", "comm s", "io s", "comp&comm", "comp&io");
+                       "compute s", "comm s", "io s", "comp&comm", "comp&io", "critical path");
     for (const auto& st : s.steps) {
       if (st.rank != r.rank)
         continue;
       out +=
           fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}% {:>10.3f} "
-                      "{:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f}\n",
+                      "{:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f}  {}\n",
                       st.step, st.start_s, st.time_s, 100 * st.bubble, 100 * theory, st.allreduce_s,
                       st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0, st.compute_s,
-                      st.comm_s, st.io_s, st.compute_comm_s, st.compute_io_s);
+                      st.comm_s, st.io_s, st.compute_comm_s, st.compute_io_s, st.critical_path);
     }
   }
   for (const auto& r : s.ranks)

@@ -48,6 +48,7 @@ struct step_usage {
   // the rest compute) and the time two classes ran at once.
   double compute_s = 0, comm_s = 0, io_s = 0;
   double compute_comm_s = 0, compute_io_s = 0, comm_io_s = 0;
+  std::string critical_path; // the largest shares of the step on its critical path (trace_critical_path.hpp)
 };
 
 struct rank_usage {

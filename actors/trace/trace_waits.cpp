@@ -67,14 +67,21 @@ std::string trace_actor_name(const trace_data& trace, std::uint32_t actor) {
                                                                       : fmt::format("actor {}", actor);
 }
 
-std::int64_t matching_send(const trace_data& trace, std::size_t recv) {
+trace_index::trace_index(const trace_data& trace) : timelines(actor_timelines(trace)) {
+  wait_of.assign(trace.records.size(), nullptr);
+  for (const auto& tl : timelines)
+    for (const auto& w : tl.spans) wait_of[w.span] = &w;
+  for (std::size_t i = 0; i < trace.records.size(); ++i)
+    if (trace.records[i].kind == static_cast<std::uint8_t>(trace_kind::send)) sends_[trace.records[i].flow].push_back(i);
+}
+
+std::int64_t trace_index::matching_send(const trace_data& trace, std::size_t recv) const {
   const auto& r = trace.records[recv];
-  // Sends precede their receipt, but one stamped at the same ns may sort after it.
-  for (std::size_t i = trace.records.size(); i-- > 0;) {
+  auto it = sends_.find(r.flow);
+  if (it == sends_.end()) return -1;
+  for (const auto i : it->second) {
     const auto& s = trace.records[i];
-    if (s.kind == static_cast<std::uint8_t>(trace_kind::send) && s.flow == r.flow && s.name == r.name &&
-        s.actor == r.peer)
-      return static_cast<std::int64_t>(i);
+    if (s.name == r.name && s.actor == r.peer && s.peer == r.actor) return static_cast<std::int64_t>(i);
   }
   return -1;
 }

@@ -21,6 +21,7 @@
 #include "actors/trace/trace_recorder.hpp"
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace dsa::actors {
@@ -50,8 +51,17 @@ struct actor_timeline {
 // without records have an empty timeline).
 std::vector<actor_timeline> actor_timelines(const trace_data& trace);
 
-// The `send` record matching receipt `recv` (same flow and name), or -1.
-std::int64_t matching_send(const trace_data& trace, std::size_t recv);
+// What the analyses look up per record, built once per trace (linear in its size).
+struct trace_index {
+  explicit trace_index(const trace_data& trace);
+  std::vector<actor_timeline> timelines;
+  std::vector<const span_wait*> wait_of; // by record index; nullptr for messages
+  // The `send` record matching receipt `recv` (same flow, name and actors), or -1.
+  std::int64_t matching_send(const trace_data& trace, std::size_t recv) const;
+
+private:
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> sends_; // by flow
+};
 
 // The actor's display name: its name in the trace, else "actor <id>".
 std::string trace_actor_name(const trace_data& trace, std::uint32_t actor);

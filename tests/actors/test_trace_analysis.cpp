@@ -135,6 +135,8 @@ TEST_CASE("trace waits: input, credit and idle time of a credit-bound pipeline")
   CHECK(s1.input_wait_s == doctest::Approx(220e-6));
   CHECK(s1.credit_wait_s == doctest::Approx(0.0));
   CHECK(s1.idle_s == doctest::Approx(15e-6));
+  REQUIRE(s.steps.size() == 1);
+  CHECK(s.steps[0].critical_path == "stage 1 43%, stage 0 42%"); // 165 and 160 of 380 us
   const auto& feeder = usage_of(s, "feeder");
   CHECK(feeder.idle_s == doctest::Approx(400e-6));
   CHECK(contains(format_trace_summary(s), "credit s"));
