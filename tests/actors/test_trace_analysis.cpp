@@ -9,10 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include <filesystem>
 #include <map>
-
-#include <unistd.h>
 
 using namespace dsa::actors;
 
@@ -101,22 +98,6 @@ const actor_usage& usage_of(const trace_summary& s, const std::string& name) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::vector<rank_trace> real_two_stage_run(const char* name) {
-  pipeline_options shape;
-  shape.stages = 2;
-  shape.micro_batches = 4;
-  shape.steps = 3;
-  dsa::test::synthetic_pipeline pipe({4, 5, 3, 0.05}, shape);
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("dsactor-test-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  REQUIRE(dsa::test::run_synthetic(pipe, shape, dir.string()).ok);
-  auto traces = load_run_traces(dir.string());
-  std::filesystem::remove_all(dir);
-  REQUIRE(traces.has_value());
-  return std::move(*traces);
-}
 
 } // namespace
 
@@ -234,7 +215,9 @@ TEST_CASE("trace diff: the first span whose order differs, and the step time cha
 }
 
 TEST_CASE("trace analyses on a real 2-stage run: waits add up, the critical path is a chain") {
-  const auto run = real_two_stage_run("analysis");
+  auto traces = dsa::test::two_stage_run_traces("analysis");
+  REQUIRE(traces.has_value());
+  const auto& run = *traces;
   const auto& t = run[0].trace;
   const auto s = summarize_traces(run);
   const double window = s.ranks[0].window_s;
