@@ -20,12 +20,9 @@ bool counts_in_step(const trace_data& t, const trace_record& r, std::uint32_t st
 
 // The sender's last span that started at or before its send: the work whose end sent it.
 std::int64_t span_before_send(const actor_timeline& sender, const trace_data& t, std::uint64_t at) {
-  std::int64_t best = -1;
-  for (const auto& w : sender.spans) {
-    if (t.records[w.span].t0_ns > at) break;
-    best = static_cast<std::int64_t>(w.span);
-  }
-  return best;
+  const auto it = std::upper_bound(sender.spans.begin(), sender.spans.end(), at,
+                                   [&](std::uint64_t x, const span_wait& w) { return x < t.records[w.span].t0_ns; });
+  return it == sender.spans.begin() ? -1 : static_cast<std::int64_t>(std::prev(it)->span);
 }
 
 } // namespace

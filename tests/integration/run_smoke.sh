@@ -68,6 +68,7 @@ view=$("$dsactor" trace "$work/run" actor "stage 1" --step 1) || fail "dsactor t
 grep -qF "bound by" <<<"$view" || { echo "$view"; fail "actor view lacks the waits"; }
 if err=$("$dsactor" trace "$work/run" actor nosuch 2>&1); then fail "an unknown actor should fail"; fi
 grep -qF "its actors are: " <<<"$err" || { echo "$err"; fail "an unknown actor should list the actors"; }
+if "$dsactor" trace "$work/run" critical-path >/dev/null 2>&1; then fail "critical-path without --step should fail"; fi
 diff_out=$("$dsactor" trace "$work/run" diff "$work/run") || fail "dsactor trace RUN diff RUN"
 grep -qF "the same order of spans" <<<"$diff_out" || { echo "$diff_out"; fail "a run diffed with itself should match"; }
 # A run killed with kill -9 keeps its trace up to the writer's last flush (about
