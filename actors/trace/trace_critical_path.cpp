@@ -116,7 +116,9 @@ std::string format_critical_path(const trace_data& t, const critical_path& p) {
   const double step_s = seconds(p.end_ns - p.start_ns);
   std::string out = fmt::format("critical path of step {} on rank {}: {:.3f} ms, from {:.6f} s to {:.6f} s\n", p.step,
                                 p.rank, step_s * 1e3, seconds(p.start_ns), seconds(p.end_ns));
-  out += fmt::format("  {:<14} {:<24} {:>10} {:>10}  {}\n", "actor", "span", "start ms", "dur ms",
+  std::size_t width = 18; // at least "(in flight, waits)"
+  for (const auto& l : p.links) width = std::max(width, trace_actor_name(t, t.records[l.span].actor).size());
+  out += fmt::format("  {:<{}} {:<24} {:>10} {:>10}  {}\n", "actor", width, "span", "start ms", "dur ms",
                      "its start was bound by");
   for (const auto& l : p.links) {
     const auto& s = t.records[l.span];
@@ -134,15 +136,15 @@ std::string format_critical_path(const trace_data& t, const critical_path& p) {
         why += fmt::format(", in flight {:.3f} ms", ms(m.t0_ns - t.records[l.sent].t0_ns));
       why += fmt::format(", then {:.3f} ms to start", ms(l.wait_ns));
     }
-    out += fmt::format("  {:<14} {:<24} {:>10.3f} {:>10.3f}  {}\n", trace_actor_name(t, s.actor),
+    out += fmt::format("  {:<{}} {:<24} {:>10.3f} {:>10.3f}  {}\n", trace_actor_name(t, s.actor), width,
                        fmt::format("{} s{} mb{}", t.names[s.name], s.step, s.micro_batch),
                        static_cast<double>(rel) * 1e-6, ms(s.t1_ns - s.t0_ns), why);
   }
   out += "share of the step on the path\n";
   for (const auto& s : p.shares)
-    out += fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%\n", s.actor, s.busy_s * 1e3,
+    out += fmt::format("  {:<{}} {:>10.3f} ms {:>6.1f}%\n", s.actor, width, s.busy_s * 1e3,
                        step_s > 0 ? 100 * s.busy_s / step_s : 0.0);
-  out += fmt::format("  {:<14} {:>10.3f} ms {:>6.1f}%\n", "(in flight, waits)", p.gaps_s * 1e3,
+  out += fmt::format("  {:<{}} {:>10.3f} ms {:>6.1f}%\n", "(in flight, waits)", width, p.gaps_s * 1e3,
                      step_s > 0 ? 100 * p.gaps_s / step_s : 0.0);
   return out;
 }

@@ -281,18 +281,21 @@ std::string format_trace_summary(const trace_summary& s) {
   out += "\nactors (busy: compute spans; comm: allreduce spans; the rest of the rank's trace split "
          "into\n  input: waiting for the input of its next span; credit: input there, waiting for its "
          "output slot's release; idle)\n";
+  std::size_t width = 12; // actor names grow " of rank r" with data parallelism
+  for (const auto& a : s.actors)
+    width = std::max(width, a.name.size());
   out += fmt::format(
-      "  {:<10} {:>4} {:>5}  {:<12} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>10} {:>7} {:>10}\n",
-      "role", "rank", "stage", "actor", "busy s", "busy%", "comm s", "input s", "credit s", "idle s",
+      "  {:<10} {:>4} {:>5}  {:<{}} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>10} {:>7} {:>10}\n",
+      "role", "rank", "stage", "actor", width, "busy s", "busy%", "comm s", "input s", "credit s", "idle s",
       "spans", "msgs in", "bytes in", "msgs out", "bytes out");
   for (const auto& a : s.actors) {
     double window = 0;
     for (const auto& r : s.ranks)
       if (r.rank == a.rank)
         window = r.window_s;
-    out += fmt::format("  {:<10} {:>4} {:>5}  {:<12} {:>8.3f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} "
+    out += fmt::format("  {:<10} {:>4} {:>5}  {:<{}} {:>8.3f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} "
                        "{:>8.3f} {:>6} {:>7} {:>10} {:>7} {:>10}\n",
-                       a.role, a.rank, a.stage >= 0 ? std::to_string(a.stage) : "-", a.name,
+                       a.role, a.rank, a.stage >= 0 ? std::to_string(a.stage) : "-", a.name, width,
                        a.busy_s, window > 0 ? 100 * a.busy_s / window : 0.0, a.comm_s,
                        a.input_wait_s, a.credit_wait_s, a.idle_s,
                        a.spans, a.messages_in, human_bytes(a.bytes_in), a.messages_out,
