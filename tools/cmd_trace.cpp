@@ -1,26 +1,56 @@
-// dsactor trace RUN_DIR_OR_FILE summary|check: inspect the actor trace of a run
-// (actors/trace/trace_summary.hpp, trace_check.hpp); reads every trace format
-// version and traces whose tail a killed run left torn.
+// dsactor trace RUN_DIR_OR_FILE summary|check|critical-path|actor NAME|diff RUN_B:
+// inspect the actor trace of a run (actors/trace/trace_summary.hpp,
+// trace_check.hpp, trace_critical_path.hpp, trace_views.hpp); reads every trace
+// format version and traces whose tail a killed run left torn.
 #include "actors/trace/trace_check.hpp"
+#include "actors/trace/trace_critical_path.hpp"
 #include "actors/trace/trace_summary.hpp"
+#include "actors/trace/trace_views.hpp"
 #include "tools/command.hpp"
 #include "tools/options.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <optional>
+
 namespace dsa::tools {
 
+namespace {
+
+// The trace of rank `rank` among a run's traces, or an error naming the ranks there.
+expected<const actors::rank_trace*> rank_of(const std::vector<actors::rank_trace>& traces, std::uint32_t rank) {
+  std::string ranks;
+  for (const auto& t : traces) {
+    if (t.rank == rank) return &t;
+    ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", t.rank);
+  }
+  return make_error(errc::not_found, "--rank {}: the run has traces of rank(s) {}", rank, ranks);
+}
+
+int fail(const error& e) {
+  fmt::print(stderr, "dsactor trace: {}\n", e.to_string());
+  return 1;
+}
+
+} // namespace
+
 int cmd_trace(int argc, char** argv) {
-  po::options_description opts("dsactor trace RUN_DIR_OR_FILE summary|check");
+  po::options_description opts(
+      "dsactor trace RUN_DIR_OR_FILE summary|check|critical-path --step K|actor NAME|diff RUN_B");
   opts.add_options()("help,h", "this help")(
       "path", po::value<std::string>(),
       "a run directory (its trace.dsat and trace.rank<r>.dsat) or one .dsat file")(
       "what", po::value<std::string>()->default_value("summary"),
       "summary: per actor and per step, where time went; check: verify the schedule's invariants "
-      "(exit 1 naming the first violation)");
+      "(exit 1 naming the first violation); critical-path: the spans and messages that set step K's "
+      "end; actor NAME: one actor's spans, messages and waits; diff RUN_B: where two runs' schedules "
+      "first differ and how step times changed")(
+      "arg", po::value<std::string>(), "actor: the actor's name; diff: the other run")(
+      "step", po::value<std::uint32_t>(), "critical-path: the step (required); actor: only this step")(
+      "rank", po::value<std::uint32_t>()->default_value(0), "critical-path, actor: the rank's trace");
   po::positional_options_description pos;
-  pos.add("path", 1).add("what", 1);
+  pos.add("path", 1).add("what", 1).add("arg", 1);
   po::variables_map vm;
   if (auto done = parse_options(argc, argv, opts, vm, "trace", "", &pos))
     return *done;
@@ -30,21 +60,59 @@ int cmd_trace(int argc, char** argv) {
     return 2;
   }
   const auto what = vm["what"].as<std::string>();
-  if (what != "summary" && what != "check") {
-    fmt::print(stderr, "dsactor trace: unknown view '{}' (known: summary, check)\n", what);
+  if (what != "summary" && what != "check" && what != "critical-path" && what != "actor" && what != "diff") {
+    fmt::print(stderr, "dsactor trace: unknown view '{}' (known: summary, check, critical-path, actor, diff)\n",
+               what);
+    return 2;
+  }
+  if ((what == "actor" || what == "diff") && !vm.count("arg")) {
+    fmt::print(stderr, "dsactor trace: '{}' needs {}\n", what,
+               what == "actor" ? "an actor's name: dsactor trace RUN actor NAME"
+                               : "a second run: dsactor trace RUN_A diff RUN_B");
+    return 2;
+  }
+  if (what == "critical-path" && !vm.count("step")) {
+    fmt::print(stderr, "dsactor trace: critical-path needs --step K\n");
     return 2;
   }
   auto traces = actors::load_run_traces(vm["path"].as<std::string>());
-  if (!traces) {
-    fmt::print(stderr, "dsactor trace: {}\n", traces.err().to_string());
-    return 1;
-  }
+  if (!traces)
+    return fail(traces.err());
   if (what == "check") {
     const auto result = actors::check_traces(*traces);
     fmt::print("{}", actors::format_trace_check(result));
     return result.first ? 1 : 0;
   }
-  fmt::print("{}", actors::format_trace_summary(actors::summarize_traces(*traces)));
+  if (what == "diff") {
+    auto other = actors::load_run_traces(vm["arg"].as<std::string>());
+    if (!other)
+      return fail(other.err());
+    fmt::print("A: {}\nB: {}\n{}", vm["path"].as<std::string>(), vm["arg"].as<std::string>(),
+               actors::format_run_difference(actors::diff_runs(*traces, *other)));
+    return 0;
+  }
+  if (what == "summary") {
+    fmt::print("{}", actors::format_trace_summary(actors::summarize_traces(*traces)));
+    return 0;
+  }
+  auto rank = rank_of(*traces, vm["rank"].as<std::uint32_t>());
+  if (!rank)
+    return fail(rank.err());
+  const auto& trace = (*rank)->trace;
+  if (what == "critical-path") {
+    auto path = actors::find_critical_path(trace, (*rank)->rank, vm["step"].as<std::uint32_t>());
+    if (!path)
+      return fail(path.err());
+    fmt::print("{}", actors::format_critical_path(trace, *path));
+    return 0;
+  }
+  auto actor = actors::find_trace_actor(trace, vm["arg"].as<std::string>());
+  if (!actor)
+    return fail(actor.err());
+  std::optional<std::uint32_t> step;
+  if (vm.count("step"))
+    step = vm["step"].as<std::uint32_t>();
+  fmt::print("{}", actors::format_actor_view(trace, *actor, step));
   return 0;
 }
 

@@ -2,7 +2,9 @@
 #include "actors/trace/trace_summary.hpp"
 
 #include "actors/trace/trace_analysis.hpp"
+#include "actors/trace/trace_critical_path.hpp"
 #include "actors/trace/trace_file.hpp"
+#include "actors/trace/trace_waits.hpp"
 
 #include <fmt/format.h>
 
@@ -62,11 +64,17 @@ bool is_name(const trace_data& t, const trace_record& r, const char* name) {
 }
 
 // Per step: the window of its spans, its bubble and its allreduce overlap.
-void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<step_usage>& out) {
+void summarize_steps(const trace_data& t, const trace_index& index, const rank_usage& rank,
+                     std::vector<step_usage>& out) {
   std::map<std::uint32_t, trace_data> by_step;
-  for (const auto& r : t.records) {
+  std::map<std::uint32_t, std::size_t> last_span;
+  for (std::size_t i = 0; i < t.records.size(); ++i) {
+    const auto& r = t.records[i];
     if (r.kind != static_cast<std::uint8_t>(trace_kind::span) || is_name(t, r, "load"))
       continue;
+    auto last = last_span.emplace(r.step, i).first;
+    if (r.t1_ns > t.records[last->second].t1_ns)
+      last->second = i;
     auto& step = by_step[r.step];
     if (step.names.empty())
       step.names = t.names;
@@ -83,6 +91,23 @@ void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<st
     }
     u.start_s = static_cast<double>(lo) * 1e-9;
     u.time_s = static_cast<double>(hi - lo) * 1e-9;
+    std::vector<interval> compute, comm, io;
+    for (const auto& r : step.records) {
+      const auto& name = t.names[r.name];
+      (name == "allreduce" ? comm : is_io_span(name) ? io : compute).emplace_back(r.t0_ns, r.t1_ns);
+    }
+    const auto both = [](const std::vector<interval>& a, const std::vector<interval>& b) {
+      std::vector<interval> ab(a);
+      ab.insert(ab.end(), b.begin(), b.end());
+      return std::max(0.0, union_s(a) + union_s(b) - union_s(ab));
+    };
+    u.compute_s = union_s(compute);
+    u.comm_s = union_s(comm);
+    u.io_s = union_s(io);
+    u.compute_comm_s = both(compute, comm);
+    u.compute_io_s = both(compute, io);
+    u.comm_io_s = both(comm, io);
+    u.critical_path = critical_path_shares(walk_critical_path(t, index, last_span.at(k), lo), 2);
     if (rank.stages > 0) {
       double idle = 0;
       const auto stages = stage_idle_fractions(step, rank.stages, std::max(rank.micro_batches, 1u));
@@ -98,13 +123,15 @@ void summarize_steps(const trace_data& t, const rank_usage& rank, std::vector<st
   }
 }
 
-void summarize_actors(const trace_data& t, const rank_usage& rank, std::vector<actor_usage>& out) {
+void summarize_actors(const trace_data& t, const trace_index& index, const rank_usage& rank,
+                      std::vector<actor_usage>& out) {
   struct acc {
     actor_usage u;
     std::vector<interval> compute, comm, all;
     bool seen = false;
   };
   std::vector<acc> actors(t.actors.size());
+  const auto& waits = index.timelines;
   for (const auto& r : t.records) {
     if (r.actor >= actors.size())
       actors.resize(r.actor + 1);
@@ -138,7 +165,13 @@ void summarize_actors(const trace_data& t, const rank_usage& rank, std::vector<a
     a.u.rank = rank.rank;
     a.u.busy_s = union_s(std::move(a.compute));
     a.u.comm_s = union_s(std::move(a.comm));
-    a.u.idle_s = std::max(0.0, rank.window_s - union_s(std::move(a.all)));
+    if (id < waits.size()) {
+      a.u.input_wait_s = static_cast<double>(waits[id].input_wait_ns) * 1e-9;
+      a.u.credit_wait_s = static_cast<double>(waits[id].credit_wait_ns) * 1e-9;
+      a.u.idle_s = static_cast<double>(waits[id].idle_ns) * 1e-9;
+    } else {
+      a.u.idle_s = std::max(0.0, rank.window_s - union_s(std::move(a.all)));
+    }
     out.push_back(std::move(a.u));
   }
 }
@@ -162,6 +195,10 @@ std::string describe_end(const rank_usage& r) {
 }
 
 } // namespace
+
+bool is_io_span(const std::string& name) {
+  return name.rfind("swap", 0) == 0 || name.rfind("nvme", 0) == 0 || name.rfind("io", 0) == 0;
+}
 
 expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file) {
   std::vector<std::pair<std::uint32_t, std::string>> files;
@@ -219,8 +256,9 @@ trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
     r.window_s = t.records.empty() ? 0 : static_cast<double>(hi - lo) * 1e-9;
     r.stages = parse_u32(t.info_value("stages"), stages);
     r.micro_batches = parse_u32(t.info_value("micro_batches"), micro_batches);
-    summarize_actors(t, r, out.actors);
-    summarize_steps(t, r, out.steps);
+    const trace_index index(t);
+    summarize_actors(t, index, r, out.actors);
+    summarize_steps(t, index, r, out.steps);
     out.ranks.push_back(r);
   }
   std::stable_sort(out.actors.begin(), out.actors.end(),
@@ -240,21 +278,26 @@ std::string format_trace_summary(const trace_summary& s) {
   if (s.ranks.size() > 1)
     out += "  (each rank's times count from its own start; the ranks are not aligned)\n";
 
-  out += "\nactors (busy: compute spans; comm: allreduce spans; idle: neither, over the rank's "
-         "trace)\n";
+  out += "\nactors (busy: compute spans; comm: allreduce spans; the rest of the rank's trace split "
+         "into\n  input: waiting for the input of its next span; credit: input there, waiting for its "
+         "output slot's release; idle)\n";
+  std::size_t width = 12; // actor names grow " of rank r" with data parallelism
+  for (const auto& a : s.actors)
+    width = std::max(width, a.name.size());
   out += fmt::format(
-      "  {:<10} {:>4} {:>5}  {:<22} {:>9} {:>6} {:>9} {:>9} {:>7} {:>8} {:>11} {:>8} {:>11}\n",
-      "role", "rank", "stage", "actor", "busy s", "busy%", "comm s", "idle s", "spans", "msgs in",
-      "bytes in", "msgs out", "bytes out");
+      "  {:<10} {:>4} {:>5}  {:<{}} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>10} {:>7} {:>10}\n",
+      "role", "rank", "stage", "actor", width, "busy s", "busy%", "comm s", "input s", "credit s", "idle s",
+      "spans", "msgs in", "bytes in", "msgs out", "bytes out");
   for (const auto& a : s.actors) {
     double window = 0;
     for (const auto& r : s.ranks)
       if (r.rank == a.rank)
         window = r.window_s;
-    out += fmt::format("  {:<10} {:>4} {:>5}  {:<22} {:>9.3f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>7} "
-                       "{:>8} {:>11} {:>8} {:>11}\n",
-                       a.role, a.rank, a.stage >= 0 ? std::to_string(a.stage) : "-", a.name,
-                       a.busy_s, window > 0 ? 100 * a.busy_s / window : 0.0, a.comm_s, a.idle_s,
+    out += fmt::format("  {:<10} {:>4} {:>5}  {:<{}} {:>8.3f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} "
+                       "{:>8.3f} {:>6} {:>7} {:>10} {:>7} {:>10}\n",
+                       a.role, a.rank, a.stage >= 0 ? std::to_string(a.stage) : "-", a.name, width,
+                       a.busy_s, window > 0 ? 100 * a.busy_s / window : 0.0, a.comm_s,
+                       a.input_wait_s, a.credit_wait_s, a.idle_s,
                        a.spans, a.messages_in, human_bytes(a.bytes_in), a.messages_out,
                        human_bytes(a.bytes_out));
   }
@@ -265,15 +308,18 @@ std::string format_trace_summary(const trace_summary& s) {
     out += fmt::format("\nsteps of rank {} (S = {} stages, M = {} micro-batches: bubble "
                        "(S-1)/(M+S-1) = {:.1f}%)\n",
                        r.rank, r.stages, r.micro_batches, 100 * theory);
-    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9}\n", "step", "start s",
-                       "time s", "bubble", "(S-1)/..", "allreduce s", "overlap");
+    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9}  {}\n",
+                       "step", "start s", "time s", "bubble", "(S-1)/..", "allreduce s", "overlap",
+                       "compute s", "comm s", "io s", "comp&comm", "comp&io", "critical path");
     for (const auto& st : s.steps) {
       if (st.rank != r.rank)
         continue;
       out +=
-          fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}%\n",
+          fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}% {:>10.3f} "
+                      "{:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f}  {}\n",
                       st.step, st.start_s, st.time_s, 100 * st.bubble, 100 * theory, st.allreduce_s,
-                      st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0);
+                      st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0, st.compute_s,
+                      st.comm_s, st.io_s, st.compute_comm_s, st.compute_io_s, st.critical_path);
     }
   }
   for (const auto& r : s.ranks)

@@ -1,8 +1,10 @@
 // `dsactor trace RUN summary`: where the time of a run went, from its traces
-// (one file per data-parallel rank): per actor busy, communication and idle
-// time, spans, messages and bytes in and out; per step its time, the measured
-// pipeline bubble beside (S-1)/(M+S-1), and the gradient allreduce time with
-// its overlap with backward. Ranks are not put on one clock yet: each rank's
+// (one file per data-parallel rank): per actor busy and communication time,
+// its time waiting for input, waiting for a credit and idle (trace_waits.hpp),
+// spans, messages and bytes in and out; per step its time, compute vs
+// communication vs I/O time and their overlaps, the measured pipeline bubble
+// beside (S-1)/(M+S-1), and the gradient allreduce time with its overlap with
+// backward. Ranks are not put on one clock yet: each rank's
 // times count from its own recorder's origin.
 #pragma once
 
@@ -30,7 +32,10 @@ struct actor_usage {
   std::int32_t stage = -1; // -1: not a stage's actor
   double busy_s = 0; // time inside compute spans (every span but allreduce), overlaps counted once
   double comm_s = 0; // time inside allreduce spans
-  double idle_s = 0; // the rank's trace window outside any span of the actor
+  // The rank's trace window outside any span of the actor, split (trace_waits.hpp):
+  double input_wait_s = 0;  // waiting for the message that gave the next span its input
+  double credit_wait_s = 0; // input there, waiting for the release of its output slot
+  double idle_s = 0;        // the rest
   std::uint64_t spans = 0, messages_in = 0, messages_out = 0, bytes_in = 0, bytes_out = 0;
 };
 
@@ -39,6 +44,11 @@ struct step_usage {
   double start_s = 0, time_s = 0; // first to last span of the step (forward .. optimizer)
   double bubble = 0; // stages' mean idle share of the step's forward-to-backward window
   double allreduce_s = 0, overlap_s = 0; // over all stages; overlap: during the stage's backward
+  // Union over all actors of the step's spans by class (is_io_span, allreduce,
+  // the rest compute) and the time two classes ran at once.
+  double compute_s = 0, comm_s = 0, io_s = 0;
+  double compute_comm_s = 0, compute_io_s = 0, comm_io_s = 0;
+  std::string critical_path; // the largest shares of the step on its critical path (trace_critical_path.hpp)
 };
 
 struct rank_usage {
@@ -55,6 +65,10 @@ struct trace_summary {
   std::vector<actor_usage> actors; // by role, rank, stage
   std::vector<step_usage> steps;   // by rank, step
 };
+
+// I/O spans: names that start with "swap", "nvme" or "io" (none is recorded
+// yet; the NVMe swap records will be).
+bool is_io_span(const std::string& name);
 
 trace_summary summarize_traces(const std::vector<rank_trace>& traces);
 // The tables a terminal user reads.

@@ -4,7 +4,10 @@
 #include "actors/trace/trace_analysis.hpp"
 #include "core/error.hpp"
 
+#include <filesystem>
 #include <map>
+
+#include <unistd.h>
 
 namespace dsa::test {
 
@@ -134,6 +137,26 @@ reference_run run_reference(const synthetic_model& model, std::uint32_t micro_ba
 std::vector<tensor> reference_parameters(const synthetic_model& model, std::uint32_t micro_batches,
                                          std::uint32_t steps) {
   return run_reference(model, micro_batches, steps).parameters;
+}
+
+expected<std::vector<actors::rank_trace>> two_stage_run_traces(const std::string& name) {
+  actors::pipeline_options shape;
+  shape.stages = 2;
+  shape.micro_batches = 4;
+  shape.steps = 3;
+  synthetic_pipeline pipe({4, 5, 3, 0.05}, shape);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("dsactor-test-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto result = run_synthetic(pipe, shape, dir.string());
+  if (!result.ok) {
+    std::filesystem::remove_all(dir);
+    return make_error(errc::runtime, "the 2-stage synthetic run failed");
+  }
+  auto traces = actors::load_run_traces(dir.string());
+  std::filesystem::remove_all(dir);
+  return traces;
 }
 
 } // namespace dsa::test

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "actors/run.hpp"
+#include "actors/trace/trace_summary.hpp"
 #include "actors/synthetic/linear_stack.hpp"
 #include "actors/synthetic/sgd.hpp"
 #include "actors/synthetic/synthetic_source.hpp"
@@ -53,6 +54,10 @@ std::vector<double> one_f_one_b_idle(const actors::trace_data& trace, std::uint3
 
 actors::run_result run_synthetic(synthetic_pipeline& pipeline, const actors::pipeline_options& options,
                                  const std::string& run_dir = "");
+
+// The traces of a real 2-stage synthetic run (M = 4, 3 steps) in a temporary run
+// directory called `name` (removed after), read back with load_run_traces.
+expected<std::vector<actors::rank_trace>> two_stage_run_traces(const std::string& name);
 
 // The plain-loop reference: the same model and math, no runtime, steps 0 .. steps - 1.
 struct reference_run {

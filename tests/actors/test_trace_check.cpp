@@ -9,35 +9,16 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <filesystem>
-
-#include <unistd.h>
 
 using namespace dsa::actors;
 
 namespace {
 
-std::string temp_dir(const char* name) {
-  auto dir = std::filesystem::temp_directory_path() / ("dsactor-test-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
 // The trace of a 2-stage synthetic run, read back from its run directory.
 std::vector<rank_trace> two_stage_traces(const char* name) {
-  pipeline_options shape;
-  shape.stages = 2;
-  shape.micro_batches = 4;
-  shape.steps = 3;
-  dsa::test::synthetic_pipeline pipe({4, 5, 3, 0.05}, shape);
-  const auto dir = temp_dir(name);
-  auto result = dsa::test::run_synthetic(pipe, shape, dir);
-  REQUIRE(result.ok);
-  auto traces = load_run_traces(dir);
+  auto traces = dsa::test::two_stage_run_traces(name);
   REQUIRE(traces.has_value());
   REQUIRE(traces->size() == 1);
-  std::filesystem::remove_all(dir);
   return std::move(*traces);
 }
 

@@ -61,6 +61,16 @@ step_rows() { grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% ' <<<"$1" || true;
 check=$("$dsactor" trace "$work/run" check) || { echo "$check"; fail "dsactor trace RUN check should pass a real run"; }
 grep -qF "OK: no violation" <<<"$check" || { echo "$check"; fail "trace check should say it passed"; }
 grep -qF "within the plan's slot counts" <<<"$check" || { echo "$check"; fail "trace check should bound slots by the plan"; }
+# The analyses: a step's critical path, one actor's table, a run against itself.
+path=$("$dsactor" trace "$work/run" critical-path --step 1) || { echo "$path"; fail "dsactor trace RUN critical-path"; }
+grep -qF "share of the step on the path" <<<"$path" || { echo "$path"; fail "critical path lacks the shares"; }
+view=$("$dsactor" trace "$work/run" actor "stage 1" --step 1) || fail "dsactor trace RUN actor"
+grep -qF "bound by" <<<"$view" || { echo "$view"; fail "actor view lacks the waits"; }
+if err=$("$dsactor" trace "$work/run" actor nosuch 2>&1); then fail "an unknown actor should fail"; fi
+grep -qF "its actors are: " <<<"$err" || { echo "$err"; fail "an unknown actor should list the actors"; }
+if "$dsactor" trace "$work/run" critical-path >/dev/null 2>&1; then fail "critical-path without --step should fail"; fi
+diff_out=$("$dsactor" trace "$work/run" diff "$work/run") || fail "dsactor trace RUN diff RUN"
+grep -qF "the same order of spans" <<<"$diff_out" || { echo "$diff_out"; fail "a run diffed with itself should match"; }
 # A run killed with kill -9 keeps its trace up to the writer's last flush (about
 # every second): wait, with a bound, until the file holds a whole step, then kill.
 sed -e "s|^run_dir = .*|run_dir = \"$work/killed\"|" -e "s|^train_steps = .*|train_steps = 100000|" \
