@@ -60,6 +60,23 @@ ls -a "$work/procs/checkpoints" | grep -q staging && fail "a staging folder was 
 cmp "$work/procs/metrics.csv" "$work/threads/metrics.csv" || fail "2 processes and 2 in-process ranks logged different metrics"
 echo "ok: 2 processes x 2 stages with ZeRO stage 2 = 2 in-process ranks, bit for bit; each rank wrote its own partition"
 
+# 1b. The same with each process's optimizer state swapped to NVMe (small sub-groups, both
+#     pipelines): bit for bit the in-memory in-process run, and no swap file left behind.
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/oprocs\"" \
+  --set zero_optimization.stage=2 --set zero_optimization.sub_group_size=2048 \
+  --set 'zero_optimization.offload_optimizer.device="nvme"' \
+  --set "zero_optimization.offload_optimizer.nvme_path=\"$work/swap\"" \
+  --set zero_optimization.offload_optimizer.pipeline_read=true \
+  --set zero_optimization.offload_optimizer.pipeline_write=true \
+  --set zero_optimization.offload_optimizer.buffer_count=9 >"$work/out" 2>"$work/err" ||
+  fail "2-process training with the optimizer state on NVMe"
+for f in model optimizer_0_rank0 optimizer_0_rank1 optimizer_1_rank0 optimizer_1_rank1; do
+  cmp "$work/oprocs/$step4/$f.safetensors" "$work/zthreads/$step4/$f.safetensors" ||
+    fail "2 processes with NVMe offload and 2 in-process ranks in memory wrote different $f files"
+done
+[[ -z $(ls -A "$work/swap") ]] || fail "swap files were left behind: $(ls -R "$work/swap")"
+echo "ok: 2 processes with the optimizer state on NVMe = in memory, bit for bit"
+
 # The ZeRO run's model as one fp32 HuggingFace-named file, from the checkpoint root.
 "$dsactor" convert zero-to-fp32 "$work/procs/checkpoints" "$work/model-fp32.safetensors" >"$work/out" 2>"$work/err" ||
   fail "convert zero-to-fp32"
