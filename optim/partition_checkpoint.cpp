@@ -108,6 +108,38 @@ state_map partition_payload(const flat_layout& layout, std::uint32_t rank, const
   return out;
 }
 
+status partition_payload_chunks(const partitioned_optimizer& opt, unsigned which,
+                                const std::function<status(std::int64_t chunk, state_map pieces)>& fn) {
+  const flat_layout& layout = opt.layout();
+  const flat_range part = opt.partition();
+  const auto pieces = layout.pieces(part);
+  const char* suffix[state_arrays] = {nullptr, ".exp_avg", ".exp_avg_sq"};
+  return opt.read_chunks(which, [&](const state_chunk& c) -> status {
+    state_map out;
+    for (const auto& p : pieces) {
+      const std::int64_t from = std::max(p.flat_offset - part.lo, c.lo);
+      const std::int64_t to = std::min(p.flat_offset - part.lo + p.count, c.hi);
+      if (from >= to) continue;
+      const flat_tensor& t = layout.tensors()[p.tensor];
+      const std::int64_t lo = p.tensor_offset + (from - (p.flat_offset - part.lo));
+      const std::string range = fmt::format("[{}:{}]", lo, lo + (to - from));
+      for (unsigned a = 0; a < state_arrays; ++a) {
+        if (!(which & (1u << a))) continue;
+        tensor piece = tensor::empty({to - from}, dtype::f32);
+        std::memcpy(piece.data<float>(), c.arrays[a] + (from - c.lo), static_cast<std::size_t>(to - from) * sizeof(float));
+        out[a == master_array ? "master." + t.name + range : t.name + suffix[a] + range] = std::move(piece);
+      }
+      tensor shape = tensor::empty({static_cast<std::int64_t>(t.shape.size())}, dtype::i64);
+      std::copy(t.shape.begin(), t.shape.end(), shape.data<std::int64_t>());
+      out[std::string(shape_prefix) + t.name] = shape;
+    }
+    tensor count = tensor::empty({1}, dtype::i64);
+    count.data<std::int64_t>()[0] = opt.step_count();
+    out[std::string(step_key)] = count;
+    return fn(c.index, std::move(out));
+  });
+}
+
 saved_partition saved_partition_of(state_map tensors) {
   auto held = std::make_shared<state_map>(std::move(tensors));
   saved_partition s;

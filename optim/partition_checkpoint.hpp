@@ -33,6 +33,14 @@ using state_map = std::map<std::string, tensor>;
 // while no step runs); an undefined array of `state` is left out.
 state_map partition_payload(const flat_layout& layout, std::uint32_t rank, const partition_state& state);
 
+// The same names for the arrays in `which` (chunked_state.hpp's bits), one store chunk
+// at a time: fn(chunk index, the pieces inside that chunk, cut at its bounds, with their
+// tensors' shapes and the step count), each a fresh copy. A checkpoint of swapped state
+// then holds one chunk in memory, not the whole partition; the pieces of all chunks
+// load as any pieces do.
+status partition_payload_chunks(const partitioned_optimizer& opt, unsigned which,
+                                const std::function<status(std::int64_t chunk, state_map pieces)>& fn);
+
 // One old rank's saved state: its keys, and a way to read the tensor under a key
 // (a view of memory, a file read on demand, ...). Keys are read one piece at a time.
 struct saved_partition {

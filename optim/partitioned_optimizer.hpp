@@ -119,6 +119,9 @@ public:
   const chunked_state& store() const { return *store_; }
   // Waits for the store's transfers still in flight (the last update's writes); their error.
   status flush() { return store_->flush(); }
+  // Visits the state chunk by chunk with the `read` arrays present, writing nothing back:
+  // a checkpoint that streams swapped state instead of reading it back whole.
+  status read_chunks(unsigned read, const chunk_fn& fn) const { return store_->sweep(read, 0, fn); }
   // Scratch beyond the state, in bytes (LAMB block sums and the exchange vector).
   std::int64_t scratch_bytes() const;
   // Trust ratios of the last LAMB step, one per piece in pieces() order.

@@ -272,20 +272,33 @@ shard_bytes bert_optimizer::held_bytes() const {
   return b;
 }
 
-std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank) {
-  return fmt::format("optimizer_{}_rank{}", stage, rank);
+std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, std::int64_t part, std::int64_t parts) {
+  return parts <= 1 ? fmt::format("optimizer_{}_rank{}", stage, rank)
+                    : fmt::format("optimizer_{}_rank{}_part{}", stage, rank, part);
+}
+
+bool bert_optimizer::per_rank_checkpoint() const {
+  return part_.has_value() && (options_.zero_ranks > 1 || options_.offload.has_value());
+}
+
+std::vector<std::int64_t> bert_optimizer::gather_entries(const std::vector<std::int64_t>& mine, const char* what) const {
+  if (options_.zero_ranks == 1) return mine;
+  std::vector<std::int64_t> all(mine.size() * options_.zero_ranks);
+  // count: the whole output, every rank's share of it one after the other.
+  if (auto g = options_.peers->allgather(all.data(), mine.data(), dtype::i64, static_cast<std::int64_t>(all.size()));
+      !g)
+    throw std::runtime_error(fmt::format("gathering stage {}'s {} from the other ranks: {}", options_.participant, what,
+                                         g.err().message));
+  return all;
 }
 
 state_payload bert_optimizer::gathered_masters() const {
-  DSA_CHECK(partitioned(), "optimizer shard {}: gathered_masters without ZeRO ranks", options_.participant);
+  DSA_CHECK(per_rank_checkpoint(), "optimizer shard {}: gathered_masters without ZeRO ranks or offload",
+            options_.participant);
   auto read = part_->read_state(optim::array_bit(optim::master_array));
   // Every rank learns whether every rank could read its masters before any data moves: a
   // rank that failed still joins, so the others fail with it instead of waiting.
-  std::int64_t ok = read ? 1 : 0;
-  std::vector<std::int64_t> all_ok(options_.zero_ranks);
-  if (auto g = options_.peers->allgather(all_ok.data(), &ok, dtype::i64, static_cast<std::int64_t>(all_ok.size())); !g)
-    throw std::runtime_error(fmt::format("gathering stage {}'s master weights: {}", options_.participant,
-                                         g.err().message));
+  const auto all_ok = gather_entries({read ? 1 : 0}, "master weights");
   if (!read)
     throw std::runtime_error(fmt::format("reading stage {}'s master weights for a checkpoint: {}",
                                          options_.participant, read.err().message));
@@ -294,49 +307,53 @@ state_payload bert_optimizer::gathered_masters() const {
       throw std::runtime_error(fmt::format("rank {} could not read its master weights of stage {} for a checkpoint",
                                            r, options_.participant));
   const auto& layout = part_->layout();
-  tensor all = tensor::empty({layout.padded_numel()}, dtype::f32);
-  gather_flat(all, read->master, "master weights for a checkpoint");
+  tensor all = read->master; // one rank: its partition is the whole stage
+  if (options_.zero_ranks > 1) {
+    all = tensor::empty({layout.padded_numel()}, dtype::f32);
+    gather_flat(all, read->master, "master weights for a checkpoint");
+  }
   state_payload p;
   for (const auto& t : layout.tensors()) p["master." + t.name] = layout_view(all, t);
   return p;
 }
 
 std::vector<ckpt::checkpoint_file> bert_optimizer::stage_partition(const std::string& root, std::uint64_t step) const {
-  DSA_CHECK(partitioned(), "optimizer shard {}: stage_partition without ZeRO ranks", options_.participant);
-  auto read = part_->read_state(optim::array_bit(optim::exp_avg_array) | optim::array_bit(optim::exp_avg_sq_array));
-  // A rank that cannot read or write its partition still joins the gather below (bytes -1),
-  // so every rank fails instead of waiting for it.
-  expected<ckpt::checkpoint_file> staged = make_error(errc::io, "not written");
-  if (!read) {
-    staged = make_error(read.err().code, "reading the optimizer state: {}", read.err().message);
-  } else {
-    ckpt::named_tensors mine;
-    for (auto& [key, t] : optim::partition_payload(part_->layout(), options_.zero_rank, *read))
-      if (key.rfind("master.", 0) != 0) mine.emplace(key, t.is_contiguous() ? t : t.clone());
-    staged = ckpt::stage_group(root, step, checkpoint_partition_group(options_.participant, options_.zero_rank), mine);
-  }
-  // Every rank learns every rank's entry; a rank that failed sends bytes = -1.
-  std::int64_t entry[2] = {staged ? static_cast<std::int64_t>(staged->bytes) : -1,
-                           staged ? static_cast<std::int64_t>(staged->crc32c) : 0};
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(options_.zero_ranks));
-  if (auto g = options_.peers->allgather(all.data(), entry, dtype::i64, static_cast<std::int64_t>(all.size())); !g)
-    throw std::runtime_error(fmt::format("gathering stage {}'s checkpoint files from the other ranks: {}",
-                                         options_.participant, g.err().message));
-  if (!staged)
-    throw std::runtime_error(fmt::format("writing stage {}'s optimizer partition: {}", options_.participant,
-                                         staged.err().message));
+  DSA_CHECK(per_rank_checkpoint(), "optimizer shard {}: stage_partition without ZeRO ranks or offload",
+            options_.participant);
+  // One file per store chunk (one in memory: the whole partition in one file), written while
+  // the chunk is at hand, so swapped state is never read back whole. Every rank has as many
+  // chunks (the same partition size and sub-group size).
+  const std::int64_t parts = part_->store().chunks();
+  const auto stage = options_.participant, rank = options_.zero_rank;
+  std::vector<std::int64_t> mine(2 * static_cast<std::size_t>(parts), -1);
+  const unsigned moments = optim::array_bit(optim::exp_avg_array) | optim::array_bit(optim::exp_avg_sq_array);
+  status written = optim::partition_payload_chunks(*part_, moments, [&](std::int64_t k, optim::state_map pieces) -> status {
+    ckpt::named_tensors tensors(pieces.begin(), pieces.end());
+    DSA_ASSIGN_OR_RETURN(auto f, ckpt::stage_group(root, step, checkpoint_partition_group(stage, rank, k, parts), tensors));
+    mine[2 * static_cast<std::size_t>(k)] = static_cast<std::int64_t>(f.bytes);
+    mine[2 * static_cast<std::size_t>(k) + 1] = static_cast<std::int64_t>(f.crc32c);
+    return {};
+  });
+  // A rank that failed still joins the gather (its entries -1), so every rank fails instead
+  // of waiting for it; the gather is also the barrier: every file exists when it returns.
+  if (!written) std::fill(mine.begin(), mine.end(), -1);
+  const auto all = gather_entries(mine, "checkpoint files");
+  if (!written)
+    throw std::runtime_error(fmt::format("writing stage {}'s optimizer partition: {}", stage, written.err().message));
   std::vector<ckpt::checkpoint_file> files;
-  for (std::uint32_t r = 0; r < options_.zero_ranks; ++r) {
-    if (all[2 * r] < 0)
-      throw std::runtime_error(fmt::format("rank {} could not write its partition of stage {}'s optimizer state", r,
-                                           options_.participant));
-    ckpt::checkpoint_file f;
-    f.group = checkpoint_partition_group(options_.participant, r);
-    f.name = f.group + ".safetensors";
-    f.bytes = static_cast<std::uint64_t>(all[2 * r]);
-    f.crc32c = static_cast<std::uint32_t>(all[2 * r + 1]);
-    files.push_back(std::move(f));
-  }
+  for (std::uint32_t r = 0; r < options_.zero_ranks; ++r)
+    for (std::int64_t k = 0; k < parts; ++k) {
+      const std::size_t at = 2 * (r * static_cast<std::size_t>(parts) + static_cast<std::size_t>(k));
+      if (all[at] < 0)
+        throw std::runtime_error(fmt::format("rank {} could not write its partition of stage {}'s optimizer state", r,
+                                             stage));
+      ckpt::checkpoint_file f;
+      f.group = checkpoint_partition_group(stage, r, k, parts);
+      f.name = f.group + ".safetensors";
+      f.bytes = static_cast<std::uint64_t>(all[at]);
+      f.crc32c = static_cast<std::uint32_t>(all[at + 1]);
+      files.push_back(std::move(f));
+    }
   return files;
 }
 

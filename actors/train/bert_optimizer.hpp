@@ -66,8 +66,11 @@ struct bert_optimizer_options {
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
 
-// The checkpoint group of rank `rank`'s partition of stage `stage`'s optimizer state.
-std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank);
+// The checkpoint group of rank `rank`'s partition of stage `stage`'s optimizer state:
+// "optimizer_<stage>_rank<rank>", or with the state in several swap chunks one group per
+// chunk, "optimizer_<stage>_rank<rank>_part<part>".
+std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, std::int64_t part = 0,
+                                       std::int64_t parts = 1);
 
 // The bytes a shard holds (memory_accounting.hpp).
 struct shard_bytes {
@@ -97,15 +100,18 @@ public:
   state_payload payload() const;
   // ZeRO: whether payload() is a collective.
   bool partitioned() const { return part_.has_value() && options_.zero_ranks > 1; }
-  // ZeRO over several ranks, a checkpoint in per-rank form. Both are collectives: every
+  // Whether checkpoints take the per-rank form below: ZeRO over several ranks, or the state
+  // swapped to NVMe (then even on one rank, so a checkpoint streams it chunk by chunk).
+  bool per_rank_checkpoint() const;
+  // A checkpoint in per-rank form. Both are collectives with several ranks: every
   // rank's shard of the stage calls them, in this order, at the same point of the run.
   // The whole stage's fp32 masters ("master.<name>"), all-gathered from the partitions.
   state_payload gathered_masters() const;
   // This rank's partition of the moments (optim::partition_payload's ranged names, the
-  // shapes and the step count; no masters: the model file holds them), written as group
-  // checkpoint_partition_group(stage, rank) into ckpt::staging_dir(root, step); then every
-  // rank's file entry, all-gathered (so every file is written when this returns): the
-  // stage's staged files in rank order.
+  // shapes and the step count; no masters: the model file holds them), written as one
+  // group per store chunk (checkpoint_partition_group) into ckpt::staging_dir(root, step);
+  // then every rank's file entries, all-gathered (so every file is written when this
+  // returns): the stage's staged files in rank order.
   std::vector<ckpt::checkpoint_file> stage_partition(const std::string& root, std::uint64_t step) const;
   // After the last update: waits for the optimizer state's transfers still in flight (NVMe
   // offload's writes behind the update); their error, so a failed swap fails the run.
@@ -120,6 +126,8 @@ private:
   void write_working(std::vector<tensor>& out);
   // The whole flat buffer from every rank's partition (a copy with one rank).
   void gather_flat(const tensor& all, const tensor& mine, const char* what) const;
+  // Every rank's `mine` (the same length on every rank), rank after rank; `mine` alone on one rank.
+  std::vector<std::int64_t> gather_entries(const std::vector<std::int64_t>& mine, const char* what) const;
 
   bert_optimizer_options options_;
   std::vector<optim::param_slot> slots_; // in stage order (views shared with the groups)

@@ -173,7 +173,13 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     // swapped state is first read back from NVMe (its partition's masters and moments).
     if (zero && in.writes_checkpoints) {
       const std::int64_t gathered = reduces ? 4 * zero->padded : 0;
-      const std::int64_t read_back = zero->swap_buffers > 0 ? 12 * zero->partition : 0;
+      // Swapped: the masters are read back whole, the moments one swap chunk at a time.
+      const std::int64_t read_back =
+          zero->swap_buffers > 0
+              ? 4 * zero->partition +
+                    8 * aio::swap_chunk_numel(rc.offload.sub_group_size, optim::flat_layout::default_alignment,
+                                              zero->partition)
+              : 0;
       p.checkpoint += rc.ranks * (gathered + read_back);
     }
   }

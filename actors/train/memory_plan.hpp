@@ -18,8 +18,9 @@
 //                 of reduce_bucket_size and the stage's parameters, per stage
 //   checkpoint    with ZeRO over several ranks every rank gathers its stages' whole
 //                 fp32 masters (4 bytes per parameter; its moments are written from
-//                 views); with NVMe offload the partition's state is read back first (12
-//                 bytes per partition element); without either, a checkpoint reads the
+//                 views); with NVMe offload the partition's masters are read back (4
+//                 bytes per partition element) and its moments one swap chunk at a time
+//                 (8 bytes per chunk element); without either, a checkpoint reads the
 //                 shards' own tensors (nothing more). A checkpoint is written from a step
 //                 hook while the stages go on with the next step's forward and backward,
 //                 so it counts on top of the activations

@@ -86,10 +86,11 @@ expected<optim::optimizer_state> assemble_partitions(const ckpt::tensor_groups& 
   std::vector<optim::saved_partition> parts;
   std::set<std::string> names;
   tensor count;
-  for (std::uint32_t r = 0;; ++r) {
-    auto g = groups.find(checkpoint_partition_group(stage, r));
-    if (g == groups.end()) break;
-    optim::state_map m(g->second.begin(), g->second.end());
+  // Every rank's group, or its groups of one swap chunk each: any set of pieces will do.
+  const std::string prefix = fmt::format("optimizer_{}_rank", stage);
+  for (const auto& [group, tensors] : groups) {
+    if (group.rfind(prefix, 0) != 0) continue;
+    optim::state_map m(tensors.begin(), tensors.end());
     for (const auto& [key, t] : m) {
       if (key.rfind(shape_prefix, 0) == 0) names.insert(key.substr(shape_prefix.size()));
       if (key == step_key) count = t;

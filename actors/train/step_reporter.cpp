@@ -90,7 +90,7 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   std::vector<state_payload> payloads;
   std::vector<ckpt::checkpoint_file> staged;
   for (const auto* shard : shards_) {
-    if (!shard->partitioned()) {
+    if (!shard->per_rank_checkpoint()) {
       payloads.push_back(shard->payload());
       continue;
     }

@@ -61,18 +61,27 @@ cmp "$work/procs/metrics.csv" "$work/threads/metrics.csv" || fail "2 processes a
 echo "ok: 2 processes x 2 stages with ZeRO stage 2 = 2 in-process ranks, bit for bit; each rank wrote its own partition"
 
 # 1b. The same with each process's optimizer state swapped to NVMe (small sub-groups, both
-#     pipelines): bit for bit the in-memory in-process run, and no swap file left behind.
-"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/oprocs\"" \
-  --set zero_optimization.stage=2 --set zero_optimization.sub_group_size=2048 \
-  --set 'zero_optimization.offload_optimizer.device="nvme"' \
-  --set "zero_optimization.offload_optimizer.nvme_path=\"$work/swap\"" \
-  --set zero_optimization.offload_optimizer.pipeline_read=true \
-  --set zero_optimization.offload_optimizer.pipeline_write=true \
-  --set zero_optimization.offload_optimizer.buffer_count=9 >"$work/out" 2>"$work/err" ||
-  fail "2-process training with the optimizer state on NVMe"
-for f in model optimizer_0_rank0 optimizer_0_rank1 optimizer_1_rank0 optimizer_1_rank1; do
-  cmp "$work/oprocs/$step4/$f.safetensors" "$work/zthreads/$step4/$f.safetensors" ||
-    fail "2 processes with NVMe offload and 2 in-process ranks in memory wrote different $f files"
+#     pipelines): the model is bit for bit the in-memory run's, the checkpoint streams each
+#     rank's moments one file per swap chunk, the same files 2 in-process ranks write with
+#     the same settings, and no swap file is left behind.
+offload=(--set zero_optimization.stage=2 --set zero_optimization.sub_group_size=2048
+  --set 'zero_optimization.offload_optimizer.device="nvme"'
+  --set "zero_optimization.offload_optimizer.nvme_path=\"$work/swap\""
+  --set zero_optimization.offload_optimizer.pipeline_read=true
+  --set zero_optimization.offload_optimizer.pipeline_write=true
+  --set zero_optimization.offload_optimizer.buffer_count=9)
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/oprocs\"" "${offload[@]}" \
+  >"$work/out" 2>"$work/err" || fail "2-process training with the optimizer state on NVMe"
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/othreads\"" --set devices.ranks=2 "${offload[@]}" \
+  >"$work/out" 2>"$work/err" || fail "2 in-process ranks with the optimizer state on NVMe"
+cmp "$work/oprocs/$step4/model.safetensors" "$work/zthreads/$step4/model.safetensors" ||
+  fail "2 processes with NVMe offload and 2 in-process ranks in memory ended with different models"
+parts=$(cd "$work/oprocs/$step4" && ls optimizer_*_part*.safetensors | wc -l)
+[[ $parts -gt 8 ]] || fail "expected one optimizer file per swap chunk, found $parts"
+[[ $(cd "$work/oprocs/$step4" && ls) == $(cd "$work/othreads/$step4" && ls) ]] ||
+  fail "2 processes and 2 in-process ranks with offload wrote different files"
+for f in "$work/oprocs/$step4"/optimizer_*.safetensors; do
+  cmp "$f" "$work/othreads/$step4/$(basename "$f")" || fail "$(basename "$f") differs between processes and threads"
 done
 [[ -z $(ls -A "$work/swap") ]] || fail "swap files were left behind: $(ls -R "$work/swap")"
 echo "ok: 2 processes with the optimizer state on NVMe = in memory, bit for bit"

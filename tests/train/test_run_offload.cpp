@@ -90,6 +90,17 @@ TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and opt
       CHECK(on_nvme.log.find(fmt::format("(ZeRO stage {}: ", stage)) != std::string::npos);
       CHECK(on_nvme.log.find("(as expected)") != std::string::npos);
       CHECK(on_nvme.log.find("the accounting expected") == std::string::npos);
+      // The checkpoint streamed the swapped state: one optimizer file per swap chunk of each
+      // rank (2048-element chunks: dozens), each holding only that chunk's pieces.
+      std::size_t parts = 0;
+      for (const auto& f : on_nvme.checkpoint.manifest.files)
+        if (f.group.find("_rank") != std::string::npos) {
+          CHECK(f.group.find("_part") != std::string::npos);
+          ++parts;
+          for (const auto& [key, t] : on_nvme.checkpoint.groups.at(f.group))
+            if (t.type() == dtype::f32) CHECK(t.numel() <= 2048);
+        }
+      CHECK(parts > static_cast<std::size_t>(10 * ranks));
       // The swap files are scratch: gone when the run ends.
       CHECK(fs::is_empty(swap.path()));
     }
