@@ -57,12 +57,16 @@ std::vector<swap_io_step> summarize_swap_io(const std::vector<rank_trace>& trace
     const int optimizer = name_index(t, "optimizer");
     if (read < 0 && write < 0) continue; // a trace from before the swap spans
     std::vector<interval> compute, updates;
+    std::vector<std::uint32_t> updated; // steps with an optimizer span
     std::map<std::uint32_t, std::pair<swap_io_step, std::vector<interval>>> steps;
     for (const auto& r : t.records) {
       if (r.kind != static_cast<std::uint8_t>(trace_kind::span)) continue;
       const int n = r.name;
       if (n == forward || n == backward) compute.emplace_back(r.t0_ns, r.t1_ns);
-      else if (n == optimizer) updates.emplace_back(r.t0_ns, r.t1_ns);
+      else if (n == optimizer) {
+        updates.emplace_back(r.t0_ns, r.t1_ns);
+        updated.push_back(r.step);
+      }
       if (n != read && n != write) continue;
       auto& [s, spans] = steps[r.step];
       s.rank = rt.rank;
@@ -79,6 +83,7 @@ std::vector<swap_io_step> summarize_swap_io(const std::vector<rank_trace>& trace
       s.busy_s = length_s(busy);
       s.during_compute_s = common_s(busy, compute);
       s.inside_optimizer_s = common_s(busy, updates);
+      s.updated = std::find(updated.begin(), updated.end(), step) != updated.end();
       out.push_back(s);
     }
   }
@@ -93,10 +98,11 @@ std::string format_swap_io(const std::vector<swap_io_step>& steps) {
                      "reads", "written MiB", "writes", "busy s", "GB/s", "fwd/bwd", "optimizer");
   for (const auto& s : steps) {
     const double share = s.busy_s > 0 ? 100 / s.busy_s : 0;
-    out += fmt::format("  {:>4} {:>6} {:>10.2f} {:>6} {:>11.2f} {:>6} {:>9.4f} {:>8.2f} {:>7.1f}% {:>9.1f}%\n", s.rank,
+    out += fmt::format("  {:>4} {:>6} {:>10.2f} {:>6} {:>11.2f} {:>6} {:>9.4f} {:>8.2f} {:>7.1f}% {:>9.1f}%{}\n", s.rank,
                        s.step, static_cast<double>(s.bytes_read) / (1 << 20), s.reads,
                        static_cast<double>(s.bytes_written) / (1 << 20), s.writes, s.busy_s, s.gb_per_s(),
-                       share * s.during_compute_s, share * s.inside_optimizer_s);
+                       share * s.during_compute_s, share * s.inside_optimizer_s,
+                       s.updated ? "" : "  (no update: read ahead for a step the run did not reach)");
   }
   return out;
 }
