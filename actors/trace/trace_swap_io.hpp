@@ -17,11 +17,14 @@ struct swap_io_step {
   std::uint32_t rank = 0, step = 0;
   std::uint64_t bytes_read = 0, bytes_written = 0;
   std::uint64_t reads = 0, writes = 0; // chunk transfers
-  double busy_s = 0;             // union of the step's transfers
-  double during_compute_s = 0;   // of busy_s: inside some stage's forward or backward span
-  double inside_optimizer_s = 0; // of busy_s: inside some optimizer span
-  bool updated = false; // the trace holds an optimizer span of the step (not: a prefetch past the run's end)
-  double gb_per_s() const { return busy_s > 0 ? static_cast<double>(bytes_read + bytes_written) / busy_s * 1e-9 : 0; }
+  double busy_s = 0;                   // union of the step's transfers
+  double during_compute_s = 0;         // of busy_s: inside some stage's forward or backward span
+  double inside_optimizer_s = 0;       // of busy_s: inside some optimizer span
+  bool updated =
+      false; // the trace holds an optimizer span of the step (not: a prefetch past the run's end)
+  double gb_per_s() const {
+    return busy_s > 0 ? static_cast<double>(bytes_read + bytes_written) / busy_s * 1e-9 : 0;
+  }
 };
 
 // By rank, then step; empty for a run without NVMe offload.

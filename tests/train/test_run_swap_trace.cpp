@@ -128,16 +128,16 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
             by[{0, step}].bytes + by[{1, step}].bytes);
       CHECK(io[step].busy_s > 0);
       CHECK(io[step].gb_per_s() > 0);
-    CHECK(io[step].updated);
+      CHECK(io[step].updated);
     }
     // The prefetch after the last update reads for a step that never comes (always
-  // without write-behind, which leaves every buffer set free when a sweep returns).
-  if (!write_behind) {
-    REQUIRE(io.size() == steps + 1);
-    CHECK_FALSE(io.back().updated);
-    CHECK(io.back().writes == 0);
-  }
-  const std::string table = format_swap_io(io);
+    // without write-behind, which leaves every buffer set free when a sweep returns).
+    if (!write_behind) {
+      REQUIRE(io.size() == steps + 1);
+      CHECK_FALSE(io.back().updated);
+      CHECK(io.back().writes == 0);
+    }
+    const std::string table = format_swap_io(io);
     CHECK(table.find("NVMe swap I/O per step") != std::string::npos);
     CHECK(table.find(" GB/s ") != std::string::npos);
     // The Chrome export puts the transfers on a row of their own per shard.
