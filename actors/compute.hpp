@@ -91,6 +91,8 @@ struct gradient_part {
   std::int64_t hi = 0;
 };
 
+class trace_recorder;
+
 class optimizer_compute {
 public:
   virtual ~optimizer_compute() = default;
@@ -111,6 +113,17 @@ public:
   // working parameters into `out` (resized and allocated on first use).
   // Returns false when the step was skipped (parameters unchanged, e.g. an fp16 overflow).
   virtual bool update(std::uint32_t step, const grad_totals& totals, std::vector<tensor>& out) = 0;
+  // Tracing work of the shard's own besides update() (its NVMe swap transfers): before
+  // the run, and before init(), the runtime hands it the run's recorder (null when not
+  // tracing) and its actor id and stage. trace_detach(): the shard waits for that work,
+  // records what is still unrecorded and forgets the recorder; called on the worker right
+  // after the plan's last update (so it reaches the trace file), and again by the runtime
+  // after the run (a run stopped early: its records reach the in-memory trace only).
+  // Nothing by default.
+  virtual void trace_attach(trace_recorder* trace, std::uint32_t actor, std::int32_t stage) {
+    (void)trace, (void)actor, (void)stage;
+  }
+  virtual void trace_detach() {}
 };
 
 class batch_source {

@@ -50,10 +50,17 @@ void start_update(shard_actor* self, const reduced& r) {
   auto* trace = c.trace;
   auto* optimizer = c.optimizer;
   const std::uint32_t id = c.id, index = c.index, params = c.params_edge, step = r.data.step;
+  const bool last = step + 1 == c.plan.end_step();
   const grad_totals totals{r.sum_of_squares, r.own_sum_of_squares, r.global};
   post_job(self, c.worker, step, [=] {
-    trace_span span(trace, trace_name::optimizer, id, static_cast<std::int32_t>(index), step, 0);
-    const bool applied = optimizer->update(step, totals, slots->at({params, 0}));
+    bool applied = false;
+    {
+      trace_span span(trace, trace_name::optimizer, id, static_cast<std::int32_t>(index), step, 0);
+      applied = optimizer->update(step, totals, slots->at({params, 0}));
+    }
+    // The shard's own spans still unrecorded (the last writes of an NVMe swap) must reach
+    // the trace file, which the coordinator closes once every actor has ended.
+    if (last) optimizer->trace_detach();
     return work_done{applied ? 1u : 0u, step, 0, totals.own_sum_of_squares, {}, {}};
   });
 }

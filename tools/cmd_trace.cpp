@@ -6,6 +6,7 @@
 #include "actors/trace/trace_critical_path.hpp"
 #include "actors/trace/trace_summary.hpp"
 #include "actors/trace/trace_views.hpp"
+#include "actors/trace/trace_swap_io.hpp"
 #include "tools/command.hpp"
 #include "tools/options.hpp"
 
@@ -93,6 +94,7 @@ int cmd_trace(int argc, char** argv) {
   }
   if (what == "summary") {
     fmt::print("{}", actors::format_trace_summary(actors::summarize_traces(*traces)));
+    fmt::print("{}", actors::format_swap_io(actors::summarize_swap_io(*traces)));
     return 0;
   }
   auto rank = rank_of(*traces, vm["rank"].as<std::uint32_t>());

@@ -26,7 +26,12 @@ enum class trace_name : std::uint16_t {
   reduce = 8,       // a reducer's compute (gather, tied sum or copy)
   grad_partial = 9, // a reducer's share of the gradient norm, to another reducer
   allreduce = 10,   // a reducer's sum of one gradient bucket over the data-parallel ranks (micro_batch: the bucket)
-  count_ = 11,
+  // An optimizer shard's NVMe swap of one chunk of its state (micro_batch: the chunk, bytes:
+  // over its arrays), from the first request submitted to the last ended; on the aio engine,
+  // so they overlap the shard's other spans (actors/train/swap_tracer.hpp).
+  swap_read = 11,
+  swap_write = 12,
+  count_ = 13,
 };
 const char* trace_name_string(trace_name name);
 

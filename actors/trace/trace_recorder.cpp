@@ -21,7 +21,7 @@ thread_local thread_cache cache;
 const char* trace_name_string(trace_name name) {
   static const char* const names[] = {"forward",  "backward", "optimizer",   "load",
                                       "produced", "released", "step_report", "update_report",
-                                      "reduce",   "grad_partial", "allreduce"};
+                                      "reduce",   "grad_partial", "allreduce", "swap_read", "swap_write"};
   auto i = static_cast<std::size_t>(name);
   return i < static_cast<std::size_t>(trace_name::count_) ? names[i] : "?";
 }
@@ -36,6 +36,12 @@ trace_recorder::~trace_recorder() = default;
 std::uint64_t trace_recorder::now_ns() const {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count());
+}
+
+std::uint64_t trace_recorder::since_origin_ns(std::uint64_t steady_ns) const {
+  const auto origin = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(origin_.time_since_epoch()).count());
+  return steady_ns > origin ? steady_ns - origin : 0;
 }
 
 void trace_recorder::set_actor_name(std::uint32_t actor, std::string name) {

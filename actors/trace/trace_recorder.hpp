@@ -53,6 +53,9 @@ public:
   trace_recorder& operator=(const trace_recorder&) = delete;
 
   std::uint64_t now_ns() const;
+  // A std::chrono::steady_clock time (ns since that clock's epoch) on the now_ns() clock;
+  // 0 for a time before the origin.
+  std::uint64_t since_origin_ns(std::uint64_t steady_ns) const;
   // The system clock at the origin of now_ns(), in ns since the Unix epoch
   // (for placing several processes' traces on one clock).
   std::uint64_t origin_unix_ns() const { return origin_unix_ns_; }

@@ -68,10 +68,17 @@ void summarize_steps(const trace_data& t, const trace_index& index, const rank_u
                      std::vector<step_usage>& out) {
   std::map<std::uint32_t, trace_data> by_step;
   std::map<std::uint32_t, std::size_t> last_span;
+  std::map<std::uint32_t, std::vector<interval>> io_by_step;
   for (std::size_t i = 0; i < t.records.size(); ++i) {
     const auto& r = t.records[i];
     if (r.kind != static_cast<std::uint8_t>(trace_kind::span) || is_name(t, r, "load"))
       continue;
+    // I/O spans (the NVMe swap) run beside the step (a prefetch before it, writes behind it):
+    // they count in its io columns, not in its window, bubble or critical path.
+    if (is_io_span(t.names[r.name])) {
+      io_by_step[r.step].emplace_back(r.t0_ns, r.t1_ns);
+      continue;
+    }
     auto last = last_span.emplace(r.step, i).first;
     if (r.t1_ns > t.records[last->second].t1_ns)
       last->second = i;
@@ -91,7 +98,7 @@ void summarize_steps(const trace_data& t, const trace_index& index, const rank_u
     }
     u.start_s = static_cast<double>(lo) * 1e-9;
     u.time_s = static_cast<double>(hi - lo) * 1e-9;
-    std::vector<interval> compute, comm, io;
+    std::vector<interval> compute, comm, io = io_by_step[k];
     for (const auto& r : step.records) {
       const auto& name = t.names[r.name];
       (name == "allreduce" ? comm : is_io_span(name) ? io : compute).emplace_back(r.t0_ns, r.t1_ns);
@@ -141,6 +148,8 @@ void summarize_actors(const trace_data& t, const trace_index& index, const rank_
       a.u.stage = r.stage;
     switch (static_cast<trace_kind>(r.kind)) {
     case trace_kind::span:
+      if (is_io_span(t.names[r.name])) // on the aio engine, beside the actor's worker
+        break;
       ++a.u.spans;
       (is_name(t, r, "allreduce") ? a.comm : a.compute).emplace_back(r.t0_ns, r.t1_ns);
       a.all.emplace_back(r.t0_ns, r.t1_ns);

@@ -66,8 +66,9 @@ struct trace_summary {
   std::vector<step_usage> steps;   // by rank, step
 };
 
-// I/O spans: names that start with "swap", "nvme" or "io" (none is recorded
-// yet; the NVMe swap records will be).
+// I/O spans: names that start with "swap", "nvme" or "io" (recorded: the NVMe
+// swap's swap_read and swap_write). They run beside the actors' work: not in an
+// actor's busy time or waits, nor in a step's window or critical path.
 bool is_io_span(const std::string& name);
 
 trace_summary summarize_traces(const std::vector<rank_trace>& traces);

@@ -16,6 +16,7 @@ namespace dsa::train {
 
 bert_optimizer::bert_optimizer(bert_optimizer_options options) : options_(std::move(options)) {
   DSA_CHECK(options_.decider != nullptr, "optimizer shard {}: no step decider", options_.participant);
+  if (options_.offload) swap_tracer_ = std::make_shared<swap_tracer>();
 }
 
 void bert_optimizer::init(const std::vector<tensor>& initial) {
@@ -79,7 +80,10 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
       so.buffer_count = off->buffer_count;
       so.pipeline_read = off->pipeline_read;
       so.pipeline_write = off->pipeline_write;
-      DSA_ASSIGN_OR_RETURN(store, aio::swap_store::create(off->engine, so));
+      so.observer = [tracer = swap_tracer_](const aio::swap_transfer& t) { tracer->observe(t); };
+      DSA_ASSIGN_OR_RETURN(auto swap, aio::swap_store::create(off->engine, so));
+      swap_ = swap.get();
+      store = std::move(swap);
     }
     if (options_.resume_masters.empty())
       return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, initial,
@@ -180,6 +184,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
     // This rank's partition, then every rank's partition of the new weights.
     const optim::flat_range mine = part_->partition();
     tensor working = flat_working_.slice_rows(mine.lo, mine.hi);
+    if (swap_) swap_tracer_->update_begins(step, swap_->sweeps() + 1);
     status s;
     if (d.skip) {
       s = part_->write_working(working);
@@ -197,6 +202,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
                                }};
       s = part_->step(in);
     }
+    if (swap_) swap_tracer_->update_ends(swap_->sweeps());
     if (!s) throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
     gather_flat(flat_working_, working, "updated weights");
     out.clear();
@@ -244,6 +250,32 @@ void bert_optimizer::write_working(std::vector<tensor>& out) {
     out[i].copy_from(src);
     version_bytes_ += static_cast<std::int64_t>(out[i].nbytes());
   }
+}
+
+void bert_optimizer::trace_attach(actors::trace_recorder* trace, std::uint32_t actor, std::int32_t stage) {
+  if (swap_tracer_) swap_tracer_->attach(trace, actor, stage);
+}
+
+void bert_optimizer::trace_detach() {
+  if (!swap_tracer_) return;
+  if (swap_) swap_->wait_idle(); // the last step's writes and the next step's prefetch end
+  swap_tracer_->detach();
+}
+
+std::string bert_optimizer::swap_report() const {
+  if (!swap_) return {};
+  const aio::swap_stats s = swap_->stats();
+  const double moved = static_cast<double>(s.bytes_read + s.bytes_written);
+  const double swept_s = static_cast<double>(s.wait_ns + s.compute_ns) * 1e-9;
+  return fmt::format("stage {} NVMe swap: read {:.1f} MiB ({} chunk reads, {} of them prefetched before their update), "
+                     "wrote {:.1f} MiB ({} chunk writes); the updates waited {:.3f} s for I/O and computed {:.3f} s "
+                     "({:.1f}% waiting); {:.2f} GB/s achieved over {:.3f} s with a transfer in flight",
+                     options_.participant, static_cast<double>(s.bytes_read) / (1 << 20), s.chunk_reads,
+                     s.chunks_prefetched, static_cast<double>(s.bytes_written) / (1 << 20), s.chunk_writes,
+                     static_cast<double>(s.wait_ns) * 1e-9, static_cast<double>(s.compute_ns) * 1e-9,
+                     swept_s > 0 ? 100 * static_cast<double>(s.wait_ns) * 1e-9 / swept_s : 0.0,
+                     s.busy_ns > 0 ? moved / static_cast<double>(s.busy_ns) : 0.0,
+                     static_cast<double>(s.busy_ns) * 1e-9);
 }
 
 shard_bytes bert_optimizer::held_bytes() const {

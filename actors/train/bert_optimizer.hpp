@@ -9,6 +9,7 @@
 #include "actors/compute.hpp"
 #include "actors/train/precision.hpp"
 #include "actors/train/step_decider.hpp"
+#include "actors/train/swap_tracer.hpp"
 #include "models/bert/parameter_specs.hpp"
 #include "io/aio/aio_engine.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
@@ -86,6 +87,10 @@ public:
   std::vector<tensor> gradient_buffers() override;
   std::vector<actors::gradient_part> gradient_parts() override;
   bool update(std::uint32_t step, const actors::grad_totals& totals, std::vector<tensor>& out) override;
+  // NVMe offload: the swap transfers become swap_read/swap_write spans of this shard
+  // (swap_tracer.hpp); nothing without offload.
+  void trace_attach(actors::trace_recorder* trace, std::uint32_t actor, std::int32_t stage) override;
+  void trace_detach() override;
 
   const optim::optimizer& inner() const { return *opt_; }
   const step_decider& decider() const { return *options_.decider; }
@@ -118,6 +123,9 @@ public:
   status flush_state() { return part_ ? part_->flush() : status{}; }
   // Where the masters and moments live, for the log: "memory" or "nvme: DIR".
   std::string state_location() const { return part_ ? part_->store().where() : "memory"; }
+  // NVMe offload: what the swap moved and how the updates spent their time, for the
+  // end-of-run log; empty without offload.
+  std::string swap_report() const;
   // What the shard holds: its gradient buffers, masters (and their half copies),
   // moments, and the last parameter version it wrote (0 before its first update).
   shard_bytes held_bytes() const;
@@ -137,6 +145,8 @@ private:
   // ZeRO stages 1 and 2.
   void init_partitioned(const std::vector<tensor>& initial);
   std::optional<optim::partitioned_optimizer> part_;
+  aio::swap_store* swap_ = nullptr;           // NVMe offload: part_'s store
+  std::shared_ptr<swap_tracer> swap_tracer_;  // NVMe offload: the store's observer (shared with it)
   // (padded_numel) f32, or (partition_numel) with ZeRO stage 2: the reducer's gradient
   // buffers are views of it (but for whole_grad_).
   tensor flat_grad_;

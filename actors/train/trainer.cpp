@@ -387,6 +387,10 @@ int run_training(const run_request& req) {
                rc.overlap_comm ? "" : " (overlap_comm is off)");
     log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
              runs[0].shards.front()->decider().skipped());
+    for (int r = 0; r < R; ++r) // NVMe offload: one line per stage
+      for (const auto& shard : runs[static_cast<std::size_t>(r)].shards)
+        if (auto line = shard->swap_report(); !line.empty())
+          log_info("{}{}", R > 1 ? fmt::format("rank {}: ", ctx.rank + r) : std::string(), line);
     if (lead && !result.trace_path.empty())
       log_info("actor trace: {} (summarise it: dsactor trace {} summary)", result.trace_path, rc.run_dir);
     if (stopped) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,12 @@ void hold_for_test(Settle&& settle) {
     }
   });
 }
+
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 } // namespace
 
 // The buffer sets and what each holds, kept across sweeps: a set may hold a chunk read
@@ -52,6 +59,9 @@ struct swap_store::flight {
   std::condition_variable cv;
   std::vector<slot> slots;
   std::optional<error> failed; // the first error of a transfer, not yet reported
+  swap_stats stats;             // but the byte counts (the store's atomics)
+  int active = 0;               // transfer() calls with a request not yet ended
+  std::uint64_t busy_since = 0; // when `active` last left 0
 
   // A transfer of `s` ended (under mu).
   void ended(slot& s) {
@@ -76,6 +86,11 @@ struct swap_store::flight {
   bool quiet() const {
     return std::all_of(slots.begin(), slots.end(), [](const slot& s) { return s.pending == 0; });
   }
+};
+
+struct swap_store::report {
+  swap_transfer t;
+  std::size_t remaining = 0; // requests not yet ended
 };
 
 std::size_t swap_buffers_needed(bool pipeline_read, bool pipeline_write) {
@@ -147,7 +162,8 @@ std::pair<std::int64_t, std::int64_t> swap_store::range(std::int64_t chunk) cons
 
 // Starts the transfers of `mask`'s arrays of the slot's chunk; called with `lock` held,
 // released around each submit (a completion may run at once on an engine thread).
-void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask) {
+void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask,
+                          reading_for serves) {
   auto& f = *flight_;
   const auto [lo, hi] = range(f.slots[slot].chunk);
   const auto file_bytes = static_cast<std::uint64_t>(options_.numel) * sizeof(float);
@@ -171,19 +187,32 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
     requests.push_back(std::move(r));
   }
   f.slots[slot].pending += static_cast<int>(requests.size());
+  if (requests.empty()) return;
+  // The statistics and the observer see the set's requests as one transfer.
+  auto rep = std::make_shared<report>();
+  rep->t.op = op;
+  rep->t.chunk = f.slots[slot].chunk;
+  rep->t.bytes = static_cast<std::uint64_t>(requests.size() * requests.front().bytes);
+  rep->t.t0_ns = steady_ns();
+  rep->t.prefetch = serves == reading_for::next_sweep;
+  rep->t.sweep = rep->t.prefetch ? sweeps_ + 1 : sweeps_;
+  rep->remaining = requests.size();
+  if (f.active++ == 0) f.busy_since = rep->t.t0_ns;
   lock.unlock();
   std::optional<error> refused;
   std::size_t submitted = 0;
   for (auto& r : requests) {
     const std::size_t bytes = r.bytes;
-    auto id = engine_->submit(std::move(r), [this, slot, op, bytes](aio_completion&& c) {
+    auto id = engine_->submit(std::move(r), [this, slot, op, bytes, rep](aio_completion&& c) {
       auto& fl = *flight_;
       std::lock_guard<std::mutex> g(fl.mu);
       if (!c.result) {
         if (!fl.failed) fl.failed = c.result.err();
+        rep->t.ok = false;
       } else {
         (op == aio_op::read ? bytes_read_ : bytes_written_) += bytes;
       }
+      ended(*rep); // before the slot's: a waiter for quiet slots finds the observer called
       fl.ended(fl.slots[slot]);
       fl.cv.notify_all();
     });
@@ -196,9 +225,22 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
   lock.lock();
   if (refused) {
     if (!f.failed) f.failed = *refused;
-    for (std::size_t k = submitted; k < requests.size(); ++k) f.ended(f.slots[slot]); // never submitted
+    rep->t.ok = false;
+    for (std::size_t k = submitted; k < requests.size(); ++k) { // never submitted
+      ended(*rep);
+      f.ended(f.slots[slot]);
+    }
     f.cv.notify_all();
   }
+}
+
+void swap_store::ended(report& r) {
+  if (--r.remaining > 0) return;
+  auto& f = *flight_;
+  r.t.t1_ns = steady_ns();
+  if (--f.active == 0) f.stats.busy_ns += r.t.t1_ns - f.busy_since;
+  if (r.t.ok) ++(r.t.op == aio_op::read ? f.stats.chunk_reads : f.stats.chunk_writes);
+  if (options_.observer) options_.observer(r.t);
 }
 
 // After an error: waits for every transfer, empties the sets, reports the error once.
@@ -222,6 +264,9 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
       std::unique_lock<std::mutex> quiet(f.mu);
       f.cv.wait(quiet, [&] { return f.quiet(); });
     });
+  ++sweeps_;
+  const std::uint64_t began = steady_ns();
+  std::uint64_t computing = 0;
   const std::int64_t n = chunks();
   const std::int64_t ahead = read != 0 && options_.pipeline_read ? 1 : 0;
   const bool write_behind = write != 0 && options_.pipeline_write;
@@ -234,6 +279,9 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
   });
   for (auto& s : f.slots)
     if (s.state == use::ready && (read == 0 || (s.mask & read) != read)) s = flight::slot{};
+  if (read != 0) // what is still held was read ahead by a prefetch, for this sweep
+    f.stats.chunks_prefetched += static_cast<std::uint64_t>(std::count_if(
+        f.slots.begin(), f.slots.end(), [](const flight::slot& s) { return s.state == use::reading || s.state == use::ready; }));
   // Gives chunk c a set and starts its reads, unless a set holds it already; false when no
   // set is free (or, with `wait`, only after an error).
   auto claim = [&](std::int64_t c, bool wait) {
@@ -261,7 +309,9 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
     for (unsigned a = 0; a < optim::state_arrays; ++a)
       if ((read | write) & (1u << a)) c.arrays[a] = static_cast<float*>(buffers_[slot * optim::state_arrays + a].data());
     lock.unlock();
+    const std::uint64_t compute_start = steady_ns();
     status done = fn(c);
+    computing += steady_ns() - compute_start;
     lock.lock();
     if (!done) {
       if (!f.failed) f.failed = done.err();
@@ -276,6 +326,8 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
     transfer(lock, slot, aio_op::write, write);
     if (!write_behind) f.cv.wait(lock, [&] { return f.failed || s->state != use::writing; });
   }
+  f.stats.compute_ns += computing;
+  f.stats.wait_ns += steady_ns() - began - computing;
   if (f.failed) return settle(lock);
   written_ |= write;
   return {};
@@ -291,8 +343,23 @@ void swap_store::prefetch(unsigned read) {
     flight::slot* s = f.free_slot();
     if (f.writing(c) || !s) break;
     *s = flight::slot{flight::use::reading, c, read, 0};
-    transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, read);
+    transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, read, reading_for::next_sweep);
   }
+}
+
+void swap_store::wait_idle() {
+  auto& f = *flight_;
+  std::unique_lock<std::mutex> lock(f.mu);
+  f.cv.wait(lock, [&] { return f.quiet(); });
+}
+
+swap_stats swap_store::stats() const {
+  auto& f = *flight_;
+  std::lock_guard<std::mutex> lock(f.mu);
+  swap_stats s = f.stats;
+  s.bytes_read = bytes_read_.load();
+  s.bytes_written = bytes_written_.load();
+  return s;
 }
 
 status swap_store::flush() {

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -34,6 +35,34 @@
 #include <vector>
 
 namespace dsa::aio {
+
+// One transfer of a chunk (the arrays of one buffer set, read or written together),
+// reported to swap_options::observer when its last request has ended. Times are
+// std::chrono::steady_clock nanoseconds since that clock's epoch.
+struct swap_transfer {
+  aio_op op = aio_op::read;
+  std::int64_t chunk = 0;
+  std::uint64_t bytes = 0;            // over its arrays
+  std::uint64_t t0_ns = 0, t1_ns = 0; // its first request submitted .. its last ended
+  // The sweep it serves, numbered as sweeps() counts them: a sweep's own reads and
+  // writes carry its number, a prefetch's reads the number of the sweep after the last.
+  std::uint64_t sweep = 0;
+  bool prefetch = false; // read by prefetch(), ahead of its sweep
+  bool ok = true;        // false: a request failed (the sweep reports the error)
+};
+// Called on an aio engine thread while the store's lock is held: it must be short and
+// must not call back into the store.
+using swap_observer = std::function<void(const swap_transfer&)>;
+
+// What a store moved and how its sweeps spent their time, for the end-of-run log.
+struct swap_stats {
+  std::uint64_t bytes_read = 0, bytes_written = 0;
+  std::uint64_t chunk_reads = 0, chunk_writes = 0; // transfers that ended well
+  std::uint64_t chunks_prefetched = 0; // chunks a sweep found already read by a prefetch
+  std::uint64_t wait_ns = 0;    // inside sweeps, outside the chunk function: waiting for transfers
+  std::uint64_t compute_ns = 0; // inside the chunk function (the update of the chunk)
+  std::uint64_t busy_ns = 0;    // time with at least one transfer in flight
+};
 
 struct swap_options {
   std::string dir;  // an existing, writable directory
@@ -47,6 +76,7 @@ struct swap_options {
   bool pipeline_read = false;       // read chunk i + 1 while chunk i is updated
   bool pipeline_write = false;      // write chunk i - 1 while chunk i is updated
   memory_pinning pinning = memory_pinning::pageable;
+  swap_observer observer; // optional: each chunk transfer as it ends (tracing)
 };
 
 // Buffers a sweep needs with these pipelining settings: 3 per chunk in flight.
@@ -78,6 +108,12 @@ public:
   void prefetch(unsigned read) override;
   // Waits for every transfer in flight; their first error, if any.
   status flush() override;
+  // Waits for every transfer in flight, leaving an error to the next sweep or flush
+  // (the observer has then seen every transfer started so far).
+  void wait_idle();
+  // Sweeps begun so far (swap_transfer::sweep numbers them from 1).
+  std::uint64_t sweeps() const { return sweeps_; }
+  swap_stats stats() const;
   std::int64_t resident_bytes() const override;
   std::string where() const override { return "nvme: " + options_.dir; }
 
@@ -91,7 +127,11 @@ private:
   swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk);
   struct flight;
   std::pair<std::int64_t, std::int64_t> range(std::int64_t chunk) const;
-  void transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask);
+  struct report; // one transfer() call, until its last request ends
+  enum class reading_for { this_sweep, next_sweep }; // next_sweep: a prefetch
+  void transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask,
+                reading_for serves = reading_for::this_sweep);
+  void ended(report& r); // under flight_->mu
   error settle(std::unique_lock<std::mutex>& lock);
 
   std::shared_ptr<aio_engine> engine_;
@@ -102,6 +142,7 @@ private:
   std::unique_ptr<aligned_buffer_pool> pool_;
   std::vector<pool_buffer> buffers_; // after pool_: returned before it goes
   std::atomic<std::uint64_t> bytes_read_{0}, bytes_written_{0};
+  std::uint64_t sweeps_ = 0; // sweep() and prefetch() only, on the optimizer's thread
   std::unique_ptr<flight> flight_;                   // last: goes first, after flush()
 };
 

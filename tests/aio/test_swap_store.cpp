@@ -1,7 +1,8 @@
 // Tests for io/aio/swap_store: the partition state in NVMe swap files gives the same
 // bits as in memory (the partitioned optimizer against the whole-tensor reference with
 // many small chunks and every pipelining mode), round trips, the buffers it needs, and
-// the errors of a full disk, a cut file and a place where no file can be written.
+// the errors of a full disk, a cut file and a place where no file can be written; the
+// observer and statistics the trace and the end-of-run log read.
 #include "io/aio/swap_store.hpp"
 #include "tests/aio/aio_test_util.hpp"
 #include "tests/optim/zero_ranks.hpp"
@@ -16,6 +17,9 @@
 #include <cstring>
 
 #include <filesystem>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -270,4 +274,62 @@ TEST_CASE("swap store: no place to write, a full disk and a cut file are errors 
     REQUIRE_FALSE(back.has_value());
     CHECK(back.err().code == errc::protocol);
   }
+}
+
+TEST_CASE("swap store: the observer sees each chunk transfer once, tagged with its sweep; the stats count them") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  const std::int64_t numel = 5 * 2048; // chunks of 4096, 4096 and 2048 elements
+  std::mutex mu;
+  std::vector<aio::swap_transfer> seen;
+  auto o = options_for(dir.path(), numel, 4096, true, false); // 2 buffer sets
+  o.observer = [&](const aio::swap_transfer& t) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(t);
+  };
+  auto store = make_store(engine, o);
+  auto taken = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::exchange(seen, {});
+  };
+  auto chunk_bytes = [&](std::int64_t c) { return static_cast<std::uint64_t>(c == 2 ? 2048 : 4096) * 4 * 3; };
+  REQUIRE(optim::write_arrays(*store, patterned_arrays(numel)).has_value()); // sweep 1
+  REQUIRE(store->flush().has_value());
+  auto writes = taken();
+  REQUIRE(writes.size() == 3);
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    CAPTURE(i);
+    CHECK(writes[i].op == aio::aio_op::write);
+    CHECK(writes[i].chunk == static_cast<std::int64_t>(i)); // without write-behind: in order
+    CHECK(writes[i].bytes == chunk_bytes(writes[i].chunk));
+    CHECK(writes[i].sweep == 1);
+    CHECK_FALSE(writes[i].prefetch);
+    CHECK(writes[i].ok);
+    CHECK(writes[i].t0_ns <= writes[i].t1_ns);
+  }
+  store->prefetch(optim::all_arrays); // two free sets: chunks 0 and 1, for sweep 2
+  store->wait_idle();
+  auto ahead = taken();
+  REQUIRE(ahead.size() == 2);
+  for (const auto& t : ahead) {
+    CHECK(t.op == aio::aio_op::read);
+    CHECK(t.prefetch);
+    CHECK(t.sweep == 2);
+    CHECK(t.chunk < 2);
+  }
+  REQUIRE(optim::read_arrays(*store).has_value()); // sweep 2 reads only chunk 2
+  REQUIRE(store->flush().has_value());
+  auto rest = taken();
+  REQUIRE(rest.size() == 1);
+  CHECK(rest[0].chunk == 2);
+  CHECK(rest[0].sweep == 2);
+  CHECK_FALSE(rest[0].prefetch);
+  CHECK(store->sweeps() == 2);
+  const aio::swap_stats s = store->stats();
+  CHECK(s.chunk_writes == 3);
+  CHECK(s.chunk_reads == 3);
+  CHECK(s.chunks_prefetched == 2);
+  CHECK(s.bytes_written == 3u * numel * 4);
+  CHECK(s.bytes_read == 3u * numel * 4);
+  CHECK(s.busy_ns > 0);
 }
