@@ -5,6 +5,7 @@
 #include "io/aio/aio_engine.hpp"
 #include "io/aio/aligned_buffer_pool.hpp"
 #include "io/ckpt/posix_file.hpp"
+#include "tools/bench_fio.hpp"
 #include "tools/options.hpp"
 
 #include <nlohmann/json.hpp>
@@ -234,6 +235,12 @@ int bench_aio_main(int argc, char** argv) {
       fmt::print(stderr, "dsactor bench aio: {}\n", m->err().to_string());
       return 1;
     }
+  // fio, the reference: libaio, O_DIRECT, 1 MiB blocks, queue depth 32.
+  auto fio = measure_fio(dir, bytes, reps);
+  if (!fio && fio.err().code != errc::not_found) {
+    fmt::print(stderr, "dsactor bench aio: {}\n", fio.err().to_string());
+    return 1;
+  }
   fmt::print("  {:<48} {:>10} {:>10}\n", "method", "write GB/s", "read GB/s");
   fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n",
              engine->direct ? "dsactor aio engine (libaio, O_DIRECT)"
@@ -243,18 +250,32 @@ int bench_aio_main(int argc, char** argv) {
              direct->write_gbps, direct->read_gbps);
   fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n", "pwrite+fdatasync/pread buffered, cache dropped",
              buffered->write_gbps, buffered->read_gbps);
+  if (fio)
+    fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n", "fio libaio O_DIRECT, 1 MiB, depth 32", fio->write_gbps,
+               fio->read_gbps);
+  else
+    fmt::print("  {:<48} {}\n", "fio", fio.err().message);
   fmt::print("  {:<48} {:>10.2f} {:>10.2f}\n", "ratio engine / pwrite,pread O_DIRECT",
              engine->write_gbps / direct->write_gbps, engine->read_gbps / direct->read_gbps);
+  if (fio)
+    fmt::print("  {:<48} {:>10.2f} {:>10.2f}   (goal >= 0.90: {})\n", "ratio engine / fio",
+               engine->write_gbps / fio->write_gbps, engine->read_gbps / fio->read_gbps,
+               engine->write_gbps >= 0.9 * fio->write_gbps && engine->read_gbps >= 0.9 * fio->read_gbps ? "met"
+                                                                                                      : "not met");
+  auto or_null = [&](double v) { return fio ? fmt::format("{:.4g}", v) : std::string("null"); };
   fmt::print(
       "{{\"bench\":\"aio\",\"dir\":{},\"fs\":\"{}\",\"bytes\":{},\"direct\":{},\"read_GBps\":{:.4g}"
       ","
       "\"write_GBps\":{:.4g},\"posix_direct_read_GBps\":{:.4g},\"posix_direct_write_GBps\":{:.4g},"
       "\"posix_buffered_read_GBps\":{:.4g},\"posix_buffered_write_GBps\":{:.4g},"
-      "\"read_ratio_to_posix_direct\":{:.4f},\"write_ratio_to_posix_direct\":{:.4f}}}\n",
+      "\"read_ratio_to_posix_direct\":{:.4f},\"write_ratio_to_posix_direct\":{:.4f},\"fio_read_GBps\":{},"
+      "\"fio_write_GBps\":{},\"read_ratio_to_fio\":{},\"write_ratio_to_fio\":{}}}\n",
       nlohmann::json(dir).dump(), file_system_name(dir), bytes, engine->direct, engine->read_gbps,
       engine->write_gbps, direct->read_gbps, direct->write_gbps, buffered->read_gbps,
       buffered->write_gbps, engine->read_gbps / direct->read_gbps,
-      engine->write_gbps / direct->write_gbps);
+      engine->write_gbps / direct->write_gbps, or_null(fio ? fio->read_gbps : 0),
+      or_null(fio ? fio->write_gbps : 0), or_null(fio ? engine->read_gbps / fio->read_gbps : 0),
+      or_null(fio ? engine->write_gbps / fio->write_gbps : 0));
   return 0;
 }
 

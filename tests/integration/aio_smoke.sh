@@ -18,6 +18,14 @@ for k in ("read_GBps", "write_GBps", "posix_direct_read_GBps", "posix_direct_wri
           "posix_buffered_read_GBps", "posix_buffered_write_GBps", "read_ratio_to_posix_direct"):
     assert k in j and j[k] > 0, k
 assert j["bench"] == "aio" and j["bytes"] == 8 << 20
+# fio, the reference peer: measured where it is installed (./ds setup installs it), null otherwise.
+for k in ("fio_read_GBps", "fio_write_GBps", "read_ratio_to_fio", "write_ratio_to_fio"):
+    assert k in j, k
+import shutil
+if shutil.which("fio"):
+    assert j["fio_read_GBps"] > 0 and j["fio_write_GBps"] > 0 and j["read_ratio_to_fio"] > 0, j
+else:
+    assert j["fio_read_GBps"] is None, j
 PY
 [[ -z $(ls -A "$work") ]] || fail "bench aio left files behind: $(ls -A "$work")"
 
