@@ -3,8 +3,12 @@
 #include "kernels/common/gelu_math.hpp"
 #include "kernels/common/layernorm_math.hpp"
 #include "kernels/cpu/adam.hpp"
+#include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/dropout.hpp"
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/adam.hpp"
+#include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/dropout.hpp"
 #include "kernels/cuda/finite.hpp"
 #include "kernels/cuda/layernorm.hpp"
 
@@ -217,6 +221,60 @@ TEST_CASE("cuda unscale_and_check finds inf and NaN and unscales exactly") {
       DSA_REQUIRE_CUDA(cudaMemcpy(&flag, d_flag.as<void>(), sizeof(int), cudaMemcpyDeviceToHost));
         CHECK(flag == 1);
       }
+    }
+  }
+}
+
+TEST_CASE("cuda bias_backward matches the CPU kernel") {
+  const test::test_stream stream;
+  for (auto type : all_types) {
+    for (auto s : awkward) {
+      CAPTURE(test::elem_name(type));
+      CAPTURE(s.rows);
+      CAPTURE(s.c);
+      const auto dy = test::round_to(random_vector(s.rows * s.c, -1.0f, 1.0f, 51), type);
+      auto dbias_twin = random_vector(s.c, -1.0f, 1.0f, 52); // += onto existing values
+      device_buffer d_dy(bytes_of(s.rows * s.c, type)), d_db(dbias_twin.size() * 4);
+      test::upload(d_dy, test::encode(dy, type));
+      test::upload(d_db, dbias_twin);
+      cpu::bias_backward_ref(dbias_twin.data(), dy.data(), s.rows, s.c);
+      DSA_REQUIRE_CUDA(cuda::bias_backward(d_db.as<float>(), d_dy.as<void>(), type, s.rows, s.c, stream.get()));
+      stream.sync();
+      const auto db = test::download(d_db, dbias_twin.size(), cuda::elem::f32);
+      DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, test::gpu_f32_reduction);
+    }
+  }
+}
+
+TEST_CASE("cuda dropout draws the CPU's mask from the same Philox counters") {
+  const test::test_stream stream;
+  philox_stream rng;
+  rng.seed = 0xfeedfacecafebeefull;
+  rng.step = 7;
+  rng.micro_batch = 1;
+  rng.layer = 11;
+  rng.site = 3;
+  for (auto type : all_types) {
+    for (std::int64_t n : {1, 7, 4099, 1000003}) {
+      CAPTURE(test::elem_name(type));
+      CAPTURE(n);
+      const auto nn = static_cast<std::size_t>(n);
+      const float p = 0.1f;
+      const auto x = test::round_to(random_vector(n, -3.0f, 3.0f, 61), type);
+      std::vector<float> y_twin(nn);
+      std::vector<std::uint8_t> mask_twin(nn);
+      cpu::dropout_forward(y_twin.data(), mask_twin.data(), x.data(), p, rng, n);
+      y_twin = test::round_to(y_twin, type);
+      device_buffer d_x(bytes_of(n, type)), d_mask(nn);
+      test::upload(d_x, test::encode(x, type));
+      // In place (y aliases x), as the header allows.
+      DSA_REQUIRE_CUDA(cuda::dropout_forward(d_x.as<void>(), d_mask.as<std::uint8_t>(), d_x.as<void>(), p, rng, type,
+                                             n, stream.get()));
+      stream.sync();
+      const auto mask = test::download_bytes(d_mask, nn);
+      const auto y = test::download(d_x, nn, type);
+      CHECK(mask == mask_twin);
+      CHECK(std::memcmp(y.data(), y_twin.data(), nn * 4) == 0);
     }
   }
 }

@@ -1,11 +1,13 @@
 // The host/device math of kernels/common (the arithmetic the CUDA kernels run) against
 // the CPU kernels and their double references, so it is tested on every machine.
 #include "kernels/common/adam_math.hpp"
+#include "kernels/common/dropout_math.hpp"
 #include "kernels/common/gelu_math.hpp"
 #include "kernels/common/layernorm_math.hpp"
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/layernorm.hpp"
 
 #include "tests/support/compare.hpp"
@@ -174,4 +176,37 @@ TEST_CASE("common finite check tells inf and NaN from large finite values") {
   CHECK_FALSE(common::is_finite_value(std::numeric_limits<float>::infinity()));
   CHECK_FALSE(common::is_finite_value(-std::numeric_limits<float>::infinity()));
   CHECK_FALSE(common::is_finite_value(std::numeric_limits<float>::quiet_NaN()));
+}
+
+TEST_CASE("common dropout draws the CPU kernel's mask and values, bit for bit") {
+  philox_stream rng;
+  rng.seed = 0x1234567887654321ull;
+  rng.step = 3;
+  rng.layer = 5;
+  rng.site = 2;
+  for (float p : {0.0f, 0.1f, 0.5f}) {
+    for (std::int64_t n : {1, 7, 4099}) {
+      CAPTURE(p);
+      CAPTURE(n);
+      auto x = random_vector(n, -3.0f, 3.0f, 71);
+      x[0] = std::numeric_limits<float>::infinity(); // a dropped inf must give 0, not NaN
+      const auto nn = static_cast<std::size_t>(n);
+      std::vector<float> y_cpu(nn), y_sh(nn);
+      std::vector<std::uint8_t> mask_cpu(nn), mask_sh(nn);
+      cpu::dropout_forward(y_cpu.data(), mask_cpu.data(), x.data(), p, rng, n);
+      // The CUDA kernel's loop: one Philox block of four elements per thread.
+      const float scale = 1.0f / (1.0f - p);
+      for (std::int64_t b = 0; b < (n + 3) / 4; ++b) {
+        const auto u = rng.uniform4(static_cast<std::uint32_t>(b));
+        for (int k = 0; k < 4 && 4 * b + k < n; ++k) {
+          const auto i = static_cast<std::size_t>(4 * b + k);
+          const bool keep = common::dropout_keep(u, k, p);
+          y_sh[i] = common::dropout_apply(x[i], keep, scale);
+          mask_sh[i] = keep ? 1 : 0;
+        }
+      }
+      CHECK(mask_sh == mask_cpu);
+      CHECK(std::memcmp(y_sh.data(), y_cpu.data(), nn * sizeof(float)) == 0);
+    }
+  }
 }

@@ -1,0 +1,40 @@
+// Bias-gradient column sums: one thread per column (consecutive threads read
+// consecutive columns of a row, so loads coalesce), rows added in order.
+#include "kernels/cuda/bias.hpp"
+
+#include "kernels/cuda/device_math.cuh"
+
+namespace dsa::cuda {
+namespace {
+
+template <class T> __global__ void bias_backward_kernel(float* dbias, const T* dy, long long rows, long long c) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < c; j += stride) {
+    float sum = 0.0f;
+    for (long long r = 0; r < rows; ++r) sum += detail::to_float(dy[r * c + j]);
+    dbias[j] += sum;
+  }
+}
+
+template <class T>
+cudaError_t launch_bias_backward(float* dbias, const void* dy, long long rows, long long c, cudaStream_t stream) {
+  bias_backward_kernel<T><<<detail::grid_for(c), detail::block_threads, 0, stream>>>(dbias, static_cast<const T*>(dy),
+                                                                                     rows, c);
+  return cudaGetLastError();
+}
+
+} // namespace
+
+cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows, std::int64_t c,
+                          cudaStream_t stream) {
+  if (rows < 0 || c <= 0 || !dbias || !dy) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  switch (type) {
+  case elem::f32: return launch_bias_backward<float>(dbias, dy, rows, c, stream);
+  case elem::f16: return launch_bias_backward<__half>(dbias, dy, rows, c, stream);
+  case elem::bf16: return launch_bias_backward<__nv_bfloat16>(dbias, dy, rows, c, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+} // namespace dsa::cuda
