@@ -25,22 +25,6 @@ __global__ void bias_gelu_backward_kernel(T* dx, const T* dy, const T* x, const 
         detail::to_float(dy[i]), detail::to_float(x[i]), bias[i % c]));
 }
 
-template <class T>
-cudaError_t launch_forward(void* y, const void* x, const float* bias, long long n, long long c,
-                           cudaStream_t stream) {
-  bias_gelu_forward_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, stream>>>(
-      static_cast<T*>(y), static_cast<const T*>(x), bias, n, c);
-  return cudaGetLastError();
-}
-
-template <class T>
-cudaError_t launch_backward(void* dx, const void* dy, const void* x, const float* bias, long long n,
-                            long long c, cudaStream_t stream) {
-  bias_gelu_backward_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, stream>>>(
-      static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), bias, n, c);
-  return cudaGetLastError();
-}
-
 } // namespace
 
 cudaError_t bias_gelu_forward(void* y, const void* x, const float* bias, elem type, std::int64_t rows,
@@ -48,12 +32,12 @@ cudaError_t bias_gelu_forward(void* y, const void* x, const float* bias, elem ty
   if (rows < 0 || c <= 0 || !y || !x || !bias) return cudaErrorInvalidValue;
   const long long n = rows * c;
   if (n == 0) return cudaSuccess;
-  switch (type) {
-  case elem::f32: return launch_forward<float>(y, x, bias, n, c, stream);
-  case elem::f16: return launch_forward<__half>(y, x, bias, n, c, stream);
-  case elem::bf16: return launch_forward<__nv_bfloat16>(y, x, bias, n, c, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    bias_gelu_forward_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(x), bias, n, c);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t bias_gelu_backward(void* dx, const void* dy, const void* x, const float* bias, elem type,
@@ -61,12 +45,12 @@ cudaError_t bias_gelu_backward(void* dx, const void* dy, const void* x, const fl
   if (rows < 0 || c <= 0 || !dx || !dy || !x || !bias) return cudaErrorInvalidValue;
   const long long n = rows * c;
   if (n == 0) return cudaSuccess;
-  switch (type) {
-  case elem::f32: return launch_backward<float>(dx, dy, x, bias, n, c, stream);
-  case elem::f16: return launch_backward<__half>(dx, dy, x, bias, n, c, stream);
-  case elem::bf16: return launch_backward<__nv_bfloat16>(dx, dy, x, bias, n, c, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    bias_gelu_backward_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, stream>>>(
+        static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), bias, n, c);
+    return cudaGetLastError();
+  });
 }
 
 } // namespace dsa::cuda

@@ -16,25 +16,18 @@ template <class T> __global__ void bias_backward_kernel(float* dbias, const T* d
   }
 }
 
-template <class T>
-cudaError_t launch_bias_backward(float* dbias, const void* dy, long long rows, long long c, cudaStream_t stream) {
-  bias_backward_kernel<T><<<detail::grid_for(c), detail::block_threads, 0, stream>>>(dbias, static_cast<const T*>(dy),
-                                                                                     rows, c);
-  return cudaGetLastError();
-}
-
 } // namespace
 
 cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows, std::int64_t c,
                           cudaStream_t stream) {
   if (rows < 0 || c <= 0 || !dbias || !dy) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  switch (type) {
-  case elem::f32: return launch_bias_backward<float>(dbias, dy, rows, c, stream);
-  case elem::f16: return launch_bias_backward<__half>(dbias, dy, rows, c, stream);
-  case elem::bf16: return launch_bias_backward<__nv_bfloat16>(dbias, dy, rows, c, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    bias_backward_kernel<T><<<detail::grid_for(c), detail::block_threads, 0, stream>>>(
+        dbias, static_cast<const T*>(dy), rows, c);
+    return cudaGetLastError();
+  });
 }
 
 } // namespace dsa::cuda

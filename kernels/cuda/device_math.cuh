@@ -64,6 +64,17 @@ __device__ __forceinline__ common::welford block_welford(common::welford w, comm
   return total;
 }
 
+// Calls fn(T{}) with T the storage type of `type` (float, __half, __nv_bfloat16): the one
+// place where a runtime elem becomes a template argument.
+template <class Fn> cudaError_t dispatch(elem type, Fn&& fn) {
+  switch (type) {
+  case elem::f32: return fn(float{});
+  case elem::f16: return fn(__half{});
+  case elem::bf16: return fn(__nv_bfloat16{});
+  }
+  return cudaErrorInvalidValue;
+}
+
 // Grid size for n elements at block_threads per block, capped (grid-stride loops cover the rest).
 inline unsigned grid_for(long long n) {
   const long long blocks = (n + block_threads - 1) / block_threads;

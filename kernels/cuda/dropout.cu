@@ -23,14 +23,6 @@ __global__ void dropout_kernel(T* y, std::uint8_t* mask, const T* x, float p, fl
   }
 }
 
-template <class T>
-cudaError_t launch_dropout(void* y, std::uint8_t* mask, const void* x, float p, const philox_stream& rng,
-                           long long n, cudaStream_t stream) {
-  dropout_kernel<T><<<detail::grid_for((n + 3) / 4), detail::block_threads, 0, stream>>>(
-      static_cast<T*>(y), mask, static_cast<const T*>(x), p, 1.0f / (1.0f - p), rng, n);
-  return cudaGetLastError();
-}
-
 } // namespace
 
 cudaError_t dropout_forward(void* y, std::uint8_t* mask, const void* x, float p, const philox_stream& rng,
@@ -38,12 +30,12 @@ cudaError_t dropout_forward(void* y, std::uint8_t* mask, const void* x, float p,
   if (!(p >= 0.0f && p < 1.0f) || n < 0 || (n + 3) / 4 > (std::int64_t{1} << 32) || !y || !x)
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  switch (type) {
-  case elem::f32: return launch_dropout<float>(y, mask, x, p, rng, n, stream);
-  case elem::f16: return launch_dropout<__half>(y, mask, x, p, rng, n, stream);
-  case elem::bf16: return launch_dropout<__nv_bfloat16>(y, mask, x, p, rng, n, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    dropout_kernel<T><<<detail::grid_for((n + 3) / 4), detail::block_threads, 0, stream>>>(
+        static_cast<T*>(y), mask, static_cast<const T*>(x), p, 1.0f / (1.0f - p), rng, n);
+    return cudaGetLastError();
+  });
 }
 
 } // namespace dsa::cuda

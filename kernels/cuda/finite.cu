@@ -20,25 +20,18 @@ __global__ void unscale_kernel(T* grad, int* found, float inv_scale, long long n
   if (__any_sync(detail::full_mask, bad) && threadIdx.x % 32 == 0) *found = 1;
 }
 
-template <class T>
-cudaError_t launch(void* grad, int* found, float inv_scale, long long n, cudaStream_t stream) {
-  unscale_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, stream>>>(static_cast<T*>(grad), found,
-                                                                              inv_scale, n);
-  return cudaGetLastError();
-}
-
 } // namespace
 
 cudaError_t unscale_and_check(void* grad, int* found_nonfinite, float inv_scale, elem type, std::int64_t n,
                               cudaStream_t stream) {
   if (n < 0 || !grad || !found_nonfinite) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  switch (type) {
-  case elem::f32: return launch<float>(grad, found_nonfinite, inv_scale, n, stream);
-  case elem::f16: return launch<__half>(grad, found_nonfinite, inv_scale, n, stream);
-  case elem::bf16: return launch<__nv_bfloat16>(grad, found_nonfinite, inv_scale, n, stream);
-  }
-  return cudaErrorInvalidValue;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    unscale_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, stream>>>(static_cast<T*>(grad),
+                                                                                found_nonfinite, inv_scale, n);
+    return cudaGetLastError();
+  });
 }
 
 } // namespace dsa::cuda

@@ -64,22 +64,12 @@ cudaError_t layernorm_forward(void* y, float* mean, float* rstd, const void* x, 
                               cudaStream_t stream) {
   if (bad_sizes(rows, c) || !y || !mean || !rstd || !x || !gamma || !beta) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(rows));
-  switch (type) {
-  case elem::f32:
-    layernorm_forward_kernel<float><<<grid, detail::block_threads, 0, stream>>>(
-        static_cast<float*>(y), mean, rstd, static_cast<const float*>(x), gamma, beta, eps, c);
-    break;
-  case elem::f16:
-    layernorm_forward_kernel<__half><<<grid, detail::block_threads, 0, stream>>>(
-        static_cast<__half*>(y), mean, rstd, static_cast<const __half*>(x), gamma, beta, eps, c);
-    break;
-  case elem::bf16:
-    layernorm_forward_kernel<__nv_bfloat16><<<grid, detail::block_threads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(y), mean, rstd, static_cast<const __nv_bfloat16*>(x), gamma, beta, eps, c);
-    break;
-  }
-  return cudaGetLastError();
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_forward_kernel<T><<<static_cast<unsigned>(rows), detail::block_threads, 0, stream>>>(
+        static_cast<T*>(y), mean, rstd, static_cast<const T*>(x), gamma, beta, eps, c);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t layernorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* x,
@@ -88,25 +78,13 @@ cudaError_t layernorm_backward(void* dx, float* dgamma, float* dbeta, const void
   if (bad_sizes(rows, c) || !dx || !dgamma || !dbeta || !dy || !x || !mean || !rstd || !gamma)
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(rows));
-  switch (type) {
-  case elem::f32:
-    layernorm_backward_kernel<float><<<grid, detail::block_threads, 0, stream>>>(
-        static_cast<float*>(dx), dgamma, dbeta, static_cast<const float*>(dy), static_cast<const float*>(x),
-        mean, rstd, gamma, c);
-    break;
-  case elem::f16:
-    layernorm_backward_kernel<__half><<<grid, detail::block_threads, 0, stream>>>(
-        static_cast<__half*>(dx), dgamma, dbeta, static_cast<const __half*>(dy), static_cast<const __half*>(x),
-        mean, rstd, gamma, c);
-    break;
-  case elem::bf16:
-    layernorm_backward_kernel<__nv_bfloat16><<<grid, detail::block_threads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(dx), dgamma, dbeta, static_cast<const __nv_bfloat16*>(dy),
-        static_cast<const __nv_bfloat16*>(x), mean, rstd, gamma, c);
-    break;
-  }
-  return cudaGetLastError();
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_backward_kernel<T><<<static_cast<unsigned>(rows), detail::block_threads, 0, stream>>>(
+        static_cast<T*>(dx), dgamma, dbeta, static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
+        c);
+    return cudaGetLastError();
+  });
 }
 
 } // namespace dsa::cuda
