@@ -60,19 +60,19 @@ TEST_CASE("cuda bias_gelu forward and backward match the CPU twin") {
       y_twin = test::round_to(y_twin, type);
       dx_twin = test::round_to(dx_twin, type);
 
-      device_buffer dx_buf(bytes_of(n, type)), ddy(bytes_of(n, type)), dy_buf(bytes_of(n, type));
-      device_buffer dbias(bias.size() * 4);
-      test::upload(dx_buf, test::encode(x, type));
-      test::upload(ddy, test::encode(dy, type));
-      test::upload(dbias, bias);
-      DSA_REQUIRE_CUDA(cuda::bias_gelu_forward(dy_buf.as<void>(), dx_buf.as<void>(), dbias.as<float>(), type,
-                                               s.rows, s.c, stream.get()));
+      device_buffer d_x(bytes_of(n, type)), d_dy(bytes_of(n, type)), d_y(bytes_of(n, type));
+      device_buffer d_bias(bias.size() * 4);
+      test::upload(d_x, test::encode(x, type));
+      test::upload(d_dy, test::encode(dy, type));
+      test::upload(d_bias, bias);
+      DSA_REQUIRE_CUDA(cuda::bias_gelu_forward(d_y.as<void>(), d_x.as<void>(), d_bias.as<float>(), type, s.rows,
+                                               s.c, stream.get()));
       // dx written over dy: the aliasing the header allows.
-      DSA_REQUIRE_CUDA(cuda::bias_gelu_backward(ddy.as<void>(), ddy.as<void>(), dx_buf.as<void>(),
-                                                dbias.as<float>(), type, s.rows, s.c, stream.get()));
+      DSA_REQUIRE_CUDA(cuda::bias_gelu_backward(d_dy.as<void>(), d_dy.as<void>(), d_x.as<void>(),
+                                                d_bias.as<float>(), type, s.rows, s.c, stream.get()));
       stream.sync();
-      const auto y = test::download(dy_buf, x.size(), type);
-      const auto dx = test::download(ddy, x.size(), type);
+      const auto y = test::download(d_y, x.size(), type);
+      const auto dx = test::download(d_dy, x.size(), type);
       const auto tol = test::storage_tolerance(type, test::gpu_f32_elementwise);
       DSA_CHECK_CLOSE(y.data(), y_twin.data(), n, tol);
       DSA_CHECK_CLOSE(dx.data(), dx_twin.data(), n, tol);
