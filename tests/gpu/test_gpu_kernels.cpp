@@ -11,6 +11,8 @@
 #include "kernels/cuda/dropout.hpp"
 #include "kernels/cuda/finite.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/residual_layernorm.hpp"
+#include "kernels/common/residual_layernorm_math.hpp"
 
 #include "tests/gpu/gpu_test_util.hpp"
 #include "tests/support/compare.hpp"
@@ -275,6 +277,61 @@ TEST_CASE("cuda dropout draws the CPU's mask from the same Philox counters") {
       const auto y = test::download(d_x, nn, type);
       CHECK(mask == mask_twin);
       CHECK(std::memcmp(y.data(), y_twin.data(), nn * 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("cuda residual layernorm forward matches the CPU twin, mask included") {
+  const test::test_stream stream;
+  philox_stream rng;
+  rng.seed = 2024;
+  rng.step = 2;
+  rng.layer = 7;
+  for (auto type : all_types) {
+    for (auto s : awkward) {
+      if (s.c == 1) continue;
+      CAPTURE(test::elem_name(type));
+      CAPTURE(s.rows);
+      CAPTURE(s.c);
+      const std::int64_t n = s.rows * s.c;
+      const auto nn = static_cast<std::size_t>(n), rows = static_cast<std::size_t>(s.rows);
+      const float p = 0.1f, eps = 1e-12f;
+      const auto x = test::round_to(random_vector(n, -2.0f, 2.0f, 91), type);
+      const auto residual = test::round_to(random_vector(n, -1.0f, 1.0f, 92), type);
+      const auto bias = random_vector(s.c, -0.5f, 0.5f, 93), gamma = random_vector(s.c, 0.5f, 1.5f, 94);
+      const auto beta = random_vector(s.c, -0.5f, 0.5f, 95);
+      std::vector<float> y_twin(nn), v_twin(nn), mean_twin(rows), rstd_twin(rows);
+      for (std::int64_t r = 0; r < s.rows; ++r)
+        common::residual_layernorm_row_forward(y_twin.data() + r * s.c, v_twin.data() + r * s.c,
+                                               &mean_twin[static_cast<std::size_t>(r)],
+                                               &rstd_twin[static_cast<std::size_t>(r)], x.data() + r * s.c,
+                                               bias.data(), residual.data() + r * s.c, gamma.data(), beta.data(), p,
+                                               rng, static_cast<std::uint64_t>(r * s.c), eps, s.c);
+      y_twin = test::round_to(y_twin, type);
+      v_twin = test::round_to(v_twin, type);
+      device_buffer d_x(bytes_of(n, type)), d_res(bytes_of(n, type)), d_v(bytes_of(n, type));
+      device_buffer d_bias(bias.size() * 4), d_gamma(gamma.size() * 4), d_beta(beta.size() * 4);
+      device_buffer d_mean(rows * 4), d_rstd(rows * 4);
+      test::upload(d_x, test::encode(x, type));
+      test::upload(d_res, test::encode(residual, type));
+      test::upload(d_bias, bias);
+      test::upload(d_gamma, gamma);
+      test::upload(d_beta, beta);
+      // y written over the residual, as the header allows.
+      DSA_REQUIRE_CUDA(cuda::residual_layernorm_forward(
+          d_res.as<void>(), d_v.as<void>(), d_mean.as<float>(), d_rstd.as<float>(), d_x.as<void>(),
+          d_bias.as<float>(), d_res.as<void>(), d_gamma.as<float>(), d_beta.as<float>(), p, rng, eps, type, s.rows,
+          s.c, stream.get()));
+      stream.sync();
+      const auto y = test::download(d_res, nn, type), v = test::download(d_v, nn, type);
+      const auto mean = test::download(d_mean, rows, cuda::elem::f32);
+      const auto rstd = test::download(d_rstd, rows, cuda::elem::f32);
+      // v: the same explicit operations on both sides, so the same bits (mask included).
+      CHECK(std::memcmp(v.data(), v_twin.data(), nn * 4) == 0);
+      DSA_CHECK_CLOSE(v.data(), v_twin.data(), n, test::storage_tolerance(type, test::gpu_f32_elementwise));
+      DSA_CHECK_CLOSE(mean.data(), mean_twin.data(), s.rows, test::gpu_f32_reduction);
+      DSA_CHECK_CLOSE(rstd.data(), rstd_twin.data(), s.rows, test::gpu_f32_reduction);
+      DSA_CHECK_CLOSE(y.data(), y_twin.data(), n, test::storage_tolerance(type, test::gpu_f32_reduction));
     }
   }
 }

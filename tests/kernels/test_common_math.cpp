@@ -4,6 +4,7 @@
 #include "kernels/common/dropout_math.hpp"
 #include "kernels/common/gelu_math.hpp"
 #include "kernels/common/layernorm_math.hpp"
+#include "kernels/common/residual_layernorm_math.hpp"
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/bias.hpp"
@@ -208,5 +209,40 @@ TEST_CASE("common dropout draws the CPU kernel's mask and values, bit for bit") 
       CHECK(mask_sh == mask_cpu);
       CHECK(std::memcmp(y_sh.data(), y_cpu.data(), nn * sizeof(float)) == 0);
     }
+  }
+}
+
+TEST_CASE("common residual layernorm row equals bias_add, dropout, residual add and layernorm") {
+  philox_stream rng;
+  rng.seed = 99;
+  rng.layer = 4;
+  rng.site = 1;
+  for (std::int64_t c : {7, 769}) {
+    CAPTURE(c);
+    const std::int64_t rows = 5;
+    const auto nn = static_cast<std::size_t>(rows * c);
+    const float p = 0.1f, eps = 1e-12f;
+    const auto x = random_vector(rows * c, -2.0f, 2.0f, 81), residual = random_vector(rows * c, -1.0f, 1.0f, 82);
+    const auto bias = random_vector(c, -0.5f, 0.5f, 83), gamma = random_vector(c, 0.5f, 1.5f, 84);
+    const auto beta = random_vector(c, -0.5f, 0.5f, 85);
+    // The composition of the CPU kernels, in the order the BERT layer runs them.
+    std::vector<float> v_ref = x, y_ref(nn), mean_ref(static_cast<std::size_t>(rows)), rstd_ref(mean_ref);
+    cpu::bias_add(v_ref.data(), bias.data(), rows, c);
+    cpu::dropout_forward(v_ref.data(), nullptr, v_ref.data(), p, rng, rows * c);
+    for (std::size_t i = 0; i < nn; ++i) v_ref[i] += residual[i];
+    cpu::layernorm_forward_ref(y_ref.data(), mean_ref.data(), rstd_ref.data(), v_ref.data(), gamma.data(),
+                               beta.data(), eps, rows, c);
+    std::vector<float> v(nn), y(nn), mean(mean_ref.size()), rstd(mean_ref.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      common::residual_layernorm_row_forward(y.data() + r * c, v.data() + r * c, &mean[static_cast<std::size_t>(r)],
+                                             &rstd[static_cast<std::size_t>(r)], x.data() + r * c, bias.data(),
+                                             residual.data() + r * c, gamma.data(), beta.data(), p, rng,
+                                             static_cast<std::uint64_t>(r * c), eps, c);
+    // The shared form fuses the scale and the residual add into one fma: one rounding less.
+    DSA_CHECK_CLOSE(v.data(), v_ref.data(), rows * c, test::f32_kernel);
+    for (std::size_t i = 0; i < nn; ++i) CHECK((v[i] == residual[i]) == (v_ref[i] == residual[i]));
+    DSA_CHECK_CLOSE(y.data(), y_ref.data(), rows * c, test::f32_kernel);
+    DSA_CHECK_CLOSE(mean.data(), mean_ref.data(), rows, test::f32_kernel);
+    DSA_CHECK_CLOSE(rstd.data(), rstd_ref.data(), rows, test::f32_kernel);
   }
 }
