@@ -41,7 +41,8 @@ double median_ms(cudaStream_t stream, const std::function<void()>& fn) {
   cudaEvent_t start, stop;
   DSA_CUDA_CHECK(cudaEventCreate(&start));
   DSA_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) fn();
+  for (int i = 0; i < warmup; ++i)
+    fn();
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
     DSA_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -62,7 +63,8 @@ std::vector<float> random_floats(std::size_t n, float lo, float hi, unsigned see
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
-  for (auto& e : v) e = dist(gen);
+  for (auto& e : v)
+    e = dist(gen);
   return v;
 }
 
@@ -71,7 +73,8 @@ std::vector<float> random_floats(std::size_t n, float lo, float hi, unsigned see
 double worst_ratio(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / (1e-5 + 1e-4 * std::fabs(b[i])));
+    worst = std::max(worst,
+                     std::fabs(static_cast<double>(a[i]) - b[i]) / (1e-5 + 1e-4 * std::fabs(b[i])));
   return worst;
 }
 
@@ -103,7 +106,8 @@ int bench_gpu_main(int, char**) {
   const auto nn = static_cast<std::size_t>(n);
   device_array p(nn * 4), m(nn * 4), v(nn * 4), g(nn * 4), h(nn * 2);
   const std::size_t check = 4099;
-  const auto host_p = random_floats(check, -1.0f, 1.0f, 1), host_g = random_floats(check, -0.1f, 0.1f, 2);
+  const auto host_p = random_floats(check, -1.0f, 1.0f, 1),
+             host_g = random_floats(check, -0.1f, 0.1f, 2);
   DSA_CUDA_CHECK(cudaMemsetAsync(m.ptr, 0, nn * 4, stream));
   DSA_CUDA_CHECK(cudaMemsetAsync(v.ptr, 0, nn * 4, stream));
   DSA_CUDA_CHECK(cudaMemsetAsync(p.ptr, 0, nn * 4, stream));
@@ -113,40 +117,49 @@ int bench_gpu_main(int, char**) {
   cpu::adam_params params;
   params.weight_decay = 0.01f;
   DSA_CUDA_CHECK(cuda::adam_update(p.as<float>(), m.as<float>(), v.as<float>(), g.as<float>(),
-                                   h.as<std::uint16_t>(), cuda::elem::bf16, cpu::make_adam_consts(params), n, stream));
+                                   h.as<std::uint16_t>(), cuda::elem::bf16,
+                                   cpu::make_adam_consts(params), n, stream));
   std::vector<float> gpu_p(check), cpu_p = host_p, cpu_m(check, 0.0f), cpu_v(check, 0.0f);
   DSA_CUDA_CHECK(cudaMemcpyAsync(gpu_p.data(), p.ptr, check * 4, cudaMemcpyDeviceToHost, stream));
   DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cpu::adam_update(cpu_p.data(), cpu_m.data(), cpu_v.data(), host_g.data(), nullptr, dtype::bf16, params,
-                   static_cast<std::int64_t>(check));
+  cpu::adam_update(cpu_p.data(), cpu_m.data(), cpu_v.data(), host_g.data(), nullptr, dtype::bf16,
+                   params, static_cast<std::int64_t>(check));
   const bool adam_ok = std::memcmp(gpu_p.data(), cpu_p.data(), check * 4) == 0;
   valid = valid && adam_ok;
   const double adam_ms = median_ms(stream, [&] {
     DSA_CUDA_CHECK(cuda::adam_update(p.as<float>(), m.as<float>(), v.as<float>(), g.as<float>(),
-                                     h.as<std::uint16_t>(), cuda::elem::bf16, cpu::make_adam_consts(params), n,
-                                     stream));
+                                     h.as<std::uint16_t>(), cuda::elem::bf16,
+                                     cpu::make_adam_consts(params), n, stream));
   });
   const double adam_ratio = 30.0 * static_cast<double>(n) / (adam_ms * 1e-3) / bw;
   fmt::print("adam (bf16 copy)    {:8.3g} params/s  {:5.1f}% of copy bandwidth  check vs CPU: {}\n",
-             static_cast<double>(n) / (adam_ms * 1e-3), 100 * adam_ratio, adam_ok ? "bit-exact" : "MISMATCH");
+             static_cast<double>(n) / (adam_ms * 1e-3), 100 * adam_ratio,
+             adam_ok ? "bit-exact" : "MISMATCH");
 
   // LayerNorm forward and bias+GELU forward in bf16 at the SQuAD shape (32 x 384 tokens).
   const std::int64_t rows = 32 * 384, hidden = 1024, inter = 4096;
-  device_array x(static_cast<std::size_t>(rows * inter) * 2), y(static_cast<std::size_t>(rows * inter) * 2);
+  device_array x(static_cast<std::size_t>(rows * inter) * 2),
+      y(static_cast<std::size_t>(rows * inter) * 2);
   device_array gamma(inter * 4), beta(inter * 4), mean(static_cast<std::size_t>(rows) * 4),
       rstd(static_cast<std::size_t>(rows) * 4);
-  const auto host_gamma = random_floats(inter, 0.5f, 1.5f, 3), host_beta = random_floats(inter, -0.5f, 0.5f, 4);
+  const auto host_gamma = random_floats(inter, 0.5f, 1.5f, 3),
+             host_beta = random_floats(inter, -0.5f, 0.5f, 4);
   DSA_CUDA_CHECK(cudaMemsetAsync(x.ptr, 0, static_cast<std::size_t>(rows * inter) * 2, stream));
-  DSA_CUDA_CHECK(cudaMemcpyAsync(gamma.ptr, host_gamma.data(), inter * 4, cudaMemcpyHostToDevice, stream));
-  DSA_CUDA_CHECK(cudaMemcpyAsync(beta.ptr, host_beta.data(), inter * 4, cudaMemcpyHostToDevice, stream));
+  DSA_CUDA_CHECK(
+      cudaMemcpyAsync(gamma.ptr, host_gamma.data(), inter * 4, cudaMemcpyHostToDevice, stream));
+  DSA_CUDA_CHECK(
+      cudaMemcpyAsync(beta.ptr, host_beta.data(), inter * 4, cudaMemcpyHostToDevice, stream));
   // f32 view of the first rows for the check: write f32 data, run the f32 kernel on them.
   const std::int64_t check_rows = 8;
   const auto host_x = random_floats(static_cast<std::size_t>(check_rows * hidden), -2.0f, 3.0f, 5);
-  DSA_CUDA_CHECK(cudaMemcpyAsync(x.ptr, host_x.data(), host_x.size() * 4, cudaMemcpyHostToDevice, stream));
-  DSA_CUDA_CHECK(cuda::layernorm_forward(y.ptr, mean.as<float>(), rstd.as<float>(), x.ptr, gamma.as<float>(),
-                                         beta.as<float>(), 1e-12f, cuda::elem::f32, check_rows, hidden, stream));
+  DSA_CUDA_CHECK(
+      cudaMemcpyAsync(x.ptr, host_x.data(), host_x.size() * 4, cudaMemcpyHostToDevice, stream));
+  DSA_CUDA_CHECK(cuda::layernorm_forward(y.ptr, mean.as<float>(), rstd.as<float>(), x.ptr,
+                                         gamma.as<float>(), beta.as<float>(), 1e-12f,
+                                         cuda::elem::f32, check_rows, hidden, stream));
   std::vector<float> gpu_y(host_x.size()), twin_y(host_x.size());
-  DSA_CUDA_CHECK(cudaMemcpyAsync(gpu_y.data(), y.ptr, gpu_y.size() * 4, cudaMemcpyDeviceToHost, stream));
+  DSA_CUDA_CHECK(
+      cudaMemcpyAsync(gpu_y.data(), y.ptr, gpu_y.size() * 4, cudaMemcpyDeviceToHost, stream));
   DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (std::int64_t r = 0; r < check_rows; ++r) {
     float mu, s;
@@ -154,34 +167,41 @@ int bench_gpu_main(int, char**) {
                                   host_gamma.data(), host_beta.data(), 1e-12f, hidden);
   }
   const bool ln_ok = worst_ratio(gpu_y, twin_y) <= 1.0;
-  DSA_CUDA_CHECK(cuda::bias_gelu_forward(y.ptr, x.ptr, beta.as<float>(), cuda::elem::f32, check_rows, hidden,
-                                         stream));
-  DSA_CUDA_CHECK(cudaMemcpyAsync(gpu_y.data(), y.ptr, gpu_y.size() * 4, cudaMemcpyDeviceToHost, stream));
+  DSA_CUDA_CHECK(cuda::bias_gelu_forward(y.ptr, x.ptr, beta.as<float>(), cuda::elem::f32,
+                                         check_rows, hidden, stream));
+  DSA_CUDA_CHECK(
+      cudaMemcpyAsync(gpu_y.data(), y.ptr, gpu_y.size() * 4, cudaMemcpyDeviceToHost, stream));
   DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (std::size_t i = 0; i < twin_y.size(); ++i)
-    twin_y[i] = common::bias_gelu_forward_element(host_x[i], host_beta[i % static_cast<std::size_t>(hidden)]);
+    twin_y[i] = common::bias_gelu_forward_element(host_x[i],
+                                                  host_beta[i % static_cast<std::size_t>(hidden)]);
   const bool gelu_ok = worst_ratio(gpu_y, twin_y) <= 1.0;
   valid = valid && ln_ok && gelu_ok;
 
   const double ln_ms = median_ms(stream, [&] {
-    DSA_CUDA_CHECK(cuda::layernorm_forward(y.ptr, mean.as<float>(), rstd.as<float>(), x.ptr, gamma.as<float>(),
-                                           beta.as<float>(), 1e-12f, cuda::elem::bf16, rows, hidden, stream));
+    DSA_CUDA_CHECK(cuda::layernorm_forward(y.ptr, mean.as<float>(), rstd.as<float>(), x.ptr,
+                                           gamma.as<float>(), beta.as<float>(), 1e-12f,
+                                           cuda::elem::bf16, rows, hidden, stream));
   });
   const double ln_ratio = 4.0 * static_cast<double>(rows * hidden) / (ln_ms * 1e-3) / bw;
   fmt::print("layernorm fwd bf16  {:8.1f} GB/s  {:5.1f}% of copy bandwidth  check vs twin: {}\n",
-             4.0 * static_cast<double>(rows * hidden) / (ln_ms * 1e-3) / 1e9, 100 * ln_ratio, ln_ok ? "ok" : "MISMATCH");
+             4.0 * static_cast<double>(rows * hidden) / (ln_ms * 1e-3) / 1e9, 100 * ln_ratio,
+             ln_ok ? "ok" : "MISMATCH");
   const double gelu_ms = median_ms(stream, [&] {
-    DSA_CUDA_CHECK(cuda::bias_gelu_forward(y.ptr, x.ptr, beta.as<float>(), cuda::elem::bf16, rows, inter, stream));
+    DSA_CUDA_CHECK(cuda::bias_gelu_forward(y.ptr, x.ptr, beta.as<float>(), cuda::elem::bf16, rows,
+                                           inter, stream));
   });
   const double gelu_ratio = 4.0 * static_cast<double>(rows * inter) / (gelu_ms * 1e-3) / bw;
   fmt::print("bias+gelu fwd bf16  {:8.1f} GB/s  {:5.1f}% of copy bandwidth  check vs twin: {}\n",
              4.0 * static_cast<double>(rows * inter) / (gelu_ms * 1e-3) / 1e9, 100 * gelu_ratio,
              gelu_ok ? "ok" : "MISMATCH");
   DSA_CUDA_CHECK(cudaStreamDestroy(stream));
-  fmt::print("{{\"bench\":\"gpu-kernels\",\"valid\":{},\"copy_gbps\":{:.4g},\"adam_params_per_s\":{:.4g},"
-             "\"adam_ratio_to_copy\":{:.4f},\"layernorm_ratio_to_copy\":{:.4f},\"bias_gelu_ratio_to_copy\":{:.4f}}}\n",
-             valid ? "true" : "false", bw / 1e9, static_cast<double>(n) / (adam_ms * 1e-3), adam_ratio, ln_ratio,
-             gelu_ratio);
+  fmt::print(
+      "{{\"bench\":\"gpu-kernels\",\"valid\":{},\"copy_gbps\":{:.4g},\"adam_params_per_s\":{:.4g},"
+      "\"adam_ratio_to_copy\":{:.4f},\"layernorm_ratio_to_copy\":{:.4f},\"bias_gelu_ratio_to_"
+      "copy\":{:.4f}}}\n",
+      valid ? "true" : "false", bw / 1e9, static_cast<double>(n) / (adam_ms * 1e-3), adam_ratio,
+      ln_ratio, gelu_ratio);
   return valid ? 0 : 1;
 }
 

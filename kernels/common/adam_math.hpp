@@ -34,6 +34,8 @@ DSA_HD void adam_element(float& param, float& m, float& v, float g, const adam_c
 }
 
 // Loss-scaler support: true when x is neither inf nor NaN (exponent bits not all ones).
-DSA_HD bool is_finite_value(float x) { return isfinite(x); }
+DSA_HD bool is_finite_value(float x) {
+  return isfinite(x);
+}
 
 } // namespace dsa::common

@@ -15,11 +15,14 @@ DSA_HD bool dropout_keep(const std::array<float, 4>& uniforms, int k, float p) {
 
 // The same decision for one element of a stream (element i lies in Philox block i / 4).
 DSA_HD bool dropout_keep_element(const philox_stream& rng, std::uint64_t i, float p) {
-  return dropout_keep(rng.uniform4(static_cast<std::uint32_t>(i >> 2)), static_cast<int>(i & 3u), p);
+  return dropout_keep(rng.uniform4(static_cast<std::uint32_t>(i >> 2)), static_cast<int>(i & 3u),
+                      p);
 }
 
 // Kept values scaled by 1 / (1 - p); dropped ones are 0 by selection, so an inf in a
 // dropped element does not become NaN.
-DSA_HD float dropout_apply(float x, bool keep, float scale) { return keep ? x * scale : 0.0f; }
+DSA_HD float dropout_apply(float x, bool keep, float scale) {
+  return keep ? x * scale : 0.0f;
+}
 
 } // namespace dsa::common

@@ -25,7 +25,9 @@ DSA_HD float gelu_derivative(float x) {
 }
 
 // The fused bias + GELU of the BERT intermediate layer: y = gelu(x + bias).
-DSA_HD float bias_gelu_forward_element(float x, float bias) { return gelu_value(x + bias); }
+DSA_HD float bias_gelu_forward_element(float x, float bias) {
+  return gelu_value(x + bias);
+}
 
 // dx = dy * gelu'(x + bias); the bias gradient is the column sum of dx.
 DSA_HD float bias_gelu_backward_element(float dy, float x, float bias) {

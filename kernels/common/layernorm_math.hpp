@@ -28,8 +28,10 @@ DSA_HD welford welford_add(welford w, float x) {
 
 // Combines two partial statistics (either may be empty).
 DSA_HD welford welford_merge(welford a, welford b) {
-  if (b.count == 0.0f) return a;
-  if (a.count == 0.0f) return b;
+  if (b.count == 0.0f)
+    return a;
+  if (a.count == 0.0f)
+    return b;
   welford r;
   r.count = a.count + b.count;
   const float delta = b.mean - a.mean;
@@ -40,7 +42,9 @@ DSA_HD welford welford_merge(welford a, welford b) {
 }
 
 // rstd = 1 / sqrt(biased variance + eps).
-DSA_HD float welford_rstd(welford w, float eps) { return 1.0f / sqrtf(w.m2 / w.count + eps); }
+DSA_HD float welford_rstd(welford w, float eps) {
+  return 1.0f / sqrtf(w.m2 / w.count + eps);
+}
 
 // y = (x - mean) * rstd * gamma + beta.
 DSA_HD float layernorm_normalize(float x, float mean, float rstd, float gamma, float beta) {
@@ -48,8 +52,8 @@ DSA_HD float layernorm_normalize(float x, float mean, float rstd, float gamma, f
 }
 
 // dx from dxhat = dy * gamma, xhat and the row means of dxhat and dxhat * xhat.
-DSA_HD float layernorm_input_grad(float dxhat, float xhat, float mean_dxhat,
-                                  float mean_dxhat_xhat, float rstd) {
+DSA_HD float layernorm_input_grad(float dxhat, float xhat, float mean_dxhat, float mean_dxhat_xhat,
+                                  float rstd) {
   return rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
 }
 
@@ -57,9 +61,11 @@ DSA_HD float layernorm_input_grad(float dxhat, float xhat, float mean_dxhat,
 DSA_HD void layernorm_row_forward(float* y, float* mean, float* rstd, const float* x,
                                   const float* gamma, const float* beta, float eps, int64_t c) {
   welford w;
-  for (int64_t j = 0; j < c; ++j) w = welford_add(w, x[j]);
+  for (int64_t j = 0; j < c; ++j)
+    w = welford_add(w, x[j]);
   const float s = welford_rstd(w, eps);
-  for (int64_t j = 0; j < c; ++j) y[j] = layernorm_normalize(x[j], w.mean, s, gamma[j], beta[j]);
+  for (int64_t j = 0; j < c; ++j)
+    y[j] = layernorm_normalize(x[j], w.mean, s, gamma[j], beta[j]);
   *mean = w.mean;
   *rstd = s;
 }

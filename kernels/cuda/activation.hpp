@@ -17,7 +17,7 @@ cudaError_t bias_gelu_forward(void* y, const void* x, const float* bias, elem ty
 
 // dx = dy * gelu'(x + bias) (overwrite). dx, dy, x: (rows, c) of `type`; bias: (c) f32.
 // dx may alias dy. The bias gradient is the column sum of dx (a separate reduction).
-cudaError_t bias_gelu_backward(void* dx, const void* dy, const void* x, const float* bias, elem type,
-                               std::int64_t rows, std::int64_t c, cudaStream_t stream);
+cudaError_t bias_gelu_backward(void* dx, const void* dy, const void* x, const float* bias,
+                               elem type, std::int64_t rows, std::int64_t c, cudaStream_t stream);
 
 } // namespace dsa::cuda

@@ -14,8 +14,8 @@ namespace dsa::cuda {
 
 // param, m, v: (n) f32 updated in place; grad: (n) f32.
 // half_out: (n) raw f16/bf16 words (half_type f16 or bf16) written in the same pass, or null.
-cudaError_t adam_update(float* param, float* m, float* v, const float* grad, std::uint16_t* half_out,
-                        elem half_type, const common::adam_consts& consts, std::int64_t n,
-                        cudaStream_t stream);
+cudaError_t adam_update(float* param, float* m, float* v, const float* grad,
+                        std::uint16_t* half_out, elem half_type, const common::adam_consts& consts,
+                        std::int64_t n, cudaStream_t stream);
 
 } // namespace dsa::cuda

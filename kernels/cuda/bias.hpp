@@ -11,7 +11,7 @@ namespace dsa::cuda {
 
 // dbias: (c) f32 += column sums of dy: (rows, c) of `type` (the bias gradient of a
 // linear layer or of bias+GELU). Each thread owns a column: no atomics, a fixed order.
-cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows, std::int64_t c,
-                          cudaStream_t stream);
+cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows,
+                          std::int64_t c, cudaStream_t stream);
 
 } // namespace dsa::cuda

@@ -15,8 +15,8 @@ device_probe probe_devices() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    probe.message = fmt::format("no usable CUDA device: cudaGetDeviceCount: {} ({})", cudaGetErrorString(status),
-                                cudaGetErrorName(status));
+    probe.message = fmt::format("no usable CUDA device: cudaGetDeviceCount: {} ({})",
+                                cudaGetErrorString(status), cudaGetErrorName(status));
     cudaGetLastError(); // a failed probe leaves the error as "last error"; clear it
     return probe;
   }
@@ -29,8 +29,9 @@ device_probe probe_devices() {
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) == cudaSuccess)
-      probe.message += fmt::format("; cuda:{} {} sm_{}{} {:.1f} GiB", i, prop.name, prop.major, prop.minor,
-                                   static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+      probe.message +=
+          fmt::format("; cuda:{} {} sm_{}{} {:.1f} GiB", i, prop.name, prop.major, prop.minor,
+                      static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
   }
   return probe;
 }
@@ -38,7 +39,8 @@ device_probe probe_devices() {
 caching_allocator::~caching_allocator() {
   // Process teardown: the driver may already be unloading, so statuses are ignored.
   for (auto& d : devices_)
-    if (d.ready) cudaStreamDestroy(d.stream);
+    if (d.ready)
+      cudaStreamDestroy(d.stream);
 }
 
 caching_allocator::per_device& caching_allocator::state(device dev) {
@@ -46,7 +48,8 @@ caching_allocator::per_device& caching_allocator::state(device dev) {
             "caching_allocator: bad device {}", dev.to_string());
   std::lock_guard<std::mutex> lock(mutex_);
   per_device& d = devices_[static_cast<std::size_t>(dev.index)];
-  if (d.ready) return d;
+  if (d.ready)
+    return d;
   DSA_CUDA_CHECK(cudaSetDevice(dev.index));
   DSA_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&d.pool, dev.index));
   // Keep freed memory in the pool instead of returning it at each synchronization.
@@ -62,8 +65,8 @@ void* caching_allocator::allocate_async(std::size_t bytes, device dev, cudaStrea
   void* p = nullptr;
   DSA_CUDA_CHECK(cudaSetDevice(dev.index));
   const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes == 0 ? 1 : bytes, d.pool, stream);
-  DSA_CHECK(status == cudaSuccess, "out of memory on {} allocating {} bytes: {}", dev.to_string(), bytes,
-            cudaGetErrorString(status));
+  DSA_CHECK(status == cudaSuccess, "out of memory on {} allocating {} bytes: {}", dev.to_string(),
+            bytes, cudaGetErrorString(status));
   return p;
 }
 

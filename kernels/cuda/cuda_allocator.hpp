@@ -28,11 +28,11 @@ device_probe probe_devices();
 
 // Aborts with the CUDA error string, file and line when `expr` fails (used where the
 // calling interface, such as allocator, has no error return).
-#define DSA_CUDA_CHECK(expr)                                                                   \
-  do {                                                                                         \
-    const cudaError_t dsa_cuda_status_ = (expr);                                              \
-    DSA_CHECK(dsa_cuda_status_ == cudaSuccess, "{} failed: {}", #expr,                         \
-              cudaGetErrorString(dsa_cuda_status_));                                           \
+#define DSA_CUDA_CHECK(expr)                                                                       \
+  do {                                                                                             \
+    const cudaError_t dsa_cuda_status_ = (expr);                                                   \
+    DSA_CHECK(dsa_cuda_status_ == cudaSuccess, "{} failed: {}", #expr,                             \
+              cudaGetErrorString(dsa_cuda_status_));                                               \
   } while (0)
 
 // Pool figures of one device (cudaMemPoolAttr*): bytes reserved from the driver and

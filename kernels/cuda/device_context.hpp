@@ -15,32 +15,25 @@
 
 namespace dsa::cuda {
 
-// Owning handles: destroyed with the context (statuses ignored at teardown).
-class stream_handle {
+// An owning CUDA handle (stream or event), destroyed with its owner; the status of the
+// destroy is ignored (at teardown there is nobody left to tell).
+template <class Handle, cudaError_t (*Destroy)(Handle)> class owned_handle {
 public:
-  explicit stream_handle(cudaStream_t s = nullptr) : s_(s) {}
-  ~stream_handle();
-  stream_handle(stream_handle&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
-  stream_handle& operator=(stream_handle&&) = delete;
-  stream_handle(const stream_handle&) = delete;
-  cudaStream_t get() const { return s_; }
+  explicit owned_handle(Handle h = nullptr) : h_(h) {}
+  ~owned_handle() {
+    if (h_)
+      Destroy(h_);
+  }
+  owned_handle(owned_handle&& o) noexcept : h_(o.h_) { o.h_ = nullptr; }
+  owned_handle& operator=(owned_handle&&) = delete;
+  owned_handle(const owned_handle&) = delete;
+  Handle get() const { return h_; }
 
 private:
-  cudaStream_t s_;
+  Handle h_;
 };
-
-class event_handle {
-public:
-  explicit event_handle(cudaEvent_t e = nullptr) : e_(e) {}
-  ~event_handle();
-  event_handle(event_handle&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
-  event_handle& operator=(event_handle&&) = delete;
-  event_handle(const event_handle&) = delete;
-  cudaEvent_t get() const { return e_; }
-
-private:
-  cudaEvent_t e_;
-};
+using stream_handle = owned_handle<cudaStream_t, cudaStreamDestroy>;
+using event_handle = owned_handle<cudaEvent_t, cudaEventDestroy>;
 
 class device_context {
 public:
@@ -64,11 +57,12 @@ public:
 
 private:
   device_context(int index, stream_handle compute, stream_handle copy, event_handle ordering)
-      : index_(index), compute_(std::move(compute)), copy_(std::move(copy)), ordering_(std::move(ordering)) {}
+      : index_(index), compute_(std::move(compute)), copy_(std::move(copy)),
+        ordering_(std::move(ordering)) {}
   int index_;
   stream_handle compute_, copy_;
   std::mutex ordering_mutex_; // order() may be called from several threads
-  event_handle ordering_;      // reused by order(): recorded then waited on
+  event_handle ordering_;     // reused by order(): recorded then waited on
 };
 
 } // namespace dsa::cuda

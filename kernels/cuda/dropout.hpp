@@ -13,7 +13,8 @@ namespace dsa::cuda {
 
 // y = x * mask / (1 - p) (overwrite); mask: (n) u8, 1 = kept, written when non-null.
 // y, x: (n) of `type`; y may alias x. p in [0, 1); n < 2^34 (the stream's Philox blocks).
-cudaError_t dropout_forward(void* y, std::uint8_t* mask, const void* x, float p, const philox_stream& rng,
-                            elem type, std::int64_t n, cudaStream_t stream);
+cudaError_t dropout_forward(void* y, std::uint8_t* mask, const void* x, float p,
+                            const philox_stream& rng, elem type, std::int64_t n,
+                            cudaStream_t stream);
 
 } // namespace dsa::cuda

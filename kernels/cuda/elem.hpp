@@ -8,6 +8,8 @@ namespace dsa::cuda {
 
 enum class elem : std::uint8_t { f32, f16, bf16 };
 
-constexpr std::int64_t elem_size(elem e) { return e == elem::f32 ? 4 : 2; }
+constexpr std::int64_t elem_size(elem e) {
+  return e == elem::f32 ? 4 : 2;
+}
 
 } // namespace dsa::cuda

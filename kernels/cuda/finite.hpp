@@ -13,7 +13,7 @@ namespace dsa::cuda {
 // *found_nonfinite (device int) is set to 1 when any input element is inf or NaN and is
 // otherwise left as it was, so one flag can cover several buffers; the caller zeroes it
 // first and reads it back through a copy on the same stream.
-cudaError_t unscale_and_check(void* grad, int* found_nonfinite, float inv_scale, elem type, std::int64_t n,
-                              cudaStream_t stream);
+cudaError_t unscale_and_check(void* grad, int* found_nonfinite, float inv_scale, elem type,
+                              std::int64_t n, cudaStream_t stream);
 
 } // namespace dsa::cuda

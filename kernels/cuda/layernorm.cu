@@ -8,19 +8,22 @@ namespace dsa::cuda {
 namespace {
 
 template <class T>
-__global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T* x, const float* gamma,
-                                         const float* beta, float eps, long long c) {
+__global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T* x,
+                                         const float* gamma, const float* beta, float eps,
+                                         long long c) {
   __shared__ common::welford scratch[detail::warps_per_block];
   const long long row = blockIdx.x;
   const T* xr = x + row * c;
   T* yr = y + row * c;
   common::welford w;
-  for (long long j = threadIdx.x; j < c; j += blockDim.x) w = common::welford_add(w, detail::to_float(xr[j]));
+  for (long long j = threadIdx.x; j < c; j += blockDim.x)
+    w = common::welford_add(w, detail::to_float(xr[j]));
   w = detail::block_welford(w, scratch);
   const float s = common::welford_rstd(w, eps);
   // Every thread has read its own elements above, so writing y in place is safe.
   for (long long j = threadIdx.x; j < c; j += blockDim.x)
-    yr[j] = detail::from_float<T>(common::layernorm_normalize(detail::to_float(xr[j]), w.mean, s, gamma[j], beta[j]));
+    yr[j] = detail::from_float<T>(
+        common::layernorm_normalize(detail::to_float(xr[j]), w.mean, s, gamma[j], beta[j]));
   if (threadIdx.x == 0) {
     mean[row] = w.mean;
     rstd[row] = s;
@@ -28,9 +31,9 @@ __global__ void layernorm_forward_kernel(T* y, float* mean, float* rstd, const T
 }
 
 template <class T>
-__global__ void layernorm_backward_kernel(T* dx, float* dgamma, float* dbeta, const T* dy, const T* x,
-                                          const float* mean, const float* rstd, const float* gamma,
-                                          long long c) {
+__global__ void layernorm_backward_kernel(T* dx, float* dgamma, float* dbeta, const T* dy,
+                                          const T* x, const float* mean, const float* rstd,
+                                          const float* gamma, long long c) {
   __shared__ float scratch[detail::warps_per_block];
   const long long row = blockIdx.x;
   const T* dyr = dy + row * c;
@@ -55,15 +58,19 @@ __global__ void layernorm_backward_kernel(T* dx, float* dgamma, float* dbeta, co
   }
 }
 
-bool bad_sizes(std::int64_t rows, std::int64_t c) { return rows < 0 || rows > 2147483647LL || c <= 0; }
+bool bad_sizes(std::int64_t rows, std::int64_t c) {
+  return rows < 0 || rows > 2147483647LL || c <= 0;
+}
 
 } // namespace
 
 cudaError_t layernorm_forward(void* y, float* mean, float* rstd, const void* x, const float* gamma,
-                              const float* beta, float eps, elem type, std::int64_t rows, std::int64_t c,
-                              cudaStream_t stream) {
-  if (bad_sizes(rows, c) || !y || !mean || !rstd || !x || !gamma || !beta) return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
+                              const float* beta, float eps, elem type, std::int64_t rows,
+                              std::int64_t c, cudaStream_t stream) {
+  if (bad_sizes(rows, c) || !y || !mean || !rstd || !x || !gamma || !beta)
+    return cudaErrorInvalidValue;
+  if (rows == 0)
+    return cudaSuccess;
   return detail::dispatch(type, [&](auto tag) {
     using T = decltype(tag);
     layernorm_forward_kernel<T><<<static_cast<unsigned>(rows), detail::block_threads, 0, stream>>>(
@@ -77,12 +84,13 @@ cudaError_t layernorm_backward(void* dx, float* dgamma, float* dbeta, const void
                                std::int64_t rows, std::int64_t c, cudaStream_t stream) {
   if (bad_sizes(rows, c) || !dx || !dgamma || !dbeta || !dy || !x || !mean || !rstd || !gamma)
     return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
+  if (rows == 0)
+    return cudaSuccess;
   return detail::dispatch(type, [&](auto tag) {
     using T = decltype(tag);
     layernorm_backward_kernel<T><<<static_cast<unsigned>(rows), detail::block_threads, 0, stream>>>(
-        static_cast<T*>(dx), dgamma, dbeta, static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
-        c);
+        static_cast<T*>(dx), dgamma, dbeta, static_cast<const T*>(dy), static_cast<const T*>(x),
+        mean, rstd, gamma, c);
     return cudaGetLastError();
   });
 }

@@ -14,8 +14,8 @@ namespace dsa::cuda {
 // y, x: (rows, c) of `type`; gamma, beta: (c) f32; mean, rstd: (rows) f32, always written.
 // y = (x - mean) * rstd * gamma + beta with biased variance; y may alias x.
 cudaError_t layernorm_forward(void* y, float* mean, float* rstd, const void* x, const float* gamma,
-                              const float* beta, float eps, elem type, std::int64_t rows, std::int64_t c,
-                              cudaStream_t stream);
+                              const float* beta, float eps, elem type, std::int64_t rows,
+                              std::int64_t c, cudaStream_t stream);
 
 // From the saved input: dx (overwrite), dgamma += , dbeta += (f32 atomics, so the
 // summation order over rows varies run to run). dy, x, dx: (rows, c) of `type`;

@@ -16,9 +16,10 @@ namespace dsa::cuda {
 // (rows) f32. sum (the LayerNorm input, which backward needs) is written when non-null.
 // All overwritten; y may alias residual (each element is read before it is written).
 // p in [0, 1); dropout element i = r c + j of `rng`.
-cudaError_t residual_layernorm_forward(void* y, void* sum, float* mean, float* rstd, const void* x, const float* bias,
-                                       const void* residual, const float* gamma, const float* beta, float p,
-                                       const philox_stream& rng, float eps, elem type, std::int64_t rows,
-                                       std::int64_t c, cudaStream_t stream);
+cudaError_t residual_layernorm_forward(void* y, void* sum, float* mean, float* rstd, const void* x,
+                                       const float* bias, const void* residual, const float* gamma,
+                                       const float* beta, float p, const philox_stream& rng,
+                                       float eps, elem type, std::int64_t rows, std::int64_t c,
+                                       cudaStream_t stream);
 
 } // namespace dsa::cuda

@@ -17,11 +17,11 @@
 namespace dsa::test {
 
 // Evaluates a CUDA call once and fails the test case with its error string.
-#define DSA_REQUIRE_CUDA(expr)                        \
-  do {                                                \
-    const cudaError_t dsa_status_ = (expr);           \
-    INFO(#expr << ": " << cudaGetErrorString(dsa_status_)); \
-    REQUIRE(dsa_status_ == cudaSuccess);              \
+#define DSA_REQUIRE_CUDA(expr)                                                                     \
+  do {                                                                                             \
+    const cudaError_t dsa_status_ = (expr);                                                        \
+    INFO(#expr << ": " << cudaGetErrorString(dsa_status_));                                        \
+    REQUIRE(dsa_status_ == cudaSuccess);                                                           \
   } while (0)
 
 // Device memory for one test; plain cudaMalloc so the allocator under test is not needed.
@@ -111,7 +111,8 @@ inline std::vector<float> download(const device_buffer& src, std::size_t n, cuda
 // Outputs stored as `type`: the kernel's f32 entry plus the rounding entry of the half
 // type (the f32 difference may carry over into the rounded value).
 inline tolerance storage_tolerance(cuda::elem type, tolerance f32) {
-  if (type == cuda::elem::f32) return f32;
+  if (type == cuda::elem::f32)
+    return f32;
   const tolerance half = type == cuda::elem::f16 ? gpu_f16_storage : gpu_bf16_storage;
   return {f32.abs + half.abs, f32.rel + half.rel, half.reason};
 }

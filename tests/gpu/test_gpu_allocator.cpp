@@ -42,7 +42,8 @@ TEST_CASE("cuda caching allocator reuses freed blocks instead of reserving more"
   DSA_REQUIRE_CUDA(cudaDeviceSynchronize());
   const cuda::pool_usage after_first = alloc.usage(dev);
   CHECK(after_first.reserved_bytes >= static_cast<std::int64_t>(bytes));
-  for (int i = 0; i < 5; ++i) step();
+  for (int i = 0; i < 5; ++i)
+    step();
   DSA_REQUIRE_CUDA(cudaDeviceSynchronize());
   const cuda::pool_usage after_more = alloc.usage(dev);
   CHECK(after_more.reserved_bytes == after_first.reserved_bytes);

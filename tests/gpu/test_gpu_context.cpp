@@ -22,8 +22,10 @@ TEST_CASE("cuda device context orders streams by events and posts completion") {
   // copy stream fills a; compute stream copies a to b only after it.
   DSA_REQUIRE_CUDA(cudaMemsetAsync(a.as<void>(), 0x5a, n, ctx.copy()));
   REQUIRE(ctx.order(ctx.copy(), ctx.compute()).has_value());
-  DSA_REQUIRE_CUDA(cudaMemcpyAsync(b.as<void>(), a.as<void>(), n, cudaMemcpyDeviceToDevice, ctx.compute()));
-  DSA_REQUIRE_CUDA(cudaMemcpyAsync(host.data(), b.as<void>(), n, cudaMemcpyDeviceToHost, ctx.compute()));
+  DSA_REQUIRE_CUDA(
+      cudaMemcpyAsync(b.as<void>(), a.as<void>(), n, cudaMemcpyDeviceToDevice, ctx.compute()));
+  DSA_REQUIRE_CUDA(
+      cudaMemcpyAsync(host.data(), b.as<void>(), n, cudaMemcpyDeviceToHost, ctx.compute()));
   std::promise<void> done;
   auto posted = done.get_future();
   REQUIRE(ctx.when_done(ctx.compute(), [&done] { done.set_value(); }).has_value());

@@ -35,17 +35,20 @@ common::welford block_order_welford(const float* x, std::int64_t c, int threads)
   std::vector<common::welford> part(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t)
     for (std::int64_t j = t; j < c; j += threads)
-      part[static_cast<std::size_t>(t)] = common::welford_add(part[static_cast<std::size_t>(t)], x[j]);
+      part[static_cast<std::size_t>(t)] =
+          common::welford_add(part[static_cast<std::size_t>(t)], x[j]);
   for (int w = 0; w < threads / 32; ++w) {
     common::welford* lanes = part.data() + w * 32;
     for (int o = 16; o > 0; o >>= 1) {
       std::vector<common::welford> next(lanes, lanes + 32);
-      for (int l = 0; l < 32; ++l) next[static_cast<std::size_t>(l)] = common::welford_merge(lanes[l], lanes[l ^ o]);
+      for (int l = 0; l < 32; ++l)
+        next[static_cast<std::size_t>(l)] = common::welford_merge(lanes[l], lanes[l ^ o]);
       std::copy(next.begin(), next.end(), lanes);
     }
   }
   common::welford total;
-  for (int w = 0; w < threads / 32; ++w) total = common::welford_merge(total, part[static_cast<std::size_t>(w * 32)]);
+  for (int w = 0; w < threads / 32; ++w)
+    total = common::welford_merge(total, part[static_cast<std::size_t>(w * 32)]);
   return total;
 }
 
@@ -58,13 +61,15 @@ TEST_CASE("common gelu matches the CPU kernels and the double reference") {
     std::vector<float> ref(x.size()), cpu(x.size()), shared(x.size());
     cpu::gelu_forward_ref(ref.data(), x.data(), n);
     cpu::gelu_forward(cpu.data(), x.data(), n);
-    for (std::size_t i = 0; i < x.size(); ++i) shared[i] = common::gelu_value(x[i]);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      shared[i] = common::gelu_value(x[i]);
     DSA_CHECK_CLOSE(shared.data(), ref.data(), n, test::f32_kernel);
     DSA_CHECK_CLOSE(shared.data(), cpu.data(), n, test::f32_kernel);
 
     auto dy = random_vector(n, -1.0f, 1.0f, 12);
     cpu::gelu_backward_ref(ref.data(), dy.data(), x.data(), n);
-    for (std::size_t i = 0; i < x.size(); ++i) shared[i] = dy[i] * common::gelu_derivative(x[i]);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      shared[i] = dy[i] * common::gelu_derivative(x[i]);
     DSA_CHECK_CLOSE(shared.data(), ref.data(), n, test::f32_kernel);
   }
 }
@@ -81,7 +86,8 @@ TEST_CASE("common bias+gelu equals bias_add then gelu") {
   for (std::int64_t i = 0; i < rows * c; ++i) {
     const auto k = static_cast<std::size_t>(i);
     fused[k] = common::bias_gelu_forward_element(x[k], bias[static_cast<std::size_t>(i % c)]);
-    dfused[k] = common::bias_gelu_backward_element(dy[k], x[k], bias[static_cast<std::size_t>(i % c)]);
+    dfused[k] =
+        common::bias_gelu_backward_element(dy[k], x[k], bias[static_cast<std::size_t>(i % c)]);
   }
   DSA_CHECK_CLOSE(fused.data(), ref.data(), rows * c, test::f32_kernel);
   DSA_CHECK_CLOSE(dfused.data(), dref.data(), rows * c, test::f32_kernel);
@@ -92,9 +98,11 @@ TEST_CASE("welford merged in the CUDA block order gives the row statistics") {
     CAPTURE(c);
     auto x = random_vector(c, 2.0f, 3.0f, 31); // an offset mean: the case naive sums lose
     double m = 0.0, v = 0.0;
-    for (float e : x) m += e;
+    for (float e : x)
+      m += e;
     m /= static_cast<double>(c);
-    for (float e : x) v += (e - m) * (e - m);
+    for (float e : x)
+      v += (e - m) * (e - m);
     v /= static_cast<double>(c);
     const common::welford w = block_order_welford(x.data(), c, 256);
     CHECK(w.count == static_cast<float>(c));
@@ -116,25 +124,26 @@ TEST_CASE("common layernorm rows match the double reference") {
     auto dy = random_vector(rows * c, -1.0f, 1.0f, 44);
     const auto n = static_cast<std::size_t>(rows * c);
     std::vector<float> y(n), y_ref(n), mean(rows), rstd(rows), mean_ref(rows), rstd_ref(rows);
-    cpu::layernorm_forward_ref(y_ref.data(), mean_ref.data(), rstd_ref.data(), x.data(), gamma.data(),
-                               beta.data(), eps, rows, c);
+    cpu::layernorm_forward_ref(y_ref.data(), mean_ref.data(), rstd_ref.data(), x.data(),
+                               gamma.data(), beta.data(), eps, rows, c);
     for (std::int64_t r = 0; r < rows; ++r)
       common::layernorm_row_forward(y.data() + r * c, &mean[static_cast<std::size_t>(r)],
-                                    &rstd[static_cast<std::size_t>(r)], x.data() + r * c, gamma.data(),
-                                    beta.data(), eps, c);
+                                    &rstd[static_cast<std::size_t>(r)], x.data() + r * c,
+                                    gamma.data(), beta.data(), eps, c);
     if (c > 1) { // c == 1: every output is beta and rstd is 1/sqrt(eps), compared below
       DSA_CHECK_CLOSE(rstd.data(), rstd_ref.data(), rows, test::f32_kernel);
     }
     DSA_CHECK_CLOSE(mean.data(), mean_ref.data(), rows, test::f32_kernel);
     DSA_CHECK_CLOSE(y.data(), y_ref.data(), rows * c, test::f32_kernel);
 
-    std::vector<float> dx(n), dx_ref(n), dg(static_cast<std::size_t>(c), 0.0f), db(dg), dg_ref(dg), db_ref(dg);
-    cpu::layernorm_backward_ref(dx_ref.data(), dg_ref.data(), db_ref.data(), dy.data(), x.data(), mean_ref.data(),
-                                rstd_ref.data(), gamma.data(), rows, c);
+    std::vector<float> dx(n), dx_ref(n), dg(static_cast<std::size_t>(c), 0.0f), db(dg), dg_ref(dg),
+        db_ref(dg);
+    cpu::layernorm_backward_ref(dx_ref.data(), dg_ref.data(), db_ref.data(), dy.data(), x.data(),
+                                mean_ref.data(), rstd_ref.data(), gamma.data(), rows, c);
     for (std::int64_t r = 0; r < rows; ++r)
-      common::layernorm_row_backward(dx.data() + r * c, dg.data(), db.data(), dy.data() + r * c, x.data() + r * c,
-                                     mean_ref[static_cast<std::size_t>(r)], rstd_ref[static_cast<std::size_t>(r)],
-                                     gamma.data(), c);
+      common::layernorm_row_backward(dx.data() + r * c, dg.data(), db.data(), dy.data() + r * c,
+                                     x.data() + r * c, mean_ref[static_cast<std::size_t>(r)],
+                                     rstd_ref[static_cast<std::size_t>(r)], gamma.data(), c);
     if (c > 1) {
       DSA_CHECK_CLOSE(dx.data(), dx_ref.data(), rows * c, test::f32_kernel);
       DSA_CHECK_CLOSE(dg.data(), dg_ref.data(), c, test::f32_kernel);
@@ -157,10 +166,12 @@ TEST_CASE("common adam element is the CPU kernel's arithmetic, bit for bit") {
       for (std::int64_t step = 1; step <= 3; ++step) {
         params.step = step;
         auto g = random_vector(n, -0.1f, 0.1f, static_cast<std::uint32_t>(60 + step));
-        cpu::adam_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), g.data(), nullptr, dtype::f16, params, n);
+        cpu::adam_update(p_cpu.data(), m_cpu.data(), v_cpu.data(), g.data(), nullptr, dtype::f16,
+                         params, n);
         cpu::adam_update_ref(p_ref.data(), m_ref.data(), v_ref.data(), g.data(), params, n);
         const common::adam_consts c = cpu::make_adam_consts(params);
-        for (std::size_t i = 0; i < g.size(); ++i) common::adam_element(p_sh[i], m_sh[i], v_sh[i], g[i], c);
+        for (std::size_t i = 0; i < g.size(); ++i)
+          common::adam_element(p_sh[i], m_sh[i], v_sh[i], g[i], c);
       }
       CHECK(std::memcmp(p_sh.data(), p_cpu.data(), p_sh.size() * sizeof(float)) == 0);
       CHECK(std::memcmp(m_sh.data(), m_cpu.data(), m_sh.size() * sizeof(float)) == 0);
@@ -222,25 +233,30 @@ TEST_CASE("common residual layernorm row equals bias_add, dropout, residual add 
     const std::int64_t rows = 5;
     const auto nn = static_cast<std::size_t>(rows * c);
     const float p = 0.1f, eps = 1e-12f;
-    const auto x = random_vector(rows * c, -2.0f, 2.0f, 81), residual = random_vector(rows * c, -1.0f, 1.0f, 82);
+    const auto x = random_vector(rows * c, -2.0f, 2.0f, 81),
+               residual = random_vector(rows * c, -1.0f, 1.0f, 82);
     const auto bias = random_vector(c, -0.5f, 0.5f, 83), gamma = random_vector(c, 0.5f, 1.5f, 84);
     const auto beta = random_vector(c, -0.5f, 0.5f, 85);
     // The composition of the CPU kernels, in the order the BERT layer runs them.
-    std::vector<float> v_ref = x, y_ref(nn), mean_ref(static_cast<std::size_t>(rows)), rstd_ref(mean_ref);
+    std::vector<float> v_ref = x, y_ref(nn), mean_ref(static_cast<std::size_t>(rows)),
+                       rstd_ref(mean_ref);
     cpu::bias_add(v_ref.data(), bias.data(), rows, c);
     cpu::dropout_forward(v_ref.data(), nullptr, v_ref.data(), p, rng, rows * c);
-    for (std::size_t i = 0; i < nn; ++i) v_ref[i] += residual[i];
-    cpu::layernorm_forward_ref(y_ref.data(), mean_ref.data(), rstd_ref.data(), v_ref.data(), gamma.data(),
-                               beta.data(), eps, rows, c);
+    for (std::size_t i = 0; i < nn; ++i)
+      v_ref[i] += residual[i];
+    cpu::layernorm_forward_ref(y_ref.data(), mean_ref.data(), rstd_ref.data(), v_ref.data(),
+                               gamma.data(), beta.data(), eps, rows, c);
     std::vector<float> v(nn), y(nn), mean(mean_ref.size()), rstd(mean_ref.size());
     for (std::int64_t r = 0; r < rows; ++r)
-      common::residual_layernorm_row_forward(y.data() + r * c, v.data() + r * c, &mean[static_cast<std::size_t>(r)],
-                                             &rstd[static_cast<std::size_t>(r)], x.data() + r * c, bias.data(),
-                                             residual.data() + r * c, gamma.data(), beta.data(), p, rng,
-                                             static_cast<std::uint64_t>(r * c), eps, c);
+      common::residual_layernorm_row_forward(
+          y.data() + r * c, v.data() + r * c, &mean[static_cast<std::size_t>(r)],
+          &rstd[static_cast<std::size_t>(r)], x.data() + r * c, bias.data(),
+          residual.data() + r * c, gamma.data(), beta.data(), p, rng,
+          static_cast<std::uint64_t>(r * c), eps, c);
     // The shared form fuses the scale and the residual add into one fma: one rounding less.
     DSA_CHECK_CLOSE(v.data(), v_ref.data(), rows * c, test::f32_kernel);
-    for (std::size_t i = 0; i < nn; ++i) CHECK((v[i] == residual[i]) == (v_ref[i] == residual[i]));
+    for (std::size_t i = 0; i < nn; ++i)
+      CHECK((v[i] == residual[i]) == (v_ref[i] == residual[i]));
     DSA_CHECK_CLOSE(y.data(), y_ref.data(), rows * c, test::f32_kernel);
     DSA_CHECK_CLOSE(mean.data(), mean_ref.data(), rows, test::f32_kernel);
     DSA_CHECK_CLOSE(rstd.data(), rstd_ref.data(), rows, test::f32_kernel);
