@@ -69,7 +69,7 @@ void dropout_backward(float* dx, const float* dy, const std::uint8_t* mask, floa
   const float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for simd schedule(static) if (n >= 4 * parallel_threshold_blocks)
   for (std::int64_t i = 0; i < n; ++i)
-    dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+    dx[i] = common::dropout_apply(dy[i], mask[i] != 0, scale);
 }
 
 } // namespace dsa::cpu

@@ -25,12 +25,16 @@ __global__ void dropout_kernel(T* y, std::uint8_t* mask, const T* x, float p, fl
   }
 }
 
+bool bad_args(float p, std::int64_t n) {
+  return !(p >= 0.0f && p < 1.0f) || n < 0 || (n + 3) / 4 > (std::int64_t{1} << 32);
+}
+
 } // namespace
 
 cudaError_t dropout_forward(void* y, std::uint8_t* mask, const void* x, float p,
                             const philox_stream& rng, elem type, std::int64_t n,
                             cudaStream_t stream) {
-  if (!(p >= 0.0f && p < 1.0f) || n < 0 || (n + 3) / 4 > (std::int64_t{1} << 32) || !y || !x)
+  if (bad_args(p, n) || !y || !x)
     return cudaErrorInvalidValue;
   if (n == 0)
     return cudaSuccess;
@@ -40,6 +44,12 @@ cudaError_t dropout_forward(void* y, std::uint8_t* mask, const void* x, float p,
         static_cast<T*>(y), mask, static_cast<const T*>(x), p, 1.0f / (1.0f - p), rng, n);
     return cudaGetLastError();
   });
+}
+
+// The backward applies the same keep decision and scale to dy: the forward without a mask.
+cudaError_t dropout_backward(void* dx, const void* dy, float p, const philox_stream& rng, elem type,
+                             std::int64_t n, cudaStream_t stream) {
+  return dropout_forward(dx, nullptr, dy, p, rng, type, n, stream);
 }
 
 } // namespace dsa::cuda

@@ -17,4 +17,10 @@ cudaError_t dropout_forward(void* y, std::uint8_t* mask, const void* x, float p,
                             const philox_stream& rng, elem type, std::int64_t n,
                             cudaStream_t stream);
 
+// dx = dy * mask / (1 - p) (overwrite), the mask recomputed from `rng` (no mask buffer:
+// what the memory flags of a recomputing backward want). dx, dy: (n) of `type`; dx may
+// alias dy. Equals cpu::dropout_backward with cpu::dropout_mask's mask.
+cudaError_t dropout_backward(void* dx, const void* dy, float p, const philox_stream& rng, elem type,
+                             std::int64_t n, cudaStream_t stream);
+
 } // namespace dsa::cuda

@@ -250,7 +250,7 @@ TEST_CASE("cuda bias_backward matches the CPU kernel") {
   });
 }
 
-TEST_CASE("cuda dropout draws the CPU's mask from the same Philox counters") {
+TEST_CASE("cuda dropout forward and backward draw the CPU's mask from the same Philox counters") {
   const test::test_stream stream;
   philox_stream rng;
   rng.seed = 0xfeedfacecafebeefull;
@@ -279,6 +279,16 @@ TEST_CASE("cuda dropout draws the CPU's mask from the same Philox counters") {
       const auto y = test::download(d_x, nn, type);
       CHECK(mask == mask_twin);
       CHECK(std::memcmp(y.data(), y_twin.data(), nn * 4) == 0);
+      // Backward with the mask recomputed: dy = x here, against cpu::dropout_backward.
+      std::vector<float> dx_twin(nn);
+      cpu::dropout_backward(dx_twin.data(), x.data(), mask_twin.data(), p, n);
+      dx_twin = test::round_to(dx_twin, type);
+      test::upload(d_x, test::encode(x, type));
+      DSA_REQUIRE_CUDA(
+          cuda::dropout_backward(d_x.as<void>(), d_x.as<void>(), p, rng, type, n, stream.get()));
+      stream.sync();
+      const auto dx = test::download(d_x, nn, type);
+      CHECK(std::memcmp(dx.data(), dx_twin.data(), nn * 4) == 0);
     }
   }
 }
