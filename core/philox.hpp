@@ -37,21 +37,22 @@ struct philox_stream {
   std::uint32_t layer = 0;
   std::uint32_t site = 0;
 
-  philox_key key() const {
+  // constexpr so that CUDA kernels call the same functions (nvcc --expt-relaxed-constexpr).
+  constexpr philox_key key() const {
     return {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
   }
   // Counter of the block holding elements [4*block, 4*block+4).
-  philox_counter counter(std::uint32_t block) const {
+  constexpr philox_counter counter(std::uint32_t block) const {
     return {block, step, micro_batch, (layer << 8) | (site & 0xffu)};
   }
   // Four uniforms in [0, 1) for elements 4*block .. 4*block+3 (24-bit resolution).
-  std::array<float, 4> uniform4(std::uint32_t block) const {
+  constexpr std::array<float, 4> uniform4(std::uint32_t block) const {
     philox_counter r = philox4x32(counter(block), key());
     std::array<float, 4> out{};
     for (int i = 0; i < 4; ++i) out[i] = static_cast<float>(r[i] >> 8) * (1.0f / 16777216.0f);
     return out;
   }
-  float uniform(std::uint64_t element) const {
+  constexpr float uniform(std::uint64_t element) const {
     return uniform4(static_cast<std::uint32_t>(element >> 2))[element & 3];
   }
 };

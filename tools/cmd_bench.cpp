@@ -2,6 +2,9 @@
 // peer or a physical limit measured in the same run.
 #include "tools/bench_aio.hpp"
 #include "tools/bench_allreduce.hpp"
+#if DSA_HAVE_CUDA
+#include "tools/bench_gpu.hpp"
+#endif
 #include "tools/bench_kernels.hpp"
 #include "tools/bench_memory.hpp"
 #include "tools/bench_offload.hpp"
@@ -72,6 +75,7 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("  allreduce fp32 allreduce between 2 processes: dsactor over UCX vs Gloo and OpenMPI, memcpy bound\n");
     fmt::print("  aio       sequential write+read of a file: the libaio NVMe engine vs pwrite/pread (O_DIRECT, buffered)\n");
     fmt::print("  offload   a BERT step with the optimizer state offloaded to NVMe vs in memory, and what bounds it\n");
+    fmt::print("  gpu-kernels  CUDA Adam, LayerNorm, bias+GELU at BERT-large shapes vs the GPU's copy bandwidth\n");
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
@@ -80,6 +84,14 @@ int cmd_bench(int argc, char** argv) {
   if (!std::strcmp(argv[1], "aio")) return bench_aio_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "offload")) return bench_offload_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "allreduce")) return bench_allreduce_main(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "gpu-kernels")) {
+#if DSA_HAVE_CUDA
+    return bench_gpu_main(argc - 1, argv + 1);
+#else
+    fmt::print(stderr, "dsactor bench gpu-kernels: this build has no CUDA (nvcc not found, or -Dcuda=disabled)\n");
+    return 3;
+#endif
+  }
   fmt::print(stderr, "dsactor bench: unknown benchmark '{}'\n", argv[1]);
   return 2;
 }

@@ -2,6 +2,10 @@
 #include "tools/command.hpp"
 #include "tools/omp_env.hpp"
 
+#if DSA_HAVE_CUDA
+#include "kernels/cuda/cuda_allocator.hpp"
+#endif
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -40,6 +44,9 @@ void usage() {
 
 int main(int argc, char** argv) {
   dsa::tools::ensure_passive_omp_wait(argv); // may re-exec; must run before any thread
+#if DSA_HAVE_CUDA
+  dsa::cuda::install_caching_allocator(); // for cuda:N tensors; no CUDA call until one is made
+#endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;

@@ -3,7 +3,8 @@
 
 doctest programs report their own case counts; any other test (an integration
 script) counts as one case. A program that crashed before its summary counts
-as one failure. Exit status is non-zero when anything failed."""
+as one failure. A skipped program (exit 77, such as the gpu suite without a
+device) is listed with the last line it printed, so the reason is visible. Exit status is non-zero when anything failed."""
 import json
 import re
 import sys
@@ -23,6 +24,9 @@ def main(path):
             found = SUMMARY.findall(out)
             if result == "SKIP":
                 skipped += 1
+                lines = [x for x in out.splitlines() if x.strip()]
+                reason = lines[-1] if lines else "no reason printed"
+                print(f"skipped: {test.get('name')}: {reason}")
             elif found:
                 _, p, f, s = (int(x) for x in found[-1])
                 passed += p

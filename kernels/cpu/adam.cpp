@@ -20,16 +20,9 @@ namespace {
 // Elements per OpenMP work item: 64 KiB of each f32 stream, a multiple of the vector width.
 constexpr std::int64_t chunk_elements = 16384;
 
-// Per-call constants in f32, as DeepSpeed's kernel holds them.
-struct adam_consts {
-  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
-  float step_size;      // -lr / (1 - beta1^t), or -lr without bias correction
-  float bias2_factor;   // 1 / sqrt(1 - beta2^t), or 1
-  float l2_decay;       // weight_decay in L2 mode, else 0
-  float decoupled;      // -lr * weight_decay in AdamW mode, else 0
-};
+} // namespace
 
-adam_consts make_consts(const adam_params& p) {
+common::adam_consts make_adam_consts(const adam_params& p) {
   DSA_CHECK(p.step >= 1, "adam step must be >= 1, got {}", p.step);
   double t = static_cast<double>(p.step);
   double bc1 = 1.0, bc2 = 1.0;
@@ -37,7 +30,7 @@ adam_consts make_consts(const adam_params& p) {
     bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
     bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
   }
-  adam_consts c;
+  common::adam_consts c;
   c.beta1 = p.beta1;
   c.beta2 = p.beta2;
   c.one_minus_beta1 = 1.0f - p.beta1;
@@ -51,26 +44,18 @@ adam_consts make_consts(const adam_params& p) {
   return c;
 }
 
-// The scalar rule; the vector body performs the same operations in the same order
-// (explicit fma), so every element gets the same bits wherever it falls.
-inline void adam_element(float& param, float& m, float& v, float g, const adam_consts& c) {
-  float p = param;
-  g = std::fma(p, c.l2_decay, g);
-  float mm = std::fma(g, c.one_minus_beta1, c.beta1 * m);
-  float vv = std::fma(g * g, c.one_minus_beta2, c.beta2 * v);
-  float den = std::fma(std::sqrt(vv), c.bias2_factor, c.eps);
-  p = std::fma(p, c.decoupled, p);
-  p = std::fma(mm / den, c.step_size, p);
-  m = mm;
-  v = vv;
-  param = p;
-}
+namespace {
+
+// The scalar rule (kernels/common/adam_math.hpp); the vector body performs the same
+// operations in the same order (explicit fma), so every element gets the same bits
+// wherever it falls.
+using common::adam_element;
 
 inline std::uint16_t to_half(float x, dtype t) { return t == dtype::f16 ? f32_to_f16(x) : f32_to_bf16(x); }
 
 
 void adam_chunk(float* param, float* m, float* v, const float* grad, std::uint16_t* half_out, dtype half_type,
-                const adam_consts& c, std::int64_t n) {
+                const common::adam_consts& c, std::int64_t n) {
   std::int64_t i = 0;
 #ifdef DSA_ADAM_AVX2
   const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
@@ -115,7 +100,7 @@ void adam_update(float* param, float* m, float* v, const float* grad, std::uint1
   DSA_CHECK(!half_out || half_type == dtype::f16 || half_type == dtype::bf16,
             "adam_update: half copy-out must be f16 or bf16, got {}", dtype_name(half_type));
   if (n == 0) return;
-  const adam_consts c = make_consts(params);
+  const common::adam_consts c = make_adam_consts(params);
   const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (std::int64_t k = 0; k < chunks; ++k) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "kernels/common/adam_math.hpp"
 
 #include <cstdint>
 
@@ -32,6 +33,9 @@ struct adam_params {
 // half_out: (n) f16/bf16 copy of the updated param written in the same pass, or null.
 void adam_update(float* param, float* m, float* v, const float* grad, std::uint16_t* half_out,
                  dtype half_type, const adam_params& params, std::int64_t n);
+
+// The f32 constants of one call (shared with the CUDA kernel).
+common::adam_consts make_adam_consts(const adam_params& params);
 
 // Reference: double arithmetic per element, same contract (no half copy).
 void adam_update_ref(float* param, float* m, float* v, const float* grad, const adam_params& params,

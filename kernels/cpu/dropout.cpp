@@ -3,6 +3,7 @@
 #include "kernels/cpu/dropout.hpp"
 
 #include "core/error.hpp"
+#include "kernels/common/dropout_math.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -28,7 +29,7 @@ void for_each_keep(float p, const philox_stream& stream, std::int64_t n, Fn fn) 
     const auto u = stream.uniform4(static_cast<std::uint32_t>(b));
     const std::int64_t base = 4 * b, count = std::min<std::int64_t>(4, n - base);
     for (std::int64_t k = 0; k < count; ++k)
-      fn(base + k, u[static_cast<std::size_t>(k)] >= p);
+      fn(base + k, common::dropout_keep(u, static_cast<int>(k), p));
   }
 }
 
@@ -47,8 +48,7 @@ void dropout_forward(float* y, std::uint8_t* mask, const float* x, float p,
   }
   const float scale = 1.0f / (1.0f - p);
   for_each_keep(p, stream, n, [=](std::int64_t i, bool keep) {
-    // Select, not multiply by 0, so an inf in a dropped element does not become NaN.
-    y[i] = keep ? x[i] * scale : 0.0f;
+    y[i] = common::dropout_apply(x[i], keep, scale);
     if (mask)
       mask[i] = keep ? 1 : 0;
   });
@@ -69,7 +69,7 @@ void dropout_backward(float* dx, const float* dy, const std::uint8_t* mask, floa
   const float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for simd schedule(static) if (n >= 4 * parallel_threshold_blocks)
   for (std::int64_t i = 0; i < n; ++i)
-    dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+    dx[i] = common::dropout_apply(dy[i], mask[i] != 0, scale);
 }
 
 } // namespace dsa::cpu

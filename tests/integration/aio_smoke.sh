@@ -35,7 +35,7 @@ grep -q '^\[aio\]$' <<<"$out" || fail "nvme-tune printed no [aio] section"
 for key in block_size queue_depth intra_op_parallelism single_submit overlap_events; do
   grep -Eq "^$key = " <<<"$out" || fail "nvme-tune's [aio] section lacks $key"
 done
-[[ $(grep -c 'K ' <<<"$out") -eq 8 ]] || fail "nvme-tune --quick should measure 8 settings"
+[[ $(grep -cE '^ +[0-9]+K +[0-9]+ ' <<<"$out") -eq 8 ]] || fail "nvme-tune --quick should measure 8 settings"
 
 # A directory that cannot hold files is an error naming it, not a crash.
 if "$dsactor" bench aio "$work/missing" --size 1 2>"$work.err"; then fail "bench aio on a missing dir succeeded"; fi

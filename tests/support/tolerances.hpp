@@ -85,4 +85,18 @@ inline constexpr tolerance collective_sum_bf16{2e-6, 7.8e-3,
 // Optimizer kernels vs double reference over a few steps.
 inline constexpr tolerance optimizer_step{1e-6, 1e-5, "f32 vs double optimizer arithmetic, few steps"};
 
+// GPU kernels vs their CPU twin (the same kernels/common math run serially on the host).
+// Elementwise f32: CUDA's erff and expf are within 2 ulp of glibc's (CUDA math API
+// accuracy tables). GELU = x/2 (1 + erf) cancels for negative x, so the absolute error is
+// up to |x|/2 * 2 ulp(1) = 6e-7 for the tests' |x| <= 5; the relative part covers the rest.
+inline constexpr tolerance gpu_f32_elementwise{1e-6, 1e-6, "CUDA erff/expf vs glibc, <= 2 ulp each"};
+// Row reductions in f32 (LayerNorm statistics and gradient sums): a block merges 256
+// strided partials in a tree, the twin sums in order; dgamma/dbeta add rows through
+// atomics in any order. Same order of error as an f32 kernel vs double.
+inline constexpr tolerance gpu_f32_reduction{1e-5, 1e-4, "tree vs serial f32 summation, atomic row order"};
+// Outputs stored as f16 / bf16: both sides compute in f32 from the same rounded inputs
+// and round once; a few-ulp f32 difference may round to the neighbouring half value.
+inline constexpr tolerance gpu_f16_storage{1e-6, 9.8e-4, "f32 math, one f16 rounding each side"};
+inline constexpr tolerance gpu_bf16_storage{1e-6, 7.9e-3, "f32 math, one bf16 rounding each side"};
+
 } // namespace dsa::test

@@ -1,0 +1,68 @@
+// Fused bias + dropout + residual + LayerNorm forward: a block per row. The first pass
+// forms v and its Welford statistics; the second forms v again (the same arithmetic, so
+// the same value) rather than keeping a row in shared memory of unknown size.
+// Each element draws its own Philox block (four times the RNG work of the dropout kernel;
+// cheap next to the row's loads, to be measured on a GPU).
+#include "kernels/cuda/residual_layernorm.hpp"
+
+#include "kernels/common/residual_layernorm_math.hpp"
+#include "kernels/cuda/device_math.cuh"
+
+namespace dsa::cuda {
+namespace {
+
+template <class T>
+__global__ void residual_layernorm_kernel(T* y, T* sum, float* mean, float* rstd, const T* x,
+                                          const float* bias, const T* residual, const float* gamma,
+                                          const float* beta, float p, float scale,
+                                          philox_stream rng, float eps, long long c) {
+  __shared__ common::welford scratch[detail::warps_per_block];
+  const long long row = blockIdx.x;
+  const long long first = row * c;
+  auto v_at = [&](long long j) {
+    const bool keep = common::dropout_keep_element(rng, static_cast<std::uint64_t>(first + j), p);
+    return common::residual_sum_element(detail::to_float(x[first + j]), bias[j],
+                                        detail::to_float(residual[first + j]), keep, scale);
+  };
+  common::welford w;
+  for (long long j = threadIdx.x; j < c; j += blockDim.x)
+    w = common::welford_add(w, v_at(j));
+  w = detail::block_welford(w, scratch);
+  const float s = common::welford_rstd(w, eps);
+  for (long long j = threadIdx.x; j < c; j += blockDim.x) {
+    const float v = v_at(j); // reads residual[first + j] before y (which may alias it) is written
+    if (sum)
+      sum[first + j] = detail::from_float<T>(v);
+    y[first + j] =
+        detail::from_float<T>(common::layernorm_normalize(v, w.mean, s, gamma[j], beta[j]));
+  }
+  if (threadIdx.x == 0) {
+    mean[row] = w.mean;
+    rstd[row] = s;
+  }
+}
+
+} // namespace
+
+cudaError_t residual_layernorm_forward(void* y, void* sum, float* mean, float* rstd, const void* x,
+                                       const float* bias, const void* residual, const float* gamma,
+                                       const float* beta, float p, const philox_stream& rng,
+                                       float eps, elem type, std::int64_t rows, std::int64_t c,
+                                       cudaStream_t stream) {
+  if (rows < 0 || rows > 2147483647LL || c <= 0 || !(p >= 0.0f && p < 1.0f) || !y || !mean ||
+      !rstd || !x || !bias || !residual || !gamma || !beta)
+    return cudaErrorInvalidValue;
+  if ((rows * c + 3) / 4 > (std::int64_t{1} << 32))
+    return cudaErrorInvalidValue; // Philox blocks of one stream
+  if (rows == 0)
+    return cudaSuccess;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    residual_layernorm_kernel<T><<<static_cast<unsigned>(rows), detail::block_threads, 0, stream>>>(
+        static_cast<T*>(y), static_cast<T*>(sum), mean, rstd, static_cast<const T*>(x), bias,
+        static_cast<const T*>(residual), gamma, beta, p, 1.0f / (1.0f - p), rng, eps, c);
+    return cudaGetLastError();
+  });
+}
+
+} // namespace dsa::cuda
