@@ -59,6 +59,11 @@ struct swap_store::flight {
   std::condition_variable cv;
   std::vector<slot> slots;
   std::optional<error> failed; // the first error of a transfer, not yet reported
+  // A prefetch still under way: the arrays it reads and the next chunk to read. It goes on
+  // as completions free buffer sets (a set freed by a write behind the last update takes the
+  // next chunk), so read-ahead follows the buffer credits; a sweep or an error ends it.
+  unsigned prefetch_mask = 0;
+  std::int64_t prefetch_next = 0;
   swap_stats stats;             // but the byte counts (the store's atomics)
   int active = 0;               // transfer() calls with a request not yet ended
   std::uint64_t busy_since = 0; // when `active` last left 0
@@ -195,7 +200,8 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
   rep->t.bytes = static_cast<std::uint64_t>(requests.size() * requests.front().bytes);
   rep->t.t0_ns = steady_ns();
   rep->t.prefetch = serves == reading_for::next_sweep;
-  rep->t.sweep = rep->t.prefetch ? sweeps_ + 1 : sweeps_;
+  const std::uint64_t sweeps = sweeps_.load();
+  rep->t.sweep = rep->t.prefetch ? sweeps + 1 : sweeps;
   rep->remaining = requests.size();
   if (f.active++ == 0) f.busy_since = rep->t.t0_ns;
   lock.unlock();
@@ -205,7 +211,7 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
     const std::size_t bytes = r.bytes;
     auto id = engine_->submit(std::move(r), [this, slot, op, bytes, rep](aio_completion&& c) {
       auto& fl = *flight_;
-      std::lock_guard<std::mutex> g(fl.mu);
+      std::unique_lock<std::mutex> g(fl.mu);
       if (!c.result) {
         if (!fl.failed) fl.failed = c.result.err();
         rep->t.ok = false;
@@ -214,6 +220,8 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
       }
       ended(*rep); // before the slot's: a waiter for quiet slots finds the observer called
       fl.ended(fl.slots[slot]);
+      // A set this completion freed takes the next chunk of a prefetch under way.
+      if (fl.prefetch_mask != 0 && fl.slots[slot].state == flight::use::free) pump(g);
       fl.cv.notify_all();
     });
     if (!id) {
@@ -248,13 +256,14 @@ error swap_store::settle(std::unique_lock<std::mutex>& lock) {
   auto& f = *flight_;
   f.cv.wait(lock, [&] { return f.quiet(); });
   for (auto& s : f.slots) s = flight::slot{};
+  f.prefetch_mask = 0;
   error e = *f.failed;
   f.failed.reset();
   return e;
 }
 
 status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& fn) {
-  if ((read & ~written_) != 0)
+  if ((read & ~written_.load()) != 0)
     return make_error(errc::protocol, "swap store '{}/{}': read before the state was written", options_.dir,
                       options_.name);
   auto& f = *flight_;
@@ -264,7 +273,13 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
       std::unique_lock<std::mutex> quiet(f.mu);
       f.cv.wait(quiet, [&] { return f.quiet(); });
     });
-  ++sweeps_;
+  {
+    // A prefetch still under way stops first (what it read is used below), so none of its
+    // reads is counted for the sweep after this one.
+    std::lock_guard<std::mutex> stop(f.mu);
+    f.prefetch_mask = 0;
+    ++sweeps_;
+  }
   const std::uint64_t began = steady_ns();
   std::uint64_t computing = 0;
   const std::int64_t n = chunks();
@@ -334,17 +349,30 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
 }
 
 void swap_store::prefetch(unsigned read) {
-  if (read == 0 || (read & ~written_) != 0) return;
+  if (read == 0 || (read & ~written_.load()) != 0) return;
   auto& f = *flight_;
   std::unique_lock<std::mutex> lock(f.mu);
   if (f.failed) return; // reported by the next sweep
-  for (std::int64_t c = 0; c < chunks(); ++c) {
-    if (f.holding(c)) continue;
+  f.prefetch_mask = read;
+  f.prefetch_next = 0;
+  pump(lock);
+}
+
+void swap_store::pump(std::unique_lock<std::mutex>& lock) {
+  auto& f = *flight_;
+  while (f.prefetch_mask != 0 && !f.failed && f.prefetch_next < chunks()) {
+    const std::int64_t c = f.prefetch_next;
+    if (f.holding(c)) {
+      ++f.prefetch_next;
+      continue;
+    }
     flight::slot* s = f.free_slot();
-    if (f.writing(c) || !s) break;
-    *s = flight::slot{flight::use::reading, c, read, 0};
-    transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, read, reading_for::next_sweep);
+    if (f.writing(c) || !s) return; // the completion that frees a set comes back here
+    *s = flight::slot{flight::use::reading, c, f.prefetch_mask, 0};
+    ++f.prefetch_next;
+    transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, f.prefetch_mask, reading_for::next_sweep);
   }
+  f.prefetch_mask = 0; // every chunk is read ahead (or an error stopped it)
 }
 
 void swap_store::wait_idle() {

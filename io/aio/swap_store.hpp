@@ -112,7 +112,7 @@ public:
   // (the observer has then seen every transfer started so far).
   void wait_idle();
   // Sweeps begun so far (swap_transfer::sweep numbers them from 1).
-  std::uint64_t sweeps() const { return sweeps_; }
+  std::uint64_t sweeps() const { return sweeps_.load(); }
   swap_stats stats() const;
   std::int64_t resident_bytes() const override;
   std::string where() const override { return "nvme: " + options_.dir; }
@@ -129,6 +129,8 @@ private:
   std::pair<std::int64_t, std::int64_t> range(std::int64_t chunk) const;
   struct report; // one transfer() call, until its last request ends
   enum class reading_for { this_sweep, next_sweep }; // next_sweep: a prefetch
+  // Continues a prefetch as buffer sets free up (under the lock, from prefetch() or a completion).
+  void pump(std::unique_lock<std::mutex>& lock);
   void transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask,
                 reading_for serves = reading_for::this_sweep);
   void ended(report& r); // under flight_->mu
@@ -138,11 +140,13 @@ private:
   swap_options options_;
   std::int64_t chunk_ = 0;
   std::string paths_[optim::state_arrays];
-  unsigned written_ = 0; // arrays a whole sweep has written: their files exist at full length
+  // Arrays a whole sweep has written (their files exist at full length), and the sweeps so
+  // far: set on the optimizer's thread, read by a prefetch an engine thread continues.
+  std::atomic<unsigned> written_{0};
   std::unique_ptr<aligned_buffer_pool> pool_;
   std::vector<pool_buffer> buffers_; // after pool_: returned before it goes
   std::atomic<std::uint64_t> bytes_read_{0}, bytes_written_{0};
-  std::uint64_t sweeps_ = 0; // sweep() and prefetch() only, on the optimizer's thread
+  std::atomic<std::uint64_t> sweeps_{0};
   std::unique_ptr<flight> flight_;                   // last: goes first, after flush()
 };
 

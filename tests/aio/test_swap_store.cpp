@@ -141,6 +141,27 @@ TEST_CASE("swap store: prefetched chunks are not read again, and a file cut afte
   CHECK(step.err().message.find(store->path(optim::exp_avg_sq_array)) != std::string::npos);
 }
 
+TEST_CASE("swap store: a prefetch goes on as write-behind frees buffer sets, until every set holds a chunk") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  const std::int64_t numel = 5 * 2048; // 5 chunks of 2048, 3 buffer sets
+  const auto arrays = patterned_arrays(numel);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    auto store = make_store(engine, options_for(dir.path(), numel, 2048, true, true));
+    REQUIRE(optim::write_arrays(*store, arrays).has_value()); // the last chunk's write may still be in flight
+    store->prefetch(optim::all_arrays);                         // at once: whatever sets are free, then the rest
+    REQUIRE(store->flush().has_value());
+    const std::uint64_t chunk_bytes = 3u * 2048u * 4u;
+    CHECK(store->bytes_read() == 3 * chunk_bytes); // all three sets, whatever the timing
+    // A sweep then finds chunks 0-2 and reads only 3 and 4.
+    auto back = optim::read_arrays(*store);
+    REQUIRE(back.has_value());
+    for (unsigned a = 0; a < 3; ++a) CHECK(same_bits((*back)[a], arrays[a]));
+    CHECK(store->bytes_read() == 5 * chunk_bytes);
+  }
+}
+
 TEST_CASE("partitioned optimizer with its state swapped to NVMe equals the whole-tensor reference, bit for bit") {
   scratch_dir dir;
   auto engine = shared_engine();
