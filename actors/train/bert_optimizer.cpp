@@ -88,8 +88,9 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
     if (options_.resume_masters.empty())
       return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, initial,
                                                   std::move(store));
-    // A checkpoint holds whole tensors (payload() gathers them; the model group holds
-    // every stage's): this stage's, read as the pieces [0, numel), cut to this rank's partition.
+    // A resume holds whole tensors (run_checkpoint assembles the ranks' partitions; the model
+    // group holds every stage's): this stage's, read as the pieces [0, numel), cut to this
+    // rank's partition.
     optim::state_map mine;
     auto take = [&](const std::string& key, const tensor* t) {
       if (t) mine[key] = *t;
@@ -309,10 +310,6 @@ std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, 
                     : fmt::format("optimizer_{}_rank{}_part{}", stage, rank, part);
 }
 
-bool bert_optimizer::per_rank_checkpoint() const {
-  return part_.has_value() && (options_.zero_ranks > 1 || options_.offload.has_value());
-}
-
 std::vector<std::int64_t> bert_optimizer::gather_entries(const std::vector<std::int64_t>& mine, const char* what) const {
   if (options_.zero_ranks == 1) return mine;
   std::vector<std::int64_t> all(mine.size() * options_.zero_ranks);
@@ -390,31 +387,9 @@ std::vector<ckpt::checkpoint_file> bert_optimizer::stage_partition(const std::st
 }
 
 state_payload bert_optimizer::payload() const {
+  DSA_CHECK(!part_, "optimizer shard {}: a partitioned shard checkpoints per rank (gathered_masters, stage_partition)",
+            options_.participant);
   state_payload p;
-  if (part_) {
-    // Every rank's partition of the masters and moments, then whole tensors by name.
-    // Swapped state is read back from NVMe first: a checkpoint holds the real state.
-    const auto& layout = part_->layout();
-    auto read = part_->read_state();
-    if (!read)
-      throw std::runtime_error(fmt::format("reading stage {}'s optimizer state for a checkpoint: {}",
-                                           options_.participant, read.err().message));
-    const auto& st = *read;
-    const char* kinds[3] = {"master.", ".exp_avg", ".exp_avg_sq"};
-    const tensor* mine[3] = {&st.master, &st.exp_avg, &st.exp_avg_sq};
-    for (int k = 0; k < 3; ++k) {
-      tensor all = options_.zero_ranks == 1 ? *mine[k] : tensor::empty({layout.padded_numel()}, dtype::f32);
-      gather_flat(all, *mine[k], "optimizer state for a checkpoint");
-      for (const auto& t : layout.tensors()) {
-        const std::string name = k == 0 ? kinds[0] + t.name : t.name + kinds[k];
-        p[name] = layout_view(all, t);
-      }
-    }
-    tensor count = tensor::empty({1}, dtype::i64);
-    count.data<std::int64_t>()[0] = st.step;
-    p["optimizer_step_count"] = count;
-    return p;
-  }
   for (const auto& s : slots_) p["master." + s.name] = s.param; // views: no copy of the shard's state
   optim::optimizer_state st = opt_->state_views();
   for (auto& [name, t] : st.tensors) p[name] = std::move(t);

@@ -96,18 +96,14 @@ public:
   const step_decider& decider() const { return *options_.decider; }
   // The decision of the last update (read between steps, when the shard is idle).
   const step_decision& last_decision() const { return last_; }
-  // The master weights and optimizer state for a checkpoint, as views of the
-  // shard's own tensors (no copy): valid while no update runs, which the
-  // coordinator guarantees while a step hook (the checkpoint save) runs. With ZeRO
-  // the whole stage's state is gathered from every rank's shard first (a collective:
-  // every rank's shard of the stage must call it, at the same point of the run), so
-  // the checkpoint has the same form as without ZeRO and loads on any rank count.
+  // The master weights and optimizer state for a checkpoint of a shard that is not
+  // partitioned, as views of the shard's own tensors (no copy): valid while no update
+  // runs, which the coordinator guarantees while a step hook (the checkpoint save) runs.
   state_payload payload() const;
-  // ZeRO: whether payload() is a collective.
-  bool partitioned() const { return part_.has_value() && options_.zero_ranks > 1; }
-  // Whether checkpoints take the per-rank form below: ZeRO over several ranks, or the state
-  // swapped to NVMe (then even on one rank, so a checkpoint streams it chunk by chunk).
-  bool per_rank_checkpoint() const;
+  // Whether checkpoints take the per-rank form below instead: the shard is partitioned
+  // (ZeRO over several ranks, or the state swapped to NVMe, then even on one rank, so a
+  // checkpoint streams it chunk by chunk).
+  bool per_rank_checkpoint() const { return part_.has_value(); }
   // A checkpoint in per-rank form. Both are collectives with several ranks: every
   // rank's shard of the stage calls them, in this order, at the same point of the run.
   // The whole stage's fp32 masters ("master.<name>"), all-gathered from the partitions.
