@@ -2,6 +2,7 @@
 // and OpenMPI (through mpirun and tools/mpi_allreduce_bench.cpp); Gloo lives in
 // bench_allreduce_gloo.cpp.
 #include "tools/bench_allreduce.hpp"
+#include "tools/bench_util.hpp"
 
 #include "io/net/communicator.hpp"
 #include "io/net/fork_ranks.hpp"
@@ -28,11 +29,6 @@ namespace {
 
 constexpr int ranks = 2;
 constexpr std::int64_t mib = 1 << 20;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -93,11 +93,6 @@ struct adam_arrays {
   cpu::adam_params ap;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 } // namespace
 
 gemm_report bench_gemm(const bench_sizes& sizes) {

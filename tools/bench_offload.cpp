@@ -86,14 +86,6 @@ process_io read_process_io() {
   return io;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Plain-text documents of made-up words (syllable pairs), enough for the run's
 // sequences; the content does not matter to the timing.
 std::string write_corpus(const std::string& dir, int documents) {

@@ -10,6 +10,7 @@
 // times — the machine's speed drifts between rounds (other load, frequency), and
 // a ratio taken within one round cancels most of that drift.
 #include "tools/bench_runtime.hpp"
+#include "tools/bench_util.hpp"
 #include "tools/options.hpp"
 
 #include "actors/run.hpp"
@@ -167,10 +168,6 @@ struct timing {
     std::vector<double> v(step_s.begin() + (step_s.size() > 1 ? 1 : 0), step_s.end());
     return median(v);
   }
-  static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
 };
 
 timing run_loop(bert_mini_stage& stage, copy_optimizer& optimizer, std::uint32_t M, std::uint32_t steps) {
@@ -277,8 +274,8 @@ int bench_runtime_main(int argc, char** argv) {
     traced_s = std::min(traced_s, traced.best_s());
     untraced_s = std::min(untraced_s, untraced.best_s());
   }
-  const double overhead = timing::median(overheads), trace_overhead = timing::median(trace_overheads);
-  const double untraced_overhead = timing::median(untraced_overheads);
+  const double overhead = median(overheads), trace_overhead = median(trace_overheads);
+  const double untraced_overhead = median(untraced_overheads);
   fmt::print("  {:<44} {:>9} {:>8} {:>8}\n", "variant (fastest step; paired median ratio)", "s/step", "ratio", "goal");
   fmt::print("  {:<44} {:>9.4f} {:>8} {:>8}\n", "(a) plain loop: M x fwd+bwd, parameter copy", loop_s, "1", "");
   fmt::print("  {:<44} {:>9.4f} {:>8.4f} {:>8}\n", "(b) run_pipeline, 1 stage, trace on", traced_s, overhead,

@@ -1,6 +1,8 @@
 // Weak scaling of data parallelism: see bench_scaling.hpp.
 #include "tools/bench_scaling.hpp"
 
+#include "tools/bench_util.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -100,9 +102,7 @@ expected<double> median_step(const std::string& run_dir, int warmup) {
     steps.push_back(row["Train/Samples/elapsed_time_ms_iteration"].get<double>() / 1e3);
   }
   if (steps.empty()) return make_error(errc::format, "'{}' holds no step after {} warm-up step(s)", path, warmup);
-  std::sort(steps.begin(), steps.end());
-  const std::size_t m = steps.size() / 2;
-  return steps.size() % 2 ? steps[m] : (steps[m - 1] + steps[m]) / 2;
+  return median(steps);
 }
 
 } // namespace

@@ -1,10 +1,12 @@
-// Small helpers shared by the benchmarks: best-of-N wall-clock timing, the CPU's name.
+// Small helpers shared by the benchmarks: best-of-N wall-clock timing, medians, the CPU's name.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace dsa::tools {
 
@@ -19,6 +21,14 @@ inline double best_seconds(int reps, const std::function<void()>& body) {
     if (s < best) best = s;
   }
   return best;
+}
+
+// The median of `v` (the mean of the middle two for an even count; 0 when empty).
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // The CPU's model name from /proc/cpuinfo ("unknown" without one): every figure a
