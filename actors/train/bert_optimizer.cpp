@@ -123,7 +123,8 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
               specs.size());
     whole_grad_ = tensor::zeros(specs[static_cast<std::size_t>(options_.whole_gradient)].shape, dtype::f32);
   }
-  flat_working_ = tensor::zeros({layout->padded_numel()}, working_dtype(options_.working));
+  flat_working_ = tensor::zeros({options_.partition_parameters ? layout->partition_numel() : layout->padded_numel()},
+                               working_dtype(options_.working));
 }
 
 std::vector<tensor> bert_optimizer::gradient_buffers() {
@@ -184,7 +185,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   if (part_) {
     // This rank's partition, then every rank's partition of the new weights.
     const optim::flat_range mine = part_->partition();
-    tensor working = flat_working_.slice_rows(mine.lo, mine.hi);
+    tensor working = options_.partition_parameters ? flat_working_ : flat_working_.slice_rows(mine.lo, mine.hi);
     if (swap_) swap_tracer_->update_begins(step, swap_->sweeps() + 1);
     status s;
     if (d.skip) {
@@ -205,10 +206,14 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
     }
     if (swap_) swap_tracer_->update_ends(swap_->sweeps());
     if (!s) throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
-    gather_flat(flat_working_, working, "updated weights");
     out.clear();
     version_bytes_ = static_cast<std::int64_t>(flat_working_.nbytes());
-    for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_working_, t));
+    if (options_.partition_parameters) {
+      out.push_back(flat_working_); // ZeRO-3: the stage's fetcher gathers from the partitions
+    } else {
+      gather_flat(flat_working_, working, "updated weights");
+      for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_working_, t));
+    }
     out.push_back(loss_scale_tensor(d.loss_scale_after));
     last_ = d;
     if (options_.update_ns)

@@ -63,6 +63,9 @@ struct bert_optimizer_options {
   // stage (the tied embedding), kept whole so the exchange can add it; -1 for none.
   bool partition_gradients = false;
   int whole_gradient = -1;
+  // ZeRO stage 3: each parameter version is this rank's partition of the working weights
+  // only (the stage's param_fetcher gathers what it needs), not the all-gathered whole.
+  bool partition_parameters = false;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -148,7 +151,9 @@ private:
   tensor flat_grad_;
   tensor whole_grad_; // ZeRO stage 2: options_.whole_gradient's whole f32 gradient, or undefined
   tensor partition_grad();
-  tensor flat_working_; // (padded_numel) working dtype: the all-gathered weights the params slot views
+  // (padded_numel) working dtype: the all-gathered weights the params slot views; with
+  // ZeRO-3 (partition_numel): this rank's partition, which the params slot holds alone.
+  tensor flat_working_;
 };
 
 } // namespace dsa::train

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -29,6 +30,7 @@ struct timed {
 double bert_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
                            std::vector<tensor>& out) {
   timed t{shared_.forward_ns};
+  if (fetcher_ && !partitioned_) partition_weights();
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
   bert::bert_batch batch;
@@ -137,8 +139,86 @@ std::vector<tensor> bert_stage::gradients() {
   return out;
 }
 
+void bert_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher) {
+  DSA_CHECK(fetcher && fetcher->layout().tensors().size() == part_.parameters().entries().size(),
+            "stage {}: a parameter fetcher for another layout", part_.range().to_string());
+  fetcher_ = std::move(fetcher);
+  gate_.stage = this;
+  part_.set_gate(&gate_);
+}
+
+void bert_stage::partition_weights() {
+  auto& params = part_.parameters();
+  fetcher_->take_whole(parameters());
+  std::vector<std::pair<std::size_t, tensor>> dropped;
+  for (std::size_t i = 0; i < params.entries().size(); ++i) dropped.emplace_back(i, tensor{});
+  params.set_values(std::move(dropped));
+  partitioned_ = true;
+}
+
+void bert_stage::zero3_gate::enter(std::int64_t part) {
+  stage->part_.parameters().set_values(stage->fetcher_->acquire(part));
+}
+
+void bert_stage::zero3_gate::leave(std::int64_t part) {
+  std::vector<std::pair<std::size_t, tensor>> dropped;
+  for (std::size_t i : stage->fetcher_->release(part)) dropped.emplace_back(i, tensor{});
+  stage->part_.parameters().set_values(std::move(dropped));
+}
+
+std::vector<fetch_part> bert_stage::fetch_parts() const {
+  std::vector<fetch_part> out;
+  const auto& r = part_.range();
+  if (r.has_embeddings()) out.push_back({bert::backward_options::embeddings_done, part_parameters(bert::backward_options::embeddings_done)});
+  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) out.push_back({l, part_parameters(l)});
+  if (r.has_head()) {
+    fetch_part head{bert::backward_options::head_done, part_parameters(bert::backward_options::head_done)};
+    // The MLM decoder reads the word embedding (tied); part_parameters gives it to the embeddings.
+    const auto& entries = part_.parameters().entries();
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].spec.name == bert::word_embeddings_name() && options_.model.head == bert::head_kind::pretraining &&
+          std::find(head.tensors.begin(), head.tensors.end(), i) == head.tensors.end())
+        head.tensors.push_back(i);
+    out.push_back(std::move(head));
+  }
+  return out;
+}
+
+std::vector<std::int64_t> bert_stage::fetch_sequence() const {
+  std::vector<std::int64_t> forward;
+  for (const auto& p : fetch_parts()) forward.push_back(p.id);
+  std::vector<std::int64_t> out = forward;
+  out.insert(out.end(), forward.rbegin(), forward.rend());
+  return out;
+}
+
+void bert_stage::gather_whole() {
+  if (!fetcher_) return;
+  auto whole = fetcher_->gather_all();
+  std::vector<std::pair<std::size_t, tensor>> values;
+  for (std::size_t i = 0; i < whole.size(); ++i) values.emplace_back(i, std::move(whole[i]));
+  part_.parameters().set_values(std::move(values));
+  part_.set_gate(nullptr);
+  fetcher_.reset();
+  partitioned_ = false;
+}
+
 void bert_stage::load_parameters(const std::vector<tensor>& updated) {
   auto& params = part_.parameters();
+  if (fetcher_) {
+    // ZeRO-3: this rank's partition of the working weights, then the loss scale.
+    if (updated.size() != 2)
+      throw std::runtime_error(fmt::format("ZeRO-3 parameter version with {} tensors; expected the partition and "
+                                           "the loss scale",
+                                           updated.size()));
+    auto scale = loss_scale_of(updated.back());
+    if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
+    if (!partitioned_) partition_weights();
+    fetcher_->load(updated[0]);
+    params.zero_grad();
+    loss_scale_ = *scale;
+    return;
+  }
   const auto& entries = params.entries();
   // The version comes from the optimizer shard (later, from another process): a
   // mismatch fails this stage's load job, and so the stage, by name.

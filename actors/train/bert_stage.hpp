@@ -9,12 +9,14 @@
 
 #include "actors/compute.hpp"
 #include "actors/train/batch_packing.hpp"
+#include "actors/train/param_fetcher.hpp"
 #include "actors/train/precision.hpp"
 #include "actors/train/step_stats.hpp"
 #include "models/bert/bert_part.hpp"
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dsa::train {
@@ -69,6 +71,21 @@ public:
     return taken;
   }
 
+  // ZeRO stage 3: from the first forward on, the stage holds only its partition of the
+  // working weights (and the persistent small tensors) in `fetcher`, which gathers each
+  // part's weights as the model enters it and frees them as it leaves; parameter versions
+  // are then the shard's partition and the loss scale. Before the run.
+  void enable_zero3(std::shared_ptr<param_fetcher> fetcher);
+  // The parts and their order as the fetcher needs them (param_fetcher.hpp): the
+  // embeddings, each layer and the head with their parameters (the head also the tied
+  // word embedding), and one micro-batch's forward then backward.
+  std::vector<fetch_part> fetch_parts() const;
+  std::vector<std::int64_t> fetch_sequence() const;
+  // ZeRO-3, after the run, on every rank at once: gathers the whole working weights back
+  // into the stage (for the evaluation). Nothing without ZeRO-3.
+  void gather_whole();
+  const param_fetcher* fetcher() const { return fetcher_.get(); }
+
   // The loss scale the head's backward applies: set before the run (the
   // resumed or initial scale), then by each parameter version, whose last
   // tensor is the next step's scale (see loss_scale_tensor). Read and written
@@ -86,6 +103,16 @@ private:
   double loss_scale_ = 1.0;
   std::vector<double> last_metrics_;
   gradients_final_fn final_;
+  // ZeRO-3: binds each part's gathered weights while the model runs it.
+  struct zero3_gate final : bert::part_gate {
+    bert_stage* stage = nullptr;
+    void enter(std::int64_t part) override;
+    void leave(std::int64_t part) override;
+  };
+  std::shared_ptr<param_fetcher> fetcher_;
+  zero3_gate gate_;
+  bool partitioned_ = false; // the stage's whole weights were handed to the fetcher
+  void partition_weights();
 };
 
 } // namespace dsa::train

@@ -46,6 +46,10 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition;
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
+    if (zero->stage >= 3) {
+      b.weights = w * (zero->partition + zero->persistent);
+      b.version = w * zero->partition;
+    }
     return b;
   }
   b.weights = w * n;
@@ -86,11 +90,14 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   if (rc.zero_stage < 1 || (ranks < 2 && !off.swaps())) return std::nullopt;
   const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
   zero_sizes z = zero_sizes_of(specs, ranks);
-  z.stage = rc.zero_stage >= 2 && ranks > 1 ? 2 : 1;
+  z.stage = ranks > 1 ? std::max(rc.zero_stage, 1) : 1;
+  if (z.stage >= 3)
+    for (const auto& spec : specs)
+      if (shape_numel(spec.shape) <= rc.stage3_persistence) z.persistent += shape_numel(spec.shape);
   if (off.swaps())
     z.swap_buffers = static_cast<std::int64_t>(aio::swap_buffers_allocated(static_cast<std::size_t>(off.buffer_count))) * 4 *
                      aio::swap_chunk_numel(off.sub_group_size, optim::flat_layout::default_alignment, z.partition);
-  if (const auto* tied = find_word_embeddings(specs); z.stage == 2 && tied && tied_exchanged(rc, ranges))
+  if (const auto* tied = find_word_embeddings(specs); z.stage >= 2 && tied && tied_exchanged(rc, ranges))
     z.whole_gradient = shape_numel(tied->shape);
   return z;
 }
@@ -98,9 +105,12 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
 model_state_bytes measured_model_states(const bert_stage& stage, const bert_optimizer& shard) {
   model_state_bytes b;
   for (const auto& e : const_cast<bert_stage&>(stage).part().parameters().entries()) {
-    b.weights += static_cast<std::int64_t>(e.value.nbytes());
+    if (e.value.defined()) b.weights += static_cast<std::int64_t>(e.value.nbytes());
     b.grads += static_cast<std::int64_t>(e.grad.nbytes());
   }
+  // ZeRO-3: what the stage holds between the parts' gathers (the values bound at this
+  // moment are whatever part the stage's worker is running).
+  if (const param_fetcher* f = stage.fetcher()) b.weights = f->held_bytes();
   const shard_bytes s = shard.held_bytes();
   b.reduced = s.gradients;
   b.masters = s.masters;

@@ -19,6 +19,10 @@
 // w + 4 + 16/n + w, except that the first and last stage of a pipeline that ties the
 // word embedding keep that parameter's reduced gradient whole as well (4 bytes per
 // element of it), since their reducers add the two stages' gradients of it whole.
+// ZeRO stage 3 partitions the working weights too: the stage holds its partition and the
+// small persistent tensors whole (w x (Ψ/n + persistent)), and the next version is the
+// partition (w/n): w/n + 4 + 16/n + w/n, plus the layers gathered while they run
+// (transient, bounded by stage3_max_live_parameters, reported by the fetcher).
 // DeepSpeed's ZeRO stage 0 counts 16Ψ for mixed
 // precision (2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 masters and moments): it
 // keeps fp16 gradients, reduces them in place and has the optimizer write the
@@ -55,6 +59,9 @@ struct zero_sizes {
   std::int64_t padded = 0, partition = 0;
   int stage = 1;
   std::int64_t whole_gradient = 0;
+  // ZeRO stage 3: the elements of the tensors kept whole on every rank
+  // (stage3_param_persistence_threshold); the stage holds those and its partition.
+  std::int64_t persistent = 0;
   // NVMe optimizer offload: the bytes of swap buffers the partition's masters and
   // moments pass through instead of living in memory (0: in memory).
   std::int64_t swap_buffers = 0;

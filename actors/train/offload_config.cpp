@@ -109,8 +109,8 @@ void read_offload(const config& cfg, int zero_stage, offload_settings& out, conf
   cfg.read("zero_optimization.cpu_offload_param", legacy_param, problems);
   if (param_device != "none" || legacy_param)
     problems.add(cfg.problem(problem_kind::invalid_value, "zero_optimization.offload_param.device",
-                             "offloading the parameters needs ZeRO stage 3, which dsactor does not have yet; "
-                             "offload the optimizer state (offload_optimizer) instead"));
+                             "offloading the parameters is not built yet (with zero_optimization.stage = 3 each rank "
+                             "holds 1/N of them in memory); offload the optimizer state (offload_optimizer) instead"));
   read_aio(cfg, out.aio, problems);
 }
 

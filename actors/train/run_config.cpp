@@ -225,15 +225,38 @@ void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems&
   } else {
     cfg.read("zero_optimization.stage", zero, problems);
   }
-  if (zero < 0 || zero > 3)
+  if (zero < 0 || zero > 3) {
     invalid("zero_optimization.stage", fmt::format("must be 0, 1, 2 or 3, got {}", zero));
-  else if (zero > 2)
+  } else if (zero == 3 && rc.stages > 1) {
+    // As DeepSpeed (pipe/engine.py refuses ZeRO-2/3 with pipelines): a fetcher gathers a
+    // stage's layers in one fixed order, which a pipeline's interleaving does not give.
     invalid("zero_optimization.stage",
-            fmt::format("ZeRO stage {} (partitioned parameters) is not supported; set 0, 1 or 2 (stage 1 partitions "
-                        "the optimizer state, stage 2 the gradients as well)",
-                        zero));
-  else
+            fmt::format("ZeRO stage 3 partitions the weights of a single pipeline stage over the data-parallel ranks; "
+                        "it cannot run with pipeline.stages = {} (set pipeline.stages = 1, or stage 1 or 2)",
+                        rc.stages));
+  } else if (zero == 3 && rc.schedule != "1f1b") {
+    invalid("zero_optimization.stage",
+            fmt::format("ZeRO stage 3 needs pipeline.schedule = \"1f1b\" (each micro-batch's forward and backward "
+                        "back to back, so every rank gathers the layers in the same order); got \"{}\"",
+                        rc.schedule));
+  } else {
     rc.zero_stage = static_cast<int>(zero);
+  }
+  // ZeRO-3's fetcher: DeepSpeed's keys with and without the stage3_ prefix, in elements.
+  auto read_elements = [&](const char* key, std::int64_t& out) {
+    for (const std::string& name : {fmt::format("zero_optimization.stage3_{}", key), fmt::format("zero_optimization.{}", key)}) {
+      double v = static_cast<double>(out);
+      if (!cfg.has(name)) continue;
+      cfg.read(name, v, problems);
+      if (!(v >= 0 && v <= 9e15 && v == std::floor(v)))
+        invalid(name.c_str(), fmt::format("must be a whole number of elements >= 0, got {}", v));
+      else
+        out = static_cast<std::int64_t>(v);
+    }
+  };
+  read_elements("prefetch_bucket_size", rc.stage3_prefetch);
+  read_elements("param_persistence_threshold", rc.stage3_persistence);
+  read_elements("max_live_parameters", rc.stage3_max_live);
   // Stage 0 ignores the section's other keys, but like DeepSpeed (whose config
   // models forbid extra fields) a key it does not know is an error.
   // DeepSpeed configs write bucket sizes as 5e8 (a float in JSON and TOML).

@@ -89,7 +89,10 @@ struct run_config {
   // zero_optimization.reduce_bucket_size: gradients are summed over the ranks in
   // buckets of at most this many elements.
   std::int64_t reduce_bucket_elements = 500'000'000;
-  int zero_stage = 0;       // zero_optimization.stage: 0, 1 (optimizer state partitioned) or 2 (gradients too)
+  int zero_stage = 0;       // zero_optimization.stage: 0, 1 (optimizer state partitioned), 2 (gradients too), 3 (weights too)
+  // ZeRO stage 3's parameter fetcher (DeepSpeed's keys and defaults), in elements:
+  // stage3_prefetch_bucket_size, stage3_param_persistence_threshold, stage3_max_live_parameters.
+  std::int64_t stage3_prefetch = 50'000'000, stage3_persistence = 100'000, stage3_max_live = 1'000'000'000;
   bool overlap_comm = false;              // zero_optimization.overlap_comm (DeepSpeed's default for stages 0-2)
   offload_settings offload; // zero_optimization.offload_optimizer, sub_group_size, [aio]
   net::comms_logger_options comms_logger; // [comms_logger], DeepSpeed's keys

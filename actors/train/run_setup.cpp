@@ -139,7 +139,9 @@ status make_stages(run_context& ctx) {
                expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges, s)).describe(),
                run_zero_sizes(ctx.rc, ctx.ranges, s)
                    ? fmt::format(" (ZeRO stage {}: {} of 1/{} of the stage{})", ctx.rc.zero_stage,
-                                 ctx.rc.zero_stage >= 2 ? "gradients, masters and moments" : "masters and moments",
+                                 ctx.rc.zero_stage >= 3   ? "working weights, gradients, masters and moments"
+                                 : ctx.rc.zero_stage >= 2 ? "gradients, masters and moments"
+                                                          : "masters and moments",
                                  ctx.rc.batch.data_parallel_size,
                                  ctx.rc.offload.swaps() ? "; masters and moments on NVMe" : "")
                    : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()),
@@ -296,6 +298,20 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
       o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
       o.partition_gradients = rc.zero_stage >= 2;
+      o.partition_parameters = rc.zero_stage >= 3;
+      if (o.partition_parameters) {
+        // ZeRO-3: the stage keeps its partition of the weights and gathers each part's as it runs it.
+        std::vector<optim::flat_tensor_spec> flat;
+        for (const auto& spec : o.specs) flat.push_back(optim::bert_flat_tensor(spec.name, spec.shape));
+        DSA_ASSIGN_OR_RETURN(auto layout, optim::flat_layout::create(std::move(flat), o.zero_ranks));
+        bert_stage& stage = *ctx.stages[s];
+        fetch_settings fs{rc.stage3_persistence, rc.stage3_prefetch, rc.stage3_max_live};
+        stage.enable_zero3(std::make_shared<param_fetcher>(
+            std::move(layout), o.zero_rank, working_dtype(rc.working),
+            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::fetch_channel(s)),
+            stage.fetch_parts(), stage.fetch_sequence(), static_cast<std::uint32_t>(rc.batch.gradient_accumulation),
+            fs));
+      }
       // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
       if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = rr.parts.tied[s];
     }

@@ -243,7 +243,9 @@ int run_training(const run_request& req) {
                                                "no loss scaling)");
     const int world = static_cast<int>(rc.batch.data_parallel_size);
     const char* zero_held =
-        rc.zero_stage >= 2 ? "the optimizer state and the reduced gradients" : "the optimizer state";
+        rc.zero_stage >= 3   ? "the working weights (each layer's gathered as it runs), the optimizer state and the reduced gradients"
+        : rc.zero_stage >= 2 ? "the optimizer state and the reduced gradients"
+                             : "the optimizer state";
     if (world > 1)
       log_info("data parallel: {} ranks{}; gradients summed over them in buckets of up to {} elements, "
                "{} ({})",
@@ -320,6 +322,37 @@ int run_training(const run_request& req) {
       if (!results[static_cast<std::size_t>(r)].ok)
         errors += (errors.empty() ? "" : "\n") + results[static_cast<std::size_t>(r)].error;
     if (!errors.empty()) return fail(make_error(errc::runtime, "{}", errors), 1);
+    // ZeRO-3: the stages hold partitions; every rank takes part in gathering the whole
+    // weights back (the evaluation reads them from rank 0's stages).
+    if (rc.zero_stage >= 3 && world > 1) {
+      for (std::uint32_t s = 0; s < rc.stages; ++s)
+        if (const param_fetcher* f = ctx.stages[s]->fetcher()) {
+          const fetch_stats st = f->stats();
+          log_info("stage {}: ZeRO-3 fetcher of rank {}: gathered {} tensors ({:.2f} MiB) over the run; at most {} "
+                   "elements gathered at once (stage3_max_live_parameters {}); {} uses gathered ahead of the "
+                   "compute (stage3_prefetch_bucket_size {}), {} waited for; {} elements kept whole "
+                   "(stage3_param_persistence_threshold {})",
+                   s, ctx.rank, st.gathers,
+                   static_cast<double>(st.gathered_elements) * static_cast<double>(dtype_size(working_dtype(rc.working))) /
+                       (1 << 20),
+                   st.peak_live_elements, rc.stage3_max_live, st.ahead, rc.stage3_prefetch, st.waits,
+                   f->persistent_elements(), rc.stage3_persistence);
+        }
+      std::vector<std::string> gather_errors(static_cast<std::size_t>(R));
+      std::vector<std::thread> gathers;
+      for (int r = 0; r < R; ++r)
+        gathers.emplace_back([&, r] {
+          try {
+            for (auto& stage : context_of(r).stages) stage->gather_whole();
+          } catch (const std::exception& e) {
+            gather_errors[static_cast<std::size_t>(r)] = e.what();
+            if (auto* t = transport_of(r)) t->abort(make_error(errc::runtime, "rank {}: {}", ctx.rank + r, e.what()));
+          }
+        });
+      for (auto& t : gathers) t.join();
+      for (const auto& e : gather_errors)
+        if (!e.empty()) return fail(make_error(errc::runtime, "{}", e), 1);
+    }
     // The final checkpoint (or the one a signal asked for): the shards hold that step's state.
     const std::int64_t done = static_cast<std::int64_t>(ctx.first_step) + result.steps_completed - 1;
     // Every rank agrees that the run ended early (the coordinators stop together), so

@@ -20,7 +20,31 @@ bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range
     tensor grad = tensor::zeros(spec.shape, dtype::f32);
     entries_.push_back(entry{std::move(spec), std::move(value), std::move(grad)});
   }
+  build_views();
+}
 
+void bert_parameters::set_value(std::size_t i, tensor value) {
+  std::vector<std::pair<std::size_t, tensor>> one;
+  one.emplace_back(i, std::move(value));
+  set_values(std::move(one));
+}
+
+void bert_parameters::set_values(std::vector<std::pair<std::size_t, tensor>> values) {
+  for (auto& [i, value] : values) {
+    DSA_CHECK(i < entries_.size(), "bert parameters: entry {} of {}", i, entries_.size());
+    entry& e = entries_[i];
+    DSA_CHECK(!value.defined() || (value.type() == value_type_ && value.shape() == e.spec.shape && value.is_contiguous()),
+              "bert parameters: {} takes a contiguous {} tensor of {} elements in its shape, got {}", e.spec.name,
+              dtype_name(value_type_), shape_numel(e.spec.shape), value.describe());
+    e.value = std::move(value);
+  }
+  build_views();
+}
+
+void bert_parameters::build_views() {
+  const bert_range& range = range_;
+  const bert_config& cfg = cfg_;
+  layers_.clear();
   if (range.has_embeddings()) {
     embeddings_.word = value_of(word_embeddings_name());
     embeddings_.dword = grad_of(word_embeddings_name());
@@ -88,14 +112,14 @@ const bert_parameters::entry* bert_parameters::find(std::string_view name) const
 std::int64_t bert_parameters::count() const {
   std::int64_t n = 0;
   for (const auto& e : entries_)
-    n += e.value.numel();
+    n += shape_numel(e.spec.shape);
   return n;
 }
 
 std::size_t bert_parameters::value_bytes() const {
   std::size_t n = 0;
   for (const auto& e : entries_)
-    n += e.value.nbytes();
+    if (e.value.defined()) n += e.value.nbytes();
   return n;
 }
 

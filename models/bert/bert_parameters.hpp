@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dsa::bert {
@@ -76,15 +77,21 @@ public:
   // gradients untouched.
   void init(std::uint64_t seed);
   void zero_grad();
+  // ZeRO-3: replaces entry i's value (value_type(), spec.shape) or, with an undefined
+  // tensor, drops it (its memory is freed once no other reference holds it). The typed
+  // views follow; a part may run only while its values are defined.
+  void set_value(std::size_t i, tensor value);
+  // Several at once (one rebuild of the views).
+  void set_values(std::vector<std::pair<std::size_t, tensor>> values);
 
   const bert_config& config() const { return cfg_; }
   const bert_range& range() const { return range_; }
   const std::vector<entry>& entries() const { return entries_; }
   // nullptr when this range holds no tensor of that name.
   const entry* find(std::string_view name) const;
-  std::int64_t count() const; // elements over all entries
+  std::int64_t count() const; // elements over all entries (held or not)
   dtype value_type() const { return value_type_; }
-  std::size_t value_bytes() const; // bytes of the values (the working weights)
+  std::size_t value_bytes() const; // bytes of the values held (the working weights)
 
   // Typed views (values in value_type()); each checks that the range holds the part.
   const embeddings_params& embeddings() const;
@@ -94,6 +101,7 @@ public:
   const squad_head_params& squad_head() const;
 
 private:
+  void build_views();
   const tensor& value_of(const std::string& name) const;
   const tensor& grad_of(const std::string& name) const;
   linear_params linear(const std::string& prefix) const;

@@ -47,7 +47,9 @@ expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_bat
 
   tensor hidden;
   if (r.has_embeddings()) {
+    enter(backward_options::embeddings_done);
     hidden = embeddings_forward(params_.embeddings(), cfg, batch, ctx, stash.embeddings);
+    leave(backward_options::embeddings_done);
   } else {
     if (!hidden_in.defined() || hidden_in.type() != dtype::f32 ||
         hidden_in.shape() != shape_t{B, T, H})
@@ -62,11 +64,14 @@ expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_bat
   tensor kept; // the previous layer's stashed output, shared as this layer's stashed input
   for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) {
     layer_stash& s = stash.layers[static_cast<std::size_t>(l - r.first_layer)];
+    enter(l);
     hidden = encoder_layer_forward(hidden, kept, key_mask, params_.layer(l), cfg, l, ctx, s);
+    leave(l);
     kept = s.output;
   }
 
   if (r.has_head()) {
+    enter(backward_options::head_done);
     if (cfg.norm == layer_norm_placement::pre) {
       const layernorm_params n = widen(params_.final_norm());
       stash.final_norm_in = keep(hidden, ctx.stash_type);
@@ -84,6 +89,7 @@ expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_bat
                                             stash.pretraining);
     else
       out.losses = squad_head_forward(hidden, batch, params_.squad_head(), stash.squad, out.squad);
+    leave(backward_options::head_done);
   } else {
     out.hidden = hidden;
   }
@@ -102,6 +108,7 @@ tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
             r.to_string());
   tensor d;
   if (r.has_head()) {
+    enter(backward_options::head_done);
     d = cfg.head == head_kind::pretraining
             ? pretraining_head_backward(stash.pretraining, params_.pretraining_head(), cfg,
                                         options.loss_scale)
@@ -114,6 +121,7 @@ tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
           widen(stash.final_norm_in).data<float>(), stash.final_norm_mean.data<float>(),
           stash.final_norm_rstd.data<float>(), n.weight.data<float>(), rows, cfg.hidden_size);
     }
+    leave(backward_options::head_done);
     if (options.on_done) options.on_done(backward_options::head_done);
   } else {
     DSA_CHECK(dhidden_out.defined() && dhidden_out.type() == dtype::f32 &&
@@ -126,12 +134,16 @@ tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
   }
   for (std::int64_t l = r.last_layer; l-- > r.first_layer;) {
     auto& s = stash.layers[static_cast<std::size_t>(l - r.first_layer)];
+    enter(l);
     d = encoder_layer_backward(d, s, params_.layer(l), cfg);
+    leave(l);
     s = layer_stash{}; // free as we go
     if (options.on_done) options.on_done(l);
   }
   if (r.has_embeddings()) {
+    enter(backward_options::embeddings_done);
     embeddings_backward(params_.embeddings(), cfg, d, stash.embeddings);
+    leave(backward_options::embeddings_done);
     d = tensor{};
     if (options.on_done) options.on_done(backward_options::embeddings_done);
   }

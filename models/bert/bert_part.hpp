@@ -62,6 +62,18 @@ struct backward_options {
   std::function<void(std::int64_t part)> on_done;
 };
 
+// ZeRO-3 (a parameter fetcher): told just before and just after the model runs each part
+// of the range, so that part's weights can be gathered for it and freed after it. Part
+// ids as backward_options::on_done's: embeddings_done for the embeddings, the layer's
+// index, head_done for the head (with a pre-LN final LayerNorm). The forward runs the
+// parts in that order, the backward in reverse; each enter is followed by its leave.
+class part_gate {
+public:
+  virtual ~part_gate() = default;
+  virtual void enter(std::int64_t part) = 0;
+  virtual void leave(std::int64_t part) = 0;
+};
+
 class bert_part {
 public:
   // weights: the dtype the parameter values are held in (f32, f16 or bf16); each
@@ -88,8 +100,18 @@ public:
   tensor backward(const tensor& dhidden_out, part_stash& stash,
                   const backward_options& options) const;
 
+  // ZeRO-3: the gate told about every part forward and backward run (null: none).
+  void set_gate(part_gate* gate) { gate_ = gate; }
+
 private:
+  void enter(std::int64_t part) const {
+    if (gate_) gate_->enter(part);
+  }
+  void leave(std::int64_t part) const {
+    if (gate_) gate_->leave(part);
+  }
   bert_parameters params_;
+  part_gate* gate_ = nullptr;
 };
 
 // The key mask the softmax takes: (B, T) f32, converted from i32 when needed;

@@ -171,7 +171,7 @@ TEST_CASE("DeepSpeed's boolean zero_optimization, unsupported ZeRO stages, and h
     REQUIRE(cfg.has_value());
     return train::parse_run_config(*cfg, "runs/x");
   };
-  // false is stage 0, true stage 1 (both accepted); stage 2 is accepted, stage 3 refused by name.
+  // false is stage 0, true stage 1 (both accepted); stages 2 and 3 are accepted.
   auto off = parse(base + "zero_optimization = false\n" + rest);
   REQUIRE_MESSAGE(off.has_value(), (off.has_value() ? "" : off.err().message));
   CHECK(off->zero_stage == 0);
@@ -181,10 +181,24 @@ TEST_CASE("DeepSpeed's boolean zero_optimization, unsupported ZeRO stages, and h
   auto two = parse(base + "[zero_optimization]\nstage = 2\n" + rest);
   REQUIRE_MESSAGE(two.has_value(), (two.has_value() ? "" : two.err().message));
   CHECK(two->zero_stage == 2);
-  auto three = parse(base + "[zero_optimization]\nstage = 3\n" + rest);
-  REQUIRE_FALSE(three.has_value());
-  CHECK(three.err().message.find("zero_optimization.stage") != std::string::npos);
-  CHECK(three.err().message.find("ZeRO stage 3 (partitioned parameters) is not supported") != std::string::npos);
+  auto three = parse(base + "[zero_optimization]\nstage = 3\nstage3_param_persistence_threshold = 1e4\n"
+                           "stage3_prefetch_bucket_size = 5e7\nmax_live_parameters = 1e6\n" + rest);
+  REQUIRE_MESSAGE(three.has_value(), (three.has_value() ? "" : three.err().message));
+  CHECK(three->zero_stage == 3);
+  CHECK(three->stage3_persistence == 10000);
+  CHECK(three->stage3_prefetch == 50'000'000);
+  CHECK(three->stage3_max_live == 1'000'000);
+  // Stage 3 with a pipeline, or with the gpipe schedule, is refused by name.
+  auto piped = parse(base + "[zero_optimization]\nstage = 3\n[pipeline]\nstages = 2\n" + rest);
+  REQUIRE_FALSE(piped.has_value());
+  CHECK(piped.err().message.find("zero_optimization.stage") != std::string::npos);
+  CHECK(piped.err().message.find("pipeline.stages = 2") != std::string::npos);
+  auto gpipe = parse(base + "[zero_optimization]\nstage = 3\n[pipeline]\nschedule = \"gpipe\"\n" + rest);
+  REQUIRE_FALSE(gpipe.has_value());
+  CHECK(gpipe.err().message.find("1f1b") != std::string::npos);
+  auto negative = parse(base + "[zero_optimization]\nstage = 3\nstage3_max_live_parameters = -1\n" + rest);
+  REQUIRE_FALSE(negative.has_value());
+  CHECK(negative.err().message.find("zero_optimization.stage3_max_live_parameters") != std::string::npos);
   // Masters in half cannot be honoured: an error naming the key.
   auto masters = parse(base + rest + "[fp16]\nenabled = true\nfp16_master_weights_and_grads = true\n");
   REQUIRE_FALSE(masters.has_value());

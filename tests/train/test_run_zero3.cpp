@@ -1,0 +1,108 @@
+// ZeRO stage 3 in `dsactor run`: the stage keeps its partition of the working weights
+// and gathers each part's before running it (actors/train/param_fetcher.hpp).
+#include "tests/train/train_fixture.hpp"
+#include "actors/train/memory_accounting.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+using namespace dsa;
+
+namespace {
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+ckpt::loaded_checkpoint train_checkpoint(const std::vector<std::string>& overrides) {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "z3", test::tiny_config(dir.path()), overrides) == 0);
+  return test::load_run_checkpoint(dir.path() + "/ckpt", "latest");
+}
+
+std::string run_log(const std::vector<std::string>& overrides) {
+  test::temp_dir dir;
+  CHECK(test::run_config(dir.path(), "z3", test::tiny_config(dir.path()), overrides) == 0);
+  std::ifstream in(dir.path() + "/run/train.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+} // namespace
+
+// A gathered tensor is the owners' working weights byte for byte, and the gradients go
+// the way of stage 2 (summed over the ranks in buckets, each rank keeping its
+// partition's): stage 3 equals stage 0 bit for bit. The tiny model's tensors are small,
+// so the persistence threshold decides what is gathered: 0 gathers every tensor, 1000
+// keeps the biases and LayerNorm vectors whole and gathers the matrices and embeddings;
+// a prefetch of 0 gathers each part only when the model asks, and a live bound of 1
+// forbids any gather ahead.
+TEST_CASE("ZeRO stage 3 on 2 and 4 ranks equals stage 0 bit for bit, with AdamW, LAMB and fp16 with clipping") {
+  const std::vector<std::vector<std::string>> variants{
+      {},
+      {"optimizer.type=\"Lamb\""},
+      {"fp16.enabled=true", "fp16.initial_scale_power=8", "gradient_clipping=0.05"}};
+  const std::vector<std::vector<std::string>> fetching{
+      {"zero_optimization.stage3_param_persistence_threshold=0"},
+      {"zero_optimization.stage3_param_persistence_threshold=1000",
+       "zero_optimization.stage3_prefetch_bucket_size=0"},
+      {"zero_optimization.stage3_param_persistence_threshold=0", "zero_optimization.stage3_max_live_parameters=1"}};
+  for (const auto& v : variants)
+    for (int ranks : {2, 4}) {
+      CAPTURE(ranks);
+      CAPTURE(v.empty() ? std::string("AdamW") : v.front());
+      auto zero0 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks)}));
+      for (std::size_t f = 0; f < fetching.size(); ++f) {
+        if (f > 0 && !v.empty()) continue; // the fetch settings once, with AdamW
+        CAPTURE(f);
+        auto zero3 = train_checkpoint(
+            with(with(v, fetching[f]), {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=3"}));
+        test::check_same_state(zero3, zero0);
+        CHECK(zero3.manifest.state["data_cursor"] == zero0.manifest.state["data_cursor"]);
+      }
+    }
+}
+
+TEST_CASE("ZeRO stage 3: each rank holds 1/N of the working weights, as the accounting expects") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    const std::string log = run_log({fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=3",
+                                     "zero_optimization.stage3_param_persistence_threshold=1000", "train_steps=1"});
+    CHECK(log.find("(as expected)") != std::string::npos);
+    CHECK(log.find("the accounting expected") == std::string::npos);
+    CHECK(log.find(fmt::format("ZeRO stage 3: working weights, gradients, masters and moments of 1/{} of the stage",
+                               ranks)) != std::string::npos);
+    // The fetcher gathered: the tiny model's matrices and embeddings are above 1000 elements.
+    CHECK(log.find("ZeRO-3 fetcher of rank 0: gathered ") != std::string::npos);
+    CHECK(log.find("ZeRO-3 fetcher of rank 0: gathered 0 tensors") == std::string::npos);
+  }
+  // The accounting: the partition plus the persistent tensors for the weights, the
+  // partition for the next version.
+  train::zero_sizes z{4096, 1024, 3, 0};
+  z.persistent = 100;
+  const auto three = train::expected_model_states(1000, train::precision::f16, z);
+  CHECK(three.weights == 2 * (1024 + 100));
+  CHECK(three.version == 2 * 1024);
+  CHECK(three.reduced == 4 * 1024);
+}
+
+TEST_CASE("ZeRO stage 3 resumes as stage 1 on another rank count and stage 1 resumes as stage 3") {
+  const std::vector<std::string> z3{"zero_optimization.stage=3", "zero_optimization.stage3_param_persistence_threshold=0"};
+  test::temp_dir full, a, b;
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), {"train_steps=4", "devices.ranks=2"}) == 0);
+  REQUIRE(test::run_config(a.path(), "a", test::tiny_config(a.path()), with(z3, {"train_steps=2", "devices.ranks=2"})) == 0);
+  REQUIRE(test::run_config(a.path(), "a", test::tiny_config(a.path()),
+                           {"train_steps=4", "devices.ranks=2", "zero_optimization.stage=1"}, /*resume=*/true) == 0);
+  REQUIRE(test::run_config(b.path(), "b", test::tiny_config(b.path()),
+                           {"train_steps=2", "devices.ranks=2", "zero_optimization.stage=1"}) == 0);
+  REQUIRE(test::run_config(b.path(), "b", test::tiny_config(b.path()), with(z3, {"train_steps=4", "devices.ranks=2"}),
+                           /*resume=*/true) == 0);
+  auto want = test::load_run_checkpoint(full.path() + "/ckpt", "4");
+  test::check_same_state(test::load_run_checkpoint(a.path() + "/ckpt", "4"), want);
+  test::check_same_state(test::load_run_checkpoint(b.path() + "/ckpt", "4"), want);
+}
