@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Integration: `dsactor launch` training for real — 2 processes x 2 pipeline stages give
-# the parameters of 2 ranks in one process bit for bit; ranks with differing configs are
+# the parameters of 2 ranks in one process bit for bit (and 2 processes with ZeRO stage 3); ranks with differing configs are
 # refused naming the key; kill -9 of a rank mid-run ends the job non-zero naming it, and
 # the last checkpoint resumes on one process. Usage: launch_train.sh PATH/TO/dsactor
 set -euo pipefail
@@ -85,6 +85,28 @@ for f in "$work/oprocs/$step4"/optimizer_*.safetensors; do
 done
 [[ -z $(ls -A "$work/swap") ]] || fail "swap files were left behind: $(ls -R "$work/swap")"
 echo "ok: 2 processes with the optimizer state on NVMe = in memory, bit for bit"
+
+# 1c. ZeRO stage 3 (one pipeline stage; the matrices and embeddings gathered by each
+#     process's parameter fetcher over UCX) equals 2 in-process ranks with stage 3 and
+#     stage 0, bit for bit.
+zero3=(--set pipeline.stages=1 --set zero_optimization.stage=3
+  --set zero_optimization.stage3_param_persistence_threshold=1000)
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/z3procs\"" "${zero3[@]}" \
+  >"$work/out" 2>"$work/err" || fail "2-process training with ZeRO stage 3"
+grep -q "ZeRO-3 fetcher of rank 0: gathered [1-9]" "$work/z3procs/train.log" || fail "rank 0's fetcher gathered nothing"
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/z3threads\"" --set devices.ranks=2 "${zero3[@]}" \
+  >"$work/out" 2>"$work/err" || fail "2 in-process ranks with ZeRO stage 3"
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/z0threads\"" --set devices.ranks=2 --set pipeline.stages=1 \
+  >"$work/out" 2>"$work/err" || fail "2 in-process ranks on one stage"
+for d in z3threads z0threads; do
+  cmp "$work/z3procs/$step4/model.safetensors" "$work/$d/$step4/model.safetensors" ||
+    fail "2 processes with ZeRO stage 3 and $d ended with different models"
+done
+for f in optimizer_0_rank0 optimizer_0_rank1; do
+  cmp "$work/z3procs/$step4/$f.safetensors" "$work/z3threads/$step4/$f.safetensors" ||
+    fail "2 processes and 2 in-process ranks with ZeRO stage 3 wrote different $f files"
+done
+echo "ok: 2 processes with ZeRO stage 3 = 2 in-process ranks with stage 3 and with stage 0, bit for bit"
 
 # The ZeRO run's model as one fp32 HuggingFace-named file, from the checkpoint root.
 "$dsactor" convert zero-to-fp32 "$work/procs/checkpoints" "$work/model-fp32.safetensors" >"$work/out" 2>"$work/err" ||
