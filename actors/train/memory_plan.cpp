@@ -237,7 +237,8 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                              needs, mib_up(with_nvme.peak()));
   }
   message += ". Only the optimizer state can leave host memory: offloading the parameters "
-             "(offload_param) needs ZeRO stage 3, which dsactor does not have";
+             "(offload_param) is not built yet (zero_optimization.stage = 3 over several ranks keeps 1/N of the "
+             "working weights on each)";
   return make_error(errc::config, "{}", message);
 }
 

@@ -28,7 +28,7 @@
 //                 arenas, CAF's mailboxes, OpenMP): 16 MiB + 10% of the rest
 // Only the optimizer state (fp32 masters and moments) can leave host memory today,
 // to NVMe with zero_optimization.offload_optimizer.device = "nvme"; offloading
-// parameters needs ZeRO stage 3, which dsactor does not have.
+// parameters is not built yet (ZeRO stage 3 partitions them over ranks instead).
 #pragma once
 
 #include "actors/train/run_config.hpp"

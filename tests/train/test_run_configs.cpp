@@ -83,9 +83,9 @@ TEST_CASE("a DeepSpeed JSON optimizer of another type does not lend its params t
   CHECK(rc->optimizer.lr == doctest::Approx(1e-3));
   CHECK(rc->optimizer.max_coeff != doctest::Approx(0.3)); // Lamb's params were not merged
   // With one replica the data-parallel averaging keys change nothing and are accepted;
-  // ZeRO stage 3 is not built and is refused by name.
+  // a ZeRO stage that does not exist is refused by name, in the JSON file.
   std::ofstream(dir.path() + "/zero.json") << R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
-    "gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 3, "overlap_comm": true}})";
+    "gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 4, "overlap_comm": true}})";
   auto zero = train::load_run_config(dir.path() + "/run.toml", dir.path() + "/zero.json");
   REQUIRE(zero.has_value());
   auto refused = train::parse_run_config(*zero, "runs/x");
