@@ -15,27 +15,25 @@ constexpr std::string_view shape_prefix = "shape.", step_key = "optimizer_step_c
 
 tensor as_f32(tensor t) { return t.type() == dtype::f32 ? t : cast_to(t, dtype::f32); }
 
-// A saved_partition over `reader`: key k is the file's tensor file_name(k); keys in
+// A group's tensors as a saved_partition: key k is the group's tensor name_of(k); keys in
 // `held` are answered from memory. Reads are whole (small tensors) or by range.
-optim::saved_partition file_partition(std::shared_ptr<ckpt::safetensors_reader> reader, std::vector<std::string> keys,
-                                      std::function<std::string(const std::string&)> file_name,
-                                      std::shared_ptr<const optim::state_map> held) {
+optim::saved_partition mapped_partition(const tensor_source& src, std::vector<std::string> keys,
+                                        std::function<std::string(const std::string&)> name_of,
+                                        std::shared_ptr<const optim::state_map> held) {
   optim::saved_partition p;
   p.keys = std::move(keys);
   p.read = [=](const std::string& key) -> expected<tensor> {
     if (auto it = held->find(key); it != held->end()) return it->second;
-    DSA_ASSIGN_OR_RETURN(tensor t, reader->read(file_name(key)));
+    DSA_ASSIGN_OR_RETURN(tensor t, src.read(name_of(key)));
     return t.type() == dtype::i64 ? t : as_f32(t);
   };
   p.shape = [=](const std::string& key) -> expected<shape_t> {
     if (auto it = held->find(key); it != held->end()) return it->second.shape();
-    DSA_ASSIGN_OR_RETURN(const ckpt::safetensors_entry* e, reader->entry(file_name(key)));
-    return e->shape;
+    return src.shape(name_of(key));
   };
   p.read_range = [=](const std::string& key, std::int64_t lo, std::int64_t hi) -> expected<tensor> {
-    if (auto it = held->find(key); it != held->end())
-      return as_f32(it->second.flatten().slice_rows(lo, hi));
-    DSA_ASSIGN_OR_RETURN(tensor t, reader->read_range(file_name(key), lo, hi));
+    if (auto it = held->find(key); it != held->end()) return as_f32(it->second.flatten().slice_rows(lo, hi));
+    DSA_ASSIGN_OR_RETURN(tensor t, src.read_range(name_of(key), lo, hi));
     return as_f32(t);
   };
   return p;
@@ -44,6 +42,80 @@ optim::saved_partition file_partition(std::shared_ptr<ckpt::safetensors_reader> 
 std::string same(const std::string& key) { return key; }
 
 } // namespace
+
+tensor_source file_source(std::shared_ptr<const ckpt::safetensors_reader> reader) {
+  tensor_source s;
+  for (const auto& [name, e] : reader->header().tensors) s.names.push_back(name);
+  s.shape = [reader](const std::string& name) -> expected<shape_t> {
+    DSA_ASSIGN_OR_RETURN(const ckpt::safetensors_entry* e, reader->entry(name));
+    return e->shape;
+  };
+  s.read = [reader](const std::string& name) { return reader->read(name); };
+  s.read_range = [reader](const std::string& name, std::int64_t lo, std::int64_t hi) {
+    return reader->read_range(name, lo, hi);
+  };
+  return s;
+}
+
+tensor_source memory_source(const ckpt::named_tensors& tensors, const std::string& where) {
+  auto held = std::make_shared<const ckpt::named_tensors>(tensors);
+  auto find = [held, where](const std::string& name) -> expected<tensor> {
+    auto it = held->find(name);
+    if (it == held->end()) return make_error(errc::not_found, "{}: no tensor '{}'", where, name);
+    return it->second;
+  };
+  tensor_source s;
+  for (const auto& [name, t] : *held) s.names.push_back(name);
+  s.shape = [find](const std::string& name) -> expected<shape_t> {
+    DSA_ASSIGN_OR_RETURN(tensor t, find(name));
+    return t.shape();
+  };
+  s.read = find;
+  s.read_range = [find](const std::string& name, std::int64_t lo, std::int64_t hi) -> expected<tensor> {
+    DSA_ASSIGN_OR_RETURN(tensor t, find(name));
+    return t.flatten().slice_rows(lo, hi);
+  };
+  return s;
+}
+
+expected<std::vector<optim::saved_partition>> stage_partitions(const std::vector<tensor_source>& optimizer,
+                                                               const tensor_source& model, bool whole_group,
+                                                               std::uint32_t stage, const std::string& where) {
+  std::vector<optim::saved_partition> out;
+  std::set<std::string> names;
+  tensor count;
+  auto none = std::make_shared<const optim::state_map>();
+  for (const auto& src : optimizer) {
+    for (const auto& key : src.names) {
+      if (key.rfind(shape_prefix, 0) == 0) names.insert(key.substr(shape_prefix.size()));
+      // A whole-tensor group names its tensors by their moments only.
+      constexpr std::string_view moment = ".exp_avg";
+      if (whole_group && key.size() > moment.size() && key.compare(key.size() - moment.size(), moment.size(), moment) == 0)
+        names.insert(key.substr(0, key.size() - moment.size()));
+      if (key == step_key && !count.defined()) {
+        auto t = src.read(key);
+        if (!t) return make_error(t.err().code, "{}: {}", where, t.err().message);
+        count = *t;
+      }
+    }
+    out.push_back(mapped_partition(src, src.names, same, none));
+  }
+  if (out.empty()) return make_error(errc::not_found, "{}: no optimizer state for stage {}", where, stage);
+  if (!count.defined()) return make_error(errc::format, "{}: stage {}'s optimizer state has no step count", where, stage);
+  std::vector<std::string> keys{std::string(step_key)};
+  const std::set<std::string> in_model(model.names.begin(), model.names.end());
+  for (const auto& name : names) {
+    if (!in_model.count(name))
+      return make_error(errc::format, "{}: the model file lacks '{}', which stage {}'s optimizer state holds", where,
+                        name, stage);
+    keys.push_back(std::string(master_prefix) + name);
+  }
+  // The masters' record carries the stage's step count, as every rank's does.
+  auto held = std::make_shared<const optim::state_map>(optim::state_map{{std::string(step_key), count}});
+  out.push_back(mapped_partition(model, std::move(keys),
+                                 [](const std::string& key) { return key.substr(master_prefix.size()); }, held));
+  return out;
+}
 
 std::uint64_t stage_sources::bytes_read() const {
   std::uint64_t n = 0;
@@ -56,51 +128,26 @@ expected<stage_sources> open_stage_sources(const std::string& dir, const ckpt::c
   const std::string whole = fmt::format("optimizer_{}", stage), prefix = whole + "_rank";
   bool has_whole = false;
   for (const auto& f : manifest.files) has_whole = has_whole || f.group == whole;
+  const std::string where = fmt::format("checkpoint '{}'", dir);
   stage_sources out;
-  std::set<std::string> names;
-  tensor count;
-  auto none = std::make_shared<const optim::state_map>();
-  for (const auto& f : manifest.files) {
-    if (has_whole ? f.group != whole : f.group.rfind(prefix, 0) != 0) continue;
+  auto open = [&](const ckpt::checkpoint_file& f) -> expected<tensor_source> {
     auto reader = ckpt::safetensors_reader::open(dir + "/" + f.name, f.bytes);
-    if (!reader) return make_error(reader.err().code, "checkpoint '{}': {}", dir, reader.err().message);
-    std::vector<std::string> keys;
-    for (const auto& [key, e] : (*reader)->header().tensors) {
-      keys.push_back(key);
-      if (key.rfind(shape_prefix, 0) == 0) names.insert(key.substr(shape_prefix.size()));
-      // A whole-tensor group names its tensors by their moments only.
-      constexpr std::string_view moment = ".exp_avg";
-      if (has_whole && key.size() > moment.size() && key.compare(key.size() - moment.size(), moment.size(), moment) == 0)
-        names.insert(key.substr(0, key.size() - moment.size()));
-      if (key == step_key && !count.defined()) {
-        auto t = (*reader)->read(key);
-        if (!t) return make_error(t.err().code, "checkpoint '{}': {}", dir, t.err().message);
-        count = *t;
-      }
-    }
-    out.parts.push_back(file_partition(*reader, std::move(keys), same, none));
-    out.readers.push_back(std::move(*reader));
-  }
-  if (out.parts.empty()) return make_error(errc::not_found, "checkpoint '{}': no optimizer state for stage {}", dir, stage);
-  if (!count.defined()) return make_error(errc::format, "checkpoint '{}': stage {}'s optimizer state has no step count", dir, stage);
+    if (!reader) return make_error(reader.err().code, "{}: {}", where, reader.err().message);
+    out.readers.push_back(*reader);
+    return file_source(*reader);
+  };
+  std::vector<tensor_source> optimizer;
   const ckpt::checkpoint_file* model = nullptr;
-  for (const auto& f : manifest.files)
+  for (const auto& f : manifest.files) {
     if (f.group == "model") model = &f;
-  if (!model) return make_error(errc::format, "checkpoint '{}': no model weights", dir);
-  auto reader = ckpt::safetensors_reader::open(dir + "/" + model->name, model->bytes);
-  if (!reader) return make_error(reader.err().code, "checkpoint '{}': {}", dir, reader.err().message);
-  std::vector<std::string> keys{std::string(step_key)};
-  for (const auto& name : names) {
-    if (!(*reader)->header().tensors.count(name))
-      return make_error(errc::format, "checkpoint '{}': the model file lacks '{}', which stage {}'s optimizer state holds",
-                        dir, name, stage);
-    keys.push_back(std::string(master_prefix) + name);
+    if (has_whole ? f.group != whole : f.group.rfind(prefix, 0) != 0) continue;
+    DSA_ASSIGN_OR_RETURN(auto src, open(f));
+    optimizer.push_back(std::move(src));
   }
-  // The masters' record carries the stage's step count, as every rank's does.
-  auto held = std::make_shared<const optim::state_map>(optim::state_map{{std::string(step_key), count}});
-  out.parts.push_back(file_partition(*reader, std::move(keys),
-                                     [](const std::string& key) { return key.substr(master_prefix.size()); }, held));
-  out.readers.push_back(std::move(*reader));
+  if (optimizer.empty()) return make_error(errc::not_found, "{}: no optimizer state for stage {}", where, stage);
+  if (!model) return make_error(errc::format, "{}: no model weights", where);
+  DSA_ASSIGN_OR_RETURN(auto masters, open(*model));
+  DSA_ASSIGN_OR_RETURN(out.parts, stage_partitions(optimizer, masters, has_whole, stage, where));
   return out;
 }
 

@@ -15,11 +15,29 @@
 #include "optim/partition_checkpoint.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace dsa::train {
+
+// The tensors of one group by name: a file read on demand, or tensors in memory.
+struct tensor_source {
+  std::vector<std::string> names;
+  std::function<expected<shape_t>(const std::string&)> shape;
+  std::function<expected<tensor>(const std::string&)> read;
+  std::function<expected<tensor>(const std::string&, std::int64_t lo, std::int64_t hi)> read_range; // 1-D
+};
+tensor_source file_source(std::shared_ptr<const ckpt::safetensors_reader> reader);
+// `where` names the group in errors.
+tensor_source memory_source(const ckpt::named_tensors& tensors, const std::string& where);
+
+// Stage `stage`'s saved_partitions from its optimizer groups (per-rank pieces, or one
+// whole-tensor group when `whole_group`) and the masters of `model`. Errors start with `where`.
+expected<std::vector<optim::saved_partition>> stage_partitions(const std::vector<tensor_source>& optimizer,
+                                                               const tensor_source& model, bool whole_group,
+                                                               std::uint32_t stage, const std::string& where);
 
 struct stage_sources {
   std::vector<optim::saved_partition> parts;

@@ -188,9 +188,15 @@ bool partitioned(const run_config& rc) {
 // weights): its shards read their own ranges of the optimizer files and masters later.
 expected<restored> restore(run_context& ctx, const std::string& which) {
   const bool parts = partitioned(ctx.rc);
+  DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(ctx.rc.checkpoint.dir, which));
+  DSA_ASSIGN_OR_RETURN(auto listed, ckpt::read_checkpoint_manifest(dir));
+  // Whole groups are read whole (checksummed); ZeRO's per-rank files by range later.
   ckpt::load_options lo;
-  if (parts) lo.groups = {"model"};
-  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint(ctx.rc.checkpoint.dir, which, lo));
+  lo.groups = {"model"};
+  for (std::uint32_t s = 0; s < ctx.rc.stages && !parts; ++s)
+    for (const auto& f : listed.files)
+      if (f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
+  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(dir, lo));
   DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
   // The run must continue the saved one: same stages, precision and micro-batching.
   const std::string layout = describe_layout(ctx.ranges);
@@ -222,7 +228,7 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
     auto loaded = bert::load_state(ctx.stages[s]->part().parameters(), model->second, {});
     if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
     if (parts) continue;
-    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck.groups, s, ck.dir));
+    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck, s));
     r.optimizer_states.push_back(std::move(st));
   }
   if (!parts) r.masters = std::move(model->second);
