@@ -38,7 +38,8 @@ struct bert_optimizer_options {
   optim::optimizer_config optimizer;
   precision working = precision::f32;
   std::unique_ptr<step_decider> decider;
-  // Resuming: fp32 masters by name and optimizer state, used instead of the stage's weights.
+  // Resuming a whole shard: fp32 masters by name and optimizer state, used instead of the
+  // stage's weights.
   std::map<std::string, tensor> resume_masters;
   std::optional<optim::optimizer_state> resume_state;
   // Resuming a partitioned shard (ZeRO ranks or offload): the saved state's sources

@@ -8,6 +8,8 @@
 // save). Each file is opened once: its header is read and validated and its size checked
 // against the manifest; tensor data is read by range on demand. The whole-file CRC32C of
 // these files is not checked (that would read the whole stage); see docs/architecture.md.
+// The same sources can be built over groups already in memory (memory_source), which is
+// how optimizer_state_of assembles whole moments from a loaded checkpoint.
 #pragma once
 
 #include "io/ckpt/checkpoint_manifest.hpp"
