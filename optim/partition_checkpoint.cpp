@@ -176,7 +176,14 @@ expected<saved_partitions> saved_partitions::index(std::vector<saved_partition> 
         continue;
       }
       entry& e = out.tensors_[k->name];
-      if (k->kind == key_kind::shape || k->whole) {
+      if (k->whole && k->kind != key_kind::shape && src.shape) {
+        // A file gives the shape from its header: the tensor itself is read by ranges later.
+        auto shape = src.shape(key);
+        if (!shape)
+          return make_error(shape.err().code, "optimizer state of rank {}: '{}': {}", r, key, shape.err().message);
+        k->hi = shape_numel(*shape);
+        DSA_TRY(note_shape(e, k->name, *shape, r));
+      } else if (k->kind == key_kind::shape || k->whole) {
         auto t = read_key(src, r, key);
         if (!t) return t.err();
         shape_t shape;
@@ -189,11 +196,7 @@ expected<saved_partitions> saved_partitions::index(std::vector<saved_partition> 
           shape = t->shape();
           k->hi = t->numel();
         }
-        if (e.has_shape && shape != e.shape)
-          return make_error(errc::format, "optimizer state: tensor '{}' has shape {} in rank {}'s file, {} in another", k->name,
-                            shape_string(shape), r, shape_string(e.shape));
-        e.shape = shape;
-        e.has_shape = true;
+        DSA_TRY(note_shape(e, k->name, shape, r));
         if (k->kind == key_kind::shape) continue;
       }
       e.kinds[static_cast<int>(k->kind)].push_back({r, key, k->lo, k->hi});
@@ -205,6 +208,15 @@ expected<saved_partitions> saved_partitions::index(std::vector<saved_partition> 
       std::sort(pieces.begin(), pieces.end(), [](const piece_ref& a, const piece_ref& b) { return a.lo < b.lo; });
   DSA_TRY(out.check_coverage());
   return out;
+}
+
+status saved_partitions::note_shape(entry& e, const std::string& name, const shape_t& shape, std::size_t rank) {
+  if (e.has_shape && shape != e.shape)
+    return make_error(errc::format, "optimizer state: tensor '{}' has shape {} in rank {}'s file, {} in another", name,
+                      shape_string(shape), rank, shape_string(e.shape));
+  e.shape = shape;
+  e.has_shape = true;
+  return {};
 }
 
 status saved_partitions::check_coverage() const {
@@ -239,12 +251,25 @@ status saved_partitions::copy_range(float* out, const entry& e, int kind, std::i
   auto it = std::upper_bound(pieces.begin(), pieces.end(), lo,
                              [](std::int64_t x, const piece_ref& p) { return x < p.hi; });
   for (; it != pieces.end() && it->lo < hi; ++it) {
-    auto t = read_key(ranks_[it->rank], it->rank, it->key);
+    const std::int64_t begin = std::max(lo, it->lo), end = std::min(hi, it->hi);
+    const saved_partition& src = ranks_[it->rank];
+    if (src.read_range) {
+      // Only the piece's elements inside [lo, hi): a resume reads its own partition.
+      auto t = src.read_range(it->key, begin - it->lo, end - it->lo);
+      if (!t)
+        return make_error(t.err().code, "optimizer state of rank {}: reading '{}' [{}, {}): {}", it->rank, it->key,
+                          begin - it->lo, end - it->lo, t.err().message);
+      if (!t->defined() || t->type() != dtype::f32 || t->numel() != end - begin || !t->is_contiguous())
+        return make_error(errc::format, "optimizer state of rank {}: '{}' [{}, {}) read as {}, expected f32 with {} elements",
+                          it->rank, it->key, begin - it->lo, end - it->lo, t->describe(), end - begin);
+      std::memcpy(out + (begin - lo), t->data<float>(), static_cast<std::size_t>(end - begin) * sizeof(float));
+      continue;
+    }
+    auto t = read_key(src, it->rank, it->key);
     if (!t) return t.err();
     if (t->type() != dtype::f32 || t->numel() != it->hi - it->lo)
       return make_error(errc::format, "optimizer state of rank {}: '{}' is {}, expected f32 with {} elements", it->rank,
                         it->key, t->describe(), it->hi - it->lo);
-    const std::int64_t begin = std::max(lo, it->lo), end = std::min(hi, it->hi);
     std::memcpy(out + (begin - lo), t->data<float>() + (begin - it->lo), static_cast<std::size_t>(end - begin) * sizeof(float));
   }
   return {};

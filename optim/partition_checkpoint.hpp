@@ -43,9 +43,16 @@ status partition_payload_chunks(const partitioned_optimizer& opt, unsigned which
 
 // One old rank's saved state: its keys, and a way to read the tensor under a key
 // (a view of memory, a file read on demand, ...). Keys are read one piece at a time.
+// A source that can read part of a tensor (a file) also sets `shape` and `read_range`:
+// then index() takes a whole tensor's shape without reading it, and a partition reads
+// only the elements of each piece that fall into it.
 struct saved_partition {
   std::vector<std::string> keys;
   std::function<expected<tensor>(const std::string& key)> read;
+  // Optional: the shape of the tensor under a key.
+  std::function<expected<shape_t>(const std::string& key)> shape;
+  // Optional: elements [lo, hi) of the tensor under a key (row-major), as 1-D f32.
+  std::function<expected<tensor>(const std::string& key, std::int64_t lo, std::int64_t hi)> read_range;
 };
 // An in-memory state (a payload, or a file read whole); holds the map.
 saved_partition saved_partition_of(state_map tensors);
@@ -89,6 +96,7 @@ private:
     std::vector<piece_ref> kinds[3]; // master, exp_avg, exp_avg_sq; sorted by lo
   };
 
+  static status note_shape(entry& e, const std::string& name, const shape_t& shape, std::size_t rank);
   status check_coverage() const;
   // Elements [lo, hi) of one kind of a tensor, read from the pieces that hold them.
   status copy_range(float* out, const entry& e, int kind, std::int64_t lo, std::int64_t hi) const;

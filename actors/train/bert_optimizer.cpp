@@ -85,31 +85,16 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
       swap_ = swap.get();
       store = std::move(swap);
     }
-    if (options_.resume_masters.empty())
-      return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, initial,
+    if (options_.resume_partitions) {
+      DSA_ASSIGN_OR_RETURN(auto sources, options_.resume_partitions());
+      DSA_ASSIGN_OR_RETURN(auto index, optim::saved_partitions::index(std::move(sources)));
+      DSA_ASSIGN_OR_RETURN(auto state, index.partition(*layout, options_.zero_rank));
+      return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, std::move(state),
                                                   std::move(store));
-    // A resume holds whole tensors (run_checkpoint assembles the ranks' partitions; the model
-    // group holds every stage's): this stage's, read as the pieces [0, numel), cut to this
-    // rank's partition.
-    optim::state_map mine;
-    auto take = [&](const std::string& key, const tensor* t) {
-      if (t) mine[key] = *t;
-    };
-    for (const auto& t : layout->tensors()) {
-      auto master = options_.resume_masters.find(t.name);
-      take("master." + t.name, master == options_.resume_masters.end() ? nullptr : &master->second);
-      if (options_.resume_state)
-        for (const char* kind : {".exp_avg", ".exp_avg_sq"}) {
-          auto it = options_.resume_state->tensors.find(t.name + kind);
-          take(t.name + kind, it == options_.resume_state->tensors.end() ? nullptr : &it->second);
-        }
     }
-    tensor count = tensor::empty({1}, dtype::i64);
-    count.data<std::int64_t>()[0] = options_.resume_state ? options_.resume_state->step : 0;
-    mine["optimizer_step_count"] = count;
-    DSA_ASSIGN_OR_RETURN(auto index, optim::saved_partitions::index({optim::saved_partition_of(std::move(mine))}));
-    DSA_ASSIGN_OR_RETURN(auto state, index.partition(*layout, options_.zero_rank));
-    return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, std::move(state),
+    DSA_CHECK(options_.resume_masters.empty() && !options_.resume_state,
+              "optimizer shard {}: a partitioned shard resumes from resume_partitions", options_.participant);
+    return optim::partitioned_optimizer::create(options_.optimizer, *layout, options_.zero_rank, initial,
                                                 std::move(store));
   };
   auto created = create();

@@ -15,9 +15,11 @@
 #include "io/ckpt/checkpoint_dir.hpp"
 #include "io/net/communicator.hpp"
 #include "optim/optimizer.hpp"
+#include "optim/partition_checkpoint.hpp"
 #include "optim/partitioned_optimizer.hpp"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,9 +38,14 @@ struct bert_optimizer_options {
   optim::optimizer_config optimizer;
   precision working = precision::f32;
   std::unique_ptr<step_decider> decider;
-  // Resuming: fp32 masters by name and optimizer state, used instead of the stage's weights.
+  // Resuming a whole shard: fp32 masters by name and optimizer state, used instead of the
+  // stage's weights.
   std::map<std::string, tensor> resume_masters;
   std::optional<optim::optimizer_state> resume_state;
+  // Resuming a partitioned shard (ZeRO ranks or offload): the saved state's sources
+  // (train::open_stage_sources), from which init reads only its partition's ranges;
+  // used instead of resume_masters and resume_state.
+  std::function<expected<std::vector<optim::saved_partition>>()> resume_partitions;
   // ZeRO stage 1: with zero_ranks > 1 this shard is rank zero_rank of the stage's
   // zero_ranks shards and holds the fp32 masters and moments of its partition of the
   // stage's flat layout only (optim::partitioned_optimizer); `peers` (its own channel

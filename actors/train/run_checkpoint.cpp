@@ -1,12 +1,10 @@
 // Checkpoint contents of a run.
 #include "actors/train/run_checkpoint.hpp"
 
+#include "actors/train/partition_resume.hpp"
 #include "io/ckpt/safetensors.hpp"
-#include "optim/partition_checkpoint.hpp"
 
 #include <filesystem>
-#include <set>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -76,64 +74,39 @@ ckpt::tensor_groups checkpoint_groups(std::vector<state_payload>& payloads) {
   return groups;
 }
 
-namespace {
-
-// The whole moments of a stage from its ranks' partition groups (ZeRO's per-rank form),
-// with the masters from the model group completing each tensor's record.
-expected<optim::optimizer_state> assemble_partitions(const ckpt::tensor_groups& groups, std::uint32_t stage,
-                                                     const std::string& where) {
-  constexpr std::string_view shape_prefix = "shape.", step_key = "optimizer_step_count";
-  std::vector<optim::saved_partition> parts;
-  std::set<std::string> names;
-  tensor count;
-  // Every rank's group, or its groups of one swap chunk each: any set of pieces will do.
-  const std::string prefix = fmt::format("optimizer_{}_rank", stage);
-  for (const auto& [group, tensors] : groups) {
-    if (group.rfind(prefix, 0) != 0) continue;
-    optim::state_map m(tensors.begin(), tensors.end());
-    for (const auto& [key, t] : m) {
-      if (key.rfind(shape_prefix, 0) == 0) names.insert(key.substr(shape_prefix.size()));
-      if (key == step_key) count = t;
-    }
-    parts.push_back(optim::saved_partition_of(std::move(m)));
-  }
-  if (parts.empty()) return make_error(errc::not_found, "{}: no optimizer state for stage {}", where, stage);
-  if (!count.defined()) return make_error(errc::format, "{}: stage {}'s partitions have no step count", where, stage);
-  auto model = groups.find("model");
-  if (model == groups.end()) return make_error(errc::format, "{}: no model weights", where);
-  optim::state_map masters;
-  for (const auto& name : names) {
-    auto t = model->second.find(name);
-    if (t == model->second.end())
-      return make_error(errc::format, "{}: the model file lacks '{}', which stage {}'s optimizer state holds", where,
-                        name, stage);
-    masters["master." + name] = t->second.type() == dtype::f32 ? t->second : cast_to(t->second, dtype::f32);
-  }
-  masters[std::string(step_key)] = count;
-  parts.push_back(optim::saved_partition_of(std::move(masters)));
-  auto index = optim::saved_partitions::index(std::move(parts));
-  if (!index) return make_error(index.err().code, "{}: stage {}'s optimizer partitions: {}", where, stage, index.err().message);
+expected<optim::optimizer_state> optimizer_state_of(const ckpt::loaded_checkpoint& ck, std::uint32_t stage) {
   optim::optimizer_state st;
+  auto it = ck.groups.find(fmt::format("optimizer_{}", stage));
+  if (it != ck.groups.end()) {
+    for (const auto& [name, t] : it->second) {
+      if (name == "optimizer_step_count") st.step = t.data<std::int64_t>()[0];
+      else st.tensors[name] = t;
+    }
+    return st;
+  }
+  // ZeRO's per-rank form: whole tensors one at a time from the ranks' groups where `ck`
+  // loaded them, else from their files, read by range.
+  const std::string prefix = fmt::format("optimizer_{}_rank", stage), where = fmt::format("checkpoint '{}'", ck.dir);
+  std::vector<tensor_source> loaded;
+  for (const auto& [group, tensors] : ck.groups)
+    if (group.rfind(prefix, 0) == 0) loaded.push_back(memory_source(tensors, where + " group " + group));
+  auto model = ck.groups.find("model");
+  std::vector<optim::saved_partition> parts;
+  if (!loaded.empty() && model != ck.groups.end()) {
+    DSA_ASSIGN_OR_RETURN(parts, stage_partitions(loaded, memory_source(model->second, where + " group model"), false,
+                                                 stage, where));
+  } else {
+    DSA_ASSIGN_OR_RETURN(auto sources, open_stage_sources(ck.dir, ck.manifest, stage));
+    parts = std::move(sources.parts);
+  }
+  auto index = optim::saved_partitions::index(std::move(parts));
+  if (!index) return make_error(index.err().code, "{}: stage {}'s optimizer partitions: {}", ck.dir, stage, index.err().message);
   st.step = index->step();
   DSA_TRY(index->assemble([&](const optim::assembled_tensor& a) -> status {
     st.tensors[a.name + ".exp_avg"] = a.exp_avg;
     st.tensors[a.name + ".exp_avg_sq"] = a.exp_avg_sq;
     return {};
   }));
-  return st;
-}
-
-} // namespace
-
-expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& groups, std::uint32_t stage,
-                                                    const std::string& where) {
-  auto it = groups.find(fmt::format("optimizer_{}", stage));
-  if (it == groups.end()) return assemble_partitions(groups, stage, where);
-  optim::optimizer_state st;
-  for (const auto& [name, t] : it->second) {
-    if (name == "optimizer_step_count") st.step = t.data<std::int64_t>()[0];
-    else st.tensors[name] = t;
-  }
   return st;
 }
 

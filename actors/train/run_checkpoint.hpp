@@ -37,9 +37,10 @@ expected<run_progress_state> progress_from_json(const nlohmann::json& j, const s
 // Builds the checkpoint groups from every shard's payload (see bert_optimizer).
 ckpt::tensor_groups checkpoint_groups(std::vector<state_payload>& payloads);
 
-// The optimizer state of shard `stage` from a loaded checkpoint.
-expected<optim::optimizer_state> optimizer_state_of(const ckpt::tensor_groups& groups, std::uint32_t stage,
-                                                    const std::string& where);
+// The whole optimizer state of shard `stage`: its group optimizer_<stage> when `ck` loaded
+// one, else assembled from the stage's per-rank ZeRO files, read by range from ck.dir
+// (open_stage_sources), one tensor at a time.
+expected<optim::optimizer_state> optimizer_state_of(const ckpt::loaded_checkpoint& ck, std::uint32_t stage);
 
 // The model weights of a checkpoint in any form `init_checkpoint` accepts: a
 // safetensors file, a checkpoint directory (step_N) or a checkpoint root (its latest);

@@ -1,6 +1,8 @@
 // Setting up one rank of a run and the final evaluation; see run_setup.hpp.
 #include "actors/train/run_setup.hpp"
 
+#include "actors/train/partition_resume.hpp"
+
 #include "actors/train/bert_stage.hpp"
 #include "actors/train/data_prepare.hpp"
 #include "actors/train/evaluation.hpp"
@@ -178,9 +180,25 @@ expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(run_context& 
   return out;
 }
 
+// Whether the shards hold partitions of their stages' optimizer state (bert_optimizer::init).
+bool partitioned(const run_config& rc) {
+  return (rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1) || rc.offload.swaps();
+}
+
 // Restores a checkpoint into the stages and returns what the shards and the data need.
+// A partitioned run loads only the model file whole (every rank holds its stages' working
+// weights): its shards read their own ranges of the optimizer files and masters later.
 expected<restored> restore(run_context& ctx, const std::string& which) {
-  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint(ctx.rc.checkpoint.dir, which));
+  const bool parts = partitioned(ctx.rc);
+  DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(ctx.rc.checkpoint.dir, which));
+  DSA_ASSIGN_OR_RETURN(auto listed, ckpt::read_checkpoint_manifest(dir));
+  // Whole groups are read whole (checksummed); ZeRO's per-rank files by range later.
+  ckpt::load_options lo;
+  lo.groups = {"model"};
+  for (std::uint32_t s = 0; s < ctx.rc.stages && !parts; ++s)
+    for (const auto& f : listed.files)
+      if (f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
+  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(dir, lo));
   DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
   // The run must continue the saved one: same stages, precision and micro-batching.
   const std::string layout = describe_layout(ctx.ranges);
@@ -206,13 +224,16 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
   auto model = ck.groups.find("model");
   if (model == ck.groups.end()) return make_error(errc::format, "{}: no model weights", ck.dir);
   restored r;
-  r.masters = model->second;
+  r.dir = ck.dir;
+  r.manifest = ck.manifest;
   for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
-    auto loaded = bert::load_state(ctx.stages[s]->part().parameters(), r.masters, {});
+    auto loaded = bert::load_state(ctx.stages[s]->part().parameters(), model->second, {});
     if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
-    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck.groups, s, ck.dir));
+    if (parts) continue;
+    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck, s));
     r.optimizer_states.push_back(std::move(st));
   }
+  if (!parts) r.masters = std::move(model->second);
   ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
   DSA_TRY(ctx.provider->seek(progress.data_cursor));
   r.progress = std::move(progress);
@@ -319,7 +340,13 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.offload = bert_optimizer_options::nvme_offload{rr.swap->engine(), rr.swap->dir(), off.sub_group_size,
                                                        static_cast<std::size_t>(off.buffer_count), off.pipeline_read,
                                                        off.pipeline_write};
-    if (start.resumed) {
+    if (start.resumed && partitioned(rc)) {
+      o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
+                             s]() -> expected<std::vector<optim::saved_partition>> {
+        DSA_ASSIGN_OR_RETURN(auto sources, open_stage_sources(dir, manifest, s));
+        return std::move(sources.parts);
+      };
+    } else if (start.resumed) {
       o.resume_masters = start.resumed->masters;
       o.resume_state = start.resumed->optimizer_states[s];
     }

@@ -29,9 +29,13 @@ expected<std::optional<tok::vocab>> load_vocab(run_context& ctx);
 status make_provider(run_context& ctx);
 
 // What a checkpoint restored into a rank's stages gives its shards and data.
+// A partitioned run (ZeRO ranks or NVMe offload) keeps no whole state here: its shards
+// read their partitions' ranges from the checkpoint's files (partition_resume.hpp).
 struct restored {
-  std::map<std::string, tensor> masters;
-  std::vector<optim::optimizer_state> optimizer_states;
+  std::map<std::string, tensor> masters;                 // whole runs only
+  std::vector<optim::optimizer_state> optimizer_states; // whole runs only, one per stage
+  std::string dir;                                       // the checkpoint directory
+  ckpt::checkpoint_manifest manifest;
   run_progress_state progress;
 };
 

@@ -316,22 +316,6 @@ expected<std::string> resolve_checkpoint(const std::string& root, const std::str
 
 namespace {
 
-expected<checkpoint_manifest> read_manifest(const std::string& dir) {
-  std::string path = join(dir, manifest_name);
-  auto text = read_file(path);
-  if (!text) {
-    if (text.err().code == errc::not_found)
-      return make_error(errc::not_found, "checkpoint '{}': missing file '{}'", dir, manifest_name);
-    return make_error(text.err().code, "checkpoint '{}': {}", dir, text.err().message);
-  }
-  DSA_ASSIGN_OR_RETURN(checkpoint_manifest manifest, parse_manifest(*text, path));
-  auto named_step = detail::parse_step_name(base_name(dir));
-  if (named_step && *named_step != manifest.step)
-    return make_error(errc::format, "checkpoint '{}': manifest '{}' says step {}", dir, path,
-                      manifest.step);
-  return manifest;
-}
-
 status verify_file(const std::string& dir, const checkpoint_file& f) {
   auto digest = digest_file(join(dir, f.name));
   if (!digest) {
@@ -376,8 +360,24 @@ expected<std::vector<checkpoint_file>> select_files(const std::string& dir,
 
 } // namespace
 
+expected<checkpoint_manifest> read_checkpoint_manifest(const std::string& dir) {
+  std::string path = join(dir, manifest_name);
+  auto text = read_file(path);
+  if (!text) {
+    if (text.err().code == errc::not_found)
+      return make_error(errc::not_found, "checkpoint '{}': missing file '{}'", dir, manifest_name);
+    return make_error(text.err().code, "checkpoint '{}': {}", dir, text.err().message);
+  }
+  DSA_ASSIGN_OR_RETURN(checkpoint_manifest manifest, parse_manifest(*text, path));
+  auto named_step = detail::parse_step_name(base_name(dir));
+  if (named_step && *named_step != manifest.step)
+    return make_error(errc::format, "checkpoint '{}': manifest '{}' says step {}", dir, path,
+                      manifest.step);
+  return manifest;
+}
+
 expected<checkpoint_manifest> verify_checkpoint(const std::string& dir) {
-  DSA_ASSIGN_OR_RETURN(checkpoint_manifest manifest, read_manifest(dir));
+  DSA_ASSIGN_OR_RETURN(checkpoint_manifest manifest, read_checkpoint_manifest(dir));
   for (const checkpoint_file& f : manifest.files)
     DSA_TRY(verify_file(dir, f));
   return manifest;
@@ -387,7 +387,7 @@ expected<loaded_checkpoint> load_checkpoint_dir(const std::string& dir,
                                                 const load_options& options) {
   loaded_checkpoint out;
   out.dir = dir;
-  DSA_ASSIGN_OR_RETURN(out.manifest, read_manifest(dir));
+  DSA_ASSIGN_OR_RETURN(out.manifest, read_checkpoint_manifest(dir));
   DSA_ASSIGN_OR_RETURN(std::vector<checkpoint_file> files,
                        select_files(dir, out.manifest, options.groups));
   // Every file is checked before any is parsed: a corrupt checkpoint fails on

@@ -98,6 +98,9 @@ expected<std::vector<checkpoint_ref>> list_checkpoints(const std::string& root);
 // errc::not_found when `latest` or the directory does not exist.
 expected<std::string> resolve_checkpoint(const std::string& root, const std::string& which);
 
+// Reads manifest.json of `dir` (its step must match the directory's name); checks no file.
+expected<checkpoint_manifest> read_checkpoint_manifest(const std::string& dir);
+
 // Reads manifest.json of `dir` and checks every file it lists (present, size,
 // CRC32C) without parsing tensors. Errors name `dir` and the file at fault:
 // errc::not_found (missing file), errc::format (size or checksum mismatch,

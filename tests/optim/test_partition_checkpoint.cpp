@@ -283,3 +283,81 @@ TEST_CASE("partition checkpoint: incomplete or inconsistent rank files are error
     CHECK(contains(s.err().message, "saved with shape [97, 61]"));
   }
 }
+
+namespace {
+
+// A rank's file read as a file reader would be: shapes without data, and pieces by
+// element range, counting the elements read; reading a whole f32 piece is counted apart.
+struct counting_source {
+  std::int64_t range_elements = 0, whole_piece_reads = 0;
+
+  saved_partition over(state_map m) {
+    auto held = std::make_shared<state_map>(std::move(m));
+    saved_partition s;
+    for (const auto& [key, t] : *held) s.keys.push_back(key);
+    s.read = [this, held](const std::string& key) -> expected<tensor> {
+      const tensor& t = held->at(key);
+      if (t.type() == dtype::f32) ++whole_piece_reads;
+      return t;
+    };
+    s.shape = [held](const std::string& key) -> expected<shape_t> { return held->at(key).shape(); };
+    s.read_range = [this, held](const std::string& key, std::int64_t lo, std::int64_t hi) -> expected<tensor> {
+      range_elements += hi - lo;
+      return held->at(key).flatten().slice_rows(lo, hi).clone();
+    };
+    return s;
+  }
+};
+
+} // namespace
+
+TEST_CASE("a partition read by ranges reads only its own elements and equals the whole assembly bit for bit") {
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  const optimizer_config cfg = config_of(optimizer_type::adamw);
+  std::int64_t stage_numel = 0;
+  for (const auto& s : specs) stage_numel += shape_numel(s.shape);
+  for (auto [old_ranks, new_ranks] : {std::pair<std::uint32_t, std::uint32_t>{4, 2}, {2, 4}}) {
+    CAPTURE(old_ranks);
+    CAPTURE(new_ranks);
+    auto old_layout = flat_layout::create(specs, old_ranks);
+    auto new_layout = flat_layout::create(specs, new_ranks);
+    REQUIRE(old_layout.has_value());
+    REQUIRE(new_layout.has_value());
+    zero_group z(cfg, *old_layout, initial, dtype::f32);
+    for (const auto& in : step_inputs(specs, 2)) z.step(in);
+
+    // Today's whole path: assemble every tensor, then cut the partition from them.
+    state_map whole;
+    auto assembled = must_index(save_all(z)).assemble([&](const optim::assembled_tensor& t) -> status {
+      whole["master." + t.name] = t.master;
+      whole[t.name + ".exp_avg"] = t.exp_avg;
+      whole[t.name + ".exp_avg_sq"] = t.exp_avg_sq;
+      return {};
+    });
+    REQUIRE(assembled.has_value());
+    tensor count = tensor::empty({1}, dtype::i64);
+    count.data<std::int64_t>()[0] = 2;
+    whole["optimizer_step_count"] = count;
+    saved_partitions from_whole = must_index({optim::saved_partition_of(whole)});
+
+    for (std::uint32_t r = 0; r < new_ranks; ++r) {
+      CAPTURE(r);
+      counting_source counter;
+      std::vector<saved_partition> files;
+      for (const auto& rank : z.ranks) files.push_back(counter.over(saved_copy(rank)));
+      auto mine = must_index(std::move(files)).partition(*new_layout, r);
+      REQUIRE_MESSAGE(mine.has_value(), mine.err().to_string());
+      // Exactly the partition's elements of the three arrays, not the stage's.
+      std::int64_t own = 0;
+      for (const auto& p : new_layout->pieces(new_layout->partition(r))) own += p.count;
+      CHECK(counter.range_elements == 3 * own);
+      CHECK(counter.whole_piece_reads == 0);
+      CHECK(own < stage_numel);
+      auto expected_state = from_whole.partition(*new_layout, r);
+      REQUIRE(expected_state.has_value());
+      check_same_partition(*mine, *expected_state);
+      CHECK(mine->step == 2);
+    }
+  }
+}

@@ -251,6 +251,14 @@ inline bool same_bits(const tensor& a, const tensor& b) {
   return a.type() == b.type() && a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
+// A loaded partition equals the expected one bit for bit, step count included.
+inline void check_same_partition(const optim::partition_state& got, const optim::partition_state& want) {
+  CHECK(same_bits(got.master, want.master));
+  CHECK(same_bits(got.exp_avg, want.exp_avg));
+  CHECK(same_bits(got.exp_avg_sq, want.exp_avg_sq));
+  CHECK(got.step == want.step);
+}
+
 // R partitioned optimizers and their working buffers, stepped together.
 struct zero_group {
   flat_layout layout;

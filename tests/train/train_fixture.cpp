@@ -129,7 +129,7 @@ ckpt::tensor_groups whole_groups(const ckpt::loaded_checkpoint& ck) {
   out["model"] = ck.groups.at("model");
   const auto stages = ck.manifest.state.at("stages").get<std::uint32_t>();
   for (std::uint32_t s = 0; s < stages; ++s) {
-    auto st = train::optimizer_state_of(ck.groups, s, ck.dir);
+    auto st = train::optimizer_state_of(ck, s);
     REQUIRE_MESSAGE(st.has_value(), (st.has_value() ? "" : st.err().message));
     auto& group = out[fmt::format("optimizer_{}", s)];
     for (const auto& [name, t] : st->tensors) group[name] = t;
