@@ -71,6 +71,16 @@ public:
   virtual void set_gradients_final(gradients_final_fn listener) { (void)listener; }
   // Installs a new parameter version (same order and shapes) and zeros the gradients.
   virtual void load_parameters(const std::vector<tensor>& updated) = 0;
+
+  // For a compute that issues collectives of its own (ZeRO-3's parameter gathers): the
+  // steps whose collectives may start. The runtime calls allow(first step) before the
+  // run and, with several ranks, allow(k + 1) once the coordinators agreed to run step
+  // k + 1 (after step k's hooks), so no rank starts a collective of a step its peers will
+  // not run. cancel(): the run is ending; a call waiting for an allow (or for anything
+  // else that will not come) must throw. Both may be called from any thread, while a
+  // call of the worker is running. Nothing by default.
+  virtual void allow(std::uint32_t step) { (void)step; }
+  virtual void cancel() {}
 };
 
 // The step's gradient reductions as an optimizer shard receives them from its

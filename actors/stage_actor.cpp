@@ -23,7 +23,12 @@ struct stage_core {
               {plan.options.activation_slots, plan.options.gradient_slots, plan.grads_slots(i)}),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         runner(std::make_shared<stage_runner>(setup.slots, edges, compute, setup.trace, id, i, plan.buckets_of(i),
-                                              setup.dp.overlap)) {}
+                                              setup.dp.overlap)),
+        compute(compute) {}
+
+  // The compute may be waiting for an allow that will not come: it throws, so the worker
+  // (destroyed next) can be joined.
+  ~stage_core() { compute->cancel(); }
 
   std::uint32_t upstream_id() const { return index == 0 ? pipeline_plan::feeder_id : plan.stage_id(index - 1); }
   std::uint32_t downstream_id() const { return plan.stage_id(index + 1); }
@@ -35,6 +40,7 @@ struct stage_core {
   endpoint io;
   std::shared_ptr<stage_runner> runner;
   std::optional<stage_work> running;
+  stage_compute* compute;
   caf::actor upstream, downstream, feeder, shard, reducer, coordinator;
   double step_loss = 0;
   std::vector<double> step_metrics; // element-wise sum of the step's forward metrics (last stage)
@@ -167,6 +173,7 @@ void on_done(stage_actor* self, const work_done& d) {
 caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t index, stage_compute* compute) {
   self->state.plan = setup.plan;
   self->state.core = std::make_unique<stage_core>(setup, index, compute);
+  compute->allow(setup.plan->first_step);
   // The worker announces each published gradient bucket to this actor by message.
   caf::weak_actor_ptr weak{self->ctrl()};
   self->state.core->runner->set_sender([weak](std::uint32_t step, std::uint32_t bucket) {
@@ -187,6 +194,7 @@ caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t
       [=](const released& m) { on_released(self, m); },
       [=](const work_done& d) { on_done(self, d); },
       [=](const grads_ready& g) { on_grads_ready(self, g); },
+      [=](allow_atom, std::uint32_t step) { self->state.core->compute->allow(step); },
       [=](const work_failed& f) {
         auto& c = *self->state.core;
         self->quit(make_failure(runtime_errc::compute_failed, {c.plan.actor_name(c.id), f.step, f.what}));

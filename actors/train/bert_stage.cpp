@@ -31,6 +31,7 @@ double bert_stage::forward(const actors::work_key& key, const std::vector<tensor
                            std::vector<tensor>& out) {
   timed t{shared_.forward_ns};
   if (fetcher_ && !partitioned_) partition_weights();
+  step_ = key.step;
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
   bert::bert_batch batch;
@@ -70,6 +71,7 @@ double bert_stage::forward(const actors::work_key& key, const std::vector<tensor
 
 void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
   timed t{shared_.backward_ns};
+  step_ = key.step;
   tensor dout;
   if (grad_out.defined()) dout = grad_out.type() == dtype::f32 ? grad_out : cast_to(grad_out, dtype::f32);
   bert::backward_options opt;
@@ -157,7 +159,7 @@ void bert_stage::partition_weights() {
 }
 
 void bert_stage::zero3_gate::enter(std::int64_t part) {
-  stage->part_.parameters().set_values(stage->fetcher_->acquire(part));
+  stage->part_.parameters().set_values(stage->fetcher_->acquire(part, stage->step_));
 }
 
 void bert_stage::zero3_gate::leave(std::int64_t part) {

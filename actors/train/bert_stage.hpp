@@ -85,6 +85,13 @@ public:
   // into the stage (for the evaluation). Nothing without ZeRO-3.
   void gather_whole();
   const param_fetcher* fetcher() const { return fetcher_.get(); }
+  // ZeRO-3: the fetcher gathers a step's weights only once the step is allowed.
+  void allow(std::uint32_t step) override {
+    if (fetcher_) fetcher_->allow(step);
+  }
+  void cancel() override {
+    if (fetcher_) fetcher_->cancel();
+  }
 
   // The loss scale the head's backward applies: set before the run (the
   // resumed or initial scale), then by each parameter version, whose last
@@ -112,6 +119,7 @@ private:
   std::shared_ptr<param_fetcher> fetcher_;
   zero3_gate gate_;
   bool partitioned_ = false; // the stage's whole weights were handed to the fetcher
+  std::uint32_t step_ = 0;   // the step of the forward or backward running (for the fetcher)
   void partition_weights();
 };
 

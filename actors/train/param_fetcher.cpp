@@ -188,9 +188,26 @@ status param_fetcher::gather_persistent() {
   return {};
 }
 
-std::vector<std::pair<std::size_t, tensor>> param_fetcher::acquire(std::int64_t id) {
+void param_fetcher::allow(std::uint32_t step) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    allowed_ = std::max<std::int64_t>(allowed_, step);
+  }
+  cv_.notify_all();
+}
+
+void param_fetcher::cancel() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancelled_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::vector<std::pair<std::size_t, tensor>> param_fetcher::acquire(std::int64_t id, std::uint32_t step) {
   std::unique_lock<std::mutex> lk(mu_);
   if (failed_) throw std::runtime_error("ZeRO-3 parameter gather failed: " + failed_->message);
+  if (cancelled_) throw std::runtime_error("ZeRO-3 parameter fetch: the run is ending");
   if (in_use_ || next_use_ >= uses_.size())
     throw std::runtime_error(fmt::format("ZeRO-3 parameter fetch: part {} asked for {}", id,
                                          in_use_ ? "while the previous part is still in use"
@@ -200,14 +217,20 @@ std::vector<std::pair<std::size_t, tensor>> param_fetcher::acquire(std::int64_t 
     throw std::runtime_error(fmt::format("ZeRO-3 parameter fetch out of order: use {} of the step is part {}, the "
                                          "model asked for part {} (every rank must run the same sequence)",
                                          i, parts_[uses_[i].part].id, id));
-  if (i == 0) step_open_ = true;
+  if (i == 0) {
+    // The step's gathers are collectives: only once every rank is known to run the step.
+    cv_.wait(lk, [&] { return cancelled_ || allowed_ >= static_cast<std::int64_t>(step); });
+    if (cancelled_) throw std::runtime_error("ZeRO-3 parameter fetch: the run is ending");
+    step_open_ = true;
+  }
   cv_.notify_all();
   if (fetched_ <= i) {
     ++stats_.waits;
     waiting_ = true;
-    cv_.wait(lk, [&] { return failed_.has_value() || fetched_ > i; });
+    cv_.wait(lk, [&] { return failed_.has_value() || cancelled_ || fetched_ > i; });
     waiting_ = false;
   }
+  if (cancelled_ && fetched_ <= i) throw std::runtime_error("ZeRO-3 parameter fetch: the run is ending");
   if (failed_) throw std::runtime_error("ZeRO-3 parameter gather failed: " + failed_->message);
   std::vector<std::pair<std::size_t, tensor>> out;
   if (i == 0) out = persistent_whole_;

@@ -89,10 +89,15 @@ public:
   // them. Only between steps (every use of the last step released).
   void load(const tensor& partition);
 
-  // The compute's next use must be part `id`: waits until it is gathered and returns the
-  // tensors to bind (index, whole tensor): on a step's first use the persistent tensors
-  // as well. Throws on a failed gather or a use out of sequence.
-  std::vector<std::pair<std::size_t, tensor>> acquire(std::int64_t id);
+  // The compute's next use must be part `id` of step `step`: waits until it is gathered
+  // and returns the tensors to bind (index, whole tensor): on a step's first use the
+  // persistent tensors as well. A step's gathers start only once the step is allowed.
+  // Throws on a failed gather, a use out of sequence, or cancel().
+  std::vector<std::pair<std::size_t, tensor>> acquire(std::int64_t id, std::uint32_t step);
+  // Steps up to `step` may gather (every rank will run them); any thread.
+  void allow(std::uint32_t step);
+  // The run ends: a waiting acquire throws, no further gathers start; any thread.
+  void cancel();
   // The compute is done with its current use; returns the tensors to unbind (freed once
   // the caller drops its references).
   std::vector<std::size_t> release(std::int64_t id);
@@ -135,6 +140,8 @@ private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool cancelled_ = false;
+  std::int64_t allowed_ = -1;   // the last step allowed to gather
   bool step_open_ = false;      // the compute has asked for this step's first use
   std::size_t fetched_ = 0;     // uses of this step gathered
   std::size_t next_use_ = 0;    // the use the compute acquires next

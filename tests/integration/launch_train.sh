@@ -108,6 +108,30 @@ for f in optimizer_0_rank0 optimizer_0_rank1; do
 done
 echo "ok: 2 processes with ZeRO stage 3 = 2 in-process ranks with stage 3 and with stage 0, bit for bit"
 
+# 1d. Ctrl-C of a ZeRO-3 job: the ranks agree to stop after a step while their stages may
+#     be in the next one's forward; its gathers wait for a step that is never allowed, and
+#     the run ends cleanly (exit 130, a final checkpoint) instead of hanging in a gather.
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/z3stop\"" "${zero3[@]}" \
+  --set train_steps=100000 --set checkpoint.save_interval=2 >"$work/out" 2>"$work/err" &
+launcher_pid=$!
+for _ in $(seq 600); do
+  [[ -f $work/z3stop/checkpoints/latest ]] && break
+  sleep 0.05
+done
+[[ -f $work/z3stop/checkpoints/latest ]] || fail "no ZeRO-3 checkpoint within 30 s"
+kill -INT "$launcher_pid"
+for _ in $(seq 600); do
+  kill -0 "$launcher_pid" 2>/dev/null || break
+  sleep 0.05
+done
+kill -0 "$launcher_pid" 2>/dev/null && fail "the ZeRO-3 job still runs 30 s after Ctrl-C"
+rc=0
+wait "$launcher_pid" || rc=$?
+launcher_pid=
+[[ $rc -eq 130 ]] || fail "Ctrl-C of a ZeRO-3 job should exit 130, got $rc: $(tail -5 "$work/err")"
+grep -q "stopped by signal after step" "$work/z3stop/train.log" || fail "rank 0 did not report the stop"
+echo "ok: Ctrl-C of a 2-process ZeRO-3 job stops it cleanly"
+
 # The ZeRO run's model as one fp32 HuggingFace-named file, from the checkpoint root.
 "$dsactor" convert zero-to-fp32 "$work/procs/checkpoints" "$work/model-fp32.safetensors" >"$work/out" 2>"$work/err" ||
   fail "convert zero-to-fp32"

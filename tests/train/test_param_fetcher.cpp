@@ -81,12 +81,13 @@ TEST_CASE("param fetcher: each use binds its part whole, bit for bit, and the re
           f.take_whole(whole_values(layout, 0));
           const auto parts = test_parts();
           for (int step = 0; step < 3; ++step) {
+            f.allow(static_cast<std::uint32_t>(step));
             if (step > 0) f.load(partition_of(layout, static_cast<std::uint32_t>(r), whole_values(layout, step)));
             const auto want = whole_values(layout, step);
             std::map<std::size_t, tensor> bound;
             for (int m = 0; m < 2; ++m)
               for (std::int64_t id : test_sequence) {
-                for (auto& [i, v] : f.acquire(id)) {
+                for (auto& [i, v] : f.acquire(id, static_cast<std::uint32_t>(step))) {
                   if (!same_bits(v, want[i])) throw std::runtime_error("a gathered tensor differs");
                   bound[i] = v;
                 }
@@ -129,8 +130,9 @@ TEST_CASE("param fetcher: with stage3_max_live_parameters 1 nothing is gathered 
     train::param_fetcher f(layout, static_cast<std::uint32_t>(r), dtype::f32, std::make_shared<net::communicator>(t),
                            test_parts(), test_sequence, 1, s);
     f.take_whole(whole_values(layout, 0));
+    f.allow(0);
     for (std::int64_t id : test_sequence) {
-      (void)f.acquire(id);
+      (void)f.acquire(id, 0);
       (void)f.release(id);
     }
     stats[static_cast<std::size_t>(r)] = f.stats();
@@ -150,7 +152,7 @@ TEST_CASE("param fetcher: a use out of the sequence is an error naming both part
                          test_sequence, 1, {});
   f.take_whole(whole_values(layout, 0));
   try {
-    (void)f.acquire(1);
+    (void)f.acquire(1, 0);
     FAIL("acquire out of order did not throw");
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
@@ -158,11 +160,35 @@ TEST_CASE("param fetcher: a use out of the sequence is an error naming both part
     CHECK(what.find("part 0") != std::string::npos);
     CHECK(what.find("part 1") != std::string::npos);
   }
-  (void)f.acquire(0);
+  f.allow(0);
+  (void)f.acquire(0, 0);
   try {
-    (void)f.acquire(1);
+    (void)f.acquire(1, 0);
     FAIL("a second acquire without release did not throw");
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()).find("still in use") != std::string::npos);
   }
+}
+
+// A run that stops after step k never allows step k + 1: a stage already in step k + 1's
+// forward waits in acquire, gathering nothing, until the runtime cancels it at the end.
+TEST_CASE("param fetcher: a step's gathers wait for it to be allowed, and cancel ends the wait") {
+  const auto layout = test_layout(2);
+  net::local_group group(2);
+  train::param_fetcher f(layout, 0, dtype::f32, std::make_shared<net::communicator>(group.at(0)), test_parts(),
+                         test_sequence, 1, {});
+  f.take_whole(whole_values(layout, 0));
+  f.allow(4);
+  std::string what;
+  std::thread waiting([&] {
+    try {
+      (void)f.acquire(0, 5);
+    } catch (const std::runtime_error& e) {
+      what = e.what();
+    }
+  });
+  f.cancel();
+  waiting.join();
+  CHECK(what.find("the run is ending") != std::string::npos);
+  CHECK(f.stats().gathers == 0); // rank 1 never took part: no collective was started
 }
