@@ -81,6 +81,12 @@ public:
   // call of the worker is running. Nothing by default.
   virtual void allow(std::uint32_t step) { (void)step; }
   virtual void cancel() {}
+
+  // Whether the compute sums its gradients over the data-parallel ranks itself (ZeRO-3,
+  // each micro-batch's as the backward finishes it): gradient(i) then holds only the
+  // elements [lo, hi) of the sum that the shard keeps (its gradient_parts()), and the
+  // reducer copies them and adds the ranks' sums of squares instead of summing buckets.
+  virtual bool gradients_reduced() const { return false; }
 };
 
 // The step's gradient reductions as an optimizer shard receives them from its

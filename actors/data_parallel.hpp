@@ -14,7 +14,9 @@
 // - channel 2 + 2s: with ZeRO, the optimizer shards of stage s (train::bert_optimizer):
 //   the updated weights all-gathered, LAMB's norms, the state gathered for a checkpoint.
 // - channel 2^20 + s: with ZeRO-3, the parameter fetchers of stage s
-//   (train::param_fetcher): each part's weights gathered before the model runs it.
+//   (train::param_fetcher): each part's weights gathered before the model runs it;
+// - channel 2^21 + s: with ZeRO-3, each micro-batch's gradients of stage s summed
+//   into the ranks' partitions (train::partition_grads).
 // Every rank issues these in the same order (one step after another, buckets in
 // parameter order), so calls always meet their peers.
 #pragma once
@@ -56,6 +58,8 @@ inline std::uint32_t reducer_channel(std::uint32_t stage) { return 1 + 2 * stage
 inline std::uint32_t shard_channel(std::uint32_t stage) { return 2 + 2 * stage; }
 // ZeRO-3's parameter fetcher of stage s (its own thread and communicator).
 inline std::uint32_t fetch_channel(std::uint32_t stage) { return (1u << 20) + stage; }
+// ZeRO-3's gradient partition of stage s (train::partition_grads, its own thread).
+inline std::uint32_t grad_channel(std::uint32_t stage) { return (1u << 21) + stage; }
 
 // Sums `buffers` (f32, contiguous) over the communicator's ranks in place. Consecutive
 // tensors share a bucket while their total fits `bucket_elements`; a bucket of several

@@ -29,11 +29,11 @@ tied_role role_of(const pipeline_plan& plan, std::uint32_t index) {
 }
 
 struct reducer_core {
-  reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts)
+  reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts, bool summed)
       : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.reducer_id(i)),
         grads_edge(plan.grads_edges[i]), reduced_edge(plan.reduced_edges[i]),
         state(i, plan.options.stages, role_of(plan, i), plan.options.totals), tied_index(tied),
-        kept(std::move(parts)),
+        kept(std::move(parts)), presummed(summed),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {
     if (setup.dp.enabled())
@@ -57,6 +57,7 @@ struct reducer_core {
   reducer_state state;
   int tied_index;
   std::vector<gradient_part> kept; // the shard's gradient_parts(): empty when it keeps every gradient whole
+  bool presummed = false;          // the stage's gradients arrive summed over the ranks, kept parts only
   endpoint io;
   caf::actor stage, shard;
   std::vector<caf::actor> peers; // [s]: the reducer of stage s
@@ -90,7 +91,8 @@ using reducer_actor = caf::stateful_actor<reducer_state_holder>;
 // stage 2). Returns the sum of squares of all but `skip`, over the whole gradients
 // either way (the cast to f32 is exact, so it equals the sum over whole f32 buffers).
 // Gradients that do not fit fail the job (and the reducer, naming them).
-double gather(const slot_contents& grads, slot_contents& buffers, const std::vector<gradient_part>& kept, int skip) {
+double gather(const slot_contents& grads, slot_contents& buffers, const std::vector<gradient_part>& kept, int skip,
+              bool presummed) {
   if (grads.size() != buffers.size() || (!kept.empty() && kept.size() != buffers.size()))
     throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers ({} parts kept)", grads.size(),
                                          buffers.size(), kept.size()));
@@ -101,12 +103,13 @@ double gather(const slot_contents& grads, slot_contents& buffers, const std::vec
     const bool floating = g.type() == dtype::f32 || g.type() == dtype::f16 || g.type() == dtype::bf16;
     const gradient_part part = kept.empty() ? gradient_part{0, g.numel()} : kept[i];
     const bool fits = kept.empty() ? g.shape() == b.shape()
+                      : presummed  ? g.numel() == part.hi - part.lo && b.numel() == g.numel() && b.is_contiguous()
                                    : 0 <= part.lo && part.lo <= part.hi && part.hi <= g.numel() &&
                                          b.numel() == part.hi - part.lo && b.is_contiguous();
     if (!g.defined() || !fits || !floating || !g.is_contiguous())
       throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {} (elements [{}, {}))",
                                            i, g.defined() ? g.describe() : "(none)", b.describe(), part.lo, part.hi));
-    const std::int64_t skipped = part.lo * static_cast<std::int64_t>(dtype_size(g.type())); // bytes
+    const std::int64_t skipped = presummed ? 0 : part.lo * static_cast<std::int64_t>(dtype_size(g.type())); // bytes
     const auto* first = static_cast<const std::byte*>(g.raw_data()) + skipped;
     cpu::cast(b.raw_data(), dtype::f32, first, g.type(), part.hi - part.lo);
   }
@@ -125,6 +128,10 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
   const std::uint32_t buckets = c.plan.grads_slots(index);
   const std::vector<grad_bucket>* plan_buckets = &c.plan.buckets_of(index);
   const std::vector<gradient_part>* kept = &c.kept; // the core (and so this) outlives its worker's jobs
+  const bool presummed = c.presummed;
+  auto replicas = c.replicas;
+  auto* logger = c.logger;
+  const std::string caller = c.plan.actor_name(c.id);
   const slot_ref tied_in = c.state.role() == tied_role::owner ? slot_ref{c.plan.tied_up_edge, 0}
                                                               : slot_ref{c.plan.tied_down_edge, 0};
   post_job(self, c.worker, step, [=] {
@@ -147,7 +154,15 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
           for (std::uint32_t i = range.first; i < range.last; ++i) all[i] = part[i - range.first];
         }
       }
-      share = gather(all, buffers, *kept, skip);
+      share = gather(all, buffers, *kept, skip, presummed);
+      if (presummed) {
+        // Each rank holds its parts only: the stage's sum of squares is every rank's, added
+        // in rank order (the same bits everywhere).
+        auto total = sum_over_ranks(*replicas, {share}, logger, caller);
+        if (!total)
+          throw std::runtime_error("adding the ranks' gradient sums of squares: " + total.err().message);
+        share = total->front();
+      }
     } else {
       tensor& mine = buffers.at(static_cast<std::size_t>(tied));
       const tensor& other = slots->at(tied_in).at(0);
@@ -263,10 +278,19 @@ void fail_protocol(reducer_actor* self, std::uint32_t step, const error& why) {
   self->quit(protocol_failure(c.plan.actor_name(c.id), step, why));
 }
 
+void grads_complete(reducer_actor* self, std::uint32_t step);
+
 // Starts the sums of the buckets that arrived, in bucket order, once their step is allowed.
+// Presummed gradients need no sums: the reduction (whose sum of squares is a collective)
+// starts once all arrived and the step is allowed.
 void start_allowed_sums(reducer_actor* self) {
   auto& c = *self->state.core;
   if (!c.bucket_step || *c.bucket_step > c.allowed) return;
+  if (c.presummed) {
+    if (std::all_of(c.bucket_arrived.begin(), c.bucket_arrived.end(), [](bool a) { return a; }))
+      grads_complete(self, *c.bucket_step);
+    return;
+  }
   while (c.next_sum < c.bucket_arrived.size() && c.bucket_arrived[c.next_sum])
     start_bucket_sum(self, *c.bucket_step, c.next_sum++);
 }
@@ -353,9 +377,9 @@ void on_done(reducer_actor* self, const work_done& d) {
 }
 
 caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint32_t index, int tied_index,
-                              std::vector<gradient_part> kept) {
+                              std::vector<gradient_part> kept, bool presummed) {
   self->state.plan = setup.plan;
-  self->state.core = std::make_unique<reducer_core>(setup, index, tied_index, std::move(kept));
+  self->state.core = std::make_unique<reducer_core>(setup, index, tied_index, std::move(kept), presummed);
   return {
       [=](wire_atom, const caf::actor& stage, const caf::actor& shard) {
         self->state.core->stage = stage;
@@ -385,8 +409,10 @@ caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint
 } // namespace
 
 caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index,
-                         std::vector<gradient_part> kept) {
-  return sys.spawn(reducer_behavior, setup, index, tied_index, std::move(kept));
+                         std::vector<gradient_part> kept, bool presummed) {
+  DSA_CHECK(!presummed || (!kept.empty() && setup.dp.enabled() && !setup.plan->exchanges_tied()),
+            "reducer {}: presummed gradients need kept parts, several ranks and no tied exchange", index);
+  return sys.spawn(reducer_behavior, setup, index, tied_index, std::move(kept), presummed);
 }
 
 } // namespace dsa::actors

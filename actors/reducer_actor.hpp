@@ -21,9 +21,12 @@ namespace dsa::actors {
 // hold the shard's gradient_buffers(). tied_index: the position of the tied
 // parameter in the stage's parameters (used when the plan exchanges it), or -1.
 // kept: the shard's gradient_parts() (empty: it keeps every gradient whole; else
-// the tied parameter's part must be whole). Then expects (wire_atom, stage, shard)
+// the tied parameter's part must be whole). presummed: the stage sums its gradients
+// over the ranks itself and publishes only the kept parts (stage_compute::gradients_reduced):
+// no bucket sums, and the sum of squares is this rank's parts' summed over the ranks.
+// Then expects (wire_atom, stage, shard)
 // and (wire_atom, s, reducer of stage s) for every stage s.
 caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index,
-                         std::vector<gradient_part> kept = {});
+                         std::vector<gradient_part> kept = {}, bool presummed = false);
 
 } // namespace dsa::actors

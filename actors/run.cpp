@@ -15,7 +15,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <filesystem>
+#include <limits>
 
 namespace dsa::actors {
 
@@ -87,7 +89,8 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   for (std::uint32_t s = 0; s < S; ++s) {
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
     args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));
-    args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s), parts.optimizers[s]->gradient_parts()));
+    args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s), parts.optimizers[s]->gradient_parts(),
+                                          setup.dp.enabled() && parts.stages[s]->gradients_reduced()));
   }
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, writer);
@@ -134,7 +137,10 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     for (std::uint32_t s = 0; s < S; ++s) {
       std::vector<std::int64_t> sizes;
       for (const auto& p : parts.stages[s]->parameters()) sizes.push_back(p.numel());
-      shape.grad_buckets.push_back(make_grad_buckets(sizes, std::max<std::int64_t>(options.dp.bucket_elements, 1)));
+      // A stage that sums its own gradients over the ranks publishes them in one bucket.
+      const std::int64_t limit = parts.stages[s]->gradients_reduced() ? std::numeric_limits<std::int64_t>::max()
+                                                                      : std::max<std::int64_t>(options.dp.bucket_elements, 1);
+      shape.grad_buckets.push_back(make_grad_buckets(sizes, limit));
     }
   }
   auto slots = std::make_shared<slot_table>();

@@ -77,11 +77,19 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
   bert::backward_options opt;
   // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss scale.
   opt.loss_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
-  if (final_)
+  if (final_ && !grads_)
     opt.on_done = [this](std::int64_t part) {
       for (std::size_t i : part_parameters(part)) final_(i, i + 1);
     };
-  tensor dx = part_.backward(dout, stashes_.at(key.stash), opt);
+  in_backward_ = true;
+  tensor dx;
+  try {
+    dx = part_.backward(dout, stashes_.at(key.stash), opt);
+  } catch (...) {
+    in_backward_ = false;
+    throw;
+  }
+  in_backward_ = false;
   if (!part_.range().has_embeddings()) {
     dtype wire = working_dtype(options_.working);
     if (wire == dtype::f32) grad_in = dx;
@@ -120,6 +128,10 @@ tensor bert_stage::gradient(std::size_t index) {
   const auto& entries = part_.parameters().entries();
   if (index >= entries.size())
     throw std::runtime_error(fmt::format("gradient {} of a stage with {} parameters", index, entries.size()));
+  if (grads_) { // ZeRO-3: this rank's piece of the summed gradient
+    grads_->wait();
+    return grads_->piece_of(index);
+  }
   tensor g = entries[index].grad;
   round_in_place(g, working_dtype(options_.working));
   return g;
@@ -133,6 +145,10 @@ std::vector<tensor> bert_stage::gradients() {
   // the reducer has given them back.
   const dtype wire = working_dtype(options_.working);
   std::vector<tensor> out;
+  if (grads_) {
+    for (std::size_t i = 0; i < part_.parameters().entries().size(); ++i) out.push_back(gradient(i));
+    return out;
+  }
   for (const auto& e : part_.parameters().entries()) {
     tensor g = e.grad;
     round_in_place(g, wire);
@@ -141,12 +157,22 @@ std::vector<tensor> bert_stage::gradients() {
   return out;
 }
 
-void bert_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher) {
-  DSA_CHECK(fetcher && fetcher->layout().tensors().size() == part_.parameters().entries().size(),
+void bert_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads) {
+  DSA_CHECK(fetcher && grads && fetcher->layout().tensors().size() == part_.parameters().entries().size(),
             "stage {}: a parameter fetcher for another layout", part_.range().to_string());
   fetcher_ = std::move(fetcher);
+  grads_ = std::move(grads);
   gate_.stage = this;
   part_.set_gate(&gate_);
+  // A gradient is final for the micro-batch after the last part of the backward (which runs
+  // the parts in reverse) that holds it: the word embedding after the embeddings, though
+  // the tied decoder in the head adds to it first.
+  const auto parts = fetch_parts();
+  std::map<std::size_t, std::int64_t> last;
+  for (const auto& p : parts) part_tensors_[p.id] = p.tensors;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it)
+    for (std::size_t t : it->tensors) last[t] = it->id;
+  for (const auto& [t, id] : last) reduce_after_[id].push_back(t);
 }
 
 void bert_stage::partition_weights() {
@@ -154,18 +180,36 @@ void bert_stage::partition_weights() {
   fetcher_->take_whole(parameters());
   std::vector<std::pair<std::size_t, tensor>> dropped;
   for (std::size_t i = 0; i < params.entries().size(); ++i) dropped.emplace_back(i, tensor{});
-  params.set_values(std::move(dropped));
+  params.set_values(dropped);
+  params.set_grads(std::move(dropped)); // from now on a part's gradients exist during its backward only
   partitioned_ = true;
 }
 
 void bert_stage::zero3_gate::enter(std::int64_t part) {
-  stage->part_.parameters().set_values(stage->fetcher_->acquire(part, stage->step_));
+  auto& params = stage->part_.parameters();
+  params.set_values(stage->fetcher_->acquire(part, stage->step_));
+  if (!stage->in_backward_) return;
+  std::vector<std::pair<std::size_t, tensor>> fresh; // the part's gradients, from zero, for this micro-batch
+  for (std::size_t i : stage->part_tensors_.at(part))
+    if (!params.entries()[i].grad.defined()) fresh.emplace_back(i, tensor::zeros(params.entries()[i].spec.shape, dtype::f32));
+  if (!fresh.empty()) params.set_grads(std::move(fresh));
 }
 
 void bert_stage::zero3_gate::leave(std::int64_t part) {
+  auto& params = stage->part_.parameters();
   std::vector<std::pair<std::size_t, tensor>> dropped;
   for (std::size_t i : stage->fetcher_->release(part)) dropped.emplace_back(i, tensor{});
-  stage->part_.parameters().set_values(std::move(dropped));
+  params.set_values(std::move(dropped));
+  if (!stage->in_backward_) return;
+  auto final = stage->reduce_after_.find(part);
+  if (final == stage->reduce_after_.end()) return;
+  std::vector<std::pair<std::size_t, tensor>> taken;
+  for (std::size_t i : final->second) taken.emplace_back(i, tensor{});
+  for (auto& [i, g] : taken) g = params.entries()[i].grad;
+  std::vector<std::pair<std::size_t, tensor>> unbound;
+  for (const auto& [i, g] : taken) unbound.emplace_back(i, tensor{});
+  params.set_grads(std::move(unbound));
+  for (auto& [i, g] : taken) stage->grads_->submit(i, std::move(g));
 }
 
 std::vector<fetch_part> bert_stage::fetch_parts() const {
@@ -202,6 +246,7 @@ void bert_stage::gather_whole() {
   part_.parameters().set_values(std::move(values));
   part_.set_gate(nullptr);
   fetcher_.reset();
+  grads_.reset();
   partitioned_ = false;
 }
 
@@ -217,7 +262,7 @@ void bert_stage::load_parameters(const std::vector<tensor>& updated) {
     if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
     if (!partitioned_) partition_weights();
     fetcher_->load(updated[0]);
-    params.zero_grad();
+    grads_->reset(); // the reducer has released the step's gradients
     loss_scale_ = *scale;
     return;
   }

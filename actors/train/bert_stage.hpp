@@ -10,12 +10,14 @@
 #include "actors/compute.hpp"
 #include "actors/train/batch_packing.hpp"
 #include "actors/train/param_fetcher.hpp"
+#include "actors/train/partition_grads.hpp"
 #include "actors/train/precision.hpp"
 #include "actors/train/step_stats.hpp"
 #include "models/bert/bert_part.hpp"
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -74,8 +76,12 @@ public:
   // ZeRO stage 3: from the first forward on, the stage holds only its partition of the
   // working weights (and the persistent small tensors) in `fetcher`, which gathers each
   // part's weights as the model enters it and frees them as it leaves; parameter versions
-  // are then the shard's partition and the loss scale. Before the run.
-  void enable_zero3(std::shared_ptr<param_fetcher> fetcher);
+  // are then the shard's partition and the loss scale. The gradients of a part exist only
+  // from its backward until `grads` has summed them into this rank's partition (after the
+  // part's last backward use in the micro-batch); the stage then publishes that partition
+  // (gradients_reduced). Before the run.
+  void enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads);
+  bool gradients_reduced() const override { return grads_ != nullptr; }
   // The parts and their order as the fetcher needs them (param_fetcher.hpp): the
   // embeddings, each layer and the head with their parameters (the head also the tied
   // word embedding), and one micro-batch's forward then backward.
@@ -91,7 +97,10 @@ public:
   }
   void cancel() override {
     if (fetcher_) fetcher_->cancel();
+    if (grads_) grads_->cancel();
   }
+  // ZeRO-3: the gradient partition's bytes (0 otherwise).
+  std::int64_t partition_grad_bytes() const { return grads_ ? grads_->bytes() : 0; }
 
   // The loss scale the head's backward applies: set before the run (the
   // resumed or initial scale), then by each parameter version, whose last
@@ -117,6 +126,10 @@ private:
     void leave(std::int64_t part) override;
   };
   std::shared_ptr<param_fetcher> fetcher_;
+  std::shared_ptr<partition_grads> grads_;
+  std::map<std::int64_t, std::vector<std::size_t>> part_tensors_; // fetch part id -> its tensors
+  std::map<std::int64_t, std::vector<std::size_t>> reduce_after_; // part id -> gradients final after its backward
+  bool in_backward_ = false;
   zero3_gate gate_;
   bool partitioned_ = false; // the stage's whole weights were handed to the fetcher
   std::uint32_t step_ = 0;   // the step of the forward or backward running (for the fetcher)

@@ -48,6 +48,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.version = w * zero->padded;
     if (zero->stage >= 3) {
       b.weights = w * (zero->partition + zero->persistent);
+      b.grads = 4 * zero->partition;
       b.version = w * zero->partition;
     }
     return b;
@@ -106,11 +107,16 @@ model_state_bytes measured_model_states(const bert_stage& stage, const bert_opti
   model_state_bytes b;
   for (const auto& e : const_cast<bert_stage&>(stage).part().parameters().entries()) {
     if (e.value.defined()) b.weights += static_cast<std::int64_t>(e.value.nbytes());
-    b.grads += static_cast<std::int64_t>(e.grad.nbytes());
+    if (e.grad.defined()) b.grads += static_cast<std::int64_t>(e.grad.nbytes());
   }
   // ZeRO-3: what the stage holds between the parts' gathers (the values bound at this
   // moment are whatever part the stage's worker is running).
-  if (const param_fetcher* f = stage.fetcher()) b.weights = f->held_bytes();
+  // Likewise its gradients: the partition they are summed into (a part's whole gradients
+  // live only during its backward).
+  if (const param_fetcher* f = stage.fetcher()) {
+    b.weights = f->held_bytes();
+    b.grads = stage.partition_grad_bytes();
+  }
   const shard_bytes s = shard.held_bytes();
   b.reduced = s.gradients;
   b.masters = s.masters;

@@ -327,11 +327,17 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
         DSA_ASSIGN_OR_RETURN(auto layout, optim::flat_layout::create(std::move(flat), o.zero_ranks));
         bert_stage& stage = *ctx.stages[s];
         fetch_settings fs{rc.stage3_persistence, rc.stage3_prefetch, rc.stage3_max_live};
+        auto grads = std::make_shared<partition_grads>(
+            layout, o.zero_rank, working_dtype(rc.working),
+            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
+            rc.reduce_bucket_elements);
         stage.enable_zero3(std::make_shared<param_fetcher>(
-            std::move(layout), o.zero_rank, working_dtype(rc.working),
-            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::fetch_channel(s)),
-            stage.fetch_parts(), stage.fetch_sequence(), static_cast<std::uint32_t>(rc.batch.gradient_accumulation),
-            fs));
+                               std::move(layout), o.zero_rank, working_dtype(rc.working),
+                               std::make_shared<net::communicator>(*transport, net::collective_options{},
+                                                                   actors::fetch_channel(s)),
+                               stage.fetch_parts(), stage.fetch_sequence(),
+                               static_cast<std::uint32_t>(rc.batch.gradient_accumulation), fs),
+                           std::move(grads));
       }
       // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
       if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = rr.parts.tied[s];

@@ -41,6 +41,18 @@ void bert_parameters::set_values(std::vector<std::pair<std::size_t, tensor>> val
   build_views();
 }
 
+void bert_parameters::set_grads(std::vector<std::pair<std::size_t, tensor>> grads) {
+  for (auto& [i, grad] : grads) {
+    DSA_CHECK(i < entries_.size(), "bert parameters: entry {} of {}", i, entries_.size());
+    entry& e = entries_[i];
+    DSA_CHECK(!grad.defined() || (grad.type() == dtype::f32 && grad.shape() == e.spec.shape && grad.is_contiguous()),
+              "bert parameters: {}'s gradient must be contiguous f32 in its shape, got {}", e.spec.name,
+              grad.describe());
+    e.grad = std::move(grad);
+  }
+  build_views();
+}
+
 void bert_parameters::build_views() {
   const bert_range& range = range_;
   const bert_config& cfg = cfg_;
@@ -99,7 +111,7 @@ void bert_parameters::init(std::uint64_t seed) {
 
 void bert_parameters::zero_grad() {
   for (auto& e : entries_)
-    e.grad.zero();
+    if (e.grad.defined()) e.grad.zero();
 }
 
 const bert_parameters::entry* bert_parameters::find(std::string_view name) const {

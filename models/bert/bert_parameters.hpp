@@ -83,6 +83,9 @@ public:
   void set_value(std::size_t i, tensor value);
   // Several at once (one rebuild of the views).
   void set_values(std::vector<std::pair<std::size_t, tensor>> values);
+  // ZeRO-3: the same for gradients (f32, spec.shape, or undefined); zero_grad skips
+  // undefined ones.
+  void set_grads(std::vector<std::pair<std::size_t, tensor>> grads);
 
   const bert_config& config() const { return cfg_; }
   const bert_range& range() const { return range_; }

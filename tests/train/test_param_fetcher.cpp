@@ -1,6 +1,7 @@
-// ZeRO-3's parameter fetcher on ranks as threads of one process: what each use binds,
-// what each release frees, the live bound, and a use out of sequence.
+// ZeRO-3 on ranks as threads of one process: the parameter fetcher (what each use binds,
+// what each release frees, the live bound, a use out of sequence) and the gradient partition.
 #include "actors/train/param_fetcher.hpp"
+#include "actors/train/partition_grads.hpp"
 #include "io/net/local_transport.hpp"
 
 #include <doctest/doctest.h>
@@ -191,4 +192,64 @@ TEST_CASE("param fetcher: a step's gathers wait for it to be allowed, and cancel
   waiting.join();
   CHECK(what.find("the run is ending") != std::string::npos);
   CHECK(f.stats().gathers == 0); // rank 1 never took part: no collective was started
+}
+
+// Each micro-batch's gradients summed over the ranks, this rank's elements added in: with
+// small whole numbers every order of the sums is exact, so the partition must equal the
+// sum over ranks and micro-batches element for element; the pending bound (one tensor)
+// only makes the backward wait.
+TEST_CASE("partition_grads: each rank's partition is the sum over ranks and micro-batches of its elements") {
+  for (std::uint32_t ranks : {1u, 2u, 3u}) {
+    CAPTURE(ranks);
+    const auto layout = test_layout(ranks);
+    const int micro_batches = 3;
+    auto value = [](std::uint32_t rank, int m, std::size_t t, std::int64_t i) {
+      return static_cast<float>((rank + 1) * 3 + m * 5 + static_cast<int>(t) * 7 + static_cast<int>(i % 11));
+    };
+    std::vector<std::string> failures(ranks);
+    on_ranks(static_cast<int>(ranks), [&](int r, net::transport& t) {
+      try {
+        train::partition_grads g(layout, static_cast<std::uint32_t>(r), dtype::f32, std::make_shared<net::communicator>(t),
+                                 /*pending_elements=*/1);
+        for (int step = 0; step < 2; ++step) {
+          for (int m = 0; m < micro_batches; ++m)
+            for (std::size_t k = layout.tensors().size(); k-- > 0;) { // as a backward: last tensor first
+              tensor grad = tensor::empty(layout.tensors()[k].shape, dtype::f32);
+              for (std::int64_t i = 0; i < grad.numel(); ++i) grad.data<float>()[i] = value(static_cast<std::uint32_t>(r), m, k, i);
+              g.submit(k, std::move(grad));
+            }
+          g.wait();
+          for (std::size_t k = 0; k < layout.tensors().size(); ++k) {
+            const tensor piece = g.piece_of(k);
+            for (std::int64_t j = 0; j < piece.numel(); ++j) {
+              const std::int64_t i = g.piece_offset(k) + j;
+              double want = 0;
+              for (std::uint32_t q = 0; q < ranks; ++q)
+                for (int m = 0; m < micro_batches; ++m) want += value(q, m, k, i);
+              if (piece.data<float>()[j] != static_cast<float>(want))
+                throw std::runtime_error("a partition element differs from the sum");
+            }
+          }
+          g.reset();
+        }
+      } catch (const std::exception& e) {
+        failures[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+    for (const auto& e : failures) CHECK_MESSAGE(e.empty(), e);
+  }
+}
+
+TEST_CASE("partition_grads: a failed sum fails the next call, naming the tensor") {
+  const auto layout = test_layout(2);
+  net::local_group group(2);
+  train::partition_grads g(layout, 0, dtype::f32, std::make_shared<net::communicator>(group.at(0)), 1'000'000);
+  group.abort(make_error(errc::runtime, "rank 1 is gone"));
+  g.submit(0, tensor::zeros(layout.tensors()[0].shape, dtype::f32));
+  try {
+    g.wait();
+    FAIL("wait after a failed sum did not throw");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("summing the gradient of a") != std::string::npos);
+  }
 }

@@ -1,11 +1,14 @@
 // ZeRO stage 3 in `dsactor run`: the stage keeps its partition of the working weights
 // and gathers each part's before running it (actors/train/param_fetcher.hpp).
+#include "tests/support/compare.hpp"
+#include "tests/support/tolerances.hpp"
 #include "tests/train/train_fixture.hpp"
 #include "actors/train/memory_accounting.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +19,25 @@ namespace {
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// Every f32 tensor of every group (the model's masters, the whole optimizer state) within
+// `tol` of the other run's; counts and shapes equal.
+void check_close_state(const ckpt::loaded_checkpoint& got, const ckpt::loaded_checkpoint& want, const test::tolerance& tol) {
+  const auto a = test::whole_groups(got), b = test::whole_groups(want);
+  REQUIRE(a.size() == b.size());
+  for (const auto& [group, tensors] : b) {
+    REQUIRE(a.count(group) == 1);
+    for (const auto& [name, t] : tensors) {
+      INFO(group << ": " << name);
+      REQUIRE(a.at(group).count(name) == 1);
+      const tensor& u = a.at(group).at(name);
+      REQUIRE(u.shape() == t.shape());
+      REQUIRE(u.type() == t.type());
+      if (t.type() == dtype::f32) DSA_CHECK_CLOSE(u.data<float>(), t.data<float>(), t.numel(), tol);
+      else CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
+    }
+  }
 }
 
 ckpt::loaded_checkpoint train_checkpoint(const std::vector<std::string>& overrides) {
@@ -35,14 +57,14 @@ std::string run_log(const std::vector<std::string>& overrides) {
 
 } // namespace
 
-// A gathered tensor is the owners' working weights byte for byte, and the gradients go
-// the way of stage 2 (summed over the ranks in buckets, each rank keeping its
-// partition's): stage 3 equals stage 0 bit for bit. The tiny model's tensors are small,
+// A gathered tensor is the owners' working weights byte for byte; the gradients are
+// summed over the ranks per micro-batch into each rank's partition, which changes only
+// the order of the gradient sums (tolerances.hpp zero3_reduction_order). The tiny model's tensors are small,
 // so the persistence threshold decides what is gathered: 0 gathers every tensor, 1000
 // keeps the biases and LayerNorm vectors whole and gathers the matrices and embeddings;
 // a prefetch of 0 gathers each part only when the model asks, and a live bound of 1
 // forbids any gather ahead.
-TEST_CASE("ZeRO stage 3 on 2 and 4 ranks equals stage 0 bit for bit, with AdamW, LAMB and fp16 with clipping") {
+TEST_CASE("ZeRO stage 3 on 2 and 4 ranks equals stage 0, with AdamW, LAMB and fp16 with clipping") {
   const std::vector<std::vector<std::string>> variants{
       {},
       {"optimizer.type=\"Lamb\""},
@@ -62,13 +84,13 @@ TEST_CASE("ZeRO stage 3 on 2 and 4 ranks equals stage 0 bit for bit, with AdamW,
         CAPTURE(f);
         auto zero3 = train_checkpoint(
             with(with(v, fetching[f]), {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=3"}));
-        test::check_same_state(zero3, zero0);
+        check_close_state(zero3, zero0, test::zero3_reduction_order);
         CHECK(zero3.manifest.state["data_cursor"] == zero0.manifest.state["data_cursor"]);
       }
     }
 }
 
-TEST_CASE("ZeRO stage 3: each rank holds 1/N of the working weights, as the accounting expects") {
+TEST_CASE("ZeRO stage 3: each rank holds 1/N of the working weights and gradients, as the accounting expects") {
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
     const std::string log = run_log({fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=3",
@@ -87,22 +109,25 @@ TEST_CASE("ZeRO stage 3: each rank holds 1/N of the working weights, as the acco
   z.persistent = 100;
   const auto three = train::expected_model_states(1000, train::precision::f16, z);
   CHECK(three.weights == 2 * (1024 + 100));
+  CHECK(three.grads == 4 * 1024);
   CHECK(three.version == 2 * 1024);
   CHECK(three.reduced == 4 * 1024);
 }
 
-TEST_CASE("ZeRO stage 3 resumes as stage 1 on another rank count and stage 1 resumes as stage 3") {
+// A stage-3 checkpoint is a stage-1 checkpoint (the shards write it): it resumes as stage 1
+// on another rank count, and a stage-1 one as stage 3, continuing the uninterrupted run.
+TEST_CASE("ZeRO stage 3 resumes as stage 1 on another rank count, and stage 1 resumes as stage 3") {
   const std::vector<std::string> z3{"zero_optimization.stage=3", "zero_optimization.stage3_param_persistence_threshold=0"};
   test::temp_dir full, a, b;
   REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), {"train_steps=4", "devices.ranks=2"}) == 0);
   REQUIRE(test::run_config(a.path(), "a", test::tiny_config(a.path()), with(z3, {"train_steps=2", "devices.ranks=2"})) == 0);
   REQUIRE(test::run_config(a.path(), "a", test::tiny_config(a.path()),
-                           {"train_steps=4", "devices.ranks=2", "zero_optimization.stage=1"}, /*resume=*/true) == 0);
+                           {"train_steps=4", "devices.ranks=4", "zero_optimization.stage=1"}, /*resume=*/true) == 0);
   REQUIRE(test::run_config(b.path(), "b", test::tiny_config(b.path()),
                            {"train_steps=2", "devices.ranks=2", "zero_optimization.stage=1"}) == 0);
   REQUIRE(test::run_config(b.path(), "b", test::tiny_config(b.path()), with(z3, {"train_steps=4", "devices.ranks=2"}),
                            /*resume=*/true) == 0);
   auto want = test::load_run_checkpoint(full.path() + "/ckpt", "4");
-  test::check_same_state(test::load_run_checkpoint(a.path() + "/ckpt", "4"), want);
-  test::check_same_state(test::load_run_checkpoint(b.path() + "/ckpt", "4"), want);
+  check_close_state(test::load_run_checkpoint(a.path() + "/ckpt", "4"), want, test::zero3_reduction_order);
+  check_close_state(test::load_run_checkpoint(b.path() + "/ckpt", "4"), want, test::zero3_reduction_order);
 }
