@@ -87,6 +87,16 @@ std::byte* placed(std::byte* slot, std::uint64_t writer_page_offset, std::int64_
   return slot + (shift & ~std::uint64_t{63});
 }
 
+// mine: (n) = result: (n) = partial + mine, element by element in fp32 (sum_to_f32's
+// bits), in one pass instead of a sum and a copy.
+void sum_twice(float* mine, float* __restrict result, const float* partial, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = partial[i] + mine[i];
+    mine[i] = v;
+    result[i] = v;
+  }
+}
+
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
                   std::atomic<std::uint32_t>::is_always_lock_free,
               "counters shared between processes must be lock-free");
@@ -326,14 +336,14 @@ status shared_regions::allreduce(transport& t, const wire_header& call, void* da
         add_to_f32(acc_.data(), from(j), call.type, len, widened_);
       partial = acc_.data();
     }
+    std::byte* result = placed(result_slot(own, n, k), page_offsets[static_cast<std::size_t>(r)], at);
     if (call.type == dtype::f32) {
-      sum_to_f32(reinterpret_cast<float*>(mine), partial, mine, call.type, len, widened_);
+      sum_twice(reinterpret_cast<float*>(mine), reinterpret_cast<float*>(result), partial, len);
     } else {
       sum_to_f32(acc_.data(), partial, mine, call.type, len, widened_);
       narrow_from_f32(mine, call.type, acc_.data(), len);
+      std::memcpy(result, mine, static_cast<std::size_t>(len) * width);
     }
-    std::memcpy(placed(result_slot(own, n, k), page_offsets[static_cast<std::size_t>(r)], at), mine,
-                static_cast<std::size_t>(len) * width);
     publish(bell_region, reduced(own), done(k));
     ++next_b;
     return true;
