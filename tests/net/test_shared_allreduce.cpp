@@ -2,6 +2,7 @@
 // process share memory as processes of one host do): the ring's bits, whatever the sizes,
 // dtypes, buffer alignments and call sequences; the ring when ranks say they are on
 // different hosts. Between processes: tests/net/test_ucx.cpp.
+#include "io/net/shared_allreduce.hpp"
 #include "tests/net/net_support.hpp"
 
 #include <doctest/doctest.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 
 namespace dsa::test {
 namespace {
@@ -117,6 +119,31 @@ TEST_CASE("consecutive shared-memory allreduces of changing sizes and dtypes do 
     for (int r = 0; r < ranks; ++r)
       CHECK(shared[static_cast<std::size_t>(k)][static_cast<std::size_t>(r)] == ring[0]);
   }
+}
+
+TEST_CASE("a rank waiting on shared memory fails when the group is aborted instead of hanging") {
+  // Rank 1 maps the regions, then aborts the group instead of taking part in the sum:
+  // rank 0, waiting for rank 1's values, must return the abort as an error.
+  const std::int64_t count = 3 * 65536 + 5;
+  net::wire_header call;
+  call.kind = net::op_kind::allreduce_shared;
+  call.type = dtype::f32;
+  call.count = count;
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](net::transport& t, int r) {
+    auto regions = net::shared_regions::connect(t, call, 1u);
+    REQUIRE(regions.has_value());
+    REQUIRE(*regions != nullptr);
+    if (r == 1) {
+      t.abort(make_error(errc::runtime, "rank 1 gave up"));
+      return;
+    }
+    std::vector<float> data(static_cast<std::size_t>(count), 1.0f);
+    status s = (*regions)->allreduce(t, call, data.data(), {0, 0});
+    errors[0] = s ? "" : s.err().to_string();
+  });
+  CHECK(errors[0].find("rank 1 gave up") != std::string::npos);
+  CHECK(errors[0].find("shared-memory allreduce") != std::string::npos);
 }
 
 } // namespace
