@@ -1,8 +1,8 @@
 // The allreduce between ranks on one host through shared memory: no pull, no copy of
 // a whole buffer between processes.
 //
-// Each rank owns a small region (a memfd, mapped by every rank of the group through
-// /proc/<pid>/fd, so no name is ever left behind): a control block of counters, and
+// Each rank owns a region ((N+1) x 4 MiB: a memfd, mapped by every rank of the group
+// through /proc/<pid>/fd, so no name is ever left behind): a control block of counters, and
 // rings of slot_count slots of one segment (64 Ki elements) each: one ring per chunk for
 // its contributions to that chunk's owner, one for its own chunk's results. Chunks are
 // partition(count, N, c), as in the ring allreduce, cut into segments. For segment k,
