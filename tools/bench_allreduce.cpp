@@ -91,7 +91,9 @@ expected<std::vector<double>> bench_dsactor(const allreduce_plan& plan) {
         DSA_ASSIGN_OR_RETURN(auto t, net::ucx_transport::create(rank, ranks, token));
         DSA_ASSIGN_OR_RETURN(auto addresses, exchange(t->local_address()));
         DSA_TRY(t->connect(addresses));
-        net::communicator comm(*t);
+        net::collective_options options;
+        options.shared_memory = plan.shared_memory;
+        net::communicator comm(*t, options);
         auto times = time_allreduce(
             rank, ranks, plan,
             [&](float* data, std::int64_t count) { return comm.allreduce_sum(data, dtype::f32, count); },
@@ -199,6 +201,9 @@ int bench_allreduce_main(int argc, char** argv) {
       "iterations", po::value<int>(&plan.iterations)->default_value(7), "timed iterations per size (median)")(
       "warmup", po::value<int>(&plan.warmup)->default_value(2), "untimed iterations per size first")(
       "mpirun", po::value<std::string>(&mpirun)->default_value("mpirun"), "OpenMPI's launcher")(
+      "shared-memory", po::value<bool>(&plan.shared_memory)->default_value(true),
+      "dsactor's allreduce through shared memory between the processes (false: its ring "
+      "over UCX, as before)")(
       "quick", "1 and 4 MiB, 3 iterations, no weak-scaling runs (a smoke run)")(
       "weak-scaling", po::value<bool>(&weak)->default_value(true, "true (false with --quick)"),
       "also time BERT-mini's step with 1 and 2 processes at the same per-rank batch");
@@ -226,7 +231,8 @@ int bench_allreduce_main(int argc, char** argv) {
   fmt::print("allreduce, fp32, {} processes on this machine, sizes {} MiB; median of {} after {} "
              "warm-up\n", ranks, fmt::join(sizes_mib, " "), plan.iterations, plan.warmup);
   // The forks come first: this process has not touched UCX or started threads yet.
-  fmt::print("dsactor: communicator over ucx_transport\n");
+  fmt::print("dsactor: communicator over ucx_transport, {}\n",
+             plan.shared_memory ? "shared-memory allreduce" : "ring over UCX");
   auto ours = bench_dsactor(plan);
   if (!ours) {
     fmt::print(stderr, "dsactor bench allreduce: {}\n", ours.err().to_string());

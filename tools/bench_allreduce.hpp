@@ -18,6 +18,7 @@ struct allreduce_plan {
   std::vector<std::int64_t> sizes_bytes; // each a multiple of 4 (fp32)
   int warmup = 2;
   int iterations = 7;
+  bool shared_memory = true; // dsactor's shared-memory allreduce (false: the UCX ring)
 };
 
 // One rank's measurement: for every size, fill the buffer (rank r: element i is

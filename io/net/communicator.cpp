@@ -5,6 +5,7 @@
 #include "io/net/call_checks.hpp"
 #include "io/net/fp32_sum.hpp"
 #include "io/net/ring.hpp"
+#include "io/net/shared_allreduce.hpp"
 
 #include <cstring>
 #include <vector>
@@ -23,6 +24,8 @@ communicator::communicator(transport& t, collective_options options, std::uint32
       seq_(first_seq_) {
   DSA_CHECK(channel < (1u << 23), "communicator channel {} is not below 2^23", channel);
 }
+
+communicator::~communicator() = default;
 
 wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, std::int64_t root) {
   wire_header h;
@@ -43,12 +46,22 @@ status communicator::finish(status result) {
 status communicator::allreduce_sum(void* data, dtype type, std::int64_t count) {
   const bool flat = count >= 0 && static_cast<std::size_t>(count) * dtype_size(type) <
                                       options_.flat_allreduce_below_bytes;
-  wire_header call = begin(flat ? op_kind::allreduce_flat : op_kind::allreduce_ring, type, count);
+  const op_kind kind = flat            ? op_kind::allreduce_flat
+                       : shared_path() ? op_kind::allreduce_shared
+                                       : op_kind::allreduce_ring;
+  wire_header call = begin(kind, type, count);
   auto run = [&]() -> status {
     DSA_TRY(check_call(call, rank()));
     DSA_TRY(check_reducible(call, rank()));
     DSA_TRY(check_pointer(call, rank(), "data", data, count));
-    return flat ? allreduce_flat(call, data) : allreduce_ring(call, data);
+    switch (kind) {
+    case op_kind::allreduce_flat:
+      return allreduce_flat(call, data);
+    case op_kind::allreduce_shared:
+      return allreduce_shared(call, data);
+    default:
+      return allreduce_ring(call, data);
+    }
   };
   return finish(run());
 }
@@ -96,6 +109,39 @@ status communicator::allreduce_ring(const wire_header& call, void* data) {
     narrow_from_f32(own_bytes, call.type, scratch_.result.data(), own.count);
   }
   return ring_allgather(transport_, call, size(), data);
+}
+
+bool communicator::shared_path() const {
+  return options_.shared_memory && size() > 1 && sharing_ != sharing::off;
+}
+
+status communicator::allreduce_shared(const wire_header& call, void* data) {
+  // Every rank is in this very call before any touches shared memory: a rank in another
+  // call fails here on the header instead of leaving this one waiting on a counter.
+  // The message carries this rank's buffer address modulo 4096, which places the
+  // segments in the shared slots.
+  wire_header hello = call;
+  hello.block = -1;
+  hello.payload_bytes = sizeof(std::uint64_t);
+  const int n = size(), r = rank();
+  std::vector<std::uint64_t> page_offsets(static_cast<std::size_t>(n));
+  page_offsets[static_cast<std::size_t>(r)] = reinterpret_cast<std::uintptr_t>(data) % 4096;
+  for (int step = 1; step < n; ++step)
+    DSA_TRY(wire_send(transport_, (r + step) % n, hello, &page_offsets[static_cast<std::size_t>(r)]));
+  for (int p = 0; p < n; ++p)
+    if (p != r) {
+      DSA_ASSIGN_OR_RETURN(bytes got, wire_recv(transport_, p, hello));
+      std::memcpy(&page_offsets[static_cast<std::size_t>(p)], got.data() + wire_header_bytes,
+                  sizeof(std::uint64_t));
+    }
+  if (sharing_ == sharing::untried) {
+    const std::uint64_t host = options_.host_number ? options_.host_number : this_host_number();
+    DSA_ASSIGN_OR_RETURN(shared_, shared_regions::connect(transport_, call, host));
+    sharing_ = shared_ ? sharing::on : sharing::off;
+  }
+  // The ring when the regions could not be shared: every rank decided the same.
+  return shared_ ? shared_->allreduce(transport_, call, data, page_offsets)
+                 : allreduce_ring(call, data);
 }
 
 status communicator::reduce_scatter_sum(void* out, const void* in, dtype type, std::int64_t count) {

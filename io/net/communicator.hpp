@@ -19,8 +19,15 @@
 //   x[c], in fp32; for f16/bf16 the partial sums travel as fp32 (twice the bytes of the
 //   dtype) and rank c rounds its chunk once; the allgather then copies rank c's rounded
 //   bits to every rank. 2(N-1) steps, ~2 (N-1)/N of the buffer sent per rank.
-// The two paths sum in different orders, so they may differ from each other in the
-// last bit; each is deterministic on its own.
+// - shared-memory allreduce (ring-sized buffers when every rank runs on this host and
+//   options.shared_memory): the ring's chunks and order, summed by each chunk's owner
+//   straight from the peers' shared slots (io/net/shared_allreduce.hpp), so its results
+//   are the ring's bit for bit. Before each call the ranks trade headers through the
+//   transport (so ranks in different calls get errors, never wait on memory for each
+//   other); the first such call maps the regions, and where that fails on any rank
+//   every rank takes the ring from then on.
+// The flat path and the ring sum in different orders, so they may differ from each
+// other in the last bit; each is deterministic on its own.
 //
 // Threads: a communicator belongs to one thread (a dedicated communication thread,
 // never an actor thread: calls block until the peers take part). Several communicators
@@ -35,8 +42,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace dsa::net {
+
+class shared_regions;
 
 struct collective_options {
   // allreduce buffers of fewer bytes take the flat path (latency: one round); the rest
@@ -46,6 +56,12 @@ struct collective_options {
   // N = 4, 125 KB at N = 8. 64 KiB keeps the flat path for what is latency-bound.
   // 0 forces the ring, SIZE_MAX the flat path.
   std::size_t flat_allreduce_below_bytes = 64 * 1024;
+  // The ring-sized allreduce goes through memory shared by the ranks when all are on
+  // one host; false keeps the ring over the transport.
+  bool shared_memory = true;
+  // Which host this rank is on for that decision; 0: this_host_number(). Tests give
+  // ranks different numbers to take the ring where they could share memory.
+  std::uint64_t host_number = 0;
 };
 
 // Rank `rank`'s part of `count` elements split over `ranks`: contiguous, in rank order,
@@ -61,6 +77,9 @@ class communicator {
 public:
   // channel: below 2^23; every rank's communicator of one conversation uses the same.
   explicit communicator(transport& t, collective_options options = {}, std::uint32_t channel = 0);
+  ~communicator();
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
@@ -93,12 +112,17 @@ private:
   status finish(status result);
   status allreduce_flat(const wire_header& call, void* data);
   status allreduce_ring(const wire_header& call, void* data);
+  status allreduce_shared(const wire_header& call, void* data);
+  // Whether a ring-sized allreduce takes the shared-memory path (the same on every rank).
+  bool shared_path() const;
 
   transport& transport_;
   collective_options options_;
   std::uint64_t first_seq_ = 0;
   std::uint64_t seq_ = 0;
   ring_scratch scratch_;
+  enum class sharing { untried, on, off } sharing_ = sharing::untried;
+  std::unique_ptr<shared_regions> shared_;
 };
 
 } // namespace dsa::net

@@ -19,6 +19,10 @@ void local_transport::abort(const error& reason) {
   group_.abort(reason);
 }
 
+std::optional<error> local_transport::aborted() const {
+  return group_.aborted();
+}
+
 local_group::local_group(int size) {
   DSA_CHECK(size >= 1, "local_group needs at least one rank, got {}", size);
   for (int r = 0; r < size; ++r) {

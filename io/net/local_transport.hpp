@@ -30,6 +30,7 @@ public:
   status send(int peer, tag_t tag, bytes message) override;
   expected<bytes> recv(int peer, tag_t tag) override;
   void abort(const error& reason) override;
+  std::optional<error> aborted() const override;
 
 private:
   local_group& group_;

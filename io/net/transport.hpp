@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace dsa::net {
@@ -72,6 +73,10 @@ public:
   virtual status send(int peer, tag_t tag, bytes message) = 0;
   virtual expected<bytes> recv(int peer, tag_t tag) = 0;
   virtual void abort(const error& reason) = 0;
+  // The abort reason once the group was aborted (by any rank, or by the loss of a peer
+  // the transport noticed), else nothing. Any thread; polled by waits that do not go
+  // through the transport (the shared-memory allreduce).
+  virtual std::optional<error> aborted() const = 0;
 
   // Sends head followed by payload: (payload_bytes) as one message, reading the payload
   // from the caller's memory, which must stay valid and unchanged until the ticket's

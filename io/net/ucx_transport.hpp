@@ -63,7 +63,7 @@ public:
   // Messages dropped because their job token was wrong (any thread).
   std::uint64_t refused_messages() const { return refused_.load(); }
   // The abort reason, if aborted (any thread).
-  std::optional<error> aborted() const;
+  std::optional<error> aborted() const override;
 
   // Internal: the receiving and sending machinery (ucx_transport.cpp), progress thread.
   struct send_op;

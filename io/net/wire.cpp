@@ -64,6 +64,8 @@ const char* op_kind_name(op_kind kind) {
     return "all_to_all";
   case op_kind::barrier:
     return "barrier";
+  case op_kind::allreduce_shared:
+    return "allreduce (shared memory)";
   }
   return "unknown collective";
 }

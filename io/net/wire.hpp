@@ -18,6 +18,7 @@ enum class op_kind : std::uint8_t {
   broadcast,
   all_to_all,
   barrier,
+  allreduce_shared, // ranks of one host through shared memory
 };
 
 const char* op_kind_name(op_kind kind);

@@ -18,12 +18,17 @@ std::vector<std::int64_t> awkward_sizes(int ranks) {
   return {0, 1, 7, 97, ranks * 1000 + 3};
 }
 
-enum class path { flat, ring };
+enum class path { flat, ring, shared };
 
 net::collective_options forced(path p) {
   net::collective_options o;
   o.flat_allreduce_below_bytes = p == path::flat ? std::numeric_limits<std::size_t>::max() : 0;
+  o.shared_memory = p == path::shared; // ranks as threads share memory: that path, or the ring
   return o;
+}
+
+const char* path_name(path p) {
+  return p == path::flat ? "flat" : p == path::ring ? "ring" : "shared memory";
 }
 
 // Runs one allreduce on `ranks` ranks; returns every rank's result.
@@ -60,9 +65,9 @@ TEST_CASE(
   for (int ranks = 1; ranks <= 5; ++ranks)
     for (dtype type : all_types)
       for (std::int64_t count : awkward_sizes(ranks))
-        for (path p : {path::flat, path::ring}) {
+        for (path p : {path::flat, path::ring, path::shared}) {
           INFO("ranks=" << ranks << " dtype=" << dtype_name(type) << " count=" << count
-                        << " path=" << (p == path::flat ? "flat" : "ring"));
+                        << " path=" << path_name(p));
           auto inputs =
               random_inputs(type, count, ranks, static_cast<std::uint32_t>(count + 7 * ranks));
           auto results = run_allreduce(inputs, forced(p));
@@ -120,6 +125,13 @@ TEST_CASE("ring allreduce sums chunk c starting at rank c+1 in fp32 and rounds o
 TEST_CASE("ring allreduce keeps that order when chunks travel as several segments") {
   // Chunks of 2.5 and 1.7 segments (2 MiB of f32 each), the last segment short.
   check_fp32_order(path::ring, 29u, ring_first_rank, 2 * 1310720 + 1, 3);
+}
+
+TEST_CASE("shared-memory allreduce sums in the ring's order, also over many slot segments") {
+  check_fp32_order(path::shared, 31u, ring_first_rank);
+  // Chunks of 18 and 17+ segments of 64 Ki elements: more than the 16 slots of a ring,
+  // so slots are reused within the call; the last segment short.
+  check_fp32_order(path::shared, 37u, ring_first_rank, 2 * 18 * 65536 - 9, 3);
 }
 
 TEST_CASE("consecutive collectives of different sizes, dtypes and paths do not mix") {

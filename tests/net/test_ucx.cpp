@@ -1,6 +1,7 @@
 // ucx_transport between real processes (2 and 3 forked ranks, shared memory or TCP):
-// every collective gives the in-process result bit for bit; wrong job tokens are refused;
-// an abort or a killed rank fails the others' receives instead of hanging them.
+// every collective (the allreduce on its flat, ring and shared-memory paths) gives the
+// in-process result bit for bit; wrong job tokens are refused; an abort or a killed rank
+// fails the others' receives instead of hanging them.
 #include "tests/net/net_support.hpp"
 #include "tests/net/process_ranks.hpp"
 
@@ -48,14 +49,18 @@ expected<net::bytes> collective_script(net::transport& t) {
     net::communicator comm(t, {}, 1);
     net::collective_options ring_only;
     ring_only.flat_allreduce_below_bytes = 0;
+    ring_only.shared_memory = false;
     net::collective_options flat_only;
     flat_only.flat_allreduce_below_bytes = SIZE_MAX;
-    net::communicator ring(t, ring_only, 2), flat(t, flat_only, 3);
+    net::collective_options shared_only; // the processes are on one host: shared memory
+    shared_only.flat_allreduce_below_bytes = 0;
+    net::communicator ring(t, ring_only, 2), flat(t, flat_only, 3),
+        through_memory(t, shared_only, 4);
     std::uint32_t seed = 1;
     for (dtype type : all_types)
       for (std::int64_t count : awkward_sizes(n)) {
         const std::size_t width = dtype_size(type);
-        for (net::communicator* c : {&ring, &flat}) {
+        for (net::communicator* c : {&ring, &flat, &through_memory}) {
           typed_buffer b = random_buffer(type, count, seed++, r);
           DSA_TRY(c->allreduce_sum(b.data(), type, count));
           append(shared, b.data(), b.bytes.size());
