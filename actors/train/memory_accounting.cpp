@@ -1,6 +1,7 @@
 // Model-state bytes per rank; see memory_accounting.hpp.
 #include "actors/train/memory_accounting.hpp"
 
+#include "actors/train/param_store.hpp"
 #include "io/aio/swap_store.hpp"
 #include "optim/flat_layout.hpp"
 
@@ -47,7 +48,8 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
     if (zero->stage >= 3) {
-      b.weights = w * (zero->partition + zero->persistent);
+      const std::int64_t in_memory = zero->param_in_memory < 0 ? zero->partition : zero->param_in_memory;
+      b.weights = w * (in_memory + zero->persistent) + zero->param_buffers;
       b.grads = 4 * zero->partition;
       b.version = w * zero->partition;
     }
@@ -92,9 +94,17 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
   zero_sizes z = zero_sizes_of(specs, ranks);
   z.stage = ranks > 1 ? std::max(rc.zero_stage, 1) : 1;
-  if (z.stage >= 3)
+  if (z.stage >= 3) {
     for (const auto& spec : specs)
       if (shape_numel(spec.shape) <= rc.stage3_persistence) z.persistent += shape_numel(spec.shape);
+    if (off.param.swaps()) {
+      const dtype w = working_dtype(rc.working);
+      z.param_in_memory = std::min(off.param.max_in_cpu, z.partition);
+      const param_buffers b = nvme_param_buffers(z.partition, w, off.param.max_in_cpu, off.param.buffer_size,
+                                                 off.param.buffer_count, 4096);
+      z.param_buffers = b.count * b.bytes;
+    }
+  }
   if (off.swaps())
     z.swap_buffers = static_cast<std::int64_t>(aio::swap_buffers_allocated(static_cast<std::size_t>(off.buffer_count))) * 4 *
                      aio::swap_chunk_numel(off.sub_group_size, optim::flat_layout::default_alignment, z.partition);

@@ -62,6 +62,9 @@ struct zero_sizes {
   // ZeRO stage 3: the elements of the tensors kept whole on every rank
   // (stage3_param_persistence_threshold); the stage holds those and its partition.
   std::int64_t persistent = 0;
+  // ZeRO-3 with offload_param on NVMe: the partition's elements kept in memory
+  // (offload_param.max_in_cpu; -1: all of them) and the bytes of the transfer buffers.
+  std::int64_t param_in_memory = -1, param_buffers = 0;
   // NVMe optimizer offload: the bytes of swap buffers the partition's masters and
   // moments pass through instead of living in memory (0: in memory).
   std::int64_t swap_buffers = 0;

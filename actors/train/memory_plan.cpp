@@ -236,9 +236,8 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                              "would be {}",
                              needs, mib_up(with_nvme.peak()));
   }
-  message += ". Only the optimizer state can leave host memory: offloading the parameters "
-             "(offload_param) is not built yet (zero_optimization.stage = 3 over several ranks keeps 1/N of the "
-             "working weights on each)";
+  message += ". The plan moves only the optimizer state to NVMe by itself: offloading the parameters "
+             "(offload_param) needs zero_optimization.stage = 3 over several ranks, where it is counted when set";
   return make_error(errc::config, "{}", message);
 }
 

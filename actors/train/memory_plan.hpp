@@ -27,8 +27,8 @@
 //   margin        what the plan does not model (threads' stacks, the allocator's
 //                 arenas, CAF's mailboxes, OpenMP): 16 MiB + 10% of the rest
 // Only the optimizer state (fp32 masters and moments) can leave host memory today,
-// to NVMe with zero_optimization.offload_optimizer.device = "nvme"; offloading
-// parameters is not built yet (ZeRO stage 3 partitions them over ranks instead).
+// to NVMe with zero_optimization.offload_optimizer.device = "nvme"; offload_param
+// (ZeRO stage 3 over several ranks) is counted when set, never chosen by the plan.
 #pragma once
 
 #include "actors/train/run_config.hpp"

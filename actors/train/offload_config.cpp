@@ -64,7 +64,43 @@ void read_aio(const config& cfg, aio::aio_config& a, config_problems& problems) 
 
 } // namespace
 
-void read_offload(const config& cfg, int zero_stage, offload_settings& out, config_problems& problems) {
+namespace {
+
+void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, offload_settings::params& out,
+                        config_problems& problems) {
+  const std::string table = "zero_optimization.offload_param";
+  optim::param_reader r(cfg, table, problems);
+  std::string device = "none";
+  r.read("device", device);
+  r.read("nvme_path", out.nvme_path);
+  read_count(r, "buffer_count", out.buffer_count, 1);
+  read_count(r, "buffer_size", out.buffer_size, 1);
+  read_count(r, "max_in_cpu", out.max_in_cpu, 0);
+  r.read("pin_memory", out.pin_memory);
+  r.check_unknown();
+  bool legacy = false; // DeepSpeed's old cpu_offload_param = true: device "cpu"
+  cfg.read("zero_optimization.cpu_offload_param", legacy, problems);
+  if (legacy && device == "none") device = "cpu";
+  if (device == "none") out.device = offload_device::none;
+  else if (device == "cpu") out.device = offload_device::cpu;
+  else if (device == "nvme") out.device = offload_device::nvme;
+  else r.invalid("device", fmt::format("expected \"none\", \"cpu\" or \"nvme\", got \"{}\"", device));
+  if (out.device == offload_device::none) return;
+  if (zero_stage != 3)
+    r.invalid("device", fmt::format("offloading the parameters needs zero_optimization.stage = 3 (as in DeepSpeed), "
+                                    "got stage {}", zero_stage));
+  else if (ranks < 2)
+    r.invalid("device", "offloading the parameters needs ZeRO stage 3 over several data-parallel ranks ([devices] "
+                        "ranks or dsactor launch): on one rank stage 3 runs as stage 0, with nothing partitioned");
+  if (out.swaps() && out.nvme_path.empty())
+    problems.add(cfg.problem(problem_kind::missing_key, table + ".nvme_path",
+                             "device = \"nvme\" needs the folder for the swap files"));
+}
+
+} // namespace
+
+void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_size, offload_settings& out,
+                  config_problems& problems) {
   const std::string table = "zero_optimization.offload_optimizer";
   optim::param_reader r(cfg, table, problems);
   std::string device = "none";
@@ -103,14 +139,7 @@ void read_offload(const config& cfg, int zero_stage, offload_settings& out, conf
                           out.pipeline_write ? ", one being written behind" : "", needed));
   optim::param_reader zero(cfg, "zero_optimization", problems);
   read_count(zero, "sub_group_size", out.sub_group_size, 1);
-  std::string param_device = "none";
-  cfg.read("zero_optimization.offload_param.device", param_device, problems);
-  bool legacy_param = false;
-  cfg.read("zero_optimization.cpu_offload_param", legacy_param, problems);
-  if (param_device != "none" || legacy_param)
-    problems.add(cfg.problem(problem_kind::invalid_value, "zero_optimization.offload_param.device",
-                             "offloading the parameters is not built yet (with zero_optimization.stage = 3 each rank "
-                             "holds 1/N of them in memory); offload the optimizer state (offload_optimizer) instead"));
+  read_offload_param(cfg, zero_stage, data_parallel_size, out.param, problems);
   read_aio(cfg, out.aio, problems);
 }
 

@@ -36,11 +36,23 @@ struct offload_settings {
   aio::aio_config aio;                          // the top-level [aio] table
 
   bool swaps() const { return device == offload_device::nvme; }
+
+  // zero_optimization.offload_param (ZeRO stage 3 only): where each rank's partition of the
+  // working weights lives between gathers. DeepSpeed's keys and defaults; sizes in elements.
+  struct params {
+    offload_device device = offload_device::none;
+    std::string nvme_path;
+    std::int64_t buffer_count = 5, buffer_size = 100'000'000, max_in_cpu = 1'000'000'000;
+    bool pin_memory = true;
+    bool swaps() const { return device == offload_device::nvme; }
+  } param;
 };
 
-// Reads zero_optimization.offload_optimizer, .offload_param (refused: ZeRO stage 3),
-// .sub_group_size, the legacy cpu_offload flag and [aio]; needs the ZeRO stage read.
-void read_offload(const config& cfg, int zero_stage, offload_settings& out, config_problems& problems);
+// Reads zero_optimization.offload_optimizer, .offload_param (ZeRO stage 3 over several
+// ranks only), .sub_group_size, the legacy cpu_offload flags and [aio]; needs the ZeRO
+// stage and the data-parallel size read.
+void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_size, offload_settings& out,
+                  config_problems& problems);
 
 // The job's swap folder name under nvme_path: the run directory's name and a hash of
 // its absolute path, so a restarted job finds (and clears) what a crash left, and two

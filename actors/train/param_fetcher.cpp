@@ -20,9 +20,10 @@ std::byte* at_element(const tensor& t, std::int64_t element) {
 
 param_fetcher::param_fetcher(optim::flat_layout layout, std::uint32_t rank, dtype working,
                              std::shared_ptr<net::communicator> comm, std::vector<fetch_part> parts,
-                             std::vector<std::int64_t> sequence, std::uint32_t micro_batches, fetch_settings settings)
+                             std::vector<std::int64_t> sequence, std::uint32_t micro_batches, fetch_settings settings,
+                             std::unique_ptr<param_store> store)
     : layout_(std::move(layout)), rank_(rank), working_(working), comm_(std::move(comm)), parts_(std::move(parts)),
-      settings_(settings) {
+      settings_(settings), store_(std::move(store)) {
   DSA_CHECK(comm_ && comm_->size() == static_cast<int>(layout_.ranks()) && comm_->rank() == static_cast<int>(rank),
             "param fetcher: rank {} of {} needs that rank's communicator", rank, layout_.ranks());
   DSA_CHECK(micro_batches >= 1 && !sequence.empty(), "param fetcher: an empty use sequence");
@@ -37,7 +38,9 @@ param_fetcher::param_fetcher(optim::flat_layout layout, std::uint32_t rank, dtyp
     for (std::size_t t : p.tensors)
       DSA_CHECK(t < tensors.size(), "param fetcher: part {} names tensor {} of {}", p.id, t, tensors.size());
   plan_uses(sequence, micro_batches);
-  partition_ = tensor::zeros({layout_.partition_numel()}, working_);
+  if (!store_) store_ = memory_param_store(layout_.partition_numel(), working_);
+  DSA_CHECK(store_->numel() == layout_.partition_numel(), "param fetcher: a store of {} elements for a partition of {}",
+            store_->numel(), layout_.partition_numel());
   thread_ = std::thread([this] { run_thread(); });
 }
 
@@ -97,23 +100,27 @@ void param_fetcher::take_whole(const std::vector<tensor>& whole) {
   std::lock_guard<std::mutex> lk(mu_);
   DSA_CHECK(!step_open_, "param fetcher: new weights during a step");
   const optim::flat_range mine = layout_.partition(rank_);
+  tensor partition = tensor::zeros({layout_.partition_numel()}, working_); // once, before the first step
   for (const auto& p : layout_.pieces(mine)) {
     const tensor& src = whole[p.tensor];
     DSA_CHECK(src.defined() && src.is_contiguous() && src.numel() == tensors[p.tensor].numel,
               "param fetcher: whole tensor {} ({}) is {}", p.tensor, tensors[p.tensor].name,
               src.defined() ? src.describe() : "undefined");
-    cpu::cast(at_element(partition_, p.flat_offset - mine.lo), working_, at_element(src, p.tensor_offset), src.type(),
+    cpu::cast(at_element(partition, p.flat_offset - mine.lo), working_, at_element(src, p.tensor_offset), src.type(),
               p.count);
   }
+  if (auto w = store_->write(partition); !w)
+    throw std::runtime_error("storing the ZeRO-3 weight partition: " + w.err().message);
 }
 
 void param_fetcher::load(const tensor& partition) {
-  DSA_CHECK(partition.defined() && partition.is_contiguous() && partition.numel() == partition_.numel(),
+  DSA_CHECK(partition.defined() && partition.is_contiguous() && partition.numel() == store_->numel(),
             "param fetcher: a parameter version of {} elements for a partition of {}",
-            partition.defined() ? partition.numel() : 0, partition_.numel());
+            partition.defined() ? partition.numel() : 0, store_->numel());
   std::lock_guard<std::mutex> lk(mu_);
   DSA_CHECK(!step_open_, "param fetcher: a new parameter version during a step");
-  cpu::cast(partition_.raw_data(), working_, partition.raw_data(), partition.type(), partition.numel());
+  if (auto w = store_->write(partition); !w)
+    throw std::runtime_error("storing the ZeRO-3 weight partition: " + w.err().message);
 }
 
 bool param_fetcher::may_gather(std::size_t i) const {
@@ -167,8 +174,8 @@ expected<tensor> param_fetcher::gather_tensor(std::size_t t) {
     const std::int64_t lo = std::max(owned.lo, ft.offset), hi = std::min(owned.hi, ft.offset + ft.numel);
     if (hi <= lo) continue;
     if (r == rank_)
-      std::copy_n(at_element(partition_, lo - mine.lo), static_cast<std::size_t>(hi - lo) * dtype_size(working_),
-                  at_element(out, lo - ft.offset));
+      if (auto read = store_->read(lo - mine.lo, hi - lo, at_element(out, lo - ft.offset)); !read)
+        return make_error(read.err().code, "reading this rank's elements of {}: {}", ft.name, read.err().message);
     if (comm_->size() > 1)
       if (auto b = comm_->broadcast(at_element(out, lo - ft.offset), working_, hi - lo, static_cast<int>(r)); !b)
         return make_error(b.err().code, "gathering {} (rank {}'s elements): {}", ft.name, r, b.err().message);
@@ -279,7 +286,7 @@ std::vector<tensor> param_fetcher::gather_all() {
 }
 
 std::int64_t param_fetcher::held_bytes() const {
-  return (layout_.partition_numel() + persistent_elements_) * static_cast<std::int64_t>(dtype_size(working_));
+  return store_->resident_bytes() + persistent_elements_ * static_cast<std::int64_t>(dtype_size(working_));
 }
 
 fetch_stats param_fetcher::stats() const {

@@ -30,6 +30,7 @@
 // fetcher's thread, the only user of its communicator (gather_all after stop_thread).
 #pragma once
 
+#include "actors/train/param_store.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "io/net/communicator.hpp"
@@ -73,9 +74,10 @@ public:
   // layout: the stage's (the optimizer shard's); comm: this fetcher's own channel, every
   // rank's fetcher of the stage on the same one; sequence: the part ids of one micro-batch's
   // uses in order (forward, then backward), repeated micro_batches times per step.
+  // store: where the partition lives between gathers (param_store.hpp); null: in memory.
   param_fetcher(optim::flat_layout layout, std::uint32_t rank, dtype working, std::shared_ptr<net::communicator> comm,
                 std::vector<fetch_part> parts, std::vector<std::int64_t> sequence, std::uint32_t micro_batches,
-                fetch_settings settings);
+                fetch_settings settings, std::unique_ptr<param_store> store = nullptr);
   ~param_fetcher();
   param_fetcher(const param_fetcher&) = delete;
   param_fetcher& operator=(const param_fetcher&) = delete;
@@ -106,8 +108,10 @@ public:
   // every tensor whole on the caller's thread; layout order.
   std::vector<tensor> gather_all();
 
-  // Bytes held between uses: the partition and the persistent tensors.
+  // Bytes held between uses: the partition (what of it is in memory, with NVMe offload
+  // and the transfer buffers) and the persistent tensors.
   std::int64_t held_bytes() const;
+  std::string partition_location() const { return store_->where(); }
   std::int64_t persistent_elements() const { return persistent_elements_; }
   fetch_stats stats() const;
   const optim::flat_layout& layout() const { return layout_; }
@@ -135,7 +139,7 @@ private:
   std::vector<bool> persistent_;
   std::int64_t persistent_elements_ = 0;
   std::vector<use_plan> uses_; // one step's
-  tensor partition_;           // this rank's working weights, (partition_numel)
+  std::unique_ptr<param_store> store_; // this rank's working weights, (partition_numel)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -169,7 +169,7 @@ constexpr const char* zero_optimization_keys[] = {
     "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "mics_shard_size",
     "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
     "override_module_apply", "log_trace_cache_warnings", "save_muon_momentum_buffer_in_memory"};
-constexpr const char* zero_optimization_tables[] = {"offload_param", "zeropp_loco_param",
+constexpr const char* zero_optimization_tables[] = {"zeropp_loco_param",
                                                     "zenflow", "leaf_module"};
 
 void read_devices(const config& cfg, run_config& rc, config_problems& problems, int processes) {
@@ -404,7 +404,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   read_data(cfg, rc.model, rc.data, problems);
   read_data_parallel_keys(cfg, rc, problems);
-  read_offload(cfg, rc.zero_stage, rc.offload, problems);
+  read_offload(cfg, rc.zero_stage, rc.batch.data_parallel_size, rc.offload, problems);
   read_comms_logger(cfg, rc, problems);
   read_limits(cfg, rc, problems);
   cfg.has("deepspeed_config");

@@ -301,6 +301,26 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     log_info("offload_optimizer.device = \"cpu\": on a CPU rank the optimizer state is in host memory already and is "
              "stepped by the CPU kernels; nothing changes");
   }
+  swap_area* param_area = nullptr; // offload_param on NVMe: where the weight partitions go
+  if (off.param.swaps()) {
+    if (rr.swap && off.param.nvme_path == off.nvme_path) {
+      param_area = rr.swap.get();
+    } else {
+      offload_settings ps = off;
+      ps.nvme_path = off.param.nvme_path;
+      DSA_ASSIGN_OR_RETURN(rr.param_swap, swap_area::open(ps, rc.run_dir, ctx.rank,
+                                                           static_cast<int>(rc.batch.data_parallel_size)));
+      param_area = rr.param_swap.get();
+    }
+    if (ctx.rank == 0)
+      log_info("ZeRO-Infinity: each rank's partition of the working weights beyond its first {} elements "
+               "(offload_param.max_in_cpu) swapped to {}/rank<r>, moved through {} buffers of up to {} elements",
+               off.param.max_in_cpu, off.param.nvme_path + "/" + swap_job_name(rc.run_dir), off.param.buffer_count,
+               off.param.buffer_size);
+  } else if (off.param.device == offload_device::cpu && ctx.rank == 0) {
+    log_info("offload_param.device = \"cpu\": on a CPU rank each rank's partition of the working weights is in host "
+             "memory already; nothing changes");
+  }
   for (std::uint32_t s = 0; s < rc.stages; ++s) {
     bert_optimizer_options o;
     o.participant = s;
@@ -327,6 +347,12 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
         DSA_ASSIGN_OR_RETURN(auto layout, optim::flat_layout::create(std::move(flat), o.zero_ranks));
         bert_stage& stage = *ctx.stages[s];
         fetch_settings fs{rc.stage3_persistence, rc.stage3_prefetch, rc.stage3_max_live};
+        std::unique_ptr<param_store> store; // null: in memory
+        if (param_area) {
+          nvme_param_options po{param_area->engine(), fmt::format("{}/stage{}.params.swp", param_area->dir(), s),
+                                 off.param.max_in_cpu, off.param.buffer_size, off.param.buffer_count};
+          DSA_ASSIGN_OR_RETURN(store, nvme_param_store(layout.partition_numel(), working_dtype(rc.working), po));
+        }
         auto grads = std::make_shared<partition_grads>(
             layout, o.zero_rank, working_dtype(rc.working),
             std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
@@ -336,7 +362,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
                                std::make_shared<net::communicator>(*transport, net::collective_options{},
                                                                    actors::fetch_channel(s)),
                                stage.fetch_parts(), stage.fetch_sequence(),
-                               static_cast<std::uint32_t>(rc.batch.gradient_accumulation), fs),
+                               static_cast<std::uint32_t>(rc.batch.gradient_accumulation), fs, std::move(store)),
                            std::move(grads));
       }
       // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).

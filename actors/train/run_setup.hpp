@@ -53,6 +53,9 @@ expected<rank_start> prepare_rank(run_context& ctx);
 // the runtime's view of its stages and shards.
 struct rank_run {
   std::unique_ptr<swap_area> swap; // NVMe offload: before the shards, so it goes after them
+  // ZeRO-3 with offload_param on NVMe under another nvme_path than the optimizer's (with the
+  // same path the parameters share `swap`).
+  std::unique_ptr<swap_area> param_swap;
   std::unique_ptr<feed_source> source;
   std::vector<std::unique_ptr<bert_optimizer>> shards;
   actors::run_parts parts;

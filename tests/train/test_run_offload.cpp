@@ -196,7 +196,16 @@ TEST_CASE("offload: bad settings are refused at start-up naming the key and what
        "key 'zero_optimization.offload_optimizer.buffer_count': 4 buffers cannot hold the swap pipeline: 9 are needed"},
       {"[zero_optimization]\nstage = 1\n" + nvme_at + "buffer_cont = 9\n",
        "key 'zero_optimization.offload_optimizer.buffer_cont': unknown key (did you mean 'buffer_count'?)"},
-      {"[zero_optimization]\nstage = 1\n[zero_optimization.offload_param]\ndevice = \"cpu\"\n", "offloading the parameters is not built yet"},
+      {"[zero_optimization]\nstage = 1\n[zero_optimization.offload_param]\ndevice = \"cpu\"\n",
+       "key 'zero_optimization.offload_param.device': offloading the parameters needs zero_optimization.stage = 3 (as in "
+       "DeepSpeed), got stage 1"},
+      {"[zero_optimization]\nstage = 3\n[zero_optimization.offload_param]\ndevice = \"cpu\"\n",
+       "needs ZeRO stage 3 over several data-parallel ranks"},
+      {"[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n[zero_optimization.offload_param]\ndevice = \"nvme\"\n",
+       "zero_optimization.offload_param.nvme_path"},
+      {"[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n[zero_optimization.offload_param]\ndevice = \"nvme\"\n"
+       "nvme_path = \"x\"\nmax_in_cpus = 0\n",
+       "key 'zero_optimization.offload_param.max_in_cpus': unknown key (did you mean 'max_in_cpu'?)"},
       {"[zero_optimization]\nstage = 1\n" + nvme_at + "[aio]\nqueue_depth = 0\n", "aio.queue_depth"},
   };
   for (const auto& c : cases) {
@@ -211,6 +220,14 @@ TEST_CASE("offload: bad settings are refused at start-up naming the key and what
   CHECK(good->offload.swaps());
   CHECK(good->offload.sub_group_size == 1000000);
   CHECK(good->offload.aio.block_size == 262144);
+  auto params = parse(fmt::format("[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n[zero_optimization.offload_param]\n"
+                                  "device = \"nvme\"\nnvme_path = \"{}\"\nbuffer_count = 2\nbuffer_size = 1e4\nmax_in_cpu = 0\n",
+                                  swap.path()));
+  REQUIRE_MESSAGE(params.has_value(), (params.has_value() ? "" : params.err().message));
+  CHECK(params->offload.param.swaps());
+  CHECK(params->offload.param.buffer_count == 2);
+  CHECK(params->offload.param.buffer_size == 10000);
+  CHECK(params->offload.param.max_in_cpu == 0);
   // A place where no folder can be made fails the run at start, naming it.
   std::ofstream(dir.path() + "/a_file") << "not a folder";
   CHECK(test::run_config(dir.path(), "bad", test::tiny_config(dir.path()), nvme(dir.path() + "/a_file")) != 0);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -130,4 +131,42 @@ TEST_CASE("ZeRO stage 3 resumes as stage 1 on another rank count, and stage 1 re
   auto want = test::load_run_checkpoint(full.path() + "/ckpt", "4");
   check_close_state(test::load_run_checkpoint(a.path() + "/ckpt", "4"), want, test::zero3_reduction_order);
   check_close_state(test::load_run_checkpoint(b.path() + "/ckpt", "4"), want, test::zero3_reduction_order);
+}
+
+// offload_param on NVMe moves where each rank's weight partition waits between gathers,
+// not what is computed: the same bits as in memory, with everything on NVMe or only what
+// is beyond max_in_cpu, small buffers (several chunks per tensor piece, two in flight),
+// alone or beside the optimizer state on NVMe; the swap files are gone at the end.
+TEST_CASE("ZeRO stage 3 with offload_param on NVMe equals the partitions in memory, bit for bit") {
+  test::temp_dir swap;
+  const std::vector<std::string> z3{"devices.ranks=2", "zero_optimization.stage=3",
+                                    "zero_optimization.stage3_param_persistence_threshold=1000"};
+  const auto memory = train_checkpoint(z3);
+  auto nvme = [&](std::int64_t max_in_cpu) {
+    return std::vector<std::string>{"zero_optimization.offload_param.device=\"nvme\"",
+                                    fmt::format("zero_optimization.offload_param.nvme_path=\"{}\"", swap.path()),
+                                    "zero_optimization.offload_param.buffer_size=1000",
+                                    "zero_optimization.offload_param.buffer_count=2",
+                                    fmt::format("zero_optimization.offload_param.max_in_cpu={}", max_in_cpu)};
+  };
+  for (std::int64_t max_in_cpu : {0, 3000}) {
+    CAPTURE(max_in_cpu);
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), "z3", test::tiny_config(dir.path()), with(z3, nvme(max_in_cpu))) == 0);
+    test::check_same_state(test::load_run_checkpoint(dir.path() + "/ckpt", "latest"), memory);
+    std::ifstream in(dir.path() + "/run/train.log");
+    std::stringstream log;
+    log << in.rdbuf();
+    CHECK(log.str().find("ZeRO-Infinity: each rank's partition of the working weights beyond its first") !=
+          std::string::npos);
+    CHECK(log.str().find("(as expected)") != std::string::npos);
+    CHECK(log.str().find("the accounting expected") == std::string::npos);
+    CHECK(std::filesystem::is_empty(swap.path()));
+  }
+  // Beside the optimizer state on NVMe, in the same folder.
+  const auto both = train_checkpoint(with(with(z3, nvme(0)), {"zero_optimization.offload_optimizer.device=\"nvme\"",
+                                                              fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
+                                                              "zero_optimization.sub_group_size=2048"}));
+  test::check_same_state(both, memory);
+  CHECK(std::filesystem::is_empty(swap.path()));
 }
