@@ -66,6 +66,19 @@ void read_aio(const config& cfg, aio::aio_config& a, config_problems& problems) 
 
 namespace {
 
+// The table's device, with DeepSpeed's legacy flag (cpu_offload / cpu_offload_param = true
+// means "cpu" when no device is named).
+offload_device device_of(const config& cfg, optim::param_reader& r, const std::string& device, const char* legacy_key,
+                         config_problems& problems) {
+  bool legacy = false;
+  cfg.read(legacy_key, legacy, problems);
+  if (device == "none") return legacy ? offload_device::cpu : offload_device::none;
+  if (device == "cpu") return offload_device::cpu;
+  if (device == "nvme") return offload_device::nvme;
+  r.invalid("device", fmt::format("expected \"none\", \"cpu\" or \"nvme\", got \"{}\"", device));
+  return offload_device::none;
+}
+
 void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, offload_settings::params& out,
                         config_problems& problems) {
   const std::string table = "zero_optimization.offload_param";
@@ -78,13 +91,7 @@ void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, o
   read_count(r, "max_in_cpu", out.max_in_cpu, 0);
   r.read("pin_memory", out.pin_memory);
   r.check_unknown();
-  bool legacy = false; // DeepSpeed's old cpu_offload_param = true: device "cpu"
-  cfg.read("zero_optimization.cpu_offload_param", legacy, problems);
-  if (legacy && device == "none") device = "cpu";
-  if (device == "none") out.device = offload_device::none;
-  else if (device == "cpu") out.device = offload_device::cpu;
-  else if (device == "nvme") out.device = offload_device::nvme;
-  else r.invalid("device", fmt::format("expected \"none\", \"cpu\" or \"nvme\", got \"{}\"", device));
+  out.device = device_of(cfg, r, device, "zero_optimization.cpu_offload_param", problems);
   if (out.device == offload_device::none) return;
   if (zero_stage != 3)
     r.invalid("device", fmt::format("offloading the parameters needs zero_optimization.stage = 3 (as in DeepSpeed), "
@@ -116,14 +123,7 @@ void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_
   r.read("ratio", ratio);
   if (ratio != 1.0) r.invalid("ratio", fmt::format("partial offload is not supported; set 1.0, got {}", ratio));
   r.check_unknown();
-  // The legacy flag: cpu_offload = true is offload_optimizer.device = "cpu".
-  bool legacy = false;
-  cfg.read("zero_optimization.cpu_offload", legacy, problems);
-  if (legacy && device == "none") device = "cpu";
-  if (device == "none") out.device = offload_device::none;
-  else if (device == "cpu") out.device = offload_device::cpu;
-  else if (device == "nvme") out.device = offload_device::nvme;
-  else r.invalid("device", fmt::format("expected \"none\", \"cpu\" or \"nvme\", got \"{}\"", device));
+  out.device = device_of(cfg, r, device, "zero_optimization.cpu_offload", problems);
   if (out.device != offload_device::none && zero_stage < 1)
     r.invalid("device", fmt::format("offloading the optimizer needs zero_optimization.stage >= 1 (as in DeepSpeed), "
                                     "got stage {}", zero_stage));
