@@ -7,9 +7,11 @@
 
 #include <doctest/doctest.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 
 namespace dsa::test {
@@ -122,19 +124,32 @@ TEST_CASE("consecutive shared-memory allreduces of changing sizes and dtypes do 
 }
 
 TEST_CASE("a rank waiting on shared memory fails when the group is aborted instead of hanging") {
-  // Rank 1 maps the regions, then aborts the group instead of taking part in the sum:
-  // rank 0, waiting for rank 1's values, must return the abort as an error.
+  // Rank 1 maps the regions, waits until rank 0 has mapped them too (an abort during the
+  // mapping would fail rank 0 there instead), then aborts the group instead of taking part
+  // in the sum: rank 0, waiting for rank 1's values, must return the abort as an error.
   const std::int64_t count = 3 * 65536 + 5;
   net::wire_header call;
   call.kind = net::op_kind::allreduce_shared;
   call.type = dtype::f32;
   call.count = count;
   std::vector<std::string> errors(2);
+  std::mutex mu;
+  std::condition_variable cv;
+  int connected = 0;
   run_ranks(2, [&](net::transport& t, int r) {
     auto regions = net::shared_regions::connect(t, call, 1u);
-    REQUIRE(regions.has_value());
-    REQUIRE(*regions != nullptr);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      ++connected;
+    }
+    cv.notify_all();
+    if (!regions || *regions == nullptr) {
+      errors[static_cast<std::size_t>(r)] = regions ? "no regions" : regions.err().to_string();
+      return;
+    }
     if (r == 1) {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [&] { return connected == 2; });
       t.abort(make_error(errc::runtime, "rank 1 gave up"));
       return;
     }
@@ -142,6 +157,7 @@ TEST_CASE("a rank waiting on shared memory fails when the group is aborted inste
     status s = (*regions)->allreduce(t, call, data.data(), {0, 0});
     errors[0] = s ? "" : s.err().to_string();
   });
+  CHECK(errors[1].empty());
   CHECK(errors[0].find("rank 1 gave up") != std::string::npos);
   CHECK(errors[0].find("shared-memory allreduce") != std::string::npos);
 }
