@@ -289,6 +289,12 @@ std::int64_t param_fetcher::held_bytes() const {
   return store_->resident_bytes() + persistent_elements_ * static_cast<std::int64_t>(dtype_size(working_));
 }
 
+bool param_fetcher::wait_gathered(std::size_t uses, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] { return failed_.has_value() || (step_open_ && fetched_ >= uses); }) &&
+         !failed_;
+}
+
 fetch_stats param_fetcher::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   return stats_;

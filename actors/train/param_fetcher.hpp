@@ -36,6 +36,7 @@
 #include "io/net/communicator.hpp"
 #include "optim/flat_layout.hpp"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -114,6 +115,9 @@ public:
   std::string partition_location() const { return store_->where(); }
   std::int64_t persistent_elements() const { return persistent_elements_; }
   fetch_stats stats() const;
+  // Tests and tools: waits at most `timeout` until the open step's first `uses` uses are
+  // gathered; whether they are.
+  bool wait_gathered(std::size_t uses, std::chrono::milliseconds timeout);
   const optim::flat_layout& layout() const { return layout_; }
 
 private:

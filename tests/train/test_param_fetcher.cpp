@@ -253,3 +253,50 @@ TEST_CASE("partition_grads: a failed sum fails the next call, naming the tensor"
     CHECK(std::string(e.what()).find("summing the gradient of a") != std::string::npos);
   }
 }
+
+// While the model holds the step's first use, the fetcher gathers the next uses ahead of
+// it, as far as stage3_prefetch_bucket_size allows (and no further).
+TEST_CASE("param fetcher: uses are gathered ahead of the compute within the prefetch window") {
+  const auto layout = test_layout(2);
+  struct outcome {
+    bool all_ahead = false, next_ahead = false, beyond_window = true;
+    train::fetch_stats stats;
+  };
+  for (const bool wide : {true, false}) {
+    CAPTURE(wide);
+    std::vector<outcome> got(2);
+    on_ranks(2, [&](int r, net::transport& t) {
+      train::fetch_settings s;
+      s.persistence_threshold = 0;
+      // Narrow: room for use 1's gather (c, 7000 elements) but not use 2's (a and d) on top.
+      s.prefetch_elements = wide ? 1'000'000 : 7000;
+      train::param_fetcher f(layout, static_cast<std::uint32_t>(r), dtype::f32, std::make_shared<net::communicator>(t),
+                             test_parts(), test_sequence, 1, s);
+      f.take_whole(whole_values(layout, 0));
+      f.allow(0);
+      (void)f.acquire(test_sequence[0], 0);
+      outcome& o = got[static_cast<std::size_t>(r)];
+      if (wide) {
+        o.all_ahead = f.wait_gathered(test_sequence.size(), std::chrono::seconds(30));
+      } else {
+        o.next_ahead = f.wait_gathered(2, std::chrono::seconds(30));
+        o.beyond_window = f.wait_gathered(3, std::chrono::milliseconds(300)); // must not happen
+      }
+      (void)f.release(test_sequence[0]);
+      for (std::size_t i = 1; i < test_sequence.size(); ++i) {
+        (void)f.acquire(test_sequence[i], 0);
+        (void)f.release(test_sequence[i]);
+      }
+      o.stats = f.stats();
+    });
+    for (const auto& o : got) {
+      if (wide) {
+        CHECK(o.all_ahead);
+        CHECK(o.stats.ahead == static_cast<std::int64_t>(test_sequence.size()) - 1);
+      } else {
+        CHECK(o.next_ahead);
+        CHECK_FALSE(o.beyond_window);
+      }
+    }
+  }
+}

@@ -35,7 +35,10 @@ void check_close_state(const ckpt::loaded_checkpoint& got, const ckpt::loaded_ch
       const tensor& u = a.at(group).at(name);
       REQUIRE(u.shape() == t.shape());
       REQUIRE(u.type() == t.type());
-      if (t.type() == dtype::f32) DSA_CHECK_CLOSE(u.data<float>(), t.data<float>(), t.numel(), tol);
+      // The first moments follow the gradients' scale and sign, which Adam's updates hide.
+      const bool first_moment = name.find(".exp_avg") != std::string::npos && name.find(".exp_avg_sq") == std::string::npos;
+      if (t.type() == dtype::f32)
+        DSA_CHECK_CLOSE(u.data<float>(), t.data<float>(), t.numel(), first_moment ? test::zero3_first_moments : tol);
       else CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
     }
   }
@@ -66,8 +69,10 @@ std::string run_log(const std::vector<std::string>& overrides) {
 // a prefetch of 0 gathers each part only when the model asks, and a live bound of 1
 // forbids any gather ahead.
 TEST_CASE("ZeRO stage 3 on 2 and 4 ranks equals stage 0, with AdamW, LAMB and fp16 with clipping") {
+  // Without clipping (the first variant) a gradient's scale reaches the first moments; with
+  // it, clipping normalizes the scale away.
   const std::vector<std::vector<std::string>> variants{
-      {},
+      {"gradient_clipping=0"},
       {"optimizer.type=\"Lamb\""},
       {"fp16.enabled=true", "fp16.initial_scale_power=8", "gradient_clipping=0.05"}};
   const std::vector<std::vector<std::string>> fetching{
@@ -78,10 +83,10 @@ TEST_CASE("ZeRO stage 3 on 2 and 4 ranks equals stage 0, with AdamW, LAMB and fp
   for (const auto& v : variants)
     for (int ranks : {2, 4}) {
       CAPTURE(ranks);
-      CAPTURE(v.empty() ? std::string("AdamW") : v.front());
+      CAPTURE(v.front());
       auto zero0 = train_checkpoint(with(v, {fmt::format("devices.ranks={}", ranks)}));
       for (std::size_t f = 0; f < fetching.size(); ++f) {
-        if (f > 0 && !v.empty()) continue; // the fetch settings once, with AdamW
+        if (f > 0 && v.front() != "gradient_clipping=0") continue; // the fetch settings once, with AdamW
         CAPTURE(f);
         auto zero3 = train_checkpoint(
             with(with(v, fetching[f]), {fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=3"}));
