@@ -129,6 +129,20 @@ launcher_pid=
 grep -q "stopped by signal after step" "$work/z3stop/train.log" || fail "rank 0 did not report the stop"
 echo "ok: Ctrl-C of a 2-process ZeRO-3 job stops it cleanly"
 
+# 1e. ZeRO stage 1 with LAMB, fp16 loss scaling and clipping, 2 processes x 2 stages, equals
+#     2 in-process ranks bit for bit (model and every rank's optimizer file).
+stage1=(--set zero_optimization.stage=1 --set 'optimizer.type="Lamb"' --set fp16.enabled=true
+  --set fp16.initial_scale_power=8 --set gradient_clipping=0.05)
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/s1procs\"" "${stage1[@]}" \
+  >"$work/out" 2>"$work/err" || fail "2-process training with ZeRO stage 1, LAMB, fp16 and clipping"
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/s1threads\"" --set devices.ranks=2 "${stage1[@]}" \
+  >"$work/out" 2>"$work/err" || fail "2 in-process ranks with ZeRO stage 1, LAMB, fp16 and clipping"
+for f in model optimizer_0_rank0 optimizer_0_rank1 optimizer_1_rank0 optimizer_1_rank1; do
+  cmp "$work/s1procs/$step4/$f.safetensors" "$work/s1threads/$step4/$f.safetensors" ||
+    fail "ZeRO stage 1 with LAMB and fp16: 2 processes and 2 in-process ranks wrote different $f files"
+done
+echo "ok: 2 processes x 2 stages with ZeRO stage 1, LAMB, fp16 and clipping = 2 in-process ranks, bit for bit"
+
 # The ZeRO run's model as one fp32 HuggingFace-named file, from the checkpoint root.
 "$dsactor" convert zero-to-fp32 "$work/procs/checkpoints" "$work/model-fp32.safetensors" >"$work/out" 2>"$work/err" ||
   fail "convert zero-to-fp32"
