@@ -8,15 +8,9 @@
 namespace dsa::actors {
 
 namespace {
-// Runs one collective, timing it into `logger` as `op` of `bytes` when it profiles op.
 template <class F>
 auto logged(net::comms_logger* logger, std::string_view op, std::int64_t bytes, std::string_view caller, F&& call) {
-  if (!logger || !logger->profiles(op)) return call();
-  const auto start = std::chrono::steady_clock::now();
-  auto result = call();
-  if (result)
-    logger->record(op, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), caller);
-  return result;
+  return log_collective(logger, op, bytes, caller, std::forward<F>(call));
 }
 } // namespace
 

@@ -27,6 +27,7 @@
 #include "io/net/communicator.hpp"
 #include "io/net/transport.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,19 @@ struct data_parallel_options {
 
   bool enabled() const { return size > 1; }
 };
+
+// Runs one collective (`call` returns a status or an expected), timing it into `logger`
+// as `op` of `bytes` by `caller` when the logger profiles op; null logger: just runs it.
+template <class F>
+auto log_collective(net::comms_logger* logger, std::string_view op, std::int64_t bytes, std::string_view caller,
+                    F&& call) {
+  if (!logger || !logger->profiles(op)) return call();
+  const auto start = std::chrono::steady_clock::now();
+  auto result = call();
+  if (result)
+    logger->record(op, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), caller);
+  return result;
+}
 
 inline constexpr std::uint32_t hook_channel = 0;
 inline std::uint32_t reducer_channel(std::uint32_t stage) { return 1 + 2 * stage; }

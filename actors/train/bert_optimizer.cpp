@@ -1,6 +1,7 @@
 // One stage's optimizer shard.
 #include "actors/train/bert_optimizer.hpp"
 
+#include "actors/data_parallel.hpp"
 #include "optim/grad_clip.hpp"
 #include "io/aio/swap_store.hpp"
 #include "optim/partition_checkpoint.hpp"
@@ -179,11 +180,16 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
       part_->set_lr(d.lr);
       if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
       auto peers = options_.peers;
+      auto* logger = options_.logger;
+      const std::string caller = shard_name();
       optim::partition_step in{partition_grad(), d.grad_scale, working,
-                               [peers](const std::vector<double>& partial) -> expected<std::vector<double>> {
+                               [peers, logger, caller](const std::vector<double>& partial) -> expected<std::vector<double>> {
                                  std::vector<double> all(partial.size() * static_cast<std::size_t>(peers->size()));
-                                 DSA_TRY(peers->allgather(all.data(), partial.data(), dtype::i64,
-                                                          static_cast<std::int64_t>(all.size())));
+                                 DSA_TRY(actors::log_collective(logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8,
+                                                                caller, [&] {
+                                                                  return peers->allgather(all.data(), partial.data(), dtype::i64,
+                                                                                          static_cast<std::int64_t>(all.size()));
+                                                                }));
                                  return optim::partitioned_optimizer::add_gathered(
                                      all, static_cast<std::uint32_t>(peers->size()));
                                }};
@@ -226,7 +232,9 @@ void bert_optimizer::gather_flat(const tensor& all, const tensor& mine, const ch
     if (all.raw_data() != mine.raw_data()) std::memcpy(all.raw_data(), mine.raw_data(), mine.nbytes());
     return;
   }
-  if (auto g = options_.peers->allgather(all.raw_data(), mine.raw_data(), all.type(), all.numel()); !g)
+  if (auto g = actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.nbytes()), shard_name(),
+                                      [&] { return options_.peers->allgather(all.raw_data(), mine.raw_data(), all.type(), all.numel()); });
+      !g)
     throw std::runtime_error(fmt::format("gathering stage {}'s {} from the other ranks: {}", options_.participant, what,
                                          g.err().message));
 }
@@ -304,7 +312,11 @@ std::vector<std::int64_t> bert_optimizer::gather_entries(const std::vector<std::
   if (options_.zero_ranks == 1) return mine;
   std::vector<std::int64_t> all(mine.size() * options_.zero_ranks);
   // count: the whole output, every rank's share of it one after the other.
-  if (auto g = options_.peers->allgather(all.data(), mine.data(), dtype::i64, static_cast<std::int64_t>(all.size()));
+  if (auto g = actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8, shard_name(),
+                                      [&] {
+                                        return options_.peers->allgather(all.data(), mine.data(), dtype::i64,
+                                                                         static_cast<std::int64_t>(all.size()));
+                                      });
       !g)
     throw std::runtime_error(fmt::format("gathering stage {}'s {} from the other ranks: {}", options_.participant, what,
                                          g.err().message));

@@ -13,10 +13,13 @@
 #include "models/bert/parameter_specs.hpp"
 #include "io/aio/aio_engine.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
+#include "io/net/comms_logger.hpp"
 #include "io/net/communicator.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/partition_checkpoint.hpp"
 #include "optim/partitioned_optimizer.hpp"
+
+#include <fmt/format.h>
 
 #include <atomic>
 #include <functional>
@@ -53,6 +56,7 @@ struct bert_optimizer_options {
   // carries LAMB's norm exchange. zero_ranks 1: the whole stage (ZeRO stage 0).
   std::uint32_t zero_rank = 0, zero_ranks = 1;
   std::shared_ptr<net::communicator> peers;
+  net::comms_logger* logger = nullptr; // comms_logger: the shard's collectives (may be null)
   // zero_optimization.offload_optimizer.device = "nvme": the partition's masters and
   // moments live in swap files in `dir`, moved by `engine` one sub-group at a time
   // (io/aio/swap_store.hpp). The shard is then partitioned even on one rank.
@@ -138,6 +142,8 @@ public:
 
 private:
   void write_working(std::vector<tensor>& out);
+  // "shard <stage> of rank <r>", as comms_logger's caller.
+  std::string shard_name() const { return fmt::format("shard {} of rank {}", options_.participant, options_.zero_rank); }
   // The whole flat buffer from every rank's partition (a copy with one rank).
   void gather_flat(const tensor& all, const tensor& mine, const char* what) const;
   // Every rank's `mine` (the same length on every rank), rank after rank; `mine` alone on one rank.

@@ -1,6 +1,7 @@
 // ZeRO-3 parameter fetcher; see param_fetcher.hpp.
 #include "actors/train/param_fetcher.hpp"
 
+#include "actors/data_parallel.hpp"
 #include "kernels/cpu/convert.hpp"
 
 #include <fmt/format.h>
@@ -177,7 +178,11 @@ expected<tensor> param_fetcher::gather_tensor(std::size_t t) {
       if (auto read = store_->read(lo - mine.lo, hi - lo, at_element(out, lo - ft.offset)); !read)
         return make_error(read.err().code, "reading this rank's elements of {}: {}", ft.name, read.err().message);
     if (comm_->size() > 1)
-      if (auto b = comm_->broadcast(at_element(out, lo - ft.offset), working_, hi - lo, static_cast<int>(r)); !b)
+      if (auto b = actors::log_collective(settings_.logger, "broadcast",
+                                          (hi - lo) * static_cast<std::int64_t>(dtype_size(working_)), settings_.caller,
+                                          [&] { return comm_->broadcast(at_element(out, lo - ft.offset), working_, hi - lo,
+                                                                        static_cast<int>(r)); });
+          !b)
         return make_error(b.err().code, "gathering {} (rank {}'s elements): {}", ft.name, r, b.err().message);
   }
   return out;

@@ -33,6 +33,7 @@
 #include "actors/train/param_store.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "io/net/comms_logger.hpp"
 #include "io/net/communicator.hpp"
 #include "optim/flat_layout.hpp"
 
@@ -43,6 +44,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -53,6 +55,8 @@ struct fetch_settings {
   std::int64_t persistence_threshold = 100'000; // elements; tensors this small stay whole
   std::int64_t prefetch_elements = 50'000'000;  // gathered ahead of the compute, at most
   std::int64_t max_live_elements = 1'000'000'000; // gathered tensors resident, at most (but the one needed now)
+  net::comms_logger* logger = nullptr; // comms_logger: each broadcast as `caller`
+  std::string caller;
 };
 
 // A part of the stage the model runs as one: an id the model names it by and its

@@ -1,6 +1,7 @@
 // ZeRO-3's gradient partition; see partition_grads.hpp.
 #include "actors/train/partition_grads.hpp"
 
+#include "actors/data_parallel.hpp"
 #include "actors/train/precision.hpp"
 
 #include <fmt/format.h>
@@ -10,9 +11,10 @@
 namespace dsa::train {
 
 partition_grads::partition_grads(optim::flat_layout layout, std::uint32_t rank, dtype working,
-                                 std::shared_ptr<net::communicator> comm, std::int64_t pending_elements)
+                                 std::shared_ptr<net::communicator> comm, std::int64_t pending_elements,
+                                 net::comms_logger* logger, std::string caller)
     : layout_(std::move(layout)), rank_(rank), working_(working), comm_(std::move(comm)),
-      pending_limit_(pending_elements) {
+      pending_limit_(pending_elements), logger_(logger), caller_(std::move(caller)) {
   DSA_CHECK(comm_ && comm_->size() == static_cast<int>(layout_.ranks()) && comm_->rank() == static_cast<int>(rank),
             "gradient partition: rank {} of {} needs that rank's communicator", rank, layout_.ranks());
   partition_ = tensor::zeros({layout_.partition_numel()}, dtype::f32);
@@ -92,7 +94,9 @@ void partition_grads::run_thread() {
 status partition_grads::reduce(std::size_t t, tensor& grad) {
   round_in_place(grad, working_);
   if (comm_->size() > 1)
-    if (auto r = comm_->allreduce_sum(grad.raw_data(), dtype::f32, grad.numel()); !r)
+    if (auto r = actors::log_collective(logger_, "all_reduce", grad.numel() * 4, caller_,
+                                        [&] { return comm_->allreduce_sum(grad.raw_data(), dtype::f32, grad.numel()); });
+        !r)
       return make_error(r.err().code, "summing the gradient of {} over the ranks: {}", layout_.tensors()[t].name,
                         r.err().message);
   const optim::flat_piece& p = pieces_[t];

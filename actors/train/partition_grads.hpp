@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "io/net/comms_logger.hpp"
 #include "io/net/communicator.hpp"
 #include "optim/flat_layout.hpp"
 
@@ -27,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -35,8 +37,9 @@ namespace dsa::train {
 
 class partition_grads {
 public:
+  // logger (may be null): comms_logger, each sum an "all_reduce" by `caller`.
   partition_grads(optim::flat_layout layout, std::uint32_t rank, dtype working, std::shared_ptr<net::communicator> comm,
-                  std::int64_t pending_elements);
+                  std::int64_t pending_elements, net::comms_logger* logger = nullptr, std::string caller = {});
   ~partition_grads();
   partition_grads(const partition_grads&) = delete;
   partition_grads& operator=(const partition_grads&) = delete;
@@ -69,6 +72,8 @@ private:
   dtype working_ = dtype::f32;
   std::shared_ptr<net::communicator> comm_;
   std::int64_t pending_limit_ = 0;
+  net::comms_logger* logger_ = nullptr;
+  std::string caller_;
   tensor partition_;
   std::vector<optim::flat_piece> pieces_; // per tensor: its piece in this rank's partition (count 0: none)
 

@@ -279,7 +279,8 @@ void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t
   run.last_contributed = step;
 }
 
-expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport) {
+expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport,
+                                 net::comms_logger* comms) {
   const auto& rc = ctx.rc;
   rank_run rr;
   const bool zero = rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1;
@@ -338,6 +339,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
       o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
       o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
+      o.logger = comms;
       o.partition_gradients = rc.zero_stage >= 2;
       o.partition_parameters = rc.zero_stage >= 3;
       if (o.partition_parameters) {
@@ -346,7 +348,12 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
         for (const auto& spec : o.specs) flat.push_back(optim::bert_flat_tensor(spec.name, spec.shape));
         DSA_ASSIGN_OR_RETURN(auto layout, optim::flat_layout::create(std::move(flat), o.zero_ranks));
         bert_stage& stage = *ctx.stages[s];
-        fetch_settings fs{rc.stage3_persistence, rc.stage3_prefetch, rc.stage3_max_live};
+        fetch_settings fs;
+        fs.persistence_threshold = rc.stage3_persistence;
+        fs.prefetch_elements = rc.stage3_prefetch;
+        fs.max_live_elements = rc.stage3_max_live;
+        fs.logger = comms;
+        fs.caller = fmt::format("fetcher {} of rank {}", s, ctx.rank);
         std::unique_ptr<param_store> store; // null: in memory
         if (param_area) {
           nvme_param_options po{param_area->engine(), fmt::format("{}/stage{}.params.swp", param_area->dir(), s),
@@ -356,7 +363,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
         auto grads = std::make_shared<partition_grads>(
             layout, o.zero_rank, working_dtype(rc.working),
             std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
-            rc.reduce_bucket_elements);
+            rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank));
         stage.enable_zero3(std::make_shared<param_fetcher>(
                                std::move(layout), o.zero_rank, working_dtype(rc.working),
                                std::make_shared<net::communicator>(*transport, net::collective_options{},

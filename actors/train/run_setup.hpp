@@ -63,8 +63,10 @@ struct rank_run {
 };
 
 // transport: the rank's transport to the other ranks (null with one rank), for the
-// shards' own communicators under ZeRO.
-expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport);
+// shards' own communicators under ZeRO; comms: the comms_logger the rank's ZeRO
+// collectives are timed into (may be null).
+expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport,
+                                 net::comms_logger* comms = nullptr);
 
 // ZeRO, a rank that does not write checkpoints: its shards' part of rank 0's checkpoint
 // after `step` under `root` (the same collectives, in stage order): the gathered master

@@ -263,9 +263,12 @@ int run_training(const run_request& req) {
     };
     // ZeRO stages 1 and 2: each rank's shards hold 1/world of the optimizer state.
     const bool zero = rc.zero_stage >= 1 && world > 1;
+    // comms_logger: this process's first rank's collectives (every rank issues the same ones).
+    net::comms_logger comms(rc.comms_logger, world);
     std::vector<rank_run> runs;
     for (int r = 0; r < R; ++r) {
-      auto rr = make_rank_run(context_of(r), starts[static_cast<std::size_t>(r)], transport_of(r));
+      auto rr = make_rank_run(context_of(r), starts[static_cast<std::size_t>(r)], transport_of(r),
+                              r == 0 && world > 1 ? &comms : nullptr);
       if (!rr) return fail(rr.err(), 1);
       runs.push_back(std::move(*rr));
     }
@@ -287,7 +290,6 @@ int run_training(const run_request& req) {
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;
     // comms_logger: this process's first rank's collectives (every rank issues the same ones).
-    net::comms_logger comms(rc.comms_logger, world);
     auto options_of = [&](int r) {
       actors::run_options o = ro;
       const int global = ctx.rank + r;

@@ -175,3 +175,19 @@ TEST_CASE("ZeRO stage 3 with offload_param on NVMe equals the partitions in memo
   test::check_same_state(both, memory);
   CHECK(std::filesystem::is_empty(swap.path()));
 }
+
+// comms_logger sees ZeRO-3's own collectives: the fetchers' broadcasts, the gradient
+// partitions' all-reduces and the shards' gathers (a checkpoint during the run), each
+// under its caller.
+TEST_CASE("comms_logger on 2 ranks with ZeRO stage 3 times the fetchers', gradient partitions' and shards' calls") {
+  const std::string log = run_log({"devices.ranks=2", "zero_optimization.stage=3", "optimizer.type=\"Lamb\"",
+                                   "zero_optimization.stage3_param_persistence_threshold=1000", "train_steps=2",
+                                   "comms_logger.enabled=true", "comms_logger.debug=true", "checkpoint.save_interval=1"});
+  const auto at = log.find("comms_logger summary");
+  REQUIRE(at != std::string::npos);
+  const std::string table = log.substr(at);
+  CHECK(table.find("broadcast") != std::string::npos);
+  CHECK(table.find("fetcher 0 of rank 0") != std::string::npos);
+  CHECK(table.find("gradient partition 0 of rank 0") != std::string::npos);
+  CHECK(table.find("shard 0 of rank 0") != std::string::npos);
+}
