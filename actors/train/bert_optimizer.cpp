@@ -281,9 +281,11 @@ shard_bytes bert_optimizer::held_bytes() const {
   shard_bytes b;
   if (part_) {
     b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes() + (whole_grad_.defined() ? whole_grad_.nbytes() : 0));
-    if (dynamic_cast<const optim::resident_state*>(&part_->store())) {
-      b.masters = 4 * part_->layout().partition_numel();
-      b.moments = 8 * part_->layout().partition_numel();
+    if (const auto* mem = dynamic_cast<const optim::resident_state*>(&part_->store())) {
+      // The arrays' own sizes, so an allocation of the wrong size shows against the accounting.
+      b.masters = static_cast<std::int64_t>(mem->array(optim::master_array).nbytes());
+      b.moments = static_cast<std::int64_t>(mem->array(optim::exp_avg_array).nbytes() +
+                                            mem->array(optim::exp_avg_sq_array).nbytes());
     } else {
       b.swap_buffers = part_->resident_bytes();
     }

@@ -291,7 +291,12 @@ std::vector<tensor> param_fetcher::gather_all() {
 }
 
 std::int64_t param_fetcher::held_bytes() const {
-  return store_->resident_bytes() + persistent_elements_ * static_cast<std::int64_t>(dtype_size(working_));
+  std::lock_guard<std::mutex> lk(mu_);
+  // The persistent tensors as gathered (before the first step: what they will take).
+  std::int64_t persistent = 0;
+  for (const auto& [t, v] : persistent_whole_) persistent += static_cast<std::int64_t>(v.nbytes());
+  if (persistent_whole_.empty()) persistent = persistent_elements_ * static_cast<std::int64_t>(dtype_size(working_));
+  return store_->resident_bytes() + persistent;
 }
 
 bool param_fetcher::wait_gathered(std::size_t uses, std::chrono::milliseconds timeout) {
