@@ -342,8 +342,23 @@ state_payload bert_optimizer::gathered_masters() const {
   const auto& layout = part_->layout();
   tensor all = read->master; // one rank: its partition is the whole stage
   if (options_.zero_ranks > 1) {
-    all = tensor::empty({layout.padded_numel()}, dtype::f32);
-    gather_flat(all, read->master, "master weights for a checkpoint");
+    // Only rank 0 writes the model file: it receives every partition into the whole
+    // stage; the others pass the partitions on through one partition-sized buffer (the
+    // broadcasts' tree), never holding the whole stage.
+    const std::int64_t P = layout.partition_numel();
+    const bool root = options_.zero_rank == 0;
+    all = tensor::empty({root ? layout.padded_numel() : P}, dtype::f32);
+    for (std::uint32_t r = 0; r < options_.zero_ranks; ++r) {
+      tensor piece = root ? all.slice_rows(r * P, (r + 1) * P) : all;
+      if (r == options_.zero_rank) piece.copy_from(read->master);
+      if (auto b = actors::log_collective(options_.logger, "broadcast", P * 4, shard_name(),
+                                          [&] { return options_.peers->broadcast(piece.raw_data(), dtype::f32, P,
+                                                                                 static_cast<int>(r)); });
+          !b)
+        throw std::runtime_error(fmt::format("gathering stage {}'s master weights for a checkpoint from rank {}: {}",
+                                             options_.participant, r, b.err().message));
+    }
+    if (!root) return {};
   }
   state_payload p;
   for (const auto& t : layout.tensors()) p["master." + t.name] = layout_view(all, t);

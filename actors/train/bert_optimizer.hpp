@@ -120,7 +120,8 @@ public:
   bool per_rank_checkpoint() const { return part_.has_value(); }
   // A checkpoint in per-rank form. Both are collectives with several ranks: every
   // rank's shard of the stage calls them, in this order, at the same point of the run.
-  // The whole stage's fp32 masters ("master.<name>"), all-gathered from the partitions.
+  // The whole stage's fp32 masters ("master.<name>"), gathered from the partitions on rank
+  // 0 (empty on the other ranks, which hold no more than a partition for it).
   state_payload gathered_masters() const;
   // This rank's partition of the moments (optim::partition_payload's ranged names, the
   // shapes and the step count; no masters: the model file holds them), written as one
