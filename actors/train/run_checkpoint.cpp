@@ -3,6 +3,7 @@
 
 #include "actors/train/partition_resume.hpp"
 #include "io/ckpt/safetensors.hpp"
+#include "io/ckpt/safetensors_reader.hpp"
 
 #include <filesystem>
 
@@ -122,22 +123,26 @@ expected<std::string> weights_file_of(const std::string& path) {
 
 expected<converted> convert_to_fp32(const std::string& checkpoint, const std::string& out) {
   DSA_ASSIGN_OR_RETURN(std::string file, weights_file_of(checkpoint));
-  DSA_ASSIGN_OR_RETURN(auto weights, ckpt::read_safetensors(file));
+  DSA_ASSIGN_OR_RETURN(auto reader, ckpt::safetensors_reader::open(file));
   converted c;
   c.source = file;
-  ckpt::named_tensors fp32;
-  for (auto& [name, t] : weights.tensors) {
+  std::map<std::string, ckpt::tensor_spec> fp32;
+  for (const auto& [name, e] : reader->header().tensors) {
     // Integer buffers (HuggingFace's position_ids) are not weights: left out, and counted.
-    if (t.type() != dtype::f32 && t.type() != dtype::f16 && t.type() != dtype::bf16) {
+    if (!e.type || (*e.type != dtype::f32 && *e.type != dtype::f16 && *e.type != dtype::bf16)) {
       c.skipped.push_back(name);
       continue;
     }
-    fp32[name] = t.type() == dtype::f32 ? t : cast_to(t, dtype::f32);
+    fp32[name] = ckpt::tensor_spec{e.shape, dtype::f32};
     ++c.tensors;
-    c.parameters += t.numel();
+    c.parameters += shape_numel(e.shape);
   }
-  weights.tensors.clear();
-  DSA_TRY(ckpt::write_safetensors(out, fp32, {{"format", "pt"}}));
+  // Tensor by tensor: one tensor (and its widened copy) in memory at a time.
+  DSA_TRY(ckpt::write_safetensors_streamed(out, fp32, {{"format", "pt"}},
+                                           [&](const std::string& name, const ckpt::tensor_spec&) -> expected<tensor> {
+                                             DSA_ASSIGN_OR_RETURN(tensor t, reader->read(name));
+                                             return t.type() == dtype::f32 ? t : cast_to(t, dtype::f32);
+                                           }));
   return c;
 }
 

@@ -47,10 +47,18 @@ status check_writable(const std::string& path, const std::string& name, const te
   return {};
 }
 
-// The JSON header: "__metadata__" first, then tensors in name order with their
-// data laid out back to back in the same order; padded with spaces so that the
+// One tensor of a header: its name, dtype, shape and bytes.
+struct header_entry {
+  std::string name;
+  dtype type;
+  shape_t shape;
+  std::uint64_t bytes;
+};
+
+// The JSON header: "__metadata__" first, then tensors in the given (name) order with
+// their data laid out back to back in the same order; padded with spaces so that the
 // data section starts at a multiple of 8 bytes.
-expected<std::string> build_header(const std::string& path, const named_tensors& tensors,
+expected<std::string> build_header(const std::string& path, const std::vector<header_entry>& tensors,
                                    const metadata_map& metadata) {
   std::string out = "{";
   if (!metadata.empty()) {
@@ -65,13 +73,15 @@ expected<std::string> build_header(const std::string& path, const named_tensors&
     out += "}";
   }
   std::uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    DSA_TRY(check_writable(path, name, t));
-    DSA_ASSIGN_OR_RETURN(std::string key, quoted(name, path, "tensor name"));
-    std::uint64_t end = offset + t.nbytes();
+  for (const auto& t : tensors) {
+    if (t.name == "__metadata__")
+      return make_error(errc::invalid_argument,
+                        "cannot write '{}': '__metadata__' is reserved, not a tensor name", path);
+    DSA_ASSIGN_OR_RETURN(std::string key, quoted(t.name, path, "tensor name"));
+    std::uint64_t end = offset + t.bytes;
     out += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                       out.size() > 1 ? "," : "", key, detail::safetensors_tag(t.type()),
-                       fmt::join(t.shape(), ","), offset, end);
+                       out.size() > 1 ? "," : "", key, detail::safetensors_tag(t.type),
+                       fmt::join(t.shape, ","), offset, end);
     offset = end;
   }
   out += "}";
@@ -81,20 +91,52 @@ expected<std::string> build_header(const std::string& path, const named_tensors&
 
 } // namespace
 
-status write_safetensors(const std::string& path, const named_tensors& tensors,
-                         const metadata_map& metadata) {
-  DSA_ASSIGN_OR_RETURN(std::string header, build_header(path, tensors, metadata));
+namespace {
+
+// The length prefix and the header, into a new temporary file.
+expected<atomic_file> start_file(const std::string& path, const std::vector<header_entry>& entries,
+                                 const metadata_map& metadata) {
+  DSA_ASSIGN_OR_RETURN(std::string header, build_header(path, entries, metadata));
   unsigned char prefix[8];
   std::uint64_t n = header.size();
   for (int i = 0; i < 8; ++i)
     prefix[i] = static_cast<unsigned char>(n >> (8 * i));
-
   DSA_ASSIGN_OR_RETURN(atomic_file file, atomic_file::create(path));
   DSA_TRY(file.write(prefix, sizeof prefix));
   DSA_TRY(file.write(header));
+  return file;
+}
+
+} // namespace
+
+status write_safetensors(const std::string& path, const named_tensors& tensors,
+                         const metadata_map& metadata) {
+  std::vector<header_entry> entries;
+  for (const auto& [name, t] : tensors) {
+    DSA_TRY(check_writable(path, name, t));
+    entries.push_back({name, t.type(), t.shape(), t.nbytes()});
+  }
+  DSA_ASSIGN_OR_RETURN(atomic_file file, start_file(path, entries, metadata));
   for (const auto& [name, t] : tensors)
     if (t.nbytes() > 0)
       DSA_TRY(file.write(t.raw_data(), t.nbytes()));
+  return file.commit();
+}
+
+status write_safetensors_streamed(const std::string& path, const std::map<std::string, tensor_spec>& specs,
+                                  const metadata_map& metadata, const tensor_source& next) {
+  std::vector<header_entry> entries;
+  for (const auto& [name, s] : specs)
+    entries.push_back({name, s.type, s.shape, static_cast<std::uint64_t>(shape_numel(s.shape)) * dtype_size(s.type)});
+  DSA_ASSIGN_OR_RETURN(atomic_file file, start_file(path, entries, metadata));
+  for (const auto& [name, s] : specs) {
+    DSA_ASSIGN_OR_RETURN(tensor t, next(name, s));
+    DSA_TRY(check_writable(path, name, t));
+    if (t.type() != s.type || t.shape() != s.shape)
+      return make_error(errc::invalid_argument, "cannot write '{}': tensor '{}' is {}, its header says {}{}", path, name,
+                        t.describe(), dtype_name(s.type), shape_string(s.shape));
+    if (t.nbytes() > 0) DSA_TRY(file.write(t.raw_data(), t.nbytes()));
+  }
   return file.commit();
 }
 

@@ -7,6 +7,7 @@
 #include "core/tensor.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -65,5 +66,15 @@ struct tensor_spec {
 // shapes, and dtypes), naming `path` and the first missing, extra or mis-shaped tensor.
 status check_tensors(const std::string& path, const named_tensors& file,
                      const std::map<std::string, tensor_spec>& expected_specs);
+
+// Each tensor's data when a streamed write reaches it (contiguous, CPU, the spec's dtype
+// and shape), or an error that ends the write.
+using tensor_source = std::function<expected<tensor>(const std::string& name, const tensor_spec& spec)>;
+
+// Writes a file tensor by tensor, atomically like write_safetensors: the header from
+// `specs`, then each tensor's data from `next`, in name order, so only the tensor being
+// written needs to be in memory.
+status write_safetensors_streamed(const std::string& path, const std::map<std::string, tensor_spec>& specs,
+                                  const metadata_map& metadata, const tensor_source& next);
 
 } // namespace dsa::ckpt

@@ -277,3 +277,41 @@ TEST_CASE("check_tensors names the first missing, extra or mis-shaped tensor") {
   REQUIRE_FALSE(first);
   CHECK(contains(first.err().message, "'0'"));
 }
+
+TEST_CASE("a streamed write gives the bytes of a whole write, asking for one tensor at a time in name order") {
+  scratch_dir dir;
+  named_tensors tensors;
+  int seed = 0;
+  for (dtype type : {dtype::f32, dtype::bf16, dtype::i64})
+    for (const shape_t& shape : {shape_t{}, shape_t{0}, shape_t{7}, shape_t{2, 3}})
+      tensors[fmt::format("{}.{}", dtype_name(type), shape_string(shape))] = patterned(shape, type, ++seed);
+  const metadata_map metadata{{"format", "pt"}};
+  REQUIRE(write_safetensors(dir.file("whole.safetensors"), tensors, metadata));
+  std::map<std::string, tensor_spec> specs;
+  for (const auto& [name, t] : tensors) specs[name] = tensor_spec{t.shape(), t.type()};
+  std::vector<std::string> asked;
+  REQUIRE(write_safetensors_streamed(dir.file("streamed.safetensors"), specs, metadata,
+                                     [&](const std::string& name, const tensor_spec&) -> expected<tensor> {
+                                       asked.push_back(name);
+                                       return tensors.at(name);
+                                     }));
+  CHECK(read_raw(dir.file("streamed.safetensors")) == read_raw(dir.file("whole.safetensors")));
+  std::vector<std::string> order;
+  for (const auto& [name, t] : tensors) order.push_back(name);
+  CHECK(asked == order);
+  // A tensor that does not match its header entry, or a source that fails, ends the write
+  // with an error naming the tensor, and no file appears.
+  auto wrong = write_safetensors_streamed(dir.file("bad.safetensors"), specs, metadata,
+                                          [&](const std::string& name, const tensor_spec&) -> expected<tensor> {
+                                            return name == "i64.[7]" ? patterned({6}, dtype::i64, 1) : tensors.at(name);
+                                          });
+  REQUIRE_FALSE(wrong);
+  CHECK(contains(wrong.err().message, "tensor 'i64.[7]'"));
+  auto failed = write_safetensors_streamed(dir.file("bad.safetensors"), specs, metadata,
+                                           [&](const std::string&, const tensor_spec&) -> expected<tensor> {
+                                             return make_error(errc::io, "source gone");
+                                           });
+  REQUIRE_FALSE(failed);
+  CHECK(contains(failed.err().message, "source gone"));
+  CHECK(dir.entries() == std::vector<std::string>{"streamed.safetensors", "whole.safetensors"});
+}
