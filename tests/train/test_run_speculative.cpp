@@ -113,3 +113,20 @@ TEST_CASE("speculative update: nothing to speculate on with one stage (the total
   CHECK(one.log.find("speculative update:") == std::string::npos);
   CHECK(counts_of(one.log).speculated == -1);
 }
+
+// A backup of swapped state would be a second swap: the shard says so and updates after
+// the totals, with the same bits.
+TEST_CASE("speculative update: not with the optimizer state swapped to NVMe, and the result is unchanged") {
+  test::temp_dir swap;
+  const std::vector<std::string> v{"pipeline.stages=2", "zero_optimization.stage=1",
+                                   "zero_optimization.offload_optimizer.device=\"nvme\"",
+                                   fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
+                                   "gradient_clipping=1e-6"};
+  const finished plain = train(v, false);
+  const finished spec = train(v, true);
+  test::check_same_state(spec.checkpoint, plain.checkpoint);
+  CHECK(spec.log.find("no speculative update: the optimizer state is swapped to NVMe") != std::string::npos);
+  const counts c = counts_of(spec.log);
+  CHECK(c.speculated == 0);
+  CHECK(c.rolled_back == 0);
+}
