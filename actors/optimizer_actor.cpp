@@ -58,7 +58,7 @@ void start_speculation(shard_actor* self, std::uint32_t step) {
   const std::uint32_t id = c.id, index = c.index;
   post_job(self, c.worker, step, [=] {
     trace_span span(trace, trace_name::speculate, id, static_cast<std::int32_t>(index), step, 0);
-    optimizer->speculate(step);
+    if (!optimizer->speculate(step)) span.cancel();
     return work_done{speculated_job, step, 0, 0.0, {}, {}};
   });
 }

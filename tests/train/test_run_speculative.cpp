@@ -5,10 +5,13 @@
 // overflows the first steps. The counts in the log prove the path was taken.
 #include "tests/train/train_fixture.hpp"
 
+#include "actors/trace/trace_check.hpp"
+
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -129,4 +132,38 @@ TEST_CASE("speculative update: not with the optimizer state swapped to NVMe, and
   const counts c = counts_of(spec.log);
   CHECK(c.speculated == 0);
   CHECK(c.rolled_back == 0);
+}
+
+// Each shard's worker runs the speculative update, then the update that keeps or redoes
+// it: one `speculate` span per stage and step, ended before that step's `optimizer` span
+// begins (an order of one thread, not a timing), and `trace check` still passes.
+TEST_CASE("speculative update: a speculate span per shard and step, before its update, in a trace that checks") {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "spec", test::tiny_config(dir.path()),
+                           {"pipeline.stages=2", "pipeline.speculative_update=true"}) == 0);
+  auto traces = actors::load_run_traces(dir.path() + "/run");
+  REQUIRE(traces);
+  REQUIRE(traces->size() == 1);
+  const actors::trace_data& t = traces->front().trace;
+  int speculate = -1, optimizer = -1;
+  for (std::size_t i = 0; i < t.names.size(); ++i) {
+    if (t.names[i] == "speculate") speculate = static_cast<int>(i);
+    if (t.names[i] == "optimizer") optimizer = static_cast<int>(i);
+  }
+  REQUIRE(speculate >= 0);
+  std::map<std::pair<std::int32_t, std::uint32_t>, std::vector<const actors::trace_record*>> spec, upd;
+  for (const auto& r : t.records) {
+    if (r.kind != static_cast<std::uint8_t>(actors::trace_kind::span)) continue;
+    if (r.name == speculate) spec[{r.stage, r.step}].push_back(&r);
+    if (r.name == optimizer) upd[{r.stage, r.step}].push_back(&r);
+  }
+  CHECK(spec.size() == 10);
+  for (const auto& [key, spans] : spec) {
+    CAPTURE(key.first);
+    CAPTURE(key.second);
+    REQUIRE(spans.size() == 1);
+    REQUIRE(upd[key].size() == 1);
+    CHECK(spans[0]->t1_ns <= upd[key][0]->t0_ns);
+  }
+  CHECK(actors::check_traces(*traces).first == std::nullopt);
 }
