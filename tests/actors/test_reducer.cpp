@@ -214,14 +214,20 @@ TEST_CASE("reducer: clipping by the global norm over all stages (tied counted on
   model.clip = 0.05; // well below the gradient norm: every step clips
   const std::uint32_t M = 2, steps = 4;
   const auto reference = dsa::test::run_reference(model, M, steps);
+  // With speculative_update the reducers send reduced_early first; the synthetic shard
+  // does not speculate (the default optimizer_compute::speculate), so nothing changes.
+  for (const bool speculate : {false, true})
   for (std::uint32_t S : {2u, 4u}) {
     CAPTURE(S);
+    CAPTURE(speculate);
     pipeline_options options{S, M, steps};
+    options.speculative_update = speculate;
     synthetic_pipeline pipe(model, options);
     auto result = dsa::test::run_synthetic(pipe, options);
     CAPTURE(result.error);
     REQUIRE(result.ok);
     dsa::test::check_parameters_close(pipe.parameters(), reference.parameters);
+    CHECK(stage_spans(result.trace, "speculate", 0).empty());
     // Shard s's update of step k starts after every other reducer sent its share of
     // step k to reducer s (a causal order, not a timing).
     const std::uint32_t first_reducer = 3 + 2 * S; // pipeline_plan::reducer_id(0)
