@@ -241,6 +241,9 @@ int run_training(const run_request& req) {
                                                "(gradient clipping or loss scaling need it)"
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
+    if (rc.speculative_update && !(global && rc.stages > 1))
+      log_info("speculative update: nothing to speculate on ({})",
+               global ? "one stage: the global norm is known with its gradients" : "no global norm to wait for");
     const int world = static_cast<int>(rc.batch.data_parallel_size);
     const char* zero_held =
         rc.zero_stage >= 3   ? "the working weights (each layer's gathered as it runs), the optimizer state and the reduced gradients"

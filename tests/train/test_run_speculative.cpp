@@ -112,10 +112,13 @@ TEST_CASE("speculative update on 2 ranks with ZeRO 0, 1 and 2 equals the run wit
   }
 }
 
-TEST_CASE("speculative update: nothing to speculate on with one stage (the total is known with the gradients)") {
+TEST_CASE("speculative update: nothing to speculate on with one stage or without clipping and fp16, and the log says so") {
   const finished one = train(with({"pipeline.stages=1"}, always_clips), true);
-  CHECK(one.log.find("speculative update:") == std::string::npos);
+  CHECK(one.log.find("speculative update: nothing to speculate on (one stage") != std::string::npos);
   CHECK(counts_of(one.log).speculated == -1);
+  const finished local = train({"pipeline.stages=2", "gradient_clipping=0"}, true);
+  CHECK(local.log.find("speculative update: nothing to speculate on (no global norm") != std::string::npos);
+  CHECK(counts_of(local.log).speculated == -1);
 }
 
 // A backup of swapped state would be a second swap: the shard says so and updates after
