@@ -58,6 +58,9 @@ counts check_equal(const std::vector<std::string>& v) {
   const counts c = counts_of(spec.log), p = counts_of(plain.log);
   CHECK(c.skipped == p.skipped);
   CHECK(plain.log.find("speculative update: off") != std::string::npos);
+  // The memory plan counts the rollback copy when the shards speculate.
+  CHECK((spec.log.find("the speculative update's rollback copy") != std::string::npos) == (c.speculated > 0));
+  CHECK(plain.log.find("rollback copy") == std::string::npos);
   return c;
 }
 
@@ -133,6 +136,7 @@ TEST_CASE("speculative update: not with the optimizer state swapped to NVMe, and
   const finished spec = train(v, true);
   test::check_same_state(spec.checkpoint, plain.checkpoint);
   CHECK(spec.log.find("no speculative update: the optimizer state is swapped to NVMe") != std::string::npos);
+  CHECK(spec.log.find("rollback copy") == std::string::npos); // nothing copied, nothing planned
   const counts c = counts_of(spec.log);
   CHECK(c.speculated == 0);
   CHECK(c.rolled_back == 0);
