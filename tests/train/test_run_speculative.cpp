@@ -92,6 +92,18 @@ TEST_CASE("speculative update: kept when nothing clips, rolled back and redone w
   }
 }
 
+// OneCycle cycles the betas: the speculation assumes the schedule's current ones, and an
+// overflow (no schedule step) rolls them back with the moments.
+TEST_CASE("speculative update with OneCycle momentum: the betas of the kept and the redone steps") {
+  const std::vector<std::string> one_cycle{"pipeline.stages=2", "scheduler.type=\"OneCycle\"",
+                                           "scheduler.params.cycle_min_lr=1e-4", "scheduler.params.cycle_max_lr=1e-3",
+                                           "scheduler.params.cycle_first_step_size=2"};
+  CHECK(check_equal(with(one_cycle, never_clips)).rolled_back == 0);
+  counts c = check_equal(with(one_cycle, overflows));
+  CHECK(c.skipped > 0);
+  CHECK(c.rolled_back == 2 * c.skipped);
+}
+
 TEST_CASE("speculative update: fp16 overflows roll back to the state before, and the step is skipped") {
   counts c = check_equal(with({"pipeline.stages=2"}, overflows));
   CHECK(c.speculated == 10);
