@@ -129,6 +129,17 @@ public:
   // working parameters into `out` (resized and allocated on first use).
   // Returns false when the step was skipped (parameters unchanged, e.g. an fp16 overflow).
   virtual bool update(std::uint32_t step, const grad_totals& totals, std::vector<tensor>& out) = 0;
+  // Speculation (pipeline.speculative_update): the buffers of `step` are final but its
+  // totals are not known yet. The shard may start the update assuming no clipping and
+  // no overflow, keeping what it needs to roll back; update() of the same step, next
+  // call, then keeps it or rolls back and redoes it, with the same result bit for bit
+  // as without speculation. Called only when update() could run (the stage released
+  // the previous version, the step is allowed). Returns false when it did not
+  // speculate (the default).
+  virtual bool speculate(std::uint32_t step) {
+    (void)step;
+    return false;
+  }
   // Tracing work of the shard's own besides update() (its NVMe swap transfers): before
   // the run, and before init(), the runtime hands it the run's recorder (null when not
   // tracing) and its actor id and stage. trace_detach(): the shard waits for that work,

@@ -33,6 +33,10 @@ struct shard_core {
   bool params_slot_free = true;
   std::uint32_t allowed;               // updates of steps <= allowed may start
   std::optional<reduced> waiting; // reduced gradients whose update has not started
+  // Speculation: the step whose reduced_early came and whose speculative job has not
+  // started, and the step whose speculative job was posted (its update follows it on
+  // the same worker, holding the params slot meanwhile).
+  std::optional<std::uint32_t> early, speculated;
   std::uint32_t next_step = plan.first_step; // the step whose gradients come next
   compute_worker worker; // last: joined first
 };
@@ -44,6 +48,21 @@ struct shard_state {
 using shard_actor = caf::stateful_actor<shard_state>;
 
 // work_done.kind of an update: 1 when applied, 0 when skipped; work_done.value: the stage's share.
+// A speculative job's: speculated_job (whether it speculated is the optimizer's to count).
+constexpr std::uint32_t speculated_job = 2;
+
+void start_speculation(shard_actor* self, std::uint32_t step) {
+  auto& c = *self->state.core;
+  auto* trace = c.trace;
+  auto* optimizer = c.optimizer;
+  const std::uint32_t id = c.id, index = c.index;
+  post_job(self, c.worker, step, [=] {
+    trace_span span(trace, trace_name::speculate, id, static_cast<std::int32_t>(index), step, 0);
+    if (!optimizer->speculate(step)) span.cancel();
+    return work_done{speculated_job, step, 0, 0.0, {}, {}};
+  });
+}
+
 void start_update(shard_actor* self, const reduced& r) {
   auto& c = *self->state.core;
   auto slots = c.slots;
@@ -68,13 +87,32 @@ void start_update(shard_actor* self, const reduced& r) {
 // Starts the waiting update once the stage has read the previous version (its
 // released and the reducer's reduced come from different actors, in either order)
 // and the coordinator allowed the step.
+// With speculation the early step starts under the same conditions first (reduced_early
+// always precedes its reduced: one sender), and its update then needs nothing more.
 void try_start(shard_actor* self) {
   auto& c = *self->state.core;
-  if (!c.waiting || !c.params_slot_free || c.waiting->data.step > c.allowed) return;
+  if (c.early && c.params_slot_free && *c.early <= c.allowed) {
+    c.speculated = c.early;
+    c.early.reset();
+    c.params_slot_free = false;
+    start_speculation(self, *c.speculated);
+  }
+  if (!c.waiting) return;
+  const bool held = c.speculated && *c.speculated == c.waiting->data.step;
+  if (!held && (c.early || !c.params_slot_free || c.waiting->data.step > c.allowed)) return;
   const reduced ready = *c.waiting;
   c.waiting.reset();
+  c.speculated.reset();
   c.params_slot_free = false;
   start_update(self, ready);
+}
+
+status accept_early(shard_core& c, const reduced_early& e) {
+  if (c.early || c.speculated || c.waiting || e.step != c.next_step || e.step >= c.plan.end_step())
+    return make_error(errc::protocol, "early gradients of step {} arrived, expected step {} (run ends before {})",
+                      e.step, c.next_step, c.plan.end_step());
+  c.early = e.step;
+  return {};
 }
 
 status accept_reduced(shard_core& c, const reduced& r) {
@@ -117,6 +155,7 @@ void on_allow(shard_actor* self, std::uint32_t step) {
 
 void on_updated(shard_actor* self, const work_done& d) {
   auto& c = *self->state.core;
+  if (d.kind == speculated_job) return; // the update of the step follows on the worker
   const auto stage_id = c.plan.stage_id(c.index);
   c.io.send_released(self, c.reducer, c.plan.reducer_id(c.index), {c.reduced_edge, 0});
   c.io.send_produced(self, c.stage, stage_id, {c.params_edge, 0}, d.step + 1, 0);
@@ -134,6 +173,10 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
         self->state.core->coordinator = coordinator;
       },
       [=](const reduced& r) { on_reduced(self, r); },
+      [=](const reduced_early& e) {
+        if (auto st = accept_early(*self->state.core, e); !st) return fail_protocol(self, e.step, st.err());
+        try_start(self);
+      },
       [=](allow_atom, std::uint32_t step) { on_allow(self, step); },
       [=](const released& m) {
         auto& c = *self->state.core;

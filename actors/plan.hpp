@@ -37,6 +37,10 @@ struct pipeline_options {
   std::uint32_t activation_slots = 2; // stage s -> s + 1
   std::uint32_t gradient_slots = 2;   // stage s + 1 -> s
   grad_scope totals = grad_scope::global;
+  // With global totals and several stages: each reducer tells its shard (reduced_early)
+  // when its stage's gradients are final, and the shard may update before the totals
+  // are in, rolling back when clipping or an overflow says so (pipeline.speculative_update).
+  bool speculative_update = false;
   // The first and the last stage hold one shared (tied) parameter whose gradients
   // are summed before the update, like BERT's word embedding and MLM decoder.
   bool tied_ends = false;

@@ -32,7 +32,7 @@ struct reducer_core {
   reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts, bool summed)
       : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.reducer_id(i)),
         grads_edge(plan.grads_edges[i]), reduced_edge(plan.reduced_edges[i]),
-        state(i, plan.options.stages, role_of(plan, i), plan.options.totals), tied_index(tied),
+        state(i, plan.options.stages, role_of(plan, i), plan.options.totals, plan.options.speculative_update), tied_index(tied),
         kept(std::move(parts)), presummed(summed),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {
@@ -252,6 +252,7 @@ void execute(reducer_actor* self, const reducer_state::actions& todo) {
           self->send(c.peers[s], grad_partial{c.index, a.step, a.own});
         }
         break;
+      case reducer_action::kind::early: self->send(c.shard, reduced_early{a.step, a.own}); break;
       case reducer_action::kind::forward: {
         produced p = c.io.stamp_produced(c.plan.shard_id(c.index), {c.reduced_edge, 0}, a.step, 0);
         self->send(c.shard, reduced{p, a.total, a.own, c.plan.options.totals == grad_scope::global});

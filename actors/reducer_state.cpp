@@ -11,8 +11,10 @@ namespace dsa::actors {
 
 using kind = reducer_action::kind;
 
-reducer_state::reducer_state(std::uint32_t index, std::uint32_t stages, tied_role role, grad_scope scope)
-    : index_(index), stages_(stages), role_(role), scope_(scope) {
+reducer_state::reducer_state(std::uint32_t index, std::uint32_t stages, tied_role role, grad_scope scope,
+                             bool speculate)
+    : index_(index), stages_(stages), role_(role), scope_(scope),
+      speculate_(speculate && scope == grad_scope::global && stages > 1) {
   DSA_CHECK(index < stages, "reducer {} of {} stages", index, stages);
   DSA_CHECK(role == tied_role::none || (stages > 1 && (role == tied_role::owner) == (index == 0) &&
                                         (role == tied_role::copy) == (index + 1 == stages)),
@@ -107,6 +109,12 @@ reducer_state::actions reducer_state::advance() {
   if (!published_) return out;
   if (role_ == tied_role::owner && !tied_down_free_) return out; // the copy still reads the sum
   if (role_ == tied_role::copy && !tied_done_) return out;
+  // The buffers are final: sent on every speculated step, whether or not the shares are
+  // all in yet, so the shards of every rank speculate on the same steps.
+  if (speculate_ && !early_sent_) {
+    early_sent_ = true;
+    out.push_back({kind::early, k, 0, share_});
+  }
   double total = share_;
   if (scope_ == grad_scope::global) {
     const auto& row = shares_[k];
@@ -119,7 +127,7 @@ reducer_state::actions reducer_state::advance() {
   shares_.erase(k);
   out.push_back({kind::forward, k, total, share_});
   step_.reset();
-  gathered_ = tied_started_ = tied_done_ = tied_up_sent_ = published_ = false;
+  gathered_ = tied_started_ = tied_done_ = tied_up_sent_ = published_ = early_sent_ = false;
   share_ = 0;
   return out;
 }

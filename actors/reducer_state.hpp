@@ -16,6 +16,10 @@
 //      theirs (an all-reduce by message; every reducer adds the shares in stage
 //      order, so all shards see the same total bit for bit);
 //   4. forwards the reduced gradients and the totals to its shard.
+// With speculation (global totals, several stages) it tells the shard as soon as
+// its own stage's gradients are final in the buffers (after 1 and 2, with the
+// copy done reading the tied sum), before the other stages' shares are in, so the
+// shard can start an update that assumes no clipping and no overflow (early).
 // The shard gives the buffers back (released) after its update; gradients of
 // step k + 1 that arrive earlier wait for that.
 #pragma once
@@ -45,6 +49,7 @@ struct reducer_action {
     send_tied_down, // owner: offer the sum of `step` to the copy
     publish,        // send `own` (this stage's share of `step`) to every other reducer
     forward,        // hand the step's gradients to the shard with `total` and `own`
+    early,          // speculation: the buffers of `step` are final, `own` known, the total not yet
   };
   kind what = kind::gather;
   std::uint32_t step = 0;
@@ -59,7 +64,9 @@ public:
 
   // A role that does not fit the position (the owner is stage 0, the copy the last
   // of several) is a broken invariant.
-  reducer_state(std::uint32_t index, std::uint32_t stages, tied_role role, grad_scope scope);
+  // speculate: emit `early` before `forward` of every step (global totals and several
+  // stages only; otherwise the total is known as soon as the own share is).
+  reducer_state(std::uint32_t index, std::uint32_t stages, tied_role role, grad_scope scope, bool speculate = false);
 
   // The stage's accumulated gradients of `step` arrived.
   result on_grads(std::uint32_t step);
@@ -87,6 +94,8 @@ private:
   std::uint32_t index_, stages_;
   tied_role role_;
   grad_scope scope_;
+  bool speculate_ = false;
+  bool early_sent_ = false;
   bool buffers_free_ = true;
   std::optional<std::uint32_t> waiting_grads_; // arrived while the shard still held the buffers
   std::optional<std::uint32_t> step_;          // the step being reduced

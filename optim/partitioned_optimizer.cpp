@@ -343,6 +343,16 @@ partition_state partitioned_optimizer::state() const {
   return {mem->array(master_array), mem->array(exp_avg_array), mem->array(exp_avg_sq_array), step_};
 }
 
+bool partitioned_optimizer::resident() const { return dynamic_cast<const resident_state*>(store_.get()) != nullptr; }
+
+void partitioned_optimizer::restore_state(const partition_state& saved) {
+  partition_state live = state();
+  live.master.copy_from(saved.master);
+  live.exp_avg.copy_from(saved.exp_avg);
+  live.exp_avg_sq.copy_from(saved.exp_avg_sq);
+  step_ = saved.step;
+}
+
 double partitioned_optimizer::grad_sum_of_squares(const tensor& grad) const {
   DSA_CHECK(grad.type() == dtype::f32 && grad.is_contiguous() && grad.numel() == layout_.partition_numel(),
             "grad_sum_of_squares: rank {} needs f32[{}], got {}", rank_, layout_.partition_numel(), grad.describe());

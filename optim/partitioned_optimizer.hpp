@@ -135,6 +135,11 @@ public:
   expected<partition_state> read_state(unsigned which = all_arrays) const;
   // The same for a state in memory only (tests): a broken invariant otherwise.
   partition_state state() const;
+  // Whether the state is in memory (not swapped): state() and restore_state() work.
+  bool resident() const;
+  // Speculation's rollback: overwrites the in-memory arrays and the step count with
+  // `saved` (a copy taken from state() before a step); a broken invariant when swapped.
+  void restore_state(const partition_state& saved);
 
 private:
   partitioned_optimizer(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank);

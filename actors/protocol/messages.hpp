@@ -79,6 +79,14 @@ struct reduced {
   bool global = true;
 };
 
+// Reducer -> its optimizer shard, with speculation (pipeline.speculative_update): the
+// reduced slot of `step` holds final gradients; the totals follow in `reduced`. The
+// shard may start an update that assumes no clipping and no overflow meanwhile.
+struct reduced_early {
+  std::uint32_t step = 0;
+  double own_sum_of_squares = 0;
+};
+
 // Worker thread -> its own actor: a unit of work finished. kind and value depend
 // on the actor: a stage's work_kind and the micro-batch loss of a last-stage
 // forward; a reducer's job (gather, tied sum, tied copy) and the sum of squares it
@@ -136,6 +144,11 @@ typename Inspector::result_type inspect(Inspector& f, grad_partial& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reduced& x) {
   return f(caf::meta::type_name("reduced"), x.data, x.sum_of_squares, x.own_sum_of_squares, x.global);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reduced_early& x) {
+  return f(caf::meta::type_name("reduced_early"), x.step, x.own_sum_of_squares);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done& x) {

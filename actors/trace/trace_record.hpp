@@ -31,7 +31,11 @@ enum class trace_name : std::uint16_t {
   // so they overlap the shard's other spans (actors/train/swap_tracer.hpp).
   swap_read = 11,
   swap_write = 12,
-  count_ = 13,
+  // An optimizer shard's speculative update (pipeline.speculative_update): started before
+  // the step's totals, overlapping the norm exchange; the `optimizer` span that follows
+  // keeps or redoes it.
+  speculate = 13,
+  count_ = 14,
 };
 const char* trace_name_string(trace_name name);
 

@@ -99,6 +99,8 @@ public:
   ~trace_span();
   trace_span(const trace_span&) = delete;
   trace_span& operator=(const trace_span&) = delete;
+  // Records nothing: the work it timed turned out not to happen (a shard that did not speculate).
+  void cancel() { rec_ = nullptr; }
 
 private:
   trace_recorder* rec_;

@@ -2,6 +2,7 @@
 #include "actors/train/bert_optimizer.hpp"
 
 #include "actors/data_parallel.hpp"
+#include "core/log.hpp"
 #include "optim/grad_clip.hpp"
 #include "io/aio/swap_store.hpp"
 #include "optim/partition_checkpoint.hpp"
@@ -168,8 +169,47 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   if (options_.fail_step >= 0 && step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_optimizer_step)");
   const step_decision d = options_.decider->decide(step, totals);
+  const bool speculated = speculated_step_ && *speculated_step_ == step;
+  DSA_CHECK(!speculated_step_ || speculated, "optimizer shard {}: update of step {} after speculating on step {}",
+            options_.participant, step, *speculated_step_);
+  speculated_step_.reset();
+  const bool kept = speculated && step_decider::same_update(assumed_, d);
+  if (speculated && !kept) {
+    roll_back(); // clipped or overflowed: as if the speculation had not run
+    ++rolled_back_;
+  }
+  if (!kept) advance(step, d);
+  publish(d, out);
+  if (options_.update_ns)
+    *options_.update_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+  return !d.skip;
+}
+
+bool bert_optimizer::speculate(std::uint32_t step) {
+  if (swap_) {
+    if (!refusal_logged_ && options_.zero_rank == 0) {
+      refusal_logged_ = true;
+      log_info("stage {}: no speculative update: the optimizer state is swapped to NVMe (a backup would be a "
+               "second swap)", options_.participant);
+    }
+    return false;
+  }
+  auto started = std::chrono::steady_clock::now();
+  assumed_ = options_.decider->assume();
+  back_up();
+  advance(step, assumed_);
+  speculated_step_ = step;
+  ++speculated_;
+  if (options_.update_ns)
+    *options_.update_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+  return true;
+}
+
+void bert_optimizer::advance(std::uint32_t step, const step_decision& d) {
   if (part_) {
-    // This rank's partition, then every rank's partition of the new weights.
+    // This rank's partition of the new working weights, written in the step's pass.
     const optim::flat_range mine = part_->partition();
     tensor working = options_.partition_parameters ? flat_working_ : flat_working_.slice_rows(mine.lo, mine.hi);
     if (swap_) swap_tracer_->update_begins(step, swap_->sweeps() + 1);
@@ -197,34 +237,90 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
     }
     if (swap_) swap_tracer_->update_ends(swap_->sweeps());
     if (!s) throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
+    return;
+  }
+  if (d.skip) return;
+  for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
+  opt_->set_lr(d.lr);
+  if (d.set_betas) opt_->set_betas(d.beta1, d.beta2);
+  opt_->step();
+}
+
+void bert_optimizer::publish(const step_decision& d, std::vector<tensor>& out) {
+  if (part_) {
+    const optim::flat_range mine = part_->partition();
     out.clear();
     version_bytes_ = static_cast<std::int64_t>(flat_working_.nbytes());
     if (options_.partition_parameters) {
       out.push_back(flat_working_); // ZeRO-3: the stage's fetcher gathers from the partitions
     } else {
-      gather_flat(flat_working_, working, "updated weights");
+      gather_flat(flat_working_, flat_working_.slice_rows(mine.lo, mine.hi), "updated weights");
       for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_working_, t));
     }
-    out.push_back(loss_scale_tensor(d.loss_scale_after));
-    last_ = d;
-    if (options_.update_ns)
-      *options_.update_ns +=
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
-    return !d.skip;
+  } else {
+    write_working(out);
   }
-  if (!d.skip) {
-    for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
-    opt_->set_lr(d.lr);
-    if (d.set_betas) opt_->set_betas(d.beta1, d.beta2);
-    opt_->step();
-  }
-  write_working(out);
   out.push_back(loss_scale_tensor(d.loss_scale_after)); // the next step's, for the stage's backward
   last_ = d;
-  if (options_.update_ns)
-    *options_.update_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
-  return !d.skip;
+}
+
+namespace {
+// dst = a copy of src, reusing dst's storage when it fits.
+void keep_copy(tensor& dst, const tensor& src) {
+  if (!src.defined()) {
+    dst = tensor();
+    return;
+  }
+  if (!dst.defined() || dst.type() != src.type() || dst.shape() != src.shape()) dst = tensor::empty(src.shape(), src.type());
+  dst.copy_from(src);
+}
+} // namespace
+
+void bert_optimizer::back_up() {
+  backup& b = backup_;
+  if (part_) {
+    optim::partition_state live = part_->state();
+    keep_copy(b.part.master, live.master);
+    keep_copy(b.part.exp_avg, live.exp_avg);
+    keep_copy(b.part.exp_avg_sq, live.exp_avg_sq);
+    b.part.step = live.step;
+    keep_copy(b.grad, partition_grad());
+    b.beta1 = part_->settings().beta1;
+    b.beta2 = part_->settings().beta2;
+    return;
+  }
+  b.params.resize(slots_.size());
+  b.grads.resize(slots_.size());
+  b.halves.resize(slots_.size());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    keep_copy(b.params[i], slots_[i].param);
+    keep_copy(b.grads[i], slots_[i].grad);
+    keep_copy(b.halves[i], slots_[i].half_copy);
+  }
+  const optim::optimizer_state live = opt_->state_views();
+  for (const auto& [name, t] : live.tensors) keep_copy(b.moments.tensors[name], t);
+  b.moments.step = live.step;
+  b.beta1 = opt_->settings().beta1;
+  b.beta2 = opt_->settings().beta2;
+}
+
+void bert_optimizer::roll_back() {
+  const backup& b = backup_;
+  if (part_) {
+    part_->restore_state(b.part);
+    partition_grad().copy_from(b.grad);
+    part_->set_betas(b.beta1, b.beta2);
+    return;
+  }
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    slots_[i].param.copy_from(b.params[i]);
+    slots_[i].grad.copy_from(b.grads[i]);
+    if (b.halves[i].defined()) slots_[i].half_copy.copy_from(b.halves[i]);
+  }
+  if (auto s = opt_->load_state(b.moments); !s)
+    throw std::runtime_error(fmt::format("rolling back stage {}'s speculative update: {}", options_.participant,
+                                         s.err().message));
+  opt_->set_betas(b.beta1, b.beta2);
 }
 
 void bert_optimizer::gather_flat(const tensor& all, const tensor& mine, const char* what) const {

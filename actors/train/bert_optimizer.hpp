@@ -101,6 +101,14 @@ public:
   std::vector<tensor> gradient_buffers() override;
   std::vector<actors::gradient_part> gradient_parts() override;
   bool update(std::uint32_t step, const actors::grad_totals& totals, std::vector<tensor>& out) override;
+  // Steps assuming no clipping and no overflow (step_decider::assume) after copying the
+  // masters, moments, gradients and step count it changes; update() keeps it when the
+  // decision is the assumed one, else restores the copies and redoes the step (or skips).
+  // Not with the state swapped to NVMe (a backup would be a second swap): returns false.
+  bool speculate(std::uint32_t step) override;
+  // Steps speculated and rolled back so far, for the end-of-run log.
+  std::int64_t speculated() const { return speculated_; }
+  std::int64_t rolled_back() const { return rolled_back_; }
   // NVMe offload: the swap transfers become swap_read/swap_write spans of this shard
   // (swap_tracer.hpp); nothing without offload.
   void trace_attach(actors::trace_recorder* trace, std::uint32_t actor, std::int32_t stage) override;
@@ -145,6 +153,12 @@ private:
   void write_working(std::vector<tensor>& out);
   // "shard <stage> of rank <r>", as comms_logger's caller.
   std::string shard_name() const { return fmt::format("shard {} of rank {}", options_.participant, options_.zero_rank); }
+  // update() in two halves: the step on the masters and moments (or nothing on a skip),
+  // then the new version into `out` (with several ranks, gathered from their partitions).
+  void advance(std::uint32_t step, const step_decision& d);
+  void publish(const step_decision& d, std::vector<tensor>& out);
+  void back_up();
+  void roll_back();
   // The whole flat buffer from every rank's partition (a copy with one rank).
   void gather_flat(const tensor& all, const tensor& mine, const char* what) const;
   // Every rank's `mine` (the same length on every rank), rank after rank; `mine` alone on one rank.
@@ -168,6 +182,19 @@ private:
   // (padded_numel) working dtype: the all-gathered weights the params slot views; with
   // ZeRO-3 (partition_numel): this rank's partition, which the params slot holds alone.
   tensor flat_working_;
+  // Speculation: the step speculated on (its update not yet run), the decision assumed,
+  // and what the step changes, as it was before (allocated on the first speculation).
+  std::optional<std::uint32_t> speculated_step_;
+  step_decision assumed_;
+  struct backup {
+    std::vector<tensor> params, grads, halves; // whole shard: per slot (halves undefined without)
+    optim::optimizer_state moments;            // whole shard: copies, and the step count
+    optim::partition_state part;               // partitioned: copies, and the step count
+    tensor grad;                               // partitioned: partition_grad()
+    double beta1 = 0, beta2 = 0;
+  } backup_;
+  std::int64_t speculated_ = 0, rolled_back_ = 0;
+  bool refusal_logged_ = false;
 };
 
 } // namespace dsa::train

@@ -145,9 +145,12 @@ std::int64_t host_memory_plan::peak() const {
 
 std::string host_memory_plan::describe() const {
   std::string states;
-  if (swap_buffers > 0) states = fmt::format(" (of which NVMe swap buffers {})", format_bytes(swap_buffers));
-  else if (optimizer_in_memory > 0)
-    states = fmt::format(" (of which optimizer state {})", format_bytes(optimizer_in_memory));
+  if (swap_buffers > 0) states = fmt::format("NVMe swap buffers {}", format_bytes(swap_buffers));
+  else if (optimizer_in_memory > 0) states = fmt::format("optimizer state {}", format_bytes(optimizer_in_memory));
+  if (speculation > 0)
+    states += fmt::format("{}the speculative update's rollback copy {}", states.empty() ? "" : ", ",
+                          format_bytes(speculation));
+  if (!states.empty()) states = " (of which " + states + ")";
   return fmt::format("planned peak {} = baseline {} + model states {}{} + activations {} + gradient "
                      "communication {} + checkpoint staging {} + margin {}",
                      format_bytes(peak()), format_bytes(baseline), format_bytes(model_states), states,
@@ -167,6 +170,14 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     p.model_states += rc.ranks * b.total();
     p.optimizer_in_memory += rc.ranks * (b.masters + b.moments);
     p.swap_buffers += rc.ranks * b.swap_buffers;
+    // pipeline.speculative_update: each shard in memory copies what its step changes.
+    const bool speculates = rc.speculative_update && ranges.size() > 1 && b.swap_buffers == 0 &&
+                            (rc.gradient_clipping > 0 || rc.working == precision::f16);
+    if (speculates) {
+      const std::int64_t copy = b.masters + b.moments + b.half_masters + 4 * (zero ? zero->partition : n);
+      p.speculation += rc.ranks * copy;
+      p.model_states += rc.ranks * copy;
+    }
     if (reduces) p.communication += rc.ranks * 2 * 4 * std::min(rc.reduce_bucket_elements, n);
     // A checkpoint reads a shard's own tensors in memory; ZeRO over several ranks gathers
     // the stage's whole fp32 masters (each rank writes its own moments' file from views);

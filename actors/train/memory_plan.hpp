@@ -73,6 +73,9 @@ struct host_memory_plan {
   std::int64_t baseline = 0, model_states = 0, activations = 0, communication = 0, checkpoint = 0, margin = 0;
   std::int64_t optimizer_in_memory = 0; // of model_states: fp32 masters and moments
   std::int64_t swap_buffers = 0;        // of model_states: NVMe swap buffers
+  // of model_states: pipeline.speculative_update's rollback copies (masters, moments, the
+  // gradients a step consumes, half masters), allocated on the first speculation
+  std::int64_t speculation = 0;
   std::int64_t peak() const;
   // "planned peak 41.2 MiB = baseline ... + model states ... + activations ... + gradient
   // communication ... + checkpoint staging ... + margin ..."

@@ -139,6 +139,7 @@ void read_pipeline(const config& cfg, run_config& rc, config_problems& problems)
   r.read("stages", stages);
   r.read("partition", rc.partition);
   r.read("schedule", rc.schedule);
+  r.read("speculative_update", rc.speculative_update);
   r.check_unknown();
   if (stages < 1 || stages > 64)
     r.invalid("stages", fmt::format("must be in 1..64, got {}", stages));

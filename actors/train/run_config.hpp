@@ -99,6 +99,10 @@ struct run_config {
   std::uint32_t stages = 1;
   std::string partition = "parameters";
   std::string schedule = "1f1b"; // or "gpipe"
+  // pipeline.speculative_update: with clipping or fp16 and several stages, a shard
+  // updates before the global norm is in and rolls back when it clips or overflows.
+  // Off by default: the rollback copy costs as much memory as the shard's state.
+  bool speculative_update = false;
   std::int64_t train_steps = 0;
   double epochs = 0.0;
   std::int64_t steps_per_print = 10;

@@ -51,6 +51,25 @@ step_decision step_decider::decide(std::uint32_t step, const actors::grad_totals
   return d;
 }
 
+step_decision step_decider::assume() const {
+  step_decision d;
+  d.loss_scale = loss_scale();
+  d.lr = lr();
+  d.grad_scale = 1.0 / optim::combined_unscale_clip(0.0, d.loss_scale, 0.0); // decide()'s expression, unclipped
+  if (schedule_)
+    if (auto b = schedule_->momentum()) {
+      d.set_betas = true;
+      d.beta1 = b->beta1;
+      d.beta2 = b->beta2;
+    }
+  return d;
+}
+
+bool step_decider::same_update(const step_decision& assumed, const step_decision& decided) {
+  return !assumed.skip && !decided.skip && assumed.grad_scale == decided.grad_scale && assumed.lr == decided.lr &&
+         assumed.set_betas == decided.set_betas && assumed.beta1 == decided.beta1 && assumed.beta2 == decided.beta2;
+}
+
 void step_decider::restore(std::int64_t schedule_iteration, const optim::loss_scaler_state& scaler,
                            std::int64_t skipped) {
   if (schedule_) schedule_->set_last_batch_iteration(schedule_iteration);

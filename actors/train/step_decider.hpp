@@ -47,6 +47,12 @@ public:
   // scaling): a non-finite gradient is an error, since the other stages would update.
   step_decision decide(std::uint32_t step, const actors::grad_totals& totals);
 
+  // Speculation: the decision decide() will return when the totals show no overflow and
+  // the clipping does not fire (grad_scale 1 / loss scale), without changing any state.
+  step_decision assume() const;
+  // Whether an update made with `assumed` is the one `decided` asks for, bit for bit.
+  static bool same_update(const step_decision& assumed, const step_decision& decided);
+
   double loss_scale() const { return options_.scaling ? scaler_.scale() : 1.0; }
   double lr() const { return schedule_ ? schedule_->lr() : options_.base_lr; }
   std::int64_t schedule_iteration() const { return schedule_ ? schedule_->last_batch_iteration() : -1; }

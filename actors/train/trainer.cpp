@@ -241,6 +241,9 @@ int run_training(const run_request& req) {
                                                "(gradient clipping or loss scaling need it)"
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
+    if (rc.speculative_update && !(global && rc.stages > 1))
+      log_info("speculative update: nothing to speculate on ({})",
+               global ? "one stage: the global norm is known with its gradients" : "no global norm to wait for");
     const int world = static_cast<int>(rc.batch.data_parallel_size);
     const char* zero_held =
         rc.zero_stage >= 3   ? "the working weights (each layer's gathered as it runs), the optimizer state and the reduced gradients"
@@ -282,6 +285,7 @@ int run_training(const run_request& req) {
     ro.pipeline.steps = ctx.last_step - ctx.first_step + 1;
     ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
     ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
+    ro.pipeline.speculative_update = rc.speculative_update;
     ro.first_step = ctx.first_step;
     if (starts[0].resumed) ro.optimizers = actors::optimizer_start::already_loaded;
     // The shards wait for each on_step to return before their next update (step_hooks.hpp);
@@ -422,6 +426,18 @@ int run_training(const run_request& req) {
                rc.overlap_comm ? "" : " (overlap_comm is off)");
     log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
              runs[0].shards.front()->decider().skipped());
+    if (global && rc.stages > 1 && lead) { // the shards of every rank speculate alike: rank 0's
+      std::int64_t speculated = 0, rolled_back = 0;
+      for (const auto& shard : runs[0].shards) {
+        speculated += shard->speculated();
+        rolled_back += shard->rolled_back();
+      }
+      if (!rc.speculative_update)
+        log_info("speculative update: off (pipeline.speculative_update = false)");
+      else
+        log_info("speculative update: {} shard update(s) started before the global norm, {} rolled back (clipped "
+                 "or overflowed) and redone", speculated, rolled_back);
+    }
     for (int r = 0; r < R; ++r) // NVMe offload: one line per stage
       for (const auto& shard : runs[static_cast<std::size_t>(r)].shards)
         if (auto line = shard->swap_report(); !line.empty())

@@ -149,6 +149,10 @@ TEST_CASE("protocol: one bad message per actor kind fails the run naming the rec
     });
     check_failed_by(r, "optimizer 1", fmt::format("reduced gradients on edge {}", reduced_0));
   }
+  SUBCASE("optimizer: early gradients of a step the shard does not expect") {
+    auto r = run_with_bad_message([](const run_actors& a) { caf::anon_send(a.shards[0], reduced_early{7, 1.0}); });
+    check_failed_by(r, "optimizer 0", "early gradients of step 7 arrived, expected step 1");
+  }
   SUBCASE("coordinator: a report for a step outside the run") {
     auto r = run_with_bad_message([](const run_actors& a) { caf::anon_send(a.coordinator, step_report{0, 99, 0, {}}); });
     check_failed_by(r, "coordinator", "step report of stage 0 for step 99, outside the run");

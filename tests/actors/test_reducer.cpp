@@ -116,6 +116,56 @@ TEST_CASE("reducer state: the tied copy offers its gradient, excludes it from it
   CHECK(find(a, kind::forward).total == 3.5);
 }
 
+TEST_CASE("reducer state: speculation tells the shard once its buffers are final, before the other shares") {
+  reducer_state r(1, 3, tied_role::none, grad_scope::global, true);
+  CHECK(find(ok(r.on_grads(0)), kind::gather).step == 0);
+  auto a = ok(r.on_gathered(0, 1.0));
+  REQUIRE(a.size() == 2);
+  CHECK(a[0].what == kind::publish);
+  CHECK(a[1].what == kind::early);
+  CHECK(a[1].step == 0);
+  CHECK(a[1].own == 1.0);
+  CHECK(ok(r.on_partial(0, 0, 2.0)).empty()); // early goes once per step
+  a = ok(r.on_partial(2, 0, 3.0));
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].what == kind::forward);
+  CHECK(a[0].total == 6.0);
+  // Step 1 with every share in before the gather: early still precedes forward (every
+  // rank's shard speculates on the same steps).
+  CHECK(ok(r.on_reduced_released()).empty());
+  CHECK(ok(r.on_partial(0, 1, 1.0)).empty());
+  CHECK(ok(r.on_partial(2, 1, 1.0)).empty());
+  CHECK(find(ok(r.on_grads(1)), kind::gather).step == 1);
+  a = ok(r.on_gathered(1, 1.0));
+  REQUIRE(a.size() == 3);
+  CHECK(a[1].what == kind::early);
+  CHECK(a[2].what == kind::forward);
+}
+
+TEST_CASE("reducer state: the speculating tied owner tells its shard only after the copy read the sum") {
+  reducer_state owner(0, 2, tied_role::owner, grad_scope::global, true);
+  CHECK(ok(owner.on_tied_arrived(0)).empty());
+  CHECK(find(ok(owner.on_grads(0)), kind::gather).step == 0);
+  CHECK(has(ok(owner.on_gathered(0, 1.0)), kind::tied_sum));
+  CHECK(!has(ok(owner.on_tied_done(0, 0.5)), kind::early)); // the shard would change what the copy reads
+  auto a = ok(owner.on_tied_down_released());
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].what == kind::early);
+  CHECK(a[0].own == 1.5);
+  CHECK(find(ok(owner.on_partial(1, 0, 2.0)), kind::forward).total == 3.5);
+}
+
+TEST_CASE("reducer state: no speculation with own totals or one stage") {
+  reducer_state per_stage(0, 2, tied_role::none, grad_scope::per_stage, true);
+  ok(per_stage.on_grads(0));
+  CHECK(!has(ok(per_stage.on_gathered(0, 1.0)), kind::early));
+  reducer_state alone(0, 1, tied_role::none, grad_scope::global, true);
+  ok(alone.on_grads(0));
+  auto a = ok(alone.on_gathered(0, 1.0));
+  CHECK(!has(a, kind::early));
+  CHECK(has(a, kind::forward));
+}
+
 TEST_CASE("reducer state: protocol violations are errors") {
   reducer_state r(0, 2, tied_role::none, grad_scope::global);
   CHECK_FALSE(r.on_gathered(0, 1.0).has_value()); // no gather asked
@@ -164,14 +214,20 @@ TEST_CASE("reducer: clipping by the global norm over all stages (tied counted on
   model.clip = 0.05; // well below the gradient norm: every step clips
   const std::uint32_t M = 2, steps = 4;
   const auto reference = dsa::test::run_reference(model, M, steps);
+  // With speculative_update the reducers send reduced_early first; the synthetic shard
+  // does not speculate (the default optimizer_compute::speculate), so nothing changes.
+  for (const bool speculate : {false, true})
   for (std::uint32_t S : {2u, 4u}) {
     CAPTURE(S);
+    CAPTURE(speculate);
     pipeline_options options{S, M, steps};
+    options.speculative_update = speculate;
     synthetic_pipeline pipe(model, options);
     auto result = dsa::test::run_synthetic(pipe, options);
     CAPTURE(result.error);
     REQUIRE(result.ok);
     dsa::test::check_parameters_close(pipe.parameters(), reference.parameters);
+    CHECK(stage_spans(result.trace, "speculate", 0).empty());
     // Shard s's update of step k starts after every other reducer sent its share of
     // step k to reducer s (a causal order, not a timing).
     const std::uint32_t first_reducer = 3 + 2 * S; // pipeline_plan::reducer_id(0)

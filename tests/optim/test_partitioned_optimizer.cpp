@@ -173,6 +173,42 @@ TEST_CASE("partitioned optimizer: write_working and grad_sum_of_squares leave pa
   }
 }
 
+// Speculation's rollback (bert_optimizer): a step taken from a copy of the state, then
+// undone with restore_state and redone with another gradient scale, gives the bits of
+// the redone step alone (LAMB's trust ratios from the restored masters).
+TEST_CASE("partitioned optimizer: restore_state undoes a step; the redone step equals it alone, bit for bit") {
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  auto layout = flat_layout::create(specs, 1); // LAMB's alignment: norm blocks
+  REQUIRE(layout.has_value());
+  const auto inputs = step_inputs(specs, 2);
+  for (auto type : {optimizer_type::adamw, optimizer_type::lamb}) {
+    CAPTURE(std::string(type_name(type)));
+    auto undone = partitioned_optimizer::create(config_of(type), *layout, 0, initial);
+    auto plain = partitioned_optimizer::create(config_of(type), *layout, 0, initial);
+    REQUIRE_MESSAGE(undone.has_value(), (undone ? std::string() : undone.err().message));
+    REQUIRE(plain.has_value());
+    REQUIRE(undone->resident());
+    tensor w_undone = tensor::empty({layout->partition_numel()}, dtype::f16);
+    tensor w_plain = tensor::empty({layout->partition_numel()}, dtype::f16);
+    auto step = [&](partitioned_optimizer& o, const tensor& working, int k, double scale) {
+      REQUIRE(o.step({grad_partition(*layout, 0, inputs[k].grads), scale, working, {}}).has_value());
+    };
+    step(*undone, w_undone, 0, 1.0);
+    step(*plain, w_plain, 0, 1.0);
+    const optim::partition_state live = undone->state();
+    const optim::partition_state saved{live.master.clone(), live.exp_avg.clone(), live.exp_avg_sq.clone(), live.step};
+    step(*undone, w_undone, 1, 1.0); // the speculation: assumed unclipped
+    CHECK(!same_bits(undone->state().master, saved.master));
+    undone->restore_state(saved);
+    check_same_partition(undone->state(), saved);
+    step(*undone, w_undone, 1, 0.25); // the redo with the clip factor
+    step(*plain, w_plain, 1, 0.25);
+    check_same_partition(undone->state(), plain->state());
+    CHECK(same_bits(w_undone, w_plain));
+  }
+}
+
 TEST_CASE("partitioned optimizer: errors name the rank and what is wrong") {
   const auto specs = awkward_specs();
   const auto initial = initial_params(specs);
