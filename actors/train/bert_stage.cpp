@@ -30,7 +30,7 @@ struct timed {
 double bert_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
                            std::vector<tensor>& out) {
   timed t{shared_.forward_ns};
-  if (fetcher_ && !partitioned_) partition_weights();
+  if (grads_ && !partitioned_) partition_weights();
   step_ = key.step;
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
@@ -158,9 +158,14 @@ std::vector<tensor> bert_stage::gradients() {
 }
 
 void bert_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads) {
-  DSA_CHECK(fetcher && grads && fetcher->layout().tensors().size() == part_.parameters().entries().size(),
+  DSA_CHECK(fetcher && fetcher->layout().tensors().size() == part_.parameters().entries().size(),
             "stage {}: a parameter fetcher for another layout", part_.range().to_string());
   fetcher_ = std::move(fetcher);
+  enable_partitioned_grads(std::move(grads));
+}
+
+void bert_stage::enable_partitioned_grads(std::shared_ptr<partition_grads> grads) {
+  DSA_CHECK(grads != nullptr, "stage {}: no gradient partition", part_.range().to_string());
   grads_ = std::move(grads);
   gate_.stage = this;
   part_.set_gate(&gate_);
@@ -177,17 +182,19 @@ void bert_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::share
 
 void bert_stage::partition_weights() {
   auto& params = part_.parameters();
-  fetcher_->take_whole(parameters());
   std::vector<std::pair<std::size_t, tensor>> dropped;
   for (std::size_t i = 0; i < params.entries().size(); ++i) dropped.emplace_back(i, tensor{});
-  params.set_values(dropped);
+  if (fetcher_) {
+    fetcher_->take_whole(parameters());
+    params.set_values(dropped);
+  }
   params.set_grads(std::move(dropped)); // from now on a part's gradients exist during its backward only
   partitioned_ = true;
 }
 
 void bert_stage::zero3_gate::enter(std::int64_t part) {
   auto& params = stage->part_.parameters();
-  params.set_values(stage->fetcher_->acquire(part, stage->step_));
+  if (stage->fetcher_) params.set_values(stage->fetcher_->acquire(part, stage->step_));
   if (!stage->in_backward_) return;
   std::vector<std::pair<std::size_t, tensor>> fresh; // the part's gradients, from zero, for this micro-batch
   for (std::size_t i : stage->part_tensors_.at(part))
@@ -197,9 +204,11 @@ void bert_stage::zero3_gate::enter(std::int64_t part) {
 
 void bert_stage::zero3_gate::leave(std::int64_t part) {
   auto& params = stage->part_.parameters();
-  std::vector<std::pair<std::size_t, tensor>> dropped;
-  for (std::size_t i : stage->fetcher_->release(part)) dropped.emplace_back(i, tensor{});
-  params.set_values(std::move(dropped));
+  if (stage->fetcher_) {
+    std::vector<std::pair<std::size_t, tensor>> dropped;
+    for (std::size_t i : stage->fetcher_->release(part)) dropped.emplace_back(i, tensor{});
+    params.set_values(std::move(dropped));
+  }
   if (!stage->in_backward_) return;
   auto final = stage->reduce_after_.find(part);
   if (final == stage->reduce_after_.end()) return;
@@ -209,7 +218,7 @@ void bert_stage::zero3_gate::leave(std::int64_t part) {
   std::vector<std::pair<std::size_t, tensor>> unbound;
   for (const auto& [i, g] : taken) unbound.emplace_back(i, tensor{});
   params.set_grads(std::move(unbound));
-  for (auto& [i, g] : taken) stage->grads_->submit(i, std::move(g));
+  for (auto& [i, g] : taken) stage->grads_->submit(i, std::move(g), stage->step_);
 }
 
 std::vector<fetch_part> bert_stage::fetch_parts() const {
@@ -286,7 +295,8 @@ void bert_stage::load_parameters(const std::vector<tensor>& updated) {
                                            dst.describe()));
     cpu::cast(dst.raw_data(), dst.type(), src.raw_data(), src.type(), src.numel());
   }
-  params.zero_grad();
+  if (grads_) grads_->reset(); // ZeRO-2, one stage: the reducer has released the step's partition
+  else params.zero_grad();
   loss_scale_ = *scale;
 }
 

@@ -81,6 +81,8 @@ public:
   // part's last backward use in the micro-batch); the stage then publishes that partition
   // (gradients_reduced). Before the run.
   void enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads);
+  // ZeRO stage 2 on one pipeline stage: the same gradient partition, weights whole.
+  void enable_partitioned_grads(std::shared_ptr<partition_grads> grads);
   bool gradients_reduced() const override { return grads_ != nullptr; }
   // The parts and their order as the fetcher needs them (param_fetcher.hpp): the
   // embeddings, each layer and the head with their parameters (the head also the tied
@@ -94,6 +96,7 @@ public:
   // ZeRO-3: the fetcher gathers a step's weights only once the step is allowed.
   void allow(std::uint32_t step) override {
     if (fetcher_) fetcher_->allow(step);
+    if (grads_) grads_->allow(step);
   }
   void cancel() override {
     if (fetcher_) fetcher_->cancel();

@@ -47,6 +47,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition;
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
+    if (zero->grads_partitioned) b.grads = 4 * zero->partition;
     if (zero->stage >= 3) {
       const std::int64_t in_memory = zero->param_in_memory < 0 ? zero->partition : zero->param_in_memory;
       b.weights = w * (in_memory + zero->persistent) + zero->param_buffers;
@@ -94,6 +95,7 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
   zero_sizes z = zero_sizes_of(specs, ranks);
   z.stage = ranks > 1 ? std::max(rc.zero_stage, 1) : 1;
+  z.grads_partitioned = z.stage >= 3 || (z.stage == 2 && ranges.size() == 1);
   if (z.stage >= 3) {
     for (const auto& spec : specs)
       if (shape_numel(spec.shape) <= rc.stage3_persistence) z.persistent += shape_numel(spec.shape);
@@ -123,10 +125,8 @@ model_state_bytes measured_model_states(const bert_stage& stage, const bert_opti
   // moment are whatever part the stage's worker is running).
   // Likewise its gradients: the partition they are summed into (a part's whole gradients
   // live only during its backward).
-  if (const param_fetcher* f = stage.fetcher()) {
-    b.weights = f->held_bytes();
-    b.grads = stage.partition_grad_bytes();
-  }
+  if (const param_fetcher* f = stage.fetcher()) b.weights = f->held_bytes();
+  if (stage.gradients_reduced()) b.grads = stage.partition_grad_bytes();
   const shard_bytes s = shard.held_bytes();
   b.reduced = s.gradients;
   b.masters = s.masters;

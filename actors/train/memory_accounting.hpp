@@ -18,7 +18,9 @@
 // up to padding. ZeRO stage 2 keeps the reduced gradients of the partition only too:
 // w + 4 + 16/n + w, except that the first and last stage of a pipeline that ties the
 // word embedding keep that parameter's reduced gradient whole as well (4 bytes per
-// element of it), since their reducers add the two stages' gradients of it whole.
+// element of it), since their reducers add the two stages' gradients of it whole. On one
+// pipeline stage, stage 2 sums each micro-batch's gradients into the partition (as stage 3
+// does), so the stage's accumulators are 4/n too: w + 20/n + w.
 // ZeRO stage 3 partitions the working weights too: the stage holds its partition and the
 // small persistent tensors whole (w x (Ψ/n + persistent)), and the next version is the
 // partition (w/n): w/n + 4 + 16/n + w/n, plus the layers gathered while they run
@@ -65,6 +67,9 @@ struct zero_sizes {
   // ZeRO-3 with offload_param on NVMe: the partition's elements kept in memory
   // (offload_param.max_in_cpu; -1: all of them) and the bytes of the transfer buffers.
   std::int64_t param_in_memory = -1, param_buffers = 0;
+  // The stage's gradients are summed into its partition per micro-batch (ZeRO-3, and ZeRO-2
+  // on one pipeline stage): 4 bytes per partition element instead of per parameter.
+  bool grads_partitioned = false;
   // NVMe optimizer offload: the bytes of swap buffers the partition's masters and
   // moments pass through instead of living in memory (0: in memory).
   std::int64_t swap_buffers = 0;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -38,13 +39,25 @@ tensor partition_grads::piece_of(std::size_t t) const {
   return partition_.slice_rows(at, at + p.count);
 }
 
-void partition_grads::submit(std::size_t t, tensor grad) {
+void partition_grads::allow(std::uint32_t step) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    allowed_ = std::max<std::int64_t>(allowed_, step);
+  }
+  cv_.notify_all();
+}
+
+void partition_grads::submit(std::size_t t, tensor grad, std::uint32_t step) {
   DSA_CHECK(t < pieces_.size() && grad.defined() && grad.type() == dtype::f32 && grad.is_contiguous() &&
                 grad.numel() == layout_.tensors()[t].numel,
             "gradient partition: gradient {} is {}", t, grad.defined() ? grad.describe() : "undefined");
   std::unique_lock<std::mutex> lk(mu_);
-  // Back-pressure: the backward waits while too much is queued (but never for an empty queue).
-  cv_.wait(lk, [&] { return cancelled_ || failed_ || pending_ == 0 || pending_ + grad.numel() <= pending_limit_; });
+  // Back-pressure: the backward waits while too much is queued (but never for an empty
+  // queue), and until the step is allowed.
+  cv_.wait(lk, [&] {
+    return cancelled_ || failed_ ||
+           (allowed_ >= static_cast<std::int64_t>(step) && (pending_ == 0 || pending_ + grad.numel() <= pending_limit_));
+  });
   if (failed_) throw std::runtime_error("ZeRO-3 gradient reduction failed: " + failed_->message);
   if (cancelled_) throw std::runtime_error("ZeRO-3 gradient reduction: the run is ending");
   pending_ += grad.numel();

@@ -44,10 +44,13 @@ public:
   partition_grads(const partition_grads&) = delete;
   partition_grads& operator=(const partition_grads&) = delete;
 
-  // Tensor t's gradient of one micro-batch (f32, the tensor's elements): summed over the
-  // ranks and its partition elements added in; taken over (freed after the sum). Throws
-  // after a failed sum or cancel().
-  void submit(std::size_t t, tensor grad);
+  // Tensor t's gradient of one micro-batch of `step` (f32, the tensor's elements): summed
+  // over the ranks and its partition elements added in; taken over (freed after the sum).
+  // Waits until the step is allowed (its sums are collectives). Throws after a failed sum
+  // or cancel().
+  void submit(std::size_t t, tensor grad, std::uint32_t step);
+  // Steps up to `step` may sum (every rank will run them); any thread.
+  void allow(std::uint32_t step);
   // Waits until every submitted gradient is summed and added; throws on a failure.
   void wait();
   // Zeros the accumulator (a new step). Only when nothing is pending.
@@ -83,6 +86,7 @@ private:
   std::int64_t pending_ = 0; // elements queued or being summed
   bool busy_ = false;
   bool stop_ = false, cancelled_ = false;
+  std::int64_t allowed_ = -1;
   std::optional<error> failed_;
   std::thread thread_;
 };

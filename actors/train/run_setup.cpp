@@ -342,6 +342,18 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.logger = comms;
       o.partition_gradients = rc.zero_stage >= 2;
       o.partition_parameters = rc.zero_stage >= 3;
+      if (rc.zero_stage == 2 && rc.stages == 1) {
+        // ZeRO-2 on one pipeline stage: each micro-batch's gradients summed into the
+        // partitions as ZeRO-3 does (with several stages the reducers add the tied
+        // embedding's gradient whole, so the stages keep whole accumulators).
+        std::vector<optim::flat_tensor_spec> flat;
+        for (const auto& spec : o.specs) flat.push_back(optim::bert_flat_tensor(spec.name, spec.shape));
+        DSA_ASSIGN_OR_RETURN(auto layout, optim::flat_layout::create(std::move(flat), o.zero_ranks));
+        ctx.stages[s]->enable_partitioned_grads(std::make_shared<partition_grads>(
+            std::move(layout), o.zero_rank, working_dtype(rc.working),
+            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
+            rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank)));
+      }
       if (o.partition_parameters) {
         // ZeRO-3: the stage keeps its partition of the weights and gathers each part's as it runs it.
         std::vector<optim::flat_tensor_spec> flat;

@@ -212,11 +212,12 @@ TEST_CASE("partition_grads: each rank's partition is the sum over ranks and micr
         train::partition_grads g(layout, static_cast<std::uint32_t>(r), dtype::f32, std::make_shared<net::communicator>(t),
                                  /*pending_elements=*/1);
         for (int step = 0; step < 2; ++step) {
+          g.allow(static_cast<std::uint32_t>(step));
           for (int m = 0; m < micro_batches; ++m)
             for (std::size_t k = layout.tensors().size(); k-- > 0;) { // as a backward: last tensor first
               tensor grad = tensor::empty(layout.tensors()[k].shape, dtype::f32);
               for (std::int64_t i = 0; i < grad.numel(); ++i) grad.data<float>()[i] = value(static_cast<std::uint32_t>(r), m, k, i);
-              g.submit(k, std::move(grad));
+              g.submit(k, std::move(grad), static_cast<std::uint32_t>(step));
             }
           g.wait();
           for (std::size_t k = 0; k < layout.tensors().size(); ++k) {
@@ -245,7 +246,8 @@ TEST_CASE("partition_grads: a failed sum fails the next call, naming the tensor"
   net::local_group group(2);
   train::partition_grads g(layout, 0, dtype::f32, std::make_shared<net::communicator>(group.at(0)), 1'000'000);
   group.abort(make_error(errc::runtime, "rank 1 is gone"));
-  g.submit(0, tensor::zeros(layout.tensors()[0].shape, dtype::f32));
+  g.allow(0);
+  g.submit(0, tensor::zeros(layout.tensors()[0].shape, dtype::f32), 0);
   try {
     g.wait();
     FAIL("wait after a failed sum did not throw");

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -182,7 +183,7 @@ ckpt::loaded_checkpoint train_checkpoint(const std::vector<std::string>& overrid
 // Stage 2 keeps only the partition's gradients, but the sum of squares (clipping, the
 // fp16 overflow check) still covers the whole gradients, and two stages still add the
 // tied embedding's gradient whole: it too equals stage 0 bit for bit.
-TEST_CASE("ZeRO stages 1 and 2 on 2 and 4 ranks equal stage 0, bit for bit, with AdamW, LAMB, fp16 and 2 stages") {
+TEST_CASE("ZeRO stages 1 and 2 on 2 and 4 ranks equal stage 0 (bit for bit but stage 2 on one pipeline stage), with AdamW, LAMB, fp16 and 2 stages") {
   const std::vector<std::vector<std::string>> variants{
       {},
       {"optimizer.type=\"Lamb\"", "pipeline.stages=2"},
@@ -198,7 +199,14 @@ TEST_CASE("ZeRO stages 1 and 2 on 2 and 4 ranks equal stage 0, bit for bit, with
         CAPTURE(stage);
         auto zero = train_checkpoint(
             with(v, {fmt::format("devices.ranks={}", ranks), fmt::format("zero_optimization.stage={}", stage)}));
-        test::check_same_state(zero, zero0);
+        // Stage 2 on one pipeline stage sums each micro-batch's gradients into the
+        // partitions (as stage 3): the same up to the order of those sums.
+        const bool piped = std::find(v.begin(), v.end(), "pipeline.stages=2") != v.end();
+        const bool fp16 = std::find(v.begin(), v.end(), "fp16.enabled=true") != v.end();
+        if (stage == 2 && !piped)
+          test::check_close_state(zero, zero0, test::zero3_reduction_order,
+                                  fp16 ? test::zero_fp16_first_moments : test::zero3_first_moments);
+        else test::check_same_state(zero, zero0);
         CHECK(zero.manifest.state["data_cursor"] == zero0.manifest.state["data_cursor"]);
       }
     }

@@ -1,6 +1,8 @@
 // Tiny corpus and config for run tests.
 #include "tests/train/train_fixture.hpp"
 
+#include "tests/support/compare.hpp"
+
 #include "actors/train/run_checkpoint.hpp"
 #include "actors/train/trainer.hpp"
 #include "core/philox.hpp"
@@ -142,6 +144,27 @@ ckpt::tensor_groups whole_groups(const ckpt::loaded_checkpoint& ck) {
 
 void check_same_state(const ckpt::loaded_checkpoint& a, const ckpt::loaded_checkpoint& b) {
   check_same_bits(whole_groups(a), whole_groups(b));
+}
+
+void check_close_state(const ckpt::loaded_checkpoint& got, const ckpt::loaded_checkpoint& want, const tolerance& tol,
+                       const tolerance& first_moments) {
+  const auto a = whole_groups(got), b = whole_groups(want);
+  REQUIRE(a.size() == b.size());
+  for (const auto& [group, tensors] : b) {
+    REQUIRE(a.count(group) == 1);
+    for (const auto& [name, t] : tensors) {
+      INFO(group << ": " << name);
+      REQUIRE(a.at(group).count(name) == 1);
+      const tensor& u = a.at(group).at(name);
+      REQUIRE(u.shape() == t.shape());
+      REQUIRE(u.type() == t.type());
+      const bool first_moment = name.find(".exp_avg") != std::string::npos && name.find(".exp_avg_sq") == std::string::npos;
+      if (t.type() == dtype::f32)
+        DSA_CHECK_CLOSE(u.data<float>(), t.data<float>(), t.numel(), first_moment ? first_moments : tol);
+      else
+        CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
+    }
+  }
 }
 
 } // namespace dsa::test

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "io/ckpt/checkpoint_dir.hpp"
+#include "tests/support/tolerances.hpp"
 
 #include <string>
 #include <vector>
@@ -43,5 +44,11 @@ void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b)
 ckpt::tensor_groups whole_groups(const ckpt::loaded_checkpoint& ck);
 // check_same_bits of the two checkpoints' whole forms.
 void check_same_state(const ckpt::loaded_checkpoint& a, const ckpt::loaded_checkpoint& b);
+// The same groups and names; every f32 tensor of `got` within `tol` of `want`'s (the
+// first moments, exp_avg, within `first_moments`: they keep the gradients' scale and
+// sign, which Adam's updates hide); other tensors bit for bit.
+// For runs whose gradient sums differ in order only (ZeRO's per-micro-batch reduction).
+void check_close_state(const ckpt::loaded_checkpoint& got, const ckpt::loaded_checkpoint& want, const tolerance& tol,
+                       const tolerance& first_moments = zero3_first_moments);
 
 } // namespace dsa::test
