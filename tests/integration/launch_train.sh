@@ -105,6 +105,18 @@ cmp "$work/z3procs/$step4/model.safetensors" "$work/z3threads/$step4/model.safet
 [[ -z $(ls -A "$work/swap") ]] || fail "ZeRO-3 swap files were left behind"
 echo "ok: 2 processes with ZeRO stage 3 and the optimizer state on NVMe = 2 in-process ranks with stage 3 in memory, bit for bit"
 
+# 1c'. ZeRO stage 2 on one pipeline stage (each micro-batch's gradients summed into the
+#      partitions during the backward): 2 processes equal 2 in-process ranks bit for bit.
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/z2procs\"" --set pipeline.stages=1 \
+  --set zero_optimization.stage=2 >"$work/out" 2>"$work/err" || fail "2-process training with ZeRO stage 2 on one stage"
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/z2threads\"" --set devices.ranks=2 --set pipeline.stages=1 \
+  --set zero_optimization.stage=2 >"$work/out" 2>"$work/err" || fail "2 in-process ranks with ZeRO stage 2 on one stage"
+for f in model optimizer_0_rank0 optimizer_0_rank1; do
+  cmp "$work/z2procs/$step4/$f.safetensors" "$work/z2threads/$step4/$f.safetensors" ||
+    fail "ZeRO stage 2 on one stage: 2 processes and 2 in-process ranks wrote different $f files"
+done
+echo "ok: 2 processes with ZeRO stage 2 on one stage = 2 in-process ranks, bit for bit"
+
 # 1d. Ctrl-C of a ZeRO-3 job: the ranks agree to stop after a step while their stages may
 #     be in the next one's forward; its gathers wait for a step that is never allowed, and
 #     the run ends cleanly (exit 130, a final checkpoint) instead of hanging in a gather.
