@@ -276,7 +276,10 @@ std::vector<std::size_t> param_fetcher::release(std::int64_t id) {
 std::vector<tensor> param_fetcher::gather_all() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    DSA_CHECK(!step_open_, "param fetcher: gather_all during a step");
+    // A run that ended inside a step (a failure) cannot gather: an error, not an abort.
+    if (step_open_)
+      throw std::runtime_error(fmt::format("gathering the ZeRO-3 weights after the run: the run ended during a "
+                                           "step (use {} of {})", next_use_, uses_.size()));
     stop_ = true;
   }
   cv_.notify_all();
