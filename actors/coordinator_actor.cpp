@@ -197,11 +197,11 @@ void on_hooks_done(coordinator_actor* self, const work_done& d) {
   } else {
     for (const auto& shard : st.args.shards) self->send(shard, allow_atom::value, d.step + 1);
     // With several ranks the reducers' collectives of the next step wait for it too.
-    if (st.peers) {
+    if (st.peers)
       for (const auto& reducer : st.args.reducers) self->send(reducer, allow_atom::value, d.step + 1);
-      // And the stages' own collectives (stage_compute::allow).
-      for (const auto& stage : st.args.stages) self->send(stage, allow_atom::value, d.step + 1);
-    }
+    // And the stages' own collectives or waits (stage_compute::allow; a ZeRO-3 stage on
+    // one rank waits for it too).
+    for (const auto& stage : st.args.stages) self->send(stage, allow_atom::value, d.step + 1);
   }
 }
 

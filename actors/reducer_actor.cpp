@@ -155,7 +155,7 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
         }
       }
       share = gather(all, buffers, *kept, skip, presummed);
-      if (presummed) {
+      if (presummed && replicas) {
         // Each rank holds its parts only: the stage's sum of squares is every rank's, added
         // in rank order (the same bits everywhere).
         auto total = sum_over_ranks(*replicas, {share}, logger, caller);
@@ -411,8 +411,8 @@ caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint
 
 caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index,
                          std::vector<gradient_part> kept, bool presummed) {
-  DSA_CHECK(!presummed || (!kept.empty() && setup.dp.enabled() && !setup.plan->exchanges_tied()),
-            "reducer {}: presummed gradients need kept parts, several ranks and no tied exchange", index);
+  DSA_CHECK(!presummed || (!kept.empty() && !setup.plan->exchanges_tied()),
+            "reducer {}: presummed gradients need kept parts and no tied exchange", index);
   return sys.spawn(reducer_behavior, setup, index, tied_index, std::move(kept), presummed);
 }
 

@@ -25,7 +25,7 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   const auto& specs = options_.specs;
   DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
             options_.participant, initial.size(), specs.size());
-  if (options_.zero_ranks > 1 || options_.offload) return init_partitioned(initial);
+  if (options_.zero_ranks > 1 || options_.offload || options_.partition_parameters) return init_partitioned(initial);
   dtype half = working_dtype(options_.working);
   slots_.clear();
   for (std::size_t i = 0; i < specs.size(); ++i) {

@@ -91,10 +91,10 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
                                          std::size_t s) {
   const auto ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
   const auto& off = rc.offload;
-  if (rc.zero_stage < 1 || (ranks < 2 && !off.swaps())) return std::nullopt;
+  if (rc.zero_stage < 1 || (ranks < 2 && !off.swaps() && !rc.zero_partitions())) return std::nullopt;
   const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
   zero_sizes z = zero_sizes_of(specs, ranks);
-  z.stage = ranks > 1 ? std::max(rc.zero_stage, 1) : 1;
+  z.stage = ranks > 1 || rc.zero_partitions() ? std::max(rc.zero_stage, 1) : 1;
   z.grads_partitioned = z.stage >= 3 || (z.stage == 2 && ranges.size() == 1);
   if (z.stage >= 3) {
     for (const auto& spec : specs)

@@ -248,7 +248,7 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                              needs, mib_up(with_nvme.peak()));
   }
   message += ". The plan moves only the optimizer state to NVMe by itself: offloading the parameters "
-             "(offload_param) needs zero_optimization.stage = 3 over several ranks, where it is counted when set";
+             "(offload_param) needs zero_optimization.stage = 3, where it is counted when set";
   return make_error(errc::config, "{}", message);
 }
 

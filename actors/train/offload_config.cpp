@@ -96,9 +96,9 @@ void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, o
   if (zero_stage != 3)
     r.invalid("device", fmt::format("offloading the parameters needs zero_optimization.stage = 3 (as in DeepSpeed), "
                                     "got stage {}", zero_stage));
-  else if (ranks < 2)
-    r.invalid("device", "offloading the parameters needs ZeRO stage 3 over several data-parallel ranks ([devices] "
-                        "ranks or dsactor launch): on one rank stage 3 runs as stage 0, with nothing partitioned");
+  else if (ranks < 2 && out.device == offload_device::cpu)
+    r.invalid("device", "offload_param.device = \"cpu\" on one rank changes nothing (a CPU rank's weights are in host "
+                        "memory already, and stage 3 on one rank runs as stage 0); use \"nvme\" to move them");
   if (out.swaps() && out.nvme_path.empty())
     problems.add(cfg.problem(problem_kind::missing_key, table + ".nvme_path",
                              "device = \"nvme\" needs the folder for the swap files"));

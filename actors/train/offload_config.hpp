@@ -48,8 +48,8 @@ struct offload_settings {
   } param;
 };
 
-// Reads zero_optimization.offload_optimizer, .offload_param (ZeRO stage 3 over several
-// ranks only), .sub_group_size, the legacy cpu_offload flags and [aio]; needs the ZeRO
+// Reads zero_optimization.offload_optimizer, .offload_param (ZeRO stage 3 only; "cpu"
+// needs several ranks), .sub_group_size, the legacy cpu_offload flags and [aio]; needs the ZeRO
 // stage and the data-parallel size read.
 void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_size, offload_settings& out,
                   config_problems& problems);

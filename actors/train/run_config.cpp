@@ -420,4 +420,8 @@ expected<run_config> parse_run_config(const config& cfg, const std::string& defa
   return rc;
 }
 
+bool run_config::zero_partitions() const {
+  return zero_stage >= 1 && (batch.data_parallel_size > 1 || (zero_stage == 3 && offload.param.swaps()));
+}
+
 } // namespace dsa::train

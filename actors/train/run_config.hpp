@@ -90,6 +90,9 @@ struct run_config {
   // buckets of at most this many elements.
   std::int64_t reduce_bucket_elements = 500'000'000;
   int zero_stage = 0;       // zero_optimization.stage: 0, 1 (optimizer state partitioned), 2 (gradients too), 3 (weights too)
+  // Whether the run partitions over its ranks (ZeRO stage >= 1 with several ranks), or runs
+  // ZeRO-3 on one rank to put the weights on NVMe (offload_param.device = "nvme").
+  bool zero_partitions() const;
   // ZeRO stage 3's parameter fetcher (DeepSpeed's keys and defaults), in elements:
   // stage3_prefetch_bucket_size, stage3_param_persistence_threshold, stage3_max_live_parameters.
   std::int64_t stage3_prefetch = 50'000'000, stage3_persistence = 100'000, stage3_max_live = 1'000'000'000;

@@ -283,7 +283,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
                                  net::comms_logger* comms) {
   const auto& rc = ctx.rc;
   rank_run rr;
-  const bool zero = rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1;
+  const bool zero = rc.zero_partitions();
   const feed_share share{ctx.rank, static_cast<int>(rc.batch.data_parallel_size),
                          static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
   rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);

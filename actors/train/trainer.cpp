@@ -258,14 +258,16 @@ int run_training(const run_request& req) {
                                                 rc.zero_stage, zero_held, world)
                                   : std::string("ZeRO stage 0: every rank holds the whole optimizer state"));
     std::unique_ptr<net::local_group> group;
-    if (R > 1) group = std::make_unique<net::local_group>(R);
+    // One rank with ZeRO-3 (offload_param on NVMe) still needs a transport for its
+    // fetcher's and shard's communicators: a group of one.
+    if (R > 1 || (!job && rc.zero_partitions())) group = std::make_unique<net::local_group>(R);
     // Rank r's transport to the others: UCX between processes, or the in-process group.
     auto transport_of = [&](int r) -> net::transport* {
       if (job) return job->transport.get();
       return group ? &group->at(r) : nullptr;
     };
     // ZeRO stages 1 and 2: each rank's shards hold 1/world of the optimizer state.
-    const bool zero = rc.zero_stage >= 1 && world > 1;
+    const bool zero = rc.zero_partitions() && world > 1;
     // comms_logger: this process's first rank's collectives (every rank issues the same ones).
     net::comms_logger comms(rc.comms_logger, world);
     std::vector<rank_run> runs;
@@ -330,7 +332,7 @@ int run_training(const run_request& req) {
     if (!errors.empty()) return fail(make_error(errc::runtime, "{}", errors), 1);
     // ZeRO-3: the stages hold partitions; every rank takes part in gathering the whole
     // weights back (the evaluation reads them from rank 0's stages).
-    if (rc.zero_stage >= 3 && world > 1) {
+    if (rc.zero_stage >= 3 && rc.zero_partitions()) {
       for (std::uint32_t s = 0; s < rc.stages; ++s)
         if (const param_fetcher* f = ctx.stages[s]->fetcher()) {
           const fetch_stats st = f->stats();

@@ -200,7 +200,7 @@ TEST_CASE("offload: bad settings are refused at start-up naming the key and what
        "key 'zero_optimization.offload_param.device': offloading the parameters needs zero_optimization.stage = 3 (as in "
        "DeepSpeed), got stage 1"},
       {"[zero_optimization]\nstage = 3\n[zero_optimization.offload_param]\ndevice = \"cpu\"\n",
-       "needs ZeRO stage 3 over several data-parallel ranks"},
+       "offload_param.device = \"cpu\" on one rank changes nothing"},
       {"[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n[zero_optimization.offload_param]\ndevice = \"nvme\"\n",
        "zero_optimization.offload_param.nvme_path"},
       {"[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n[zero_optimization.offload_param]\ndevice = \"nvme\"\n"
