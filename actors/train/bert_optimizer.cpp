@@ -61,14 +61,18 @@ tensor layout_view(const tensor& flat, const optim::flat_tensor& t) {
 }
 } // namespace
 
+expected<optim::flat_layout> stage_flat_layout(const std::vector<bert::param_spec>& specs, std::uint32_t ranks) {
+  std::vector<optim::flat_tensor_spec> flat;
+  for (const auto& s : specs) flat.push_back(optim::bert_flat_tensor(s.name, s.shape));
+  return optim::flat_layout::create(std::move(flat), ranks);
+}
+
 void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
   const auto& specs = options_.specs;
   DSA_CHECK((options_.peers || options_.zero_ranks == 1) && options_.zero_rank < options_.zero_ranks,
             "optimizer shard {}: ZeRO rank {} of {} without its peers", options_.participant, options_.zero_rank,
             options_.zero_ranks);
-  std::vector<optim::flat_tensor_spec> flat;
-  for (const auto& s : specs) flat.push_back(optim::bert_flat_tensor(s.name, s.shape));
-  auto layout = optim::flat_layout::create(std::move(flat), options_.zero_ranks);
+  auto layout = stage_flat_layout(specs, options_.zero_ranks);
   if (!layout) throw std::runtime_error(layout.err().message);
   auto create = [&]() -> expected<optim::partitioned_optimizer> {
     std::unique_ptr<optim::chunked_state> store; // none: in memory

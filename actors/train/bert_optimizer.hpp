@@ -81,6 +81,10 @@ struct bert_optimizer_options {
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
 
+// A stage's parameters (in its order) laid out flat and split over `ranks`: the layout the
+// shard's partition, ZeRO-3's fetcher and the gradient partitions share.
+expected<optim::flat_layout> stage_flat_layout(const std::vector<bert::param_spec>& specs, std::uint32_t ranks);
+
 // The checkpoint group of rank `rank`'s partition of stage `stage`'s optimizer state:
 // "optimizer_<stage>_rank<rank>", or with the state in several swap chunks one group per
 // chunk, "optimizer_<stage>_rank<rank>_part<part>".

@@ -212,13 +212,15 @@ void bert_stage::zero3_gate::leave(std::int64_t part) {
   if (!stage->in_backward_) return;
   auto final = stage->reduce_after_.find(part);
   if (final == stage->reduce_after_.end()) return;
-  std::vector<std::pair<std::size_t, tensor>> taken;
-  for (std::size_t i : final->second) taken.emplace_back(i, tensor{});
-  for (auto& [i, g] : taken) g = params.entries()[i].grad;
+  // Unbind the final gradients, then hand them over (the submits' references free them).
+  std::vector<tensor> taken;
   std::vector<std::pair<std::size_t, tensor>> unbound;
-  for (const auto& [i, g] : taken) unbound.emplace_back(i, tensor{});
+  for (std::size_t i : final->second) {
+    taken.push_back(params.entries()[i].grad);
+    unbound.emplace_back(i, tensor{});
+  }
   params.set_grads(std::move(unbound));
-  for (auto& [i, g] : taken) stage->grads_->submit(i, std::move(g), stage->step_);
+  for (std::size_t k = 0; k < taken.size(); ++k) stage->grads_->submit(final->second[k], std::move(taken[k]), stage->step_);
 }
 
 std::vector<fetch_part> bert_stage::fetch_parts() const {

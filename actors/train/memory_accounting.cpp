@@ -47,11 +47,10 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition;
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
-    if (zero->grads_partitioned) b.grads = 4 * zero->partition;
+    if (zero->grads_partitioned || zero->stage >= 3) b.grads = 4 * zero->partition;
     if (zero->stage >= 3) {
       const std::int64_t in_memory = zero->param_in_memory < 0 ? zero->partition : zero->param_in_memory;
       b.weights = w * (in_memory + zero->persistent) + zero->param_buffers;
-      b.grads = 4 * zero->partition;
       b.version = w * zero->partition;
     }
     return b;
@@ -67,9 +66,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
 }
 
 zero_sizes zero_sizes_of(const std::vector<bert::param_spec>& specs, std::uint32_t ranks) {
-  std::vector<optim::flat_tensor_spec> flat;
-  for (const auto& s : specs) flat.push_back(optim::bert_flat_tensor(s.name, s.shape));
-  auto layout = optim::flat_layout::create(std::move(flat), ranks);
+  auto layout = stage_flat_layout(specs, ranks);
   DSA_CHECK(layout.has_value(), "flat layout of a stage: {}", layout.has_value() ? "" : layout.err().message);
   return {layout->padded_numel(), layout->partition_numel()};
 }
@@ -95,7 +92,7 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
   zero_sizes z = zero_sizes_of(specs, ranks);
   z.stage = ranks > 1 || rc.zero_partitions() ? std::max(rc.zero_stage, 1) : 1;
-  z.grads_partitioned = z.stage >= 3 || (z.stage == 2 && ranges.size() == 1);
+  z.grads_partitioned = z.stage == 2 && ranges.size() == 1; // stage 3 always is
   if (z.stage >= 3) {
     for (const auto& spec : specs)
       if (shape_numel(spec.shape) <= rc.stage3_persistence) z.persistent += shape_numel(spec.shape);

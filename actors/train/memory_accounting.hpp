@@ -67,8 +67,8 @@ struct zero_sizes {
   // ZeRO-3 with offload_param on NVMe: the partition's elements kept in memory
   // (offload_param.max_in_cpu; -1: all of them) and the bytes of the transfer buffers.
   std::int64_t param_in_memory = -1, param_buffers = 0;
-  // The stage's gradients are summed into its partition per micro-batch (ZeRO-3, and ZeRO-2
-  // on one pipeline stage): 4 bytes per partition element instead of per parameter.
+  // ZeRO-2 on one pipeline stage: the stage's gradients are summed into its partition per
+  // micro-batch, 4 bytes per partition element instead of per parameter (as stage 3 always).
   bool grads_partitioned = false;
   // NVMe optimizer offload: the bytes of swap buffers the partition's masters and
   // moments pass through instead of living in memory (0: in memory).

@@ -67,16 +67,21 @@ void read_aio(const config& cfg, aio::aio_config& a, config_problems& problems) 
 namespace {
 
 // The table's device, with DeepSpeed's legacy flag (cpu_offload / cpu_offload_param = true
-// means "cpu" when no device is named).
-offload_device device_of(const config& cfg, optim::param_reader& r, const std::string& device, const char* legacy_key,
-                         config_problems& problems) {
+// means "cpu" when no device is named); "nvme" needs the table's nvme_path.
+offload_device device_of(const config& cfg, optim::param_reader& r, const std::string& table, const std::string& device,
+                         const std::string& nvme_path, const char* legacy_key, config_problems& problems) {
   bool legacy = false;
   cfg.read(legacy_key, legacy, problems);
   if (device == "none") return legacy ? offload_device::cpu : offload_device::none;
   if (device == "cpu") return offload_device::cpu;
-  if (device == "nvme") return offload_device::nvme;
-  r.invalid("device", fmt::format("expected \"none\", \"cpu\" or \"nvme\", got \"{}\"", device));
-  return offload_device::none;
+  if (device != "nvme") {
+    r.invalid("device", fmt::format("expected \"none\", \"cpu\" or \"nvme\", got \"{}\"", device));
+    return offload_device::none;
+  }
+  if (nvme_path.empty())
+    problems.add(cfg.problem(problem_kind::missing_key, table + ".nvme_path",
+                             "device = \"nvme\" needs the folder for the swap files"));
+  return offload_device::nvme;
 }
 
 void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, offload_settings::params& out,
@@ -91,7 +96,7 @@ void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, o
   read_count(r, "max_in_cpu", out.max_in_cpu, 0);
   r.read("pin_memory", out.pin_memory);
   r.check_unknown();
-  out.device = device_of(cfg, r, device, "zero_optimization.cpu_offload_param", problems);
+  out.device = device_of(cfg, r, table, device, out.nvme_path, "zero_optimization.cpu_offload_param", problems);
   if (out.device == offload_device::none) return;
   if (zero_stage != 3)
     r.invalid("device", fmt::format("offloading the parameters needs zero_optimization.stage = 3 (as in DeepSpeed), "
@@ -99,9 +104,6 @@ void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, o
   else if (ranks < 2 && out.device == offload_device::cpu)
     r.invalid("device", "offload_param.device = \"cpu\" on one rank changes nothing (a CPU rank's weights are in host "
                         "memory already, and stage 3 on one rank runs as stage 0); use \"nvme\" to move them");
-  if (out.swaps() && out.nvme_path.empty())
-    problems.add(cfg.problem(problem_kind::missing_key, table + ".nvme_path",
-                             "device = \"nvme\" needs the folder for the swap files"));
 }
 
 } // namespace
@@ -123,13 +125,10 @@ void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_
   r.read("ratio", ratio);
   if (ratio != 1.0) r.invalid("ratio", fmt::format("partial offload is not supported; set 1.0, got {}", ratio));
   r.check_unknown();
-  out.device = device_of(cfg, r, device, "zero_optimization.cpu_offload", problems);
+  out.device = device_of(cfg, r, table, device, out.nvme_path, "zero_optimization.cpu_offload", problems);
   if (out.device != offload_device::none && zero_stage < 1)
     r.invalid("device", fmt::format("offloading the optimizer needs zero_optimization.stage >= 1 (as in DeepSpeed), "
                                     "got stage {}", zero_stage));
-  if (out.swaps() && out.nvme_path.empty())
-    problems.add(cfg.problem(problem_kind::missing_key, table + ".nvme_path",
-                             "device = \"nvme\" needs the folder for the swap files"));
   const auto needed = static_cast<std::int64_t>(aio::swap_buffers_needed(out.pipeline_read, out.pipeline_write));
   if (out.swaps() && out.buffer_count < needed)
     r.invalid("buffer_count",

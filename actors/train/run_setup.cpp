@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -342,23 +343,22 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.logger = comms;
       o.partition_gradients = rc.zero_stage >= 2;
       o.partition_parameters = rc.zero_stage >= 3;
-      if (rc.zero_stage == 2 && rc.stages == 1) {
-        // ZeRO-2 on one pipeline stage: each micro-batch's gradients summed into the
-        // partitions as ZeRO-3 does (with several stages the reducers add the tied
-        // embedding's gradient whole, so the stages keep whole accumulators).
-        std::vector<optim::flat_tensor_spec> flat;
-        for (const auto& spec : o.specs) flat.push_back(optim::bert_flat_tensor(spec.name, spec.shape));
-        DSA_ASSIGN_OR_RETURN(auto layout, optim::flat_layout::create(std::move(flat), o.zero_ranks));
-        ctx.stages[s]->enable_partitioned_grads(std::make_shared<partition_grads>(
-            std::move(layout), o.zero_rank, working_dtype(rc.working),
+      // ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients summed into
+      // the partitions (with several stages the reducers add the tied embedding's gradient
+      // whole, so the stages keep whole accumulators).
+      const bool grads_partitioned = rc.zero_stage >= 3 || (rc.zero_stage == 2 && rc.stages == 1);
+      std::optional<optim::flat_layout> layout;
+      std::shared_ptr<partition_grads> grads;
+      if (grads_partitioned) {
+        DSA_ASSIGN_OR_RETURN(layout, stage_flat_layout(o.specs, o.zero_ranks));
+        grads = std::make_shared<partition_grads>(
+            *layout, o.zero_rank, working_dtype(rc.working),
             std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
-            rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank)));
+            rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank));
       }
+      if (grads_partitioned && !o.partition_parameters) ctx.stages[s]->enable_partitioned_grads(std::move(grads));
       if (o.partition_parameters) {
         // ZeRO-3: the stage keeps its partition of the weights and gathers each part's as it runs it.
-        std::vector<optim::flat_tensor_spec> flat;
-        for (const auto& spec : o.specs) flat.push_back(optim::bert_flat_tensor(spec.name, spec.shape));
-        DSA_ASSIGN_OR_RETURN(auto layout, optim::flat_layout::create(std::move(flat), o.zero_ranks));
         bert_stage& stage = *ctx.stages[s];
         fetch_settings fs;
         fs.persistence_threshold = rc.stage3_persistence;
@@ -370,14 +370,10 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
         if (param_area) {
           nvme_param_options po{param_area->engine(), fmt::format("{}/stage{}.params.swp", param_area->dir(), s),
                                  off.param.max_in_cpu, off.param.buffer_size, off.param.buffer_count};
-          DSA_ASSIGN_OR_RETURN(store, nvme_param_store(layout.partition_numel(), working_dtype(rc.working), po));
+          DSA_ASSIGN_OR_RETURN(store, nvme_param_store(layout->partition_numel(), working_dtype(rc.working), po));
         }
-        auto grads = std::make_shared<partition_grads>(
-            layout, o.zero_rank, working_dtype(rc.working),
-            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
-            rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank));
         stage.enable_zero3(std::make_shared<param_fetcher>(
-                               std::move(layout), o.zero_rank, working_dtype(rc.working),
+                               std::move(*layout), o.zero_rank, working_dtype(rc.working),
                                std::make_shared<net::communicator>(*transport, net::collective_options{},
                                                                    actors::fetch_channel(s)),
                                stage.fetch_parts(), stage.fetch_sequence(),
