@@ -18,6 +18,7 @@ bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range
   for (auto& spec : parameter_specs(cfg, range)) {
     tensor value = tensor::zeros(spec.shape, value_type);
     tensor grad = tensor::zeros(spec.shape, dtype::f32);
+    index_.emplace(spec.name, entries_.size());
     entries_.push_back(entry{std::move(spec), std::move(value), std::move(grad)});
   }
   build_views();
@@ -115,10 +116,8 @@ void bert_parameters::zero_grad() {
 }
 
 const bert_parameters::entry* bert_parameters::find(std::string_view name) const {
-  for (const auto& e : entries_)
-    if (e.spec.name == name)
-      return &e;
-  return nullptr;
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 std::int64_t bert_parameters::count() const {

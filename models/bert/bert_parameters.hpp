@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -114,6 +115,9 @@ private:
   bert_range range_;
   dtype value_type_;
   std::vector<entry> entries_;
+  // Name -> position in entries_: the typed views are rebuilt by name whenever ZeRO-3
+  // rebinds a part (several times per layer and micro-batch), so lookups stay O(1).
+  std::unordered_map<std::string, std::size_t> index_;
   embeddings_params embeddings_;
   std::vector<layer_params> layers_;
   layernorm_params final_norm_;
