@@ -183,61 +183,115 @@ void partitioned_optimizer::each_piece_in(const state_chunk& c, Fn&& fn) const {
   }
 }
 
+// The updated working weights of a step: written into a whole (partition_numel) tensor at
+// their partition offsets, or into a scratch window handed to a sink once full. A chunk
+// of the state is visited in windows of at most window() elements; whole: one window.
+class partitioned_optimizer::working_out {
+public:
+  working_out() = default; // nothing to write
+  explicit working_out(tensor whole) : whole_(std::move(whole)) {}
+  working_out(working_sink sink, dtype type, std::int64_t window)
+      : sink_(std::move(sink)), scratch_(tensor::zeros({std::max<std::int64_t>(window, 1)}, type)) {}
+
+  bool wanted() const { return whole_.defined() || sink_; }
+  dtype type() const { return whole_.defined() ? whole_.type() : scratch_.type(); }
+  bool half() const { return wanted() && type() != dtype::f32; }
+  std::int64_t window(std::int64_t chunk) const { return sink_ ? scratch_.numel() : std::max<std::int64_t>(chunk, 1); }
+  // Element `at` of the partition, in a window starting at `lo`.
+  void* at(std::int64_t lo, std::int64_t at) {
+    if (!wanted()) return nullptr;
+    auto* base = static_cast<std::byte*>(whole_.defined() ? whole_.raw_data() : scratch_.raw_data());
+    const std::int64_t i = whole_.defined() ? at : at - lo;
+    return base + static_cast<std::size_t>(i) * dtype_size(type());
+  }
+  std::uint16_t* half_at(std::int64_t lo, std::int64_t i) { return half() ? static_cast<std::uint16_t*>(at(lo, i)) : nullptr; }
+  // A window starts: a sink's scratch is zeroed (the kernels write pieces only, padding stays 0).
+  void begin(std::int64_t lo, std::int64_t hi) {
+    if (sink_) std::memset(scratch_.raw_data(), 0, static_cast<std::size_t>(hi - lo) * dtype_size(type()));
+  }
+  // The masters of the window, when the working weights are f32 (they are the masters).
+  void copy_masters(std::int64_t lo, std::int64_t hi, const float* master) {
+    if (wanted() && !half()) std::memcpy(at(lo, lo), master, static_cast<std::size_t>(hi - lo) * sizeof(float));
+  }
+  void cast_masters(std::int64_t lo, std::int64_t hi, const float* master) {
+    if (wanted()) cpu::cast(at(lo, lo), type(), master, dtype::f32, hi - lo);
+  }
+  status end(std::int64_t lo, std::int64_t hi) { return sink_ ? sink_(scratch_.slice_rows(0, hi - lo)) : status{}; }
+  const tensor& whole() const { return whole_; }
+
+private:
+  tensor whole_;
+  working_sink sink_;
+  tensor scratch_;
+};
+
+namespace {
+// Elements [lo, hi) of a chunk, as a chunk of their own.
+state_chunk window_of(const state_chunk& c, std::int64_t lo, std::int64_t hi) {
+  state_chunk w = c;
+  w.lo = lo;
+  w.hi = hi;
+  for (unsigned a = 0; a < state_arrays; ++a)
+    if (c.arrays[a]) w.arrays[a] = c.arrays[a] + (lo - c.lo);
+  return w;
+}
+
+// fn(window) over a chunk's windows of at most `size` elements, stopping at an error.
+template <class Fn>
+status each_window(const state_chunk& c, std::int64_t size, Fn&& fn) {
+  for (std::int64_t lo = c.lo; lo < c.hi; lo += size) DSA_TRY(fn(window_of(c, lo, std::min(c.hi, lo + size))));
+  return {};
+}
+} // namespace
+
 status partitioned_optimizer::step(const partition_step& in) {
   const std::int64_t size = layout_.partition_numel();
   DSA_TRY(check_flat(in.grad, "grad", size, rank_, false));
   if (in.working.defined()) DSA_TRY(check_flat(in.working, "working", size, rank_, true));
+  if (in.working.defined() && in.sink)
+    return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: both a working tensor and a sink", rank_);
   float* grad = in.grad.data<float>();
   if (in.grad_scale != 1.0) scale_in_place(grad, in.grad_scale, size);
-  const bool half_out = in.working.defined() && in.working.type() != dtype::f32;
-  std::uint16_t* half = half_out ? in.working.data<std::uint16_t>() : nullptr;
-  const dtype half_type = half_out ? in.working.type() : dtype::f16;
-  // f32 working weights are the masters: each chunk is copied out while it is at hand.
-  float* f32_out = in.working.defined() && !half_out ? in.working.data<float>() : nullptr;
+  working_out out = in.sink ? working_out(in.sink, in.sink_type, in.sink_window) : working_out(in.working);
   ++step_;
   if (cfg_.type == optimizer_type::lamb) {
-    DSA_TRY(step_lamb(grad, half, half_type, f32_out, in.combine));
+    DSA_TRY(step_lamb(grad, out, in.combine));
   } else {
-    DSA_TRY(step_adam(grad, half, half_type, f32_out));
+    DSA_TRY(step_adam(grad, out));
   }
-  if (half_out) zero_padding(in.working);
+  if (out.half() && out.whole().defined()) zero_padding(out.whole());
   store_->prefetch(all_arrays); // the next step's first chunks, read while the stages compute
   return {};
 }
 
-namespace {
-void copy_chunk(float* out, const state_chunk& c) {
-  if (out)
-    std::memcpy(out + c.lo, c.arrays[master_array], static_cast<std::size_t>(c.hi - c.lo) * sizeof(float));
-}
-} // namespace
-
-status partitioned_optimizer::step_adam(float* grad, std::uint16_t* half, dtype half_type, float* f32_out) {
+status partitioned_optimizer::step_adam(float* grad, working_out& out) {
   const std::int64_t lo = partition().lo;
-  return store_->sweep(all_arrays, all_arrays, [&](const state_chunk& c) -> status {
-    each_piece_in(c, [&](std::size_t, const flat_piece& piece) {
-      const std::int64_t at = piece.flat_offset - lo; // in the partition
-      const std::int64_t in_chunk = at - c.lo;
-      cpu::adam_params p;
-      p.lr = static_cast<float>(lr_);
-      p.beta1 = static_cast<float>(cfg_.beta1);
-      p.beta2 = static_cast<float>(cfg_.beta2);
-      p.eps = static_cast<float>(cfg_.eps);
-      p.weight_decay = layout_.tensors()[piece.tensor].decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-      p.mode = cfg_.decoupled_decay() ? cpu::adam_mode::adamw : cpu::adam_mode::adam;
-      p.correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
-      p.step = step_;
-      cpu::adam_update(c.arrays[master_array] + in_chunk, c.arrays[exp_avg_array] + in_chunk,
-                       c.arrays[exp_avg_sq_array] + in_chunk, grad + at, half ? half + at : nullptr, half_type, p,
-                       piece.count);
+  return store_->sweep(all_arrays, all_arrays, [&](const state_chunk& chunk) -> status {
+    return each_window(chunk, out.window(chunk.hi - chunk.lo), [&](const state_chunk& c) -> status {
+      out.begin(c.lo, c.hi);
+      each_piece_in(c, [&](std::size_t, const flat_piece& piece) {
+        const std::int64_t at = piece.flat_offset - lo; // in the partition
+        const std::int64_t in_chunk = at - c.lo;
+        cpu::adam_params p;
+        p.lr = static_cast<float>(lr_);
+        p.beta1 = static_cast<float>(cfg_.beta1);
+        p.beta2 = static_cast<float>(cfg_.beta2);
+        p.eps = static_cast<float>(cfg_.eps);
+        p.weight_decay = layout_.tensors()[piece.tensor].decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+        p.mode = cfg_.decoupled_decay() ? cpu::adam_mode::adamw : cpu::adam_mode::adam;
+        p.correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
+        p.step = step_;
+        cpu::adam_update(c.arrays[master_array] + in_chunk, c.arrays[exp_avg_array] + in_chunk,
+                         c.arrays[exp_avg_sq_array] + in_chunk, grad + at, out.half_at(c.lo, at), out.type(), p,
+                         piece.count);
+      });
+      out.copy_masters(c.lo, c.hi, c.arrays[master_array]);
+      return out.end(c.lo, c.hi);
     });
-    copy_chunk(f32_out, c);
-    return {};
   });
 }
 
-status partitioned_optimizer::step_lamb(float* grad, std::uint16_t* half, dtype half_type, float* f32_out,
-                                        const norm_combine& combine) {
+status partitioned_optimizer::step_lamb(float* grad, working_out& out, const norm_combine& combine) {
   const std::int64_t lo = partition().lo;
   const auto& tensors = layout_.tensors();
   std::vector<cpu::lamb_params> params(pieces_.size());
@@ -296,14 +350,17 @@ status partitioned_optimizer::step_lamb(float* grad, std::uint16_t* half, dtype 
     lamb_sums_.insert(lamb_sums_.end(), {totals[0], totals[1]});
   }
   // Pass two, chunk by chunk: the masters (and half copies) move along the update.
-  return store_->sweep(array_bit(master_array), array_bit(master_array), [&](const state_chunk& c) -> status {
-    each_piece_in(c, [&](std::size_t i, const flat_piece& part) {
-      const std::int64_t at = part.flat_offset - lo, in_chunk = at - c.lo;
-      cpu::lamb_second_pass(c.arrays[master_array] + in_chunk, half ? half + at : nullptr, grad + at, half_type,
-                            lamb_coeffs_[i], params[i], part.count);
+  return store_->sweep(array_bit(master_array), array_bit(master_array), [&](const state_chunk& chunk) -> status {
+    return each_window(chunk, out.window(chunk.hi - chunk.lo), [&](const state_chunk& c) -> status {
+      out.begin(c.lo, c.hi);
+      each_piece_in(c, [&](std::size_t i, const flat_piece& part) {
+        const std::int64_t at = part.flat_offset - lo, in_chunk = at - c.lo;
+        cpu::lamb_second_pass(c.arrays[master_array] + in_chunk, out.half_at(c.lo, at), grad + at, out.type(),
+                              lamb_coeffs_[i], params[i], part.count);
+      });
+      out.copy_masters(c.lo, c.hi, c.arrays[master_array]);
+      return out.end(c.lo, c.hi);
     });
-    copy_chunk(f32_out, c);
-    return {};
   });
 }
 
@@ -316,12 +373,21 @@ void partitioned_optimizer::zero_padding(const tensor& working) const {
 
 status partitioned_optimizer::write_working(const tensor& working) const {
   DSA_TRY(check_flat(working, "working", layout_.partition_numel(), rank_, true));
-  const std::size_t width = dtype_size(working.type());
-  auto* out = static_cast<char*>(working.raw_data());
-  DSA_TRY(store_->sweep(array_bit(master_array), 0, [&](const state_chunk& c) -> status {
-    cpu::cast(out + c.lo * static_cast<std::int64_t>(width), working.type(), c.arrays[master_array], dtype::f32,
-              c.hi - c.lo);
-    return {};
+  working_out out(working);
+  return write_working(out);
+}
+
+status partitioned_optimizer::write_working(const working_sink& sink, dtype type, std::int64_t window) const {
+  working_out out(sink, type, window);
+  return write_working(out);
+}
+
+status partitioned_optimizer::write_working(working_out& out) const {
+  DSA_TRY(store_->sweep(array_bit(master_array), 0, [&](const state_chunk& chunk) -> status {
+    return each_window(chunk, out.window(chunk.hi - chunk.lo), [&](const state_chunk& c) -> status {
+      out.cast_masters(c.lo, c.hi, c.arrays[master_array]);
+      return out.end(c.lo, c.hi);
+    });
   }));
   store_->prefetch(all_arrays); // a skipped step: the next update's first chunks all the same
   return {};

@@ -53,6 +53,9 @@ struct partition_state {
 // the same steps (see partitioned_optimizer::exchange_size).
 using norm_combine = std::function<expected<std::vector<double>>(const std::vector<double>& partial)>;
 
+// Receives consecutive windows of a partition's working weights (1-D, any float dtype).
+using working_sink = std::function<status(const tensor& window)>;
+
 struct partition_step {
   // (partition_numel) f32: this rank's partition of the gradients summed over the ranks.
   // Consumed: scaled in place, and LAMB leaves its update direction there. Padding
@@ -66,6 +69,13 @@ struct partition_step {
   tensor working;
   // LAMB only, when exchange_size() > 0.
   norm_combine combine;
+  // Instead of `working`: the updated working weights of dtype sink_type handed over in
+  // partition order, window by window (consecutive, from element 0 to partition_numel),
+  // padding 0; at most sink_window elements each. ZeRO-3 writes them straight into the
+  // stage's weight store, so no whole copy of the partition exists.
+  working_sink sink;
+  dtype sink_type = dtype::f32;
+  std::int64_t sink_window = 1 << 20;
 };
 
 class partitioned_optimizer {
@@ -93,6 +103,8 @@ public:
   // The working weights of the partition without a step (a skipped step, or the first
   // parameters): working (partition_numel) f32/f16/bf16, padding 0.
   status write_working(const tensor& working) const;
+  // The same through a sink, as partition_step::sink.
+  status write_working(const working_sink& sink, dtype type, std::int64_t window) const;
   // Sum of squares of this rank's gradient elements, padding left out, for the global
   // gradient norm (add the ranks' sums). grad: (partition_numel) f32.
   double grad_sum_of_squares(const tensor& grad) const;
@@ -147,8 +159,10 @@ private:
                                                        std::uint32_t rank, std::unique_ptr<chunked_state> store,
                                                        std::int64_t step);
   status init_scratch();
-  status step_adam(float* grad, std::uint16_t* half, dtype half_type, float* f32_out);
-  status step_lamb(float* grad, std::uint16_t* half, dtype half_type, float* f32_out, const norm_combine& combine);
+  class working_out; // where a step's working weights go (a whole tensor or a sink)
+  status step_adam(float* grad, working_out& out);
+  status step_lamb(float* grad, working_out& out, const norm_combine& combine);
+  status write_working(working_out& out) const;
   void zero_padding(const tensor& working) const;
   // Calls fn(piece index, the part of that piece inside chunk c) for every piece meeting c.
   template <class Fn>

@@ -107,15 +107,24 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
   if (!created) throw std::runtime_error(created.err().message);
   part_.emplace(std::move(*created));
   const bool partition_grads = options_.partition_gradients;
-  flat_grad_ = tensor::zeros({partition_grads ? layout->partition_numel() : layout->padded_numel()}, dtype::f32);
+  if (const tensor& shared = options_.shared_gradients; shared.defined()) {
+    DSA_CHECK(partition_grads && options_.whole_gradient < 0 && shared.type() == dtype::f32 &&
+                  shared.numel() == layout->partition_numel() && shared.is_contiguous(),
+              "optimizer shard {}: shared gradient partition {} for a partition of {} elements",
+              options_.participant, shared.describe(), layout->partition_numel());
+    flat_grad_ = shared;
+  } else {
+    flat_grad_ = tensor::zeros({partition_grads ? layout->partition_numel() : layout->padded_numel()}, dtype::f32);
+  }
   if (partition_grads && options_.whole_gradient >= 0) {
     DSA_CHECK(static_cast<std::size_t>(options_.whole_gradient) < specs.size(),
               "optimizer shard {}: whole gradient {} of {} parameters", options_.participant, options_.whole_gradient,
               specs.size());
     whole_grad_ = tensor::zeros(specs[static_cast<std::size_t>(options_.whole_gradient)].shape, dtype::f32);
   }
-  flat_working_ = tensor::zeros({options_.partition_parameters ? layout->partition_numel() : layout->padded_numel()},
-                               working_dtype(options_.working));
+  if (!options_.fetcher) // ZeRO-3 writes its versions into the fetcher's store instead
+    flat_working_ = tensor::zeros({options_.partition_parameters ? layout->partition_numel() : layout->padded_numel()},
+                                 working_dtype(options_.working));
 }
 
 std::vector<tensor> bert_optimizer::gradient_buffers() {
@@ -213,32 +222,8 @@ bool bert_optimizer::speculate(std::uint32_t step) {
 
 void bert_optimizer::advance(std::uint32_t step, const step_decision& d) {
   if (part_) {
-    // This rank's partition of the new working weights, written in the step's pass.
-    const optim::flat_range mine = part_->partition();
-    tensor working = options_.partition_parameters ? flat_working_ : flat_working_.slice_rows(mine.lo, mine.hi);
     if (swap_) swap_tracer_->update_begins(step, swap_->sweeps() + 1);
-    status s;
-    if (d.skip) {
-      s = part_->write_working(working);
-    } else {
-      part_->set_lr(d.lr);
-      if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
-      auto peers = options_.peers;
-      auto* logger = options_.logger;
-      const std::string caller = shard_name();
-      optim::partition_step in{partition_grad(), d.grad_scale, working,
-                               [peers, logger, caller](const std::vector<double>& partial) -> expected<std::vector<double>> {
-                                 std::vector<double> all(partial.size() * static_cast<std::size_t>(peers->size()));
-                                 DSA_TRY(actors::log_collective(logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8,
-                                                                caller, [&] {
-                                                                  return peers->allgather(all.data(), partial.data(), dtype::i64,
-                                                                                          static_cast<std::int64_t>(all.size()));
-                                                                }));
-                                 return optim::partitioned_optimizer::add_gathered(
-                                     all, static_cast<std::uint32_t>(peers->size()));
-                               }};
-      s = part_->step(in);
-    }
+    status s = options_.fetcher ? advance_into_fetcher(d) : advance_partition(d, {});
     if (swap_) swap_tracer_->update_ends(swap_->sweeps());
     if (!s) throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
     return;
@@ -250,12 +235,71 @@ void bert_optimizer::advance(std::uint32_t step, const step_decision& d) {
   opt_->step();
 }
 
+// ZeRO-3: the new version goes into the fetcher's store as it is computed: in place when
+// the store keeps the partition in memory, else window by window (to NVMe).
+status bert_optimizer::advance_into_fetcher(const step_decision& d) {
+  param_fetcher& f = *options_.fetcher;
+  DSA_TRY(f.begin_version());
+  const tensor memory = f.version_memory();
+  status s;
+  if (memory.defined()) {
+    s = advance_partition(d, memory);
+  } else {
+    optim::working_sink sink = [&f](const tensor& window) { return f.version_window(window); };
+    s = advance_partition(d, {}, sink);
+  }
+  status ended = f.end_version(); // always: closes the write
+  DSA_TRY(s);
+  return ended;
+}
+
+std::int64_t bert_optimizer::version_window() const {
+  return std::min<std::int64_t>(part_->layout().partition_numel(), version_window_elements);
+}
+
+// The partition's update (or, for a skipped step, its working weights from the masters)
+// into `working`: the given tensor, flat_working_ (undefined and no sink), or the sink.
+status bert_optimizer::advance_partition(const step_decision& d, tensor working, const optim::working_sink& sink) {
+  const optim::flat_range mine = part_->partition();
+  if (!working.defined() && !sink)
+    working = options_.partition_parameters ? flat_working_ : flat_working_.slice_rows(mine.lo, mine.hi);
+  const dtype type = working_dtype(options_.working);
+  if (d.skip) return sink ? part_->write_working(sink, type, version_window()) : part_->write_working(working);
+  part_->set_lr(d.lr);
+  if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
+  auto peers = options_.peers;
+  auto* logger = options_.logger;
+  const std::string caller = shard_name();
+  optim::partition_step in;
+  in.grad = partition_grad();
+  in.grad_scale = d.grad_scale;
+  in.working = sink ? tensor() : working;
+  in.sink = sink;
+  in.sink_type = type;
+  in.sink_window = version_window();
+  in.combine = [peers, logger, caller](const std::vector<double>& partial) -> expected<std::vector<double>> {
+    std::vector<double> all(partial.size() * static_cast<std::size_t>(peers->size()));
+    DSA_TRY(actors::log_collective(logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8, caller, [&] {
+      return peers->allgather(all.data(), partial.data(), dtype::i64, static_cast<std::int64_t>(all.size()));
+    }));
+    return optim::partitioned_optimizer::add_gathered(all, static_cast<std::uint32_t>(peers->size()));
+  };
+  return part_->step(in);
+}
+
 void bert_optimizer::publish(const step_decision& d, std::vector<tensor>& out) {
   if (part_) {
     const optim::flat_range mine = part_->partition();
     out.clear();
     version_bytes_ = static_cast<std::int64_t>(flat_working_.nbytes());
-    if (options_.partition_parameters) {
+    if (options_.fetcher) {
+      // ZeRO-3: the version is in the fetcher's store already (a window at a time passed
+      // through the sink's scratch, when the store is not in memory).
+      version_bytes_ = options_.fetcher->version_memory().defined()
+                           ? 0
+                           : version_window() * static_cast<std::int64_t>(dtype_size(working_dtype(options_.working)));
+      out.push_back(tensor());
+    } else if (options_.partition_parameters) {
       out.push_back(flat_working_); // ZeRO-3: the stage's fetcher gathers from the partitions
     } else {
       gather_flat(flat_working_, flat_working_.slice_rows(mine.lo, mine.hi), "updated weights");
@@ -380,7 +424,9 @@ std::string bert_optimizer::swap_report() const {
 shard_bytes bert_optimizer::held_bytes() const {
   shard_bytes b;
   if (part_) {
-    b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes() + (whole_grad_.defined() ? whole_grad_.nbytes() : 0));
+    // Shared gradients are the stage's (counted there).
+    if (!options_.shared_gradients.defined())
+      b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes() + (whole_grad_.defined() ? whole_grad_.nbytes() : 0));
     if (const auto* mem = dynamic_cast<const optim::resident_state*>(&part_->store())) {
       // The arrays' own sizes, so an allocation of the wrong size shows against the accounting.
       b.masters = static_cast<std::int64_t>(mem->array(optim::master_array).nbytes());

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "actors/compute.hpp"
+#include "actors/train/param_fetcher.hpp"
 #include "actors/train/precision.hpp"
 #include "actors/train/step_decider.hpp"
 #include "actors/train/swap_tracer.hpp"
@@ -74,9 +75,18 @@ struct bert_optimizer_options {
   // stage (the tied embedding), kept whole so the exchange can add it; -1 for none.
   bool partition_gradients = false;
   int whole_gradient = -1;
+  // ZeRO-3, and ZeRO-2 on one pipeline stage: the stage's gradient partition
+  // (partition_grads::partition()), used as the shard's reduced gradients instead of a
+  // copy. The stage adds into it during the backward and zeroes it only when it loads
+  // the next version, after the update; so the reducer has nothing to copy.
+  tensor shared_gradients;
   // ZeRO stage 3: each parameter version is this rank's partition of the working weights
   // only (the stage's param_fetcher gathers what it needs), not the all-gathered whole.
   bool partition_parameters = false;
+  // ZeRO-3: the stage's fetcher; each new version is written into its store during the
+  // update (param_fetcher::begin_version), and the version sent to the stage carries no
+  // weights. Null: the version is a partition tensor of the shard's own.
+  std::shared_ptr<param_fetcher> fetcher;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -99,6 +109,8 @@ struct shard_bytes {
 
 class bert_optimizer final : public actors::optimizer_compute {
 public:
+  // ZeRO-3 with the weights on NVMe: elements per window of a version passed to the store.
+  static constexpr std::int64_t version_window_elements = 1 << 20;
   explicit bert_optimizer(bert_optimizer_options options);
 
   void init(const std::vector<tensor>& initial) override;
@@ -160,6 +172,9 @@ private:
   // update() in two halves: the step on the masters and moments (or nothing on a skip),
   // then the new version into `out` (with several ranks, gathered from their partitions).
   void advance(std::uint32_t step, const step_decision& d);
+  status advance_partition(const step_decision& d, tensor working, const optim::working_sink& sink = {});
+  status advance_into_fetcher(const step_decision& d);
+  std::int64_t version_window() const;
   void publish(const step_decision& d, std::vector<tensor>& out);
   void back_up();
   void roll_back();

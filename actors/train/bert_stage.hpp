@@ -41,6 +41,9 @@ struct bert_stage_options {
   // Rank r of R counts its micro-batches from r x M in the dropout streams, so each
   // global micro-batch draws the masks it would draw on one rank.
   std::uint32_t micro_batch_offset = 0;
+  // ZeRO-3, and ZeRO-2 on one pipeline stage: the stage's gradients are summed into a
+  // partition part by part (enable_partitioned_grads), so no whole gradient buffers.
+  bool whole_gradients = true;
 };
 
 class bert_stage final : public actors::stage_compute {

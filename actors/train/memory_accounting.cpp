@@ -47,11 +47,18 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition;
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
-    if (zero->grads_partitioned || zero->stage >= 3) b.grads = 4 * zero->partition;
+    if (zero->grads_partitioned || zero->stage >= 3) {
+      b.grads = 4 * zero->partition;
+      b.reduced = 4 * zero->whole_gradient; // the shard uses the stage's partition itself
+    }
     if (zero->stage >= 3) {
       const std::int64_t in_memory = zero->param_in_memory < 0 ? zero->partition : zero->param_in_memory;
       b.weights = w * (in_memory + zero->persistent) + zero->param_buffers;
-      b.version = w * zero->partition;
+      // The shard writes each version into the weight store as it updates it: in place in
+      // memory, or through a window's scratch to NVMe (bert_optimizer::advance_into_fetcher).
+      b.version = zero->param_in_memory < 0
+                      ? 0
+                      : w * std::min(zero->partition, bert_optimizer::version_window_elements);
     }
     return b;
   }

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <fstream>
 #include <malloc.h>
+#include <map>
 #include <sstream>
 
 namespace dsa::train {
@@ -140,7 +141,7 @@ std::int64_t proc_status_bytes(const char* field) {
 }
 
 std::int64_t host_memory_plan::peak() const {
-  return baseline + model_states + activations + communication + checkpoint + margin;
+  return baseline + model_states + activations + zero3 + communication + checkpoint + initialization + margin;
 }
 
 std::string host_memory_plan::describe() const {
@@ -151,12 +152,49 @@ std::string host_memory_plan::describe() const {
     states += fmt::format("{}the speculative update's rollback copy {}", states.empty() ? "" : ", ",
                           format_bytes(speculation));
   if (!states.empty()) states = " (of which " + states + ")";
-  return fmt::format("planned peak {} = baseline {} + model states {}{} + activations {} + gradient "
+  std::string gathers =
+      zero3 > 0 ? fmt::format(" + ZeRO-3 parts in flight {}", format_bytes(zero3)) : std::string();
+  if (initialization > 0) gathers += fmt::format(" + start-up's whole weights beyond that {}", format_bytes(initialization));
+  return fmt::format("planned peak {} = baseline {} + model states {}{} + activations {}{} + gradient "
                      "communication {} + checkpoint staging {} + margin {}",
                      format_bytes(peak()), format_bytes(baseline), format_bytes(model_states), states,
-                     format_bytes(activations), format_bytes(communication), format_bytes(checkpoint),
+                     format_bytes(activations), gathers, format_bytes(communication), format_bytes(checkpoint),
                      format_bytes(margin));
 }
+
+namespace {
+// ZeRO-3 beyond the model states, per rank and stage: the gathered weights (the part the
+// compute holds, the largest, plus what the fetcher may gather ahead: at most
+// stage3_prefetch_bucket_size elements, within stage3_max_live_parameters) and the f32
+// gradients of whole tensors between a part's backward and their sum into the partition
+// (that part's, plus what waits to be summed: at most reduce_bucket_size elements).
+// Parts: the embeddings, each layer, the head with the tied word embedding; tensors of at
+// most stage3_param_persistence_threshold elements stay whole (in the model states).
+std::int64_t zero3_in_flight(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+  std::map<std::string, std::int64_t> parts;
+  std::int64_t word = 0;
+  for (const auto& spec : specs) {
+    const std::int64_t n = shape_numel(spec.shape);
+    if (spec.name == bert::word_embeddings_name()) word = n;
+    if (n <= rc.stage3_persistence) continue;
+    std::string key = "head";
+    if (spec.name.rfind("bert.embeddings.", 0) == 0) key = "embeddings";
+    for (std::int64_t l = 0; l < rc.model.num_layers && key == "head"; ++l)
+      if (spec.name.rfind(bert::layer_prefix(l), 0) == 0) key = bert::layer_prefix(l);
+    parts[key] += n;
+  }
+  if (parts.count("head") && word > rc.stage3_persistence) parts["head"] += word; // tied: the head gathers it too
+  std::int64_t largest = 0, all = 0;
+  for (const auto& [key, n] : parts) {
+    largest = std::max(largest, n);
+    all += n;
+  }
+  // Neither can exceed what the stage has to gather or to sum.
+  const std::int64_t w = static_cast<std::int64_t>(dtype_size(working_dtype(rc.working)));
+  const std::int64_t ahead = std::min({rc.stage3_prefetch, rc.stage3_max_live, all - largest});
+  return w * (largest + ahead) + 4 * (largest + std::min(rc.reduce_bucket_elements, all));
+}
+} // namespace
 
 host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                   const plan_inputs& in) {
@@ -179,6 +217,12 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
       p.model_states += rc.ranks * copy;
     }
     if (reduces) p.communication += rc.ranks * 2 * 4 * std::min(rc.reduce_bucket_elements, n);
+    if (zero && zero->stage >= 3) {
+      p.zero3 += rc.ranks * zero3_in_flight(rc, bert::parameter_specs(rc.model, ranges[s]));
+      // At start-up the stage's whole weights exist until they are partitioned, while
+      // its gradient partition is not touched yet (partition_grads zeroes it later).
+      p.initialization += rc.ranks * (n * static_cast<std::int64_t>(dtype_size(working_dtype(rc.working))) - b.grads);
+    }
     // A checkpoint reads a shard's own tensors in memory; ZeRO over several ranks gathers
     // the stage's whole fp32 masters (each rank writes its own moments' file from views);
     // swapped state is first read back from NVMe (its partition's masters and moments).
@@ -195,7 +239,14 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     }
   }
   p.activations = rc.ranks * rank_activations(rc, ranges, in);
-  p.margin = margin_fixed + (p.baseline + p.model_states + p.activations + p.communication + p.checkpoint) / 10;
+  std::int64_t whole = 0;
+  for (const auto& r : ranges) whole += stage_parameters(rc, r);
+  p.evaluation = rc.ranks * whole * static_cast<std::int64_t>(dtype_size(working_dtype(rc.working))) + 8 * whole +
+                 rank_activations(rc, ranges, in);
+  p.initialization = std::max<std::int64_t>(0, p.initialization - (p.activations + p.zero3 + p.communication + p.checkpoint));
+  p.margin = margin_fixed + (p.baseline + p.model_states + p.activations + p.zero3 + p.communication + p.checkpoint +
+                             p.initialization) /
+                                10;
   return p;
 }
 
@@ -286,6 +337,10 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
     rc.offload.sub_group_size = *d.sub_group_size;
   }
   return d.plan;
+}
+
+bool host_memory_plan::evaluation_fits(const run_config& rc) const {
+  return rc.host_memory <= 0 || evaluation <= model_states + activations + zero3 + communication + checkpoint;
 }
 
 void log_memory_report(const run_config& rc, const host_memory_plan& plan) {

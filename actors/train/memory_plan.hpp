@@ -71,11 +71,24 @@ struct plan_inputs {
 
 struct host_memory_plan {
   std::int64_t baseline = 0, model_states = 0, activations = 0, communication = 0, checkpoint = 0, margin = 0;
+  // ZeRO-3: the parts' gathered weights and their whole gradients in flight (memory_plan.cpp)
+  std::int64_t zero3 = 0;
+  // ZeRO-3 at start-up: the stages' whole weights exist once before they are partitioned
+  // (the gradient partitions not touched yet); what that needs beyond the training's
+  // activations, parts in flight, communication and checkpoint staging (usually 0).
+  std::int64_t initialization = 0;
   std::int64_t optimizer_in_memory = 0; // of model_states: fp32 masters and moments
   std::int64_t swap_buffers = 0;        // of model_states: NVMe swap buffers
   // of model_states: pipeline.speculative_update's rollback copies (masters, moments, the
   // gradients a step consumes, half masters), allocated on the first speculation
   std::int64_t speculation = 0;
+  // Not part of the peak: what the final evaluation would add, the stages' weights gathered
+  // whole and the assembled model's weights and gradients (4 + 4 bytes per parameter) with
+  // one rank's activations. Under a budget the evaluation runs only if this is no more than
+  // what training planned beyond the baseline (evaluation_fits), a rule every process of
+  // a job computes alike from the config.
+  std::int64_t evaluation = 0;
+  bool evaluation_fits(const run_config& rc) const;
   std::int64_t peak() const;
   // "planned peak 41.2 MiB = baseline ... + model states ... + activations ... + gradient
   // communication ... + checkpoint staging ... + margin ..."

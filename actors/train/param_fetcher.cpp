@@ -101,25 +101,65 @@ void param_fetcher::take_whole(const std::vector<tensor>& whole) {
   std::lock_guard<std::mutex> lk(mu_);
   DSA_CHECK(!step_open_, "param fetcher: new weights during a step");
   const optim::flat_range mine = layout_.partition(rank_);
-  tensor partition = tensor::zeros({layout_.partition_numel()}, working_); // once, before the first step
-  for (const auto& p : layout_.pieces(mine)) {
-    const tensor& src = whole[p.tensor];
-    DSA_CHECK(src.defined() && src.is_contiguous() && src.numel() == tensors[p.tensor].numel,
-              "param fetcher: whole tensor {} ({}) is {}", p.tensor, tensors[p.tensor].name,
-              src.defined() ? src.describe() : "undefined");
-    cpu::cast(at_element(partition, p.flat_offset - mine.lo), working_, at_element(src, p.tensor_offset), src.type(),
-              p.count);
+  // Streamed into the store piece by piece, zeros in the padding: no whole partition copy
+  // (the stage's whole weights exist at this moment too).
+  const tensor zeros = tensor::zeros({std::min<std::int64_t>(layout_.partition_numel(), 1 << 16)}, working_);
+  std::int64_t at = 0; // elements of the partition written so far
+  auto pad_to = [&](std::int64_t to) -> status {
+    for (; at < to; at += std::min(to - at, zeros.numel())) DSA_TRY(store_->append(zeros.slice_rows(0, std::min(to - at, zeros.numel()))));
+    return {};
+  };
+  auto stream = [&]() -> status {
+    DSA_TRY(store_->begin_write());
+    for (const auto& p : layout_.pieces(mine)) {
+      const tensor& src = whole[p.tensor];
+      DSA_CHECK(src.defined() && src.is_contiguous() && src.numel() == tensors[p.tensor].numel,
+                "param fetcher: whole tensor {} ({}) is {}", p.tensor, tensors[p.tensor].name,
+                src.defined() ? src.describe() : "undefined");
+      DSA_CHECK(p.flat_offset - mine.lo >= at, "param fetcher: pieces of the partition out of order");
+      DSA_TRY(pad_to(p.flat_offset - mine.lo));
+      DSA_TRY(store_->append(src.flatten().slice_rows(p.tensor_offset, p.tensor_offset + p.count)));
+      at += p.count;
+    }
+    return pad_to(layout_.partition_numel());
+  };
+  status streamed = stream();
+  status ended = store_->end_write(); // always: closes the write
+  if (!streamed || !ended)
+    throw std::runtime_error("storing the ZeRO-3 weight partition: " + (!streamed ? streamed : ended).err().message);
+}
+
+status param_fetcher::begin_version() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (step_open_ || writing_version_)
+      return make_error(errc::protocol, "ZeRO-3 weight partition: a new version written {}",
+                        step_open_ ? "during a step" : "while another is being written");
+    writing_version_ = true;
   }
-  if (auto w = store_->write(partition); !w)
-    throw std::runtime_error("storing the ZeRO-3 weight partition: " + w.err().message);
+  return store_->begin_write();
+}
+
+status param_fetcher::end_version() {
+  status ended = store_->end_write();
+  std::lock_guard<std::mutex> lk(mu_);
+  writing_version_ = false;
+  version_written_ = ended.has_value();
+  return ended;
 }
 
 void param_fetcher::load(const tensor& partition) {
-  DSA_CHECK(partition.defined() && partition.is_contiguous() && partition.numel() == store_->numel(),
-            "param fetcher: a parameter version of {} elements for a partition of {}",
-            partition.defined() ? partition.numel() : 0, store_->numel());
   std::lock_guard<std::mutex> lk(mu_);
   DSA_CHECK(!step_open_, "param fetcher: a new parameter version during a step");
+  if (!partition.defined()) {
+    DSA_CHECK(version_written_ && !writing_version_,
+              "param fetcher: a parameter version without weights, and the shard wrote none");
+    version_written_ = false;
+    return;
+  }
+  DSA_CHECK(partition.is_contiguous() && partition.numel() == store_->numel(),
+            "param fetcher: a parameter version of {} elements for a partition of {}", partition.numel(),
+            store_->numel());
   if (auto w = store_->write(partition); !w)
     throw std::runtime_error("storing the ZeRO-3 weight partition: " + w.err().message);
 }

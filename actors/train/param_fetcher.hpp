@@ -93,8 +93,18 @@ public:
   // layout order, any float dtype): the state before the first step.
   void take_whole(const std::vector<tensor>& whole);
   // A new version: (partition_numel) elements in the working dtype, as the shard writes
-  // them. Only between steps (every use of the last step released).
+  // them. Only between steps (every use of the last step released). Undefined: the shard
+  // wrote it into the store itself (below) since the last load.
   void load(const tensor& partition);
+  // The shard writes a new version straight into the store, as it updates it (so no
+  // partition-sized copy exists in between): begin_version, then either the in-memory
+  // partition updated in place (version_memory(), when the store keeps it whole) or
+  // windows in partition order (version_window), then end_version. Only between steps;
+  // from the shard's thread while the stage's compute waits for that version.
+  status begin_version();
+  tensor version_memory() const { return store_->in_memory(); }
+  status version_window(const tensor& values) { return store_->append(values); }
+  status end_version();
 
   // The compute's next use must be part `id` of step `step`: waits until it is gathered
   // and returns the tensors to bind (index, whole tensor): on a step's first use the
@@ -155,6 +165,8 @@ private:
   bool cancelled_ = false;
   std::int64_t allowed_ = -1;   // the last step allowed to gather
   bool step_open_ = false;      // the compute has asked for this step's first use
+  bool writing_version_ = false; // between begin_version and end_version
+  bool version_written_ = false; // a version written by the shard, not loaded yet
   std::size_t fetched_ = 0;     // uses of this step gathered
   std::size_t next_use_ = 0;    // the use the compute acquires next
   bool in_use_ = false;         // the compute holds use next_use_ - 1

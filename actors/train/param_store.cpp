@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
+#include <optional>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -24,20 +26,39 @@ std::byte* at(void* base, std::int64_t element, dtype type) {
 class memory_store final : public param_store {
 public:
   memory_store(std::int64_t numel, dtype type) : data_(tensor::zeros({numel}, type)) {}
-  status write(const tensor& partition) override {
-    cpu::cast(data_.raw_data(), data_.type(), partition.raw_data(), partition.type(), data_.numel());
+  status begin_write() override {
+    if (next_ >= 0) return make_error(errc::protocol, "ZeRO-3 weight partition: a write began twice");
+    next_ = 0;
+    return {};
+  }
+  status append(const tensor& values) override {
+    if (next_ < 0 || next_ + values.numel() > data_.numel())
+      return make_error(errc::protocol, "ZeRO-3 weight partition: {} elements appended at {} of {}", values.numel(),
+                        next_, data_.numel());
+    cpu::cast(at(data_.raw_data(), next_, data_.type()), data_.type(), values.raw_data(), values.type(), values.numel());
+    next_ += values.numel();
+    return {};
+  }
+  status end_write() override {
+    // Nothing appended: the shard updated the partition in place (in_memory()).
+    const bool whole = next_ == data_.numel() || next_ == 0;
+    const std::int64_t came = next_;
+    next_ = -1;
+    if (!whole) return make_error(errc::protocol, "ZeRO-3 weight partition: {} of {} elements written", came, data_.numel());
     return {};
   }
   status read(std::int64_t lo, std::int64_t count, void* out) override {
     std::memcpy(out, at(data_.raw_data(), lo, data_.type()), static_cast<std::size_t>(count) * dtype_size(data_.type()));
     return {};
   }
+  tensor in_memory() const override { return data_; }
   std::int64_t numel() const override { return data_.numel(); }
   std::int64_t resident_bytes() const override { return static_cast<std::int64_t>(data_.nbytes()); }
   std::string where() const override { return "memory"; }
 
 private:
   tensor data_;
+  std::int64_t next_ = -1; // elements appended so far in a write; -1: no write open
 };
 
 // Elements [0, head) in memory, [head, numel) in the file, element e at byte (e - head) x size.
@@ -49,20 +70,61 @@ public:
         file_bytes_(static_cast<std::uint64_t>(numel - head) * dtype_size(type)), pool_(std::move(pool)) {}
   ~nvme_store() override { ::unlink(options_.path.c_str()); } // scratch: a missing file is fine
 
-  status write(const tensor& partition) override {
+  status begin_write() override {
     std::lock_guard<std::mutex> lk(mu_);
+    if (next_ >= 0) return make_error(errc::protocol, "{}: a write began twice", options_.path);
+    next_ = 0;
+    file_at_ = 0;
+    write_error_ = {};
+    return {};
+  }
+
+  // Elements below the head go to memory; the rest fill buffers, each written as it fills.
+  status append(const tensor& values) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (next_ < 0 || next_ + values.numel() > numel_)
+      return make_error(errc::protocol, "{}: {} elements appended at {} of {}", options_.path, values.numel(), next_, numel_);
     const std::int64_t head = head_.numel();
-    cpu::cast(head_.raw_data(), type_, partition.raw_data(), partition.type(), head);
-    const std::size_t in_size = dtype_size(partition.type()), size = dtype_size(type_);
-    return transfer(aio::aio_op::write, 0, file_bytes_, [&](std::uint64_t offset, std::uint64_t bytes, void* buffer) {
-      const std::int64_t first = head + static_cast<std::int64_t>(offset / size);
-      cpu::cast(buffer, type_, static_cast<const std::byte*>(partition.raw_data()) + static_cast<std::size_t>(first) * in_size,
-                partition.type(), static_cast<std::int64_t>(bytes / size));
-    }, nullptr);
+    const std::size_t size = dtype_size(type_), in_size = dtype_size(values.type());
+    const auto* src = static_cast<const std::byte*>(values.raw_data());
+    std::int64_t done = 0;
+    if (next_ < head) {
+      done = std::min(values.numel(), head - next_);
+      cpu::cast(at(head_.raw_data(), next_, type_), type_, src, values.type(), done);
+    }
+    while (done < values.numel() && write_error_) {
+      if (!filling_) {
+        while (!(filling_ = pool_->try_acquire())) finish_write();
+        filled_ = 0;
+      }
+      const auto room = static_cast<std::int64_t>((filling_->size() - filled_) / size);
+      const std::int64_t n = std::min(room, values.numel() - done);
+      cpu::cast(static_cast<std::byte*>(filling_->data()) + filled_, type_, src + static_cast<std::size_t>(done) * in_size,
+                values.type(), n);
+      filled_ += static_cast<std::uint64_t>(n) * size;
+      done += n;
+      if (filled_ == filling_->size()) submit_write();
+    }
+    next_ += values.numel();
+    return write_error_;
+  }
+
+  status end_write() override {
+    std::lock_guard<std::mutex> lk(mu_);
+    const std::int64_t came = next_;
+    next_ = -1;
+    if (filling_ && filled_ > 0) submit_write();
+    filling_.reset();
+    while (!writes_.empty()) finish_write();
+    if (!write_error_) return write_error_;
+    if (came != numel_) return make_error(errc::protocol, "{}: {} of {} elements written", options_.path, came, numel_);
+    written_ = true;
+    return {};
   }
 
   status read(std::int64_t lo, std::int64_t count, void* out) override {
     std::lock_guard<std::mutex> lk(mu_);
+    if (next_ >= 0) return make_error(errc::protocol, "{}: read during a write", options_.path);
     const std::int64_t head = head_.numel();
     const std::size_t size = dtype_size(type_);
     const std::int64_t in_memory = std::clamp<std::int64_t>(head - lo, 0, count);
@@ -73,7 +135,7 @@ public:
     const std::uint64_t last = static_cast<std::uint64_t>(lo + count - head) * size;
     const std::uint64_t start = first / pool_->alignment() * pool_->alignment();
     std::byte* dst = static_cast<std::byte*>(out) + static_cast<std::size_t>(in_memory) * size;
-    return transfer(aio::aio_op::read, start, last, nullptr, [&](std::uint64_t offset, std::uint64_t bytes, const void* buffer) {
+    return read_file(start, last, [&](std::uint64_t offset, std::uint64_t bytes, const void* buffer) {
       const std::uint64_t from = std::max(offset, first), to = std::min(offset + bytes, last);
       if (to > from) std::memcpy(dst + (from - first), static_cast<const std::byte*>(buffer) + (from - offset), to - from);
     });
@@ -88,12 +150,35 @@ public:
   }
 
 private:
-  using fill_fn = std::function<void(std::uint64_t offset, std::uint64_t bytes, void* buffer)>;
+  // The filled buffer to the file at file_at_ (under mu_).
+  void submit_write() {
+    aio::aio_request r;
+    r.op = aio::aio_op::write;
+    r.path = options_.path;
+    r.buffer = filling_->data();
+    r.buffer_bytes = filling_->size();
+    r.bytes = static_cast<std::size_t>(filled_);
+    r.file_offset = file_at_;
+    r.file_length = file_bytes_;
+    if (written_) r.expect_file_size = file_bytes_; // a file cut under the run is an error
+    writes_.push_back(write_flight{std::move(*filling_), options_.engine->submit(std::move(r))});
+    filling_.reset();
+    file_at_ += filled_;
+    filled_ = 0;
+  }
+  // Waits for the oldest write in flight, keeping the first error (under mu_).
+  void finish_write() {
+    write_flight f = std::move(writes_.front());
+    writes_.pop_front();
+    aio::aio_completion c = f.done.get();
+    if (!c.result && write_error_) write_error_ = c.result;
+  }
+
   using drain_fn = std::function<void(std::uint64_t offset, std::uint64_t bytes, const void* buffer)>;
 
-  // Bytes [from, to) of the file in chunks of one buffer, up to the pool's buffers in flight;
-  // writes fill each buffer before submitting, reads drain each in file order.
-  status transfer(aio::aio_op op, std::uint64_t from, std::uint64_t to, const fill_fn& fill, const drain_fn& drain) {
+  // Reads bytes [from, to) of the file in chunks of one buffer, up to the pool's buffers in
+  // flight, draining each in file order.
+  status read_file(std::uint64_t from, std::uint64_t to, const drain_fn& drain) {
     struct flight {
       aio::pool_buffer buffer;
       std::uint64_t offset = 0, bytes = 0;
@@ -116,26 +201,19 @@ private:
         continue;
       }
       const std::uint64_t bytes = std::min<std::uint64_t>(buffer->size(), to - offset);
-      if (fill) fill(offset, bytes, buffer->data());
       aio::aio_request r;
-      r.op = op;
+      r.op = aio::aio_op::read;
       r.path = options_.path;
       r.buffer = buffer->data();
       r.buffer_bytes = buffer->size();
-      r.bytes = static_cast<std::size_t>(op == aio::aio_op::read ? std::min<std::uint64_t>(bytes, file_bytes_ - offset) : bytes);
+      r.bytes = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, file_bytes_ - offset));
       r.file_offset = offset;
-      if (op == aio::aio_op::read) {
-        r.expect_file_size = file_bytes_;
-      } else {
-        r.file_length = file_bytes_;
-        if (written_) r.expect_file_size = file_bytes_; // a file cut under the run is an error
-      }
+      r.expect_file_size = file_bytes_;
       auto future = options_.engine->submit(std::move(r));
       in_flight.push_back(flight{std::move(*buffer), offset, bytes, std::move(future)});
       offset += bytes;
     }
     while (!in_flight.empty()) finish_one();
-    if (op == aio::aio_op::write && result) written_ = true;
     return result;
   }
 
@@ -146,10 +224,29 @@ private:
   std::uint64_t file_bytes_;
   std::unique_ptr<aio::aligned_buffer_pool> pool_;
   bool written_ = false;
+  // A write in progress: elements appended (-1: none open), the buffer being filled and
+  // its bytes, where it goes in the file, the writes in flight, the first error.
+  struct write_flight {
+    aio::pool_buffer buffer;
+    std::future<aio::aio_completion> done;
+  };
+  std::int64_t next_ = -1;
+  std::optional<aio::pool_buffer> filling_;
+  std::uint64_t filled_ = 0, file_at_ = 0;
+  std::deque<write_flight> writes_;
+  status write_error_;
   std::mutex mu_;
 };
 
 } // namespace
+
+status param_store::write(const tensor& partition) {
+  DSA_TRY(begin_write());
+  status appended = append(partition.flatten());
+  status ended = end_write(); // always: closes the write
+  DSA_TRY(appended);
+  return ended;
+}
 
 param_buffers nvme_param_buffers(std::int64_t numel, dtype type, std::int64_t max_in_cpu, std::int64_t buffer_size,
                                  std::int64_t buffer_count, std::size_t alignment) {

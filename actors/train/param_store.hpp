@@ -23,8 +23,18 @@ namespace dsa::train {
 class param_store {
 public:
   virtual ~param_store() = default;
-  // The whole partition (numel() elements of the store's dtype, any float dtype given).
-  virtual status write(const tensor& partition) = 0;
+  // The whole partition (numel() elements, any float dtype): begin_write, one append, end_write.
+  status write(const tensor& partition);
+  // A new partition in consecutive pieces: begin_write(), append() from element 0 on,
+  // end_write() once numel() elements came (then they are stored; fewer is an error).
+  // The optimizer shard writes each new version so, window by window, as it updates it.
+  // No read may come in between.
+  virtual status begin_write() = 0;
+  virtual status append(const tensor& values) = 0; // 1-D, any float dtype
+  virtual status end_write() = 0;
+  // The partition itself when it is kept in memory whole (the shard may update it in
+  // place between begin_write and end_write, appending nothing); undefined otherwise.
+  virtual tensor in_memory() const { return {}; }
   // Elements [lo, lo + count) of the partition into `out` (count elements of the dtype).
   virtual status read(std::int64_t lo, std::int64_t count, void* out) = 0;
   virtual std::int64_t numel() const = 0;

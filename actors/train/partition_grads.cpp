@@ -18,7 +18,9 @@ partition_grads::partition_grads(optim::flat_layout layout, std::uint32_t rank, 
       pending_limit_(pending_elements), logger_(logger), caller_(std::move(caller)) {
   DSA_CHECK(comm_ && comm_->size() == static_cast<int>(layout_.ranks()) && comm_->rank() == static_cast<int>(rank),
             "gradient partition: rank {} of {} needs that rank's communicator", rank, layout_.ranks());
-  partition_ = tensor::zeros({layout_.partition_numel()}, dtype::f32);
+  // Zeroed by the first reset() (the stage's load of the first version) or sum, not now: its
+  // pages stay untouched while the stage's whole initial weights still exist.
+  partition_ = tensor::empty({layout_.partition_numel()}, dtype::f32);
   pieces_.resize(layout_.tensors().size());
   for (const auto& p : layout_.pieces(layout_.partition(rank_))) pieces_[p.tensor] = p;
   thread_ = std::thread([this] { run_thread(); });
@@ -76,6 +78,7 @@ void partition_grads::reset() {
   std::lock_guard<std::mutex> lk(mu_);
   DSA_CHECK(pending_ == 0, "gradient partition: reset with {} elements still being summed", pending_);
   partition_.zero();
+  zeroed_ = true;
 }
 
 void partition_grads::cancel() {
@@ -114,6 +117,10 @@ status partition_grads::reduce(std::size_t t, tensor& grad) {
                         r.err().message);
   const optim::flat_piece& p = pieces_[t];
   if (p.count == 0) return {};
+  if (!zeroed_) { // the first sum before any reset (the submits' lock orders it after the construction)
+    partition_.zero();
+    zeroed_ = true;
+  }
   float* acc = partition_.data<float>() + (p.flat_offset - layout_.partition(rank_).lo);
   const float* g = grad.data<float>() + p.tensor_offset;
   for (std::int64_t i = 0; i < p.count; ++i) acc[i] += g[i];

@@ -39,6 +39,11 @@ expected<std::optional<tok::vocab>> load_vocab(run_context& ctx) {
 }
 
 namespace {
+// ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients are summed into
+// the ranks' partitions (partition_grads), so the stages keep no whole gradients.
+bool gradients_partitioned(const run_config& rc) {
+  return rc.zero_partitions() && (rc.zero_stage >= 3 || (rc.zero_stage == 2 && rc.stages == 1));
+}
 
 // The held-out shards must share the training shards' vocabulary; checked before training
 // rather than after it. Absent ones are left to the final evaluation, which warns.
@@ -125,6 +130,7 @@ status make_stages(run_context& ctx) {
     o.micro_batch_offset = static_cast<std::uint32_t>(ctx.rank) * M;
     o.working = ctx.rc.working;
     o.seed = ctx.rc.seed;
+    o.whole_gradients = !gradients_partitioned(ctx.rc);
     if (static_cast<std::int64_t>(s) == ctx.rc.fail_stage) o.fail_step = ctx.rc.fail_step;
     auto stage = std::make_unique<bert_stage>(o, ctx.shared);
     stage->part().parameters().init(ctx.rc.seed);
@@ -346,7 +352,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       // ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients summed into
       // the partitions (with several stages the reducers add the tied embedding's gradient
       // whole, so the stages keep whole accumulators).
-      const bool grads_partitioned = rc.zero_stage >= 3 || (rc.zero_stage == 2 && rc.stages == 1);
+      const bool grads_partitioned = gradients_partitioned(rc);
       std::optional<optim::flat_layout> layout;
       std::shared_ptr<partition_grads> grads;
       if (grads_partitioned) {
@@ -356,6 +362,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
             std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
             rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank));
       }
+      if (grads) o.shared_gradients = grads->partition();
       if (grads_partitioned && !o.partition_parameters) ctx.stages[s]->enable_partitioned_grads(std::move(grads));
       if (o.partition_parameters) {
         // ZeRO-3: the stage keeps its partition of the weights and gathers each part's as it runs it.
@@ -372,13 +379,12 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
                                  off.param.max_in_cpu, off.param.buffer_size, off.param.buffer_count};
           DSA_ASSIGN_OR_RETURN(store, nvme_param_store(layout->partition_numel(), working_dtype(rc.working), po));
         }
-        stage.enable_zero3(std::make_shared<param_fetcher>(
-                               std::move(*layout), o.zero_rank, working_dtype(rc.working),
-                               std::make_shared<net::communicator>(*transport, net::collective_options{},
-                                                                   actors::fetch_channel(s)),
-                               stage.fetch_parts(), stage.fetch_sequence(),
-                               static_cast<std::uint32_t>(rc.batch.gradient_accumulation), fs, std::move(store)),
-                           std::move(grads));
+        o.fetcher = std::make_shared<param_fetcher>(
+            std::move(*layout), o.zero_rank, working_dtype(rc.working),
+            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::fetch_channel(s)),
+            stage.fetch_parts(), stage.fetch_sequence(), static_cast<std::uint32_t>(rc.batch.gradient_accumulation), fs,
+            std::move(store));
+        stage.enable_zero3(o.fetcher, std::move(grads));
       }
       // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
       if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = rr.parts.tied[s];

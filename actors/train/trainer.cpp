@@ -332,6 +332,10 @@ int run_training(const run_request& req) {
     if (!errors.empty()) return fail(make_error(errc::runtime, "{}", errors), 1);
     // ZeRO-3: the stages hold partitions; every rank takes part in gathering the whole
     // weights back (the evaluation reads them from rank 0's stages).
+    if (!memory->evaluation_fits(rc))
+      log_warn("final evaluation skipped: it would hold the whole model's weights and gradients and one rank's "
+               "activations, {}, more than training planned within limits.host_memory {}; evaluate a checkpoint "
+               "with dsactor eval instead", format_bytes(memory->evaluation), format_bytes(rc.host_memory));
     if (rc.zero_stage >= 3 && rc.zero_partitions()) {
       for (std::uint32_t s = 0; s < rc.stages; ++s)
         if (const param_fetcher* f = ctx.stages[s]->fetcher()) {
@@ -351,7 +355,8 @@ int run_training(const run_request& req) {
       for (int r = 0; r < R; ++r)
         gathers.emplace_back([&, r] {
           try {
-            for (auto& stage : context_of(r).stages) stage->gather_whole();
+            if (memory->evaluation_fits(rc)) // the whole weights are for the evaluation
+              for (auto& stage : context_of(r).stages) stage->gather_whole();
           } catch (const std::exception& e) {
             gather_errors[static_cast<std::size_t>(r)] = e.what();
             if (auto* t = transport_of(r)) t->abort(make_error(errc::runtime, "rank {}: {}", ctx.rank + r, e.what()));
@@ -454,7 +459,7 @@ int run_training(const run_request& req) {
   } else {
     log_info("nothing to train: the checkpoint is at step {} of {}", ctx.first_step, ctx.last_step + 1);
   }
-  if (lead) status_code = evaluate(ctx);
+  if (lead && memory->evaluation_fits(rc)) status_code = evaluate(ctx);
   log_memory_report(rc, *memory); // the evaluation included
   return status_code;
 }

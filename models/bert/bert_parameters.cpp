@@ -6,7 +6,7 @@
 
 namespace dsa::bert {
 
-bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type)
+bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type, bool gradients)
     : cfg_(cfg), range_(range), value_type_(value_type) {
   DSA_CHECK(value_type == dtype::f32 || value_type == dtype::f16 || value_type == dtype::bf16,
             "bert parameters: values in {}; expected f32, f16 or bf16", dtype_name(value_type));
@@ -17,7 +17,7 @@ bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range
 
   for (auto& spec : parameter_specs(cfg, range)) {
     tensor value = tensor::zeros(spec.shape, value_type);
-    tensor grad = tensor::zeros(spec.shape, dtype::f32);
+    tensor grad = gradients ? tensor::zeros(spec.shape, dtype::f32) : tensor();
     index_.emplace(spec.name, entries_.size());
     entries_.push_back(entry{std::move(spec), std::move(value), std::move(grad)});
   }

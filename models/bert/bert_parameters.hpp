@@ -66,8 +66,10 @@ public:
   };
 
   // Allocates every tensor of the range (values and gradients zero); values in
-  // value_type: f32, f16 or bf16.
-  bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type = dtype::f32);
+  // value_type: f32, f16 or bf16. gradients false: no gradient buffers (a ZeRO stage that
+  // binds a part's gradients only during its backward, set_grads).
+  bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type = dtype::f32,
+                  bool gradients = true);
   // Views share storage with entries: copying would alias, so only moves.
   bert_parameters(const bert_parameters&) = delete;
   bert_parameters& operator=(const bert_parameters&) = delete;

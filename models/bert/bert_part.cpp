@@ -33,8 +33,8 @@ tensor key_mask_f32(const bert_batch& batch) {
   return out;
 }
 
-bert_part::bert_part(const bert_config& cfg, const bert_range& range, dtype weights)
-    : params_(cfg, range, weights) {}
+bert_part::bert_part(const bert_config& cfg, const bert_range& range, dtype weights, bool gradients)
+    : params_(cfg, range, weights, gradients) {}
 
 expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_batch& batch,
                                          const forward_context& ctx, part_stash& stash) const {

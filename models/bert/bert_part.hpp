@@ -79,7 +79,8 @@ public:
   // weights: the dtype the parameter values are held in (f32, f16 or bf16); each
   // layer widens its own to f32 while it runs, so at most one layer's f32 copy
   // lives at a time per call.
-  bert_part(const bert_config& cfg, const bert_range& range, dtype weights = dtype::f32);
+  // gradients: as bert_parameters' (false: none allocated).
+  bert_part(const bert_config& cfg, const bert_range& range, dtype weights = dtype::f32, bool gradients = true);
 
   bert_parameters& parameters() { return params_; }
   const bert_parameters& parameters() const { return params_; }

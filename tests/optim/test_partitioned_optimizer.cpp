@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace {
@@ -192,7 +193,11 @@ TEST_CASE("partitioned optimizer: restore_state undoes a step; the redone step e
     tensor w_undone = tensor::empty({layout->partition_numel()}, dtype::f16);
     tensor w_plain = tensor::empty({layout->partition_numel()}, dtype::f16);
     auto step = [&](partitioned_optimizer& o, const tensor& working, int k, double scale) {
-      REQUIRE(o.step({grad_partition(*layout, 0, inputs[k].grads), scale, working, {}}).has_value());
+      optim::partition_step in;
+      in.grad = grad_partition(*layout, 0, inputs[k].grads);
+      in.grad_scale = scale;
+      in.working = working;
+      REQUIRE(o.step(in).has_value());
     };
     step(*undone, w_undone, 0, 1.0);
     step(*plain, w_plain, 0, 1.0);
@@ -270,6 +275,79 @@ TEST_CASE("partitioned optimizer: errors name the rank and what is wrong") {
     auto loaded = partitioned_optimizer::create(config_of(optimizer_type::adamw), *a2048, 1, state);
     REQUIRE_FALSE(loaded.has_value());
     CHECK(loaded.err().message.find("padding") != std::string::npos);
+  }
+}
+
+// ZeRO-3 hands each version to the weight store window by window (bert_optimizer with a
+// fetcher): the windows, put end to end, are the bits of the whole working tensor, for a
+// step, for LAMB's second pass and for a skipped step's copy of the masters.
+TEST_CASE("partitioned optimizer: working weights through a sink, in windows, equal the whole tensor") {
+  const auto specs = awkward_specs();
+  const auto initial = initial_params(specs);
+  const auto inputs = step_inputs(specs, 2);
+  auto layout = flat_layout::create(specs, 1); // padding between the tensors (norm blocks)
+  REQUIRE(layout.has_value());
+  const std::int64_t n = layout->partition_numel();
+  for (auto type : {optimizer_type::adamw, optimizer_type::lamb}) {
+    for (dtype working_type : {dtype::f32, dtype::bf16}) {
+      CAPTURE(std::string(type_name(type)));
+      CAPTURE(std::string(dtype_name(working_type)));
+      auto whole = partitioned_optimizer::create(config_of(type), *layout, 0, initial);
+      auto sunk = partitioned_optimizer::create(config_of(type), *layout, 0, initial);
+      REQUIRE(whole.has_value());
+      REQUIRE(sunk.has_value());
+      const std::int64_t window = 1000; // not a multiple of the layout's alignment
+      auto garbage = [&] { // what the windows (or the whole step) must overwrite
+        tensor t = tensor::empty({n}, working_type);
+        std::memset(t.raw_data(), 0x3c, t.nbytes());
+        return t;
+      };
+      tensor collected = garbage();
+      std::int64_t at = 0, windows = 0;
+      bool too_big = false;
+      optim::working_sink sink = [&](const tensor& w) -> status {
+        too_big = too_big || w.numel() > window;
+        auto* out = static_cast<std::byte*>(collected.raw_data()) + static_cast<std::size_t>(at) * dtype_size(working_type);
+        std::memcpy(out, w.raw_data(), w.nbytes());
+        at += w.numel();
+        ++windows;
+        return {};
+      };
+      auto each_step = [&](int k) {
+        tensor expected = garbage();
+        optim::partition_step a, b;
+        a.grad = grad_partition(*layout, 0, inputs[k].grads);
+        a.working = expected;
+        b.grad = grad_partition(*layout, 0, inputs[k].grads);
+        b.sink = sink;
+        b.sink_type = working_type;
+        b.sink_window = window;
+        at = 0;
+        REQUIRE(whole->step(a).has_value());
+        REQUIRE(sunk->step(b).has_value());
+        CHECK(at == n);
+        CHECK(same_bits(collected, expected));
+      };
+      each_step(0);
+      CHECK(windows >= n / window);
+      CHECK_FALSE(too_big);
+      each_step(1);
+      // A skipped step: the masters as working weights.
+      tensor expected = tensor::zeros({n}, working_type);
+      REQUIRE(whole->write_working(expected).has_value());
+      at = 0;
+      REQUIRE(sunk->write_working(sink, working_type, window).has_value());
+      CHECK(at == n);
+      CHECK(same_bits(collected, expected));
+      // A sink's error stops the step and is returned.
+      optim::partition_step c;
+      c.grad = grad_partition(*layout, 0, inputs[0].grads);
+      c.sink = [](const tensor&) -> status { return make_error(errc::io, "disk gone"); };
+      c.sink_type = working_type;
+      auto failed = sunk->step(c);
+      REQUIRE_FALSE(failed.has_value());
+      CHECK(failed.err().message.find("disk gone") != std::string::npos);
+    }
   }
 }
 

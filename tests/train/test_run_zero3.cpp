@@ -90,15 +90,23 @@ TEST_CASE("ZeRO stage 3: each rank holds 1/N of the working weights and gradient
     CHECK(log.find("ZeRO-3 fetcher of rank 0: gathered ") != std::string::npos);
     CHECK(log.find("ZeRO-3 fetcher of rank 0: gathered 0 tensors") == std::string::npos);
   }
-  // The accounting: the partition plus the persistent tensors for the weights, the
-  // partition for the next version.
+  // The accounting: the partition plus the persistent tensors for the weights; the next
+  // version is written into them in place, and the shard reduces into the stage's
+  // gradient partition itself: no second copy of either.
   train::zero_sizes z{4096, 1024, 3, 0};
   z.persistent = 100;
   const auto three = train::expected_model_states(1000, train::precision::f16, z);
   CHECK(three.weights == 2 * (1024 + 100));
   CHECK(three.grads == 4 * 1024);
-  CHECK(three.version == 2 * 1024);
-  CHECK(three.reduced == 4 * 1024);
+  CHECK(three.version == 0);
+  CHECK(three.reduced == 0);
+  // The weights on NVMe: the version passes through one window of scratch.
+  z.param_in_memory = 0;
+  z.param_buffers = 8192;
+  CHECK(train::expected_model_states(1000, train::precision::f16, z).version == 2 * 1024);
+  z.partition = 3 * train::bert_optimizer::version_window_elements;
+  CHECK(train::expected_model_states(1000, train::precision::f16, z).version ==
+        2 * train::bert_optimizer::version_window_elements);
 }
 
 // A stage-3 checkpoint is a stage-1 checkpoint (the shards write it): it resumes as stage 1
