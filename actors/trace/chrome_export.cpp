@@ -135,11 +135,11 @@ std::string chrome_trace_json(const trace_data& trace) {
 }
 
 status write_chrome_trace(const std::string& path, const std::vector<rank_trace>& traces) {
-  return write_file_atomic(path, chrome_trace_json(traces));
+  return ckpt::write_file_atomic(path, chrome_trace_json(traces));
 }
 
 status write_chrome_trace(const std::string& path, const trace_data& trace) {
-  return write_file_atomic(path, chrome_trace_json(trace));
+  return ckpt::write_file_atomic(path, chrome_trace_json(trace));
 }
 
 } // namespace dsa::actors

@@ -143,7 +143,7 @@ window.onerror = function (message, source, line, column) {{
 }
 
 status write_trace_html(const std::string& path, const std::vector<rank_trace>& traces, const std::string& title) {
-  return write_file_atomic(path, trace_html_page(traces, title));
+  return ckpt::write_file_atomic(path, trace_html_page(traces, title));
 }
 
 } // namespace dsa::actors

@@ -1,7 +1,11 @@
 // dsactor trace export --chrome: the trace of a real 2-stage synthetic run as
 // Chrome trace-event JSON names every actor, pairs each message's send with
-// its receipt by a flow arrow, and counts each edge's slots in use.
+// its receipt by a flow arrow, and counts each edge's slots in use. dsactor
+// trace html: the page holds the timeline's data (a lane per actor, every span,
+// every delivered message) and the summary, and loads nothing from elsewhere
+// (tests/integration/trace_html.sh renders it in Chromium).
 #include "actors/trace/chrome_export.hpp"
+#include "actors/trace/trace_html.hpp"
 #include "synthetic_run.hpp"
 
 #include <doctest/doctest.h>
@@ -81,4 +85,39 @@ TEST_CASE("trace export: json_quoted escapes quotes, control characters and '<'"
   CHECK(json_quoted("a\"b\\c") == R"("a\"b\\c")");
   CHECK(json_quoted("x\ny") == R"("x\u000ay")");
   CHECK(json_quoted("</script>") == R"("\u003c/script>")");
+}
+
+TEST_CASE("trace html: the page carries every lane, span and message, the summary, and nothing from elsewhere") {
+  auto traces = dsa::test::two_stage_run_traces("export-html");
+  REQUIRE(traces.has_value());
+  const auto& t = (*traces)[0].trace;
+  const auto page = trace_html_page(*traces, "run <x>");
+  CHECK(page.find("run &lt;x&gt;") != std::string::npos); // the title is escaped
+  CHECK(page.find("<script src") == std::string::npos);
+  CHECK(page.find("<link") == std::string::npos);
+  CHECK(page.find("http") == std::string::npos);
+  CHECK(page.find("steps of rank 0") != std::string::npos); // the summary's tables
+  CHECK(page.find("OK: no violation") != std::string::npos);  // and the check's verdict
+  const std::string open = R"(<script type="application/json" id="trace-data">)";
+  const auto from = page.find(open);
+  REQUIRE(from != std::string::npos);
+  const auto to = page.find("</script>", from);
+  const auto data = nlohmann::json::parse(page.substr(from + open.size(), to - from - open.size()));
+  std::set<std::string> lanes;
+  for (const auto& l : data["lanes"]) lanes.insert(l["name"].get<std::string>());
+  std::set<std::string> recorded; // actors with a record of their own: each has a lane
+  for (const auto& r : t.records) recorded.insert(t.actors.at(r.actor));
+  CHECK(recorded.size() >= 7); // feeder, 2 stages, 2 reducers, 2 optimizer shards
+  for (const auto& actor : recorded) CHECK_MESSAGE(lanes.count(actor), "no lane for " << actor);
+  std::size_t spans = 0, receipts = 0;
+  for (const auto& r : t.records) {
+    spans += r.kind == static_cast<std::uint8_t>(trace_kind::span);
+    receipts += r.kind == static_cast<std::uint8_t>(trace_kind::recv);
+  }
+  CHECK(data["spans"].size() == spans);
+  CHECK(data["msgs"].size() == receipts); // a complete trace: every receipt has its send
+  for (const auto& m : data["msgs"]) {
+    CHECK(m[2].get<double>() <= m[3].get<double>()); // sent before received
+    CHECK(m[0] != m[1]);                              // between two actors' lanes
+  }
 }
