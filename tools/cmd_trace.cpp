@@ -55,7 +55,9 @@ int cmd_trace(int argc, char** argv) {
       "arg", po::value<std::string>(), "actor: the actor's name; diff: the other run; html: the page to write")(
       "step", po::value<std::uint32_t>(), "critical-path: the step (required); actor: only this step")(
       "rank", po::value<std::uint32_t>()->default_value(0), "critical-path, actor: the rank's trace")(
-      "chrome", po::value<std::string>(), "export: the JSON file to write (every rank's trace, a process each)");
+      "chrome", po::value<std::string>(), "export: the JSON file to write (every rank's trace, a process each)")(
+      "idle-tolerance-ms", po::value<double>()->default_value(200),
+      "check: how long a stage may take to start a runnable span before idling counts as starvation");
   po::positional_options_description pos;
   pos.add("path", 1).add("what", 1).add("arg", 1);
   po::variables_map vm;
@@ -93,7 +95,9 @@ int cmd_trace(int argc, char** argv) {
   if (!traces)
     return fail(traces.err());
   if (what == "check") {
-    const auto result = actors::check_traces(*traces);
+    actors::trace_check_options check_options;
+    check_options.idle_tolerance_ms = vm["idle-tolerance-ms"].as<double>();
+    const auto result = actors::check_traces(*traces, check_options);
     fmt::print("{}", actors::format_trace_check(result));
     return result.first ? 1 : 0;
   }

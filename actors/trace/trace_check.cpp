@@ -3,6 +3,7 @@
 
 #include "actors/trace/trace_edges.hpp"
 #include "actors/trace/trace_record.hpp"
+#include "actors/trace/trace_starvation.hpp"
 
 #include <fmt/format.h>
 
@@ -291,6 +292,22 @@ void check_collectives(const std::vector<rank_view>& views, verdict& out) {
       compared));
 }
 
+// Starvation: a stage idle with runnable work while it handled other messages.
+void check_starvation(const rank_view& v, double tolerance_ms, verdict& out) {
+  const auto tolerance_ns = static_cast<std::uint64_t>(std::max(0.0, tolerance_ms) * 1e6);
+  const auto found = find_starvation(v.rt.trace, tolerance_ns);
+  if (found.first) {
+    out.offer("starvation", v.rt.rank, found.first->at_ns,
+              fmt::format("rank {} at {:.6f} s: {}", v.rt.rank, seconds(found.first->at_ns), found.first->what));
+    return;
+  }
+  out.result.checked.push_back(fmt::format(
+      "starvation (rank {}): {} forward/backward spans of {} stages, each started within {} ms of becoming "
+      "runnable (the longest wait {:.3f} ms{})",
+      v.rt.rank, found.spans, found.stages, tolerance_ms, static_cast<double>(found.longest_ns) * 1e-6,
+      found.longest.empty() ? "" : ", " + found.longest));
+}
+
 // A torn trace is not a consistent cut: the writer drains the recorder's
 // per-thread buffers one after the other, and a kill can tear the last batch of
 // frames, so records up to about one drain interval before the last one kept
@@ -327,7 +344,7 @@ rank_trace checked_part(const rank_trace& rt, std::vector<std::string>& notes) {
 
 } // namespace
 
-trace_check_result check_traces(const std::vector<rank_trace>& traces) {
+trace_check_result check_traces(const std::vector<rank_trace>& traces, const trace_check_options& options) {
   verdict out;
   std::vector<rank_trace> parts;
   parts.reserve(traces.size());
@@ -339,6 +356,7 @@ trace_check_result check_traces(const std::vector<rank_trace>& traces) {
     check_slots(v, out);
     check_sequence(v, out);
     check_delivery(v, out);
+    check_starvation(v, options.idle_tolerance_ms, out);
   }
   check_collectives(views, out);
   return std::move(out.result);
