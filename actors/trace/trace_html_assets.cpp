@@ -103,12 +103,14 @@ const char* const trace_html_script = R"js(
     ctx.font = '11px sans-serif';
     ctx.textBaseline = 'middle';
     lanes.forEach(function (lane, i) {
-      var y = laneTop(i) + 3, h = LANE - 6;
+      var y = laneTop(i) + 3, h = LANE - 6, drawnTo = -Infinity;
       for (var k = firstFrom(lane, view.t0); k < lane.spans.length; ++k) {
         var s = lane.spans[k];
         if (s[1] > view.t1) break;
         if (s[2] < view.t0) continue;
         var x0 = Math.max(X(s[1]), LABEL - 1), x1 = Math.min(X(s[2]), width + 1), w = Math.max(1, x1 - x0);
+        if (x0 + w <= drawnTo + 0.5) continue; // zoomed out: the pixel is drawn already
+        drawnTo = Math.max(drawnTo, x0 + w);
         var name = D.names[s[3]];
         ctx.fillStyle = color(name);
         ctx.fillRect(x0, y, w, h);
@@ -176,6 +178,10 @@ const char* const trace_html_script = R"js(
     ctx.font = '12px sans-serif';
     ctx.textBaseline = 'middle';
     lanes.forEach(function (lane, i) {
+      if (i > 0 && lane.rank !== lanes[i - 1].rank) { // a rule between ranks
+        ctx.fillStyle = '#888';
+        ctx.fillRect(0, laneTop(i), width, 1);
+      }
       ctx.fillStyle = lane.io ? '#666' : '#222';
       ctx.fillText((manyRanks ? 'rank ' + lane.rank + ' ' : '') + lane.name, 6, laneTop(i) + LANE / 2);
     });
