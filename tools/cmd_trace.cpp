@@ -87,6 +87,11 @@ int cmd_trace(int argc, char** argv) {
                                 : "the page to write: dsactor trace RUN html FILE");
     return 2;
   }
+  if (!(vm["idle-tolerance-ms"].as<double>() >= 0)) {
+    fmt::print(stderr, "dsactor trace: --idle-tolerance-ms must be 0 or more, not {}\n",
+               vm["idle-tolerance-ms"].as<double>());
+    return 2;
+  }
   if (what == "critical-path" && !vm.count("step")) {
     fmt::print(stderr, "dsactor trace: critical-path needs --step K\n");
     return 2;

@@ -62,9 +62,10 @@ private:
       return;
     }
     if (kind == trace_kind::span) {
-      event(fmt::format(R"({{"ph":"X","name":{},"cat":"compute","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
+      // Gradient allreduces are the network's spans (cat "comm"); the rest compute.
+      event(fmt::format(R"({{"ph":"X","name":{},"cat":"{}","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
                         R"("args":{{"stage":{},"step":{},"micro_batch":{}}}}})",
-                        json_quoted(name), pid_, r.actor, us(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
+                        json_quoted(name), name == "allreduce" ? "comm" : "compute", pid_, r.actor, us(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
                         r.micro_batch));
       return;
     }

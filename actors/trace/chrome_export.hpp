@@ -1,7 +1,8 @@
 // Export of traces to Chrome trace-event JSON (opens in Perfetto and
 // chrome://tracing): a process per rank, a track (tid) per actor named by "M"
 // metadata events; spans as "X" events with stage, step and micro_batch in
-// args; the NVMe swap's I/O spans on a row of their own per actor ("<actor>
+// args (category "comm" for the gradient allreduces, "compute" for the rest,
+// "io" for I/O); the NVMe swap's I/O spans on a row of their own per actor ("<actor>
 // nvme"); messages as instant events plus flow arrows ("s"/"f") from send to
 // receive; and per edge a counter of its slots in use (and free, where the
 // trace lists the plan's slot counts), stepped at each produce and release the

@@ -83,6 +83,8 @@ assert starts and starts == {e["id"] for e in ev if e["ph"] == "f"}, "flows shou
 assert any(e["ph"] == "C" and e["name"].startswith("credits edge") for e in ev), "no credit counter"
 PY
 if "$dsactor" trace "$work/run" export >/dev/null 2>&1; then fail "export without --chrome should fail"; fi
+if "$dsactor" trace "$work/run" check --idle-tolerance-ms -1 >/dev/null 2>&1; then fail "a negative tolerance should fail"; fi
+grep -qF "starvation (rank 0): 64 forward/backward spans of 2 stages" <<<"$check" || { echo "$check"; fail "trace check should check starvation"; }
 # A run killed with kill -9 keeps its trace up to the writer's last flush (about
 # every second): wait, with a bound, until the file holds a whole step, then kill.
 sed -e "s|^run_dir = .*|run_dir = \"$work/killed\"|" -e "s|^train_steps = .*|train_steps = 100000|" \
