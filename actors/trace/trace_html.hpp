@@ -6,7 +6,9 @@
 // `summary` and `check`. The page's script marks #render-status with
 // data-status="ok" once it drew the timeline without an exception, and a
 // window.onerror handler writes any script error into #render-errors (the test
-// reads both from Chromium's --dump-dom).
+// reads both from Chromium's --dump-dom). Opened as page.html#selftest, the
+// script first drives its own zoom, pan, hover and fit handlers with synthetic
+// events and throws if the view did not follow.
 #pragma once
 
 #include "actors/trace/trace_summary.hpp"

@@ -238,13 +238,33 @@ const char* const trace_html_script = R"js(
   document.getElementById('fit').addEventListener('click', function () { fit(); draw(); });
   document.getElementById('messages').addEventListener('change', function (e) { showMessages = e.target.checked; draw(); });
   window.addEventListener('resize', function () { resize(); draw(); });
+  // page.html#selftest: drive the handlers as a user would (the headless test has no mouse).
+  function selfTest() {
+    var box = canvas.getBoundingClientRect(), x = box.left + LABEL + (width - LABEL) * 0.6, y = box.top + AXIS + LANE * 1.5;
+    function mouse(type, dx) { return new MouseEvent(type, { clientX: x + dx, clientY: y, bubbles: true }); }
+    var before = view.t1 - view.t0;
+    canvas.dispatchEvent(new WheelEvent('wheel', { deltaY: -400, clientX: x, clientY: y, bubbles: true, cancelable: true }));
+    if (!(view.t1 - view.t0 < before)) throw new Error('self-test: the wheel did not zoom in');
+    var t0 = view.t0;
+    canvas.dispatchEvent(mouse('mousedown', 0));
+    canvas.dispatchEvent(mouse('mousemove', -100));
+    window.dispatchEvent(mouse('mouseup', -100));
+    if (!(view.t0 > t0)) throw new Error('self-test: dragging did not pan');
+    canvas.dispatchEvent(mouse('mousemove', 0));
+    document.getElementById('messages').click();
+    document.getElementById('messages').click();
+    canvas.dispatchEvent(mouse('dblclick', 0));
+    if (Math.abs((view.t1 - view.t0) - before) > 1e-9 * before) throw new Error('self-test: double-click did not fit');
+    return ', self-test passed (zoom, pan, hover, messages, fit)';
+  }
   fit();
   resize();
   draw();
+  var tested = location.hash === '#selftest' ? selfTest() : '';
   var status = document.getElementById('render-status');
   if (status.getAttribute('data-status') === 'pending') {
     status.setAttribute('data-status', 'ok');
-    status.textContent = lanes.length + ' lanes, ' + D.spans.length + ' spans, ' + D.msgs.length + ' messages';
+    status.textContent = lanes.length + ' lanes, ' + D.spans.length + ' spans, ' + D.msgs.length + ' messages' + tested;
   }
 })();
 )js";
