@@ -1,9 +1,12 @@
-// dsactor trace RUN_DIR_OR_FILE summary|check|critical-path|actor NAME|diff RUN_B:
-// inspect the actor trace of a run (actors/trace/trace_summary.hpp,
-// trace_check.hpp, trace_critical_path.hpp, trace_views.hpp); reads every trace
-// format version and traces whose tail a killed run left torn.
+// dsactor trace RUN_DIR_OR_FILE summary|check|critical-path|actor NAME|diff RUN_B|
+// export --chrome FILE|html FILE: inspect the actor trace of a run
+// (actors/trace/trace_summary.hpp, trace_check.hpp, trace_critical_path.hpp,
+// trace_views.hpp, chrome_export.hpp, trace_html.hpp); reads every trace format
+// version and traces whose tail a killed run left torn.
+#include "actors/trace/chrome_export.hpp"
 #include "actors/trace/trace_check.hpp"
 #include "actors/trace/trace_critical_path.hpp"
+#include "actors/trace/trace_html.hpp"
 #include "actors/trace/trace_summary.hpp"
 #include "actors/trace/trace_views.hpp"
 #include "actors/trace/trace_swap_io.hpp"
@@ -38,7 +41,8 @@ int fail(const error& e) {
 
 int cmd_trace(int argc, char** argv) {
   po::options_description opts(
-      "dsactor trace RUN_DIR_OR_FILE summary|check|critical-path --step K|actor NAME|diff RUN_B");
+      "dsactor trace RUN_DIR_OR_FILE summary|check|critical-path --step K|actor NAME|diff RUN_B|"
+      "export --chrome FILE|html FILE");
   opts.add_options()("help,h", "this help")(
       "path", po::value<std::string>(),
       "a run directory (its trace.dsat and trace.rank<r>.dsat) or one .dsat file")(
@@ -46,10 +50,14 @@ int cmd_trace(int argc, char** argv) {
       "summary: per actor and per step, where time went; check: verify the schedule's invariants "
       "(exit 1 naming the first violation); critical-path: the spans and messages that set step K's "
       "end; actor NAME: one actor's spans, messages and waits; diff RUN_B: where two runs' schedules "
-      "first differ and how step times changed")(
-      "arg", po::value<std::string>(), "actor: the actor's name; diff: the other run")(
+      "first differ and how step times changed; export --chrome FILE: Chrome/Perfetto trace-event JSON; "
+      "html FILE: one self-contained page with a zoomable timeline and the summary")(
+      "arg", po::value<std::string>(), "actor: the actor's name; diff: the other run; html: the page to write")(
       "step", po::value<std::uint32_t>(), "critical-path: the step (required); actor: only this step")(
-      "rank", po::value<std::uint32_t>()->default_value(0), "critical-path, actor: the rank's trace");
+      "rank", po::value<std::uint32_t>()->default_value(0), "critical-path, actor: the rank's trace")(
+      "chrome", po::value<std::string>(), "export: the JSON file to write (every rank's trace, a process each)")(
+      "idle-tolerance-ms", po::value<double>()->default_value(200),
+      "check: how long a stage may take to start a runnable span before idling counts as starvation");
   po::positional_options_description pos;
   pos.add("path", 1).add("what", 1).add("arg", 1);
   po::variables_map vm;
@@ -61,15 +69,27 @@ int cmd_trace(int argc, char** argv) {
     return 2;
   }
   const auto what = vm["what"].as<std::string>();
-  if (what != "summary" && what != "check" && what != "critical-path" && what != "actor" && what != "diff") {
-    fmt::print(stderr, "dsactor trace: unknown view '{}' (known: summary, check, critical-path, actor, diff)\n",
+  if (what != "summary" && what != "check" && what != "critical-path" && what != "actor" && what != "diff" &&
+      what != "export" && what != "html") {
+    fmt::print(stderr,
+               "dsactor trace: unknown view '{}' (known: summary, check, critical-path, actor, diff, export, html)\n",
                what);
     return 2;
   }
-  if ((what == "actor" || what == "diff") && !vm.count("arg")) {
+  if (what == "export" && !vm.count("chrome")) {
+    fmt::print(stderr, "dsactor trace: export needs --chrome FILE (the only format so far)\n");
+    return 2;
+  }
+  if ((what == "actor" || what == "diff" || what == "html") && !vm.count("arg")) {
     fmt::print(stderr, "dsactor trace: '{}' needs {}\n", what,
-               what == "actor" ? "an actor's name: dsactor trace RUN actor NAME"
-                               : "a second run: dsactor trace RUN_A diff RUN_B");
+               what == "actor"  ? "an actor's name: dsactor trace RUN actor NAME"
+               : what == "diff" ? "a second run: dsactor trace RUN_A diff RUN_B"
+                                : "the page to write: dsactor trace RUN html FILE");
+    return 2;
+  }
+  if (!(vm["idle-tolerance-ms"].as<double>() >= 0)) {
+    fmt::print(stderr, "dsactor trace: --idle-tolerance-ms must be 0 or more, not {}\n",
+               vm["idle-tolerance-ms"].as<double>());
     return 2;
   }
   if (what == "critical-path" && !vm.count("step")) {
@@ -80,9 +100,25 @@ int cmd_trace(int argc, char** argv) {
   if (!traces)
     return fail(traces.err());
   if (what == "check") {
-    const auto result = actors::check_traces(*traces);
+    actors::trace_check_options check_options;
+    check_options.idle_tolerance_ms = vm["idle-tolerance-ms"].as<double>();
+    const auto result = actors::check_traces(*traces, check_options);
     fmt::print("{}", actors::format_trace_check(result));
     return result.first ? 1 : 0;
+  }
+  if (what == "export") {
+    const auto file = vm["chrome"].as<std::string>();
+    if (auto w = actors::write_chrome_trace(file, *traces); !w)
+      return fail(w.err());
+    fmt::print("wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)\n", file);
+    return 0;
+  }
+  if (what == "html") {
+    const auto file = vm["arg"].as<std::string>();
+    if (auto w = actors::write_trace_html(file, *traces, vm["path"].as<std::string>()); !w)
+      return fail(w.err());
+    fmt::print("wrote {} (open it in a browser; it needs no network)\n", file);
+    return 0;
   }
   if (what == "diff") {
     auto other = actors::load_run_traces(vm["arg"].as<std::string>());

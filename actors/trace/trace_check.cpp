@@ -1,7 +1,9 @@
 // The trace invariant checks; see trace_check.hpp.
 #include "actors/trace/trace_check.hpp"
 
+#include "actors/trace/trace_edges.hpp"
 #include "actors/trace/trace_record.hpp"
+#include "actors/trace/trace_starvation.hpp"
 
 #include <fmt/format.h>
 
@@ -18,16 +20,11 @@ constexpr std::uint64_t seq_mask = (1ull << 40) - 1; // flow_id's sequence bits
 
 double seconds(std::uint64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
-struct edge_info {
-  std::string name;
-  std::uint32_t slots = 0; // 0: unknown
-};
-
 // What one rank's trace knows: its names resolved once, its edges from the info frame.
 struct rank_view {
   const rank_trace& rt;
   int produced = -1, released = -1, allreduce = -1; // name indices, -1: not in the table
-  std::map<std::uint32_t, edge_info> edges;
+  std::map<std::uint32_t, trace_edge> edges;
   bool slot_counts = false;
 
   explicit rank_view(const rank_trace& r) : rt(r) {
@@ -37,31 +34,15 @@ struct rank_view {
       else if (names[i] == "released") released = static_cast<int>(i);
       else if (names[i] == "allreduce") allreduce = static_cast<int>(i);
     }
-    // "edge.<id>" = "<slots> <name>" (actors/run.cpp); traces before it lack them.
-    for (const auto& [key, value] : r.trace.info) {
-      if (key.rfind("edge.", 0) != 0) continue;
-      try {
-        const auto id = static_cast<std::uint32_t>(std::stoul(key.substr(5)));
-        const auto space = value.find(' ');
-        edge_info e{space == std::string::npos ? "" : value.substr(space + 1),
-                    static_cast<std::uint32_t>(std::stoul(value.substr(0, space)))};
-        edges[id] = e;
-        slot_counts = true;
-      } catch (const std::exception&) {
-        // A malformed entry only costs the bound: alternation is still checked.
-      }
-    }
+    edges = trace_edges(r.trace);
+    slot_counts = !edges.empty();
   }
   bool complete() const { return rt.trace.end.closed; }
   std::string actor(std::uint32_t id) const {
     const auto& a = rt.trace.actors;
     return id < a.size() && !a[id].empty() ? a[id] : fmt::format("actor {}", id);
   }
-  std::string edge(std::uint32_t id) const {
-    auto it = edges.find(id);
-    return it == edges.end() || it->second.name.empty() ? fmt::format("edge {}", id)
-                                                        : fmt::format("edge {} ({})", id, it->second.name);
-  }
+  std::string edge(std::uint32_t id) const { return trace_edge_label(edges, id); }
   std::uint32_t slot_count(std::uint32_t id) const {
     auto it = edges.find(id);
     return it == edges.end() ? 0 : it->second.slots;
@@ -311,6 +292,22 @@ void check_collectives(const std::vector<rank_view>& views, verdict& out) {
       compared));
 }
 
+// Starvation: a stage idle with runnable work while it handled other messages.
+void check_starvation(const rank_view& v, double tolerance_ms, verdict& out) {
+  const auto tolerance_ns = static_cast<std::uint64_t>(std::max(0.0, tolerance_ms) * 1e6);
+  const auto found = find_starvation(v.rt.trace, tolerance_ns);
+  if (found.first) {
+    out.offer("starvation", v.rt.rank, found.first->at_ns,
+              fmt::format("rank {} at {:.6f} s: {}", v.rt.rank, seconds(found.first->at_ns), found.first->what));
+    return;
+  }
+  out.result.checked.push_back(fmt::format(
+      "starvation (rank {}): {} forward/backward spans of {} stages, each started within {} ms of becoming "
+      "runnable (the longest wait {:.3f} ms{})",
+      v.rt.rank, found.spans, found.stages, tolerance_ms, static_cast<double>(found.longest_ns) * 1e-6,
+      found.longest.empty() ? "" : ", " + found.longest));
+}
+
 // A torn trace is not a consistent cut: the writer drains the recorder's
 // per-thread buffers one after the other, and a kill can tear the last batch of
 // frames, so records up to about one drain interval before the last one kept
@@ -347,7 +344,7 @@ rank_trace checked_part(const rank_trace& rt, std::vector<std::string>& notes) {
 
 } // namespace
 
-trace_check_result check_traces(const std::vector<rank_trace>& traces) {
+trace_check_result check_traces(const std::vector<rank_trace>& traces, const trace_check_options& options) {
   verdict out;
   std::vector<rank_trace> parts;
   parts.reserve(traces.size());
@@ -359,6 +356,7 @@ trace_check_result check_traces(const std::vector<rank_trace>& traces) {
     check_slots(v, out);
     check_sequence(v, out);
     check_delivery(v, out);
+    check_starvation(v, options.idle_tolerance_ms, out);
   }
   check_collectives(views, out);
   return std::move(out.result);

@@ -1,12 +1,13 @@
 // dsactor trace check: the traces of real synthetic runs pass; faults injected
-// into a recorded trace (an over-committed slot, a lost release, a sequence gap)
-// are named as the first violation. The data-parallel case (collective order
+// into a recorded trace (an over-committed slot, a lost release, a sequence gap,
+// a starved stage) are named as the first violation. The data-parallel case (collective order
 // across ranks) is in test_data_parallel.cpp, beside its group runner.
 #include "actors/trace/trace_check.hpp"
 #include "actors/trace/trace_file.hpp"
 #include "synthetic_run.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 
@@ -51,7 +52,8 @@ TEST_CASE("trace check: the trace of a 2-stage run passes every check") {
   INFO(format_trace_check(result));
   CHECK(!result.first);
   CHECK(result.outstanding.empty());
-  REQUIRE(result.checked.size() == 4);
+  REQUIRE(result.checked.size() == 5);
+  CHECK(contains(result.checked[3], "starvation (rank 0): 48 forward/backward spans of 2 stages"));
   CHECK(contains(result.checked[0], "within the plan's slot counts"));
   CHECK(contains(format_trace_check(result), "OK: no violation"));
 }
@@ -147,4 +149,77 @@ TEST_CASE("trace check: a torn trace reports what is in flight at the cut, not a
   const auto complete = check_traces(traces);
   REQUIRE(complete.first);
   CHECK(contains(complete.first->what, "never"));
+}
+
+namespace {
+
+std::uint32_t actor_id(const trace_data& t, const char* name) {
+  const auto it = std::find(t.actors.begin(), t.actors.end(), name);
+  REQUIRE_MESSAGE(it != t.actors.end(), "no actor " << name);
+  return static_cast<std::uint32_t>(it - t.actors.begin());
+}
+
+bool is_kind(const trace_record& r, trace_kind k) { return r.kind == static_cast<std::uint8_t>(k); }
+
+// Whether stage 1, at time `at`, cannot have been holding runnable work: its next span
+// (if any) was bound by something at or after `at` — its previous span ended then or
+// later, or the produced it works on came then or later.
+bool stage1_waits_past(const trace_data& t, std::uint64_t at) {
+  const auto s1 = actor_id(t, "stage 1");
+  std::uint64_t previous_end = 0;
+  for (const auto& r : t.records) {
+    if (r.actor != s1 || !is_kind(r, trace_kind::span)) continue;
+    if (r.t0_ns < at) {
+      previous_end = std::max(previous_end, r.t1_ns);
+      continue;
+    }
+    if (previous_end >= at) return true;
+    return std::any_of(t.records.begin(), t.records.end(), [&](const trace_record& m) {
+      return m.actor == s1 && is(t, m, trace_kind::recv, "produced") && m.step == r.step &&
+             m.micro_batch == r.micro_batch && m.t0_ns >= at && m.t0_ns < r.t0_ns;
+    });
+  }
+  return true; // no span of stage 1 after `at`
+}
+
+// The injected fault: stage 0 holds its runnable forward `f` for `pause` — the rank's
+// every record at or after f's start moves `pause` later (a span running across it
+// ends later), so each message still follows its cause and the other checks pass.
+void hold(trace_data& t, const trace_record& f, std::uint64_t pause) {
+  for (auto& r : t.records) {
+    if (r.t0_ns >= f.t0_ns) r.t0_ns += pause;
+    if (r.t1_ns >= f.t0_ns) r.t1_ns += pause;
+  }
+  sort_trace_records(t.records);
+}
+
+} // namespace
+
+TEST_CASE("trace check: a stage that holds a runnable forward idle past the tolerance is starved") {
+  const auto traces = two_stage_traces("check-starve");
+  const auto s0 = actor_id(traces[0].trace, "stage 0");
+  std::vector<trace_record> forwards; // stage 0's after step 0 at which stage 1 was not runnable
+  for (const auto& r : traces[0].trace.records)
+    if (r.actor == s0 && is(traces[0].trace, r, trace_kind::span, "forward") && r.step > 0 &&
+        stage1_waits_past(traces[0].trace, r.t0_ns))
+      forwards.push_back(r);
+  REQUIRE(!forwards.empty());
+  const auto f = forwards.front();
+  auto starved = traces;
+  hold(starved[0].trace, f, 2'000'000'000); // 2 s, ten times the default tolerance
+  const auto result = check_traces(starved);
+  INFO(format_trace_check(result));
+  REQUIRE(result.first);
+  CHECK(result.first->check == "starvation");
+  CHECK(result.first->time_s < static_cast<double>(f.t0_ns) * 1e-9);
+  const auto& what = result.first->what;
+  CHECK(contains(what, fmt::format("stage 0 held forward s{} mb{} runnable", f.step, f.micro_batch).c_str()));
+  CHECK(contains(what, "over the 200.000 ms tolerance"));
+  CHECK(result.checked.size() == 4); // the other checks pass: the fault is starvation alone
+  // A tolerance above the pause lets the same trace pass.
+  trace_check_options lenient;
+  lenient.idle_tolerance_ms = 3000;
+  const auto passed = check_traces(starved, lenient);
+  INFO(format_trace_check(passed));
+  CHECK(!passed.first);
 }

@@ -71,6 +71,20 @@ grep -qF "its actors are: " <<<"$err" || { echo "$err"; fail "an unknown actor s
 if "$dsactor" trace "$work/run" critical-path >/dev/null 2>&1; then fail "critical-path without --step should fail"; fi
 diff_out=$("$dsactor" trace "$work/run" diff "$work/run") || fail "dsactor trace RUN diff RUN"
 grep -qF "the same order of spans" <<<"$diff_out" || { echo "$diff_out"; fail "a run diffed with itself should match"; }
+# dsactor trace export --chrome: the recorded trace as Chrome JSON, flows and credit counters.
+"$dsactor" trace "$work/run" export --chrome "$work/export.json" >/dev/null || fail "dsactor trace RUN export --chrome"
+python3 - "$work/export.json" <<'PY' || fail "exported Chrome trace"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tracks = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+assert {"stage 0", "stage 1", "feeder"} <= tracks, tracks
+starts = {e["id"] for e in ev if e["ph"] == "s"}
+assert starts and starts == {e["id"] for e in ev if e["ph"] == "f"}, "flows should pair"
+assert any(e["ph"] == "C" and e["name"].startswith("credits edge") for e in ev), "no credit counter"
+PY
+if "$dsactor" trace "$work/run" export >/dev/null 2>&1; then fail "export without --chrome should fail"; fi
+if "$dsactor" trace "$work/run" check --idle-tolerance-ms -1 >/dev/null 2>&1; then fail "a negative tolerance should fail"; fi
+grep -qF "starvation (rank 0): 64 forward/backward spans of 2 stages" <<<"$check" || { echo "$check"; fail "trace check should check starvation"; }
 # A run killed with kill -9 keeps its trace up to the writer's last flush (about
 # every second): wait, with a bound, until the file holds a whole step, then kill.
 sed -e "s|^run_dir = .*|run_dir = \"$work/killed\"|" -e "s|^train_steps = .*|train_steps = 100000|" \

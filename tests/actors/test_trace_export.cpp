@@ -1,0 +1,123 @@
+// dsactor trace export --chrome: the trace of a real 2-stage synthetic run as
+// Chrome trace-event JSON names every actor, pairs each message's send with
+// its receipt by a flow arrow, and counts each edge's slots in use. dsactor
+// trace html: the page holds the timeline's data (a lane per actor, every span,
+// every delivered message) and the summary, and loads nothing from elsewhere
+// (tests/integration/trace_html.sh renders it in Chromium).
+#include "actors/trace/chrome_export.hpp"
+#include "actors/trace/trace_html.hpp"
+#include "synthetic_run.hpp"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+
+using namespace dsa::actors;
+
+TEST_CASE("trace export: Chrome JSON of a real run: a track per actor, flows paired, credit counters") {
+  auto traces = dsa::test::two_stage_run_traces("export-chrome");
+  REQUIRE(traces.has_value());
+  REQUIRE(traces->size() == 1);
+  const auto& t = (*traces)[0].trace;
+  const auto json = nlohmann::json::parse(chrome_trace_json(*traces));
+  REQUIRE(json.contains("traceEvents"));
+
+  std::set<std::string> tracks;
+  std::map<std::uint64_t, int> starts, finishes; // flow id -> events
+  std::set<std::string> counters;
+  std::size_t messages = 0;
+  bool process_named = false;
+  for (const auto& e : json["traceEvents"]) {
+    const auto ph = e["ph"].get<std::string>();
+    if (ph == "M" && e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
+    if (ph == "M" && e["name"] == "process_name") process_named = e["args"]["name"] == "rank 0";
+    if (ph == "s") ++starts[e["id"].get<std::uint64_t>()];
+    if (ph == "f") ++finishes[e["id"].get<std::uint64_t>()];
+    if (ph == "i") ++messages;
+    if (ph == "C") {
+      counters.insert(e["name"].get<std::string>());
+      CHECK(e["args"]["in use"].get<int>() >= 0);
+      CHECK(e["args"].contains("free")); // the trace lists the plan's slot counts
+    }
+  }
+  CHECK(process_named);
+  for (const auto& actor : t.actors)
+    if (!actor.empty()) CHECK_MESSAGE(tracks.count(actor), "no track for " << actor);
+  // Every message is an instant event plus one end of a flow; each flow has both ends once.
+  std::size_t sends = 0, receipts = 0;
+  for (const auto& r : t.records) {
+    sends += r.kind == static_cast<std::uint8_t>(trace_kind::send);
+    receipts += r.kind == static_cast<std::uint8_t>(trace_kind::recv);
+  }
+  CHECK(messages == sends + receipts);
+  REQUIRE(!starts.empty());
+  CHECK(starts.size() == sends);
+  for (const auto& [id, n] : starts) {
+    CHECK(n == 1);
+    CHECK_MESSAGE(finishes.count(id) == 1, "flow " << id << " has no receipt");
+  }
+  CHECK(finishes.size() == starts.size());
+  CHECK(counters.count("credits edge 2 (activation 0)") == 1);
+  CHECK(counters.size() >= 2);
+}
+
+TEST_CASE("trace export: the counter of an edge returns to zero slots in use at the end of a run") {
+  auto traces = dsa::test::two_stage_run_traces("export-counter");
+  REQUIRE(traces.has_value());
+  const auto json = nlohmann::json::parse(chrome_trace_json(*traces));
+  std::map<std::string, int> last;
+  std::map<std::string, int> peak;
+  for (const auto& e : json["traceEvents"])
+    if (e["ph"] == "C") {
+      const auto n = e["args"]["in use"].get<int>();
+      last[e["name"]] = n;
+      peak[e["name"]] = std::max(peak[e["name"]], n);
+      CHECK(n + e["args"]["free"].get<int>() >= 1); // in use + free = the edge's slot count
+    }
+  REQUIRE(!last.empty());
+  for (const auto& [name, n] : last) CHECK_MESSAGE(n == 0, name << " ends with " << n << " slots in use");
+  CHECK(peak["credits edge 2 (activation 0)"] >= 1);
+}
+
+TEST_CASE("trace export: json_quoted escapes quotes, control characters and '<'") {
+  CHECK(json_quoted("a\"b\\c") == R"("a\"b\\c")");
+  CHECK(json_quoted("x\ny") == R"("x\u000ay")");
+  CHECK(json_quoted("</script>") == R"("\u003c/script>")");
+}
+
+TEST_CASE("trace html: the page carries every lane, span and message, the summary, and nothing from elsewhere") {
+  auto traces = dsa::test::two_stage_run_traces("export-html");
+  REQUIRE(traces.has_value());
+  const auto& t = (*traces)[0].trace;
+  const auto page = trace_html_page(*traces, "run <x>");
+  CHECK(page.find("run &lt;x&gt;") != std::string::npos); // the title is escaped
+  CHECK(page.find("<script src") == std::string::npos);
+  CHECK(page.find("<link") == std::string::npos);
+  CHECK(page.find("http") == std::string::npos);
+  CHECK(page.find("steps of rank 0") != std::string::npos); // the summary's tables
+  CHECK(page.find("OK: no violation") != std::string::npos);  // and the check's verdict
+  const std::string open = R"(<script type="application/json" id="trace-data">)";
+  const auto from = page.find(open);
+  REQUIRE(from != std::string::npos);
+  const auto to = page.find("</script>", from);
+  const auto data = nlohmann::json::parse(page.substr(from + open.size(), to - from - open.size()));
+  std::set<std::string> lanes;
+  for (const auto& l : data["lanes"]) lanes.insert(l["name"].get<std::string>());
+  std::set<std::string> recorded; // actors with a record of their own: each has a lane
+  for (const auto& r : t.records) recorded.insert(t.actors.at(r.actor));
+  CHECK(recorded.size() >= 7); // feeder, 2 stages, 2 reducers, 2 optimizer shards
+  for (const auto& actor : recorded) CHECK_MESSAGE(lanes.count(actor), "no lane for " << actor);
+  std::size_t spans = 0, receipts = 0;
+  for (const auto& r : t.records) {
+    spans += r.kind == static_cast<std::uint8_t>(trace_kind::span);
+    receipts += r.kind == static_cast<std::uint8_t>(trace_kind::recv);
+  }
+  CHECK(data["spans"].size() == spans);
+  CHECK(data["msgs"].size() == receipts); // a complete trace: every receipt has its send
+  for (const auto& m : data["msgs"]) {
+    CHECK(m[2].get<double>() <= m[3].get<double>()); // sent before received
+    CHECK(m[0] != m[1]);                              // between two actors' lanes
+  }
+}
