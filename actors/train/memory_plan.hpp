@@ -16,6 +16,9 @@
 //   communication with several data-parallel ranks, each rank's reducers hold what
 //                 they send and receive of a gradient bucket: 2 x 4 bytes x the smaller
 //                 of reduce_bucket_size and the stage's parameters, per stage
+//   ZeRO-3        the parts' gathered weights and their whole gradients in flight
+//                 (bounded by the stage3_ keys and reduce_bucket_size); at start-up the
+//                 stages' whole weights before they are partitioned
 //   checkpoint    with ZeRO over several ranks every rank gathers its stages' whole
 //                 fp32 masters (4 bytes per parameter; its moments are written from
 //                 views); with NVMe offload the partition's masters are read back (4
@@ -26,9 +29,10 @@
 //                 so it counts on top of the activations
 //   margin        what the plan does not model (threads' stacks, the allocator's
 //                 arenas, CAF's mailboxes, OpenMP): 16 MiB + 10% of the rest
-// Only the optimizer state (fp32 masters and moments) can leave host memory today,
-// to NVMe with zero_optimization.offload_optimizer.device = "nvme"; offload_param
-// (ZeRO stage 3 over several ranks) is counted when set, never chosen by the plan.
+// The plan moves only the optimizer state (fp32 masters and moments) to NVMe by itself
+// (zero_optimization.offload_optimizer.device = "nvme"); offload_param (ZeRO stage 3)
+// is counted when set, never chosen by the plan. The final evaluation is planned apart
+// (host_memory_plan::evaluation) and skipped under a budget it would exceed.
 #pragma once
 
 #include "actors/train/run_config.hpp"

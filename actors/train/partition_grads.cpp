@@ -6,10 +6,26 @@
 
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 
 namespace dsa::train {
+
+namespace {
+// (n) f32 zeros in an anonymous mapping: no page is resident until written (the stage's
+// load of the first version zeroes it, after the stage's whole initial weights are gone;
+// malloc'ed memory may be touched at once, e.g. under MALLOC_PERTURB_).
+tensor untouched_zeros(std::int64_t n) {
+  const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(n) * sizeof(float), 1);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  auto s = storage::wrap(p, bytes, device::cpu(), [bytes](void* q) { ::munmap(q, bytes); });
+  return tensor::from_storage(std::move(s), 0, {n}, dtype::f32);
+}
+} // namespace
 
 partition_grads::partition_grads(optim::flat_layout layout, std::uint32_t rank, dtype working,
                                  std::shared_ptr<net::communicator> comm, std::int64_t pending_elements,
@@ -18,9 +34,7 @@ partition_grads::partition_grads(optim::flat_layout layout, std::uint32_t rank, 
       pending_limit_(pending_elements), logger_(logger), caller_(std::move(caller)) {
   DSA_CHECK(comm_ && comm_->size() == static_cast<int>(layout_.ranks()) && comm_->rank() == static_cast<int>(rank),
             "gradient partition: rank {} of {} needs that rank's communicator", rank, layout_.ranks());
-  // Zeroed by the first reset() (the stage's load of the first version) or sum, not now: its
-  // pages stay untouched while the stage's whole initial weights still exist.
-  partition_ = tensor::empty({layout_.partition_numel()}, dtype::f32);
+  partition_ = untouched_zeros(layout_.partition_numel());
   pieces_.resize(layout_.tensors().size());
   for (const auto& p : layout_.pieces(layout_.partition(rank_))) pieces_[p.tensor] = p;
   thread_ = std::thread([this] { run_thread(); });
@@ -78,7 +92,6 @@ void partition_grads::reset() {
   std::lock_guard<std::mutex> lk(mu_);
   DSA_CHECK(pending_ == 0, "gradient partition: reset with {} elements still being summed", pending_);
   partition_.zero();
-  zeroed_ = true;
 }
 
 void partition_grads::cancel() {
@@ -117,10 +130,6 @@ status partition_grads::reduce(std::size_t t, tensor& grad) {
                         r.err().message);
   const optim::flat_piece& p = pieces_[t];
   if (p.count == 0) return {};
-  if (!zeroed_) { // the first sum before any reset (the submits' lock orders it after the construction)
-    partition_.zero();
-    zeroed_ = true;
-  }
   float* acc = partition_.data<float>() + (p.flat_offset - layout_.partition(rank_).lo);
   const float* g = grad.data<float>() + p.tensor_offset;
   for (std::int64_t i = 0; i < p.count; ++i) acc[i] += g[i];

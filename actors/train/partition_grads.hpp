@@ -78,7 +78,6 @@ private:
   net::comms_logger* logger_ = nullptr;
   std::string caller_;
   tensor partition_;
-  bool zeroed_ = false; // partition_ holds zeros or sums (set by reset and the first sum, never both at once)
   std::vector<optim::flat_piece> pieces_; // per tensor: its piece in this rank's partition (count 0: none)
 
   std::mutex mu_;

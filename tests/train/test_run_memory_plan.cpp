@@ -328,3 +328,39 @@ TEST_CASE("dsactor run under limits.host_memory with NVMe offload: a smaller sub
   CHECK(fits.log.find("(as expected)") != std::string::npos); // the accounting used the chosen sub-group
   CHECK(fits.max_rss <= budget);
 }
+
+// ZeRO-Infinity on one rank (issue 12's scale case, small): the weights and the optimizer
+// state on NVMe, so the model's states (16 bytes per parameter as DeepSpeed counts them)
+// exceed the budget, and the run honours it, as the kernel measured the child.
+TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights and optimizer state on NVMe trains a model "
+          "whose states exceed the budget") {
+  test::temp_dir dir, swap;
+  const std::string config = test::tiny_config(dir.path());
+  // hidden 512, 8 layers, vocabulary 8000: 29.4 M parameters, 449 MiB of model states.
+  const std::vector<std::string> keys{
+      "model.hidden_size=512", "model.num_heads=8", "model.intermediate_size=2048", "model.num_layers=8",
+      "train_steps=2", "checkpoint.save_final=false", "zero_optimization.stage=3",
+      "zero_optimization.offload_optimizer.device=\"nvme\"",
+      fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
+      "zero_optimization.offload_param.device=\"nvme\"",
+      fmt::format("zero_optimization.offload_param.nvme_path=\"{}\"", swap.path()),
+      "zero_optimization.offload_param.max_in_cpu=0", "zero_optimization.offload_param.buffer_size=1000000",
+      "zero_optimization.stage3_prefetch_bucket_size=2000000", "zero_optimization.reduce_bucket_size=2000000"};
+  auto refused = run_binary(dir.path(), config, with(keys, {"limits.host_memory=\"4MiB\""}));
+  REQUIRE(refused.exit_code == 2);
+  INFO(refused.err);
+  CHECK(refused.err.find("ZeRO-3 parts in flight") != std::string::npos);
+  const std::int64_t budget = (smallest_mib(refused.err) + 4) * mib;
+  auto fits = run_binary(dir.path(), config, with(keys, {fmt::format("limits.host_memory={}", budget)}));
+  INFO(fits.err);
+  REQUIRE(fits.exit_code == 0);
+  INFO(fits.log);
+  std::smatch m;
+  REQUIRE(std::regex_search(fits.log, m, std::regex("mixed-precision accounting for ZeRO stage 3 on 1 rank\\(s\\): ([0-9.]+) MiB")));
+  const double deepspeed_mib = std::stod(m[1].str());
+  CHECK(deepspeed_mib * mib > 1.5 * static_cast<double>(budget)); // the states do not fit the budget
+  CHECK(fits.log.find("(as expected)") != std::string::npos);
+  CHECK(fits.max_rss <= budget);
+  // The final evaluation would gather the whole model: skipped, saying why.
+  CHECK(fits.log.find("final evaluation skipped") != std::string::npos);
+}

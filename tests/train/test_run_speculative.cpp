@@ -185,5 +185,9 @@ TEST_CASE("speculative update: a speculate span per shard and step, before its u
     REQUIRE(upd[key].size() == 1);
     CHECK(spans[0]->t1_ns <= upd[key][0]->t0_ns);
   }
-  CHECK(actors::check_traces(*traces).first == std::nullopt);
+// A real run on a shared machine may stall a thread for any time: the starvation rule's
+  // tolerance is wide here (its detection is tested on injected traces, test_trace_starvation).
+  actors::trace_check_options wide;
+  wide.idle_tolerance_ms = 600'000;
+  CHECK(actors::check_traces(*traces, wide).first == std::nullopt);
 }
