@@ -1,4 +1,5 @@
 // Starting a pipeline run; see run.hpp.
+#include "actors/trace/trace_clock.hpp"
 #include "actors/run.hpp"
 
 #include "actors/coordinator_actor.hpp"
@@ -48,6 +49,8 @@ std::vector<std::pair<std::string, std::string>> trace_info(const run_options& o
       {"micro_batches", std::to_string(options.pipeline.micro_batches)},
       {"first_step", std::to_string(options.first_step)},
       {"origin_unix_ns", std::to_string(trace.origin_unix_ns())},
+      {"origin_steady_ns", std::to_string(trace.origin_steady_ns())},
+      {"boot_id", current_boot_id()},
       {"trace_interval_ms", std::to_string(options.trace_stream.interval.count())},
       {"edges", std::to_string(slots.edge_count())}};
   for (std::uint32_t e = 0; e < slots.edge_count(); ++e)

@@ -1,6 +1,7 @@
 // Chrome trace-event JSON writer; see chrome_export.hpp.
 #include "actors/trace/chrome_export.hpp"
 
+#include "actors/trace/trace_clock.hpp"
 #include "actors/trace/trace_edges.hpp"
 #include "io/ckpt/atomic_file.hpp"
 
@@ -23,8 +24,10 @@ constexpr std::uint64_t io_row = 1'000'000;
 // Writes the events of one rank's trace as process `pid`; flow ids stay unique over all ranks.
 class rank_writer {
 public:
-  rank_writer(std::string& out, const trace_data& trace, std::uint32_t pid, std::uint64_t& next_flow)
-      : out_(out), t_(trace), pid_(pid), next_flow_(next_flow), edges_(trace_edges(trace)) {}
+  // offset_ns: added to every time, to put the rank on the common clock (trace_clock.hpp).
+  rank_writer(std::string& out, const trace_data& trace, std::uint32_t pid, std::uint64_t& next_flow,
+              std::uint64_t offset_ns = 0)
+      : out_(out), t_(trace), pid_(pid), next_flow_(next_flow), edges_(trace_edges(trace)), offset_ns_(offset_ns) {}
 
   void write() {
     event(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}"}}}})", pid_, pid_));
@@ -57,7 +60,7 @@ private:
     if (kind == trace_kind::span && is_io_span(name)) {
       event(fmt::format(R"({{"ph":"X","name":{},"cat":"io","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
                         R"("args":{{"stage":{},"step":{},"chunk":{},"bytes":{}}}}})",
-                        json_quoted(name), pid_, io_row + r.actor, us(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
+                        json_quoted(name), pid_, io_row + r.actor, at(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
                         r.micro_batch, r.bytes));
       return;
     }
@@ -65,20 +68,20 @@ private:
       // Gradient allreduces are the network's spans (cat "comm"); the rest compute.
       event(fmt::format(R"({{"ph":"X","name":{},"cat":"{}","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
                         R"("args":{{"stage":{},"step":{},"micro_batch":{}}}}})",
-                        json_quoted(name), name == "allreduce" ? "comm" : "compute", pid_, r.actor, us(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
+                        json_quoted(name), name == "allreduce" ? "comm" : "compute", pid_, r.actor, at(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
                         r.micro_batch));
       return;
     }
     const bool send = kind == trace_kind::send;
     event(fmt::format(R"({{"ph":"i","s":"t","name":{},"cat":"msg","pid":{},"tid":{},"ts":{:.3f},)"
                       R"("args":{{"peer":{},"edge":{},"slot":{},"bytes":{},"step":{},"micro_batch":{}}}}})",
-                      json_quoted((send ? "send " : "recv ") + name), pid_, r.actor, us(r.t0_ns), r.peer, r.edge,
+                      json_quoted((send ? "send " : "recv ") + name), pid_, r.actor, at(r.t0_ns), r.peer, r.edge,
                       r.slot, r.bytes, r.step, r.micro_batch));
     const auto id = flows_.emplace(r.flow, next_flow_).first->second;
     if (id == next_flow_) ++next_flow_;
     event(fmt::format(R"({{"ph":"{}",{}"name":{},"cat":"msg","id":{},"pid":{},"tid":{},"ts":{:.3f}}})",
                       send ? "s" : "f", send ? "" : R"("bp":"e",)", json_quoted(name), id, pid_, r.actor,
-                      us(r.t0_ns)));
+                      at(r.t0_ns)));
     // The producer's view of its edge: a produce takes a slot, the release it receives gives it back.
     if ((send && name == "produced") || (!send && name == "released")) credit(r, send);
   }
@@ -90,7 +93,7 @@ private:
     const std::uint32_t slots = it == edges_.end() ? 0 : it->second.slots;
     const std::string free = slots > 0 ? fmt::format(R"(,"free":{})", slots > used ? slots - used : 0) : "";
     event(fmt::format(R"({{"ph":"C","name":{},"cat":"credit","pid":{},"ts":{:.3f},"args":{{"in use":{}{}}}}})",
-                      json_quoted("credits " + trace_edge_label(edges_, r.edge)), pid_, us(r.t0_ns), used, free));
+                      json_quoted("credits " + trace_edge_label(edges_, r.edge)), pid_, at(r.t0_ns), used, free));
   }
 
   std::string& out_;
@@ -100,13 +103,18 @@ private:
   const std::map<std::uint32_t, trace_edge> edges_;
   std::unordered_map<std::uint64_t, std::uint64_t> flows_; // trace flow -> exported id
   std::map<std::uint32_t, std::uint32_t> in_use_;          // slots in flight per edge
+  std::uint64_t offset_ns_ = 0;
+  double at(std::uint64_t ns) const { return us(ns + offset_ns_); }
 };
 
-template <class Each> std::string document(Each&& each_rank) {
+template <class Each> std::string document(const std::string& clock, Each&& each_rank) {
   std::string out = R"({"traceEvents":[)";
   std::uint64_t next_flow = 1;
-  each_rank([&](const trace_data& t, std::uint32_t rank) { rank_writer(out, t, rank, next_flow).write(); });
-  out += R"(],"displayTimeUnit":"ms","otherData":{"format":"dsactor trace","clock":"each rank from its own origin"}})";
+  each_rank([&](const trace_data& t, std::uint32_t rank, std::uint64_t offset_ns) {
+    rank_writer(out, t, rank, next_flow, offset_ns).write();
+  });
+  out += fmt::format(R"(],"displayTimeUnit":"ms","otherData":{{"format":"dsactor trace","clock":{}}}}})",
+                     json_quoted(clock));
   return out;
 }
 
@@ -126,13 +134,14 @@ std::string json_quoted(const std::string& s) {
 }
 
 std::string chrome_trace_json(const std::vector<rank_trace>& traces) {
-  return document([&](auto&& write) {
-    for (const auto& t : traces) write(t.trace, t.rank);
+  const trace_clocks clocks = align_trace_clocks(traces);
+  return document(clocks.how, [&](auto&& write) {
+    for (std::size_t i = 0; i < traces.size(); ++i) write(traces[i].trace, traces[i].rank, clocks.offset_ns[i]);
   });
 }
 
 std::string chrome_trace_json(const trace_data& trace) {
-  return document([&](auto&& write) { write(trace, 0); });
+  return document("one trace: its own clock", [&](auto&& write) { write(trace, 0, 0); });
 }
 
 status write_chrome_trace(const std::string& path, const std::vector<rank_trace>& traces) {

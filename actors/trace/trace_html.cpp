@@ -3,6 +3,7 @@
 
 #include "actors/trace/chrome_export.hpp"
 #include "actors/trace/trace_check.hpp"
+#include "actors/trace/trace_clock.hpp"
 #include "actors/trace/trace_swap_io.hpp"
 #include "actors/trace/trace_waits.hpp"
 #include "io/ckpt/atomic_file.hpp"
@@ -15,7 +16,6 @@ namespace dsa::actors {
 
 namespace {
 
-double ms(std::uint64_t ns) { return static_cast<double>(ns) * 1e-6; }
 
 std::string html_escaped(const std::string& s) {
   std::string out;
@@ -33,8 +33,10 @@ std::string html_escaped(const std::string& s) {
 // and messages [from lane, to lane, sent ms, received ms, name, edge, slot, step, micro-batch, bytes].
 class timeline_json {
 public:
+  // Every rank on the common clock (trace_clock.hpp).
   explicit timeline_json(const std::vector<rank_trace>& traces) {
-    for (const auto& rt : traces) add_rank(rt);
+    const trace_clocks clocks = align_trace_clocks(traces);
+    for (std::size_t i = 0; i < traces.size(); ++i) add_rank(traces[i], clocks.offset_ns[i]);
   }
   std::string text() const {
     std::string names;
@@ -57,7 +59,8 @@ private:
   }
   static void append(std::string& list, const std::string& item) { list += (list.empty() ? "" : ",") + item; }
 
-  void add_rank(const rank_trace& rt) {
+  void add_rank(const rank_trace& rt, std::uint64_t offset_ns) {
+    auto ms = [offset_ns](std::uint64_t ns) { return static_cast<double>(ns + offset_ns) / 1e6; };
     const auto& t = rt.trace;
     std::uint32_t actors = static_cast<std::uint32_t>(t.actors.size());
     for (const auto& r : t.records) actors = std::max(actors, std::max(r.actor, r.peer) + 1);

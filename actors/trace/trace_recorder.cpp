@@ -39,6 +39,10 @@ std::uint64_t trace_recorder::now_ns() const {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count());
 }
 
+std::uint64_t trace_recorder::origin_steady_ns() const {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(origin_.time_since_epoch()).count());
+}
+
 std::uint64_t trace_recorder::since_origin_ns(std::uint64_t steady_ns) const {
   const auto origin = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(origin_.time_since_epoch()).count());

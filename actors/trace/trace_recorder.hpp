@@ -59,6 +59,9 @@ public:
   // The system clock at the origin of now_ns(), in ns since the Unix epoch
   // (for placing several processes' traces on one clock).
   std::uint64_t origin_unix_ns() const { return origin_unix_ns_; }
+  // The steady clock at that origin, in ns since its epoch (CLOCK_MONOTONIC: the same
+  // clock in every process of one boot of a host).
+  std::uint64_t origin_steady_ns() const;
   void set_actor_name(std::uint32_t actor, std::string name);
   std::vector<std::string> actor_names() const;
   void record(const trace_record& r);

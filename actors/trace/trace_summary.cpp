@@ -1,6 +1,7 @@
 // The trace summary; see trace_summary.hpp.
 #include "actors/trace/trace_summary.hpp"
 
+#include "actors/trace/trace_clock.hpp"
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/trace/trace_critical_path.hpp"
 #include "actors/trace/trace_file.hpp"
@@ -243,6 +244,9 @@ expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_
 
 trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
   trace_summary out;
+  const trace_clocks clocks = align_trace_clocks(traces);
+  out.clock = clocks.how;
+  for (std::uint64_t o : clocks.offset_ns) out.offset_s.push_back(static_cast<double>(o) * 1e-9);
   for (const auto& rt : traces) {
     const auto& t = rt.trace;
     rank_usage r;
@@ -284,8 +288,12 @@ std::string format_trace_summary(const trace_summary& s) {
   for (const auto& r : s.ranks)
     out += fmt::format("  rank {}: {} (version {}), {} records over {:.3f} s, {}\n", r.rank, r.path,
                        r.version, r.records, r.window_s, describe_end(r));
-  if (s.ranks.size() > 1)
-    out += "  (each rank's times count from its own start; the ranks are not aligned)\n";
+  if (s.ranks.size() > 1) {
+    out += fmt::format("  clocks: {}; each rank's times below count from its own start, which lies at", s.clock);
+    for (std::size_t i = 0; i < s.ranks.size() && i < s.offset_s.size(); ++i)
+      out += fmt::format("{} +{:.6f} s (rank {})", i ? "," : "", s.offset_s[i], s.ranks[i].rank);
+    out += " on the common clock (the html and export views use it)\n";
+  }
 
   out += "\nactors (busy: compute spans; comm: allreduce spans; the rest of the rank's trace split "
          "into\n  input: waiting for the input of its next span; credit: input there, waiting for its "

@@ -64,6 +64,8 @@ struct trace_summary {
   std::vector<rank_usage> ranks;
   std::vector<actor_usage> actors; // by role, rank, stage
   std::vector<step_usage> steps;   // by rank, step
+  std::string clock;               // how the ranks' times are aligned (trace_clock.hpp)
+  std::vector<double> offset_s;    // per rank in `ranks`: its origin on the common clock
 };
 
 // I/O spans: names that start with "swap", "nvme" or "io" (recorded: the NVMe

@@ -5,6 +5,7 @@
 // every delivered message) and the summary, and loads nothing from elsewhere
 // (tests/integration/trace_html.sh renders it in Chromium).
 #include "actors/trace/chrome_export.hpp"
+#include "actors/trace/trace_clock.hpp"
 #include "actors/trace/trace_html.hpp"
 #include "synthetic_run.hpp"
 
@@ -120,4 +121,55 @@ TEST_CASE("trace html: the page carries every lane, span and message, the summar
     CHECK(m[2].get<double>() <= m[3].get<double>()); // sent before received
     CHECK(m[0] != m[1]);                              // between two actors' lanes
   }
+}
+
+namespace {
+// A one-span trace of `rank` with these clock facts in its info frame.
+rank_trace clocked(std::uint32_t rank, const std::string& boot, std::uint64_t steady, std::uint64_t unix_ns) {
+  rank_trace rt;
+  rt.rank = rank;
+  rt.trace.names = {"forward"};
+  rt.trace.actors = {"stage 0"};
+  trace_record r;
+  r.kind = static_cast<std::uint8_t>(trace_kind::span);
+  r.t0_ns = 1'000;
+  r.t1_ns = 3'000;
+  rt.trace.records.push_back(r);
+  rt.trace.info = {{"rank", std::to_string(rank)}};
+  if (!boot.empty()) rt.trace.info.emplace_back("boot_id", boot);
+  if (steady) rt.trace.info.emplace_back("origin_steady_ns", std::to_string(steady));
+  if (unix_ns) rt.trace.info.emplace_back("origin_unix_ns", std::to_string(unix_ns));
+  return rt;
+}
+} // namespace
+
+// The processes of one host share the steady clock: their traces align exactly; of
+// several hosts, by their system clocks; without the facts, not at all, and it says so.
+TEST_CASE("trace clocks: ranks of one boot align on the steady clock, of several hosts on the system clock") {
+  const std::vector<rank_trace> one_host{clocked(0, "boot-a", 9'000'000, 50'000'000),
+                                         clocked(1, "boot-a", 4'000'000, 70'000'000)};
+  auto c = align_trace_clocks(one_host);
+  CHECK(c.offset_ns == std::vector<std::uint64_t>{5'000'000, 0});
+  CHECK(c.how.find("one host") != std::string::npos);
+  const std::vector<rank_trace> two_hosts{clocked(0, "boot-a", 9'000'000, 50'000'000),
+                                          clocked(1, "boot-b", 4'000'000, 70'000'000)};
+  c = align_trace_clocks(two_hosts);
+  CHECK(c.offset_ns == std::vector<std::uint64_t>{0, 20'000'000});
+  CHECK(c.how.find("system clocks") != std::string::npos);
+  const std::vector<rank_trace> old{clocked(0, "", 0, 0), clocked(1, "", 0, 0)};
+  c = align_trace_clocks(old);
+  CHECK(c.offset_ns == std::vector<std::uint64_t>{0, 0});
+  CHECK(c.how.find("own origin") != std::string::npos);
+  // The export places rank 0's span 5 ms after rank 1's, and says how it aligned them.
+  const auto json = nlohmann::json::parse(chrome_trace_json(one_host));
+  std::map<int, double> ts;
+  for (const auto& e : json["traceEvents"])
+    if (e["ph"] == "X") ts[e["pid"].get<int>()] = e["ts"].get<double>();
+  CHECK(ts.at(0) == doctest::Approx(5001.0));
+  CHECK(ts.at(1) == doctest::Approx(1.0));
+  CHECK(json["otherData"]["clock"].get<std::string>().find("one host") != std::string::npos);
+  // The summary names the alignment and each rank's origin on the common clock.
+  const std::string summary = format_trace_summary(summarize_traces(one_host));
+  CHECK(summary.find("one host") != std::string::npos);
+  CHECK(summary.find("+0.005000 s (rank 0)") != std::string::npos);
 }

@@ -45,6 +45,9 @@ for f in train.log train.rank1.log trace.dsat trace.rank1.dsat metrics.csv; do
   [[ -s $work/procs/$f ]] || fail "the job's run dir lacks $f"
 done
 grep -q "as rank 1 of 2 processes" "$work/procs/train.rank1.log" || fail "rank 1 did not say which rank it is"
+# The two processes' traces on one clock: one host, so the steady clock they share.
+"$dsactor" trace "$work/procs" summary >"$work/summary" 2>&1 || fail "trace summary of the 2-process run"
+grep -q "clocks: 2 ranks of one host" "$work/summary" || { cat "$work/summary"; fail "the ranks' traces should align on one host's clock"; }
 "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/threads\"" --set devices.ranks=2 >"$work/out" 2>"$work/err" ||
   fail "2 ranks in one process"
 "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/zthreads\"" --set devices.ranks=2 \

@@ -1,0 +1,31 @@
+// Several processes' traces on one clock. Each trace's times count from its recorder's
+// origin; its info frame says where that origin lies: on the steady clock
+// (origin_steady_ns, CLOCK_MONOTONIC, which every process of one boot of a host shares:
+// boot_id names the boot) and on the system clock (origin_unix_ns). Traces of one boot
+// are placed exactly; traces of several hosts by their system clocks, as close as the
+// hosts' clock synchronisation (NTP) keeps them; an older trace without these facts keeps
+// its own origin, and the result says which it was.
+#pragma once
+
+#include "actors/trace/trace_summary.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::actors {
+
+struct trace_clocks {
+  // Per trace (in the order given): ns to add to its times to put them on the common clock,
+  // whose zero is the earliest origin (so every offset is >= 0).
+  std::vector<std::uint64_t> offset_ns;
+  std::string how; // one line for the summary, e.g. "one host (boot 3f2a...): exact"
+};
+
+trace_clocks align_trace_clocks(const std::vector<rank_trace>& traces);
+
+// The facts a recorder writes into its trace's info frame for the alignment: its origin on
+// the steady clock and this boot's id (/proc/sys/kernel/random/boot_id; empty when missing).
+std::string current_boot_id();
+
+} // namespace dsa::actors
