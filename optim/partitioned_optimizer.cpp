@@ -412,10 +412,12 @@ partition_state partitioned_optimizer::state() const {
 bool partitioned_optimizer::resident() const { return dynamic_cast<const resident_state*>(store_.get()) != nullptr; }
 
 void partitioned_optimizer::restore_state(const partition_state& saved) {
-  partition_state live = state();
-  live.master.copy_from(saved.master);
-  live.exp_avg.copy_from(saved.exp_avg);
-  live.exp_avg_sq.copy_from(saved.exp_avg_sq);
+  if (saved.master.defined()) {
+    partition_state live = state();
+    live.master.copy_from(saved.master);
+    live.exp_avg.copy_from(saved.exp_avg);
+    live.exp_avg_sq.copy_from(saved.exp_avg_sq);
+  }
   step_ = saved.step;
 }
 

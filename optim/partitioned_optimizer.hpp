@@ -150,7 +150,9 @@ public:
   // Whether the state is in memory (not swapped): state() and restore_state() work.
   bool resident() const;
   // Speculation's rollback: overwrites the in-memory arrays and the step count with
-  // `saved` (a copy taken from state() before a step); a broken invariant when swapped.
+  // `saved` (a copy taken from state() before a step; a broken invariant when swapped),
+  // or, when saved.master is undefined, the step count alone (a swapped state's
+  // speculation wrote elsewhere: aio::swap_store::discard_shadow).
   void restore_state(const partition_state& saved);
 
 private:

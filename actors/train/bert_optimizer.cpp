@@ -191,6 +191,9 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
     roll_back(); // clipped or overflowed: as if the speculation had not run
     ++rolled_back_;
   }
+  if (kept && swap_)
+    if (auto s = swap_->commit_shadow(); !s)
+      throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
   if (!kept) advance(step, d);
   publish(d, out);
   if (options_.update_ns)
@@ -200,14 +203,6 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
 }
 
 bool bert_optimizer::speculate(std::uint32_t step) {
-  if (swap_) {
-    if (!refusal_logged_ && options_.zero_rank == 0) {
-      refusal_logged_ = true;
-      log_info("stage {}: no speculative update: the optimizer state is swapped to NVMe (a backup would be a "
-               "second swap)", options_.participant);
-    }
-    return false;
-  }
   auto started = std::chrono::steady_clock::now();
   assumed_ = options_.decider->assume();
   back_up();
@@ -326,6 +321,19 @@ void keep_copy(tensor& dst, const tensor& src) {
 
 void bert_optimizer::back_up() {
   backup& b = backup_;
+  if (swap_) {
+    // Swapped state: the speculative sweeps write to the swap's second files (the state
+    // stays as it was until commit_shadow); only the gradients, which the step consumes,
+    // and the step count and betas are kept here.
+    if (auto s = swap_->begin_shadow(); !s)
+      throw std::runtime_error(fmt::format("stage {}: speculative update: {}", options_.participant, s.err().message));
+    b.part = optim::partition_state{};
+    b.part.step = part_->step_count();
+    keep_copy(b.grad, partition_grad());
+    b.beta1 = part_->settings().beta1;
+    b.beta2 = part_->settings().beta2;
+    return;
+  }
   if (part_) {
     optim::partition_state live = part_->state();
     keep_copy(b.part.master, live.master);
@@ -354,6 +362,15 @@ void bert_optimizer::back_up() {
 
 void bert_optimizer::roll_back() {
   const backup& b = backup_;
+  if (swap_) {
+    if (auto s = swap_->discard_shadow(); !s)
+      throw std::runtime_error(fmt::format("rolling back stage {}'s speculative update: {}", options_.participant,
+                                           s.err().message));
+    part_->restore_state(b.part); // the step count only: the state never left its files
+    partition_grad().copy_from(b.grad);
+    part_->set_betas(b.beta1, b.beta2);
+    return;
+  }
   if (part_) {
     part_->restore_state(b.part);
     partition_grad().copy_from(b.grad);

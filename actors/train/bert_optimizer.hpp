@@ -213,7 +213,6 @@ private:
     double beta1 = 0, beta2 = 0;
   } backup_;
   std::int64_t speculated_ = 0, rolled_back_ = 0;
-  bool refusal_logged_ = false;
 };
 
 } // namespace dsa::train

@@ -113,8 +113,16 @@ std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std:
 
 swap_store::swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk)
     : engine_(std::move(engine)), options_(options), chunk_(chunk), flight_(std::make_unique<flight>()) {
-  for (unsigned a = 0; a < optim::state_arrays; ++a)
+  for (unsigned a = 0; a < optim::state_arrays; ++a) {
     paths_[a] = fmt::format("{}/{}.{}.swp", options_.dir, options_.name, array_names[a]);
+    shadow_paths_[a] = fmt::format("{}/{}.{}.next.swp", options_.dir, options_.name, array_names[a]);
+  }
+}
+
+// During a speculation writes go to the second files and reads to the state's own, which
+// the speculation leaves as it was (a checkpoint reads the state before the speculation).
+const std::string& swap_store::file_of(unsigned a, aio_op op) const {
+  return shadow_open_ && op == aio_op::write ? shadow_paths_[a] : paths_[a];
 }
 
 expected<std::unique_ptr<swap_store>> swap_store::create(std::shared_ptr<aio_engine> engine,
@@ -153,6 +161,7 @@ expected<std::unique_ptr<swap_store>> swap_store::create(std::shared_ptr<aio_eng
 swap_store::~swap_store() {
   (void)flush(); // no transfer may outlive the buffers; an error here has no one to tell
   for (const auto& p : paths_) ::unlink(p.c_str()); // scratch: a missing file is fine
+  for (const auto& p : shadow_paths_) ::unlink(p.c_str());
 }
 
 std::int64_t swap_store::resident_bytes() const {
@@ -180,7 +189,7 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
     const pool_buffer& buffer = buffers_[slot * optim::state_arrays + a];
     aio_request r;
     r.op = op;
-    r.path = paths_[a];
+    r.path = file_of(a, op);
     r.buffer = buffer.data();
     r.buffer_bytes = buffer.size();
     r.bytes = static_cast<std::size_t>(hi - lo) * sizeof(float);
@@ -188,7 +197,9 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
     r.file_length = file_bytes;
     // A file that exists must have its whole length: one cut or removed under the run is
     // an error naming it, never refilled with zeros by a write.
-    if (op == aio_op::read || (written_ & (1u << a))) r.expect_file_size = file_bytes;
+    const bool shadow = r.path == shadow_paths_[a];
+    if (op == aio_op::read || ((shadow ? shadow_full_ : written_.load()) & (1u << a))) r.expect_file_size = file_bytes;
+    if (op == aio_op::write && shadow) shadow_round_ |= 1u << a;
     requests.push_back(std::move(r));
   }
   f.slots[slot].pending += static_cast<int>(requests.size());
@@ -268,6 +279,14 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
                       options_.name);
   auto& f = *flight_;
   using use = flight::use;
+  {
+    std::lock_guard<std::mutex> check(f.mu);
+    // An update that reads back what it wrote earlier in the same speculation would read
+    // the state from before it (Adam's one sweep and LAMB's two never do).
+    if (shadow_open_ && write != 0 && (read & shadow_round_) != 0)
+      return make_error(errc::protocol, "swap store '{}/{}': a speculative sweep reads arrays it wrote", options_.dir,
+                        options_.name);
+  }
   if (read != 0)
     hold_for_test([&] {
       std::unique_lock<std::mutex> quiet(f.mu);
@@ -344,7 +363,7 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
   f.stats.compute_ns += computing;
   f.stats.wait_ns += steady_ns() - began - computing;
   if (f.failed) return settle(lock);
-  written_ |= write;
+  if (!shadow_open_) written_ |= write;
   return {};
 }
 
@@ -353,6 +372,10 @@ void swap_store::prefetch(unsigned read) {
   auto& f = *flight_;
   std::unique_lock<std::mutex> lock(f.mu);
   if (f.failed) return; // reported by the next sweep
+  if (shadow_open_) { // the next step reads what the speculation's outcome decides
+    deferred_prefetch_ = read;
+    return;
+  }
   f.prefetch_mask = read;
   f.prefetch_next = 0;
   pump(lock);
@@ -373,6 +396,57 @@ void swap_store::pump(std::unique_lock<std::mutex>& lock) {
     transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, f.prefetch_mask, reading_for::next_sweep);
   }
   f.prefetch_mask = 0; // every chunk is read ahead (or an error stopped it)
+}
+
+status swap_store::begin_shadow() {
+  auto& f = *flight_;
+  std::unique_lock<std::mutex> lock(f.mu);
+  if (shadow_open_) return make_error(errc::protocol, "swap store '{}/{}': a speculation began twice", options_.dir, options_.name);
+  // Writes behind the last sweep go to the usual files: they end first. A prefetch's reads
+  // of the usual files stay: the speculative sweep reads the state from there.
+  f.cv.wait(lock, [&] {
+    return std::none_of(f.slots.begin(), f.slots.end(), [](const flight::slot& s) { return s.state == flight::use::writing; });
+  });
+  if (f.failed) return settle(lock);
+  shadow_open_ = true;
+  shadow_round_ = 0;
+  deferred_prefetch_ = 0;
+  return {};
+}
+
+status swap_store::commit_shadow() {
+  auto& f = *flight_;
+  unsigned prefetch_next = 0;
+  {
+    std::unique_lock<std::mutex> lock(f.mu);
+    if (!shadow_open_) return make_error(errc::protocol, "swap store '{}/{}': commit without a speculation", options_.dir, options_.name);
+    f.cv.wait(lock, [&] { return f.quiet(); });
+    shadow_open_ = false;
+    if (f.failed) return settle(lock);
+    for (unsigned a = 0; a < optim::state_arrays; ++a) {
+      if (!(shadow_round_ & (1u << a))) continue;
+      std::swap(paths_[a], shadow_paths_[a]); // the written files are the state now
+      const bool old_full = (written_.load() & (1u << a)) != 0;
+      written_ |= 1u << a;
+      shadow_full_ = old_full ? (shadow_full_ | (1u << a)) : (shadow_full_ & ~(1u << a));
+    }
+    prefetch_next = deferred_prefetch_;
+    deferred_prefetch_ = 0;
+  }
+  prefetch(prefetch_next);
+  return {};
+}
+
+status swap_store::discard_shadow() {
+  auto& f = *flight_;
+  std::unique_lock<std::mutex> lock(f.mu);
+  if (!shadow_open_) return make_error(errc::protocol, "swap store '{}/{}': discard without a speculation", options_.dir, options_.name);
+  f.cv.wait(lock, [&] { return f.quiet(); });
+  shadow_open_ = false;
+  shadow_full_ |= shadow_round_; // written: the files have their whole length now
+  deferred_prefetch_ = 0;        // the redone sweep reads the state itself
+  if (f.failed) return settle(lock);
+  return {};
 }
 
 void swap_store::wait_idle() {

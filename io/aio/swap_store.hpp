@@ -108,6 +108,16 @@ public:
   void prefetch(unsigned read) override;
   // Waits for every transfer in flight; their first error, if any.
   status flush() override;
+  // A speculative update (pipeline.speculative_update): from begin_shadow on, sweeps write
+  // to a second set of files (<name>.<array>.next.swp) and read the state's own files,
+  // which stay as they were (an updating sweep may not read an array written since
+  // begin_shadow: an error), and a prefetch waits. commit_shadow
+  // makes the arrays written since the state (the files trade places), then starts the
+  // waiting prefetch; discard_shadow forgets them, as if no sweep had run since
+  // begin_shadow. No I/O is added: the writes go elsewhere, at the cost of the disk space.
+  status begin_shadow();
+  status commit_shadow();
+  status discard_shadow();
   // Waits for every transfer in flight, leaving an error to the next sweep or flush
   // (the observer has then seen every transfer started so far).
   void wait_idle();
@@ -140,6 +150,14 @@ private:
   swap_options options_;
   std::int64_t chunk_ = 0;
   std::string paths_[optim::state_arrays];
+  // The second set of files for speculative sweeps (begin_shadow): their paths, which of
+  // them exist at full length, whether one is open and which arrays it wrote, and the
+  // prefetch asked for meanwhile. Set on the optimizer's thread under flight_->mu.
+  std::string shadow_paths_[optim::state_arrays];
+  unsigned shadow_full_ = 0, shadow_round_ = 0, deferred_prefetch_ = 0;
+  bool shadow_open_ = false;
+  // The file a transfer of array a uses (under flight_->mu).
+  const std::string& file_of(unsigned a, aio_op op) const;
   // Arrays a whole sweep has written (their files exist at full length), and the sweeps so
   // far: set on the optimizer's thread, read by a prefetch an engine thread continues.
   std::atomic<unsigned> written_{0};

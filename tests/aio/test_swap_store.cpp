@@ -354,3 +354,54 @@ TEST_CASE("swap store: the observer sees each chunk transfer once, tagged with i
   CHECK(s.bytes_read == 3u * numel * 4);
   CHECK(s.busy_ns > 0);
 }
+
+// A speculative update's sweeps write the second files: the state reads back as before
+// until commit_shadow makes them the state; discard_shadow forgets them; an updating sweep
+// may not read what the speculation wrote; the second files go with the store.
+TEST_CASE("swap store: speculative sweeps write aside, committed or discarded") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  const std::int64_t numel = 5 * 2048;
+  const auto arrays = patterned_arrays(numel);
+  auto store = make_store(engine, options_for(dir.path(), numel, 2048, true, true));
+  REQUIRE(optim::write_arrays(*store, arrays).has_value());
+  const unsigned m = optim::array_bit(optim::master_array);
+  auto add = [&](float x) {
+    return store->sweep(m, m, [x](const optim::state_chunk& c) -> status {
+      for (std::int64_t i = 0; i < c.hi - c.lo; ++i) c.arrays[optim::master_array][i] += x;
+      return {};
+    });
+  };
+  auto master_at_end = [&] {
+    auto back = optim::read_arrays(*store);
+    REQUIRE(back.has_value());
+    return (*back)[0].data<float>()[numel - 1];
+  };
+  const float first = arrays[0].data<float>()[numel - 1];
+  for (bool pipelined_prefetch : {false, true}) {
+    CAPTURE(pipelined_prefetch);
+    const float before = master_at_end();
+    if (pipelined_prefetch) store->prefetch(optim::all_arrays); // waits for the outcome once a speculation is open
+    REQUIRE(store->begin_shadow().has_value());
+    REQUIRE(add(1.0f).has_value());
+    CHECK(master_at_end() == before); // a checkpoint during the speculation reads the state before it
+    // Reading back what this speculation wrote, to update it again, is refused.
+    auto twice = add(1.0f);
+    REQUIRE_FALSE(twice.has_value());
+    CHECK(twice.err().message.find("speculative sweep reads arrays it wrote") != std::string::npos);
+    REQUIRE(store->discard_shadow().has_value());
+    CHECK(master_at_end() == before); // discarded
+    REQUIRE(store->begin_shadow().has_value());
+    REQUIRE(add(2.0f).has_value());
+    REQUIRE(store->commit_shadow().has_value());
+    CHECK(master_at_end() == before + 2.0f); // committed: the second files are the state
+    auto back = optim::read_arrays(*store);
+    REQUIRE(back.has_value());
+    CHECK(same_bits((*back)[1], arrays[1])); // the arrays the speculation did not write stay
+  }
+  CHECK(master_at_end() == first + 4.0f);
+  CHECK_FALSE(store->commit_shadow().has_value()); // none open
+  store.reset();
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    CHECK_MESSAGE(!e.is_regular_file(), "left behind: " << e.path().string());
+}

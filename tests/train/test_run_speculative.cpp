@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -136,22 +137,35 @@ TEST_CASE("speculative update: nothing to speculate on with one stage or without
   CHECK(counts_of(local.log).speculated == -1);
 }
 
-// A backup of swapped state would be a second swap: the shard says so and updates after
-// the totals, with the same bits.
-TEST_CASE("speculative update: not with the optimizer state swapped to NVMe, and the result is unchanged") {
+// Swapped state: the speculative sweeps write the swap's second files and the outcome
+// commits or discards them (aio::swap_store::begin_shadow): the same bits as the run
+// without speculation, whether kept, redone after clipping or skipped after an overflow,
+// with the state in several chunks and both swap pipelines on; the swap files go at the end.
+TEST_CASE("speculative update of optimizer state swapped to NVMe: kept, rolled back, skipped, the same bits") {
   test::temp_dir swap;
-  const std::vector<std::string> v{"pipeline.stages=2", "zero_optimization.stage=1",
-                                   "zero_optimization.offload_optimizer.device=\"nvme\"",
-                                   fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
-                                   "gradient_clipping=1e-6"};
-  const finished plain = train(v, false);
-  const finished spec = train(v, true);
-  test::check_same_state(spec.checkpoint, plain.checkpoint);
-  CHECK(spec.log.find("no speculative update: the optimizer state is swapped to NVMe") != std::string::npos);
-  CHECK(spec.log.find("rollback copy") == std::string::npos); // nothing copied, nothing planned
-  const counts c = counts_of(spec.log);
-  CHECK(c.speculated == 0);
-  CHECK(c.rolled_back == 0);
+  const std::vector<std::string> offload{
+      "pipeline.stages=2", "zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
+      fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
+      "zero_optimization.offload_optimizer.pipeline_read=true", "zero_optimization.offload_optimizer.pipeline_write=true",
+      "zero_optimization.offload_optimizer.buffer_count=9", "zero_optimization.sub_group_size=2048"};
+  for (const char* type : {"AdamW", "Lamb"}) {
+    CAPTURE(type);
+    const auto base = with(offload, {fmt::format("optimizer.type=\"{}\"", type)});
+    counts kept = check_equal(with(base, never_clips));
+    CHECK(kept.speculated == 10);
+    CHECK(kept.rolled_back == 0);
+    counts clipped = check_equal(with(base, always_clips));
+    CHECK(clipped.speculated == 10);
+    CHECK(clipped.rolled_back == 10);
+  }
+  counts c = check_equal(with(offload, overflows));
+  CHECK(c.skipped > 0);
+  CHECK(c.rolled_back == 2 * c.skipped);
+  // Two ranks, each swapping its partition: LAMB's norm exchange inside the redone step.
+  CHECK(check_equal(with(with(offload, {"devices.ranks=2", "optimizer.type=\"Lamb\""}), always_clips)).rolled_back == 10);
+  // Scratch: nothing is left in the swap folder, the second files included.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(swap.path()))
+    CHECK_MESSAGE(!e.is_regular_file(), "left behind: " << e.path().string());
 }
 
 // Each shard's worker runs the speculative update, then the update that keeps or redoes
