@@ -234,6 +234,7 @@ void bert_optimizer::advance(std::uint32_t step, const step_decision& d) {
 // the store keeps the partition in memory, else window by window (to NVMe).
 status bert_optimizer::advance_into_fetcher(const step_decision& d) {
   param_fetcher& f = *options_.fetcher;
+  if (d.skip) return f.keep_version(); // a skipped step: the store holds these weights already
   DSA_TRY(f.begin_version());
   const tensor memory = f.version_memory();
   status s;

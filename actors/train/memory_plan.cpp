@@ -192,7 +192,12 @@ std::int64_t zero3_in_flight(const run_config& rc, const std::vector<bert::param
   // Neither can exceed what the stage has to gather or to sum.
   const std::int64_t w = static_cast<std::int64_t>(dtype_size(working_dtype(rc.working)));
   const std::int64_t ahead = std::min({rc.stage3_prefetch, rc.stage3_max_live, all - largest});
-  return w * (largest + ahead) + 4 * (largest + std::min(rc.reduce_bucket_elements, all));
+  // A tensor larger than reduce_bucket_size still goes to the sum whole (the queue takes it
+  // when empty), and the part's backward holds its gradients until it hands them over.
+  std::int64_t largest_tensor = 0;
+  for (const auto& spec : specs) largest_tensor = std::max(largest_tensor, shape_numel(spec.shape));
+  const std::int64_t queued = std::max(std::min(rc.reduce_bucket_elements, all), largest_tensor);
+  return w * (largest + ahead) + 4 * (largest + queued);
 }
 } // namespace
 
@@ -299,8 +304,12 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                              "would be {}",
                              needs, mib_up(with_nvme.peak()));
   }
-  message += ". The plan moves only the optimizer state to NVMe by itself: offloading the parameters "
-             "(offload_param) needs zero_optimization.stage = 3, where it is counted when set";
+  if (!rc.offload.param.swaps())
+    message += rc.zero_stage >= 3
+                   ? ". The plan moves only the optimizer state to NVMe by itself: zero_optimization.offload_param."
+                     "device = \"nvme\" would move the working weights too"
+                   : ". The plan moves only the optimizer state to NVMe by itself: offloading the parameters "
+                     "(offload_param) needs zero_optimization.stage = 3, where it is counted when set";
   return make_error(errc::config, "{}", message);
 }
 
@@ -341,11 +350,19 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
 }
 
 bool host_memory_plan::evaluation_fits(const run_config& rc) const {
-  return rc.host_memory <= 0 || evaluation <= model_states + activations + zero3 + communication + checkpoint;
+  // At the end the model states are all still there: only what training held for a while
+  // (activations, ZeRO-3's parts in flight, gradient buckets) is free for the evaluation.
+  // The checkpoint staging is left out: it depends on the sub_group_size a process chose
+  // from its own baseline, and every process must decide alike.
+  return rc.host_memory <= 0 || evaluation <= activations + zero3 + communication;
 }
 
 void log_memory_report(const run_config& rc, const host_memory_plan& plan) {
   const std::int64_t hwm = proc_status_bytes("VmHWM");
+  if (rc.host_memory > 0 && hwm > rc.host_memory)
+    log_warn("host memory: the measured peak resident memory (VmHWM) {} exceeded limits.host_memory {}: the plan "
+             "({}) missed something; please report it",
+             format_bytes(hwm), format_bytes(rc.host_memory), format_bytes(plan.peak()));
   const memory_usage tensors = memory_usage_of(device::cpu());
   log_info("host memory: planned peak {}{}, measured peak resident (VmHWM) {}, tensor peak {}", format_bytes(plan.peak()),
            rc.host_memory > 0 ? fmt::format(" within limits.host_memory {}", format_bytes(rc.host_memory)) : "",

@@ -89,8 +89,9 @@ struct host_memory_plan {
   // Not part of the peak: what the final evaluation would add, the stages' weights gathered
   // whole and the assembled model's weights and gradients (4 + 4 bytes per parameter) with
   // one rank's activations. Under a budget the evaluation runs only if this is no more than
-  // what training planned beyond the baseline (evaluation_fits), a rule every process of
-  // a job computes alike from the config.
+  // what training held for a while (activations, ZeRO-3's parts in flight, gradient
+  // buckets), since the model states are still there (evaluation_fits): a rule every
+  // process of a job computes alike from the config.
   std::int64_t evaluation = 0;
   bool evaluation_fits(const run_config& rc) const;
   std::int64_t peak() const;

@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <linux/magic.h>
+#include <sys/vfs.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -84,7 +87,7 @@ offload_device device_of(const config& cfg, optim::param_reader& r, const std::s
   return offload_device::nvme;
 }
 
-void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, offload_settings::params& out,
+void read_offload_param(const config& cfg, int zero_stage, offload_settings::params& out,
                         config_problems& problems) {
   const std::string table = "zero_optimization.offload_param";
   optim::param_reader r(cfg, table, problems);
@@ -101,14 +104,11 @@ void read_offload_param(const config& cfg, int zero_stage, std::int64_t ranks, o
   if (zero_stage != 3)
     r.invalid("device", fmt::format("offloading the parameters needs zero_optimization.stage = 3 (as in DeepSpeed), "
                                     "got stage {}", zero_stage));
-  else if (ranks < 2 && out.device == offload_device::cpu)
-    r.invalid("device", "offload_param.device = \"cpu\" on one rank changes nothing (a CPU rank's weights are in host "
-                        "memory already, and stage 3 on one rank runs as stage 0); use \"nvme\" to move them");
 }
 
 } // namespace
 
-void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_size, offload_settings& out,
+void read_offload(const config& cfg, int zero_stage, std::int64_t /*data_parallel_size*/, offload_settings& out,
                   config_problems& problems) {
   const std::string table = "zero_optimization.offload_optimizer";
   optim::param_reader r(cfg, table, problems);
@@ -138,7 +138,7 @@ void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_
                           out.pipeline_write ? ", one being written behind" : "", needed));
   optim::param_reader zero(cfg, "zero_optimization", problems);
   read_count(zero, "sub_group_size", out.sub_group_size, 1);
-  read_offload_param(cfg, zero_stage, data_parallel_size, out.param, problems);
+  read_offload_param(cfg, zero_stage, out.param, problems);
   read_aio(cfg, out.aio, problems);
 }
 
@@ -215,6 +215,13 @@ expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& set
                       run_dir, area->dir_);
   area->lock_fd_ = *fd;
   if (rank == 0) remove_extra_ranks(area->job_dir_, world);
+  // Swap files on a RAM-backed file system take the host memory offloading was to spare,
+  // outside what limits.host_memory measures (the process's resident memory).
+  if (struct statfs fs_info{}; rank == 0 && ::statfs(area->job_dir_.c_str(), &fs_info) == 0 &&
+                               (fs_info.f_type == TMPFS_MAGIC || fs_info.f_type == RAMFS_MAGIC))
+    log_warn("offload: nvme_path '{}' is on a RAM-backed file system (tmpfs or ramfs): its swap files take host "
+             "memory, which limits.host_memory does not count; point it at a disk",
+             settings.nvme_path);
   if (fs::exists(area->dir_, ec)) {
     log_warn("offload: removing the swap files an earlier run of this job left in {} (it did not end cleanly)",
              area->dir_);

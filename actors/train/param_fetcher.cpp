@@ -140,6 +140,15 @@ status param_fetcher::begin_version() {
   return store_->begin_write();
 }
 
+status param_fetcher::keep_version() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (step_open_ || writing_version_)
+    return make_error(errc::protocol, "ZeRO-3 weight partition: the version kept {}",
+                      step_open_ ? "during a step" : "while another is being written");
+  version_written_ = true;
+  return {};
+}
+
 status param_fetcher::end_version() {
   status ended = store_->end_write();
   std::lock_guard<std::mutex> lk(mu_);
@@ -270,6 +279,8 @@ std::vector<std::pair<std::size_t, tensor>> param_fetcher::acquire(std::int64_t 
                                          "model asked for part {} (every rank must run the same sequence)",
                                          i, parts_[uses_[i].part].id, id));
   if (i == 0) {
+    if (writing_version_)
+      throw std::runtime_error("ZeRO-3 parameter fetch: a step began while the shard writes the next version");
     // The step's gathers are collectives: only once every rank is known to run the step.
     cv_.wait(lk, [&] { return cancelled_ || allowed_ >= static_cast<std::int64_t>(step); });
     if (cancelled_) throw std::runtime_error("ZeRO-3 parameter fetch: the run is ending");

@@ -105,6 +105,8 @@ public:
   tensor version_memory() const { return store_->in_memory(); }
   status version_window(const tensor& values) { return store_->append(values); }
   status end_version();
+  // A skipped step: the store holds that version already (nothing written).
+  status keep_version();
 
   // The compute's next use must be part `id` of step `step`: waits until it is gathered
   // and returns the tensors to bind (index, whole tensor): on a step's first use the

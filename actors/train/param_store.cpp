@@ -48,6 +48,7 @@ public:
     return {};
   }
   status read(std::int64_t lo, std::int64_t count, void* out) override {
+    if (next_ >= 0) return make_error(errc::protocol, "ZeRO-3 weight partition: read during a write");
     std::memcpy(out, at(data_.raw_data(), lo, data_.type()), static_cast<std::size_t>(count) * dtype_size(data_.type()));
     return {};
   }

@@ -326,8 +326,9 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
                off.param.max_in_cpu, off.param.nvme_path + "/" + swap_job_name(rc.run_dir), off.param.buffer_count,
                off.param.buffer_size);
   } else if (off.param.device == offload_device::cpu && ctx.rank == 0) {
-    log_info("offload_param.device = \"cpu\": on a CPU rank each rank's partition of the working weights is in host "
-             "memory already; nothing changes");
+    log_info("offload_param.device = \"cpu\": on a CPU rank the working weights (each rank's partition; on one rank "
+             "the whole stage, stage 3 running as stage 0) are in host memory already; nothing changes (\"nvme\" moves "
+             "them)");
   }
   for (std::uint32_t s = 0; s < rc.stages; ++s) {
     bert_optimizer_options o;

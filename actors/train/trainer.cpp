@@ -332,10 +332,6 @@ int run_training(const run_request& req) {
     if (!errors.empty()) return fail(make_error(errc::runtime, "{}", errors), 1);
     // ZeRO-3: the stages hold partitions; every rank takes part in gathering the whole
     // weights back (the evaluation reads them from rank 0's stages).
-    if (!memory->evaluation_fits(rc))
-      log_warn("final evaluation skipped: it would hold the whole model's weights and gradients and one rank's "
-               "activations, {}, more than training planned within limits.host_memory {}; evaluate a checkpoint "
-               "with dsactor eval instead", format_bytes(memory->evaluation), format_bytes(rc.host_memory));
     if (rc.zero_stage >= 3 && rc.zero_partitions()) {
       for (std::uint32_t s = 0; s < rc.stages; ++s)
         if (const param_fetcher* f = ctx.stages[s]->fetcher()) {
@@ -459,6 +455,11 @@ int run_training(const run_request& req) {
   } else {
     log_info("nothing to train: the checkpoint is at step {} of {}", ctx.first_step, ctx.last_step + 1);
   }
+  if (lead && !memory->evaluation_fits(rc))
+    log_warn("final evaluation skipped: it would hold the whole model's weights and gradients and one rank's "
+             "activations, {}, beside the model states, more than limits.host_memory {} leaves; evaluate a "
+             "checkpoint with dsactor eval instead",
+             format_bytes(memory->evaluation), format_bytes(rc.host_memory));
   if (lead && memory->evaluation_fits(rc)) status_code = evaluate(ctx);
   log_memory_report(rc, *memory); // the evaluation included
   return status_code;

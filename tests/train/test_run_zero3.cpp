@@ -109,6 +109,19 @@ TEST_CASE("ZeRO stage 3: each rank holds 1/N of the working weights and gradient
         2 * train::bert_optimizer::version_window_elements);
 }
 
+// fp16 steps that overflow are skipped: the shard keeps the version the fetcher's store
+// holds (bert_optimizer::advance_into_fetcher), so after steps that all overflow (a loss
+// scale of 2^30) the weights and state are stage 0's, which skipped them too: the
+// initial ones.
+TEST_CASE("ZeRO stage 3: skipped fp16 steps keep the weights, as stage 0's") {
+  const std::vector<std::string> overflow{"fp16.enabled=true", "fp16.initial_scale_power=30", "fp16.hysteresis=1",
+                                          "devices.ranks=2", "train_steps=2"};
+  auto zero0 = train_checkpoint(overflow);
+  auto zero3 = train_checkpoint(with(overflow, {"zero_optimization.stage=3",
+                                                "zero_optimization.stage3_param_persistence_threshold=0"}));
+  test::check_same_state(zero3, zero0);
+}
+
 // A stage-3 checkpoint is a stage-1 checkpoint (the shards write it): it resumes as stage 1
 // on another rank count, and a stage-1 one as stage 3, continuing the uninterrupted run.
 TEST_CASE("ZeRO stage 3 resumes as stage 1 on another rank count, and stage 1 resumes as stage 3") {
