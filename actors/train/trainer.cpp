@@ -200,6 +200,21 @@ int run_training(const run_request& req) {
   // limits.host_memory: refused here, before the stages and shards allocate anything.
   auto memory = plan_run_memory(ctx, rss_before_data);
   if (!memory) return fail(memory.err());
+  if (job && rc.offload.swaps()) {
+    // Each process fitted sub_group_size to its own measured baseline; the ranks' swap
+    // chunks must match (a checkpoint pairs them up): every process takes the smallest,
+    // whose buffers fit every process's plan.
+    auto chosen = job->client->allgather("sub_group_size", to_bytes(std::to_string(rc.offload.sub_group_size)));
+    if (!chosen) return fail(chosen.err(), 1);
+    std::int64_t smallest = rc.offload.sub_group_size;
+    for (const auto& b : *chosen)
+      smallest = std::min<std::int64_t>(smallest, std::stoll(std::string(reinterpret_cast<const char*>(b.data()), b.size())));
+    if (smallest != rc.offload.sub_group_size) {
+      log_info("host memory: zero_optimization.sub_group_size {} -> {}: another process's budget needed it",
+               rc.offload.sub_group_size, smallest);
+      rc.offload.sub_group_size = smallest;
+    }
+  }
   auto start0 = prepare_rank(ctx);
   if (!start0) return fail(start0.err());
   std::vector<rank_start> starts;
