@@ -91,22 +91,24 @@ echo "ok: 2 processes with the optimizer state on NVMe = in memory, bit for bit"
 
 # 1c. ZeRO stage 3 (one pipeline stage; the matrices and embeddings gathered by each
 #     process's parameter fetcher over UCX, each micro-batch's gradients summed into the
-#     partitions), with the optimizer state on NVMe, equals 2 in-process ranks with stage 3
+#     partitions), with the optimizer state and the weights on NVMe, equals 2 in-process ranks with stage 3
 #     in memory, bit for bit (against stage 0, within a tolerance, in
 #     tests/train/test_run_zero3.cpp).
 zero3=(--set pipeline.stages=1 --set zero_optimization.stage=3
   --set zero_optimization.stage3_param_persistence_threshold=1000)
 z3offload=(--set zero_optimization.sub_group_size=2048 --set 'zero_optimization.offload_optimizer.device="nvme"'
-  --set "zero_optimization.offload_optimizer.nvme_path=\"$work/swap\"")
+  --set "zero_optimization.offload_optimizer.nvme_path=\"$work/swap\""
+  --set 'zero_optimization.offload_param.device="nvme"' --set "zero_optimization.offload_param.nvme_path=\"$work/swap\""
+  --set zero_optimization.offload_param.max_in_cpu=0 --set zero_optimization.offload_param.buffer_size=1000)
 "$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/z3procs\"" "${zero3[@]}" "${z3offload[@]}" \
-  >"$work/out" 2>"$work/err" || fail "2-process training with ZeRO stage 3 and the optimizer state on NVMe"
+  >"$work/out" 2>"$work/err" || fail "2-process training with ZeRO stage 3 and the optimizer state and weights on NVMe"
 grep -q "ZeRO-3 fetcher of rank 0: gathered [1-9]" "$work/z3procs/train.log" || fail "rank 0's fetcher gathered nothing"
 "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/z3threads\"" --set devices.ranks=2 "${zero3[@]}" \
   >"$work/out" 2>"$work/err" || fail "2 in-process ranks with ZeRO stage 3"
 cmp "$work/z3procs/$step4/model.safetensors" "$work/z3threads/$step4/model.safetensors" ||
   fail "2 processes and 2 in-process ranks with ZeRO stage 3 ended with different models"
 [[ -z $(ls -A "$work/swap") ]] || fail "ZeRO-3 swap files were left behind"
-echo "ok: 2 processes with ZeRO stage 3 and the optimizer state on NVMe = 2 in-process ranks with stage 3 in memory, bit for bit"
+echo "ok: 2 processes with ZeRO stage 3, the optimizer state and the weights on NVMe = 2 in-process ranks with stage 3 in memory, bit for bit"
 
 # 1c'. ZeRO stage 2 on one pipeline stage (each micro-batch's gradients summed into the
 #      partitions during the backward): 2 processes equal 2 in-process ranks bit for bit.
