@@ -4,7 +4,8 @@
 # files; a swap file cut under a running run fails it naming the file, and its last
 # checkpoint resumes without offload; a full disk (a small tmpfs, where mount is allowed)
 # fails naming the swap file and "No space left" and leaves the checkpoint loadable; an
-# nvme_path under a regular file fails at start naming it. Usage: offload_faults.sh PATH/TO/dsactor
+# nvme_path under a regular file fails at start naming it; ZeRO-3 with the weights on NVMe
+# too survives kill -9 and --resume bit for bit. Usage: offload_faults.sh PATH/TO/dsactor
 set -euo pipefail
 dsactor=$(realpath "$1")
 work=$(mktemp -d)
@@ -56,35 +57,41 @@ step_of() { local last; last=$(cat "$1/checkpoints/latest"); echo $((10#${last#s
 
 # 1. kill -9 of an offloaded run once a checkpoint exists; --resume (offloaded, same run dir)
 #    says it removed the swap files the killed run left and ends with the parameters of an
-#    uninterrupted offloaded run, bit for bit.
-"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/killed\"" --set train_steps=100000 \
-  >"$work/out" 2>"$work/err" &
-run_pid=$!
-for _ in $(seq 600); do # poll the file system, at most 30 s
-  [[ -f $work/killed/checkpoints/latest ]] && break
-  kill -0 "$run_pid" 2>/dev/null || break
-  sleep 0.05
-done
-[[ -f $work/killed/checkpoints/latest ]] || fail "no checkpoint within 30 s"
-kill -9 "$run_pid"
-wait "$run_pid" 2>/dev/null || true
-run_pid=
-swap_dir=$(echo "$work"/nvme/killed-*/rank0)
-[[ -f $swap_dir/stage0.master.swp ]] || fail "the killed run left no swap files in $swap_dir"
-steps=$(( $(step_of "$work/killed") + 2 ))
-run killed --resume --set "train_steps=$steps" || fail "resuming the killed offloaded run"
-grep -q "resumed from" "$work/killed/train.log" || fail "the resumed run did not load the checkpoint"
-grep -q "removing the swap files an earlier run of this job left in $swap_dir" "$work/err" ||
-  fail "the resumed run did not say it removed the stale swap files"
-[[ ! -e $swap_dir ]] || fail "the swap folder outlived the resumed run"
-run whole --set "train_steps=$steps" || fail "the uninterrupted offloaded run"
-final=$(printf 'step_%08d' "$steps")
-cmp "$work/killed/checkpoints/$final/model.safetensors" "$work/whole/checkpoints/$final/model.safetensors" ||
-  fail "kill -9 and resume ended with other parameters than the uninterrupted run"
-for f in "$work/whole/checkpoints/$final"/optimizer_*.safetensors; do # the optimizer state too
-  cmp "$f" "$work/killed/checkpoints/$final/${f##*/}" ||
-    fail "kill -9 and resume ended with another optimizer state (${f##*/}) than the uninterrupted run"
-done
+#    uninterrupted offloaded run, bit for bit. kill_and_resume NAME [--set k=v ...]: with
+#    NAME's run dir and these settings on every run; sets $steps and $final.
+kill_and_resume() {
+  local name=$1
+  shift
+  "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/$name\"" --set train_steps=100000 "$@" \
+    >"$work/out" 2>"$work/err" &
+  run_pid=$!
+  for _ in $(seq 600); do # poll the file system, at most 30 s
+    [[ -f $work/$name/checkpoints/latest ]] && break
+    kill -0 "$run_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [[ -f $work/$name/checkpoints/latest ]] || fail "$name: no checkpoint within 30 s"
+  kill -9 "$run_pid"
+  wait "$run_pid" 2>/dev/null || true
+  run_pid=
+  local swap_dir
+  swap_dir=$(echo "$work"/nvme/"$name"-*/rank0)
+  [[ -f $swap_dir/stage0.master.swp ]] || fail "the killed run left no swap files in $swap_dir"
+  steps=$(( $(step_of "$work/$name") + 2 ))
+  run "$name" --resume --set "train_steps=$steps" "$@" || fail "resuming the killed offloaded run $name"
+  grep -q "resumed from" "$work/$name/train.log" || fail "the resumed run did not load the checkpoint"
+  grep -q "removing the swap files an earlier run of this job left in $swap_dir" "$work/err" ||
+    fail "the resumed run did not say it removed the stale swap files"
+  [[ ! -e $swap_dir ]] || fail "the swap folder outlived the resumed run"
+  run "$name-whole" --set "train_steps=$steps" "$@" || fail "the uninterrupted offloaded run $name-whole"
+  final=$(printf 'step_%08d' "$steps")
+  for f in "$work/$name-whole/checkpoints/$final"/*.safetensors; do # the model and the optimizer state
+    cmp "$f" "$work/$name/checkpoints/$final/${f##*/}" ||
+      fail "kill -9 and resume ended with another state (${f##*/}) than the uninterrupted run"
+  done
+}
+kill_and_resume killed
+mv "$work/killed-whole" "$work/whole"
 echo "ok: kill -9 at step >= $((steps - 2)), --resume removed the stale swap files and equals the uninterrupted run at step $steps"
 
 # 2. A swap file cut under a running run. The run resumes step 2 and, at its first sweep
@@ -147,3 +154,11 @@ grep -q "zero_optimization.offload_optimizer.nvme_path: cannot create '$work/pla
   "$work/err" || fail "the error should name the nvme_path folder"
 [[ ! -e $work/unwritable/checkpoints ]] || fail "the refused run should not have trained"
 echo "ok: an nvme_path under a regular file fails at start naming it"
+
+# 5. ZeRO stage 3 on one rank with the weights on NVMe too (offload_param, each part read
+#    back before the model runs it): kill -9 and --resume equal the uninterrupted run bit
+#    for bit, the weights' swap file (stage0.params.swp) included in the clean-up.
+params=(--set zero_optimization.stage=3 --set 'zero_optimization.offload_param.device="nvme"'
+  --set "zero_optimization.offload_param.nvme_path=\"$work/nvme\"" --set zero_optimization.offload_param.max_in_cpu=0)
+kill_and_resume zero3 "${params[@]}"
+echo "ok: ZeRO-3 with the weights and the optimizer state on NVMe: kill -9 and --resume equal the uninterrupted run"
