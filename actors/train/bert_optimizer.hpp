@@ -87,6 +87,9 @@ struct bert_optimizer_options {
   // update (param_fetcher::begin_version), and the version sent to the stage carries no
   // weights. Null: the version is a partition tensor of the shard's own.
   std::shared_ptr<param_fetcher> fetcher;
+  // The run has one stage (this one: the model file is this shard's masters alone), so a
+  // swapped state on one rank can stream it (streams_masters).
+  bool stream_masters = false;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -147,6 +150,12 @@ public:
   // The whole stage's fp32 masters ("master.<name>"), gathered from the partitions on rank
   // 0 (empty on the other ranks, which hold no more than a partition for it).
   state_payload gathered_masters() const;
+  // One rank, the whole model in this one stage, the state swapped to NVMe
+  // (bert_optimizer_options::stream_masters): the model file is written by the shard,
+  // tensor by tensor from the masters' swap file, never the masters whole (then
+  // gathered_masters is empty). stage_masters writes it into ckpt::staging_dir(root, step).
+  bool streams_masters() const { return swap_ && options_.zero_ranks == 1 && options_.stream_masters; }
+  ckpt::checkpoint_file stage_masters(const std::string& root, std::uint64_t step) const;
   // This rank's partition of the moments (optim::partition_payload's ranged names, the
   // shapes and the step count; no masters: the model file holds them), written as one
   // group per store chunk (checkpoint_partition_group) into ckpt::staging_dir(root, step);

@@ -38,9 +38,35 @@ std::vector<std::int64_t> bert_optimizer::gather_entries(const std::vector<std::
   return all;
 }
 
+ckpt::checkpoint_file bert_optimizer::stage_masters(const std::string& root, std::uint64_t step) const {
+  DSA_CHECK(streams_masters(), "optimizer shard {}: stage_masters without a swapped state on one rank",
+            options_.participant);
+  const auto& layout = part_->layout();
+  std::map<std::string, ckpt::tensor_spec> specs;
+  std::map<std::string, const optim::flat_tensor*> by_name;
+  for (const auto& t : layout.tensors()) {
+    specs[t.name] = ckpt::tensor_spec{t.shape, dtype::f32};
+    by_name[t.name] = &t;
+  }
+  const std::int64_t lo = part_->partition().lo; // 0: one rank's partition is the stage
+  auto staged = ckpt::stage_group_streamed(root, step, "model", specs,
+                                           [&](const std::string& name, const ckpt::tensor_spec& s) -> expected<tensor> {
+                                             const optim::flat_tensor& t = *by_name.at(name);
+                                             tensor out = tensor::empty(s.shape, dtype::f32);
+                                             DSA_TRY(swap_->read_range(optim::master_array, t.offset - lo, t.numel,
+                                                                       out.data<float>()));
+                                             return out;
+                                           });
+  if (!staged)
+    throw std::runtime_error(fmt::format("writing stage {}'s master weights from NVMe for a checkpoint: {}",
+                                         options_.participant, staged.err().message));
+  return *staged;
+}
+
 state_payload bert_optimizer::gathered_masters() const {
   DSA_CHECK(per_rank_checkpoint(), "optimizer shard {}: gathered_masters without ZeRO ranks or offload",
             options_.participant);
+  if (streams_masters()) return {}; // stage_masters writes the model file
   auto read = part_->read_state(optim::array_bit(optim::master_array));
   // Every rank learns whether every rank could read its masters before any data moves: a
   // rank that failed still joins, so the others fail with it instead of waiting.

@@ -234,10 +234,15 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     // swapped state is first read back from NVMe (its partition's masters and moments).
     if (zero && in.writes_checkpoints) {
       const std::int64_t gathered = reduces ? 4 * zero->padded : 0;
-      // Swapped: the masters are read back whole, the moments one swap chunk at a time.
+      // Swapped: the masters are read back whole (one rank and one stage: streamed into the
+      // model file a tensor at a time, through a read buffer as large), the moments one swap
+      // chunk at a time.
+      std::int64_t largest = 0;
+      for (const auto& spec : bert::parameter_specs(rc.model, ranges[s])) largest = std::max(largest, shape_numel(spec.shape));
+      const bool streamed = ranges.size() == 1 && rc.batch.data_parallel_size == 1;
       const std::int64_t read_back =
           zero->swap_buffers > 0
-              ? 4 * zero->partition +
+              ? (streamed ? 8 * largest : 4 * zero->partition) +
                     8 * aio::swap_chunk_numel(rc.offload.sub_group_size, optim::flat_layout::default_alignment,
                                               zero->partition)
               : 0;

@@ -390,6 +390,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
       if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = rr.parts.tied[s];
     }
+    o.stream_masters = rc.stages == 1;
     if (rr.swap)
       o.offload = bert_optimizer_options::nvme_offload{rr.swap->engine(), rr.swap->dir(), off.sub_group_size,
                                                        static_cast<std::size_t>(off.buffer_count), off.pipeline_read,

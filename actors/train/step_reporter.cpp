@@ -95,6 +95,7 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
       continue;
     }
     payloads.push_back(shard->gathered_masters());
+    if (shard->streams_masters()) staged.push_back(shard->stage_masters(ctx_.rc.checkpoint.dir, std::uint64_t{step} + 1));
     auto files = shard->stage_partition(ctx_.rc.checkpoint.dir, std::uint64_t{step} + 1);
     staged.insert(staged.end(), files.begin(), files.end());
   }
@@ -118,6 +119,8 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
                      static_cast<std::uint64_t>(ctx_.rc.batch.train_batch_size);
   c.state = progress_to_json(p);
   c.groups = checkpoint_groups(payloads);
+  for (const auto& f : staged) // a model file a shard streamed replaces the (empty) gathered one
+    if (f.group == "model") c.groups.erase("model");
   ckpt::save_options o;
   o.keep_last = static_cast<std::size_t>(ctx_.rc.checkpoint.keep_last);
   o.overwrite = ckpt::overwrite_policy::replace;

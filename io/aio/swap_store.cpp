@@ -398,6 +398,37 @@ void swap_store::pump(std::unique_lock<std::mutex>& lock) {
   f.prefetch_mask = 0; // every chunk is read ahead (or an error stopped it)
 }
 
+status swap_store::read_range(optim::state_array a, std::int64_t lo, std::int64_t count, float* out) {
+  if (lo < 0 || count < 0 || lo + count > options_.numel)
+    return make_error(errc::invalid_argument, "swap store '{}/{}': elements [{}, {}) of {}", options_.dir,
+                      options_.name, lo, lo + count, options_.numel);
+  if (!(written_.load() & (1u << a)))
+    return make_error(errc::protocol, "swap store '{}/{}': read before the state was written", options_.dir, options_.name);
+  if (count == 0) return {};
+  const std::uint64_t align = std::max<std::uint64_t>(4096, engine_->alignment());
+  const auto file_bytes = static_cast<std::uint64_t>(options_.numel) * sizeof(float);
+  const auto first = static_cast<std::uint64_t>(lo) * sizeof(float), last = first + static_cast<std::uint64_t>(count) * sizeof(float);
+  const std::uint64_t start = first / align * align, padded = (last - start + align - 1) / align * align;
+  std::unique_ptr<void, void (*)(void*)> buffer(std::aligned_alloc(align, padded), std::free);
+  if (!buffer) return make_error(errc::io, "swap store '{}/{}': no memory for a {}-byte read", options_.dir, options_.name, padded);
+  aio_request r;
+  r.op = aio_op::read;
+  {
+    std::lock_guard<std::mutex> lock(flight_->mu); // the files trade places at a commit
+    r.path = paths_[a];
+  }
+  r.buffer = buffer.get();
+  r.buffer_bytes = padded;
+  r.bytes = static_cast<std::size_t>(std::min(start + padded, file_bytes) - start);
+  r.file_offset = start;
+  r.expect_file_size = file_bytes;
+  aio_completion done = engine_->submit(std::move(r)).get();
+  if (!done.result) return done.result;
+  bytes_read_ += done.bytes;
+  std::memcpy(out, static_cast<const std::byte*>(buffer.get()) + (first - start), last - first);
+  return {};
+}
+
 status swap_store::begin_shadow() {
   auto& f = *flight_;
   std::unique_lock<std::mutex> lock(f.mu);

@@ -128,6 +128,10 @@ public:
   std::string where() const override { return "nvme: " + options_.dir; }
 
   const std::string& path(optim::state_array a) const { return paths_[a]; }
+  // Elements [lo, lo + count) of array a as the state holds them (outside a sweep: a
+  // checkpoint streaming the masters tensor by tensor), read through one aligned buffer of
+  // about count elements; waits for the read.
+  status read_range(optim::state_array a, std::int64_t lo, std::int64_t count, float* out);
   // Bytes moved so far, for the logs and the bench.
   std::uint64_t bytes_read() const { return bytes_read_.load(); }
   std::uint64_t bytes_written() const { return bytes_written_.load(); }

@@ -216,6 +216,25 @@ expected<checkpoint_file> stage_group(const std::string& root, std::uint64_t ste
   return f;
 }
 
+expected<checkpoint_file> stage_group_streamed(const std::string& root, std::uint64_t step, const std::string& group,
+                                               const std::map<std::string, tensor_spec>& specs,
+                                               const tensor_source& source) {
+  if (!valid_group_name(group))
+    return make_error(errc::invalid_argument, "checkpoint group name '{}' is not 1 to 64 of [A-Za-z0-9_-]", group);
+  const std::string dir = staging_dir(root, step);
+  DSA_TRY(detail::make_directories(dir));
+  checkpoint_file f;
+  f.group = group;
+  f.name = group + ".safetensors";
+  const std::string path = join(dir, f.name);
+  DSA_TRY(write_safetensors_streamed(path, specs, {{"format", "pt"}}, source));
+  DSA_ASSIGN_OR_RETURN(file_digest digest, digest_file(path)); // what reached the file
+  f.bytes = digest.bytes;
+  f.crc32c = digest.crc32c;
+  DSA_TRY(detail::fsync_directory(dir));
+  return f;
+}
+
 expected<saved_checkpoint> save_checkpoint(const std::string& root,
                                            const checkpoint_contents& contents,
                                            const save_options& options) {

@@ -67,6 +67,11 @@ std::string staging_dir(const std::string& root, std::uint64_t step);
 // missing; returns its manifest entry (size and CRC32C of what reached the file).
 expected<checkpoint_file> stage_group(const std::string& root, std::uint64_t step, const std::string& group,
                                       const named_tensors& tensors);
+// The same, tensor by tensor (write_safetensors_streamed): only the tensor being written
+// needs to be in memory; the same bytes as stage_group of those tensors.
+expected<checkpoint_file> stage_group_streamed(const std::string& root, std::uint64_t step, const std::string& group,
+                                               const std::map<std::string, tensor_spec>& specs,
+                                               const tensor_source& source);
 
 struct saved_checkpoint {
   std::string dir;                 // <root>/step_<N>
