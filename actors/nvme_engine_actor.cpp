@@ -80,7 +80,8 @@ std::vector<io_ticket> start_ready(engine_actor* self) {
     // the engine's thread must never hold the last reference (the engine would join itself).
     auto id = table.engines[t.engine].submitter->submit(
         std::move(request), t.priority,
-        [shared = &table, actor = caf::actor_cast<caf::actor>(self), id = t.id](aio::aio_completion&& c) {
+        [shared = &table, actor = caf::actor_cast<caf::actor>(self),
+         id = t.id](aio::aio_completion&& c) {
           c.id = id; // the client's id, not the engine's
           {
             std::lock_guard<std::mutex> lock(shared->mu);
@@ -90,7 +91,8 @@ std::vector<io_ticket> start_ready(engine_actor* self) {
         });
     if (!id) { // the engine refused it: it ends now, with that error
       std::lock_guard<std::mutex> lock(table.mu);
-      table.entries.at(t.id).completion = aio::aio_completion{t.id, op, std::move(path), bytes, false, id.err()};
+      table.entries.at(t.id).completion =
+          aio::aio_completion{t.id, op, std::move(path), bytes, false, id.err()};
       self->send(self, nvme_ended{t.id});
     }
   }
@@ -105,13 +107,16 @@ void finish(engine_actor* self, std::uint64_t id) {
   {
     std::lock_guard<std::mutex> lock(table.mu);
     auto it = table.entries.find(id);
-    DSA_CHECK(it != table.entries.end() && it->second.completion, "nvme engine: request {} ended twice", id);
+    DSA_CHECK(it != table.entries.end() && it->second.completion,
+              "nvme engine: request {} ended twice", id);
     e = std::move(it->second);
     table.entries.erase(it);
     auto& s = table.stats;
     ++s.requests;
-    if (!e.completion->result) ++s.failed;
-    else (e.op == aio::aio_op::read ? s.bytes_read : s.bytes_written) += e.completion->bytes;
+    if (!e.completion->result)
+      ++s.failed;
+    else
+      (e.op == aio::aio_op::read ? s.bytes_read : s.bytes_written) += e.completion->bytes;
   }
   self->state.schedule->ended(e.ticket);
   try {
@@ -123,24 +128,29 @@ void finish(engine_actor* self, std::uint64_t id) {
 
 void finish_drain(engine_actor* self) {
   auto& st = self->state;
-  if (!st.drained || !st.schedule->idle()) return;
+  if (!st.drained || !st.schedule->idle())
+    return;
   st.drained->deliver(done_atom::value);
   st.drained.reset();
   self->quit();
 }
 
-caf::behavior engine_behavior(engine_actor* self, std::shared_ptr<shared_table> table, std::function<void()> on_drain) {
+caf::behavior engine_behavior(engine_actor* self, std::shared_ptr<shared_table> table,
+                              std::function<void()> on_drain) {
   std::vector<io_credits> credits;
-  for (const auto& e : table->engines) credits.push_back(e.credits);
+  for (const auto& e : table->engines)
+    credits.push_back(e.credits);
   self->state.table = std::move(table);
   self->state.schedule = std::make_unique<io_schedule>(std::move(credits));
   self->state.on_drain = std::move(on_drain);
   return {
       [=](const nvme_request& r) {
         auto& st = self->state;
-        st.schedule->push(io_ticket{r.id, r.engine, static_cast<aio::io_priority>(r.priority), r.bytes});
+        st.schedule->push(
+            io_ticket{r.id, r.engine, static_cast<aio::io_priority>(r.priority), r.bytes});
         const auto started = start_ready(self);
-        if (std::none_of(started.begin(), started.end(), [&](const io_ticket& t) { return t.id == r.id; })) {
+        if (std::none_of(started.begin(), started.end(),
+                         [&](const io_ticket& t) { return t.id == r.id; })) {
           std::lock_guard<std::mutex> lock(st.table->mu);
           ++st.table->stats.waited;
         }
@@ -153,7 +163,8 @@ caf::behavior engine_behavior(engine_actor* self, std::shared_ptr<shared_table> 
       [=](drain_atom) {
         auto& st = self->state;
         st.drained = self->make_response_promise();
-        if (st.on_drain) st.on_drain();
+        if (st.on_drain)
+          st.on_drain();
         finish_drain(self);
       },
   };
@@ -161,7 +172,8 @@ caf::behavior engine_behavior(engine_actor* self, std::shared_ptr<shared_table> 
 
 class nvme_port final : public aio::submitter {
 public:
-  nvme_port(std::shared_ptr<nvme_engine_service> service, std::shared_ptr<shared_table> table, std::uint32_t engine)
+  nvme_port(std::shared_ptr<nvme_engine_service> service, std::shared_ptr<shared_table> table,
+            std::uint32_t engine)
       : service_(std::move(service)), table_(std::move(table)), engine_(engine) {}
 
   expected<std::uint64_t> submit(aio::aio_request request, aio::io_priority priority,
@@ -195,25 +207,32 @@ private:
 
 } // namespace
 
-expected<std::shared_ptr<nvme_engine_service>> nvme_engine_service::start(nvme_engine_options options) {
-  if (options.engines.empty()) return make_error(errc::invalid_argument, "nvme engine: no aio engine to drive");
+expected<std::shared_ptr<nvme_engine_service>>
+nvme_engine_service::start(nvme_engine_options options) {
+  if (options.engines.empty())
+    return make_error(errc::invalid_argument, "nvme engine: no aio engine to drive");
   for (const auto& e : options.engines)
     if (!e.submitter || e.credits.requests == 0 || e.credits.always == 0)
-      return make_error(errc::invalid_argument, "nvme engine: engine '{}' has no submitter or no credits", e.name);
+      return make_error(errc::invalid_argument,
+                        "nvme engine: engine '{}' has no submitter or no credits", e.name);
   std::shared_ptr<nvme_engine_service> service(new nvme_engine_service());
   service->shared_ = std::make_shared<shared>();
   service->shared_->engines = std::move(options.engines);
   service->shared_->stats.peak_in_flight.assign(service->shared_->engines.size(), 0);
   service->system_ = std::make_unique<system_holder>();
-  service->shared_->actor = service->system_->system.spawn(engine_behavior, service->shared_, std::move(options.on_drain));
+  service->shared_->actor = service->system_->system.spawn(engine_behavior, service->shared_,
+                                                           std::move(options.on_drain));
   return service;
 }
 
-nvme_engine_service::~nvme_engine_service() { shutdown(); }
+nvme_engine_service::~nvme_engine_service() {
+  shutdown();
+}
 
 std::shared_ptr<aio::submitter> nvme_engine_service::port(std::uint32_t engine) {
-  DSA_CHECK(engine < shared_->engines.size(), "nvme engine: port {} of {}", engine, shared_->engines.size());
-  // The port keeps this service (and so the actor) alive; `self` shares ownership with the creator.
+  DSA_CHECK(engine < shared_->engines.size(), "nvme engine: port {} of {}", engine,
+            shared_->engines.size());
+  // The port keeps this service (and so the actor) alive until the store holding it goes.
   return std::make_shared<nvme_port>(shared_from_this(), shared_, engine);
 }
 
@@ -221,14 +240,17 @@ void nvme_engine_service::shutdown() {
   caf::actor actor;
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    if (shared_->closed) return;
+    if (shared_->closed)
+      return;
     shared_->closed = true;
     actor = shared_->actor;
   }
   caf::scoped_actor self{system_->system};
   self->request(actor, caf::infinite, drain_atom::value)
       .receive([](done_atom) {},
-               [&](const caf::error& e) { log_error("nvme engine: shutting down: {}", system_->system.render(e)); });
+               [&](const caf::error& e) {
+                 log_error("nvme engine: shutting down: {}", system_->system.render(e));
+               });
   std::lock_guard<std::mutex> lock(shared_->mu);
   shared_->actor = nullptr; // the actor's state holds the table: no cycle left
 }
@@ -240,13 +262,14 @@ nvme_engine_stats nvme_engine_service::stats() const {
 
 std::string nvme_engine_service::report() const {
   const nvme_engine_stats s = stats();
-  std::string line = fmt::format("NVMe engine actor: {} requests ({:.1f} MiB read, {:.1f} MiB written, {} failed), {} "
-                                 "waited for credits; at most in flight:",
-                                 s.requests, static_cast<double>(s.bytes_read) / (1 << 20),
-                                 static_cast<double>(s.bytes_written) / (1 << 20), s.failed, s.waited);
+  std::string line = fmt::format(
+      "NVMe engine actor: {} requests ({:.1f} MiB read, {:.1f} MiB written, {} failed), {} "
+      "waited for credits; at most in flight:",
+      s.requests, static_cast<double>(s.bytes_read) / (1 << 20),
+      static_cast<double>(s.bytes_written) / (1 << 20), s.failed, s.waited);
   for (std::size_t e = 0; e < shared_->engines.size(); ++e)
-    line += fmt::format(" {} of {} on {}", s.peak_in_flight[e], shared_->engines[e].credits.requests,
-                        shared_->engines[e].name);
+    line += fmt::format(" {} of {} on {}", s.peak_in_flight[e],
+                        shared_->engines[e].credits.requests, shared_->engines[e].name);
   return line;
 }
 

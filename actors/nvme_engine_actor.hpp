@@ -41,7 +41,7 @@ struct nvme_engine_options {
 struct nvme_engine_stats {
   std::uint64_t requests = 0, failed = 0; // ended
   std::uint64_t bytes_read = 0, bytes_written = 0;
-  std::uint64_t waited = 0;         // requests that could not start when they arrived
+  std::uint64_t waited = 0;                // requests that could not start when they arrived
   std::vector<std::size_t> peak_in_flight; // [engine]
 };
 

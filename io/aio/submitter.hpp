@@ -55,8 +55,9 @@ using aio_callback = std::function<void(aio_completion&&)>;
 // Who waits for a request, most urgent first. A submitter that orders requests starts a
 // more urgent one before any less urgent one still waiting (in arrival order within a class).
 enum class io_priority : std::uint8_t {
-  fetch = 0,        // ZeRO-3: a parameter read a gather waits for
-  update = 1,       // the optimizer's running update waits for it (its chunk's read, an unpipelined write)
+  fetch = 0, // ZeRO-3: a parameter read a gather waits for
+  update =
+      1, // the optimizer's running update waits for it (its chunk's read, an unpipelined write)
   prefetch = 2,     // read ahead for the next update
   write_behind = 3, // written behind the update (pipeline_write)
 };
@@ -69,7 +70,8 @@ public:
   // Queues the request and returns its id at once; on_done runs once when it has ended.
   // A malformed request (see check_request) or a submitter that has stopped is an error
   // and gets no completion.
-  virtual expected<std::uint64_t> submit(aio_request request, io_priority priority, aio_callback on_done) = 0;
+  virtual expected<std::uint64_t> submit(aio_request request, io_priority priority,
+                                         aio_callback on_done) = 0;
   // The alignment buffers, offsets and files need (the file system's O_DIRECT block).
   virtual std::size_t alignment() const = 0;
   std::size_t padded_size(std::size_t bytes) const { return round_up(bytes, alignment()); }

@@ -25,7 +25,8 @@ namespace {
 // Holds every request it is given until complete(i) ends the i-th one (on the caller's thread).
 class fake_engine final : public aio::submitter {
 public:
-  expected<std::uint64_t> submit(aio::aio_request request, io_priority priority, aio::aio_callback on_done) override {
+  expected<std::uint64_t> submit(aio::aio_request request, io_priority priority,
+                                 aio::aio_callback on_done) override {
     std::lock_guard<std::mutex> lock(mu_);
     held_.push_back({std::move(request), priority, std::move(on_done)});
     ++outstanding_;
@@ -47,7 +48,8 @@ public:
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto& h = held_.at(i);
-      c = aio::aio_completion{0, h.request.op, h.request.path, h.request.bytes, true, std::move(result)};
+      c = aio::aio_completion{0,    h.request.op,     h.request.path, h.request.bytes,
+                              true, std::move(result)};
       done = std::move(h.on_done);
       --outstanding_;
     }
@@ -88,7 +90,8 @@ struct client_log {
   }
 };
 
-aio::aio_request request(test::aligned_bytes& buffer, const std::string& path, aio::aio_op op = aio::aio_op::read) {
+aio::aio_request request(test::aligned_bytes& buffer, const std::string& path,
+                         aio::aio_op op = aio::aio_op::read) {
   aio::aio_request r;
   r.op = op;
   r.path = path;
@@ -98,7 +101,8 @@ aio::aio_request request(test::aligned_bytes& buffer, const std::string& path, a
   return r;
 }
 
-std::shared_ptr<nvme_engine_service> start_on(std::shared_ptr<aio::submitter> engine, io_credits credits,
+std::shared_ptr<nvme_engine_service> start_on(std::shared_ptr<aio::submitter> engine,
+                                              io_credits credits,
                                               std::function<void()> on_drain = nullptr) {
   nvme_engine_options o;
   o.engines.push_back({std::move(engine), credits, "fake"});
@@ -117,7 +121,8 @@ io_credits requests(std::size_t n) {
 
 } // namespace
 
-TEST_CASE("nvme engine actor: requests waiting for a credit start fetch first, then update, prefetch, write behind") {
+TEST_CASE("nvme engine actor: requests waiting for a credit start fetch first, then update, "
+          "prefetch, write behind") {
   auto fake = std::make_shared<fake_engine>();
   auto service = start_on(fake, requests(1));
   auto port = service->port(0);
@@ -125,12 +130,10 @@ TEST_CASE("nvme engine actor: requests waiting for a credit start fetch first, t
   client_log log;
   // One thread submits all, then completes the first: its nvme_ended follows the five
   // requests in the actor's mailbox, so all wait when the credit comes back.
-  const std::vector<std::pair<std::string, io_priority>> sent = {{"w1", io_priority::write_behind},
-                                                                 {"p", io_priority::prefetch},
-                                                                 {"u", io_priority::update},
-                                                                 {"f", io_priority::fetch},
-                                                                 {"w2", io_priority::write_behind},
-                                                                 {"u2", io_priority::update}};
+  const std::vector<std::pair<std::string, io_priority>> sent = {
+      {"w1", io_priority::write_behind}, {"p", io_priority::prefetch},
+      {"u", io_priority::update},        {"f", io_priority::fetch},
+      {"w2", io_priority::write_behind}, {"u2", io_priority::update}};
   std::vector<std::uint64_t> ids;
   for (const auto& [path, priority] : sent) {
     auto id = port->submit(request(buffer, path), priority, log.callback());
@@ -147,8 +150,9 @@ TEST_CASE("nvme engine actor: requests waiting for a credit start fetch first, t
   CHECK(started == std::vector<std::string>{"w1", "f", "u", "u2", "p", "w2"});
   log.wait_for(sent.size());
   std::vector<std::string> finished;
-  for (const auto& c : log.done) finished.push_back(c.path);
-  CHECK(finished == started); // each continuation as its request ended
+  for (const auto& c : log.done)
+    finished.push_back(c.path);
+  CHECK(finished == started);      // each continuation as its request ended
   CHECK(log.done[1].id == ids[3]); // the client's id, not the engine's
   CHECK(fake->peak() == 1);
   service->shutdown();
@@ -166,7 +170,9 @@ TEST_CASE("nvme engine actor: never more requests in flight than the credits") {
   client_log log;
   const std::size_t n = 10;
   for (std::size_t i = 0; i < n; ++i)
-    REQUIRE(port->submit(request(buffer, "r" + std::to_string(i)), io_priority::prefetch, log.callback()).has_value());
+    REQUIRE(port->submit(request(buffer, "r" + std::to_string(i)), io_priority::prefetch,
+                         log.callback())
+                .has_value());
   for (std::size_t i = 0; i < n; ++i) {
     fake->wait_for(std::min(n, i + 3)); // three start; each end lets one more start
     fake->complete(i);
@@ -174,10 +180,12 @@ TEST_CASE("nvme engine actor: never more requests in flight than the credits") {
   log.wait_for(n);
   CHECK(fake->peak() == 3);
   CHECK(service->stats().peak_in_flight == std::vector<std::size_t>{3});
-  for (std::size_t i = 0; i < n; ++i) CHECK(log.done[i].path == "r" + std::to_string(i)); // FIFO within a class
+  for (std::size_t i = 0; i < n; ++i)
+    CHECK(log.done[i].path == "r" + std::to_string(i)); // FIFO within a class
 }
 
-TEST_CASE("nvme engine actor: shutdown with requests waiting finishes every accepted request first") {
+TEST_CASE(
+    "nvme engine actor: shutdown with requests waiting finishes every accepted request first") {
   auto fake = std::make_shared<fake_engine>();
   std::promise<void> draining;
   auto service = start_on(fake, requests(1), [&] { draining.set_value(); });
@@ -222,7 +230,8 @@ TEST_CASE("nvme engine actor: a malformed request is refused at submit and gets 
   CHECK(service->stats().requests == 0);
 }
 
-TEST_CASE("nvme engine actor over the aio engine: a failed read reaches its own client, naming the file") {
+TEST_CASE("nvme engine actor over the aio engine: a failed read reaches its own client, naming the "
+          "file") {
   test::scratch_dir dir;
   aio::engine_options eo;
   eo.config.intra_op_parallelism = 2;
@@ -231,10 +240,12 @@ TEST_CASE("nvme engine actor over the aio engine: a failed read reaches its own 
   eo.alignment = *alignment;
   auto engine = aio::aio_engine::create(eo);
   REQUIRE(engine.has_value());
-  auto service = start_on(std::shared_ptr<aio::aio_engine>(std::move(*engine)), io_credits_of(eo.config));
+  auto service =
+      start_on(std::shared_ptr<aio::aio_engine>(std::move(*engine)), io_credits_of(eo.config));
   auto port = service->port(0);
   const std::size_t bytes = 3 * eo.alignment + 17; // not a multiple of the alignment
-  test::aligned_bytes out(port->padded_size(bytes), eo.alignment), in(port->padded_size(bytes), eo.alignment);
+  test::aligned_bytes out(port->padded_size(bytes), eo.alignment),
+      in(port->padded_size(bytes), eo.alignment);
   test::fill_pattern(out.data.get(), bytes, 7);
   aio::aio_request w = request(out, dir.file("good.bin"), aio::aio_op::write);
   w.bytes = bytes;

@@ -14,17 +14,20 @@ namespace {
 
 std::vector<std::uint64_t> ids(const std::vector<io_ticket>& tickets) {
   std::vector<std::uint64_t> out;
-  for (const auto& t : tickets) out.push_back(t.id);
+  for (const auto& t : tickets)
+    out.push_back(t.id);
   return out;
 }
 
-io_ticket ticket(std::uint64_t id, io_priority p, std::uint64_t bytes = 4096, std::uint32_t engine = 0) {
+io_ticket ticket(std::uint64_t id, io_priority p, std::uint64_t bytes = 4096,
+                 std::uint32_t engine = 0) {
   return io_ticket{id, engine, p, bytes};
 }
 
 } // namespace
 
-TEST_CASE("nvme schedule: a waiting fetch read starts before an update's, a prefetch and a write behind, FIFO within a class") {
+TEST_CASE("nvme schedule: a waiting fetch read starts before an update's, a prefetch and a write "
+          "behind, FIFO within a class") {
   io_credits one;
   one.requests = 1;
   one.always = 1;
@@ -43,7 +46,8 @@ TEST_CASE("nvme schedule: a waiting fetch read starts before an update's, a pref
   while (!s.idle()) {
     s.ended(ticket(running, io_priority::fetch));
     auto next = s.admit();
-    if (next.empty()) break;
+    if (next.empty())
+      break;
     REQUIRE(next.size() == 1);
     CHECK(s.in_flight(0) == 1);
     running = next.front().id;
@@ -54,7 +58,8 @@ TEST_CASE("nvme schedule: a waiting fetch read starts before an update's, a pref
   CHECK(s.peak_in_flight(0) == 1);
 }
 
-TEST_CASE("nvme schedule: bytes in flight stay within the credit beyond `always`, and no smaller request overtakes") {
+TEST_CASE("nvme schedule: bytes in flight stay within the credit beyond `always`, and no smaller "
+          "request overtakes") {
   io_credits c;
   c.requests = 8;
   c.bytes = 100;
@@ -77,20 +82,23 @@ TEST_CASE("nvme schedule: bytes in flight stay within the credit beyond `always`
   CHECK(s.in_flight(0) == 1);
 }
 
-TEST_CASE("nvme schedule: `always` requests start whatever their size, `requests` bounds the count") {
+TEST_CASE(
+    "nvme schedule: `always` requests start whatever their size, `requests` bounds the count") {
   io_credits c;
   c.requests = 3;
   c.bytes = 10;
   c.always = 2;
   io_schedule s({c});
-  for (std::uint64_t i = 1; i <= 5; ++i) s.push(ticket(i, io_priority::prefetch, 1000));
+  for (std::uint64_t i = 1; i <= 5; ++i)
+    s.push(ticket(i, io_priority::prefetch, 1000));
   CHECK(ids(s.admit()) == std::vector<std::uint64_t>{1, 2}); // the third would pass the bytes
   io_credits small;
   small.requests = 3;
   small.bytes = 1 << 20;
   small.always = 1;
   io_schedule t({small});
-  for (std::uint64_t i = 1; i <= 5; ++i) t.push(ticket(i, io_priority::prefetch, 10));
+  for (std::uint64_t i = 1; i <= 5; ++i)
+    t.push(ticket(i, io_priority::prefetch, 10));
   CHECK(ids(t.admit()) == std::vector<std::uint64_t>{1, 2, 3});
   CHECK(t.peak_in_flight(0) == 3);
 }
@@ -108,7 +116,8 @@ TEST_CASE("nvme schedule: an engine out of credits does not hold back another en
   CHECK(s.in_flight(1) == 1);
 }
 
-TEST_CASE("nvme schedule: [aio]'s queue_depth x intra_op_parallelism blocks of block_size are the credits") {
+TEST_CASE("nvme schedule: [aio]'s queue_depth x intra_op_parallelism blocks of block_size are the "
+          "credits") {
   aio::aio_config config;
   config.queue_depth = 8;
   config.intra_op_parallelism = 2;
