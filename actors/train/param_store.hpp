@@ -3,7 +3,8 @@
 // zero_optimization.offload_param.device = "nvme", the first `max_in_cpu` elements in
 // memory and the rest in a swap file read and written through a submitter
 // (io/aio/submitter.hpp: in a run, the rank's NVMe engine actor) in chunks of
-// `buffer_size` elements, up to `buffer_count` of them in flight (DeepSpeed's offload_param keys and meaning). The fetcher reads a
+// `buffer_size` elements, up to `buffer_count` of them in flight (DeepSpeed's
+// offload_param keys and meaning). The fetcher reads a
 // tensor's piece just before broadcasting it, on its own thread, so the reads of the
 // next parts overlap the compute of the current one (the fetcher's prefetch).
 #pragma once

@@ -52,8 +52,8 @@ struct swap_transfer {
   bool prefetch = false; // read by prefetch(), ahead of its sweep
   bool ok = true;        // false: a request failed (the sweep reports the error)
 };
-// Called where completions run (an aio engine thread, or the NVMe engine actor) while the store's lock is held: it must be short and
-// must not call back into the store.
+// Called where completions run (an aio engine thread, or the NVMe engine actor) while the
+// store's lock is held: it must be short and must not call back into the store.
 using swap_observer = std::function<void(const swap_transfer&)>;
 
 // What a store moved and how its sweeps spent their time, for the end-of-run log.
@@ -90,8 +90,8 @@ std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std:
 
 class swap_store final : public optim::chunked_state {
 public:
-  // `engine` (an aio_engine or an NVMe engine actor's port) is kept until the store goes. Creates the buffers; the files appear with
-  // the first sweep that writes.
+  // `engine` (an aio_engine or an NVMe engine actor's port) is kept until the store goes.
+  // Creates the buffers; the files appear with the first sweep that writes.
   static expected<std::unique_ptr<swap_store>> create(std::shared_ptr<submitter> engine, const swap_options& options);
   ~swap_store() override; // removes the files
   swap_store(const swap_store&) = delete;
