@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 namespace dsa::actors {
@@ -30,21 +32,17 @@ struct nvme_engine_service::shared {
   bool closed = false;
   caf::actor actor;
   nvme_engine_stats stats;
+  std::promise<void> drained; // set by the actor once a drain finished
 };
 
-// CAF 0.17's actor_system keeps a reference to its config: the config lives beside it.
+// The actor system lives on a thread of its own, made and destroyed there: CAF 0.17 keeps a
+// thread-local reference to a system's logger in the thread that made it (and in any thread
+// that makes a scoped_actor for it), and the system's destructor waits for that reference to
+// go, so a system destroyed on another thread than the one that made it would wait for ever.
+// The service therefore never makes a scoped_actor either: shutdown() waits on a promise.
 struct nvme_engine_service::system_holder {
-  static caf::actor_system_config& configured(caf::actor_system_config& cfg) {
-    announce_protocol(cfg);
-    // One thread: the actor is all this system runs; sharing sleeps when idle.
-    cfg.set("scheduler.policy", caf::atom("sharing"));
-    cfg.set("scheduler.max-threads", std::size_t{1});
-    cfg.set("logger.verbosity", caf::atom("quiet"));
-    return cfg;
-  }
-  system_holder() : system(configured(config)) {}
-  caf::actor_system_config config;
-  caf::actor_system system;
+  std::thread thread;
+  std::promise<void> stop; // the thread then destroys the system (which awaits the actor)
 };
 
 namespace {
@@ -54,7 +52,7 @@ using shared_table = nvme_engine_service::shared;
 struct engine_state {
   std::shared_ptr<shared_table> table;
   std::unique_ptr<io_schedule> schedule;
-  std::optional<caf::response_promise> drained; // shutdown() waits for it
+  bool draining = false; // shutdown() asked; the table's `drained` is set once idle
   std::function<void()> on_drain;
 };
 using engine_actor = caf::stateful_actor<engine_state>;
@@ -128,11 +126,11 @@ void finish(engine_actor* self, std::uint64_t id) {
 
 void finish_drain(engine_actor* self) {
   auto& st = self->state;
-  if (!st.drained || !st.schedule->idle())
+  if (!st.draining || !st.schedule->idle())
     return;
-  st.drained->deliver(done_atom::value);
-  st.drained.reset();
+  st.draining = false;
   self->quit();
+  st.table->drained.set_value();
 }
 
 caf::behavior engine_behavior(engine_actor* self, std::shared_ptr<shared_table> table,
@@ -162,7 +160,7 @@ caf::behavior engine_behavior(engine_actor* self, std::shared_ptr<shared_table> 
       },
       [=](drain_atom) {
         auto& st = self->state;
-        st.drained = self->make_response_promise();
+        st.draining = true;
         if (st.on_drain)
           st.on_drain();
         finish_drain(self);
@@ -220,13 +218,28 @@ nvme_engine_service::start(nvme_engine_options options) {
   service->shared_->engines = std::move(options.engines);
   service->shared_->stats.peak_in_flight.assign(service->shared_->engines.size(), 0);
   service->system_ = std::make_unique<system_holder>();
-  service->shared_->actor = service->system_->system.spawn(engine_behavior, service->shared_,
-                                                           std::move(options.on_drain));
+  std::promise<caf::actor> spawned;
+  auto actor = spawned.get_future();
+  service->system_->thread = std::thread(
+      [shared = service->shared_, on_drain = std::move(options.on_drain),
+       spawned = std::move(spawned), stop = service->system_->stop.get_future()]() mutable {
+        caf::actor_system_config cfg;
+        announce_protocol(cfg);
+        // One thread: the actor is all this system runs; sharing sleeps when idle.
+        cfg.set("scheduler.policy", caf::atom("sharing"));
+        cfg.set("scheduler.max-threads", std::size_t{1});
+        cfg.set("logger.verbosity", caf::atom("quiet"));
+        caf::actor_system system{cfg};
+        spawned.set_value(system.spawn(engine_behavior, std::move(shared), std::move(on_drain)));
+        stop.wait();
+      });
+  service->shared_->actor = actor.get();
   return service;
 }
 
 nvme_engine_service::~nvme_engine_service() {
-  shutdown();
+  if (system_)
+    shutdown();
 }
 
 std::shared_ptr<aio::submitter> nvme_engine_service::port(std::uint32_t engine) {
@@ -245,14 +258,15 @@ void nvme_engine_service::shutdown() {
     shared_->closed = true;
     actor = shared_->actor;
   }
-  caf::scoped_actor self{system_->system};
-  self->request(actor, caf::infinite, drain_atom::value)
-      .receive([](done_atom) {},
-               [&](const caf::error& e) {
-                 log_error("nvme engine: shutting down: {}", system_->system.render(e));
-               });
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  shared_->actor = nullptr; // the actor's state holds the table: no cycle left
+  auto drained = shared_->drained.get_future();
+  caf::anon_send(actor, drain_atom::value);
+  drained.wait();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->actor = nullptr; // the actor's state holds the table: no cycle left
+  }
+  system_->stop.set_value();
+  system_->thread.join();
 }
 
 nvme_engine_stats nvme_engine_service::stats() const {

@@ -8,7 +8,8 @@
 // the actor blocks. (The trace shows the transfers as the shards' swap_read/swap_write
 // spans, which know their step; the engine's requests do not, so they have no lane.)
 //
-// The actor lives in a small actor system of its own (one scheduler thread), as long as
+// The actor lives in a small actor system of its own (one scheduler thread, on a thread of
+// its own, which makes and destroys the system), as long as
 // the rank's stores: the optimizer's first writes and a resume happen before the run's
 // actors start, and its read-back for the final checkpoint after they stop, yet they go
 // through the same actor; and a step hook that waits for swap reads on the coordinator's

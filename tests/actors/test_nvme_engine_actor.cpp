@@ -271,3 +271,29 @@ TEST_CASE("nvme engine actor over the aio engine: a failed read reaches its own 
   CHECK(service->stats().bytes_read == bytes);
   CHECK(service->stats().bytes_written == bytes);
 }
+
+TEST_CASE("nvme engine actor: a port keeps the actor running after its owner lets go; the last one "
+          "going drains it") {
+  auto fake = std::make_shared<fake_engine>();
+  std::promise<void> draining;
+  auto draining_seen = draining.get_future();
+  auto service = start_on(fake, requests(1), [&] { draining.set_value(); });
+  auto port = service->port(0);
+  std::weak_ptr<nvme_engine_service> alive = service;
+  service.reset(); // as rank_run goes while a store still holds its port
+  REQUIRE(!alive.expired());
+  test::aligned_bytes buffer(4096);
+  client_log log;
+  REQUIRE(port->submit(request(buffer, "a"), io_priority::fetch, log.callback()).has_value());
+  REQUIRE(port->submit(request(buffer, "b"), io_priority::fetch, log.callback()).has_value());
+  CHECK(fake->wait_for(1) == "a");
+  std::thread last([&] { port.reset(); }); // the store goes: shutdown waits for a and b
+  draining_seen.wait();
+  fake->complete(0);
+  CHECK(fake->wait_for(2) == "b");
+  fake->complete(1);
+  last.join();
+  CHECK(alive.expired());
+  REQUIRE(log.done.size() == 2);
+  CHECK(log.done[1].path == "b");
+}
