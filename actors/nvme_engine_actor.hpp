@@ -12,8 +12,7 @@
 // its own, which makes and destroys the system), as long as
 // the rank's stores: the optimizer's first writes and a resume happen before the run's
 // actors start, and its read-back for the final checkpoint after they stop, yet they go
-// through the same actor; and a step hook that waits for swap reads on the coordinator's
-// scheduler thread cannot starve the completions of a thread.
+// through the same actor; and no pipeline actor's work can delay a completion.
 #pragma once
 
 #include "actors/nvme_engine_state.hpp"
