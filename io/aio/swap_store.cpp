@@ -175,7 +175,7 @@ std::pair<std::int64_t, std::int64_t> swap_store::range(std::int64_t chunk) cons
 }
 
 // Starts the transfers of `mask`'s arrays of the slot's chunk; called with `lock` held,
-// released around each submit (a completion may run at once on an engine thread).
+// released around each submit (a completion may run at once, where completions run).
 void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask,
                           reading_for serves) {
   auto& f = *flight_;

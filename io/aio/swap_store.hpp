@@ -161,7 +161,7 @@ private:
   // The file a transfer of array a uses (under flight_->mu).
   const std::string& file_of(unsigned a, aio_op op) const;
   // Arrays a whole sweep has written (their files exist at full length), and the sweeps so
-  // far: set on the optimizer's thread, read by a prefetch an engine thread continues.
+  // far: set on the optimizer's thread, read by a prefetch a completion continues.
   std::atomic<unsigned> written_{0};
   std::unique_ptr<aligned_buffer_pool> pool_;
   std::vector<pool_buffer> buffers_; // after pool_: returned before it goes
