@@ -5,6 +5,7 @@
 #include "io/aio/aio_engine.hpp"
 #include "io/aio/aligned_buffer_pool.hpp"
 #include "io/ckpt/posix_file.hpp"
+#include "tools/bench_aio_actor.hpp"
 #include "tools/bench_fio.hpp"
 #include "tools/options.hpp"
 
@@ -241,6 +242,12 @@ int bench_aio_main(int argc, char** argv) {
     fmt::print(stderr, "dsactor bench aio: {}\n", fio.err().to_string());
     return 1;
   }
+  // The swap's pattern, on the engine and through the NVMe engine actor a run uses.
+  auto swap = measure_swap_pattern(dir, config, bytes, reps);
+  if (!swap) {
+    fmt::print(stderr, "dsactor bench aio: {}\n", swap.err().to_string());
+    return 1;
+  }
   fmt::print("  {:<48} {:>10} {:>10}\n", "method", "write GB/s", "read GB/s");
   fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n",
              engine->direct ? "dsactor aio engine (libaio, O_DIRECT)"
@@ -262,6 +269,13 @@ int bench_aio_main(int argc, char** argv) {
                engine->write_gbps / fio->write_gbps, engine->read_gbps / fio->read_gbps,
                engine->write_gbps >= 0.9 * fio->write_gbps && engine->read_gbps >= 0.9 * fio->read_gbps ? "met"
                                                                                                       : "not met");
+  const std::string pattern = fmt::format("{} MiB chunks, {} in flight", swap->chunk_bytes >> 20, swap->in_flight);
+  fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n", "swap pattern on the engine (" + pattern + ")",
+             swap->engine_write_gbps, swap->engine_read_gbps);
+  fmt::print("  {:<48} {:>10.3f} {:>10.3f}\n", "swap pattern through the NVMe engine actor",
+             swap->actor_write_gbps, swap->actor_read_gbps);
+  fmt::print("  {:<48} {:>10.2f} {:>10.2f}\n", "ratio actor / engine (the messages' cost)",
+             swap->actor_write_gbps / swap->engine_write_gbps, swap->actor_read_gbps / swap->engine_read_gbps);
   auto or_null = [&](double v) { return fio ? fmt::format("{:.4g}", v) : std::string("null"); };
   fmt::print(
       "{{\"bench\":\"aio\",\"dir\":{},\"fs\":\"{}\",\"bytes\":{},\"direct\":{},\"read_GBps\":{:.4g}"
@@ -269,13 +283,17 @@ int bench_aio_main(int argc, char** argv) {
       "\"write_GBps\":{:.4g},\"posix_direct_read_GBps\":{:.4g},\"posix_direct_write_GBps\":{:.4g},"
       "\"posix_buffered_read_GBps\":{:.4g},\"posix_buffered_write_GBps\":{:.4g},"
       "\"read_ratio_to_posix_direct\":{:.4f},\"write_ratio_to_posix_direct\":{:.4f},\"fio_read_GBps\":{},"
-      "\"fio_write_GBps\":{},\"read_ratio_to_fio\":{},\"write_ratio_to_fio\":{}}}\n",
+      "\"fio_write_GBps\":{},\"read_ratio_to_fio\":{},\"write_ratio_to_fio\":{},"
+      "\"swap_engine_read_GBps\":{:.4g},\"swap_engine_write_GBps\":{:.4g},\"swap_actor_read_GBps\":{:.4g},"
+      "\"swap_actor_write_GBps\":{:.4g},\"swap_actor_read_ratio\":{:.4f},\"swap_actor_write_ratio\":{:.4f}}}\n",
       nlohmann::json(dir).dump(), file_system_name(dir), bytes, engine->direct, engine->read_gbps,
       engine->write_gbps, direct->read_gbps, direct->write_gbps, buffered->read_gbps,
       buffered->write_gbps, engine->read_gbps / direct->read_gbps,
       engine->write_gbps / direct->write_gbps, or_null(fio ? fio->read_gbps : 0),
       or_null(fio ? fio->write_gbps : 0), or_null(fio ? engine->read_gbps / fio->read_gbps : 0),
-      or_null(fio ? engine->write_gbps / fio->write_gbps : 0));
+      or_null(fio ? engine->write_gbps / fio->write_gbps : 0), swap->engine_read_gbps,
+      swap->engine_write_gbps, swap->actor_read_gbps, swap->actor_write_gbps,
+      swap->actor_read_gbps / swap->engine_read_gbps, swap->actor_write_gbps / swap->engine_write_gbps);
   return 0;
 }
 

@@ -19,6 +19,8 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<work_failed>("dsa_work_failed");
   cfg.add_message_type<grads_ready>("dsa_grads_ready");
   cfg.add_message_type<data_position>("dsa_data_position");
+  cfg.add_message_type<nvme_request>("dsa_nvme_request");
+  cfg.add_message_type<nvme_ended>("dsa_nvme_ended");
   // The templated add_error_category<T> of 0.17.6 does not compile; pass the renderer.
   cfg.add_error_category(caf::atom("dsactor"),
                          [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {

@@ -117,6 +117,23 @@ struct grads_ready {
   std::uint32_t bucket = 0;
 };
 
+// A client of the NVMe engine actor -> the actor: request `id` waits to start on engine
+// `engine` (the request itself, buffer and continuation, stays in the engine's request
+// table in this process: like a slot, it is referenced, never sent). priority: an
+// aio::io_priority; bytes: what it moves (its credits).
+struct nvme_request {
+  std::uint64_t id = 0;
+  std::uint32_t engine = 0;
+  std::uint8_t priority = 0;
+  std::uint64_t bytes = 0;
+};
+
+// An aio engine thread -> the NVMe engine actor: request `id` ended (its completion waits
+// in the request table).
+struct nvme_ended {
+  std::uint64_t id = 0;
+};
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, slot_ref& x) {
   return f(caf::meta::type_name("slot_ref"), x.edge, x.slot);
@@ -165,6 +182,15 @@ typename Inspector::result_type inspect(Inspector& f, grads_ready& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_failed& x) {
   return f(caf::meta::type_name("work_failed"), x.step, x.what);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, nvme_request& x) {
+  return f(caf::meta::type_name("nvme_request"), x.id, x.engine, x.priority, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, nvme_ended& x) {
+  return f(caf::meta::type_name("nvme_ended"), x.id);
 }
 
 } // namespace dsa::actors

@@ -12,7 +12,7 @@
 #include "actors/train/step_decider.hpp"
 #include "actors/train/swap_tracer.hpp"
 #include "models/bert/parameter_specs.hpp"
-#include "io/aio/aio_engine.hpp"
+#include "io/aio/submitter.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
 #include "io/net/comms_logger.hpp"
 #include "io/net/communicator.hpp"
@@ -62,7 +62,7 @@ struct bert_optimizer_options {
   // moments live in swap files in `dir`, moved by `engine` one sub-group at a time
   // (io/aio/swap_store.hpp). The shard is then partitioned even on one rank.
   struct nvme_offload {
-    std::shared_ptr<aio::aio_engine> engine;
+    std::shared_ptr<aio::submitter> engine;
     std::string dir;
     std::int64_t sub_group = 1'000'000'000;
     std::size_t buffer_count = 4;

@@ -162,7 +162,8 @@ private:
     r.file_offset = file_at_;
     r.file_length = file_bytes_;
     if (written_) r.expect_file_size = file_bytes_; // a file cut under the run is an error
-    writes_.push_back(write_flight{std::move(*filling_), options_.engine->submit(std::move(r))});
+    writes_.push_back(write_flight{std::move(*filling_),
+                                   aio::submit_future(*options_.engine, std::move(r), aio::io_priority::update)});
     filling_.reset();
     file_at_ += filled_;
     filled_ = 0;
@@ -210,7 +211,7 @@ private:
       r.bytes = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, file_bytes_ - offset));
       r.file_offset = offset;
       r.expect_file_size = file_bytes_;
-      auto future = options_.engine->submit(std::move(r));
+      auto future = aio::submit_future(*options_.engine, std::move(r), aio::io_priority::fetch);
       in_flight.push_back(flight{std::move(*buffer), offset, bytes, std::move(future)});
       offset += bytes;
     }

@@ -1,16 +1,17 @@
 // Where a ZeRO-3 rank keeps its partition of a stage's working weights between the
 // parameter fetcher's gathers (param_fetcher.hpp): in memory, or, with
 // zero_optimization.offload_param.device = "nvme", the first `max_in_cpu` elements in
-// memory and the rest in a swap file read and written through the NVMe engine
-// (io/aio/aio_engine.hpp) in chunks of `buffer_size` elements, up to `buffer_count` of
-// them in flight (DeepSpeed's offload_param keys and meaning). The fetcher reads a
+// memory and the rest in a swap file read and written through a submitter
+// (io/aio/submitter.hpp: in a run, the rank's NVMe engine actor) in chunks of
+// `buffer_size` elements, up to `buffer_count` of them in flight (DeepSpeed's
+// offload_param keys and meaning). The fetcher reads a
 // tensor's piece just before broadcasting it, on its own thread, so the reads of the
 // next parts overlap the compute of the current one (the fetcher's prefetch).
 #pragma once
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
-#include "io/aio/aio_engine.hpp"
+#include "io/aio/submitter.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -48,7 +49,7 @@ public:
 std::unique_ptr<param_store> memory_param_store(std::int64_t numel, dtype type);
 
 struct nvme_param_options {
-  std::shared_ptr<aio::aio_engine> engine;
+  std::shared_ptr<aio::submitter> engine; // reads go as io_priority::fetch, writes as update
   std::string path;                        // the swap file (created; removed by the destructor)
   std::int64_t max_in_cpu = 1'000'000'000; // elements kept in memory (the partition's first ones)
   std::int64_t buffer_size = 100'000'000;  // elements per transfer buffer

@@ -330,6 +330,17 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
              "the whole stage, stage 3 running as stage 0) are in host memory already; nothing changes (\"nvme\" moves "
              "them)");
   }
+  // The rank's NVMe engine actor: the stores submit to it, it starts requests on the areas' engines.
+  std::shared_ptr<aio::submitter> swap_port, param_port;
+  if (rr.swap || rr.param_swap) {
+    actors::nvme_engine_options no;
+    for (const swap_area* area : {rr.swap.get(), rr.param_swap.get()})
+      if (area) no.engines.push_back({area->engine(), actors::io_credits_of(off.aio), area->dir()});
+    DSA_ASSIGN_OR_RETURN(rr.nvme, actors::nvme_engine_service::start(std::move(no)));
+    if (rr.swap) swap_port = rr.nvme->port(0);
+    if (rr.param_swap) param_port = rr.nvme->port(rr.swap ? 1 : 0);
+    else if (param_area) param_port = swap_port;
+  }
   for (std::uint32_t s = 0; s < rc.stages; ++s) {
     bert_optimizer_options o;
     o.participant = s;
@@ -376,7 +387,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
         fs.caller = fmt::format("fetcher {} of rank {}", s, ctx.rank);
         std::unique_ptr<param_store> store; // null: in memory
         if (param_area) {
-          nvme_param_options po{param_area->engine(), fmt::format("{}/stage{}.params.swp", param_area->dir(), s),
+          nvme_param_options po{param_port, fmt::format("{}/stage{}.params.swp", param_area->dir(), s),
                                  off.param.max_in_cpu, off.param.buffer_size, off.param.buffer_count};
           DSA_ASSIGN_OR_RETURN(store, nvme_param_store(layout->partition_numel(), working_dtype(rc.working), po));
         }
@@ -392,7 +403,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     }
     o.stream_masters = rc.stages == 1;
     if (rr.swap)
-      o.offload = bert_optimizer_options::nvme_offload{rr.swap->engine(), rr.swap->dir(), off.sub_group_size,
+      o.offload = bert_optimizer_options::nvme_offload{swap_port, rr.swap->dir(), off.sub_group_size,
                                                        static_cast<std::size_t>(off.buffer_count), off.pipeline_read,
                                                        off.pipeline_write};
     if (start.resumed && partitioned(rc)) {

@@ -3,6 +3,7 @@
 // (trainer.cpp) calls these for every rank of the process.
 #pragma once
 
+#include "actors/nvme_engine_actor.hpp"
 #include "actors/run.hpp"
 #include "actors/train/bert_optimizer.hpp"
 #include "actors/train/feed_source.hpp"
@@ -56,6 +57,9 @@ struct rank_run {
   // ZeRO-3 with offload_param on NVMe under another nvme_path than the optimizer's (with the
   // same path the parameters share `swap`).
   std::unique_ptr<swap_area> param_swap;
+  // With either: the rank's NVMe engine actor over their engines. Every swap read and write
+  // is a message to it; the stores hold its ports, which keep it until the last store goes.
+  std::shared_ptr<actors::nvme_engine_service> nvme;
   std::unique_ptr<feed_source> source;
   std::vector<std::unique_ptr<bert_optimizer>> shards;
   actors::run_parts parts;

@@ -1,7 +1,7 @@
 // An optimizer shard's NVMe swap transfers (io/aio/swap_store.hpp) as trace spans:
 // swap_read and swap_write, one per chunk and transfer, with the chunk in micro_batch
-// and the bytes moved. The store reports a transfer on an aio engine thread when it
-// ends; the tracer only queues it there and records it on the shard's worker (as an
+// and the bytes moved. The store reports a transfer where its completion runs (the
+// rank's NVMe engine actor) when it ends; the tracer only queues it there and records it on the shard's worker (as an
 // update begins and ends) or after the run, once the step it belongs to is known: the
 // reads a prefetch starts after update s belong to update s + 1, whose step is known
 // only when that update begins.

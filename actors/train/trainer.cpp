@@ -456,10 +456,13 @@ int run_training(const run_request& req) {
         log_info("speculative update: {} shard update(s) started before the global norm, {} rolled back (clipped "
                  "or overflowed) and redone", speculated, rolled_back);
     }
-    for (int r = 0; r < R; ++r) // NVMe offload: one line per stage
-      for (const auto& shard : runs[static_cast<std::size_t>(r)].shards)
-        if (auto line = shard->swap_report(); !line.empty())
-          log_info("{}{}", R > 1 ? fmt::format("rank {}: ", ctx.rank + r) : std::string(), line);
+    for (int r = 0; r < R; ++r) { // NVMe offload: one line per stage, one for the engine actor
+      const rank_run& run = runs[static_cast<std::size_t>(r)];
+      const std::string rank = R > 1 ? fmt::format("rank {}: ", ctx.rank + r) : std::string();
+      for (const auto& shard : run.shards)
+        if (auto line = shard->swap_report(); !line.empty()) log_info("{}{}", rank, line);
+      if (run.nvme) log_info("{}{}", rank, run.nvme->report());
+    }
     if (lead && !result.trace_path.empty())
       log_info("actor trace: {} (summarise it: dsactor trace {} summary)", result.trace_path, rc.run_dir);
     if (stopped) {

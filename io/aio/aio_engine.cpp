@@ -111,20 +111,9 @@ aio_engine::~aio_engine() {
 }
 
 expected<std::uint64_t> aio_engine::submit(aio_request request, aio_callback on_done) {
+  DSA_TRY(check_request(request, alignment()));
   const std::size_t align = alignment();
   const std::size_t padded = padded_size(request.bytes);
-  if (reinterpret_cast<std::uintptr_t>(request.buffer) % align != 0 ||
-      (request.buffer == nullptr && padded > 0))
-    return make_error(errc::invalid_argument, "aio {} '{}': buffer {} is not aligned to {} bytes",
-                      aio_op_name(request.op), request.path, request.buffer, align);
-  if (request.buffer_bytes < padded)
-    return make_error(errc::invalid_argument,
-                      "aio {} '{}': buffer of {} bytes is smaller than the {} bytes padded to "
-                      "the alignment {}",
-                      aio_op_name(request.op), request.path, request.buffer_bytes, padded, align);
-  if (request.file_offset % align != 0)
-    return make_error(errc::invalid_argument, "aio {} '{}': file offset {} is not a multiple of {}",
-                      aio_op_name(request.op), request.path, request.file_offset, align);
   auto st = std::make_shared<request_state>();
   st->id = next_id_.fetch_add(1);
   st->request = std::move(request);
@@ -143,16 +132,11 @@ expected<std::uint64_t> aio_engine::submit(aio_request request, aio_callback on_
 }
 
 std::future<aio_completion> aio_engine::submit(aio_request request) {
-  auto promise = std::make_shared<std::promise<aio_completion>>();
-  auto future = promise->get_future();
-  aio_completion early{0, request.op, request.path, request.bytes, false, {}};
-  auto id = submit(std::move(request),
-                   [promise](aio_completion&& c) { promise->set_value(std::move(c)); });
-  if (!id) {
-    early.result = id.err();
-    promise->set_value(std::move(early));
-  }
-  return future;
+  return submit_future(*this, std::move(request), io_priority::update);
+}
+
+expected<std::uint64_t> aio_engine::submit(aio_request request, io_priority, aio_callback on_done) {
+  return submit(std::move(request), std::move(on_done));
 }
 
 void aio_engine::open_request(request_state& st) {

@@ -1,12 +1,14 @@
 // The NVMe engine: reads and writes whole files (or aligned ranges) between caller buffers
 // and files with libaio and O_DIRECT, on its own threads. Callers post requests and get one
-// completion per request, on an engine thread, as a callback (an actor's callback sends
-// itself a message) or a future. Nothing here blocks the caller on I/O.
+// completion per request, on an engine thread, as a callback or a future; requests run in
+// arrival order (the run orders them by priority in its NVMe engine actor,
+// actors/nvme_engine_actor.hpp). Nothing here blocks the caller on I/O.
 #pragma once
 
 #include "core/error.hpp"
 #include "io/aio/aio_config.hpp"
 #include "io/aio/aio_file.hpp"
+#include "io/aio/submitter.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -20,41 +22,6 @@
 
 namespace dsa::aio {
 
-// What to move. Files are padded to the alignment on disk while written (O_DIRECT moves
-// whole blocks; DeepSpeed #1070 lost unaligned tails), then cut back to their logical
-// length with ftruncate, so a written file is exactly `file_offset + bytes` long.
-struct aio_request {
-  aio_op op = aio_op::read;
-  std::string path;
-  // Aligned to the engine's alignment, at least padded_size(bytes) bytes (the padding of a
-  // read may be overwritten; that of a write is written, then cut off). The caller must not
-  // touch it until the completion arrives.
-  void* buffer = nullptr;
-  std::size_t buffer_bytes = 0;
-  std::size_t bytes = 0;         // logical bytes to move
-  std::uint64_t file_offset = 0; // a multiple of the alignment
-  // Reads: the size the file must have (default file_offset + bytes); another size is an
-  // error naming the file. Writes: when set, the size the file must have before the write
-  // (a file cut or removed under its writer is an error, not silently refilled).
-  std::optional<std::uint64_t> expect_file_size;
-  // Writes: the length the file is given afterwards instead of file_offset + bytes (a
-  // range written into the middle of a file of this length, as the swap files are).
-  std::optional<std::uint64_t> file_length;
-};
-
-struct aio_completion {
-  std::uint64_t id = 0; // as returned by submit
-  aio_op op = aio_op::read;
-  std::string path;
-  std::size_t bytes = 0;
-  bool direct = false; // the file was opened with O_DIRECT (false: the buffered fallback)
-  status result;       // an error names the file and the operation
-};
-
-// Runs on an engine thread, exactly once per accepted request. Must not block for long and
-// must not destroy the engine.
-using aio_callback = std::function<void(aio_completion&&)>;
-
 struct engine_options {
   aio_config config;
   std::size_t alignment = 4096; // direct_io_alignment(dir) for the files' file system
@@ -62,12 +29,12 @@ struct engine_options {
   open_fn open_call = nullptr; // nullptr: ::open
 };
 
-class aio_engine {
+class aio_engine final : public submitter {
 public:
   // Starts config.intra_op_parallelism threads, each with its own io_context.
   static expected<std::unique_ptr<aio_engine>> create(const engine_options& options);
   // Finishes every accepted request (their callbacks run), then joins the threads.
-  ~aio_engine();
+  ~aio_engine() override;
   aio_engine(const aio_engine&) = delete;
   aio_engine& operator=(const aio_engine&) = delete;
 
@@ -76,9 +43,10 @@ public:
   expected<std::uint64_t> submit(aio_request request, aio_callback on_done);
   // The same with a future; a malformed request yields a ready future holding the error.
   std::future<aio_completion> submit(aio_request request);
+  // The submitter's form: the priority is ignored (requests run in arrival order).
+  expected<std::uint64_t> submit(aio_request request, io_priority priority, aio_callback on_done) override;
 
-  std::size_t alignment() const { return options_.alignment; }
-  std::size_t padded_size(std::size_t bytes) const { return round_up(bytes, alignment()); }
+  std::size_t alignment() const override { return options_.alignment; }
   const aio_config& config() const { return options_.config; }
 
 private:

@@ -111,7 +111,7 @@ std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std:
   return std::max(granule, std::min(rounded, numel));
 }
 
-swap_store::swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk)
+swap_store::swap_store(std::shared_ptr<submitter> engine, const swap_options& options, std::int64_t chunk)
     : engine_(std::move(engine)), options_(options), chunk_(chunk), flight_(std::make_unique<flight>()) {
   for (unsigned a = 0; a < optim::state_arrays; ++a) {
     paths_[a] = fmt::format("{}/{}.{}.swp", options_.dir, options_.name, array_names[a]);
@@ -125,7 +125,7 @@ const std::string& swap_store::file_of(unsigned a, aio_op op) const {
   return shadow_open_ && op == aio_op::write ? shadow_paths_[a] : paths_[a];
 }
 
-expected<std::unique_ptr<swap_store>> swap_store::create(std::shared_ptr<aio_engine> engine,
+expected<std::unique_ptr<swap_store>> swap_store::create(std::shared_ptr<submitter> engine,
                                                          const swap_options& options) {
   DSA_CHECK(engine != nullptr, "swap_store: no engine");
   if (options.numel < 0 || options.granule < 1 || options.sub_group < 1 || options.numel % options.granule != 0)
@@ -175,7 +175,7 @@ std::pair<std::int64_t, std::int64_t> swap_store::range(std::int64_t chunk) cons
 }
 
 // Starts the transfers of `mask`'s arrays of the slot's chunk; called with `lock` held,
-// released around each submit (a completion may run at once on an engine thread).
+// released around each submit (a completion may run at once, where completions run).
 void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, aio_op op, unsigned mask,
                           reading_for serves) {
   auto& f = *flight_;
@@ -215,12 +215,16 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
   rep->t.sweep = rep->t.prefetch ? sweeps + 1 : sweeps;
   rep->remaining = requests.size();
   if (f.active++ == 0) f.busy_since = rep->t.t0_ns;
+  // A sweep waits for its reads, and for its writes unless they go behind it.
+  const io_priority priority = serves == reading_for::next_sweep ? io_priority::prefetch
+                               : op == aio_op::write && options_.pipeline_write ? io_priority::write_behind
+                                                                                : io_priority::update;
   lock.unlock();
   std::optional<error> refused;
   std::size_t submitted = 0;
   for (auto& r : requests) {
     const std::size_t bytes = r.bytes;
-    auto id = engine_->submit(std::move(r), [this, slot, op, bytes, rep](aio_completion&& c) {
+    auto id = engine_->submit(std::move(r), priority, [this, slot, op, bytes, rep](aio_completion&& c) {
       auto& fl = *flight_;
       std::unique_lock<std::mutex> g(fl.mu);
       if (!c.result) {

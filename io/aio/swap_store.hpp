@@ -1,6 +1,8 @@
 // ZeRO-Infinity's optimizer swap: a partition's fp32 master, exp_avg and exp_avg_sq
-// in three swap files on NVMe, moved by the aio engine one sub-group (chunk) at a
-// time through a small set of aligned buffers (optim/chunked_state.hpp).
+// in three swap files on NVMe, moved by a submitter (the aio engine, or the run's NVMe
+// engine actor) one sub-group (chunk) at a time through a small set of aligned buffers
+// (optim/chunked_state.hpp). Reads a sweep waits for go as io_priority::update, a
+// prefetch's as prefetch, writes behind the update (pipeline_write) as write_behind.
 //
 // A sweep keeps up to three chunks in flight, as DeepSpeed's pipelined swapper
 // does: with pipeline_read the next chunk is read while the current one is
@@ -21,7 +23,7 @@
 #pragma once
 
 #include "core/error.hpp"
-#include "io/aio/aio_engine.hpp"
+#include "io/aio/submitter.hpp"
 #include "io/aio/aligned_buffer_pool.hpp"
 #include "optim/chunked_state.hpp"
 
@@ -50,8 +52,8 @@ struct swap_transfer {
   bool prefetch = false; // read by prefetch(), ahead of its sweep
   bool ok = true;        // false: a request failed (the sweep reports the error)
 };
-// Called on an aio engine thread while the store's lock is held: it must be short and
-// must not call back into the store.
+// Called where completions run (an aio engine thread, or the NVMe engine actor) while the
+// store's lock is held: it must be short and must not call back into the store.
 using swap_observer = std::function<void(const swap_transfer&)>;
 
 // What a store moved and how its sweeps spent their time, for the end-of-run log.
@@ -88,9 +90,9 @@ std::int64_t swap_chunk_numel(std::int64_t sub_group, std::int64_t granule, std:
 
 class swap_store final : public optim::chunked_state {
 public:
-  // The engine must outlive the store. Creates the buffers; the files appear with
-  // the first sweep that writes.
-  static expected<std::unique_ptr<swap_store>> create(std::shared_ptr<aio_engine> engine, const swap_options& options);
+  // `engine` (an aio_engine or an NVMe engine actor's port) is kept until the store goes.
+  // Creates the buffers; the files appear with the first sweep that writes.
+  static expected<std::unique_ptr<swap_store>> create(std::shared_ptr<submitter> engine, const swap_options& options);
   ~swap_store() override; // removes the files
   swap_store(const swap_store&) = delete;
   swap_store& operator=(const swap_store&) = delete;
@@ -138,7 +140,7 @@ public:
   std::size_t buffers() const { return buffers_.size(); }
 
 private:
-  swap_store(std::shared_ptr<aio_engine> engine, const swap_options& options, std::int64_t chunk);
+  swap_store(std::shared_ptr<submitter> engine, const swap_options& options, std::int64_t chunk);
   struct flight;
   std::pair<std::int64_t, std::int64_t> range(std::int64_t chunk) const;
   struct report; // one transfer() call, until its last request ends
@@ -150,7 +152,7 @@ private:
   void ended(report& r); // under flight_->mu
   error settle(std::unique_lock<std::mutex>& lock);
 
-  std::shared_ptr<aio_engine> engine_;
+  std::shared_ptr<submitter> engine_;
   swap_options options_;
   std::int64_t chunk_ = 0;
   std::string paths_[optim::state_arrays];
@@ -163,7 +165,7 @@ private:
   // The file a transfer of array a uses (under flight_->mu).
   const std::string& file_of(unsigned a, aio_op op) const;
   // Arrays a whole sweep has written (their files exist at full length), and the sweeps so
-  // far: set on the optimizer's thread, read by a prefetch an engine thread continues.
+  // far: set on the optimizer's thread, read by a prefetch a completion continues.
   std::atomic<unsigned> written_{0};
   std::unique_ptr<aligned_buffer_pool> pool_;
   std::vector<pool_buffer> buffers_; // after pool_: returned before it goes

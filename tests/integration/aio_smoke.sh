@@ -15,7 +15,8 @@ python3 - "$last" <<'PY' || fail "bench aio: last line is not the expected JSON"
 import json, sys
 j = json.loads(sys.argv[1])
 for k in ("read_GBps", "write_GBps", "posix_direct_read_GBps", "posix_direct_write_GBps",
-          "posix_buffered_read_GBps", "posix_buffered_write_GBps", "read_ratio_to_posix_direct"):
+          "posix_buffered_read_GBps", "posix_buffered_write_GBps", "read_ratio_to_posix_direct",
+          "swap_engine_read_GBps", "swap_actor_read_GBps", "swap_actor_write_GBps", "swap_actor_read_ratio"):
     assert k in j and j[k] > 0, k
 assert j["bench"] == "aio" and j["bytes"] == 8 << 20
 # fio, the reference peer: measured where it is installed (./ds setup installs it), null otherwise.

@@ -56,6 +56,15 @@ finished train_run(const std::vector<std::string>& overrides) {
   return {test::load_run_checkpoint(dir.path() + "/ckpt", "latest"), read_text(dir.path() + "/run/train.log")};
 }
 
+// The requests the rank's NVMe engine actor handled, from its end-of-run line; 0 without one.
+std::uint64_t engine_actor_requests(const std::string& log) {
+  const std::string key = "NVMe engine actor: ";
+  const auto at = log.find(key);
+  if (at == std::string::npos) return 0;
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  CHECK_MESSAGE(line.find(", 0 failed)") != std::string::npos, line);
+  return std::stoull(line.substr(key.size()));
+}
 } // namespace
 
 TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and optimizer state, bit for bit, ZeRO 1, 2 and 3") {
@@ -95,6 +104,9 @@ TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and opt
       CHECK(on_nvme.log.find(fmt::format("(ZeRO stage {}: ", stage)) != std::string::npos);
       CHECK(on_nvme.log.find("(as expected)") != std::string::npos);
       CHECK(on_nvme.log.find("the accounting expected") == std::string::npos);
+      // Every swap read and write went through the rank's NVMe engine actor.
+      CHECK(engine_actor_requests(on_nvme.log) > 0);
+      CHECK(engine_actor_requests(none.log) == 0);
       // The checkpoint streamed the swapped state: one optimizer file per swap chunk of each
       // rank (2048-element chunks: dozens), each holding only that chunk's pieces.
       std::size_t parts = 0;

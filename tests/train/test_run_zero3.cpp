@@ -166,6 +166,7 @@ TEST_CASE("ZeRO stage 3 with offload_param on NVMe equals the partitions in memo
     log << in.rdbuf();
     CHECK(log.str().find("ZeRO-Infinity: each rank's partition of the working weights beyond its first") !=
           std::string::npos);
+    CHECK(log.str().find("NVMe engine actor: ") != std::string::npos); // the parameter reads and writes went through it
     CHECK(log.str().find("(as expected)") != std::string::npos);
     CHECK(log.str().find("the accounting expected") == std::string::npos);
     CHECK(std::filesystem::is_empty(swap.path()));
