@@ -354,12 +354,14 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
   return d.plan;
 }
 
+std::int64_t host_memory_plan::evaluation_peak() const {
+  // At the end the model states are all still there, beside the baseline and the margin.
+  const std::int64_t held = baseline + model_states + evaluation;
+  return held + margin_fixed + held / 10;
+}
+
 bool host_memory_plan::evaluation_fits(const run_config& rc) const {
-  // At the end the model states are all still there: only what training held for a while
-  // (activations, ZeRO-3's parts in flight, gradient buckets) is free for the evaluation.
-  // The checkpoint staging is left out: it depends on the sub_group_size a process chose
-  // from its own baseline, and every process must decide alike.
-  return rc.host_memory <= 0 || evaluation <= activations + zero3 + communication;
+  return rc.host_memory <= 0 || evaluation_peak() <= rc.host_memory;
 }
 
 void log_memory_report(const run_config& rc, const host_memory_plan& plan) {
@@ -369,9 +371,11 @@ void log_memory_report(const run_config& rc, const host_memory_plan& plan) {
              "({}) missed something; please report it",
              format_bytes(hwm), format_bytes(rc.host_memory), format_bytes(plan.peak()));
   const memory_usage tensors = memory_usage_of(device::cpu());
-  log_info("host memory: planned peak {}{}, measured peak resident (VmHWM) {}, tensor peak {}", format_bytes(plan.peak()),
+  log_info("host memory: planned peak {}{} (the final evaluation's {}), measured peak resident (VmHWM) {}, tensor "
+           "peak {}",
+           format_bytes(plan.peak()),
            rc.host_memory > 0 ? fmt::format(" within limits.host_memory {}", format_bytes(rc.host_memory)) : "",
-           format_bytes(hwm), format_bytes(tensors.peak_bytes));
+           format_bytes(plan.evaluation_peak()), format_bytes(hwm), format_bytes(tensors.peak_bytes));
 }
 
 } // namespace dsa::train

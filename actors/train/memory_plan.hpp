@@ -88,11 +88,12 @@ struct host_memory_plan {
   std::int64_t speculation = 0;
   // Not part of the peak: what the final evaluation would add, the stages' weights gathered
   // whole and the assembled model's weights and gradients (4 + 4 bytes per parameter) with
-  // one rank's activations. Under a budget the evaluation runs only if this is no more than
-  // what training held for a while (activations, ZeRO-3's parts in flight, gradient
-  // buckets), since the model states are still there (evaluation_fits): a rule every
-  // process of a job computes alike from the config.
+  // one rank's activations. At the end of the run the model states are still there, so the
+  // evaluation's peak is the baseline, the model states, this and a margin; under a budget
+  // it runs only if that fits (evaluation_fits: each process's own view; a job of several
+  // processes evaluates only if every one of them fits, trainer.cpp).
   std::int64_t evaluation = 0;
+  std::int64_t evaluation_peak() const;
   bool evaluation_fits(const run_config& rc) const;
   std::int64_t peak() const;
   // "planned peak 41.2 MiB = baseline ... + model states ... + activations ... + gradient

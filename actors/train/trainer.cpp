@@ -215,6 +215,14 @@ int run_training(const run_request& req) {
       rc.offload.sub_group_size = smallest;
     }
   }
+  // The final evaluation under a budget: only if every process's plan has room for it (the
+  // ZeRO-3 gather before it is a collective, so they must agree).
+  bool evaluates = memory->evaluation_fits(rc);
+  if (job && rc.host_memory > 0) {
+    auto all = job->client->allgather("evaluates", to_bytes(evaluates ? "1" : "0"));
+    if (!all) return fail(all.err(), 1);
+    for (const auto& b : *all) evaluates = evaluates && !b.empty() && b.front() == std::byte{'1'};
+  }
   auto start0 = prepare_rank(ctx);
   if (!start0) return fail(start0.err());
   std::vector<rank_start> starts;
@@ -366,7 +374,7 @@ int run_training(const run_request& req) {
       for (int r = 0; r < R; ++r)
         gathers.emplace_back([&, r] {
           try {
-            if (memory->evaluation_fits(rc)) // the whole weights are for the evaluation
+            if (evaluates) // the whole weights are for the evaluation
               for (auto& stage : context_of(r).stages) stage->gather_whole();
           } catch (const std::exception& e) {
             gather_errors[static_cast<std::size_t>(r)] = e.what();
@@ -473,12 +481,14 @@ int run_training(const run_request& req) {
   } else {
     log_info("nothing to train: the checkpoint is at step {} of {}", ctx.first_step, ctx.last_step + 1);
   }
-  if (lead && !memory->evaluation_fits(rc))
+  if (lead && !evaluates)
     log_warn("final evaluation skipped: it would hold the whole model's weights and gradients and one rank's "
-             "activations, {}, beside the model states, more than limits.host_memory {} leaves; evaluate a "
-             "checkpoint with dsactor eval instead",
-             format_bytes(memory->evaluation), format_bytes(rc.host_memory));
-  if (lead && memory->evaluation_fits(rc)) status_code = evaluate(ctx);
+             "activations, {}, beside the model states: a peak of {}{}, more than limits.host_memory {}; to "
+             "evaluate the final checkpoint, resume it with a larger budget (the run, with nothing left to train, "
+             "evaluates)",
+             format_bytes(memory->evaluation), format_bytes(memory->evaluation_peak()),
+             memory->evaluation_fits(rc) ? " in another process" : "", format_bytes(rc.host_memory));
+  if (lead && evaluates) status_code = evaluate(ctx);
   log_memory_report(rc, *memory); // the evaluation included
   return status_code;
 }

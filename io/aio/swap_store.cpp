@@ -426,7 +426,7 @@ status swap_store::read_range(optim::state_array a, std::int64_t lo, std::int64_
   r.bytes = static_cast<std::size_t>(std::min(start + padded, file_bytes) - start);
   r.file_offset = start;
   r.expect_file_size = file_bytes;
-  aio_completion done = engine_->submit(std::move(r)).get();
+  aio_completion done = submit_future(*engine_, std::move(r), io_priority::update).get();
   if (!done.result) return done.result;
   bytes_read_ += done.bytes;
   std::memcpy(out, static_cast<const std::byte*>(buffer.get()) + (first - start), last - first);
