@@ -108,7 +108,7 @@ void read_offload_param(const config& cfg, int zero_stage, offload_settings::par
 
 } // namespace
 
-void read_offload(const config& cfg, int zero_stage, std::int64_t /*data_parallel_size*/, offload_settings& out,
+void read_offload(const config& cfg, int zero_stage, offload_settings& out,
                   config_problems& problems) {
   const std::string table = "zero_optimization.offload_optimizer";
   optim::param_reader r(cfg, table, problems);

@@ -48,10 +48,9 @@ struct offload_settings {
   } param;
 };
 
-// Reads zero_optimization.offload_optimizer, .offload_param (ZeRO stage 3 only; "cpu"
-// needs several ranks), .sub_group_size, the legacy cpu_offload flags and [aio]; needs the ZeRO
-// stage and the data-parallel size read.
-void read_offload(const config& cfg, int zero_stage, std::int64_t data_parallel_size, offload_settings& out,
+// Reads zero_optimization.offload_optimizer, .offload_param (ZeRO stage 3 only),
+// .sub_group_size, the legacy cpu_offload flags and [aio]; needs the ZeRO stage read.
+void read_offload(const config& cfg, int zero_stage, offload_settings& out,
                   config_problems& problems);
 
 // The job's swap folder name under nvme_path: the run directory's name and a hash of

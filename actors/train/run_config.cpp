@@ -405,7 +405,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   read_data(cfg, rc.model, rc.data, problems);
   read_data_parallel_keys(cfg, rc, problems);
-  read_offload(cfg, rc.zero_stage, rc.batch.data_parallel_size, rc.offload, problems);
+  read_offload(cfg, rc.zero_stage, rc.offload, problems);
   read_comms_logger(cfg, rc, problems);
   read_limits(cfg, rc, problems);
   cfg.has("deepspeed_config");

@@ -1,5 +1,6 @@
 // The NVMe optimizer swap; see swap_store.hpp.
 #include "io/aio/swap_store.hpp"
+#include "io/aio/swap_flight.hpp"
 
 #include <fmt/format.h>
 
@@ -44,54 +45,6 @@ std::uint64_t steady_ns() {
                                         .count());
 }
 } // namespace
-
-// The buffer sets and what each holds, kept across sweeps: a set may hold a chunk read
-// ahead for the next sweep (prefetch) or a chunk still being written (write-behind).
-struct swap_store::flight {
-  enum class use { free, reading, ready, computing, writing };
-  struct slot {
-    use state = use::free;
-    std::int64_t chunk = -1;
-    unsigned mask = 0; // the arrays read into it
-    int pending = 0;   // transfers not yet completed
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<slot> slots;
-  std::optional<error> failed; // the first error of a transfer, not yet reported
-  // A prefetch still under way: the arrays it reads and the next chunk to read. It goes on
-  // as completions free buffer sets (a set freed by a write behind the last update takes the
-  // next chunk), so read-ahead follows the buffer credits; a sweep or an error ends it.
-  unsigned prefetch_mask = 0;
-  std::int64_t prefetch_next = 0;
-  swap_stats stats;             // but the byte counts (the store's atomics)
-  int active = 0;               // transfer() calls with a request not yet ended
-  std::uint64_t busy_since = 0; // when `active` last left 0
-
-  // A transfer of `s` ended (under mu).
-  void ended(slot& s) {
-    if (--s.pending > 0) return;
-    if (s.state == use::reading) s.state = use::ready;
-    else if (s.state == use::writing) s = slot{};
-  }
-  slot* holding(std::int64_t chunk) {
-    for (auto& s : slots)
-      if (s.chunk == chunk && (s.state == use::reading || s.state == use::ready)) return &s;
-    return nullptr;
-  }
-  bool writing(std::int64_t chunk) const {
-    return std::any_of(slots.begin(), slots.end(),
-                       [&](const slot& s) { return s.chunk == chunk && s.state == use::writing; });
-  }
-  slot* free_slot() {
-    for (auto& s : slots)
-      if (s.state == use::free) return &s;
-    return nullptr;
-  }
-  bool quiet() const {
-    return std::all_of(slots.begin(), slots.end(), [](const slot& s) { return s.pending == 0; });
-  }
-};
 
 struct swap_store::report {
   swap_transfer t;
@@ -400,88 +353,6 @@ void swap_store::pump(std::unique_lock<std::mutex>& lock) {
     transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, f.prefetch_mask, reading_for::next_sweep);
   }
   f.prefetch_mask = 0; // every chunk is read ahead (or an error stopped it)
-}
-
-status swap_store::read_range(optim::state_array a, std::int64_t lo, std::int64_t count, float* out) {
-  if (lo < 0 || count < 0 || lo + count > options_.numel)
-    return make_error(errc::invalid_argument, "swap store '{}/{}': elements [{}, {}) of {}", options_.dir,
-                      options_.name, lo, lo + count, options_.numel);
-  if (!(written_.load() & (1u << a)))
-    return make_error(errc::protocol, "swap store '{}/{}': read before the state was written", options_.dir, options_.name);
-  if (count == 0) return {};
-  const std::uint64_t align = std::max<std::uint64_t>(4096, engine_->alignment());
-  const auto file_bytes = static_cast<std::uint64_t>(options_.numel) * sizeof(float);
-  const auto first = static_cast<std::uint64_t>(lo) * sizeof(float), last = first + static_cast<std::uint64_t>(count) * sizeof(float);
-  const std::uint64_t start = first / align * align, padded = (last - start + align - 1) / align * align;
-  std::unique_ptr<void, void (*)(void*)> buffer(std::aligned_alloc(align, padded), std::free);
-  if (!buffer) return make_error(errc::io, "swap store '{}/{}': no memory for a {}-byte read", options_.dir, options_.name, padded);
-  aio_request r;
-  r.op = aio_op::read;
-  {
-    std::lock_guard<std::mutex> lock(flight_->mu); // the files trade places at a commit
-    r.path = paths_[a];
-  }
-  r.buffer = buffer.get();
-  r.buffer_bytes = padded;
-  r.bytes = static_cast<std::size_t>(std::min(start + padded, file_bytes) - start);
-  r.file_offset = start;
-  r.expect_file_size = file_bytes;
-  aio_completion done = submit_future(*engine_, std::move(r), io_priority::update).get();
-  if (!done.result) return done.result;
-  bytes_read_ += done.bytes;
-  std::memcpy(out, static_cast<const std::byte*>(buffer.get()) + (first - start), last - first);
-  return {};
-}
-
-status swap_store::begin_shadow() {
-  auto& f = *flight_;
-  std::unique_lock<std::mutex> lock(f.mu);
-  if (shadow_open_) return make_error(errc::protocol, "swap store '{}/{}': a speculation began twice", options_.dir, options_.name);
-  // Writes behind the last sweep go to the usual files: they end first. A prefetch's reads
-  // of the usual files stay: the speculative sweep reads the state from there.
-  f.cv.wait(lock, [&] {
-    return std::none_of(f.slots.begin(), f.slots.end(), [](const flight::slot& s) { return s.state == flight::use::writing; });
-  });
-  if (f.failed) return settle(lock);
-  shadow_open_ = true;
-  shadow_round_ = 0;
-  deferred_prefetch_ = 0;
-  return {};
-}
-
-status swap_store::commit_shadow() {
-  auto& f = *flight_;
-  unsigned prefetch_next = 0;
-  {
-    std::unique_lock<std::mutex> lock(f.mu);
-    if (!shadow_open_) return make_error(errc::protocol, "swap store '{}/{}': commit without a speculation", options_.dir, options_.name);
-    f.cv.wait(lock, [&] { return f.quiet(); });
-    shadow_open_ = false;
-    if (f.failed) return settle(lock);
-    for (unsigned a = 0; a < optim::state_arrays; ++a) {
-      if (!(shadow_round_ & (1u << a))) continue;
-      std::swap(paths_[a], shadow_paths_[a]); // the written files are the state now
-      const bool old_full = (written_.load() & (1u << a)) != 0;
-      written_ |= 1u << a;
-      shadow_full_ = old_full ? (shadow_full_ | (1u << a)) : (shadow_full_ & ~(1u << a));
-    }
-    prefetch_next = deferred_prefetch_;
-    deferred_prefetch_ = 0;
-  }
-  prefetch(prefetch_next);
-  return {};
-}
-
-status swap_store::discard_shadow() {
-  auto& f = *flight_;
-  std::unique_lock<std::mutex> lock(f.mu);
-  if (!shadow_open_) return make_error(errc::protocol, "swap store '{}/{}': discard without a speculation", options_.dir, options_.name);
-  f.cv.wait(lock, [&] { return f.quiet(); });
-  shadow_open_ = false;
-  shadow_full_ |= shadow_round_; // written: the files have their whole length now
-  deferred_prefetch_ = 0;        // the redone sweep reads the state itself
-  if (f.failed) return settle(lock);
-  return {};
 }
 
 void swap_store::wait_idle() {

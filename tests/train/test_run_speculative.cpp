@@ -77,6 +77,17 @@ const std::vector<std::string> always_clips{"gradient_clipping=1e-6"};
 const std::vector<std::string> overflows{"fp16.enabled=true", "fp16.initial_scale_power=20", "fp16.hysteresis=1",
                                          "gradient_clipping=1e6"};
 
+// 2 stages x 5 steps: 10 shard updates, each speculated; all kept when nothing clips, all
+// rolled back and redone when clipping always fires.
+void check_kept_and_clipped(const std::vector<std::string>& base) {
+  counts kept = check_equal(with(base, never_clips));
+  CHECK(kept.speculated == 10);
+  CHECK(kept.rolled_back == 0);
+  counts clipped = check_equal(with(base, always_clips));
+  CHECK(clipped.speculated == 10);
+  CHECK(clipped.rolled_back == 10);
+}
+
 } // namespace
 
 // 2 stages x 5 steps: 10 shard updates, each speculated.
@@ -84,12 +95,7 @@ TEST_CASE("speculative update: kept when nothing clips, rolled back and redone w
   for (const char* type : {"AdamW", "Lamb"}) {
     CAPTURE(type);
     const std::vector<std::string> base{"pipeline.stages=2", fmt::format("optimizer.type=\"{}\"", type)};
-    counts kept = check_equal(with(base, never_clips));
-    CHECK(kept.speculated == 10);
-    CHECK(kept.rolled_back == 0);
-    counts clipped = check_equal(with(base, always_clips));
-    CHECK(clipped.speculated == 10);
-    CHECK(clipped.rolled_back == 10);
+    check_kept_and_clipped(base);
   }
 }
 
@@ -151,12 +157,7 @@ TEST_CASE("speculative update of optimizer state swapped to NVMe: kept, rolled b
   for (const char* type : {"AdamW", "Lamb"}) {
     CAPTURE(type);
     const auto base = with(offload, {fmt::format("optimizer.type=\"{}\"", type)});
-    counts kept = check_equal(with(base, never_clips));
-    CHECK(kept.speculated == 10);
-    CHECK(kept.rolled_back == 0);
-    counts clipped = check_equal(with(base, always_clips));
-    CHECK(clipped.speculated == 10);
-    CHECK(clipped.rolled_back == 10);
+    check_kept_and_clipped(base);
   }
   counts c = check_equal(with(offload, overflows));
   CHECK(c.skipped > 0);
