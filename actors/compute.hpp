@@ -140,6 +140,22 @@ public:
     (void)step;
     return false;
   }
+  // Streaming the update over the backward (an update whose decision does not wait for
+  // the step's totals, on state that moves chunk by chunk): > 0 when the shard can update
+  // part of its state as soon as the gradients there are final; the runtime then
+  // publishes the stage's gradients in buckets of about this many elements as the
+  // backward finishes them, the reducer tells the shard of each (reduced_part), and the
+  // shard calls, for each step: gradients_final(step, first) on its own thread as the
+  // parts arrive (thread-safe: the gradients of the stage's parameters from `first` on
+  // are final in gradient_buffers(); first decreases to 0); stream_update(step) on the
+  // worker once update() could run, which updates as parts become final and returns once
+  // every part is updated; then update() of the step, which only decides and publishes
+  // (a decision other than the one streamed is an error). cancel(): the run is ending,
+  // a stream_update waiting for parts must throw (any thread). 0 by default: no streaming.
+  virtual std::int64_t stream_elements() const { return 0; }
+  virtual void gradients_final(std::uint32_t step, std::uint32_t first) { (void)step, (void)first; }
+  virtual void stream_update(std::uint32_t step) { (void)step; }
+  virtual void cancel() {}
   // Tracing work of the shard's own besides update() (its NVMe swap transfers): before
   // the run, and before init(), the runtime hands it the run's recorder (null when not
   // tracing) and its actor id and stage. trace_detach(): the shard waits for that work,

@@ -6,6 +6,7 @@
 #include "actors/worker_job.hpp"
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <limits>
@@ -21,7 +22,13 @@ struct shard_core {
         reduced_edge(plan.reduced_edges[i]), params_edge(plan.params_edges[i]), optimizer(opt),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         allowed(release == update_release::immediately ? std::numeric_limits<std::uint32_t>::max()
-                                                       : plan.first_step) {}
+                                                       : plan.first_step),
+        streams(plan.streams(i)) {}
+  // A stream_update waiting for parts that will not come (the run stops) must end before
+  // the worker is joined.
+  ~shard_core() {
+    if (streams) optimizer->cancel();
+  }
 
   const pipeline_plan& plan;
   std::shared_ptr<slot_table> slots;
@@ -37,6 +44,12 @@ struct shard_core {
   // started, and the step whose speculative job was posted (its update follows it on
   // the same worker, holding the params slot meanwhile).
   std::optional<std::uint32_t> early, speculated;
+  // A streamed update (plan.streams): the step whose first reduced_part came and whose
+  // stream job has not started, the step whose stream job was posted (its update follows
+  // on the same worker), and the first parameter of the last part (parts come in order).
+  bool streams = false;
+  std::optional<std::uint32_t> stream_pending, streaming;
+  std::uint32_t part_first = 0;
   std::uint32_t next_step = plan.first_step; // the step whose gradients come next
   compute_worker worker; // last: joined first
 };
@@ -50,6 +63,19 @@ using shard_actor = caf::stateful_actor<shard_state>;
 // work_done.kind of an update: 1 when applied, 0 when skipped; work_done.value: the stage's share.
 // A speculative job's: speculated_job (whether it speculated is the optimizer's to count).
 constexpr std::uint32_t speculated_job = 2;
+constexpr std::uint32_t streamed_job = 3;
+
+void start_stream(shard_actor* self, std::uint32_t step) {
+  auto& c = *self->state.core;
+  auto* trace = c.trace;
+  auto* optimizer = c.optimizer;
+  const std::uint32_t id = c.id, index = c.index;
+  post_job(self, c.worker, step, [=] {
+    trace_span span(trace, trace_name::stream_update, id, static_cast<std::int32_t>(index), step, 0);
+    optimizer->stream_update(step);
+    return work_done{streamed_job, step, 0, 0.0, {}, {}};
+  });
+}
 
 void start_speculation(shard_actor* self, std::uint32_t step) {
   auto& c = *self->state.core;
@@ -97,12 +123,20 @@ void try_start(shard_actor* self) {
     c.params_slot_free = false;
     start_speculation(self, *c.speculated);
   }
+  if (c.stream_pending && c.params_slot_free && *c.stream_pending <= c.allowed) {
+    c.streaming = c.stream_pending;
+    c.stream_pending.reset();
+    c.params_slot_free = false;
+    start_stream(self, *c.streaming);
+  }
   if (!c.waiting) return;
-  const bool held = c.speculated && *c.speculated == c.waiting->data.step;
-  if (!held && (c.early || !c.params_slot_free || c.waiting->data.step > c.allowed)) return;
+  const bool held = (c.speculated && *c.speculated == c.waiting->data.step) ||
+                    (c.streaming && *c.streaming == c.waiting->data.step);
+  if (!held && (c.early || c.stream_pending || !c.params_slot_free || c.waiting->data.step > c.allowed)) return;
   const reduced ready = *c.waiting;
   c.waiting.reset();
   c.speculated.reset();
+  c.streaming.reset();
   c.params_slot_free = false;
   start_update(self, ready);
 }
@@ -112,6 +146,21 @@ status accept_early(shard_core& c, const reduced_early& e) {
     return make_error(errc::protocol, "early gradients of step {} arrived, expected step {} (run ends before {})",
                       e.step, c.next_step, c.plan.end_step());
   c.early = e.step;
+  return {};
+}
+
+// A part of a streamed step: handed to the optimizer at once (its stream job may be
+// waiting for it); the first of a step makes the stream job pending.
+status accept_part(shard_core& c, const reduced_part& p) {
+  const bool started = (c.stream_pending && *c.stream_pending == p.step) || (c.streaming && *c.streaming == p.step);
+  if (!c.streams || c.waiting || p.step != c.next_step || p.step >= c.plan.end_step() ||
+      (started && p.first >= c.part_first))
+    return make_error(errc::protocol, "gradient part of step {} from parameter {} arrived, expected {} of step {}{}",
+                      p.step, p.first, c.streams ? "parts" : "no parts", c.next_step,
+                      started ? fmt::format(" before parameter {}", c.part_first) : std::string());
+  c.part_first = p.first;
+  c.optimizer->gradients_final(p.step, p.first);
+  if (!started) c.stream_pending = p.step;
   return {};
 }
 
@@ -155,7 +204,7 @@ void on_allow(shard_actor* self, std::uint32_t step) {
 
 void on_updated(shard_actor* self, const work_done& d) {
   auto& c = *self->state.core;
-  if (d.kind == speculated_job) return; // the update of the step follows on the worker
+  if (d.kind == speculated_job || d.kind == streamed_job) return; // the update of the step follows on the worker
   const auto stage_id = c.plan.stage_id(c.index);
   c.io.send_released(self, c.reducer, c.plan.reducer_id(c.index), {c.reduced_edge, 0});
   c.io.send_produced(self, c.stage, stage_id, {c.params_edge, 0}, d.step + 1, 0);
@@ -175,6 +224,10 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
       [=](const reduced& r) { on_reduced(self, r); },
       [=](const reduced_early& e) {
         if (auto st = accept_early(*self->state.core, e); !st) return fail_protocol(self, e.step, st.err());
+        try_start(self);
+      },
+      [=](const reduced_part& p) {
+        if (auto st = accept_part(*self->state.core, p); !st) return fail_protocol(self, p.step, st.err());
         try_start(self);
       },
       [=](allow_atom, std::uint32_t step) { on_allow(self, step); },

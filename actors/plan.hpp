@@ -47,6 +47,10 @@ struct pipeline_options {
   // [s]: stage s's gradient buckets in publish order (the grads edge gets one slot
   // per bucket); empty, or empty for a stage: one bucket of all its parameters.
   std::vector<std::vector<grad_bucket>> grad_buckets{};
+  // [s]: stage s's shard streams its update (optimizer_compute::stream_elements): its
+  // buckets go out as backward finishes them and its reducer reduces them one by one,
+  // telling the shard (reduced_part). Empty: no stage streams.
+  std::vector<bool> streamed{};
 };
 
 struct pipeline_plan {
@@ -77,6 +81,7 @@ struct pipeline_plan {
   bool exchanges_tied() const { return tied_up_edge != no_edge; }
   // Stage s's gradient buckets (options.grad_buckets[s]); empty: one bucket of every parameter.
   const std::vector<grad_bucket>& buckets_of(std::uint32_t s) const;
+  bool streams(std::uint32_t s) const { return s < options.streamed.size() && options.streamed[s]; }
   std::uint32_t grads_slots(std::uint32_t s) const;
 
   static constexpr std::uint32_t coordinator_id = 0;

@@ -19,7 +19,7 @@ namespace dsa::actors {
 
 namespace {
 
-enum job_kind : std::uint32_t { gather_job = 0, tied_sum_job = 1, tied_copy_job = 2, bucket_job = 3 };
+enum job_kind : std::uint32_t { gather_job = 0, tied_sum_job = 1, tied_copy_job = 2, bucket_job = 3, part_job = 4 };
 
 tied_role role_of(const pipeline_plan& plan, std::uint32_t index) {
   if (!plan.exchanges_tied()) return tied_role::none;
@@ -41,6 +41,7 @@ struct reducer_core {
                                                      reducer_channel(i));
     bucket_elements = setup.dp.bucket_elements;
     bucket_arrived.assign(plan.grads_slots(i), false);
+    streams = plan.streams(i);
     allowed = plan.first_step;
     logger = setup.dp.logger;
     DSA_CHECK(state.role() == tied_role::none || tied_index >= 0,
@@ -77,6 +78,15 @@ struct reducer_core {
   // the previous step's hooks): a step the ranks agreed not to run never starts one,
   // so no rank waits in it for ranks that stopped.
   std::uint32_t allowed = 0;
+  // A streamed update (plan.streams): each bucket, once it arrived and is summed over the
+  // ranks, is cast into the shard's buffers on its own (a part job) and the shard told
+  // (reduced_part); buckets waiting for the shard to give the buffers back, the parts
+  // done, and each gradient's sum of squares (added in parameter order at the end, as
+  // the whole gather adds them).
+  bool streams = false;
+  std::vector<std::uint32_t> parts_waiting;
+  std::uint32_t parts_done = 0;
+  std::vector<double> part_sums;
   compute_worker worker;         // last: joined first
 };
 
@@ -86,35 +96,36 @@ struct reducer_state_holder {
 };
 using reducer_actor = caf::stateful_actor<reducer_state_holder>;
 
-// Gradients (already summed over the data-parallel ranks, if several) into the
-// shard's f32 buffers: each whole, or only the part the shard keeps (`kept`, ZeRO
-// stage 2). Returns the sum of squares of all but `skip`, over the whole gradients
-// either way (the cast to f32 is exact, so it equals the sum over whole f32 buffers).
-// Gradients that do not fit fail the job (and the reducer, naming them).
+// Gradient i (already summed over the data-parallel ranks, if several) into the shard's
+// f32 buffer i: whole, or only the part the shard keeps (`kept`, ZeRO stage 2). A
+// gradient that does not fit fails the job (and the reducer, naming it).
+void cast_gradient(std::size_t i, const tensor& g, tensor& b, const std::vector<gradient_part>& kept, bool presummed) {
+  const bool floating = g.type() == dtype::f32 || g.type() == dtype::f16 || g.type() == dtype::bf16;
+  const gradient_part part = kept.empty() ? gradient_part{0, g.numel()} : kept[i];
+  const bool fits = kept.empty() ? g.shape() == b.shape()
+                    : presummed  ? g.numel() == part.hi - part.lo && b.numel() == g.numel() && b.is_contiguous()
+                                 : 0 <= part.lo && part.lo <= part.hi && part.hi <= g.numel() &&
+                                       b.numel() == part.hi - part.lo && b.is_contiguous();
+  if (!g.defined() || !fits || !floating || !g.is_contiguous())
+    throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {} (elements [{}, {}))", i,
+                                         g.defined() ? g.describe() : "(none)", b.describe(), part.lo, part.hi));
+  const std::int64_t skipped = presummed ? 0 : part.lo * static_cast<std::int64_t>(dtype_size(g.type())); // bytes
+  const auto* first = static_cast<const std::byte*>(g.raw_data()) + skipped;
+  // The shard may use the stage's gradient partition itself (bert_optimizer_options::shared_gradients).
+  if (first == b.raw_data() && g.type() == dtype::f32) return;
+  cpu::cast(b.raw_data(), dtype::f32, first, g.type(), part.hi - part.lo);
+}
+
+// Every gradient into the shard's buffers (cast_gradient). Returns the sum of squares of
+// all but `skip`, over the whole gradients either way (the cast to f32 is exact, so it
+// equals the sum over whole f32 buffers).
 double gather(const slot_contents& grads, slot_contents& buffers, const std::vector<gradient_part>& kept, int skip,
               bool presummed) {
   if (grads.size() != buffers.size() || (!kept.empty() && kept.size() != buffers.size()))
     throw std::runtime_error(fmt::format("{} gradients for {} optimizer buffers ({} parts kept)", grads.size(),
                                          buffers.size(), kept.size()));
   double share = 0;
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    const tensor& g = grads[i];
-    tensor& b = buffers[i];
-    const bool floating = g.type() == dtype::f32 || g.type() == dtype::f16 || g.type() == dtype::bf16;
-    const gradient_part part = kept.empty() ? gradient_part{0, g.numel()} : kept[i];
-    const bool fits = kept.empty() ? g.shape() == b.shape()
-                      : presummed  ? g.numel() == part.hi - part.lo && b.numel() == g.numel() && b.is_contiguous()
-                                   : 0 <= part.lo && part.lo <= part.hi && part.hi <= g.numel() &&
-                                         b.numel() == part.hi - part.lo && b.is_contiguous();
-    if (!g.defined() || !fits || !floating || !g.is_contiguous())
-      throw std::runtime_error(fmt::format("gradient {} {} does not fit the optimizer's buffer {} (elements [{}, {}))",
-                                           i, g.defined() ? g.describe() : "(none)", b.describe(), part.lo, part.hi));
-    const std::int64_t skipped = presummed ? 0 : part.lo * static_cast<std::int64_t>(dtype_size(g.type())); // bytes
-    const auto* first = static_cast<const std::byte*>(g.raw_data()) + skipped;
-    // The shard may use the stage's gradient partition itself (bert_optimizer_options::shared_gradients).
-    if (first == b.raw_data() && g.type() == dtype::f32) continue;
-    cpu::cast(b.raw_data(), dtype::f32, first, g.type(), part.hi - part.lo);
-  }
+  for (std::size_t i = 0; i < grads.size(); ++i) cast_gradient(i, grads[i], buffers[i], kept, presummed);
   for (std::size_t i = 0; i < grads.size(); ++i)
     if (static_cast<int>(i) != skip) share += optim::sum_of_squares(grads[i]);
   return share;
@@ -206,6 +217,43 @@ void start_bucket_sum(reducer_actor* self, std::uint32_t step, std::uint32_t buc
   });
 }
 
+// A streamed update: bucket `bucket` of the step's gradients (summed over the ranks, if
+// several) into the shard's buffers, each gradient's sum of squares into part_sums.
+void start_part(reducer_actor* self, std::uint32_t step, std::uint32_t bucket) {
+  auto& c = *self->state.core;
+  auto slots = c.slots;
+  auto* trace = c.trace;
+  const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge, reduced = c.reduced_edge;
+  const grad_bucket range = c.plan.buckets_of(index).at(bucket);
+  c.part_sums.resize(slots->at({reduced, 0}).size());
+  // The core (and so these) outlives its worker's jobs; the actor reads part_sums only
+  // after every part's work_done.
+  const std::vector<gradient_part>* kept = &c.kept;
+  std::vector<double>* sums = &c.part_sums;
+  const bool presummed = c.presummed;
+  post_job(self, c.worker, step, [=] {
+    trace_span span(trace, trace_name::reduce, id, static_cast<std::int32_t>(index), step, bucket);
+    slot_contents& buffers = slots->at({reduced, 0});
+    const slot_contents& part = slots->at({grads, bucket});
+    if (part.size() != range.last - range.first || range.last > buffers.size())
+      throw std::runtime_error(fmt::format("gradient bucket {} holds {} tensors for parameters [{}, {})", bucket,
+                                           part.size(), range.first, range.last));
+    for (std::uint32_t i = range.first; i < range.last; ++i) {
+      cast_gradient(i, part[i - range.first], buffers[i], *kept, presummed);
+      (*sums)[i] = optim::sum_of_squares(part[i - range.first]);
+    }
+    return work_done{part_job, step, bucket, 0.0, {}, {}};
+  });
+}
+
+// Starts the part jobs of the buckets that wait, once the shard's buffers are free.
+void start_waiting_parts(reducer_actor* self) {
+  auto& c = *self->state.core;
+  if (!c.bucket_step || !c.state.buffers_free()) return;
+  for (const std::uint32_t b : c.parts_waiting) start_part(self, *c.bucket_step, b);
+  c.parts_waiting.clear();
+}
+
 void note_partial(reducer_core& c, trace_kind kind, std::uint32_t from, std::uint32_t to, std::uint32_t step) {
   if (!c.trace) return;
   trace_record r;
@@ -222,12 +270,23 @@ void note_partial(reducer_core& c, trace_kind kind, std::uint32_t from, std::uin
   c.trace->record(r);
 }
 
+template <class Event>
+void handle(reducer_actor* self, std::uint32_t step, Event&& event);
+
 void execute(reducer_actor* self, const reducer_state::actions& todo) {
   auto& c = *self->state.core;
   const auto S = c.plan.options.stages;
   for (const auto& a : todo) {
     switch (a.what) {
-      case reducer_action::kind::gather: start_job(self, gather_job, a.step); break;
+      case reducer_action::kind::gather:
+        if (c.streams) { // every bucket is in the buffers already (part jobs)
+          double share = 0;
+          for (const double x : c.part_sums) share += x; // parameter order, as gather() adds them
+          handle(self, a.step, [&](reducer_state& st) { return st.on_gathered(a.step, share); });
+          break;
+        }
+        start_job(self, gather_job, a.step);
+        break;
       case reducer_action::kind::tied_sum: start_job(self, tied_sum_job, a.step); break;
       case reducer_action::kind::tied_copy: start_job(self, tied_copy_job, a.step); break;
       case reducer_action::kind::send_tied_up: {
@@ -328,6 +387,10 @@ void on_produced(reducer_actor* self, const produced& m) {
   c.bucket_step = m.step;
   c.bucket_arrived[b] = true;
   if (c.replicas) return start_allowed_sums(self);
+  if (c.streams) {
+    c.parts_waiting.push_back(b);
+    return start_waiting_parts(self);
+  }
   if (std::all_of(c.bucket_arrived.begin(), c.bucket_arrived.end(), [](bool a) { return a; })) grads_complete(self, m.step);
 }
 
@@ -346,6 +409,7 @@ void on_released(reducer_actor* self, const released& m) {
   if (auto st = c.io.received(m, peer); !st) return fail_protocol(self, step, st.err());
   if (m.ref.edge == c.reduced_edge) {
     handle(self, step, [](reducer_state& st) { return st.on_reduced_released(); });
+    start_waiting_parts(self);
   } else if (m.ref.edge == c.plan.tied_down_edge) {
     handle(self, step, [](reducer_state& st) { return st.on_tied_down_released(); });
   } else if (c.tied_up_free) {
@@ -366,8 +430,24 @@ void on_done(reducer_actor* self, const work_done& d) {
       handle(self, d.step, [&](reducer_state& st) { return st.on_gathered(d.step, d.value); });
       break;
     case bucket_job:
-      if (++c.buckets_summed == c.bucket_arrived.size()) grads_complete(self, d.step);
+      if (c.streams) {
+        c.parts_waiting.push_back(d.micro_batch);
+        start_waiting_parts(self);
+      } else if (++c.buckets_summed == c.bucket_arrived.size()) {
+        grads_complete(self, d.step);
+      }
       break;
+    case part_job: {
+      const std::uint32_t b = d.micro_batch;
+      c.slots->at({c.grads_edge, b}).clear(); // drop the views of the stage's gradients
+      c.io.send_released(self, c.stage, c.plan.stage_id(c.index), {c.grads_edge, b});
+      self->send(c.shard, reduced_part{d.step, c.plan.buckets_of(c.index).at(b).first});
+      if (++c.parts_done == c.bucket_arrived.size()) {
+        c.parts_done = 0;
+        grads_complete(self, d.step);
+      }
+      break;
+    }
     case tied_sum_job:
       c.io.send_released(self, c.peers.back(), c.copy_id(), {c.plan.tied_up_edge, 0});
       handle(self, d.step, [&](reducer_state& st) { return st.on_tied_done(d.step, d.value); });

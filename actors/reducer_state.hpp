@@ -86,6 +86,9 @@ public:
   result on_reduced_released();
 
   tied_role role() const { return role_; }
+  // Whether the shard's buffers may be written: no step is being reduced and the shard
+  // gave them back after its last update (a streamed step's parts check this first).
+  bool buffers_free() const { return buffers_free_ && !step_; }
   std::optional<std::uint32_t> current_step() const { return step_; }
 
 private:

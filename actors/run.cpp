@@ -135,14 +135,26 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   shape.tied_ends = S > 1 && !parts.tied.empty() && parts.tied.front() >= 0 && parts.tied.back() >= 0;
   // With several ranks each stage's gradients go to the reducer in buckets (one
   // collective each, started as backward finishes them with dp.overlap); alone, in one.
-  if (options.dp.enabled()) {
+  // A shard streams its update when it can (stream_elements) and its reducer has nothing
+  // to wait for once a bucket is reduced: totals per stage, no tied exchange, gradients
+  // not summed by the stage itself. Its stage then publishes buckets of about that size.
+  shape.streamed.assign(S, false);
+  for (std::uint32_t s = 0; s < S; ++s) {
+    const bool tied_stage = shape.tied_ends && (s == 0 || s + 1 == S);
+    shape.streamed[s] = parts.optimizers[s]->stream_elements() > 0 && shape.totals == grad_scope::per_stage &&
+                        !tied_stage && !parts.stages[s]->gradients_reduced();
+  }
+  const bool any_streamed = std::find(shape.streamed.begin(), shape.streamed.end(), true) != shape.streamed.end();
+  if (options.dp.enabled() || any_streamed) {
     shape.grad_buckets.clear();
     for (std::uint32_t s = 0; s < S; ++s) {
       std::vector<std::int64_t> sizes;
       for (const auto& p : parts.stages[s]->parameters()) sizes.push_back(p.numel());
       // A stage that sums its own gradients over the ranks publishes them in one bucket.
-      const std::int64_t limit = parts.stages[s]->gradients_reduced() ? std::numeric_limits<std::int64_t>::max()
-                                                                      : std::max<std::int64_t>(options.dp.bucket_elements, 1);
+      std::int64_t limit = parts.stages[s]->gradients_reduced() ? std::numeric_limits<std::int64_t>::max()
+                           : options.dp.enabled()            ? std::max<std::int64_t>(options.dp.bucket_elements, 1)
+                                                             : std::numeric_limits<std::int64_t>::max();
+      if (shape.streamed[s]) limit = std::min(limit, parts.optimizers[s]->stream_elements());
       shape.grad_buckets.push_back(make_grad_buckets(sizes, limit));
     }
   }

@@ -23,7 +23,7 @@ struct stage_core {
               {plan.options.activation_slots, plan.options.gradient_slots, plan.grads_slots(i)}),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         runner(std::make_shared<stage_runner>(setup.slots, edges, compute, setup.trace, id, i, plan.buckets_of(i),
-                                              setup.dp.overlap)),
+                                              setup.dp.overlap || plan.streams(i))),
         compute(compute) {}
 
   // The compute may be waiting for an allow that will not come: it throws, so the worker

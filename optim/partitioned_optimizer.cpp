@@ -250,6 +250,9 @@ status partitioned_optimizer::step(const partition_step& in) {
   if (in.working.defined()) DSA_TRY(check_flat(in.working, "working", size, rank_, true));
   if (in.working.defined() && in.sink)
     return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: both a working tensor and a sink", rank_);
+  if (in.ready && (cfg_.type == optimizer_type::lamb || in.grad_scale != 1.0 || in.sink))
+    return make_error(errc::invalid_argument,
+                      "partitioned optimizer, rank {}: a streamed update needs Adam, no gradient scaling and no sink", rank_);
   float* grad = in.grad.data<float>();
   if (in.grad_scale != 1.0) scale_in_place(grad, in.grad_scale, size);
   working_out out = in.sink ? working_out(in.sink, in.sink_type, in.sink_window) : working_out(in.working);
@@ -257,16 +260,17 @@ status partitioned_optimizer::step(const partition_step& in) {
   if (cfg_.type == optimizer_type::lamb) {
     DSA_TRY(step_lamb(grad, out, in.combine));
   } else {
-    DSA_TRY(step_adam(grad, out));
+    DSA_TRY(step_adam(grad, out, in));
   }
   if (out.half() && out.whole().defined()) zero_padding(out.whole());
   store_->prefetch(all_arrays); // the next step's first chunks, read while the stages compute
   return {};
 }
 
-status partitioned_optimizer::step_adam(float* grad, working_out& out) {
+status partitioned_optimizer::step_adam(float* grad, working_out& out, const partition_step& in) {
   const std::int64_t lo = partition().lo;
   return store_->sweep(all_arrays, all_arrays, [&](const state_chunk& chunk) -> status {
+    if (in.ready) DSA_TRY(in.ready(chunk.lo, chunk.hi));
     return each_window(chunk, out.window(chunk.hi - chunk.lo), [&](const state_chunk& c) -> status {
       out.begin(c.lo, c.hi);
       each_piece_in(c, [&](std::size_t, const flat_piece& piece) {

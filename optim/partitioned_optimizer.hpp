@@ -76,6 +76,11 @@ struct partition_step {
   working_sink sink;
   dtype sink_type = dtype::f32;
   std::int64_t sink_window = 1 << 20;
+  // A streamed update (Adam/AdamW, grad_scale 1, `working`, not a sink): called before
+  // each chunk is updated with its elements [lo, hi) of the partition; returns once their
+  // gradients are final, or an error, which stops the step. The chunks' order is the
+  // store's (swap_options::descending: as a backward pass finishes them).
+  std::function<status(std::int64_t lo, std::int64_t hi)> ready;
 };
 
 class partitioned_optimizer {
@@ -162,7 +167,7 @@ private:
                                                        std::int64_t step);
   status init_scratch();
   class working_out; // where a step's working weights go (a whole tensor or a sink)
-  status step_adam(float* grad, working_out& out);
+  status step_adam(float* grad, working_out& out, const partition_step& in);
   status step_lamb(float* grad, working_out& out, const norm_combine& combine);
   status write_working(working_out& out) const;
   void zero_padding(const tensor& working) const;

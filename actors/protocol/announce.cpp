@@ -15,6 +15,7 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<grad_partial>("dsa_grad_partial");
   cfg.add_message_type<reduced>("dsa_reduced");
   cfg.add_message_type<reduced_early>("dsa_reduced_early");
+  cfg.add_message_type<reduced_part>("dsa_reduced_part");
   cfg.add_message_type<work_done>("dsa_work_done");
   cfg.add_message_type<work_failed>("dsa_work_failed");
   cfg.add_message_type<grads_ready>("dsa_grads_ready");

@@ -87,6 +87,15 @@ struct reduced_early {
   double own_sum_of_squares = 0;
 };
 
+// Reducer -> its optimizer shard, for a shard that streams its update
+// (optimizer_compute::stream_elements): the gradients of parameters [first, end) of the
+// stage are final in the reduced slot of `step`. Sent as backward finishes them (first
+// decreasing, the last with first 0), before the step's `reduced`.
+struct reduced_part {
+  std::uint32_t step = 0;
+  std::uint32_t first = 0;
+};
+
 // Worker thread -> its own actor: a unit of work finished. kind and value depend
 // on the actor: a stage's work_kind and the micro-batch loss of a last-stage
 // forward; a reducer's job (gather, tied sum, tied copy) and the sum of squares it
@@ -166,6 +175,10 @@ typename Inspector::result_type inspect(Inspector& f, reduced& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reduced_early& x) {
   return f(caf::meta::type_name("reduced_early"), x.step, x.own_sum_of_squares);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reduced_part& x) {
+  return f(caf::meta::type_name("reduced_part"), x.step, x.first);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, work_done& x) {

@@ -35,7 +35,11 @@ enum class trace_name : std::uint16_t {
   // the step's totals, overlapping the norm exchange; the `optimizer` span that follows
   // keeps or redoes it.
   speculate = 13,
-  count_ = 14,
+  // An optimizer shard's streamed update (optimizer_compute::stream_elements): chunks of
+  // its state updated as the reducer hands over the gradients the backward finished; the
+  // `optimizer` span that follows only publishes the version.
+  stream_update = 14,
+  count_ = 15,
 };
 const char* trace_name_string(trace_name name);
 

@@ -86,6 +86,7 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
       so.buffer_count = off->buffer_count;
       so.pipeline_read = off->pipeline_read;
       so.pipeline_write = off->pipeline_write;
+      so.descending = stream_elements() > 0; // a streamed update finds the last chunks final first
       so.observer = [tracer = swap_tracer_](const aio::swap_transfer& t) { tracer->observe(t); };
       DSA_ASSIGN_OR_RETURN(auto swap, aio::swap_store::create(off->engine, so));
       swap_ = swap.get();
@@ -186,6 +187,14 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   DSA_CHECK(!speculated_step_ || speculated, "optimizer shard {}: update of step {} after speculating on step {}",
             options_.participant, step, *speculated_step_);
   speculated_step_.reset();
+  const bool streamed = streamed_step_ && *streamed_step_ == step;
+  DSA_CHECK(!streamed_step_ || streamed, "optimizer shard {}: update of step {} after streaming step {}",
+            options_.participant, step, *streamed_step_);
+  streamed_step_.reset();
+  if (streamed && !step_decider::same_update(assumed_, d))
+    throw std::runtime_error(fmt::format("optimizer shard {}: step {} was streamed with lr {}, but its decision is lr "
+                                         "{}, gradient scale {}{}", options_.participant, step, assumed_.lr, d.lr,
+                                         d.grad_scale, d.skip ? ", skipped" : ""));
   const bool kept = speculated && step_decider::same_update(assumed_, d);
   if (speculated && !kept) {
     roll_back(); // clipped or overflowed: as if the speculation had not run
@@ -194,7 +203,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   if (kept && swap_)
     if (auto s = swap_->commit_shadow(); !s)
       throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
-  if (!kept) advance(step, d);
+  if (!kept && !streamed) advance(step, d);
   publish(d, out);
   if (options_.update_ns)
     *options_.update_ns +=
@@ -273,6 +282,7 @@ status bert_optimizer::advance_partition(const step_decision& d, tensor working,
   in.sink = sink;
   in.sink_type = type;
   in.sink_window = version_window();
+  in.ready = stream_ready_;
   in.combine = [peers, logger, caller](const std::vector<double>& partial) -> expected<std::vector<double>> {
     std::vector<double> all(partial.size() * static_cast<std::size_t>(peers->size()));
     DSA_TRY(actors::log_collective(logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8, caller, [&] {
@@ -427,16 +437,23 @@ std::string bert_optimizer::swap_report() const {
   if (!swap_) return {};
   const aio::swap_stats s = swap_->stats();
   const double moved = static_cast<double>(s.bytes_read + s.bytes_written);
-  const double swept_s = static_cast<double>(s.wait_ns + s.compute_ns) * 1e-9;
+
+  const std::uint64_t gradient_wait = std::min<std::uint64_t>(static_cast<std::uint64_t>(gradient_wait_ns_), s.compute_ns);
+  const double swept_s = static_cast<double>(s.wait_ns + s.compute_ns - gradient_wait) * 1e-9;
+  const std::string streamed =
+      streamed_ > 0 ? fmt::format("; {} updates streamed over the backward: {} of their {} chunk updates began before "
+                                  "the backward ended, {:.3f} s waited for gradients",
+                                  streamed_, early_chunks_, streamed_chunks_, static_cast<double>(gradient_wait) * 1e-9)
+                    : std::string();
   return fmt::format("stage {} NVMe swap: read {:.1f} MiB ({} chunk reads, {} of them prefetched before their update), "
                      "wrote {:.1f} MiB ({} chunk writes); the updates waited {:.3f} s for I/O and computed {:.3f} s "
-                     "({:.1f}% waiting); {:.2f} GB/s achieved over {:.3f} s with a transfer in flight",
+                     "({:.1f}% waiting); {:.2f} GB/s achieved over {:.3f} s with a transfer in flight{}",
                      options_.participant, static_cast<double>(s.bytes_read) / (1 << 20), s.chunk_reads,
                      s.chunks_prefetched, static_cast<double>(s.bytes_written) / (1 << 20), s.chunk_writes,
-                     static_cast<double>(s.wait_ns) * 1e-9, static_cast<double>(s.compute_ns) * 1e-9,
+                     static_cast<double>(s.wait_ns) * 1e-9, static_cast<double>(s.compute_ns - gradient_wait) * 1e-9,
                      swept_s > 0 ? 100 * static_cast<double>(s.wait_ns) * 1e-9 / swept_s : 0.0,
                      s.busy_ns > 0 ? moved / static_cast<double>(s.busy_ns) : 0.0,
-                     static_cast<double>(s.busy_ns) * 1e-9);
+                     static_cast<double>(s.busy_ns) * 1e-9, streamed);
 }
 
 shard_bytes bert_optimizer::held_bytes() const {

@@ -23,9 +23,12 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -125,6 +128,21 @@ public:
   // decision is the assumed one, else restores the copies and redoes the step (or skips).
   // Not with the state swapped to NVMe (a backup would be a second swap): returns false.
   bool speculate(std::uint32_t step) override;
+  // Streaming (optimizer_compute::stream_elements): with the state swapped to NVMe,
+  // Adam/AdamW, no tied gradient kept whole and a decision that needs no totals (no
+  // clipping, no loss scaling), the update sweeps the state last chunk first (the order
+  // backward finishes the gradients), each chunk as soon as its gradients are final, so
+  // the swap's reads and writes overlap the backward. Not with ZeRO-3. The bits are those
+  // of the update after the backward (the same kernels on the same elements).
+  std::int64_t stream_elements() const override;
+  void gradients_final(std::uint32_t step, std::uint32_t first) override;
+  void stream_update(std::uint32_t step) override;
+  void cancel() override;
+  // Steps streamed so far, their chunks, and of those the chunks updated before the
+  // step's last part came (while the backward still ran), for the end-of-run log.
+  std::int64_t streamed() const { return streamed_; }
+  std::int64_t streamed_chunks() const { return streamed_chunks_; }
+  std::int64_t early_chunks() const { return early_chunks_; }
   // Steps speculated and rolled back so far, for the end-of-run log.
   std::int64_t speculated() const { return speculated_; }
   std::int64_t rolled_back() const { return rolled_back_; }
@@ -222,6 +240,25 @@ private:
     double beta1 = 0, beta2 = 0;
   } backup_;
   std::int64_t speculated_ = 0, rolled_back_ = 0;
+  // Streaming: which parts of which step are final (gradients_final, from the shard
+  // actor's thread), the step streamed (its update() not yet run) and the hook the
+  // partition's sweep waits in (set during stream_update only).
+  struct stream_gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false; // parts of `step` came
+    std::uint32_t step = 0;
+    std::int64_t ready_from = 0; // partition elements from here on are final
+    bool all_final = false;      // the step's last part came, at all_final_at
+    std::chrono::steady_clock::time_point all_final_at;
+    bool cancelled = false;
+  };
+  std::unique_ptr<stream_gate> gate_ = std::make_unique<stream_gate>();
+  std::optional<std::uint32_t> streamed_step_;
+  std::function<status(std::int64_t lo, std::int64_t hi)> stream_ready_;
+  status wait_final(std::uint32_t step, std::int64_t lo);
+  std::int64_t streamed_ = 0, streamed_chunks_ = 0, early_chunks_ = 0;
+  std::int64_t gradient_wait_ns_ = 0; // in wait_final: inside the sweep's chunk function
 };
 
 } // namespace dsa::train

@@ -50,6 +50,10 @@ public:
   // Speculation: the decision decide() will return when the totals show no overflow and
   // the clipping does not fire (grad_scale 1 / loss scale), without changing any state.
   step_decision assume() const;
+  // Whether decide() needs the step's totals (clipping, or loss scaling and its overflow
+  // check); without, its decision is assume()'s whatever the gradients (a non-finite one
+  // is an error either way).
+  bool needs_totals() const { return options_.clip > 0 || options_.scaling; }
   // Whether an update made with `assumed` is the one `decided` asks for, bit for bit.
   static bool same_update(const step_decision& assumed, const step_decision& decided);
 

@@ -30,7 +30,7 @@ struct swap_store::flight {
   // as completions free buffer sets (a set freed by a write behind the last update takes the
   // next chunk), so read-ahead follows the buffer credits; a sweep or an error ends it.
   unsigned prefetch_mask = 0;
-  std::int64_t prefetch_next = 0;
+  std::int64_t prefetch_next = 0; // a position in the sweep order (swap_store::chunk_at)
   swap_stats stats;             // but the byte counts (the store's atomics)
   int active = 0;               // transfer() calls with a request not yet ended
   std::uint64_t busy_since = 0; // when `active` last left 0

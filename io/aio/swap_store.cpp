@@ -285,10 +285,11 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
     if (read != 0) transfer(lock, static_cast<std::size_t>(s - f.slots.data()), aio_op::read, read);
     return true;
   };
-  for (std::int64_t i = 0; i < n; ++i) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::int64_t i = chunk_at(k);
     if (!claim(i, true)) break;
-    for (std::int64_t j = i + 1; j <= std::min(n - 1, i + ahead); ++j)
-      if (!claim(j, false)) break;
+    for (std::int64_t j = k + 1; j <= std::min(n - 1, k + ahead); ++j)
+      if (!claim(chunk_at(j), false)) break;
     flight::slot* s = f.holding(i);
     f.cv.wait(lock, [&] { return f.failed || s->state == use::ready; });
     if (f.failed) break;
@@ -341,7 +342,7 @@ void swap_store::prefetch(unsigned read) {
 void swap_store::pump(std::unique_lock<std::mutex>& lock) {
   auto& f = *flight_;
   while (f.prefetch_mask != 0 && !f.failed && f.prefetch_next < chunks()) {
-    const std::int64_t c = f.prefetch_next;
+    const std::int64_t c = chunk_at(f.prefetch_next);
     if (f.holding(c)) {
       ++f.prefetch_next;
       continue;

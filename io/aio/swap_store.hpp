@@ -77,6 +77,9 @@ struct swap_options {
   std::size_t buffer_count = 4; // zero_optimization.offload_optimizer.buffer_count: all used, in sets of 3
   bool pipeline_read = false;       // read chunk i + 1 while chunk i is updated
   bool pipeline_write = false;      // write chunk i - 1 while chunk i is updated
+  // Sweeps and prefetches visit the chunks from the last to the first: the order in which
+  // a backward pass finishes the gradients, for an update that follows it (streamed).
+  bool descending = false;
   memory_pinning pinning = memory_pinning::pageable;
   swap_observer observer; // optional: each chunk transfer as it ends (tracing)
 };
@@ -143,6 +146,10 @@ private:
   swap_store(std::shared_ptr<submitter> engine, const swap_options& options, std::int64_t chunk);
   struct flight;
   std::pair<std::int64_t, std::int64_t> range(std::int64_t chunk) const;
+  // The chunk a sweep visits at `position` (0 first): the same, or counted from the end.
+  std::int64_t chunk_at(std::int64_t position) const {
+    return options_.descending ? chunks() - 1 - position : position;
+  }
   struct report; // one transfer() call, until its last request ends
   enum class reading_for { this_sweep, next_sweep }; // next_sweep: a prefetch
   // Continues a prefetch as buffer sets free up (under the lock, from prefetch() or a completion).

@@ -162,6 +162,42 @@ TEST_CASE("swap store: a prefetch goes on as write-behind frees buffer sets, unt
   }
 }
 
+TEST_CASE("swap store: descending sweeps visit the last chunk first, and a prefetch reads the last chunks") {
+  scratch_dir dir;
+  auto engine = shared_engine();
+  const std::int64_t numel = 5 * 2048; // 5 chunks of 2048, 3 buffer sets
+  const auto arrays = patterned_arrays(numel);
+  auto o = options_for(dir.path(), numel, 2048, true, true);
+  o.descending = true;
+  auto store = make_store(engine, o);
+  REQUIRE(optim::write_arrays(*store, arrays).has_value());
+  REQUIRE(store->flush().has_value());
+  store->prefetch(optim::all_arrays);
+  REQUIRE(store->flush().has_value());
+  const std::uint64_t chunk_bytes = 3u * 2048u * 4u;
+  CHECK(store->bytes_read() == 3 * chunk_bytes);
+  std::vector<std::int64_t> order;
+  std::vector<std::uint64_t> read_before; // bytes read when each chunk's turn came
+  REQUIRE(store->sweep(optim::all_arrays, optim::all_arrays, [&](const optim::state_chunk& c) -> status {
+    order.push_back(c.index);
+    read_before.push_back(store->bytes_read());
+    for (unsigned a = 0; a < 3; ++a)
+      CHECK(std::memcmp(c.arrays[a], arrays[a].data<float>() + c.lo, static_cast<std::size_t>(c.hi - c.lo) * 4) == 0);
+    for (std::int64_t i = 0; i < c.hi - c.lo; ++i) c.arrays[optim::master_array][i] = -c.arrays[optim::master_array][i];
+    return {};
+  }).has_value());
+  CHECK(order == std::vector<std::int64_t>{4, 3, 2, 1, 0});
+  // Chunks 4, 3 and 2 were prefetched: the sweep read nothing before its third chunk.
+  CHECK(read_before[0] == 3 * chunk_bytes);
+  CHECK(read_before[2] <= 4 * chunk_bytes);
+  CHECK(store->bytes_read() == 5 * chunk_bytes);
+  REQUIRE(store->flush().has_value());
+  auto back = optim::read_arrays(*store);
+  REQUIRE(back.has_value());
+  for (std::int64_t i = 0; i < numel; ++i) REQUIRE(back->at(0).data<float>()[i] == -arrays[0].data<float>()[i]);
+  CHECK(same_bits((*back)[1], arrays[1]));
+}
+
 TEST_CASE("partitioned optimizer with its state swapped to NVMe equals the whole-tensor reference, bit for bit") {
   scratch_dir dir;
   auto engine = shared_engine();

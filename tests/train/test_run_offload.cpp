@@ -124,6 +124,32 @@ TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and opt
   }
 }
 
+TEST_CASE("offload: without clipping the NVMe update streams over the backward, bit for bit the in-memory run") {
+  test::temp_dir swap;
+  // No clipping and fp32: the update's decision needs no totals, so each chunk is updated
+  // as soon as the backward has finished its gradients (last chunk first). 2048-element
+  // sub-groups: the stage's gradients come in dozens of parts.
+  for (const int ranks : {1, 2}) {
+    CAPTURE(ranks);
+    const std::vector<std::string> base{"gradient_clipping=0.0", fmt::format("devices.ranks={}", ranks),
+                                        "zero_optimization.stage=1", "zero_optimization.sub_group_size=2048"};
+    auto none = train_run(base);
+    auto streamed = train_run(with(base, nvme(swap.path(), {"zero_optimization.offload_optimizer.pipeline_read=true",
+                                                             "zero_optimization.offload_optimizer.pipeline_write=true",
+                                                             "zero_optimization.offload_optimizer.buffer_count=9"})));
+    test::check_same_state(streamed.checkpoint, none.checkpoint);
+    // Every step of every rank streamed (5 steps).
+    const std::string rank0 = ranks > 1 ? "rank 0: " : "";
+    CHECK_MESSAGE(streamed.log.find(rank0 + "stage 0 NVMe swap: ") != std::string::npos, streamed.log);
+    CHECK_MESSAGE(streamed.log.find("; 5 updates streamed over the backward: ") != std::string::npos, streamed.log);
+    // With clipping the decision waits for the global norm: nothing streams.
+    auto clipped = train_run(with({"gradient_clipping=1.0", fmt::format("devices.ranks={}", ranks)},
+                                  nvme(swap.path())));
+    CHECK(clipped.log.find("updates streamed") == std::string::npos);
+    CHECK(fs::is_empty(swap.path()));
+  }
+}
+
 TEST_CASE("offload: swap files live under nvme_path/<job>/rank<r>; a crashed run's leftovers are cleared at start") {
   test::temp_dir dir, swap;
   const std::string config = test::tiny_config(dir.path());
