@@ -3,7 +3,9 @@
 
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace dsa::actors {
 
@@ -29,13 +31,55 @@ void sgd::init(const std::vector<tensor>& initial) {
   }
 }
 
-bool sgd::update(std::uint32_t, const grad_totals& totals, std::vector<tensor>& out) {
+void sgd::gradients_final(std::uint32_t step, std::uint32_t first) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    parts_.emplace_back(step, first);
+  }
+  cv_.notify_all();
+}
+
+void sgd::cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> sgd::parts_seen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return parts_;
+}
+
+void sgd::stream_update(std::uint32_t step) {
+  DSA_CHECK(stream_elements() > 0 && !streamed_step_, "sgd: a streamed update of step {} it cannot stream", step);
+  for (std::size_t i = master_.size(); i-- > 0;) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      return cancelled_ || std::any_of(parts_.begin(), parts_.end(), [&](const auto& p) {
+               return p.first == step && p.second <= i;
+             });
+    });
+    if (cancelled_) throw std::runtime_error("sgd: the run stopped during a streamed update");
+    lock.unlock();
+    sgd_apply(master_[i], grads_[i], lr_, accumulation_, 1.0);
+  }
+  streamed_step_ = step;
+  ++streamed_;
+}
+
+bool sgd::update(std::uint32_t step, const grad_totals& totals, std::vector<tensor>& out) {
   DSA_CHECK(grads_.size() == master_.size(), "sgd: {} gradients for {} parameters", grads_.size(), master_.size());
   DSA_CHECK(clip_ <= 0 || totals.global, "sgd: clipping needs the global gradient norm");
+  DSA_CHECK(!streamed_step_ || *streamed_step_ == step, "sgd: update of step {} after streaming step {}", step,
+            *streamed_step_);
+  const bool streamed = streamed_step_.has_value();
+  streamed_step_.reset();
   const double c = sgd_clip_factor(clip_, totals.sum_of_squares);
   out.resize(master_.size());
   for (std::size_t i = 0; i < master_.size(); ++i) {
-    sgd_apply(master_[i], grads_[i], lr_, accumulation_, c);
+    if (!streamed) sgd_apply(master_[i], grads_[i], lr_, accumulation_, c);
     if (!out[i].defined()) out[i] = tensor::empty(master_[i].shape(), master_[i].type());
     out[i].copy_from(master_[i]);
   }

@@ -4,6 +4,10 @@
 // |g| over every stage (the reducers' totals), so a pipeline matches one loop.
 #pragma once
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <utility>
 #include "actors/compute.hpp"
 
 namespace dsa::actors {
@@ -19,12 +23,30 @@ public:
 
   const std::vector<tensor>& master() const { return master_; }
 
+  // Streaming (optimizer_compute::stream_elements), without clipping: each parameter is
+  // updated in stream_update as soon as its gradient is final, the last first. The parts
+  // seen ({step, first}, in arrival order) and the steps streamed are kept for tests.
+  void set_streaming(bool on) { stream_ = on; }
+  std::int64_t stream_elements() const override { return stream_ && clip_ <= 0 ? 1 : 0; }
+  void gradients_final(std::uint32_t step, std::uint32_t first) override;
+  void stream_update(std::uint32_t step) override;
+  void cancel() override;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> parts_seen() const;
+  std::uint32_t streamed() const { return streamed_; }
+
 private:
   double lr_;
   std::uint32_t accumulation_;
   double clip_;
   std::vector<tensor> master_;
   std::vector<tensor> grads_;
+  bool stream_ = false;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> parts_;
+  std::optional<std::uint32_t> streamed_step_;
+  std::uint32_t streamed_ = 0;
+  bool cancelled_ = false;
 };
 
 // The same rule on one tensor (the plain-loop reference uses it too); grad_scale is c.

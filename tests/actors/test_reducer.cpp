@@ -207,6 +207,45 @@ TEST_CASE("reducer: a parameter tied between first and last stage matches the pl
   CHECK(max_abs_diff(apart.parameters.front(), reference.parameters.front()) > 1e-4);
 }
 
+TEST_CASE("reducer: a streaming shard gets its stage's gradients part by part, last first, and matches the plain loop") {
+  synthetic_model model;
+  model.layers = 4;
+  const std::uint32_t M = 3, steps = 4;
+  const auto reference = dsa::test::run_reference(model, M, steps);
+  for (std::uint32_t S : {1u, 2u}) {
+    CAPTURE(S);
+    pipeline_options options{S, M, steps};
+    options.totals = grad_scope::per_stage;
+    synthetic_pipeline pipe(model, options);
+    for (auto& o : pipe.optimizers) o->set_streaming(true);
+    auto result = dsa::test::run_synthetic(pipe, options);
+    CAPTURE(result.error);
+    REQUIRE(result.ok);
+    dsa::test::check_parameters_close(pipe.parameters(), reference.parameters);
+    for (std::uint32_t s = 0; s < S; ++s) {
+      CAPTURE(s);
+      const auto& o = *pipe.optimizers[s];
+      CHECK(o.streamed() == steps);
+      // One part per parameter (buckets of one element at most: each layer alone), in the
+      // order backward finishes them, down to the first, for every step in turn.
+      const auto layers = static_cast<std::uint32_t>(model.layers / S);
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> expected;
+      for (std::uint32_t k = 0; k < steps; ++k)
+        for (std::uint32_t p = layers; p-- > 0;) expected.emplace_back(k, p);
+      CHECK(o.parts_seen() == expected);
+    }
+  }
+  // With global totals nothing streams: the update waits for the norm.
+  pipeline_options options{1, M, steps};
+  synthetic_pipeline pipe(model, options);
+  pipe.optimizers[0]->set_streaming(true);
+  auto result = dsa::test::run_synthetic(pipe, options);
+  REQUIRE(result.ok);
+  CHECK(pipe.optimizers[0]->streamed() == 0);
+  CHECK(pipe.optimizers[0]->parts_seen().empty());
+  dsa::test::check_parameters_close(pipe.parameters(), reference.parameters);
+}
+
 TEST_CASE("reducer: clipping by the global norm over all stages (tied counted once) matches the plain loop") {
   synthetic_model model;
   model.layers = 4;
