@@ -32,7 +32,9 @@ struct reducer_core {
   reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts, bool summed)
       : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.reducer_id(i)),
         grads_edge(plan.grads_edges[i]), reduced_edge(plan.reduced_edges[i]),
-        state(i, plan.options.stages, role_of(plan, i), plan.options.totals, plan.options.speculative_update), tied_index(tied),
+        state(i, plan.options.stages, role_of(plan, i), plan.options.totals,
+              plan.options.speculative_update && !plan.streams(i)),
+        tied_index(tied),
         kept(std::move(parts)), presummed(summed),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {

@@ -135,14 +135,15 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   shape.tied_ends = S > 1 && !parts.tied.empty() && parts.tied.front() >= 0 && parts.tied.back() >= 0;
   // With several ranks each stage's gradients go to the reducer in buckets (one
   // collective each, started as backward finishes them with dp.overlap); alone, in one.
-  // A shard streams its update when it can (stream_elements) and its reducer has nothing
-  // to wait for once a bucket is reduced: totals per stage, no tied exchange, gradients
-  // not summed by the stage itself. Its stage then publishes buckets of about that size.
+  // A shard streams its update when it can (stream_elements) and a bucket is final once
+  // its reducer has reduced it: no tied exchange still to change it, gradients not summed
+  // by the stage itself. Its stage then publishes buckets of about that size. (Its
+  // reducer then sends no reduced_early: the stream takes speculation's place.)
   shape.streamed.assign(S, false);
   for (std::uint32_t s = 0; s < S; ++s) {
     const bool tied_stage = shape.tied_ends && (s == 0 || s + 1 == S);
-    shape.streamed[s] = parts.optimizers[s]->stream_elements() > 0 && shape.totals == grad_scope::per_stage &&
-                        !tied_stage && !parts.stages[s]->gradients_reduced();
+    shape.streamed[s] = parts.optimizers[s]->stream_elements() > 0 && !tied_stage &&
+                        !parts.stages[s]->gradients_reduced();
   }
   const bool any_streamed = std::find(shape.streamed.begin(), shape.streamed.end(), true) != shape.streamed.end();
   if (options.dp.enabled() || any_streamed) {

@@ -182,7 +182,9 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   auto started = std::chrono::steady_clock::now();
   if (options_.fail_step >= 0 && step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_optimizer_step)");
+  const step_decision would = options_.decider->assume(); // what a stream of the step assumes
   const step_decision d = options_.decider->decide(step, totals);
+  last_differed_ = !step_decider::same_update(would, d);
   const bool speculated = speculated_step_ && *speculated_step_ == step;
   DSA_CHECK(!speculated_step_ || speculated, "optimizer shard {}: update of step {} after speculating on step {}",
             options_.participant, step, *speculated_step_);
@@ -191,10 +193,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   DSA_CHECK(!streamed_step_ || streamed, "optimizer shard {}: update of step {} after streaming step {}",
             options_.participant, step, *streamed_step_);
   streamed_step_.reset();
-  if (streamed && !step_decider::same_update(assumed_, d))
-    throw std::runtime_error(fmt::format("optimizer shard {}: step {} was streamed with lr {}, but its decision is lr "
-                                         "{}, gradient scale {}{}", options_.participant, step, assumed_.lr, d.lr,
-                                         d.grad_scale, d.skip ? ", skipped" : ""));
+  const bool stream_kept = streamed && settle_stream(step, d);
   const bool kept = speculated && step_decider::same_update(assumed_, d);
   if (speculated && !kept) {
     roll_back(); // clipped or overflowed: as if the speculation had not run
@@ -203,7 +202,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   if (kept && swap_)
     if (auto s = swap_->commit_shadow(); !s)
       throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
-  if (!kept && !streamed) advance(step, d);
+  if (!kept && !stream_kept) advance(step, d);
   publish(d, out);
   if (options_.update_ns)
     *options_.update_ns +=
@@ -440,11 +439,14 @@ std::string bert_optimizer::swap_report() const {
 
   const std::uint64_t gradient_wait = std::min<std::uint64_t>(static_cast<std::uint64_t>(gradient_wait_ns_), s.compute_ns);
   const double swept_s = static_cast<double>(s.wait_ns + s.compute_ns - gradient_wait) * 1e-9;
-  const std::string streamed =
+  std::string streamed =
       streamed_ > 0 ? fmt::format("; {} updates streamed over the backward: {} of their {} chunk updates began before "
                                   "the backward ended, {:.3f} s waited for gradients",
                                   streamed_, early_chunks_, streamed_chunks_, static_cast<double>(gradient_wait) * 1e-9)
                     : std::string();
+  if (streamed_ + stream_declined_ > 0 && options_.decider->needs_totals())
+    streamed += fmt::format("; clipping: {} streamed updates redone after the norm, {} steps not streamed after a "
+                            "clipped one", stream_redone_, stream_declined_);
   return fmt::format("stage {} NVMe swap: read {:.1f} MiB ({} chunk reads, {} of them prefetched before their update), "
                      "wrote {:.1f} MiB ({} chunk writes); the updates waited {:.3f} s for I/O and computed {:.3f} s "
                      "({:.1f}% waiting); {:.2f} GB/s achieved over {:.3f} s with a transfer in flight{}",

@@ -143,6 +143,8 @@ public:
   std::int64_t streamed() const { return streamed_; }
   std::int64_t streamed_chunks() const { return streamed_chunks_; }
   std::int64_t early_chunks() const { return early_chunks_; }
+  std::int64_t stream_redone() const { return stream_redone_; }
+  std::int64_t stream_declined() const { return stream_declined_; }
   // Steps speculated and rolled back so far, for the end-of-run log.
   std::int64_t speculated() const { return speculated_; }
   std::int64_t rolled_back() const { return rolled_back_; }
@@ -258,6 +260,16 @@ private:
   std::function<status(std::int64_t lo, std::int64_t hi)> stream_ready_;
   status wait_final(std::uint32_t step, std::int64_t lo);
   std::int64_t streamed_ = 0, streamed_chunks_ = 0, early_chunks_ = 0;
+  // With clipping: the stream writes the swap's second files; the step count and betas to
+  // restore if it clipped, the streams redone, and those not started because the step
+  // before clipped (last_differed_: the last decision was not the assumed one).
+  bool stream_speculative_ = false, last_differed_ = false;
+  struct {
+    std::int64_t step = 0;
+    double beta1 = 0, beta2 = 0;
+  } stream_undo_;
+  std::int64_t stream_redone_ = 0, stream_declined_ = 0;
+  bool settle_stream(std::uint32_t step, const step_decision& d);
   std::int64_t gradient_wait_ns_ = 0; // in wait_final: inside the sweep's chunk function
 };
 

@@ -13,7 +13,9 @@ namespace dsa::train {
 std::int64_t bert_optimizer::stream_elements() const {
   const auto type = options_.optimizer.type;
   const bool adam = type == optim::optimizer_type::adam || type == optim::optimizer_type::adamw;
-  if (!options_.offload || !adam || options_.decider->needs_totals() || options_.fetcher ||
+  // With loss scaling the gradients are unscaled in place by the update (a redo would
+  // need a copy of them): not streamed. Clipping is: speculatively (stream_update).
+  if (!options_.offload || !adam || options_.decider->loss_scaling() || options_.fetcher ||
       options_.partition_parameters || options_.whole_gradient >= 0)
     return 0;
   return std::max<std::int64_t>(options_.offload->sub_group, 1);
@@ -69,10 +71,27 @@ status bert_optimizer::wait_final(std::uint32_t step, std::int64_t lo) {
 }
 
 void bert_optimizer::stream_update(std::uint32_t step) {
-  DSA_CHECK(stream_elements() > 0 && part_ && !streamed_step_ && !speculated_step_,
+  DSA_CHECK(stream_elements() > 0 && part_ && swap_ && !streamed_step_ && !speculated_step_,
             "optimizer shard {}: a streamed update of step {} it cannot stream", options_.participant, step);
+  // With clipping the update streams on the assumption that it does not clip, writing the
+  // swap's second files (swap_store::begin_shadow); update() keeps them, or forgets them
+  // and redoes the step from the state's own files. A step right after one that clipped
+  // is likely to clip too: it waits for the norm instead.
+  const bool speculative = options_.decider->needs_totals();
+  if (speculative && last_differed_) {
+    ++stream_declined_;
+    return;
+  }
   const auto started = std::chrono::steady_clock::now();
   assumed_ = options_.decider->assume();
+  if (speculative) {
+    if (auto s = swap_->begin_shadow(); !s)
+      throw std::runtime_error(fmt::format("stage {}: streamed update: {}", options_.participant, s.err().message));
+    stream_undo_.step = part_->step_count();
+    stream_undo_.beta1 = part_->settings().beta1;
+    stream_undo_.beta2 = part_->settings().beta2;
+  }
+  stream_speculative_ = speculative;
   stream_ready_ = [this, step](std::int64_t lo, std::int64_t) { return wait_final(step, lo); };
   struct clear_hook {
     std::function<status(std::int64_t, std::int64_t)>& hook;
@@ -89,6 +108,34 @@ void bert_optimizer::stream_update(std::uint32_t step) {
     *options_.update_ns +=
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - from).count();
   }
+}
+
+// update() of a streamed step: keeps the streamed update when the decision is the one
+// assumed; otherwise, when it was speculative, forgets it (the gradients were not
+// touched: no scaling was assumed) and returns false for update() to redo the step.
+bool bert_optimizer::settle_stream(std::uint32_t step, const step_decision& d) {
+  const bool same = step_decider::same_update(assumed_, d);
+  if (!stream_speculative_) {
+    if (!same)
+      throw std::runtime_error(fmt::format("optimizer shard {}: step {} was streamed with lr {}, but its decision is lr "
+                                           "{}, gradient scale {}{}", options_.participant, step, assumed_.lr, d.lr,
+                                           d.grad_scale, d.skip ? ", skipped" : ""));
+    return true;
+  }
+  if (same) {
+    if (auto s = swap_->commit_shadow(); !s)
+      throw std::runtime_error(fmt::format("ZeRO update of stage {}: {}", options_.participant, s.err().message));
+    return true;
+  }
+  if (auto s = swap_->discard_shadow(); !s)
+    throw std::runtime_error(fmt::format("rolling back stage {}'s streamed update: {}", options_.participant,
+                                         s.err().message));
+  optim::partition_state undo;
+  undo.step = stream_undo_.step;
+  part_->restore_state(undo); // the step count only: the state never left its files
+  part_->set_betas(stream_undo_.beta1, stream_undo_.beta2);
+  ++stream_redone_;
+  return false;
 }
 
 } // namespace dsa::train

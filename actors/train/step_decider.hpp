@@ -54,6 +54,7 @@ public:
   // check); without, its decision is assume()'s whatever the gradients (a non-finite one
   // is an error either way).
   bool needs_totals() const { return options_.clip > 0 || options_.scaling; }
+  bool loss_scaling() const { return options_.scaling; }
   // Whether an update made with `assumed` is the one `decided` asks for, bit for bit.
   static bool same_update(const step_decision& assumed, const step_decision& decided);
 

@@ -124,30 +124,39 @@ TEST_CASE("offload_optimizer none, cpu and nvme give the same parameters and opt
   }
 }
 
-TEST_CASE("offload: without clipping the NVMe update streams over the backward, bit for bit the in-memory run") {
+TEST_CASE("offload: the NVMe update streams over the backward, bit for bit the in-memory run, with and without clipping") {
   test::temp_dir swap;
-  // No clipping and fp32: the update's decision needs no totals, so each chunk is updated
-  // as soon as the backward has finished its gradients (last chunk first). 2048-element
-  // sub-groups: the stage's gradients come in dozens of parts.
-  for (const int ranks : {1, 2}) {
-    CAPTURE(ranks);
-    const std::vector<std::string> base{"gradient_clipping=0.0", fmt::format("devices.ranks={}", ranks),
-                                        "zero_optimization.stage=1", "zero_optimization.sub_group_size=2048"};
-    auto none = train_run(base);
-    auto streamed = train_run(with(base, nvme(swap.path(), {"zero_optimization.offload_optimizer.pipeline_read=true",
-                                                             "zero_optimization.offload_optimizer.pipeline_write=true",
-                                                             "zero_optimization.offload_optimizer.buffer_count=9"})));
-    test::check_same_state(streamed.checkpoint, none.checkpoint);
-    // Every step of every rank streamed (5 steps).
-    const std::string rank0 = ranks > 1 ? "rank 0: " : "";
-    CHECK_MESSAGE(streamed.log.find(rank0 + "stage 0 NVMe swap: ") != std::string::npos, streamed.log);
-    CHECK_MESSAGE(streamed.log.find("; 5 updates streamed over the backward: ") != std::string::npos, streamed.log);
-    // With clipping the decision waits for the global norm: nothing streams.
-    auto clipped = train_run(with({"gradient_clipping=1.0", fmt::format("devices.ranks={}", ranks)},
-                                  nvme(swap.path())));
-    CHECK(clipped.log.find("updates streamed") == std::string::npos);
-    CHECK(fs::is_empty(swap.path()));
-  }
+  // fp32 AdamW: each chunk is updated as soon as the backward has finished its gradients
+  // (last chunk first); 2048-element sub-groups: the stage's gradients come in dozens of
+  // parts. Without clipping the decision is known ahead; with it the stream assumes no
+  // clipping, writing the swap's second files, and a step that clips is redone from the
+  // state's own files (1e6: never clips; 0.05: clips).
+  for (const int ranks : {1, 2})
+    for (const char* clip : {"0.0", "1e6", "0.05"}) {
+      CAPTURE(ranks);
+      CAPTURE(clip);
+      const std::vector<std::string> base{fmt::format("gradient_clipping={}", clip),
+                                          fmt::format("devices.ranks={}", ranks), "zero_optimization.stage=1",
+                                          "zero_optimization.sub_group_size=2048"};
+      auto none = train_run(base);
+      auto streamed = train_run(with(base, nvme(swap.path(), {"zero_optimization.offload_optimizer.pipeline_read=true",
+                                                               "zero_optimization.offload_optimizer.pipeline_write=true",
+                                                               "zero_optimization.offload_optimizer.buffer_count=9"})));
+      test::check_same_state(streamed.checkpoint, none.checkpoint);
+      const std::string& log = streamed.log;
+      const std::string line = log.substr(log.find("NVMe swap: "), log.find('\n', log.find("NVMe swap: ")) - log.find("NVMe swap: "));
+      CAPTURE(line);
+      if (std::string(clip) != "0.05") { // never clips: all 5 steps streamed and kept
+        CHECK(line.find("; 5 updates streamed over the backward: ") != std::string::npos);
+        if (std::string(clip) == "1e6")
+          CHECK(line.find("clipping: 0 streamed updates redone after the norm, 0 steps not streamed") != std::string::npos);
+      } else { // the first step streams and is redone; the next ones wait after a clipped step
+        CHECK(line.find("; 1 updates streamed over the backward: ") != std::string::npos);
+        CHECK(line.find("clipping: 1 streamed updates redone after the norm, 4 steps not streamed") != std::string::npos);
+        CHECK(none.log.find("clip") != std::string::npos);
+      }
+      CHECK(fs::is_empty(swap.path()));
+    }
 }
 
 TEST_CASE("offload: swap files live under nvme_path/<job>/rank<r>; a crashed run's leftovers are cleared at start") {
