@@ -18,7 +18,9 @@ std::int64_t bert_optimizer::stream_elements() const {
   if (!options_.offload || !adam || options_.decider->loss_scaling() || options_.fetcher ||
       options_.partition_parameters || options_.whole_gradient >= 0)
     return 0;
-  return std::max<std::int64_t>(options_.offload->sub_group, 1);
+  // Buckets of a quarter chunk: a chunk is final soon after the backward finished it,
+  // whatever the buckets' boundaries.
+  return std::max<std::int64_t>(options_.offload->sub_group / 4, 1);
 }
 
 void bert_optimizer::gradients_final(std::uint32_t step, std::uint32_t first) {

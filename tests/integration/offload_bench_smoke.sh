@@ -2,7 +2,8 @@
 # Integration: 'dsactor bench offload --quick' on a scratch directory trains BERT-tiny in
 # memory and offloaded to NVMe; checks the last line is one JSON object with both step
 # times, their ratio, the swap bytes and the achieved rate, that the in-memory and offloaded
-# runs agree on their losses, and that nothing is left behind. No timing is asserted.
+# runs agree on their losses, that every offloaded update streamed over the backward
+# (no clipping by default), and that nothing is left behind. No timing is asserted.
 # Usage: offload_bench_smoke.sh PATH/TO/dsactor
 set -euo pipefail
 dsactor=$(realpath "$1")
@@ -23,6 +24,8 @@ for k in ("in_memory_step_s", "offload_step_s", "ratio", "swap_bytes_per_step", 
 assert j["swap_bytes_per_step"] == 24 * j["params"], "AdamW swaps 12 B/param in and 12 out"
 assert abs(j["ratio"] - j["offload_step_s"] / j["in_memory_step_s"]) < 1e-3 * j["ratio"]
 assert j["bound"] in ("io", "compute") and j["cpu"]
+# No clipping by default: every offloaded update streamed over the backward (3 steps, one run).
+assert j["gradient_clipping"] == 0 and j["streamed_updates"] == 3, j
 PY
 grep -q "in memory" <<<"$out" && grep -q "offloaded to NVMe" <<<"$out" || fail "the table lacks a row"
 grep -q "^bound: " <<<"$out" && grep -q "^goal: " <<<"$out" || fail "no bound or goal line"
@@ -31,6 +34,12 @@ mapfile -t losses < <(grep -o 'step [0-9]*/3 | loss [0-9.]*' "$work.err")
 [[ ${#losses[@]} -eq 6 ]] || fail "expected 3 steps per run in the log, got ${#losses[@]} lines"
 [[ "${losses[*]:0:3}" == "${losses[*]:3:3}" ]] || fail "the runs' losses differ: ${losses[*]}"
 [[ -z $(ls -A "$work") ]] || fail "bench offload left files behind: $(ls -A "$work")"
+
+grep -q "streamed over the backward in 3 of 3 updates" <<<"$out" || fail "the streamed updates are not reported"
+
+# A negative --clip is refused naming the option.
+if "$dsactor" bench offload "$work" --quick --clip -1 2>"$work.err"; then fail "--clip -1 was accepted"; fi
+grep -q -- "--clip" "$work.err" || { cat "$work.err"; fail "the error does not name --clip"; }
 
 # A model size that does not exist is refused naming it.
 if "$dsactor" bench offload "$work" --model huge 2>"$work.err"; then fail "--model huge was accepted"; fi
