@@ -21,6 +21,25 @@ status resident_state::sweep(unsigned read, unsigned write, const chunk_fn& fn) 
   return fn(c);
 }
 
+status chunked_state::sweep_when(unsigned read, unsigned write, const chunk_ready& ready, const chunk_fn& fn) {
+  if (!ready) return sweep(read, write, fn);
+  return sweep(read, write, [&](const state_chunk& c) -> status {
+    std::unique_lock<std::mutex> lock(gate_mu_);
+    for (;;) {
+      DSA_ASSIGN_OR_RETURN(const bool final, ready(c.lo, c.hi));
+      if (final) break;
+      gate_cv_.wait(lock);
+    }
+    lock.unlock();
+    return fn(c);
+  });
+}
+
+void chunked_state::wake() {
+  { std::lock_guard<std::mutex> lock(gate_mu_); } // a waiter between its question and its wait hears this
+  gate_cv_.notify_all();
+}
+
 std::int64_t resident_state::resident_bytes() const {
   std::int64_t n = 0;
   for (const tensor& t : arrays_) n += static_cast<std::int64_t>(t.nbytes());

@@ -15,8 +15,10 @@
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,10 @@ struct state_chunk {
   float* arrays[state_arrays] = {nullptr, nullptr, nullptr};
 };
 using chunk_fn = std::function<status(const state_chunk&)>;
+// A streamed update's gate: whether the inputs of the chunk's elements [lo, hi) are final
+// (true), not yet (false), or never will be (an error, which stops the sweep). A sweep
+// asks it often, with its own lock held: it must be quick and must not call the store.
+using chunk_ready = std::function<expected<bool>(std::int64_t lo, std::int64_t hi)>;
 
 class chunked_state {
 public:
@@ -49,6 +55,12 @@ public:
   // or from moving the arrays) stops the sweep and is returned once every transfer
   // already started has ended; chunks before it are written, later ones are not.
   virtual status sweep(unsigned read, unsigned write, const chunk_fn& fn) = 0;
+  // sweep(), calling fn on a chunk only once `ready` says its inputs are final; between
+  // questions it waits for wake() (or the store's own events). A store that moves chunks
+  // reads the next ones into free buffers meanwhile. By default the wait is in place.
+  virtual status sweep_when(unsigned read, unsigned write, const chunk_ready& ready, const chunk_fn& fn);
+  // What a waiting sweep_when's `ready` reads has changed: it asks again. Any thread.
+  virtual void wake();
   // A hint that the next sweep reads `read`: a store may start moving its first chunks
   // now. Never blocks; errors surface in the next sweep. Nothing by default.
   virtual void prefetch(unsigned read) { (void)read; }
@@ -59,6 +71,10 @@ public:
   virtual std::int64_t resident_bytes() const = 0;
   // Where the arrays live, for logs: "memory" or "nvme: DIR".
   virtual std::string where() const = 0;
+
+private:
+  std::mutex gate_mu_; // the default sweep_when's wait
+  std::condition_variable gate_cv_;
 };
 
 // The arrays in memory, taken over from three (numel) f32 tensors; one chunk.

@@ -269,8 +269,7 @@ status partitioned_optimizer::step(const partition_step& in) {
 
 status partitioned_optimizer::step_adam(float* grad, working_out& out, const partition_step& in) {
   const std::int64_t lo = partition().lo;
-  return store_->sweep(all_arrays, all_arrays, [&](const state_chunk& chunk) -> status {
-    if (in.ready) DSA_TRY(in.ready(chunk.lo, chunk.hi));
+  return store_->sweep_when(all_arrays, all_arrays, in.ready, [&](const state_chunk& chunk) -> status {
     return each_window(chunk, out.window(chunk.hi - chunk.lo), [&](const state_chunk& c) -> status {
       out.begin(c.lo, c.hi);
       each_piece_in(c, [&](std::size_t, const flat_piece& piece) {

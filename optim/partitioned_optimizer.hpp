@@ -76,11 +76,11 @@ struct partition_step {
   working_sink sink;
   dtype sink_type = dtype::f32;
   std::int64_t sink_window = 1 << 20;
-  // A streamed update (Adam/AdamW, grad_scale 1, `working`, not a sink): called before
-  // each chunk is updated with its elements [lo, hi) of the partition; returns once their
-  // gradients are final, or an error, which stops the step. The chunks' order is the
-  // store's (swap_options::descending: as a backward pass finishes them).
-  std::function<status(std::int64_t lo, std::int64_t hi)> ready;
+  // A streamed update (Adam/AdamW, grad_scale 1, `working`, not a sink): whether the
+  // gradients of the partition's elements [lo, hi) are final yet; each chunk is updated
+  // once they are (chunked_state::sweep_when; the store's wake() makes it ask again). The
+  // chunks' order is the store's (swap_options::descending: as a backward finishes them).
+  chunk_ready ready;
 };
 
 class partitioned_optimizer {

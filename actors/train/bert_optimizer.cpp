@@ -437,8 +437,8 @@ std::string bert_optimizer::swap_report() const {
   const aio::swap_stats s = swap_->stats();
   const double moved = static_cast<double>(s.bytes_read + s.bytes_written);
 
-  const std::uint64_t gradient_wait = std::min<std::uint64_t>(static_cast<std::uint64_t>(gradient_wait_ns_), s.compute_ns);
-  const double swept_s = static_cast<double>(s.wait_ns + s.compute_ns - gradient_wait) * 1e-9;
+  const std::uint64_t gradient_wait = s.gate_ns;
+  const double swept_s = static_cast<double>(s.wait_ns + s.compute_ns) * 1e-9;
   std::string streamed =
       streamed_ > 0 ? fmt::format("; {} updates streamed over the backward: {} of their {} chunk updates began before "
                                   "the backward ended, {:.3f} s waited for gradients",
@@ -452,7 +452,7 @@ std::string bert_optimizer::swap_report() const {
                      "({:.1f}% waiting); {:.2f} GB/s achieved over {:.3f} s with a transfer in flight{}",
                      options_.participant, static_cast<double>(s.bytes_read) / (1 << 20), s.chunk_reads,
                      s.chunks_prefetched, static_cast<double>(s.bytes_written) / (1 << 20), s.chunk_writes,
-                     static_cast<double>(s.wait_ns) * 1e-9, static_cast<double>(s.compute_ns - gradient_wait) * 1e-9,
+                     static_cast<double>(s.wait_ns) * 1e-9, static_cast<double>(s.compute_ns) * 1e-9,
                      swept_s > 0 ? 100 * static_cast<double>(s.wait_ns) * 1e-9 / swept_s : 0.0,
                      s.busy_ns > 0 ? moved / static_cast<double>(s.busy_ns) : 0.0,
                      static_cast<double>(s.busy_ns) * 1e-9, streamed);

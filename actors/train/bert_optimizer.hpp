@@ -93,6 +93,10 @@ struct bert_optimizer_options {
   // The run has one stage (this one: the model file is this shard's masters alone), so a
   // swapped state on one rank can stream it (streams_masters).
   bool stream_masters = false;
+  // The stage's reducer exchanges its tied gradient with another stage's (the word
+  // embedding, first and last stage of several): its gradients are not final bucket by
+  // bucket, so the update does not stream.
+  bool exchanges_tied = false;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -247,7 +251,6 @@ private:
   // partition's sweep waits in (set during stream_update only).
   struct stream_gate {
     std::mutex mu;
-    std::condition_variable cv;
     bool open = false; // parts of `step` came
     std::uint32_t step = 0;
     std::int64_t ready_from = 0; // partition elements from here on are final
@@ -257,8 +260,8 @@ private:
   };
   std::unique_ptr<stream_gate> gate_ = std::make_unique<stream_gate>();
   std::optional<std::uint32_t> streamed_step_;
-  std::function<status(std::int64_t lo, std::int64_t hi)> stream_ready_;
-  status wait_final(std::uint32_t step, std::int64_t lo);
+  optim::chunk_ready stream_ready_;
+  expected<bool> chunk_final(std::uint32_t step, std::int64_t lo);
   std::int64_t streamed_ = 0, streamed_chunks_ = 0, early_chunks_ = 0;
   // With clipping: the stream writes the swap's second files; the step count and betas to
   // restore if it clipped, the streams redone, and those not started because the step
@@ -270,7 +273,6 @@ private:
   } stream_undo_;
   std::int64_t stream_redone_ = 0, stream_declined_ = 0;
   bool settle_stream(std::uint32_t step, const step_decision& d);
-  std::int64_t gradient_wait_ns_ = 0; // in wait_final: inside the sweep's chunk function
 };
 
 } // namespace dsa::train

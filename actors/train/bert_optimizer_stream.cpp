@@ -16,7 +16,8 @@ std::int64_t bert_optimizer::stream_elements() const {
   // With loss scaling the gradients are unscaled in place by the update (a redo would
   // need a copy of them): not streamed. Clipping is: speculatively (stream_update).
   if (!options_.offload || !adam || options_.decider->loss_scaling() || options_.fetcher ||
-      options_.partition_parameters || options_.whole_gradient >= 0)
+      options_.partition_parameters || options_.whole_gradient >= 0 || options_.exchanges_tied ||
+      options_.shared_gradients.defined()) // a tied exchange, or a stage summing its gradient partition itself
     return 0;
   // Buckets of a quarter chunk: a chunk is final soon after the backward finished it,
   // whatever the buckets' boundaries.
@@ -46,7 +47,7 @@ void bert_optimizer::gradients_final(std::uint32_t step, std::uint32_t first) {
       g.all_final_at = std::chrono::steady_clock::now();
     }
   }
-  g.cv.notify_all();
+  if (swap_) swap_->wake(); // a sweep waiting for these gradients asks again
 }
 
 void bert_optimizer::cancel() {
@@ -54,22 +55,22 @@ void bert_optimizer::cancel() {
     std::lock_guard<std::mutex> lock(gate_->mu);
     gate_->cancelled = true;
   }
-  gate_->cv.notify_all();
+  if (swap_) swap_->wake();
 }
 
-status bert_optimizer::wait_final(std::uint32_t step, std::int64_t lo) {
+// Asked by the swap store's sweep (on the shard's worker, under the store's lock) before
+// each chunk: the gradients of the partition's elements from `lo` on are final once the
+// parts cover them (the parts are a suffix of the layout, growing towards its start).
+expected<bool> bert_optimizer::chunk_final(std::uint32_t step, std::int64_t lo) {
   stream_gate& g = *gate_;
-  const auto started = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(g.mu);
-  g.cv.wait(lock, [&] { return g.cancelled || (g.open && g.step == step && g.ready_from <= lo); });
+  std::lock_guard<std::mutex> lock(g.mu);
   if (g.cancelled)
     return make_error(errc::runtime, "optimizer shard {}: the run stopped during the streamed update of step {}",
                       options_.participant, step);
+  if (!g.open || g.step != step || g.ready_from > lo) return false;
   ++streamed_chunks_;
   if (!g.all_final) ++early_chunks_;
-  gradient_wait_ns_ +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
-  return {};
+  return true;
 }
 
 void bert_optimizer::stream_update(std::uint32_t step) {
@@ -94,9 +95,9 @@ void bert_optimizer::stream_update(std::uint32_t step) {
     stream_undo_.beta2 = part_->settings().beta2;
   }
   stream_speculative_ = speculative;
-  stream_ready_ = [this, step](std::int64_t lo, std::int64_t) { return wait_final(step, lo); };
+  stream_ready_ = [this, step](std::int64_t lo, std::int64_t) { return chunk_final(step, lo); };
   struct clear_hook {
-    std::function<status(std::int64_t, std::int64_t)>& hook;
+    optim::chunk_ready& hook;
     ~clear_hook() { hook = nullptr; }
   } clear{stream_ready_};
   advance(step, assumed_); // the sweep waits in stream_ready_ for each chunk's gradients

@@ -349,6 +349,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     // head (a SQuAD head has no decoder, so no copy); the reducers sum it.
     for (std::size_t i = 0; i < o.specs.size(); ++i)
       if (o.specs[i].name == bert::word_embeddings_name()) rr.parts.tied[s] = static_cast<int>(i);
+    o.exchanges_tied = rr.parts.tied[s] >= 0 && tied_exchanged(rc, ctx.ranges);
     o.optimizer = rc.optimizer;
     o.working = rc.working;
     o.decider = std::move(start.deciders[s]);

@@ -230,7 +230,13 @@ error swap_store::settle(std::unique_lock<std::mutex>& lock) {
   return e;
 }
 
-status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& fn) {
+void swap_store::wake() {
+  auto& f = *flight_;
+  { std::lock_guard<std::mutex> lock(f.mu); } // a sweep between its question and its wait hears this
+  f.cv.notify_all();
+}
+
+status swap_store::sweep_when(unsigned read, unsigned write, const optim::chunk_ready& ready, const optim::chunk_fn& fn) {
   if ((read & ~written_.load()) != 0)
     return make_error(errc::protocol, "swap store '{}/{}': read before the state was written", options_.dir,
                       options_.name);
@@ -257,7 +263,7 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
     ++sweeps_;
   }
   const std::uint64_t began = steady_ns();
-  std::uint64_t computing = 0;
+  std::uint64_t computing = 0, gated = 0;
   const std::int64_t n = chunks();
   const std::int64_t ahead = read != 0 && options_.pipeline_read ? 1 : 0;
   const bool write_behind = write != 0 && options_.pipeline_write;
@@ -291,6 +297,23 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
     for (std::int64_t j = k + 1; j <= std::min(n - 1, k + ahead); ++j)
       if (!claim(chunk_at(j), false)) break;
     flight::slot* s = f.holding(i);
+    if (ready) { // a streamed update: the chunk's inputs may not be final yet
+      const std::uint64_t gate_start = steady_ns();
+      while (!f.failed) {
+        const auto [lo, hi] = range(i);
+        auto final = ready(lo, hi);
+        if (!final) f.failed = final.err();
+        else if (*final) break;
+        else {
+          // Meanwhile every free buffer set reads a later chunk.
+          for (std::int64_t j = k + 1; j < n; ++j)
+            if (!claim(chunk_at(j), false)) break;
+          f.cv.wait(lock); // a completion or wake()
+        }
+      }
+      gated += steady_ns() - gate_start;
+      if (f.failed) break;
+    }
     f.cv.wait(lock, [&] { return f.failed || s->state == use::ready; });
     if (f.failed) break;
     s->state = use::computing;
@@ -319,7 +342,8 @@ status swap_store::sweep(unsigned read, unsigned write, const optim::chunk_fn& f
     if (!write_behind) f.cv.wait(lock, [&] { return f.failed || s->state != use::writing; });
   }
   f.stats.compute_ns += computing;
-  f.stats.wait_ns += steady_ns() - began - computing;
+  f.stats.gate_ns += gated;
+  f.stats.wait_ns += steady_ns() - began - computing - gated;
   if (f.failed) return settle(lock);
   if (!shadow_open_) written_ |= write;
   return {};

@@ -63,6 +63,7 @@ struct swap_stats {
   std::uint64_t chunks_prefetched = 0; // chunks a sweep found already read by a prefetch
   std::uint64_t wait_ns = 0;    // inside sweeps, outside the chunk function: waiting for transfers
   std::uint64_t compute_ns = 0; // inside the chunk function (the update of the chunk)
+  std::uint64_t gate_ns = 0;    // inside sweep_when, waiting for a chunk's inputs (not in wait_ns)
   std::uint64_t busy_ns = 0;    // time with at least one transfer in flight
 };
 
@@ -106,7 +107,12 @@ public:
   // pipeline_write the last writes may still be in flight when it returns (a later sweep
   // or prefetch waits for a chunk's write before reading it again; an error of such a
   // transfer is returned by the next sweep or flush).
-  status sweep(unsigned read, unsigned write, const optim::chunk_fn& fn) override;
+  status sweep(unsigned read, unsigned write, const optim::chunk_fn& fn) override {
+    return sweep_when(read, write, {}, fn);
+  }
+  // While a chunk's inputs are not final, the free buffer sets read the next chunks.
+  status sweep_when(unsigned read, unsigned write, const optim::chunk_ready& ready, const optim::chunk_fn& fn) override;
+  void wake() override;
   // Starts reading the `read` arrays of the first chunks into the free buffer sets, for
   // the next sweep (the optimizer's next step) to find them there: the read overlaps the
   // forward and backward passes in between. Never blocks.
