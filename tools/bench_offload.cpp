@@ -239,6 +239,7 @@ struct findings {
 
 findings assess(const bench_setup& b, std::int64_t params, const run_figures& mem,
                 const run_figures& off, const transfer_rates& disk) {
+  // A streamed update moves its bytes during forward and backward: its rate is over the step.
   findings f;
   f.mem_step = median(mem.step_s);
   f.off_step = median(off.step_s);
@@ -253,7 +254,7 @@ findings assess(const bench_setup& b, std::int64_t params, const run_figures& me
   const double extra = static_cast<double>(off.read_bytes + off.write_bytes) -
                        static_cast<double>(mem.read_bytes + mem.write_bytes);
   f.measured_bytes = (extra - runs * state_bytes) / (runs * b.steps); // less each first write
-  f.nvme_gbps = f.swap_bytes / f.off_update / 1e9;
+  f.nvme_gbps = f.swap_bytes / (off.streamed > 0 ? f.off_step : f.off_update) / 1e9;
   f.io_s = state_bytes / (disk.read_gbps * 1e9) + state_bytes / (disk.write_gbps * 1e9);
   f.io_bound = f.io_s > f.mem_step;
   // Forward and backward are the same work in both runs; only the update differs. This
@@ -277,18 +278,25 @@ void print_findings(const findings& f, const std::string& dir, const transfer_ra
              "  -> {:.3f} s for a step's swap bytes\n",
              file_system_name(dir), disk.read_gbps, disk.write_gbps,
              disk.direct ? " (O_DIRECT)" : " (buffered)", f.io_s);
-  fmt::print("offloaded update: {:.3f} s, {:.3f} GB/s achieved ({:.0f}% of the disk's rate); "
-             "the rest of the step {:.3f} s\n",
-             f.off_update, f.nvme_gbps, 100 * f.io_s / f.off_update, f.off_step - f.off_update);
-  fmt::print(
-      "bound: the step is {} (swap I/O at the disk's rate {:.3f} s vs the in-memory step "
-      "{:.3f} s);\n  the offloaded update is {} (that I/O vs the in-memory update {:.3f} s)\n",
-      f.io_bound ? "I/O-bound" : "compute-bound", f.io_s, f.mem_step,
-      f.io_s > f.mem_update ? "I/O-bound" : "compute-bound", f.mem_update);
+  const bool streamed = off.streamed > 0;
+  if (streamed)
+    fmt::print("offloaded update: {:.3f} s after the backward (streamed: a step's swap bytes moved at {:.3f} GB/s\n"
+               "  over the whole offloaded step, {:.0f}% of the disk's rate); the rest of the step {:.3f} s\n",
+               f.off_update, f.nvme_gbps, 100 * f.io_s / f.off_step, f.off_step - f.off_update);
+  else
+    fmt::print("offloaded update: {:.3f} s, {:.3f} GB/s achieved ({:.0f}% of the disk's rate); "
+               "the rest of the step {:.3f} s\n",
+               f.off_update, f.nvme_gbps, 100 * f.io_s / f.off_update, f.off_step - f.off_update);
+  fmt::print("bound: the step is {} (swap I/O at the disk's rate {:.3f} s vs the in-memory step {:.3f} s)",
+             f.io_bound ? "I/O-bound" : "compute-bound", f.io_s, f.mem_step);
+  if (streamed)
+    fmt::print("\n");
+  else
+    fmt::print(";\n  the offloaded update is {} (that I/O vs the in-memory update {:.3f} s)\n",
+               f.io_s > f.mem_update ? "I/O-bound" : "compute-bound", f.mem_update);
   fmt::print("ratio with the same forward+backward (in-memory step - its update + the offloaded "
              "update): {:.2f}x\n",
              f.same_fb_ratio);
-  const bool streamed = off.streamed > 0;
   if (streamed)
     fmt::print("  the offloaded update streamed over the backward in {} of {} updates: its I/O and arithmetic\n"
                "  ran inside the offloaded forward+backward, so only the measured ratio compares the steps\n",
