@@ -54,7 +54,7 @@ struct run_figures {
   std::uint64_t read_bytes = 0, write_bytes = 0;
   double wall_s = 0;
   int runs = 0;
-  int streamed = 0; // updates streamed over the backward (the runs' end-of-run swap lines)
+  int streamed = 0; // updates streamed over the backward and kept (the runs' end-of-run swap lines)
 
   void add(const run_figures& o) {
     streamed += o.streamed;
@@ -203,14 +203,18 @@ expected<run_figures> train_once(const bench_setup& b, const std::string& work,
     f.update_s.push_back(ms("step"));
     f.forward_backward_s.push_back(ms("forward") + ms("backward"));
   }
-  // "; N updates streamed over the backward" in the swap line of its log, if any.
+  // "; N updates streamed over the backward" in the swap line of its log, less "R streamed
+  // updates redone" (a clipped step's stream, redone after the backward).
   std::ifstream log(work + "/" + name + "/train.log");
-  const std::string key = " updates streamed over the backward";
+  auto count_before = [&](const std::string& text, const std::string& key) {
+    const auto at = text.find(key);
+    if (at == std::string::npos) return 0;
+    const auto from = text.rfind(' ', at - 1);
+    return std::atoi(text.c_str() + (from == std::string::npos ? 0 : from + 1));
+  };
   while (std::getline(log, line))
-    if (const auto at = line.find(key); at != std::string::npos) {
-      const auto from = line.rfind("; ", at);
-      if (from != std::string::npos) f.streamed += std::atoi(line.c_str() + from + 2);
-    }
+    f.streamed += count_before(line, " updates streamed over the backward") -
+                  count_before(line, " streamed updates redone");
   if (f.step_s.empty())
     return make_error(errc::io,
                       "'{}' holds {} step(s); more than the {} warm-up step(s) are needed", metrics,
