@@ -169,6 +169,13 @@ status accept_reduced(shard_core& c, const reduced& r) {
     return make_error(errc::protocol, "reduced gradients on edge {}, expected edge {} ({})", r.data.ref.edge,
                       c.reduced_edge, c.slots->edge_name(c.reduced_edge));
   DSA_TRY(c.io.received(r.data, c.plan.reducer_id(c.index)));
+  const bool streamed_step = (c.stream_pending && *c.stream_pending == r.data.step) ||
+                             (c.streaming && *c.streaming == r.data.step);
+  if (streamed_step && c.part_first != 0)
+    return make_error(errc::protocol, "gradients of step {} arrived before its part from parameter 0 (the last came "
+                      "from parameter {})", r.data.step, c.part_first);
+  if (c.streams && !streamed_step)
+    return make_error(errc::protocol, "gradients of step {} arrived without its parts", r.data.step);
   if (c.waiting || r.data.step != c.next_step || r.data.step >= c.plan.end_step())
     return make_error(errc::protocol, "gradients of step {} arrived, expected step {} (run ends before {}{})",
                       r.data.step, c.next_step, c.plan.end_step(), c.waiting ? "; the last are still waiting" : "");
@@ -227,7 +234,11 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
         try_start(self);
       },
       [=](const reduced_part& p) {
-        if (auto st = accept_part(*self->state.core, p); !st) return fail_protocol(self, p.step, st.err());
+        auto& c = *self->state.core;
+        if (self->current_sender() != c.reducer)
+          return fail_protocol(self, p.step, make_error(errc::protocol, "a gradient part from an actor other than "
+                                                                        "the stage's reducer"));
+        if (auto st = accept_part(c, p); !st) return fail_protocol(self, p.step, st.err());
         try_start(self);
       },
       [=](allow_atom, std::uint32_t step) { on_allow(self, step); },

@@ -155,7 +155,11 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
       std::int64_t limit = parts.stages[s]->gradients_reduced() ? std::numeric_limits<std::int64_t>::max()
                            : options.dp.enabled()            ? std::max<std::int64_t>(options.dp.bucket_elements, 1)
                                                              : std::numeric_limits<std::int64_t>::max();
-      if (shape.streamed[s]) limit = std::min(limit, parts.optimizers[s]->stream_elements());
+      // With several ranks each bucket is one allreduce, whose order of adding depends on
+      // the buffer: the buckets stay reduce_bucket_size's, so a streamed run sums exactly
+      // as one that does not stream (the parts are then those buckets).
+      if (shape.streamed[s] && !options.dp.enabled())
+        limit = std::min(limit, parts.optimizers[s]->stream_elements());
       shape.grad_buckets.push_back(make_grad_buckets(sizes, limit));
     }
   }

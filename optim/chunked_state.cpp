@@ -26,9 +26,10 @@ status chunked_state::sweep_when(unsigned read, unsigned write, const chunk_read
   return sweep(read, write, [&](const state_chunk& c) -> status {
     std::unique_lock<std::mutex> lock(gate_mu_);
     for (;;) {
+      const std::uint64_t seen = gate_events_;
       DSA_ASSIGN_OR_RETURN(const bool final, ready(c.lo, c.hi));
       if (final) break;
-      gate_cv_.wait(lock);
+      gate_cv_.wait(lock, [&] { return gate_events_ != seen; });
     }
     lock.unlock();
     return fn(c);
@@ -36,7 +37,10 @@ status chunked_state::sweep_when(unsigned read, unsigned write, const chunk_read
 }
 
 void chunked_state::wake() {
-  { std::lock_guard<std::mutex> lock(gate_mu_); } // a waiter between its question and its wait hears this
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    ++gate_events_;
+  }
   gate_cv_.notify_all();
 }
 

@@ -73,8 +73,9 @@ public:
   virtual std::string where() const = 0;
 
 private:
-  std::mutex gate_mu_; // the default sweep_when's wait
+  std::mutex gate_mu_; // the default sweep_when's wait, and the wake() calls it counts
   std::condition_variable gate_cv_;
+  std::uint64_t gate_events_ = 0;
 };
 
 // The arrays in memory, taken over from three (numel) f32 tensors; one chunk.

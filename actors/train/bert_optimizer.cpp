@@ -441,7 +441,7 @@ std::string bert_optimizer::swap_report() const {
   const double swept_s = static_cast<double>(s.wait_ns + s.compute_ns) * 1e-9;
   std::string streamed =
       streamed_ > 0 ? fmt::format("; {} updates streamed over the backward: {} of their {} chunk updates began before "
-                                  "the backward ended, {:.3f} s waited for gradients",
+                                  "the step's last gradients were in, {:.3f} s waited for gradients",
                                   streamed_, early_chunks_, streamed_chunks_, static_cast<double>(gradient_wait) * 1e-9)
                     : std::string();
   if (streamed_ + stream_declined_ > 0 && options_.decider->needs_totals())

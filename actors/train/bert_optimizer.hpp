@@ -133,11 +133,13 @@ public:
   // Not with the state swapped to NVMe (a backup would be a second swap): returns false.
   bool speculate(std::uint32_t step) override;
   // Streaming (optimizer_compute::stream_elements): with the state swapped to NVMe,
-  // Adam/AdamW, no tied gradient kept whole and a decision that needs no totals (no
-  // clipping, no loss scaling), the update sweeps the state last chunk first (the order
-  // backward finishes the gradients), each chunk as soon as its gradients are final, so
-  // the swap's reads and writes overlap the backward. Not with ZeRO-3. The bits are those
-  // of the update after the backward (the same kernels on the same elements).
+  // Adam/AdamW, no loss scaling, no tied gradient exchanged and gradients the stage does
+  // not sum itself, the update sweeps the state last chunk first (the order backward
+  // finishes the gradients), each chunk as soon as its gradients are final, so the swap's
+  // reads and writes overlap the backward. With clipping the stream is speculative (the
+  // swap's second files) and a step that clips is redone. Not with ZeRO-3. The bits are
+  // those of the update after the backward (the same kernels on the same elements).
+  // After cancel() the shard streams no more (one run per shard).
   std::int64_t stream_elements() const override;
   void gradients_final(std::uint32_t step, std::uint32_t first) override;
   void stream_update(std::uint32_t step) override;

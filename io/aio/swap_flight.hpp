@@ -33,6 +33,10 @@ struct swap_store::flight {
   std::int64_t prefetch_next = 0; // a position in the sweep order (swap_store::chunk_at)
   swap_stats stats;             // but the byte counts (the store's atomics)
   int active = 0;               // transfer() calls with a request not yet ended
+  // Events a gated sweep (sweep_when) waits for: each completion and each wake(), counted
+  // under mu so that one landing while the sweep has the lock released (around a submit)
+  // is not lost.
+  std::uint64_t events = 0;
   std::uint64_t busy_since = 0; // when `active` last left 0
 
   // A transfer of `s` ended (under mu).

@@ -186,6 +186,7 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
       } else {
         (op == aio_op::read ? bytes_read_ : bytes_written_) += bytes;
       }
+      ++fl.events;
       ended(*rep); // before the slot's: a waiter for quiet slots finds the observer called
       fl.ended(fl.slots[slot]);
       // A set this completion freed takes the next chunk of a prefetch under way.
@@ -232,7 +233,10 @@ error swap_store::settle(std::unique_lock<std::mutex>& lock) {
 
 void swap_store::wake() {
   auto& f = *flight_;
-  { std::lock_guard<std::mutex> lock(f.mu); } // a sweep between its question and its wait hears this
+  {
+    std::lock_guard<std::mutex> lock(f.mu);
+    ++f.events; // a sweep that asked before this waits no more
+  }
   f.cv.notify_all();
 }
 
@@ -300,15 +304,17 @@ status swap_store::sweep_when(unsigned read, unsigned write, const optim::chunk_
     if (ready) { // a streamed update: the chunk's inputs may not be final yet
       const std::uint64_t gate_start = steady_ns();
       while (!f.failed) {
+        const std::uint64_t seen = f.events; // before the question: a wake() after it ends the wait
         const auto [lo, hi] = range(i);
         auto final = ready(lo, hi);
         if (!final) f.failed = final.err();
         else if (*final) break;
         else {
-          // Meanwhile every free buffer set reads a later chunk.
+          // Meanwhile every free buffer set reads a later chunk (each submit releases the
+          // lock for a moment; an event then is counted, not lost).
           for (std::int64_t j = k + 1; j < n; ++j)
             if (!claim(chunk_at(j), false)) break;
-          f.cv.wait(lock); // a completion or wake()
+          f.cv.wait(lock, [&] { return f.failed || f.events != seen; }); // a completion or wake()
         }
       }
       gated += steady_ns() - gate_start;
