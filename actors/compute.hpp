@@ -149,13 +149,16 @@ public:
   // parts arrive (thread-safe: the gradients of the stage's parameters from `first` on
   // are final in gradient_buffers(); first decreases to 0); stream_update(step) on the
   // worker once update() could run, which updates as parts become final and returns once
-  // every part is updated (or returns at once, declining to stream the step); then
+  // every part is updated, returning true (or false at once, declining to stream the step); then
   // update() of the step, which decides, keeps or redoes the streamed update, and
   // publishes. cancel(): the run is ending, a stream_update waiting for parts must throw
   // (any thread). 0 by default: no streaming.
   virtual std::int64_t stream_elements() const { return 0; }
   virtual void gradients_final(std::uint32_t step, std::uint32_t first) { (void)step, (void)first; }
-  virtual void stream_update(std::uint32_t step) { (void)step; }
+  virtual bool stream_update(std::uint32_t step) {
+    (void)step;
+    return false;
+  }
   virtual void cancel() {}
   // Tracing work of the shard's own besides update() (its NVMe swap transfers): before
   // the run, and before init(), the runtime hands it the run's recorder (null when not

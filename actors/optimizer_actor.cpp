@@ -65,27 +65,19 @@ using shard_actor = caf::stateful_actor<shard_state>;
 constexpr std::uint32_t speculated_job = 2;
 constexpr std::uint32_t streamed_job = 3;
 
-void start_stream(shard_actor* self, std::uint32_t step) {
+// A job that starts the update of `step` before its `reduced` (the update follows on the
+// same worker): a speculation (speculated_job) or a stream (streamed_job), as a span.
+void start_early_job(shard_actor* self, std::uint32_t step, std::uint32_t kind) {
   auto& c = *self->state.core;
   auto* trace = c.trace;
   auto* optimizer = c.optimizer;
   const std::uint32_t id = c.id, index = c.index;
   post_job(self, c.worker, step, [=] {
-    trace_span span(trace, trace_name::stream_update, id, static_cast<std::int32_t>(index), step, 0);
-    optimizer->stream_update(step);
-    return work_done{streamed_job, step, 0, 0.0, {}, {}};
-  });
-}
-
-void start_speculation(shard_actor* self, std::uint32_t step) {
-  auto& c = *self->state.core;
-  auto* trace = c.trace;
-  auto* optimizer = c.optimizer;
-  const std::uint32_t id = c.id, index = c.index;
-  post_job(self, c.worker, step, [=] {
-    trace_span span(trace, trace_name::speculate, id, static_cast<std::int32_t>(index), step, 0);
-    if (!optimizer->speculate(step)) span.cancel();
-    return work_done{speculated_job, step, 0, 0.0, {}, {}};
+    const bool stream = kind == streamed_job;
+    trace_span span(trace, stream ? trace_name::stream_update : trace_name::speculate, id,
+                    static_cast<std::int32_t>(index), step, 0);
+    if (!(stream ? optimizer->stream_update(step) : optimizer->speculate(step))) span.cancel();
+    return work_done{kind, step, 0, 0.0, {}, {}};
   });
 }
 
@@ -121,13 +113,13 @@ void try_start(shard_actor* self) {
     c.speculated = c.early;
     c.early.reset();
     c.params_slot_free = false;
-    start_speculation(self, *c.speculated);
+    start_early_job(self, *c.speculated, speculated_job);
   }
   if (c.stream_pending && c.params_slot_free && *c.stream_pending <= c.allowed) {
     c.streaming = c.stream_pending;
     c.stream_pending.reset();
     c.params_slot_free = false;
-    start_stream(self, *c.streaming);
+    start_early_job(self, *c.streaming, streamed_job);
   }
   if (!c.waiting) return;
   const bool held = (c.speculated && *c.speculated == c.waiting->data.step) ||

@@ -52,7 +52,7 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> sgd::parts_seen() const {
   return parts_;
 }
 
-void sgd::stream_update(std::uint32_t step) {
+bool sgd::stream_update(std::uint32_t step) {
   DSA_CHECK(stream_elements() > 0 && !streamed_step_, "sgd: a streamed update of step {} it cannot stream", step);
   for (std::size_t i = master_.size(); i-- > 0;) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -67,6 +67,7 @@ void sgd::stream_update(std::uint32_t step) {
   }
   streamed_step_ = step;
   ++streamed_;
+  return true;
 }
 
 bool sgd::update(std::uint32_t step, const grad_totals& totals, std::vector<tensor>& out) {

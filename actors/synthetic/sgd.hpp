@@ -29,7 +29,7 @@ public:
   void set_streaming(bool on) { stream_ = on; }
   std::int64_t stream_elements() const override { return stream_ && clip_ <= 0 ? 1 : 0; }
   void gradients_final(std::uint32_t step, std::uint32_t first) override;
-  void stream_update(std::uint32_t step) override;
+  bool stream_update(std::uint32_t step) override;
   void cancel() override;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> parts_seen() const;
   std::uint32_t streamed() const { return streamed_; }

@@ -142,7 +142,7 @@ public:
   // After cancel() the shard streams no more (one run per shard).
   std::int64_t stream_elements() const override;
   void gradients_final(std::uint32_t step, std::uint32_t first) override;
-  void stream_update(std::uint32_t step) override;
+  bool stream_update(std::uint32_t step) override;
   void cancel() override;
   // Steps streamed so far, their chunks, and of those the chunks updated before the
   // step's last part came (while the backward still ran), for the end-of-run log.

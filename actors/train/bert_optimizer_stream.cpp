@@ -73,7 +73,7 @@ expected<bool> bert_optimizer::chunk_final(std::uint32_t step, std::int64_t lo) 
   return true;
 }
 
-void bert_optimizer::stream_update(std::uint32_t step) {
+bool bert_optimizer::stream_update(std::uint32_t step) {
   DSA_CHECK(stream_elements() > 0 && part_ && swap_ && !streamed_step_ && !speculated_step_,
             "optimizer shard {}: a streamed update of step {} it cannot stream", options_.participant, step);
   // With clipping the update streams on the assumption that it does not clip, writing the
@@ -83,7 +83,7 @@ void bert_optimizer::stream_update(std::uint32_t step) {
   const bool speculative = options_.decider->needs_totals();
   if (speculative && last_differed_) {
     ++stream_declined_;
-    return;
+    return false;
   }
   const auto started = std::chrono::steady_clock::now();
   assumed_ = options_.decider->assume();
@@ -111,6 +111,7 @@ void bert_optimizer::stream_update(std::uint32_t step) {
     *options_.update_ns +=
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - from).count();
   }
+  return true;
 }
 
 // update() of a streamed step: keeps the streamed update when the decision is the one

@@ -155,3 +155,39 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
     }
   }
 }
+
+TEST_CASE("offload: a streamed update is a stream_update span before the step's optimizer span; the trace checks clean") {
+  test::temp_dir dir, swap;
+  // Three stages without clipping: the middle one streams its update over the backward.
+  REQUIRE(test::run_config(dir.path(), "stream", test::tiny_config(dir.path()),
+                           {"train_steps=3", "gradient_clipping=0.0", "pipeline.stages=3", "zero_optimization.stage=1",
+                            "zero_optimization.offload_optimizer.device=\"nvme\"",
+                            fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
+                            "zero_optimization.sub_group_size=2048"}) == 0);
+  auto traces = load_run_traces(dir.path() + "/run");
+  REQUIRE(traces);
+  const trace_data& t = traces->front().trace;
+  const int stream = name_of(t, "stream_update"), optimizer = name_of(t, "optimizer");
+  REQUIRE(stream >= 0);
+  std::map<std::pair<std::int32_t, std::uint32_t>, std::vector<const trace_record*>> streams, updates;
+  for (const auto& r : t.records) {
+    if (r.kind != static_cast<std::uint8_t>(trace_kind::span)) continue;
+    if (r.name == stream) streams[{r.stage, r.step}].push_back(&r);
+    if (r.name == optimizer) updates[{r.stage, r.step}].push_back(&r);
+  }
+  for (std::int32_t stage = 0; stage < 3; ++stage)
+    for (std::uint32_t step = 0; step < 3; ++step) {
+      CAPTURE(stage);
+      CAPTURE(step);
+      REQUIRE(updates[{stage, step}].size() == 1);
+      if (stage != 1) {
+        CHECK(streams[{stage, step}].empty()); // the tied stages update after the backward
+        continue;
+      }
+      REQUIRE(streams[{stage, step}].size() == 1);
+      CHECK(streams[{stage, step}][0]->t1_ns <= updates[{stage, step}][0]->t0_ns); // the same worker, in turn
+    }
+  actors::trace_check_options wide;
+  wide.idle_tolerance_ms = 600'000;
+  CHECK(check_traces(*traces, wide).first == std::nullopt);
+}
