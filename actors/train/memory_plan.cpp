@@ -261,6 +261,40 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
   return p;
 }
 
+void weights_to_nvme(run_config& rc, std::int64_t buffer_size) {
+  rc.offload.param.device = offload_device::nvme;
+  rc.offload.param.nvme_path = rc.offload.nvme_path;
+  rc.offload.param.max_in_cpu = 0;
+  rc.offload.param.buffer_size = buffer_size;
+}
+
+bool may_move_weights(const run_config& rc) {
+  return rc.zero_stage >= 3 && rc.offload.swaps() && !rc.offload.param.swaps();
+}
+
+namespace {
+constexpr std::int64_t smallest_param_buffer = 1 << 16; // elements: offload_param buffers the plan goes down to
+
+// With the optimizer state on NVMe, the largest sub_group_size (a multiple of the
+// granule, at most the configured one) whose plan fits the budget; none if even one
+// granule does not. The peak grows with the sub-group.
+std::optional<std::int64_t> fitting_sub_group(const run_config& rc, const std::vector<bert::bert_range>& ranges,
+                                              const plan_inputs& in) {
+  auto fits = [&](std::int64_t g) { return plan_host_memory(with_sub_group(rc, g), ranges, in).peak() <= rc.host_memory; };
+  if (!rc.offload.swaps() || !fits(granule)) return std::nullopt;
+  std::int64_t largest = 0;
+  for (std::size_t s = 0; s < ranges.size(); ++s)
+    if (auto z = run_zero_sizes(rc, ranges, s)) largest = std::max(largest, z->partition);
+  std::int64_t lo = 1, hi = std::max<std::int64_t>(1, std::min(rc.offload.sub_group_size, largest) / granule); // in granules
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid * granule)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo * granule;
+}
+} // namespace
+
 expected<memory_decision> fit_host_memory(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                           const plan_inputs& in) {
   memory_decision d;
@@ -268,29 +302,42 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
   const std::int64_t budget = rc.host_memory;
   if (budget <= 0 || d.plan.peak() <= budget) return d;
   auto plan_at = [&](std::int64_t g) { return plan_host_memory(with_sub_group(rc, g), ranges, in); };
-  if (rc.offload.swaps()) {
-    // The peak grows with the sub-group: the largest multiple of the granule that fits.
-    std::int64_t largest = 0;
-    for (std::size_t s = 0; s < ranges.size(); ++s)
-      if (auto z = run_zero_sizes(rc, ranges, s)) largest = std::max(largest, z->partition);
-    std::int64_t lo = 1, hi = std::min(rc.offload.sub_group_size, largest) / granule; // in granules
-    if (plan_at(granule).peak() <= budget) {
-      while (lo < hi) {
-        const std::int64_t mid = lo + (hi - lo + 1) / 2;
-        if (plan_at(mid * granule).peak() <= budget) lo = mid;
-        else hi = mid - 1;
+  if (auto g = fitting_sub_group(rc, ranges, in)) {
+    d.sub_group_size = *g;
+    d.plan = plan_at(*g);
+    return d;
+  }
+  // ZeRO-3: the working weights' partitions can leave memory too (offload_param on NVMe),
+  // read through offload_param's buffers: the largest buffer_size (the configured one, then
+  // halving it down to 64Ki elements) at which the plan fits, first at the configured
+  // sub_group_size, then at the largest that fits.
+  run_config moved = rc;
+  if (may_move_weights(rc)) {
+    d.weights_to_nvme = true;
+    for (std::int64_t size = rc.offload.param.buffer_size;; size /= 2) {
+      weights_to_nvme(moved, size);
+      d.param_buffer_size = size;
+      d.plan = plan_host_memory(moved, ranges, in);
+      if (d.plan.peak() <= budget) return d;
+      if (auto g = fitting_sub_group(moved, ranges, in)) {
+        d.sub_group_size = *g;
+        d.plan = plan_host_memory(with_sub_group(moved, *g), ranges, in);
+        return d;
       }
-      d.sub_group_size = lo * granule;
-      d.plan = plan_at(*d.sub_group_size);
-      return d;
+      if (size / 2 < smallest_param_buffer) break; // `moved` keeps the smallest tried
     }
   }
-  // Nothing fits: the smallest budget that would, as configured and with NVMe offload.
-  const host_memory_plan smallest = rc.offload.swaps() ? plan_at(granule) : d.plan;
+  // Nothing fits: the smallest budget that would, as configured (with the weights on NVMe
+  // where the plan would move them) and with NVMe offload.
+  const host_memory_plan smallest =
+      may_move_weights(rc) ? plan_host_memory(with_sub_group(moved, granule), ranges, in)
+      : rc.offload.swaps() ? plan_at(granule)
+                           : plan_host_memory(rc, ranges, in);
   std::string message = fmt::format(
       "limits.host_memory = {} is too small for this run: {}{}; the smallest budget that works is {}", format_bytes(budget),
       smallest.describe(),
-      rc.offload.swaps() ? fmt::format(" (NVMe offload at the smallest zero_optimization.sub_group_size, {})", granule)
+      rc.offload.swaps() ? fmt::format(" (NVMe offload at the smallest zero_optimization.sub_group_size, {}{})", granule,
+                                       may_move_weights(rc) ? ", and the working weights on NVMe too" : "")
                          : "",
       mib_up(smallest.peak()));
   if (!rc.offload.swaps()) {
@@ -309,12 +356,9 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                              "would be {}",
                              needs, mib_up(with_nvme.peak()));
   }
-  if (!rc.offload.param.swaps())
-    message += rc.zero_stage >= 3
-                   ? ". The plan moves only the optimizer state to NVMe by itself: zero_optimization.offload_param."
-                     "device = \"nvme\" would move the working weights too"
-                   : ". The plan moves only the optimizer state to NVMe by itself: offloading the parameters "
-                     "(offload_param) needs zero_optimization.stage = 3, where it is counted when set";
+  if (!rc.offload.param.swaps() && rc.zero_stage < 3)
+    message += ". The plan moves the optimizer state's chunks to NVMe by itself, and with ZeRO stage 3 the working "
+               "weights too; offloading the parameters (offload_param) needs zero_optimization.stage = 3";
   return make_error(errc::config, "{}", message);
 }
 
@@ -345,6 +389,13 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
       rc.host_memory > 0 ? fmt::format("limits.host_memory {}", format_bytes(rc.host_memory)) : "no limits.host_memory";
   log_info("host memory ({}, {} in-process rank(s), micro-batches of {} x {} tokens): {}", budget, rc.ranks,
            rc.batch.micro_batch_size, in.seq_length, d.plan.describe());
+  if (d.weights_to_nvme) {
+    log_info("host memory: zero_optimization.offload_param.device \"{}\" -> \"nvme\" (nvme_path {}, max_in_cpu 0, "
+             "buffer_size {}): with the optimizer state alone on NVMe the run does not fit limits.host_memory; the "
+             "working weights' partitions go there too", rc.offload.param.device == offload_device::cpu ? "cpu" : "none",
+             rc.offload.nvme_path, d.param_buffer_size);
+    weights_to_nvme(rc, d.param_buffer_size);
+  }
   if (d.sub_group_size) {
     log_info("host memory: zero_optimization.sub_group_size {} -> {}: the largest whose NVMe swap buffers fit "
              "limits.host_memory",

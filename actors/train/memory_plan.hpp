@@ -47,6 +47,10 @@
 #include <string_view>
 #include <vector>
 
+namespace dsa::net {
+class rendezvous_client;
+}
+
 namespace dsa::train {
 
 struct run_context;
@@ -113,7 +117,26 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
 struct memory_decision {
   host_memory_plan plan;
   std::optional<std::int64_t> sub_group_size; // set when the budget made it smaller
+  // ZeRO-3 with the optimizer state on NVMe: the budget also moved the working weights'
+  // partitions there (weights_to_nvme), read through buffers of param_buffer_size elements.
+  bool weights_to_nvme = false;
+  std::int64_t param_buffer_size = 0;
 };
+// ZeRO-3's working-weight partitions swapped to the optimizer swap's nvme_path, none of
+// them kept in memory (offload_param device "nvme", max_in_cpu 0, buffer_size as given:
+// the buffer_count buffers the partition passes through): what the plan chooses when the
+// optimizer state on NVMe is not enough.
+void weights_to_nvme(run_config& rc, std::int64_t buffer_size);
+// Whether the plan may choose that: ZeRO-3, the optimizer state on NVMe, the weights not.
+bool may_move_weights(const run_config& rc);
+
+// A job of several processes, each having planned for itself (plan_run_memory): what
+// they must do alike. could_move_weights: may_move_weights before the plan (the same
+// in every process). The weights go to NVMe everywhere if any process moved them, every
+// process takes the smallest sub_group_size any chose, and the final evaluation runs
+// (under a budget) only if it fits in every process (`evaluates`, in and out). Every
+// process calls it at the same point; the rendezvous's allgathers carry the answers.
+status agree_on_memory(net::rendezvous_client& client, run_config& rc, bool could_move_weights, bool& evaluates);
 expected<memory_decision> fit_host_memory(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                           const plan_inputs& in);
 

@@ -198,31 +198,14 @@ int run_training(const run_request& req) {
                                                       static_cast<double>(rc.batch.train_batch_size)));
   ctx.last_step = static_cast<std::uint32_t>(std::max<std::int64_t>(total_steps, 1) - 1);
   // limits.host_memory: refused here, before the stages and shards allocate anything.
+  const bool could_move_weights = rc.host_memory > 0 && may_move_weights(rc); // the same in every process
   auto memory = plan_run_memory(ctx, rss_before_data);
   if (!memory) return fail(memory.err());
-  if (job && rc.offload.swaps()) {
-    // Each process fitted sub_group_size to its own measured baseline; the ranks' swap
-    // chunks must match (a checkpoint pairs them up): every process takes the smallest,
-    // whose buffers fit every process's plan.
-    auto chosen = job->client->allgather("sub_group_size", to_bytes(std::to_string(rc.offload.sub_group_size)));
-    if (!chosen) return fail(chosen.err(), 1);
-    std::int64_t smallest = rc.offload.sub_group_size;
-    for (const auto& b : *chosen)
-      smallest = std::min<std::int64_t>(smallest, std::stoll(std::string(reinterpret_cast<const char*>(b.data()), b.size())));
-    if (smallest != rc.offload.sub_group_size) {
-      log_info("host memory: zero_optimization.sub_group_size {} -> {}: another process's budget needed it",
-               rc.offload.sub_group_size, smallest);
-      rc.offload.sub_group_size = smallest;
-    }
-  }
-  // The final evaluation under a budget: only if every process's plan has room for it (the
-  // ZeRO-3 gather before it is a collective, so they must agree).
+  // What every process of a job must do alike, from what each planned for itself.
   bool evaluates = memory->evaluation_fits(rc);
-  if (job && rc.host_memory > 0) {
-    auto all = job->client->allgather("evaluates", to_bytes(evaluates ? "1" : "0"));
-    if (!all) return fail(all.err(), 1);
-    for (const auto& b : *all) evaluates = evaluates && !b.empty() && b.front() == std::byte{'1'};
-  }
+  if (job)
+    if (auto agreed = agree_on_memory(*job->client, rc, could_move_weights, evaluates); !agreed)
+      return fail(agreed.err(), 1);
   auto start0 = prepare_rank(ctx);
   if (!start0) return fail(start0.err());
   std::vector<rank_start> starts;

@@ -243,6 +243,66 @@ TEST_CASE("memory plan: fits as configured, picks the largest NVMe sub_group_siz
   CHECK(m.find("(offload_param) needs zero_optimization.stage = 3") != std::string::npos);
 }
 
+TEST_CASE("memory plan: with ZeRO-3 the plan moves the working weights to NVMe when the optimizer state is not enough") {
+  test::temp_dir dir, swap;
+  // Two in-process ranks: ZeRO-3 partitions the weights with or without offload_param (on
+  // one rank, offload_param is what turns stage 3 from stage 0 into real partitions).
+  auto rc = parsed(dir.path(), fmt::format("[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n"
+                                           "[zero_optimization.offload_optimizer]\n"
+                                           "device = \"nvme\"\nnvme_path = \"{}\"\n",
+                                           swap.path()));
+  // A model whose weights outweigh offload_param's buffers (about 9M parameters; the tiny
+  // one's are smaller than the buffers that would stream them).
+  rc.model.hidden_size = 384;
+  rc.model.num_heads = 6;
+  rc.model.intermediate_size = 1536;
+  rc.model.vocab_size = 8000;
+  const auto ranges = ranges_of(rc);
+  REQUIRE(train::may_move_weights(rc));
+  auto at = [&](train::run_config c, std::int64_t g) {
+    c.offload.sub_group_size = g;
+    return train::plan_host_memory(c, ranges, inputs());
+  };
+  // The smallest offload_param buffer_size the plan tries: the configured one halved while
+  // it stays at least 64Ki elements.
+  std::int64_t smallest_buffer = rc.offload.param.buffer_size;
+  while (smallest_buffer / 2 >= 1 << 16) smallest_buffer /= 2;
+  auto moved = rc;
+  train::weights_to_nvme(moved, smallest_buffer);
+  CHECK(moved.offload.param.swaps());
+  CHECK(moved.offload.param.nvme_path == rc.offload.nvme_path);
+  CHECK(moved.offload.param.max_in_cpu == 0);
+  const std::int64_t optimizer_floor = at(rc, 2048).peak(), weights_floor = at(moved, 2048).peak();
+  INFO(at(rc, 2048).describe());
+  INFO(at(moved, 2048).describe());
+  REQUIRE(weights_floor < optimizer_floor); // the weights' partition leaves memory
+  // One byte short with the optimizer state alone: the weights go too.
+  rc.host_memory = optimizer_floor - 1;
+  auto d = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_MESSAGE(d.has_value(), d.err().message);
+  CHECK(d->weights_to_nvme);
+  CHECK(d->plan.peak() <= rc.host_memory);
+  CHECK(d->param_buffer_size >= 1 << 16);
+  CHECK(d->param_buffer_size <= rc.offload.param.buffer_size);
+  auto chosen = rc;
+  train::weights_to_nvme(chosen, d->param_buffer_size);
+  const std::int64_t g = d->sub_group_size.value_or(rc.offload.sub_group_size);
+  CHECK(d->plan.peak() == at(chosen, g).peak());
+  // Enough for the optimizer state alone: the weights stay.
+  rc.host_memory = optimizer_floor;
+  auto kept = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE(kept.has_value());
+  CHECK_FALSE(kept->weights_to_nvme);
+  // Below even that: refused, naming the smallest budget with both on NVMe.
+  rc.host_memory = weights_floor - 1;
+  auto refused = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_FALSE(refused.has_value());
+  const std::string& m = refused.err().message;
+  INFO(m);
+  CHECK(m.find("and the working weights on NVMe too") != std::string::npos);
+  CHECK(smallest_mib(m) == (weights_floor + mib - 1) / mib);
+}
+
 TEST_CASE("memory plan: without offload the refusal says what NVMe offload would need") {
   test::temp_dir dir;
   auto rc = parsed(dir.path(), "");
@@ -370,4 +430,15 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights and optimiz
   CHECK(fits.max_rss <= budget);
   // The final evaluation would gather the whole model: skipped, saying why.
   CHECK(fits.log.find("final evaluation skipped") != std::string::npos);
+  // Without offload_param at the same budget the plan moves the weights to NVMe itself.
+  std::vector<std::string> optimizer_only;
+  for (const auto& k : keys)
+    if (k.rfind("zero_optimization.offload_param", 0) != 0) optimizer_only.push_back(k);
+  auto chosen = run_binary(dir.path(), config, with(optimizer_only, {fmt::format("limits.host_memory={}", budget)}));
+  INFO(chosen.err);
+  REQUIRE(chosen.exit_code == 0);
+  INFO(chosen.log);
+  CHECK(chosen.log.find("zero_optimization.offload_param.device \"none\" -> \"nvme\"") != std::string::npos);
+  CHECK(chosen.log.find("(as expected)") != std::string::npos);
+  CHECK(chosen.max_rss <= budget);
 }
