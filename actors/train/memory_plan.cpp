@@ -357,8 +357,8 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                              needs, mib_up(with_nvme.peak()));
   }
   if (!rc.offload.param.swaps() && rc.zero_stage < 3)
-    message += ". The plan moves the optimizer state's chunks to NVMe by itself, and with ZeRO stage 3 the working "
-               "weights too; offloading the parameters (offload_param) needs zero_optimization.stage = 3";
+    message += ". With NVMe offload on, the plan sizes its sub-groups by itself, and with ZeRO stage 3 moves the "
+               "working weights there too; offloading the parameters (offload_param) needs zero_optimization.stage = 3";
   return make_error(errc::config, "{}", message);
 }
 
