@@ -5,6 +5,7 @@
 // observer and statistics the trace and the end-of-run log read.
 #include "io/aio/swap_store.hpp"
 #include "tests/aio/aio_test_util.hpp"
+#include "tests/aio/swap_test_util.hpp"
 #include "tests/optim/zero_ranks.hpp"
 
 #include <doctest/doctest.h>
@@ -17,9 +18,6 @@
 #include <cstring>
 
 #include <filesystem>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,39 +26,6 @@ namespace {
 using namespace dsa;
 using namespace dsa::test;
 using namespace dsa::test::zero;
-
-std::shared_ptr<aio::aio_engine> shared_engine() {
-  aio::aio_config cfg;
-  cfg.block_size = 8192; // several iocbs per chunk
-  cfg.queue_depth = 4;
-  cfg.intra_op_parallelism = 2;
-  return make_engine(cfg);
-}
-
-aio::swap_options options_for(const std::string& dir, std::int64_t numel, std::int64_t sub_group, bool pr, bool pw) {
-  aio::swap_options o;
-  o.dir = dir;
-  o.name = "part";
-  o.numel = numel;
-  o.sub_group = sub_group;
-  o.granule = 2048;
-  o.buffer_count = aio::swap_buffers_needed(pr, pw);
-  o.pipeline_read = pr;
-  o.pipeline_write = pw;
-  return o;
-}
-
-std::unique_ptr<aio::swap_store> make_store(std::shared_ptr<aio::aio_engine> engine, const aio::swap_options& o) {
-  auto store = aio::swap_store::create(std::move(engine), o);
-  REQUIRE_MESSAGE(store.has_value(), store.err().to_string());
-  return std::move(*store);
-}
-
-std::vector<tensor> patterned_arrays(std::int64_t numel) {
-  std::vector<tensor> out;
-  for (std::uint32_t a = 0; a < 3; ++a) out.push_back(uniform_tensor({numel}, -3.0f, 3.0f, 7 + a));
-  return out;
-}
 
 } // namespace
 
@@ -162,115 +127,6 @@ TEST_CASE("swap store: a prefetch goes on as write-behind frees buffer sets, unt
     for (unsigned a = 0; a < 3; ++a) CHECK(same_bits((*back)[a], arrays[a]));
     CHECK(store->bytes_read() == 5 * chunk_bytes);
   }
-}
-
-TEST_CASE("swap store: descending sweeps visit the last chunk first, and a prefetch reads the last chunks") {
-  scratch_dir dir;
-  auto engine = shared_engine();
-  const std::int64_t numel = 5 * 2048; // 5 chunks of 2048, 3 buffer sets
-  const auto arrays = patterned_arrays(numel);
-  auto o = options_for(dir.path(), numel, 2048, true, true);
-  o.descending = true;
-  auto store = make_store(engine, o);
-  REQUIRE(optim::write_arrays(*store, arrays).has_value());
-  REQUIRE(store->flush().has_value());
-  store->prefetch(optim::all_arrays);
-  REQUIRE(store->flush().has_value());
-  const std::uint64_t chunk_bytes = 3u * 2048u * 4u;
-  CHECK(store->bytes_read() == 3 * chunk_bytes);
-  std::vector<std::int64_t> order;
-  std::vector<std::uint64_t> read_before; // bytes read when each chunk's turn came
-  REQUIRE(store->sweep(optim::all_arrays, optim::all_arrays, [&](const optim::state_chunk& c) -> status {
-    order.push_back(c.index);
-    read_before.push_back(store->bytes_read());
-    for (unsigned a = 0; a < 3; ++a)
-      CHECK(std::memcmp(c.arrays[a], arrays[a].data<float>() + c.lo, static_cast<std::size_t>(c.hi - c.lo) * 4) == 0);
-    for (std::int64_t i = 0; i < c.hi - c.lo; ++i) c.arrays[optim::master_array][i] = -c.arrays[optim::master_array][i];
-    return {};
-  }).has_value());
-  CHECK(order == std::vector<std::int64_t>{4, 3, 2, 1, 0});
-  // Chunks 4, 3 and 2 were prefetched: the sweep read nothing before its third chunk.
-  CHECK(read_before[0] == 3 * chunk_bytes);
-  CHECK(read_before[2] <= 4 * chunk_bytes);
-  CHECK(store->bytes_read() == 5 * chunk_bytes);
-  REQUIRE(store->flush().has_value());
-  auto back = optim::read_arrays(*store);
-  REQUIRE(back.has_value());
-  for (std::int64_t i = 0; i < numel; ++i) REQUIRE(back->at(0).data<float>()[i] == -arrays[0].data<float>()[i]);
-  CHECK(same_bits((*back)[1], arrays[1]));
-}
-
-TEST_CASE("swap store: a gated sweep updates a chunk only once it is final, reading later chunks while it waits") {
-  scratch_dir dir;
-  auto engine = shared_engine();
-  const std::int64_t numel = 5 * 2048; // 5 chunks of 2048, 3 buffer sets
-  const std::uint64_t chunk_bytes = 3u * 2048u * 4u;
-  const auto arrays = patterned_arrays(numel);
-  auto o = options_for(dir.path(), numel, 2048, true, true);
-  o.descending = true;
-  auto store = make_store(engine, o);
-  REQUIRE(optim::write_arrays(*store, arrays).has_value());
-  REQUIRE(store->flush().has_value()); // nothing held: the sweep reads every chunk itself
-  // The test opens the gate: elements from `from` on are final. `asked` counts the
-  // sweep's questions, so the test knows when the sweep has waited once.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::int64_t from = numel;
-  int asked = 0;
-  std::vector<std::pair<std::int64_t, std::int64_t>> updated; // chunk lo, `from` when it ran
-  optim::chunk_ready ready = [&](std::int64_t lo, std::int64_t) -> expected<bool> {
-    std::lock_guard<std::mutex> lock(mu);
-    ++asked;
-    cv.notify_all();
-    return lo >= from;
-  };
-  status result;
-  std::thread sweeper([&] {
-    result = store->sweep_when(optim::all_arrays, optim::all_arrays, ready, [&](const optim::state_chunk& c) -> status {
-      std::lock_guard<std::mutex> lock(mu);
-      updated.emplace_back(c.lo, from);
-      return {};
-    });
-  });
-  auto wait_asked = [&](int n) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return asked >= n; });
-  };
-  // The second question comes after the first answer's read-ahead and a completion: by
-  // then every buffer set holds a chunk (4, 3, 2), none updated.
-  wait_asked(2);
-  store->wait_idle();
-  CHECK(store->bytes_read() == 3 * chunk_bytes);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    CHECK(updated.empty());
-    from = 3 * 2048; // chunks 4 and 3 are final
-  }
-  store->wake();
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return updated.size() == 2; });
-    from = 0; // the rest
-  }
-  store->wake();
-  sweeper.join();
-  REQUIRE_MESSAGE(result.has_value(), result.err().to_string());
-  REQUIRE(updated.size() == 5);
-  for (std::size_t k = 0; k < updated.size(); ++k) {
-    CAPTURE(k);
-    CHECK(updated[k].first == static_cast<std::int64_t>(4 - k) * 2048); // last chunk first
-    CHECK(updated[k].first >= updated[k].second);                        // never before it was final
-  }
-  CHECK(store->stats().gate_ns > 0);
-  REQUIRE(store->flush().has_value());
-  // A gate that fails (the run stopped) ends the sweep with its error, nothing left in flight.
-  auto failed = store->sweep_when(
-      optim::all_arrays, optim::all_arrays,
-      [](std::int64_t, std::int64_t) -> expected<bool> { return make_error(errc::runtime, "the run stopped"); },
-      [](const optim::state_chunk&) -> status { return {}; });
-  REQUIRE_FALSE(failed.has_value());
-  CHECK(failed.err().message == "the run stopped");
-  CHECK(store->flush().has_value());
 }
 
 TEST_CASE("partitioned optimizer with its state swapped to NVMe equals the whole-tensor reference, bit for bit") {
