@@ -7,6 +7,7 @@
 // its swap bytes at the disk's measured rate takes longer than the in-memory step.
 #include "tools/bench_offload.hpp"
 
+#include "actors/trace/trace_swap_io.hpp"
 #include "actors/train/trainer.hpp"
 #include "core/philox.hpp"
 #include "models/bert/bert_config.hpp"
@@ -55,9 +56,14 @@ struct run_figures {
   double wall_s = 0;
   int runs = 0;
   int streamed = 0; // updates streamed over the backward and kept (the runs' end-of-run swap lines)
+  // From the runs' traces (the swap I/O summary): time reading swap chunks, and of it the
+  // time while the shard updated another chunk.
+  double read_s = 0, reads_during_update_s = 0;
 
   void add(const run_figures& o) {
     streamed += o.streamed;
+    read_s += o.read_s;
+    reads_during_update_s += o.reads_during_update_s;
     step_s.insert(step_s.end(), o.step_s.begin(), o.step_s.end());
     update_s.insert(update_s.end(), o.update_s.begin(), o.update_s.end());
     forward_backward_s.insert(forward_backward_s.end(), o.forward_backward_s.begin(),
@@ -219,6 +225,13 @@ expected<run_figures> train_once(const bench_setup& b, const std::string& work,
     return make_error(errc::io,
                       "'{}' holds {} step(s); more than the {} warm-up step(s) are needed", metrics,
                       step, b.warmup);
+  auto traces = actors::load_run_traces(work + "/" + name);
+  if (!traces) return traces.err();
+  for (const auto& s : actors::summarize_swap_io(*traces))
+    if (s.updated && s.step >= static_cast<std::uint32_t>(b.warmup)) {
+      f.read_s += s.read_s;
+      f.reads_during_update_s += s.reads_during_update_s;
+    }
   return f;
 }
 
@@ -308,6 +321,11 @@ void print_findings(const findings& f, const std::string& dir, const transfer_ra
   else
     fmt::print("  the offloaded update ran after the backward (it streams only where no clipping fires and\n"
                "  there is no fp16 loss scaling)\n");
+  if (off.read_s > 0)
+    fmt::print("trace: {:.0f}% of the offloaded steps' swap reading ({:.3f} s a step) ran while the shard updated\n"
+               "  another chunk (the read of chunk i+1 during the update of chunk i; `dsactor trace RUN summary`,\n"
+               "  column read/upd); the rest was read ahead during forward and backward or waited for\n",
+               100 * off.reads_during_update_s / off.read_s, off.read_s / static_cast<double>(off.step_s.size()));
   if (!streamed && std::abs(f.forward_backward_ratio - 1) > 0.1)
     fmt::print("  forward+backward took {:.2f}x as long in the offloaded runs: the machine's load "
                "changed, trust this ratio over the measured one\n",
@@ -334,11 +352,12 @@ void print_json(const bench_setup& b, std::int64_t params, std::size_t steps_tim
       "\"in_memory_update_s\":{:.4g},\"offload_update_s\":{:.4g},\"swap_bytes_per_step\":{:.0f},"
       "\"measured_io_bytes_per_step\":{:.0f},\"nvme_GBps\":{:.4g},\"disk_read_GBps\":{:.4g},"
       "\"disk_write_GBps\":{:.4g},\"io_s_per_step\":{:.4g},\"bound\":\"{}\",\"gradient_clipping\":{},"
-      "\"streamed_updates\":{},\"goal_met\":{}}}\n",
+      "\"streamed_updates\":{},\"reads_during_update_share\":{:.4f},\"goal_met\":{}}}\n",
       nlohmann::json(cpu_model()).dump(), b.model, params, b.micro_batch, b.seq, steps_timed,
       f.mem_step, f.off_step, f.ratio, f.same_fb_ratio, f.forward_backward_ratio, f.mem_update,
       f.off_update, f.swap_bytes, f.measured_bytes, f.nvme_gbps, disk.read_gbps, disk.write_gbps,
       f.io_s, f.io_bound ? "io" : "compute", b.clip, off.streamed,
+      off.read_s > 0 ? off.reads_during_update_s / off.read_s : 0.0,
       f.io_bound ? "null" : (f.ratio <= 1.3 ? "true" : "false"));
 }
 

@@ -39,7 +39,11 @@ enum class trace_name : std::uint16_t {
   // its state updated as the reducer hands over the gradients the backward finished; the
   // `optimizer` span that follows only publishes the version.
   stream_update = 14,
-  count_ = 15,
+  // An optimizer shard's update of one chunk of its NVMe-swapped state (micro_batch: the
+  // chunk), inside its optimizer or stream_update span; beside the worker's spans like the
+  // transfers, so swap_read of the next chunk is seen during it (actors/train/swap_tracer.hpp).
+  swap_update = 15,
+  count_ = 16,
 };
 const char* trace_name_string(trace_name name);
 

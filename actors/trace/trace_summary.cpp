@@ -77,7 +77,8 @@ void summarize_steps(const trace_data& t, const trace_index& index, const rank_u
     // I/O spans (the NVMe swap) run beside the step (a prefetch before it, writes behind it):
     // they count in its io columns, not in its window, bubble or critical path.
     if (is_io_span(t.names[r.name])) {
-      io_by_step[r.step].emplace_back(r.t0_ns, r.t1_ns);
+      if (!is_name(t, r, "swap_update")) // compute, inside the shard's optimizer span
+        io_by_step[r.step].emplace_back(r.t0_ns, r.t1_ns);
       continue;
     }
     auto last = last_span.emplace(r.step, i).first;

@@ -69,8 +69,10 @@ struct trace_summary {
 };
 
 // I/O spans: names that start with "swap", "nvme" or "io" (recorded: the NVMe
-// swap's swap_read and swap_write). They run beside the actors' work: not in an
-// actor's busy time or waits, nor in a step's window or critical path.
+// swap's swap_read and swap_write, and swap_update, a shard's update of one chunk). They
+// run beside the actors' work (swap_update inside the shard's optimizer span): not in an
+// actor's busy time or waits, nor in a step's window or critical path; the step's I/O
+// time counts the transfers alone.
 bool is_io_span(const std::string& name);
 
 trace_summary summarize_traces(const std::vector<rank_trace>& traces);

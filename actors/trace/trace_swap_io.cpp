@@ -60,12 +60,16 @@ std::vector<swap_io_step> summarize_swap_io(const std::vector<rank_trace>& trace
     const auto& t = rt.trace;
     const int read = name_index(t, "swap_read"), write = name_index(t, "swap_write");
     const int forward = name_index(t, "forward"), backward = name_index(t, "backward");
-    const int optimizer = name_index(t, "optimizer");
+    const int optimizer = name_index(t, "optimizer"), chunk_update = name_index(t, "swap_update");
     if (read < 0 && write < 0)
       continue; // a trace from before the swap spans
     std::vector<interval> compute, updates;
     std::vector<std::uint32_t> updated; // steps with an optimizer span
-    std::map<std::uint32_t, std::pair<swap_io_step, std::vector<interval>>> steps;
+    struct step_spans {
+      swap_io_step s;
+      std::vector<interval> transfers, reads, updates;
+    };
+    std::map<std::uint32_t, step_spans> steps;
     for (const auto& r : t.records) {
       if (r.kind != static_cast<std::uint8_t>(trace_kind::span))
         continue;
@@ -76,20 +80,30 @@ std::vector<swap_io_step> summarize_swap_io(const std::vector<rank_trace>& trace
         updates.emplace_back(r.t0_ns, r.t1_ns);
         updated.push_back(r.step);
       }
+      if (n == chunk_update)
+        steps[r.step].updates.emplace_back(r.t0_ns, r.t1_ns);
       if (n != read && n != write)
         continue;
-      auto& [s, spans] = steps[r.step];
+      auto& entry = steps[r.step];
+      auto& s = entry.s;
       s.rank = rt.rank;
       s.step = r.step;
       (n == read ? s.bytes_read : s.bytes_written) += r.bytes;
       ++(n == read ? s.reads : s.writes);
-      spans.emplace_back(r.t0_ns, r.t1_ns);
+      entry.transfers.emplace_back(r.t0_ns, r.t1_ns);
+      if (n == read)
+        entry.reads.emplace_back(r.t0_ns, r.t1_ns);
     }
     compute = merged(std::move(compute));
     updates = merged(std::move(updates));
     for (auto& [step, entry] : steps) {
-      auto& [s, spans] = entry;
-      const auto busy = merged(std::move(spans));
+      auto& s = entry.s;
+      if (entry.transfers.empty())
+        continue;
+      const auto busy = merged(std::move(entry.transfers));
+      const auto reading = merged(std::move(entry.reads));
+      s.read_s = length_s(reading);
+      s.reads_during_update_s = common_s(reading, merged(std::move(entry.updates)));
       s.busy_s = length_s(busy);
       s.during_compute_s = common_s(busy, compute);
       s.inside_optimizer_s = common_s(busy, updates);
@@ -105,17 +119,19 @@ std::string format_swap_io(const std::vector<swap_io_step>& steps) {
     return {};
   std::string out = "\nNVMe swap I/O per step (optimizer state; busy: a transfer in flight; the "
                     "shares of busy time "
-                    "during a forward/backward span and inside an optimizer span may overlap)\n";
-  out += fmt::format("  {:>4} {:>6} {:>10} {:>6} {:>11} {:>6} {:>9} {:>8} {:>8} {:>10}\n", "rank",
+                    "during a forward/backward span and inside an optimizer span may overlap; "
+                    "read/upd: of the reading time, the share while another chunk was updated)\n";
+  out += fmt::format("  {:>4} {:>6} {:>10} {:>6} {:>11} {:>6} {:>9} {:>8} {:>8} {:>10} {:>9}\n", "rank",
                      "step", "read MiB", "reads", "written MiB", "writes", "busy s", "GB/s",
-                     "fwd/bwd", "optimizer");
+                     "fwd/bwd", "optimizer", "read/upd");
   for (const auto& s : steps) {
     const double share = s.busy_s > 0 ? 100 / s.busy_s : 0;
+    const double hidden = s.read_s > 0 ? 100 * s.reads_during_update_s / s.read_s : 0;
     out += fmt::format(
-        "  {:>4} {:>6} {:>10.2f} {:>6} {:>11.2f} {:>6} {:>9.4f} {:>8.2f} {:>7.1f}% {:>9.1f}%{}\n",
+        "  {:>4} {:>6} {:>10.2f} {:>6} {:>11.2f} {:>6} {:>9.4f} {:>8.2f} {:>7.1f}% {:>9.1f}% {:>8.1f}%{}\n",
         s.rank, s.step, static_cast<double>(s.bytes_read) / (1 << 20), s.reads,
         static_cast<double>(s.bytes_written) / (1 << 20), s.writes, s.busy_s, s.gb_per_s(),
-        share * s.during_compute_s, share * s.inside_optimizer_s,
+        share * s.during_compute_s, share * s.inside_optimizer_s, hidden,
         s.updated ? "" : "  (no update: read ahead for a step the run did not reach)");
   }
   return out;

@@ -2,7 +2,8 @@
 // shards' NVMe swap transfers (swap_read/swap_write spans): bytes moved, the bandwidth
 // achieved over the time a transfer was in flight, and where that time fell: during a
 // stage's forward or backward (hidden behind compute) or inside an optimizer span (an
-// update waiting for, or writing behind, its chunks).
+// update waiting for, or writing behind, its chunks), and how much of the reading ran
+// during the updates of chunks.
 #pragma once
 
 #include "actors/trace/trace_summary.hpp"
@@ -20,6 +21,9 @@ struct swap_io_step {
   double busy_s = 0;                   // union of the step's transfers
   double during_compute_s = 0;         // of busy_s: inside some stage's forward or backward span
   double inside_optimizer_s = 0;       // of busy_s: inside some optimizer span
+  // Reads in flight while the shard updated another chunk (swap_update spans): the read of
+  // chunk i+1 hidden behind the update of chunk i. Both 0 in a trace without swap_update.
+  double read_s = 0, reads_during_update_s = 0;
   bool updated =
       false; // the trace holds an optimizer span of the step (not: a prefetch past the run's end)
   double gb_per_s() const {

@@ -32,6 +32,7 @@ void swap_tracer::update_ends(std::uint64_t last_sweep) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_swept_ = last_sweep;
+    if (!updates_.empty()) update_sweeps_.emplace_back(updates_.back().first, last_sweep);
   }
   record(take_through(last_sweep));
 }
@@ -63,9 +64,18 @@ swap_tracer::take_through(std::uint64_t sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<aio::swap_transfer, std::uint32_t>> done;
   std::vector<aio::swap_transfer> later;
+  const auto in_update = [&](std::uint64_t s) { // the ranges ascend and do not overlap
+    auto after = std::upper_bound(update_sweeps_.begin(), update_sweeps_.end(), s,
+                                  [](std::uint64_t x, const std::pair<std::uint64_t, std::uint64_t>& u) {
+                                    return x < u.first;
+                                  });
+    return after != update_sweeps_.begin() && s <= std::prev(after)->second;
+  };
   for (const auto& t : queued_) {
     if (t.sweep > sweep)
       later.push_back(t);
+    else if (t.compute && !in_update(t.sweep))
+      continue; // not an update's
     // Past the last update's sweeps (detach only): a prefetch for an update that never began.
     else if (t.sweep > last_swept_ && t.prefetch && !updates_.empty())
       done.emplace_back(t, updates_.back().second + 1);
@@ -96,13 +106,14 @@ void swap_tracer::record(
       continue; // a failed transfer fails the update: the run reports it
     actors::trace_record r;
     r.kind = static_cast<std::uint8_t>(actors::trace_kind::span);
-    r.name = static_cast<std::uint16_t>(t.op == aio::aio_op::read ? actors::trace_name::swap_read
-                                                                  : actors::trace_name::swap_write);
+    r.name = static_cast<std::uint16_t>(t.compute                  ? actors::trace_name::swap_update
+                                        : t.op == aio::aio_op::read ? actors::trace_name::swap_read
+                                                                    : actors::trace_name::swap_write);
     r.actor = actor;
     r.stage = stage;
     r.step = step;
     r.micro_batch = static_cast<std::uint32_t>(t.chunk);
-    r.bytes = t.bytes;
+    r.bytes = t.compute ? 0 : t.bytes;
     r.t0_ns = trace->since_origin_ns(t.t0_ns);
     r.t1_ns = trace->since_origin_ns(t.t1_ns);
     trace->record(r);

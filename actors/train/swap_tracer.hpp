@@ -1,6 +1,6 @@
 // An optimizer shard's NVMe swap transfers (io/aio/swap_store.hpp) as trace spans:
 // swap_read and swap_write, one per chunk and transfer, with the chunk in micro_batch
-// and the bytes moved. The store reports a transfer where its completion runs (the
+// and the bytes moved; and swap_update, the update of each chunk by an update's sweeps. The store reports a transfer where its completion runs (the
 // rank's NVMe engine actor) when it ends; the tracer only queues it there and records it on the shard's worker (as an
 // update begins and ends) or after the run, once the step it belongs to is known: the
 // reads a prefetch starts after update s belong to update s + 1, whose step is known
@@ -43,6 +43,9 @@ private:
   std::vector<aio::swap_transfer> queued_;
   std::vector<std::pair<std::uint64_t, std::uint32_t>> updates_; // (first sweep, step), in order
   std::uint64_t last_swept_ = 0; // the last sweep of the last update that ended
+  // (first, last) sweep of each update that ended: the chunk work of other sweeps (the
+  // initial write, a checkpoint's read-back) is not an update and is not recorded.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> update_sweeps_;
   bool closed_ = false;
   actors::trace_recorder* trace_ = nullptr;
   std::uint32_t actor_ = 0;

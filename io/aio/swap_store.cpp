@@ -330,10 +330,17 @@ status swap_store::sweep_when(unsigned read, unsigned write, const optim::chunk_
     for (unsigned a = 0; a < optim::state_arrays; ++a)
       if ((read | write) & (1u << a)) c.arrays[a] = static_cast<float*>(buffers_[slot * optim::state_arrays + a].data());
     lock.unlock();
-    const std::uint64_t compute_start = steady_ns();
+    swap_transfer work;
+    work.compute = true;
+    work.chunk = i;
+    work.t0_ns = steady_ns();
     status done = fn(c);
-    computing += steady_ns() - compute_start;
+    work.t1_ns = steady_ns();
+    computing += work.t1_ns - work.t0_ns;
     lock.lock();
+    work.sweep = sweeps_.load();
+    work.ok = static_cast<bool>(done);
+    if (options_.observer) options_.observer(work);
     if (!done) {
       if (!f.failed) f.failed = done.err();
       s->state = use::free; // its transfers have all ended: it was ready

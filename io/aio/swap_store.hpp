@@ -39,8 +39,10 @@
 namespace dsa::aio {
 
 // One transfer of a chunk (the arrays of one buffer set, read or written together),
-// reported to swap_options::observer when its last request has ended. Times are
-// std::chrono::steady_clock nanoseconds since that clock's epoch.
+// reported to swap_options::observer when its last request has ended; or, with
+// `compute`, a sweep's work on a chunk (the chunk function, op and bytes unused),
+// reported when it returns. Times are std::chrono::steady_clock nanoseconds since that
+// clock's epoch.
 struct swap_transfer {
   aio_op op = aio_op::read;
   std::int64_t chunk = 0;
@@ -51,6 +53,7 @@ struct swap_transfer {
   std::uint64_t sweep = 0;
   bool prefetch = false; // read by prefetch(), ahead of its sweep
   bool ok = true;        // false: a request failed (the sweep reports the error)
+  bool compute = false;  // the chunk function's run, not a transfer
 };
 // Called where completions run (an aio engine thread, or the NVMe engine actor) while the
 // store's lock is held: it must be short and must not call back into the store.

@@ -264,16 +264,34 @@ TEST_CASE("swap store: no place to write, a full disk and a cut file are errors 
   }
 }
 
-TEST_CASE("swap store: the observer sees each chunk transfer once, tagged with its sweep; the stats count them") {
+TEST_CASE("swap store: the observer sees each chunk transfer and chunk update once, tagged with its sweep; the stats "
+          "count them") {
   scratch_dir dir;
   auto engine = shared_engine();
   const std::int64_t numel = 5 * 2048; // chunks of 4096, 4096 and 2048 elements
   std::mutex mu;
-  std::vector<aio::swap_transfer> seen;
+  std::vector<aio::swap_transfer> seen, computed;
   auto o = options_for(dir.path(), numel, 4096, true, false); // 2 buffer sets
   o.observer = [&](const aio::swap_transfer& t) {
     std::lock_guard<std::mutex> lock(mu);
-    seen.push_back(t);
+    (t.compute ? computed : seen).push_back(t);
+  };
+  auto computed_in = [&](std::uint64_t sweep) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<std::int64_t> chunks;
+    for (const auto& t : computed) {
+      CHECK(t.t0_ns <= t.t1_ns);
+      CHECK(t.ok);
+      if (t.sweep == sweep) chunks.push_back(t.chunk);
+    }
+    return chunks;
+  };
+  auto compute_of = [&](std::uint64_t sweep, std::int64_t chunk) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& t : computed)
+      if (t.sweep == sweep && t.chunk == chunk) return t;
+    FAIL("no update of chunk ", chunk, " in sweep ", sweep);
+    return aio::swap_transfer{};
   };
   auto store = make_store(engine, o);
   auto taken = [&] {
@@ -284,6 +302,7 @@ TEST_CASE("swap store: the observer sees each chunk transfer once, tagged with i
   REQUIRE(optim::write_arrays(*store, patterned_arrays(numel)).has_value()); // sweep 1
   REQUIRE(store->flush().has_value());
   auto writes = taken();
+  CHECK(computed_in(1) == std::vector<std::int64_t>{0, 1, 2});
   REQUIRE(writes.size() == 3);
   for (std::size_t i = 0; i < writes.size(); ++i) {
     CAPTURE(i);
@@ -312,6 +331,9 @@ TEST_CASE("swap store: the observer sees each chunk transfer once, tagged with i
   CHECK(rest[0].chunk == 2);
   CHECK(rest[0].sweep == 2);
   CHECK_FALSE(rest[0].prefetch);
+  CHECK(computed_in(2) == std::vector<std::int64_t>{0, 1, 2});
+  // Read ahead (pipeline_read): chunk 2's read was under way before chunk 1's update began.
+  CHECK(rest[0].t0_ns <= compute_of(2, 1).t0_ns);
   CHECK(store->sweeps() == 2);
   const aio::swap_stats s = store->stats();
   CHECK(s.chunk_writes == 3);

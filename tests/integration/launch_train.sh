@@ -160,6 +160,22 @@ for f in model optimizer_0_rank0 optimizer_0_rank1 optimizer_1_rank0 optimizer_1
 done
 echo "ok: 2 processes x 2 stages with ZeRO stage 1, LAMB, fp16 and clipping = 2 in-process ranks, bit for bit"
 
+# 1f. ZeRO stage 1 on one pipeline stage with each process's optimizer state on NVMe and no
+#     clipping, so the update streams over the backward (each reduce bucket updated as it is
+#     summed over the processes): 2 processes equal 2 in-process ranks in memory bit for bit.
+s1nvme=(--set zero_optimization.stage=1 --set pipeline.stages=1 --set gradient_clipping=0.0)
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/s1oprocs\"" "${s1nvme[@]}" \
+  --set zero_optimization.sub_group_size=2048 --set 'zero_optimization.offload_optimizer.device="nvme"' \
+  --set "zero_optimization.offload_optimizer.nvme_path=\"$work/swap\"" \
+  >"$work/out" 2>"$work/err" || fail "2-process training with ZeRO stage 1 and the optimizer state on NVMe"
+grep -q "updates streamed over the backward" "$work/s1oprocs/train.log" || fail "ZeRO stage 1 on NVMe: no update streamed"
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/s1mthreads\"" --set devices.ranks=2 "${s1nvme[@]}" \
+  >"$work/out" 2>"$work/err" || fail "2 in-process ranks with ZeRO stage 1 in memory"
+cmp "$work/s1oprocs/$step4/model.safetensors" "$work/s1mthreads/$step4/model.safetensors" ||
+  fail "ZeRO stage 1: 2 processes with NVMe offload and 2 in-process ranks in memory ended with different models"
+[[ -z $(ls -A "$work/swap") ]] || fail "ZeRO stage 1 swap files were left behind"
+echo "ok: 2 processes with ZeRO stage 1 and the optimizer state on NVMe (streamed update) = in memory, bit for bit"
+
 # The ZeRO run's model as one fp32 HuggingFace-named file, from the checkpoint root.
 "$dsactor" convert zero-to-fp32 "$work/procs/checkpoints" "$work/model-fp32.safetensors" >"$work/out" 2>"$work/err" ||
   fail "convert zero-to-fp32"

@@ -26,6 +26,8 @@ assert abs(j["ratio"] - j["offload_step_s"] / j["in_memory_step_s"]) < 1e-3 * j[
 assert j["bound"] in ("io", "compute") and j["cpu"]
 # No clipping by default: every offloaded update streamed over the backward (3 steps, one run).
 assert j["gradient_clipping"] == 0 and j["streamed_updates"] == 3, j
+# From the offloaded run's trace: the share of its swap reading during chunk updates.
+assert 0 <= j["reads_during_update_share"] <= 1, j
 PY
 grep -q "in memory" <<<"$out" && grep -q "offloaded to NVMe" <<<"$out" || fail "the table lacks a row"
 grep -q "^bound: " <<<"$out" && grep -q "^goal: " <<<"$out" || fail "no bound or goal line"
@@ -36,6 +38,7 @@ mapfile -t losses < <(grep -o 'step [0-9]*/3 | loss [0-9.]*' "$work.err")
 [[ -z $(ls -A "$work") ]] || fail "bench offload left files behind: $(ls -A "$work")"
 
 grep -q "streamed over the backward in 3 of 3 updates" <<<"$out" || fail "the streamed updates are not reported"
+grep -q "^trace: .* of the offloaded steps' swap reading" <<<"$out" || fail "no trace line on reads during updates"
 
 # A negative --clip is refused naming the option.
 if "$dsactor" bench offload "$work" --quick --clip -1 2>"$work.err"; then fail "--clip -1 was accepted"; fi

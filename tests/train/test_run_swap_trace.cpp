@@ -1,7 +1,8 @@
 // The NVMe optimizer swap in a run's trace: every chunk of every step read and written
 // as swap_read/swap_write spans of its optimizer shard, the next step's first chunks
 // read (prefetched) before that step's update begins, the summary's I/O section, the
-// end-of-run swap line in the log, and `trace check` still passing.
+// end-of-run swap line in the log, and `trace check` still passing; each chunk's update a
+// swap_update span, with the next chunk's read begun before it (read ahead).
 #include "tests/train/train_fixture.hpp"
 
 #include "actors/trace/chrome_export.hpp"
@@ -11,10 +12,12 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <vector>
 
 using namespace dsa;
 using namespace dsa::actors;
@@ -63,15 +66,19 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
     REQUIRE(traces->size() == 1);
     const trace_data& t = traces->front().trace;
     const int read = name_of(t, "swap_read"), write = name_of(t, "swap_write"),
-              optimizer = name_of(t, "optimizer");
+              optimizer = name_of(t, "optimizer"), chunk_update = name_of(t, "swap_update");
     REQUIRE(read >= 0);
     REQUIRE(write >= 0);
+    REQUIRE(chunk_update >= 0);
 
     // (stage, step) -> chunks read and written, the earliest read of chunk 0, the update's start.
     struct seen {
       std::set<std::uint32_t> reads, writes;
-      std::uint64_t first_read_t0 = ~0ull, update_t0 = ~0ull;
+      std::uint64_t first_read_t0 = ~0ull, update_t0 = ~0ull, update_t1 = 0;
       std::uint64_t bytes = 0;
+      // Per chunk: the earliest start of its reads and of its updates (a redone update
+      // updates it twice).
+      std::map<std::uint32_t, std::uint64_t> read_t0, chunk_update_t0;
     };
     std::map<std::pair<std::int32_t, std::uint32_t>, seen> by;
     std::map<std::int32_t, std::uint32_t> chunks; // per stage: 1 + the highest chunk written
@@ -79,8 +86,17 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
       if (r.kind != static_cast<std::uint8_t>(trace_kind::span))
         continue;
       auto& s = by[{r.stage, r.step}];
-      if (r.name == optimizer)
+      if (r.name == optimizer) {
         s.update_t0 = r.t0_ns;
+        s.update_t1 = r.t1_ns;
+      }
+      if (r.name == chunk_update) {
+        CHECK(r.t0_ns <= r.t1_ns);
+        CHECK(r.bytes == 0);
+        CHECK(r.actor == 3 + stages + static_cast<std::uint32_t>(r.stage));
+        auto at = s.chunk_update_t0.emplace(r.micro_batch, r.t0_ns).first;
+        at->second = std::min(at->second, r.t0_ns);
+      }
       if (r.name != read && r.name != write)
         continue;
       CHECK(r.t0_ns <= r.t1_ns);
@@ -93,6 +109,8 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
         chunks[r.stage] = std::max(chunks[r.stage], r.micro_batch + 1);
       } else {
         s.reads.insert(r.micro_batch);
+        auto at = s.read_t0.emplace(r.micro_batch, r.t0_ns).first;
+        at->second = std::min(at->second, r.t0_ns);
         if (r.micro_batch == 0)
           s.first_read_t0 = std::min(s.first_read_t0, r.t0_ns);
       }
@@ -114,6 +132,23 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
         // first step, after the initial write).
         if (!write_behind)
           CHECK(s.first_read_t0 < s.update_t0);
+        // Every chunk's update is a swap_update span inside the step's optimizer span, and
+        // (read ahead, with a buffer set free: no write-behind) the read of the chunk updated
+        // next began before the update of the one before it.
+        REQUIRE(s.chunk_update_t0.size() == n);
+        std::vector<std::pair<std::uint64_t, std::uint32_t>> order; // (first update t0, chunk)
+        for (const auto& [chunk, t0] : s.chunk_update_t0) {
+          CHECK(t0 >= s.update_t0);
+          CHECK(t0 <= s.update_t1);
+          order.emplace_back(t0, chunk);
+        }
+        std::sort(order.begin(), order.end());
+        if (!write_behind)
+          for (std::size_t k = 0; k + 1 < order.size(); ++k) {
+            CAPTURE(k);
+            REQUIRE(s.read_t0.count(order[k + 1].second) == 1);
+            CHECK(s.read_t0.at(order[k + 1].second) < order[k].first);
+          }
       }
     }
     // A real run on a shared machine may stall a thread for any time: the starvation rule's
@@ -133,6 +168,8 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
       CHECK(io[step].busy_s > 0);
       CHECK(io[step].gb_per_s() > 0);
       CHECK(io[step].updated);
+      CHECK(io[step].read_s > 0);
+      CHECK(io[step].reads_during_update_s <= io[step].read_s + 1e-12);
     }
     // The prefetch after the last update reads for a step that never comes (always
     // without write-behind, which leaves every buffer set free when a sweep returns).
@@ -144,6 +181,7 @@ TEST_CASE("offload: the trace holds a swap_read and a swap_write span per chunk 
     const std::string table = format_swap_io(io);
     CHECK(table.find("NVMe swap I/O per step") != std::string::npos);
     CHECK(table.find(" GB/s ") != std::string::npos);
+    CHECK(table.find("read/upd") != std::string::npos);
     // The Chrome export puts the transfers on a row of their own per shard.
     CHECK(chrome_trace_json(t).find("optimizer 0 nvme") != std::string::npos);
     const std::string log = read_text(run + "/train.log");
@@ -167,13 +205,15 @@ TEST_CASE("offload: a streamed update is a stream_update span before the step's 
   auto traces = load_run_traces(dir.path() + "/run");
   REQUIRE(traces);
   const trace_data& t = traces->front().trace;
-  const int stream = name_of(t, "stream_update"), optimizer = name_of(t, "optimizer");
+  const int stream = name_of(t, "stream_update"), optimizer = name_of(t, "optimizer"),
+            chunk_update = name_of(t, "swap_update");
   REQUIRE(stream >= 0);
-  std::map<std::pair<std::int32_t, std::uint32_t>, std::vector<const trace_record*>> streams, updates;
+  std::map<std::pair<std::int32_t, std::uint32_t>, std::vector<const trace_record*>> streams, updates, chunks;
   for (const auto& r : t.records) {
     if (r.kind != static_cast<std::uint8_t>(trace_kind::span)) continue;
     if (r.name == stream) streams[{r.stage, r.step}].push_back(&r);
     if (r.name == optimizer) updates[{r.stage, r.step}].push_back(&r);
+    if (r.name == chunk_update) chunks[{r.stage, r.step}].push_back(&r);
   }
   for (std::int32_t stage = 0; stage < 3; ++stage)
     for (std::uint32_t step = 0; step < 3; ++step) {
@@ -186,6 +226,15 @@ TEST_CASE("offload: a streamed update is a stream_update span before the step's 
       }
       REQUIRE(streams[{stage, step}].size() == 1);
       CHECK(streams[{stage, step}][0]->t1_ns <= updates[{stage, step}][0]->t0_ns); // the same worker, in turn
+      // The chunks were updated inside the stream, the last chunk first (a descending sweep).
+      REQUIRE_FALSE(chunks[{stage, step}].empty());
+      const trace_record* previous = nullptr;
+      for (const trace_record* c : chunks[{stage, step}]) {
+        CHECK(c->t0_ns >= streams[{stage, step}][0]->t0_ns);
+        CHECK(c->t1_ns <= streams[{stage, step}][0]->t1_ns);
+        if (previous && previous->t0_ns < c->t0_ns) CHECK(previous->micro_batch > c->micro_batch);
+        previous = c;
+      }
     }
   actors::trace_check_options wide;
   wide.idle_tolerance_ms = 600'000;
