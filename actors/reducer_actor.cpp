@@ -177,6 +177,10 @@ void start_bucket_sum(reducer_actor* self, std::uint32_t step, std::uint32_t buc
   post_job(self, c.worker, step, [=] {
     trace_span span(trace, trace_name::allreduce, id, static_cast<std::int32_t>(index), step, bucket);
     slot_contents& tensors = slots->at({grads, bucket});
+    std::uint64_t bytes = 0;
+    for (const auto& t : tensors)
+      if (t.defined()) bytes += t.nbytes();
+    span.set_bytes(bytes);
     if (auto s = allreduce_buffers(*replicas, tensors, limit, logger, caller); !s)
       throw std::runtime_error(fmt::format("summing gradient bucket {} over the data-parallel ranks: {}", bucket,
                                            s.err().message));

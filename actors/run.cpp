@@ -55,6 +55,7 @@ std::vector<std::pair<std::string, std::string>> trace_info(const run_options& o
       {"edges", std::to_string(slots.edge_count())}};
   for (std::uint32_t e = 0; e < slots.edge_count(); ++e)
     info.emplace_back(fmt::format("edge.{}", e), fmt::format("{} {}", slots.slot_count(e), slots.edge_name(e)));
+  info.insert(info.end(), options.trace_facts.begin(), options.trace_facts.end());
   return info;
 }
 

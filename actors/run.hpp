@@ -69,6 +69,8 @@ struct run_options {
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
   std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)
   trace_writer_options trace_stream;         // how often the trace streams to that file
+  // More facts for the trace's info frame (key, value), after the runtime's own.
+  std::vector<std::pair<std::string, std::string>> trace_facts;
   std::size_t scheduler_threads = 2;         // CAF worker threads (compute runs on its own threads)
   // This run as one replica of a data-parallel group (data_parallel.hpp). With
   // dp.size > 1 every rank calls run_pipeline with the same options but its rank

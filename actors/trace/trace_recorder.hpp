@@ -104,6 +104,8 @@ public:
   trace_span& operator=(const trace_span&) = delete;
   // Records nothing: the work it timed turned out not to happen (a shard that did not speculate).
   void cancel() { rec_ = nullptr; }
+  // The bytes the span moved or worked on (an allreduce: the bucket's gradient bytes).
+  void set_bytes(std::uint64_t bytes) { r_.bytes = bytes; }
 
 private:
   trace_recorder* rec_;

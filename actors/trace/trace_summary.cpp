@@ -101,10 +101,18 @@ void summarize_steps(const trace_data& t, const trace_index& index, const rank_u
     u.start_s = static_cast<double>(lo) * 1e-9;
     u.time_s = static_cast<double>(hi - lo) * 1e-9;
     std::vector<interval> compute, comm, io = io_by_step[k];
+    std::uint64_t allreduce_ns = 0;
     for (const auto& r : step.records) {
       const auto& name = t.names[r.name];
       (name == "allreduce" ? comm : is_io_span(name) ? io : compute).emplace_back(r.t0_ns, r.t1_ns);
+      if (name == "allreduce") {
+        u.allreduce_bytes += r.bytes;
+        allreduce_ns += r.t1_ns - r.t0_ns;
+      }
     }
+    const double n = static_cast<double>(rank.ranks);
+    if (allreduce_ns > 0 && n > 1)
+      u.bus_gbps = static_cast<double>(u.allreduce_bytes) / static_cast<double>(allreduce_ns) * 2 * (n - 1) / n;
     const auto both = [](const std::vector<interval>& a, const std::vector<interval>& b) {
       std::vector<interval> ab(a);
       ab.insert(ab.end(), b.begin(), b.end());
@@ -270,6 +278,7 @@ trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
     r.window_s = t.records.empty() ? 0 : static_cast<double>(hi - lo) * 1e-9;
     r.stages = parse_u32(t.info_value("stages"), stages);
     r.micro_batches = parse_u32(t.info_value("micro_batches"), micro_batches);
+    r.ranks = std::max(1u, parse_u32(t.info_value("ranks"), 1));
     const trace_index index(t);
     summarize_actors(t, index, r, out.actors);
     summarize_steps(t, index, r, out.steps);
@@ -326,17 +335,18 @@ std::string format_trace_summary(const trace_summary& s) {
     out += fmt::format("\nsteps of rank {} (S = {} stages, M = {} micro-batches: bubble "
                        "(S-1)/(M+S-1) = {:.1f}%)\n",
                        r.rank, r.stages, r.micro_batches, 100 * theory);
-    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9}  {}\n",
-                       "step", "start s", "time s", "bubble", "(S-1)/..", "allreduce s", "overlap",
-                       "compute s", "comm s", "io s", "comp&comm", "comp&io", "critical path");
+    out += fmt::format("  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9} {:>8} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9}  {}\n",
+                       "step", "start s", "time s", "bubble", "(S-1)/..", "allreduce s", "overlap", "ar MiB",
+                       "bus GB/s", "compute s", "comm s", "io s", "comp&comm", "comp&io", "critical path");
     for (const auto& st : s.steps) {
       if (st.rank != r.rank)
         continue;
       out +=
-          fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}% {:>10.3f} "
+          fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}% {:>8.2f} {:>8.3f} {:>10.3f} "
                       "{:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f}  {}\n",
                       st.step, st.start_s, st.time_s, 100 * st.bubble, 100 * theory, st.allreduce_s,
-                      st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0, st.compute_s,
+                      st.allreduce_s > 0 ? 100 * st.overlap_s / st.allreduce_s : 0.0,
+                      static_cast<double>(st.allreduce_bytes) / (1 << 20), st.bus_gbps, st.compute_s,
                       st.comm_s, st.io_s, st.compute_comm_s, st.compute_io_s, st.critical_path);
     }
   }

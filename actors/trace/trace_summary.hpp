@@ -44,6 +44,11 @@ struct step_usage {
   double start_s = 0, time_s = 0; // first to last span of the step (forward .. optimizer)
   double bubble = 0; // stages' mean idle share of the step's forward-to-backward window
   double allreduce_s = 0, overlap_s = 0; // over all stages; overlap: during the stage's backward
+  // The gradient bytes the step's allreduce spans summed, and the network's bus bandwidth
+  // they achieved: bytes over the spans' summed time x 2(n-1)/n for n ranks (what each
+  // rank sent and received in a ring allreduce, as nccl-tests' busbw); 0 without bytes.
+  std::uint64_t allreduce_bytes = 0;
+  double bus_gbps = 0;
   // Union over all actors of the step's spans by class (is_io_span, allreduce,
   // the rest compute) and the time two classes ran at once.
   double compute_s = 0, comm_s = 0, io_s = 0;
@@ -55,6 +60,7 @@ struct rank_usage {
   std::uint32_t rank = 0;
   std::string path;
   std::uint32_t version = 0, stages = 0, micro_batches = 0;
+  std::uint32_t ranks = 1; // data-parallel ranks of the run (info "ranks")
   std::uint64_t records = 0;
   double window_s = 0; // first to last record
   trace_end end;

@@ -31,6 +31,9 @@ struct run_context {
   std::uint32_t first_step = 0;
   std::uint32_t last_step = 0; // inclusive
   int rank = 0;                // data-parallel rank (only rank 0 reports, saves and evaluates)
+  // Facts for the trace's info frame (run_options::trace_facts): under a launcher, where the
+  // rendezvous server's clock stands against this process's (trace_clock.hpp).
+  std::vector<std::pair<std::string, std::string>> trace_facts;
 };
 
 // Interval checkpoints are taken after the step on the coordinator (the shards then

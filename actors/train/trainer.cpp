@@ -159,6 +159,13 @@ int run_training(const run_request& req) {
     const auto& first = dirs->front();
     rc.run_dir.assign(reinterpret_cast<const char*>(first.data()), first.size());
     if (!ctx.cfg.has("checkpoint.dir")) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
+    // Where the rendezvous server's steady clock stands against this process's: the trace
+    // inspector puts the ranks of several hosts on that one clock (trace_clock.hpp).
+    auto clock = job->client->estimate_server_clock();
+    if (!clock) return fail(clock.err(), 1);
+    ctx.trace_facts = {{"clock_reference", fmt::format("rendezvous server at {}:{}", job->env.master_addr, job->env.master_port)},
+                       {"clock_reference_offset_ns", std::to_string(clock->offset_ns)},
+                       {"clock_reference_error_ns", std::to_string(clock->error_ns)}};
   }
   const bool lead = ctx.rank == 0; // reports, saves, evaluates
 
@@ -301,6 +308,7 @@ int run_training(const run_request& req) {
     ro.stop_after = [&](std::uint32_t k) { return stop_requested() && k != ctx.last_step; };
     ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
     ro.run_dir = rc.run_dir;
+    ro.trace_facts = ctx.trace_facts;
     // comms_logger: this process's first rank's collectives (every rank issues the same ones).
     auto options_of = [&](int r) {
       actors::run_options o = ro;

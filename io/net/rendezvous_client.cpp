@@ -24,6 +24,11 @@ long long ms(clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count());
+}
+
 enum class phase { joining, joined, lost, left };
 
 } // namespace
@@ -69,6 +74,9 @@ public:
   std::optional<error> error_; // why the join failed or the job was lost
   std::vector<bytes> blobs_;
   std::map<std::string, std::vector<bytes>> gathered_;
+  // Clock probes answered: sequence -> (the server's steady ns, this side's on receipt).
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> clock_replies_;
+  std::uint64_t next_probe_ = 0;
   lost_callback on_lost_;
   bool stop_ = false;
   bool losing_ = false; // end() is running the callback: the job is lost
@@ -192,6 +200,18 @@ bool rendezvous_client::impl::handle(const frame& f) {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     gathered_[g->key] = std::move(g->blobs);
+    cv_.notify_all();
+    return true;
+  }
+  case frame_type::clock_reply: {
+    const std::uint64_t received = steady_ns();
+    auto c = decode_clock(f.payload);
+    if (!c) {
+      end(make_error(errc::protocol, "the rendezvous server at {} sent a malformed clock reply", server_));
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    clock_replies_[c->sequence] = {c->steady_ns, received};
     cv_.notify_all();
     return true;
   }
@@ -322,6 +342,42 @@ status rendezvous_client::barrier(const std::string& key) {
   if (!r)
     return r.err();
   return {};
+}
+
+expected<clock_estimate> rendezvous_client::estimate_server_clock(int probes) {
+  if (probes < 1) return make_error(errc::invalid_argument, "estimate_server_clock: {} probes", probes);
+  clock_estimate best;
+  std::uint64_t best_round_trip = ~0ull;
+  for (int i = 0; i < probes; ++i) {
+    std::uint64_t sequence;
+    {
+      std::lock_guard<std::mutex> lock(impl_->mutex_);
+      if (impl_->phase_ != phase::joined) return impl_->not_joined();
+      sequence = impl_->next_probe_++;
+    }
+    const std::uint64_t sent = steady_ns();
+    DSA_TRY(impl_->send_frame(frame_type::clock_probe, encode_clock({sequence, 0})));
+    std::unique_lock<std::mutex> lock(impl_->mutex_);
+    auto& replies = impl_->clock_replies_;
+    if (!impl_->wait(lock, impl_->options_.heartbeat_timeout, [&] { return replies.count(sequence) > 0; }))
+      return make_error(errc::runtime, "rank {}: the rendezvous server at {} did not answer a clock probe within {} ms",
+                        rank(), impl_->server_, impl_->options_.heartbeat_timeout.count());
+    auto it = replies.find(sequence);
+    if (it == replies.end()) return impl_->not_joined();
+    const auto [server, received] = it->second;
+    replies.erase(it);
+    const std::uint64_t round_trip = received - sent;
+    if (round_trip < best_round_trip) {
+      best_round_trip = round_trip;
+      // The server read its clock between `sent` and `received`: at the midpoint, off by at
+      // most half the round trip.
+      const std::uint64_t middle = sent + round_trip / 2;
+      best.offset_ns = static_cast<std::int64_t>(server - middle);
+      best.error_ns = (round_trip + 1) / 2;
+    }
+  }
+  best.probes = probes;
+  return best;
 }
 
 status rendezvous_client::leave() {

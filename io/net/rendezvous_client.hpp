@@ -4,6 +4,7 @@
 
 #include "io/net/rendezvous.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -20,6 +21,15 @@ struct join_request {
   int world_size = 1;
   config_summary config; // must equal rank 0's
   bytes blob;            // handed to every rank, e.g. this rank's UCX worker address
+};
+
+// Where the rendezvous server's steady clock stands against this process's: at one
+// instant, server = local + offset_ns, within +/- error_ns (half the round trip of the
+// best probe, which bounds the error whatever the network's asymmetry).
+struct clock_estimate {
+  std::int64_t offset_ns = 0;
+  std::uint64_t error_ns = 0;
+  int probes = 0;
 };
 
 enum class client_state {
@@ -66,6 +76,11 @@ public:
   expected<std::vector<bytes>> allgather(const std::string& key, bytes blob);
   // allgather with empty blobs.
   status barrier(const std::string& key);
+
+  // Probes the server's steady clock `probes` times (each a round trip on the rendezvous
+  // connection) and keeps the probe with the shortest round trip. Any thread, one call at
+  // a time; an error when the job is lost or a reply takes longer than heartbeat_timeout.
+  expected<clock_estimate> estimate_server_clock(int probes = 8);
 
   // A clean end: the server forgets this rank without reporting it lost. Waits for the
   // server's answer (at most heartbeat_timeout).

@@ -13,6 +13,10 @@ public:
     for (int i = 0; i < 4; ++i)
       u8(static_cast<std::uint8_t>(v >> (8 * i)));
   }
+  void u64(std::uint64_t v) {
+    u32(static_cast<std::uint32_t>(v));
+    u32(static_cast<std::uint32_t>(v >> 32));
+  }
   void raw(const void* p, std::size_t n) {
     auto* b = static_cast<const std::byte*>(p);
     out_.insert(out_.end(), b, b + n);
@@ -43,6 +47,10 @@ public:
     for (int i = 0; i < 4; ++i)
       v |= static_cast<std::uint32_t>(in_[pos_++]) << (8 * i);
     return v;
+  }
+  std::uint64_t u64() {
+    const std::uint64_t lo = u32();
+    return lo | static_cast<std::uint64_t>(u32()) << 32;
   }
   std::string str() {
     std::uint32_t n = u32();
@@ -136,6 +144,13 @@ bytes encode_keyed(const keyed_blobs& m) {
   return w.take();
 }
 
+bytes encode_clock(const clock_msg& m) {
+  writer w;
+  w.u64(m.sequence);
+  w.u64(m.steady_ns);
+  return w.take();
+}
+
 expected<hello_msg> decode_hello(const bytes& payload) {
   reader r(payload);
   if (r.u32() != hello_magic)
@@ -194,6 +209,16 @@ expected<keyed_blobs> decode_keyed(const bytes& payload) {
   return m;
 }
 
+expected<clock_msg> decode_clock(const bytes& payload) {
+  reader r(payload);
+  clock_msg m;
+  m.sequence = r.u64();
+  m.steady_ns = r.u64();
+  if (!r.complete())
+    return malformed("clock");
+  return m;
+}
+
 void frame_buffer::append(const std::byte* data, std::size_t n) {
   if (start_ > 0 && start_ == data_.size()) { // everything consumed: reuse the buffer
     data_.clear();
@@ -216,7 +241,7 @@ expected<std::optional<frame>> frame_buffer::next(std::size_t limit, const std::
     return std::optional<frame>();
   auto type = static_cast<std::uint8_t>(data_[start_ + 4]);
   if (type < static_cast<std::uint8_t>(frame_type::hello) ||
-      type > static_cast<std::uint8_t>(frame_type::gathered))
+      type > static_cast<std::uint8_t>(frame_type::clock_reply))
     return make_error(errc::protocol, "{} sent a frame of unknown type {}", peer, type);
   frame f;
   f.type = static_cast<frame_type>(type);

@@ -22,6 +22,8 @@ enum class frame_type : std::uint8_t {
   bye,       // server: empty; the answer to leave
   gather,    // client: key and blob
   gathered,  // server: key and every rank's blob
+  clock_probe, // client: clock_msg with the probe's sequence number (time 0)
+  clock_reply, // server: clock_msg with the same sequence and the server's steady clock
 };
 
 inline constexpr std::uint32_t hello_magic = 0x52415344; // "DSAR"
@@ -49,6 +51,12 @@ struct abort_msg {
   std::string text;
 };
 
+// A clock probe and its answer (rendezvous_client::estimate_server_clock).
+struct clock_msg {
+  std::uint64_t sequence = 0;
+  std::uint64_t steady_ns = 0; // the server's std::chrono::steady_clock when it answered
+};
+
 struct keyed_blobs { // gather (one blob) and gathered (one per rank)
   std::string key;
   std::vector<bytes> blobs;
@@ -59,11 +67,13 @@ bytes encode_hello(const hello_msg& m);
 bytes encode_blobs(const std::vector<bytes>& blobs);
 bytes encode_abort(const abort_msg& m);
 bytes encode_keyed(const keyed_blobs& m);
+bytes encode_clock(const clock_msg& m);
 
 expected<hello_msg> decode_hello(const bytes& payload);
 expected<std::vector<bytes>> decode_blobs(const bytes& payload);
 expected<abort_msg> decode_abort(const bytes& payload);
 expected<keyed_blobs> decode_keyed(const bytes& payload);
+expected<clock_msg> decode_clock(const bytes& payload);
 
 // Collects received bytes and cuts them into frames.
 class frame_buffer {

@@ -138,6 +138,18 @@ void rendezvous_server::impl::handle(connection& c, frame f) {
     return on_leave(c);
   case frame_type::gather:
     return on_gather(c, f);
+  case frame_type::clock_probe: {
+    // Answered at once with this host's steady clock: the rank estimates its offset from it.
+    auto probe = decode_clock(f.payload);
+    if (!probe) {
+      c.dead = true;
+      c.why = probe.err().message;
+      return;
+    }
+    probe->steady_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count());
+    return send(c, frame_type::clock_reply, encode_clock(*probe));
+  }
   default:
     c.dead = true;
     c.why =

@@ -152,13 +152,18 @@ TEST_CASE("trace critical path: follows the input and credit edges of a credit-b
   CHECK(!find_critical_path(t, 0, 7).has_value());
 }
 
-TEST_CASE("trace summary: per step compute, communication and I/O with their overlaps") {
+TEST_CASE("trace summary: per step compute, communication and I/O with their overlaps, and the allreduce's bus "
+          "bandwidth") {
   trace_builder b;
   b.t.names.push_back("swap_read"); // an I/O span name, as the NVMe swap records
   const auto swap = static_cast<trace_name>(b.t.names.size() - 1);
   b.span(1, trace_name::forward, 0, 100, 0, 0);
   b.span(3, trace_name::allreduce, 50, 150, 0, 0);
+  b.t.records.back().bytes = 1'000'000; // a bucket of 1 MB summed over 4 ranks in 100 us
+  b.t.info = {{"ranks", "4"}};
   b.span(3, swap, 120, 200, 0, 0);
+  // A shard's update of one swapped chunk: compute inside its update, not I/O.
+  b.span(3, trace_name::swap_update, 160, 190, 0, 0);
   const auto s = summarize_traces(as_run(b.done()));
   REQUIRE(s.steps.size() == 1);
   const auto& st = s.steps[0];
@@ -171,6 +176,10 @@ TEST_CASE("trace summary: per step compute, communication and I/O with their ove
   CHECK(st.compute_comm_s == doctest::Approx(50e-6));
   CHECK(st.comm_io_s == doctest::Approx(30e-6));
   CHECK(st.compute_io_s == doctest::Approx(0.0));
+  // 1e6 bytes in 100 us is 10 GB/s of algorithm bandwidth; a ring moves 2(n-1)/n of it per rank.
+  CHECK(st.allreduce_bytes == 1'000'000);
+  CHECK(st.bus_gbps == doctest::Approx(15.0));
+  CHECK(contains(format_trace_summary(s), "bus GB/s"));
 }
 
 TEST_CASE("trace actor view: an actor's spans with their waits; an unknown name lists the actors") {

@@ -173,3 +173,42 @@ TEST_CASE("trace clocks: ranks of one boot align on the steady clock, of several
   CHECK(summary.find("one host") != std::string::npos);
   CHECK(summary.find("+0.005000 s (rank 0)") != std::string::npos);
 }
+
+// Ranks of several hosts that measured the rendezvous server's clock are placed on it
+// (origin + offset), whatever their system clocks say; one without the estimate, or with
+// another reference, sends the alignment back to the system clocks.
+TEST_CASE("trace clocks: ranks of several hosts align on the rendezvous server's clock, stating the error") {
+  auto with_reference = [](rank_trace rt, const std::string& reference, const std::string& offset,
+                           const std::string& error) {
+    rt.trace.info.emplace_back("clock_reference", reference);
+    rt.trace.info.emplace_back("clock_reference_offset_ns", offset);
+    rt.trace.info.emplace_back("clock_reference_error_ns", error);
+    return rt;
+  };
+  const std::string server = "rendezvous server at 10.0.0.1:29500";
+  // Rank 0's origin is at 9 ms on its clock = 9 ms + 1 ms on the server's; rank 1's at
+  // 4 ms + 8 ms = 12 ms: rank 1 started 2 ms later (its system clock says 20 ms).
+  const std::vector<rank_trace> hosts{
+      with_reference(clocked(0, "boot-a", 9'000'000, 50'000'000), server, "1000000", "40000"),
+      with_reference(clocked(1, "boot-b", 4'000'000, 70'000'000), server, "8000000", "25000")};
+  auto c = align_trace_clocks(hosts);
+  CHECK(c.offset_ns == std::vector<std::uint64_t>{0, 2'000'000});
+  CHECK(c.how.find("2 ranks on 2 hosts") != std::string::npos);
+  CHECK(c.how.find(server) != std::string::npos);
+  CHECK(c.how.find("+/-40.0 us") != std::string::npos);
+  // A negative offset: the server's clock behind the rank's.
+  const std::vector<rank_trace> behind{
+      with_reference(clocked(0, "boot-a", 9'000'000, 50'000'000), server, "-5000000", "1000"),
+      with_reference(clocked(1, "boot-b", 4'000'000, 70'000'000), server, "0", "1000")};
+  CHECK(align_trace_clocks(behind).offset_ns == std::vector<std::uint64_t>{0, 0});
+  // Another reference on one rank, or a malformed offset: the system clocks.
+  for (const auto& odd : {with_reference(clocked(1, "boot-b", 4'000'000, 70'000'000), "rendezvous server at x:1", "0", "1"),
+                          with_reference(clocked(1, "boot-b", 4'000'000, 70'000'000), server, "12x", "1")}) {
+    const std::vector<rank_trace> mixed{hosts[0], odd};
+    c = align_trace_clocks(mixed);
+    CHECK(c.offset_ns == std::vector<std::uint64_t>{0, 20'000'000});
+    CHECK(c.how.find("system clocks") != std::string::npos);
+  }
+  // The summary states it.
+  CHECK(format_trace_summary(summarize_traces(hosts)).find("offsets estimated at rendezvous") != std::string::npos);
+}

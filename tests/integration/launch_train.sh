@@ -48,6 +48,12 @@ grep -q "as rank 1 of 2 processes" "$work/procs/train.rank1.log" || fail "rank 1
 # The two processes' traces on one clock: one host, so the steady clock they share.
 "$dsactor" trace "$work/procs" summary >"$work/summary" 2>&1 || fail "trace summary of the 2-process run"
 grep -q "clocks: 2 ranks of one host" "$work/summary" || { cat "$work/summary"; fail "the ranks' traces should align on one host's clock"; }
+# Each rank estimated the rendezvous server's clock at the start (what several hosts align
+# on); sharing one clock, the estimates must agree within their error bounds.
+grep -q "the rendezvous clock estimates agree" "$work/summary" || { cat "$work/summary"; fail "the ranks' rendezvous clock estimates should agree"; }
+# Every step summed gradients over the 2 processes: its allreduce bytes and bus bandwidth show.
+awk '/^steps of rank 0/ {t = 1; next} t && /^ *[0-9]+ / {n++; if ($8 > 0 && $9 > 0) ok++} t && /^$/ {t = 0}
+     END {exit !(n == 4 && ok == 4)}' "$work/summary" || { cat "$work/summary"; fail "each step's allreduce MiB and bus GB/s"; }
 "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/threads\"" --set devices.ranks=2 >"$work/out" 2>"$work/err" ||
   fail "2 ranks in one process"
 "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/zthreads\"" --set devices.ranks=2 \

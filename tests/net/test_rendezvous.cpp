@@ -89,6 +89,32 @@ TEST_CASE("rendezvous: 1, 2 and 4 ranks join, get every blob, allgather, barrier
   }
 }
 
+// Server and ranks share this process's steady clock, so the true offset is 0: every
+// estimate must contain it within its own error bound (half a round trip: exact, whatever
+// the scheduling), and that bound is the best probe's.
+TEST_CASE("rendezvous: a rank's estimate of the server's clock contains the true offset within its error") {
+  auto server = start_server(2);
+  auto clients = join_all(server->port(), 2);
+  for (auto& c : clients) REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.err().to_string()));
+  for (auto& c : clients) {
+    auto estimate = (*c)->estimate_server_clock(5);
+    REQUIRE_MESSAGE(estimate.has_value(), (estimate ? "" : estimate.err().to_string()));
+    CHECK(estimate->probes == 5);
+    CHECK(estimate->error_ns > 0);
+    CHECK(static_cast<std::uint64_t>(estimate->offset_ns < 0 ? -estimate->offset_ns : estimate->offset_ns) <=
+          estimate->error_ns);
+  }
+  CHECK_FALSE((*clients[0])->estimate_server_clock(0).has_value());
+  // Probes interleave with collectives on the same connection.
+  std::thread other([&] { CHECK((*clients[1])->barrier("x").has_value()); });
+  CHECK((*clients[0])->estimate_server_clock(2).has_value());
+  CHECK((*clients[0])->barrier("x").has_value());
+  other.join();
+  for (auto& c : clients) REQUIRE((*c)->leave().has_value());
+  // After leave the client is not joined: an error, not a hang.
+  CHECK_FALSE((*clients[0])->estimate_server_clock(1).has_value());
+}
+
 TEST_CASE("rendezvous: a wrong or missing token is refused, logged with the peer, not counted") {
   char log_path[] = "/tmp/dsa_rdzv_log_XXXXXX";
   int fd = ::mkstemp(log_path);

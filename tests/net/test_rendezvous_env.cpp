@@ -131,6 +131,17 @@ TEST_CASE("rendezvous frames: decoders reject truncated and forged payloads") {
   // A blob count far beyond the payload is refused before anything is reserved.
   net::bytes forged = {std::byte{0xff}, std::byte{0xff}, std::byte{0xff}, std::byte{0x7f}};
   CHECK_FALSE(net::decode_blobs(forged).has_value());
+  // A clock message is two u64s, exactly.
+  net::bytes clock = net::encode_clock({0x0102030405060708ull, 0xfffffffffffffff0ull});
+  REQUIRE(clock.size() == 16);
+  auto tick = net::decode_clock(clock);
+  REQUIRE(tick.has_value());
+  CHECK(tick->sequence == 0x0102030405060708ull);
+  CHECK(tick->steady_ns == 0xfffffffffffffff0ull);
+  for (std::size_t cut = 0; cut < clock.size(); ++cut)
+    CHECK_FALSE(net::decode_clock(net::bytes(clock.begin(), clock.begin() + static_cast<std::ptrdiff_t>(cut))).has_value());
+  clock.push_back(std::byte{0});
+  CHECK_FALSE(net::decode_clock(clock).has_value());
   // Frames: an oversized length and an unknown type are errors, not waits.
   net::frame_buffer fb;
   net::bytes big = {std::byte{0xff}, std::byte{0xff}, std::byte{0xff}, std::byte{0xff}};
