@@ -5,6 +5,7 @@
 // version and traces whose tail a killed run left torn.
 #include "actors/trace/chrome_export.hpp"
 #include "actors/trace/trace_check.hpp"
+#include "actors/trace/trace_clock.hpp"
 #include "actors/trace/trace_critical_path.hpp"
 #include "actors/trace/trace_html.hpp"
 #include "actors/trace/trace_summary.hpp"
@@ -136,7 +137,10 @@ int cmd_trace(int argc, char** argv) {
   auto rank = rank_of(*traces, vm["rank"].as<std::uint32_t>());
   if (!rank)
     return fail(rank.err());
-  const auto& trace = (*rank)->trace;
+  // The rank's times on the common clock, as the summary's and the html's.
+  const auto clocks = actors::align_trace_clocks(*traces);
+  const auto at = static_cast<std::size_t>(*rank - traces->data());
+  const actors::trace_data trace = actors::shifted_trace((*rank)->trace, clocks.offset_ns.at(at));
   if (what == "critical-path") {
     auto path = actors::find_critical_path(trace, (*rank)->rank, vm["step"].as<std::uint32_t>());
     if (!path)

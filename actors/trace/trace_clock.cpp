@@ -34,6 +34,14 @@ std::vector<std::uint64_t> from_origins(const std::vector<std::uint64_t>& origin
 }
 } // namespace
 
+trace_data shifted_trace(trace_data t, std::uint64_t offset_ns) {
+  for (auto& r : t.records) {
+    r.t0_ns += offset_ns;
+    if (r.kind == static_cast<std::uint8_t>(trace_kind::span)) r.t1_ns += offset_ns;
+  }
+  return t;
+}
+
 std::string current_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;

@@ -28,6 +28,10 @@ struct trace_clocks {
 
 trace_clocks align_trace_clocks(const std::vector<rank_trace>& traces);
 
+// `t` with every time moved `offset_ns` later (spans' ends too): one rank's trace on the
+// common clock, for the views that read a single rank.
+trace_data shifted_trace(trace_data t, std::uint64_t offset_ns);
+
 // The facts a recorder writes into its trace's info frame for the alignment: its origin on
 // the steady clock and this boot's id (/proc/sys/kernel/random/boot_id; empty when missing).
 std::string current_boot_id();

@@ -98,7 +98,7 @@ void summarize_steps(const trace_data& t, const trace_index& index, const rank_u
       lo = std::min(lo, r.t0_ns);
       hi = std::max(hi, r.t1_ns);
     }
-    u.start_s = static_cast<double>(lo) * 1e-9;
+    u.start_s = static_cast<double>(lo) * 1e-9 + rank.offset_s; // on the common clock
     u.time_s = static_cast<double>(hi - lo) * 1e-9;
     std::vector<interval> compute, comm, io = io_by_step[k];
     std::uint64_t allreduce_ns = 0;
@@ -256,10 +256,12 @@ trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
   const trace_clocks clocks = align_trace_clocks(traces);
   out.clock = clocks.how;
   for (std::uint64_t o : clocks.offset_ns) out.offset_s.push_back(static_cast<double>(o) * 1e-9);
-  for (const auto& rt : traces) {
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    const auto& rt = traces[i];
     const auto& t = rt.trace;
     rank_usage r;
     r.rank = rt.rank;
+    r.offset_s = i < out.offset_s.size() ? out.offset_s[i] : 0;
     r.path = rt.path;
     r.version = t.version;
     r.records = t.records.size();
@@ -299,10 +301,12 @@ std::string format_trace_summary(const trace_summary& s) {
     out += fmt::format("  rank {}: {} (version {}), {} records over {:.3f} s, {}\n", r.rank, r.path,
                        r.version, r.records, r.window_s, describe_end(r));
   if (s.ranks.size() > 1) {
-    out += fmt::format("  clocks: {}; each rank's times below count from its own start, which lies at", s.clock);
+    out += fmt::format("  clocks: {}; the steps' start times below are on the common clock, where each rank's "
+                       "trace begins at",
+                       s.clock);
     for (std::size_t i = 0; i < s.ranks.size() && i < s.offset_s.size(); ++i)
       out += fmt::format("{} +{:.6f} s (rank {})", i ? "," : "", s.offset_s[i], s.ranks[i].rank);
-    out += " on the common clock (the html and export views use it)\n";
+    out += " (so do the critical-path, actor, html and export views)\n";
   }
 
   out += "\nactors (busy: compute spans; comm: allreduce spans; the rest of the rank's trace split "

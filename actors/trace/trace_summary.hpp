@@ -41,7 +41,7 @@ struct actor_usage {
 
 struct step_usage {
   std::uint32_t rank = 0, step = 0;
-  double start_s = 0, time_s = 0; // first to last span of the step (forward .. optimizer)
+  double start_s = 0, time_s = 0; // first to last span of the step (forward .. optimizer); start on the common clock
   double bubble = 0; // stages' mean idle share of the step's forward-to-backward window
   double allreduce_s = 0, overlap_s = 0; // over all stages; overlap: during the stage's backward
   // The gradient bytes the step's allreduce spans summed, and the network's bus bandwidth
@@ -61,6 +61,7 @@ struct rank_usage {
   std::string path;
   std::uint32_t version = 0, stages = 0, micro_batches = 0;
   std::uint32_t ranks = 1; // data-parallel ranks of the run (info "ranks")
+  double offset_s = 0;     // where the trace's origin lies on the common clock (trace_clock.hpp)
   std::uint64_t records = 0;
   double window_s = 0; // first to last record
   trace_end end;

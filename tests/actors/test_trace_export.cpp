@@ -169,9 +169,26 @@ TEST_CASE("trace clocks: ranks of one boot align on the steady clock, of several
   CHECK(ts.at(1) == doctest::Approx(1.0));
   CHECK(json["otherData"]["clock"].get<std::string>().find("one host") != std::string::npos);
   // The summary names the alignment and each rank's origin on the common clock.
-  const std::string summary = format_trace_summary(summarize_traces(one_host));
+  const auto summarized = summarize_traces(one_host);
+  const std::string summary = format_trace_summary(summarized);
   CHECK(summary.find("one host") != std::string::npos);
   CHECK(summary.find("+0.005000 s (rank 0)") != std::string::npos);
+  // The steps' starts are on the common clock: rank 0's span began 5 ms after rank 1's.
+  REQUIRE(summarized.steps.size() == 2);
+  for (const auto& st : summarized.steps)
+    CHECK(st.start_s == doctest::Approx(st.rank == 0 ? 5'001e-6 : 1e-6));
+  // One rank's trace on the common clock (the critical-path and actor views): spans move
+  // whole, messages (no end) only at their time.
+  trace_data t = one_host[0].trace;
+  trace_record message;
+  message.kind = static_cast<std::uint8_t>(trace_kind::send);
+  message.t0_ns = 2'000;
+  t.records.push_back(message);
+  const trace_data moved = shifted_trace(t, 5'000'000);
+  CHECK(moved.records[0].t0_ns == 5'001'000);
+  CHECK(moved.records[0].t1_ns == 5'003'000);
+  CHECK(moved.records[1].t0_ns == 5'002'000);
+  CHECK(moved.records[1].t1_ns == 0);
 }
 
 // Ranks of several hosts that measured the rendezvous server's clock are placed on it
