@@ -1,0 +1,74 @@
+// The 1-bit compressed allreduce across 2 processes over UCX: each process's results,
+// scales and error buffers equal the plain reference's (onebit_reference.hpp), bit for bit.
+#include "io/net/compressed_allreduce.hpp"
+#include "tests/net/net_support.hpp"
+#include "tests/net/onebit_reference.hpp"
+#include "tests/net/process_ranks.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+namespace dsa::test {
+namespace {
+
+constexpr int calls = 3;
+constexpr std::int64_t count = 1001;
+
+std::vector<float> input(int call, int rank) {
+  return random_vector(count, -1.0f, 1.0f, static_cast<std::uint32_t>(1000 * call + rank));
+}
+
+void append(net::bytes& out, const void* p, std::size_t n) {
+  const auto* b = static_cast<const std::byte*>(p);
+  out.insert(out.end(), b, b + n);
+}
+
+} // namespace
+
+TEST_CASE("ucx: the compressed allreduce over 2 processes equals the reference bit for bit") {
+  constexpr int n = 2;
+  auto outcomes = run_process_ranks(n, [](net::ucx_transport& t, int r, const std::vector<net::bytes>&)
+                                           -> expected<net::bytes> {
+    net::communicator comm(t);
+    net::onebit_errors errors;
+    net::bytes out;
+    for (int k = 0; k < calls; ++k) {
+      auto x = input(k, r);
+      DSA_ASSIGN_OR_RETURN(auto report, net::compressed_allreduce(comm, x.data(), count, errors));
+      append(out, x.data(), x.size() * sizeof(float));
+      append(out, &report.worker_scale, sizeof(float));
+      append(out, &report.server_scale, sizeof(float));
+    }
+    append(out, errors.worker.data(), errors.worker.size() * sizeof(float));
+    append(out, errors.server.data(), errors.server.size() * sizeof(float));
+    return out;
+  });
+  std::vector<onebit::rank_state> states(n);
+  std::vector<net::bytes> expected(n);
+  for (int k = 0; k < calls; ++k) {
+    std::vector<std::vector<float>> inputs;
+    for (int r = 0; r < n; ++r) inputs.push_back(input(k, r));
+    std::vector<float> worker_scales, server_scales;
+    const auto result = onebit::allreduce(inputs, states, &worker_scales, &server_scales);
+    for (int r = 0; r < n; ++r) {
+      auto& e = expected[static_cast<std::size_t>(r)];
+      append(e, result.data(), result.size() * sizeof(float));
+      append(e, &worker_scales[static_cast<std::size_t>(r)], sizeof(float));
+      append(e, &server_scales[static_cast<std::size_t>(r)], sizeof(float));
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    const auto& s = states[static_cast<std::size_t>(r)];
+    append(expected[static_cast<std::size_t>(r)], s.worker.data(), s.worker.size() * sizeof(float));
+    append(expected[static_cast<std::size_t>(r)], s.server.data(), s.server.size() * sizeof(float));
+    const auto& o = outcomes[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << o.error);
+    REQUIRE(o.finished);
+    REQUIRE(o.ok);
+    CHECK(o.output.size() == expected[static_cast<std::size_t>(r)].size());
+    CHECK(o.output == expected[static_cast<std::size_t>(r)]);
+  }
+}
+
+} // namespace dsa::test
