@@ -1,0 +1,59 @@
+// 1-bit Adam (DeepSpeed's OnebitAdam; ../shared/reference/deepspeed-notes.md §6.3) on one
+// rank's flat f32 parameters: full-precision Adam while warming up, on gradients the caller
+// averaged over the ranks; from freeze_step on the variance is frozen, the gradients stay
+// local, and the momentum is exchanged compressed (an exchange the caller supplies, e.g.
+// net::compressed_allreduce with this rank's error buffers), then masked.
+//
+// DeepSpeed's update, kept for parity: no bias correction (its flag is ignored there too),
+// weight decay added to the update, update = m / (sqrt(v) + eps) (+ wd * p), p -= lr * update.
+// With dummy_first_step the first call only counts the step and runs the exchange once
+// (DeepSpeed's initialization step, which discards that step's gradient).
+#pragma once
+
+#include "core/error.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace dsa::optim {
+
+struct onebit_adam_params {
+  float lr = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  std::int64_t freeze_step = 100000;
+  bool dummy_first_step = false;
+};
+
+// Replaces (count) values with their compressed average over the ranks.
+using momentum_exchange = std::function<status(float* values, std::int64_t count)>;
+
+class onebit_adam {
+public:
+  onebit_adam(onebit_adam_params params, std::int64_t numel);
+
+  // Whether the next step runs compressed: its gradient must be this rank's own, not averaged.
+  bool compressed_next() const { return frozen_; }
+  std::int64_t step_count() const { return step_; }
+  const std::vector<float>& exp_avg() const { return m_; }
+  const std::vector<float>& exp_avg_sq() const { return v_; }
+  // exp_avg_mask: multiplies the momentum after every compressed exchange (1 keeps, 0
+  // zeroes); empty: none. Its size must be numel.
+  status set_mask(std::vector<float> mask);
+
+  // One step of param (numel) with grad (numel). exchange runs once per compressed step
+  // (and on a dummy first step). An error from it fails the step, leaving the parameters
+  // unchanged but the momentum possibly half exchanged: the run must stop.
+  status step(float* param, const float* grad, const momentum_exchange& exchange);
+
+private:
+  onebit_adam_params p_;
+  std::int64_t numel_;
+  std::vector<float> m_, v_, mask_;
+  std::int64_t step_ = 0;
+  bool frozen_ = false;
+};
+
+} // namespace dsa::optim
