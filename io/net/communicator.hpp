@@ -86,6 +86,9 @@ public:
   // Calls issued so far (the next call's sequence number).
   std::uint64_t calls() const { return seq_ - first_seq_; }
   std::uint32_t channel() const { return static_cast<std::uint32_t>(first_seq_ >> 40); }
+  // The bytes the transport under this communicator has sent, on every channel (see
+  // transport::bytes_sent; the shared-memory allreduce does not go through it).
+  std::uint64_t transport_bytes_sent() const { return transport_.bytes_sent(); }
 
   // data: (count) in place, f32/f16/bf16; data = sum over ranks.
   status allreduce_sum(void* data, dtype type, std::int64_t count);

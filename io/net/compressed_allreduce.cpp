@@ -35,6 +35,7 @@ expected<onebit_report> compressed_allreduce(communicator& comm, float* x, std::
                       "expected {} (worker) and {} (server)",
                       count, n, errors.worker.size(), errors.server.size(), padded, part);
   onebit_report report;
+  const std::uint64_t sent_before = comm.transport_bytes_sent();
   // Phase 1: this rank's compensated signs, chunk p to rank p, and every rank's scale.
   std::vector<float> values(static_cast<std::size_t>(padded), 0.0f);
   std::memcpy(values.data(), x, static_cast<std::size_t>(count) * sizeof(float));
@@ -59,6 +60,7 @@ expected<onebit_report> compressed_allreduce(communicator& comm, float* x, std::
   // Sent: (n-1) chunks in each phase, and (n-1) scales in each (the allgather's own
   // pattern may forward more; this is the algorithm's volume).
   report.bytes_sent = 2 * static_cast<std::uint64_t>(n - 1) * (static_cast<std::uint64_t>(part_bytes) + sizeof(float));
+  report.wire_bytes = comm.transport_bytes_sent() - sent_before;
   return report;
 }
 

@@ -32,6 +32,10 @@ struct onebit_errors {
 // What one call put on the wire from this rank, and the scales it used.
 struct onebit_report {
   std::uint64_t bytes_sent = 0; // payload bytes this rank sent (packed signs and scales)
+  // What the transport counted this rank sending during the call: the payloads and the
+  // collectives' message headers (and anything another channel of the same transport
+  // sent meanwhile).
+  std::uint64_t wire_bytes = 0;
   float worker_scale = 0, server_scale = 0;
 };
 

@@ -8,7 +8,10 @@ int local_transport::size() const {
 }
 
 status local_transport::send(int peer, tag_t tag, bytes message) {
-  return group_.deliver(rank_, peer, tag, std::move(message));
+  const std::size_t n = message.size();
+  DSA_TRY(group_.deliver(rank_, peer, tag, std::move(message)));
+  count_sent(n);
+  return {};
 }
 
 expected<bytes> local_transport::recv(int peer, tag_t tag) {

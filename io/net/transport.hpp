@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "io/net/completion.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -87,6 +88,16 @@ public:
   // payload lands in payload: (payload_bytes). Default: recv() and a copy.
   virtual expected<received_parts> recv_parts(int peer, tag_t tag, std::size_t head_bytes,
                                               void* payload, std::size_t payload_bytes);
+
+  // The bytes of the messages this rank sent (heads and payloads, each message counted
+  // once; not the transport's own framing) over the transport's life. Any thread.
+  std::uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+
+protected:
+  void count_sent(std::size_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
+
+private:
+  std::atomic<std::uint64_t> bytes_sent_{0};
 };
 
 } // namespace dsa::net

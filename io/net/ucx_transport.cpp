@@ -286,6 +286,7 @@ expected<send_ticket> ucx_transport::post_send(int peer, tag_t tag, bytes head, 
   op->owned = std::move(owned); // moving a vector keeps its data pointer: `payload` stays valid
   op->payload = payload;
   op->payload_bytes = payload_bytes;
+  count_sent(head.size() + payload_bytes);
   send_ticket ticket(op->done);
   engine_->post([this, op] { start_send(op); });
   return ticket;

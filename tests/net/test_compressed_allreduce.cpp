@@ -93,6 +93,9 @@ TEST_CASE("compressed allreduce: every rank gets the reference's result, scales 
           const std::int64_t padded = net::onebit_padded(count, ranks);
           CHECK(report->bytes_sent == 2u * static_cast<std::uint64_t>(ranks - 1) *
                                           (static_cast<std::uint64_t>(padded / ranks / 8) + 4));
+          // The transport counted those payloads and one header per message: (n-1)
+          // messages in the all-to-all and in each of the three ring allgathers.
+          CHECK(report->wire_bytes == report->bytes_sent + 4u * static_cast<std::uint64_t>(ranks - 1) * 56u);
         }
         std::lock_guard<std::mutex> lock(mu);
         CHECK(same_bits(errors.worker, ref_states[static_cast<std::size_t>(r)].worker));

@@ -1,5 +1,6 @@
 // The 1-bit compressed allreduce across 2 processes over UCX: each process's results,
-// scales and error buffers equal the plain reference's (onebit_reference.hpp), bit for bit.
+// scales and error buffers equal the plain reference's (onebit_reference.hpp), bit for bit,
+// and the transport counts the bytes it sent.
 #include "io/net/compressed_allreduce.hpp"
 #include "tests/net/net_support.hpp"
 #include "tests/net/onebit_reference.hpp"
@@ -36,6 +37,10 @@ TEST_CASE("ucx: the compressed allreduce over 2 processes equals the reference b
     for (int k = 0; k < calls; ++k) {
       auto x = input(k, r);
       DSA_ASSIGN_OR_RETURN(auto report, net::compressed_allreduce(comm, x.data(), count, errors));
+      // UCX counted the payloads and one 56-byte header per message (4 messages with 2 ranks).
+      if (report.wire_bytes != report.bytes_sent + 4 * 56)
+        return make_error(errc::runtime, "rank {}: the transport counted {} bytes, expected {} + 224", r,
+                          report.wire_bytes, report.bytes_sent);
       append(out, x.data(), x.size() * sizeof(float));
       append(out, &report.worker_scale, sizeof(float));
       append(out, &report.server_scale, sizeof(float));
