@@ -2,7 +2,7 @@
 // without bias correction with each tensor's clamped trust coefficient averaged into its
 // frozen one; once frozen, one compressed exchange of the scaled momentum per step, the
 // variance frozen, factors kept in their bounds, every rank identical bit for bit; on a
-// noisy quadratic it converges like the warm-up LAMB alone.
+// noisy quadratic it converges, if less closely than LAMB.
 #include "io/net/compressed_allreduce.hpp"
 #include "optim/onebit_lamb.hpp"
 #include "tests/net/net_support.hpp"
