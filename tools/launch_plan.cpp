@@ -34,6 +34,35 @@ std::vector<process_spec> make_local_plan(const launch_request& request) {
   return plan;
 }
 
+std::vector<process_spec> make_host_plan(const launch_request& request, const std::vector<host_slots>& hosts) {
+  std::size_t world = 0;
+  for (const auto& h : hosts) world += h.slots.size();
+  std::vector<process_spec> plan;
+  for (std::size_t node = 0; node < hosts.size(); ++node) {
+    const auto& h = hosts[node];
+    for (std::size_t local = 0; local < h.slots.size(); ++local) {
+      process_spec p;
+      p.host = h.host;
+      p.rank = static_cast<int>(plan.size());
+      p.local_rank = static_cast<int>(local);
+      p.argv = request.command;
+      p.env = {{"RANK", std::to_string(p.rank)},
+               {"LOCAL_RANK", std::to_string(local)},
+               {"WORLD_SIZE", std::to_string(world)},
+               {"LOCAL_SIZE", std::to_string(h.slots.size())},
+               {"CROSS_RANK", std::to_string(node)},
+               {"CROSS_SIZE", std::to_string(hosts.size())},
+               {"MASTER_ADDR", request.master_addr},
+               {"MASTER_PORT", std::to_string(request.master_port)},
+               {"DSA_JOB_TOKEN", request.job_token},
+               {"DSA_HEARTBEAT_TIMEOUT_MS", std::to_string(request.heartbeat_timeout_ms)},
+               {"DSA_SLOT", std::to_string(h.slots[local])}};
+      plan.push_back(std::move(p));
+    }
+  }
+  return plan;
+}
+
 std::string shell_quote(const std::string& word) {
   const bool plain =
       !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
@@ -48,8 +77,8 @@ std::string shell_quote(const std::string& word) {
 }
 
 std::string describe(const process_spec& spec, int world_size) {
-  std::string line =
-      fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE={}", spec.rank, spec.local_rank, world_size);
+  std::string line = spec.host.empty() ? std::string() : fmt::format("host {} ", spec.host);
+  line += fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE={}", spec.rank, spec.local_rank, world_size);
   for (const auto& word : spec.argv)
     line += " " + shell_quote(word);
   return line;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/error.hpp"
+#include "tools/hostfile.hpp"
 
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@ struct launch_request {
 // One process of the job. A host-list launcher would add the host and run the same spec
 // through ssh; spawn_rank (process_group.hpp) is the one place a spec becomes a process.
 struct process_spec {
+  std::string host; // from a hostfile; "" for this host
   int rank = 0;
   int local_rank = 0;
   std::vector<std::string> argv;
@@ -33,8 +35,13 @@ struct process_spec {
 // The processes of a one-host job: ranks 0..num_procs-1, local rank = rank.
 std::vector<process_spec> make_local_plan(const launch_request& request);
 
+// The processes of a job over hosts (host_slots from hostfile.hpp): ranks host by host in
+// the list's order, then slot by slot; LOCAL_RANK counts a host's processes, CROSS_RANK is
+// the host's index; DSA_SLOT names the slot. request.num_procs is ignored.
+std::vector<process_spec> make_host_plan(const launch_request& request, const std::vector<host_slots>& hosts);
+
 // The line --dry-run prints: "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 'prog' 'arg'", arguments
-// quoted for a POSIX shell where they need it.
+// quoted for a POSIX shell where they need it; "host HOST " first for a spec with a host.
 std::string describe(const process_spec& spec, int world_size);
 
 // `word` quoted for a POSIX shell where it needs quoting (as it would be for ssh).

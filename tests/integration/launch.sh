@@ -150,3 +150,35 @@ rc=0; launch --num_procs 2 -- no-such-program-xyz || rc=$?
 rc=0; launch --num_procs 2 || rc=$?
 [[ $rc -eq 2 ]] && grep -q "a CONFIG file, or -- PROGRAM, is required" "$work/err" || fail "no command should exit 2"
 echo "ok: usage errors"
+
+# 10. A host list (DeepSpeed's hostfile, --include/--exclude/--num_nodes/--num_gpus): the
+#     dry run names each process's host, ranks host by host; a list naming only localhost
+#     runs here with the hosts' variables; hostfile and filter errors exit 2 naming them.
+printf '# two hosts\nworker-0 slots=2\n\nworker-1 slots=3  # three\n' >"$work/hosts"
+launch --hostfile "$work/hosts" --include 'worker-1:0,2@worker-0:1' --dry-run -- true || fail "hostfile --dry-run"
+[[ "$(cut -d' ' -f1-5 "$work/out")" == "host worker-0 RANK=0 LOCAL_RANK=0 WORLD_SIZE=3
+host worker-1 RANK=1 LOCAL_RANK=0 WORLD_SIZE=3
+host worker-1 RANK=2 LOCAL_RANK=1 WORLD_SIZE=3" ]] || fail "--include should pick worker-0 slot 1 and worker-1 slots 0 and 2"
+launch --hostfile "$work/hosts" --exclude 'worker-0' --num_gpus 1 --dry-run -- true && fail "--exclude with --num_gpus was accepted"
+grep -q "cannot be combined with --num_nodes or --num_gpus" "$work/err" || fail "exclusive filters not named"
+launch --hostfile "$work/hosts" --num_nodes 1 --num_gpus 1 --dry-run -- true || fail "--num_nodes/--num_gpus"
+[[ "$(cut -d" " -f1-5 "$work/out")" == "host worker-0 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1" ]] || fail "--num_nodes 1 --num_gpus 1"
+for bad in "--include worker-9" "--include worker-1:5" "--num_procs 2"; do
+  rc=0; launch --hostfile "$work/hosts" $bad --dry-run -- true || rc=$?
+  [[ $rc -eq 2 ]] || fail "$bad should exit 2"
+done
+grep -q "mutually exclusive" "$work/err" || fail "--num_procs with --hostfile not named"
+printf 'a slots=1\na slots=2\n' >"$work/dup"
+rc=0; launch --hostfile "$work/dup" --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "hostfile $work/dup line 2: host a is listed twice" "$work/err" || fail "a duplicate host"
+: >"$work/empty"
+rc=0; launch --hostfile "$work/empty" --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "lists no hosts" "$work/err" || fail "an empty hostfile"
+rc=0; launch --hostfile "$work/hosts" -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "starting ranks on other hosts (worker-0) is not implemented yet" "$work/err" ||
+  fail "a remote host list should be refused, naming the host"
+printf 'localhost slots=2\n' >"$work/local"
+launch --hostfile "$work/local" -- sh -c 'echo "$RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_SIZE node $CROSS_RANK/$CROSS_SIZE slot $DSA_SLOT"' ||
+  fail "a localhost host list"
+grep -qx '\[rank 1\] 1/2 local 1/2 node 0/1 slot 1' "$work/out" || fail "rank 1's variables under a host list"
+echo "ok: host lists"

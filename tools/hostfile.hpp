@@ -1,0 +1,42 @@
+// The host list of a multi-host `dsactor launch`, with DeepSpeed's semantics
+// (../shared/reference/deepspeed-notes.md §11): a hostfile of `host slots=N` lines, '#'
+// comments and blank lines; the --include / --exclude filters (`NAME[:SLOT[,SLOT...]]`
+// joined by '@', e.g. `worker-0@worker-1:0,2`); --num_nodes (the first N hosts) and
+// --num_gpus (slots 0..G-1 of each). Errors name the file and line, the host or the slot.
+#pragma once
+
+#include "core/error.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsa::tools {
+
+struct host_entry {
+  std::string host;
+  int slots = 0;
+};
+
+// The hosts of `text` in file order; `path` names it in errors.
+expected<std::vector<host_entry>> parse_hostfile(const std::string& text, const std::string& path);
+// parse_hostfile of the file at `path` (an error names it when it cannot be read).
+expected<std::vector<host_entry>> read_hostfile(const std::string& path);
+
+struct host_filter {
+  std::string include, exclude; // "" when not given
+  std::optional<int> num_nodes, num_gpus;
+};
+
+// The slots a job uses on a host, in slot order.
+struct host_slots {
+  std::string host;
+  std::vector<int> slots;
+};
+
+// The selected hosts in hostfile order, hosts left without slots dropped. Errors: include
+// with exclude; either with num_nodes or num_gpus; an unknown host or slot; a malformed
+// spec; a count below 1; nothing left.
+expected<std::vector<host_slots>> select_hosts(const std::vector<host_entry>& hosts, const host_filter& filter);
+
+} // namespace dsa::tools
