@@ -12,7 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -164,12 +166,23 @@ int cmd_launch(int argc, char** argv) {
       fmt::print("{}\n", describe(spec, request.num_procs));
     return 0;
   }
-  // Starting ranks on other hosts (over ssh) is not built yet: a host list runs only when
-  // it names this host alone, as localhost.
-  if (listed && (hosts.size() > 1 || hosts.front().host != "localhost"))
-    return usage_error(fmt::format("starting ranks on other hosts ({}) is not implemented yet; --dry-run prints "
-                                   "the plan, and a hostfile naming only localhost runs here",
-                                   hosts.front().host == "localhost" ? hosts.back().host : hosts.front().host));
+  // Ranks on other hosts start over OpenSSH (localhost ones here), in this directory, with
+  // their variables and the forwarded ones (NCCL_*, UCX_*, .dsactor_env).
+  std::string ssh, cwd;
+  std::vector<std::pair<std::string, std::string>> forwarded;
+  const bool remote = listed && std::any_of(hosts.begin(), hosts.end(), [](const host_slots& h) { return h.host != "localhost"; });
+  if (remote) {
+    auto client = resolve_program("ssh");
+    if (!client) return usage_error("ranks on other hosts start over ssh: " + client.err().message);
+    ssh = *client;
+    char here[PATH_MAX];
+    if (!::getcwd(here, sizeof here)) return usage_error("cannot read the working directory");
+    cwd = here;
+    const char* home = std::getenv("HOME");
+    auto env = forwarded_environment(home ? home : "", cwd);
+    if (!env) return usage_error(env.err().message);
+    forwarded = std::move(*env);
+  }
 
   auto token = random_job_token();
   if (!token) {
@@ -197,7 +210,7 @@ int cmd_launch(int argc, char** argv) {
   }
   request.master_port = (*server)->port();
   for (const auto& spec : listed ? make_host_plan(request, hosts) : make_local_plan(request)) {
-    if (auto started = group.spawn_rank(spec); !started) {
+    if (auto started = group.spawn_rank(remote ? over_ssh(spec, ssh, cwd, forwarded) : spec); !started) {
       fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
       return 1; // the group's destructor kills the ranks already started
     }

@@ -3,11 +3,15 @@
 
 #include "io/ckpt/posix_file.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #include <fcntl.h>
 #include <unistd.h>
+
+extern char** environ;
 
 namespace dsa::tools {
 
@@ -82,6 +86,50 @@ std::string describe(const process_spec& spec, int world_size) {
   for (const auto& word : spec.argv)
     line += " " + shell_quote(word);
   return line;
+}
+
+process_spec over_ssh(const process_spec& spec, const std::string& ssh, const std::string& cwd,
+                      const std::vector<std::pair<std::string, std::string>>& forwarded) {
+  if (spec.host.empty() || spec.host == "localhost") return spec;
+  std::string remote = "cd " + shell_quote(cwd) + " && exec env";
+  for (const auto& [k, v] : forwarded) remote += " " + shell_quote(k + "=" + v);
+  for (const auto& [k, v] : spec.env) remote += " " + shell_quote(k + "=" + v);
+  for (const auto& word : spec.argv) remote += " " + shell_quote(word);
+  process_spec out = spec;
+  out.argv = {ssh, "-o", "BatchMode=yes", spec.host, remote};
+  return out;
+}
+
+expected<std::vector<std::pair<std::string, std::string>>> forwarded_environment(const std::string& home,
+                                                                                  const std::string& cwd) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto set = [&](const std::string& k, const std::string& v) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& kv) { return kv.first == k; });
+    if (it != out.end()) it->second = v;
+    else out.emplace_back(k, v);
+  };
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = kv.substr(0, eq);
+    if (name.rfind("NCCL_", 0) == 0 || name.rfind("UCX_", 0) == 0) set(name, kv.substr(eq + 1));
+  }
+  for (const std::string& dir : {home, cwd}) {
+    if (dir.empty()) continue;
+    const std::string path = dir + "/.dsactor_env";
+    std::ifstream in(path);
+    std::string line;
+    for (int n = 1; in && std::getline(in, line); ++n) {
+      const auto first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      const auto eq = line.find('=');
+      if (eq == std::string::npos || eq == first)
+        return make_error(errc::invalid_argument, "{} line {}: '{}' is not KEY=VALUE", path, n, line);
+      set(line.substr(first, eq - first), line.substr(eq + 1));
+    }
+  }
+  return out;
 }
 
 expected<std::string> random_job_token() {

@@ -47,6 +47,20 @@ std::string describe(const process_spec& spec, int world_size);
 // `word` quoted for a POSIX shell where it needs quoting (as it would be for ssh).
 std::string shell_quote(const std::string& word);
 
+// `spec` run on its host over OpenSSH: `ssh -o BatchMode=yes HOST 'cd CWD && exec env K=V...
+// PROGRAM ARGS'`, with the spec's variables and `forwarded` ones (NCCL_*, UCX_*, the
+// .dsactor_env files': forwarded_environment) set on the remote side. `ssh` is the client
+// program (resolved in PATH by the caller). A spec for localhost is returned unchanged.
+process_spec over_ssh(const process_spec& spec, const std::string& ssh, const std::string& cwd,
+                      const std::vector<std::pair<std::string, std::string>>& forwarded);
+
+// The variables a remote rank gets beyond its own: every NCCL_* and UCX_* of the
+// launcher's environment, then the KEY=VALUE lines of ~/.dsactor_env and ./.dsactor_env
+// (in that order, later ones winning; '#' comments and blank lines skipped). A malformed
+// line is an error naming the file and line.
+expected<std::vector<std::pair<std::string, std::string>>> forwarded_environment(const std::string& home,
+                                                                                  const std::string& cwd);
+
 // 32 hexadecimal characters from /dev/urandom.
 expected<std::string> random_job_token();
 

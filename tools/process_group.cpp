@@ -71,6 +71,7 @@ struct stream {
 
 struct child {
   int rank = 0;
+  std::string host; // "" for this host
   pid_t pid = -1;
   bool running = true;
   bool stopped = false; // the launcher sent it SIGTERM or SIGKILL after another's failure
@@ -224,6 +225,7 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   child& c = children_.emplace_back();
   c.rank = spec.rank;
+  c.host = spec.host;
   c.pid = pid;
   c.out.fd = std::move(out_read);
   c.out.to = 1;
@@ -328,8 +330,12 @@ void process_group::impl::reap(const std::function<void(int, const std::string&)
     if (r != c.pid)
       continue;
     c.running = false;
-    const std::string how = describe_wait_status(st);
+    std::string how = describe_wait_status(st);
     const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    // A rank started over ssh: name its host; ssh's own failures exit 255.
+    if (!c.host.empty() && c.host != "localhost")
+      how = fmt::format("on host {} {}{}", c.host, how,
+                        WIFEXITED(st) && WEXITSTATUS(st) == 255 ? " (ssh could not connect or log in, or the rank exited 255)" : "");
     if (!ok)
       say(fmt::format("rank {} {}", c.rank, how));
     if (!ok && first_failure_.empty())
