@@ -125,6 +125,11 @@ public:
   // the sum of squares. A parameter whose gradient the reducer exchanges with another
   // stage (a tied one) must be kept whole. Valid after init; fixed for the run.
   virtual std::vector<gradient_part> gradient_parts() { return {}; }
+  // Whether the reducer sums the next update's gradients over the data-parallel ranks
+  // (true, the default) or leaves each rank its own (a compressed optimizer that exchanges
+  // compressed state itself on such a step). The reducer reads it once the step is allowed,
+  // which is after the shard's previous update: thread-safe, changed only by update().
+  virtual bool sums_gradients() const { return true; }
   // Applies the update of `step` from gradient_buffers() and writes the new
   // working parameters into `out` (resized and allocated on first use).
   // Returns false when the step was skipped (parameters unchanged, e.g. an fp16 overflow).

@@ -29,13 +29,14 @@ tied_role role_of(const pipeline_plan& plan, std::uint32_t index) {
 }
 
 struct reducer_core {
-  reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts, bool summed)
+  reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts, bool summed,
+               const optimizer_compute* optimizer)
       : plan(*setup.plan), slots(setup.slots), trace(setup.trace), index(i), id(plan.reducer_id(i)),
         grads_edge(plan.grads_edges[i]), reduced_edge(plan.reduced_edges[i]),
         state(i, plan.options.stages, role_of(plan, i), plan.options.totals,
               plan.options.speculative_update && !plan.streams(i)),
         tied_index(tied),
-        kept(std::move(parts)), presummed(summed),
+        kept(std::move(parts)), presummed(summed), shard_compute(optimizer),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {
     if (setup.dp.enabled())
@@ -61,6 +62,7 @@ struct reducer_core {
   int tied_index;
   std::vector<gradient_part> kept; // the shard's gradient_parts(): empty when it keeps every gradient whole
   bool presummed = false;          // the stage's gradients arrive summed over the ranks, kept parts only
+  const optimizer_compute* shard_compute = nullptr; // asked sums_gradients() before each bucket sum
   endpoint io;
   caf::actor stage, shard;
   std::vector<caf::actor> peers; // [s]: the reducer of stage s
@@ -174,7 +176,10 @@ void start_bucket_sum(reducer_actor* self, std::uint32_t step, std::uint32_t buc
   const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge;
   const std::int64_t limit = c.bucket_elements;
   const std::string caller = c.plan.actor_name(c.id);
+  const optimizer_compute* shard = c.shard_compute;
   post_job(self, c.worker, step, [=] {
+    // A compressed optimizer's local step: each rank keeps its own gradients.
+    if (shard && !shard->sums_gradients()) return work_done{bucket_job, step, bucket, 0.0, {}, {}};
     trace_span span(trace, trace_name::allreduce, id, static_cast<std::int32_t>(index), step, bucket);
     slot_contents& tensors = slots->at({grads, bucket});
     std::uint64_t bytes = 0;
@@ -431,9 +436,9 @@ void on_done(reducer_actor* self, const work_done& d) {
 }
 
 caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint32_t index, int tied_index,
-                              std::vector<gradient_part> kept, bool presummed) {
+                              std::vector<gradient_part> kept, bool presummed, const optimizer_compute* shard) {
   self->state.plan = setup.plan;
-  self->state.core = std::make_unique<reducer_core>(setup, index, tied_index, std::move(kept), presummed);
+  self->state.core = std::make_unique<reducer_core>(setup, index, tied_index, std::move(kept), presummed, shard);
   return {
       [=](wire_atom, const caf::actor& stage, const caf::actor& shard) {
         self->state.core->stage = stage;
@@ -463,10 +468,10 @@ caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint
 } // namespace
 
 caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index,
-                         std::vector<gradient_part> kept, bool presummed) {
+                         std::vector<gradient_part> kept, bool presummed, const optimizer_compute* shard) {
   DSA_CHECK(!presummed || (!kept.empty() && !setup.plan->exchanges_tied()),
             "reducer {}: presummed gradients need kept parts and no tied exchange", index);
-  return sys.spawn(reducer_behavior, setup, index, tied_index, std::move(kept), presummed);
+  return sys.spawn(reducer_behavior, setup, index, tied_index, std::move(kept), presummed, shard);
 }
 
 } // namespace dsa::actors

@@ -24,9 +24,13 @@ namespace dsa::actors {
 // the tied parameter's part must be whole). presummed: the stage sums its gradients
 // over the ranks itself and publishes only the kept parts (stage_compute::gradients_reduced):
 // no bucket sums, and the sum of squares is this rank's parts' summed over the ranks.
+// shard: the stage's optimizer compute (borrowed, outliving the run; may be null), whose
+// sums_gradients() each bucket sum asks first: false leaves the bucket unsummed (each rank
+// keeps its own gradients for a compressed optimizer).
 // Then expects (wire_atom, stage, shard)
 // and (wire_atom, s, reducer of stage s) for every stage s.
 caf::actor spawn_reducer(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index, int tied_index,
-                         std::vector<gradient_part> kept = {}, bool presummed = false);
+                         std::vector<gradient_part> kept = {}, bool presummed = false,
+                         const optimizer_compute* shard = nullptr);
 
 } // namespace dsa::actors

@@ -94,7 +94,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
     args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));
     args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s), parts.optimizers[s]->gradient_parts(),
-                                          parts.stages[s]->gradients_reduced()));
+                                          parts.stages[s]->gradients_reduced(), &*parts.optimizers[s]));
   }
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, writer);

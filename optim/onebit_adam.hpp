@@ -4,13 +4,17 @@
 // local, and the momentum is exchanged compressed (an exchange the caller supplies, e.g.
 // net::compressed_allreduce with this rank's error buffers), then masked.
 //
-// DeepSpeed's update, kept for parity: no bias correction (its flag is ignored there too),
-// weight decay added to the update, update = m / (sqrt(v) + eps) (+ wd * p), p -= lr * update.
+// DeepSpeed's update: weight decay added to the update, update = m / (sqrt(v) + eps)
+// (+ wd * p), p -= lr * update, with no bias correction: DeepSpeed ignores its
+// bias_correction flag. Here the flag is honoured when set: m / (1 - beta1^t) and v / (1 -
+// beta2^k), k the variance updates so far (frozen with the variance); false is DeepSpeed's
+// arithmetic exactly.
 // With dummy_first_step the first call only counts the step and runs the exchange once
 // (DeepSpeed's initialization step, which discards that step's gradient).
 #pragma once
 
 #include "core/error.hpp"
+#include "optim/compressed_state.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -25,6 +29,7 @@ struct onebit_adam_params {
   float weight_decay = 0.0f;
   std::int64_t freeze_step = 100000;
   bool dummy_first_step = false;
+  bool bias_correction = false;
 };
 
 // Replaces (count) values with their compressed average over the ranks.
@@ -42,6 +47,11 @@ public:
   // exp_avg_mask: multiplies the momentum after every compressed exchange (1 keeps, 0
   // zeroes); empty: none. Its size must be numel.
   status set_mask(std::vector<float> mask);
+  // The learning rate of the next steps (a schedule's).
+  void set_lr(float lr) { p_.lr = lr; }
+  // For checkpoints; load re-derives the phase from the step count, as DeepSpeed does.
+  compressed_state save() const;
+  status load(const compressed_state& state);
 
   // One step of param (numel) with grad (numel). exchange runs once per compressed step
   // (and on a dummy first step). An error from it fails the step, leaving the parameters
@@ -52,7 +62,7 @@ private:
   onebit_adam_params p_;
   std::int64_t numel_;
   std::vector<float> m_, v_, mask_;
-  std::int64_t step_ = 0;
+  std::int64_t step_ = 0, var_steps_ = 0;
   bool frozen_ = false;
 };
 

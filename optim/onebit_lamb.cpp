@@ -37,19 +37,65 @@ status onebit_lamb::set_mask(std::vector<float> mask) {
   return {};
 }
 
+compressed_state onebit_lamb::save() const {
+  compressed_state s = moments_state(step_, m_, v_);
+  s.extra["coeff"] = coeff_;
+  s.extra["factor"] = factor_;
+  s.extra["scaling"] = scaling_;
+  s.extra["exp_avg_sq_fresh"] = v_fresh_;
+  return s;
+}
+
+status onebit_lamb::load(const compressed_state& state) {
+  DSA_TRY(check_moments(state, numel_, "1-bit LAMB"));
+  const auto get = [&](const char* name, std::size_t n, bool may_be_empty) -> expected<std::vector<float>> {
+    auto it = state.extra.find(name);
+    if (it == state.extra.end() || !(it->second.size() == n || (may_be_empty && it->second.empty())))
+      return make_error(errc::invalid_argument, "1-bit LAMB state: '{}' missing or not {} values", name, n);
+    return it->second;
+  };
+  const std::size_t tensors = sizes_.size();
+  DSA_ASSIGN_OR_RETURN(auto coeff, get("coeff", tensors, false));
+  DSA_ASSIGN_OR_RETURN(auto factor, get("factor", tensors, false));
+  DSA_ASSIGN_OR_RETURN(auto scaling, get("scaling", tensors, true));
+  DSA_ASSIGN_OR_RETURN(auto fresh, get("exp_avg_sq_fresh", static_cast<std::size_t>(numel_), true));
+  m_ = state.exp_avg;
+  v_ = state.exp_avg_sq;
+  step_ = state.step;
+  coeff_ = std::move(coeff);
+  factor_ = std::move(factor);
+  scaling_ = std::move(scaling);
+  frozen_ = step_ >= p_.freeze_step;
+  v_fresh_ = frozen_ && fresh.empty() ? v_ : std::move(fresh);
+  return {};
+}
+
+float onebit_lamb::correction1() const {
+  return p_.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(double{p_.beta1}, double(step_)))) : 1.0f;
+}
+
+float onebit_lamb::correction2() const {
+  const std::int64_t k = std::min(step_, p_.freeze_step);
+  if (!p_.bias_correction || k == 0) return 1.0f;
+  return static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{p_.beta2}, double(k))));
+}
+
 status onebit_lamb::step(float* param, const float* grad, const lamb_exchange& exchange) {
   ++step_;
   if (frozen_) return compressed(param, grad, exchange);
   warm_up(param, grad);
   if (step_ >= p_.freeze_step) {
     frozen_ = true;
-    v_fresh_ = v_; // the fresh variance starts from the frozen one
+    v_fresh_ = v_; // the fresh variance starts from the frozen one (corrected)
+    const float a2 = correction2();
+    if (a2 != 1.0f)
+      for (float& x : v_fresh_) x *= a2 * a2;
   }
   return {};
 }
 
 void onebit_lamb::warm_up(float* param, const float* grad) {
-  const float b1 = p_.beta1, b2 = p_.beta2;
+  const float b1 = p_.beta1, b2 = p_.beta2, a1 = correction1(), a2 = correction2();
   std::vector<float> u;
   for (std::size_t t = 0; t < sizes_.size(); ++t) {
     const std::int64_t off = offsets_[t], n = sizes_[t];
@@ -59,7 +105,7 @@ void onebit_lamb::warm_up(float* param, const float* grad) {
       const float g = grad[off + i];
       m_[k] = b1 * m_[k] + (1.0f - b1) * g;
       v_[k] = b2 * v_[k] + (1.0f - b2) * g * g;
-      u[static_cast<std::size_t>(i)] = m_[k] / (std::sqrt(v_[k]) + p_.eps) + p_.weight_decay * param[off + i];
+      u[static_cast<std::size_t>(i)] = a1 * m_[k] / (std::sqrt(v_[k]) * a2 + p_.eps) + p_.weight_decay * param[off + i];
     }
     const double pn = norm(param + off, n), un = norm(u.data(), n);
     float c = 1.0f;
@@ -70,7 +116,7 @@ void onebit_lamb::warm_up(float* param, const float* grad) {
 }
 
 status onebit_lamb::compressed(float* param, const float* grad, const lamb_exchange& exchange) {
-  const float b1 = p_.beta1, b2 = p_.beta2;
+  const float b1 = p_.beta1, b2 = p_.beta2, a1 = correction1(), a2 = correction2();
   const std::size_t tensors = sizes_.size();
   if (scaling_.empty()) { // the first compressed step fixes each tensor's scaling
     std::vector<double> rms(tensors);
@@ -101,8 +147,8 @@ status onebit_lamb::compressed(float* param, const float* grad, const lamb_excha
       if (!mask_.empty()) m_[k] *= mask_[k];
       const float g = (m_[k] - b1 * previous[k]) / (1.0f - b1); // the averaged gradient it implies
       v_fresh_[k] = b2 * v_fresh_[k] + (1.0f - b2) * g * g;
-      const float den = std::sqrt(v_[k]) + p_.eps;
-      u0[static_cast<std::size_t>(i)] = m_[k] / den;
+      const float den = std::sqrt(v_[k]) * a2 + p_.eps;
+      u0[static_cast<std::size_t>(i)] = a1 * m_[k] / den;
       u[static_cast<std::size_t>(i)] = u0[static_cast<std::size_t>(i)] + p_.weight_decay * param[off + i];
       f = std::max(f, den / (std::sqrt(v_fresh_[k]) + p_.eps));
     }

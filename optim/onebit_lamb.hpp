@@ -1,6 +1,8 @@
 // 1-bit LAMB (DeepSpeed's OnebitLamb; ../shared/reference/deepspeed-notes.md §6.5) on one
 // rank's parameters, given as tensors laid end to end in one flat f32 buffer. Warm-up:
-// LAMB on gradients the caller averaged over the ranks (no bias correction), each
+// LAMB on gradients the caller averaged over the ranks (no bias correction, as DeepSpeed,
+// unless bias_correction asks for it: m / (1 - beta1^t), v / (1 - beta2^k) with k the
+// warm-up steps, the fresh variance starting from the corrected one), each
 // tensor's trust coefficient clamped to [min_coeff, max_coeff] and averaged into a frozen
 // coefficient with coeff_beta. From freeze_step on: the variance frozen, each tensor's
 // momentum scaled to a common RMS (scalings fixed at the first compressed step) and ONE
@@ -10,6 +12,7 @@
 #pragma once
 
 #include "core/error.hpp"
+#include "optim/compressed_state.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -26,6 +29,7 @@ struct onebit_lamb_params {
   float max_coeff = 10.0f, min_coeff = 0.01f;
   float coeff_beta = 0.9f;
   float factor_max = 4.0f, factor_min = 0.5f, factor_threshold = 0.1f;
+  bool bias_correction = false;
 };
 
 // Replaces (count) values with their compressed average over the ranks.
@@ -44,6 +48,11 @@ public:
   const std::vector<float>& frozen_coefficients() const { return coeff_; } // per tensor
   const std::vector<float>& last_factors() const { return factor_; }       // per tensor
   status set_mask(std::vector<float> mask);
+  void set_lr(float lr) { p_.lr = lr; }
+  // For checkpoints: extra "coeff" (the frozen coefficients), "factor", "scaling" (empty
+  // before the first compressed step) and "exp_avg_sq_fresh" (empty while warming up).
+  compressed_state save() const;
+  status load(const compressed_state& state);
 
   status step(float* param, const float* grad, const lamb_exchange& exchange);
 
@@ -58,6 +67,8 @@ private:
   std::vector<float> coeff_, factor_, scaling_; // per tensor
   std::int64_t step_ = 0;
   bool frozen_ = false;
+  float correction1() const; // 1 / (1 - beta1^step), or 1
+  float correction2() const; // 1 / sqrt(1 - beta2^warm-up steps), or 1
 };
 
 } // namespace dsa::optim

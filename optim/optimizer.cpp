@@ -55,6 +55,10 @@ std::vector<param_group> bert_param_groups(std::vector<param_slot> params, doubl
 }
 
 expected<optimizer> optimizer::create(const optimizer_config& cfg, std::vector<param_group> groups) {
+  if (cfg.compressed())
+    return make_error(errc::invalid_argument,
+                      "the compressed optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb) run in the runtime's shard, "
+                      "not over parameter groups");
   std::set<std::string> names;
   std::int64_t largest = 0;
   for (auto& g : groups)

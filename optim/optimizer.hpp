@@ -17,7 +17,19 @@
 
 namespace dsa::optim {
 
-enum class optimizer_type : std::uint8_t { adam, adamw, lamb };
+// onebit_adam, zeroone_adam, onebit_lamb: DeepSpeed's OneBitAdam, ZeroOneAdam and OneBitLamb
+// (optim/onebit_adam.hpp, zeroone_adam.hpp, onebit_lamb.hpp), which the runtime's shard runs
+// itself (actors/train/compressed_shard.hpp); optimizer::create refuses them.
+enum class optimizer_type : std::uint8_t { adam, adamw, lamb, onebit_adam, zeroone_adam, onebit_lamb };
+
+// DeepSpeed's name of the type ("Adam", "AdamW", "Lamb", "OneBitAdam", ...).
+const char* optimizer_name(optimizer_type type);
+
+// Whether `type` exchanges compressed state itself (1-bit Adam, 0/1 Adam, 1-bit LAMB).
+inline bool compressed_type(optimizer_type type) {
+  return type == optimizer_type::onebit_adam || type == optimizer_type::zeroone_adam ||
+         type == optimizer_type::onebit_lamb;
+}
 
 // DeepSpeed's "optimizer" section. Quirk kept: type "Adam" with adam_w_mode true (the default)
 // is AdamW (decoupled decay); type "AdamW" is always decoupled; adam_w_mode false gives L2.
@@ -32,12 +44,27 @@ struct optimizer_config {
   bool adam_w_mode = true; // Adam only
   double max_coeff = 10.0; // Lamb only
   double min_coeff = 0.01; // Lamb only
+  // The compressed optimizers' schedules and LAMB factors (DeepSpeed's names and defaults).
+  std::int64_t freeze_step = 100000;        // OneBitAdam, OneBitLamb
+  std::int64_t var_freeze_step = 100000;    // ZeroOneAdam
+  std::int64_t var_update_scaler = 16;      // ZeroOneAdam
+  std::int64_t local_step_scaler = 32678;   // ZeroOneAdam
+  std::int64_t local_step_clipper = 16;     // ZeroOneAdam
+  double coeff_beta = 0.9;                  // OneBitLamb
+  double factor_max = 4.0, factor_min = 0.5, factor_threshold = 0.1; // OneBitLamb
 
   bool decoupled_decay() const { return type == optimizer_type::adamw || adam_w_mode; }
+  bool compressed() const { return compressed_type(type); }
+  bool lamb_like() const { return type == optimizer_type::lamb || type == optimizer_type::onebit_lamb; }
 };
 
 // Parses cfg[key] = {type, params{lr, betas, eps, weight_decay, bias_correction, adam_w_mode,
-// max_coeff, min_coeff}}; type is matched case-insensitively as DeepSpeed does. Every
+// max_coeff, min_coeff}}; type is matched case-insensitively as DeepSpeed does. The
+// compressed types take freeze_step (OneBitAdam, OneBitLamb), var_freeze_step,
+// var_update_scaler, local_step_scaler, local_step_clipper (ZeroOneAdam), coeff_beta,
+// factor_max, factor_min, factor_threshold, max_coeff, min_coeff (OneBitLamb), and accept
+// DeepSpeed's cuda_aware and comm_backend_name, which dsactor's transport makes moot
+// (bias_correction is accepted and, as in DeepSpeed, not applied by them). Every
 // problem (naming the key; keys not valid for the type are unknown; an unknown type lists
 // the known ones) is recorded in `problems` and the value keeps its default.
 optimizer_config read_optimizer_config(const config& cfg, config_problems& problems,

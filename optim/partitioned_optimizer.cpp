@@ -119,6 +119,9 @@ expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optim
                                                                      std::uint32_t rank,
                                                                      std::unique_ptr<chunked_state> store,
                                                                      std::int64_t step) {
+  if (cfg.compressed())
+    return make_error(errc::invalid_argument,
+                      "partitioned optimizer: the compressed optimizers do not run over a partition");
   if (cfg.type == optimizer_type::lamb && layout.alignment() % cpu::lamb_norm_block != 0)
     return make_error(errc::invalid_argument,
                       "partitioned optimizer: LAMB needs the flat layout's alignment to be a multiple of {} elements "

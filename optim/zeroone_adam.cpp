@@ -23,6 +23,42 @@ status zeroone_adam::set_mask(std::vector<float> mask) {
   return {};
 }
 
+compressed_state zeroone_adam::save() const { return moments_state(step_, m_, v_); }
+
+status zeroone_adam::load(const compressed_state& state) {
+  DSA_TRY(check_moments(state, numel_, "0/1 Adam"));
+  m_ = state.exp_avg;
+  v_ = state.exp_avg_sq;
+  step_ = state.step;
+  var_interval_ = 1, var_counter_ = 0, var_updates_ = 0, local_interval_ = 1, local_counter_ = 0;
+  for (std::int64_t k = 1; k <= step_; ++k) { // the schedule, as step() advances it
+    if (k <= p_.var_freeze_step) {
+      if (k % var_interval_ == 0) ++var_updates_;
+      if (k % var_interval_ == 0 && ++var_counter_ == p_.var_update_scaler) {
+        var_counter_ = 0;
+        var_interval_ *= 2;
+      }
+    } else if (++local_counter_ == p_.local_step_scaler) {
+      local_counter_ = 0;
+      local_interval_ = std::min(p_.local_step_clipper, 2 * local_interval_);
+    }
+  }
+  std::fill(u_.begin(), u_.end(), 0.0f);
+  anchor_.clear();
+  lrs_ = 0;
+  errors_reset_ = step_ > p_.var_freeze_step; // the caller's error buffers start at zero
+  return {};
+}
+
+float zeroone_adam::correction1() const {
+  return p_.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(double{p_.beta1}, double(step_)))) : 1.0f;
+}
+
+float zeroone_adam::correction2() const {
+  if (!p_.bias_correction || var_updates_ == 0) return 1.0f;
+  return static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{p_.beta2}, double(var_updates_))));
+}
+
 bool zeroone_adam::full_gradient_next() const {
   const std::int64_t next = step_ + 1;
   return next <= p_.var_freeze_step && next % var_interval_ == 0;
@@ -40,6 +76,7 @@ expected<bool> zeroone_adam::step(float* param, const float* grad, const compres
   if (step_ <= p_.var_freeze_step) {
     const bool full = step_ % var_interval_ == 0;
     if (full) {
+      ++var_updates_;
       for (std::int64_t i = 0; i < numel_; ++i) {
         const float g = grad[i];
         v_[at(i)] = b2 * v_[at(i)] + c2 * g * g;
@@ -51,8 +88,9 @@ expected<bool> zeroone_adam::step(float* param, const float* grad, const compres
       masked(g.data());
       for (std::int64_t i = 0; i < numel_; ++i) m_[at(i)] = b1 * m_[at(i)] + c1 * g[at(i)];
     }
+    const float a1 = correction1(), a2 = correction2();
     for (std::int64_t i = 0; i < numel_; ++i) {
-      float update = m_[at(i)] / (std::sqrt(v_[at(i)]) + p_.eps);
+      float update = a1 * m_[at(i)] / (std::sqrt(v_[at(i)]) * a2 + p_.eps);
       if (p_.weight_decay > 0) update += p_.weight_decay * param[i];
       param[i] -= p_.lr * update;
     }
@@ -66,8 +104,9 @@ expected<bool> zeroone_adam::step(float* param, const float* grad, const compres
   if (anchor_.empty()) anchor_.assign(param, param + numel_); // the ranks' common point
   for (std::int64_t i = 0; i < numel_; ++i) m_[at(i)] = b1 * m_[at(i)] + c1 * grad[i];
   lrs_ += p_.lr;
+  const float a1 = correction1(), a2 = correction2();
   for (std::int64_t i = 0; i < numel_; ++i) {
-    float update = m_[at(i)] / (std::sqrt(v_[at(i)]) + p_.eps);
+    float update = a1 * m_[at(i)] / (std::sqrt(v_[at(i)]) * a2 + p_.eps);
     if (p_.weight_decay > 0) update += p_.weight_decay * param[i];
     const float delta = p_.lr * update;
     param[i] -= delta;
@@ -75,15 +114,15 @@ expected<bool> zeroone_adam::step(float* param, const float* grad, const compres
   }
   bool synced = false;
   if (step_ % local_interval_ == 0) {
-    for (std::int64_t i = 0; i < numel_; ++i) u_[at(i)] *= std::sqrt(v_[at(i)]) + p_.eps; // in momentum units
+    for (std::int64_t i = 0; i < numel_; ++i) u_[at(i)] *= std::sqrt(v_[at(i)]) * a2 + p_.eps; // in momentum units
     DSA_TRY(exchange(u_.data(), numel_, !errors_reset_));
     errors_reset_ = true;
     masked(u_.data());
     for (std::int64_t i = 0; i < numel_; ++i) {
-      m_[at(i)] = -u_[at(i)] / lrs_;
+      m_[at(i)] = -u_[at(i)] / (lrs_ * a1);
       // Back to the last synchronised point, exactly (DeepSpeed adds -u, which rounds
       // differently on every rank), then the agreed move.
-      param[i] = anchor_[at(i)] + u_[at(i)] / (std::sqrt(v_[at(i)]) + p_.eps);
+      param[i] = anchor_[at(i)] + u_[at(i)] / (std::sqrt(v_[at(i)]) * a2 + p_.eps);
       anchor_[at(i)] = param[i];
       u_[at(i)] = 0;
     }

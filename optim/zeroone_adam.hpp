@@ -9,7 +9,9 @@
 // compressed, rebuild the momentum as the lr-weighted average move and apply it together;
 // the interval doubles every local_step_scaler steps up to local_step_clipper.
 //
-// As DeepSpeed: no bias correction, weight decay inside the update, and the exchange's
+// As DeepSpeed: weight decay inside the update, no bias correction unless bias_correction
+// (which DeepSpeed ignores) asks for it here: m / (1 - beta1^t), v / (1 - beta2^k) with k the
+// variance updates so far (the rebuilt momentum divided by the same factor), and the exchange's
 // error buffers zeroed once on entering phase B (they held gradients, then hold u). Unlike
 // DeepSpeed, a synchronisation restores the parameters from a copy taken at the previous
 // one instead of subtracting the accumulated move (which rounds differently on each rank),
@@ -17,6 +19,7 @@
 #pragma once
 
 #include "core/error.hpp"
+#include "optim/compressed_state.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -33,6 +36,7 @@ struct zeroone_adam_params {
   std::int64_t var_update_scaler = 16;   // κ
   std::int64_t local_step_scaler = 32678;
   std::int64_t local_step_clipper = 16;  // H
+  bool bias_correction = false;
 };
 
 // Replaces (count) values with their compressed average over the ranks; reset_errors: zero
@@ -53,6 +57,11 @@ public:
   const std::vector<float>& exp_avg_sq() const { return v_; }
   // exp_avg_mask (empty: none; else numel values multiplying every exchanged tensor).
   status set_mask(std::vector<float> mask);
+  void set_lr(float lr) { p_.lr = lr; }
+  // For checkpoints; load replays the schedule's intervals and counters up to the step
+  // count and starts the momentum accumulator, anchor and learning-rate sum afresh.
+  compressed_state save() const;
+  status load(const compressed_state& state);
 
   // One step; returns whether it synchronised the ranks (a full-gradient or compressed
   // exchange in phase A, a sync in phase B): after such a step every rank holds the same
@@ -68,7 +77,9 @@ private:
   std::vector<float> anchor_; // phase B: the parameters at the last synchronisation
   float lrs_ = 0;
   std::int64_t step_ = 0;
-  std::int64_t var_interval_ = 1, var_counter_ = 0;
+  std::int64_t var_interval_ = 1, var_counter_ = 0, var_updates_ = 0;
+  float correction1() const; // 1 / (1 - beta1^step), or 1
+  float correction2() const; // 1 / sqrt(1 - beta2^var_updates), or 1
   std::int64_t local_interval_ = 1, local_counter_ = 0;
   bool errors_reset_ = false;
 };

@@ -26,6 +26,7 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
             options_.participant, initial.size(), specs.size());
   if (options_.zero_ranks > 1 || options_.offload || options_.partition_parameters) return init_partitioned(initial);
+  if (options_.optimizer.compressed()) return init_compressed(initial);
   dtype half = working_dtype(options_.working);
   slots_.clear();
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -51,6 +52,39 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   if (options_.resume_state) {
     auto loaded = opt_->load_state(*options_.resume_state);
     if (!loaded) throw std::runtime_error(loaded.err().message);
+  }
+}
+
+void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
+  const auto& specs = options_.specs;
+  std::vector<tensor> start = initial;
+  if (!options_.resume_masters.empty())
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      auto resumed = options_.resume_masters.find(specs[i].name);
+      if (resumed == options_.resume_masters.end())
+        throw std::runtime_error("checkpoint has no master weights for " + specs[i].name);
+      start[i] = resumed->second;
+    }
+  compressed_shard_options o;
+  o.optimizer = options_.optimizer;
+  o.specs = specs;
+  o.peers = options_.peers;
+  o.logger = options_.logger;
+  o.caller = shard_name();
+  o.mask_positions_from = options_.mask_positions_from;
+  comp_ = std::make_unique<compressed_shard>(std::move(o), start);
+  if (options_.resume_state)
+    if (auto loaded = comp_->load_state(options_.resume_state->tensors, options_.resume_state->step); !loaded)
+      throw std::runtime_error(loaded.err().message);
+  const dtype half = working_dtype(options_.working);
+  slots_.clear();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    optim::param_slot s;
+    s.name = specs[i].name;
+    s.param = comp_->params()[i];
+    s.grad = comp_->grads()[i];
+    if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
+    slots_.push_back(s);
   }
 }
 
@@ -183,7 +217,9 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   if (options_.fail_step >= 0 && step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_optimizer_step)");
   const step_decision would = options_.decider->assume(); // what a stream of the step assumes
-  const step_decision d = options_.decider->decide(step, totals);
+  // A compressed optimizer's local step: the rank's own norms, an overflow anywhere skips everywhere.
+  const step_decision d =
+      options_.decider->decide(step, comp_ && comp_->local_next() ? comp_->local_totals(totals) : totals);
   last_differed_ = !step_decider::same_update(would, d);
   const bool speculated = speculated_step_ && *speculated_step_ == step;
   DSA_CHECK(!speculated_step_ || speculated, "optimizer shard {}: update of step {} after speculating on step {}",
@@ -211,6 +247,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
 }
 
 bool bert_optimizer::speculate(std::uint32_t step) {
+  if (comp_) return false; // its exchanges cannot be taken back
   auto started = std::chrono::steady_clock::now();
   assumed_ = options_.decider->assume();
   back_up();
@@ -232,6 +269,14 @@ void bert_optimizer::advance(std::uint32_t step, const step_decision& d) {
     return;
   }
   if (d.skip) return;
+  if (comp_) {
+    if (auto s = comp_->step(d.lr, d.grad_scale); !s)
+      throw std::runtime_error(fmt::format("{} of stage {}: {}", optim::optimizer_name(options_.optimizer.type),
+                                           options_.participant, s.err().message));
+    for (auto& s : slots_)
+      if (s.half_copy.defined()) cast_into(s.half_copy, s.param, s.half_copy.type());
+    return;
+  }
   for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
   opt_->set_lr(d.lr);
   if (d.set_betas) opt_->set_betas(d.beta1, d.beta2);
@@ -481,6 +526,7 @@ shard_bytes bert_optimizer::held_bytes() const {
     if (s.half_copy.defined()) b.half_masters += static_cast<std::int64_t>(s.half_copy.nbytes());
   }
   // The moments live in the optimizer's own slots (it allocates them).
+  if (comp_) b.moments = 2 * b.masters;
   if (opt_)
     for (const auto& g : opt_->groups())
       for (const auto& s : g.params) b.moments += static_cast<std::int64_t>(s.m.nbytes() + s.v.nbytes());

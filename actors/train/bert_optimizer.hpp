@@ -7,6 +7,7 @@
 #pragma once
 
 #include "actors/compute.hpp"
+#include "actors/train/compressed_shard.hpp"
 #include "actors/train/param_fetcher.hpp"
 #include "actors/train/precision.hpp"
 #include "actors/train/step_decider.hpp"
@@ -97,6 +98,10 @@ struct bert_optimizer_options {
   // embedding, first and last stage of several): its gradients are not final bucket by
   // bucket, so the update does not stream.
   bool exchanges_tied = false;
+  // The compressed optimizers (optimizer.type OneBitAdam, ZeroOneAdam, OneBitLamb; ZeRO
+  // stage 0 only): `peers` is the shard's channel for their exchanges, and
+  // position-embedding rows from mask_positions_from on are masked (compressed_shard.hpp).
+  std::int64_t mask_positions_from = -1;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -126,6 +131,8 @@ public:
   void init(const std::vector<tensor>& initial) override;
   std::vector<tensor> gradient_buffers() override;
   std::vector<actors::gradient_part> gradient_parts() override;
+  // False on the steps a compressed optimizer keeps its gradients local.
+  bool sums_gradients() const override { return !comp_ || !comp_->local_next(); }
   bool update(std::uint32_t step, const actors::grad_totals& totals, std::vector<tensor>& out) override;
   // Steps assuming no clipping and no overflow (step_decider::assume) after copying the
   // masters, moments, gradients and step count it changes; update() keeps it when the
@@ -159,7 +166,8 @@ public:
   void trace_attach(actors::trace_recorder* trace, std::uint32_t actor, std::int32_t stage) override;
   void trace_detach() override;
 
-  const optim::optimizer& inner() const { return *opt_; }
+  // The compressed optimizer's traffic (null for the others).
+  const compressed_traffic* traffic() const { return comp_ ? &comp_->traffic() : nullptr; }
   const step_decider& decider() const { return *options_.decider; }
   // The decision of the last update (read between steps, when the shard is idle).
   const step_decision& last_decision() const { return last_; }
@@ -221,6 +229,8 @@ private:
   bert_optimizer_options options_;
   std::vector<optim::param_slot> slots_; // in stage order (views shared with the groups)
   std::optional<optim::optimizer> opt_;
+  std::unique_ptr<compressed_shard> comp_; // the compressed optimizers, instead of opt_
+  void init_compressed(const std::vector<tensor>& initial);
   step_decision last_;
   std::int64_t version_bytes_ = 0; // the tensors write_working allocated
   // ZeRO stages 1 and 2.

@@ -149,7 +149,13 @@ state_payload bert_optimizer::payload() const {
             options_.participant);
   state_payload p;
   for (const auto& s : slots_) p["master." + s.name] = s.param; // views: no copy of the shard's state
-  optim::optimizer_state st = opt_->state_views();
+  optim::optimizer_state st;
+  if (comp_) {
+    st.tensors = comp_->state_tensors(); // copies: the moments live in the optimizers' vectors
+    st.step = comp_->step_count();
+  } else {
+    st = opt_->state_views();
+  }
   for (auto& [name, t] : st.tensors) p[name] = std::move(t);
   tensor count = tensor::empty({1}, dtype::i64);
   count.data<std::int64_t>()[0] = st.step;

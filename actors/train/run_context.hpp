@@ -30,6 +30,9 @@ struct run_context {
   std::vector<std::unique_ptr<bert_stage>> stages;
   std::uint32_t first_step = 0;
   std::uint32_t last_step = 0; // inclusive
+  // The data's sequence length: position-embedding rows from here on get no gradient
+  // (the compressed optimizers mask their momentum); -1 before the data is opened.
+  std::int64_t seq_length = -1;
   int rank = 0;                // data-parallel rank (only rank 0 reports, saves and evaluates)
   // Facts for the trace's info frame (run_options::trace_facts): under a launcher, where the
   // rendezvous server's clock stands against this process's (trace_clock.hpp).

@@ -87,6 +87,7 @@ status make_provider(run_context& ctx) {
     if (ctx.rank == 0)
       log_info("data: {} pre-training shard(s), {} sequences of {} tokens per epoch", shards.size(),
              reader.instances_per_epoch(), reader.layout().seq_length);
+    ctx.seq_length = reader.layout().seq_length;
     ctx.provider = std::make_unique<pretrain_provider>(std::move(reader));
     return {};
   }
@@ -105,6 +106,7 @@ status make_provider(run_context& ctx) {
            d.train_file, examples.examples.size() + static_cast<std::size_t>(examples.skipped), features.size(),
            examples.moved, examples.skipped, examples.not_found, examples.skipped - examples.not_found);
   if (features.empty()) return make_error(errc::config, "{}: no training features", d.train_file);
+  ctx.seq_length = d.max_seq_length;
   ctx.provider = std::make_unique<squad_provider>(std::move(features), ctx.rc.seed);
   return {};
 }
@@ -355,6 +357,13 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     o.decider = std::move(start.deciders[s]);
     if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
     o.update_ns = &ctx.shared.optimizer_ns;
+    if (rc.optimizer.compressed()) {
+      // 1-bit Adam, 0/1 Adam, 1-bit LAMB: their compressed exchanges on the shard's channel.
+      if (rc.batch.data_parallel_size > 1)
+        o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
+      o.logger = comms;
+      o.mask_positions_from = ctx.seq_length;
+    }
     if (zero) {
       o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
       o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);

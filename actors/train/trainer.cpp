@@ -8,6 +8,7 @@
 #include "actors/trace/chrome_export.hpp"
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/train/bert_optimizer.hpp"
+#include "actors/train/communication_report.hpp"
 #include "actors/train/bert_stage.hpp"
 #include "actors/train/deepspeed_json.hpp"
 #include "actors/train/feed_source.hpp"
@@ -228,6 +229,7 @@ int run_training(const run_request& req) {
     c->tokenizer = ctx.tokenizer;
     c->provider = ctx.provider->clone();
     c->last_step = ctx.last_step;
+    c->seq_length = ctx.seq_length;
     c->rank = ctx.rank + r;
     auto st = prepare_rank(*c);
     if (!st) return fail(st.err());
@@ -443,6 +445,16 @@ int run_training(const run_request& req) {
                rc.overlap_comm ? "" : " (overlap_comm is off)");
     log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
              runs[0].shards.front()->decider().skipped());
+    if (lead && world > 1) { // the bytes on the wire, against fp16 allreduce (communication_report.hpp)
+      std::int64_t parameters = 0;
+      for (std::uint32_t s = 0; s < rc.stages; ++s)
+        for (const auto& spec : bert::parameter_specs(rc.model, ctx.ranges[s])) parameters += shape_numel(spec.shape);
+      const auto figures = communication_of(optim::optimizer_name(rc.optimizer.type), world,
+                                            static_cast<std::int64_t>(result.losses.size()), shard_views, parameters,
+                                            transport_of(0)->bytes_sent());
+      log_info("{}", describe(figures));
+      if (auto w = write_communication(rc.run_dir, figures); !w) log_warn("communication.json: {}", w.err().message);
+    }
     if (global && rc.stages > 1 && lead) { // the shards of every rank speculate alike: rank 0's
       std::int64_t speculated = 0, rolled_back = 0;
       for (const auto& shard : runs[0].shards) {

@@ -282,7 +282,7 @@ bias_correction = false
            bad_case{"[optimizer]\ntype = \"Lamb\"\n[optimizer.params]\nadam_w_mode = true\n",
                     "optimizer.params.adam_w_mode", "unknown key"},
            bad_case{"[optimizer]\ntype = \"SGD\"\n", "optimizer.type",
-                    "unknown optimizer \"SGD\" (known: Adam, AdamW, Lamb)"},
+                    "unknown optimizer \"SGD\" (known: Adam, AdamW, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)"},
            bad_case{"[optimizer]\n[optimizer.params]\nlr = 1e-3\n", "optimizer.type", "missing"},
            bad_case{"[optimizer]\ntype = \"Adam\"\n[optimizer.params]\neps = 0.0\n",
                     "optimizer.params.eps", "> 0"},

@@ -115,7 +115,7 @@ TEST_CASE("problems from the DeepSpeed JSON and --set flags name where the key c
              "'gradient_accumulation_steps'?)",
       "--set pipeline.stagez=2: key 'pipeline.stagez': unknown key (did you mean 'stages'?)",
       "--set optimizer.type=\"SGD\": key 'optimizer.type': unknown optimizer \"SGD\" (known: Adam, "
-      "AdamW, Lamb)",
+      "AdamW, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)",
   };
   CHECK(problem_lines(rc.err().message) == expected);
 }

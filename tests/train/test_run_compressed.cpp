@@ -1,0 +1,139 @@
+// 1-bit Adam, 0/1 Adam and 1-bit LAMB in `dsactor run` (optimizer.type OneBitAdam,
+// ZeroOneAdam, OneBitLamb): the warm-up on R ranks is the one-rank run with the same global
+// batch; after it the reducers leave the gradients local and the shards exchange 1-bit
+// compressed state; checkpoints resume the optimizers' state; bad settings are named.
+#include "tests/support/compare.hpp"
+#include "tests/train/train_fixture.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+using namespace dsa;
+
+namespace {
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+ckpt::named_tensors final_model(const test::temp_dir& dir, const char* step = "latest") {
+  return test::load_run_checkpoint(dir.path() + "/ckpt", step).groups.at("model");
+}
+
+ckpt::named_tensors train(const std::vector<std::string>& overrides) {
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "c", test::tiny_config(dir.path()), overrides) == 0);
+  return final_model(dir);
+}
+
+std::string read_log(const test::temp_dir& dir) {
+  std::ifstream in(dir.path() + "/run/train.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void check_close(const ckpt::named_tensors& got, const ckpt::named_tensors& want, const test::tolerance& tolerance) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, t] : want) {
+    INFO(name);
+    REQUIRE(got.count(name) == 1);
+    DSA_CHECK_CLOSE(got.at(name).data<float>(), t.data<float>(), t.numel(), tolerance);
+  }
+}
+
+void check_equal(const ckpt::named_tensors& got, const ckpt::named_tensors& want) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, t] : want) {
+    INFO(name);
+    REQUIRE(got.count(name) == 1);
+    CHECK(got.at(name).nbytes() == t.nbytes());
+    CHECK(std::memcmp(got.at(name).raw_data(), t.raw_data(), t.nbytes()) == 0);
+  }
+}
+
+const std::vector<std::vector<std::string>> optimizers = {
+    {"optimizer.type=\"OneBitAdam\"", "optimizer.params.freeze_step=2"},
+    {"optimizer.type=\"ZeroOneAdam\"", "optimizer.params.var_freeze_step=2", "optimizer.params.var_update_scaler=1"},
+    {"optimizer.type=\"OneBitLamb\"", "optimizer.params.freeze_step=2"},
+};
+
+} // namespace
+
+TEST_CASE("compressed optimizers warming up on 2 and 4 ranks equal one rank with the same global batch") {
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    CAPTURE(type);
+    // The 5 steps stay in the warm-up: gradients averaged in full precision as for Adam.
+    const std::string t = type;
+    const std::vector<std::string> keep{fmt::format("optimizer.type=\"{}\"", type),
+                                        t == "ZeroOneAdam" ? "optimizer.params.var_freeze_step=100"
+                                                           : "optimizer.params.freeze_step=100"};
+    auto one = train(keep);
+    for (int ranks : {2, 4}) {
+      CAPTURE(ranks);
+      check_close(train(with(keep, {fmt::format("devices.ranks={}", ranks)})), one, test::layout_equivalence);
+    }
+  }
+}
+
+TEST_CASE("compressed phase: the reducers leave gradients local, each shard exchanges 1-bit momentum") {
+  for (const auto& o : optimizers) {
+    CAPTURE(o.front());
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), "c", test::tiny_config(dir.path()),
+                             with(o, {"devices.ranks=2", "train_steps=6", "comms_logger.enabled=true", "comms_logger.debug=true"})) == 0);
+    const std::string log = read_log(dir);
+    const auto at = log.find("comms_logger summary");
+    REQUIRE(at != std::string::npos);
+    const std::string table = log.substr(at);
+    INFO(table);
+    // Two warm-up steps summed by the reducer; after them no gradient allreduce, but the
+    // shard's compressed exchanges.
+    CHECK(table.find("reducer 0 of rank 0 x2") != std::string::npos);
+    CHECK(table.find("compressed_all_reduce") != std::string::npos);
+    CHECK(log.find("compressed communication:") != std::string::npos);
+    // The model learns something and stays finite.
+    auto model = final_model(dir);
+    for (const auto& [name, t] : model) {
+      INFO(name);
+      const float* p = t.data<float>();
+      for (std::int64_t i = 0; i < t.numel(); ++i) REQUIRE(std::isfinite(p[i]));
+    }
+  }
+}
+
+TEST_CASE("compressed optimizers resume from a checkpoint as the uninterrupted run (one rank: no error buffers)") {
+  // One rank exchanges nothing, so a resumed run must continue bit for bit: the moments,
+  // step count, LAMB's coefficients, scalings, factors and fresh variance all restored.
+  for (const auto& o : optimizers) {
+    CAPTURE(o.front());
+    test::temp_dir full, part;
+    REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), with(o, {"train_steps=6"})) == 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(o, {"train_steps=4"})) == 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(o, {"train_steps=6"}),
+                             /*resume=*/true) == 0);
+    check_equal(final_model(part, "6"), final_model(full, "6"));
+  }
+}
+
+TEST_CASE("compressed optimizers: their settings are checked, and ZeRO or offload with them refused by key") {
+  test::temp_dir dir;
+  const auto run = [&](const std::vector<std::string>& o) {
+    return test::run_config(dir.path(), "bad", test::tiny_config(dir.path()), o);
+  };
+  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.freeze_steps=3"}) == 2);    // misspelt
+  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.amsgrad=true"}) == 2);
+  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.adam_w_mode=true"}) == 2);  // not its key
+  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "optimizer.params.local_step_clipper=0"}) == 2);
+  CHECK(run({"optimizer.type=\"OneBitLamb\"", "optimizer.params.factor_min=5.0"}) == 2);
+  CHECK(run({"optimizer.type=\"OneBitAdam\"", "devices.ranks=2", "zero_optimization.stage=1"}) == 2);
+  // DeepSpeed's backend keys are accepted.
+  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.comm_backend_name=\"nccl\"",
+             "optimizer.params.cuda_aware=false", "train_steps=1"}) == 0);
+}
