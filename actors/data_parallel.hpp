@@ -49,6 +49,9 @@ struct data_parallel_options {
   bool overlap = false;
   // comms_logger: times every collective the run issues (borrowed; may be null).
   net::comms_logger* logger = nullptr;
+  // The gradient allreduce of ranks on one host through memory they share (else over the
+  // transport); net::collective_options::shared_memory.
+  bool shared_memory = true;
 
   bool enabled() const { return size > 1; }
 };

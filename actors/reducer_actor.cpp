@@ -28,6 +28,12 @@ tied_role role_of(const pipeline_plan& plan, std::uint32_t index) {
   return tied_role::none;
 }
 
+net::collective_options collectives(const data_parallel_options& dp) {
+  net::collective_options o;
+  o.shared_memory = dp.shared_memory;
+  return o;
+}
+
 struct reducer_core {
   reducer_core(const actor_setup& setup, std::uint32_t i, int tied, std::vector<gradient_part> parts, bool summed,
                const optimizer_compute* optimizer)
@@ -40,8 +46,7 @@ struct reducer_core {
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {
     if (setup.dp.enabled())
-      replicas = std::make_shared<net::communicator>(*setup.dp.transport, net::collective_options{},
-                                                     reducer_channel(i));
+      replicas = std::make_shared<net::communicator>(*setup.dp.transport, collectives(setup.dp), reducer_channel(i));
     bucket_elements = setup.dp.bucket_elements;
     bucket_arrived.assign(plan.grads_slots(i), false);
     streams = plan.streams(i);

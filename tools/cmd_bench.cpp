@@ -7,6 +7,7 @@
 #endif
 #include "tools/bench_kernels.hpp"
 #include "tools/bench_memory.hpp"
+#include "tools/bench_compressed.hpp"
 #include "tools/bench_offload.hpp"
 #include "tools/bench_runtime.hpp"
 #include "tools/command.hpp"
@@ -75,6 +76,7 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("  allreduce fp32 allreduce between 2 processes: dsactor over UCX vs Gloo and OpenMPI, memcpy bound\n");
     fmt::print("  aio       sequential write+read of a file: the libaio NVMe engine vs pwrite/pread (O_DIRECT, buffered)\n");
     fmt::print("  offload   a BERT step with the optimizer state offloaded to NVMe vs in memory, and what bounds it\n");
+    fmt::print("  compressed  1-bit Adam, 0/1 Adam, 1-bit LAMB vs AdamW and Lamb: held-out loss, bytes sent, step time\n");
     fmt::print("  gpu-kernels  CUDA Adam, LayerNorm, bias+GELU at BERT-large shapes vs the GPU's copy bandwidth\n");
     return argc < 2 ? 2 : 0;
   }
@@ -83,6 +85,7 @@ int cmd_bench(int argc, char** argv) {
   if (!std::strcmp(argv[1], "memory")) return bench_memory_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "aio")) return bench_aio_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "offload")) return bench_offload_main(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "compressed")) return bench_compressed_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "allreduce")) return bench_allreduce_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "gpu-kernels")) {
 #if DSA_HAVE_CUDA

@@ -176,6 +176,7 @@ constexpr const char* zero_optimization_tables[] = {"zeropp_loco_param",
 void read_devices(const config& cfg, run_config& rc, config_problems& problems, int processes) {
   param_reader r(cfg, "devices", problems);
   r.read("ranks", rc.ranks);
+  r.read("shared_memory_allreduce", rc.shared_memory_allreduce);
   r.check_unknown();
   if (rc.ranks < 1 || rc.ranks > 64) {
     r.invalid("ranks", fmt::format("must be in 1..64, got {}", rc.ranks));

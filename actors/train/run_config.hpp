@@ -85,6 +85,10 @@ struct run_config {
   // [devices] ranks: data-parallel replicas in this process (threads sharing an
   // in-process transport); the batch rule counts them in data_parallel_size.
   std::int64_t ranks = 1;
+  // [devices] shared_memory_allreduce: the gradient allreduce of ranks on one host goes
+  // through memory they share (true, the default) or over the transport as between hosts
+  // (false: then the transport counts every byte, as `dsactor bench compressed` needs).
+  bool shared_memory_allreduce = true;
   int processes = 1; // the job's processes (WORLD_SIZE under dsactor launch)
   // zero_optimization.reduce_bucket_size: gradients are summed over the ranks in
   // buckets of at most this many elements.

@@ -317,7 +317,8 @@ int run_training(const run_request& req) {
       const int global = ctx.rank + r;
       if (global == 0) o.on_step = [&](const actors::step_summary& summary) { reporter->on_step(summary); };
       if (world > 1)
-        o.dp = {global, world, transport_of(r), rc.reduce_bucket_elements, rc.overlap_comm, r == 0 ? &comms : nullptr};
+        o.dp = {global, world, transport_of(r), rc.reduce_bucket_elements, rc.overlap_comm, r == 0 ? &comms : nullptr,
+                rc.shared_memory_allreduce};
       // With ZeRO a checkpoint gathers the optimizer state from every rank's shards:
       // the ranks that do not write it take part in the same steps.
       if (global != 0 && zero)

@@ -166,6 +166,25 @@ for f in model optimizer_0_rank0 optimizer_0_rank1 optimizer_1_rank0 optimizer_1
 done
 echo "ok: 2 processes x 2 stages with ZeRO stage 1, LAMB, fp16 and clipping = 2 in-process ranks, bit for bit"
 
+# 1g. The compressed optimizers over 2 processes x 2 pipeline stages, fp16 and clipping: two
+#     warm-up steps, then gradients kept local and 1-bit exchanges on each stage's shard
+#     channel; equal to 2 in-process ranks bit for bit (the 1-bit collective adds in rank
+#     order on either transport).
+for opt in 'OneBitAdam:freeze_step' 'ZeroOneAdam:var_freeze_step' 'OneBitLamb:freeze_step'; do
+  name=${opt%%:*}
+  onebit=(--set "optimizer.type=\"$name\"" --set "optimizer.params.${opt#*:}=2" --set fp16.enabled=true
+    --set fp16.initial_scale_power=8 --set gradient_clipping=0.05)
+  "$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/c$name\"" "${onebit[@]}" \
+    >"$work/out" 2>"$work/err" || fail "2-process training with $name"
+  "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/ct$name\"" --set devices.ranks=2 "${onebit[@]}" \
+    >"$work/out" 2>"$work/err" || fail "2 in-process ranks with $name"
+  cmp "$work/c$name/$step4/model.safetensors" "$work/ct$name/$step4/model.safetensors" ||
+    fail "$name: 2 processes and 2 in-process ranks ended with different models"
+  grep -q "compressed communication: 2 of the steps kept their gradients local" "$work/c$name/train.log" ||
+    fail "$name: the run did not report its compressed steps: $(grep communication "$work/c$name/train.log")"
+done
+echo "ok: 1-bit Adam, 0/1 Adam and 1-bit LAMB over 2 processes x 2 stages = 2 in-process ranks, bit for bit"
+
 # 1f. ZeRO stage 1 on one pipeline stage with each process's optimizer state on NVMe and no
 #     clipping, so the update streams over the backward (each reduce bucket updated as it is
 #     summed over the processes): 2 processes equal 2 in-process ranks in memory bit for bit.
