@@ -12,7 +12,9 @@
 // - channel 1 + 2s: the reducers of stage s on their workers: the stage's gradients,
 //   summed in buckets (allreduce_buffers);
 // - channel 2 + 2s: with ZeRO, the optimizer shards of stage s (train::bert_optimizer):
-//   the updated weights all-gathered, LAMB's norms, the state gathered for a checkpoint.
+//   the updated weights all-gathered, LAMB's norms, the state gathered for a checkpoint;
+//   with a compressed optimizer (train::compressed_shard) its 1-bit exchanges and the
+//   local steps' overflow flags.
 // - channel 2^20 + s: with ZeRO-3, the parameter fetchers of stage s
 //   (train::param_fetcher): each part's weights gathered before the model runs it;
 // - channel 2^21 + s: with ZeRO-3, each micro-batch's gradients of stage s summed

@@ -76,6 +76,12 @@ void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
   if (options_.resume_state)
     if (auto loaded = comp_->load_state(options_.resume_state->tensors, options_.resume_state->step); !loaded)
       throw std::runtime_error(loaded.err().message);
+  if (!options_.resume_errors.empty())
+    if (auto loaded = comp_->load_errors(options_.resume_errors); !loaded)
+      throw std::runtime_error(fmt::format("checkpoint group {}: {}",
+                                           checkpoint_errors_group(options_.participant,
+                                                                   static_cast<std::uint32_t>(options_.peers->rank())),
+                                           loaded.err().message));
   const dtype half = working_dtype(options_.working);
   slots_.clear();
   for (std::size_t i = 0; i < specs.size(); ++i) {

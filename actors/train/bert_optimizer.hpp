@@ -102,6 +102,9 @@ struct bert_optimizer_options {
   // stage 0 only): `peers` is the shard's channel for their exchanges, and
   // position-embedding rows from mask_positions_from on are masked (compressed_shard.hpp).
   std::int64_t mask_positions_from = -1;
+  // This rank's 1-bit error buffers from the checkpoint it resumes (its own file; empty:
+  // they start at zero).
+  std::map<std::string, tensor> resume_errors;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -115,6 +118,10 @@ expected<optim::flat_layout> stage_flat_layout(const std::vector<bert::param_spe
 // chunk, "optimizer_<stage>_rank<rank>_part<part>".
 std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, std::int64_t part = 0,
                                        std::int64_t parts = 1);
+
+// The checkpoint group of rank `rank`'s 1-bit error buffers of stage `stage`:
+// "onebit_errors_<stage>_rank<rank>".
+std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank);
 
 // The bytes a shard holds (memory_accounting.hpp).
 struct shard_bytes {
@@ -196,6 +203,12 @@ public:
   // then every rank's file entries, all-gathered (so every file is written when this
   // returns): the stage's staged files in rank order.
   std::vector<ckpt::checkpoint_file> stage_partition(const std::string& root, std::uint64_t step) const;
+  // A compressed optimizer over several ranks: every rank's 1-bit error buffers go into its
+  // own file, group checkpoint_errors_group(stage, rank), staged into
+  // ckpt::staging_dir(root, step). A collective (every rank's shard of the stage calls it
+  // at the same point); returns every rank's file entries, in rank order.
+  bool saves_errors() const { return comp_ && options_.peers && options_.peers->size() > 1; }
+  std::vector<ckpt::checkpoint_file> stage_errors(const std::string& root, std::uint64_t step) const;
   // After the last update: waits for the optimizer state's transfers still in flight (NVMe
   // offload's writes behind the update); their error, so a failed swap fails the run.
   status flush_state() { return part_ ? part_->flush() : status{}; }

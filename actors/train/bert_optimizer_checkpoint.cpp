@@ -23,6 +23,49 @@ std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, 
                     : fmt::format("optimizer_{}_rank{}_part{}", stage, rank, part);
 }
 
+std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank) {
+  return fmt::format("onebit_errors_{}_rank{}", stage, rank);
+}
+
+std::vector<ckpt::checkpoint_file> bert_optimizer::stage_errors(const std::string& root, std::uint64_t step) const {
+  DSA_CHECK(saves_errors(), "optimizer shard {}: stage_errors without a compressed optimizer over several ranks",
+            options_.participant);
+  const auto stage = options_.participant;
+  const int ranks = options_.peers->size();
+  std::vector<std::int64_t> mine{-1, -1};
+  std::string failure;
+  {
+    const auto staged = ckpt::stage_group(root, step, checkpoint_errors_group(stage, static_cast<std::uint32_t>(options_.peers->rank())),
+                                          comp_->error_tensors());
+    if (staged) mine = {static_cast<std::int64_t>(staged->bytes), static_cast<std::int64_t>(staged->crc32c)};
+    else failure = staged.err().message;
+  }
+  // Every rank joins the gather (-1 for a failed write), so all fail together; it is also
+  // the barrier: every file exists when it returns.
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(ranks));
+  if (auto g = actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8, shard_name(),
+                                      [&] { return options_.peers->allgather(all.data(), mine.data(), dtype::i64,
+                                                                             static_cast<std::int64_t>(all.size())); });
+      !g)
+    throw std::runtime_error(fmt::format("gathering stage {}'s error-buffer files from the other ranks: {}", stage,
+                                         g.err().message));
+  if (!failure.empty())
+    throw std::runtime_error(fmt::format("writing stage {}'s 1-bit error buffers: {}", stage, failure));
+  std::vector<ckpt::checkpoint_file> files;
+  for (int r = 0; r < ranks; ++r) {
+    const auto at = 2 * static_cast<std::size_t>(r);
+    if (all[at] < 0)
+      throw std::runtime_error(fmt::format("rank {} could not write its 1-bit error buffers of stage {}", r, stage));
+    ckpt::checkpoint_file f;
+    f.group = checkpoint_errors_group(stage, static_cast<std::uint32_t>(r));
+    f.name = f.group + ".safetensors";
+    f.bytes = static_cast<std::uint64_t>(all[at]);
+    f.crc32c = static_cast<std::uint32_t>(all[at + 1]);
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
 std::vector<std::int64_t> bert_optimizer::gather_entries(const std::vector<std::int64_t>& mine, const char* what) const {
   if (options_.zero_ranks == 1) return mine;
   std::vector<std::int64_t> all(mine.size() * options_.zero_ranks);

@@ -8,10 +8,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <cstring>
 #include <stdexcept>
+#include <tuple>
 
 namespace dsa::train {
 namespace {
@@ -138,11 +140,13 @@ actors::grad_totals compressed_shard::local_totals(const actors::grad_totals& to
 status compressed_shard::exchange(group& g, float* values, std::int64_t count, bool reset_errors) {
   if (!options_.peers || options_.peers->size() == 1) return {}; // one rank: the average is the value
   if (reset_errors) g.errors = net::onebit_errors{};
-  const std::int64_t bytes = net::onebit_padded(count, options_.peers->size()) / 4; // both phases' signs
-  DSA_ASSIGN_OR_RETURN(net::onebit_report r,
-                       actors::log_collective(options_.logger, "compressed_all_reduce", bytes, options_.caller, [&] {
-                         return net::compressed_allreduce(*options_.peers, values, count, g.errors);
-                       }));
+  const auto start = std::chrono::steady_clock::now();
+  DSA_ASSIGN_OR_RETURN(net::onebit_report r, net::compressed_allreduce(*options_.peers, values, count, g.errors));
+  // The comms logger's size for this call is what the transport counted this rank sending.
+  if (options_.logger)
+    options_.logger->record("compressed_all_reduce", static_cast<std::int64_t>(r.wire_bytes),
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                            options_.caller);
   ++traffic_.exchanges;
   traffic_.payload_bytes += r.bytes_sent;
   traffic_.wire_bytes += r.wire_bytes;
@@ -239,6 +243,38 @@ status compressed_shard::load_state(const std::map<std::string, tensor>& tensors
     g.errors = net::onebit_errors{};
   }
   local_next_.store(std::any_of(groups_.begin(), groups_.end(), [&](const group& g) { return wants_local(g); }));
+  return {};
+}
+
+std::map<std::string, tensor> compressed_shard::error_tensors() const {
+  std::map<std::string, tensor> out;
+  for (const auto& g : groups_) {
+    if (!g.errors.worker.empty()) out[g.name + ".worker"] = to_tensor(g.errors.worker);
+    if (!g.errors.server.empty()) out[g.name + ".server"] = to_tensor(g.errors.server);
+  }
+  tensor count = tensor::empty({1}, dtype::i64);
+  count.data<std::int64_t>()[0] = traffic_.exchanges;
+  out["exchanges"] = count;
+  return out;
+}
+
+status compressed_shard::load_errors(const std::map<std::string, tensor>& tensors) {
+  const int ranks = options_.peers ? options_.peers->size() : 1;
+  for (auto& g : groups_) {
+    net::onebit_errors e;
+    const std::int64_t padded = net::onebit_padded(g.master.numel(), ranks);
+    for (const auto& [field, dst, n] : {std::tuple{".worker", &e.worker, padded}, std::tuple{".server", &e.server, padded / ranks}}) {
+      auto it = tensors.find(g.name + field);
+      if (it == tensors.end()) continue; // no exchange yet when saved: zeros
+      if (it->second.type() != dtype::f32 || it->second.numel() != n)
+        return make_error(errc::format, "error buffer {}{} is {}, expected f32 of {} elements ({} ranks)", g.name, field,
+                          it->second.describe(), n, ranks);
+      *dst = to_vector(it->second);
+    }
+    if (e.worker.empty() != e.server.empty())
+      return make_error(errc::format, "error buffers of {}: one of worker and server is missing", g.name);
+    g.errors = std::move(e);
+  }
   return {};
 }
 

@@ -90,6 +90,13 @@ public:
   // DeepSpeed). Extra arrays are needed where the optimizer has them (1-bit LAMB).
   status load_state(const std::map<std::string, tensor>& tensors, std::int64_t step);
 
+  // The 1-bit error buffers, "<group>.worker" and "<group>.server" (copies; absent before
+  // a group's first exchange), and "exchanges" (an i64 count), for this rank's own file.
+  std::map<std::string, tensor> error_tensors() const;
+  // Restores them (a checkpoint of a run on the same number of ranks); a size that does not
+  // fit is an error naming the tensor.
+  status load_errors(const std::map<std::string, tensor>& tensors);
+
 private:
   using any_optimizer = std::variant<optim::onebit_adam, optim::zeroone_adam, optim::onebit_lamb>;
   struct group {

@@ -117,6 +117,7 @@ void read_checkpoint(const config& cfg, checkpoint_settings& c, config_problems&
   r.read("save_interval", c.save_interval);
   r.read("keep_last", c.keep_last);
   r.read("save_final", c.save_final);
+  r.read("load_error_feedback", c.load_error_feedback);
   if (r.has("load")) {
     // A step number or a string.
     if (auto n = cfg.get<std::int64_t>("checkpoint.load")) c.load = std::to_string(*n);

@@ -68,6 +68,9 @@ struct checkpoint_settings {
   std::int64_t save_interval = 0;  // steps; 0 = only at the end
   std::int64_t keep_last = 0;      // 0 = keep all
   bool save_final = true;
+  // Compressed optimizers: resume each rank's 1-bit error buffers from its own file (true),
+  // or restart them at zero as DeepSpeed does (false).
+  bool load_error_feedback = true;
   std::string load;                // "" (fresh), "latest", a step number or a checkpoint directory
 };
 

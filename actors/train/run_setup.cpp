@@ -194,6 +194,35 @@ bool partitioned(const run_config& rc) {
   return (rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1) || rc.offload.swaps();
 }
 
+// A compressed optimizer's 1-bit error buffers: this rank's own file of each stage, when
+// the checkpoint was saved on as many ranks and checkpoint.load_error_feedback is on;
+// otherwise they start at zero (DeepSpeed's behaviour), which rank 0 says.
+status restore_error_buffers(const run_context& ctx, const ckpt::checkpoint_manifest& listed,
+                             const run_progress_state& progress, restored& r) {
+  const auto& rc = ctx.rc;
+  r.error_states.assign(rc.stages, {});
+  if (!rc.optimizer.compressed() || rc.batch.data_parallel_size < 2) return {};
+  std::string why;
+  if (!rc.checkpoint.load_error_feedback) why = "checkpoint.load_error_feedback = false";
+  else if (progress.data_parallel_size != rc.batch.data_parallel_size)
+    why = fmt::format("saved on {} ranks, this run has {}", progress.data_parallel_size, rc.batch.data_parallel_size);
+  ckpt::load_options lo;
+  for (std::uint32_t s = 0; s < rc.stages && why.empty(); ++s) {
+    const std::string group = checkpoint_errors_group(s, static_cast<std::uint32_t>(ctx.rank));
+    for (const auto& f : listed.files)
+      if (f.group == group) lo.groups.push_back(group);
+  }
+  if (why.empty() && lo.groups.size() != rc.stages) why = "the checkpoint holds no error buffers for this rank";
+  if (!why.empty()) {
+    if (ctx.rank == 0) log_info("1-bit error buffers start at zero ({})", why);
+    return {};
+  }
+  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(r.dir, lo));
+  for (std::uint32_t s = 0; s < rc.stages; ++s)
+    r.error_states[s] = std::move(ck.groups.at(checkpoint_errors_group(s, static_cast<std::uint32_t>(ctx.rank))));
+  return {};
+}
+
 // Restores a checkpoint into the stages and returns what the shards and the data need.
 // A partitioned run loads only the model file whole (every rank holds its stages' working
 // weights): its shards read their own ranges of the optimizer files and masters later.
@@ -242,6 +271,7 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
     DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck, s));
     r.optimizer_states.push_back(std::move(st));
   }
+  DSA_TRY(restore_error_buffers(ctx, listed, progress, r));
   if (!parts) r.masters = std::move(model->second);
   ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
   DSA_TRY(ctx.provider->seek(progress.data_cursor));
@@ -282,6 +312,8 @@ expected<rank_start> prepare_rank(run_context& ctx) {
 
 void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t step) {
   for (auto& shard : run.shards) {
+    if (shard->saves_errors()) (void)shard->stage_errors(root, std::uint64_t{step} + 1);
+    if (!shard->per_rank_checkpoint()) continue;
     (void)shard->gathered_masters();
     (void)shard->stage_partition(root, std::uint64_t{step} + 1);
   }
@@ -425,6 +457,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     } else if (start.resumed) {
       o.resume_masters = start.resumed->masters;
       o.resume_state = start.resumed->optimizer_states[s];
+      o.resume_errors = start.resumed->error_states.at(s);
     }
     rr.shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
     rr.parts.stages.push_back(ctx.stages[s].get());

@@ -35,6 +35,7 @@ status make_provider(run_context& ctx);
 struct restored {
   std::map<std::string, tensor> masters;                 // whole runs only
   std::vector<optim::optimizer_state> optimizer_states; // whole runs only, one per stage
+  std::vector<std::map<std::string, tensor>> error_states; // compressed optimizers: this rank's, per stage (maybe empty)
   std::string dir;                                       // the checkpoint directory
   ckpt::checkpoint_manifest manifest;
   run_progress_state progress;

@@ -90,6 +90,10 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   std::vector<state_payload> payloads;
   std::vector<ckpt::checkpoint_file> staged;
   for (const auto* shard : shards_) {
+    if (shard->saves_errors()) { // every rank's 1-bit error buffers in its own file
+      auto files = shard->stage_errors(ctx_.rc.checkpoint.dir, std::uint64_t{step} + 1);
+      staged.insert(staged.end(), files.begin(), files.end());
+    }
     if (!shard->per_rank_checkpoint()) {
       payloads.push_back(shard->payload());
       continue;

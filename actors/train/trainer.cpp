@@ -282,7 +282,9 @@ int run_training(const run_request& req) {
       return group ? &group->at(r) : nullptr;
     };
     // ZeRO stages 1 and 2: each rank's shards hold 1/world of the optimizer state.
-    const bool zero = rc.zero_partitions() && world > 1;
+    // Every rank writes files of its own into a checkpoint: with ZeRO its optimizer
+    // partition, with a compressed optimizer its 1-bit error buffers.
+    const bool zero = (rc.zero_partitions() || rc.optimizer.compressed()) && world > 1;
     // comms_logger: this process's first rank's collectives (every rank issues the same ones).
     net::comms_logger comms(rc.comms_logger, world);
     std::vector<rank_run> runs;

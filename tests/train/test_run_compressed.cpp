@@ -122,6 +122,40 @@ TEST_CASE("compressed optimizers resume from a checkpoint as the uninterrupted r
   }
 }
 
+TEST_CASE("compressed optimizers on 2 ranks: each rank's 1-bit error buffers in its own file, resumed bit for bit") {
+  for (const auto& o : optimizers) {
+    CAPTURE(o.front());
+    const auto two = with(o, {"devices.ranks=2"});
+    test::temp_dir full, part, reset;
+    REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), with(two, {"train_steps=6"})) == 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(two, {"train_steps=4"})) == 0);
+    auto saved = test::load_run_checkpoint(part.path() + "/ckpt", "4");
+    for (const char* group : {"onebit_errors_0_rank0", "onebit_errors_0_rank1"}) {
+      INFO(group);
+      REQUIRE(saved.groups.count(group) == 1);
+      CHECK(saved.groups.at(group).count("decay.worker") == 1);
+      CHECK(saved.groups.at(group).count("no_decay.server") == 1);
+    }
+    // The ranks' errors differ (each compressed its own momentum).
+    const tensor& w0 = saved.groups.at("onebit_errors_0_rank0").at("decay.worker");
+    const tensor& w1 = saved.groups.at("onebit_errors_0_rank1").at("decay.worker");
+    CHECK(std::memcmp(w0.raw_data(), w1.raw_data(), w0.nbytes()) != 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(two, {"train_steps=6"}),
+                             /*resume=*/true) == 0);
+    check_equal(final_model(part, "6"), final_model(full, "6"));
+    // DeepSpeed's behaviour on request: the errors restart at zero, and the run departs.
+    REQUIRE(test::run_config(reset.path(), "reset", test::tiny_config(reset.path()), with(two, {"train_steps=4"})) == 0);
+    REQUIRE(test::run_config(reset.path(), "reset", test::tiny_config(reset.path()),
+                             with(two, {"train_steps=6", "checkpoint.load_error_feedback=false"}), /*resume=*/true) == 0);
+    const auto a = final_model(reset, "6"), b = final_model(full, "6");
+    const tensor& x = a.at("bert.encoder.layer.0.attention.self.query.weight");
+    const tensor& y = b.at("bert.encoder.layer.0.attention.self.query.weight");
+    CHECK(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0);
+    CHECK(read_log(reset).find("1-bit error buffers start at zero (checkpoint.load_error_feedback = false)") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("compressed optimizers: their settings are checked, and ZeRO or offload with them refused by key") {
   test::temp_dir dir;
   const auto run = [&](const std::vector<std::string>& o) {
