@@ -8,6 +8,7 @@
 #include "tools/launch_plan.hpp"
 #include "tools/options.hpp"
 #include "tools/process_group.hpp"
+#include "tools/route_address.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -86,7 +87,8 @@ int cmd_launch(int argc, char** argv) {
   opts.add_options()("help,h", "this help")("num_procs", po::value<int>(),
                                             "how many processes (ranks) to start on this host")(
       "master_addr", po::value<std::string>()->default_value("127.0.0.1"),
-      "address the rendezvous server binds and the ranks connect to")(
+      "address the rendezvous server binds and the ranks connect to (with a --hostfile: by default this "
+      "machine's address towards the first host; 0.0.0.0 listens on every interface)")(
       "master_port", po::value<int>()->default_value(0), "its port; 0 lets the OS pick a free one")(
       "grace", po::value<double>()->default_value(10.0),
       "seconds between SIGTERM and SIGKILL when stopping the ranks after a failure")(
@@ -142,9 +144,15 @@ int cmd_launch(int argc, char** argv) {
   if (listed) {
     request.num_procs = 0;
     for (const auto& h : hosts) request.num_procs += static_cast<int>(h.slots.size());
-    // The rendezvous runs here; the ranks on other hosts reach it at the first host's
-    // name unless --master_addr says otherwise (DeepSpeed's default is the first host too).
-    if (vm["master_addr"].defaulted() && hosts.front().host != "localhost") request.master_addr = hosts.front().host;
+    // The rendezvous runs here, listening on this machine's address towards the first
+    // host (the interface the routing table picks for it), never on every interface unless
+    // --master_addr 0.0.0.0 asks; the ranks connect there.
+    if (vm["master_addr"].defaulted() && hosts.front().host != "localhost") {
+      auto mine = local_address_towards(hosts.front().host);
+      if (mine) request.master_addr = *mine;
+      else if (vm.count("dry-run")) request.master_addr = hosts.front().host; // nothing listens
+      else return usage_error(mine.err().message + "; give --master_addr, an address of this machine the hosts reach");
+    }
   } else {
     request.num_procs = vm["num_procs"].as<int>();
   }

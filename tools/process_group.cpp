@@ -299,7 +299,11 @@ void process_group::impl::handle_wake() {
     std::lock_guard<std::mutex> lock(failures_mutex_);
     failures.swap(failures_);
   }
-  for (const auto& [why, rank] : failures) {
+  for (auto [why, rank] : failures) {
+    // A rank on another host: say which (a lost heartbeat names only the rank).
+    for (const auto& c : children_)
+      if (c.rank == rank && !c.host.empty() && c.host != "localhost")
+        why += fmt::format(" (rank {} ran on host {})", rank, c.host);
     if (first_failure_.empty())
       first_failure_ = why;
     begin_stop(why, rank);
@@ -410,7 +414,11 @@ void process_group::impl::forward(child& c, stream& s, bool drain) {
 }
 
 void process_group::impl::emit_line(const child& c, stream& s, const std::string& line) {
-  write_out(s.to, fmt::format("[rank {}] {}\n", c.rank, line));
+  // A rank on another host: "[HOST rank N]", so a job's interleaved output names both.
+  if (!c.host.empty() && c.host != "localhost")
+    write_out(s.to, fmt::format("[{} rank {}] {}\n", c.host, c.rank, line));
+  else
+    write_out(s.to, fmt::format("[rank {}] {}\n", c.rank, line));
 }
 
 process_group::process_group(supervise_options options) : impl_(std::make_unique<impl>(options)) {}

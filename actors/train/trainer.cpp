@@ -38,7 +38,18 @@
 #include <stdexcept>
 #include <thread>
 
+#include <unistd.h>
+
 namespace dsa::train {
+namespace {
+// This machine's name (gethostname), for the log of a rank in a job.
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+} // namespace
+
 namespace {
 namespace fs = std::filesystem;
 
@@ -183,7 +194,9 @@ int run_training(const run_request& req) {
   if (lead)
     if (auto w = ckpt::write_file_atomic(rc.run_dir + "/config.toml", effective + "\n"); !w) return fail(w.err(), 1);
   log_info("dsactor run {} -> {}{}\neffective config:\n{}", rc.config_path, rc.run_dir,
-           job ? fmt::format(" as rank {} of {} processes", ctx.rank, job->env.world_size) : std::string(), effective);
+           job ? fmt::format(" as rank {} of {} processes on host {}", ctx.rank, job->env.world_size, host_name())
+               : std::string(),
+           effective);
 
   // Rank 0 prepares the data (data.prepare) before the others look at it.
   if (job && !lead)

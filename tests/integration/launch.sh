@@ -195,8 +195,8 @@ FROM_ENV_FILE=yes it is
 (cd "$work" && PATH="$work/bin:$PATH" UCX_TEST_VAR=u1 "$dsactor" launch --hostfile two --master_addr 127.0.0.1 -- \
   sh -c 'echo "on $SSH_HOST in $(pwd) rank $RANK/$WORLD_SIZE local $LOCAL_RANK node $CROSS_RANK ucx $UCX_TEST_VAR env $FROM_ENV_FILE"' \
   >"$work/out" 2>"$work/err") || fail "a host list over ssh"
-grep -qx "\[rank 0\] on nodeA in $work rank 0/3 local 0 node 0 ucx u1 env yes it is" "$work/out" || fail "rank 0 over ssh"
-grep -qx "\[rank 2\] on nodeB in $work rank 2/3 local 1 node 1 ucx u1 env yes it is" "$work/out" || fail "rank 2 over ssh"
+grep -qx "\[nodeA rank 0\] on nodeA in $work rank 0/3 local 0 node 0 ucx u1 env yes it is" "$work/out" || fail "rank 0 over ssh"
+grep -qx "\[nodeB rank 2\] on nodeB in $work rank 2/3 local 1 node 1 ucx u1 env yes it is" "$work/out" || fail "rank 2 over ssh"
 printf 'nodeA slots=1
 down slots=1
 ' >"$work/down"

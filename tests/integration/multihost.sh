@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Integration: `dsactor launch --hostfile` on real hosts made of network namespaces
+# (hosts_fixture.sh: a namespace, a hostname, an address and an sshd each, UCX on TCP),
+# the launcher started on host 0 as a user would:
+#   1. 2 hosts x 2 ranks train BERT-tiny with ZeRO-2 and end with the parameters of one
+#      process with 4 in-process ranks, bit for bit; every rank's output comes back
+#      prefixed with its host and rank;
+#   2. --include/--exclude start exactly the selected ranks on the selected hosts;
+#   3. kill -9 of a rank on host 1 mid-run stops the job within 30 s naming that host,
+#      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
+#   4. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host.
+# Skips (exit 77) where namespaces cannot be made. Usage: multihost.sh PATH/TO/dsactor
+set -euo pipefail
+dsactor=$(realpath "$1")
+here=$(dirname "${BASH_SOURCE[0]}")
+# shellcheck source=hosts_fixture.sh
+source "$here/hosts_fixture.sh"
+reason=$(hosts_skip_reason)
+if [[ -n $reason ]]; then
+  echo "SKIP: multi-host tests need network namespaces: $reason"
+  exit 77
+fi
+work=$(mktemp -d)
+launcher_pid=
+cleanup() {
+  [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true
+  hosts_down
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+hosts_up "$work/hosts" 2 || fail "could not make the hosts"
+h0=$(host_addr 0) h1=$(host_addr 1)
+# shellcheck source=tiny_corpus.sh
+source "$here/tiny_corpus.sh"
+write_tiny_corpus "$work/corpus"
+cat > "$work/pre.toml" <<TOML
+train_batch_size = 8
+train_micro_batch_size_per_gpu = 2
+train_steps = 4
+steps_per_print = 1
+
+$(tiny_bert_tables "$work")
+
+[optimizer]
+type = "AdamW"
+params = { lr = 2e-3, weight_decay = 0.01 }
+
+[zero_optimization]
+stage = 2
+
+[checkpoint]
+save_interval = 2
+TOML
+# The data once, before any job (every host reads it through the shared file system).
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/prep\"" --set train_steps=1 >/dev/null 2>&1 ||
+  fail "preparing the data"
+
+# Runs `dsactor launch` on host 0, in $work, with the fixture's ssh first on PATH.
+launch_on_host0() {
+  (cd "$work" && on_host 0 env PATH="$work/hosts/bin:$PATH" "$dsactor" launch "$@")
+}
+
+# 1. 2 hosts x 2 ranks with ZeRO-2 = 4 in-process ranks, bit for bit.
+launch_on_host0 --hostfile "$work/hosts/hostfile" "$work/pre.toml" --set "run_dir=\"$work/hosts2\"" \
+  >"$work/out" 2>"$work/err" || { tail -30 "$work/err"; fail "2 hosts x 2 ranks"; }
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/threads\"" --set devices.ranks=4 >/dev/null 2>&1 ||
+  fail "4 in-process ranks"
+step4=checkpoints/step_00000004
+cmp "$work/hosts2/$step4/model.safetensors" "$work/threads/$step4/model.safetensors" ||
+  fail "2 hosts x 2 ranks ended with other parameters than 4 in-process ranks"
+for r in 0 1 2 3; do
+  cmp "$work/hosts2/$step4/optimizer_0_rank$r.safetensors" "$work/threads/$step4/optimizer_0_rank$r.safetensors" ||
+    fail "rank $r's optimizer partition differs"
+done
+grep -q "^\[$h1 rank 3\] " "$work/err" || fail "rank 3's output is not prefixed with its host: $(head -5 "$work/err")"
+# Each rank ran on its own host (its hostname is in its log).
+grep -q "on host dsa-h1" "$work/hosts2/train.rank3.log" || fail "rank 3 did not run on host 1: $(head -3 "$work/hosts2/train.rank3.log")"
+echo "ok: 2 hosts x 2 ranks with ZeRO-2 = 4 in-process ranks, bit for bit"
+
+# 2. Include/exclude and slot selection start exactly the selected ranks on the selected hosts.
+show='echo "$(hostname) rank $RANK local $LOCAL_RANK slot $DSA_SLOT of $WORLD_SIZE"'
+launch_on_host0 --hostfile "$work/hosts/hostfile" --include "$h0:1@$h1" -- sh -c "$show" >"$work/out" 2>"$work/err" ||
+  { cat "$work/err"; fail "--include"; }
+sort "$work/out" >"$work/got"
+printf '%s\n' "[$h0 rank 0] dsa-h0 rank 0 local 0 slot 1 of 3" "[$h1 rank 1] dsa-h1 rank 1 local 0 slot 0 of 3" \
+  "[$h1 rank 2] dsa-h1 rank 2 local 1 slot 1 of 3" | sort >"$work/want"
+diff "$work/want" "$work/got" || fail "--include $h0:1@$h1 started other ranks"
+launch_on_host0 --hostfile "$work/hosts/hostfile" --exclude "$h0" -- sh -c "$show" >"$work/out" 2>"$work/err" ||
+  { cat "$work/err"; fail "--exclude"; }
+sort "$work/out" >"$work/got"
+printf '%s\n' "[$h1 rank 0] dsa-h1 rank 0 local 0 slot 0 of 2" "[$h1 rank 1] dsa-h1 rank 1 local 1 slot 1 of 2" |
+  sort >"$work/want"
+diff "$work/want" "$work/got" || fail "--exclude $h0 started other ranks"
+echo "ok: --include and --exclude start exactly the selected ranks on their hosts"
+
+# Starts a long training job on host 0 in the background (launcher_pid), and waits for its
+# checkpoint of step 4, so the job is mid-run.
+start_long_job() {
+  local dir=$1
+  (cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts -- env PATH="$work/hosts/bin:$PATH" \
+    "$dsactor" launch --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 "$work/pre.toml" \
+    --set "run_dir=\"$dir\"" --set train_steps=100000) >"$work/out" 2>"$work/err" &
+  launcher_pid=$!
+  local waited=0
+  until [[ -d $dir/checkpoints/step_00000004 ]]; do
+    kill -0 "$launcher_pid" 2>/dev/null || { tail -20 "$work/err"; fail "the job ended before its step-4 checkpoint"; }
+    (( ++waited > 1200 )) && fail "no step-4 checkpoint after 60 s"
+    sleep 0.05
+  done
+}
+
+# Waits for the launcher to end; sets job_rc and job_s (seconds from `since`).
+wait_job() {
+  local since=$1
+  set +e
+  wait "$launcher_pid"
+  job_rc=$?
+  set -e
+  launcher_pid=
+  job_s=$(( $(date +%s) - since ))
+}
+
+# Whether no rank of the job is left on either host within 30 s.
+no_ranks_left() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    pgrep -f "$dsactor run $work/pre.toml" >/dev/null || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# 3. kill -9 of a rank on host 1: the job ends non-zero within 30 s naming host 1; then the
+#    last checkpoint resumes on another host list (host 0 alone, 4 slots).
+start_long_job "$work/killed"
+# The process of rank `$1` of the job (its environment says RANK=$1).
+rank_pid() {
+  local p
+  for p in $(pgrep -f "$dsactor run $work/pre.toml" || true); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$1"; then echo "$p"; return 0; fi
+  done
+  return 0
+}
+victim=$(rank_pid 3)
+[[ -n $victim ]] || fail "no process of rank 3"
+since=$(date +%s)
+kill -9 "$victim"
+wait_job "$since"
+[[ $job_rc -ne 0 ]] || fail "the job exited 0 after a rank was killed"
+(( job_s <= 30 )) || fail "the job took $job_s s to stop after a rank was killed"
+grep -q "rank 3.*$h1\|$h1.*rank 3" "$work/err" || { tail -5 "$work/err"; fail "the failure does not name rank 3's host $h1"; }
+no_ranks_left || fail "ranks still running 30 s after the job failed"
+echo "$h0 slots=4" >"$work/host0only"
+last=$(basename "$(ls -d "$work/killed/checkpoints"/step_* | sort | tail -1)")
+next=$(( 10#${last#step_} + 2 ))
+launch_on_host0 --hostfile "$work/host0only" "$work/pre.toml" --set "run_dir=\"$work/killed\"" \
+  --set train_steps=$next --resume >"$work/out" 2>"$work/err" || { tail -20 "$work/err"; fail "resume on host 0 alone"; }
+[[ -d $work/killed/checkpoints/$(printf 'step_%08d' "$next") ]] || fail "the resumed run did not reach step $next"
+grep -q "resumed from .*$last" "$work/killed/train.log" || fail "the run did not resume from $last"
+echo "ok: kill -9 of a rank on host 1 stopped the job in $job_s s naming $h1; $last resumed on host 0 alone"
+
+# 4. Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1.
+start_long_job "$work/cut"
+since=$(date +%s)
+cut_host 1
+wait_job "$since"
+[[ $job_rc -ne 0 ]] || fail "the job exited 0 after host 1 was cut off"
+(( job_s <= 30 )) || fail "the job took $job_s s to stop after host 1 was cut off"
+grep -q "the job failed: .*rank [23].* on host $h1" "$work/err" || { tail -5 "$work/err"; fail "the failure does not name the lost host $h1"; }
+no_ranks_left || fail "ranks still running 30 s after host 1 was cut off: $(pgrep -af "$dsactor run $work/pre.toml")"
+echo "ok: host 1's link cut stopped the job in $job_s s naming $h1"
