@@ -35,6 +35,7 @@ struct bench_setup {
   int steps = 200;
   int ranks = 4;
   bool quick = false; // a tiny model and a few steps: the smoke test's
+  double lamb_lr = 1e-2; // Lamb and 1-bit LAMB's peak learning rate (LAMB trains at a larger one)
 };
 
 struct variant {
@@ -42,6 +43,7 @@ struct variant {
   const char* type;     // optimizer.type
   const char* baseline; // name of the full-precision run it is compared with (none for baselines)
   std::vector<std::string> params;
+  bool lamb = false; // at bench_setup::lamb_lr
 };
 
 struct figures {
@@ -75,6 +77,10 @@ expected<figures> run_variant(const bench_setup& b, const variant& v) {
                  fmt::format("scheduler.params.total_num_steps={}", b.steps),
                  fmt::format("scheduler.params.warmup_num_steps={}", warm)};
   for (const auto& p : v.params) r.overrides.push_back("optimizer.params." + p);
+  if (v.lamb) {
+    r.overrides.push_back(fmt::format("optimizer.params.lr={}", b.lamb_lr));
+    r.overrides.push_back(fmt::format("scheduler.params.warmup_max_lr={}", b.lamb_lr));
+  }
   if (b.quick)
     for (const char* o : {"model.size=\"custom\"", "model.num_layers=2", "model.hidden_size=32", "model.num_heads=2",
                           "model.intermediate_size=64", "data.eval_batches=4"})
@@ -115,6 +121,8 @@ int bench_compressed_main(int argc, char** argv) {
       "work", po::value<std::string>()->default_value("runs/bench-compressed"), "folder for the runs")(
       "steps", po::value<int>()->default_value(200), "steps per run")(
       "ranks", po::value<int>()->default_value(4), "data-parallel ranks (in this process)")(
+      "lamb-lr", po::value<double>()->default_value(1e-2),
+      "peak learning rate of the Lamb and 1-bit LAMB runs (the config's lr is the Adam runs')")(
       "quick", "a 2-layer hidden-32 model: a smoke run, the ratios mean little");
   po::variables_map vm;
   if (auto done = parse_options(argc, argv, opts, vm, "bench compressed")) return *done;
@@ -124,6 +132,7 @@ int bench_compressed_main(int argc, char** argv) {
   b.steps = vm["steps"].as<int>();
   b.ranks = vm["ranks"].as<int>();
   b.quick = vm.count("quick") > 0;
+  b.lamb_lr = vm["lamb-lr"].as<double>();
   if (b.steps < 10 || b.ranks < 2) {
     fmt::print(stderr, "dsactor bench compressed: --steps must be >= 10 and --ranks >= 2 (got {} and {})\n", b.steps,
                b.ranks);
@@ -143,8 +152,8 @@ int bench_compressed_main(int argc, char** argv) {
       {"onebitadam", "OneBitAdam", "adamw", {fmt::format("freeze_step={}", s / 5)}},
       {"zerooneadam", "ZeroOneAdam", "adamw",
        {fmt::format("var_freeze_step={}", s / 4), fmt::format("local_step_scaler={}", std::max(1, s / 10))}},
-      {"lamb", "Lamb", nullptr, {}},
-      {"onebitlamb", "OneBitLamb", "lamb", {fmt::format("freeze_step={}", s / 5)}},
+      {"lamb", "Lamb", nullptr, {}, true},
+      {"onebitlamb", "OneBitLamb", "lamb", {fmt::format("freeze_step={}", s / 5)}, true},
   };
   std::map<std::string, figures> got;
   for (const auto& v : variants) {

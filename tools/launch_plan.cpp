@@ -91,12 +91,20 @@ std::string describe(const process_spec& spec, int world_size) {
 process_spec over_ssh(const process_spec& spec, const std::string& ssh, const std::string& cwd,
                       const std::vector<std::pair<std::string, std::string>>& forwarded) {
   if (spec.host.empty() || spec.host == "localhost") return spec;
-  std::string remote = "cd " + shell_quote(cwd) + " && exec env";
+  // The job token goes through ssh's standard input, read by the remote shell into the
+  // rank's environment: never on a command line (ps on either host would show it).
+  std::string remote, token;
+  for (const auto& [k, v] : spec.env)
+    if (k == "DSA_JOB_TOKEN") token = v;
+  if (!token.empty()) remote = "IFS= read -r DSA_JOB_TOKEN && export DSA_JOB_TOKEN && ";
+  remote += "cd " + shell_quote(cwd) + " && exec env";
   for (const auto& [k, v] : forwarded) remote += " " + shell_quote(k + "=" + v);
-  for (const auto& [k, v] : spec.env) remote += " " + shell_quote(k + "=" + v);
+  for (const auto& [k, v] : spec.env)
+    if (k != "DSA_JOB_TOKEN") remote += " " + shell_quote(k + "=" + v);
   for (const auto& word : spec.argv) remote += " " + shell_quote(word);
   process_spec out = spec;
   out.argv = {ssh, "-o", "BatchMode=yes", spec.host, remote};
+  if (!token.empty()) out.stdin_text = token + "\n";
   return out;
 }
 

@@ -30,6 +30,9 @@ struct process_spec {
   // Set on top of the launcher's environment: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE,
   // CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT, DSA_JOB_TOKEN, DSA_HEARTBEAT_TIMEOUT_MS.
   std::vector<std::pair<std::string, std::string>> env;
+  // Written to the process's standard input, then closed (empty: stdin is /dev/null). A
+  // rank started over ssh reads its job token from there, so that no command line shows it.
+  std::string stdin_text;
 };
 
 // The processes of a one-host job: ranks 0..num_procs-1, local rank = rank.

@@ -188,6 +188,14 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
   if (::pipe2(err, O_CLOEXEC) != 0)
     return make_error(errc::io, "rank {}: pipe: {}", spec.rank, std::strerror(errno));
   unique_fd err_read(err[0]), err_write(err[1]);
+  unique_fd in_read, in_write; // with stdin_text: a pipe it is written into
+  if (!spec.stdin_text.empty()) {
+    int in[2];
+    if (::pipe2(in, O_CLOEXEC) != 0)
+      return make_error(errc::io, "rank {}: pipe: {}", spec.rank, std::strerror(errno));
+    in_read = unique_fd(in[0]);
+    in_write = unique_fd(in[1]);
+  }
   const pid_t parent = ::getpid();
   static const char exec_failed[] = "dsactor launch: exec failed\n";
 
@@ -206,7 +214,7 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) // the launcher died before prctl took effect
       ::_exit(127);
-    ::dup2(devnull.get(), 0);
+    ::dup2(in_read.valid() ? in_read.get() : devnull.get(), 0);
     ::dup2(out_write.get(), 1);
     ::dup2(err_write.get(), 2);
     struct sigaction dfl {};
@@ -221,6 +229,13 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
     ::_exit(127);
   }
   ::setpgid(pid, pid); // also here, so a signal right after fork finds the group
+  if (in_write.valid()) {
+    // A line (far below a pipe's buffer): written whole without blocking, then closed. Were
+    // it cut short, the remote `read` would fail and so the rank, which the job then reports.
+    const std::string& text = spec.stdin_text;
+    [[maybe_unused]] ssize_t written = ::write(in_write.get(), text.data(), text.size());
+    in_write = unique_fd();
+  }
   for (int fd : {out_read.get(), err_read.get()})
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   child& c = children_.emplace_back();

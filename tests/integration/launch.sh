@@ -176,12 +176,14 @@ rc=0; launch --hostfile "$work/empty" --dry-run -- true || rc=$?
 [[ $rc -eq 2 ]] && grep -q "lists no hosts" "$work/err" || fail "an empty hostfile"
 # Remote hosts start over ssh. A stand-in ssh (first in PATH) checks BatchMode and runs the
 # remote command here, saying which host it was for; host "down" fails as ssh does (255).
-# (Real hosts, network namespaces with an sshd each, are issue 16's next step.)
+# It records its command lines: the job token must not be on them (it goes through stdin).
+# (Real hosts, network namespaces with an sshd each: tests/integration/multihost.sh.)
 mkdir -p "$work/bin"
 cat >"$work/bin/ssh" <<'SSH'
 #!/bin/sh
 [ "$1" = "-o" ] && [ "$2" = "BatchMode=yes" ] || { echo "stand-in ssh: expected -o BatchMode=yes, got $*" >&2; exit 2; }
 host=$3
+printf '%s\n' "$*" >>"${0%/*}/ssh-command-lines"
 [ "$host" = down ] && { echo "ssh: connect to host down port 22: Connection refused" >&2; exit 255; }
 SSH_HOST=$host exec sh -c "$4"
 SSH
@@ -193,10 +195,12 @@ printf '# forwarded
 FROM_ENV_FILE=yes it is
 ' >"$work/.dsactor_env"
 (cd "$work" && PATH="$work/bin:$PATH" UCX_TEST_VAR=u1 "$dsactor" launch --hostfile two --master_addr 127.0.0.1 -- \
-  sh -c 'echo "on $SSH_HOST in $(pwd) rank $RANK/$WORLD_SIZE local $LOCAL_RANK node $CROSS_RANK ucx $UCX_TEST_VAR env $FROM_ENV_FILE"' \
+  sh -c 'echo "on $SSH_HOST in $(pwd) rank $RANK/$WORLD_SIZE local $LOCAL_RANK node $CROSS_RANK ucx $UCX_TEST_VAR env $FROM_ENV_FILE token ${#DSA_JOB_TOKEN}"' \
   >"$work/out" 2>"$work/err") || fail "a host list over ssh"
-grep -qx "\[nodeA rank 0\] on nodeA in $work rank 0/3 local 0 node 0 ucx u1 env yes it is" "$work/out" || fail "rank 0 over ssh"
-grep -qx "\[nodeB rank 2\] on nodeB in $work rank 2/3 local 1 node 1 ucx u1 env yes it is" "$work/out" || fail "rank 2 over ssh"
+grep -qx "\[nodeA rank 0\] on nodeA in $work rank 0/3 local 0 node 0 ucx u1 env yes it is token 32" "$work/out" || fail "rank 0 over ssh"
+grep -qx "\[nodeB rank 2\] on nodeB in $work rank 2/3 local 1 node 1 ucx u1 env yes it is token 32" "$work/out" || fail "rank 2 over ssh"
+[[ $(wc -l <"$work/bin/ssh-command-lines") -eq 3 ]] || fail "3 ssh command lines expected"
+grep -q "DSA_JOB_TOKEN=" "$work/bin/ssh-command-lines" && fail "the job token is on an ssh command line"
 printf 'nodeA slots=1
 down slots=1
 ' >"$work/down"

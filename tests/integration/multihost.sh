@@ -8,7 +8,8 @@
 #   2. --include/--exclude start exactly the selected ranks on the selected hosts;
 #   3. kill -9 of a rank on host 1 mid-run stops the job within 30 s naming that host,
 #      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
-#   4. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host.
+#   4. a rank on host 1 presenting a wrong job token is refused, logged with its address;
+#   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host.
 # Skips (exit 77) where namespaces cannot be made. Usage: multihost.sh PATH/TO/dsactor
 set -euo pipefail
 dsactor=$(realpath "$1")
@@ -135,6 +136,8 @@ no_ranks_left() {
 # 3. kill -9 of a rank on host 1: the job ends non-zero within 30 s naming host 1; then the
 #    last checkpoint resumes on another host list (host 0 alone, 4 slots).
 start_long_job "$work/killed"
+# No command line on either host shows the job token (ssh passes it on standard input).
+if ps -eo args | grep -q "DSA_JOB_TOKEN=[0-9a-f]"; then fail "a command line shows the job token"; fi
 # The process of rank `$1` of the job (its environment says RANK=$1).
 rank_pid() {
   local p
@@ -161,7 +164,19 @@ launch_on_host0 --hostfile "$work/host0only" "$work/pre.toml" --set "run_dir=\"$
 grep -q "resumed from .*$last" "$work/killed/train.log" || fail "the run did not resume from $last"
 echo "ok: kill -9 of a rank on host 1 stopped the job in $job_s s naming $h1; $last resumed on host 0 alone"
 
-# 4. Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1.
+# 4. A rank on host 1 presenting a wrong job token is refused, and the refusal logged with
+#    its address on host 1; the job fails.
+rc=0
+launch_on_host0 --hostfile "$work/hosts/hostfile" -- sh -c \
+  'if [ "$RANK" = 2 ]; then DSA_JOB_TOKEN=guess; fi; exec "$0" run "$1" --set "run_dir=\"$2\""' \
+  "$dsactor" "$work/pre.toml" "$work/token" >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -ne 0 ]] || fail "a job with a rank presenting a wrong token should fail"
+grep -q "rendezvous: refused the connection from $h1:[0-9]*: wrong job token" "$work/err" ||
+  { tail -5 "$work/err"; fail "the refusal of host 1's connection was not logged with its address"; }
+grep -q "guess" "$work/err" && fail "the presented token was logged"
+echo "ok: a wrong token from host 1 is refused and logged with its address"
+
+# 5. (last: the host stays cut off) Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1.
 start_long_job "$work/cut"
 since=$(date +%s)
 cut_host 1
