@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
+#include <sstream>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -99,7 +101,11 @@ int cmd_launch(int argc, char** argv) {
       "include", po::value<std::string>(), "with --hostfile: only these hosts/slots, e.g. worker-0@worker-1:0,2")(
       "exclude", po::value<std::string>(), "with --hostfile: all but these hosts/slots")(
       "num_nodes", po::value<int>(), "with --hostfile: the first N hosts")(
-      "num_gpus", po::value<int>(), "with --hostfile: slots 0..G-1 of each host");
+      "num_gpus", po::value<int>(), "with --hostfile: slots 0..G-1 of each host")(
+      "launcher", po::value<std::string>()->default_value("ssh"),
+      "with --hostfile: how ranks on other hosts start: ssh (one ssh per rank), mpirun (OpenMPI's) or slurm (srun)")(
+      "launcher_args", po::value<std::string>()->default_value(""),
+      "extra arguments for mpirun or srun, split at spaces (e.g. \"--mca oob_tcp_if_include eth1\")");
   split_args args = split(argc, argv, opts);
   std::vector<char*> own;
   for (auto& a : args.own)
@@ -132,6 +138,19 @@ int cmd_launch(int argc, char** argv) {
   } else if (!vm.count("num_procs") || vm["num_procs"].as<int>() < 1) {
     return usage_error("--num_procs N (N >= 1) or --hostfile FILE is required");
   }
+  const std::string launcher_name = vm["launcher"].as<std::string>();
+  std::optional<cluster_launcher> cluster;
+  if (launcher_name == "mpirun" || launcher_name == "openmpi") cluster = cluster_launcher::mpirun;
+  else if (launcher_name == "slurm") cluster = cluster_launcher::slurm;
+  else if (launcher_name != "ssh")
+    return usage_error("--launcher must be ssh, mpirun (or openmpi) or slurm, got '" + launcher_name + "'");
+  if (cluster && !listed) return usage_error("--launcher " + launcher_name + " starts the ranks of a --hostfile");
+  std::vector<std::string> launcher_args;
+  {
+    std::istringstream words(vm["launcher_args"].as<std::string>());
+    for (std::string w; words >> w;) launcher_args.push_back(w);
+  }
+  if (!launcher_args.empty() && !cluster) return usage_error("--launcher_args go to --launcher mpirun or slurm");
   if (args.rest.empty())
     return usage_error(args.general ? "a PROGRAM is required after --"
                                     : "a CONFIG file, or -- PROGRAM, is required");
@@ -170,8 +189,18 @@ int cmd_launch(int argc, char** argv) {
                          args.rest.end());
 
   if (vm.count("dry-run")) {
-    for (const auto& spec : listed ? make_host_plan(request, hosts) : make_local_plan(request))
-      fmt::print("{}\n", describe(spec, request.num_procs));
+    const auto plan = listed ? make_host_plan(request, hosts) : make_local_plan(request);
+    std::string via; // mpirun's or srun's own words, before the program
+    if (cluster) {
+      auto path = resolve_program(*cluster == cluster_launcher::mpirun ? "mpirun" : "srun");
+      const char* name = *cluster == cluster_launcher::mpirun ? "mpirun" : "srun";
+      auto one = through_cluster_launcher(*cluster, path ? *path : name, plan, hosts, launcher_args, {});
+      if (!one) return usage_error(one.err().message);
+      for (std::size_t i = 0; i + plan.front().argv.size() < one->argv.size(); ++i)
+        via += (via.empty() ? "" : " ") + shell_quote(one->argv[i]);
+    }
+    for (const auto& spec : plan)
+      fmt::print("{}{}\n", describe(spec, request.num_procs), via.empty() ? "" : "  (started by: " + via + ")");
     return 0;
   }
   // Ranks on other hosts start over OpenSSH (localhost ones here), in this directory, with
@@ -179,10 +208,18 @@ int cmd_launch(int argc, char** argv) {
   std::string ssh, cwd;
   std::vector<std::pair<std::string, std::string>> forwarded;
   const bool remote = listed && std::any_of(hosts.begin(), hosts.end(), [](const host_slots& h) { return h.host != "localhost"; });
-  if (remote) {
-    auto client = resolve_program("ssh");
-    if (!client) return usage_error("ranks on other hosts start over ssh: " + client.err().message);
-    ssh = *client;
+  std::string cluster_program;
+  if (cluster) {
+    auto found = resolve_program(*cluster == cluster_launcher::mpirun ? "mpirun" : "srun");
+    if (!found) return usage_error("--launcher " + launcher_name + ": " + found.err().message);
+    cluster_program = *found;
+  }
+  if (remote || cluster) {
+    if (!cluster) {
+      auto client = resolve_program("ssh");
+      if (!client) return usage_error("ranks on other hosts start over ssh: " + client.err().message);
+      ssh = *client;
+    }
     char here[PATH_MAX];
     if (!::getcwd(here, sizeof here)) return usage_error("cannot read the working directory");
     cwd = here;
@@ -217,14 +254,26 @@ int cmd_launch(int argc, char** argv) {
     return 1;
   }
   request.master_port = (*server)->port();
-  for (const auto& spec : listed ? make_host_plan(request, hosts) : make_local_plan(request)) {
+  if (cluster) { // one mpirun or srun starts every rank
+    auto one = through_cluster_launcher(*cluster, cluster_program, make_host_plan(request, hosts), hosts,
+                                        launcher_args, forwarded);
+    if (!one) return usage_error(one.err().message);
+    if (auto started = group.spawn_rank(*one); !started) {
+      fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
+      return 1;
+    }
+  }
+  for (const auto& spec : cluster ? std::vector<process_spec>{}
+                                  : listed ? make_host_plan(request, hosts) : make_local_plan(request)) {
     if (auto started = group.spawn_rank(remote ? over_ssh(spec, ssh, cwd, forwarded) : spec); !started) {
       fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
       return 1; // the group's destructor kills the ranks already started
     }
   }
   int code = group.supervise(
-      [&](int rank, const std::string& how) { (*server)->process_exited(rank, how); });
+      [&](int rank, const std::string& how) {
+        if (rank >= 0) (*server)->process_exited(rank, how); // not mpirun's or srun's own end
+      });
   (*server)->stop();
   return code;
 }

@@ -67,6 +67,48 @@ std::vector<process_spec> make_host_plan(const launch_request& request, const st
   return plan;
 }
 
+expected<process_spec> through_cluster_launcher(cluster_launcher which, const std::string& program,
+                                                const std::vector<process_spec>& plan,
+                                                const std::vector<host_slots>& hosts,
+                                                const std::vector<std::string>& extra,
+                                                const std::vector<std::pair<std::string, std::string>>& forwarded) {
+  if (plan.empty()) return make_error(errc::invalid_argument, "no processes to start");
+  process_spec out;
+  out.rank = -1;
+  out.label = which == cluster_launcher::mpirun ? "mpirun" : "srun";
+  // The variables every rank shares (its own come from the launcher's rank variables).
+  for (const auto& [k, v] : plan.front().env)
+    if (k != "RANK" && k != "LOCAL_RANK" && k != "LOCAL_SIZE" && k != "CROSS_RANK" && k != "DSA_SLOT")
+      out.env.emplace_back(k, v);
+  out.env.insert(out.env.end(), forwarded.begin(), forwarded.end());
+  out.argv = {program};
+  const std::string n = std::to_string(plan.size());
+  if (which == cluster_launcher::mpirun) {
+    std::string list;
+    for (const auto& h : hosts) list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
+    for (const char* w : {"-np", n.c_str(), "--host", list.c_str()}) out.argv.emplace_back(w);
+    for (const auto& kv : out.env) {
+      out.argv.emplace_back("-x");
+      out.argv.push_back(kv.first);
+    }
+  } else {
+    const std::size_t per_host = hosts.front().slots.size();
+    std::string list;
+    for (const auto& h : hosts) {
+      if (h.slots.size() != per_host)
+        return make_error(errc::invalid_argument,
+                          "--launcher slurm starts as many ranks on every host; {} has {} slots and {} has {}",
+                          hosts.front().host, per_host, h.host, h.slots.size());
+      list += (list.empty() ? "" : ",") + h.host;
+    }
+    out.argv.insert(out.argv.end(), {"--nodes", std::to_string(hosts.size()), "--ntasks", n, "--ntasks-per-node",
+                                     std::to_string(per_host), "--nodelist", list, "--export=ALL"});
+  }
+  out.argv.insert(out.argv.end(), extra.begin(), extra.end());
+  out.argv.insert(out.argv.end(), plan.front().argv.begin(), plan.front().argv.end());
+  return out;
+}
+
 std::string shell_quote(const std::string& word) {
   const bool plain =
       !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyz"

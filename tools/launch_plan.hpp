@@ -33,6 +33,9 @@ struct process_spec {
   // Written to the process's standard input, then closed (empty: stdin is /dev/null). A
   // rank started over ssh reads its job token from there, so that no command line shows it.
   std::string stdin_text;
+  // What the launcher calls the process in its messages and output prefix, when it is not
+  // one rank (mpirun or srun starting them all; then rank is -1); empty: "rank N".
+  std::string label;
 };
 
 // The processes of a one-host job: ranks 0..num_procs-1, local rank = rank.
@@ -56,6 +59,25 @@ std::string shell_quote(const std::string& word);
 // program (resolved in PATH by the caller). A spec for localhost is returned unchanged.
 process_spec over_ssh(const process_spec& spec, const std::string& ssh, const std::string& cwd,
                       const std::vector<std::pair<std::string, std::string>>& forwarded);
+
+// The cluster launchers `dsactor launch --launcher` drives instead of ssh.
+enum class cluster_launcher { mpirun, slurm };
+
+// One process that starts every process of `plan` (make_host_plan over `hosts`) through
+// OpenMPI's mpirun (`mpirun -np N --host h0:2,h1:2 -x NAME... ARGS... PROGRAM ARGS`: ranks
+// host by host, slot by slot, as the plan; each rank reads OMPI_COMM_WORLD_RANK and
+// _LOCAL_RANK) or Slurm's srun (`srun --nodes H --ntasks N --ntasks-per-node S --nodelist
+// h0,h1 --export=ALL ARGS... PROGRAM ARGS`, which needs as many slots on every host; ranks
+// read SLURM_PROCID and SLURM_LOCALID). The job's common variables (WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, DSA_JOB_TOKEN, ...) and `forwarded` are set in the process's
+// environment and passed on by name (mpirun's -x NAME, srun's --export=ALL), so no command
+// line shows the token. `program` is mpirun's or srun's path, `extra` --launcher_args. An
+// srun over hosts of unequal slots is an error.
+expected<process_spec> through_cluster_launcher(cluster_launcher which, const std::string& program,
+                                                const std::vector<process_spec>& plan,
+                                                const std::vector<host_slots>& hosts,
+                                                const std::vector<std::string>& extra,
+                                                const std::vector<std::pair<std::string, std::string>>& forwarded);
 
 // The variables a remote rank gets beyond its own: every NCCL_* and UCX_* of the
 // launcher's environment, then the KEY=VALUE lines of ~/.dsactor_env and ./.dsactor_env

@@ -71,7 +71,10 @@ struct stream {
 
 struct child {
   int rank = 0;
+  std::string label; // process_spec::label
   std::string host; // "" for this host
+  // "rank N", or the label of a process that starts the ranks itself (mpirun, srun).
+  std::string name() const { return label.empty() ? fmt::format("rank {}", rank) : label; }
   pid_t pid = -1;
   bool running = true;
   bool stopped = false; // the launcher sent it SIGTERM or SIGKILL after another's failure
@@ -240,6 +243,7 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   child& c = children_.emplace_back();
   c.rank = spec.rank;
+  c.label = spec.label;
   c.host = spec.host;
   c.pid = pid;
   c.out.fd = std::move(out_read);
@@ -261,7 +265,7 @@ int process_group::impl::supervise(const std::function<void(int, const std::stri
       kill_at_.reset();
       for (auto& c : children_)
         if (c.running) {
-          say(fmt::format("rank {} still runs {} ms after SIGTERM; sending SIGKILL", c.rank,
+          say(fmt::format("{} still runs {} ms after SIGTERM; sending SIGKILL", c.name(),
                           options_.grace.count()));
           signal_rank(c, SIGKILL);
           c.stopped = true;
@@ -356,15 +360,15 @@ void process_group::impl::reap(const std::function<void(int, const std::string&)
       how = fmt::format("on host {} {}{}", c.host, how,
                         WIFEXITED(st) && WEXITSTATUS(st) == 255 ? " (ssh could not connect or log in, or the rank exited 255)" : "");
     if (!ok)
-      say(fmt::format("rank {} {}", c.rank, how));
+      say(fmt::format("{} {}", c.name(), how));
     if (!ok && first_failure_.empty())
-      first_failure_ = fmt::format("rank {} {}", c.rank, how);
+      first_failure_ = fmt::format("{} {}", c.name(), how);
     if (!ok && !c.stopped && !own_code_)
       own_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (on_end)
       on_end(c.rank, how);
     if (!ok)
-      begin_stop(fmt::format("rank {} {}", c.rank, how), c.rank);
+      begin_stop(fmt::format("{} {}", c.name(), how), c.rank);
   }
 }
 
@@ -433,7 +437,7 @@ void process_group::impl::emit_line(const child& c, stream& s, const std::string
   if (!c.host.empty() && c.host != "localhost")
     write_out(s.to, fmt::format("[{} rank {}] {}\n", c.host, c.rank, line));
   else
-    write_out(s.to, fmt::format("[rank {}] {}\n", c.rank, line));
+    write_out(s.to, fmt::format("[{}] {}\n", c.name(), line));
 }
 
 process_group::process_group(supervise_options options) : impl_(std::make_unique<impl>(options)) {}

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <initializer_list>
 
 namespace dsa::net {
 namespace {
@@ -27,6 +28,15 @@ expected<int> integer(const char* name, long low, long high) {
   return static_cast<int>(v);
 }
 
+// The first of `names` that is set (a rank's number comes as RANK from dsactor launch,
+// OMPI_COMM_WORLD_RANK under OpenMPI's mpirun, SLURM_PROCID under srun); the first name
+// when none is, so the error names it.
+const char* first_set(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (std::getenv(n)) return n;
+  return *names.begin();
+}
+
 } // namespace
 
 expected<std::optional<rendezvous_env>> read_rendezvous_env() {
@@ -35,10 +45,12 @@ expected<std::optional<rendezvous_env>> read_rendezvous_env() {
   constexpr long max_ranks = 1 << 20;
   rendezvous_env env;
   DSA_ASSIGN_OR_RETURN(env.world_size, integer("WORLD_SIZE", 1, max_ranks));
-  DSA_ASSIGN_OR_RETURN(env.rank, integer("RANK", 0, env.world_size - 1));
-  DSA_ASSIGN_OR_RETURN(env.local_rank, integer("LOCAL_RANK", 0, env.world_size - 1));
-  if (std::getenv("LOCAL_SIZE")) {
-    DSA_ASSIGN_OR_RETURN(int local_size, integer("LOCAL_SIZE", 1, env.world_size));
+  DSA_ASSIGN_OR_RETURN(env.rank, integer(first_set({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}), 0,
+                                          env.world_size - 1));
+  DSA_ASSIGN_OR_RETURN(env.local_rank, integer(first_set({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}),
+                                                0, env.world_size - 1));
+  if (const char* name = first_set({"LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}); std::getenv(name)) {
+    DSA_ASSIGN_OR_RETURN(int local_size, integer(name, 1, env.world_size));
     if (env.local_rank >= local_size)
       return make_error(errc::config, "LOCAL_RANK={} is not below LOCAL_SIZE={}", env.local_rank,
                         local_size);

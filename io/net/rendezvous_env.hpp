@@ -24,6 +24,9 @@ struct rendezvous_env {
   std::optional<std::chrono::milliseconds> heartbeat_timeout;
 };
 
+// Under `dsactor launch --launcher mpirun` or `slurm` the rank and local rank come from
+// OpenMPI's OMPI_COMM_WORLD_RANK / _LOCAL_RANK / _LOCAL_SIZE or Slurm's SLURM_PROCID /
+// SLURM_LOCALID when RANK / LOCAL_RANK / LOCAL_SIZE are not set.
 // nullopt when WORLD_SIZE is unset (a plain single-process run). Otherwise every variable
 // above but LOCAL_SIZE and DSA_HEARTBEAT_TIMEOUT_MS must be set and well formed; the error names
 // the first that is not

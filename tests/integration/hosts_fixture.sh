@@ -42,7 +42,7 @@ host_pid() { cat "$hosts_dir/sshd$1.pid"; }
 
 on_host() {
   local i=$1; shift
-  nsenter --target "$(host_pid "$i")" --net --uts -- "$@"
+  nsenter --target "$(host_pid "$i")" --net --uts --mount -- "$@"
 }
 
 cut_host() { ip -n "${hosts_prefix}h$1" link set eth1 down; }

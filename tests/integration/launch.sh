@@ -174,6 +174,23 @@ rc=0; launch --hostfile "$work/dup" --dry-run -- true || rc=$?
 : >"$work/empty"
 rc=0; launch --hostfile "$work/empty" --dry-run -- true || rc=$?
 [[ $rc -eq 2 ]] && grep -q "lists no hosts" "$work/err" || fail "an empty hostfile"
+# --launcher mpirun and slurm: one line per process, with the command that starts them all;
+# srun needs as many slots on every host; either needs a host list.
+launch --hostfile "$work/hosts" --launcher mpirun --launcher_args "--allow-run-as-root" --dry-run -- true ||
+  fail "--launcher mpirun --dry-run"
+[[ $(wc -l <"$work/out") -eq 5 ]] || fail "mpirun --dry-run: one line per process"
+grep -q "^host worker-1 RANK=4 LOCAL_RANK=2 WORLD_SIZE=5 .*(started by: .*mpirun -np 5 --host worker-0:2,worker-1:3 -x WORLD_SIZE .*-x DSA_JOB_TOKEN .*--allow-run-as-root)$" "$work/out" ||
+  fail "mpirun --dry-run line: $(tail -1 "$work/out")"
+launch --hostfile "$work/hosts" --launcher slurm --num_gpus 2 --dry-run -- true || fail "--launcher slurm --dry-run"
+grep -q "(started by: .*srun --nodes 2 --ntasks 4 --ntasks-per-node 2 --nodelist worker-0,worker-1 --export=ALL)$" "$work/out" ||
+  fail "srun --dry-run line: $(tail -1 "$work/out")"
+rc=0; launch --hostfile "$work/hosts" --launcher slurm --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "as many ranks on every host; worker-0 has 2 slots and worker-1 has 3" "$work/err" ||
+  fail "srun over unequal slots"
+rc=0; launch --num_procs 2 --launcher mpirun --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "starts the ranks of a --hostfile" "$work/err" || fail "--launcher mpirun without a host list"
+rc=0; launch --hostfile "$work/hosts" --launcher pdsh --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "must be ssh, mpirun (or openmpi) or slurm" "$work/err" || fail "an unknown launcher"
 # Remote hosts start over ssh. A stand-in ssh (first in PATH) checks BatchMode and runs the
 # remote command here, saying which host it was for; host "down" fails as ssh does (255).
 # It records its command lines: the job token must not be on them (it goes through stdin).

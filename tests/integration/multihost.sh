@@ -5,6 +5,7 @@
 #   1. 2 hosts x 2 ranks train BERT-tiny with ZeRO-2 and end with the parameters of one
 #      process with 4 in-process ranks, bit for bit; every rank's output comes back
 #      prefixed with its host and rank;
+#   1b. the same job under --launcher mpirun (OpenMPI) gives the same parameters;
 #   2. --include/--exclude start exactly the selected ranks on the selected hosts;
 #   3. kill -9 of a rank on host 1 mid-run stops the job within 30 s naming that host,
 #      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
@@ -80,6 +81,20 @@ grep -q "^\[$h1 rank 3\] " "$work/err" || fail "rank 3's output is not prefixed 
 grep -q "on host dsa-h1" "$work/hosts2/train.rank3.log" || fail "rank 3 did not run on host 1: $(head -3 "$work/hosts2/train.rank3.log")"
 echo "ok: 2 hosts x 2 ranks with ZeRO-2 = 4 in-process ranks, bit for bit"
 
+# 1b. The same job started by OpenMPI's mpirun (--launcher mpirun; its daemons reach host 1
+#     over the fixture's ssh): the same parameters, bit for bit.
+if command -v mpirun >/dev/null; then
+  launch_on_host0 --hostfile "$work/hosts/hostfile" --launcher mpirun \
+    --launcher_args "--allow-run-as-root --mca oob_tcp_if_include eth1" "$work/pre.toml" \
+    --set "run_dir=\"$work/mpirun\"" >"$work/out" 2>"$work/err" || { tail -30 "$work/err"; fail "the job under mpirun"; }
+  cmp "$work/mpirun/$step4/model.safetensors" "$work/threads/$step4/model.safetensors" ||
+    fail "under mpirun the job ended with other parameters than 4 in-process ranks"
+  grep -q "on host dsa-h1" "$work/mpirun/train.rank3.log" || fail "under mpirun rank 3 did not run on host 1"
+  echo "ok: --launcher mpirun runs the job on both hosts, the same parameters bit for bit"
+else
+  echo "skipped: --launcher mpirun (no mpirun; Debian: openmpi-bin)"
+fi
+
 # 2. Include/exclude and slot selection start exactly the selected ranks on the selected hosts.
 show='echo "$(hostname) rank $RANK local $LOCAL_RANK slot $DSA_SLOT of $WORLD_SIZE"'
 launch_on_host0 --hostfile "$work/hosts/hostfile" --include "$h0:1@$h1" -- sh -c "$show" >"$work/out" 2>"$work/err" ||
@@ -100,7 +115,7 @@ echo "ok: --include and --exclude start exactly the selected ranks on their host
 # checkpoint of step 4, so the job is mid-run.
 start_long_job() {
   local dir=$1
-  (cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts -- env PATH="$work/hosts/bin:$PATH" \
+  (cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts --mount -- env PATH="$work/hosts/bin:$PATH" \
     "$dsactor" launch --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 "$work/pre.toml" \
     --set "run_dir=\"$dir\"" --set train_steps=100000) >"$work/out" 2>"$work/err" &
   launcher_pid=$!

@@ -15,7 +15,8 @@ namespace {
 
 const char* const names[] = {
     "RANK",        "WORLD_SIZE",  "LOCAL_RANK",    "LOCAL_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "DSA_JOB_TOKEN", "DSA_HEARTBEAT_TIMEOUT_MS"};
+    "MASTER_ADDR", "MASTER_PORT", "DSA_JOB_TOKEN", "DSA_HEARTBEAT_TIMEOUT_MS",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_LOCALID"};
 
 // Sets the variables of a good 4-rank environment for rank 2; restores them on destruction.
 struct scoped_env {
@@ -32,7 +33,9 @@ struct scoped_env {
     set("MASTER_ADDR", "127.0.0.1");
     set("MASTER_PORT", "29500");
     set("DSA_JOB_TOKEN", "abc");
-    ::unsetenv("DSA_HEARTBEAT_TIMEOUT_MS");
+    for (const char* n : {"DSA_HEARTBEAT_TIMEOUT_MS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_LOCALID"})
+      ::unsetenv(n);
   }
   ~scoped_env() {
     for (auto& [n, v] : saved)
@@ -47,6 +50,42 @@ TEST_CASE("rendezvous env: unset WORLD_SIZE is a single-process run") {
   auto r = net::read_rendezvous_env();
   REQUIRE(r.has_value());
   CHECK_FALSE(r->has_value());
+}
+
+TEST_CASE("rendezvous env: under mpirun or srun the rank comes from OpenMPI's or Slurm's variables") {
+  scoped_env env;
+  ::unsetenv("RANK");
+  ::unsetenv("LOCAL_RANK");
+  ::unsetenv("LOCAL_SIZE");
+  scoped_env::set("OMPI_COMM_WORLD_RANK", "3");
+  scoped_env::set("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+  scoped_env::set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  auto r = net::read_rendezvous_env();
+  REQUIRE(r.has_value());
+  REQUIRE(r->has_value());
+  CHECK((**r).rank == 3);
+  CHECK((**r).local_rank == 1);
+  CHECK((**r).local_size == 2);
+  for (const char* n : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+    ::unsetenv(n);
+  scoped_env::set("SLURM_PROCID", "1");
+  scoped_env::set("SLURM_LOCALID", "0");
+  r = net::read_rendezvous_env();
+  REQUIRE(r.has_value());
+  REQUIRE(r->has_value());
+  CHECK((**r).rank == 1);
+  CHECK((**r).local_rank == 0);
+  CHECK_FALSE((**r).local_size.has_value());
+  // RANK wins over the others; none set names RANK.
+  scoped_env::set("RANK", "2");
+  r = net::read_rendezvous_env();
+  REQUIRE(r.has_value());
+  CHECK((**r).rank == 2);
+  ::unsetenv("RANK");
+  ::unsetenv("SLURM_PROCID");
+  r = net::read_rendezvous_env();
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.err().message.find("RANK is not set") != std::string::npos);
 }
 
 TEST_CASE("rendezvous env: a complete environment is read") {
