@@ -102,6 +102,11 @@ int cmd_launch(int argc, char** argv) {
       "exclude", po::value<std::string>(), "with --hostfile: all but these hosts/slots")(
       "num_nodes", po::value<int>(), "with --hostfile: the first N hosts")(
       "num_gpus", po::value<int>(), "with --hostfile: slots 0..G-1 of each host")(
+      "nnodes", po::value<int>(), "no ssh: the job spans N hosts, each started by hand or by a scheduler "
+                                  "(with --node_rank, --nproc_per_node, --master_addr and --master_port)")(
+      "node_rank", po::value<int>(), "with --nnodes: this host's index, 0..N-1 (node 0 hosts the rendezvous)")(
+      "nproc_per_node", po::value<int>(), "with --nnodes: ranks on each host")(
+      "new_token", "print a fresh job token (for DSA_JOB_TOKEN, which --nnodes needs on every host) and exit")(
       "launcher", po::value<std::string>()->default_value("ssh"),
       "with --hostfile: how ranks on other hosts start: ssh (one ssh per rank), mpirun (OpenMPI's) or slurm (srun)")(
       "launcher_args", po::value<std::string>()->default_value(""),
@@ -118,6 +123,42 @@ int cmd_launch(int argc, char** argv) {
     fmt::print(stderr, "dsactor launch: {}\n{}", what, fmt::to_string(fmt::streamed(opts)));
     return 2;
   };
+  if (vm.count("new_token")) {
+    auto fresh = random_job_token();
+    if (!fresh) {
+      fmt::print(stderr, "dsactor launch: no job token: {}\n", fresh.err().message);
+      return 1;
+    }
+    fmt::print("{}\n", *fresh);
+    return 0;
+  }
+  // Without ssh (--nnodes): every host's launcher starts its own ranks; node 0's also hosts
+  // the rendezvous at --master_addr:--master_port, which every host must be given, with the
+  // same job token in DSA_JOB_TOKEN.
+  const bool by_node = vm.count("nnodes") > 0;
+  int nnodes = 1, node_rank = 0, per_node = 1;
+  std::string node_token;
+  if (by_node) {
+    if (vm.count("hostfile") || vm.count("num_procs"))
+      return usage_error("--nnodes and --hostfile or --num_procs are mutually exclusive");
+    if (!vm.count("node_rank") || !vm.count("nproc_per_node"))
+      return usage_error("--nnodes needs --node_rank and --nproc_per_node");
+    nnodes = vm["nnodes"].as<int>();
+    node_rank = vm["node_rank"].as<int>();
+    per_node = vm["nproc_per_node"].as<int>();
+    if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes || per_node < 1)
+      return usage_error(fmt::format("--nnodes {} --node_rank {} --nproc_per_node {}: need nnodes >= 1, 0 <= "
+                                     "node_rank < nnodes and nproc_per_node >= 1", nnodes, node_rank, per_node));
+    if (nnodes > 1 && (vm["master_addr"].defaulted() || vm["master_port"].as<int>() == 0))
+      return usage_error("--nnodes > 1 needs --master_addr (node 0's address) and a fixed --master_port on every host");
+    const char* t = std::getenv("DSA_JOB_TOKEN");
+    if (!vm.count("dry-run") && (!t || !*t))
+      return usage_error("--nnodes needs the job token in DSA_JOB_TOKEN, the same on every host (make one with "
+                         "'dsactor launch --new_token' and pass it as the scheduler passes variables)");
+    node_token = t ? t : "";
+  } else if (vm.count("node_rank") || vm.count("nproc_per_node")) {
+    return usage_error("--node_rank and --nproc_per_node go with --nnodes");
+  }
   // A host list: the hosts and slots to run on (tools/hostfile.hpp).
   std::vector<host_slots> hosts;
   const bool listed = vm.count("hostfile") > 0;
@@ -135,7 +176,7 @@ int cmd_launch(int argc, char** argv) {
     hosts = std::move(*selected);
   } else if (vm.count("include") || vm.count("exclude") || vm.count("num_nodes") || vm.count("num_gpus")) {
     return usage_error("--include, --exclude, --num_nodes and --num_gpus select from a --hostfile");
-  } else if (!vm.count("num_procs") || vm["num_procs"].as<int>() < 1) {
+  } else if (!by_node && (!vm.count("num_procs") || vm["num_procs"].as<int>() < 1)) {
     return usage_error("--num_procs N (N >= 1) or --hostfile FILE is required");
   }
   const std::string launcher_name = vm["launcher"].as<std::string>();
@@ -173,8 +214,13 @@ int cmd_launch(int argc, char** argv) {
       else return usage_error(mine.err().message + "; give --master_addr, an address of this machine the hosts reach");
     }
   } else {
-    request.num_procs = vm["num_procs"].as<int>();
+    request.num_procs = by_node ? nnodes * per_node : vm["num_procs"].as<int>();
   }
+  // This host's processes.
+  auto plan_here = [&] {
+    return by_node ? make_node_plan(request, nnodes, node_rank, per_node)
+                   : listed ? make_host_plan(request, hosts) : make_local_plan(request);
+  };
   request.master_port = vm["master_port"].as<int>();
   request.heartbeat_timeout_ms = static_cast<int>(heartbeat * 1000);
   auto program = args.general ? resolve_program(args.rest[0]) : self_executable();
@@ -189,7 +235,7 @@ int cmd_launch(int argc, char** argv) {
                          args.rest.end());
 
   if (vm.count("dry-run")) {
-    const auto plan = listed ? make_host_plan(request, hosts) : make_local_plan(request);
+    const auto plan = plan_here();
     std::string via; // mpirun's or srun's own words, before the program
     if (cluster) {
       auto path = resolve_program(*cluster == cluster_launcher::mpirun ? "mpirun" : "srun");
@@ -229,7 +275,7 @@ int cmd_launch(int argc, char** argv) {
     forwarded = std::move(*env);
   }
 
-  auto token = random_job_token();
+  auto token = by_node ? expected<std::string>(node_token) : random_job_token();
   if (!token) {
     fmt::print(stderr, "dsactor launch: no job token: {}\n", token.err().message);
     return 1;
@@ -243,17 +289,21 @@ int cmd_launch(int argc, char** argv) {
   rendezvous.heartbeat_interval =
       std::min(rendezvous.heartbeat_interval,
                std::max(std::chrono::milliseconds(1), rendezvous.heartbeat_timeout / 4));
-  auto server = net::rendezvous_server::start(request.master_addr, request.master_port,
-                                              request.job_token, request.num_procs, rendezvous,
-                                              [&group](const net::server_event& e) {
-                                                if (e.what == net::server_event::kind::failed)
-                                                  group.fail("rendezvous: " + e.text, e.rank);
-                                              });
-  if (!server) {
-    fmt::print(stderr, "dsactor launch: {}\n", server.err().message);
-    return 1;
+  // The rendezvous server: here, except on the hosts other than node 0 of a --nnodes job.
+  std::unique_ptr<net::rendezvous_server> server;
+  if (!by_node || node_rank == 0) {
+    auto started = net::rendezvous_server::start(request.master_addr, request.master_port, request.job_token,
+                                                 request.num_procs, rendezvous, [&group](const net::server_event& e) {
+                                                   if (e.what == net::server_event::kind::failed)
+                                                     group.fail("rendezvous: " + e.text, e.rank);
+                                                 });
+    if (!started) {
+      fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
+      return 1;
+    }
+    server = std::move(*started);
+    request.master_port = server->port();
   }
-  request.master_port = (*server)->port();
   if (cluster) { // one mpirun or srun starts every rank
     auto one = through_cluster_launcher(*cluster, cluster_program, make_host_plan(request, hosts), hosts,
                                         launcher_args, forwarded);
@@ -263,8 +313,7 @@ int cmd_launch(int argc, char** argv) {
       return 1;
     }
   }
-  for (const auto& spec : cluster ? std::vector<process_spec>{}
-                                  : listed ? make_host_plan(request, hosts) : make_local_plan(request)) {
+  for (const auto& spec : cluster ? std::vector<process_spec>{} : plan_here()) {
     if (auto started = group.spawn_rank(remote ? over_ssh(spec, ssh, cwd, forwarded) : spec); !started) {
       fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
       return 1; // the group's destructor kills the ranks already started
@@ -272,9 +321,9 @@ int cmd_launch(int argc, char** argv) {
   }
   int code = group.supervise(
       [&](int rank, const std::string& how) {
-        if (rank >= 0) (*server)->process_exited(rank, how); // not mpirun's or srun's own end
+        if (rank >= 0 && server) server->process_exited(rank, how); // not mpirun's or srun's own end
       });
-  (*server)->stop();
+  if (server) server->stop();
   return code;
 }
 

@@ -38,6 +38,22 @@ std::vector<process_spec> make_local_plan(const launch_request& request) {
   return plan;
 }
 
+std::vector<process_spec> make_node_plan(const launch_request& request, int nnodes, int node_rank, int per_node) {
+  std::vector<process_spec> plan = make_local_plan(launch_request{per_node, request.master_addr, request.master_port,
+                                                                  request.job_token, request.heartbeat_timeout_ms,
+                                                                  request.command});
+  for (auto& p : plan) {
+    p.rank = node_rank * per_node + p.local_rank;
+    for (auto& [k, v] : p.env) {
+      if (k == "RANK") v = std::to_string(p.rank);
+      else if (k == "WORLD_SIZE") v = std::to_string(nnodes * per_node);
+      else if (k == "CROSS_RANK") v = std::to_string(node_rank);
+      else if (k == "CROSS_SIZE") v = std::to_string(nnodes);
+    }
+  }
+  return plan;
+}
+
 std::vector<process_spec> make_host_plan(const launch_request& request, const std::vector<host_slots>& hosts) {
   std::size_t world = 0;
   for (const auto& h : hosts) world += h.slots.size();

@@ -41,6 +41,11 @@ struct process_spec {
 // The processes of a one-host job: ranks 0..num_procs-1, local rank = rank.
 std::vector<process_spec> make_local_plan(const launch_request& request);
 
+// This host's processes of a job started host by host, by hand or by a scheduler, without
+// ssh (torchrun's --nnodes/--node_rank): node `node_rank` of `nnodes` runs ranks
+// node_rank * per_node .. + per_node - 1 (LOCAL_RANK 0.., CROSS_RANK node_rank).
+std::vector<process_spec> make_node_plan(const launch_request& request, int nnodes, int node_rank, int per_node);
+
 // The processes of a job over hosts (host_slots from hostfile.hpp): ranks host by host in
 // the list's order, then slot by slot; LOCAL_RANK counts a host's processes, CROSS_RANK is
 // the host's index; DSA_SLOT names the slot. request.num_procs is ignored.

@@ -6,6 +6,7 @@
 #      process with 4 in-process ranks, bit for bit; every rank's output comes back
 #      prefixed with its host and rank;
 #   1b. the same job under --launcher mpirun (OpenMPI) gives the same parameters;
+#   1c. the same job started host by host without ssh (--nnodes/--node_rank);
 #   2. --include/--exclude start exactly the selected ranks on the selected hosts;
 #   3. kill -9 of a rank on host 1 mid-run stops the job within 30 s naming that host,
 #      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
@@ -94,6 +95,26 @@ if command -v mpirun >/dev/null; then
 else
   echo "skipped: --launcher mpirun (no mpirun; Debian: openmpi-bin)"
 fi
+
+# 1c. Without ssh (--nnodes/--node_rank, as a scheduler or a user on each host would start
+#     it): node 0's launcher hosts the rendezvous on a fixed port (the namespace is the
+#     test's own, so the port is free), both share the token through DSA_JOB_TOKEN; the same
+#     parameters, bit for bit.
+token=$("$dsactor" launch --new_token)
+[[ $token =~ ^[0-9a-f]{32}$ ]] || fail "--new_token printed '$token'"
+node_args=(--nnodes 2 --nproc_per_node 2 --master_addr "$h0" --master_port 29577)
+(cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts --mount -- env DSA_JOB_TOKEN="$token" \
+  "$dsactor" launch "${node_args[@]}" --node_rank 0 "$work/pre.toml" --set "run_dir=\"$work/nodes\"") \
+  >"$work/out0" 2>"$work/err0" &
+node0=$!
+(cd "$work" && on_host 1 env DSA_JOB_TOKEN="$token" "$dsactor" launch "${node_args[@]}" --node_rank 1 \
+  "$work/pre.toml" --set "run_dir=\"$work/nodes\"") >"$work/out1" 2>"$work/err1" ||
+  { tail -20 "$work/err1"; fail "node 1 of a --nnodes job"; }
+wait "$node0" || { tail -20 "$work/err0"; fail "node 0 of a --nnodes job"; }
+cmp "$work/nodes/$step4/model.safetensors" "$work/threads/$step4/model.safetensors" ||
+  fail "the --nnodes job ended with other parameters than 4 in-process ranks"
+grep -q "on host dsa-h1" "$work/nodes/train.rank2.log" || fail "node 1's first rank is not rank 2 on host 1"
+echo "ok: --nnodes 2 started by hand on each host, the same parameters bit for bit"
 
 # 2. Include/exclude and slot selection start exactly the selected ranks on the selected hosts.
 show='echo "$(hostname) rank $RANK local $LOCAL_RANK slot $DSA_SLOT of $WORLD_SIZE"'
@@ -199,5 +220,12 @@ wait_job "$since"
 [[ $job_rc -ne 0 ]] || fail "the job exited 0 after host 1 was cut off"
 (( job_s <= 30 )) || fail "the job took $job_s s to stop after host 1 was cut off"
 grep -q "the job failed: .*rank [23].* on host $h1" "$work/err" || { tail -5 "$work/err"; fail "the failure does not name the lost host $h1"; }
-no_ranks_left || fail "ranks still running 30 s after host 1 was cut off: $(pgrep -af "$dsactor run $work/pre.toml")"
+if ! no_ranks_left; then
+  for p in $(pgrep -f "$dsactor run $work/pre.toml"); do
+    echo "still running: $(tr '\0' ' ' <"/proc/$p/cmdline"); $(tr '\0' '\n' <"/proc/$p/environ" | grep -x 'RANK=[0-9]*')"
+    for t in /proc/"$p"/task/*; do echo "  thread $(cat "$t/comm"): $(cat "$t/wchan") $(cat "$t/stat" | cut -d' ' -f3)"; done
+  done
+  for f in "$work"/cut/train*.log; do echo "--- $f"; tail -4 "$f"; done
+  fail "ranks still running 30 s after host 1 was cut off"
+fi
 echo "ok: host 1's link cut stopped the job in $job_s s naming $h1"
