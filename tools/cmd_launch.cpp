@@ -281,16 +281,20 @@ int cmd_launch(int argc, char** argv) {
     return 1;
   }
   request.job_token = *token;
+  // The rendezvous server: here, except on the hosts other than node 0 of a --nnodes job.
+  std::unique_ptr<net::rendezvous_server> server;
   supervise_options supervise;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
+  // Ctrl-C reaches ranks on other hosts through the rendezvous, not as a signal.
+  supervise.on_interrupt = [&server] {
+    if (server) server->interrupt();
+  };
   process_group group(supervise); // its signal handlers are in place before any rank starts
   net::rendezvous_options rendezvous;
   rendezvous.heartbeat_timeout = std::chrono::milliseconds(request.heartbeat_timeout_ms);
   rendezvous.heartbeat_interval =
       std::min(rendezvous.heartbeat_interval,
                std::max(std::chrono::milliseconds(1), rendezvous.heartbeat_timeout / 4));
-  // The rendezvous server: here, except on the hosts other than node 0 of a --nnodes job.
-  std::unique_ptr<net::rendezvous_server> server;
   if (!by_node || node_rank == 0) {
     auto started = net::rendezvous_server::start(request.master_addr, request.master_port, request.job_token,
                                                  request.num_procs, rendezvous, [&group](const net::server_event& e) {

@@ -333,8 +333,9 @@ void process_group::impl::on_user_signal(int sig) {
   if (++interrupts_ == 1) {
     say(fmt::format("{}: passing it on to every rank (again to kill them)", signal_name(sig)));
     for (auto& c : children_)
-      if (c.running)
+      if (c.running && (c.host.empty() || c.host == "localhost"))
         signal_rank(c, sig);
+    if (options_.on_interrupt) options_.on_interrupt();
     return;
   }
   say(fmt::format("{} again: killing every rank", signal_name(sig)));

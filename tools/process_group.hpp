@@ -16,6 +16,10 @@ namespace dsa::tools {
 struct supervise_options {
   // After a failure: SIGTERM to every rank, then SIGKILL to those still running this late.
   std::chrono::milliseconds grace{10000};
+  // On the first interrupt (Ctrl-C), after the local ranks got the signal: how to reach the
+  // ranks started over ssh, which it would not reach (the rendezvous server's interrupt()).
+  // Those are not signalled on the first interrupt (their ssh would end without them).
+  std::function<void()> on_interrupt;
 };
 
 // One per launcher process: it installs handlers for SIGINT, SIGTERM, SIGHUP and SIGCHLD

@@ -6,6 +6,10 @@ namespace dsa::train {
 
 // Installs the handlers (SA_RESTART) and clears an earlier run's request.
 void install_stop_handlers();
+// The same request as a first signal, from the launcher's rendezvous server (a rank on
+// another host, which the launcher's Ctrl-C does not reach); a signal after it still
+// counts as the first. Not async-signal-safe.
+void request_stop();
 bool stop_requested();
 
 } // namespace dsa::train

@@ -117,6 +117,7 @@ expected<job_membership> join_job(const net::rendezvous_env& env, const config& 
   DSA_TRY(job.transport->connect(job.client->blobs()));
   // A lost rank or server fails every collective this process waits in.
   job.client->set_on_lost([t = job.transport.get()](const error& e) { t->abort(e); });
+  job.client->set_on_interrupt([] { request_stop(); }); // the launcher's Ctrl-C, on any host
   return job;
 }
 

@@ -78,6 +78,7 @@ public:
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> clock_replies_;
   std::uint64_t next_probe_ = 0;
   lost_callback on_lost_;
+  rendezvous_client::interrupt_callback on_interrupt_; // guarded by mutex_
   bool stop_ = false;
   bool losing_ = false; // end() is running the callback: the job is lost
 
@@ -203,6 +204,15 @@ bool rendezvous_client::impl::handle(const frame& f) {
     cv_.notify_all();
     return true;
   }
+  case frame_type::interrupt: {
+    rendezvous_client::interrupt_callback callback;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      callback = on_interrupt_;
+    }
+    if (callback) callback();
+    return true;
+  }
   case frame_type::clock_reply: {
     const std::uint64_t received = steady_ns();
     auto c = decode_clock(f.payload);
@@ -303,6 +313,11 @@ std::optional<error> rendezvous_client::wait_lost(std::chrono::milliseconds time
   std::unique_lock<std::mutex> lock(impl_->mutex_);
   impl_->cv_.wait_for(lock, timeout, [&] { return impl_->phase_ == phase::lost; });
   return impl_->phase_ == phase::lost ? impl_->error_ : std::nullopt;
+}
+
+void rendezvous_client::set_on_interrupt(interrupt_callback on_interrupt) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->on_interrupt_ = std::move(on_interrupt);
 }
 
 void rendezvous_client::set_on_lost(lost_callback on_lost) {

@@ -70,6 +70,10 @@ public:
   std::optional<error> wait_lost(std::chrono::milliseconds timeout) const;
   // Replaces the callback; if the job is already lost, calls it at once on this thread.
   void set_on_lost(lost_callback on_lost);
+  // Called from the client's own thread each time the server says the launcher was
+  // interrupted (Ctrl-C): the rank should stop after its current step, as on SIGINT.
+  using interrupt_callback = std::function<void()>;
+  void set_on_interrupt(interrupt_callback on_interrupt);
 
   // Every rank's blob for `key` (index = rank), once every rank called allgather with it.
   // Keys may be reused once a gather with them completed. Any thread, one call per key.

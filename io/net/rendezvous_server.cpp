@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -42,12 +43,17 @@ bool rendezvous_server::impl::poll_once() {
     log_error("rendezvous: poll failed: {}", std::strerror(errno));
 
   std::vector<std::pair<int, std::string>> exits;
+  bool interrupting = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_)
       return false;
     exits.swap(exits_);
+    interrupting = std::exchange(interrupt_, false);
   }
+  if (interrupting)
+    for (auto& c : conns_)
+      if (c.rank >= 0 && !c.dead && !c.closing) send(c, frame_type::interrupt);
   if (fds[0].revents)
     wake_.consume();
   for (auto& [rank, how] : exits)
@@ -290,6 +296,14 @@ int rendezvous_server::refused() const {
 
 void rendezvous_server::process_exited(int rank, std::string how) {
   impl_->process_exited(rank, std::move(how));
+}
+
+void rendezvous_server::interrupt() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex_);
+    impl_->interrupt_ = true;
+  }
+  impl_->wake_.notify();
 }
 
 void rendezvous_server::stop() {

@@ -50,6 +50,11 @@ public:
   // joined (its peers would wait for it forever). Any thread.
   void process_exited(int rank, std::string how);
 
+  // Tells every joined rank that the launcher was interrupted (an `interrupt` frame), so
+  // ranks on other hosts, which no signal of the launcher reaches, stop after their step as
+  // on Ctrl-C. Any thread; async-signal-unsafe.
+  void interrupt();
+
   // Closes every connection (each client sees the server lost) and ends the thread.
   void stop();
 

@@ -90,6 +90,7 @@ public:
   std::string failure_;
   int refused_ = 0;
   std::vector<std::pair<int, std::string>> exits_;
+  bool interrupt_ = false; // interrupt() asked: send the frame on the server's thread
   bool stop_ = false;
   wakeup wake_;
 

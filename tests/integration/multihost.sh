@@ -10,6 +10,7 @@
 #   2. --include/--exclude start exactly the selected ranks on the selected hosts;
 #   3. kill -9 of a rank on host 1 mid-run stops the job within 30 s naming that host,
 #      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
+#   3b. Ctrl-C of the launcher stops every rank on both hosts after its step (exit 130);
 #   4. a rank on host 1 presenting a wrong job token is refused, logged with its address;
 #   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host.
 # Skips (exit 77) where namespaces cannot be made. Usage: multihost.sh PATH/TO/dsactor
@@ -199,6 +200,19 @@ launch_on_host0 --hostfile "$work/host0only" "$work/pre.toml" --set "run_dir=\"$
 [[ -d $work/killed/checkpoints/$(printf 'step_%08d' "$next") ]] || fail "the resumed run did not reach step $next"
 grep -q "resumed from .*$last" "$work/killed/train.log" || fail "the run did not resume from $last"
 echo "ok: kill -9 of a rank on host 1 stopped the job in $job_s s naming $h1; $last resumed on host 0 alone"
+
+# 3b. Ctrl-C of the launcher stops every rank on every host after its step (the ranks over
+#     ssh hear it from the rendezvous), with a checkpoint; the job exits 130.
+start_long_job "$work/interrupted"
+since=$(date +%s)
+kill -INT "$launcher_pid"
+wait_job "$since"
+[[ $job_rc -eq 130 ]] || { tail -10 "$work/err"; fail "Ctrl-C of the launcher should exit 130, got $job_rc"; }
+grep -q "stopped by signal after step" "$work/interrupted/train.log" || fail "rank 0 did not stop after its step"
+grep -q "the launcher was interrupted: stopping after the current step" "$work/err" ||
+  fail "the ranks over ssh did not hear of the interrupt"
+no_ranks_left || fail "ranks still running after Ctrl-C"
+echo "ok: Ctrl-C of the launcher stopped every rank on both hosts after its step, in $job_s s"
 
 # 4. A rank on host 1 presenting a wrong job token is refused, and the refusal logged with
 #    its address on host 1; the job fails.
