@@ -88,7 +88,7 @@ compressed_shard::compressed_shard(compressed_shard_options options, const std::
     const auto lr = static_cast<float>(cfg.lr), b1 = static_cast<float>(cfg.beta1),
                b2 = static_cast<float>(cfg.beta2), eps = static_cast<float>(cfg.eps), decay = static_cast<float>(wd);
     if (cfg.type == optim::optimizer_type::onebit_adam) {
-      optim::onebit_adam_params p{lr, b1, b2, eps, decay, cfg.freeze_step, false, cfg.bias_correction};
+      optim::onebit_adam_params p{lr, b1, b2, eps, decay, cfg.freeze_step, cfg.dummy_first_step, cfg.bias_correction};
       g.opt.emplace(std::in_place_type<optim::onebit_adam>, p, g.master.numel());
     } else if (cfg.type == optim::optimizer_type::zeroone_adam) {
       optim::zeroone_adam_params p{lr, b1, b2, eps, decay, cfg.var_freeze_step, cfg.var_update_scaler,

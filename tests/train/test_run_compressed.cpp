@@ -156,6 +156,22 @@ TEST_CASE("compressed optimizers on 2 ranks: each rank's 1-bit error buffers in 
   }
 }
 
+TEST_CASE("1-bit Adam's dummy_first_step: the first step updates nothing, as DeepSpeed's initialization step") {
+  // The untrained model: one step at lr 0.
+  auto untouched = train({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
+                          "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
+  for (const char* ranks : {"devices.ranks=1", "devices.ranks=2"}) {
+    CAPTURE(ranks);
+    auto dummy = train({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\"",
+                        "optimizer.params.dummy_first_step=true"});
+    check_equal(dummy, untouched);
+    auto trained = train({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\""});
+    const tensor& x = trained.at("bert.encoder.layer.0.attention.self.query.weight");
+    const tensor& y = untouched.at("bert.encoder.layer.0.attention.self.query.weight");
+    CHECK(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0);
+  }
+}
+
 TEST_CASE("compressed optimizers: their settings are checked, and ZeRO or offload with them refused by key") {
   test::temp_dir dir;
   const auto run = [&](const std::vector<std::string>& o) {
