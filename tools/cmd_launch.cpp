@@ -245,8 +245,14 @@ int cmd_launch(int argc, char** argv) {
       for (std::size_t i = 0; i + plan.front().argv.size() < one->argv.size(); ++i)
         via += (via.empty() ? "" : " ") + shell_quote(one->argv[i]);
     }
+    // A --nnodes host names itself: its processes are this machine's.
+    std::string here;
+    if (by_node) {
+      char name[256] = {};
+      here = ::gethostname(name, sizeof name - 1) == 0 ? fmt::format("host {} ", name) : "";
+    }
     for (const auto& spec : plan)
-      fmt::print("{}{}\n", describe(spec, request.num_procs), via.empty() ? "" : "  (started by: " + via + ")");
+      fmt::print("{}{}{}\n", here, describe(spec, request.num_procs), via.empty() ? "" : "  (started by: " + via + ")");
     return 0;
   }
   // Ranks on other hosts start over OpenSSH (localhost ones here), in this directory, with

@@ -189,6 +189,19 @@ rc=0; launch --hostfile "$work/hosts" --launcher slurm --dry-run -- true || rc=$
   fail "srun over unequal slots"
 rc=0; launch --num_procs 2 --launcher mpirun --dry-run -- true || rc=$?
 [[ $rc -eq 2 ]] && grep -q "starts the ranks of a --hostfile" "$work/err" || fail "--launcher mpirun without a host list"
+# --nnodes: this host's ranks only; the rendezvous address, port and token are required.
+launch --nnodes 2 --node_rank 1 --nproc_per_node 2 --master_addr 10.9.9.9 --master_port 29500 --dry-run -- true ||
+  fail "--nnodes --dry-run"
+[[ "$(cut -d' ' -f3-5 "$work/out")" == "RANK=2 LOCAL_RANK=0 WORLD_SIZE=4
+RANK=3 LOCAL_RANK=1 WORLD_SIZE=4" ]] || fail "--nnodes 2 --node_rank 1 should plan ranks 2 and 3: $(cat "$work/out")"
+grep -q "^host $(hostname) " "$work/out" || fail "--nnodes --dry-run should name this host"
+rc=0; env -u DSA_JOB_TOKEN "$dsactor" launch --nnodes 2 --node_rank 1 --nproc_per_node 2 --master_addr 10.9.9.9 \
+  --master_port 29500 -- true >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 2 ]] && grep -q "needs the job token in DSA_JOB_TOKEN" "$work/err" || fail "--nnodes without a token"
+rc=0; launch --nnodes 2 --node_rank 1 --nproc_per_node 2 --master_addr 10.9.9.9 --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "a fixed --master_port" "$work/err" || fail "--nnodes without a port"
+rc=0; launch --nnodes 2 --node_rank 2 --nproc_per_node 2 --master_addr 10.9.9.9 --master_port 1 --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "0 <= node_rank < nnodes" "$work/err" || fail "--node_rank out of range"
 rc=0; launch --hostfile "$work/hosts" --launcher pdsh --dry-run -- true || rc=$?
 [[ $rc -eq 2 ]] && grep -q "must be ssh, mpirun (or openmpi) or slurm" "$work/err" || fail "an unknown launcher"
 # Remote hosts start over ssh. A stand-in ssh (first in PATH) checks BatchMode and runs the
