@@ -207,12 +207,22 @@ int cmd_launch(int argc, char** argv) {
     // The rendezvous runs here, listening on this machine's address towards the first
     // host (the interface the routing table picks for it), never on every interface unless
     // --master_addr 0.0.0.0 asks; the ranks connect there.
-    if (vm["master_addr"].defaulted() && hosts.front().host != "localhost") {
-      auto mine = local_address_towards(hosts.front().host);
-      if (mine) request.master_addr = *mine;
-      else if (vm.count("dry-run")) request.master_addr = hosts.front().host; // nothing listens
-      else return usage_error(mine.err().message + "; give --master_addr, an address of this machine the hosts reach");
-    }
+    // A host that is this machine (its name may resolve to 127.0.1.1) routes through
+    // loopback, which the others cannot reach: the first host that does not decides.
+    if (vm["master_addr"].defaulted())
+      for (const auto& h : hosts) {
+        if (h.host == "localhost") continue;
+        auto mine = local_address_towards(h.host);
+        if (!mine && vm.count("dry-run")) { // nothing listens in a dry run
+          request.master_addr = h.host;
+          break;
+        }
+        if (!mine)
+          return usage_error(mine.err().message + "; give --master_addr, an address of this machine the hosts reach");
+        if (mine->rfind("127.", 0) == 0) continue; // this machine
+        request.master_addr = *mine;
+        break;
+      }
   } else {
     request.num_procs = by_node ? nnodes * per_node : vm["num_procs"].as<int>();
   }

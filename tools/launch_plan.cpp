@@ -102,7 +102,8 @@ expected<process_spec> through_cluster_launcher(cluster_launcher which, const st
   if (which == cluster_launcher::mpirun) {
     std::string list;
     for (const auto& h : hosts) list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
-    for (const char* w : {"-np", n.c_str(), "--host", list.c_str()}) out.argv.emplace_back(w);
+    // --tag-output: each line names its rank ("[1,3]<stdout>:"), behind the launcher's [mpirun].
+    for (const char* w : {"-np", n.c_str(), "--host", list.c_str(), "--tag-output"}) out.argv.emplace_back(w);
     for (const auto& kv : out.env) {
       out.argv.emplace_back("-x");
       out.argv.push_back(kv.first);
@@ -161,7 +162,8 @@ process_spec over_ssh(const process_spec& spec, const std::string& ssh, const st
     if (k != "DSA_JOB_TOKEN") remote += " " + shell_quote(k + "=" + v);
   for (const auto& word : spec.argv) remote += " " + shell_quote(word);
   process_spec out = spec;
-  out.argv = {ssh, "-o", "BatchMode=yes", spec.host, remote};
+  // ConnectTimeout: a host that drops packets is named after 30 s, not the kernel's ~2 min.
+  out.argv = {ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", spec.host, remote};
   if (!token.empty()) out.stdin_text = token + "\n";
   return out;
 }

@@ -58,7 +58,8 @@ std::string describe(const process_spec& spec, int world_size);
 // `word` quoted for a POSIX shell where it needs quoting (as it would be for ssh).
 std::string shell_quote(const std::string& word);
 
-// `spec` run on its host over OpenSSH: `ssh -o BatchMode=yes HOST 'cd CWD && exec env K=V...
+// `spec` run on its host over OpenSSH: `ssh -o BatchMode=yes -o ConnectTimeout=30 HOST 'IFS= read -r
+// DSA_JOB_TOKEN && export DSA_JOB_TOKEN && cd CWD && exec env K=V...
 // PROGRAM ARGS'`, with the spec's variables and `forwarded` ones (NCCL_*, UCX_*, the
 // .dsactor_env files': forwarded_environment) set on the remote side. `ssh` is the client
 // program (resolved in PATH by the caller). A spec for localhost is returned unchanged.
@@ -69,7 +70,7 @@ process_spec over_ssh(const process_spec& spec, const std::string& ssh, const st
 enum class cluster_launcher { mpirun, slurm };
 
 // One process that starts every process of `plan` (make_host_plan over `hosts`) through
-// OpenMPI's mpirun (`mpirun -np N --host h0:2,h1:2 -x NAME... ARGS... PROGRAM ARGS`: ranks
+// OpenMPI's mpirun (`mpirun -np N --host h0:2,h1:2 --tag-output -x NAME... ARGS... PROGRAM ARGS`: ranks
 // host by host, slot by slot, as the plan; each rank reads OMPI_COMM_WORLD_RANK and
 // _LOCAL_RANK) or Slurm's srun (`srun --nodes H --ntasks N --ntasks-per-node S --nodelist
 // h0,h1 --export=ALL ARGS... PROGRAM ARGS`, which needs as many slots on every host; ranks

@@ -359,7 +359,9 @@ void process_group::impl::reap(const std::function<void(int, const std::string&)
     // A rank started over ssh: name its host; ssh's own failures exit 255.
     if (!c.host.empty() && c.host != "localhost")
       how = fmt::format("on host {} {}{}", c.host, how,
-                        WIFEXITED(st) && WEXITSTATUS(st) == 255 ? " (ssh could not connect or log in, or the rank exited 255)" : "");
+                        WIFEXITED(st) && WEXITSTATUS(st) == 255
+                            ? " (ssh could not connect or log in, the remote rank was killed by a signal, or it exited 255)"
+                            : "");
     if (!ok)
       say(fmt::format("{} {}", c.name(), how));
     if (!ok && first_failure_.empty())

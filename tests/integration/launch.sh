@@ -179,7 +179,7 @@ rc=0; launch --hostfile "$work/empty" --dry-run -- true || rc=$?
 launch --hostfile "$work/hosts" --launcher mpirun --launcher_args "--allow-run-as-root" --dry-run -- true ||
   fail "--launcher mpirun --dry-run"
 [[ $(wc -l <"$work/out") -eq 5 ]] || fail "mpirun --dry-run: one line per process"
-grep -q "^host worker-1 RANK=4 LOCAL_RANK=2 WORLD_SIZE=5 .*(started by: .*mpirun -np 5 --host worker-0:2,worker-1:3 -x WORLD_SIZE .*-x DSA_JOB_TOKEN .*--allow-run-as-root)$" "$work/out" ||
+grep -q "^host worker-1 RANK=4 LOCAL_RANK=2 WORLD_SIZE=5 .*(started by: .*mpirun -np 5 --host worker-0:2,worker-1:3 --tag-output -x WORLD_SIZE .*-x DSA_JOB_TOKEN .*--allow-run-as-root)$" "$work/out" ||
   fail "mpirun --dry-run line: $(tail -1 "$work/out")"
 launch --hostfile "$work/hosts" --launcher slurm --num_gpus 2 --dry-run -- true || fail "--launcher slurm --dry-run"
 grep -q "(started by: .*srun --nodes 2 --ntasks 4 --ntasks-per-node 2 --nodelist worker-0,worker-1 --export=ALL)$" "$work/out" ||
@@ -211,11 +211,13 @@ rc=0; launch --hostfile "$work/hosts" --launcher pdsh --dry-run -- true || rc=$?
 mkdir -p "$work/bin"
 cat >"$work/bin/ssh" <<'SSH'
 #!/bin/sh
-[ "$1" = "-o" ] && [ "$2" = "BatchMode=yes" ] || { echo "stand-in ssh: expected -o BatchMode=yes, got $*" >&2; exit 2; }
-host=$3
 printf '%s\n' "$*" >>"${0%/*}/ssh-command-lines"
+opts=
+while [ "$1" = "-o" ]; do opts="$opts $2"; shift 2; done
+case "$opts" in *" BatchMode=yes"*) ;; *) echo "stand-in ssh: expected -o BatchMode=yes, got $opts" >&2; exit 2 ;; esac
+host=$1
 [ "$host" = down ] && { echo "ssh: connect to host down port 22: Connection refused" >&2; exit 255; }
-SSH_HOST=$host exec sh -c "$4"
+SSH_HOST=$host exec sh -c "$2"
 SSH
 chmod +x "$work/bin/ssh"
 printf 'nodeA slots=1

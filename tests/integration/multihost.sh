@@ -32,6 +32,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM # a timeout's SIGTERM still removes the hosts (through the EXIT trap)
+trap 'exit 130' INT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 hosts_up "$work/hosts" 2 || fail "could not make the hosts"
@@ -178,7 +180,10 @@ if ps -eo args | grep -q "DSA_JOB_TOKEN=[0-9a-f]"; then fail "a command line sho
 # The process of rank `$1` of the job (its environment says RANK=$1).
 rank_pid() {
   local p
+  # The rank itself (its program is dsactor), not the ssh client that started it, whose
+  # command line and environment match too.
   for p in $(pgrep -f "$dsactor run $work/pre.toml" || true); do
+    [[ $(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -1) == "$dsactor" ]] || continue
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$1"; then echo "$p"; return 0; fi
   done
   return 0
