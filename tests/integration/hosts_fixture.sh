@@ -82,6 +82,7 @@ SH
     ip -n "${hosts_prefix}sw" link set "${hosts_prefix}b$i" up
     cat > "$hosts_dir/sshd$i.conf" <<CONF
 ListenAddress $(host_addr "$i")
+ListenAddress 127.0.0.1
 Port 22
 HostKey $hosts_dir/hostkey
 AuthorizedKeysFile $hosts_dir/authorized_keys

@@ -7,6 +7,7 @@
 #      prefixed with its host and rank;
 #   1b. the same job under --launcher mpirun (OpenMPI) gives the same parameters;
 #   1c. the same job started host by host without ssh (--nnodes/--node_rank);
+#   1d. a list naming host 0 by 127.0.0.1 still gives host 1 a reachable rendezvous;
 #   2. --include/--exclude start exactly the selected ranks on the selected hosts;
 #   3. kill -9 of a rank on host 1 mid-run stops the job within 30 s naming that host,
 #      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
@@ -118,6 +119,16 @@ cmp "$work/nodes/$step4/model.safetensors" "$work/threads/$step4/model.safetenso
   fail "the --nnodes job ended with other parameters than 4 in-process ranks"
 grep -q "on host dsa-h1" "$work/nodes/train.rank2.log" || fail "node 1's first rank is not rank 2 on host 1"
 echo "ok: --nnodes 2 started by hand on each host, the same parameters bit for bit"
+
+# 1d. A host list naming the launching host by a loopback address (as Debian's /etc/hosts
+#     resolves a machine's own name): the rendezvous still listens on host 0's address
+#     towards host 1, which host 1's ranks reach.
+printf '127.0.0.1 slots=2\n%s slots=2\n' "$h1" >"$work/loopback-first"
+launch_on_host0 --hostfile "$work/loopback-first" "$work/pre.toml" --set "run_dir=\"$work/loopback\"" \
+  >"$work/out" 2>"$work/err" || { tail -20 "$work/err"; fail "a host list starting with a loopback address"; }
+cmp "$work/loopback/$step4/model.safetensors" "$work/threads/$step4/model.safetensors" ||
+  fail "the loopback-first host list ended with other parameters"
+echo "ok: a host list naming this host by 127.0.0.1 first: the rendezvous listens where host 1 reaches it"
 
 # 2. Include/exclude and slot selection start exactly the selected ranks on the selected hosts.
 show='echo "$(hostname) rank $RANK local $LOCAL_RANK slot $DSA_SLOT of $WORLD_SIZE"'
