@@ -8,7 +8,7 @@
 #include "tools/launch_plan.hpp"
 #include "tools/options.hpp"
 #include "tools/process_group.hpp"
-#include "tools/route_address.hpp"
+#include "io/net/route_address.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -212,7 +212,7 @@ int cmd_launch(int argc, char** argv) {
     if (vm["master_addr"].defaulted())
       for (const auto& h : hosts) {
         if (h.host == "localhost") continue;
-        auto mine = local_address_towards(h.host);
+        auto mine = net::local_address_towards(h.host);
         if (!mine && vm.count("dry-run")) { // nothing listens in a dry run
           request.master_addr = h.host;
           break;

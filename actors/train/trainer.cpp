@@ -19,6 +19,7 @@
 #include "actors/train/run_checkpoint.hpp"
 #include "actors/train/run_config.hpp"
 #include "actors/train/signals.hpp"
+#include "io/net/route_address.hpp"
 #include "core/log.hpp"
 #include "io/ckpt/atomic_file.hpp"
 #include "io/net/local_transport.hpp"
@@ -102,9 +103,28 @@ net::bytes to_bytes(const std::string& s) {
 
 // Creates the transport, joins the rendezvous (every process must run the same config:
 // a difference is an errc::config error naming the keys) and connects to every rank.
+// UCX's TCP endpoints on the interface that routes to the rendezvous (as the launcher's
+// server listens on it), not every interface, unless UCX_NET_DEVICES says otherwise, the
+// job is on this host alone (the rendezvous on loopback: shared memory carries it), or the
+// host has RDMA devices (naming one interface would leave InfiniBand out).
+void pin_ucx_interface(const net::rendezvous_env& env) {
+  if (std::getenv("UCX_NET_DEVICES")) return;
+  std::error_code ec;
+  if (std::filesystem::exists("/sys/class/infiniband", ec) &&
+      !std::filesystem::is_empty("/sys/class/infiniband", ec))
+    return;
+  auto mine = net::local_address_towards(env.master_addr);
+  if (!mine || mine->rfind("127.", 0) == 0) return;
+  auto device = net::interface_of(*mine);
+  if (!device) return;
+  ::setenv("UCX_NET_DEVICES", device->c_str(), 0);
+  if (env.rank == 0) log_info("UCX_NET_DEVICES={}: the interface that routes to the rendezvous at {}", *device, env.master_addr);
+}
+
 expected<job_membership> join_job(const net::rendezvous_env& env, const config& cfg) {
   job_membership job;
   job.env = env;
+  pin_ucx_interface(env);
   DSA_ASSIGN_OR_RETURN(job.transport, net::ucx_transport::create(env.rank, env.world_size, token_number(env.job_token)));
   // Liveness comes from heartbeats and the launcher: waits at the rendezvous (all ranks
   // joining, rank 0 preparing the data) get no deadline of their own.

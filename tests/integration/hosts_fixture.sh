@@ -14,8 +14,9 @@
 #                       to call twice, and after a partial hosts_up).
 #   hosts_skip_reason   prints why hosts cannot be made here (empty: they can).
 #
-# UCX is forced onto TCP over eth1 (UCX_TLS=tcp, UCX_NET_DEVICES=eth1): namespaces share
-# IPC and PIDs, so UCX would otherwise take shared memory between the "hosts".
+# UCX is forced onto TCP (UCX_TLS=tcp): namespaces share IPC and PIDs, so UCX would
+# otherwise take shared memory between the "hosts". UCX_NET_DEVICES is left to the ranks,
+# which name the interface that routes to the rendezvous (eth1 here).
 
 hosts_prefix="dsa$$"
 hosts_net=$(( ($$ % 200) + 20 ))
@@ -108,7 +109,8 @@ CONF
     on_host 0 "$hosts_dir/bin/ssh" -o BatchMode=yes "$(host_addr "$i")" true ||
       { echo "host 0 cannot ssh to host $i" >&2; return 1; }
   done
-  export UCX_TLS=tcp UCX_NET_DEVICES=eth1
+  # TCP only; the ranks pick eth1 themselves (the interface that routes to the rendezvous).
+  export UCX_TLS=tcp
 }
 
 hosts_down() {

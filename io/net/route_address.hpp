@@ -7,11 +7,15 @@
 
 #include <string>
 
-namespace dsa::tools {
+namespace dsa::net {
 
 // `host` (a name or an IPv4 address) resolved, and this machine's IPv4 address a packet to
 // it would leave from (a UDP socket's connect, which sends nothing). An unknown name or no
 // route is an error naming the host.
 expected<std::string> local_address_towards(const std::string& host);
 
-} // namespace dsa::tools
+// The name of the interface that holds the IPv4 `address` (getifaddrs): "eth0"; an error
+// when none does.
+expected<std::string> interface_of(const std::string& address);
+
+} // namespace dsa::net

@@ -1,9 +1,10 @@
 // The local address towards a host; see route_address.hpp.
-#include "tools/route_address.hpp"
+#include "io/net/route_address.hpp"
 
 #include "io/ckpt/posix_file.hpp"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace dsa::tools {
+namespace dsa::net {
 
 expected<std::string> local_address_towards(const std::string& host) {
   addrinfo hints{};
@@ -36,4 +37,19 @@ expected<std::string> local_address_towards(const std::string& host) {
   return std::string(text);
 }
 
-} // namespace dsa::tools
+expected<std::string> interface_of(const std::string& address) {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return make_error(errc::io, "listing the interfaces: {}", std::strerror(errno));
+  std::string name;
+  for (const ifaddrs* i = all; i && name.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    if (address == text) name = i->ifa_name;
+  }
+  ::freeifaddrs(all);
+  if (name.empty()) return make_error(errc::invalid_argument, "no interface holds the address {}", address);
+  return name;
+}
+
+} // namespace dsa::net
