@@ -37,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <cstdlib>
 #include <thread>
 
 #include <unistd.h>
@@ -121,6 +122,8 @@ void pin_ucx_interface(const net::rendezvous_env& env) {
   if (env.rank == 0) log_info("UCX_NET_DEVICES={}: the interface that routes to the rendezvous at {}", *device, env.master_addr);
 }
 
+constexpr std::chrono::seconds lost_job_grace{20};
+
 expected<job_membership> join_job(const net::rendezvous_env& env, const config& cfg) {
   job_membership job;
   job.env = env;
@@ -136,7 +139,17 @@ expected<job_membership> join_job(const net::rendezvous_env& env, const config& 
                            options));
   DSA_TRY(job.transport->connect(job.client->blobs()));
   // A lost rank or server fails every collective this process waits in.
-  job.client->set_on_lost([t = job.transport.get()](const error& e) { t->abort(e); });
+  job.client->set_on_lost([t = job.transport.get()](const error& e) {
+    t->abort(e);
+    // A rank whose job is lost ends within lost_job_grace even if its shutdown blocks (a
+    // call into a peer that never answers): the job's other processes must not linger.
+    std::thread([why = e.message] {
+      std::this_thread::sleep_for(lost_job_grace);
+      log_error("the job was lost {} s ago ({}) and this rank has not ended yet; exiting",
+                std::chrono::duration_cast<std::chrono::seconds>(lost_job_grace).count(), why);
+      std::_Exit(1);
+    }).detach();
+  });
   job.client->set_on_interrupt([] { request_stop(); }); // the launcher's Ctrl-C, on any host
   return job;
 }
