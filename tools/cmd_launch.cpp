@@ -219,7 +219,7 @@ int cmd_launch(int argc, char** argv) {
         }
         if (!mine)
           return usage_error(mine.err().message + "; give --master_addr, an address of this machine the hosts reach");
-        if (mine->rfind("127.", 0) == 0) continue; // this machine
+        if (net::is_loopback(*mine)) continue; // this machine
         request.master_addr = *mine;
         break;
       }

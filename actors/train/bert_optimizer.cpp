@@ -55,45 +55,6 @@ void bert_optimizer::init(const std::vector<tensor>& initial) {
   }
 }
 
-void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
-  const auto& specs = options_.specs;
-  std::vector<tensor> start = initial;
-  if (!options_.resume_masters.empty())
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      auto resumed = options_.resume_masters.find(specs[i].name);
-      if (resumed == options_.resume_masters.end())
-        throw std::runtime_error("checkpoint has no master weights for " + specs[i].name);
-      start[i] = resumed->second;
-    }
-  compressed_shard_options o;
-  o.optimizer = options_.optimizer;
-  o.specs = specs;
-  o.peers = options_.peers;
-  o.logger = options_.logger;
-  o.caller = shard_name();
-  o.mask_positions_from = options_.mask_positions_from;
-  comp_ = std::make_unique<compressed_shard>(std::move(o), start);
-  if (options_.resume_state)
-    if (auto loaded = comp_->load_state(options_.resume_state->tensors, options_.resume_state->step); !loaded)
-      throw std::runtime_error(loaded.err().message);
-  if (!options_.resume_errors.empty())
-    if (auto loaded = comp_->load_errors(options_.resume_errors); !loaded)
-      throw std::runtime_error(fmt::format("checkpoint group {}: {}",
-                                           checkpoint_errors_group(options_.participant,
-                                                                   static_cast<std::uint32_t>(options_.peers->rank())),
-                                           loaded.err().message));
-  const dtype half = working_dtype(options_.working);
-  slots_.clear();
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    optim::param_slot s;
-    s.name = specs[i].name;
-    s.param = comp_->params()[i];
-    s.grad = comp_->grads()[i];
-    if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
-    slots_.push_back(s);
-  }
-}
-
 namespace {
 // Tensor i of the layout as a view of a flat buffer, in its own shape.
 tensor layout_view(const tensor& flat, const optim::flat_tensor& t) {
@@ -252,20 +213,6 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   return !d.skip;
 }
 
-bool bert_optimizer::speculate(std::uint32_t step) {
-  if (comp_) return false; // its exchanges cannot be taken back
-  auto started = std::chrono::steady_clock::now();
-  assumed_ = options_.decider->assume();
-  back_up();
-  advance(step, assumed_);
-  speculated_step_ = step;
-  ++speculated_;
-  if (options_.update_ns)
-    *options_.update_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
-  return true;
-}
-
 void bert_optimizer::advance(std::uint32_t step, const step_decision& d) {
   if (part_) {
     if (swap_) swap_tracer_->update_begins(step, swap_->sweeps() + 1);
@@ -366,87 +313,6 @@ void bert_optimizer::publish(const step_decision& d, std::vector<tensor>& out) {
   }
   out.push_back(loss_scale_tensor(d.loss_scale_after)); // the next step's, for the stage's backward
   last_ = d;
-}
-
-namespace {
-// dst = a copy of src, reusing dst's storage when it fits.
-void keep_copy(tensor& dst, const tensor& src) {
-  if (!src.defined()) {
-    dst = tensor();
-    return;
-  }
-  if (!dst.defined() || dst.type() != src.type() || dst.shape() != src.shape()) dst = tensor::empty(src.shape(), src.type());
-  dst.copy_from(src);
-}
-} // namespace
-
-void bert_optimizer::back_up() {
-  backup& b = backup_;
-  if (swap_) {
-    // Swapped state: the speculative sweeps write to the swap's second files (the state
-    // stays as it was until commit_shadow); only the gradients, which the step consumes,
-    // and the step count and betas are kept here.
-    if (auto s = swap_->begin_shadow(); !s)
-      throw std::runtime_error(fmt::format("stage {}: speculative update: {}", options_.participant, s.err().message));
-    b.part = optim::partition_state{};
-    b.part.step = part_->step_count();
-    keep_copy(b.grad, partition_grad());
-    b.beta1 = part_->settings().beta1;
-    b.beta2 = part_->settings().beta2;
-    return;
-  }
-  if (part_) {
-    optim::partition_state live = part_->state();
-    keep_copy(b.part.master, live.master);
-    keep_copy(b.part.exp_avg, live.exp_avg);
-    keep_copy(b.part.exp_avg_sq, live.exp_avg_sq);
-    b.part.step = live.step;
-    keep_copy(b.grad, partition_grad());
-    b.beta1 = part_->settings().beta1;
-    b.beta2 = part_->settings().beta2;
-    return;
-  }
-  b.params.resize(slots_.size());
-  b.grads.resize(slots_.size());
-  b.halves.resize(slots_.size());
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    keep_copy(b.params[i], slots_[i].param);
-    keep_copy(b.grads[i], slots_[i].grad);
-    keep_copy(b.halves[i], slots_[i].half_copy);
-  }
-  const optim::optimizer_state live = opt_->state_views();
-  for (const auto& [name, t] : live.tensors) keep_copy(b.moments.tensors[name], t);
-  b.moments.step = live.step;
-  b.beta1 = opt_->settings().beta1;
-  b.beta2 = opt_->settings().beta2;
-}
-
-void bert_optimizer::roll_back() {
-  const backup& b = backup_;
-  if (swap_) {
-    if (auto s = swap_->discard_shadow(); !s)
-      throw std::runtime_error(fmt::format("rolling back stage {}'s speculative update: {}", options_.participant,
-                                           s.err().message));
-    part_->restore_state(b.part); // the step count only: the state never left its files
-    partition_grad().copy_from(b.grad);
-    part_->set_betas(b.beta1, b.beta2);
-    return;
-  }
-  if (part_) {
-    part_->restore_state(b.part);
-    partition_grad().copy_from(b.grad);
-    part_->set_betas(b.beta1, b.beta2);
-    return;
-  }
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    slots_[i].param.copy_from(b.params[i]);
-    slots_[i].grad.copy_from(b.grads[i]);
-    if (b.halves[i].defined()) slots_[i].half_copy.copy_from(b.halves[i]);
-  }
-  if (auto s = opt_->load_state(b.moments); !s)
-    throw std::runtime_error(fmt::format("rolling back stage {}'s speculative update: {}", options_.participant,
-                                         s.err().message));
-  opt_->set_betas(b.beta1, b.beta2);
 }
 
 void bert_optimizer::gather_flat(const tensor& all, const tensor& mine, const char* what) const {

@@ -14,6 +14,9 @@ namespace dsa::net {
 // route is an error naming the host.
 expected<std::string> local_address_towards(const std::string& host);
 
+// Whether the IPv4 `address` is a loopback one (127.0.0.0/8): this machine only.
+inline bool is_loopback(const std::string& address) { return address.rfind("127.", 0) == 0; }
+
 // The name of the interface that holds the IPv4 `address` (getifaddrs): "eth0"; an error
 // when none does.
 expected<std::string> interface_of(const std::string& address);
