@@ -23,8 +23,8 @@ communication_figures communication_of(const std::string& optimizer, int ranks, 
   f.steps = steps;
   f.parameters = parameters;
   f.bytes_sent = bytes_sent;
-  const double per_step = ranks > 1 ? 2.0 * (ranks - 1) / ranks * 2.0 * static_cast<double>(parameters) : 0.0;
-  f.fp16_allreduce_bytes = static_cast<std::uint64_t>(per_step * static_cast<double>(steps));
+  f.fp16_allreduce_bytes =
+      static_cast<std::uint64_t>(fp16_ring_allreduce_bytes(static_cast<double>(parameters), ranks) * static_cast<double>(steps));
   for (const auto* shard : shards)
     if (const compressed_traffic* t = shard->traffic()) {
       f.local_steps = std::max(f.local_steps, t->local_steps); // every stage's shard keeps the same steps local

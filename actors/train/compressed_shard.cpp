@@ -110,7 +110,7 @@ compressed_shard::compressed_shard(compressed_shard_options options, const std::
       DSA_CHECK(static_cast<bool>(s), "{}: {}", options_.caller, s.err().message);
     }
   }
-  local_next_.store(std::any_of(groups_.begin(), groups_.end(), [&](const group& g) { return wants_local(g); }));
+  refresh_local_next();
 }
 
 bool compressed_shard::wants_local(const group& g) const {
@@ -119,6 +119,11 @@ bool compressed_shard::wants_local(const group& g) const {
                                [](const optim::zeroone_adam& o) { return !o.full_gradient_next(); },
                                [](const optim::onebit_lamb& o) { return o.compressed_next(); }},
                     *g.opt);
+}
+
+void compressed_shard::refresh_local_next() {
+  local_next_.store(std::any_of(groups_.begin(), groups_.end(), [&](const group& g) { return wants_local(g); }),
+                    std::memory_order_release);
 }
 
 actors::grad_totals compressed_shard::local_totals(const actors::grad_totals& totals) {
@@ -163,7 +168,7 @@ status compressed_shard::step(double lr, double grad_scale) {
     float* p = g.master.data<float>();
     const float* grad = g.grad.data<float>();
     const std::int64_t n = g.master.numel();
-    fp16 += static_cast<std::uint64_t>(2.0 * (ranks - 1) / ranks * 2.0 * static_cast<double>(n));
+    fp16 += static_cast<std::uint64_t>(fp16_ring_allreduce_bytes(static_cast<double>(n), ranks));
     status s = std::visit(
         overloaded{[&](optim::onebit_adam& o) {
                      o.set_lr(static_cast<float>(lr));
@@ -187,8 +192,7 @@ status compressed_shard::step(double lr, double grad_scale) {
     ++traffic_.local_steps;
     traffic_.local_fp16_bytes += fp16;
   }
-  local_next_.store(std::any_of(groups_.begin(), groups_.end(), [&](const group& g) { return wants_local(g); }),
-                    std::memory_order_release);
+  refresh_local_next();
   return {};
 }
 
@@ -242,7 +246,7 @@ status compressed_shard::load_state(const std::map<std::string, tensor>& tensors
     if (!s) return make_error(s.err().code, "checkpoint group {}: {}", g.name, s.err().message);
     g.errors = net::onebit_errors{};
   }
-  local_next_.store(std::any_of(groups_.begin(), groups_.end(), [&](const group& g) { return wants_local(g); }));
+  refresh_local_next();
   return {};
 }
 

@@ -50,6 +50,12 @@ struct compressed_shard_options {
   std::int64_t mask_positions_from = -1;
 };
 
+// What a plain fp16 ring allreduce of `elements` sends from each of `ranks` ranks:
+// 2 (n - 1) / n x 2 bytes per element (0 on one rank).
+inline double fp16_ring_allreduce_bytes(double elements, int ranks) {
+  return ranks > 1 ? 2.0 * (ranks - 1) / ranks * 2.0 * elements : 0.0;
+}
+
 // What the shard's exchanges sent from this rank, and what a plain fp16 ring allreduce of
 // the same gradients (2 (n - 1) / n x 2 bytes per element per step) would have sent.
 struct compressed_traffic {
@@ -108,6 +114,8 @@ private:
     net::onebit_errors errors;
   };
   bool wants_local(const group& g) const;
+  // local_next_ from every group's optimizer (after its state changed).
+  void refresh_local_next();
   status exchange(group& g, float* values, std::int64_t count, bool reset_errors);
 
   compressed_shard_options options_;
