@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace dsa::optim {
@@ -31,6 +32,27 @@ struct onebit_adam_params {
   bool dummy_first_step = false;
   bool bias_correction = false;
 };
+
+// 1-bit Adam's element-wise arithmetic, shared by onebit_adam (whole parameters) and
+// partitioned_optimizer (a ZeRO partition), so both give the same bits. Compiled once here:
+// the same code path, the same floating-point contractions.
+namespace onebit_math {
+// Warm-up: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2 over n elements.
+void warm_moments(float* m, float* v, const float* g, std::int64_t n, float beta1, float beta2);
+// Compressed phase, before the exchange: m = b1 m + (1 - b1) g.
+void local_momentum(float* m, const float* g, std::int64_t n, float beta1);
+// m *= mask (exp_avg_mask, 0 or 1 per element).
+void apply_mask(float* m, const float* mask, std::int64_t n);
+// The bias-correction factors {a1 for m, a2 for sqrt(v)} after `step` steps of which
+// `var_steps` updated the variance (1, 1 without correction).
+std::pair<float, float> corrections(const onebit_adam_params& p, std::int64_t step, std::int64_t var_steps);
+// p -= lr (a1 m / (sqrt(v) a2 + eps) + wd p) over n elements.
+void update(float* param, const float* m, const float* v, std::int64_t n, const onebit_adam_params& p,
+            float weight_decay, std::pair<float, float> corrections);
+// Steps of the first `step` that updated the variance: warm-up steps before freeze_step,
+// less the dummy first step.
+std::int64_t variance_steps(const onebit_adam_params& p, std::int64_t step);
+} // namespace onebit_math
 
 // Replaces (count) values with their compressed average over the ranks.
 using momentum_exchange = std::function<status(float* values, std::int64_t count)>;

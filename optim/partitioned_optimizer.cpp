@@ -15,6 +15,8 @@ namespace {
 
 bool is_float(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
 
+} // namespace
+
 status check_flat(const tensor& t, const char* what, std::int64_t n, std::uint32_t rank, bool any_float) {
   const bool type_ok = any_float ? is_float(t.type()) : t.type() == dtype::f32;
   if (!t.defined() || !type_ok || !t.dev().is_cpu() || !t.is_contiguous() || t.numel() != n)
@@ -22,6 +24,8 @@ status check_flat(const tensor& t, const char* what, std::int64_t n, std::uint32
                       rank, what, any_float ? "f32/f16/bf16" : "f32", n, t.defined() ? t.describe() : "undefined");
   return {};
 }
+
+namespace {
 
 // The flat ranges of a partition not covered by its pieces, relative to the partition start.
 std::vector<flat_range> padding_of(const std::vector<flat_piece>& pieces, const flat_range& part) {
@@ -119,9 +123,12 @@ expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optim
                                                                      std::uint32_t rank,
                                                                      std::unique_ptr<chunked_state> store,
                                                                      std::int64_t step) {
-  if (cfg.compressed())
-    return make_error(errc::invalid_argument,
-                      "partitioned optimizer: the compressed optimizers do not run over a partition");
+  if (cfg.compressed() && cfg.type != optimizer_type::onebit_adam)
+    return make_error(errc::invalid_argument, "partitioned optimizer: {} does not run over a partition",
+                      optimizer_name(cfg.type));
+  if (cfg.type == optimizer_type::onebit_adam && !dynamic_cast<const resident_state*>(store.get()))
+    return make_error(errc::invalid_argument, "partitioned optimizer: 1-bit Adam keeps its state in memory, not in {}",
+                      store->where());
   if (cfg.type == optimizer_type::lamb && layout.alignment() % cpu::lamb_norm_block != 0)
     return make_error(errc::invalid_argument,
                       "partitioned optimizer: LAMB needs the flat layout's alignment to be a multiple of {} elements "
@@ -135,6 +142,7 @@ expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optim
   opt.store_ = std::move(store);
   opt.step_ = step;
   DSA_TRY(opt.init_scratch());
+  if (cfg.type == optimizer_type::onebit_adam) DSA_TRY(opt.init_onebit());
   opt.store_->prefetch(all_arrays);
   return opt;
 }
@@ -248,6 +256,8 @@ status each_window(const state_chunk& c, std::int64_t size, Fn&& fn) {
 } // namespace
 
 status partitioned_optimizer::step(const partition_step& in) {
+  if (cfg_.type == optimizer_type::onebit_adam)
+    return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: 1-bit Adam steps with step_onebit", rank_);
   const std::int64_t size = layout_.partition_numel();
   DSA_TRY(check_flat(in.grad, "grad", size, rank_, false));
   if (in.working.defined()) DSA_TRY(check_flat(in.working, "working", size, rank_, true));

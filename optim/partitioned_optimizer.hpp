@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dsa::optim {
@@ -83,6 +84,27 @@ struct partition_step {
   chunk_ready ready;
 };
 
+// t must be a contiguous CPU tensor of n elements, f32 (any_float: f32, f16 or bf16); the
+// error names `what` and the rank.
+status check_flat(const tensor& t, const char* what, std::int64_t n, std::uint32_t rank, bool any_float);
+
+// 1-bit Adam over a partition (optimizer.type OneBitAdam with ZeRO stage 1 or 2; see
+// partitioned_optimizer::step_onebit).
+struct onebit_partition_step {
+  // While warming up (compressed_next() false): (partition_numel) f32, this rank's partition
+  // of the gradients averaged over the ranks. Compressed: (padded_numel) f32, this rank's
+  // own gradients of the whole layout. Consumed: scaled in place.
+  tensor grad;
+  double grad_scale = 1.0;
+  // (partition_numel) f32/f16/bf16: receives the partition's updated working weights.
+  tensor working;
+  // Replaces one parameter group's momentum (count values, the group's tensors in layout
+  // order) with its compressed average over the ranks.
+  std::function<status(const std::string& group, float* values, std::int64_t count)> exchange;
+  // Fills whole (padded_numel) with every rank's `mine` (partition_numel) in rank order.
+  std::function<status(float* whole, const float* mine)> gather;
+};
+
 class partitioned_optimizer {
 public:
   // From a stage's whole initial parameters (tensors in layout order, f32/f16/bf16,
@@ -110,6 +132,26 @@ public:
   status write_working(const tensor& working) const;
   // The same through a sink, as partition_step::sink.
   status write_working(const working_sink& sink, dtype type, std::int64_t window) const;
+  // 1-bit Adam (cfg.type onebit_adam, the state in memory): as optim::onebit_adam updates
+  // BERT's two groups of whole parameters ("decay", then "no_decay", each its own exchange),
+  // bit for bit, with this rank's partition of the masters and variance. The momentum is
+  // kept whole: 1-bit compression runs on every rank's whole local momentum, and after an
+  // exchange every rank holds the same average. While warming up only the partition's
+  // momentum is updated (exp_avg); the first compressed step after that, or after a resume,
+  // all-gathers it. Padding and masked elements (mask_momentum) are zeroed after each
+  // exchange, as exp_avg_mask does.
+  status step_onebit(const onebit_partition_step& in);
+  // Whether the next 1-bit Adam step is compressed (its gradient the rank's own, whole).
+  bool compressed_next() const;
+  // exp_avg_mask: elements [from, numel) of tensor `t` (layout order) get no momentum.
+  void mask_momentum(std::size_t t, std::int64_t from);
+  // BERT's parameter groups as step_onebit exchanges them: {name, elements}, non-empty only.
+  std::vector<std::pair<std::string, std::int64_t>> onebit_groups() const;
+  // Bytes of the whole momentum and mask 1-bit Adam keeps beside the state.
+  std::int64_t onebit_bytes() const {
+    return static_cast<std::int64_t>((whole_m_.size() + mask_.size()) * sizeof(float));
+  }
+
   // Sum of squares of this rank's gradient elements, padding left out, for the global
   // gradient norm (add the ranks' sums). grad: (partition_numel) f32.
   double grad_sum_of_squares(const tensor& grad) const;
@@ -190,6 +232,11 @@ private:
   std::vector<std::int64_t> exchange_at_; // per tensor; -1 when it lies on one rank
   std::vector<float> lamb_coeffs_;
   std::vector<double> lamb_sums_;
+  // 1-bit Adam: the whole momentum (padded_numel; valid on every rank once gathered), the
+  // momentum mask (0 on padding), a group's scratch, and whether whole_m_ is current.
+  std::vector<float> whole_m_, mask_, group_scratch_;
+  bool whole_m_valid_ = false;
+  status init_onebit();
 };
 
 } // namespace dsa::optim

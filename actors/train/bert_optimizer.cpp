@@ -127,6 +127,7 @@ void bert_optimizer::init_partitioned(const std::vector<tensor>& initial) {
   if (!options_.fetcher) // ZeRO-3 writes its versions into the fetcher's store instead
     flat_working_ = tensor::zeros({options_.partition_parameters ? layout->partition_numel() : layout->padded_numel()},
                                  working_dtype(options_.working));
+  if (options_.optimizer.compressed()) init_onebit_partition();
 }
 
 std::vector<tensor> bert_optimizer::gradient_buffers() {
@@ -186,7 +187,7 @@ bool bert_optimizer::update(std::uint32_t step, const actors::grad_totals& total
   const step_decision would = options_.decider->assume(); // what a stream of the step assumes
   // A compressed optimizer's local step: the rank's own norms, an overflow anywhere skips everywhere.
   const step_decision d =
-      options_.decider->decide(step, comp_ && comp_->local_next() ? comp_->local_totals(totals) : totals);
+      options_.decider->decide(step, local_next() ? local_totals(totals) : totals);
   last_differed_ = !step_decider::same_update(would, d);
   const bool speculated = speculated_step_ && *speculated_step_ == step;
   DSA_CHECK(!speculated_step_ || speculated, "optimizer shard {}: update of step {} after speculating on step {}",
@@ -269,6 +270,7 @@ status bert_optimizer::advance_partition(const step_decision& d, tensor working,
   if (d.skip) return sink ? part_->write_working(sink, type, version_window()) : part_->write_working(working);
   part_->set_lr(d.lr);
   if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
+  if (zchannel_) return advance_onebit_partition(d, working);
   auto peers = options_.peers;
   auto* logger = options_.logger;
   const std::string caller = shard_name();
@@ -389,6 +391,7 @@ shard_bytes bert_optimizer::held_bytes() const {
     } else {
       b.swap_buffers = part_->resident_bytes();
     }
+    b.moments += part_->onebit_bytes(); // 1-bit Adam's whole momentum and its mask
     b.version = version_bytes_;
     return b;
   }

@@ -139,7 +139,7 @@ public:
   std::vector<tensor> gradient_buffers() override;
   std::vector<actors::gradient_part> gradient_parts() override;
   // False on the steps a compressed optimizer keeps its gradients local.
-  bool sums_gradients() const override { return !comp_ || !comp_->local_next(); }
+  bool sums_gradients() const override { return !local_next(); }
   bool update(std::uint32_t step, const actors::grad_totals& totals, std::vector<tensor>& out) override;
   // Steps assuming no clipping and no overflow (step_decider::assume) after copying the
   // masters, moments, gradients and step count it changes; update() keeps it when the
@@ -174,7 +174,9 @@ public:
   void trace_detach() override;
 
   // The compressed optimizer's traffic (null for the others).
-  const compressed_traffic* traffic() const { return comp_ ? &comp_->traffic() : nullptr; }
+  const compressed_traffic* traffic() const {
+    return comp_ ? &comp_->traffic() : zchannel_ ? &zchannel_->traffic() : nullptr;
+  }
   const step_decider& decider() const { return *options_.decider; }
   // The decision of the last update (read between steps, when the shard is idle).
   const step_decision& last_decision() const { return last_; }
@@ -207,7 +209,7 @@ public:
   // own file, group checkpoint_errors_group(stage, rank), staged into
   // ckpt::staging_dir(root, step). A collective (every rank's shard of the stage calls it
   // at the same point); returns every rank's file entries, in rank order.
-  bool saves_errors() const { return comp_ && options_.peers && options_.peers->size() > 1; }
+  bool saves_errors() const { return (comp_ || zchannel_) && options_.peers && options_.peers->size() > 1; }
   std::vector<ckpt::checkpoint_file> stage_errors(const std::string& root, std::uint64_t step) const;
   // After the last update: waits for the optimizer state's transfers still in flight (NVMe
   // offload's writes behind the update); their error, so a failed swap fails the run.
@@ -244,6 +246,19 @@ private:
   std::optional<optim::optimizer> opt_;
   std::unique_ptr<compressed_shard> comp_; // the compressed optimizers, instead of opt_
   void init_compressed(const std::vector<tensor>& initial);
+  // 1-bit Adam over a ZeRO partition (stage 1 or 2): the partition's step_onebit, its
+  // exchanges and error buffers on zchannel_; zlocal_next_ as comp_->local_next().
+  std::unique_ptr<onebit_channel> zchannel_;
+  std::atomic<bool> zlocal_next_{false};
+  void init_onebit_partition();
+  status advance_onebit_partition(const step_decision& d, const tensor& working);
+  // Whether the next step's gradients stay on each rank (a compressed optimizer's local step).
+  bool local_next() const {
+    return comp_ ? comp_->local_next() : zlocal_next_.load(std::memory_order_acquire);
+  }
+  actors::grad_totals local_totals(const actors::grad_totals& totals) {
+    return comp_ ? comp_->local_totals(totals) : zchannel_->local_totals(totals);
+  }
   step_decision last_;
   std::int64_t version_bytes_ = 0; // the tensors write_working allocated
   // ZeRO stages 1 and 2.

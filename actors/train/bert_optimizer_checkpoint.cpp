@@ -36,7 +36,7 @@ std::vector<ckpt::checkpoint_file> bert_optimizer::stage_errors(const std::strin
   std::string failure;
   {
     const auto staged = ckpt::stage_group(root, step, checkpoint_errors_group(stage, static_cast<std::uint32_t>(options_.peers->rank())),
-                                          comp_->error_tensors());
+                                          comp_ ? comp_->error_tensors() : zchannel_->error_tensors());
     if (staged) mine = {static_cast<std::int64_t>(staged->bytes), static_cast<std::int64_t>(staged->crc32c)};
     else failure = staged.err().message;
   }

@@ -2,6 +2,8 @@
 // bert_optimizer.hpp and compressed_shard.hpp.
 #include "actors/train/bert_optimizer.hpp"
 
+#include "actors/data_parallel.hpp"
+
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -45,6 +47,53 @@ void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
     if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
     slots_.push_back(s);
   }
+}
+
+void bert_optimizer::init_onebit_partition() {
+  DSA_CHECK(options_.optimizer.type == optim::optimizer_type::onebit_adam && !options_.partition_gradients &&
+                !options_.partition_parameters && !options_.offload,
+            "optimizer shard {}: {} over a ZeRO partition needs 1-bit Adam, whole gradients and the state in memory",
+            options_.participant, optim::optimizer_name(options_.optimizer.type));
+  zchannel_ = std::make_unique<onebit_channel>(options_.peers, options_.logger, shard_name());
+  const auto& specs = options_.specs;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == bert::position_embeddings_name() && options_.mask_positions_from >= 0 &&
+        specs[i].shape.size() == 2)
+      part_->mask_momentum(i, options_.mask_positions_from * specs[i].shape[1]);
+  if (!options_.resume_errors.empty()) {
+    std::map<std::string, std::int64_t> numel;
+    for (const auto& [name, n] : part_->onebit_groups()) numel[name] = n;
+    if (auto loaded = zchannel_->load_errors(options_.resume_errors, numel); !loaded)
+      throw std::runtime_error(fmt::format("checkpoint group {}: {}",
+                                           checkpoint_errors_group(options_.participant, options_.zero_rank),
+                                           loaded.err().message));
+  }
+  zlocal_next_.store(part_->compressed_next() && options_.zero_ranks > 1, std::memory_order_release);
+}
+
+// 1-bit Adam's step over the partition: while warming up on the partition of the averaged
+// gradients, then on this rank's whole gradients (their own mean), exchanging the momentum.
+status bert_optimizer::advance_onebit_partition(const step_decision& d, const tensor& working) {
+  const bool local = zlocal_next_.load(std::memory_order_acquire);
+  optim::onebit_partition_step in;
+  in.grad = local ? flat_grad_ : partition_grad();
+  in.grad_scale = local ? d.grad_scale * options_.zero_ranks : d.grad_scale;
+  in.working = working;
+  in.exchange = [this](const std::string& group, float* values, std::int64_t count) {
+    return zchannel_->exchange(group, values, count);
+  };
+  in.gather = [this](float* whole, const float* mine) -> status {
+    const std::int64_t n = part_->layout().padded_numel();
+    return actors::log_collective(options_.logger, "all_gather", n * 4, shard_name(), [&] {
+      return options_.peers->allgather(whole, mine, dtype::f32, n);
+    });
+  };
+  DSA_TRY(part_->step_onebit(in));
+  std::int64_t elements = 0;
+  for (const auto& t : part_->layout().tensors()) elements += t.numel;
+  zchannel_->count_step(elements, local);
+  zlocal_next_.store(part_->compressed_next() && options_.zero_ranks > 1, std::memory_order_release);
+  return {};
 }
 
 } // namespace dsa::train

@@ -11,7 +11,7 @@
 namespace dsa::train {
 
 bool bert_optimizer::speculate(std::uint32_t step) {
-  if (comp_) return false; // its exchanges cannot be taken back
+  if (comp_ || zchannel_) return false; // its exchanges cannot be taken back
   auto started = std::chrono::steady_clock::now();
   assumed_ = options_.decider->assume();
   back_up();

@@ -8,36 +8,21 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <cstring>
 #include <stdexcept>
-#include <tuple>
 
 namespace dsa::train {
 namespace {
 
-constexpr const char* position_table = "bert.embeddings.position_embeddings.weight";
-
 template <class... F> struct overloaded : F... { using F::operator()...; };
 template <class... F> overloaded(F...) -> overloaded<F...>;
-
-std::vector<float> to_vector(const tensor& t) {
-  const float* p = t.data<float>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-tensor to_tensor(const std::vector<float>& v) {
-  tensor t = tensor::empty({static_cast<std::int64_t>(v.size())}, dtype::f32);
-  if (!v.empty()) std::memcpy(t.raw_data(), v.data(), v.size() * sizeof(float));
-  return t;
-}
 
 } // namespace
 
 compressed_shard::compressed_shard(compressed_shard_options options, const std::vector<tensor>& initial)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), channel_(options_.peers, options_.logger, options_.caller) {
   const auto& specs = options_.specs;
   const auto& cfg = options_.optimizer;
   DSA_CHECK(cfg.compressed(), "{}: compressed_shard for a non-compressed optimizer", options_.caller);
@@ -76,7 +61,7 @@ compressed_shard::compressed_shard(compressed_shard_options options, const std::
       params_[i].copy_from(cast_to(from, dtype::f32).reshape(specs[i].shape));
       sizes.push_back(n);
       std::vector<float> keep(static_cast<std::size_t>(n), 1.0f);
-      if (specs[i].name == position_table && options_.mask_positions_from >= 0 && specs[i].shape.size() == 2) {
+      if (specs[i].name == bert::position_embeddings_name() && options_.mask_positions_from >= 0 && specs[i].shape.size() == 2) {
         const std::int64_t width = specs[i].shape[1];
         for (std::int64_t r = options_.mask_positions_from; r < specs[i].shape[0]; ++r)
           for (std::int64_t c = 0; c < width; ++c) keep[static_cast<std::size_t>(r * width + c)] = 0.0f;
@@ -127,71 +112,38 @@ void compressed_shard::refresh_local_next() {
 }
 
 actors::grad_totals compressed_shard::local_totals(const actors::grad_totals& totals) {
-  actors::grad_totals t = totals;
-  const double n = options_.peers ? options_.peers->size() : 1;
-  t.sum_of_squares *= n * n;
-  t.own_sum_of_squares *= n * n;
-  if (!options_.peers || n == 1) return t;
-  float bad = std::isfinite(t.sum_of_squares) && std::isfinite(t.own_sum_of_squares) ? 0.0f : 1.0f;
-  auto summed = actors::log_collective(options_.logger, "all_reduce", 4, options_.caller,
-                                       [&] { return options_.peers->allreduce_sum(&bad, dtype::f32, 1); });
-  if (!summed)
-    throw std::runtime_error(fmt::format("{}: telling the ranks about an overflow: {}", options_.caller,
-                                         summed.err().message));
-  if (bad > 0) t.sum_of_squares = t.own_sum_of_squares = std::numeric_limits<double>::infinity();
-  return t;
-}
-
-status compressed_shard::exchange(group& g, float* values, std::int64_t count, bool reset_errors) {
-  if (!options_.peers || options_.peers->size() == 1) return {}; // one rank: the average is the value
-  if (reset_errors) g.errors = net::onebit_errors{};
-  const auto start = std::chrono::steady_clock::now();
-  DSA_ASSIGN_OR_RETURN(net::onebit_report r, net::compressed_allreduce(*options_.peers, values, count, g.errors));
-  // The comms logger's size for this call is what the transport counted this rank sending.
-  if (options_.logger)
-    options_.logger->record("compressed_all_reduce", static_cast<std::int64_t>(r.wire_bytes),
-                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                            options_.caller);
-  ++traffic_.exchanges;
-  traffic_.payload_bytes += r.bytes_sent;
-  traffic_.wire_bytes += r.wire_bytes;
-  return {};
+  return channel_.local_totals(totals);
 }
 
 status compressed_shard::step(double lr, double grad_scale) {
   const bool local = local_next();
   const int ranks = options_.peers ? options_.peers->size() : 1;
   const double scale = local ? grad_scale * ranks : grad_scale;
-  std::uint64_t fp16 = 0;
+  std::int64_t elements = 0;
   for (auto& g : groups_) {
     if (scale != 1.0) optim::scale_in_place(g.grad, scale);
     float* p = g.master.data<float>();
     const float* grad = g.grad.data<float>();
     const std::int64_t n = g.master.numel();
-    fp16 += static_cast<std::uint64_t>(fp16_ring_allreduce_bytes(static_cast<double>(n), ranks));
+    elements += n;
     status s = std::visit(
         overloaded{[&](optim::onebit_adam& o) {
                      o.set_lr(static_cast<float>(lr));
-                     return o.step(p, grad, [&](float* v, std::int64_t c) { return exchange(g, v, c, false); });
+                     return o.step(p, grad, [&](float* v, std::int64_t c) { return channel_.exchange(g.name, v, c); });
                    },
                    [&](optim::zeroone_adam& o) -> status {
                      o.set_lr(static_cast<float>(lr));
-                     auto r = o.step(p, grad, [&](float* v, std::int64_t c, bool reset) { return exchange(g, v, c, reset); });
+                     auto r = o.step(p, grad, [&](float* v, std::int64_t c, bool reset) { return channel_.exchange(g.name, v, c, reset); });
                      return r ? status{} : status(r.err());
                    },
                    [&](optim::onebit_lamb& o) {
                      o.set_lr(static_cast<float>(lr));
-                     return o.step(p, grad, [&](float* v, std::int64_t c) { return exchange(g, v, c, false); });
+                     return o.step(p, grad, [&](float* v, std::int64_t c) { return channel_.exchange(g.name, v, c); });
                    }},
         *g.opt);
     if (!s) return s;
   }
-  ++traffic_.steps;
-  traffic_.fp16_bytes += fp16;
-  if (local) {
-    ++traffic_.local_steps;
-    traffic_.local_fp16_bytes += fp16;
-  }
+  channel_.count_step(elements, local);
   refresh_local_next();
   return {};
 }
@@ -215,7 +167,7 @@ std::map<std::string, tensor> compressed_shard::state_tensors() const {
         out[spec.name + suffix] = t;
       }
     }
-    for (const auto& [field, values] : st.extra) out["compressed." + g.name + "." + field] = to_tensor(values);
+    for (const auto& [field, values] : st.extra) out["compressed." + g.name + "." + field] = f32_tensor(values);
   }
   return out;
 }
@@ -241,45 +193,21 @@ status compressed_shard::load_state(const std::map<std::string, tensor>& tensors
     }
     const std::string prefix = "compressed." + g.name + ".";
     for (const auto& [name, t] : tensors)
-      if (name.rfind(prefix, 0) == 0 && t.type() == dtype::f32) st.extra[name.substr(prefix.size())] = to_vector(t);
+      if (name.rfind(prefix, 0) == 0 && t.type() == dtype::f32) st.extra[name.substr(prefix.size())] = f32_values(t);
     status s = std::visit([&](auto& o) { return o.load(st); }, *g.opt);
     if (!s) return make_error(s.err().code, "checkpoint group {}: {}", g.name, s.err().message);
-    g.errors = net::onebit_errors{};
   }
+  channel_.reset_errors();
   refresh_local_next();
   return {};
 }
 
-std::map<std::string, tensor> compressed_shard::error_tensors() const {
-  std::map<std::string, tensor> out;
-  for (const auto& g : groups_) {
-    if (!g.errors.worker.empty()) out[g.name + ".worker"] = to_tensor(g.errors.worker);
-    if (!g.errors.server.empty()) out[g.name + ".server"] = to_tensor(g.errors.server);
-  }
-  tensor count = tensor::empty({1}, dtype::i64);
-  count.data<std::int64_t>()[0] = traffic_.exchanges;
-  out["exchanges"] = count;
-  return out;
-}
+std::map<std::string, tensor> compressed_shard::error_tensors() const { return channel_.error_tensors(); }
 
 status compressed_shard::load_errors(const std::map<std::string, tensor>& tensors) {
-  const int ranks = options_.peers ? options_.peers->size() : 1;
-  for (auto& g : groups_) {
-    net::onebit_errors e;
-    const std::int64_t padded = net::onebit_padded(g.master.numel(), ranks);
-    for (const auto& [field, dst, n] : {std::tuple{".worker", &e.worker, padded}, std::tuple{".server", &e.server, padded / ranks}}) {
-      auto it = tensors.find(g.name + field);
-      if (it == tensors.end()) continue; // no exchange yet when saved: zeros
-      if (it->second.type() != dtype::f32 || it->second.numel() != n)
-        return make_error(errc::format, "error buffer {}{} is {}, expected f32 of {} elements ({} ranks)", g.name, field,
-                          it->second.describe(), n, ranks);
-      *dst = to_vector(it->second);
-    }
-    if (e.worker.empty() != e.server.empty())
-      return make_error(errc::format, "error buffers of {}: one of worker and server is missing", g.name);
-    g.errors = std::move(e);
-  }
-  return {};
+  std::map<std::string, std::int64_t> numel;
+  for (const auto& g : groups_) numel[g.name] = g.master.numel();
+  return channel_.load_errors(tensors, numel);
 }
 
 } // namespace dsa::train

@@ -16,8 +16,8 @@
 #pragma once
 
 #include "actors/compute.hpp"
+#include "actors/train/onebit_channel.hpp"
 #include "io/net/communicator.hpp"
-#include "io/net/compressed_allreduce.hpp"
 #include "io/net/comms_logger.hpp"
 #include "models/bert/parameter_specs.hpp"
 #include "optim/onebit_adam.hpp"
@@ -50,22 +50,6 @@ struct compressed_shard_options {
   std::int64_t mask_positions_from = -1;
 };
 
-// What a plain fp16 ring allreduce of `elements` sends from each of `ranks` ranks:
-// 2 (n - 1) / n x 2 bytes per element (0 on one rank).
-inline double fp16_ring_allreduce_bytes(double elements, int ranks) {
-  return ranks > 1 ? 2.0 * (ranks - 1) / ranks * 2.0 * elements : 0.0;
-}
-
-// What the shard's exchanges sent from this rank, and what a plain fp16 ring allreduce of
-// the same gradients (2 (n - 1) / n x 2 bytes per element per step) would have sent.
-struct compressed_traffic {
-  std::int64_t steps = 0, local_steps = 0, exchanges = 0;
-  std::uint64_t payload_bytes = 0; // packed signs and scales
-  std::uint64_t wire_bytes = 0;    // the transport's count during the exchanges
-  std::uint64_t fp16_bytes = 0;    // over all steps
-  std::uint64_t local_fp16_bytes = 0; // over the local steps only
-};
-
 class compressed_shard {
 public:
   // initial: the stage's f32 weights in specs order (copied into the flat masters).
@@ -88,7 +72,7 @@ public:
   status step(double lr, double grad_scale);
 
   std::int64_t step_count() const;
-  const compressed_traffic& traffic() const { return traffic_; }
+  const compressed_traffic& traffic() const { return channel_.traffic(); }
   // The checkpoint form: "<name>.exp_avg" and "<name>.exp_avg_sq" per parameter (as Adam's),
   // and each group's extra arrays as "compressed.<group>.<field>" (copies).
   std::map<std::string, tensor> state_tensors() const;
@@ -111,18 +95,16 @@ private:
     std::vector<std::int64_t> offsets;
     tensor master, grad;              // flat f32
     std::optional<any_optimizer> opt;
-    net::onebit_errors errors;
   };
   bool wants_local(const group& g) const;
   // local_next_ from every group's optimizer (after its state changed).
   void refresh_local_next();
-  status exchange(group& g, float* values, std::int64_t count, bool reset_errors);
 
   compressed_shard_options options_;
   std::vector<group> groups_;
   std::vector<tensor> params_, grads_;
   std::atomic<bool> local_next_{false};
-  compressed_traffic traffic_;
+  onebit_channel channel_;
 };
 
 } // namespace dsa::train

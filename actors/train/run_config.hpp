@@ -97,6 +97,8 @@ struct run_config {
   // buckets of at most this many elements.
   std::int64_t reduce_bucket_elements = 500'000'000;
   int zero_stage = 0;       // zero_optimization.stage: 0, 1 (optimizer state partitioned), 2 (gradients too), 3 (weights too)
+  // Why zero_stage differs from the configured stage (logged by rank 0), or empty.
+  std::string zero_note;
   // Whether the run partitions over its ranks (ZeRO stage >= 1 with several ranks), or runs
   // ZeRO-3 on one rank to put the weights on NVMe (offload_param.device = "nvme").
   bool zero_partitions() const;

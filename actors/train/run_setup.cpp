@@ -380,7 +380,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     o.update_ns = &ctx.shared.optimizer_ns;
     if (rc.optimizer.compressed()) {
       // 1-bit Adam, 0/1 Adam, 1-bit LAMB: their compressed exchanges on the shard's channel.
-      if (rc.batch.data_parallel_size > 1)
+      if (rc.batch.data_parallel_size > 1 && !zero) // with ZeRO, the partition's channel below
         o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
       o.logger = comms;
       o.mask_positions_from = ctx.seq_length;
@@ -437,6 +437,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.offload = bert_optimizer_options::nvme_offload{swap_port, rr.swap->dir(), off.sub_group_size,
                                                        static_cast<std::size_t>(off.buffer_count), off.pipeline_read,
                                                        off.pipeline_write};
+    if (start.resumed) o.resume_errors = start.resumed->error_states.at(s);
     if (start.resumed && partitioned(rc)) {
       o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
                              s]() -> expected<std::vector<optim::saved_partition>> {
@@ -446,7 +447,6 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     } else if (start.resumed) {
       o.resume_masters = start.resumed->masters;
       o.resume_state = start.resumed->optimizer_states[s];
-      o.resume_errors = start.resumed->error_states.at(s);
     }
     rr.shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
     rr.parts.stages.push_back(ctx.stages[s].get());

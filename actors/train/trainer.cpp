@@ -234,6 +234,7 @@ int run_training(const run_request& req) {
                rc.zero_stage >= 1 ? fmt::format("ZeRO stage {}: each rank holds {} of 1/{} of the parameters",
                                                 rc.zero_stage, zero_held, world)
                                   : std::string("ZeRO stage 0: every rank holds the whole optimizer state"));
+    if (world > 1 && !rc.zero_note.empty()) log_info("{}", rc.zero_note);
     std::unique_ptr<net::local_group> group;
     // One rank with ZeRO-3 (offload_param on NVMe) still needs a transport for its
     // fetcher's and shard's communicators: a group of one.

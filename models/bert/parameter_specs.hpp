@@ -56,6 +56,9 @@ struct param_spec {
 inline const char* word_embeddings_name() {
   return "bert.embeddings.word_embeddings.weight";
 }
+inline const char* position_embeddings_name() {
+  return "bert.embeddings.position_embeddings.weight";
+}
 std::string layer_prefix(std::int64_t layer); // "bert.encoder.layer.L."
 
 // The parameters a range holds, in canonical order: embeddings, layers in order,

@@ -170,10 +170,15 @@ echo "ok: 2 processes x 2 stages with ZeRO stage 1, LAMB, fp16 and clipping = 2 
 #     warm-up steps, then gradients kept local and 1-bit exchanges on each stage's shard
 #     channel; equal to 2 in-process ranks bit for bit (the 1-bit collective adds in rank
 #     order on either transport).
-for opt in 'OneBitAdam:freeze_step' 'ZeroOneAdam:var_freeze_step' 'OneBitLamb:freeze_step'; do
+#     1-bit Adam also with ZeRO stage 1 (its partitions all-gathered between the processes).
+for opt in 'OneBitAdam:freeze_step' 'ZeroOneAdam:var_freeze_step' 'OneBitLamb:freeze_step' 'OneBitAdam:freeze_step:1'; do
   name=${opt%%:*}
-  onebit=(--set "optimizer.type=\"$name\"" --set "optimizer.params.${opt#*:}=2" --set fp16.enabled=true
-    --set fp16.initial_scale_power=8 --set gradient_clipping=0.05)
+  rest=${opt#*:}
+  zero=${rest#*:}
+  [ "$zero" = "$rest" ] && zero=0
+  onebit=(--set "optimizer.type=\"$name\"" --set "optimizer.params.${rest%%:*}=2" --set fp16.enabled=true
+    --set fp16.initial_scale_power=8 --set gradient_clipping=0.05 --set zero_optimization.stage=$zero)
+  name=$name$zero
   "$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/c$name\"" "${onebit[@]}" \
     >"$work/out" 2>"$work/err" || fail "2-process training with $name"
   "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/ct$name\"" --set devices.ranks=2 "${onebit[@]}" \
@@ -183,7 +188,7 @@ for opt in 'OneBitAdam:freeze_step' 'ZeroOneAdam:var_freeze_step' 'OneBitLamb:fr
   grep -q "compressed communication: 2 of the steps kept their gradients local" "$work/c$name/train.log" ||
     fail "$name: the run did not report its compressed steps: $(grep communication "$work/c$name/train.log")"
 done
-echo "ok: 1-bit Adam, 0/1 Adam and 1-bit LAMB over 2 processes x 2 stages = 2 in-process ranks, bit for bit"
+echo "ok: 1-bit Adam (ZeRO stages 0 and 1), 0/1 Adam and 1-bit LAMB over 2 processes x 2 stages = 2 in-process ranks, bit for bit"
 
 # 1f. ZeRO stage 1 on one pipeline stage with each process's optimizer state on NVMe and no
 #     clipping, so the update streams over the backward (each reduce bucket updated as it is

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace dsa;
@@ -182,8 +183,75 @@ TEST_CASE("compressed optimizers: their settings are checked, and ZeRO or offloa
   CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.adam_w_mode=true"}) == 2);  // not its key
   CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "optimizer.params.local_step_clipper=0"}) == 2);
   CHECK(run({"optimizer.type=\"OneBitLamb\"", "optimizer.params.factor_min=5.0"}) == 2);
-  CHECK(run({"optimizer.type=\"OneBitAdam\"", "devices.ranks=2", "zero_optimization.stage=1"}) == 2);
+  // 1-bit Adam runs over ZeRO's partitions (stages 1 and 2), the others not yet; stage 3 never.
+  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=1"}) == 2);
+  CHECK(run({"optimizer.type=\"OneBitLamb\"", "devices.ranks=2", "zero_optimization.stage=2"}) == 2);
+  CHECK(run({"optimizer.type=\"OneBitAdam\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
   // DeepSpeed's backend keys are accepted.
   CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.comm_backend_name=\"nccl\"",
              "optimizer.params.cuda_aware=false", "train_steps=1"}) == 0);
+}
+
+namespace {
+// 1-bit Adam through the warm-up (2 steps) into the compressed phase, with fp16 loss scaling,
+// a warm-up schedule and clipping (local steps clip with each rank's own norm and OR-reduce overflows).
+const std::vector<std::string> onebit_zero_base = {
+    "optimizer.type=\"OneBitAdam\"", "optimizer.params.freeze_step=2", "optimizer.params.weight_decay=0.01",
+    "fp16.enabled=true", "fp16.initial_scale_power=8", "gradient_clipping=0.05",
+    // A learning rate that changes every step (the shard takes each step's).
+    "scheduler.type=\"WarmupLR\"", "scheduler.params.warmup_max_lr=2e-3", "scheduler.params.warmup_num_steps=8"};
+
+// The run's model and every rank's 1-bit error buffers, by checkpoint group.
+std::map<std::string, ckpt::named_tensors> model_and_errors(const test::temp_dir& dir, const char* step) {
+  auto saved = test::load_run_checkpoint(dir.path() + "/ckpt", step);
+  std::map<std::string, ckpt::named_tensors> out;
+  for (auto& [group, tensors] : saved.groups)
+    if (group == "model" || group.rfind("onebit_errors_", 0) == 0) out[group] = std::move(tensors);
+  return out;
+}
+} // namespace
+
+TEST_CASE("1-bit Adam with ZeRO stages 1 and 2 equals ZeRO stage 0 bit for bit: weights and error buffers") {
+  for (const char* pipeline : {"pipeline.stages=1", "pipeline.stages=2"}) {
+    for (int ranks : {2, 4}) {
+      CAPTURE(pipeline);
+      CAPTURE(ranks);
+      const auto common = with(onebit_zero_base, {pipeline, fmt::format("devices.ranks={}", ranks), "train_steps=5"});
+      test::temp_dir zero0;
+      REQUIRE(test::run_config(zero0.path(), "z0", test::tiny_config(zero0.path()), common) == 0);
+      const auto want = model_and_errors(zero0, "latest");
+      REQUIRE(want.size() > 1); // the model and the error files
+      for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=2"}) {
+        CAPTURE(stage);
+        test::temp_dir dir;
+        REQUIRE(test::run_config(dir.path(), "z", test::tiny_config(dir.path()), with(common, {stage})) == 0);
+        const auto got = model_and_errors(dir, "latest");
+        REQUIRE(got.size() == want.size());
+        for (const auto& [group, tensors] : want) {
+          INFO(group);
+          REQUIRE(got.count(group) == 1);
+          check_equal(got.at(group), tensors);
+        }
+        const std::string log = read_log(dir);
+        CHECK(log.find("compressed communication:") != std::string::npos);
+        if (std::string(stage).back() == '2')
+          CHECK(log.find("zero_optimization.stage 2 runs as stage 1 with OneBitAdam") != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("1-bit Adam with ZeRO stage 1: a resume in the compressed phase continues bit for bit") {
+  // The resumed ranks hold only their partition of the momentum: the first step all-gathers
+  // it; the error buffers come from each rank's own file.
+  const auto two = with(onebit_zero_base, {"devices.ranks=2", "zero_optimization.stage=1"});
+  test::temp_dir full, part;
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), with(two, {"train_steps=6"})) == 0);
+  REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(two, {"train_steps=4"})) == 0);
+  auto saved = test::load_run_checkpoint(part.path() + "/ckpt", "4");
+  CHECK(saved.groups.count("optimizer_0_rank0") == 1);
+  CHECK(saved.groups.count("onebit_errors_0_rank1") == 1);
+  REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(two, {"train_steps=6"}),
+                           /*resume=*/true) == 0);
+  check_equal(final_model(part, "6"), final_model(full, "6"));
 }
