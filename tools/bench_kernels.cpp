@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "core/tensor.hpp"
 #include "tools/bench_util.hpp"
 
@@ -32,9 +33,11 @@ buffer filled(std::int64_t n, float base) {
   return b;
 }
 
-double gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, cpu::transpose ta, cpu::transpose tb, int reps) {
+double gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, cpu::transpose ta, cpu::transpose tb, int reps,
+                   bool bf16 = false) {
   auto a = filled(m * k, 0.5f), b = filled(k * n, 0.25f), c = filled(m * n, 0.0f);
   cpu::gemm_shape s{m, n, k, ta, tb};
+  cpu::bf16_operands_scope mode(bf16);
   double secs = best_seconds(reps, [&] { cpu::gemm(c.data(), a.data(), b.data(), s); });
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / secs / 1e9;
 }
@@ -109,15 +112,19 @@ gemm_report bench_gemm(const bench_sizes& sizes) {
       {"ffn up dX      (T x FF) * (FF x H)", t, h, ff, cpu::transpose::no, cpu::transpose::no},
       {"ffn up dW      (T x FF)^T * (T x H)", ff, h, t, cpu::transpose::yes, cpu::transpose::no},
   };
-  double flops = 0, secs = 0;
+  const bool bf16 = cpu::bf16_gemm_supported();
+  double flops = 0, secs = 0, bf16_secs = 0;
   for (const auto& s : shapes) {
     double g = gemm_gflops(s.m, s.n, s.k, s.ta, s.tb, sizes.reps);
+    double g16 = bf16 ? gemm_gflops(s.m, s.n, s.k, s.ta, s.tb, sizes.reps, true) : 0.0;
     double f = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
     flops += f;
     secs += f / (g * 1e9);
-    r.rows.push_back({s.name, g});
+    if (bf16) bf16_secs += f / (g16 * 1e9);
+    r.rows.push_back({s.name, g, g16});
   }
   r.bert_gflops = flops / secs / 1e9;
+  if (bf16) r.bf16_bert_gflops = flops / bf16_secs / 1e9;
   return r;
 }
 

@@ -19,7 +19,10 @@ struct bench_sizes {
 struct gemm_report {
   double peak_gflops = 0;
   double bert_gflops = 0; // flop-weighted over the BERT shapes
-  struct row { std::string name; double gflops; };
+  // bf16_gflops: the same product with bf16 operands through oneDNN (bf16.cpu_gemm's path,
+  // the f32 -> bf16 rounding of both operands included); 0 where bf16 GEMM cannot run.
+  struct row { std::string name; double gflops; double bf16_gflops = 0; };
+  double bf16_bert_gflops = 0; // flop-weighted, as bert_gflops
   std::vector<row> rows;
 };
 

@@ -1,5 +1,7 @@
 // dsactor bench: benchmarks that validate, time, and print a ratio against a
 // peer or a physical limit measured in the same run.
+#include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "tools/bench_aio.hpp"
 #include "tools/bench_allreduce.hpp"
 #if DSA_HAVE_CUDA
@@ -45,6 +47,17 @@ int bench_kernels_main(int argc, char** argv) {
     fmt::print("  {:<40} {:>9.1f} GFLOP/s  {:>5.1f}% of peak\n", r.name, r.gflops, 100 * r.gflops / g.peak_gflops);
   fmt::print("  {:<40} {:>9.1f} GFLOP/s  {:>5.1f}% of peak\n", "BERT-base shapes (flop-weighted)", g.bert_gflops,
              100 * g.bert_gflops / g.peak_gflops);
+  std::string bf16_why;
+  const bool bf16 = cpu::bf16_gemm_supported(&bf16_why);
+  if (bf16) {
+    fmt::print("GEMM (bf16 operands through oneDNN {}, rounding from f32 included)\n", cpu::bf16_gemm_implementation());
+    for (const auto& r : g.rows)
+      fmt::print("  {:<40} {:>9.1f} GFLOP/s  {:>5.2f}x the f32 GEMM\n", r.name, r.bf16_gflops, r.bf16_gflops / r.gflops);
+    fmt::print("  {:<40} {:>9.1f} GFLOP/s  {:>5.2f}x the f32 GEMM\n", "BERT-base shapes (flop-weighted)",
+               g.bf16_bert_gflops, g.bf16_bert_gflops / g.bert_gflops);
+  } else {
+    fmt::print("GEMM (bf16): not measured ({})\n", bf16_why);
+  }
   adam_report a = bench_adam(sizes);
   fmt::print("Adam (fused, f32)\n");
   fmt::print("  triad bandwidth {:.1f} GB/s (streaming stores {:.1f}, in place {:.1f}) -> bound {:.3g} params/s "
@@ -56,13 +69,24 @@ int bench_kernels_main(int argc, char** argv) {
   fmt::print("BERT-mini training step (batch {}, seq {}, fwd+bwd)\n", b.batch, b.seq);
   fmt::print("  {:.3f} s/step, {:.1f} model GFLOP/s, {:.1f}% of GEMM peak\n", b.seconds, b.gflops,
              100 * b.gflops / g.peak_gflops);
+  bert_step_report b16;
+  if (bf16) {
+    cpu::bf16_operands_scope mode(true);
+    b16 = bench_bert_mini_step(sizes, g.peak_gflops);
+    fmt::print("  with bf16 GEMM operands (bf16.cpu_gemm): {:.3f} s/step, {:.2f}x the f32 step\n", b16.seconds,
+               b.seconds / b16.seconds);
+  }
+  auto number = [&](double x) { return bf16 ? fmt::format("{:.4g}", x) : std::string("null"); };
   fmt::print(
       "{{\"bench\":\"kernels\",\"gemm_peak_gflops\":{:.4g},\"gemm_bert_gflops\":{:.4g},\"gemm_ratio_to_peak\":{:.4f},"
       "\"triad_gbps\":{:.4g},\"adam_params_per_s\":{:.4g},\"adam_bound_params_per_s\":{:.4g},"
       "\"adam_ratio_to_bound\":{:.4f},\"bert_mini_step_s\":{:.4g},\"bert_mini_gflops\":{:.4g},"
-      "\"bert_mini_ratio_to_peak\":{:.4f}}}\n",
+      "\"bert_mini_ratio_to_peak\":{:.4f},\"vector_isa\":\"{}\",\"bf16_gemm_bert_gflops\":{},"
+      "\"bf16_gemm_ratio_to_f32\":{},\"bert_mini_bf16_gemm_step_s\":{},\"bert_mini_bf16_gemm_speedup\":{}}}\n",
       g.peak_gflops, g.bert_gflops, g.bert_gflops / g.peak_gflops, a.triad_gbps, a.params_per_s,
-      a.bound_params_per_s, a.ratio_to_bound, b.seconds, b.gflops, b.gflops / g.peak_gflops);
+      a.bound_params_per_s, a.ratio_to_bound, b.seconds, b.gflops, b.gflops / g.peak_gflops,
+      cpu::isa_name(cpu::active_isa()), number(g.bf16_bert_gflops), number(g.bf16_bert_gflops / g.bert_gflops),
+      number(b16.seconds), number(bf16 ? b.seconds / b16.seconds : 0.0));
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // dsactor report: what this machine supports — CPU features, BLAS, CUDA/NCCL
 // (found at run time, so a CPU-only build reports them too), UCX, libaio, and
 // whether a directory supports O_DIRECT.
+#include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "tools/command.hpp"
 
 #include "tools/bench_util.hpp"
@@ -29,7 +31,7 @@ namespace {
 std::string cpu_features() {
   std::string out;
   __builtin_cpu_init();
-  for (const char* f : {"sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bf16"}) {
+  for (const char* f : {"sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16"}) {
     bool has = false;
     if (!std::strcmp(f, "sse4.2")) has = __builtin_cpu_supports("sse4.2");
     else if (!std::strcmp(f, "avx")) has = __builtin_cpu_supports("avx");
@@ -143,6 +145,12 @@ int cmd_report(int argc, char** argv) {
   fmt::print("cpu features  : {}\n", cpu_features());
   fmt::print("blas          : {} (core {}, {} threads)\n", openblas_get_config(), openblas_get_corename(),
              openblas_get_num_threads());
+  fmt::print("kernels       : {}\n", cpu::isa_report());
+  std::string why;
+  if (cpu::bf16_gemm_supported(&why))
+    fmt::print("bf16 gemm     : oneDNN {} (bf16.cpu_gemm can be turned on)\n", cpu::bf16_gemm_implementation());
+  else
+    fmt::print("bf16 gemm     : not available ({})\n", why);
   report_cuda();
   fmt::print("ucx           : {}\n", ucp_get_version_string());
   report_aio();

@@ -1,6 +1,7 @@
 // Parsing of the run config into plain structs.
 #include "actors/train/run_config.hpp"
 
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "actors/train/memory_plan.hpp"
 #include "actors/train/partition.hpp"
 #include "optim/lr_schedule.hpp"
@@ -296,6 +297,15 @@ void read_precision(const config& cfg, run_config& rc, config_problems& problems
     (void)optim::read_loss_scaler_params(cfg, optim::loss_scaler_flavour::fp16_optimizer, ignored_values);
   }
   if (bf16) rc.working = precision::bf16;
+  cfg.read("bf16.cpu_gemm", rc.bf16_cpu_gemm, problems);
+  if (rc.bf16_cpu_gemm) {
+    std::string why;
+    if (!bf16)
+      problems.add(cfg.problem(problem_kind::invalid_value, "bf16.cpu_gemm", "needs bf16.enabled = true"));
+    else if (!cpu::bf16_gemm_supported(&why))
+      problems.add(cfg.problem(problem_kind::invalid_value, "bf16.cpu_gemm",
+                               fmt::format("bf16 GEMM cannot run here: {}", why)));
+  }
   // DeepSpeed's other precision keys. The CPU computes in f32 and casts nothing
   // automatically, so auto_cast and the bf16 update/overflow switches change
   // nothing here; master weights, gradients or optimizer state in half cannot be

@@ -83,6 +83,9 @@ struct run_config {
   optim::optimizer_config optimizer;
   bool has_scheduler = false;
   precision working = precision::f32;
+  // bf16.cpu_gemm: the GEMMs run on bf16 operands through oneDNN (AMX / AVX512_BF16 CPUs,
+  // kernels/cpu/gemm_bf16.hpp); needs bf16.enabled.
+  bool bf16_cpu_gemm = false;
   optim::loss_scaler_params scaler;
   double gradient_clipping = 1.0;
   // [devices] ranks: data-parallel replicas in this process (threads sharing an

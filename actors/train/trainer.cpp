@@ -1,6 +1,8 @@
 // The run: configuration, data, stages, shards, restore, run, report.
 #include "actors/train/trainer.hpp"
 
+#include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "actors/train/run_context.hpp"
 #include "actors/train/run_setup.hpp"
 
@@ -108,6 +110,8 @@ int run_training(const run_request& req) {
   if (auto s = problems.to_status(); !s)
     return fail(s.err(), 2);
   auto& rc = ctx.rc;
+  // bf16.cpu_gemm: every GEMM of this run on bf16 operands (oneDNN), restored at its end.
+  cpu::bf16_operands_scope bf16_gemm(rc.bf16_cpu_gemm);
   std::optional<job_membership> job;
   if (*launched) {
     auto joined = join_job(**launched, ctx.cfg);
@@ -146,6 +150,10 @@ int run_training(const run_request& req) {
            job ? fmt::format(" as rank {} of {} processes on host {}", ctx.rank, job->env.world_size, host_name())
                : std::string(),
            effective);
+  log_info("{}{}", cpu::isa_report(),
+           rc.bf16_cpu_gemm ? fmt::format("; GEMMs on bf16 operands through oneDNN {} (bf16.cpu_gemm)",
+                                          cpu::bf16_gemm_implementation())
+                            : std::string());
 
   // Rank 0 prepares the data (data.prepare) before the others look at it.
   if (job && !lead)

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "kernels/common/dropout_math.hpp"
+#include "kernels/cpu/philox_vec.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -20,16 +21,20 @@ void check_args(float p, std::int64_t n) {
             "dropout: n={} exceeds the 2^32 Philox blocks of one stream", n);
 }
 
-// Calls fn(i, keep) for every element i in [0, n), keep = uniform(i) >= p.
+// Calls fn(i, keep) for every element i in [0, n), keep = uniform(i) >= p. The Philox words
+// come a group of blocks at a time from philox_words (AVX-512 / AVX2 / scalar, the same
+// words on every path), so the decisions are common::dropout_keep's.
 template <class Fn>
 void for_each_keep(float p, const philox_stream& stream, std::int64_t n, Fn fn) {
-  const std::int64_t blocks = (n + 3) / 4;
+  constexpr std::int64_t group = 64; // blocks per philox_words call
+  const std::int64_t blocks = (n + 3) / 4, groups = (blocks + group - 1) / group;
 #pragma omp parallel for schedule(static) if (blocks >= parallel_threshold_blocks)
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const auto u = stream.uniform4(static_cast<std::uint32_t>(b));
-    const std::int64_t base = 4 * b, count = std::min<std::int64_t>(4, n - base);
-    for (std::int64_t k = 0; k < count; ++k)
-      fn(base + k, common::dropout_keep(u, static_cast<int>(k), p));
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::uint32_t words[4 * group];
+    const std::int64_t first = g * group, count = std::min(group, blocks - first);
+    philox_words(stream, static_cast<std::uint32_t>(first), count, words);
+    const std::int64_t base = 4 * first, elements = std::min<std::int64_t>(4 * count, n - base);
+    for (std::int64_t k = 0; k < elements; ++k) fn(base + k, philox_uniform(words[k]) >= p);
   }
 }
 

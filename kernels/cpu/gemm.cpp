@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 
 #include <cblas.h>
 #include <omp.h>
@@ -160,13 +161,23 @@ void check_batch(const gemm_batch& batch) {
 
 } // namespace
 
+gemm_shape resolve_gemm_shape(const gemm_shape& shape) { return resolve(shape).s; }
+
+std::int64_t gemm_operand_extent(const gemm_shape& resolved, bool which_a, std::int64_t count, std::int64_t stride) {
+  const resolved_shape r = resolve(resolved);
+  const std::int64_t one = which_a ? extent(r.rows_a, r.cols_a, r.s.lda) : extent(r.rows_b, r.cols_b, r.s.ldb);
+  return count <= 0 || one == 0 ? 0 : (count - 1) * stride + one;
+}
+
 void gemm(float* c, const float* a, const float* b, const gemm_shape& shape) {
+  if (bf16_operands()) return gemm_rounded_bf16(c, a, b, shape);
   gemm_blocks(c, a, b, resolve(shape).s);
 }
 
 void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& shape,
                   const gemm_batch& batch) {
   check_batch(batch);
+  if (bf16_operands()) return gemm_rounded_bf16(c, a, b, shape, batch);
   const gemm_shape s = resolve(shape).s;
   if (!spread_entries(s, batch)) {
     for (std::int64_t i = 0; i < batch.count; ++i)

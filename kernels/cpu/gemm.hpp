@@ -35,6 +35,14 @@ void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& sh
 void gemm_half(float* c, const std::uint16_t* a, const std::uint16_t* b, dtype operand_type,
                const gemm_shape& shape);
 
+// The shape with leading dimensions resolved (0 -> packed) and checked (a broken invariant
+// when one is too small or a size negative).
+gemm_shape resolve_gemm_shape(const gemm_shape& shape);
+// Elements a stored operand spans: A (which_a) or B of a resolved shape, over `count` batch
+// entries `stride` apart.
+std::int64_t gemm_operand_extent(const gemm_shape& resolved, bool which_a, std::int64_t count = 1,
+                                 std::int64_t stride = 0);
+
 // Reference: plain loops, double accumulation. Same contract as gemm_batched.
 void gemm_ref(float* c, const float* a, const float* b, const gemm_shape& shape,
               const gemm_batch& batch = {});

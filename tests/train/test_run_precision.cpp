@@ -6,6 +6,7 @@
 
 #include "actors/train/bert_stage.hpp"
 #include "core/memory_stats.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,8 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 using namespace dsa;
 
@@ -123,4 +126,32 @@ TEST_CASE("five steps in fp16 and bf16 stay within tolerance of fp32") {
                       test::half_run_masters);
     }
   }
+}
+
+// bf16.cpu_gemm: the same five steps with every GEMM on bf16 operands (oneDNN, AMX or
+// AVX512_BF16). Where it cannot run it is refused, naming the key and the reason.
+TEST_CASE("bf16.cpu_gemm: five steps with bf16 GEMMs stay within tolerance of fp32, or are refused by key") {
+  test::temp_dir base;
+  REQUIRE(test::run_config(base.path(), "fp32", test::tiny_config(base.path())) == 0);
+  const auto want = losses_of(base.path() + "/run");
+  test::temp_dir dir;
+  CHECK(test::run_config(dir.path(), "nobf16", test::tiny_config(dir.path()), {"bf16.cpu_gemm=true"}) == 2);
+  std::string why;
+  const bool supported = cpu::bf16_gemm_supported(&why);
+  const int rc = test::run_config(dir.path(), "gemm", test::tiny_config(dir.path()),
+                                  {"bf16.enabled=true", "bf16.cpu_gemm=true"});
+  CHECK(!cpu::bf16_operands()); // the run's scope ended with it
+  if (!supported) {
+    MESSAGE("bf16.cpu_gemm not run here: " << why);
+    CHECK(rc == 2);
+    return;
+  }
+  REQUIRE(rc == 0);
+  const auto got = losses_of(dir.path() + "/run");
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) MESSAGE("step " << i + 1 << ": fp32 " << want[i] << ", bf16 GEMM " << got[i]);
+  DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()), test::bf16_gemm_run_loss);
+  std::ifstream in(dir.path() + "/run/train.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(log.find("GEMMs on bf16 operands through oneDNN") != std::string::npos);
 }

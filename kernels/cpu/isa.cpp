@@ -1,0 +1,64 @@
+// Run-time ISA choice; see isa.hpp.
+#include "kernels/cpu/isa.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace dsa::cpu {
+namespace {
+
+isa from_env(isa best, std::string* note) {
+  const char* asked = std::getenv("DSA_CPU_ISA");
+  if (!asked || !*asked) return best;
+  isa want = best;
+  if (std::strcmp(asked, "scalar") == 0) want = isa::scalar;
+  else if (std::strcmp(asked, "avx2") == 0) want = isa::avx2;
+  else if (std::strcmp(asked, "avx512") == 0) want = isa::avx512;
+  else {
+    if (note) *note = fmt::format("DSA_CPU_ISA={} is not scalar, avx2 or avx512: ignored", asked);
+    return best;
+  }
+  if (static_cast<int>(want) > static_cast<int>(best)) {
+    if (note) *note = fmt::format("DSA_CPU_ISA={} is more than this CPU has", asked);
+    return best;
+  }
+  if (note) *note = fmt::format("DSA_CPU_ISA={}", asked);
+  return want;
+}
+
+} // namespace
+
+isa best_isa() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return isa::avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return isa::avx2;
+#endif
+  return isa::scalar;
+}
+
+isa active_isa() {
+  static const isa chosen = from_env(best_isa(), nullptr);
+  return chosen;
+}
+
+const char* isa_name(isa i) {
+  switch (i) {
+    case isa::avx512: return "avx512";
+    case isa::avx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+std::string isa_report() {
+  std::string note;
+  const isa chosen = from_env(best_isa(), &note);
+  return fmt::format("vector kernels: {} (this CPU's best: {}{}{})", isa_name(chosen), isa_name(best_isa()),
+                     note.empty() ? "" : "; ", note);
+}
+
+} // namespace dsa::cpu

@@ -1,0 +1,22 @@
+// The instruction sets dsactor's own vector kernels choose between at run time. The build
+// stays portable (x86-64-v3 at most, never -march=native): kernels with an AVX-512 path
+// compile it with a per-function target attribute and call it only when cpuid says the CPU
+// has it. Chosen once per process from cpuid; DSA_CPU_ISA=scalar|avx2|avx512 asks for a
+// lower one (a higher one than the CPU has is not taken).
+#pragma once
+
+#include <string>
+
+namespace dsa::cpu {
+
+enum class isa { scalar, avx2, avx512 };
+
+// The best the CPU has: AVX2 needs AVX2 and FMA; AVX-512 needs F, BW, DQ and VL.
+isa best_isa();
+// The one the kernels use: best_isa(), or lower when DSA_CPU_ISA asks.
+isa active_isa();
+const char* isa_name(isa i);
+// One line for `dsactor report` and the run log: the active ISA and why.
+std::string isa_report();
+
+} // namespace dsa::cpu

@@ -1,0 +1,181 @@
+// kernels/cpu/gemm_bf16: oneDNN's bf16 matmul against the double-accumulating reference on
+// the widened bf16 operands, over every transpose, padded leading dimensions (NaN padding,
+// so a stray read shows), alpha and beta, batches with gaps, a broadcast operand and entries
+// sharing C; and the bf16 operands mode that routes cpu::gemm through it. On a CPU without
+// AVX512_BF16/AMX, or a build without oneDNN, the cases say so and check that the mode
+// reports itself unsupported.
+#include "core/half.hpp"
+#include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
+#include "tests/support/compare.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using dsa::cpu::gemm_batch;
+using dsa::cpu::gemm_shape;
+using dsa::cpu::transpose;
+
+bool supported() {
+  std::string why;
+  if (dsa::cpu::bf16_gemm_supported(&why)) return true;
+  MESSAGE("bf16 GEMM not run here: " << why);
+  CHECK(!why.empty());
+  CHECK(dsa::cpu::bf16_gemm_implementation().empty());
+  return false;
+}
+
+// `count` stored matrices `stride` apart, each (rows, cols) with row stride ld: values are
+// bf16-representable (so the f32 reference sees exactly what the bf16 GEMM multiplies),
+// the padding and gaps NaN.
+std::vector<float> batch_of(std::int64_t count, std::int64_t stride, std::int64_t rows, std::int64_t cols,
+                            std::int64_t ld, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const std::int64_t one = (rows - 1) * ld + cols;
+  std::vector<float> v(static_cast<std::size_t>((count - 1) * stride + one), NAN);
+  for (std::int64_t e = 0; e < count; ++e)
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        v[static_cast<std::size_t>(e * stride + r * ld + c)] = dsa::bf16_to_f32(dsa::f32_to_bf16(dist(rng)));
+  return v;
+}
+
+std::vector<std::uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<std::uint16_t> out(v.size());
+  dsa::cpu::cast(out.data(), dsa::dtype::bf16, v.data(), dsa::dtype::f32, static_cast<std::int64_t>(v.size()));
+  return out;
+}
+
+struct problem {
+  gemm_shape s;
+  gemm_batch batch;
+  std::vector<float> a, b, c;
+};
+
+problem make(gemm_shape s, std::int64_t pad, gemm_batch batch, std::mt19937& rng) {
+  const bool ta = s.trans_a == transpose::yes, tb = s.trans_b == transpose::yes;
+  const std::int64_t rows_a = ta ? s.k : s.m, cols_a = ta ? s.m : s.k;
+  const std::int64_t rows_b = tb ? s.n : s.k, cols_b = tb ? s.k : s.n;
+  s.lda = cols_a + pad;
+  s.ldb = cols_b + pad;
+  s.ldc = s.n + pad;
+  problem p{s, batch, {}, {}, {}};
+  p.a = batch_of(batch.count, batch.stride_a, rows_a, cols_a, s.lda, rng);
+  p.b = batch_of(batch.count, batch.stride_b, rows_b, cols_b, s.ldb, rng);
+  p.c = batch_of(batch.count, batch.stride_c, s.m, s.n, s.ldc, rng);
+  if (s.beta == 0.0f)
+    for (std::int64_t e = 0; e < batch.count; ++e)
+      for (std::int64_t r = 0; r < s.m; ++r)
+        for (std::int64_t c = 0; c < s.n; ++c) p.c[static_cast<std::size_t>(e * batch.stride_c + r * s.ldc + c)] = NAN;
+  return p;
+}
+
+std::string describe(const problem& p) {
+  const auto& s = p.s;
+  return fmt::format("m={} n={} k={} ta={} tb={} ld={}/{}/{} alpha={} beta={} batch={} strides={}/{}/{}", s.m, s.n,
+                     s.k, s.trans_a == transpose::yes, s.trans_b == transpose::yes, s.lda, s.ldb, s.ldc, s.alpha,
+                     s.beta, p.batch.count, p.batch.stride_a, p.batch.stride_b, p.batch.stride_c);
+}
+
+void check_against_reference(problem p) {
+  INFO(describe(p));
+  std::vector<float> want = p.c;
+  dsa::cpu::gemm_ref(want.data(), p.a.data(), p.b.data(), p.s, p.batch);
+  const auto a16 = to_bf16(p.a), b16 = to_bf16(p.b);
+  dsa::cpu::gemm_bf16(p.c.data(), a16.data(), b16.data(), p.s, p.batch);
+  // The whole buffer: C's padding and gaps stay NaN on both sides.
+  DSA_CHECK_CLOSE(p.c.data(), want.data(), static_cast<std::int64_t>(p.c.size()), dsa::test::f32_gemm);
+}
+
+} // namespace
+
+TEST_CASE("gemm_bf16: every transpose, padded leading dimensions, alpha and beta against the reference") {
+  if (!supported()) return;
+  std::mt19937 rng(11);
+  struct mnk {
+    std::int64_t m, n, k;
+  };
+  for (const mnk& size : {mnk{1, 1, 1}, mnk{37, 131, 13}, mnk{128, 64, 256}, mnk{13, 29, 100}, mnk{256, 1024, 256}})
+    for (transpose ta : {transpose::no, transpose::yes})
+      for (transpose tb : {transpose::no, transpose::yes})
+        for (std::int64_t pad : {0, 3})
+          for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{1.0f, 1.0f}, std::pair{-0.75f, 0.5f}}) {
+            gemm_shape s;
+            s.m = size.m, s.n = size.n, s.k = size.k, s.trans_a = ta, s.trans_b = tb, s.alpha = alpha, s.beta = beta;
+            check_against_reference(make(s, pad, {}, rng));
+          }
+}
+
+TEST_CASE("gemm_bf16: batches with gaps, a broadcast operand, entries sharing C, and k = 0") {
+  if (!supported()) return;
+  std::mt19937 rng(12);
+  for (transpose ta : {transpose::no, transpose::yes})
+    for (transpose tb : {transpose::no, transpose::yes}) {
+      gemm_shape s;
+      s.m = 13, s.n = 37, s.k = 9, s.trans_a = ta, s.trans_b = tb, s.beta = 1.0f;
+      s.lda = (ta == transpose::yes ? s.m : s.k) + 2;
+      s.ldb = (tb == transpose::yes ? s.k : s.n) + 2;
+      s.ldc = s.n + 2;
+      const std::int64_t ext_a = dsa::cpu::gemm_operand_extent(s, true), ext_b = dsa::cpu::gemm_operand_extent(s, false);
+      const std::int64_t ext_c = (s.m - 1) * s.ldc + s.n;
+      check_against_reference(make(s, 2, {3, ext_a + 5, ext_b + 1, ext_c + 11}, rng)); // gaps
+      check_against_reference(make(s, 2, {3, ext_a, 0, ext_c}, rng));                  // B broadcast
+      check_against_reference(make(s, 2, {3, ext_a, ext_b, 0}, rng));                  // C shared: in order
+    }
+  // Attention's heads: column blocks of the same rows.
+  gemm_shape heads;
+  heads.m = 16, heads.n = 8, heads.k = 8, heads.ldc = 32, heads.lda = 32, heads.ldb = 32;
+  problem p{heads, {4, 8, 8, 8}, {}, {}, {}};
+  p.a = batch_of(1, 0, 16, 32, 32, rng);
+  p.b = batch_of(1, 0, 8, 32, 32, rng);
+  p.c = batch_of(1, 0, 16, 32, 32, rng);
+  for (float& x : p.c) x = NAN;
+  check_against_reference(p);
+  // k = 0: only beta C remains.
+  gemm_shape empty;
+  empty.m = 3, empty.n = 4, empty.k = 0, empty.beta = 0.5f, empty.lda = 1, empty.ldb = 4;
+  std::vector<float> c(12, 2.0f);
+  const std::uint16_t unused = 0;
+  dsa::cpu::gemm_bf16(c.data(), &unused, &unused, empty);
+  for (float x : c) CHECK(x == 1.0f);
+}
+
+TEST_CASE("bf16 operands mode: cpu::gemm and gemm_batched round to bf16 and run gemm_bf16, within its scope") {
+  if (!supported()) {
+    CHECK(!dsa::cpu::bf16_operands());
+    return;
+  }
+  CHECK(dsa::cpu::bf16_gemm_implementation().find("bf16") != std::string::npos);
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  gemm_shape s;
+  s.m = 64, s.n = 48, s.k = 200, s.trans_b = transpose::yes;
+  std::vector<float> a(64 * 200), b(48 * 200);
+  for (float& x : a) x = dist(rng); // not bf16-representable: the mode must round them
+  for (float& x : b) x = dist(rng);
+  std::vector<float> f32(64 * 48), rounded(64 * 48), mode(64 * 48), batched(64 * 48);
+  dsa::cpu::gemm(f32.data(), a.data(), b.data(), s);
+  const auto a16 = to_bf16(a), b16 = to_bf16(b);
+  dsa::cpu::gemm_bf16(rounded.data(), a16.data(), b16.data(), s);
+  {
+    dsa::cpu::bf16_operands_scope on(true);
+    CHECK(dsa::cpu::bf16_operands());
+    dsa::cpu::gemm(mode.data(), a.data(), b.data(), s);
+    dsa::cpu::gemm_batched(batched.data(), a.data(), b.data(), s, {1, 0, 0, 0});
+  }
+  CHECK(!dsa::cpu::bf16_operands());
+  CHECK(std::memcmp(mode.data(), rounded.data(), mode.size() * 4) == 0);
+  CHECK(std::memcmp(batched.data(), rounded.data(), mode.size() * 4) == 0);
+  // And it is a bf16 product: it differs from the f32 one by about bf16's rounding.
+  double worst = 0;
+  for (std::size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, double(std::fabs(mode[i] - f32[i])));
+  CHECK(worst > 1e-4);
+  CHECK(worst < 0.2);
+}
