@@ -71,6 +71,8 @@ public:
   status set_mask(std::vector<float> mask);
   // The learning rate of the next steps (a schedule's).
   void set_lr(float lr) { p_.lr = lr; }
+  // The betas of the next steps (a momentum schedule's, e.g. OneCycle's cycle_momentum).
+  void set_betas(float beta1, float beta2) { p_.beta1 = beta1, p_.beta2 = beta2; }
   // For checkpoints; load re-derives the phase from the step count, as DeepSpeed does.
   compressed_state save() const;
   status load(const compressed_state& state);

@@ -49,6 +49,8 @@ public:
   const std::vector<float>& last_factors() const { return factor_; }       // per tensor
   status set_mask(std::vector<float> mask);
   void set_lr(float lr) { p_.lr = lr; }
+  // The betas of the next steps (a momentum schedule's, e.g. OneCycle's cycle_momentum).
+  void set_betas(float beta1, float beta2) { p_.beta1 = beta1, p_.beta2 = beta2; }
   // For checkpoints: extra "coeff" (the frozen coefficients), "factor", "scaling" (empty
   // before the first compressed step) and "exp_avg_sq_fresh" (empty while warming up).
   compressed_state save() const;

@@ -23,17 +23,28 @@ onebit_adam_params onebit_params(const optimizer_config& cfg, double lr) {
   return p;
 }
 
+void copy_floats(float* to, const float* from, std::int64_t n) {
+  std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
+}
+
 } // namespace
 
 status partitioned_optimizer::init_onebit() {
-  whole_m_.assign(static_cast<std::size_t>(layout_.padded_numel()), 0.0f);
-  mask_.assign(whole_m_.size(), 0.0f);
-  for (const auto& t : layout_.tensors())
-    std::fill(mask_.begin() + t.offset, mask_.begin() + t.offset + t.numel, 1.0f);
-  std::int64_t largest = 0;
-  for (const auto& [name, numel] : onebit_groups()) largest = std::max(largest, numel);
-  group_scratch_.assign(static_cast<std::size_t>(largest), 0.0f);
-  whole_m_valid_ = layout_.ranks() == 1 && step_ == 0;
+  const auto& tensors = layout_.tensors();
+  group_offset_.assign(tensors.size(), 0);
+  std::int64_t at = 0;
+  for (const bool decay : {true, false}) {
+    onebit_group g{decay ? "decay" : "no_decay", at, 0};
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      if (tensors[t].decay == decay) {
+        group_offset_[t] = at;
+        at += tensors[t].numel;
+      }
+    g.numel = at - g.offset;
+    if (g.numel > 0) groups_.push_back(g);
+  }
+  whole_m_.assign(static_cast<std::size_t>(at), 0.0f);
+  whole_m_valid_ = step_ == 0; // a fresh run: every rank's momentum is zero
   return {};
 }
 
@@ -44,23 +55,19 @@ bool partitioned_optimizer::compressed_next() const {
 void partitioned_optimizer::mask_momentum(std::size_t t, std::int64_t from) {
   const flat_tensor& ft = layout_.tensors().at(t);
   from = std::clamp<std::int64_t>(from, 0, ft.numel);
-  std::fill(mask_.begin() + ft.offset + from, mask_.begin() + ft.offset + ft.numel, 0.0f);
+  if (from < ft.numel) masked_.push_back({group_offset_.at(t) + from, group_offset_.at(t) + ft.numel});
 }
 
 std::vector<std::pair<std::string, std::int64_t>> partitioned_optimizer::onebit_groups() const {
   std::vector<std::pair<std::string, std::int64_t>> out;
-  for (const bool decay : {true, false}) {
-    std::int64_t n = 0;
-    for (const auto& t : layout_.tensors())
-      if (t.decay == decay) n += t.numel;
-    if (n > 0) out.emplace_back(decay ? "decay" : "no_decay", n);
-  }
+  for (const auto& g : groups_) out.emplace_back(g.name, g.numel);
   return out;
 }
 
 status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
   const bool compressed = compressed_next();
   const std::int64_t size = layout_.partition_numel(), lo = partition().lo;
+  const auto& tensors = layout_.tensors();
   DSA_TRY(check_flat(in.grad, "grad", compressed ? layout_.padded_numel() : size, rank_, false));
   DSA_TRY(check_flat(in.working, "working", size, rank_, true));
   const onebit_adam_params p = onebit_params(cfg_, lr_);
@@ -70,55 +77,46 @@ status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
   float* v = st.exp_avg_sq.data<float>();
   float* grad = in.grad.data<float>();
   if (in.grad_scale != 1.0) scale_in_place(grad, in.grad_scale, in.grad.numel());
-  // One group's exchange: its tensors' momentum gathered in layout order, exchanged, put back.
-  auto exchange_groups = [&](float* whole, bool zeros) -> status {
-    for (const auto& [name, numel] : onebit_groups()) {
-      float* buf = group_scratch_.data();
-      std::int64_t at = 0;
-      for (const auto& t : layout_.tensors()) {
-        if (t.decay != (name == "decay")) continue;
-        if (zeros) std::memset(buf + at, 0, static_cast<std::size_t>(t.numel) * sizeof(float));
-        else std::memcpy(buf + at, whole + t.offset, static_cast<std::size_t>(t.numel) * sizeof(float));
-        at += t.numel;
-      }
-      DSA_TRY(in.exchange(name, buf, numel));
-      if (zeros) continue;
-      at = 0;
-      for (const auto& t : layout_.tensors()) {
-        if (t.decay != (name == "decay")) continue;
-        std::memcpy(whole + t.offset, buf + at, static_cast<std::size_t>(t.numel) * sizeof(float));
-        at += t.numel;
-      }
-    }
-    return {};
-  };
   ++step_;
-  if (p.dummy_first_step && step_ == 1) return exchange_groups(nullptr, true); // DeepSpeed's initialization step
-  const float* momentum = m; // what the update reads, indexed from the partition's start
+  if (p.dummy_first_step && step_ == 1) {
+    // DeepSpeed's initialization step: each group's exchange once on zeros, no update.
+    for (const auto& g : groups_) {
+      std::vector<float> zeros(static_cast<std::size_t>(g.numel), 0.0f);
+      DSA_TRY(in.exchange(g.name, zeros.data(), g.numel));
+    }
+    return write_working(in.working);
+  }
   if (!compressed) {
     for (const auto& piece : pieces_) {
       const std::int64_t at = piece.flat_offset - lo;
       onebit_math::warm_moments(m + at, v + at, grad + at, piece.count, p.beta1, p.beta2);
     }
-    whole_m_valid_ = layout_.ranks() == 1;
-    if (whole_m_valid_) std::memcpy(whole_m_.data() + lo, m, static_cast<std::size_t>(size) * sizeof(float));
+    whole_m_valid_ = false;
   } else {
     if (!whole_m_valid_) {
-      // The first compressed step since the warm-up or a resume: every rank's momentum partition.
-      DSA_TRY(in.gather(whole_m_.data(), m));
+      // The first compressed step since the warm-up or a resume: every rank's momentum
+      // partition, gathered in layout order and put in group order.
+      std::vector<float> gathered(static_cast<std::size_t>(layout_.padded_numel()));
+      DSA_TRY(in.gather(gathered.data(), m));
+      for (std::size_t t = 0; t < tensors.size(); ++t)
+        copy_floats(whole_m_.data() + group_offset_[t], gathered.data() + tensors[t].offset, tensors[t].numel);
       whole_m_valid_ = true;
     }
-    onebit_math::local_momentum(whole_m_.data(), grad, layout_.padded_numel(), p.beta1);
-    DSA_TRY(exchange_groups(whole_m_.data(), false));
-    onebit_math::apply_mask(whole_m_.data(), mask_.data(), layout_.padded_numel());
-    std::memcpy(m, whole_m_.data() + lo, static_cast<std::size_t>(size) * sizeof(float));
-    momentum = whole_m_.data() + lo;
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      onebit_math::local_momentum(whole_m_.data() + group_offset_[t], grad + tensors[t].offset, tensors[t].numel,
+                                  p.beta1);
+    for (const auto& g : groups_) DSA_TRY(in.exchange(g.name, whole_m_.data() + g.offset, g.numel));
+    for (const auto& r : masked_)
+      for (std::int64_t i = r.lo; i < r.hi; ++i) whole_m_[static_cast<std::size_t>(i)] *= 0.0f; // as the mask's 0
+    for (const auto& piece : pieces_)
+      copy_floats(m + (piece.flat_offset - lo), whole_m_.data() + group_offset_[piece.tensor] + piece.tensor_offset,
+                  piece.count);
   }
   const auto corrections = onebit_math::corrections(p, step_, onebit_math::variance_steps(p, step_));
   for (const auto& piece : pieces_) {
     const std::int64_t at = piece.flat_offset - lo;
-    const float decay = layout_.tensors()[piece.tensor].decay ? p.weight_decay : 0.0f;
-    onebit_math::update(master + at, momentum + at, v + at, piece.count, p, decay, corrections);
+    const float decay = tensors[piece.tensor].decay ? p.weight_decay : 0.0f;
+    onebit_math::update(master + at, m + at, v + at, piece.count, p, decay, corrections);
   }
   return write_working(in.working);
 }

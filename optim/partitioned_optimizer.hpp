@@ -135,11 +135,13 @@ public:
   // 1-bit Adam (cfg.type onebit_adam, the state in memory): as optim::onebit_adam updates
   // BERT's two groups of whole parameters ("decay", then "no_decay", each its own exchange),
   // bit for bit, with this rank's partition of the masters and variance. The momentum is
-  // kept whole: 1-bit compression runs on every rank's whole local momentum, and after an
-  // exchange every rank holds the same average. While warming up only the partition's
-  // momentum is updated (exp_avg); the first compressed step after that, or after a resume,
-  // all-gathers it. Padding and masked elements (mask_momentum) are zeroed after each
-  // exchange, as exp_avg_mask does.
+  // kept whole, in group order (each group's tensors end to end, as the stage-0 shard's
+  // group buffers, so each exchange runs in place): 1-bit compression runs on every rank's
+  // whole local momentum, and after an exchange every rank holds the same average. While
+  // warming up only the partition's momentum is updated (exp_avg); the first compressed
+  // step after that, or after a resume, all-gathers it (through a transient whole copy in
+  // layout order). Masked elements (mask_momentum) are multiplied by 0 after each exchange,
+  // as exp_avg_mask does.
   status step_onebit(const onebit_partition_step& in);
   // Whether the next 1-bit Adam step is compressed (its gradient the rank's own, whole).
   bool compressed_next() const;
@@ -147,10 +149,8 @@ public:
   void mask_momentum(std::size_t t, std::int64_t from);
   // BERT's parameter groups as step_onebit exchanges them: {name, elements}, non-empty only.
   std::vector<std::pair<std::string, std::int64_t>> onebit_groups() const;
-  // Bytes of the whole momentum and mask 1-bit Adam keeps beside the state.
-  std::int64_t onebit_bytes() const {
-    return static_cast<std::int64_t>((whole_m_.size() + mask_.size()) * sizeof(float));
-  }
+  // Bytes of the whole momentum 1-bit Adam keeps beside the state.
+  std::int64_t onebit_bytes() const { return static_cast<std::int64_t>(whole_m_.size() * sizeof(float)); }
 
   // Sum of squares of this rank's gradient elements, padding left out, for the global
   // gradient norm (add the ranks' sums). grad: (partition_numel) f32.
@@ -232,9 +232,16 @@ private:
   std::vector<std::int64_t> exchange_at_; // per tensor; -1 when it lies on one rank
   std::vector<float> lamb_coeffs_;
   std::vector<double> lamb_sums_;
-  // 1-bit Adam: the whole momentum (padded_numel; valid on every rank once gathered), the
-  // momentum mask (0 on padding), a group's scratch, and whether whole_m_ is current.
-  std::vector<float> whole_m_, mask_, group_scratch_;
+  // 1-bit Adam: the whole momentum in group order (valid on every rank once gathered),
+  // each tensor's offset in it, the groups {name, offset, numel}, the masked ranges.
+  struct onebit_group {
+    std::string name;
+    std::int64_t offset = 0, numel = 0;
+  };
+  std::vector<float> whole_m_;
+  std::vector<std::int64_t> group_offset_;
+  std::vector<onebit_group> groups_;
+  std::vector<flat_range> masked_;
   bool whole_m_valid_ = false;
   status init_onebit();
 };

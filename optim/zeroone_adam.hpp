@@ -58,6 +58,8 @@ public:
   // exp_avg_mask (empty: none; else numel values multiplying every exchanged tensor).
   status set_mask(std::vector<float> mask);
   void set_lr(float lr) { p_.lr = lr; }
+  // The betas of the next steps (a momentum schedule's, e.g. OneCycle's cycle_momentum).
+  void set_betas(float beta1, float beta2) { p_.beta1 = beta1, p_.beta2 = beta2; }
   // For checkpoints; load replays the schedule's intervals and counters up to the step
   // count and starts the momentum accumulator, anchor and learning-rate sum afresh.
   compressed_state save() const;

@@ -224,7 +224,9 @@ void bert_optimizer::advance(std::uint32_t step, const step_decision& d) {
   }
   if (d.skip) return;
   if (comp_) {
-    if (auto s = comp_->step(d.lr, d.grad_scale); !s)
+    std::optional<std::pair<double, double>> betas;
+    if (d.set_betas) betas = std::pair{d.beta1, d.beta2};
+    if (auto s = comp_->step(d.lr, d.grad_scale, betas); !s)
       throw std::runtime_error(fmt::format("{} of stage {}: {}", optim::optimizer_name(options_.optimizer.type),
                                            options_.participant, s.err().message));
     for (auto& s : slots_)

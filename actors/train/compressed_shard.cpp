@@ -115,12 +115,15 @@ actors::grad_totals compressed_shard::local_totals(const actors::grad_totals& to
   return channel_.local_totals(totals);
 }
 
-status compressed_shard::step(double lr, double grad_scale) {
+status compressed_shard::step(double lr, double grad_scale, std::optional<std::pair<double, double>> betas) {
   const bool local = local_next();
   const int ranks = options_.peers ? options_.peers->size() : 1;
   const double scale = local ? grad_scale * ranks : grad_scale;
   std::int64_t elements = 0;
   for (auto& g : groups_) {
+    if (betas)
+      std::visit([&](auto& o) { o.set_betas(static_cast<float>(betas->first), static_cast<float>(betas->second)); },
+                 *g.opt);
     if (scale != 1.0) optim::scale_in_place(g.grad, scale);
     float* p = g.master.data<float>();
     const float* grad = g.grad.data<float>();

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <variant>
 #include <vector>
@@ -68,8 +69,9 @@ public:
   // A collective on a local step (every rank's shard calls it for the same steps).
   actors::grad_totals local_totals(const actors::grad_totals& totals);
 
-  // One step with the gradients multiplied by grad_scale (unscale and clip) at lr.
-  status step(double lr, double grad_scale);
+  // One step with the gradients multiplied by grad_scale (unscale and clip) at lr, and with
+  // new betas when `betas` holds them (a momentum schedule).
+  status step(double lr, double grad_scale, std::optional<std::pair<double, double>> betas = std::nullopt);
 
   std::int64_t step_count() const;
   const compressed_traffic& traffic() const { return channel_.traffic(); }
@@ -81,7 +83,9 @@ public:
   status load_state(const std::map<std::string, tensor>& tensors, std::int64_t step);
 
   // The 1-bit error buffers, "<group>.worker" and "<group>.server" (copies; absent before
-  // a group's first exchange), and "exchanges" (an i64 count), for this rank's own file.
+  // a group's first exchange), and "exchanges" (an i64 count of this run's exchanges before the save: informational,
+  // and it keeps the file non-empty before any exchange; not restored, each run's
+  // communication report counts its own), for this rank's own file.
   std::map<std::string, tensor> error_tensors() const;
   // Restores them (a checkpoint of a run on the same number of ranks); a size that does not
   // fit is an error naming the tensor.

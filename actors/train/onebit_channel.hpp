@@ -65,7 +65,9 @@ public:
   const compressed_traffic& traffic() const { return traffic_; }
 
   // The error buffers, "<group>.worker" and "<group>.server" (copies; absent before a
-  // group's first exchange), and "exchanges" (an i64 count), for this rank's own file.
+  // group's first exchange), and "exchanges" (an i64 count of this run's exchanges before the save: informational,
+  // and it keeps the file non-empty before any exchange; not restored, each run's
+  // communication report counts its own), for this rank's own file.
   std::map<std::string, tensor> error_tensors() const;
   // Restores them for the groups of `group_numel` (a checkpoint of a run on the same number
   // of ranks); a size that does not fit is an error naming the tensor.

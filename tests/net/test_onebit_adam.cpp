@@ -158,6 +158,38 @@ TEST_CASE("1-bit Adam: a dummy first step only exchanges; a mask of the wrong si
   CHECK(bad.err().message.find("exp_avg_mask has 3 elements, the parameters 16") != std::string::npos);
 }
 
+TEST_CASE("1-bit Adam: the phase after a dummy first step follows the step count, also across a save and load") {
+  // freeze_step 1 with the dummy step: step 1 is the dummy, so step 2 is already compressed
+  // (frozen iff step count >= freeze_step, as load() derives it), and bias correction counts
+  // no variance update for the dummy step (variance_steps).
+  optim::onebit_adam_params p;
+  p.dummy_first_step = true;
+  p.freeze_step = 1;
+  p.bias_correction = true;
+  optim::onebit_adam opt(p, 8);
+  auto param = random_vector(8, -1.0f, 1.0f, 4);
+  const auto g = random_vector(8, -1.0f, 1.0f, 5);
+  int calls = 0;
+  auto count = [&](float*, std::int64_t) -> status {
+    ++calls;
+    return {};
+  };
+  REQUIRE(opt.step(param.data(), g.data(), count).has_value());
+  CHECK(opt.compressed_next());
+  CHECK(optim::onebit_math::variance_steps(p, 1) == 0);
+  optim::onebit_adam loaded(p, 8);
+  REQUIRE(loaded.load(opt.save()).has_value());
+  CHECK(loaded.compressed_next());
+  auto a = param, b = param;
+  REQUIRE(opt.step(a.data(), g.data(), count).has_value());
+  REQUIRE(loaded.step(b.data(), g.data(), count).has_value());
+  CHECK(calls == 3); // the dummy step's exchange, then one per compressed step
+  CHECK(same_bits(a, b));
+  CHECK(optim::onebit_math::variance_steps(p, 5) == 0);
+  p.dummy_first_step = false;
+  CHECK(optim::onebit_math::variance_steps(p, 5) == 1);
+}
+
 // A noisy quadratic: rank r's gradient at p is p - (target + noise_r,k). The optimum is
 // the target; 1-bit Adam (frozen after 20% of the steps) ends as close to it as Adam on
 // averaged gradients (within 50% of Adam's distance, plus a little).

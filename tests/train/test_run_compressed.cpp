@@ -198,8 +198,11 @@ namespace {
 const std::vector<std::string> onebit_zero_base = {
     "optimizer.type=\"OneBitAdam\"", "optimizer.params.freeze_step=2", "optimizer.params.weight_decay=0.01",
     "fp16.enabled=true", "fp16.initial_scale_power=8", "gradient_clipping=0.05",
-    // A learning rate that changes every step (the shard takes each step's).
-    "scheduler.type=\"WarmupLR\"", "scheduler.params.warmup_max_lr=2e-3", "scheduler.params.warmup_num_steps=8"};
+    // Position rows past the data's 32 tokens: masked after every exchange.
+    "model.max_position_embeddings=48"};
+// A learning rate that changes every step (the shard takes each step's).
+const std::vector<std::string> warmup_lr = {"scheduler.type=\"WarmupLR\"", "scheduler.params.warmup_max_lr=2e-3",
+                                            "scheduler.params.warmup_num_steps=8"};
 
 // The run's model and every rank's 1-bit error buffers, by checkpoint group.
 std::map<std::string, ckpt::named_tensors> model_and_errors(const test::temp_dir& dir, const char* step) {
@@ -212,39 +215,80 @@ std::map<std::string, ckpt::named_tensors> model_and_errors(const test::temp_dir
 } // namespace
 
 TEST_CASE("1-bit Adam with ZeRO stages 1 and 2 equals ZeRO stage 0 bit for bit: weights and error buffers") {
-  for (const char* pipeline : {"pipeline.stages=1", "pipeline.stages=2"}) {
-    for (int ranks : {2, 4}) {
-      CAPTURE(pipeline);
-      CAPTURE(ranks);
-      const auto common = with(onebit_zero_base, {pipeline, fmt::format("devices.ranks={}", ranks), "train_steps=5"});
-      test::temp_dir zero0;
-      REQUIRE(test::run_config(zero0.path(), "z0", test::tiny_config(zero0.path()), common) == 0);
-      const auto want = model_and_errors(zero0, "latest");
-      REQUIRE(want.size() > 1); // the model and the error files
-      for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=2"}) {
-        CAPTURE(stage);
-        test::temp_dir dir;
-        REQUIRE(test::run_config(dir.path(), "z", test::tiny_config(dir.path()), with(common, {stage})) == 0);
-        const auto got = model_and_errors(dir, "latest");
-        REQUIRE(got.size() == want.size());
-        for (const auto& [group, tensors] : want) {
-          INFO(group);
-          REQUIRE(got.count(group) == 1);
-          check_equal(got.at(group), tensors);
-        }
-        const std::string log = read_log(dir);
-        CHECK(log.find("compressed communication:") != std::string::npos);
-        if (std::string(stage).back() == '2')
-          CHECK(log.find("zero_optimization.stage 2 runs as stage 1 with OneBitAdam") != std::string::npos);
+  struct variant {
+    const char* pipeline;
+    int ranks;
+    std::vector<std::string> extra;
+  };
+  // OneCycle with cycle_momentum changes the betas every step (both stages must take them).
+  const std::vector<std::string> one_cycle{"scheduler.type=\"OneCycle\"", "scheduler.params.cycle_min_lr=1e-4",
+                                           "scheduler.params.cycle_max_lr=2e-3",
+                                           "scheduler.params.cycle_first_step_size=3",
+                                           "scheduler.params.cycle_momentum=true",
+                                           "scheduler.params.cycle_min_mom=0.8", "scheduler.params.cycle_max_mom=0.9"};
+  const variant variants[] = {{"pipeline.stages=1", 2, warmup_lr}, {"pipeline.stages=1", 4, warmup_lr},
+                              {"pipeline.stages=2", 2, warmup_lr}, {"pipeline.stages=2", 4, warmup_lr},
+                              {"pipeline.stages=1", 2, one_cycle}};
+  for (const auto& v : variants) {
+    CAPTURE(v.pipeline);
+    CAPTURE(v.ranks);
+    CAPTURE(v.extra.size());
+    const auto common = with(with(onebit_zero_base, v.extra),
+                             {v.pipeline, fmt::format("devices.ranks={}", v.ranks), "train_steps=5"});
+    test::temp_dir zero0;
+    REQUIRE(test::run_config(zero0.path(), "z0", test::tiny_config(zero0.path()), common) == 0);
+    const auto want = model_and_errors(zero0, "latest");
+    REQUIRE(want.size() > 1); // the model and the error files
+    for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=2"}) {
+      CAPTURE(stage);
+      test::temp_dir dir;
+      REQUIRE(test::run_config(dir.path(), "z", test::tiny_config(dir.path()), with(common, {stage})) == 0);
+      const auto got = model_and_errors(dir, "latest");
+      REQUIRE(got.size() == want.size());
+      for (const auto& [group, tensors] : want) {
+        INFO(group);
+        REQUIRE(got.count(group) == 1);
+        check_equal(got.at(group), tensors);
       }
+      const std::string log = read_log(dir);
+      // Two warm-up steps, then three compressed ones with the gradients left on each rank.
+      CHECK(log.find("compressed communication: 3 of the steps kept their gradients local") != std::string::npos);
+      if (std::string(stage).back() == '2')
+        CHECK(log.find("zero_optimization.stage 2 runs as stage 1 with OneBitAdam") != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("1-bit Adam with ZeRO stage 1: dummy_first_step leaves the model as it was") {
+  auto untouched = train({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
+                          "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
+  auto dummy = train({"devices.ranks=2", "zero_optimization.stage=1", "train_steps=1", "optimizer.type=\"OneBitAdam\"",
+                      "optimizer.params.dummy_first_step=true"});
+  check_equal(dummy, untouched);
+}
+
+TEST_CASE("1-bit Adam with ZeRO stage 1: a 4-rank checkpoint resumes on 2 ranks with fresh error buffers") {
+  const auto base = with(with(onebit_zero_base, warmup_lr), {"zero_optimization.stage=1"});
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "four", test::tiny_config(dir.path()),
+                           with(base, {"devices.ranks=4", "train_steps=4"})) == 0);
+  REQUIRE(test::run_config(dir.path(), "four", test::tiny_config(dir.path()),
+                           with(base, {"devices.ranks=2", "train_steps=6"}), /*resume=*/true) == 0);
+  CHECK(read_log(dir).find("1-bit error buffers start at zero (saved on 4 ranks, this run has 2)") != std::string::npos);
+  auto saved = test::load_run_checkpoint(dir.path() + "/ckpt", "6");
+  CHECK(saved.groups.count("onebit_errors_0_rank1") == 1);
+  CHECK(saved.groups.count("onebit_errors_0_rank2") == 0);
+  for (const auto& [name, t] : saved.groups.at("model")) {
+    INFO(name);
+    const float* p = t.data<float>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) REQUIRE(std::isfinite(p[i]));
   }
 }
 
 TEST_CASE("1-bit Adam with ZeRO stage 1: a resume in the compressed phase continues bit for bit") {
   // The resumed ranks hold only their partition of the momentum: the first step all-gathers
   // it; the error buffers come from each rank's own file.
-  const auto two = with(onebit_zero_base, {"devices.ranks=2", "zero_optimization.stage=1"});
+  const auto two = with(with(onebit_zero_base, warmup_lr), {"devices.ranks=2", "zero_optimization.stage=1"});
   test::temp_dir full, part;
   REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), with(two, {"train_steps=6"})) == 0);
   REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(two, {"train_steps=4"})) == 0);
