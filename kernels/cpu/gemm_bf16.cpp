@@ -169,7 +169,9 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
   const std::uint16_t* pa = apart(a, batch.stride_a, ext_a, gemm_operand_extent(s, true), a_apart, packed.stride_a);
   const std::uint16_t* pb = apart(b, batch.stride_b, ext_b, gemm_operand_extent(s, false), b_apart, packed.stride_b);
   if (batch.stride_c >= ext_c) return run_matmul(c, pa, pb, s, packed);
-  c_apart.assign(static_cast<std::size_t>(batch.count * ext_c), 0.0f);
+  // Not cleared: the product writes every element of each entry's rows that is copied back,
+  // and with beta != 0 those are copied in first; row padding is never read.
+  c_apart.resize(static_cast<std::size_t>(batch.count * ext_c));
   auto rows = [&](bool in) {
     for (std::int64_t e = 0; e < batch.count; ++e)
       for (std::int64_t i = 0; i < s.m; ++i) {
