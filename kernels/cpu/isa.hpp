@@ -7,6 +7,13 @@
 
 #include <string>
 
+// Marks a function compiled for AVX-512 (called only when active_isa() is avx512).
+#define DSA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+// Around AVX-512 code: GCC 12's avx512fintrin.h passes _mm512_undefined_epi32() as the unused
+// merge operand of unmasked intrinsics, which -Wmaybe-uninitialized reports once inlined.
+#define DSA_AVX512_CODE_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define DSA_AVX512_CODE_END _Pragma("GCC diagnostic pop")
+
 namespace dsa::cpu {
 
 enum class isa { scalar, avx2, avx512 };

@@ -64,20 +64,15 @@ __attribute__((target("avx2"))) void words_avx2(const philox_stream& s, std::uin
   words_scalar(s, first + static_cast<std::uint32_t>(b), blocks - b, out + 4 * b);
 }
 
-// GCC 12's avx512fintrin.h passes _mm512_undefined_epi32() as the unused merge operand of
-// unmasked intrinsics, which -Wmaybe-uninitialized reports once they are inlined here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) __m512i mulhi_avx512(__m512i a, __m512i m) {
+DSA_AVX512_CODE_BEGIN
+DSA_AVX512_TARGET __m512i mulhi_avx512(__m512i a, __m512i m) {
   const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, m), 32);
   const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(m, 32));
   return _mm512_mask_blend_epi32(0xAAAA, even, odd);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void words_avx512(const philox_stream& s,
-                                                                               std::uint32_t first,
-                                                                               std::int64_t blocks,
-                                                                               std::uint32_t* out) {
+DSA_AVX512_TARGET void words_avx512(const philox_stream& s, std::uint32_t first, std::int64_t blocks,
+                                    std::uint32_t* out) {
   const philox_counter c0 = s.counter(first);
   const philox_key k0 = s.key();
   const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(m0)), mul1 = _mm512_set1_epi32(static_cast<int>(m1));
@@ -118,7 +113,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void words_avx512(
   }
   words_avx2(s, first + static_cast<std::uint32_t>(b), blocks - b, out + 4 * b);
 }
-#pragma GCC diagnostic pop
+DSA_AVX512_CODE_END
 #endif
 
 } // namespace
