@@ -1,20 +1,101 @@
 // 1-bit LAMB on one rank's parameters; see onebit_lamb.hpp.
 #include "optim/onebit_lamb.hpp"
 
+#include "optim/onebit_adam.hpp"
+#include "optim/optimizer.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
 namespace dsa::optim {
-namespace {
+namespace onebit_lamb_math {
 
-double norm(const float* x, std::int64_t n) {
-  double s = 0;
-  for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return std::sqrt(s);
+void block_squares(const float* x, std::int64_t n, double* sums) {
+  for (std::int64_t b = 0; b * lamb_block < n; ++b) {
+    double s = 0;
+    const std::int64_t end = std::min(n, (b + 1) * lamb_block);
+    for (std::int64_t i = b * lamb_block; i < end; ++i) s += static_cast<double>(x[i]) * x[i];
+    sums[b] = s;
+  }
 }
 
-} // namespace
+double norm_of(const double* sums, std::int64_t blocks) {
+  double total = 0;
+  for (std::int64_t b = 0; b < blocks; ++b) total += sums[b];
+  return std::sqrt(total);
+}
+
+double norm(const float* x, std::int64_t n) {
+  std::vector<double> sums(static_cast<std::size_t>(blocks_of(n)));
+  block_squares(x, n, sums.data());
+  return norm_of(sums.data(), blocks_of(n));
+}
+
+void direction(float* u, const float* m, const float* v, const float* p, std::int64_t n, float a1, float a2,
+               float eps, float weight_decay) {
+  for (std::int64_t i = 0; i < n; ++i) u[i] = a1 * m[i] / (std::sqrt(v[i]) * a2 + eps) + weight_decay * p[i];
+}
+
+void scaled_momentum(float* m, const float* g, std::int64_t n, float beta1, float scaling) {
+  for (std::int64_t i = 0; i < n; ++i) m[i] = (beta1 * m[i] + (1.0f - beta1) * g[i]) * scaling;
+}
+
+void unscale(float* m, std::int64_t n, float scaling) {
+  for (std::int64_t i = 0; i < n; ++i) m[i] /= scaling;
+}
+
+float fresh_step(float* v_fresh, float* u0, float* u, const float* m, const float* prev, const float* v,
+                 const float* p, std::int64_t n, const onebit_lamb_params& params, float a1, float a2, float largest) {
+  const float b1 = params.beta1, b2 = params.beta2, eps = params.eps;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = (m[i] - b1 * prev[i]) / (1.0f - b1); // the averaged gradient it implies
+    v_fresh[i] = b2 * v_fresh[i] + (1.0f - b2) * g * g;
+    const float den = std::sqrt(v[i]) * a2 + eps;
+    u0[i] = a1 * m[i] / den;
+    u[i] = u0[i] + params.weight_decay * p[i];
+    largest = std::max(largest, den / (std::sqrt(v_fresh[i]) + eps));
+  }
+  return largest;
+}
+
+float factor(float largest, double u0_norm, double u_norm, float last, const onebit_lamb_params& params) {
+  float f = largest;
+  if (params.weight_decay > 0) {
+    const float r = u_norm > 0 ? static_cast<float>(std::min(1.0, u0_norm / u_norm)) : 1.0f;
+    f = f * r + (1.0f - r);
+  }
+  f = std::clamp(f, params.factor_min, params.factor_max);
+  return std::clamp(f, last * (1.0f - params.factor_threshold), last * (1.0f + params.factor_threshold));
+}
+
+float trust(double p_norm, double u_norm, const onebit_lamb_params& params) {
+  if (p_norm > 0 && u_norm > 0) return std::clamp(static_cast<float>(p_norm / u_norm), params.min_coeff, params.max_coeff);
+  return 1.0f;
+}
+
+void apply(float* p, const float* u, std::int64_t n, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) p[i] -= scale * u[i];
+}
+
+} // namespace onebit_lamb_math
+
+using namespace onebit_lamb_math;
+
+onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr, double weight_decay) {
+  onebit_lamb_params p;
+  p.lr = static_cast<float>(lr);
+  p.beta1 = static_cast<float>(cfg.beta1), p.beta2 = static_cast<float>(cfg.beta2);
+  p.eps = static_cast<float>(cfg.eps);
+  p.weight_decay = static_cast<float>(weight_decay);
+  p.freeze_step = cfg.freeze_step;
+  p.max_coeff = static_cast<float>(cfg.max_coeff), p.min_coeff = static_cast<float>(cfg.min_coeff);
+  p.coeff_beta = static_cast<float>(cfg.coeff_beta);
+  p.factor_max = static_cast<float>(cfg.factor_max), p.factor_min = static_cast<float>(cfg.factor_min);
+  p.factor_threshold = static_cast<float>(cfg.factor_threshold);
+  p.bias_correction = cfg.bias_correction;
+  return p;
+}
 
 onebit_lamb::onebit_lamb(onebit_lamb_params params, std::vector<std::int64_t> sizes)
     : p_(params), sizes_(std::move(sizes)) {
@@ -95,28 +176,21 @@ status onebit_lamb::step(float* param, const float* grad, const lamb_exchange& e
 }
 
 void onebit_lamb::warm_up(float* param, const float* grad) {
-  const float b1 = p_.beta1, b2 = p_.beta2, a1 = correction1(), a2 = correction2();
+  const float a1 = correction1(), a2 = correction2();
   std::vector<float> u;
   for (std::size_t t = 0; t < sizes_.size(); ++t) {
     const std::int64_t off = offsets_[t], n = sizes_[t];
     u.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto k = static_cast<std::size_t>(off + i);
-      const float g = grad[off + i];
-      m_[k] = b1 * m_[k] + (1.0f - b1) * g;
-      v_[k] = b2 * v_[k] + (1.0f - b2) * g * g;
-      u[static_cast<std::size_t>(i)] = a1 * m_[k] / (std::sqrt(v_[k]) * a2 + p_.eps) + p_.weight_decay * param[off + i];
-    }
-    const double pn = norm(param + off, n), un = norm(u.data(), n);
-    float c = 1.0f;
-    if (pn > 0 && un > 0) c = std::clamp(static_cast<float>(pn / un), p_.min_coeff, p_.max_coeff);
+    onebit_math::warm_moments(m_.data() + off, v_.data() + off, grad + off, n, p_.beta1, p_.beta2);
+    direction(u.data(), m_.data() + off, v_.data() + off, param + off, n, a1, a2, p_.eps, p_.weight_decay);
+    const float c = trust(norm(param + off, n), norm(u.data(), n), p_);
     if (c != 1.0f) coeff_[t] = p_.coeff_beta * coeff_[t] + (1.0f - p_.coeff_beta) * c;
-    for (std::int64_t i = 0; i < n; ++i) param[off + i] -= p_.lr * c * u[static_cast<std::size_t>(i)];
+    apply(param + off, u.data(), n, p_.lr * c);
   }
 }
 
 status onebit_lamb::compressed(float* param, const float* grad, const lamb_exchange& exchange) {
-  const float b1 = p_.beta1, b2 = p_.beta2, a1 = correction1(), a2 = correction2();
+  const float a1 = correction1(), a2 = correction2();
   const std::size_t tensors = sizes_.size();
   if (scaling_.empty()) { // the first compressed step fixes each tensor's scaling
     std::vector<double> rms(tensors);
@@ -130,38 +204,20 @@ status onebit_lamb::compressed(float* param, const float* grad, const lamb_excha
   }
   const std::vector<float> previous = m_;
   for (std::size_t t = 0; t < tensors; ++t)
-    for (std::int64_t i = 0; i < sizes_[t]; ++i) {
-      const auto k = static_cast<std::size_t>(offsets_[t] + i);
-      m_[k] = (b1 * m_[k] + (1.0f - b1) * grad[k]) * scaling_[t];
-    }
+    scaled_momentum(m_.data() + offsets_[t], grad + offsets_[t], sizes_[t], p_.beta1, scaling_[t]);
   DSA_TRY(exchange(m_.data(), numel_));
   std::vector<float> u0, u;
   for (std::size_t t = 0; t < tensors; ++t) {
     const std::int64_t off = offsets_[t], n = sizes_[t];
+    unscale(m_.data() + off, n, scaling_[t]);
+    if (!mask_.empty()) onebit_math::apply_mask(m_.data() + off, mask_.data() + off, n);
     u0.resize(static_cast<std::size_t>(n));
     u.resize(static_cast<std::size_t>(n));
-    float f = 0.0f;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto k = static_cast<std::size_t>(off + i);
-      m_[k] /= scaling_[t];
-      if (!mask_.empty()) m_[k] *= mask_[k];
-      const float g = (m_[k] - b1 * previous[k]) / (1.0f - b1); // the averaged gradient it implies
-      v_fresh_[k] = b2 * v_fresh_[k] + (1.0f - b2) * g * g;
-      const float den = std::sqrt(v_[k]) * a2 + p_.eps;
-      u0[static_cast<std::size_t>(i)] = a1 * m_[k] / den;
-      u[static_cast<std::size_t>(i)] = u0[static_cast<std::size_t>(i)] + p_.weight_decay * param[off + i];
-      f = std::max(f, den / (std::sqrt(v_fresh_[k]) + p_.eps));
-    }
-    if (p_.weight_decay > 0) {
-      const double n0 = norm(u0.data(), n), nu = norm(u.data(), n);
-      const float r = nu > 0 ? static_cast<float>(std::min(1.0, n0 / nu)) : 1.0f;
-      f = f * r + (1.0f - r);
-    }
-    f = std::clamp(f, p_.factor_min, p_.factor_max);
-    f = std::clamp(f, factor_[t] * (1.0f - p_.factor_threshold), factor_[t] * (1.0f + p_.factor_threshold));
-    factor_[t] = f;
-    const float scale = p_.lr * coeff_[t] * f;
-    for (std::int64_t i = 0; i < n; ++i) param[off + i] -= scale * u[static_cast<std::size_t>(i)];
+    const float largest = fresh_step(v_fresh_.data() + off, u0.data(), u.data(), m_.data() + off, previous.data() + off,
+                                     v_.data() + off, param + off, n, p_, a1, a2, 0.0f);
+    const bool decay = p_.weight_decay > 0;
+    factor_[t] = factor(largest, decay ? norm(u0.data(), n) : 0.0, decay ? norm(u.data(), n) : 0.0, factor_[t], p_);
+    apply(param + off, u.data(), n, p_.lr * coeff_[t] * factor_[t]);
   }
   return {};
 }

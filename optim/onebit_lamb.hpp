@@ -20,6 +20,8 @@
 
 namespace dsa::optim {
 
+struct optimizer_config;
+
 struct onebit_lamb_params {
   float lr = 1e-3f;
   float beta1 = 0.9f, beta2 = 0.999f;
@@ -31,6 +33,43 @@ struct onebit_lamb_params {
   float factor_max = 4.0f, factor_min = 0.5f, factor_threshold = 0.1f;
   bool bias_correction = false;
 };
+
+// 1-bit LAMB's arithmetic, shared by onebit_lamb (whole tensors) and partitioned_optimizer
+// (pieces of tensors on ZeRO ranks), compiled once so both give the same bits. Norms are
+// summed per block of lamb_block elements from a tensor's start (each block in order, in
+// double) and the blocks' sums added in order: a piece starting on a block boundary sums
+// its own blocks, and the ranks' block sums add up to the whole tensor's exactly.
+namespace onebit_lamb_math {
+inline constexpr std::int64_t lamb_block = 2048; // = cpu::lamb_norm_block, the layout's alignment
+inline std::int64_t blocks_of(std::int64_t n) { return (n + lamb_block - 1) / lamb_block; }
+// sums[k] = the sum of squares of x's block k (blocks_of(n) values).
+void block_squares(const float* x, std::int64_t n, double* sums);
+// sqrt of the block sums added in order.
+double norm_of(const double* sums, std::int64_t blocks);
+double norm(const float* x, std::int64_t n);
+// u = a1 m / (sqrt(v) a2 + eps) + wd p.
+void direction(float* u, const float* m, const float* v, const float* p, std::int64_t n, float a1, float a2,
+               float eps, float weight_decay);
+// m = (b1 m + (1 - b1) g) s: the scaled local momentum before the exchange.
+void scaled_momentum(float* m, const float* g, std::int64_t n, float beta1, float scaling);
+// m /= s (after the exchange).
+void unscale(float* m, std::int64_t n, float scaling);
+// After the exchange: the fresh variance from the implied averaged gradient (m - b1 prev) /
+// (1 - b1), u0 = a1 m / den and u = u0 + wd p with den = sqrt(v) a2 + eps; returns the
+// largest den / (sqrt(v_fresh) + eps), starting from `largest`.
+float fresh_step(float* v_fresh, float* u0, float* u, const float* m, const float* prev, const float* v,
+                 const float* p, std::int64_t n, const onebit_lamb_params& params, float a1, float a2, float largest);
+// The factor from the tensor's largest ratio and, with weight decay, the norms of u0 and u;
+// bounded by factor_min/max and to within factor_threshold of the last factor.
+float factor(float largest, double u0_norm, double u_norm, float last, const onebit_lamb_params& params);
+// The trust coefficient from the norms of p and u (1 when either is 0), clamped.
+float trust(double p_norm, double u_norm, const onebit_lamb_params& params);
+// p -= scale u.
+void apply(float* p, const float* u, std::int64_t n, float scale);
+} // namespace onebit_lamb_math
+
+// The parameters of optimizer.type OneBitLamb at `lr`, with `weight_decay` (the group's).
+onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr, double weight_decay);
 
 // Replaces (count) values with their compressed average over the ranks.
 using lamb_exchange = std::function<status(float* values, std::int64_t count)>;

@@ -3,6 +3,7 @@
 
 #include "optim/grad_clip.hpp"
 #include "optim/onebit_adam.hpp"
+#include "optim/onebit_lamb.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -45,11 +46,46 @@ status partitioned_optimizer::init_onebit() {
   }
   whole_m_.assign(static_cast<std::size_t>(at), 0.0f);
   whole_m_valid_ = step_ == 0; // a fresh run: every rank's momentum is zero
+  if (cfg_.type == optimizer_type::onebit_lamb) {
+    lamb_coeff_.assign(tensors.size(), 0.0f);
+    lamb_fresh_.assign(static_cast<std::size_t>(layout_.partition_numel()), 0.0f); // set at the freeze
+    lamb_factor_.assign(tensors.size(), 1.0f);
+    for (const auto& t : tensors) {
+      lamb_block_base_.push_back(lamb_blocks_);
+      lamb_blocks_ += onebit_lamb_math::blocks_of(t.numel);
+    }
+  }
   return {};
 }
 
+// The first compressed step since the warm-up or a resume: every rank's momentum partition,
+// gathered in layout order and put in group order.
+status partitioned_optimizer::gather_momentum(const onebit_partition_step& in, const float* mine) {
+  if (whole_m_valid_) return {};
+  const auto& tensors = layout_.tensors();
+  std::vector<float> gathered(static_cast<std::size_t>(layout_.padded_numel()));
+  DSA_TRY(in.gather(gathered.data(), mine));
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    copy_floats(whole_m_.data() + group_offset_[t], gathered.data() + tensors[t].offset, tensors[t].numel);
+  whole_m_valid_ = true;
+  return {};
+}
+
+expected<partitioned_optimizer::onebit_views> partitioned_optimizer::onebit_begin(const onebit_partition_step& in) {
+  const std::int64_t size = layout_.partition_numel();
+  DSA_TRY(check_flat(in.grad, "grad", compressed_next() ? layout_.padded_numel() : size, rank_, false));
+  DSA_TRY(check_flat(in.working, "working", size, rank_, true));
+  partition_state st = state();
+  onebit_views views{st.master.data<float>(), st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(),
+                     in.grad.data<float>()};
+  if (in.grad_scale != 1.0) scale_in_place(views.grad, in.grad_scale, in.grad.numel());
+  ++step_;
+  return views;
+}
+
 bool partitioned_optimizer::compressed_next() const {
-  return cfg_.type == optimizer_type::onebit_adam && step_ >= cfg_.freeze_step;
+  return (cfg_.type == optimizer_type::onebit_adam || cfg_.type == optimizer_type::onebit_lamb) &&
+         step_ >= cfg_.freeze_step;
 }
 
 void partitioned_optimizer::mask_momentum(std::size_t t, std::int64_t from) {
@@ -65,19 +101,13 @@ std::vector<std::pair<std::string, std::int64_t>> partitioned_optimizer::onebit_
 }
 
 status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
+  if (cfg_.type == optimizer_type::onebit_lamb) return step_onebit_lamb(in);
   const bool compressed = compressed_next();
-  const std::int64_t size = layout_.partition_numel(), lo = partition().lo;
+  const std::int64_t lo = partition().lo;
   const auto& tensors = layout_.tensors();
-  DSA_TRY(check_flat(in.grad, "grad", compressed ? layout_.padded_numel() : size, rank_, false));
-  DSA_TRY(check_flat(in.working, "working", size, rank_, true));
   const onebit_adam_params p = onebit_params(cfg_, lr_);
-  partition_state st = state();
-  float* master = st.master.data<float>();
-  float* m = st.exp_avg.data<float>();
-  float* v = st.exp_avg_sq.data<float>();
-  float* grad = in.grad.data<float>();
-  if (in.grad_scale != 1.0) scale_in_place(grad, in.grad_scale, in.grad.numel());
-  ++step_;
+  DSA_ASSIGN_OR_RETURN(onebit_views views, onebit_begin(in));
+  float *master = views.master, *m = views.m, *v = views.v, *grad = views.grad;
   if (p.dummy_first_step && step_ == 1) {
     // DeepSpeed's initialization step: each group's exchange once on zeros, no update.
     for (const auto& g : groups_) {
@@ -93,15 +123,7 @@ status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
     }
     whole_m_valid_ = false;
   } else {
-    if (!whole_m_valid_) {
-      // The first compressed step since the warm-up or a resume: every rank's momentum
-      // partition, gathered in layout order and put in group order.
-      std::vector<float> gathered(static_cast<std::size_t>(layout_.padded_numel()));
-      DSA_TRY(in.gather(gathered.data(), m));
-      for (std::size_t t = 0; t < tensors.size(); ++t)
-        copy_floats(whole_m_.data() + group_offset_[t], gathered.data() + tensors[t].offset, tensors[t].numel);
-      whole_m_valid_ = true;
-    }
+    DSA_TRY(gather_momentum(in, m));
     for (std::size_t t = 0; t < tensors.size(); ++t)
       onebit_math::local_momentum(whole_m_.data() + group_offset_[t], grad + tensors[t].offset, tensors[t].numel,
                                   p.beta1);

@@ -123,12 +123,17 @@ expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optim
                                                                      std::uint32_t rank,
                                                                      std::unique_ptr<chunked_state> store,
                                                                      std::int64_t step) {
-  if (cfg.compressed() && cfg.type != optimizer_type::onebit_adam)
+  const bool onebit = cfg.type == optimizer_type::onebit_adam || cfg.type == optimizer_type::onebit_lamb;
+  if (cfg.compressed() && !onebit)
     return make_error(errc::invalid_argument, "partitioned optimizer: {} does not run over a partition",
                       optimizer_name(cfg.type));
-  if (cfg.type == optimizer_type::onebit_adam && !dynamic_cast<const resident_state*>(store.get()))
-    return make_error(errc::invalid_argument, "partitioned optimizer: 1-bit Adam keeps its state in memory, not in {}",
-                      store->where());
+  if (onebit && !dynamic_cast<const resident_state*>(store.get()))
+    return make_error(errc::invalid_argument, "partitioned optimizer: {} keeps its state in memory, not in {}",
+                      optimizer_name(cfg.type), store->where());
+  if (cfg.type == optimizer_type::onebit_lamb && layout.alignment() % 2048 != 0)
+    return make_error(errc::invalid_argument,
+                      "partitioned optimizer: 1-bit LAMB needs the layout's alignment to be a multiple of 2048 "
+                      "elements (its norm blocks), got {}", layout.alignment());
   if (cfg.type == optimizer_type::lamb && layout.alignment() % cpu::lamb_norm_block != 0)
     return make_error(errc::invalid_argument,
                       "partitioned optimizer: LAMB needs the flat layout's alignment to be a multiple of {} elements "
@@ -142,7 +147,7 @@ expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optim
   opt.store_ = std::move(store);
   opt.step_ = step;
   DSA_TRY(opt.init_scratch());
-  if (cfg.type == optimizer_type::onebit_adam) DSA_TRY(opt.init_onebit());
+  if (onebit) DSA_TRY(opt.init_onebit());
   opt.store_->prefetch(all_arrays);
   return opt;
 }
@@ -256,8 +261,9 @@ status each_window(const state_chunk& c, std::int64_t size, Fn&& fn) {
 } // namespace
 
 status partitioned_optimizer::step(const partition_step& in) {
-  if (cfg_.type == optimizer_type::onebit_adam)
-    return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: 1-bit Adam steps with step_onebit", rank_);
+  if (cfg_.compressed())
+    return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: {} steps with step_onebit", rank_,
+                      optimizer_name(cfg_.type));
   const std::int64_t size = layout_.partition_numel();
   DSA_TRY(check_flat(in.grad, "grad", size, rank_, false));
   if (in.working.defined()) DSA_TRY(check_flat(in.working, "working", size, rank_, true));

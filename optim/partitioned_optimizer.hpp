@@ -103,6 +103,11 @@ struct onebit_partition_step {
   std::function<status(const std::string& group, float* values, std::int64_t count)> exchange;
   // Fills whole (padded_numel) with every rank's `mine` (partition_numel) in rank order.
   std::function<status(float* whole, const float* mine)> gather;
+  // 1-bit LAMB only: element-wise sums (of block sums of squares; every entry non-zero on
+  // one rank at most, so the sum is exact) and maxima over the ranks, in place (the vectors
+  // keep their storage: the caller holds pointers into them).
+  std::function<status(std::vector<double>& values)> sum;
+  std::function<status(std::vector<float>& values)> max;
 };
 
 class partitioned_optimizer {
@@ -142,6 +147,11 @@ public:
   // step after that, or after a resume, all-gathers it (through a transient whole copy in
   // layout order). Masked elements (mask_momentum) are multiplied by 0 after each exchange,
   // as exp_avg_mask does.
+  // 1-bit LAMB (cfg.type onebit_lamb) the same way, as optim::onebit_lamb on the stage-0
+  // shard's groups bit for bit: the trust coefficients' and factors' norms from block sums
+  // of squares exchanged with `sum`, the factors' largest ratio with `max`; the per-tensor
+  // coefficients, factors and scalings are the same on every rank, the fresh variance is
+  // partitioned like the variance.
   status step_onebit(const onebit_partition_step& in);
   // Whether the next 1-bit Adam step is compressed (its gradient the rank's own, whole).
   bool compressed_next() const;
@@ -149,8 +159,22 @@ public:
   void mask_momentum(std::size_t t, std::int64_t from);
   // BERT's parameter groups as step_onebit exchanges them: {name, elements}, non-empty only.
   std::vector<std::pair<std::string, std::int64_t>> onebit_groups() const;
-  // Bytes of the whole momentum 1-bit Adam keeps beside the state.
-  std::int64_t onebit_bytes() const { return static_cast<std::int64_t>(whole_m_.size() * sizeof(float)); }
+  // Bytes of the whole momentum (and 1-bit LAMB's fresh variance) kept beside the state.
+  std::int64_t onebit_bytes() const {
+    return static_cast<std::int64_t>((whole_m_.size() + lamb_fresh_.size()) * sizeof(float));
+  }
+  // 1-bit LAMB's state beyond the partition (saved once, from any rank, with the fresh
+  // variance whole): "coeff", "factor", "scaling" (one value per tensor in layout order;
+  // scaling empty before the first compressed step) and, once frozen,
+  // "<name>.exp_avg_sq_fresh" per tensor from `whole_fresh` (padded_numel, every rank's
+  // lamb_fresh() gathered in rank order). Copies.
+  std::map<std::string, tensor> lamb_state(const float* whole_fresh) const;
+  // This rank's partition of the fresh variance (zeros until the freeze; then what
+  // lamb_state saves, gathered, once compressed_next()).
+  const std::vector<float>& lamb_fresh() const { return lamb_fresh_; }
+  // Restores lamb_state's form (any rank count: the fresh variance is cut to this
+  // partition); a missing or misshapen entry is an error naming it.
+  status load_lamb_state(const std::map<std::string, tensor>& state);
 
   // Sum of squares of this rank's gradient elements, padding left out, for the global
   // gradient norm (add the ranks' sums). grad: (partition_numel) f32.
@@ -243,6 +267,17 @@ private:
   std::vector<onebit_group> groups_;
   std::vector<flat_range> masked_;
   bool whole_m_valid_ = false;
+  // 1-bit LAMB: per tensor in layout order; the fresh variance of the partition.
+  std::vector<float> lamb_coeff_, lamb_factor_, lamb_scaling_, lamb_fresh_;
+  std::vector<std::int64_t> lamb_block_base_; // per tensor: its first block in the exchanged sums
+  std::int64_t lamb_blocks_ = 0;
+  status step_onebit_lamb(const onebit_partition_step& in);
+  status gather_momentum(const onebit_partition_step& in, const float* mine);
+  // A 1-bit step's start: the inputs checked, the gradients scaled, the step counted.
+  struct onebit_views {
+    float *master, *m, *v, *grad;
+  };
+  expected<onebit_views> onebit_begin(const onebit_partition_step& in);
   status init_onebit();
 };
 

@@ -105,6 +105,9 @@ struct bert_optimizer_options {
   // This rank's 1-bit error buffers from the checkpoint it resumes (its own file; empty:
   // they start at zero).
   std::map<std::string, tensor> resume_errors;
+  // 1-bit LAMB over a ZeRO partition: the checkpoint's group checkpoint_lamb_group(stage)
+  // (partitioned_optimizer::lamb_state's form; empty for a fresh run).
+  std::map<std::string, tensor> resume_lamb;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -118,6 +121,10 @@ expected<optim::flat_layout> stage_flat_layout(const std::vector<bert::param_spe
 // chunk, "optimizer_<stage>_rank<rank>_part<part>".
 std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, std::int64_t part = 0,
                                        std::int64_t parts = 1);
+
+// The checkpoint group of 1-bit LAMB's state beyond the partitions of stage `stage` (the same
+// on every rank, written by rank 0): "onebit_lamb_<stage>".
+std::string checkpoint_lamb_group(std::uint32_t stage);
 
 // The checkpoint group of rank `rank`'s 1-bit error buffers of stage `stage`:
 // "onebit_errors_<stage>_rank<rank>".

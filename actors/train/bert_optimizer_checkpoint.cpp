@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -23,6 +24,8 @@ std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, 
                     : fmt::format("optimizer_{}_rank{}_part{}", stage, rank, part);
 }
 
+std::string checkpoint_lamb_group(std::uint32_t stage) { return fmt::format("onebit_lamb_{}", stage); }
+
 std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank) {
   return fmt::format("onebit_errors_{}_rank{}", stage, rank);
 }
@@ -34,7 +37,31 @@ std::vector<ckpt::checkpoint_file> bert_optimizer::stage_errors(const std::strin
   const int ranks = options_.peers->size();
   std::vector<std::int64_t> mine{-1, -1};
   std::string failure;
-  {
+  // 1-bit LAMB over ZeRO: its coefficients, factors, scalings and (gathered whole) fresh
+  // variance, the same on every rank, in one group that rank 0 writes.
+  std::optional<ckpt::checkpoint_file> lamb_file;
+  if (zchannel_ && options_.optimizer.type == optim::optimizer_type::onebit_lamb) {
+    const std::vector<float>& fresh = part_->lamb_fresh();
+    std::vector<float> whole;
+    if (part_->compressed_next()) { // frozen on every rank or on none
+      whole.resize(static_cast<std::size_t>(part_->layout().padded_numel()));
+      if (auto g = actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(whole.size()) * 4,
+                                          shard_name(), [&] {
+                                            return options_.peers->allgather(whole.data(), fresh.data(), dtype::f32,
+                                                                             static_cast<std::int64_t>(whole.size()));
+                                          });
+          !g)
+        throw std::runtime_error(fmt::format("gathering stage {}'s 1-bit LAMB fresh variance: {}", stage,
+                                             g.err().message));
+    }
+    if (options_.peers->rank() == 0) {
+      const auto staged = ckpt::stage_group(root, step, checkpoint_lamb_group(stage),
+                                            part_->lamb_state(whole.empty() ? nullptr : whole.data()));
+      if (staged) lamb_file = *staged;
+      else failure = staged.err().message;
+    }
+  }
+  if (failure.empty()) {
     const auto staged = ckpt::stage_group(root, step, checkpoint_errors_group(stage, static_cast<std::uint32_t>(options_.peers->rank())),
                                           comp_ ? comp_->error_tensors() : zchannel_->error_tensors());
     if (staged) mine = {static_cast<std::int64_t>(staged->bytes), static_cast<std::int64_t>(staged->crc32c)};
@@ -63,6 +90,7 @@ std::vector<ckpt::checkpoint_file> bert_optimizer::stage_errors(const std::strin
     f.crc32c = static_cast<std::uint32_t>(all[at + 1]);
     files.push_back(std::move(f));
   }
+  if (lamb_file) files.push_back(std::move(*lamb_file));
   return files;
 }
 

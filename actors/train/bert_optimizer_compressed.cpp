@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -50,10 +51,11 @@ void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
 }
 
 void bert_optimizer::init_onebit_partition() {
-  DSA_CHECK(options_.optimizer.type == optim::optimizer_type::onebit_adam && !options_.partition_gradients &&
-                !options_.partition_parameters && !options_.offload,
-            "optimizer shard {}: {} over a ZeRO partition needs 1-bit Adam, whole gradients and the state in memory",
-            options_.participant, optim::optimizer_name(options_.optimizer.type));
+  const auto type = options_.optimizer.type;
+  DSA_CHECK((type == optim::optimizer_type::onebit_adam || type == optim::optimizer_type::onebit_lamb) &&
+                !options_.partition_gradients && !options_.partition_parameters && !options_.offload,
+            "optimizer shard {}: {} over a ZeRO partition needs 1-bit Adam or LAMB, whole gradients and the state in "
+            "memory", options_.participant, optim::optimizer_name(type));
   zchannel_ = std::make_unique<onebit_channel>(options_.peers, options_.logger, shard_name());
   const auto& specs = options_.specs;
   for (std::size_t i = 0; i < specs.size(); ++i)
@@ -67,6 +69,16 @@ void bert_optimizer::init_onebit_partition() {
       throw std::runtime_error(fmt::format("checkpoint group {}: {}",
                                            checkpoint_errors_group(options_.participant, options_.zero_rank),
                                            loaded.err().message));
+  }
+  if (type == optim::optimizer_type::onebit_lamb && part_->step_count() > 0) {
+    // 1-bit LAMB's coefficients, factors, scalings and fresh variance: the checkpoint's
+    // replicated group (lamb_state_group), which a stage-0 checkpoint does not have.
+    const std::string group = checkpoint_lamb_group(options_.participant);
+    if (options_.resume_lamb.empty())
+      throw std::runtime_error(fmt::format("checkpoint has no group {} with 1-bit LAMB's partitioned state (was it "
+                                           "saved at ZeRO stage 0? resume it at stage 0)", group));
+    if (auto loaded = part_->load_lamb_state(options_.resume_lamb); !loaded)
+      throw std::runtime_error(fmt::format("checkpoint group {}: {}", group, loaded.err().message));
   }
   zlocal_next_.store(part_->compressed_next() && options_.zero_ranks > 1, std::memory_order_release);
 }
@@ -87,6 +99,34 @@ status bert_optimizer::advance_onebit_partition(const step_decision& d, const te
     return actors::log_collective(options_.logger, "all_gather", n * 4, shard_name(), [&] {
       return options_.peers->allgather(whole, mine, dtype::f32, n);
     });
+  };
+  // 1-bit LAMB: block sums added and largest ratios taken over the ranks, through an
+  // allgather (every rank combines the same values in rank order).
+  in.sum = [this](std::vector<double>& values) -> status {
+    const auto ranks = static_cast<std::uint32_t>(options_.peers->size());
+    std::vector<double> all(values.size() * ranks);
+    DSA_TRY(actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8,
+                                   shard_name(), [&] {
+                                     return options_.peers->allgather(all.data(), values.data(), dtype::i64,
+                                                                      static_cast<std::int64_t>(all.size()));
+                                   }));
+    const std::vector<double> total = optim::partitioned_optimizer::add_gathered(all, ranks);
+    std::copy(total.begin(), total.end(), values.begin()); // in place: the caller holds pointers into it
+    return {};
+  };
+  in.max = [this](std::vector<float>& values) -> status {
+    const std::size_t ranks = static_cast<std::size_t>(options_.peers->size()), n = values.size();
+    std::vector<float> all(n * ranks);
+    DSA_TRY(actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 4,
+                                   shard_name(), [&] {
+                                     return options_.peers->allgather(all.data(), values.data(), dtype::f32,
+                                                                      static_cast<std::int64_t>(all.size()));
+                                   }));
+    for (std::size_t i = 0; i < n; ++i) {
+      values[i] = all[i];
+      for (std::size_t r = 1; r < ranks; ++r) values[i] = std::max(values[i], all[r * n + i]);
+    }
+    return {};
   };
   DSA_TRY(part_->step_onebit(in));
   std::int64_t elements = 0;

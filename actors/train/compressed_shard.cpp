@@ -80,15 +80,7 @@ compressed_shard::compressed_shard(compressed_shard_options options, const std::
                                    cfg.local_step_scaler, cfg.local_step_clipper, cfg.bias_correction};
       g.opt.emplace(std::in_place_type<optim::zeroone_adam>, p, g.master.numel());
     } else {
-      optim::onebit_lamb_params p;
-      p.lr = lr, p.beta1 = b1, p.beta2 = b2, p.eps = eps, p.weight_decay = decay;
-      p.freeze_step = cfg.freeze_step;
-      p.max_coeff = static_cast<float>(cfg.max_coeff), p.min_coeff = static_cast<float>(cfg.min_coeff);
-      p.coeff_beta = static_cast<float>(cfg.coeff_beta);
-      p.factor_max = static_cast<float>(cfg.factor_max), p.factor_min = static_cast<float>(cfg.factor_min);
-      p.factor_threshold = static_cast<float>(cfg.factor_threshold);
-      p.bias_correction = cfg.bias_correction;
-      g.opt.emplace(std::in_place_type<optim::onebit_lamb>, p, sizes);
+      g.opt.emplace(std::in_place_type<optim::onebit_lamb>, optim::onebit_lamb_params_of(cfg, cfg.lr, wd), sizes);
     }
     if (masked) {
       status s = std::visit([&](auto& o) { return o.set_mask(std::move(mask)); }, *g.opt);

@@ -44,7 +44,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.grads = 4 * n;
     b.reduced = 4 * (zero->stage >= 2 ? zero->partition + zero->whole_gradient : zero->padded);
     b.masters = zero->swap_buffers > 0 ? 0 : 4 * zero->partition;
-    b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition;
+    b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition + 4 * zero->onebit_extra;
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
     if (zero->grads_partitioned || zero->stage >= 3) {
@@ -114,6 +114,11 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   if (off.swaps())
     z.swap_buffers = static_cast<std::int64_t>(aio::swap_buffers_allocated(static_cast<std::size_t>(off.buffer_count))) * 4 *
                      aio::swap_chunk_numel(off.sub_group_size, optim::flat_layout::default_alignment, z.partition);
+  if (rc.optimizer.compressed()) {
+    std::int64_t numel = 0;
+    for (const auto& spec : specs) numel += shape_numel(spec.shape);
+    z.onebit_extra = numel + (rc.optimizer.type == optim::optimizer_type::onebit_lamb ? z.partition : 0);
+  }
   if (const auto* tied = find_word_embeddings(specs); z.stage >= 2 && tied && tied_exchanged(rc, ranges))
     z.whole_gradient = shape_numel(tied->shape);
   return z;

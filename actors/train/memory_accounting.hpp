@@ -73,6 +73,9 @@ struct zero_sizes {
   // NVMe optimizer offload: the bytes of swap buffers the partition's masters and
   // moments pass through instead of living in memory (0: in memory).
   std::int64_t swap_buffers = 0;
+  // 1-bit Adam / LAMB over the partition: the elements of moment-like state kept beside the
+  // partition's moments (the whole momentum; 1-bit LAMB's fresh variance of the partition).
+  std::int64_t onebit_extra = 0;
 };
 
 // DeepSpeed's model-state accounting for mixed-precision training of `parameters` on

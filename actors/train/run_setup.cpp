@@ -201,7 +201,22 @@ status restore_error_buffers(const run_context& ctx, const ckpt::checkpoint_mani
                              const run_progress_state& progress, restored& r) {
   const auto& rc = ctx.rc;
   r.error_states.assign(rc.stages, {});
+  r.lamb_states.assign(rc.stages, {});
   if (!rc.optimizer.compressed() || rc.batch.data_parallel_size < 2) return {};
+  // 1-bit LAMB's replicated state beside the ZeRO partitions: any rank count, whatever
+  // load_error_feedback says (it is optimizer state, not error feedback).
+  {
+    ckpt::load_options lamb;
+    for (std::uint32_t s = 0; s < rc.stages; ++s)
+      for (const auto& f : listed.files)
+        if (f.group == checkpoint_lamb_group(s)) lamb.groups.push_back(f.group);
+    if (!lamb.groups.empty()) {
+      DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(r.dir, lamb));
+      for (std::uint32_t s = 0; s < rc.stages; ++s)
+        if (auto it = ck.groups.find(checkpoint_lamb_group(s)); it != ck.groups.end())
+          r.lamb_states[s] = std::move(it->second);
+    }
+  }
   std::string why;
   if (!rc.checkpoint.load_error_feedback) why = "checkpoint.load_error_feedback = false";
   else if (progress.data_parallel_size != rc.batch.data_parallel_size)
@@ -437,7 +452,10 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
       o.offload = bert_optimizer_options::nvme_offload{swap_port, rr.swap->dir(), off.sub_group_size,
                                                        static_cast<std::size_t>(off.buffer_count), off.pipeline_read,
                                                        off.pipeline_write};
-    if (start.resumed) o.resume_errors = start.resumed->error_states.at(s);
+    if (start.resumed) {
+      o.resume_errors = start.resumed->error_states.at(s);
+      o.resume_lamb = start.resumed->lamb_states.at(s);
+    }
     if (start.resumed && partitioned(rc)) {
       o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
                              s]() -> expected<std::vector<optim::saved_partition>> {

@@ -36,6 +36,7 @@ struct restored {
   std::map<std::string, tensor> masters;                 // whole runs only
   std::vector<optim::optimizer_state> optimizer_states; // whole runs only, one per stage
   std::vector<std::map<std::string, tensor>> error_states; // compressed optimizers: this rank's, per stage (maybe empty)
+  std::vector<std::map<std::string, tensor>> lamb_states;  // 1-bit LAMB over ZeRO: group onebit_lamb_<s> (maybe empty)
   std::string dir;                                       // the checkpoint directory
   ckpt::checkpoint_manifest manifest;
   run_progress_state progress;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -185,7 +186,8 @@ TEST_CASE("compressed optimizers: their settings are checked, and ZeRO or offloa
   CHECK(run({"optimizer.type=\"OneBitLamb\"", "optimizer.params.factor_min=5.0"}) == 2);
   // 1-bit Adam runs over ZeRO's partitions (stages 1 and 2), the others not yet; stage 3 never.
   CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=1"}) == 2);
-  CHECK(run({"optimizer.type=\"OneBitLamb\"", "devices.ranks=2", "zero_optimization.stage=2"}) == 2);
+  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=2"}) == 2);
+  CHECK(run({"optimizer.type=\"OneBitLamb\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
   CHECK(run({"optimizer.type=\"OneBitAdam\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
   // DeepSpeed's backend keys are accepted.
   CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.comm_backend_name=\"nccl\"",
@@ -214,12 +216,13 @@ std::map<std::string, ckpt::named_tensors> model_and_errors(const test::temp_dir
 }
 } // namespace
 
-TEST_CASE("1-bit Adam with ZeRO stages 1 and 2 equals ZeRO stage 0 bit for bit: weights and error buffers") {
+TEST_CASE("1-bit Adam and 1-bit LAMB with ZeRO stages 1 and 2 equal ZeRO stage 0 bit for bit: weights and error buffers") {
   struct variant {
     const char* pipeline;
     int ranks;
     std::vector<std::string> extra;
   };
+  const std::vector<std::string> lamb{"optimizer.type=\"OneBitLamb\"", "optimizer.params.max_coeff=0.5"};
   // OneCycle with cycle_momentum changes the betas every step (both stages must take them).
   const std::vector<std::string> one_cycle{"scheduler.type=\"OneCycle\"", "scheduler.params.cycle_min_lr=1e-4",
                                            "scheduler.params.cycle_max_lr=2e-3",
@@ -228,7 +231,8 @@ TEST_CASE("1-bit Adam with ZeRO stages 1 and 2 equals ZeRO stage 0 bit for bit: 
                                            "scheduler.params.cycle_min_mom=0.8", "scheduler.params.cycle_max_mom=0.9"};
   const variant variants[] = {{"pipeline.stages=1", 2, warmup_lr}, {"pipeline.stages=1", 4, warmup_lr},
                               {"pipeline.stages=2", 2, warmup_lr}, {"pipeline.stages=2", 4, warmup_lr},
-                              {"pipeline.stages=1", 2, one_cycle}};
+                              {"pipeline.stages=1", 2, one_cycle},
+                              {"pipeline.stages=1", 2, with(warmup_lr, lamb)}, {"pipeline.stages=2", 4, with(warmup_lr, lamb)}};
   for (const auto& v : variants) {
     CAPTURE(v.pipeline);
     CAPTURE(v.ranks);
@@ -254,7 +258,7 @@ TEST_CASE("1-bit Adam with ZeRO stages 1 and 2 equals ZeRO stage 0 bit for bit: 
       // Two warm-up steps, then three compressed ones with the gradients left on each rank.
       CHECK(log.find("compressed communication: 3 of the steps kept their gradients local") != std::string::npos);
       if (std::string(stage).back() == '2')
-        CHECK(log.find("zero_optimization.stage 2 runs as stage 1 with OneBitAdam") != std::string::npos);
+        CHECK(log.find("zero_optimization.stage 2 runs as stage 1 with OneBit") != std::string::npos);
     }
   }
 }
@@ -267,28 +271,50 @@ TEST_CASE("1-bit Adam with ZeRO stage 1: dummy_first_step leaves the model as it
   check_equal(dummy, untouched);
 }
 
-TEST_CASE("1-bit Adam with ZeRO stage 1: a 4-rank checkpoint resumes on 2 ranks with fresh error buffers") {
-  const auto base = with(with(onebit_zero_base, warmup_lr), {"zero_optimization.stage=1"});
-  test::temp_dir dir;
-  REQUIRE(test::run_config(dir.path(), "four", test::tiny_config(dir.path()),
-                           with(base, {"devices.ranks=4", "train_steps=4"})) == 0);
-  REQUIRE(test::run_config(dir.path(), "four", test::tiny_config(dir.path()),
-                           with(base, {"devices.ranks=2", "train_steps=6"}), /*resume=*/true) == 0);
-  CHECK(read_log(dir).find("1-bit error buffers start at zero (saved on 4 ranks, this run has 2)") != std::string::npos);
-  auto saved = test::load_run_checkpoint(dir.path() + "/ckpt", "6");
-  CHECK(saved.groups.count("onebit_errors_0_rank1") == 1);
-  CHECK(saved.groups.count("onebit_errors_0_rank2") == 0);
-  for (const auto& [name, t] : saved.groups.at("model")) {
-    INFO(name);
-    const float* p = t.data<float>();
-    for (std::int64_t i = 0; i < t.numel(); ++i) REQUIRE(std::isfinite(p[i]));
+TEST_CASE("1-bit Adam and LAMB with ZeRO stage 1: a 4-rank checkpoint resumes on 2 ranks with fresh error buffers") {
+  for (const char* type : {"OneBitAdam", "OneBitLamb"}) {
+    CAPTURE(type);
+    const auto base = with(with(onebit_zero_base, warmup_lr),
+                           {"zero_optimization.stage=1", fmt::format("optimizer.type=\"{}\"", type)});
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), "four", test::tiny_config(dir.path()),
+                             with(base, {"devices.ranks=4", "train_steps=4"})) == 0);
+    REQUIRE(test::run_config(dir.path(), "four", test::tiny_config(dir.path()),
+                             with(base, {"devices.ranks=2", "train_steps=6"}), /*resume=*/true) == 0);
+    CHECK(read_log(dir).find("1-bit error buffers start at zero (saved on 4 ranks, this run has 2)") != std::string::npos);
+    auto saved = test::load_run_checkpoint(dir.path() + "/ckpt", "6");
+    CHECK(saved.groups.count("onebit_errors_0_rank1") == 1);
+    CHECK(saved.groups.count("onebit_errors_0_rank2") == 0);
+    // 1-bit LAMB's coefficients, factors, scalings and fresh variance: one group, whole tensors.
+    CHECK(saved.groups.count("onebit_lamb_0") == (std::string(type) == "OneBitLamb" ? 1u : 0u));
+    for (const auto& [name, t] : saved.groups.at("model")) {
+      INFO(name);
+      const float* p = t.data<float>();
+      for (std::int64_t i = 0; i < t.numel(); ++i) REQUIRE(std::isfinite(p[i]));
+    }
   }
 }
 
-TEST_CASE("1-bit Adam with ZeRO stage 1: a resume in the compressed phase continues bit for bit") {
+TEST_CASE("1-bit LAMB: a stage-0 checkpoint does not resume at ZeRO stage 1, and still resumes at stage 0") {
+  const auto base = with(with(onebit_zero_base, warmup_lr), {"optimizer.type=\"OneBitLamb\"", "devices.ranks=2"});
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "zero0", test::tiny_config(dir.path()), with(base, {"train_steps=3"})) == 0);
+  // Refused before training: the partitions cannot take the stage-0 shard's group arrays
+  // (compressed.<group>.coeff and the like), and the message names the first of them.
+  CHECK(test::run_config(dir.path(), "zero0", test::tiny_config(dir.path()),
+                         with(base, {"train_steps=4", "zero_optimization.stage=1"}), /*resume=*/true) == 1);
+  // The checkpoint is untouched: stage 0 resumes it.
+  CHECK(test::run_config(dir.path(), "zero0", test::tiny_config(dir.path()), with(base, {"train_steps=4"}),
+                         /*resume=*/true) == 0);
+}
+
+TEST_CASE("1-bit Adam and LAMB with ZeRO stage 1: a resume in the compressed phase continues bit for bit") {
   // The resumed ranks hold only their partition of the momentum: the first step all-gathers
-  // it; the error buffers come from each rank's own file.
-  const auto two = with(with(onebit_zero_base, warmup_lr), {"devices.ranks=2", "zero_optimization.stage=1"});
+  // it; the error buffers come from each rank's own file, 1-bit LAMB's state from its group.
+  for (const char* type : {"OneBitAdam", "OneBitLamb"}) {
+  CAPTURE(type);
+  const auto two = with(with(onebit_zero_base, warmup_lr),
+                        {"devices.ranks=2", "zero_optimization.stage=1", fmt::format("optimizer.type=\"{}\"", type)});
   test::temp_dir full, part;
   REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), with(two, {"train_steps=6"})) == 0);
   REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(two, {"train_steps=4"})) == 0);
@@ -298,4 +324,5 @@ TEST_CASE("1-bit Adam with ZeRO stage 1: a resume in the compressed phase contin
   REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(two, {"train_steps=6"}),
                            /*resume=*/true) == 0);
   check_equal(final_model(part, "6"), final_model(full, "6"));
+  }
 }
