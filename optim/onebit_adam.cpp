@@ -44,7 +44,7 @@ void update(float* param, const float* m, const float* v, std::int64_t n, const 
 }
 
 std::int64_t variance_steps(const onebit_adam_params& p, std::int64_t step) {
-  const std::int64_t warm = std::min(step, p.freeze_step);
+  const std::int64_t warm = std::min(step, first_local_step(p.freeze_step));
   return std::max<std::int64_t>(0, p.dummy_first_step && step > 0 ? warm - 1 : warm);
 }
 
@@ -70,7 +70,7 @@ status onebit_adam::load(const compressed_state& state) {
   m_ = state.exp_avg;
   v_ = state.exp_avg_sq;
   step_ = state.step;
-  frozen_ = step_ >= p_.freeze_step;
+  frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
   var_steps_ = onebit_math::variance_steps(p_, step_);
   return {};
 }
@@ -80,7 +80,7 @@ status onebit_adam::step(float* param, const float* grad, const momentum_exchang
   if (p_.dummy_first_step && step_ == 1) {
     // DeepSpeed's initialization step: the exchange once (warming the channel), no update.
     std::vector<float> scratch(static_cast<std::size_t>(numel_), 0.0f);
-    frozen_ = step_ >= p_.freeze_step;
+    frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
     return exchange(scratch.data(), numel_);
   }
   if (!frozen_) {

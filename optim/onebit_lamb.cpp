@@ -78,6 +78,14 @@ void apply(float* p, const float* u, std::int64_t n, float scale) {
   for (std::int64_t i = 0; i < n; ++i) p[i] -= scale * u[i];
 }
 
+std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64_t step) {
+  if (!params.bias_correction) return {1.0f, 1.0f};
+  const float a1 = static_cast<float>(1.0 / (1.0 - std::pow(double{params.beta1}, double(step))));
+  const std::int64_t k = std::min(step, params.freeze_step);
+  const float a2 = k == 0 ? 1.0f : static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{params.beta2}, double(k))));
+  return {a1, a2};
+}
+
 } // namespace onebit_lamb_math
 
 using namespace onebit_lamb_math;
@@ -146,20 +154,14 @@ status onebit_lamb::load(const compressed_state& state) {
   coeff_ = std::move(coeff);
   factor_ = std::move(factor);
   scaling_ = std::move(scaling);
-  frozen_ = step_ >= p_.freeze_step;
+  frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
   v_fresh_ = frozen_ && fresh.empty() ? v_ : std::move(fresh);
   return {};
 }
 
-float onebit_lamb::correction1() const {
-  return p_.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(double{p_.beta1}, double(step_)))) : 1.0f;
-}
+float onebit_lamb::correction1() const { return corrections(p_, step_).first; }
 
-float onebit_lamb::correction2() const {
-  const std::int64_t k = std::min(step_, p_.freeze_step);
-  if (!p_.bias_correction || k == 0) return 1.0f;
-  return static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{p_.beta2}, double(k))));
-}
+float onebit_lamb::correction2() const { return corrections(p_, step_).second; }
 
 status onebit_lamb::step(float* param, const float* grad, const lamb_exchange& exchange) {
   ++step_;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace dsa::optim {
@@ -66,6 +67,9 @@ float factor(float largest, double u0_norm, double u_norm, float last, const one
 float trust(double p_norm, double u_norm, const onebit_lamb_params& params);
 // p -= scale u.
 void apply(float* p, const float* u, std::int64_t n, float scale);
+// {a1, a2} after `step` steps: 1 / (1 - beta1^step) and 1 / sqrt(1 - beta2^k), k = the
+// warm-up steps so far (min(step, freeze_step)); {1, 1} without bias correction.
+std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64_t step);
 } // namespace onebit_lamb_math
 
 // The parameters of optimizer.type OneBitLamb at `lr`, with `weight_decay` (the group's).

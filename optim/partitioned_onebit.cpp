@@ -84,8 +84,9 @@ expected<partitioned_optimizer::onebit_views> partitioned_optimizer::onebit_begi
 }
 
 bool partitioned_optimizer::compressed_next() const {
+  // freeze_step 0 behaves as 1, as in optim::onebit_adam and onebit_lamb.
   return (cfg_.type == optimizer_type::onebit_adam || cfg_.type == optimizer_type::onebit_lamb) &&
-         step_ >= cfg_.freeze_step;
+         step_ >= onebit_math::first_local_step(cfg_.freeze_step);
 }
 
 void partitioned_optimizer::mask_momentum(std::size_t t, std::int64_t from) {

@@ -36,11 +36,7 @@ status partitioned_optimizer::step_onebit_lamb(const onebit_partition_step& in) 
   DSA_ASSIGN_OR_RETURN(onebit_views views, onebit_begin(in));
   float *master = views.master, *m = views.m, *v = views.v, *grad = views.grad;
   const onebit_lamb_params base = lamb_params(cfg_, lr_, true);
-  const double b1 = base.beta1, b2 = base.beta2;
-  const float a1 = base.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(b1, double(step_)))) : 1.0f;
-  const std::int64_t k = std::min(step_, cfg_.freeze_step);
-  const float a2 = base.bias_correction && k > 0 ? static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, double(k))))
-                                                  : 1.0f;
+  const auto [a1, a2] = corrections(base, step_);
   // Per piece: its tensor's block sums go to the tensor's blocks from the piece's first.
   auto block_at = [&](const flat_piece& piece) { return lamb_block_base_[piece.tensor] + piece.tensor_offset / lamb_block; };
   std::vector<double> sums(static_cast<std::size_t>(2 * lamb_blocks_), 0.0); // [p^2 or u0^2 | u^2]

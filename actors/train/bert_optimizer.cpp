@@ -393,7 +393,7 @@ shard_bytes bert_optimizer::held_bytes() const {
     } else {
       b.swap_buffers = part_->resident_bytes();
     }
-    b.moments += part_->onebit_bytes(); // 1-bit Adam's whole momentum and its mask
+    b.moments += part_->onebit_bytes(); // 1-bit Adam's and LAMB's whole momentum, LAMB's fresh variance
     b.version = version_bytes_;
     return b;
   }

@@ -258,6 +258,9 @@ private:
   std::unique_ptr<onebit_channel> zchannel_;
   std::atomic<bool> zlocal_next_{false};
   void init_onebit_partition();
+  // Group checkpoint_lamb_group's per-tensor 1-bit LAMB state as the whole shard's
+  // "compressed.<group>.<field>" entries.
+  void lamb_state_per_group(const std::map<std::string, tensor>& lamb, std::map<std::string, tensor>& into) const;
   status advance_onebit_partition(const step_decision& d, const tensor& working);
   // Whether the next step's gradients stay on each rank (a compressed optimizer's local step).
   bool local_next() const {

@@ -29,6 +29,10 @@ void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
   o.caller = shard_name();
   o.mask_positions_from = options_.mask_positions_from;
   comp_ = std::make_unique<compressed_shard>(std::move(o), start);
+  // A 1-bit LAMB checkpoint of ZeRO ranks keeps its per-tensor state in one group
+  // (checkpoint_lamb_group); the whole shard wants it per parameter group.
+  if (options_.resume_state && !options_.resume_lamb.empty())
+    lamb_state_per_group(options_.resume_lamb, options_.resume_state->tensors);
   if (options_.resume_state)
     if (auto loaded = comp_->load_state(options_.resume_state->tensors, options_.resume_state->step); !loaded)
       throw std::runtime_error(loaded.err().message);
@@ -47,6 +51,34 @@ void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
     s.grad = comp_->grads()[i];
     if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
     slots_.push_back(s);
+  }
+}
+
+void bert_optimizer::lamb_state_per_group(const std::map<std::string, tensor>& lamb,
+                                          std::map<std::string, tensor>& into) const {
+  const auto& specs = options_.specs;
+  for (const char* group : {"decay", "no_decay"}) {
+    std::vector<std::size_t> members;
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (optim::bert_no_decay(specs[i].name) == (std::string(group) == "no_decay")) members.push_back(i);
+    if (members.empty()) continue;
+    for (const char* field : {"coeff", "factor", "scaling"}) {
+      auto it = lamb.find(field);
+      if (it == lamb.end() || it->second.type() != dtype::f32) continue; // load_state names what is missing
+      const float* all = it->second.data<float>();
+      std::vector<float> picked;
+      if (it->second.numel() > 0)
+        for (std::size_t i : members)
+          if (static_cast<std::int64_t>(i) < it->second.numel()) picked.push_back(all[i]);
+      into[fmt::format("compressed.{}.{}", group, field)] = f32_tensor(picked);
+    }
+    std::vector<float> fresh;
+    for (std::size_t i : members) {
+      auto it = lamb.find(specs[i].name + ".exp_avg_sq_fresh");
+      if (it == lamb.end()) break; // before the freeze: none
+      fresh.insert(fresh.end(), it->second.data<float>(), it->second.data<float>() + it->second.numel());
+    }
+    into[fmt::format("compressed.{}.exp_avg_sq_fresh", group)] = f32_tensor(fresh);
   }
 }
 
@@ -75,10 +107,11 @@ void bert_optimizer::init_onebit_partition() {
     // replicated group (lamb_state_group), which a stage-0 checkpoint does not have.
     const std::string group = checkpoint_lamb_group(options_.participant);
     if (options_.resume_lamb.empty())
-      throw std::runtime_error(fmt::format("checkpoint has no group {} with 1-bit LAMB's partitioned state (was it "
-                                           "saved at ZeRO stage 0? resume it at stage 0)", group));
+      throw std::runtime_error(fmt::format("checkpoint has no group {} with 1-bit LAMB's state beyond the partitions",
+                                           group));
     if (auto loaded = part_->load_lamb_state(options_.resume_lamb); !loaded)
       throw std::runtime_error(fmt::format("checkpoint group {}: {}", group, loaded.err().message));
+    options_.resume_lamb.clear(); // loaded: the fresh variance is not kept twice
   }
   zlocal_next_.store(part_->compressed_next() && options_.zero_ranks > 1, std::memory_order_release);
 }

@@ -202,9 +202,9 @@ status restore_error_buffers(const run_context& ctx, const ckpt::checkpoint_mani
   const auto& rc = ctx.rc;
   r.error_states.assign(rc.stages, {});
   r.lamb_states.assign(rc.stages, {});
-  if (!rc.optimizer.compressed() || rc.batch.data_parallel_size < 2) return {};
-  // 1-bit LAMB's replicated state beside the ZeRO partitions: any rank count, whatever
-  // load_error_feedback says (it is optimizer state, not error feedback).
+  if (!rc.optimizer.compressed()) return {};
+  // 1-bit LAMB's replicated state beside the ZeRO partitions: any rank count and stage,
+  // whatever load_error_feedback says (it is optimizer state, not error feedback).
   {
     ckpt::load_options lamb;
     for (std::uint32_t s = 0; s < rc.stages; ++s)
@@ -217,6 +217,7 @@ status restore_error_buffers(const run_context& ctx, const ckpt::checkpoint_mani
           r.lamb_states[s] = std::move(it->second);
     }
   }
+  if (rc.batch.data_parallel_size < 2) return {};
   std::string why;
   if (!rc.checkpoint.load_error_feedback) why = "checkpoint.load_error_feedback = false";
   else if (progress.data_parallel_size != rc.batch.data_parallel_size)
@@ -454,7 +455,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
                                                        off.pipeline_write};
     if (start.resumed) {
       o.resume_errors = start.resumed->error_states.at(s);
-      o.resume_lamb = start.resumed->lamb_states.at(s);
+      o.resume_lamb = std::move(start.resumed->lamb_states.at(s)); // the shard's only copy
     }
     if (start.resumed && partitioned(rc)) {
       o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
