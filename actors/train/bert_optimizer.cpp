@@ -273,9 +273,6 @@ status bert_optimizer::advance_partition(const step_decision& d, tensor working,
   part_->set_lr(d.lr);
   if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
   if (zchannel_) return advance_onebit_partition(d, working);
-  auto peers = options_.peers;
-  auto* logger = options_.logger;
-  const std::string caller = shard_name();
   optim::partition_step in;
   in.grad = partition_grad();
   in.grad_scale = d.grad_scale;
@@ -284,14 +281,21 @@ status bert_optimizer::advance_partition(const step_decision& d, tensor working,
   in.sink_type = type;
   in.sink_window = version_window();
   in.ready = stream_ready_;
-  in.combine = [peers, logger, caller](const std::vector<double>& partial) -> expected<std::vector<double>> {
-    std::vector<double> all(partial.size() * static_cast<std::size_t>(peers->size()));
-    DSA_TRY(actors::log_collective(logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8, caller, [&] {
-      return peers->allgather(all.data(), partial.data(), dtype::i64, static_cast<std::int64_t>(all.size()));
-    }));
-    return optim::partitioned_optimizer::add_gathered(all, static_cast<std::uint32_t>(peers->size()));
-  };
+  in.combine = [this](const std::vector<double>& partial) { return sum_over_ranks(partial); };
   return part_->step(in);
+}
+
+// Element-wise sums over the ranks through an all-gather (every rank adds the same values in
+// rank order: the same bits everywhere).
+expected<std::vector<double>> bert_optimizer::sum_over_ranks(const std::vector<double>& partial) const {
+  const auto ranks = static_cast<std::uint32_t>(options_.peers->size());
+  std::vector<double> all(partial.size() * ranks);
+  DSA_TRY(actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8,
+                                 shard_name(), [&] {
+                                   return options_.peers->allgather(all.data(), partial.data(), dtype::i64,
+                                                                    static_cast<std::int64_t>(all.size()));
+                                 }));
+  return optim::partitioned_optimizer::add_gathered(all, ranks);
 }
 
 void bert_optimizer::publish(const step_decision& d, std::vector<tensor>& out) {

@@ -245,6 +245,8 @@ private:
   void roll_back();
   // The whole flat buffer from every rank's partition (a copy with one rank).
   void gather_flat(const tensor& all, const tensor& mine, const char* what) const;
+  // Element-wise sums of `partial` over the ranks (LAMB's norm exchanges).
+  expected<std::vector<double>> sum_over_ranks(const std::vector<double>& partial) const;
   // Every rank's `mine` (the same length on every rank), rank after rank; `mine` alone on one rank.
   std::vector<std::int64_t> gather_entries(const std::vector<std::int64_t>& mine, const char* what) const;
 

@@ -136,14 +136,7 @@ status bert_optimizer::advance_onebit_partition(const step_decision& d, const te
   // 1-bit LAMB: block sums added and largest ratios taken over the ranks, through an
   // allgather (every rank combines the same values in rank order).
   in.sum = [this](std::vector<double>& values) -> status {
-    const auto ranks = static_cast<std::uint32_t>(options_.peers->size());
-    std::vector<double> all(values.size() * ranks);
-    DSA_TRY(actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8,
-                                   shard_name(), [&] {
-                                     return options_.peers->allgather(all.data(), values.data(), dtype::i64,
-                                                                      static_cast<std::int64_t>(all.size()));
-                                   }));
-    const std::vector<double> total = optim::partitioned_optimizer::add_gathered(all, ranks);
+    DSA_ASSIGN_OR_RETURN(const std::vector<double> total, sum_over_ranks(values));
     std::copy(total.begin(), total.end(), values.begin()); // in place: the caller holds pointers into it
     return {};
   };

@@ -53,8 +53,9 @@ std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
   return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
 }
 
-// C = beta * C, where beta == 0 overwrites (old NaN included).
-void scale_c(float* c, const gemm_shape& s) {
+} // namespace
+
+void gemm_scale_c(float* c, const gemm_shape& s) {
   for (std::int64_t i = 0; i < s.m; ++i) {
     float* row = c + i * s.ldc;
     for (std::int64_t j = 0; j < s.n; ++j)
@@ -62,12 +63,14 @@ void scale_c(float* c, const gemm_shape& s) {
   }
 }
 
+namespace {
+
 void gemm_resolved(float* c, const float* a, const float* b, const gemm_shape& s) {
   if (s.m == 0 || s.n == 0)
     return;
   // k == 0: op(A) op(B) is empty; BLAS would also reject lda = 0. Only the beta term remains.
   if (s.k == 0) {
-    scale_c(c, s);
+    gemm_scale_c(c, s);
     return;
   }
   constexpr std::int64_t int_max = std::numeric_limits<blasint>::max();
@@ -141,19 +144,11 @@ void gemm_blocks(float* c, const float* a, const float* b, const gemm_shape& s) 
 // OpenBLAS's threading inside each call.
 constexpr std::int64_t small_entry_madds = std::int64_t{1} << 24;
 
-// Whether the C blocks of a batch are pairwise disjoint: separate matrices, or side by side
-// within the same rows (attention's heads as column blocks of (T, H) rows).
-bool disjoint_c(const gemm_shape& s, const gemm_batch& batch) {
-  const std::int64_t c_extent = extent(s.m, s.n, s.ldc);
-  return batch.stride_c >= c_extent ||
-         (batch.stride_c >= s.n && (batch.count - 1) * batch.stride_c + s.n <= s.ldc);
-}
-
 // Whether to run the entries of a batch concurrently. Entries whose C blocks overlap (a
 // stride of 0 included) must stay in order.
 bool spread_entries(const gemm_shape& s, const gemm_batch& batch) {
   const int threads = omp_get_max_threads();
-  if (batch.count < 2 || threads < 2 || omp_in_parallel() || !disjoint_c(s, batch))
+  if (batch.count < 2 || threads < 2 || omp_in_parallel() || !gemm_c_disjoint(s, batch))
     return false;
   return batch.count >= threads || s.m * s.n * s.k <= small_entry_madds;
 }
@@ -168,6 +163,12 @@ void check_batch(const gemm_batch& batch) {
 } // namespace
 
 gemm_shape resolve_gemm_shape(const gemm_shape& shape) { return resolve(shape).s; }
+
+bool gemm_c_disjoint(const gemm_shape& s, const gemm_batch& batch) {
+  const std::int64_t c_extent = extent(s.m, s.n, s.ldc);
+  return batch.stride_c >= c_extent ||
+         (batch.stride_c >= s.n && (batch.count - 1) * batch.stride_c + s.n <= s.ldc);
+}
 
 std::int64_t gemm_operand_extent(const gemm_shape& resolved, bool which_a, std::int64_t count, std::int64_t stride) {
   const resolved_shape r = resolve(resolved);

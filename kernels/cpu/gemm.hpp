@@ -43,6 +43,13 @@ gemm_shape resolve_gemm_shape(const gemm_shape& shape);
 std::int64_t gemm_operand_extent(const gemm_shape& resolved, bool which_a, std::int64_t count = 1,
                                  std::int64_t stride = 0);
 
+// Whether the C blocks of a batch (resolved shape) are pairwise disjoint: separate matrices,
+// or side by side within the same rows (attention's heads as column blocks of (T, H) rows).
+bool gemm_c_disjoint(const gemm_shape& resolved, const gemm_batch& batch);
+// C = beta C (beta 0 overwrites, NaN included) for one entry of a resolved shape: all a
+// product with k = 0 leaves.
+void gemm_scale_c(float* c, const gemm_shape& resolved);
+
 // Reference: plain loops, double accumulation. Same contract as gemm_batched.
 void gemm_ref(float* c, const float* a, const float* b, const gemm_shape& shape,
               const gemm_batch& batch = {});

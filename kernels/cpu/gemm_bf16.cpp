@@ -90,15 +90,6 @@ bool cpu_has_bf16_instructions() {
   return __builtin_cpu_supports("avx512bf16");
 }
 
-// C = beta C (beta 0 overwrites), for k == 0.
-void scale_only(float* c, const gemm_shape& s, const gemm_batch& batch) {
-  for (std::int64_t e = 0; e < batch.count; ++e)
-    for (std::int64_t i = 0; i < s.m; ++i) {
-      float* row = c + e * batch.stride_c + i * s.ldc;
-      for (std::int64_t j = 0; j < s.n; ++j) row[j] = s.beta == 0.0f ? 0.0f : s.beta * row[j];
-    }
-}
-
 } // namespace
 
 bool bf16_gemm_supported(std::string* why) {
@@ -136,7 +127,10 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
             batch.stride_c);
   const gemm_shape s = resolve_gemm_shape(shape);
   if (s.m == 0 || s.n == 0 || batch.count == 0) return;
-  if (s.k == 0) return scale_only(c, s, batch);
+  if (s.k == 0) {
+    for (std::int64_t e = 0; e < batch.count; ++e) gemm_scale_c(c + e * batch.stride_c, s);
+    return;
+  }
 #ifdef DSA_HAVE_DNNL
   if (batch.count == 1) return run_matmul(c, a, b, s, batch);
   // oneDNN takes a batch whose entries lie apart. Entries that interleave (attention's heads
@@ -146,9 +140,7 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
   const std::int64_t ext_a = (s.trans_a == transpose::yes ? s.k : s.m) * s.lda;
   const std::int64_t ext_b = (s.trans_b == transpose::yes ? s.n : s.k) * s.ldb;
   const std::int64_t ext_c = s.m * s.ldc;
-  const bool c_disjoint = batch.stride_c >= (s.m - 1) * s.ldc + s.n ||
-                          (batch.stride_c >= s.n && (batch.count - 1) * batch.stride_c + s.n <= s.ldc);
-  if (!c_disjoint) {
+  if (!gemm_c_disjoint(s, batch)) {
     for (std::int64_t e = 0; e < batch.count; ++e)
       run_matmul(c + e * batch.stride_c, a + e * batch.stride_a, b + e * batch.stride_b, s, {});
     return;
