@@ -46,6 +46,12 @@ status partitioned_optimizer::init_onebit() {
   }
   whole_m_.assign(static_cast<std::size_t>(at), 0.0f);
   whole_m_valid_ = step_ == 0; // a fresh run: every rank's momentum is zero
+  if (cfg_.type == optimizer_type::zeroone_adam) {
+    zo_sched_ = zeroone_schedule::after(zeroone_params(), step_);
+    zo_errors_reset_ = step_ > cfg_.var_freeze_step; // the channel's error buffers are loaded or zero
+    for (auto* whole : {&zo_v_, &zo_u_, &zo_p_}) whole->assign(static_cast<std::size_t>(at), 0.0f);
+    zo_anchor_.assign(static_cast<std::size_t>(layout_.partition_numel()), 0.0f);
+  }
   if (cfg_.type == optimizer_type::onebit_lamb) {
     lamb_coeff_.assign(tensors.size(), 0.0f);
     lamb_fresh_.assign(static_cast<std::size_t>(layout_.partition_numel()), 0.0f); // set at the freeze
@@ -84,6 +90,7 @@ expected<partitioned_optimizer::onebit_views> partitioned_optimizer::onebit_begi
 }
 
 bool partitioned_optimizer::compressed_next() const {
+  if (cfg_.type == optimizer_type::zeroone_adam) return !zo_sched_.full(zeroone_params(), step_ + 1);
   // freeze_step 0 behaves as 1, as in optim::onebit_adam and onebit_lamb.
   return (cfg_.type == optimizer_type::onebit_adam || cfg_.type == optimizer_type::onebit_lamb) &&
          step_ >= onebit_math::first_local_step(cfg_.freeze_step);
@@ -103,6 +110,7 @@ std::vector<std::pair<std::string, std::int64_t>> partitioned_optimizer::onebit_
 
 status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
   if (cfg_.type == optimizer_type::onebit_lamb) return step_onebit_lamb(in);
+  if (cfg_.type == optimizer_type::zeroone_adam) return step_zeroone(in);
   const bool compressed = compressed_next();
   const std::int64_t lo = partition().lo;
   const auto& tensors = layout_.tensors();
@@ -113,7 +121,7 @@ status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
     // DeepSpeed's initialization step: each group's exchange once on zeros, no update.
     for (const auto& g : groups_) {
       std::vector<float> zeros(static_cast<std::size_t>(g.numel), 0.0f);
-      DSA_TRY(in.exchange(g.name, zeros.data(), g.numel));
+      DSA_TRY(in.exchange(g.name, zeros.data(), g.numel, false));
     }
     return write_working(in.working);
   }
@@ -128,7 +136,7 @@ status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
     for (std::size_t t = 0; t < tensors.size(); ++t)
       onebit_math::local_momentum(whole_m_.data() + group_offset_[t], grad + tensors[t].offset, tensors[t].numel,
                                   p.beta1);
-    for (const auto& g : groups_) DSA_TRY(in.exchange(g.name, whole_m_.data() + g.offset, g.numel));
+    for (const auto& g : groups_) DSA_TRY(in.exchange(g.name, whole_m_.data() + g.offset, g.numel, false));
     for (const auto& r : masked_)
       for (std::int64_t i = r.lo; i < r.hi; ++i) whole_m_[static_cast<std::size_t>(i)] *= 0.0f; // as the mask's 0
     for (const auto& piece : pieces_)

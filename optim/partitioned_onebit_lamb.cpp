@@ -93,7 +93,7 @@ status partitioned_optimizer::step_onebit_lamb(const onebit_partition_step& in) 
   for (std::size_t t = 0; t < tensors.size(); ++t)
     scaled_momentum(whole_m_.data() + group_offset_[t], grad + tensors[t].offset, tensors[t].numel, base.beta1,
                     lamb_scaling_[t]);
-  for (const auto& g : groups_) DSA_TRY(in.exchange(g.name, whole_m_.data() + g.offset, g.numel));
+  for (const auto& g : groups_) DSA_TRY(in.exchange(g.name, whole_m_.data() + g.offset, g.numel, false));
   for (std::size_t t = 0; t < tensors.size(); ++t)
     unscale(whole_m_.data() + group_offset_[t], tensors[t].numel, lamb_scaling_[t]);
   for (const auto& r : masked_)

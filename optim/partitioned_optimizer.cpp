@@ -123,10 +123,7 @@ expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optim
                                                                      std::uint32_t rank,
                                                                      std::unique_ptr<chunked_state> store,
                                                                      std::int64_t step) {
-  const bool onebit = cfg.type == optimizer_type::onebit_adam || cfg.type == optimizer_type::onebit_lamb;
-  if (cfg.compressed() && !onebit)
-    return make_error(errc::invalid_argument, "partitioned optimizer: {} does not run over a partition",
-                      optimizer_name(cfg.type));
+  const bool onebit = cfg.compressed(); // 1-bit Adam, 0/1 Adam, 1-bit LAMB
   if (onebit && !dynamic_cast<const resident_state*>(store.get()))
     return make_error(errc::invalid_argument, "partitioned optimizer: {} keeps its state in memory, not in {}",
                       optimizer_name(cfg.type), store->where());

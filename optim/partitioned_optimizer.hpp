@@ -29,6 +29,7 @@
 #include "optim/chunked_state.hpp"
 #include "optim/flat_layout.hpp"
 #include "optim/optimizer.hpp"
+#include "optim/zeroone_adam.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -98,9 +99,14 @@ struct onebit_partition_step {
   double grad_scale = 1.0;
   // (partition_numel) f32/f16/bf16: receives the partition's updated working weights.
   tensor working;
-  // Replaces one parameter group's momentum (count values, the group's tensors in layout
-  // order) with its compressed average over the ranks.
-  std::function<status(const std::string& group, float* values, std::int64_t count)> exchange;
+  // 0/1 Adam's local steps (local_params() after the step): (padded_numel) f32/f16/bf16,
+  // receives this rank's whole working weights instead (nothing to gather).
+  tensor whole_working;
+  // Replaces one parameter group's values (count values, the group's tensors in layout
+  // order: 1-bit Adam's and LAMB's momentum, 0/1 Adam's gradients or accumulated moves)
+  // with their compressed average over the ranks; reset_errors: zero the group's error
+  // buffers first (0/1 Adam entering its local steps).
+  std::function<status(const std::string& group, float* values, std::int64_t count, bool reset_errors)> exchange;
   // Fills whole (padded_numel) with every rank's `mine` (partition_numel) in rank order.
   std::function<status(float* whole, const float* mine)> gather;
   // 1-bit LAMB only: element-wise sums (of block sums of squares; every entry non-zero on
@@ -152,16 +158,36 @@ public:
   // of squares exchanged with `sum`, the factors' largest ratio with `max`; the per-tensor
   // coefficients, factors and scalings are the same on every rank, the fresh variance is
   // partitioned like the variance.
+  // 0/1 Adam (cfg.type zeroone_adam) as optim::zeroone_adam on the stage-0 shard's groups,
+  // bit for bit (zeroone_math, zeroone_schedule). Phase A: the partition's masters and
+  // moments, from the partition of the averaged gradients on variance steps, else from every
+  // rank's whole gradients exchanged compressed (a transient whole copy in group order).
+  // Phase B (local steps): each rank moves its own whole parameters, so the momentum, the
+  // frozen variance, the accumulated move and the parameters are kept whole in group order
+  // (all-gathered from the partitions on the first local step, or after a resume), and the
+  // partition keeps the synchronised point (the anchor); a synchronisation exchanges the
+  // accumulated move, moves the partition's anchor and all-gathers the masters. Between
+  // synchronisations the partition's masters and momentum are this rank's local values (what
+  // a checkpoint saves; stage 0 saves rank 0's), and the working weights are written whole
+  // (in.whole_working).
+  // All three types through this call.
   status step_onebit(const onebit_partition_step& in);
-  // Whether the next 1-bit Adam step is compressed (its gradient the rank's own, whole).
+  // Whether the next compressed-optimizer step takes this rank's own whole gradient (1-bit
+  // Adam's and LAMB's compressed steps, 0/1 Adam's steps other than variance steps).
   bool compressed_next() const;
+  // 0/1 Adam in its local steps: this rank's parameters are its own (whole_working holds
+  // them; a skipped step writes them again with write_local_working).
+  bool local_params() const { return zo_whole_valid_; }
+  status write_local_working(const tensor& whole_working) const;
   // exp_avg_mask: elements [from, numel) of tensor `t` (layout order) get no momentum.
   void mask_momentum(std::size_t t, std::int64_t from);
   // BERT's parameter groups as step_onebit exchanges them: {name, elements}, non-empty only.
   std::vector<std::pair<std::string, std::int64_t>> onebit_groups() const;
   // Bytes of the whole momentum (and 1-bit LAMB's fresh variance) kept beside the state.
   std::int64_t onebit_bytes() const {
-    return static_cast<std::int64_t>((whole_m_.size() + lamb_fresh_.size()) * sizeof(float));
+    return static_cast<std::int64_t>((whole_m_.size() + lamb_fresh_.size() + zo_v_.size() + zo_u_.size() +
+                                      zo_p_.size() + zo_anchor_.size()) *
+                                     sizeof(float));
   }
   // 1-bit LAMB's state beyond the partition (saved once, from any rank, with the fresh
   // variance whole): "coeff", "factor", "scaling" (one value per tensor in layout order;
@@ -271,6 +297,15 @@ private:
   std::vector<float> lamb_coeff_, lamb_factor_, lamb_scaling_, lamb_fresh_;
   std::vector<std::int64_t> lamb_block_base_; // per tensor: its first block in the exchanged sums
   std::int64_t lamb_blocks_ = 0;
+  // 0/1 Adam: the schedule; whole variance, accumulated move and parameters in group order
+  // and the partition's anchor (allocated up front: phase B's peak); valid once gathered.
+  zeroone_schedule zo_sched_;
+  std::vector<float> zo_v_, zo_u_, zo_p_, zo_anchor_;
+  float zo_lrs_ = 0;
+  bool zo_whole_valid_ = false, zo_errors_reset_ = false;
+  zeroone_adam_params zeroone_params() const;
+  status step_zeroone(const onebit_partition_step& in);
+  status zeroone_gather_whole(const onebit_partition_step& in, const float* master, const float* m, const float* v);
   status step_onebit_lamb(const onebit_partition_step& in);
   status gather_momentum(const onebit_partition_step& in, const float* mine);
   // A 1-bit step's start: the inputs checked, the gradients scaled, the step counted.

@@ -7,6 +7,90 @@
 
 namespace dsa::optim {
 
+void zeroone_schedule::end(const zeroone_adam_params& p, std::int64_t k) {
+  if (k <= p.var_freeze_step) {
+    if (k % var_interval == 0 && ++var_counter == p.var_update_scaler) {
+      var_counter = 0;
+      var_interval *= 2;
+    }
+  } else if (++local_counter == p.local_step_scaler) {
+    local_counter = 0;
+    local_interval = std::min(p.local_step_clipper, 2 * local_interval);
+  }
+}
+
+zeroone_schedule zeroone_schedule::after(const zeroone_adam_params& p, std::int64_t k) {
+  zeroone_schedule s;
+  for (std::int64_t i = 1; i <= k; ++i) {
+    s.begin(p, i);
+    s.end(p, i);
+  }
+  return s;
+}
+
+namespace zeroone_math {
+
+float correction1(const zeroone_adam_params& p, std::int64_t step) {
+  return p.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, double(step)))) : 1.0f;
+}
+
+float correction2(const zeroone_adam_params& p, std::int64_t var_updates) {
+  if (!p.bias_correction || var_updates == 0) return 1.0f;
+  return static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{p.beta2}, double(var_updates))));
+}
+
+void full_moments(float* m, float* v, const float* g, std::int64_t n, float beta1, float beta2) {
+  const float c1 = 1.0f - beta1, c2 = 1.0f - beta2;
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[i] = beta2 * v[i] + c2 * g[i] * g[i];
+    m[i] = beta1 * m[i] + c1 * g[i];
+  }
+}
+
+void momentum(float* m, const float* g, std::int64_t n, float beta1) {
+  const float c1 = 1.0f - beta1;
+  for (std::int64_t i = 0; i < n; ++i) m[i] = beta1 * m[i] + c1 * g[i];
+}
+
+void update(float* param, const float* m, const float* v, std::int64_t n, const zeroone_adam_params& p, float decay,
+            float a1, float a2) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    float step = a1 * m[i] / (std::sqrt(v[i]) * a2 + p.eps);
+    if (decay > 0) step += decay * param[i];
+    param[i] -= p.lr * step;
+  }
+}
+
+void local_move(float* param, const float* m, const float* v, float* u, std::int64_t n, const zeroone_adam_params& p,
+                float decay, float a1, float a2) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    float step = a1 * m[i] / (std::sqrt(v[i]) * a2 + p.eps);
+    if (decay > 0) step += decay * param[i];
+    const float delta = p.lr * step;
+    param[i] -= delta;
+    u[i] -= delta;
+  }
+}
+
+void to_momentum_units(float* u, const float* v, std::int64_t n, float eps, float a2) {
+  for (std::int64_t i = 0; i < n; ++i) u[i] *= std::sqrt(v[i]) * a2 + eps;
+}
+
+void rebuild_momentum(float* m, const float* u, std::int64_t n, float lrs, float a1) {
+  for (std::int64_t i = 0; i < n; ++i) m[i] = -u[i] / (lrs * a1);
+}
+
+void resync(float* param, float* anchor, const float* u, const float* v, std::int64_t n, float eps, float a2) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    // Back to the last synchronised point, exactly (DeepSpeed adds -u to the local
+    // parameters, which rounds differently on every rank), then the agreed move.
+    param[i] = anchor[i] + u[i] / (std::sqrt(v[i]) * a2 + eps);
+    anchor[i] = param[i];
+  }
+}
+
+} // namespace zeroone_math
+
 zeroone_adam::zeroone_adam(zeroone_adam_params params, std::int64_t numel)
     : p_(params), numel_(numel), m_(static_cast<std::size_t>(numel), 0.0f), v_(m_), u_(m_) {
   DSA_CHECK(numel >= 0 && params.var_update_scaler > 0 && params.local_step_scaler > 0 &&
@@ -30,19 +114,7 @@ status zeroone_adam::load(const compressed_state& state) {
   m_ = state.exp_avg;
   v_ = state.exp_avg_sq;
   step_ = state.step;
-  var_interval_ = 1, var_counter_ = 0, var_updates_ = 0, local_interval_ = 1, local_counter_ = 0;
-  for (std::int64_t k = 1; k <= step_; ++k) { // the schedule, as step() advances it
-    if (k <= p_.var_freeze_step) {
-      if (k % var_interval_ == 0) ++var_updates_;
-      if (k % var_interval_ == 0 && ++var_counter_ == p_.var_update_scaler) {
-        var_counter_ = 0;
-        var_interval_ *= 2;
-      }
-    } else if (++local_counter_ == p_.local_step_scaler) {
-      local_counter_ = 0;
-      local_interval_ = std::min(p_.local_step_clipper, 2 * local_interval_);
-    }
-  }
+  sched_ = zeroone_schedule::after(p_, step_);
   std::fill(u_.begin(), u_.end(), 0.0f);
   anchor_.clear();
   lrs_ = 0;
@@ -50,19 +122,7 @@ status zeroone_adam::load(const compressed_state& state) {
   return {};
 }
 
-float zeroone_adam::correction1() const {
-  return p_.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(double{p_.beta1}, double(step_)))) : 1.0f;
-}
-
-float zeroone_adam::correction2() const {
-  if (!p_.bias_correction || var_updates_ == 0) return 1.0f;
-  return static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{p_.beta2}, double(var_updates_))));
-}
-
-bool zeroone_adam::full_gradient_next() const {
-  const std::int64_t next = step_ + 1;
-  return next <= p_.var_freeze_step && next % var_interval_ == 0;
-}
+bool zeroone_adam::full_gradient_next() const { return sched_.full(p_, step_ + 1); }
 
 void zeroone_adam::masked(float* values) const {
   if (mask_.empty()) return;
@@ -70,69 +130,43 @@ void zeroone_adam::masked(float* values) const {
 }
 
 expected<bool> zeroone_adam::step(float* param, const float* grad, const compressed_exchange& exchange) {
+  using namespace zeroone_math;
   ++step_;
-  const float b1 = p_.beta1, b2 = p_.beta2, c1 = 1.0f - b1, c2 = 1.0f - b2;
-  const auto at = [](std::int64_t i) { return static_cast<std::size_t>(i); };
+  const std::int64_t n = numel_;
   if (step_ <= p_.var_freeze_step) {
-    const bool full = step_ % var_interval_ == 0;
+    const bool full = sched_.full(p_, step_);
+    sched_.begin(p_, step_);
     if (full) {
-      ++var_updates_;
-      for (std::int64_t i = 0; i < numel_; ++i) {
-        const float g = grad[i];
-        v_[at(i)] = b2 * v_[at(i)] + c2 * g * g;
-        m_[at(i)] = b1 * m_[at(i)] + c1 * g;
-      }
+      full_moments(m_.data(), v_.data(), grad, n, p_.beta1, p_.beta2);
     } else {
-      std::vector<float> g(grad, grad + numel_);
-      DSA_TRY(exchange(g.data(), numel_, false));
+      std::vector<float> g(grad, grad + n);
+      DSA_TRY(exchange(g.data(), n, false));
       masked(g.data());
-      for (std::int64_t i = 0; i < numel_; ++i) m_[at(i)] = b1 * m_[at(i)] + c1 * g[at(i)];
+      momentum(m_.data(), g.data(), n, p_.beta1);
     }
-    const float a1 = correction1(), a2 = correction2();
-    for (std::int64_t i = 0; i < numel_; ++i) {
-      float update = a1 * m_[at(i)] / (std::sqrt(v_[at(i)]) * a2 + p_.eps);
-      if (p_.weight_decay > 0) update += p_.weight_decay * param[i];
-      param[i] -= p_.lr * update;
-    }
-    if (full && ++var_counter_ == p_.var_update_scaler) {
-      var_counter_ = 0;
-      var_interval_ *= 2;
-    }
+    update(param, m_.data(), v_.data(), n, p_, p_.weight_decay, correction1(p_, step_),
+           correction2(p_, sched_.var_updates));
+    sched_.end(p_, step_);
     return true;
   }
-  // Phase B: a local step, and every local_interval_ steps the synchronisation.
-  if (anchor_.empty()) anchor_.assign(param, param + numel_); // the ranks' common point
-  for (std::int64_t i = 0; i < numel_; ++i) m_[at(i)] = b1 * m_[at(i)] + c1 * grad[i];
+  // Phase B: a local step, and every local_interval steps the synchronisation.
+  if (anchor_.empty()) anchor_.assign(param, param + n); // the ranks' common point
+  momentum(m_.data(), grad, n, p_.beta1);
   lrs_ += p_.lr;
-  const float a1 = correction1(), a2 = correction2();
-  for (std::int64_t i = 0; i < numel_; ++i) {
-    float update = a1 * m_[at(i)] / (std::sqrt(v_[at(i)]) * a2 + p_.eps);
-    if (p_.weight_decay > 0) update += p_.weight_decay * param[i];
-    const float delta = p_.lr * update;
-    param[i] -= delta;
-    u_[at(i)] -= delta;
-  }
-  bool synced = false;
-  if (step_ % local_interval_ == 0) {
-    for (std::int64_t i = 0; i < numel_; ++i) u_[at(i)] *= std::sqrt(v_[at(i)]) * a2 + p_.eps; // in momentum units
-    DSA_TRY(exchange(u_.data(), numel_, !errors_reset_));
+  const float a1 = correction1(p_, step_), a2 = correction2(p_, sched_.var_updates);
+  local_move(param, m_.data(), v_.data(), u_.data(), n, p_, p_.weight_decay, a1, a2);
+  const bool synced = sched_.syncs(step_);
+  if (synced) {
+    to_momentum_units(u_.data(), v_.data(), n, p_.eps, a2);
+    DSA_TRY(exchange(u_.data(), n, !errors_reset_));
     errors_reset_ = true;
     masked(u_.data());
-    for (std::int64_t i = 0; i < numel_; ++i) {
-      m_[at(i)] = -u_[at(i)] / (lrs_ * a1);
-      // Back to the last synchronised point, exactly (DeepSpeed adds -u, which rounds
-      // differently on every rank), then the agreed move.
-      param[i] = anchor_[at(i)] + u_[at(i)] / (std::sqrt(v_[at(i)]) * a2 + p_.eps);
-      anchor_[at(i)] = param[i];
-      u_[at(i)] = 0;
-    }
+    rebuild_momentum(m_.data(), u_.data(), n, lrs_, a1);
+    resync(param, anchor_.data(), u_.data(), v_.data(), n, p_.eps, a2);
+    std::fill(u_.begin(), u_.end(), 0.0f);
     lrs_ = 0;
-    synced = true;
   }
-  if (++local_counter_ == p_.local_step_scaler) {
-    local_counter_ = 0;
-    local_interval_ = std::min(p_.local_step_clipper, 2 * local_interval_);
-  }
+  sched_.end(p_, step_);
   return synced;
 }
 

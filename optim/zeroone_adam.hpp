@@ -39,6 +39,53 @@ struct zeroone_adam_params {
   bool bias_correction = false;
 };
 
+// 0/1 Adam's step schedule: which steps average full gradients and update the variance
+// (phase A), which synchronise (phase B), and the intervals' growth. Shared by
+// optim::zeroone_adam and the ZeRO partition's 0/1 Adam (partitioned_optimizer::step_onebit),
+// which must take the same steps.
+struct zeroone_schedule {
+  std::int64_t var_interval = 1, var_counter = 0, var_updates = 0;
+  std::int64_t local_interval = 1, local_counter = 0;
+
+  // Whether step k (1-based) averages full gradients and updates the variance.
+  bool full(const zeroone_adam_params& p, std::int64_t k) const {
+    return k <= p.var_freeze_step && k % var_interval == 0;
+  }
+  // Whether phase-B step k synchronises the ranks.
+  bool syncs(std::int64_t k) const { return k % local_interval == 0; }
+  // Before step k's update: counts its variance update.
+  void begin(const zeroone_adam_params& p, std::int64_t k) {
+    if (full(p, k)) ++var_updates;
+  }
+  // After step k's update: the intervals grow.
+  void end(const zeroone_adam_params& p, std::int64_t k);
+  // The schedule after steps 1..k (a resume).
+  static zeroone_schedule after(const zeroone_adam_params& p, std::int64_t k);
+};
+
+// 0/1 Adam's element-wise arithmetic on n values, the same for the whole parameters and
+// for a ZeRO partition's pieces (so the two are equal bit for bit). a1, a2: the bias
+// corrections (1 without bias_correction).
+namespace zeroone_math {
+float correction1(const zeroone_adam_params& p, std::int64_t step);
+float correction2(const zeroone_adam_params& p, std::int64_t var_updates);
+// Phase A's variance step: v and m from the full-precision average.
+void full_moments(float* m, float* v, const float* g, std::int64_t n, float beta1, float beta2);
+void momentum(float* m, const float* g, std::int64_t n, float beta1);
+// Phase A's update: param -= lr (a1 m / (sqrt(v) a2 + eps) + decay param).
+void update(float* param, const float* m, const float* v, std::int64_t n, const zeroone_adam_params& p, float decay,
+            float a1, float a2);
+// A phase-B local step: the same move, also accumulated (negated) in u.
+void local_move(float* param, const float* m, const float* v, float* u, std::int64_t n, const zeroone_adam_params& p,
+                float decay, float a1, float a2);
+// u in momentum units before the exchange: u *= sqrt(v) a2 + eps.
+void to_momentum_units(float* u, const float* v, std::int64_t n, float eps, float a2);
+// After it: m rebuilt as the lr-weighted average move (lrs: the interval's learning rates
+// summed), param = anchor + u / (sqrt(v) a2 + eps), anchor = param.
+void rebuild_momentum(float* m, const float* u, std::int64_t n, float lrs, float a1);
+void resync(float* param, float* anchor, const float* u, const float* v, std::int64_t n, float eps, float a2);
+} // namespace zeroone_math
+
 // Replaces (count) values with their compressed average over the ranks; reset_errors: zero
 // the exchange's error buffers first.
 using compressed_exchange = std::function<status(float* values, std::int64_t count, bool reset_errors)>;
@@ -51,8 +98,8 @@ public:
   // (DeepSpeed turns the engine's allreduce on for it); otherwise this rank's own.
   bool full_gradient_next() const;
   std::int64_t step_count() const { return step_; }
-  std::int64_t var_interval() const { return var_interval_; }
-  std::int64_t local_step_interval() const { return local_interval_; }
+  std::int64_t var_interval() const { return sched_.var_interval; }
+  std::int64_t local_step_interval() const { return sched_.local_interval; }
   const std::vector<float>& exp_avg() const { return m_; }
   const std::vector<float>& exp_avg_sq() const { return v_; }
   // exp_avg_mask (empty: none; else numel values multiplying every exchanged tensor).
@@ -79,10 +126,7 @@ private:
   std::vector<float> anchor_; // phase B: the parameters at the last synchronisation
   float lrs_ = 0;
   std::int64_t step_ = 0;
-  std::int64_t var_interval_ = 1, var_counter_ = 0, var_updates_ = 0;
-  float correction1() const; // 1 / (1 - beta1^step), or 1
-  float correction2() const; // 1 / sqrt(1 - beta2^var_updates), or 1
-  std::int64_t local_interval_ = 1, local_counter_ = 0;
+  zeroone_schedule sched_;
   bool errors_reset_ = false;
 };
 

@@ -269,6 +269,11 @@ status bert_optimizer::advance_partition(const step_decision& d, tensor working,
   if (!working.defined() && !sink)
     working = options_.partition_parameters ? flat_working_ : flat_working_.slice_rows(mine.lo, mine.hi);
   const dtype type = working_dtype(options_.working);
+  working_whole_ = false;
+  if (d.skip && zchannel_ && part_->local_params()) {
+    working_whole_ = true; // 0/1 Adam between synchronisations: this rank's own weights stay
+    return part_->write_local_working(flat_working_);
+  }
   if (d.skip) return sink ? part_->write_working(sink, type, version_window()) : part_->write_working(working);
   part_->set_lr(d.lr);
   if (d.set_betas) part_->set_betas(d.beta1, d.beta2);
@@ -313,7 +318,8 @@ void bert_optimizer::publish(const step_decision& d, std::vector<tensor>& out) {
     } else if (options_.partition_parameters) {
       out.push_back(flat_working_); // ZeRO-3: the stage's fetcher gathers from the partitions
     } else {
-      gather_flat(flat_working_, flat_working_.slice_rows(mine.lo, mine.hi), "updated weights");
+      if (!working_whole_)
+        gather_flat(flat_working_, flat_working_.slice_rows(mine.lo, mine.hi), "updated weights");
       for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_working_, t));
     }
   } else {

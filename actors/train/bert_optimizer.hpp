@@ -259,6 +259,9 @@ private:
   // exchanges and error buffers on zchannel_; zlocal_next_ as comp_->local_next().
   std::unique_ptr<onebit_channel> zchannel_;
   std::atomic<bool> zlocal_next_{false};
+  // 0/1 Adam's local steps over a partition: flat_working_ holds this rank's own whole
+  // weights already (publish gathers nothing).
+  bool working_whole_ = false;
   void init_onebit_partition();
   // Group checkpoint_lamb_group's per-tensor 1-bit LAMB state as the whole shard's
   // "compressed.<group>.<field>" entries.

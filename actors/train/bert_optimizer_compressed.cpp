@@ -84,10 +84,9 @@ void bert_optimizer::lamb_state_per_group(const std::map<std::string, tensor>& l
 
 void bert_optimizer::init_onebit_partition() {
   const auto type = options_.optimizer.type;
-  DSA_CHECK((type == optim::optimizer_type::onebit_adam || type == optim::optimizer_type::onebit_lamb) &&
-                !options_.partition_gradients && !options_.partition_parameters && !options_.offload,
-            "optimizer shard {}: {} over a ZeRO partition needs 1-bit Adam or LAMB, whole gradients and the state in "
-            "memory", options_.participant, optim::optimizer_name(type));
+  DSA_CHECK(!options_.partition_gradients && !options_.partition_parameters && !options_.offload,
+            "optimizer shard {}: {} over a ZeRO partition needs whole gradients and the state in memory",
+            options_.participant, optim::optimizer_name(type));
   zchannel_ = std::make_unique<onebit_channel>(options_.peers, options_.logger, shard_name());
   const auto& specs = options_.specs;
   for (std::size_t i = 0; i < specs.size(); ++i)
@@ -116,16 +115,18 @@ void bert_optimizer::init_onebit_partition() {
   zlocal_next_.store(part_->compressed_next() && options_.zero_ranks > 1, std::memory_order_release);
 }
 
-// 1-bit Adam's step over the partition: while warming up on the partition of the averaged
-// gradients, then on this rank's whole gradients (their own mean), exchanging the momentum.
+// A compressed optimizer's step over the partition: on the partition of the averaged
+// gradients while they are averaged, else on this rank's whole gradients (their own mean),
+// exchanging the momentum (1-bit Adam and LAMB), the gradients or the accumulated moves (0/1 Adam).
 status bert_optimizer::advance_onebit_partition(const step_decision& d, const tensor& working) {
   const bool local = zlocal_next_.load(std::memory_order_acquire);
   optim::onebit_partition_step in;
   in.grad = local ? flat_grad_ : partition_grad();
   in.grad_scale = local ? d.grad_scale * options_.zero_ranks : d.grad_scale;
   in.working = working;
-  in.exchange = [this](const std::string& group, float* values, std::int64_t count) {
-    return zchannel_->exchange(group, values, count);
+  in.whole_working = flat_working_;
+  in.exchange = [this](const std::string& group, float* values, std::int64_t count, bool reset_errors) {
+    return zchannel_->exchange(group, values, count, reset_errors);
   };
   in.gather = [this](float* whole, const float* mine) -> status {
     const std::int64_t n = part_->layout().padded_numel();
@@ -155,6 +156,7 @@ status bert_optimizer::advance_onebit_partition(const step_decision& d, const te
     return {};
   };
   DSA_TRY(part_->step_onebit(in));
+  working_whole_ = part_->local_params(); // 0/1 Adam's local steps: nothing to gather
   std::int64_t elements = 0;
   for (const auto& t : part_->layout().tensors()) elements += t.numel;
   zchannel_->count_step(elements, local);

@@ -419,27 +419,21 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   read_data_parallel_keys(cfg, rc, problems);
   read_offload(cfg, rc.zero_stage, rc.offload, problems);
   if (rc.optimizer.compressed()) {
-    // 1-bit Adam and 1-bit LAMB run over ZeRO's partitions (partitioned_optimizer::step_onebit);
-    // 0/1 Adam not yet (issue 15).
+    // The three run over ZeRO's partitions (partitioned_optimizer::step_onebit), stages 1 and 2.
     const char* name = optim::optimizer_name(rc.optimizer.type);
-    const bool onebit = rc.optimizer.type == optim::optimizer_type::onebit_adam ||
-                        rc.optimizer.type == optim::optimizer_type::onebit_lamb;
-    if (rc.zero_stage > 0 && !onebit)
-      problems.add(cfg.problem(problem_kind::invalid_value, "zero_optimization.stage",
-                               fmt::format("{} runs with ZeRO stage 0 so far (its local steps move each rank's whole "
-                                           "parameters; OneBitAdam and OneBitLamb run with stages 0, 1 and 2); got "
-                                           "stage {}", name, rc.zero_stage)));
-    if (rc.zero_stage >= 3 && onebit)
+    if (rc.zero_stage >= 3)
       problems.add(cfg.problem(problem_kind::invalid_value, "zero_optimization.stage",
                                fmt::format("{} runs with ZeRO stages 0, 1 and 2 (stage 3 would partition the weights "
-                                           "its whole local momentum is built against); got stage 3", name)));
-    if (rc.zero_stage == 2 && onebit && rc.offload.device == offload_device::none) {
-      // Each rank compresses its whole local momentum, built from its whole local gradient:
-      // the gradients cannot be partitioned as stage 2 does.
+                                           "its whole local state is built against); got stage 3", name)));
+    if (rc.zero_stage == 2 && rc.offload.device == offload_device::none) {
+      // Each rank compresses state built from its whole local gradient: the gradients
+      // cannot be partitioned as stage 2 does.
       rc.zero_stage = 1;
       rc.zero_note = fmt::format("zero_optimization.stage 2 runs as stage 1 with {0}: {0} compresses each rank's "
-                                 "whole local momentum, so every rank keeps its whole gradients (the optimizer state "
-                                 "stays partitioned)", name);
+                                 "whole local {1}, so every rank keeps its whole gradients (the optimizer state "
+                                 "stays partitioned)", name,
+                                 rc.optimizer.type == optim::optimizer_type::zeroone_adam ? "gradients and moves"
+                                                                                         : "momentum");
     }
     if (rc.offload.device != offload_device::none)
       problems.add(cfg.problem(problem_kind::invalid_value, "zero_optimization.offload_optimizer.device",

@@ -170,10 +170,9 @@ echo "ok: 2 processes x 2 stages with ZeRO stage 1, LAMB, fp16 and clipping = 2 
 #     warm-up steps, then gradients kept local and 1-bit exchanges on each stage's shard
 #     channel; equal to 2 in-process ranks bit for bit (the 1-bit collective adds in rank
 #     order on either transport).
-#     1-bit Adam and 1-bit LAMB also with ZeRO stage 1 (their partitions all-gathered between
-#     the processes).
+#     The three also with ZeRO stage 1 (their partitions all-gathered between the processes).
 for opt in 'OneBitAdam:freeze_step' 'ZeroOneAdam:var_freeze_step' 'OneBitLamb:freeze_step' 'OneBitAdam:freeze_step:1' \
-  'OneBitLamb:freeze_step:1'; do
+  'OneBitLamb:freeze_step:1' 'ZeroOneAdam:var_freeze_step:1'; do
   name=${opt%%:*}
   rest=${opt#*:}
   zero=${rest#*:}
@@ -190,7 +189,7 @@ for opt in 'OneBitAdam:freeze_step' 'ZeroOneAdam:var_freeze_step' 'OneBitLamb:fr
   grep -q "compressed communication: 2 of the steps kept their gradients local" "$work/c$name/train.log" ||
     fail "$name: the run did not report its compressed steps: $(grep communication "$work/c$name/train.log")"
 done
-echo "ok: 1-bit Adam and 1-bit LAMB (ZeRO stages 0 and 1), 0/1 Adam over 2 processes x 2 stages = 2 in-process ranks, bit for bit"
+echo "ok: 1-bit Adam, 0/1 Adam and 1-bit LAMB (ZeRO stages 0 and 1) over 2 processes x 2 stages = 2 in-process ranks, bit for bit"
 
 # 1f. ZeRO stage 1 on one pipeline stage with each process's optimizer state on NVMe and no
 #     clipping, so the update streams over the backward (each reduce bucket updated as it is

@@ -184,9 +184,8 @@ TEST_CASE("compressed optimizers: their settings are checked, and ZeRO or offloa
   CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.adam_w_mode=true"}) == 2);  // not its key
   CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "optimizer.params.local_step_clipper=0"}) == 2);
   CHECK(run({"optimizer.type=\"OneBitLamb\"", "optimizer.params.factor_min=5.0"}) == 2);
-  // 1-bit Adam runs over ZeRO's partitions (stages 1 and 2), the others not yet; stage 3 never.
-  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=1"}) == 2);
-  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=2"}) == 2);
+  // The three run over ZeRO's partitions (stages 1 and 2), never stage 3.
+  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
   CHECK(run({"optimizer.type=\"OneBitLamb\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
   CHECK(run({"optimizer.type=\"OneBitAdam\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
   // DeepSpeed's backend keys are accepted.
@@ -350,4 +349,88 @@ TEST_CASE("1-bit LAMB: a ZeRO stage-1 checkpoint resumes at stage 0 bit for bit,
                            with(base, {"train_steps=4", "zero_optimization.stage=1"})) == 0);
   REQUIRE(test::run_config(one.path(), "one", test::tiny_config(one.path()),
                            with(base, {"train_steps=5", "devices.ranks=1"}), /*resume=*/true) == 0);
+}
+
+namespace {
+// 0/1 Adam with var_update_scaler 1: variance steps 1, 2 and 4, compressed gradients on 3, 5
+// and 6; then local steps, synchronising on 7 and 8 and every 4 steps from there (9-11
+// local only, 12 synchronises). Clipping and the position mask as for 1-bit Adam.
+const std::vector<std::string> fp16_scaled = {"fp16.enabled=true", "fp16.initial_scale_power=8"};
+const std::vector<std::string> zeroone_zero_base = {
+    "optimizer.type=\"ZeroOneAdam\"", "optimizer.params.var_freeze_step=6", "optimizer.params.var_update_scaler=1",
+    "optimizer.params.local_step_scaler=1", "optimizer.params.local_step_clipper=4",
+    "optimizer.params.weight_decay=0.01", "gradient_clipping=0.05", "model.max_position_embeddings=48",
+    "scheduler.type=\"WarmupLR\"", "scheduler.params.warmup_max_lr=2e-3",
+    "scheduler.params.warmup_num_steps=8"};
+} // namespace
+
+TEST_CASE("0/1 Adam with ZeRO stages 1 and 2 equals ZeRO stage 0 bit for bit through its local steps") {
+  // Every step's loss (the ranks' own parameters between synchronisations) and every rank's
+  // error buffers equal stage 0's; so does the model where the run ends on a
+  // synchronisation (bf16: no skipped step moves the schedule). With fp16 an overflow skips
+  // a step in the local phase (the ranks keep their own weights) where it happens to.
+  struct variant {
+    const char* pipeline;
+    int ranks;
+    std::vector<std::string> precision;
+  };
+  for (const variant& v : {variant{"pipeline.stages=1", 2, fp16_scaled},
+                           variant{"pipeline.stages=2", 4, {"bf16.enabled=true"}}}) {
+    CAPTURE(v.pipeline);
+    CAPTURE(v.ranks);
+    const bool bf16 = v.precision.front() == "bf16.enabled=true";
+    CAPTURE(bf16);
+    const auto common = with(with(zeroone_zero_base, v.precision),
+                             {v.pipeline, fmt::format("devices.ranks={}", v.ranks), "train_steps=12"});
+    test::temp_dir zero0;
+    REQUIRE(test::run_config(zero0.path(), "z0", test::tiny_config(zero0.path()), common) == 0);
+    const auto want = model_and_errors(zero0, "latest");
+    const auto want_losses = test::run_losses(zero0.path() + "/run");
+    REQUIRE(want.size() > 1);
+    REQUIRE(want_losses.size() == 12);
+    for (const char* stage : {"zero_optimization.stage=1", "zero_optimization.stage=2"}) {
+      CAPTURE(stage);
+      test::temp_dir dir;
+      REQUIRE(test::run_config(dir.path(), "z", test::tiny_config(dir.path()), with(common, {stage})) == 0);
+      CHECK(test::run_losses(dir.path() + "/run") == want_losses);
+      const auto got = model_and_errors(dir, "latest");
+      REQUIRE(got.size() == want.size());
+      for (const auto& [group, tensors] : want) {
+        INFO(group);
+        REQUIRE(got.count(group) == 1);
+        if (group != "model" || bf16) check_equal(got.at(group), tensors);
+      }
+      const std::string log = read_log(dir);
+      CHECK(log.find("of the steps kept their gradients local") != std::string::npos);
+      // The whole variance, moves and parameters of the local steps are counted.
+      CHECK(log.find("(as expected)") != std::string::npos);
+      if (std::string(stage).back() == '2')
+        CHECK(log.find("zero_optimization.stage 2 runs as stage 1 with ZeroOneAdam") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("0/1 Adam with ZeRO stage 1: resumes in both phases continue bit for bit, and at stage 0") {
+  // Saved on a compressed step of phase A (3), at the variance freeze (6) and on a
+  // synchronisation (8): the resumed ranks gather their whole state again on the first
+  // local step. A stage-1 checkpoint also resumes at stage 0 as the stage-0 run continues.
+  const auto two = with(with(zeroone_zero_base, fp16_scaled), {"devices.ranks=2"});
+  const auto one = with(two, {"zero_optimization.stage=1"});
+  test::temp_dir full, full0;
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), with(one, {"train_steps=12"})) == 0);
+  REQUIRE(test::run_config(full0.path(), "full0", test::tiny_config(full0.path()), with(two, {"train_steps=12"})) == 0);
+  for (int saved_at : {3, 6, 8}) {
+    CAPTURE(saved_at);
+    test::temp_dir part;
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
+                             with(one, {fmt::format("train_steps={}", saved_at)})) == 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), with(one, {"train_steps=12"}),
+                             /*resume=*/true) == 0);
+    check_equal(final_model(part, "12"), final_model(full, "12"));
+  }
+  test::temp_dir cross;
+  REQUIRE(test::run_config(cross.path(), "cross", test::tiny_config(cross.path()), with(one, {"train_steps=8"})) == 0);
+  REQUIRE(test::run_config(cross.path(), "cross", test::tiny_config(cross.path()), with(two, {"train_steps=12"}),
+                           /*resume=*/true) == 0);
+  check_equal(final_model(cross, "12"), final_model(full0, "12"));
 }

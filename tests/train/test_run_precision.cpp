@@ -34,13 +34,6 @@ bert::bert_config stage_model() {
   return cfg;
 }
 
-std::vector<double> losses_of(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::vector<double> out;
-  for (std::string line; std::getline(in, line);)
-    out.push_back(nlohmann::json::parse(line)["Train/Samples/train_loss"].get<double>());
-  return out;
-}
 
 test::tolerance loss_tolerance(const std::string& precision) {
   return precision == "fp16" ? test::f16_run_loss : test::bf16_run_loss;
@@ -105,7 +98,7 @@ TEST_CASE("a stage's fp16/bf16 working weights are half tensors of half the byte
 TEST_CASE("five steps in fp16 and bf16 stay within tolerance of fp32") {
   test::temp_dir base;
   REQUIRE(test::run_config(base.path(), "fp32", test::tiny_config(base.path())) == 0);
-  const auto want = losses_of(base.path() + "/run");
+  const auto want = test::run_losses(base.path() + "/run");
   REQUIRE(want.size() == 5);
   const auto want_model =
       test::load_run_checkpoint(base.path() + "/ckpt", "latest").groups.at("model");
@@ -114,7 +107,7 @@ TEST_CASE("five steps in fp16 and bf16 stay within tolerance of fp32") {
     test::temp_dir dir;
     REQUIRE(test::run_config(dir.path(), precision, test::tiny_config(dir.path()),
                              {precision + ".enabled=true"}) == 0);
-    const auto got = losses_of(dir.path() + "/run");
+    const auto got = test::run_losses(dir.path() + "/run");
     REQUIRE(got.size() == want.size());
     DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()),
                     loss_tolerance(precision));
@@ -133,7 +126,7 @@ TEST_CASE("five steps in fp16 and bf16 stay within tolerance of fp32") {
 TEST_CASE("bf16.cpu_gemm: five steps with bf16 GEMMs stay within tolerance of fp32, or are refused by key") {
   test::temp_dir base;
   REQUIRE(test::run_config(base.path(), "fp32", test::tiny_config(base.path())) == 0);
-  const auto want = losses_of(base.path() + "/run");
+  const auto want = test::run_losses(base.path() + "/run");
   test::temp_dir dir;
   CHECK(test::run_config(dir.path(), "nobf16", test::tiny_config(dir.path()), {"bf16.cpu_gemm=true"}) == 2);
   std::string why;
@@ -147,7 +140,7 @@ TEST_CASE("bf16.cpu_gemm: five steps with bf16 GEMMs stay within tolerance of fp
     return;
   }
   REQUIRE(rc == 0);
-  const auto got = losses_of(dir.path() + "/run");
+  const auto got = test::run_losses(dir.path() + "/run");
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) MESSAGE("step " << i + 1 << ": fp32 " << want[i] << ", bf16 GEMM " << got[i]);
   DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()), test::bf16_gemm_run_loss);

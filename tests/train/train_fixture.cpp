@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <filesystem>
@@ -165,6 +166,14 @@ void check_close_state(const ckpt::loaded_checkpoint& got, const ckpt::loaded_ch
         CHECK(std::memcmp(u.raw_data(), t.raw_data(), t.nbytes()) == 0);
     }
   }
+}
+
+std::vector<double> run_losses(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);)
+    out.push_back(nlohmann::json::parse(line)["Train/Samples/train_loss"].get<double>());
+  return out;
 }
 
 } // namespace dsa::test

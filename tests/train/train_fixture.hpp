@@ -36,6 +36,9 @@ int run_config(const std::string& dir, const std::string& name, const std::strin
 // The model group of a run's checkpoint `which` ("latest", a step number).
 ckpt::loaded_checkpoint load_run_checkpoint(const std::string& checkpoint_dir, const std::string& which);
 
+// Every step's training loss ("Train/Samples/train_loss") from run_dir's metrics.jsonl.
+std::vector<double> run_losses(const std::string& run_dir);
+
 // Every tensor of every group of `a` has the bits of the same tensor in `b`, and the
 // groups and names match (doctest checks).
 void check_same_bits(const ckpt::tensor_groups& a, const ckpt::tensor_groups& b);
