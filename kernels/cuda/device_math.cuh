@@ -36,22 +36,22 @@ constexpr unsigned full_mask = 0xffffffffu;
 constexpr int block_threads = 256;
 constexpr int warps_per_block = block_threads / 32;
 
-__device__ __forceinline__ float warp_sum(float x) {
+template <class T> __device__ __forceinline__ T warp_sum(T x) {
   for (int o = 16; o > 0; o >>= 1)
     x += __shfl_xor_sync(full_mask, x, o);
   return x;
 }
 
-// Sum over a block of block_threads threads; every thread gets the result.
-// `scratch` holds warps_per_block floats; safe to call repeatedly (syncs on both sides).
-__device__ __forceinline__ float block_sum(float x, float* scratch) {
+// Sum over a block of block_threads threads (float or double); every thread gets the result.
+// `scratch` holds warps_per_block values; safe to call repeatedly (syncs on both sides).
+template <class T> __device__ __forceinline__ T block_sum(T x, T* scratch) {
   x = warp_sum(x);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   __syncthreads();
   if (lane == 0)
     scratch[warp] = x;
   __syncthreads();
-  float total = 0.0f;
+  T total = 0;
   for (int w = 0; w < warps_per_block; ++w)
     total += scratch[w];
   return total;
