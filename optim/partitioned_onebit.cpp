@@ -50,7 +50,6 @@ status partitioned_optimizer::init_onebit() {
     zo_sched_ = zeroone_schedule::after(zeroone_params(), step_);
     zo_errors_reset_ = step_ > cfg_.var_freeze_step; // the channel's error buffers are loaded or zero
     for (auto* whole : {&zo_v_, &zo_u_, &zo_p_}) whole->assign(static_cast<std::size_t>(at), 0.0f);
-    zo_anchor_.assign(static_cast<std::size_t>(layout_.partition_numel()), 0.0f);
   }
   if (cfg_.type == optimizer_type::onebit_lamb) {
     lamb_coeff_.assign(tensors.size(), 0.0f);

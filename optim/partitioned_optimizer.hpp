@@ -165,11 +165,11 @@ public:
   // Phase B (local steps): each rank moves its own whole parameters, so the momentum, the
   // frozen variance, the accumulated move and the parameters are kept whole in group order
   // (all-gathered from the partitions on the first local step, or after a resume), and the
-  // partition keeps the synchronised point (the anchor); a synchronisation exchanges the
-  // accumulated move, moves the partition's anchor and all-gathers the masters. Between
-  // synchronisations the partition's masters and momentum are this rank's local values (what
-  // a checkpoint saves; stage 0 saves rank 0's), and the working weights are written whole
-  // (in.whole_working).
+  // partition keeps the synchronised point: its masters are the anchor and its momentum the
+  // agreed one, which is what a checkpoint between synchronisations saves (stage 0 saves
+  // rank 0's local values). A synchronisation exchanges the accumulated move, moves the
+  // partition's masters from the anchor, copies the rebuilt momentum into the partition and
+  // all-gathers the masters. The working weights are written whole (in.whole_working).
   // All three types through this call.
   status step_onebit(const onebit_partition_step& in);
   // Whether the next compressed-optimizer step takes this rank's own whole gradient (1-bit
@@ -186,7 +186,7 @@ public:
   // Bytes of the whole momentum (and 1-bit LAMB's fresh variance) kept beside the state.
   std::int64_t onebit_bytes() const {
     return static_cast<std::int64_t>((whole_m_.size() + lamb_fresh_.size() + zo_v_.size() + zo_u_.size() +
-                                      zo_p_.size() + zo_anchor_.size()) *
+                                      zo_p_.size()) *
                                      sizeof(float));
   }
   // 1-bit LAMB's state beyond the partition (saved once, from any rank, with the fresh
@@ -298,9 +298,10 @@ private:
   std::vector<std::int64_t> lamb_block_base_; // per tensor: its first block in the exchanged sums
   std::int64_t lamb_blocks_ = 0;
   // 0/1 Adam: the schedule; whole variance, accumulated move and parameters in group order
-  // and the partition's anchor (allocated up front: phase B's peak); valid once gathered.
+  // (allocated up front: phase B's peak); valid once gathered.
   zeroone_schedule zo_sched_;
-  std::vector<float> zo_v_, zo_u_, zo_p_, zo_anchor_;
+  std::vector<float> zo_v_, zo_u_, zo_p_;
+  void mask_zero(float* whole) const;
   float zo_lrs_ = 0;
   bool zo_whole_valid_ = false, zo_errors_reset_ = false;
   zeroone_adam_params zeroone_params() const;

@@ -24,7 +24,8 @@ zeroone_adam_params partitioned_optimizer::zeroone_params() const {
 }
 
 // Phase B's start (or a resume in it): every rank's masters, momentum and variance
-// partitions gathered whole in group order; the partition's masters are the anchor.
+// partitions gathered whole in group order. The partition's masters stay the synchronised
+// point (the anchor) and its momentum the last agreed one.
 status partitioned_optimizer::zeroone_gather_whole(const onebit_partition_step& in, const float* master,
                                                    const float* m, const float* v) {
   const auto& tensors = layout_.tensors();
@@ -35,7 +36,6 @@ status partitioned_optimizer::zeroone_gather_whole(const onebit_partition_step& 
       std::memcpy(whole->data() + group_offset_[t], gathered.data() + tensors[t].offset,
                   static_cast<std::size_t>(tensors[t].numel) * sizeof(float));
   }
-  std::memcpy(zo_anchor_.data(), master, zo_anchor_.size() * sizeof(float));
   std::fill(zo_u_.begin(), zo_u_.end(), 0.0f);
   zo_lrs_ = 0;
   zo_whole_valid_ = true;
@@ -50,6 +50,13 @@ status partitioned_optimizer::write_local_working(const tensor& whole_working) c
     cpu::cast(to, whole_working.type(), zo_p_.data() + group_offset_[t], dtype::f32, ft.numel);
   }
   return {};
+}
+
+// Masked elements (exp_avg_mask) multiplied by 0, as the stage-0 optimizer's mask does
+// (so a negative value gives -0 there too).
+void partitioned_optimizer::mask_zero(float* whole) const {
+  for (const auto& r : masked_)
+    for (std::int64_t i = r.lo; i < r.hi; ++i) whole[i] *= 0.0f;
 }
 
 status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
@@ -77,7 +84,7 @@ status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
         std::memcpy(g.data() + group_offset_[t], grad + tensors[t].offset,
                     static_cast<std::size_t>(tensors[t].numel) * sizeof(float));
       for (const auto& grp : groups_) DSA_TRY(in.exchange(grp.name, g.data() + grp.offset, grp.numel, false));
-      for (const auto& r : masked_) std::fill(g.begin() + r.lo, g.begin() + r.hi, 0.0f);
+      mask_zero(g.data());
       for (const auto& piece : pieces_)
         momentum(m + (piece.flat_offset - lo), g.data() + group_offset_[piece.tensor] + piece.tensor_offset,
                  piece.count, p.beta1);
@@ -109,11 +116,12 @@ status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
     for (const auto& grp : groups_)
       DSA_TRY(in.exchange(grp.name, zo_u_.data() + grp.offset, grp.numel, !zo_errors_reset_));
     zo_errors_reset_ = true;
-    for (const auto& r : masked_) std::fill(zo_u_.begin() + r.lo, zo_u_.begin() + r.hi, 0.0f);
+    mask_zero(zo_u_.data());
     rebuild_momentum(whole_m_.data(), zo_u_.data(), n, zo_lrs_, a1);
     for (const auto& piece : pieces_) {
       const std::int64_t off = piece.flat_offset - lo, go = group_offset_[piece.tensor] + piece.tensor_offset;
-      resync(master + off, zo_anchor_.data() + off, zo_u_.data() + go, zo_v_.data() + go, piece.count, p.eps, a2);
+      resync(master + off, master + off, zo_u_.data() + go, zo_v_.data() + go, piece.count, p.eps, a2);
+      std::memcpy(m + off, whole_m_.data() + go, at(piece.count) * sizeof(float)); // the agreed momentum
     }
     // Every rank's moved anchor: the whole parameters again the same everywhere.
     std::vector<float> gathered(static_cast<std::size_t>(layout_.padded_numel()));
@@ -123,12 +131,6 @@ status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
                   static_cast<std::size_t>(tensors[t].numel) * sizeof(float));
     std::fill(zo_u_.begin(), zo_u_.end(), 0.0f);
     zo_lrs_ = 0;
-  }
-  // The partition's masters and momentum: this rank's own (what a checkpoint saves).
-  for (const auto& piece : pieces_) {
-    const std::int64_t off = piece.flat_offset - lo, go = group_offset_[piece.tensor] + piece.tensor_offset;
-    std::memcpy(master + off, zo_p_.data() + go, at(piece.count) * sizeof(float));
-    std::memcpy(m + off, whole_m_.data() + go, at(piece.count) * sizeof(float));
   }
   zo_sched_.end(p, k);
   return write_local_working(in.whole_working);

@@ -320,6 +320,7 @@ void bert_optimizer::publish(const step_decision& d, std::vector<tensor>& out) {
     } else {
       if (!working_whole_)
         gather_flat(flat_working_, flat_working_.slice_rows(mine.lo, mine.hi), "updated weights");
+      working_whole_ = false; // each update says again
       for (const auto& t : part_->layout().tensors()) out.push_back(layout_view(flat_working_, t));
     }
   } else {

@@ -118,10 +118,10 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
     std::int64_t numel = 0;
     for (const auto& spec : specs) numel += shape_numel(spec.shape);
     // The whole momentum; 1-bit LAMB's fresh variance partition; 0/1 Adam's whole variance,
-    // accumulated move and parameters and the partition's anchor (its local steps).
+    // accumulated move and parameters (its local steps).
     z.onebit_extra = numel;
     if (rc.optimizer.type == optim::optimizer_type::onebit_lamb) z.onebit_extra += z.partition;
-    if (rc.optimizer.type == optim::optimizer_type::zeroone_adam) z.onebit_extra += 3 * numel + z.partition;
+    if (rc.optimizer.type == optim::optimizer_type::zeroone_adam) z.onebit_extra += 3 * numel;
   }
   if (const auto* tied = find_word_embeddings(specs); z.stage >= 2 && tied && tied_exchanged(rc, ranges))
     z.whole_gradient = shape_numel(tied->shape);
