@@ -1,11 +1,13 @@
-// GELU (erf form) and tanh. GELU uses the branch-free erf and exp of vec_math (AVX2
-// intrinsics when built for them, `omp simd` loops otherwise); tanh is a scalar libm
+// GELU (erf form) and tanh. GELU uses the branch-free erf and exp of vec_math: on the
+// AVX-512 path their 16-lane forms (vec_math512.hpp), on the AVX2 path (when built for
+// it) the 8-lane ones, with the same bits; else `omp simd` loops. tanh is a scalar libm
 // call. Buffers above a threshold are split across OpenMP threads.
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 #include "core/error.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/vec_math512.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +28,28 @@ constexpr double inv_sqrt2 = 0.70710678118654752440;
 constexpr double inv_sqrt_2pi = 0.39894228040143267794;
 
 } // namespace
+
+// Each path's form of the two kernels on elements [b, e) (one chunk).
+namespace {
+
+void gelu_forward_scalar(float* y, const float* x, std::int64_t b, std::int64_t e) {
+#pragma omp simd
+  for (std::int64_t i = b; i < e; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + vec::erf(v * static_cast<float>(inv_sqrt2)));
+  }
+}
+
+// gelu'(x) = Phi(x) + x * phi(x), with Phi the normal CDF and phi its density.
+void gelu_backward_scalar(float* dx, const float* dy, const float* x, std::int64_t b, std::int64_t e) {
+#pragma omp simd
+  for (std::int64_t i = b; i < e; ++i) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + vec::erf(v * static_cast<float>(inv_sqrt2)));
+    const float pdf = static_cast<float>(inv_sqrt_2pi) * vec::exp_nonpositive(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
 
 #if DSA_VEC_MATH_AVX2
 
@@ -50,62 +74,105 @@ template <class LaneFn> void for_lanes(std::int64_t b, std::int64_t e, LaneFn la
     lane_fn(i, first_lanes{vec::first_lanes(e - i)});
 }
 
-void gelu_forward(float* y, const float* x, std::int64_t n) {
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-    for_lanes(b, e, [&](std::int64_t i, auto lanes) {
-      const __m256 v = lanes.load(x + i);
-      const __m256 half_v = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
-      const __m256 erf_v =
-          vec::erf(_mm256_mul_ps(v, _mm256_set1_ps(static_cast<float>(inv_sqrt2))));
-      lanes.store(y + i, _mm256_fmadd_ps(half_v, erf_v, half_v));
-    });
+void gelu_forward_avx2(float* y, const float* x, std::int64_t b, std::int64_t e) {
+  for_lanes(b, e, [&](std::int64_t i, auto lanes) {
+    const __m256 v = lanes.load(x + i);
+    const __m256 half_v = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
+    const __m256 erf_v = vec::erf(_mm256_mul_ps(v, _mm256_set1_ps(static_cast<float>(inv_sqrt2))));
+    lanes.store(y + i, _mm256_fmadd_ps(half_v, erf_v, half_v));
   });
 }
 
-// gelu'(x) = Phi(x) + x * phi(x), with Phi the normal CDF and phi its density.
-void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n) {
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-    for_lanes(b, e, [&](std::int64_t i, auto lanes) {
-      const __m256 v = lanes.load(x + i);
-      const __m256 half = _mm256_set1_ps(0.5f);
-      const __m256 erf_v =
-          vec::erf(_mm256_mul_ps(v, _mm256_set1_ps(static_cast<float>(inv_sqrt2))));
-      const __m256 cdf = _mm256_fmadd_ps(half, erf_v, half);
-      const __m256 minus_half_v2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-0.5f), v), v);
-      const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(static_cast<float>(inv_sqrt_2pi)),
-                                       vec::exp_nonpositive(minus_half_v2));
-      const __m256 grad = _mm256_mul_ps(lanes.load(dy + i), _mm256_fmadd_ps(v, pdf, cdf));
-      lanes.store(dx + i, grad);
-    });
-  });
-}
-
-#else
-
-void gelu_forward(float* y, const float* x, std::int64_t n) {
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-#pragma omp simd
-    for (std::int64_t i = b; i < e; ++i) {
-      const float v = x[i];
-      y[i] = 0.5f * v * (1.0f + vec::erf(v * static_cast<float>(inv_sqrt2)));
-    }
-  });
-}
-
-// gelu'(x) = Phi(x) + x * phi(x), with Phi the normal CDF and phi its density.
-void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n) {
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-#pragma omp simd
-    for (std::int64_t i = b; i < e; ++i) {
-      const float v = x[i];
-      const float cdf = 0.5f * (1.0f + vec::erf(v * static_cast<float>(inv_sqrt2)));
-      const float pdf = static_cast<float>(inv_sqrt_2pi) * vec::exp_nonpositive(-0.5f * v * v);
-      dx[i] = dy[i] * (cdf + v * pdf);
-    }
+void gelu_backward_avx2(float* dx, const float* dy, const float* x, std::int64_t b, std::int64_t e) {
+  for_lanes(b, e, [&](std::int64_t i, auto lanes) {
+    const __m256 v = lanes.load(x + i);
+    const __m256 half = _mm256_set1_ps(0.5f);
+    const __m256 erf_v = vec::erf(_mm256_mul_ps(v, _mm256_set1_ps(static_cast<float>(inv_sqrt2))));
+    const __m256 cdf = _mm256_fmadd_ps(half, erf_v, half);
+    const __m256 minus_half_v2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-0.5f), v), v);
+    const __m256 pdf =
+        _mm256_mul_ps(_mm256_set1_ps(static_cast<float>(inv_sqrt_2pi)), vec::exp_nonpositive(minus_half_v2));
+    lanes.store(dx + i, _mm256_mul_ps(lanes.load(dy + i), _mm256_fmadd_ps(v, pdf, cdf)));
   });
 }
 
 #endif // DSA_VEC_MATH_AVX2
+
+// The AVX2 forms' operations on 16 lanes (the same bits), the tail through a lane mask.
+DSA_AVX512_CODE_BEGIN
+
+DSA_AVX512_TARGET inline __m512 gelu_value512(__m512 v) {
+  const __m512 half_v = _mm512_mul_ps(_mm512_set1_ps(0.5f), v);
+  const __m512 erf_v = vec512::erf(_mm512_mul_ps(v, _mm512_set1_ps(static_cast<float>(inv_sqrt2))));
+  return _mm512_fmadd_ps(half_v, erf_v, half_v);
+}
+
+DSA_AVX512_TARGET inline __m512 gelu_grad512(__m512 v, __m512 g) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512 erf_v = vec512::erf(_mm512_mul_ps(v, _mm512_set1_ps(static_cast<float>(inv_sqrt2))));
+  const __m512 cdf = _mm512_fmadd_ps(half, erf_v, half);
+  const __m512 minus_half_v2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), v), v);
+  const __m512 pdf =
+      _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(inv_sqrt_2pi)), vec512::exp_nonpositive(minus_half_v2));
+  return _mm512_mul_ps(g, _mm512_fmadd_ps(v, pdf, cdf));
+}
+
+DSA_AVX512_TARGET void gelu_forward_avx512(float* y, const float* x, std::int64_t b, std::int64_t e) {
+  std::int64_t i = b;
+  for (; i + 16 <= e; i += 16) _mm512_storeu_ps(y + i, gelu_value512(_mm512_loadu_ps(x + i)));
+  if (i < e) {
+    const __mmask16 k = vec512::first_lanes(e - i);
+    _mm512_mask_storeu_ps(y + i, k, gelu_value512(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+}
+
+DSA_AVX512_TARGET void gelu_backward_avx512(float* dx, const float* dy, const float* x, std::int64_t b,
+                                            std::int64_t e) {
+  std::int64_t i = b;
+  for (; i + 16 <= e; i += 16)
+    _mm512_storeu_ps(dx + i, gelu_grad512(_mm512_loadu_ps(x + i), _mm512_loadu_ps(dy + i)));
+  if (i < e) {
+    const __mmask16 k = vec512::first_lanes(e - i);
+    _mm512_mask_storeu_ps(dx + i, k, gelu_grad512(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, dy + i)));
+  }
+}
+
+DSA_AVX512_CODE_END
+
+void check_path(isa path, const char* who) {
+  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "{}: the {} path on a CPU whose best is {}", who,
+            isa_name(path), isa_name(best_isa()));
+}
+
+} // namespace
+
+void gelu_forward(isa path, float* y, const float* x, std::int64_t n) {
+  check_path(path, "gelu_forward");
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
+    if (path == isa::avx512) return gelu_forward_avx512(y, x, b, e);
+#if DSA_VEC_MATH_AVX2
+    if (path == isa::avx2) return gelu_forward_avx2(y, x, b, e);
+#endif
+    gelu_forward_scalar(y, x, b, e);
+  });
+}
+
+void gelu_backward(isa path, float* dx, const float* dy, const float* x, std::int64_t n) {
+  check_path(path, "gelu_backward");
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
+    if (path == isa::avx512) return gelu_backward_avx512(dx, dy, x, b, e);
+#if DSA_VEC_MATH_AVX2
+    if (path == isa::avx2) return gelu_backward_avx2(dx, dy, x, b, e);
+#endif
+    gelu_backward_scalar(dx, dy, x, b, e);
+  });
+}
+
+void gelu_forward(float* y, const float* x, std::int64_t n) { gelu_forward(active_isa(), y, x, n); }
+
+void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n) {
+  gelu_backward(active_isa(), dx, dy, x, n);
+}
 
 void tanh_forward(float* y, const float* x, std::int64_t n) {
   for_chunks(n, [&](std::int64_t b, std::int64_t e) {

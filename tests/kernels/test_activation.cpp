@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -142,6 +143,39 @@ TEST_CASE("activation: gelu forward and backward match the double references") {
     inplace = dy;
     dsa::cpu::gelu_backward(inplace.data(), inplace.data(), x.data(), n);
     DSA_CHECK_CLOSE(inplace.data(), dx.data(), n, dsa::test::recompute);
+  }
+}
+
+TEST_CASE("activation: gelu on every vector path this CPU has: the double references, and AVX-512 = AVX2 bit for bit") {
+  const dsa::cpu::isa best = dsa::cpu::best_isa();
+  std::vector<dsa::cpu::isa> paths{dsa::cpu::isa::scalar};
+  if (best != dsa::cpu::isa::scalar) paths.push_back(dsa::cpu::isa::avx2);
+  if (best == dsa::cpu::isa::avx512) paths.push_back(dsa::cpu::isa::avx512);
+  MESSAGE("gelu paths checked up to " << dsa::cpu::isa_name(best));
+  std::mt19937 rng(3);
+  for (std::int64_t n : lengths) {
+    INFO("n " << n);
+    auto x = activation_inputs(n, rng);
+    if (n > 4) x[1] = -0.0f, x[2] = 40.0f, x[3] = -40.0f; // a signed zero and both saturations
+    const auto dy = random_vector(n, -2.0f, 2.0f, rng);
+    std::vector<float> y_ref(x.size()), dx_ref(x.size());
+    dsa::cpu::gelu_forward_ref(y_ref.data(), x.data(), n);
+    dsa::cpu::gelu_backward_ref(dx_ref.data(), dy.data(), x.data(), n);
+    std::vector<std::vector<float>> ys, dxs;
+    for (dsa::cpu::isa path : paths) {
+      CAPTURE(dsa::cpu::isa_name(path));
+      std::vector<float> y(x.size()), dx(x.size());
+      dsa::cpu::gelu_forward(path, y.data(), x.data(), n);
+      dsa::cpu::gelu_backward(path, dx.data(), dy.data(), x.data(), n);
+      DSA_CHECK_CLOSE(y.data(), y_ref.data(), n, dsa::test::f32_kernel);
+      DSA_CHECK_CLOSE(dx.data(), dx_ref.data(), n, dsa::test::f32_kernel);
+      ys.push_back(y);
+      dxs.push_back(dx);
+    }
+    if (paths.size() == 3) {
+      CHECK(std::memcmp(ys[2].data(), ys[1].data(), ys[1].size() * 4) == 0);
+      CHECK(std::memcmp(dxs[2].data(), dxs[1].data(), dxs[1].size() * 4) == 0);
+    }
   }
 }
 
