@@ -168,6 +168,12 @@ process_spec over_ssh(const process_spec& spec, const std::string& ssh, const st
   return out;
 }
 
+bool forwarded_name(const std::string& name) {
+  for (const char* prefix : {"NCCL_", "UCX_", "OPENBLAS_", "OMP_"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return name == "DSA_CPU_ISA";
+}
+
 expected<std::vector<std::pair<std::string, std::string>>> forwarded_environment(const std::string& home,
                                                                                   const std::string& cwd) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -181,7 +187,7 @@ expected<std::vector<std::pair<std::string, std::string>>> forwarded_environment
     const auto eq = kv.find('=');
     if (eq == std::string::npos) continue;
     const std::string name = kv.substr(0, eq);
-    if (name.rfind("NCCL_", 0) == 0 || name.rfind("UCX_", 0) == 0) set(name, kv.substr(eq + 1));
+    if (forwarded_name(name)) set(name, kv.substr(eq + 1));
   }
   for (const std::string& dir : {home, cwd}) {
     if (dir.empty()) continue;

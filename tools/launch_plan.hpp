@@ -85,7 +85,13 @@ expected<process_spec> through_cluster_launcher(cluster_launcher which, const st
                                                 const std::vector<std::string>& extra,
                                                 const std::vector<std::pair<std::string, std::string>>& forwarded);
 
-// The variables a remote rank gets beyond its own: every NCCL_* and UCX_* of the
+// Whether a variable of the launcher's environment goes to remote ranks: NCCL_*, UCX_*,
+// and what chooses kernels and threads, so that every rank of a job computes alike:
+// OPENBLAS_* (OPENBLAS_CORETYPE picks OpenBLAS's kernels, and so the GEMMs' bits), OMP_*
+// and DSA_CPU_ISA.
+bool forwarded_name(const std::string& name);
+
+// The variables a remote rank gets beyond its own: every forwarded_name() variable of the
 // launcher's environment, then the KEY=VALUE lines of ~/.dsactor_env and ./.dsactor_env
 // (in that order, later ones winning; '#' comments and blank lines skipped). A malformed
 // line is an error naming the file and line.

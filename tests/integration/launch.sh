@@ -226,13 +226,17 @@ nodeB slots=2
 printf '# forwarded
 FROM_ENV_FILE=yes it is
 ' >"$work/.dsactor_env"
-(cd "$work" && PATH="$work/bin:$PATH" UCX_TEST_VAR=u1 "$dsactor" launch --hostfile two --master_addr 127.0.0.1 -- \
+(cd "$work" && PATH="$work/bin:$PATH" UCX_TEST_VAR=u1 OPENBLAS_CORETYPE=Haswell DSA_CPU_ISA=avx2 \
+  "$dsactor" launch --hostfile two --master_addr 127.0.0.1 -- \
   sh -c 'echo "on $SSH_HOST in $(pwd) rank $RANK/$WORLD_SIZE local $LOCAL_RANK node $CROSS_RANK ucx $UCX_TEST_VAR env $FROM_ENV_FILE token ${#DSA_JOB_TOKEN}"' \
   >"$work/out" 2>"$work/err") || fail "a host list over ssh"
 grep -qx "\[nodeA rank 0\] on nodeA in $work rank 0/3 local 0 node 0 ucx u1 env yes it is token 32" "$work/out" || fail "rank 0 over ssh"
 grep -qx "\[nodeB rank 2\] on nodeB in $work rank 2/3 local 1 node 1 ucx u1 env yes it is token 32" "$work/out" || fail "rank 2 over ssh"
 [[ $(wc -l <"$work/bin/ssh-command-lines") -eq 3 ]] || fail "3 ssh command lines expected"
 grep -q "DSA_JOB_TOKEN=" "$work/bin/ssh-command-lines" && fail "the job token is on an ssh command line"
+# What chooses kernels goes to every remote rank (their GEMM bits must match).
+[[ $(grep -c "OPENBLAS_CORETYPE=Haswell.*DSA_CPU_ISA=avx2\|DSA_CPU_ISA=avx2.*OPENBLAS_CORETYPE=Haswell" \
+  "$work/bin/ssh-command-lines") -eq 3 ]] || fail "OPENBLAS_CORETYPE and DSA_CPU_ISA not on every ssh command line"
 printf 'nodeA slots=1
 down slots=1
 ' >"$work/down"
