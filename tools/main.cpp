@@ -1,5 +1,6 @@
 // dsactor: one program, one subcommand per file under tools/.
 #include "tools/command.hpp"
+#include "tools/malloc_tuning.hpp"
 #include "tools/omp_env.hpp"
 
 #if DSA_HAVE_CUDA
@@ -44,6 +45,7 @@ void usage() {
 
 int main(int argc, char** argv) {
   dsa::tools::ensure_passive_omp_wait(argv); // may re-exec; must run before any thread
+  dsa::tools::tune_malloc();                  // before the first tensor
 #if DSA_HAVE_CUDA
   dsa::cuda::install_caching_allocator(); // for cuda:N tensors; no CUDA call until one is made
 #endif

@@ -1,0 +1,33 @@
+// glibc malloc settings for the dsactor process; see malloc_tuning.hpp.
+#include "tools/malloc_tuning.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <malloc.h>
+
+namespace dsa::tools {
+namespace {
+std::string why_not = "not called";
+} // namespace
+
+static std::string decide() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr)
+    return "GLIBC_TUNABLES sets malloc's own";
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr)
+    return "MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ is set";
+  constexpr int one_gib = 1 << 30;
+  if (mallopt(M_MMAP_THRESHOLD, one_gib) != 1 || mallopt(M_TRIM_THRESHOLD, one_gib) != 1)
+    return "mallopt refused the thresholds";
+  return "";
+}
+
+std::string tune_malloc() { return why_not = decide(); }
+
+std::string malloc_tuning_report() {
+  return why_not.empty() ? "mmap and trim thresholds 1 GiB (freed tensor memory kept for reuse)"
+                         : "glibc defaults (" + why_not + ")";
+}
+
+} // namespace dsa::tools

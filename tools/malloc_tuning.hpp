@@ -1,0 +1,22 @@
+// glibc malloc settings for the dsactor process: keep freed tensor memory for reuse instead
+// of handing it back to the kernel and faulting it in again on the next step.
+#pragma once
+
+#include <string>
+
+namespace dsa::tools {
+
+// With glibc's defaults every large tensor (above a threshold that grows to at most 32 MiB)
+// is a fresh mmap, and freed heap memory above 128 KiB at the top is trimmed: a training
+// step that allocates and frees the same activations each time pays page faults and the
+// kernel's zeroing for all of them (BERT-mini's 131 MB MLM logits every step). This sets
+// M_MMAP_THRESHOLD and M_TRIM_THRESHOLD to 1 GiB, so blocks up to that come from the heap
+// and freed memory stays mapped for the next step. The peak resident memory does not grow
+// (memory is reused, not added); the process keeps what it once used until it exits.
+// Skipped when the user chose malloc settings (GLIBC_TUNABLES naming glibc.malloc, or
+// MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_): then returns why. Returns "" when set.
+std::string tune_malloc();
+// One line for `dsactor report`: what tune_malloc() did in this process.
+std::string malloc_tuning_report();
+
+} // namespace dsa::tools
