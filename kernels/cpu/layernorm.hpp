@@ -1,6 +1,8 @@
 // LayerNorm over the last dimension (BERT: eps 1e-12), forward and backward.
 #pragma once
 
+#include "kernels/cpu/isa.hpp"
+
 #include <cstdint>
 
 namespace dsa::cpu {
@@ -24,6 +26,14 @@ void layernorm_backward_from_output(float* dx, float* dgamma, float* dbeta, cons
                                     const float* beta, std::int64_t rows, std::int64_t c);
 
 // References: double precision loops, same contracts.
+// The two on a given path (at most the CPU's best): avx512 runs loops compiled for 16-lane
+// vectors; scalar and avx2 run the build's loops (AVX2 when built for it).
+void layernorm_forward(isa path, float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                       const float* beta, float eps, std::int64_t rows, std::int64_t c);
+void layernorm_backward(isa path, float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                        const float* mean, const float* rstd, const float* gamma, std::int64_t rows,
+                        std::int64_t c);
+
 void layernorm_forward_ref(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                            const float* beta, float eps, std::int64_t rows, std::int64_t c);
 void layernorm_backward_ref(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,

@@ -64,16 +64,27 @@ const sizes awkward[] = {{1, 1}, {3, 1}, {1, 7}, {5, 37}, {67, 100}, {13, 769}, 
 
 } // namespace
 
-TEST_CASE("layernorm: forward matches the double reference at awkward sizes") {
+namespace {
+// The paths with their own loops on this CPU: the build's, and AVX-512 where it has it.
+std::vector<cpu::isa> layernorm_paths() {
+  std::vector<cpu::isa> paths{cpu::best_isa() == cpu::isa::scalar ? cpu::isa::scalar : cpu::isa::avx2};
+  if (cpu::best_isa() == cpu::isa::avx512) paths.push_back(cpu::isa::avx512);
+  return paths;
+}
+} // namespace
+
+TEST_CASE("layernorm: forward matches the double reference at awkward sizes, on every path") {
   const float eps = 1e-12f; // BERT's
+  for (cpu::isa path : layernorm_paths())
   for (auto [rows, c] : awkward) {
+    CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);
     CAPTURE(c);
     const auto x = random_vector(rows * c, -2.0f, 4.0f, 1);
     const auto gamma = random_gamma(c, 2), beta = random_vector(c, -0.5f, 0.5f, 3);
     std::vector<float> y(x.size()), mean(rows), rstd(rows), y_ref(x.size()), mean_ref(rows),
         rstd_ref(rows);
-    cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(),
+    cpu::layernorm_forward(path, y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(),
                            eps, rows, c);
     cpu::layernorm_forward_ref(y_ref.data(), mean_ref.data(), rstd_ref.data(), x.data(),
                                gamma.data(), beta.data(), eps, rows, c);
@@ -83,8 +94,10 @@ TEST_CASE("layernorm: forward matches the double reference at awkward sizes") {
   }
 }
 
-TEST_CASE("layernorm: backward matches the double reference and accumulates dgamma, dbeta") {
+TEST_CASE("layernorm: backward matches the double reference and accumulates dgamma, dbeta, on every path") {
+  for (cpu::isa path : layernorm_paths())
   for (auto [rows, c] : awkward) {
+    CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);
     CAPTURE(c);
     const auto x = random_vector(rows * c, -2.0f, 4.0f, 4);
@@ -96,7 +109,7 @@ TEST_CASE("layernorm: backward matches the double reference and accumulates dgam
     std::vector<float> dx(x.size()), dx_ref(x.size());
     auto dgamma = random_vector(c, -1.0f, 1.0f, 8), dbeta = random_vector(c, -1.0f, 1.0f, 9);
     auto dgamma_ref = dgamma, dbeta_ref = dbeta; // += onto the same prior values
-    cpu::layernorm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(),
+    cpu::layernorm_backward(path, dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(),
                             mean.data(), rstd.data(), gamma.data(), rows, c);
     cpu::layernorm_backward_ref(dx_ref.data(), dgamma_ref.data(), dbeta_ref.data(), dy.data(),
                                 x.data(), mean.data(), rstd.data(), gamma.data(), rows, c);
