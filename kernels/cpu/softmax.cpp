@@ -1,8 +1,12 @@
 // Scaled masked softmax on CPU: OpenMP over rows, a branch-free exp so the inner
-// loops vectorize, masked keys written as exact zeros.
+// loops vectorize, masked keys written as exact zeros. The loops (softmax_impl.inc) are
+// compiled twice, for the build's target and for AVX-512 (16-lane vectors), chosen by
+// active_isa(); the two add a row's sums in different orders, each path checked against
+// the double references.
 #include "kernels/cpu/softmax.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
 #include <cmath>
@@ -14,87 +18,53 @@ namespace {
 
 constexpr std::int64_t parallel_threshold = 1 << 14;
 
-// x where mask != 0, else -inf. Blended with integer ops: a float select whose arm holds
-// arithmetic is not if-converted (the arm may trap), so the loop would stay scalar.
-inline float keep_or_ninf(float x, float mask) {
-  const std::uint32_t keep = mask != 0.0f ? 0xFFFFFFFFu : 0u;
-  std::uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  bits = (bits & keep) | (0xFF800000u & ~keep); // 0xFF800000 = -inf
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
-
-// One row: probs = softmax(scale * s) over keys with mask != 0; may alias.
-void forward_row(float* probs, const float* s, const float* mask, float scale, std::int64_t tk) {
-  constexpr float ninf = -std::numeric_limits<float>::infinity();
-  float mx = ninf;
-  if (mask) {
-#pragma omp simd reduction(max : mx)
-    for (std::int64_t k = 0; k < tk; ++k) {
-      const float v = keep_or_ninf(scale * s[k], mask[k]);
-      probs[k] = v;
-      mx = v > mx ? v : mx;
-    }
-  } else {
-#pragma omp simd reduction(max : mx)
-    for (std::int64_t k = 0; k < tk; ++k) {
-      const float v = scale * s[k];
-      probs[k] = v;
-      mx = v > mx ? v : mx;
-    }
-  }
-  if (mx == ninf) { // every key masked
-    for (std::int64_t k = 0; k < tk; ++k)
-      probs[k] = 0.0f;
-    return;
-  }
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (std::int64_t k = 0; k < tk; ++k) {
-    const float e = vec::exp_nonpositive(probs[k] - mx);
-    probs[k] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / sum;
-#pragma omp simd
-  for (std::int64_t k = 0; k < tk; ++k)
-    probs[k] *= inv;
-}
-
 void check_sizes(std::int64_t rows, std::int64_t tk) {
   DSA_CHECK(rows >= 0 && tk > 0, "softmax: bad sizes rows={} tk={}", rows, tk);
 }
 
+void check_path(isa path) {
+  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "softmax: the {} path on a CPU whose best is {}",
+            isa_name(path), isa_name(best_isa()));
+}
+
 } // namespace
 
-void softmax_forward(float* probs, const float* scores, const float* key_mask, float scale,
+namespace softmax_base {
+#include "kernels/cpu/softmax_impl.inc"
+} // namespace softmax_base
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+namespace softmax_avx512 {
+#include "kernels/cpu/softmax_impl.inc"
+} // namespace softmax_avx512
+#pragma GCC pop_options
+
+void softmax_forward(isa path, float* probs, const float* scores, const float* key_mask, float scale,
                      std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk) {
   const std::int64_t rows = batch * heads * tq, per_batch = heads * tq;
   check_sizes(rows, tk);
-#pragma omp parallel for schedule(static) if (rows * tk >= parallel_threshold)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* mask = key_mask ? key_mask + (r / per_batch) * tk : nullptr;
-    forward_row(probs + r * tk, scores + r * tk, mask, scale, tk);
-  }
+  check_path(path);
+  if (path == isa::avx512) return softmax_avx512::forward(probs, scores, key_mask, scale, rows, per_batch, tk);
+  softmax_base::forward(probs, scores, key_mask, scale, rows, per_batch, tk);
+}
+
+void softmax_backward(isa path, float* dscores, const float* dprobs, const float* probs, float scale,
+                      std::int64_t rows, std::int64_t tk) {
+  check_sizes(rows, tk);
+  check_path(path);
+  if (path == isa::avx512) return softmax_avx512::backward(dscores, dprobs, probs, scale, rows, tk);
+  softmax_base::backward(dscores, dprobs, probs, scale, rows, tk);
+}
+
+void softmax_forward(float* probs, const float* scores, const float* key_mask, float scale,
+                     std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk) {
+  softmax_forward(active_isa(), probs, scores, key_mask, scale, batch, heads, tq, tk);
 }
 
 void softmax_backward(float* dscores, const float* dprobs, const float* probs, float scale,
                       std::int64_t rows, std::int64_t tk) {
-  check_sizes(rows, tk);
-#pragma omp parallel for schedule(static) if (rows * tk >= parallel_threshold)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* dp = dprobs + r * tk;
-    const float* p = probs + r * tk;
-    float* ds = dscores + r * tk;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (std::int64_t k = 0; k < tk; ++k)
-      dot += dp[k] * p[k];
-#pragma omp simd
-    for (std::int64_t k = 0; k < tk; ++k)
-      ds[k] = scale * p[k] * (dp[k] - dot);
-  }
+  softmax_backward(active_isa(), dscores, dprobs, probs, scale, rows, tk);
 }
 
 void softmax_forward_ref(float* probs, const float* scores, const float* key_mask, float scale,

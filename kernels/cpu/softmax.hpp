@@ -1,6 +1,8 @@
 // Scaled, masked softmax over attention scores.
 #pragma once
 
+#include "kernels/cpu/isa.hpp"
+
 #include <cstdint>
 
 namespace dsa::cpu {
@@ -14,6 +16,13 @@ void softmax_forward(float* probs, const float* scores, const float* key_mask, f
 // dscores = scale * probs * (dprobs - sum_k(dprobs * probs)) (overwrite); rows = batch*heads*tq.
 // dscores may alias dprobs.
 void softmax_backward(float* dscores, const float* dprobs, const float* probs, float scale,
+                      std::int64_t rows, std::int64_t tk);
+
+// The two on a given path (at most the CPU's best): avx512 runs loops compiled for 16-lane
+// vectors; scalar and avx2 run the build's loops.
+void softmax_forward(isa path, float* probs, const float* scores, const float* key_mask, float scale,
+                     std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk);
+void softmax_backward(isa path, float* dscores, const float* dprobs, const float* probs, float scale,
                       std::int64_t rows, std::int64_t tk);
 
 void softmax_forward_ref(float* probs, const float* scores, const float* key_mask, float scale,

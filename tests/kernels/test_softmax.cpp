@@ -64,11 +64,20 @@ double objective(const std::vector<double>& scores, const std::vector<double>& d
   return total;
 }
 
+// The paths with their own loops on this CPU: the build's, and AVX-512 where it has it.
+std::vector<cpu::isa> softmax_paths() {
+  std::vector<cpu::isa> paths{cpu::best_isa() == cpu::isa::scalar ? cpu::isa::scalar : cpu::isa::avx2};
+  if (cpu::best_isa() == cpu::isa::avx512) paths.push_back(cpu::isa::avx512);
+  return paths;
+}
+
 } // namespace
 
-TEST_CASE("softmax: forward matches the double reference, with and without a mask") {
+TEST_CASE("softmax: forward matches the double reference, with and without a mask, on every path") {
   const float scale = 0.125f;
+  for (cpu::isa path : softmax_paths())
   for (const auto& s : awkward) {
+    CAPTURE(cpu::isa_name(path));
     CAPTURE(s.batch);
     CAPTURE(s.tk);
     const auto scores = random_vector(s.size(), -40.0f, 40.0f, 1); // scale * 40 = 5
@@ -76,7 +85,7 @@ TEST_CASE("softmax: forward matches the double reference, with and without a mas
     for (const float* m : {static_cast<const float*>(nullptr), mask.data()}) {
       CAPTURE(m != nullptr);
       std::vector<float> probs(scores.size()), probs_ref(scores.size());
-      cpu::softmax_forward(probs.data(), scores.data(), m, scale, s.batch, s.heads, s.tq, s.tk);
+      cpu::softmax_forward(path, probs.data(), scores.data(), m, scale, s.batch, s.heads, s.tq, s.tk);
       cpu::softmax_forward_ref(probs_ref.data(), scores.data(), m, scale, s.batch, s.heads, s.tq,
                                s.tk);
       DSA_CHECK_CLOSE(probs.data(), probs_ref.data(), s.size(), test::f32_kernel);
@@ -120,9 +129,11 @@ TEST_CASE("softmax: masked keys are exactly zero, fully masked rows are zero, ot
   }
 }
 
-TEST_CASE("softmax: backward matches the double reference, also in place") {
+TEST_CASE("softmax: backward matches the double reference, also in place, on every path") {
   const float scale = 0.125f;
+  for (cpu::isa path : softmax_paths())
   for (const auto& s : awkward) {
+    CAPTURE(cpu::isa_name(path));
     CAPTURE(s.batch);
     CAPTURE(s.tk);
     const auto scores = random_vector(s.size(), -40.0f, 40.0f, 5);
@@ -131,11 +142,11 @@ TEST_CASE("softmax: backward matches the double reference, also in place") {
     std::vector<float> probs(scores.size()), ds(scores.size()), ds_ref(scores.size());
     cpu::softmax_forward_ref(probs.data(), scores.data(), mask.data(), scale, s.batch, s.heads,
                              s.tq, s.tk);
-    cpu::softmax_backward(ds.data(), dprobs.data(), probs.data(), scale, s.rows(), s.tk);
+    cpu::softmax_backward(path, ds.data(), dprobs.data(), probs.data(), scale, s.rows(), s.tk);
     cpu::softmax_backward_ref(ds_ref.data(), dprobs.data(), probs.data(), scale, s.rows(), s.tk);
     DSA_CHECK_CLOSE(ds.data(), ds_ref.data(), s.size(), test::f32_kernel);
     auto inplace = dprobs;
-    cpu::softmax_backward(inplace.data(), inplace.data(), probs.data(), scale, s.rows(), s.tk);
+    cpu::softmax_backward(path, inplace.data(), inplace.data(), probs.data(), scale, s.rows(), s.tk);
     CHECK(inplace == ds);
   }
 }
