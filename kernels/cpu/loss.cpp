@@ -1,8 +1,11 @@
 // Sparse softmax cross-entropy on CPU: max-subtracted exponentials summed in double,
-// OpenMP over rows, per-row results added in row order so the loss is deterministic.
+// OpenMP over rows, per-row results added in row order so the loss is deterministic. The
+// row loops (loss_rows.inc) are compiled for the build's target and for AVX-512 (16-lane
+// vectors), chosen by active_isa().
 #include "kernels/cpu/loss.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
 #include <cmath>
@@ -24,34 +27,41 @@ void check_sizes(std::int64_t rows, std::int64_t classes) {
   DSA_CHECK(rows >= 0 && classes > 0, "cross_entropy: bad sizes rows={} classes={}", rows, classes);
 }
 
-float row_max(const float* x, std::int64_t classes) {
-  float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-  for (std::int64_t j = 0; j < classes; ++j)
-    mx = x[j] > mx ? x[j] : mx;
-  return mx;
-}
+// The row loops of each path, and the set a call uses.
+struct row_loops {
+  float (*max)(const float* x, std::int64_t classes);
+  double (*sum_exp)(const float* x, float mx, std::int64_t classes);
+  void (*scaled_exp)(float* d, const float* x, float mx, float inv, std::int64_t classes);
+};
 
-double row_sum_exp(const float* x, float mx, std::int64_t classes) {
-  double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-  for (std::int64_t j = 0; j < classes; ++j)
-    sum += static_cast<double>(vec::exp_nonpositive(x[j] - mx));
-  return sum;
-}
+} // namespace
 
-// d = exp(x - mx) * inv; element-wise read then write, so d may alias x.
-void row_scaled_exp(float* d, const float* x, float mx, float inv, std::int64_t classes) {
-#pragma omp simd
-  for (std::int64_t j = 0; j < classes; ++j)
-    d[j] = vec::exp_nonpositive(x[j] - mx) * inv;
+namespace loss_base {
+#include "kernels/cpu/loss_rows.inc"
+} // namespace loss_base
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+namespace loss_avx512 {
+#include "kernels/cpu/loss_rows.inc"
+} // namespace loss_avx512
+#pragma GCC pop_options
+
+namespace {
+
+row_loops loops_for(isa path) {
+  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()),
+            "cross_entropy: the {} path on a CPU whose best is {}", isa_name(path), isa_name(best_isa()));
+  if (path == isa::avx512) return {loss_avx512::row_max, loss_avx512::row_sum_exp, loss_avx512::row_scaled_exp};
+  return {loss_base::row_max, loss_base::row_sum_exp, loss_base::row_scaled_exp};
 }
 
 } // namespace
 
-xent_sum cross_entropy_forward(const float* logits, const std::int32_t* labels,
+xent_sum cross_entropy_forward(isa path, const float* logits, const std::int32_t* labels,
                                std::int32_t ignore_index, std::int64_t rows, std::int64_t classes) {
   check_sizes(rows, classes);
+  const row_loops f = loops_for(path);
   std::vector<double> row_loss(static_cast<std::size_t>(rows), 0.0);
   std::vector<std::uint8_t> row_correct(static_cast<std::size_t>(rows), 0);
 #pragma omp parallel for schedule(dynamic, 4) if (rows * classes >= parallel_threshold)
@@ -61,8 +71,8 @@ xent_sum cross_entropy_forward(const float* logits, const std::int32_t* labels,
       continue;
     check_label(label, r, classes);
     const float* x = logits + r * classes;
-    const float mx = row_max(x, classes);
-    const double sum = row_sum_exp(x, mx, classes);
+    const float mx = f.max(x, classes);
+    const double sum = f.sum_exp(x, mx, classes);
     row_loss[static_cast<std::size_t>(r)] =
         std::log(sum) + static_cast<double>(mx) - static_cast<double>(x[label]);
     std::int64_t argmax = 0;
@@ -81,10 +91,11 @@ xent_sum cross_entropy_forward(const float* logits, const std::int32_t* labels,
   return out;
 }
 
-void cross_entropy_backward(float* dlogits, const float* logits, const std::int32_t* labels,
+void cross_entropy_backward(isa path, float* dlogits, const float* logits, const std::int32_t* labels,
                             std::int32_t ignore_index, float scale, std::int64_t rows,
                             std::int64_t classes) {
   check_sizes(rows, classes);
+  const row_loops f = loops_for(path);
 #pragma omp parallel for schedule(dynamic, 4) if (rows * classes >= parallel_threshold)
   for (std::int64_t r = 0; r < rows; ++r) {
     float* d = dlogits + r * classes;
@@ -95,11 +106,21 @@ void cross_entropy_backward(float* dlogits, const float* logits, const std::int3
     }
     check_label(label, r, classes);
     const float* x = logits + r * classes;
-    const float mx = row_max(x, classes);
-    const float inv = static_cast<float>(static_cast<double>(scale) / row_sum_exp(x, mx, classes));
-    row_scaled_exp(d, x, mx, inv, classes);
+    const float mx = f.max(x, classes);
+    const float inv = static_cast<float>(static_cast<double>(scale) / f.sum_exp(x, mx, classes));
+    f.scaled_exp(d, x, mx, inv, classes);
     d[label] -= scale;
   }
+}
+
+xent_sum cross_entropy_forward(const float* logits, const std::int32_t* labels, std::int32_t ignore_index,
+                               std::int64_t rows, std::int64_t classes) {
+  return cross_entropy_forward(active_isa(), logits, labels, ignore_index, rows, classes);
+}
+
+void cross_entropy_backward(float* dlogits, const float* logits, const std::int32_t* labels,
+                            std::int32_t ignore_index, float scale, std::int64_t rows, std::int64_t classes) {
+  cross_entropy_backward(active_isa(), dlogits, logits, labels, ignore_index, scale, rows, classes);
 }
 
 xent_sum cross_entropy_forward_ref(const float* logits, const std::int32_t* labels,

@@ -1,6 +1,8 @@
 // Sparse softmax cross-entropy with ignore_index (MLM, NSP, SQuAD spans).
 #pragma once
 
+#include "kernels/cpu/isa.hpp"
+
 #include <cstdint>
 
 namespace dsa::cpu {
@@ -18,6 +20,13 @@ xent_sum cross_entropy_forward(const float* logits, const std::int32_t* labels, 
 // dlogits = scale * (softmax(logits) - onehot(label)) for counted rows, 0 for ignored rows.
 // For the gradient of the mean loss, scale = 1 / count. dlogits may alias logits.
 void cross_entropy_backward(float* dlogits, const float* logits, const std::int32_t* labels,
+                            std::int32_t ignore_index, float scale, std::int64_t rows, std::int64_t classes);
+
+// The two on a given path (at most the CPU's best): avx512 runs row loops compiled for
+// 16-lane vectors; scalar and avx2 run the build's.
+xent_sum cross_entropy_forward(isa path, const float* logits, const std::int32_t* labels, std::int32_t ignore_index,
+                               std::int64_t rows, std::int64_t classes);
+void cross_entropy_backward(isa path, float* dlogits, const float* logits, const std::int32_t* labels,
                             std::int32_t ignore_index, float scale, std::int64_t rows, std::int64_t classes);
 
 xent_sum cross_entropy_forward_ref(const float* logits, const std::int32_t* labels,

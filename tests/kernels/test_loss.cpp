@@ -103,14 +103,18 @@ TEST_CASE("cross_entropy: hand-computed logits [0, ln 3]") {
   DSA_CHECK_CLOSE(d.data(), want_d.data(), 2, test::f32_kernel);
 }
 
-TEST_CASE("cross_entropy: forward and backward match the double reference at awkward sizes") {
+TEST_CASE("cross_entropy: forward and backward match the double reference at awkward sizes, on every path") {
+  std::vector<cpu::isa> paths{cpu::best_isa() == cpu::isa::scalar ? cpu::isa::scalar : cpu::isa::avx2};
+  if (cpu::best_isa() == cpu::isa::avx512) paths.push_back(cpu::isa::avx512);
+  for (cpu::isa path : paths)
   for (auto [rows, classes] : awkward) {
+    CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);
     CAPTURE(classes);
     const auto logits = random_vector(rows * classes, -8.0f, 8.0f, 1);
     const auto labels = random_labels(rows, classes, 2);
     const auto got =
-        cpu::cross_entropy_forward(logits.data(), labels.data(), ignore, rows, classes);
+        cpu::cross_entropy_forward(path, logits.data(), labels.data(), ignore, rows, classes);
     const auto want =
         cpu::cross_entropy_forward_ref(logits.data(), labels.data(), ignore, rows, classes);
     DSA_CHECK_CLOSE(&got.loss_sum, &want.loss_sum, 1, test::f32_kernel);
@@ -119,12 +123,12 @@ TEST_CASE("cross_entropy: forward and backward match the double reference at awk
 
     const float scale = 1.0f / static_cast<float>(want.count);
     std::vector<float> d(logits.size());
-    cpu::cross_entropy_backward(d.data(), logits.data(), labels.data(), ignore, scale, rows,
+    cpu::cross_entropy_backward(path, d.data(), logits.data(), labels.data(), ignore, scale, rows,
                                 classes);
     const auto d_ref = gradient_ref(logits, labels, scale, rows, classes);
     DSA_CHECK_CLOSE(d.data(), d_ref.data(), rows * classes, test::f32_kernel);
     auto inplace = logits;
-    cpu::cross_entropy_backward(inplace.data(), inplace.data(), labels.data(), ignore, scale, rows,
+    cpu::cross_entropy_backward(path, inplace.data(), inplace.data(), labels.data(), ignore, scale, rows,
                                 classes);
     CHECK(inplace == d);
   }
