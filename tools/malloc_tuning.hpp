@@ -13,6 +13,8 @@ namespace dsa::tools {
 // M_MMAP_THRESHOLD and M_TRIM_THRESHOLD to 1 GiB, so blocks up to that come from the heap
 // and freed memory stays mapped for the next step. The peak resident memory does not grow
 // (memory is reused, not added); the process keeps what it once used until it exits.
+// A run with limits.host_memory sets its own (actors/train/memory_plan.cpp: blocks of 1
+// MiB and more go back to the system at once, so the plan can bound the peak).
 // Skipped when the user chose malloc settings (GLIBC_TUNABLES naming glibc.malloc, or
 // MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_): then returns why. Returns "" when set.
 std::string tune_malloc();

@@ -379,8 +379,13 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
   // once: its default threshold grows after the first large free (up to 32 MiB), and
   // freed tensors then stay resident in per-thread arenas, which the plan cannot
   // bound (measured: 2 ranks of bert-mini peaked 25% above their tensors' peak
-  // without it, 10% with it). The price is a page fault per page of a new tensor.
-  if (rc.host_memory > 0) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // without it, 10% with it). The price is a page fault per page of a new tensor. The trim
+  // threshold goes back to glibc's default too (dsactor raises both to keep freed tensor
+  // memory for reuse when there is no budget: tools/malloc_tuning.hpp).
+  if (rc.host_memory > 0) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+  }
   in.baseline = proc_status_bytes("VmRSS");
   in.data_provider = std::max<std::int64_t>(0, in.baseline - rss_before_data);
   in.writes_checkpoints = rc.checkpoint.save_final || rc.checkpoint.save_interval > 0;
