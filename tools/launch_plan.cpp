@@ -169,7 +169,7 @@ process_spec over_ssh(const process_spec& spec, const std::string& ssh, const st
 }
 
 bool forwarded_name(const std::string& name) {
-  for (const char* prefix : {"NCCL_", "UCX_", "OPENBLAS_", "OMP_"})
+  for (const char* prefix : {"NCCL_", "UCX_", "OPENBLAS_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return name == "DSA_CPU_ISA";
 }

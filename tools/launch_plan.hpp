@@ -86,9 +86,9 @@ expected<process_spec> through_cluster_launcher(cluster_launcher which, const st
                                                 const std::vector<std::pair<std::string, std::string>>& forwarded);
 
 // Whether a variable of the launcher's environment goes to remote ranks: NCCL_*, UCX_*,
-// and what chooses kernels and threads, so that every rank of a job computes alike:
-// OPENBLAS_* (OPENBLAS_CORETYPE picks OpenBLAS's kernels, and so the GEMMs' bits), OMP_*
-// and DSA_CPU_ISA.
+// and what chooses kernels, so that every rank of a job computes the same bits: OPENBLAS_*
+// (OPENBLAS_CORETYPE picks OpenBLAS's kernels) and DSA_CPU_ISA. Not OMP_*: thread counts
+// do not change dsactor's bits, and each host keeps its own.
 bool forwarded_name(const std::string& name);
 
 // The variables a remote rank gets beyond its own: every forwarded_name() variable of the

@@ -9,10 +9,12 @@ namespace dsa::tools {
 // With glibc's defaults every large tensor (above a threshold that grows to at most 32 MiB)
 // is a fresh mmap, and freed heap memory above 128 KiB at the top is trimmed: a training
 // step that allocates and frees the same activations each time pays page faults and the
-// kernel's zeroing for all of them (BERT-mini's 131 MB MLM logits every step). This sets
-// M_MMAP_THRESHOLD and M_TRIM_THRESHOLD to 1 GiB, so blocks up to that come from the heap
-// and freed memory stays mapped for the next step. The peak resident memory does not grow
-// (memory is reused, not added); the process keeps what it once used until it exits.
+// kernel's zeroing for all of them. This sets M_MMAP_THRESHOLD and M_TRIM_THRESHOLD to
+// 1 GiB, so blocks up to that come from the heap and freed memory stays mapped for the next
+// step. Threads other than the main one allocate from their own arenas, whose heaps hold at
+// most 64 MiB: larger blocks there are still mapped afresh. Each arena keeps what it once
+// used until the process exits; the single-rank quick start's peak resident memory did not
+// grow, but several compute threads can each keep their own peak.
 // A run with limits.host_memory sets its own (actors/train/memory_plan.cpp: blocks of 1
 // MiB and more go back to the system at once, so the plan can bound the peak).
 // Skipped when the user chose malloc settings (GLIBC_TUNABLES naming glibc.malloc, or

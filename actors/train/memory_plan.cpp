@@ -385,6 +385,7 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
   if (rc.host_memory > 0) {
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+    malloc_trim(0); // what the data provider and the probe freed, kept under the earlier settings
   }
   in.baseline = proc_status_bytes("VmRSS");
   in.data_provider = std::max<std::int64_t>(0, in.baseline - rss_before_data);

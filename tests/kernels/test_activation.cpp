@@ -172,7 +172,7 @@ TEST_CASE("activation: gelu on every vector path this CPU has: the double refere
       ys.push_back(y);
       dxs.push_back(dx);
     }
-    if (paths.size() == 3) {
+    if (paths.size() == 3 && DSA_VEC_MATH_AVX2) { // the avx2 path is the AVX2 form only in an AVX2 build
       CHECK(std::memcmp(ys[2].data(), ys[1].data(), ys[1].size() * 4) == 0);
       CHECK(std::memcmp(dxs[2].data(), dxs[1].data(), dxs[1].size() * 4) == 0);
     }
