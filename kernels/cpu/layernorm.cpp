@@ -76,13 +76,20 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 void layernorm_backward_from_output(float* dx, float* dgamma, float* dbeta, const float* dy,
                                     const float* y, const float* rstd, const float* gamma,
                                     const float* beta, std::int64_t rows, std::int64_t c) {
+  layernorm_backward_from_output(active_isa(), dx, dgamma, dbeta, dy, y, rstd, gamma, beta, rows, c);
+}
+
+void layernorm_backward_from_output(isa path, float* dx, float* dgamma, float* dbeta, const float* dy,
+                                    const float* y, const float* rstd, const float* gamma,
+                                    const float* beta, std::int64_t rows, std::int64_t c) {
   check_sizes(rows, c);
+  check_path(path);
   std::vector<float> inv_gamma(static_cast<std::size_t>(c));
   for (std::int64_t j = 0; j < c; ++j) {
     DSA_CHECK(gamma[j] != 0.0f, "layernorm_backward_from_output: gamma[{}] is zero", j);
     inv_gamma[static_cast<std::size_t>(j)] = 1.0f / gamma[j];
   }
-  if (active_isa() == isa::avx512)
+  if (path == isa::avx512)
     return avx512_path::backward_from_output(dx, dgamma, dbeta, dy, y, rstd, gamma, beta, inv_gamma.data(), rows, c);
   base_path::backward_from_output(dx, dgamma, dbeta, dy, y, rstd, gamma, beta, inv_gamma.data(), rows, c);
 }

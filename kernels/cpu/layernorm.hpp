@@ -24,6 +24,9 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
 void layernorm_backward_from_output(float* dx, float* dgamma, float* dbeta, const float* dy,
                                     const float* y, const float* rstd, const float* gamma,
                                     const float* beta, std::int64_t rows, std::int64_t c);
+void layernorm_backward_from_output(isa path, float* dx, float* dgamma, float* dbeta, const float* dy,
+                                    const float* y, const float* rstd, const float* gamma,
+                                    const float* beta, std::int64_t rows, std::int64_t c);
 
 // References: double precision loops, same contracts.
 // The two on a given path (at most the CPU's best): avx512 runs loops compiled for 16-lane

@@ -158,8 +158,10 @@ TEST_CASE("layernorm: backward equals central differences of the double forward"
   DSA_CHECK_CLOSE(db.data(), fd_dbeta.data(), c, test::f32_kernel);
 }
 
-TEST_CASE("layernorm: backward from the output equals backward from the input") {
+TEST_CASE("layernorm: backward from the output equals backward from the input, on every path") {
+  for (cpu::isa path : layernorm_paths())
   for (auto [rows, c] : awkward) {
+    CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);
     CAPTURE(c);
     const auto x = random_vector(rows * c, -2.0f, 4.0f, 14);
@@ -170,9 +172,9 @@ TEST_CASE("layernorm: backward from the output equals backward from the input") 
                            1e-12f, rows, c);
     std::vector<float> dx_in(x.size()), dg_in(c, 0.0f), db_in(c, 0.0f);
     std::vector<float> dx_out(x.size()), dg_out(c, 0.0f), db_out(c, 0.0f);
-    cpu::layernorm_backward(dx_in.data(), dg_in.data(), db_in.data(), dy.data(), x.data(),
+    cpu::layernorm_backward(path, dx_in.data(), dg_in.data(), db_in.data(), dy.data(), x.data(),
                             mean.data(), rstd.data(), gamma.data(), rows, c);
-    cpu::layernorm_backward_from_output(dx_out.data(), dg_out.data(), db_out.data(), dy.data(),
+    cpu::layernorm_backward_from_output(path, dx_out.data(), dg_out.data(), db_out.data(), dy.data(),
                                         y.data(), rstd.data(), gamma.data(), beta.data(), rows, c);
     DSA_CHECK_CLOSE(dx_out.data(), dx_in.data(), rows * c, test::layernorm_invertible);
     DSA_CHECK_CLOSE(dg_out.data(), dg_in.data(), c, test::layernorm_invertible);
