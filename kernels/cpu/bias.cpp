@@ -1,9 +1,12 @@
 // Bias add over rows and its gradient (column sums). Large problems are split
 // across OpenMP threads: bias_add by rows, bias_backward by column blocks so
-// that no two threads write the same dbias element.
+// that no two threads write the same dbias element. The loops (bias_impl.inc) are
+// compiled for the build's target and for AVX-512, chosen by active_isa(), with the
+// same bits on both (each column sums its rows in order).
 #include "kernels/cpu/bias.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/isa.hpp"
 
 #include <algorithm>
 
@@ -19,42 +22,44 @@ void check_sizes(std::int64_t rows, std::int64_t c, const char* what) {
   DSA_CHECK(rows >= 0 && c >= 0, "{}: rows = {}, c = {}", what, rows, c);
 }
 
-// dbias[j0, j1) += sum over rows of dy[:, j0, j1), summed in double.
-void column_sums(float* dbias, const float* dy, std::int64_t rows, std::int64_t c, std::int64_t j0,
-                 std::int64_t j1) {
-  double acc[column_block] = {};
-  const std::int64_t width = j1 - j0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = dy + r * c + j0;
-#pragma omp simd
-    for (std::int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
-  }
-  for (std::int64_t j = 0; j < width; ++j)
-    dbias[j0 + j] = static_cast<float>(static_cast<double>(dbias[j0 + j]) + acc[j]);
+void check_path(isa path) {
+  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "bias: the {} path on a CPU whose best is {}",
+            isa_name(path), isa_name(best_isa()));
 }
 
 } // namespace
 
-void bias_add(float* y, const float* bias, std::int64_t rows, std::int64_t c) {
+namespace bias_base {
+#include "kernels/cpu/bias_impl.inc"
+} // namespace bias_base
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+namespace bias_avx512 {
+#include "kernels/cpu/bias_impl.inc"
+} // namespace bias_avx512
+#pragma GCC pop_options
+
+void bias_add(isa path, float* y, const float* bias, std::int64_t rows, std::int64_t c) {
   check_sizes(rows, c, "bias_add");
-  const bool parallel = rows * c >= parallel_threshold;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* row = y + r * c;
-#pragma omp simd
-    for (std::int64_t j = 0; j < c; ++j) row[j] += bias[j];
-  }
+  check_path(path);
+  if (path == isa::avx512) return bias_avx512::add(y, bias, rows, c);
+  bias_base::add(y, bias, rows, c);
+}
+
+void bias_backward(isa path, float* dbias, const float* dy, std::int64_t rows, std::int64_t c) {
+  check_sizes(rows, c, "bias_backward");
+  check_path(path);
+  if (path == isa::avx512) return bias_avx512::backward(dbias, dy, rows, c);
+  bias_base::backward(dbias, dy, rows, c);
+}
+
+void bias_add(float* y, const float* bias, std::int64_t rows, std::int64_t c) {
+  bias_add(active_isa(), y, bias, rows, c);
 }
 
 void bias_backward(float* dbias, const float* dy, std::int64_t rows, std::int64_t c) {
-  check_sizes(rows, c, "bias_backward");
-  const std::int64_t blocks = (c + column_block - 1) / column_block;
-  const bool parallel = rows * c >= parallel_threshold && blocks > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t block = 0; block < blocks; ++block) {
-    const std::int64_t j0 = block * column_block;
-    column_sums(dbias, dy, rows, c, j0, std::min(c, j0 + column_block));
-  }
+  bias_backward(active_isa(), dbias, dy, rows, c);
 }
 
 void bias_backward_ref(float* dbias, const float* dy, std::int64_t rows, std::int64_t c) {

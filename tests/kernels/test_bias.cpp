@@ -62,3 +62,27 @@ TEST_CASE("bias: bias_backward_ref on a hand-computed example") {
   const float expected[] = {15, 27, 39};
   DSA_CHECK_CLOSE(dbias, expected, 3, dsa::test::f32_kernel);
 }
+
+TEST_CASE("bias: every vector path this CPU has gives the same bits") {
+  std::vector<dsa::cpu::isa> paths{dsa::cpu::isa::scalar};
+  if (dsa::cpu::best_isa() != dsa::cpu::isa::scalar) paths.push_back(dsa::cpu::isa::avx2);
+  if (dsa::cpu::best_isa() == dsa::cpu::isa::avx512) paths.push_back(dsa::cpu::isa::avx512);
+  std::mt19937 rng(4);
+  for (const auto& s : sizes) {
+    INFO("rows " << s.rows << " c " << s.c);
+    const auto y0 = random_vector(s.rows * s.c, rng);
+    const auto bias = random_vector(s.c, rng);
+    const auto dbias0 = random_vector(s.c, rng);
+    std::vector<float> want_y = y0, want_dbias = dbias0;
+    dsa::cpu::bias_add(paths.front(), want_y.data(), bias.data(), s.rows, s.c);
+    dsa::cpu::bias_backward(paths.front(), want_dbias.data(), y0.data(), s.rows, s.c);
+    for (dsa::cpu::isa path : paths) {
+      CAPTURE(dsa::cpu::isa_name(path));
+      std::vector<float> y = y0, dbias = dbias0;
+      dsa::cpu::bias_add(path, y.data(), bias.data(), s.rows, s.c);
+      dsa::cpu::bias_backward(path, dbias.data(), y0.data(), s.rows, s.c);
+      CHECK(y == want_y);
+      CHECK(dbias == want_dbias);
+    }
+  }
+}
