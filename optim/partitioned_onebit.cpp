@@ -63,15 +63,30 @@ status partitioned_optimizer::init_onebit() {
   return {};
 }
 
-// The first compressed step since the warm-up or a resume: every rank's momentum partition,
-// gathered in layout order and put in group order.
-status partitioned_optimizer::gather_momentum(const onebit_partition_step& in, const float* mine) {
-  if (whole_m_valid_) return {};
+void partitioned_optimizer::to_group_order(const float* layout_order, float* whole) const {
   const auto& tensors = layout_.tensors();
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    copy_floats(whole + group_offset_[t], layout_order + tensors[t].offset, tensors[t].numel);
+}
+
+status partitioned_optimizer::gather_group_order(const onebit_partition_step& in, const float* mine,
+                                                 float* whole) const {
   std::vector<float> gathered(static_cast<std::size_t>(layout_.padded_numel()));
   DSA_TRY(in.gather(gathered.data(), mine));
-  for (std::size_t t = 0; t < tensors.size(); ++t)
-    copy_floats(whole_m_.data() + group_offset_[t], gathered.data() + tensors[t].offset, tensors[t].numel);
+  to_group_order(gathered.data(), whole);
+  return {};
+}
+
+void partitioned_optimizer::mask_zero(float* whole) const {
+  for (const auto& r : masked_)
+    for (std::int64_t i = r.lo; i < r.hi; ++i) whole[i] *= 0.0f;
+}
+
+// The first compressed step since the warm-up or a resume: every rank's momentum partition,
+// gathered and put in group order.
+status partitioned_optimizer::gather_momentum(const onebit_partition_step& in, const float* mine) {
+  if (whole_m_valid_) return {};
+  DSA_TRY(gather_group_order(in, mine, whole_m_.data()));
   whole_m_valid_ = true;
   return {};
 }
@@ -136,8 +151,7 @@ status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
       onebit_math::local_momentum(whole_m_.data() + group_offset_[t], grad + tensors[t].offset, tensors[t].numel,
                                   p.beta1);
     for (const auto& g : groups_) DSA_TRY(in.exchange(g.name, whole_m_.data() + g.offset, g.numel, false));
-    for (const auto& r : masked_)
-      for (std::int64_t i = r.lo; i < r.hi; ++i) whole_m_[static_cast<std::size_t>(i)] *= 0.0f; // as the mask's 0
+    mask_zero(whole_m_.data());
     for (const auto& piece : pieces_)
       copy_floats(m + (piece.flat_offset - lo), whole_m_.data() + group_offset_[piece.tensor] + piece.tensor_offset,
                   piece.count);

@@ -96,8 +96,7 @@ status partitioned_optimizer::step_onebit_lamb(const onebit_partition_step& in) 
   for (const auto& g : groups_) DSA_TRY(in.exchange(g.name, whole_m_.data() + g.offset, g.numel, false));
   for (std::size_t t = 0; t < tensors.size(); ++t)
     unscale(whole_m_.data() + group_offset_[t], tensors[t].numel, lamb_scaling_[t]);
-  for (const auto& r : masked_)
-    for (std::int64_t i = r.lo; i < r.hi; ++i) whole_m_[static_cast<std::size_t>(i)] *= 0.0f; // as the mask's 0
+  mask_zero(whole_m_.data());
   std::vector<float> largest(tensors.size(), 0.0f);
   u0.resize(pieces_.size());
   for (std::size_t i = 0; i < pieces_.size(); ++i) {

@@ -301,7 +301,7 @@ private:
   // (allocated up front: phase B's peak); valid once gathered.
   zeroone_schedule zo_sched_;
   std::vector<float> zo_v_, zo_u_, zo_p_;
-  void mask_zero(float* whole) const;
+
   float zo_lrs_ = 0;
   bool zo_whole_valid_ = false, zo_errors_reset_ = false;
   zeroone_adam_params zeroone_params() const;
@@ -309,6 +309,13 @@ private:
   status zeroone_gather_whole(const onebit_partition_step& in, const float* master, const float* m, const float* v);
   status step_onebit_lamb(const onebit_partition_step& in);
   status gather_momentum(const onebit_partition_step& in, const float* mine);
+  // Layout order (padded_numel) to group order (each tensor at group_offset_).
+  void to_group_order(const float* layout_order, float* whole) const;
+  // Every rank's `mine` (partition_numel), gathered, into `whole` in group order.
+  status gather_group_order(const onebit_partition_step& in, const float* mine, float* whole) const;
+  // Masked elements (exp_avg_mask) multiplied by 0, as the stage-0 optimizers' mask does
+  // (a negative value gives -0 there too).
+  void mask_zero(float* whole) const;
   // A 1-bit step's start: the inputs checked, the gradients scaled, the step counted.
   struct onebit_views {
     float *master, *m, *v, *grad;

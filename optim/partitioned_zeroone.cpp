@@ -28,14 +28,8 @@ zeroone_adam_params partitioned_optimizer::zeroone_params() const {
 // point (the anchor) and its momentum the last agreed one.
 status partitioned_optimizer::zeroone_gather_whole(const onebit_partition_step& in, const float* master,
                                                    const float* m, const float* v) {
-  const auto& tensors = layout_.tensors();
-  std::vector<float> gathered(static_cast<std::size_t>(layout_.padded_numel()));
-  for (const auto& [mine, whole] : {std::pair{master, &zo_p_}, std::pair{m, &whole_m_}, std::pair{v, &zo_v_}}) {
-    DSA_TRY(in.gather(gathered.data(), mine));
-    for (std::size_t t = 0; t < tensors.size(); ++t)
-      std::memcpy(whole->data() + group_offset_[t], gathered.data() + tensors[t].offset,
-                  static_cast<std::size_t>(tensors[t].numel) * sizeof(float));
-  }
+  for (const auto& [mine, whole] : {std::pair{master, &zo_p_}, std::pair{m, &whole_m_}, std::pair{v, &zo_v_}})
+    DSA_TRY(gather_group_order(in, mine, whole->data()));
   std::fill(zo_u_.begin(), zo_u_.end(), 0.0f);
   zo_lrs_ = 0;
   zo_whole_valid_ = true;
@@ -50,13 +44,6 @@ status partitioned_optimizer::write_local_working(const tensor& whole_working) c
     cpu::cast(to, whole_working.type(), zo_p_.data() + group_offset_[t], dtype::f32, ft.numel);
   }
   return {};
-}
-
-// Masked elements (exp_avg_mask) multiplied by 0, as the stage-0 optimizer's mask does
-// (so a negative value gives -0 there too).
-void partitioned_optimizer::mask_zero(float* whole) const {
-  for (const auto& r : masked_)
-    for (std::int64_t i = r.lo; i < r.hi; ++i) whole[i] *= 0.0f;
 }
 
 status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
@@ -80,9 +67,7 @@ status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
     } else {
       // Every rank's whole gradient, exchanged by group as the stage-0 shard does.
       std::vector<float> g(whole_m_.size());
-      for (std::size_t t = 0; t < tensors.size(); ++t)
-        std::memcpy(g.data() + group_offset_[t], grad + tensors[t].offset,
-                    static_cast<std::size_t>(tensors[t].numel) * sizeof(float));
+      to_group_order(grad, g.data());
       for (const auto& grp : groups_) DSA_TRY(in.exchange(grp.name, g.data() + grp.offset, grp.numel, false));
       mask_zero(g.data());
       for (const auto& piece : pieces_)
@@ -124,11 +109,7 @@ status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
       std::memcpy(m + off, whole_m_.data() + go, at(piece.count) * sizeof(float)); // the agreed momentum
     }
     // Every rank's moved anchor: the whole parameters again the same everywhere.
-    std::vector<float> gathered(static_cast<std::size_t>(layout_.padded_numel()));
-    DSA_TRY(in.gather(gathered.data(), master));
-    for (std::size_t t = 0; t < tensors.size(); ++t)
-      std::memcpy(zo_p_.data() + group_offset_[t], gathered.data() + tensors[t].offset,
-                  static_cast<std::size_t>(tensors[t].numel) * sizeof(float));
+    DSA_TRY(gather_group_order(in, master, zo_p_.data()));
     std::fill(zo_u_.begin(), zo_u_.end(), 0.0f);
     zo_lrs_ = 0;
   }

@@ -139,11 +139,6 @@ DSA_AVX512_TARGET void gelu_backward_avx512(float* dx, const float* dy, const fl
 
 DSA_AVX512_CODE_END
 
-void check_path(isa path, const char* who) {
-  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "{}: the {} path on a CPU whose best is {}", who,
-            isa_name(path), isa_name(best_isa()));
-}
-
 } // namespace
 
 void gelu_forward(isa path, float* y, const float* x, std::int64_t n) {

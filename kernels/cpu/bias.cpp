@@ -22,34 +22,28 @@ void check_sizes(std::int64_t rows, std::int64_t c, const char* what) {
   DSA_CHECK(rows >= 0 && c >= 0, "{}: rows = {}, c = {}", what, rows, c);
 }
 
-void check_path(isa path) {
-  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "bias: the {} path on a CPU whose best is {}",
-            isa_name(path), isa_name(best_isa()));
-}
-
 } // namespace
 
 namespace bias_base {
 #include "kernels/cpu/bias_impl.inc"
 } // namespace bias_base
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+DSA_AVX512_REGION_BEGIN
 namespace bias_avx512 {
 #include "kernels/cpu/bias_impl.inc"
 } // namespace bias_avx512
-#pragma GCC pop_options
+DSA_AVX512_REGION_END
 
 void bias_add(isa path, float* y, const float* bias, std::int64_t rows, std::int64_t c) {
   check_sizes(rows, c, "bias_add");
-  check_path(path);
+  check_path(path, "bias");
   if (path == isa::avx512) return bias_avx512::add(y, bias, rows, c);
   bias_base::add(y, bias, rows, c);
 }
 
 void bias_backward(isa path, float* dbias, const float* dy, std::int64_t rows, std::int64_t c) {
   check_sizes(rows, c, "bias_backward");
-  check_path(path);
+  check_path(path, "bias");
   if (path == isa::avx512) return bias_avx512::backward(dbias, dy, rows, c);
   bias_base::backward(dbias, dy, rows, c);
 }

@@ -1,6 +1,8 @@
 // Run-time ISA choice; see isa.hpp.
 #include "kernels/cpu/isa.hpp"
 
+#include "core/error.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -44,6 +46,11 @@ isa best_isa() {
 isa active_isa() {
   static const isa chosen = from_env(best_isa(), nullptr);
   return chosen;
+}
+
+void check_path(isa path, const char* who) {
+  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "{}: the {} path on a CPU whose best is {}", who,
+            isa_name(path), isa_name(best_isa()));
 }
 
 const char* isa_name(isa i) {

@@ -13,6 +13,12 @@
 // merge operand of unmasked intrinsics, which -Wmaybe-uninitialized reports once inlined.
 #define DSA_AVX512_CODE_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #define DSA_AVX512_CODE_END _Pragma("GCC diagnostic pop")
+// Around a region whose every function is compiled for AVX-512 with 512-bit vectors
+// preferred (a kernel's loops included a second time, in their own namespace). Only code
+// defined inside it gets the target; keep headers included before it.
+#define DSA_AVX512_REGION_BEGIN \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512\")")
+#define DSA_AVX512_REGION_END _Pragma("GCC pop_options")
 
 namespace dsa::cpu {
 
@@ -23,6 +29,8 @@ isa best_isa();
 // The one the kernels use: best_isa(), or lower when DSA_CPU_ISA asks.
 isa active_isa();
 const char* isa_name(isa i);
+// A broken invariant (naming `who`) when `path` is more than the CPU has.
+void check_path(isa path, const char* who);
 // One line for `dsactor report` and the run log: the active ISA and why.
 std::string isa_report();
 

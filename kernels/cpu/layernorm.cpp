@@ -27,28 +27,22 @@ void check_sizes(std::int64_t rows, std::int64_t c) {
   DSA_CHECK(rows >= 0 && c > 0, "layernorm: bad sizes rows={} c={}", rows, c);
 }
 
-void check_path(isa path) {
-  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "layernorm: the {} path on a CPU whose best is {}",
-            isa_name(path), isa_name(best_isa()));
-}
-
 } // namespace
 
 namespace base_path {
 #include "kernels/cpu/layernorm_impl.inc"
 } // namespace base_path
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+DSA_AVX512_REGION_BEGIN
 namespace avx512_path {
 #include "kernels/cpu/layernorm_impl.inc"
 } // namespace avx512_path
-#pragma GCC pop_options
+DSA_AVX512_REGION_END
 
 void layernorm_forward(isa path, float* y, float* mean, float* rstd, const float* x, const float* gamma,
                        const float* beta, float eps, std::int64_t rows, std::int64_t c) {
   check_sizes(rows, c);
-  check_path(path);
+  check_path(path, "layernorm");
   if (path == isa::avx512) return avx512_path::forward(y, mean, rstd, x, gamma, beta, eps, rows, c);
   base_path::forward(y, mean, rstd, x, gamma, beta, eps, rows, c);
 }
@@ -57,7 +51,7 @@ void layernorm_backward(isa path, float* dx, float* dgamma, float* dbeta, const 
                         const float* mean, const float* rstd, const float* gamma, std::int64_t rows,
                         std::int64_t c) {
   check_sizes(rows, c);
-  check_path(path);
+  check_path(path, "layernorm");
   if (path == isa::avx512) return avx512_path::backward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c);
   base_path::backward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c);
 }
@@ -83,7 +77,7 @@ void layernorm_backward_from_output(isa path, float* dx, float* dgamma, float* d
                                     const float* y, const float* rstd, const float* gamma,
                                     const float* beta, std::int64_t rows, std::int64_t c) {
   check_sizes(rows, c);
-  check_path(path);
+  check_path(path, "layernorm");
   std::vector<float> inv_gamma(static_cast<std::size_t>(c));
   for (std::int64_t j = 0; j < c; ++j) {
     DSA_CHECK(gamma[j] != 0.0f, "layernorm_backward_from_output: gamma[{}] is zero", j);

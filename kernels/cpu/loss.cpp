@@ -40,18 +40,16 @@ namespace loss_base {
 #include "kernels/cpu/loss_rows.inc"
 } // namespace loss_base
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+DSA_AVX512_REGION_BEGIN
 namespace loss_avx512 {
 #include "kernels/cpu/loss_rows.inc"
 } // namespace loss_avx512
-#pragma GCC pop_options
+DSA_AVX512_REGION_END
 
 namespace {
 
 row_loops loops_for(isa path) {
-  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()),
-            "cross_entropy: the {} path on a CPU whose best is {}", isa_name(path), isa_name(best_isa()));
+  check_path(path, "cross_entropy");
   if (path == isa::avx512) return {loss_avx512::row_max, loss_avx512::row_sum_exp, loss_avx512::row_scaled_exp};
   return {loss_base::row_max, loss_base::row_sum_exp, loss_base::row_scaled_exp};
 }

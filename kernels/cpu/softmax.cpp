@@ -22,29 +22,23 @@ void check_sizes(std::int64_t rows, std::int64_t tk) {
   DSA_CHECK(rows >= 0 && tk > 0, "softmax: bad sizes rows={} tk={}", rows, tk);
 }
 
-void check_path(isa path) {
-  DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "softmax: the {} path on a CPU whose best is {}",
-            isa_name(path), isa_name(best_isa()));
-}
-
 } // namespace
 
 namespace softmax_base {
 #include "kernels/cpu/softmax_impl.inc"
 } // namespace softmax_base
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+DSA_AVX512_REGION_BEGIN
 namespace softmax_avx512 {
 #include "kernels/cpu/softmax_impl.inc"
 } // namespace softmax_avx512
-#pragma GCC pop_options
+DSA_AVX512_REGION_END
 
 void softmax_forward(isa path, float* probs, const float* scores, const float* key_mask, float scale,
                      std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk) {
   const std::int64_t rows = batch * heads * tq, per_batch = heads * tq;
   check_sizes(rows, tk);
-  check_path(path);
+  check_path(path, "softmax");
   if (path == isa::avx512) return softmax_avx512::forward(probs, scores, key_mask, scale, rows, per_batch, tk);
   softmax_base::forward(probs, scores, key_mask, scale, rows, per_batch, tk);
 }
@@ -52,7 +46,7 @@ void softmax_forward(isa path, float* probs, const float* scores, const float* k
 void softmax_backward(isa path, float* dscores, const float* dprobs, const float* probs, float scale,
                       std::int64_t rows, std::int64_t tk) {
   check_sizes(rows, tk);
-  check_path(path);
+  check_path(path, "softmax");
   if (path == isa::avx512) return softmax_avx512::backward(dscores, dprobs, probs, scale, rows, tk);
   softmax_base::backward(dscores, dprobs, probs, scale, rows, tk);
 }

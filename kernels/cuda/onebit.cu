@@ -68,6 +68,15 @@ __global__ void unpack_kernel(const std::uint8_t* bits, const float* scale_ptr, 
 
 bool bad_size(std::int64_t n) { return n < 0 || n % 8 != 0; }
 
+template <bool Accumulate>
+cudaError_t unpack(const std::uint8_t* bits, const float* scale, float* out, std::int64_t n, cudaStream_t stream) {
+  if (bad_size(n) || !bits || !scale || !out)
+    return cudaErrorInvalidValue;
+  if (n > 0)
+    unpack_kernel<Accumulate><<<detail::grid_for(n / 8), detail::block_threads, 0, stream>>>(bits, scale, out, n / 8);
+  return cudaGetLastError();
+}
+
 } // namespace
 
 std::size_t onebit_scratch_bytes() { return sum_blocks * sizeof(double); }
@@ -86,20 +95,12 @@ cudaError_t onebit_compress(const float* x, float* error, std::uint8_t* bits, fl
 
 cudaError_t onebit_accumulate(const std::uint8_t* bits, const float* scale, float* acc, std::int64_t n,
                               cudaStream_t stream) {
-  if (bad_size(n) || !bits || !scale || !acc)
-    return cudaErrorInvalidValue;
-  if (n > 0)
-    unpack_kernel<true><<<detail::grid_for(n / 8), detail::block_threads, 0, stream>>>(bits, scale, acc, n / 8);
-  return cudaGetLastError();
+  return unpack<true>(bits, scale, acc, n, stream);
 }
 
 cudaError_t onebit_expand(const std::uint8_t* bits, const float* scale, float* out, std::int64_t n,
                           cudaStream_t stream) {
-  if (bad_size(n) || !bits || !scale || !out)
-    return cudaErrorInvalidValue;
-  if (n > 0)
-    unpack_kernel<false><<<detail::grid_for(n / 8), detail::block_threads, 0, stream>>>(bits, scale, out, n / 8);
-  return cudaGetLastError();
+  return unpack<false>(bits, scale, out, n, stream);
 }
 
 } // namespace dsa::cuda

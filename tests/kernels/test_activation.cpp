@@ -4,6 +4,7 @@
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -147,11 +148,8 @@ TEST_CASE("activation: gelu forward and backward match the double references") {
 }
 
 TEST_CASE("activation: gelu on every vector path this CPU has: the double references, and AVX-512 = AVX2 bit for bit") {
-  const dsa::cpu::isa best = dsa::cpu::best_isa();
-  std::vector<dsa::cpu::isa> paths{dsa::cpu::isa::scalar};
-  if (best != dsa::cpu::isa::scalar) paths.push_back(dsa::cpu::isa::avx2);
-  if (best == dsa::cpu::isa::avx512) paths.push_back(dsa::cpu::isa::avx512);
-  MESSAGE("gelu paths checked up to " << dsa::cpu::isa_name(best));
+  const auto paths = dsa::test::isa_paths();
+  MESSAGE("gelu paths checked up to " << dsa::cpu::isa_name(paths.back()));
   std::mt19937 rng(3);
   for (std::int64_t n : lengths) {
     INFO("n " << n);

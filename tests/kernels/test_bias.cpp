@@ -2,6 +2,7 @@
 // double reference, at awkward and at threaded sizes.
 #include "kernels/cpu/bias.hpp"
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 
 #include <doctest/doctest.h>
 
@@ -64,9 +65,7 @@ TEST_CASE("bias: bias_backward_ref on a hand-computed example") {
 }
 
 TEST_CASE("bias: every vector path this CPU has gives the same bits") {
-  std::vector<dsa::cpu::isa> paths{dsa::cpu::isa::scalar};
-  if (dsa::cpu::best_isa() != dsa::cpu::isa::scalar) paths.push_back(dsa::cpu::isa::avx2);
-  if (dsa::cpu::best_isa() == dsa::cpu::isa::avx512) paths.push_back(dsa::cpu::isa::avx512);
+  const auto paths = dsa::test::isa_paths();
   std::mt19937 rng(4);
   for (const auto& s : sizes) {
     INFO("rows " << s.rows << " c " << s.c);

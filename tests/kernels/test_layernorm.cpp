@@ -3,6 +3,7 @@
 #include "kernels/cpu/layernorm.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 #include "tests/support/random.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
@@ -64,18 +65,9 @@ const sizes awkward[] = {{1, 1}, {3, 1}, {1, 7}, {5, 37}, {67, 100}, {13, 769}, 
 
 } // namespace
 
-namespace {
-// The paths with their own loops on this CPU: the build's, and AVX-512 where it has it.
-std::vector<cpu::isa> layernorm_paths() {
-  std::vector<cpu::isa> paths{cpu::best_isa() == cpu::isa::scalar ? cpu::isa::scalar : cpu::isa::avx2};
-  if (cpu::best_isa() == cpu::isa::avx512) paths.push_back(cpu::isa::avx512);
-  return paths;
-}
-} // namespace
-
 TEST_CASE("layernorm: forward matches the double reference at awkward sizes, on every path") {
   const float eps = 1e-12f; // BERT's
-  for (cpu::isa path : layernorm_paths())
+  for (cpu::isa path : test::isa_paths())
   for (auto [rows, c] : awkward) {
     CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);
@@ -95,7 +87,7 @@ TEST_CASE("layernorm: forward matches the double reference at awkward sizes, on 
 }
 
 TEST_CASE("layernorm: backward matches the double reference and accumulates dgamma, dbeta, on every path") {
-  for (cpu::isa path : layernorm_paths())
+  for (cpu::isa path : test::isa_paths())
   for (auto [rows, c] : awkward) {
     CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);
@@ -159,7 +151,7 @@ TEST_CASE("layernorm: backward equals central differences of the double forward"
 }
 
 TEST_CASE("layernorm: backward from the output equals backward from the input, on every path") {
-  for (cpu::isa path : layernorm_paths())
+  for (cpu::isa path : test::isa_paths())
   for (auto [rows, c] : awkward) {
     CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);

@@ -3,6 +3,7 @@
 #include "kernels/cpu/loss.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 #include "tests/support/random.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
@@ -104,9 +105,7 @@ TEST_CASE("cross_entropy: hand-computed logits [0, ln 3]") {
 }
 
 TEST_CASE("cross_entropy: forward and backward match the double reference at awkward sizes, on every path") {
-  std::vector<cpu::isa> paths{cpu::best_isa() == cpu::isa::scalar ? cpu::isa::scalar : cpu::isa::avx2};
-  if (cpu::best_isa() == cpu::isa::avx512) paths.push_back(cpu::isa::avx512);
-  for (cpu::isa path : paths)
+  for (cpu::isa path : test::isa_paths())
   for (auto [rows, classes] : awkward) {
     CAPTURE(cpu::isa_name(path));
     CAPTURE(rows);

@@ -4,6 +4,7 @@
 // never exceeds the CPU's.
 #include "core/philox.hpp"
 #include "kernels/cpu/isa.hpp"
+#include "tests/support/isa_paths.hpp"
 #include "kernels/cpu/philox_vec.hpp"
 
 #include <doctest/doctest.h>
@@ -14,11 +15,8 @@
 using namespace dsa;
 
 TEST_CASE("philox_words: each vector path equals philox4x32 block by block") {
-  const cpu::isa best = cpu::best_isa();
-  MESSAGE("this CPU's best vector path: " << cpu::isa_name(best));
-  std::vector<cpu::isa> paths{cpu::isa::scalar};
-  if (best != cpu::isa::scalar) paths.push_back(cpu::isa::avx2);
-  if (best == cpu::isa::avx512) paths.push_back(cpu::isa::avx512);
+  const auto paths = test::isa_paths();
+  MESSAGE("this CPU's best vector path: " << cpu::isa_name(paths.back()));
   const philox_stream streams[] = {{42, 7, 3, 5, 2}, {0xDEADBEEFCAFEF00Dull, 123456, 0, 11, 255}};
   struct range {
     std::uint32_t first;

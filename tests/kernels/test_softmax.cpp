@@ -3,6 +3,7 @@
 #include "kernels/cpu/softmax.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 #include "tests/support/random.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
@@ -64,18 +65,11 @@ double objective(const std::vector<double>& scores, const std::vector<double>& d
   return total;
 }
 
-// The paths with their own loops on this CPU: the build's, and AVX-512 where it has it.
-std::vector<cpu::isa> softmax_paths() {
-  std::vector<cpu::isa> paths{cpu::best_isa() == cpu::isa::scalar ? cpu::isa::scalar : cpu::isa::avx2};
-  if (cpu::best_isa() == cpu::isa::avx512) paths.push_back(cpu::isa::avx512);
-  return paths;
-}
-
 } // namespace
 
 TEST_CASE("softmax: forward matches the double reference, with and without a mask, on every path") {
   const float scale = 0.125f;
-  for (cpu::isa path : softmax_paths())
+  for (cpu::isa path : test::isa_paths())
   for (const auto& s : awkward) {
     CAPTURE(cpu::isa_name(path));
     CAPTURE(s.batch);
@@ -131,7 +125,7 @@ TEST_CASE("softmax: masked keys are exactly zero, fully masked rows are zero, ot
 
 TEST_CASE("softmax: backward matches the double reference, also in place, on every path") {
   const float scale = 0.125f;
-  for (cpu::isa path : softmax_paths())
+  for (cpu::isa path : test::isa_paths())
   for (const auto& s : awkward) {
     CAPTURE(cpu::isa_name(path));
     CAPTURE(s.batch);
