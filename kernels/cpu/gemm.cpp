@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -177,14 +178,14 @@ std::int64_t gemm_operand_extent(const gemm_shape& resolved, bool which_a, std::
 }
 
 void gemm(float* c, const float* a, const float* b, const gemm_shape& shape) {
-  if (bf16_operands()) return gemm_rounded_bf16(c, a, b, shape);
+  if (bf16_operands()) return gemm(c, gemm_operand{a}, gemm_operand{b}, shape);
   gemm_blocks(c, a, b, resolve(shape).s);
 }
 
 void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& shape,
                   const gemm_batch& batch) {
   check_batch(batch);
-  if (bf16_operands()) return gemm_rounded_bf16(c, a, b, shape, batch);
+  if (bf16_operands()) return gemm_batched(c, gemm_operand{a}, gemm_operand{b}, shape, batch);
   const gemm_shape s = resolve(shape).s;
   if (!spread_entries(s, batch)) {
     for (std::int64_t i = 0; i < batch.count; ++i)
@@ -200,18 +201,42 @@ void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& sh
     gemm_blocks(c + i * batch.stride_c, a + i * batch.stride_a, b + i * batch.stride_b, s);
 }
 
-void gemm_half(float* c, const std::uint16_t* a, const std::uint16_t* b, dtype operand_type,
-               const gemm_shape& shape) {
-  DSA_CHECK(operand_type == dtype::f16 || operand_type == dtype::bf16, "gemm_half: operands are {}",
-            dtype_name(operand_type));
-  const resolved_shape r = resolve(shape);
-  // Convert the whole stored extent (row padding included) so the leading dimensions still hold.
-  std::vector<float> a32(static_cast<std::size_t>(extent(r.rows_a, r.cols_a, r.s.lda)));
-  std::vector<float> b32(static_cast<std::size_t>(extent(r.rows_b, r.cols_b, r.s.ldb)));
-  cast(a32.data(), dtype::f32, a, operand_type, static_cast<std::int64_t>(a32.size()));
-  cast(b32.data(), dtype::f32, b, operand_type, static_cast<std::int64_t>(b32.size()));
-  gemm_blocks(c, a32.data(), b32.data(), r.s);
+gemm_operand gemm_operand::advanced(std::int64_t elements) const {
+  return {static_cast<const std::byte*>(data) + elements * static_cast<std::int64_t>(dtype_size(type)), type};
 }
+
+namespace {
+
+// The operand's elements as `T` (`want`): the stored ones when already so, else its whole
+// stored extent (row padding included, so the leading dimensions still hold) converted into buf.
+template <class T>
+const T* stored_as(gemm_operand x, dtype want, std::int64_t extent, std::vector<T>& buf) {
+  DSA_CHECK(x.type == dtype::f32 || x.type == dtype::f16 || x.type == dtype::bf16,
+            "gemm: an operand of {} (f32, f16 or bf16 expected)", dtype_name(x.type));
+  if (x.type == want) return static_cast<const T*>(x.data);
+  buf.resize(static_cast<std::size_t>(extent));
+  cast(buf.data(), want, x.data, x.type, extent);
+  return buf.data();
+}
+
+} // namespace
+
+void gemm_batched(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape, const gemm_batch& batch) {
+  check_batch(batch);
+  const gemm_shape s = resolve(shape).s;
+  const std::int64_t na = gemm_operand_extent(s, true, batch.count, batch.stride_a);
+  const std::int64_t nb = gemm_operand_extent(s, false, batch.count, batch.stride_b);
+  if (bf16_operands()) {
+    // Kept by each thread (pipeline stages and attention's sequences call concurrently).
+    thread_local std::vector<std::uint16_t> a16, b16;
+    return gemm_bf16(c, stored_as(a, dtype::bf16, na, a16), stored_as(b, dtype::bf16, nb, b16), s, batch);
+  }
+  // Widened copies live for this call only, as a model's widened tensors did.
+  std::vector<float> a32, b32;
+  gemm_batched(c, stored_as(a, dtype::f32, na, a32), stored_as(b, dtype::f32, nb, b32), s, batch);
+}
+
+void gemm(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape) { gemm_batched(c, a, b, shape, {}); }
 
 void gemm_ref(float* c, const float* a, const float* b, const gemm_shape& shape,
               const gemm_batch& batch) {

@@ -1,5 +1,6 @@
 // Dense GEMM and strided batched GEMM on the CPU through OpenBLAS (fp32),
-// with fp16/bf16 operands converted to fp32 first. Row-major throughout.
+// with fp16/bf16 operands converted to fp32 first (or, with bf16 GEMM operands on, through
+// gemm_bf16). Row-major throughout.
 #pragma once
 
 #include "core/dtype.hpp"
@@ -31,10 +32,24 @@ struct gemm_batch {
 // c: (m, n) = / += per beta; a, b per shape. No aliasing between c and a/b.
 void gemm(float* c, const float* a, const float* b, const gemm_shape& shape);
 void gemm_batched(float* c, const float* a, const float* b, const gemm_shape& shape, const gemm_batch& batch);
-// a, b hold f16 or bf16 (given by operand_type); converted to f32, accumulated in f32.
-void gemm_half(float* c, const std::uint16_t* a, const std::uint16_t* b, dtype operand_type,
-               const gemm_shape& shape);
-
+// An operand as stored: f32, f16 or bf16 elements (a GEMM computes with their exact f32
+// values). Implicit from const float*, so f32 call sites read as before.
+struct gemm_operand {
+  const void* data = nullptr;
+  dtype type = dtype::f32;
+  gemm_operand() = default;
+  gemm_operand(const float* p) : data(p) {}
+  gemm_operand(const void* p, dtype t) : data(p), type(t) {}
+  // The operand `elements` further on.
+  gemm_operand advanced(std::int64_t elements) const;
+};
+// The contract of gemm / gemm_batched on stored operands, with the same result as widening
+// each to f32 first. With bf16 GEMM operands on (gemm_bf16.hpp) a bf16 operand is used as it
+// is and the others are rounded to bf16; otherwise the half ones are widened. So a model that
+// keeps weights and activations in bf16 passes them straight to a bf16 product, with no
+// round trip through f32.
+void gemm(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape);
+void gemm_batched(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape, const gemm_batch& batch);
 // The shape with leading dimensions resolved (0 -> packed) and checked (a broken invariant
 // when one is too small or a size negative).
 gemm_shape resolve_gemm_shape(const gemm_shape& shape);

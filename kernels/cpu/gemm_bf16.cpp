@@ -187,17 +187,4 @@ void set_bf16_operands(bool on) {
 
 bool bf16_operands() { return operands_bf16.load(std::memory_order_relaxed); }
 
-void gemm_rounded_bf16(float* c, const float* a, const float* b, const gemm_shape& shape, const gemm_batch& batch) {
-  const gemm_shape s = resolve_gemm_shape(shape);
-  // Each thread keeps its conversion buffers (pipeline stages call concurrently).
-  thread_local std::vector<std::uint16_t> a16, b16;
-  const std::int64_t na = gemm_operand_extent(s, true, batch.count, batch.stride_a);
-  const std::int64_t nb = gemm_operand_extent(s, false, batch.count, batch.stride_b);
-  a16.resize(static_cast<std::size_t>(na));
-  b16.resize(static_cast<std::size_t>(nb));
-  cast(a16.data(), dtype::bf16, a, dtype::f32, na);
-  cast(b16.data(), dtype::bf16, b, dtype::f32, nb);
-  gemm_bf16(c, a16.data(), b16.data(), s, batch);
-}
-
 } // namespace dsa::cpu

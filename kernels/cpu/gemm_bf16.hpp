@@ -8,7 +8,7 @@
 // widened operands (test_gemm_bf16), not bit for bit (oneDNN chooses its own summation order).
 //
 // bf16 operands mode: while set_bf16_operands(true) holds, cpu::gemm and cpu::gemm_batched
-// round their f32 operands to bf16 (nearest even) and run here, so a model computing in
+// round their f32 operands to bf16 (nearest even), take bf16 ones as they are, and run here, so a model computing in
 // f32 gets bf16 matrix products without code of its own. Process-wide: a training run sets
 // it for its duration (bf16.cpu_gemm), one run per process at a time.
 #pragma once
@@ -35,10 +35,6 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
 // invariant: callers check bf16_gemm_supported first.
 void set_bf16_operands(bool on);
 bool bf16_operands();
-
-// gemm_batched's contract with A and B rounded to bf16 first, then gemm_bf16.
-void gemm_rounded_bf16(float* c, const float* a, const float* b, const gemm_shape& shape,
-                       const gemm_batch& batch = {});
 
 // Holds the mode for a scope and restores the previous one.
 class bf16_operands_scope {

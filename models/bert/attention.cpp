@@ -14,7 +14,7 @@ namespace {
 // One GEMM per sequence, batched over heads: operand head h starts at column h*d of
 // a (T, H) block (row stride H) or at (T, T) block h of a score/prob tensor.
 struct head_operand {
-  const float* base;
+  cpu::gemm_operand base;
   std::int64_t ld, head_stride, seq_stride;
 };
 
@@ -43,14 +43,14 @@ void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride,
   // entries in order with the same blocks, so the f32 bits do not change.
 #pragma omp parallel for schedule(static) if (dims.batch > 1)
   for (std::int64_t seq = 0; seq < dims.batch; ++seq)
-    cpu::gemm_batched(c + seq * c_seq_stride, a.base + seq * a.seq_stride,
-                      b.base + seq * b.seq_stride, s, batch);
+    cpu::gemm_batched(c + seq * c_seq_stride, a.base.advanced(seq * a.seq_stride),
+                      b.base.advanced(seq * b.seq_stride), s, batch);
 }
 
-head_operand rows_of(const float* p, const attention_dims& d) {
+head_operand rows_of(cpu::gemm_operand p, const attention_dims& d) {
   return {p, d.hidden, d.head_size(), d.seq * d.hidden};
 }
-head_operand squares_of(const float* p, const attention_dims& d) {
+head_operand squares_of(cpu::gemm_operand p, const attention_dims& d) {
   return {p, d.seq, d.seq * d.seq, d.heads * d.seq * d.seq};
 }
 
@@ -104,14 +104,14 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
                      d = dims.head_size();
   const std::int64_t score_count = stash.probs.numel();
   std::vector<float> dcontext(static_cast<std::size_t>(N * H));
-  linear_backward(dcontext.data(), dout, widen(stash.context).data<float>(), p.attention_out, N,
+  linear_backward(dcontext.data(), dout, operand(gemm_input(stash.context)), p.attention_out, N,
                   write_mode::overwrite);
 
   // The probabilities the context used: stashed, recomputed, or the softmax output itself.
   const tensor probs = widen(stash.probs);
   tensor used = probs;
   if (dropout_p > 0.0f && stash.probs_drop.defined()) {
-    used = widen(stash.probs_drop);
+    used = gemm_input(stash.probs_drop); // read by dV's product only
   } else if (dropout_p > 0.0f) {
     used = tensor::empty(probs.shape(), dtype::f32);
     dropout_apply(used.data<float>(), probs.data<float>(), dropout_p, stream, score_count);
@@ -119,13 +119,13 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
 
   std::vector<float> dq(static_cast<std::size_t>(N * H)), dk(dq.size()), dv(dq.size());
   // dV_bh = P_bh^T dC_bh
-  per_head_gemm(dv.data(), H, d, T * H, squares_of(used.data<float>(), dims), cpu::transpose::yes,
+  per_head_gemm(dv.data(), H, d, T * H, squares_of(operand(used), dims), cpu::transpose::yes,
                 rows_of(dcontext.data(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
   used = tensor{};
   // dP_bh = dC_bh V_bh^T
   std::vector<float> dscores(static_cast<std::size_t>(score_count));
   per_head_gemm(dscores.data(), T, T * T, A * T * T, rows_of(dcontext.data(), dims),
-                cpu::transpose::no, rows_of(widen(stash.v).data<float>(), dims),
+                cpu::transpose::no, rows_of(operand(gemm_input(stash.v)), dims),
                 cpu::transpose::yes, T, T, d, 0.0f, dims);
   dropout_apply_backward(dscores.data(), dscores.data(), dropout_p, stream, score_count);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -133,14 +133,14 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
                         dims.batch * A * T, T);
   // dQ_bh = dS_bh K_bh, dK_bh = dS_bh^T Q_bh
   per_head_gemm(dq.data(), H, d, T * H, squares_of(dscores.data(), dims), cpu::transpose::no,
-                rows_of(widen(stash.k).data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f,
+                rows_of(operand(gemm_input(stash.k)), dims), cpu::transpose::no, T, d, T, 0.0f,
                 dims);
   per_head_gemm(dk.data(), H, d, T * H, squares_of(dscores.data(), dims), cpu::transpose::yes,
-                rows_of(widen(stash.q).data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f,
+                rows_of(operand(gemm_input(stash.q)), dims), cpu::transpose::no, T, d, T, 0.0f,
                 dims);
 
-  const tensor x_t = widen(stash.x);
-  const float* x = x_t.data<float>();
+  const tensor x_t = gemm_input(stash.x);
+  const cpu::gemm_operand x = operand(x_t);
   linear_backward(dx, dq.data(), x, p.query, N, dx_mode);
   linear_backward(dx, dk.data(), x, p.key, N, write_mode::accumulate);
   linear_backward(dx, dv.data(), x, p.value, N, write_mode::accumulate);

@@ -25,16 +25,16 @@ void feed_forward_backward(float* dx, const float* dout, const feed_forward_stas
                            const layer_params& p, write_mode dx_mode) {
   const std::int64_t rows = stash.x.dim(0), I = p.intermediate.out_features();
   const tensor ff1 = widen(stash.ff1);
-  tensor gelu = widen(stash.gelu);
+  tensor gelu = gemm_input(stash.gelu); // only the output projection's dW reads it
   if (!gelu.defined()) {
     gelu = tensor::empty({rows, I}, dtype::f32);
     cpu::gelu_forward(gelu.data<float>(), ff1.data<float>(), rows * I);
   }
   std::vector<float> dgelu(static_cast<std::size_t>(rows * I));
-  linear_backward(dgelu.data(), dout, gelu.data<float>(), p.output, rows, write_mode::overwrite);
+  linear_backward(dgelu.data(), dout, operand(gelu), p.output, rows, write_mode::overwrite);
   gelu = tensor{};
   cpu::gelu_backward(dgelu.data(), dgelu.data(), ff1.data<float>(), rows * I);
-  linear_backward(dx, dgelu.data(), widen(stash.x).data<float>(), p.intermediate, rows, dx_mode);
+  linear_backward(dx, dgelu.data(), operand(gemm_input(stash.x)), p.intermediate, rows, dx_mode);
 }
 
 } // namespace dsa::bert

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "models/bert/stored_precision.hpp"
 
 namespace dsa::bert {
 
@@ -15,11 +16,11 @@ void linear_forward(float* y, const float* x, const linear_params& p, std::int64
   s.n = out;
   s.k = in;
   s.trans_b = cpu::transpose::yes; // W is stored (out, in)
-  cpu::gemm(y, x, p.weight.data<float>(), s);
+  cpu::gemm(y, x, operand(p.weight), s);
   cpu::bias_add(y, p.bias.data<float>(), rows, out);
 }
 
-void linear_backward(float* dx, const float* dy, const float* x, const linear_params& p,
+void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
                      std::int64_t rows, write_mode dx_mode) {
   const std::int64_t out = p.out_features(), in = p.in_features();
   if (rows == 0)
@@ -39,7 +40,7 @@ void linear_backward(float* dx, const float* dy, const float* x, const linear_pa
   dxs.n = in;
   dxs.k = out;
   dxs.beta = dx_mode == write_mode::accumulate ? 1.0f : 0.0f;
-  cpu::gemm(dx, dy, p.weight.data<float>(), dxs);
+  cpu::gemm(dx, dy, operand(p.weight), dxs);
 }
 
 } // namespace dsa::bert

@@ -2,6 +2,7 @@
 // top of the CPU GEMM and bias kernels.
 #pragma once
 
+#include "kernels/cpu/gemm.hpp"
 #include "models/bert/bert_parameters.hpp"
 
 #include <cstdint>
@@ -11,12 +12,13 @@ namespace dsa::bert {
 // Whether a kernel overwrites its output or adds to it.
 enum class write_mode { overwrite, accumulate };
 
+// The weight may be stored in bf16 (stored_precision.hpp's gemm_input); the bias is f32.
 // y: (rows, out) = x: (rows, in) W^T + b.
 void linear_forward(float* y, const float* x, const linear_params& p, std::int64_t rows);
 
 // dW += dy^T x, db += sum_rows dy; dx: (rows, in) = or += dy W per `dx_mode`
-// (skipped when dx is null). dy: (rows, out), x: (rows, in).
-void linear_backward(float* dx, const float* dy, const float* x, const linear_params& p,
+// (skipped when dx is null). dy: (rows, out), x: (rows, in), as stored (f32 or per gemm_input).
+void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
                      std::int64_t rows, write_mode dx_mode);
 
 } // namespace dsa::bert

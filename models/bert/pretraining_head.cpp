@@ -68,7 +68,7 @@ void mlm_forward(const float* hidden, const bert_batch& batch, const pretraining
   g.n = V;
   g.k = H;
   g.trans_b = cpu::transpose::yes;
-  cpu::gemm(logits, s.normed.data<float>(), p.word.data<float>(), g);
+  cpu::gemm(logits, s.normed.data<float>(), operand(p.word), g);
   cpu::bias_add(logits, p.decoder_bias.data<float>(), M, V);
   cpu::xent_sum x = cpu::cross_entropy_forward(logits, labels.data(), ignore_label, M, V);
   losses.mlm_loss = x.loss_sum / static_cast<double>(x.count);
@@ -143,7 +143,7 @@ tensor pretraining_head_backward(const pretraining_head_stash& s,
     dn.m = M;
     dn.n = H;
     dn.k = V;
-    cpu::gemm(d.data(), dl, p.word.data<float>(), dn);
+    cpu::gemm(d.data(), dl, operand(p.word), dn);
     cpu::layernorm_backward(d.data(), p.transform_norm.dweight.data<float>(),
                             p.transform_norm.dbias.data<float>(), d.data(), s.gelu.data<float>(),
                             s.norm_mean.data<float>(), s.norm_rstd.data<float>(),

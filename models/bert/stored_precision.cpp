@@ -2,6 +2,7 @@
 #include "models/bert/stored_precision.hpp"
 
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 
 namespace dsa::bert {
 
@@ -24,8 +25,19 @@ tensor keep(const tensor& x, dtype type) {
   return out;
 }
 
+tensor gemm_input(const tensor& t) {
+  if (t.defined() && t.type() == dtype::bf16 && cpu::bf16_operands())
+    return t;
+  return widen(t);
+}
+
+cpu::gemm_operand operand(const tensor& t) {
+  DSA_CHECK(t.is_contiguous(), "GEMM operand of a non-contiguous tensor {}", t.describe());
+  return {t.raw_data(), t.type()};
+}
+
 linear_params widen(const linear_params& p) {
-  return linear_params{widen(p.weight), widen(p.bias), p.dweight, p.dbias};
+  return linear_params{gemm_input(p.weight), widen(p.bias), p.dweight, p.dbias};
 }
 
 layernorm_params widen(const layernorm_params& p) {
@@ -51,7 +63,7 @@ squad_head_params widen(const squad_head_params& p) {
 
 pretraining_head_params widen(const pretraining_head_params& p) {
   pretraining_head_params w = p;
-  w.word = widen(p.word);
+  w.word = gemm_input(p.word);
   w.pooler = widen(p.pooler);
   w.transform = widen(p.transform);
   w.transform_norm = widen(p.transform_norm);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/tensor.hpp"
+#include "kernels/cpu/gemm.hpp"
 #include "models/bert/bert_parameters.hpp"
 
 namespace dsa::bert {
@@ -18,13 +19,20 @@ tensor widen(const tensor& t);
 // to nearest even. type: f32, f16 or bf16.
 tensor keep(const tensor& x, dtype type);
 
-// The same views with weight and bias widened to f32; the gradients (always f32)
+// What a GEMM takes t as: t itself when the GEMM uses it as stored (f32, or bf16 while bf16
+// GEMM operands are on, cpu::bf16_operands), else widen(t). So a bf16 run with bf16.cpu_gemm
+// hands its bf16 weights and stashed activations to the product with no round trip.
+tensor gemm_input(const tensor& t);
+// t (f32, f16 or bf16) as a GEMM operand; t must outlive the call.
+cpu::gemm_operand operand(const tensor& t);
+
+// The same views with weight and bias widened to f32 (a linear weight per gemm_input); the gradients (always f32)
 // stay the parameters' own, so backward still accumulates into them.
 linear_params widen(const linear_params& p);
 layernorm_params widen(const layernorm_params& p);
 layer_params widen(const layer_params& p);
 squad_head_params widen(const squad_head_params& p);
-// Widens every tensor of the head, the tied word embedding (V, H) included.
+// Widens every tensor of the head; the tied word embedding (V, H) per gemm_input.
 pretraining_head_params widen(const pretraining_head_params& p);
 
 } // namespace dsa::bert

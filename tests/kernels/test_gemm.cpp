@@ -244,7 +244,7 @@ TEST_CASE("gemm: f16 and bf16 operands equal the f32 GEMM of the converted opera
             INFO(std::string(dsa::dtype_name(type)) << " " << describe(o.shape));
             std::vector<float> expected = o.c;
             dsa::cpu::gemm_ref(expected.data(), a32.data(), b32.data(), o.shape);
-            dsa::cpu::gemm_half(o.c.data(), a16.data(), b16.data(), type, o.shape);
+            dsa::cpu::gemm(o.c.data(), dsa::cpu::gemm_operand{a16.data(), type}, dsa::cpu::gemm_operand{b16.data(), type}, o.shape);
             DSA_CHECK_CLOSE(o.c.data(), expected.data(), static_cast<std::int64_t>(o.c.size()),
                             dsa::test::f32_gemm);
           }

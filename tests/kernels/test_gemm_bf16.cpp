@@ -179,3 +179,36 @@ TEST_CASE("bf16 operands mode: cpu::gemm and gemm_batched round to bf16 and run 
   CHECK(worst > 1e-4);
   CHECK(worst < 0.2);
 }
+
+TEST_CASE("bf16 operands mode: stored bf16 operands are used as they are, f32 and f16 ones rounded, batches included") {
+  if (!supported()) return;
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  gemm_shape s;
+  s.m = 40, s.n = 24, s.k = 72, s.trans_a = transpose::yes, s.lda = 44, s.beta = 1.0f;
+  const gemm_batch batch{3, 72 * 44, 0, 40 * 24};
+  std::vector<float> a(static_cast<std::size_t>(3 * 72 * 44)), b(72 * 24), c0(3 * 40 * 24);
+  for (float& x : a) x = dist(rng);
+  for (float& x : b) x = dist(rng);
+  for (float& x : c0) x = dist(rng);
+  const auto a16 = to_bf16(a), b16 = to_bf16(b);
+  std::vector<std::uint16_t> b_f16(b.size());
+  dsa::cpu::cast(b_f16.data(), dsa::dtype::f16, b.data(), dsa::dtype::f32, static_cast<std::int64_t>(b.size()));
+  std::vector<float> b_f16_wide(b.size());
+  dsa::cpu::cast(b_f16_wide.data(), dsa::dtype::f32, b_f16.data(), dsa::dtype::f16, static_cast<std::int64_t>(b.size()));
+  dsa::cpu::bf16_operands_scope on(true);
+  using dsa::cpu::gemm_operand;
+  // From f32: the rounding the mode does; from bf16: no rounding left to do.
+  std::vector<float> want = c0, stored = c0, mixed = c0, from_f16 = c0, want_f16 = c0;
+  dsa::cpu::gemm_batched(want.data(), a.data(), b.data(), s, batch);
+  dsa::cpu::gemm_batched(stored.data(), gemm_operand{a16.data(), dsa::dtype::bf16},
+                         gemm_operand{b16.data(), dsa::dtype::bf16}, s, batch);
+  dsa::cpu::gemm_batched(mixed.data(), gemm_operand{a.data()}, gemm_operand{b16.data(), dsa::dtype::bf16}, s, batch);
+  CHECK(std::memcmp(stored.data(), want.data(), want.size() * 4) == 0);
+  CHECK(std::memcmp(mixed.data(), want.data(), want.size() * 4) == 0);
+  // An f16 operand is rounded to bf16 from its exact value.
+  dsa::cpu::gemm_batched(from_f16.data(), gemm_operand{a16.data(), dsa::dtype::bf16},
+                         gemm_operand{b_f16.data(), dsa::dtype::f16}, s, batch);
+  dsa::cpu::gemm_batched(want_f16.data(), a.data(), b_f16_wide.data(), s, batch);
+  CHECK(std::memcmp(from_f16.data(), want_f16.data(), want.size() * 4) == 0);
+}

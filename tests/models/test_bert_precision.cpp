@@ -8,6 +8,7 @@
 
 #include "core/memory_stats.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "models/bert/bert_state.hpp"
 
 #include <doctest/doctest.h>
@@ -135,6 +136,35 @@ TEST_CASE("bert with f16/bf16 weights: the same loss and gradients as f32 holdin
           CHECK(g == b.grads.at(name));
         }
       }
+    }
+  }
+}
+
+// With bf16 GEMM operands on (bf16.cpu_gemm) the bf16 weights and stashed activations go to
+// the products as they are (stored_precision.hpp's gemm_input): the same bits as the f32
+// part, whose f32 weights the mode rounds, exactly, to those values.
+TEST_CASE("bert with bf16 weights and bf16 GEMM operands: the same loss and gradients as f32 weights") {
+  if (!cpu::bf16_gemm_supported()) return;
+  cpu::bf16_operands_scope on(true);
+  for (auto head : {head_kind::pretraining, head_kind::squad}) {
+    for (bool flags : {false, true}) {
+      CAPTURE(static_cast<int>(head));
+      CAPTURE(flags);
+      const bert::bert_config cfg = dropout_bert(layer_norm_placement::post, head, flags);
+      bert::bert_part half(cfg, bert::bert_range::whole(cfg), dtype::bf16);
+      test::randomize_parameters(half.parameters(), 45);
+      bert::bert_part f32(cfg, bert::bert_range::whole(cfg));
+      copy_values(f32, half);
+      const step_result a = step(half, train_ctx(dtype::bf16));
+      const step_result b = step(f32, train_ctx(dtype::bf16));
+      CHECK(a.loss == b.loss);
+      for (const auto& [name, g] : a.grads) {
+        INFO(name);
+        CHECK(g == b.grads.at(name));
+      }
+      // And the products are bf16 ones: the loss moves from the f32 products'.
+      cpu::bf16_operands_scope off(false);
+      CHECK(step(half, train_ctx(dtype::bf16)).loss != a.loss);
     }
   }
 }
