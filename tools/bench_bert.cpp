@@ -32,14 +32,14 @@ double training_flops(const bert::bert_config& c, std::int64_t b, std::int64_t t
 
 } // namespace
 
-bert_step_report bench_bert_mini_step(const bench_sizes& sizes, double) {
+bert_step_report bench_bert_mini_step(const bench_sizes& sizes, dtype working) {
   bert_step_report r;
   bool quick = sizes.tokens < 4096;
   r.batch = quick ? 4 : 32;
   r.seq = quick ? 32 : 128;
   const std::int64_t p = 20;
   bert::bert_config cfg = bert::bert_config_for(bert::model_size::mini);
-  bert::bert_part part(cfg, bert::bert_range::whole(cfg));
+  bert::bert_part part(cfg, bert::bert_range::whole(cfg), working);
   part.parameters().init(1234);
   bert::bert_batch batch;
   batch.input_ids = random_ids(r.batch, r.seq, 0, static_cast<std::int32_t>(cfg.vocab_size), 1);
@@ -51,6 +51,7 @@ bert_step_report bench_bert_mini_step(const bench_sizes& sizes, double) {
   batch.next_sentence_labels = random_ids(r.batch, 1, 0, 2, 4).reshape({r.batch});
   bert::forward_context ctx;
   ctx.seed = 1;
+  ctx.stash_type = working;
   bert::part_stash stash;
   r.seconds = best_seconds(sizes.reps, [&] {
     auto out = part.forward(tensor(), batch, ctx, stash);

@@ -1,6 +1,8 @@
 // Kernel benchmarks used by `dsactor bench kernels`.
 #pragma once
 
+#include "core/dtype.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -49,7 +51,8 @@ struct bert_step_report {
 
 gemm_report bench_gemm(const bench_sizes& sizes);
 adam_report bench_adam(const bench_sizes& sizes);
-// One BERT-mini forward+backward (batch 32, seq 128; smaller with quick sizes).
-bert_step_report bench_bert_mini_step(const bench_sizes& sizes, double peak_gflops);
+// One BERT-mini forward+backward (batch 32, seq 128; smaller with quick sizes), with working
+// weights and stashed activations in `working` (f32, or bf16 as bf16.enabled keeps them).
+bert_step_report bench_bert_mini_step(const bench_sizes& sizes, dtype working);
 
 } // namespace dsa::tools

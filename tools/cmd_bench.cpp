@@ -65,15 +65,16 @@ int bench_kernels_main(int argc, char** argv) {
              a.triad_gbps, a.triad_streaming_gbps, a.triad_in_place_gbps, a.bound_params_per_s, a.rounds);
   fmt::print("  adam            {:.3g} params/s  {:.1f}% of bound (paired median; rounds {:.1f}-{:.1f}%)\n",
              a.params_per_s, 100 * a.ratio_to_bound, 100 * a.ratio_min, 100 * a.ratio_max);
-  bert_step_report b = bench_bert_mini_step(sizes, g.peak_gflops);
+  bert_step_report b = bench_bert_mini_step(sizes, dtype::f32);
   fmt::print("BERT-mini training step (batch {}, seq {}, fwd+bwd)\n", b.batch, b.seq);
   fmt::print("  {:.3f} s/step, {:.1f} model GFLOP/s, {:.1f}% of GEMM peak\n", b.seconds, b.gflops,
              100 * b.gflops / g.peak_gflops);
   bert_step_report b16;
   if (bf16) {
     cpu::bf16_operands_scope mode(true);
-    b16 = bench_bert_mini_step(sizes, g.peak_gflops);
-    fmt::print("  with bf16 GEMM operands (bf16.cpu_gemm): {:.3f} s/step, {:.2f}x the f32 step\n", b16.seconds,
+    b16 = bench_bert_mini_step(sizes, dtype::bf16);
+    fmt::print("  bf16 (bf16 weights and stash, GEMMs on bf16 operands: bf16.enabled with bf16.cpu_gemm): {:.3f} "
+               "s/step, {:.2f}x the f32 step\n", b16.seconds,
                b.seconds / b16.seconds);
   }
   auto number = [&](double x) { return bf16 ? fmt::format("{:.4g}", x) : std::string("null"); };

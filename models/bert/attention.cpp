@@ -64,37 +64,40 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
   tensor q = tensor::empty({N, H}, dtype::f32);
   tensor k = tensor::empty({N, H}, dtype::f32);
   tensor v = tensor::empty({N, H}, dtype::f32);
-  linear_forward(q.data<float>(), x.data<float>(), p.query, N);
-  linear_forward(k.data<float>(), x.data<float>(), p.key, N);
-  linear_forward(v.data<float>(), x.data<float>(), p.value, N);
+  // The caller has stashed x (stash.x); with bf16 GEMM operands each product reads the
+  // stash copies, so every activation is rounded to bf16 once.
+  const cpu::gemm_operand x_in = gemm_source(x, stash.x);
+  linear_forward(q.data<float>(), x_in, p.query, N);
+  linear_forward(k.data<float>(), x_in, p.key, N);
+  linear_forward(v.data<float>(), x_in, p.value, N);
+  stash.q = keep(q, stash_type);
+  stash.k = keep(k, stash_type);
+  stash.v = keep(v, stash_type);
 
   // scores(b, h) = Q_bh K_bh^T; the 1/sqrt(d) scale is applied inside the softmax.
   tensor probs_t = tensor::empty({dims.batch, A, T, T}, dtype::f32);
   float* probs = probs_t.data<float>();
-  per_head_gemm(probs, T, T * T, A * T * T, rows_of(q.data<float>(), dims), cpu::transpose::no,
-                rows_of(k.data<float>(), dims), cpu::transpose::yes, T, T, d, 0.0f, dims);
+  per_head_gemm(probs, T, T * T, A * T * T, rows_of(gemm_source(q, stash.q), dims), cpu::transpose::no,
+                rows_of(gemm_source(k, stash.k), dims), cpu::transpose::yes, T, T, d, 0.0f, dims);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   cpu::softmax_forward(probs, probs, key_mask, scale, dims.batch, A, T, T);
 
-  const float* used = probs;
+  cpu::gemm_operand used = probs;
   tensor dropped;
   if (dropout_p > 0.0f) {
     dropped = tensor::empty(probs_t.shape(), dtype::f32);
     dropout_apply(dropped.data<float>(), probs, dropout_p, stream, probs_t.numel());
-    used = dropped.data<float>();
     if (!flags.attn_dropout_checkpoint)
       stash.probs_drop = keep(dropped, stash_type);
+    used = gemm_source(dropped, stash.probs_drop);
   }
   // context(b, h) = P_bh V_bh, written straight into (B*T, H) rows.
   tensor context = tensor::empty({N, H}, dtype::f32);
   per_head_gemm(context.data<float>(), H, d, T * H, squares_of(used, dims), cpu::transpose::no,
-                rows_of(v.data<float>(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
-  linear_forward(out, context.data<float>(), p.attention_out, N);
-  stash.q = keep(q, stash_type);
-  stash.k = keep(k, stash_type);
-  stash.v = keep(v, stash_type);
-  stash.probs = keep(probs_t, stash_type);
+                rows_of(gemm_source(v, stash.v), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
   stash.context = keep(context, stash_type);
+  linear_forward(out, gemm_source(context, stash.context), p.attention_out, N);
+  stash.probs = keep(probs_t, stash_type);
 }
 
 void attention_backward(float* dx, const float* dout, const attention_stash& stash,

@@ -12,13 +12,13 @@ void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x
                           const layer_params& p, const memory_flags& flags, dtype stash_type) {
   const std::int64_t rows = x.dim(0), I = p.intermediate.out_features();
   tensor ff1 = tensor::empty({rows, I}, dtype::f32);
-  linear_forward(ff1.data<float>(), x.data<float>(), p.intermediate, rows);
+  linear_forward(ff1.data<float>(), gemm_source(x, stash.x), p.intermediate, rows);
   tensor gelu = tensor::empty({rows, I}, dtype::f32);
   cpu::gelu_forward(gelu.data<float>(), ff1.data<float>(), rows * I);
-  linear_forward(out, gelu.data<float>(), p.output, rows);
-  stash.ff1 = keep(ff1, stash_type);
   if (!flags.gelu_checkpoint)
     stash.gelu = keep(gelu, stash_type);
+  linear_forward(out, gemm_source(gelu, stash.gelu), p.output, rows);
+  stash.ff1 = keep(ff1, stash_type);
 }
 
 void feed_forward_backward(float* dx, const float* dout, const feed_forward_stash& stash,

@@ -7,7 +7,7 @@
 
 namespace dsa::bert {
 
-void linear_forward(float* y, const float* x, const linear_params& p, std::int64_t rows) {
+void linear_forward(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows) {
   const std::int64_t out = p.out_features(), in = p.in_features();
   if (rows == 0)
     return;

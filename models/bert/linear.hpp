@@ -13,8 +13,8 @@ namespace dsa::bert {
 enum class write_mode { overwrite, accumulate };
 
 // The weight may be stored in bf16 (stored_precision.hpp's gemm_input); the bias is f32.
-// y: (rows, out) = x: (rows, in) W^T + b.
-void linear_forward(float* y, const float* x, const linear_params& p, std::int64_t rows);
+// y: (rows, out) = x: (rows, in), f32 or per gemm_input, W^T + b.
+void linear_forward(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows);
 
 // dW += dy^T x, db += sum_rows dy; dx: (rows, in) = or += dy W per `dx_mode`
 // (skipped when dx is null). dy: (rows, out), x: (rows, in), as stored (f32 or per gemm_input).

@@ -36,6 +36,14 @@ cpu::gemm_operand operand(const tensor& t) {
   return {t.raw_data(), t.type()};
 }
 
+cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept) {
+  if (kept.defined() && kept.type() == dtype::bf16 && cpu::bf16_operands()) {
+    DSA_CHECK(kept.numel() == x.numel(), "gemm_source: stash copy {} of {}", kept.describe(), x.describe());
+    return operand(kept);
+  }
+  return operand(x);
+}
+
 linear_params widen(const linear_params& p) {
   return linear_params{gemm_input(p.weight), widen(p.bias), p.dweight, p.dbias};
 }

@@ -25,6 +25,10 @@ tensor keep(const tensor& x, dtype type);
 tensor gemm_input(const tensor& t);
 // t (f32, f16 or bf16) as a GEMM operand; t must outlive the call.
 cpu::gemm_operand operand(const tensor& t);
+// The operand a forward GEMM reads for the f32 activation x whose stash copy is `kept`
+// (keep(x, stash type), or undefined): kept when the GEMM takes it as it is (bf16 with bf16
+// GEMM operands on; x rounded once for both), else x. The same bits either way.
+cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept);
 
 // The same views with weight and bias widened to f32 (a linear weight per gemm_input); the gradients (always f32)
 // stay the parameters' own, so backward still accumulates into them.
