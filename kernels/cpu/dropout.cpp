@@ -1,17 +1,23 @@
 // Dropout on CPU: Philox blocks of four elements, OpenMP over blocks. The mask depends
-// only on (stream, element), never on threads or chunking.
+// only on (stream, element), never on threads, chunking or the vector path. The loops
+// (dropout_impl.inc) are compiled for the build's target and for AVX-512, chosen by
+// active_isa(), with the same bits on both.
 #include "kernels/cpu/dropout.hpp"
 
 #include "core/error.hpp"
-#include "kernels/common/dropout_math.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/philox_vec.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace dsa::cpu {
 namespace {
 
+// Philox blocks per philox_words call, and the elements they cover.
+constexpr std::int64_t group = 64;
+constexpr std::int64_t max_group_elements = 4 * group;
 // Below this many Philox blocks a parallel region costs more than it saves.
 constexpr std::int64_t parallel_threshold_blocks = 1 << 12;
 
@@ -21,60 +27,117 @@ void check_args(float p, std::int64_t n) {
             "dropout: n={} exceeds the 2^32 Philox blocks of one stream", n);
 }
 
-// Calls fn(i, keep) for every element i in [0, n), keep = uniform(i) >= p. The Philox words
-// come a group of blocks at a time from philox_words (AVX-512 / AVX2 / scalar, the same
-// words on every path), so the decisions are common::dropout_keep's.
+// Runs fn(words, base, count) over [0, n) a group of Philox blocks at a time: `count`
+// elements from `base`, whose words philox_words made (on `path`; the same words on every
+// path), so the decisions are common::dropout_keep's.
 template <class Fn>
-void for_each_keep(float p, const philox_stream& stream, std::int64_t n, Fn fn) {
-  constexpr std::int64_t group = 64; // blocks per philox_words call
+void for_each_group(isa path, const philox_stream& stream, std::int64_t n, Fn fn) {
   const std::int64_t blocks = (n + 3) / 4, groups = (blocks + group - 1) / group;
 #pragma omp parallel for schedule(static) if (blocks >= parallel_threshold_blocks)
   for (std::int64_t g = 0; g < groups; ++g) {
     std::uint32_t words[4 * group];
     const std::int64_t first = g * group, count = std::min(group, blocks - first);
-    philox_words(stream, static_cast<std::uint32_t>(first), count, words);
-    const std::int64_t base = 4 * first, elements = std::min<std::int64_t>(4 * count, n - base);
-    for (std::int64_t k = 0; k < elements; ++k) fn(base + k, philox_uniform(words[k]) >= p);
+    philox_words(path, stream, static_cast<std::uint32_t>(first), count, words);
+    const std::int64_t base = 4 * first;
+    fn(words, base, std::min<std::int64_t>(4 * count, n - base));
   }
 }
 
 } // namespace
 
-void dropout_forward(float* y, std::uint8_t* mask, const float* x, float p,
-                     const philox_stream& stream, std::int64_t n) {
-  check_args(p, n);
+namespace dropout_base {
+#include "kernels/cpu/dropout_impl.inc"
+} // namespace dropout_base
+
+DSA_AVX512_REGION_BEGIN
+namespace dropout_avx512 {
+#include "kernels/cpu/dropout_impl.inc"
+} // namespace dropout_avx512
+DSA_AVX512_REGION_END
+
+namespace {
+
+void apply(isa path, float* y, std::uint8_t* mask, const float* x, const float* residual, float p,
+           const philox_stream& stream, std::int64_t n) {
+  check_path(path, "dropout");
   if (p == 0.0f) { // every uniform is >= 0: all kept, scale 1; skip the RNG
+    if (residual) {
 #pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i)
-      y[i] = x[i];
-    if (mask)
-      std::fill(mask, mask + n, std::uint8_t{1});
+      for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] + residual[i];
+    } else if (y != x) {
+      std::memmove(y, x, static_cast<std::size_t>(n) * sizeof(float));
+    }
+    if (mask) std::fill(mask, mask + n, std::uint8_t{1});
     return;
   }
   const float scale = 1.0f / (1.0f - p);
-  for_each_keep(p, stream, n, [=](std::int64_t i, bool keep) {
-    y[i] = common::dropout_apply(x[i], keep, scale);
-    if (mask)
-      mask[i] = keep ? 1 : 0;
+  for_each_group(path, stream, n, [&](const std::uint32_t* words, std::int64_t base, std::int64_t count) {
+    std::uint8_t* m = mask ? mask + base : nullptr;
+    const float* r = residual ? residual + base : nullptr;
+    if (path == isa::avx512) return dropout_avx512::apply_words(y + base, m, x + base, r, words, count, p, scale);
+    dropout_base::apply_words(y + base, m, x + base, r, words, count, p, scale);
   });
 }
 
-void dropout_mask(std::uint8_t* mask, float p, const philox_stream& stream, std::int64_t n) {
+} // namespace
+
+void dropout_forward(isa path, float* y, std::uint8_t* mask, const float* x, float p, const philox_stream& stream,
+                     std::int64_t n) {
   check_args(p, n);
+  apply(path, y, mask, x, nullptr, p, stream, n);
+}
+
+void dropout_residual_forward(isa path, float* y, const float* x, const float* residual, float p,
+                              const philox_stream& stream, std::int64_t n) {
+  check_args(p, n);
+  apply(path, y, nullptr, x, residual, p, stream, n);
+}
+
+void dropout_mask(isa path, std::uint8_t* mask, float p, const philox_stream& stream, std::int64_t n) {
+  check_args(p, n);
+  check_path(path, "dropout");
   if (p == 0.0f) {
     std::fill(mask, mask + n, std::uint8_t{1});
     return;
   }
-  for_each_keep(p, stream, n, [=](std::int64_t i, bool keep) { mask[i] = keep ? 1 : 0; });
+  for_each_group(path, stream, n, [&](const std::uint32_t* words, std::int64_t base, std::int64_t count) {
+    if (path == isa::avx512) return dropout_avx512::mask_words(mask + base, words, count, p);
+    dropout_base::mask_words(mask + base, words, count, p);
+  });
 }
 
-void dropout_backward(float* dx, const float* dy, const std::uint8_t* mask, float p,
-                      std::int64_t n) {
+void dropout_backward(isa path, float* dx, const float* dy, const std::uint8_t* mask, float p, std::int64_t n) {
   check_args(p, n);
+  check_path(path, "dropout");
   const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for simd schedule(static) if (n >= 4 * parallel_threshold_blocks)
-  for (std::int64_t i = 0; i < n; ++i)
-    dx[i] = common::dropout_apply(dy[i], mask[i] != 0, scale);
+  constexpr std::int64_t chunk = std::int64_t{1} << 14;
+  const std::int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n >= 4 * parallel_threshold_blocks)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t b = c * chunk, e = std::min(n, b + chunk);
+    if (path == isa::avx512)
+      dropout_avx512::apply_mask(dx, dy, mask, scale, b, e);
+    else
+      dropout_base::apply_mask(dx, dy, mask, scale, b, e);
+  }
+}
+
+void dropout_forward(float* y, std::uint8_t* mask, const float* x, float p, const philox_stream& stream,
+                     std::int64_t n) {
+  dropout_forward(active_isa(), y, mask, x, p, stream, n);
+}
+
+void dropout_residual_forward(float* y, const float* x, const float* residual, float p, const philox_stream& stream,
+                              std::int64_t n) {
+  dropout_residual_forward(active_isa(), y, x, residual, p, stream, n);
+}
+
+void dropout_mask(std::uint8_t* mask, float p, const philox_stream& stream, std::int64_t n) {
+  dropout_mask(active_isa(), mask, p, stream, n);
+}
+
+void dropout_backward(float* dx, const float* dy, const std::uint8_t* mask, float p, std::int64_t n) {
+  dropout_backward(active_isa(), dx, dy, mask, p, n);
 }
 
 } // namespace dsa::cpu

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/philox.hpp"
+#include "kernels/cpu/isa.hpp"
 
 #include <cstdint>
 
@@ -15,5 +16,18 @@ void dropout_forward(float* y, std::uint8_t* mask, const float* x, float p, cons
 void dropout_mask(std::uint8_t* mask, float p, const philox_stream& stream, std::int64_t n);
 // dx = dy * mask / (1 - p) (overwrite); dx may alias dy.
 void dropout_backward(float* dx, const float* dy, const std::uint8_t* mask, float p, std::int64_t n);
+// y = dropout(x) + residual in one pass (the residual branch of a transformer layer): the
+// same bits as dropout_forward then an add. y may alias x or residual.
+void dropout_residual_forward(float* y, const float* x, const float* residual, float p, const philox_stream& stream,
+                              std::int64_t n);
+
+// The same on a given vector path (kernels/cpu/isa.hpp; at most the CPU's best): every path
+// gives the same bits.
+void dropout_forward(isa path, float* y, std::uint8_t* mask, const float* x, float p, const philox_stream& stream,
+                     std::int64_t n);
+void dropout_mask(isa path, std::uint8_t* mask, float p, const philox_stream& stream, std::int64_t n);
+void dropout_backward(isa path, float* dx, const float* dy, const std::uint8_t* mask, float p, std::int64_t n);
+void dropout_residual_forward(isa path, float* y, const float* x, const float* residual, float p,
+                              const philox_stream& stream, std::int64_t n);
 
 } // namespace dsa::cpu

@@ -4,7 +4,6 @@
 #include "kernels/cpu/dropout.hpp"
 
 #include <cstring>
-#include <vector>
 
 namespace dsa::bert {
 
@@ -18,13 +17,9 @@ void dropout_apply(float* y, const float* x, float p, const philox_stream& strea
 
 void dropout_apply_backward(float* dx, const float* dy, float p, const philox_stream& stream,
                             std::int64_t n) {
-  if (p > 0.0f) {
-    std::vector<std::uint8_t> mask(static_cast<std::size_t>(n));
-    cpu::dropout_mask(mask.data(), p, stream, n);
-    cpu::dropout_backward(dx, dy, mask.data(), p, n);
-  } else if (dx != dy) {
-    std::memcpy(dx, dy, static_cast<std::size_t>(n) * sizeof(float));
-  }
+  // The forward's mask and scale, regenerated from the stream: applying dropout to dy is
+  // its gradient (the same bits as dropout_mask then dropout_backward, with no mask).
+  dropout_apply(dx, dy, p, stream, n);
 }
 
 } // namespace dsa::bert

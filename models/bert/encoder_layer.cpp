@@ -2,6 +2,7 @@
 // the attention and feed-forward sublayers, for both LayerNorm placements.
 #include "models/bert/encoder_layer.hpp"
 
+#include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "models/bert/stored_precision.hpp"
 
@@ -53,9 +54,7 @@ void norm_backward(float* dx, const float* dy, const layernorm_params& p, const 
 // out = residual + dropout(branch), elementwise over n.
 void residual_dropout(float* out, const float* residual, const float* branch, float rate,
                       const philox_stream& stream, std::int64_t n) {
-  dropout_apply(out, branch, rate, stream, n);
-  for (std::int64_t i = 0; i < n; ++i)
-    out[i] += residual[i];
+  cpu::dropout_residual_forward(out, branch, residual, rate, stream, n);
 }
 
 attention_dims dims_of(const tensor& x, const bert_config& cfg) {

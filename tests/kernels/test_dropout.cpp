@@ -3,6 +3,7 @@
 #include "kernels/cpu/dropout.hpp"
 
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 #include "tests/support/random.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -153,5 +154,54 @@ TEST_CASE("dropout: backward applies the mask and the 1/(1-p) scale") {
       rhs += static_cast<double>(dx[i]) * x[i];
     }
     DSA_CHECK_CLOSE(&lhs, &rhs, 1, test::f32_kernel);
+  }
+}
+
+TEST_CASE("dropout: every vector path gives the scalar path's bits: forward, mask, backward, with a residual") {
+  for (float p : {0.0f, 0.15f, 0.6f}) {
+    for (std::int64_t n : awkward_n) {
+      CAPTURE(p);
+      CAPTURE(n);
+      const auto x = random_vector(n, -2.0f, 2.0f, 11);
+      const auto r = random_vector(n, -1.0f, 1.0f, 12);
+      const std::size_t N = static_cast<std::size_t>(n);
+      std::vector<float> y0(N), yr0(N), dx0(N);
+      std::vector<std::uint8_t> m0(N), mm0(N);
+      cpu::dropout_forward(cpu::isa::scalar, y0.data(), m0.data(), x.data(), p, base_stream, n);
+      cpu::dropout_mask(cpu::isa::scalar, mm0.data(), p, base_stream, n);
+      cpu::dropout_backward(cpu::isa::scalar, dx0.data(), x.data(), m0.data(), p, n);
+      cpu::dropout_residual_forward(cpu::isa::scalar, yr0.data(), x.data(), r.data(), p, base_stream, n);
+      // The scalar path against the definition.
+      CHECK(mm0 == m0);
+      CHECK(dx0 == y0); // backward applies the same mask and scale
+      for (std::size_t i = 0; i < N; ++i) {
+        const bool keep = base_stream.uniform(i) >= p;
+        REQUIRE(m0[i] == (keep ? 1 : 0));
+        REQUIRE(y0[i] == (keep ? x[i] * (1.0f / (1.0f - p)) : 0.0f));
+        REQUIRE(yr0[i] == y0[i] + r[i]);
+      }
+      for (cpu::isa path : test::isa_paths()) {
+        CAPTURE(cpu::isa_name(path));
+        std::vector<float> y(N), yr(N), dx(N);
+        std::vector<std::uint8_t> m(N), mm(N);
+        cpu::dropout_forward(path, y.data(), m.data(), x.data(), p, base_stream, n);
+        CHECK(y == y0);
+        CHECK(m == m0);
+        cpu::dropout_forward(path, y.data(), nullptr, x.data(), p, base_stream, n);
+        CHECK(y == y0);
+        cpu::dropout_mask(path, mm.data(), p, base_stream, n);
+        CHECK(mm == m0);
+        cpu::dropout_backward(path, dx.data(), x.data(), m0.data(), p, n);
+        CHECK(dx == dx0);
+        cpu::dropout_residual_forward(path, yr.data(), x.data(), r.data(), p, base_stream, n);
+        CHECK(yr == yr0);
+        // In place over the branch and over the residual.
+        auto over_x = x, over_r = r;
+        cpu::dropout_residual_forward(path, over_x.data(), over_x.data(), r.data(), p, base_stream, n);
+        cpu::dropout_residual_forward(path, over_r.data(), x.data(), over_r.data(), p, base_stream, n);
+        CHECK(over_x == yr0);
+        CHECK(over_r == yr0);
+      }
+    }
   }
 }
