@@ -7,8 +7,11 @@
 //   f16 -> f32  F16C, then inf/NaN lanes rebuilt with integer ops (F16C quiets
 //               signalling NaNs, the scalar keeps the payload as is);
 //   bf16        AVX2 integer rounding, the same formula as the scalar.
+// The AVX-512 path (chosen by active_isa()) repeats each on 16 lanes; the scalar path is the
+// scalar functions alone.
 // Buffers above a size threshold are split into chunks across OpenMP threads.
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
@@ -18,9 +21,7 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
-#endif
 
 namespace dsa::cpu {
 namespace {
@@ -49,45 +50,143 @@ bool any_chunk(std::int64_t n, Fn fn) {
   return found;
 }
 
+// ---- AVX-512 forms ---------------------------------------------------------
+// The AVX2 forms' operations on 16 (bf16/f32) or 32 (inf/nan of halves) lanes. Each converts
+// the leading whole vectors of its span and returns how many elements it did; the caller
+// finishes the tail with the scalar functions.
+DSA_AVX512_CODE_BEGIN
+
+DSA_AVX512_TARGET std::int64_t f32_to_f16_avx512(std::uint16_t* out, const float* in, std::int64_t n) {
+  std::int64_t i = 0;
+  const __m256i sign_mask = _mm256_set1_epi16(static_cast<short>(0x8000));
+  const __m256i quiet_nan = _mm256_set1_epi16(0x7e00);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(in + i);
+    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m256i canonical = _mm256_or_si256(_mm256_and_si256(h, sign_mask), quiet_nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_mask_blend_epi16(nan, h, canonical));
+  }
+  return i;
+}
+
+DSA_AVX512_TARGET std::int64_t f16_to_f32_avx512(float* out, const std::uint16_t* in, std::int64_t n) {
+  std::int64_t i = 0;
+  const __m512i exp_mask = _mm512_set1_epi32(0x7c00);
+  const __m512i sign_mask = _mm512_set1_epi32(0x8000);
+  const __m512i mant_mask = _mm512_set1_epi32(0x3ff);
+  const __m512i f32_inf = _mm512_set1_epi32(0x7f800000);
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m512i converted = _mm512_castps_si512(_mm512_cvtph_ps(h));
+    const __m512i h32 = _mm512_cvtepu16_epi32(h);
+    const __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(h32, exp_mask), exp_mask);
+    const __m512i rebuilt =
+        _mm512_or_si512(_mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(h32, sign_mask), 16), f32_inf),
+                        _mm512_slli_epi32(_mm512_and_si512(h32, mant_mask), 13));
+    _mm512_storeu_si512(out + i, _mm512_mask_blend_epi32(special, converted, rebuilt));
+  }
+  return i;
+}
+
+DSA_AVX512_TARGET std::int64_t f32_to_bf16_avx512(std::uint16_t* out, const float* in, std::int64_t n) {
+  std::int64_t i = 0;
+  const __m512i one = _mm512_set1_epi32(1), half_ulp = _mm512_set1_epi32(0x7fff);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512(in + i);
+    const __m512i high = _mm512_srli_epi32(u, 16);
+    // (u + 0x7fff + lsb) >> 16: ties go to the even upper half; NaNs keep their upper half, quieted.
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half_ulp, _mm512_and_si512(high, one))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i result = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(result));
+  }
+  return i;
+}
+
+DSA_AVX512_TARGET std::int64_t bf16_to_f32_avx512(float* out, const std::uint16_t* in, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  return i;
+}
+
+// Whether any of the leading whole vectors holds an all-ones exponent; *done says how many
+// elements were looked at.
+DSA_AVX512_TARGET bool f32_inf_or_nan_avx512(const float* in, std::int64_t n, std::int64_t* done) {
+  std::int64_t i = 0;
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+  __mmask16 hit = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512(in + i);
+    hit = static_cast<__mmask16>(hit | _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exp_mask), exp_mask));
+  }
+  *done = i;
+  return hit != 0;
+}
+
+DSA_AVX512_TARGET bool half_inf_or_nan_avx512(const std::uint16_t* in, std::int64_t n, std::uint16_t exp_bits,
+                                               std::int64_t* done) {
+  std::int64_t i = 0;
+  const __m512i exp_mask = _mm512_set1_epi16(static_cast<short>(exp_bits));
+  __mmask32 hit = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i h = _mm512_loadu_si512(in + i);
+    hit |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, exp_mask), exp_mask);
+  }
+  *done = i;
+  return hit != 0;
+}
+
+DSA_AVX512_CODE_END
+
 // ---- f32 <-> f16 ----------------------------------------------------------
 
-void f32_to_f16_span(std::uint16_t* out, const float* in, std::int64_t n) {
+void f32_to_f16_span(isa path, std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
+  if (path == isa::avx512) i = f32_to_f16_avx512(out, in, n);
 #if defined(__F16C__) && defined(__AVX2__)
-  const __m128i sign_mask = _mm_set1_epi16(static_cast<short>(0x8000));
-  const __m128i quiet_nan = _mm_set1_epi16(0x7e00);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(in + i);
-    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m128i nan16 =
-        _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
-    const __m128i canonical = _mm_or_si128(_mm_and_si128(h, sign_mask), quiet_nan);
-    h = _mm_blendv_epi8(h, canonical, nan16);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  if (path == isa::avx2) {
+    const __m128i sign_mask = _mm_set1_epi16(static_cast<short>(0x8000));
+    const __m128i quiet_nan = _mm_set1_epi16(0x7e00);
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(in + i);
+      __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
+      const __m128i canonical = _mm_or_si128(_mm_and_si128(h, sign_mask), quiet_nan);
+      h = _mm_blendv_epi8(h, canonical, nan16);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+    }
   }
 #endif
   for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
 
-void f16_to_f32_span(float* out, const std::uint16_t* in, std::int64_t n) {
+void f16_to_f32_span(isa path, float* out, const std::uint16_t* in, std::int64_t n) {
   std::int64_t i = 0;
+  if (path == isa::avx512) i = f16_to_f32_avx512(out, in, n);
 #if defined(__F16C__) && defined(__AVX2__)
-  const __m256i exp_mask = _mm256_set1_epi32(0x7c00);
-  const __m256i sign_mask = _mm256_set1_epi32(0x8000);
-  const __m256i mant_mask = _mm256_set1_epi32(0x3ff);
-  const __m256i f32_inf = _mm256_set1_epi32(0x7f800000);
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    const __m256i converted = _mm256_castps_si256(_mm256_cvtph_ps(h));
-    // exp == 31: sign | inf | mant << 13, payload kept bit for bit.
-    const __m256i h32 = _mm256_cvtepu16_epi32(h);
-    const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(h32, exp_mask), exp_mask);
-    const __m256i rebuilt =
-        _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, sign_mask), 16), f32_inf),
-                        _mm256_slli_epi32(_mm256_and_si256(h32, mant_mask), 13));
-    const __m256i result = _mm256_blendv_epi8(converted, rebuilt, special);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), result);
+  if (path == isa::avx2) {
+    const __m256i exp_mask = _mm256_set1_epi32(0x7c00);
+    const __m256i sign_mask = _mm256_set1_epi32(0x8000);
+    const __m256i mant_mask = _mm256_set1_epi32(0x3ff);
+    const __m256i f32_inf = _mm256_set1_epi32(0x7f800000);
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      const __m256i converted = _mm256_castps_si256(_mm256_cvtph_ps(h));
+      // exp == 31: sign | inf | mant << 13, payload kept bit for bit.
+      const __m256i h32 = _mm256_cvtepu16_epi32(h);
+      const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(h32, exp_mask), exp_mask);
+      const __m256i rebuilt =
+          _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, sign_mask), 16), f32_inf),
+                          _mm256_slli_epi32(_mm256_and_si256(h32, mant_mask), 13));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_blendv_epi8(converted, rebuilt, special));
+    }
   }
 #endif
   for (; i < n; ++i) out[i] = f16_to_f32(in[i]);
@@ -95,39 +194,45 @@ void f16_to_f32_span(float* out, const std::uint16_t* in, std::int64_t n) {
 
 // ---- f32 <-> bf16 ---------------------------------------------------------
 
-void f32_to_bf16_span(std::uint16_t* out, const float* in, std::int64_t n) {
+void f32_to_bf16_span(isa path, std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
+  if (path == isa::avx512) i = f32_to_bf16_avx512(out, in, n);
 #if DSA_VEC_MATH_AVX2
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), vec::f32_to_bf16_8(_mm256_loadu_ps(in + i)));
+  if (path == isa::avx2)
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), vec::f32_to_bf16_8(_mm256_loadu_ps(in + i)));
 #endif
   for (; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
-void bf16_to_f32_span(float* out, const std::uint16_t* in, std::int64_t n) {
+void bf16_to_f32_span(isa path, float* out, const std::uint16_t* in, std::int64_t n) {
   std::int64_t i = 0;
+  if (path == isa::avx512) i = bf16_to_f32_avx512(out, in, n);
 #if defined(__AVX2__)
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    const __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), u);
-  }
+  if (path == isa::avx2)
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
 #endif
   for (; i < n; ++i) out[i] = bf16_to_f32(in[i]);
 }
 
 // ---- inf / nan ------------------------------------------------------------
 
-bool f32_has_inf_or_nan(const float* in, std::int64_t n) {
+bool f32_has_inf_or_nan(isa path, const float* in, std::int64_t n) {
   std::int64_t i = 0;
+  if (path == isa::avx512 && f32_inf_or_nan_avx512(in, n, &i)) return true;
 #if defined(__AVX2__)
-  const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
-  __m256i hit = _mm256_setzero_si256();
-  for (; i + 8 <= n; i += 8) {
-    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
-    hit = _mm256_or_si256(hit, _mm256_cmpeq_epi32(_mm256_and_si256(u, exp_mask), exp_mask));
+  if (path == isa::avx2) {
+    const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
+    __m256i hit = _mm256_setzero_si256();
+    for (; i + 8 <= n; i += 8) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+      hit = _mm256_or_si256(hit, _mm256_cmpeq_epi32(_mm256_and_si256(u, exp_mask), exp_mask));
+    }
+    if (!_mm256_testz_si256(hit, hit)) return true;
   }
-  if (!_mm256_testz_si256(hit, hit)) return true;
 #endif
   for (; i < n; ++i)
     if ((float_bits(in[i]) & 0x7f800000u) == 0x7f800000u) return true;
@@ -135,16 +240,19 @@ bool f32_has_inf_or_nan(const float* in, std::int64_t n) {
 }
 
 // f16 and bf16 differ only in where the exponent lies.
-bool half_has_inf_or_nan(const std::uint16_t* in, std::int64_t n, std::uint16_t exp_bits) {
+bool half_has_inf_or_nan(isa path, const std::uint16_t* in, std::int64_t n, std::uint16_t exp_bits) {
   std::int64_t i = 0;
+  if (path == isa::avx512 && half_inf_or_nan_avx512(in, n, exp_bits, &i)) return true;
 #if defined(__AVX2__)
-  const __m256i exp_mask = _mm256_set1_epi16(static_cast<short>(exp_bits));
-  __m256i hit = _mm256_setzero_si256();
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
-    hit = _mm256_or_si256(hit, _mm256_cmpeq_epi16(_mm256_and_si256(h, exp_mask), exp_mask));
+  if (path == isa::avx2) {
+    const __m256i exp_mask = _mm256_set1_epi16(static_cast<short>(exp_bits));
+    __m256i hit = _mm256_setzero_si256();
+    for (; i + 16 <= n; i += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+      hit = _mm256_or_si256(hit, _mm256_cmpeq_epi16(_mm256_and_si256(h, exp_mask), exp_mask));
+    }
+    if (!_mm256_testz_si256(hit, hit)) return true;
   }
-  if (!_mm256_testz_si256(hit, hit)) return true;
 #endif
   for (; i < n; ++i)
     if ((in[i] & exp_bits) == exp_bits) return true;
@@ -162,28 +270,29 @@ void check_float_type(dtype t, const char* what) {
 } // namespace
 
 void cast_f32_to_f16(std::uint16_t* out, const float* in, std::int64_t n) {
-  DSA_CHECK(n >= 0, "cast_f32_to_f16: n = {}", n);
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) { f32_to_f16_span(out + b, in + b, e - b); });
+  cast(out, dtype::f16, in, dtype::f32, n);
 }
 
 void cast_f16_to_f32(float* out, const std::uint16_t* in, std::int64_t n) {
-  DSA_CHECK(n >= 0, "cast_f16_to_f32: n = {}", n);
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) { f16_to_f32_span(out + b, in + b, e - b); });
+  cast(out, dtype::f32, in, dtype::f16, n);
 }
 
 void cast_f32_to_bf16(std::uint16_t* out, const float* in, std::int64_t n) {
-  DSA_CHECK(n >= 0, "cast_f32_to_bf16: n = {}", n);
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) { f32_to_bf16_span(out + b, in + b, e - b); });
+  cast(out, dtype::bf16, in, dtype::f32, n);
 }
 
 void cast_bf16_to_f32(float* out, const std::uint16_t* in, std::int64_t n) {
-  DSA_CHECK(n >= 0, "cast_bf16_to_f32: n = {}", n);
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) { bf16_to_f32_span(out + b, in + b, e - b); });
+  cast(out, dtype::f32, in, dtype::bf16, n);
 }
 
 void cast(void* out, dtype out_type, const void* in, dtype in_type, std::int64_t n) {
+  cast(active_isa(), out, out_type, in, in_type, n);
+}
+
+void cast(isa path, void* out, dtype out_type, const void* in, dtype in_type, std::int64_t n) {
   check_float_type(out_type, "cast output");
   check_float_type(in_type, "cast input");
+  check_path(path, "cast");
   DSA_CHECK(n >= 0, "cast: n = {}", n);
   if (out_type == in_type) {
     if (n > 0) std::memmove(out, in, static_cast<std::size_t>(n) * dtype_size(in_type));
@@ -191,49 +300,48 @@ void cast(void* out, dtype out_type, const void* in, dtype in_type, std::int64_t
   }
   auto* out16 = static_cast<std::uint16_t*>(out);
   const auto* in16 = static_cast<const std::uint16_t*>(in);
-  if (in_type == dtype::f32) {
-    const auto* in32 = static_cast<const float*>(in);
-    if (out_type == dtype::f16)
-      cast_f32_to_f16(out16, in32, n);
-    else
-      cast_f32_to_bf16(out16, in32, n);
-    return;
-  }
-  if (out_type == dtype::f32) {
-    auto* out32 = static_cast<float*>(out);
-    if (in_type == dtype::f16)
-      cast_f16_to_f32(out32, in16, n);
-    else
-      cast_bf16_to_f32(out32, in16, n);
-    return;
-  }
-  // f16 <-> bf16 through f32 (exact widening, then one rounding), in stack-sized blocks.
+  auto* out32 = static_cast<float*>(out);
+  const auto* in32 = static_cast<const float*>(in);
   for_chunks(n, [&](std::int64_t b, std::int64_t e) {
+    if (in_type == dtype::f32) {
+      if (out_type == dtype::f16) return f32_to_f16_span(path, out16 + b, in32 + b, e - b);
+      return f32_to_bf16_span(path, out16 + b, in32 + b, e - b);
+    }
+    if (out_type == dtype::f32) {
+      if (in_type == dtype::f16) return f16_to_f32_span(path, out32 + b, in16 + b, e - b);
+      return bf16_to_f32_span(path, out32 + b, in16 + b, e - b);
+    }
+    // f16 <-> bf16 through f32 (exact widening, then one rounding), in stack-sized blocks.
     constexpr std::int64_t block = 512;
     float tmp[block];
     for (std::int64_t i = b; i < e; i += block) {
       const std::int64_t len = std::min(block, e - i);
       if (in_type == dtype::f16) {
-        f16_to_f32_span(tmp, in16 + i, len);
-        f32_to_bf16_span(out16 + i, tmp, len);
+        f16_to_f32_span(path, tmp, in16 + i, len);
+        f32_to_bf16_span(path, out16 + i, tmp, len);
       } else {
-        bf16_to_f32_span(tmp, in16 + i, len);
-        f32_to_f16_span(out16 + i, tmp, len);
+        bf16_to_f32_span(path, tmp, in16 + i, len);
+        f32_to_f16_span(path, out16 + i, tmp, len);
       }
     }
   });
 }
 
 bool has_inf_or_nan(const void* in, dtype in_type, std::int64_t n) {
+  return has_inf_or_nan(active_isa(), in, in_type, n);
+}
+
+bool has_inf_or_nan(isa path, const void* in, dtype in_type, std::int64_t n) {
   check_float_type(in_type, "has_inf_or_nan");
+  check_path(path, "has_inf_or_nan");
   DSA_CHECK(n >= 0, "has_inf_or_nan: n = {}", n);
   if (in_type == dtype::f32) {
     const auto* p = static_cast<const float*>(in);
-    return any_chunk(n, [&](std::int64_t b, std::int64_t e) { return f32_has_inf_or_nan(p + b, e - b); });
+    return any_chunk(n, [&](std::int64_t b, std::int64_t e) { return f32_has_inf_or_nan(path, p + b, e - b); });
   }
   const auto* p = static_cast<const std::uint16_t*>(in);
   const std::uint16_t exp_bits = in_type == dtype::f16 ? f16_exp_bits : bf16_exp_bits;
-  return any_chunk(n, [&](std::int64_t b, std::int64_t e) { return half_has_inf_or_nan(p + b, e - b, exp_bits); });
+  return any_chunk(n, [&](std::int64_t b, std::int64_t e) { return half_has_inf_or_nan(path, p + b, e - b, exp_bits); });
 }
 
 } // namespace dsa::cpu

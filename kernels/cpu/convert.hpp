@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "kernels/cpu/isa.hpp"
 
 #include <cstdint>
 
@@ -17,5 +18,10 @@ void cast(void* out, dtype out_type, const void* in, dtype in_type, std::int64_t
 
 // True when any element is +-inf or NaN. in_type: f32, f16 or bf16.
 bool has_inf_or_nan(const void* in, dtype in_type, std::int64_t n);
+
+// The same on a given vector path (kernels/cpu/isa.hpp; at most the CPU's best). Every path
+// gives core/half.hpp's bits; the ones above use active_isa().
+void cast(isa path, void* out, dtype out_type, const void* in, dtype in_type, std::int64_t n);
+bool has_inf_or_nan(isa path, const void* in, dtype in_type, std::int64_t n);
 
 } // namespace dsa::cpu

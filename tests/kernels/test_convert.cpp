@@ -2,6 +2,7 @@
 // hand-picked rounding cases, and inf/nan detection.
 #include "core/half.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "tests/support/isa_paths.hpp"
 
 #include <doctest/doctest.h>
 
@@ -197,44 +198,55 @@ TEST_CASE("convert: f32 -> bf16 rounds to nearest even and keeps NaN") {
       dtype::bf16);
 }
 
-TEST_CASE("convert: vector paths equal core/half.hpp bit for bit, lengths 1..40") {
+TEST_CASE("convert: every vector path equals core/half.hpp bit for bit, lengths 1..40") {
   const auto floats = mixed_floats(41, 7);
   const auto halves = random_halves(41, 11);
-  for (std::int64_t n = 1; n <= 40; ++n) {
-    for (std::int64_t offset : {0, 1}) { // unaligned starts too
-      INFO("n " << n << " offset " << offset);
-      const float* in32 = floats.data() + offset;
-      const std::uint16_t* in16 = halves.data() + offset;
-      std::vector<std::uint16_t> f16(static_cast<std::size_t>(n)), bf16(static_cast<std::size_t>(n));
-      std::vector<float> from_f16(static_cast<std::size_t>(n)), from_bf16(static_cast<std::size_t>(n));
-      dsa::cpu::cast_f32_to_f16(f16.data(), in32, n);
-      dsa::cpu::cast_f32_to_bf16(bf16.data(), in32, n);
-      dsa::cpu::cast_f16_to_f32(from_f16.data(), in16, n);
-      dsa::cpu::cast_bf16_to_f32(from_bf16.data(), in16, n);
-      int mismatches = 0;
-      for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
-        mismatches += f16[i] != dsa::f32_to_f16(in32[i]);
-        mismatches += bf16[i] != dsa::f32_to_bf16(in32[i]);
-        mismatches += float_bits(from_f16[i]) != float_bits(dsa::f16_to_f32(in16[i]));
-        mismatches += float_bits(from_bf16[i]) != float_bits(dsa::bf16_to_f32(in16[i]));
+  for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+    for (std::int64_t n = 1; n <= 40; ++n) {
+      for (std::int64_t offset : {0, 1}) { // unaligned starts too
+        INFO(dsa::cpu::isa_name(path) << " n " << n << " offset " << offset);
+        const float* in32 = floats.data() + offset;
+        const std::uint16_t* in16 = halves.data() + offset;
+        std::vector<std::uint16_t> f16(static_cast<std::size_t>(n)), bf16(static_cast<std::size_t>(n));
+        std::vector<float> from_f16(static_cast<std::size_t>(n)), from_bf16(static_cast<std::size_t>(n));
+        dsa::cpu::cast(path, f16.data(), dtype::f16, in32, dtype::f32, n);
+        dsa::cpu::cast(path, bf16.data(), dtype::bf16, in32, dtype::f32, n);
+        dsa::cpu::cast(path, from_f16.data(), dtype::f32, in16, dtype::f16, n);
+        dsa::cpu::cast(path, from_bf16.data(), dtype::f32, in16, dtype::bf16, n);
+        int mismatches = 0;
+        for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+          mismatches += f16[i] != dsa::f32_to_f16(in32[i]);
+          mismatches += bf16[i] != dsa::f32_to_bf16(in32[i]);
+          mismatches += float_bits(from_f16[i]) != float_bits(dsa::f16_to_f32(in16[i]));
+          mismatches += float_bits(from_bf16[i]) != float_bits(dsa::bf16_to_f32(in16[i]));
+        }
+        CHECK(mismatches == 0);
       }
-      CHECK(mismatches == 0);
     }
   }
 }
 
-TEST_CASE("convert: large random buffers (threaded path) equal the scalar") {
+TEST_CASE("convert: large random buffers (threaded path) equal the scalar on every path") {
   const std::size_t n = (std::size_t{1} << 19) + 37;
   const auto floats = mixed_floats(n, 3);
-  std::vector<std::uint16_t> f16(n), bf16(n);
-  dsa::cpu::cast_f32_to_f16(f16.data(), floats.data(), static_cast<std::int64_t>(n));
-  dsa::cpu::cast_f32_to_bf16(bf16.data(), floats.data(), static_cast<std::int64_t>(n));
-  std::size_t mismatches = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    mismatches += f16[i] != dsa::f32_to_f16(floats[i]);
-    mismatches += bf16[i] != dsa::f32_to_bf16(floats[i]);
+  const auto halves = random_halves(n, 5);
+  for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+    INFO(dsa::cpu::isa_name(path));
+    std::vector<std::uint16_t> f16(n), bf16(n);
+    std::vector<float> from_f16(n), from_bf16(n);
+    dsa::cpu::cast(path, f16.data(), dtype::f16, floats.data(), dtype::f32, static_cast<std::int64_t>(n));
+    dsa::cpu::cast(path, bf16.data(), dtype::bf16, floats.data(), dtype::f32, static_cast<std::int64_t>(n));
+    dsa::cpu::cast(path, from_f16.data(), dtype::f32, halves.data(), dtype::f16, static_cast<std::int64_t>(n));
+    dsa::cpu::cast(path, from_bf16.data(), dtype::f32, halves.data(), dtype::bf16, static_cast<std::int64_t>(n));
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      mismatches += f16[i] != dsa::f32_to_f16(floats[i]);
+      mismatches += bf16[i] != dsa::f32_to_bf16(floats[i]);
+      mismatches += float_bits(from_f16[i]) != float_bits(dsa::f16_to_f32(halves[i]));
+      mismatches += float_bits(from_bf16[i]) != float_bits(dsa::bf16_to_f32(halves[i]));
+    }
+    CHECK(mismatches == 0);
   }
-  CHECK(mismatches == 0);
 }
 
 TEST_CASE("convert: cast dispatches every pair of float types") {
@@ -247,17 +259,20 @@ TEST_CASE("convert: cast dispatches every pair of float types") {
     dsa::cpu::cast(in.data(), in_type, floats.data(), dtype::f32, n);
     for (dtype out_type : types) {
       INFO(std::string(dsa::dtype_name(in_type)) << " -> " << std::string(dsa::dtype_name(out_type)));
-      std::vector<unsigned char> out(static_cast<std::size_t>(n) * 4);
-      dsa::cpu::cast(out.data(), out_type, in.data(), in_type, n);
-      int mismatches = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::uint32_t in_bits = load_bits(in, in_type, i);
-        // Same type is a copy; otherwise widen exactly to f32 and round once.
-        const std::uint32_t expected =
-            in_type == out_type ? in_bits : round_to(widen(in_bits, in_type), out_type);
-        mismatches += load_bits(out, out_type, i) != expected;
+      for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+        INFO(dsa::cpu::isa_name(path));
+        std::vector<unsigned char> out(static_cast<std::size_t>(n) * 4);
+        dsa::cpu::cast(path, out.data(), out_type, in.data(), in_type, n);
+        int mismatches = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::uint32_t in_bits = load_bits(in, in_type, i);
+          // Same type is a copy; otherwise widen exactly to f32 and round once.
+          const std::uint32_t expected =
+              in_type == out_type ? in_bits : round_to(widen(in_bits, in_type), out_type);
+          mismatches += load_bits(out, out_type, i) != expected;
+        }
+        CHECK(mismatches == 0);
       }
-      CHECK(mismatches == 0);
     }
   }
 }
@@ -280,13 +295,16 @@ TEST_CASE("convert: has_inf_or_nan finds inf/nan anywhere and passes finite extr
       std::vector<unsigned char> buf(static_cast<std::size_t>(n) * dsa::dtype_size(k.type));
       for (std::int64_t i = 0; i < n; ++i) store_bits(buf, k.type, i, pattern[i % 6]);
       INFO(std::string(dsa::dtype_name(k.type)) << " n " << n);
-      CHECK_FALSE(dsa::cpu::has_inf_or_nan(buf.data(), k.type, n));
-      for (std::int64_t pos : {std::int64_t{0}, n / 2, n - 1}) {
-        for (std::uint32_t bad : {k.inf, k.inf | k.sign, k.nan, k.nan | k.sign}) {
-          store_bits(buf, k.type, pos, bad);
-          INFO("position " << pos << " bits " << bad);
-          CHECK(dsa::cpu::has_inf_or_nan(buf.data(), k.type, n));
-          store_bits(buf, k.type, pos, pattern[pos % 6]);
+      for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+        INFO(dsa::cpu::isa_name(path));
+        CHECK_FALSE(dsa::cpu::has_inf_or_nan(path, buf.data(), k.type, n));
+        for (std::int64_t pos : {std::int64_t{0}, n / 2, n - 1}) {
+          for (std::uint32_t bad : {k.inf, k.inf | k.sign, k.nan, k.nan | k.sign}) {
+            store_bits(buf, k.type, pos, bad);
+            INFO("position " << pos << " bits " << bad);
+            CHECK(dsa::cpu::has_inf_or_nan(path, buf.data(), k.type, n));
+            store_bits(buf, k.type, pos, pattern[pos % 6]);
+          }
         }
       }
     }
