@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/common/adam_math.hpp"
 
 #include <cstdint>
@@ -32,6 +33,11 @@ struct adam_params {
 // param, m, v: (n) f32, updated in place; grad: (n) f32.
 // half_out: (n) f16/bf16 copy of the updated param written in the same pass, or null.
 void adam_update(float* param, float* m, float* v, const float* grad, std::uint16_t* half_out,
+                 dtype half_type, const adam_params& params, std::int64_t n);
+
+// The same on a given vector path (kernels/cpu/isa.hpp; at most the CPU's best). Every path
+// gives the same bits: each performs common::adam_element's operations (explicit FMAs).
+void adam_update(isa path, float* param, float* m, float* v, const float* grad, std::uint16_t* half_out,
                  dtype half_type, const adam_params& params, std::int64_t n);
 
 // The f32 constants of one call (shared with the CUDA kernel).

@@ -14,6 +14,7 @@
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/vec_math512.hpp"
 
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -91,18 +92,7 @@ DSA_AVX512_TARGET std::int64_t f16_to_f32_avx512(float* out, const std::uint16_t
 
 DSA_AVX512_TARGET std::int64_t f32_to_bf16_avx512(std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
-  const __m512i one = _mm512_set1_epi32(1), half_ulp = _mm512_set1_epi32(0x7fff);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
-  for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_loadu_si512(in + i);
-    const __m512i high = _mm512_srli_epi32(u, 16);
-    // (u + 0x7fff + lsb) >> 16: ties go to the even upper half; NaNs keep their upper half, quieted.
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half_ulp, _mm512_and_si512(high, one))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i result = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi32_epi16(result));
-  }
+  for (; i + 16 <= n; i += 16) vec512::store_half16(out + i, _mm512_loadu_ps(in + i), true);
   return i;
 }
 

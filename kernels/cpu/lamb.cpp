@@ -2,12 +2,15 @@
 // tensor, the first updating m, v and forming the update with its norm, the second
 // applying the trust ratio. Norm partial sums are per fixed block of lamb_norm_block
 // elements, summed in block order, so the result depends neither on the number of
-// OpenMP threads nor on how a tensor's blocks are spread over ZeRO partitions.
+// OpenMP threads nor on how a tensor's blocks are spread over ZeRO partitions. The AVX-512
+// path (active_isa()) gives the AVX2 path's bits; the scalar path sums the squares in another
+// order, so its norms agree with theirs within rounding.
 #include "kernels/cpu/lamb.hpp"
 
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/vec_math512.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -72,12 +75,84 @@ inline double hsum(__m256d x) {
 }
 #endif
 
+// The AVX2 bodies on 16 lanes. The squares are summed per 8 elements into the same four
+// double lanes in the same order as the AVX2 body (lane j takes elements j and j + 4 of each
+// 8), and a last group of 8 takes the AVX2 form, so both paths give the same bits. Each
+// returns how many elements it did (the caller finishes with the scalar element).
+DSA_AVX512_CODE_BEGIN
+DSA_AVX512_TARGET inline __m256d fold_squares(__m256 x) {
+  const __m512d d = _mm512_cvtps_pd(x);
+  const __m512d sq = _mm512_mul_pd(d, d);
+  return _mm256_add_pd(_mm512_castpd512_pd256(sq), _mm512_extractf64x4_pd(sq, 1));
+}
+
+DSA_AVX512_TARGET std::int64_t pass_one_avx512(const float* param, float* m, float* v, const float* grad, float* work,
+                                               const lamb_consts& c, std::int64_t n, double* sp, double* su) {
+  const __m512 b1 = _mm512_set1_ps(c.beta1), b2 = _mm512_set1_ps(c.beta2);
+  const __m512 omb1 = _mm512_set1_ps(c.one_minus_beta1), omb2 = _mm512_set1_ps(c.one_minus_beta2);
+  const __m512 eps = _mm512_set1_ps(c.eps), wd = _mm512_set1_ps(c.weight_decay);
+  const __m512 ib1 = _mm512_set1_ps(c.inv_bias1), ib2 = _mm512_set1_ps(c.inv_sqrt_bias2);
+  __m256d acc_p = _mm256_setzero_pd(), acc_u = _mm256_setzero_pd();
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 p = _mm512_loadu_ps(param + i), g = _mm512_loadu_ps(grad + i);
+    const __m512 mm = _mm512_fmadd_ps(g, omb1, _mm512_mul_ps(b1, _mm512_loadu_ps(m + i)));
+    const __m512 vv = _mm512_fmadd_ps(_mm512_mul_ps(g, g), omb2, _mm512_mul_ps(b2, _mm512_loadu_ps(v + i)));
+    const __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), ib2, eps);
+    const __m512 u = _mm512_fmadd_ps(wd, p, _mm512_div_ps(_mm512_mul_ps(mm, ib1), den));
+    _mm512_storeu_ps(m + i, mm);
+    _mm512_storeu_ps(v + i, vv);
+    _mm512_storeu_ps(work + i, u);
+    acc_p = _mm256_add_pd(acc_p, fold_squares(_mm512_castps512_ps256(p)));
+    acc_p = _mm256_add_pd(acc_p, fold_squares(_mm512_extractf32x8_ps(p, 1)));
+    acc_u = _mm256_add_pd(acc_u, fold_squares(_mm512_castps512_ps256(u)));
+    acc_u = _mm256_add_pd(acc_u, fold_squares(_mm512_extractf32x8_ps(u, 1)));
+  }
+  if (i + 8 <= n) {
+    const __m256 p = _mm256_loadu_ps(param + i), g = _mm256_loadu_ps(grad + i);
+    const __m256 mm = _mm256_fmadd_ps(g, _mm256_set1_ps(c.one_minus_beta1),
+                                      _mm256_mul_ps(_mm256_set1_ps(c.beta1), _mm256_loadu_ps(m + i)));
+    const __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(c.one_minus_beta2),
+                                      _mm256_mul_ps(_mm256_set1_ps(c.beta2), _mm256_loadu_ps(v + i)));
+    const __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), _mm256_set1_ps(c.inv_sqrt_bias2), _mm256_set1_ps(c.eps));
+    const __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(c.weight_decay), p,
+                                     _mm256_div_ps(_mm256_mul_ps(mm, _mm256_set1_ps(c.inv_bias1)), den));
+    _mm256_storeu_ps(m + i, mm);
+    _mm256_storeu_ps(v + i, vv);
+    _mm256_storeu_ps(work + i, u);
+    acc_p = _mm256_add_pd(acc_p, fold_squares(p));
+    acc_u = _mm256_add_pd(acc_u, fold_squares(u));
+    i += 8;
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, acc_p);
+  *sp = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  _mm256_store_pd(lanes, acc_u);
+  *su = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  return i;
+}
+
+DSA_AVX512_TARGET std::int64_t pass_two_avx512(float* param, const float* work, std::uint16_t* half_out, bool bf16,
+                                               float scale, std::int64_t n) {
+  const __m512 s = _mm512_set1_ps(scale);
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 p = _mm512_fmadd_ps(_mm512_loadu_ps(work + i), s, _mm512_loadu_ps(param + i));
+    _mm512_storeu_ps(param + i, p);
+    if (half_out) vec512::store_half16(half_out + i, p, bf16);
+  }
+  return i;
+}
+DSA_AVX512_CODE_END
+
 // Pass 1 over a chunk: writes u into work; returns sum p^2 and sum u^2.
-void pass_one(const float* param, float* m, float* v, const float* grad, float* work, const lamb_consts& c,
-              std::int64_t n, double* sum_p2, double* sum_u2) {
+void pass_one(isa path, const float* param, float* m, float* v, const float* grad, float* work,
+              const lamb_consts& c, std::int64_t n, double* sum_p2, double* sum_u2) {
   std::int64_t i = 0;
   double sp = 0.0, su = 0.0;
+  if (path == isa::avx512) i = pass_one_avx512(param, m, v, grad, work, c, n, &sp, &su);
 #ifdef DSA_LAMB_AVX2
+  if (path == isa::avx2) {
   const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
   const __m256 omb1 = _mm256_set1_ps(c.one_minus_beta1), omb2 = _mm256_set1_ps(c.one_minus_beta2);
   const __m256 eps = _mm256_set1_ps(c.eps), wd = _mm256_set1_ps(c.weight_decay);
@@ -97,6 +172,7 @@ void pass_one(const float* param, float* m, float* v, const float* grad, float* 
   }
   sp = hsum(acc_p);
   su = hsum(acc_u);
+  }
 #endif
   for (; i < n; ++i) {
     float u = lamb_update_term(param[i], m[i], v[i], grad[i], c);
@@ -109,15 +185,18 @@ void pass_one(const float* param, float* m, float* v, const float* grad, float* 
 }
 
 // Pass 2 over a chunk: p += scale * u, with the half copy written alongside.
-void pass_two(float* param, const float* work, std::uint16_t* half_out, dtype half_type, float scale,
+void pass_two(isa path, float* param, const float* work, std::uint16_t* half_out, dtype half_type, float scale,
               std::int64_t n) {
   std::int64_t i = 0;
+  if (path == isa::avx512) i = pass_two_avx512(param, work, half_out, half_type == dtype::bf16, scale, n);
 #ifdef DSA_LAMB_AVX2
-  const __m256 s = _mm256_set1_ps(scale);
-  for (; i + 8 <= n; i += 8) {
-    __m256 p = _mm256_fmadd_ps(_mm256_loadu_ps(work + i), s, _mm256_loadu_ps(param + i));
-    _mm256_storeu_ps(param + i, p);
-    if (half_out) vec::store_half8(half_out + i, p, half_type == dtype::bf16);
+  if (path == isa::avx2) {
+    const __m256 s = _mm256_set1_ps(scale);
+    for (; i + 8 <= n; i += 8) {
+      __m256 p = _mm256_fmadd_ps(_mm256_loadu_ps(work + i), s, _mm256_loadu_ps(param + i));
+      _mm256_storeu_ps(param + i, p);
+      if (half_out) vec::store_half8(half_out + i, p, half_type == dtype::bf16);
+    }
   }
 #endif
   for (; i < n; ++i) {
@@ -136,13 +215,19 @@ double trust_ratio(double param_norm, double update_norm, double min_coeff, doub
 
 void lamb_first_pass(float* m, float* v, float* work, double* block_sums, const float* param, const float* grad,
                      const lamb_params& params, std::int64_t n) {
+  lamb_first_pass(active_isa(), m, v, work, block_sums, param, grad, params, n);
+}
+
+void lamb_first_pass(isa path, float* m, float* v, float* work, double* block_sums, const float* param,
+                     const float* grad, const lamb_params& params, std::int64_t n) {
+  check_path(path, "lamb");
   DSA_CHECK(n >= 0, "lamb_first_pass: negative size {}", n);
   const lamb_consts c = make_consts(params);
   const std::int64_t blocks = lamb_norm_blocks(n);
 #pragma omp parallel for schedule(static) if (n > parallel_above)
   for (std::int64_t k = 0; k < blocks; ++k) {
     std::int64_t begin = k * lamb_norm_block, len = std::min(lamb_norm_block, n - begin);
-    pass_one(param + begin, m + begin, v + begin, grad + begin, work + begin, c, len, &block_sums[2 * k],
+    pass_one(path, param + begin, m + begin, v + begin, grad + begin, work + begin, c, len, &block_sums[2 * k],
              &block_sums[2 * k + 1]);
   }
 }
@@ -160,6 +245,12 @@ float lamb_trust_ratio(double sum_p2, double sum_u2, const lamb_params& params) 
 
 void lamb_second_pass(float* param, std::uint16_t* half_out, const float* work, dtype half_type, float coeff,
                       const lamb_params& params, std::int64_t n) {
+  lamb_second_pass(active_isa(), param, half_out, work, half_type, coeff, params, n);
+}
+
+void lamb_second_pass(isa path, float* param, std::uint16_t* half_out, const float* work, dtype half_type,
+                      float coeff, const lamb_params& params, std::int64_t n) {
+  check_path(path, "lamb");
   DSA_CHECK(n >= 0, "lamb_second_pass: negative size {}", n);
   DSA_CHECK(!half_out || half_type == dtype::f16 || half_type == dtype::bf16,
             "lamb_second_pass: half copy-out must be f16 or bf16, got {}", dtype_name(half_type));
@@ -168,12 +259,17 @@ void lamb_second_pass(float* param, std::uint16_t* half_out, const float* work, 
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (std::int64_t k = 0; k < chunks; ++k) {
     std::int64_t begin = k * parallel_above, len = std::min(parallel_above, n - begin);
-    pass_two(param + begin, work + begin, half_out ? half_out + begin : nullptr, half_type, scale, len);
+    pass_two(path, param + begin, work + begin, half_out ? half_out + begin : nullptr, half_type, scale, len);
   }
 }
 
 float lamb_update(float* param, float* m, float* v, const float* grad, float* work, std::uint16_t* half_out,
                   dtype half_type, const lamb_params& params, std::int64_t n) {
+  return lamb_update(active_isa(), param, m, v, grad, work, half_out, half_type, params, n);
+}
+
+float lamb_update(isa path, float* param, float* m, float* v, const float* grad, float* work,
+                  std::uint16_t* half_out, dtype half_type, const lamb_params& params, std::int64_t n) {
   DSA_CHECK(n >= 0, "lamb_update: negative size {}", n);
   DSA_CHECK(!half_out || half_type == dtype::f16 || half_type == dtype::bf16,
             "lamb_update: half copy-out must be f16 or bf16, got {}", dtype_name(half_type));
@@ -181,11 +277,11 @@ float lamb_update(float* param, float* m, float* v, const float* grad, float* wo
   if (n == 0) return 1.0f;
   const std::int64_t blocks = lamb_norm_blocks(n);
   std::vector<double> block_sums(static_cast<std::size_t>(2 * blocks));
-  lamb_first_pass(m, v, work, block_sums.data(), param, grad, params, n);
+  lamb_first_pass(path, m, v, work, block_sums.data(), param, grad, params, n);
   double totals[2] = {0.0, 0.0};
   lamb_norm_totals(totals, block_sums.data(), blocks);
   const float coeff = lamb_trust_ratio(totals[0], totals[1], params);
-  lamb_second_pass(param, half_out, work, half_type, coeff, params, n);
+  lamb_second_pass(path, param, half_out, work, half_type, coeff, params, n);
   return coeff;
 }
 

@@ -62,6 +62,15 @@ float lamb_trust_ratio(double sum_p2, double sum_u2, const lamb_params& params);
 void lamb_second_pass(float* param, std::uint16_t* half_out, const float* work, dtype half_type, float coeff,
                       const lamb_params& params, std::int64_t n);
 
+// The same on a given vector path (kernels/cpu/isa.hpp; at most the CPU's best). AVX2 and
+// AVX-512 give the same bits; the scalar path's norms differ from theirs in the last bits.
+float lamb_update(isa path, float* param, float* m, float* v, const float* grad, float* work,
+                  std::uint16_t* half_out, dtype half_type, const lamb_params& params, std::int64_t n);
+void lamb_first_pass(isa path, float* m, float* v, float* work, double* block_sums, const float* param,
+                     const float* grad, const lamb_params& params, std::int64_t n);
+void lamb_second_pass(isa path, float* param, std::uint16_t* half_out, const float* work, dtype half_type,
+                      float coeff, const lamb_params& params, std::int64_t n);
+
 float lamb_update_ref(float* param, float* m, float* v, const float* grad, const lamb_params& params,
                       std::int64_t n);
 

@@ -67,6 +67,26 @@ DSA_AVX512_TARGET inline __m512 erf(__m512 x) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x);
 }
 
+// 16 floats to bf16 by vec::f32_to_bf16_8's integer rounding (nearest even; NaNs keep their
+// upper half, quieted): core/half.hpp's bits.
+DSA_AVX512_TARGET inline __m256i f32_to_bf16_16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)))),
+      16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i result = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(result); // every lane is in [0, 0xffff]: the truncation is exact
+}
+
+// Stores 16 floats as f16 (the hardware's round to nearest even, as vec::store_half8) or bf16.
+DSA_AVX512_TARGET inline void store_half16(std::uint16_t* out, __m512 x, bool bf16) {
+  const __m256i h = bf16 ? f32_to_bf16_16(x) : _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
+}
+
 DSA_AVX512_CODE_END
 
 } // namespace dsa::cpu::vec512

@@ -4,6 +4,7 @@
 
 #include "core/half.hpp"
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 
 #include <doctest/doctest.h>
 
@@ -211,4 +212,35 @@ TEST_CASE("adam: an element's result does not depend on its position (vector bod
     differ += dsa::float_bits(single.param[i]) != dsa::float_bits(all.param[i]);
   }
   CHECK(differ == 0);
+}
+
+TEST_CASE("adam: every vector path gives the scalar path's bits, half copy-out included") {
+  const std::int64_t n = 40000 + 13; // several chunks, a vector body and a tail on every path
+  for (adam_mode mode : {adam_mode::adam, adam_mode::adamw}) {
+    for (dsa::dtype half : {dsa::dtype::f16, dsa::dtype::bf16}) {
+      adam_params params;
+      params.mode = mode;
+      params.weight_decay = 0.01f;
+      params.step = 4;
+      const auto g = random_grad(n, 21);
+      adam_state want = random_state(n, 22);
+      want.m = random_grad(n, 23);
+      for (std::int64_t i = 0; i < n; ++i) want.v[i] = std::fabs(want.m[i]) * 0.5f;
+      const adam_state start = want;
+      std::vector<std::uint16_t> want_half(n);
+      dsa::cpu::adam_update(dsa::cpu::isa::scalar, want.param.data(), want.m.data(), want.v.data(), g.data(),
+                            want_half.data(), half, params, n);
+      for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+        INFO(dsa::cpu::isa_name(path) << " mode " << static_cast<int>(mode) << " " << dsa::dtype_name(half));
+        adam_state got = start;
+        std::vector<std::uint16_t> got_half(n);
+        dsa::cpu::adam_update(path, got.param.data(), got.m.data(), got.v.data(), g.data(), got_half.data(), half,
+                              params, n);
+        CHECK(got.param == want.param);
+        CHECK(got.m == want.m);
+        CHECK(got.v == want.v);
+        CHECK(got_half == want_half);
+      }
+    }
+  }
 }

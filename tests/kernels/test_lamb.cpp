@@ -5,6 +5,7 @@
 
 #include "core/half.hpp"
 #include "tests/support/compare.hpp"
+#include "tests/support/isa_paths.hpp"
 
 #include <doctest/doctest.h>
 
@@ -232,4 +233,59 @@ TEST_CASE("lamb: the three phases over block-aligned pieces equal lamb_update, b
   CHECK(m_split == m_whole);
   CHECK(v_split == v_whole);
   CHECK(half_split == half_whole);
+}
+
+TEST_CASE("lamb: the AVX-512 path gives the AVX2 path's bits; the scalar path agrees within rounding") {
+  // A tail of 13 (a group of 8 on the vector paths, then 5), several norm blocks, tiny sizes.
+  for (std::int64_t n : {std::int64_t{5}, std::int64_t{37}, 3 * dsa::cpu::lamb_norm_block + 16 * 7 + 13}) {
+    for (dsa::dtype half : {dsa::dtype::f16, dsa::dtype::bf16}) {
+      lamb_params params;
+      params.lr = 0.01f;
+      params.weight_decay = 0.02f;
+      params.step = 3;
+      const auto g = uniform(n, -1.0f, 1.0f, 41);
+      const auto p0 = uniform(n, -1.0f, 1.0f, 42);
+      const auto m0 = uniform(n, -0.1f, 0.1f, 43);
+      const auto v0 = uniform(n, 0.0f, 0.01f, 44);
+      struct result {
+        std::vector<float> p, m, v;
+        std::vector<std::uint16_t> h;
+        float coeff;
+      };
+      auto run = [&](dsa::cpu::isa path) {
+        result r{p0, m0, v0, std::vector<std::uint16_t>(n), 0.0f};
+        std::vector<float> work(n);
+        r.coeff = dsa::cpu::lamb_update(path, r.p.data(), r.m.data(), r.v.data(), g.data(), work.data(), r.h.data(),
+                                        half, params, n);
+        return r;
+      };
+      const result scalar = run(dsa::cpu::isa::scalar);
+      std::vector<float> ref_p = p0, ref_m = m0, ref_v = v0;
+      const float ref_coeff = dsa::cpu::lamb_update_ref(ref_p.data(), ref_m.data(), ref_v.data(), g.data(), params, n);
+      for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+        INFO(dsa::cpu::isa_name(path) << " n " << n);
+        const result r = run(path);
+        // Every path against the double reference; the vector paths bit for bit with each other.
+        DSA_CHECK_CLOSE(r.p.data(), ref_p.data(), n, dsa::test::f32_kernel);
+        DSA_CHECK_CLOSE(&r.coeff, &ref_coeff, 1, dsa::test::f32_kernel);
+        CHECK(r.m == scalar.m); // the moments are element-wise: the same bits everywhere
+        CHECK(r.v == scalar.v);
+        if (path == dsa::cpu::isa::avx512) {
+          const result avx2 = run(dsa::cpu::isa::avx2);
+          CHECK(r.p == avx2.p);
+          CHECK(r.h == avx2.h);
+          CHECK(r.coeff == avx2.coeff);
+          // The norms' block sums themselves (the float trust ratio could hide their last bits).
+          auto sums = [&](dsa::cpu::isa on) {
+            std::vector<float> m = m0, v = v0, work(n);
+            std::vector<double> block_sums(static_cast<std::size_t>(2 * dsa::cpu::lamb_norm_blocks(n)));
+            dsa::cpu::lamb_first_pass(on, m.data(), v.data(), work.data(), block_sums.data(), p0.data(), g.data(),
+                                      params, n);
+            return block_sums;
+          };
+          CHECK(sums(path) == sums(dsa::cpu::isa::avx2));
+        }
+      }
+    }
+  }
 }
