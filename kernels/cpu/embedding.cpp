@@ -1,9 +1,12 @@
 // Embedding gather and scatter-add on CPU. The scatter splits columns across threads
-// and adds tokens in order, so repeated ids accumulate without races or reordering.
+// and adds tokens in order, so repeated ids accumulate without races or reordering. A half
+// table's rows widen through cast's vector paths; the scatter loop (embedding_impl.inc) is
+// compiled for the build's target and for AVX-512. Every path gives the same bits.
 #include "kernels/cpu/embedding.hpp"
 
 #include "core/error.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/isa.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -26,6 +29,16 @@ void check_ids(const std::int32_t* ids, std::int64_t tokens, std::int64_t vocab,
 
 } // namespace
 
+namespace embedding_base {
+#include "kernels/cpu/embedding_impl.inc"
+} // namespace embedding_base
+
+DSA_AVX512_REGION_BEGIN
+namespace embedding_avx512 {
+#include "kernels/cpu/embedding_impl.inc"
+} // namespace embedding_avx512
+DSA_AVX512_REGION_END
+
 void embedding_forward(float* y, const float* table, const std::int32_t* ids, std::int64_t tokens,
                        std::int64_t vocab, std::int64_t c) {
   check_ids(ids, tokens, vocab, c);
@@ -37,6 +50,12 @@ void embedding_forward(float* y, const float* table, const std::int32_t* ids, st
 
 void embedding_forward(float* y, const void* table, dtype table_type, const std::int32_t* ids,
                        std::int64_t tokens, std::int64_t vocab, std::int64_t c) {
+  embedding_forward(active_isa(), y, table, table_type, ids, tokens, vocab, c);
+}
+
+void embedding_forward(isa path, float* y, const void* table, dtype table_type, const std::int32_t* ids,
+                       std::int64_t tokens, std::int64_t vocab, std::int64_t c) {
+  check_path(path, "embedding");
   if (table_type == dtype::f32) {
     embedding_forward(y, static_cast<const float*>(table), ids, tokens, vocab, c);
     return;
@@ -47,23 +66,26 @@ void embedding_forward(float* y, const void* table, dtype table_type, const std:
   const auto* rows = static_cast<const std::uint16_t*>(table);
 #pragma omp parallel for schedule(static) if (tokens * c >= parallel_threshold)
   for (std::int64_t t = 0; t < tokens; ++t)
-    cast(y + t * c, dtype::f32, rows + ids[t] * c, table_type, c);
+    cast(path, y + t * c, dtype::f32, rows + ids[t] * c, table_type, c);
 }
 
-void embedding_backward(float* dtable, const float* dy, const std::int32_t* ids,
-                        std::int64_t tokens, std::int64_t vocab, std::int64_t c) {
+void embedding_backward(float* dtable, const float* dy, const std::int32_t* ids, std::int64_t tokens,
+                        std::int64_t vocab, std::int64_t c) {
+  embedding_backward(active_isa(), dtable, dy, ids, tokens, vocab, c);
+}
+
+void embedding_backward(isa path, float* dtable, const float* dy, const std::int32_t* ids, std::int64_t tokens,
+                        std::int64_t vocab, std::int64_t c) {
+  check_path(path, "embedding");
   check_ids(ids, tokens, vocab, c);
   const std::int64_t blocks = (c + column_block - 1) / column_block;
 #pragma omp parallel for schedule(static) if (tokens * c >= parallel_threshold)
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::int64_t j0 = b * column_block, j1 = std::min(c, j0 + column_block);
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      float* dst = dtable + ids[t] * c;
-      const float* src = dy + t * c;
-#pragma omp simd
-      for (std::int64_t j = j0; j < j1; ++j)
-        dst[j] += src[j];
-    }
+    if (path == isa::avx512)
+      embedding_avx512::scatter_columns(dtable, dy, ids, tokens, c, j0, j1);
+    else
+      embedding_base::scatter_columns(dtable, dy, ids, tokens, c, j0, j1);
   }
 }
 

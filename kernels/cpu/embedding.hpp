@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "kernels/cpu/isa.hpp"
 
 #include <cstdint>
 
@@ -16,6 +17,13 @@ void embedding_forward(float* y, const void* table, dtype table_type, const std:
                        std::int64_t tokens, std::int64_t vocab, std::int64_t c);
 // dtable: (vocab, c) += scatter of dy: (tokens, c) by ids. Deterministic order.
 void embedding_backward(float* dtable, const float* dy, const std::int32_t* ids, std::int64_t tokens,
+                        std::int64_t vocab, std::int64_t c);
+
+// The same on a given vector path (kernels/cpu/isa.hpp; at most the CPU's best): every path
+// gives the same bits.
+void embedding_forward(isa path, float* y, const void* table, dtype table_type, const std::int32_t* ids,
+                       std::int64_t tokens, std::int64_t vocab, std::int64_t c);
+void embedding_backward(isa path, float* dtable, const float* dy, const std::int32_t* ids, std::int64_t tokens,
                         std::int64_t vocab, std::int64_t c);
 
 } // namespace dsa::cpu

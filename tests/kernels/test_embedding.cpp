@@ -1,6 +1,7 @@
 // Embedding gather copies rows exactly (widening f16/bf16 tables); scatter-add with repeated ids
 // matches the double reference and is bit-identical to in-order f32 accumulation; bad ids abort.
 #include "kernels/cpu/embedding.hpp"
+#include "tests/support/isa_paths.hpp"
 
 #include "core/half.hpp"
 
@@ -85,15 +86,17 @@ TEST_CASE("embedding: forward from an f16/bf16 table widens the rows of the ids 
       for (std::size_t i = 0; i < values.size(); ++i)
         table[i] = t == dtype::f16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
       const auto ids = random_ids(tokens, vocab, 9);
-      std::vector<float> y(static_cast<std::size_t>(tokens * c));
-      cpu::embedding_forward(y.data(), table.data(), t, ids.data(), tokens, vocab, c);
-      std::int64_t wrong = 0;
-      for (std::int64_t i = 0; i < tokens * c; ++i) {
-        const std::uint16_t h = table[static_cast<std::size_t>(ids[i / c] * c + i % c)];
-        wrong +=
-            y[static_cast<std::size_t>(i)] != (t == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h));
+      for (cpu::isa path : test::isa_paths()) {
+        CAPTURE(cpu::isa_name(path));
+        std::vector<float> y(static_cast<std::size_t>(tokens * c));
+        cpu::embedding_forward(path, y.data(), table.data(), t, ids.data(), tokens, vocab, c);
+        std::int64_t wrong = 0;
+        for (std::int64_t i = 0; i < tokens * c; ++i) {
+          const std::uint16_t h = table[static_cast<std::size_t>(ids[i / c] * c + i % c)];
+          wrong += y[static_cast<std::size_t>(i)] != (t == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h));
+        }
+        CHECK(wrong == 0);
       }
-      CHECK(wrong == 0);
     }
   }
 }
@@ -114,9 +117,13 @@ TEST_CASE("embedding: backward scatter-adds repeated ids like the double referen
         want[dst] += dy[src];
         in_order[dst] += dy[src];
       }
-    cpu::embedding_backward(dtable.data(), dy.data(), ids.data(), tokens, vocab, c);
-    DSA_CHECK_CLOSE(dtable.data(), want.data(), vocab * c, test::f32_kernel);
-    CHECK(dtable == in_order); // deterministic: tokens are added in order, whatever the threads
+    for (cpu::isa path : test::isa_paths()) {
+      CAPTURE(cpu::isa_name(path));
+      auto got = dtable;
+      cpu::embedding_backward(path, got.data(), dy.data(), ids.data(), tokens, vocab, c);
+      DSA_CHECK_CLOSE(got.data(), want.data(), vocab * c, test::f32_kernel);
+      CHECK(got == in_order); // deterministic: tokens are added in order, whatever the threads or path
+    }
   }
 }
 
