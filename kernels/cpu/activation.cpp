@@ -141,26 +141,84 @@ DSA_AVX512_CODE_END
 
 } // namespace
 
+namespace {
+
+// One path's GELU forward / backward on elements [b, e).
+void gelu_forward_range(isa path, float* y, const float* x, std::int64_t b, std::int64_t e) {
+  if (path == isa::avx512) return gelu_forward_avx512(y, x, b, e);
+#if DSA_VEC_MATH_AVX2
+  if (path == isa::avx2) return gelu_forward_avx2(y, x, b, e);
+#endif
+  gelu_forward_scalar(y, x, b, e);
+}
+
+void gelu_backward_range(isa path, float* dx, const float* dy, const float* x, std::int64_t b, std::int64_t e) {
+  if (path == isa::avx512) return gelu_backward_avx512(dx, dy, x, b, e);
+#if DSA_VEC_MATH_AVX2
+  if (path == isa::avx2) return gelu_backward_avx2(dx, dy, x, b, e);
+#endif
+  gelu_backward_scalar(dx, dy, x, b, e);
+}
+
+void check_bias_sizes(std::int64_t rows, std::int64_t c, const char* who) {
+  DSA_CHECK(rows >= 0 && c >= 0, "{}: rows = {}, c = {}", who, rows, c);
+}
+
+// Columns per block of gelu_bias_backward: its double accumulators stay in L1 (as bias_backward's).
+constexpr std::int64_t bias_column_block = 256;
+
+} // namespace
+
+void gelu_bias_forward(isa path, float* y, float* x, const float* bias, std::int64_t rows, std::int64_t c) {
+  check_path(path, "gelu_bias_forward");
+  check_bias_sizes(rows, c, "gelu_bias_forward");
+  const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, chunk_elements / std::max<std::int64_t>(c, 1));
+  cpu::for_chunks(rows, rows_per_chunk, c == 0 ? rows + 1 : parallel_threshold / c, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float* row = x + r * c;
+#pragma omp simd
+      for (std::int64_t j = 0; j < c; ++j) row[j] += bias[j];
+      gelu_forward_range(path, y, x, r * c, (r + 1) * c); // the row is still in L1
+    }
+  });
+}
+
+void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows,
+                        std::int64_t c) {
+  check_path(path, "gelu_bias_backward");
+  check_bias_sizes(rows, c, "gelu_bias_backward");
+  const std::int64_t blocks = (c + bias_column_block - 1) / bias_column_block;
+#pragma omp parallel for schedule(static) if (rows * c >= parallel_threshold && blocks > 1)
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const std::int64_t j0 = block * bias_column_block, width = std::min(c, j0 + bias_column_block) - j0;
+    double acc[bias_column_block] = {};
+    for (std::int64_t r = 0; r < rows; ++r) {
+      gelu_backward_range(path, dx, dy, x, r * c + j0, r * c + j0 + width);
+      const float* d = dx + r * c + j0;
+#pragma omp simd
+      for (std::int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(d[j]);
+    }
+    for (std::int64_t j = 0; j < width; ++j)
+      dbias[j0 + j] = static_cast<float>(static_cast<double>(dbias[j0 + j]) + acc[j]);
+  }
+}
+
+void gelu_bias_forward(float* y, float* x, const float* bias, std::int64_t rows, std::int64_t c) {
+  gelu_bias_forward(active_isa(), y, x, bias, rows, c);
+}
+
+void gelu_bias_backward(float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows, std::int64_t c) {
+  gelu_bias_backward(active_isa(), dx, dbias, dy, x, rows, c);
+}
+
 void gelu_forward(isa path, float* y, const float* x, std::int64_t n) {
   check_path(path, "gelu_forward");
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-    if (path == isa::avx512) return gelu_forward_avx512(y, x, b, e);
-#if DSA_VEC_MATH_AVX2
-    if (path == isa::avx2) return gelu_forward_avx2(y, x, b, e);
-#endif
-    gelu_forward_scalar(y, x, b, e);
-  });
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) { gelu_forward_range(path, y, x, b, e); });
 }
 
 void gelu_backward(isa path, float* dx, const float* dy, const float* x, std::int64_t n) {
   check_path(path, "gelu_backward");
-  for_chunks(n, [&](std::int64_t b, std::int64_t e) {
-    if (path == isa::avx512) return gelu_backward_avx512(dx, dy, x, b, e);
-#if DSA_VEC_MATH_AVX2
-    if (path == isa::avx2) return gelu_backward_avx2(dx, dy, x, b, e);
-#endif
-    gelu_backward_scalar(dx, dy, x, b, e);
-  });
+  for_chunks(n, [&](std::int64_t b, std::int64_t e) { gelu_backward_range(path, dx, dy, x, b, e); });
 }
 
 void gelu_forward(float* y, const float* x, std::int64_t n) { gelu_forward(active_isa(), y, x, n); }

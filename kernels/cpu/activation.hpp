@@ -16,6 +16,17 @@ void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n);
 void gelu_forward(isa path, float* y, const float* x, std::int64_t n);
 void gelu_backward(isa path, float* dx, const float* dy, const float* x, std::int64_t n);
 
+// Bias and GELU in one pass over (rows, c) rows, as a feed-forward layer's first projection
+// needs: x += bias (row-wise; x keeps the pre-activation for backward), then y = gelu(x).
+// The same bits as bias_add then gelu_forward.
+void gelu_bias_forward(float* y, float* x, const float* bias, std::int64_t rows, std::int64_t c);
+// Its gradient: dx = dy * gelu'(x) (x as gelu_bias_forward left it), and dbias += the column
+// sums of dx (summed in double, rows in order). The same bits as gelu_backward then
+// bias_backward. dx may alias dy.
+void gelu_bias_backward(float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows, std::int64_t c);
+void gelu_bias_forward(isa path, float* y, float* x, const float* bias, std::int64_t rows, std::int64_t c);
+void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows,
+                        std::int64_t c);
 // y = tanh(x); dx = dy * (1 - y^2) from the output.
 void tanh_forward(float* y, const float* x, std::int64_t n);
 void tanh_backward(float* dx, const float* dy, const float* y, std::int64_t n);

@@ -12,9 +12,10 @@ void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x
                           const layer_params& p, const memory_flags& flags, dtype stash_type) {
   const std::int64_t rows = x.dim(0), I = p.intermediate.out_features();
   tensor ff1 = tensor::empty({rows, I}, dtype::f32);
-  linear_forward(ff1.data<float>(), gemm_source(x, stash.x), p.intermediate, rows);
+  // The first projection's bias and the GELU in one pass (ff1 keeps the biased value).
+  linear_product(ff1.data<float>(), gemm_source(x, stash.x), p.intermediate, rows);
   tensor gelu = tensor::empty({rows, I}, dtype::f32);
-  cpu::gelu_forward(gelu.data<float>(), ff1.data<float>(), rows * I);
+  cpu::gelu_bias_forward(gelu.data<float>(), ff1.data<float>(), p.intermediate.bias.data<float>(), rows, I);
   if (!flags.gelu_checkpoint)
     stash.gelu = keep(gelu, stash_type);
   linear_forward(out, gemm_source(gelu, stash.gelu), p.output, rows);
@@ -33,8 +34,8 @@ void feed_forward_backward(float* dx, const float* dout, const feed_forward_stas
   std::vector<float> dgelu(static_cast<std::size_t>(rows * I));
   linear_backward(dgelu.data(), dout, operand(gelu), p.output, rows, write_mode::overwrite);
   gelu = tensor{};
-  cpu::gelu_backward(dgelu.data(), dgelu.data(), ff1.data<float>(), rows * I);
-  linear_backward(dx, dgelu.data(), operand(gemm_input(stash.x)), p.intermediate, rows, dx_mode);
+  cpu::gelu_bias_backward(dgelu.data(), p.intermediate.dbias.data<float>(), dgelu.data(), ff1.data<float>(), rows, I);
+  linear_backward_products(dx, dgelu.data(), operand(gemm_input(stash.x)), p.intermediate, rows, dx_mode);
 }
 
 } // namespace dsa::bert

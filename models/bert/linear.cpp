@@ -7,21 +7,26 @@
 
 namespace dsa::bert {
 
-void linear_forward(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows) {
-  const std::int64_t out = p.out_features(), in = p.in_features();
+void linear_product(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows) {
   if (rows == 0)
     return;
   cpu::gemm_shape s;
   s.m = rows;
-  s.n = out;
-  s.k = in;
+  s.n = p.out_features();
+  s.k = p.in_features();
   s.trans_b = cpu::transpose::yes; // W is stored (out, in)
   cpu::gemm(y, x, operand(p.weight), s);
-  cpu::bias_add(y, p.bias.data<float>(), rows, out);
 }
 
-void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
-                     std::int64_t rows, write_mode dx_mode) {
+void linear_forward(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows) {
+  if (rows == 0)
+    return;
+  linear_product(y, x, p, rows);
+  cpu::bias_add(y, p.bias.data<float>(), rows, p.out_features());
+}
+
+void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
+                              std::int64_t rows, write_mode dx_mode) {
   const std::int64_t out = p.out_features(), in = p.in_features();
   if (rows == 0)
     return;
@@ -32,7 +37,6 @@ void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const line
   dw.trans_a = cpu::transpose::yes;
   dw.beta = 1.0f;
   cpu::gemm(p.dweight.data<float>(), dy, x, dw);
-  cpu::bias_backward(p.dbias.data<float>(), dy, rows, out);
   if (dx == nullptr)
     return;
   cpu::gemm_shape dxs; // dx (rows, in) = dy (rows, out) W (out, in)
@@ -41,6 +45,14 @@ void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const line
   dxs.k = out;
   dxs.beta = dx_mode == write_mode::accumulate ? 1.0f : 0.0f;
   cpu::gemm(dx, dy, operand(p.weight), dxs);
+}
+
+void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p, std::int64_t rows,
+                     write_mode dx_mode) {
+  if (rows == 0)
+    return;
+  cpu::bias_backward(p.dbias.data<float>(), dy, rows, p.out_features());
+  linear_backward_products(dx, dy, x, p, rows, dx_mode);
 }
 
 } // namespace dsa::bert

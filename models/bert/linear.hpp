@@ -21,4 +21,10 @@ void linear_forward(float* y, cpu::gemm_operand x, const linear_params& p, std::
 void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
                      std::int64_t rows, write_mode dx_mode);
 
+// The same without the bias: y = x W^T, and dW += dy^T x, dx = or += dy W (dbias left to
+// the caller, which fuses bias and activation: cpu::gelu_bias_forward / _backward).
+void linear_product(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows);
+void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
+                              std::int64_t rows, write_mode dx_mode);
+
 } // namespace dsa::bert

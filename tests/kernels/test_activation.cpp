@@ -2,6 +2,7 @@
 // the backward passes against central differences of a double forward, and the
 // vectorized erf of kernels/cpu/vec_math against std::erf in double.
 #include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
@@ -223,5 +224,36 @@ TEST_CASE("activation: tanh forward vs double, backward vs central differences")
     std::vector<float> inplace = dy;
     dsa::cpu::tanh_backward(inplace.data(), inplace.data(), y.data(), n);
     DSA_CHECK_CLOSE(inplace.data(), dx.data(), n, dsa::test::recompute);
+  }
+}
+
+// The fused bias + GELU of a feed-forward layer against the two kernels it replaces, on
+// every path: rows x columns with a partial column block, and one above the threading size.
+TEST_CASE("gelu_bias_forward / backward: the same bits as bias_add + gelu and gelu + bias_backward, every path") {
+  std::mt19937 rng(91);
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {3, 7}, {5, 300}, {37, 1024}, {80, 1000}};
+  for (auto [rows, c] : shapes) {
+    const std::int64_t n = rows * c;
+    const auto x0 = random_vector(n, -4.0f, 4.0f, rng);
+    const auto bias = random_vector(c, -1.0f, 1.0f, rng);
+    const auto dy = random_vector(n, -1.0f, 1.0f, rng);
+    const auto db0 = random_vector(c, -1.0f, 1.0f, rng);
+    for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+      INFO(dsa::cpu::isa_name(path) << " rows " << rows << " c " << c);
+      // Separately: x += bias, y = gelu(x); dx = gelu'(x) dy, dbias += column sums of dx.
+      std::vector<float> want_x = x0, want_y(n), want_dx(n), want_db = db0;
+      dsa::cpu::bias_add(path, want_x.data(), bias.data(), rows, c);
+      dsa::cpu::gelu_forward(path, want_y.data(), want_x.data(), n);
+      dsa::cpu::gelu_backward(path, want_dx.data(), dy.data(), want_x.data(), n);
+      dsa::cpu::bias_backward(path, want_db.data(), want_dx.data(), rows, c);
+      std::vector<float> x = x0, y(n), db = db0;
+      dsa::cpu::gelu_bias_forward(path, y.data(), x.data(), bias.data(), rows, c);
+      CHECK(x == want_x);
+      CHECK(y == want_y);
+      auto dx = dy; // in place over dy, as the feed-forward layer calls it
+      dsa::cpu::gelu_bias_backward(path, dx.data(), db.data(), dx.data(), x.data(), rows, c);
+      CHECK(dx == want_dx);
+      CHECK(db == want_db);
+    }
   }
 }
