@@ -106,8 +106,8 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
   const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads,
                      d = dims.head_size();
   const std::int64_t score_count = stash.probs.numel();
-  std::vector<float> dcontext(static_cast<std::size_t>(N * H));
-  linear_backward(dcontext.data(), dout, operand(gemm_input(stash.context)), p.attention_out, N,
+  const auto dcontext = scratch_floats(N * H); // every buffer below is overwritten whole
+  linear_backward(dcontext.get(), dout, operand(gemm_input(stash.context)), p.attention_out, N,
                   write_mode::overwrite);
 
   // The probabilities the context used: stashed, recomputed, or the softmax output itself.
@@ -120,33 +120,34 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
     dropout_apply(used.data<float>(), probs.data<float>(), dropout_p, stream, score_count);
   }
 
-  std::vector<float> dq(static_cast<std::size_t>(N * H)), dk(dq.size()), dv(dq.size());
+  const auto dq = scratch_floats(N * H), dk = scratch_floats(N * H), dv = scratch_floats(N * H);
+  const shared_gemm_input dc_in(dcontext.get(), N * H); // read by dV's and dP's products
   // dV_bh = P_bh^T dC_bh
-  per_head_gemm(dv.data(), H, d, T * H, squares_of(operand(used), dims), cpu::transpose::yes,
-                rows_of(dcontext.data(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
+  per_head_gemm(dv.get(), H, d, T * H, squares_of(operand(used), dims), cpu::transpose::yes,
+                rows_of(dc_in.operand(), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
   used = tensor{};
   // dP_bh = dC_bh V_bh^T
-  std::vector<float> dscores(static_cast<std::size_t>(score_count));
-  per_head_gemm(dscores.data(), T, T * T, A * T * T, rows_of(dcontext.data(), dims),
+  const auto dscores = scratch_floats(score_count);
+  per_head_gemm(dscores.get(), T, T * T, A * T * T, rows_of(dc_in.operand(), dims),
                 cpu::transpose::no, rows_of(operand(gemm_input(stash.v)), dims),
                 cpu::transpose::yes, T, T, d, 0.0f, dims);
-  dropout_apply_backward(dscores.data(), dscores.data(), dropout_p, stream, score_count);
+  dropout_apply_backward(dscores.get(), dscores.get(), dropout_p, stream, score_count);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  cpu::softmax_backward(dscores.data(), dscores.data(), probs.data<float>(), scale,
-                        dims.batch * A * T, T);
+  cpu::softmax_backward(dscores.get(), dscores.get(), probs.data<float>(), scale, dims.batch * A * T, T);
+  const shared_gemm_input ds_in(dscores.get(), score_count); // read by dQ's and dK's products
   // dQ_bh = dS_bh K_bh, dK_bh = dS_bh^T Q_bh
-  per_head_gemm(dq.data(), H, d, T * H, squares_of(dscores.data(), dims), cpu::transpose::no,
+  per_head_gemm(dq.get(), H, d, T * H, squares_of(ds_in.operand(), dims), cpu::transpose::no,
                 rows_of(operand(gemm_input(stash.k)), dims), cpu::transpose::no, T, d, T, 0.0f,
                 dims);
-  per_head_gemm(dk.data(), H, d, T * H, squares_of(dscores.data(), dims), cpu::transpose::yes,
+  per_head_gemm(dk.get(), H, d, T * H, squares_of(ds_in.operand(), dims), cpu::transpose::yes,
                 rows_of(operand(gemm_input(stash.q)), dims), cpu::transpose::no, T, d, T, 0.0f,
                 dims);
 
   const tensor x_t = gemm_input(stash.x);
   const cpu::gemm_operand x = operand(x_t);
-  linear_backward(dx, dq.data(), x, p.query, N, dx_mode);
-  linear_backward(dx, dk.data(), x, p.key, N, write_mode::accumulate);
-  linear_backward(dx, dv.data(), x, p.value, N, write_mode::accumulate);
+  linear_backward(dx, dq.get(), x, p.query, N, dx_mode);
+  linear_backward(dx, dk.get(), x, p.key, N, write_mode::accumulate);
+  linear_backward(dx, dv.get(), x, p.value, N, write_mode::accumulate);
 }
 
 } // namespace dsa::bert

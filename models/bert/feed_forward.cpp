@@ -31,11 +31,11 @@ void feed_forward_backward(float* dx, const float* dout, const feed_forward_stas
     gelu = tensor::empty({rows, I}, dtype::f32);
     cpu::gelu_forward(gelu.data<float>(), ff1.data<float>(), rows * I);
   }
-  std::vector<float> dgelu(static_cast<std::size_t>(rows * I));
-  linear_backward(dgelu.data(), dout, operand(gelu), p.output, rows, write_mode::overwrite);
+  const auto dgelu = scratch_floats(rows * I); // overwritten whole
+  linear_backward(dgelu.get(), dout, operand(gelu), p.output, rows, write_mode::overwrite);
   gelu = tensor{};
-  cpu::gelu_bias_backward(dgelu.data(), p.intermediate.dbias.data<float>(), dgelu.data(), ff1.data<float>(), rows, I);
-  linear_backward_products(dx, dgelu.data(), operand(gemm_input(stash.x)), p.intermediate, rows, dx_mode);
+  cpu::gelu_bias_backward(dgelu.get(), p.intermediate.dbias.data<float>(), dgelu.get(), ff1.data<float>(), rows, I);
+  linear_backward_products(dx, dgelu.get(), operand(gemm_input(stash.x)), p.intermediate, rows, dx_mode);
 }
 
 } // namespace dsa::bert

@@ -30,13 +30,14 @@ void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, c
   const std::int64_t out = p.out_features(), in = p.in_features();
   if (rows == 0)
     return;
+  const shared_gemm_input dy_in(dy, rows * out); // both products read dy
   cpu::gemm_shape dw; // dW (out, in) += dy^T (out, rows) x (rows, in)
   dw.m = out;
   dw.n = in;
   dw.k = rows;
   dw.trans_a = cpu::transpose::yes;
   dw.beta = 1.0f;
-  cpu::gemm(p.dweight.data<float>(), dy, x, dw);
+  cpu::gemm(p.dweight.data<float>(), dy_in.operand(), x, dw);
   if (dx == nullptr)
     return;
   cpu::gemm_shape dxs; // dx (rows, in) = dy (rows, out) W (out, in)
@@ -44,7 +45,7 @@ void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, c
   dxs.n = in;
   dxs.k = out;
   dxs.beta = dx_mode == write_mode::accumulate ? 1.0f : 0.0f;
-  cpu::gemm(dx, dy, operand(p.weight), dxs);
+  cpu::gemm(dx, dy_in.operand(), operand(p.weight), dxs);
 }
 
 void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p, std::int64_t rows,

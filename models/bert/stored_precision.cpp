@@ -44,6 +44,14 @@ cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept) {
   return operand(x);
 }
 
+shared_gemm_input::shared_gemm_input(const float* x, std::int64_t n) : operand_(x) {
+  if (!cpu::bf16_operands())
+    return;
+  rounded_.resize(static_cast<std::size_t>(n));
+  cpu::cast(rounded_.data(), dtype::bf16, x, dtype::f32, n);
+  operand_ = cpu::gemm_operand{rounded_.data(), dtype::bf16};
+}
+
 linear_params widen(const linear_params& p) {
   return linear_params{gemm_input(p.weight), widen(p.bias), p.dweight, p.dbias};
 }

@@ -9,6 +9,10 @@
 
 #include "core/tensor.hpp"
 #include "kernels/cpu/gemm.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
 #include "models/bert/bert_parameters.hpp"
 
 namespace dsa::bert {
@@ -29,6 +33,25 @@ cpu::gemm_operand operand(const tensor& t);
 // (keep(x, stash type), or undefined): kept when the GEMM takes it as it is (bf16 with bf16
 // GEMM operands on; x rounded once for both), else x. The same bits either way.
 cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept);
+
+// f32 values that several products read (a gradient both dW and dx need): rounded to bf16
+// once when bf16 GEMM operands are on, else the f32 values themselves. The same bits as each
+// product rounding them. x must outlive it.
+class shared_gemm_input {
+public:
+  shared_gemm_input(const float* x, std::int64_t n);
+  cpu::gemm_operand operand() const { return operand_; }
+
+private:
+  std::vector<std::uint16_t> rounded_;
+  cpu::gemm_operand operand_;
+};
+
+// n f32 elements left uninitialized, for a buffer a product overwrites whole (zero-filling
+// such buffers took ~3% of a bf16 step in perf).
+inline std::unique_ptr<float[]> scratch_floats(std::int64_t n) {
+  return std::unique_ptr<float[]>(new float[static_cast<std::size_t>(n)]);
+}
 
 // The same views with weight and bias widened to f32 (a linear weight per gemm_input); the gradients (always f32)
 // stay the parameters' own, so backward still accumulates into them.
