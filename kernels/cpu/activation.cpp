@@ -4,6 +4,7 @@
 // call. Buffers above a threshold are split across OpenMP threads.
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/convert.hpp"
 
 #include "core/error.hpp"
 #include "kernels/cpu/vec_math.hpp"
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace dsa::cpu {
 namespace {
@@ -201,6 +203,28 @@ void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, cons
     for (std::int64_t j = 0; j < width; ++j)
       dbias[j0 + j] = static_cast<float>(static_cast<double>(dbias[j0 + j]) + acc[j]);
   }
+}
+
+void gelu_bias_forward_half(isa path, std::uint16_t* y, std::uint16_t* x_out, dtype half, const float* x,
+                            const float* bias, std::int64_t rows, std::int64_t c) {
+  check_path(path, "gelu_bias_forward_half");
+  check_bias_sizes(rows, c, "gelu_bias_forward_half");
+  DSA_CHECK(half == dtype::f16 || half == dtype::bf16, "gelu_bias_forward_half: outputs of {}; expected f16 or bf16",
+            dtype_name(half));
+  const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, chunk_elements / std::max<std::int64_t>(c, 1));
+  cpu::for_chunks(rows, rows_per_chunk, c == 0 ? rows + 1 : parallel_threshold / c, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> row(static_cast<std::size_t>(2 * c)); // x + bias, then its GELU
+    float* biased = row.data();
+    float* activated = biased + c;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* in = x + r * c;
+#pragma omp simd
+      for (std::int64_t j = 0; j < c; ++j) biased[j] = in[j] + bias[j];
+      cast(path, x_out + r * c, half, biased, dtype::f32, c);
+      gelu_forward_range(path, activated, biased, 0, c);
+      cast(path, y + r * c, half, activated, dtype::f32, c);
+    }
+  });
 }
 
 void gelu_bias_forward(float* y, float* x, const float* bias, std::int64_t rows, std::int64_t c) {

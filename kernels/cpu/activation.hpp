@@ -1,6 +1,7 @@
 // Elementwise activations: GELU (erf form, as BERT) and tanh (pooler).
 #pragma once
 
+#include "core/dtype.hpp"
 #include "kernels/cpu/isa.hpp"
 
 #include <cstdint>
@@ -25,6 +26,12 @@ void gelu_bias_forward(float* y, float* x, const float* bias, std::int64_t rows,
 // bias_backward. dx may alias dy.
 void gelu_bias_backward(float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows, std::int64_t c);
 void gelu_bias_forward(isa path, float* y, float* x, const float* bias, std::int64_t rows, std::int64_t c);
+// The same with both results rounded to `half` (f16 or bf16) and nothing else written:
+// x_out = half(x + bias), y = half(gelu(x + bias)); x is left as it is. For a layer whose
+// stash and next product take the half values only (bf16 with bf16.cpu_gemm). The same bits
+// as gelu_bias_forward then cast. On `path` (at most the CPU's best).
+void gelu_bias_forward_half(isa path, std::uint16_t* y, std::uint16_t* x_out, dtype half, const float* x,
+                            const float* bias, std::int64_t rows, std::int64_t c);
 void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows,
                         std::int64_t c);
 // y = tanh(x); dx = dy * (1 - y^2) from the output.

@@ -3,6 +3,7 @@
 // vectorized erf of kernels/cpu/vec_math against std::erf in double.
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
@@ -254,6 +255,30 @@ TEST_CASE("gelu_bias_forward / backward: the same bits as bias_add + gelu and ge
       dsa::cpu::gelu_bias_backward(path, dx.data(), db.data(), dx.data(), x.data(), rows, c);
       CHECK(dx == want_dx);
       CHECK(db == want_db);
+    }
+  }
+}
+
+TEST_CASE("gelu_bias_forward_half: the same bits as gelu_bias_forward then rounding both results, every path") {
+  std::mt19937 rng(93);
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {3, 7}, {37, 1024}, {80, 1000}};
+  for (auto [rows, c] : shapes) {
+    const std::int64_t n = rows * c;
+    const auto x0 = random_vector(n, -4.0f, 4.0f, rng);
+    const auto bias = random_vector(c, -1.0f, 1.0f, rng);
+    for (dsa::dtype half : {dsa::dtype::f16, dsa::dtype::bf16}) {
+      for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+        INFO(dsa::cpu::isa_name(path) << " " << dsa::dtype_name(half) << " rows " << rows << " c " << c);
+        std::vector<float> x = x0, y(n);
+        dsa::cpu::gelu_bias_forward(path, y.data(), x.data(), bias.data(), rows, c);
+        std::vector<std::uint16_t> want_x(n), want_y(n), got_x(n), got_y(n);
+        dsa::cpu::cast(want_x.data(), half, x.data(), dsa::dtype::f32, n);
+        dsa::cpu::cast(want_y.data(), half, y.data(), dsa::dtype::f32, n);
+        const auto untouched = x0;
+        dsa::cpu::gelu_bias_forward_half(path, got_y.data(), got_x.data(), half, untouched.data(), bias.data(), rows, c);
+        CHECK(got_x == want_x);
+        CHECK(got_y == want_y);
+      }
     }
   }
 }
