@@ -6,9 +6,11 @@
 #include "kernels/cpu/bias.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/isa.hpp"
 
 #include <algorithm>
+#include <vector>
 
 namespace dsa::cpu {
 namespace {
@@ -46,6 +48,25 @@ void bias_backward(isa path, float* dbias, const float* dy, std::int64_t rows, s
   check_path(path, "bias");
   if (path == isa::avx512) return bias_avx512::backward(dbias, dy, rows, c);
   bias_base::backward(dbias, dy, rows, c);
+}
+
+void bias_add_rounded(isa path, std::uint16_t* out, dtype half, const float* y, const float* bias, std::int64_t rows,
+                      std::int64_t c) {
+  check_sizes(rows, c, "bias_add_rounded");
+  check_path(path, "bias");
+  DSA_CHECK(half == dtype::f16 || half == dtype::bf16, "bias_add_rounded: output of {}; expected f16 or bf16",
+            dtype_name(half));
+#pragma omp parallel if (rows * c >= parallel_threshold)
+  {
+    std::vector<float> row(static_cast<std::size_t>(c));
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* in = y + r * c;
+#pragma omp simd
+      for (std::int64_t j = 0; j < c; ++j) row[static_cast<std::size_t>(j)] = in[j] + bias[j];
+      cast(path, out + r * c, half, row.data(), dtype::f32, c);
+    }
+  }
 }
 
 void bias_add(float* y, const float* bias, std::int64_t rows, std::int64_t c) {

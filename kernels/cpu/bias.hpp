@@ -1,6 +1,7 @@
 // Bias add and bias-gradient reduction over rows.
 #pragma once
 
+#include "core/dtype.hpp"
 #include "kernels/cpu/isa.hpp"
 
 #include <cstdint>
@@ -16,6 +17,10 @@ void bias_backward(float* dbias, const float* dy, std::int64_t rows, std::int64_
 void bias_add(isa path, float* y, const float* bias, std::int64_t rows, std::int64_t c);
 void bias_backward(isa path, float* dbias, const float* dy, std::int64_t rows, std::int64_t c);
 
+// out = half(y + bias) row by row, y left as it is: bias_add then a cast to f16 or bf16
+// in one pass, with their bits. For projections whose only reader takes the half values.
+void bias_add_rounded(isa path, std::uint16_t* out, dtype half, const float* y, const float* bias, std::int64_t rows,
+                      std::int64_t c);
 void bias_backward_ref(float* dbias, const float* dy, std::int64_t rows, std::int64_t c);
 
 } // namespace dsa::cpu

@@ -1,7 +1,9 @@
 // Self-attention forward/backward with per-sequence batched GEMMs over heads.
 #include "models/bert/attention.hpp"
 
+#include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "models/bert/stored_precision.hpp"
 
@@ -61,18 +63,34 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
                        const philox_stream& stream, const memory_flags& flags, dtype stash_type) {
   const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads,
                      d = dims.head_size();
-  tensor q = tensor::empty({N, H}, dtype::f32);
-  tensor k = tensor::empty({N, H}, dtype::f32);
-  tensor v = tensor::empty({N, H}, dtype::f32);
   // The caller has stashed x (stash.x); with bf16 GEMM operands each product reads the
   // stash copies, so every activation is rounded to bf16 once.
   const cpu::gemm_operand x_in = gemm_source(x, stash.x);
-  linear_forward(q.data<float>(), x_in, p.query, N);
-  linear_forward(k.data<float>(), x_in, p.key, N);
-  linear_forward(v.data<float>(), x_in, p.value, N);
-  stash.q = keep(q, stash_type);
-  stash.k = keep(k, stash_type);
-  stash.v = keep(v, stash_type);
+  tensor q, k, v; // f32, where the products read f32
+  if (stash_type == dtype::bf16 && cpu::bf16_operands()) {
+    // Only the bf16 Q, K, V are read: each projection's bias add writes them rounded, the
+    // same bits as keep() of the f32 values (one f32 buffer serves the three products).
+    tensor product = tensor::empty({N, H}, dtype::f32);
+    auto project = [&](const linear_params& lp, tensor& kept) {
+      linear_product(product.data<float>(), x_in, lp, N);
+      kept = tensor::empty({N, H}, dtype::bf16);
+      cpu::bias_add_rounded(cpu::active_isa(), kept.data<std::uint16_t>(), dtype::bf16, product.data<float>(),
+                            lp.bias.data<float>(), N, H);
+    };
+    project(p.query, stash.q);
+    project(p.key, stash.k);
+    project(p.value, stash.v);
+  } else {
+    q = tensor::empty({N, H}, dtype::f32);
+    k = tensor::empty({N, H}, dtype::f32);
+    v = tensor::empty({N, H}, dtype::f32);
+    linear_forward(q.data<float>(), x_in, p.query, N);
+    linear_forward(k.data<float>(), x_in, p.key, N);
+    linear_forward(v.data<float>(), x_in, p.value, N);
+    stash.q = keep(q, stash_type);
+    stash.k = keep(k, stash_type);
+    stash.v = keep(v, stash_type);
+  }
 
   // scores(b, h) = Q_bh K_bh^T; the 1/sqrt(d) scale is applied inside the softmax.
   tensor probs_t = tensor::empty({dims.batch, A, T, T}, dtype::f32);

@@ -38,7 +38,8 @@ cpu::gemm_operand operand(const tensor& t) {
 
 cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept) {
   if (kept.defined() && kept.type() == dtype::bf16 && cpu::bf16_operands()) {
-    DSA_CHECK(kept.numel() == x.numel(), "gemm_source: stash copy {} of {}", kept.describe(), x.describe());
+    DSA_CHECK(!x.defined() || kept.numel() == x.numel(), "gemm_source: stash copy {} of {}", kept.describe(),
+              x.describe());
     return operand(kept);
   }
   return operand(x);

@@ -31,7 +31,8 @@ tensor gemm_input(const tensor& t);
 cpu::gemm_operand operand(const tensor& t);
 // The operand a forward GEMM reads for the f32 activation x whose stash copy is `kept`
 // (keep(x, stash type), or undefined): kept when the GEMM takes it as it is (bf16 with bf16
-// GEMM operands on; x rounded once for both), else x. The same bits either way.
+// GEMM operands on; x rounded once for both), else x. The same bits either way. x may be
+// undefined when kept is such a copy (its f32 values were never made).
 cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept);
 
 // f32 values that several products read (a gradient both dW and dx need): rounded to bf16

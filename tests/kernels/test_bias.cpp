@@ -1,6 +1,7 @@
 // kernels/cpu/bias: bias_add against an exact loop, bias_backward against its
 // double reference, at awkward and at threaded sizes.
 #include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
 
@@ -82,6 +83,28 @@ TEST_CASE("bias: every vector path this CPU has gives the same bits") {
       dsa::cpu::bias_backward(path, dbias.data(), y0.data(), s.rows, s.c);
       CHECK(y == want_y);
       CHECK(dbias == want_dbias);
+    }
+  }
+}
+
+TEST_CASE("bias_add_rounded: the same bits as bias_add then a cast to f16 / bf16, every path; the input unchanged") {
+  std::mt19937 rng(77);
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {3, 17}, {64, 256}, {300, 257}};
+  for (auto [rows, c] : shapes) {
+    const auto y0 = random_vector(rows * c, rng);
+    const auto bias = random_vector(c, rng);
+    for (dsa::dtype half : {dsa::dtype::f16, dsa::dtype::bf16}) {
+      for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+        INFO(dsa::cpu::isa_name(path) << " " << dsa::dtype_name(half) << " rows " << rows << " c " << c);
+        auto added = y0;
+        dsa::cpu::bias_add(path, added.data(), bias.data(), rows, c);
+        std::vector<std::uint16_t> want(added.size()), got(added.size());
+        dsa::cpu::cast(want.data(), half, added.data(), dsa::dtype::f32, rows * c);
+        const auto y = y0;
+        dsa::cpu::bias_add_rounded(path, got.data(), half, y.data(), bias.data(), rows, c);
+        CHECK(got == want);
+        CHECK(y == y0);
+      }
     }
   }
 }
