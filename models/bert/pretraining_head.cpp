@@ -137,13 +137,14 @@ tensor pretraining_head_backward(const pretraining_head_stash& s,
     dw.k = M;
     dw.trans_a = cpu::transpose::yes;
     dw.beta = 1.0f;
-    cpu::gemm(p.dword.data<float>(), dl, s.normed.data<float>(), dw);
+    const shared_gemm_input dl_in(dl, M * V); // read by both products
+    cpu::gemm(p.dword.data<float>(), dl_in.operand(), s.normed.data<float>(), dw);
     std::vector<float> d(static_cast<std::size_t>(M * H)), dm(d.size());
     cpu::gemm_shape dn; // dnormed (M, H) = dl (M, V) W_word (V, H)
     dn.m = M;
     dn.n = H;
     dn.k = V;
-    cpu::gemm(d.data(), dl, operand(p.word), dn);
+    cpu::gemm(d.data(), dl_in.operand(), operand(p.word), dn);
     cpu::layernorm_backward(d.data(), p.transform_norm.dweight.data<float>(),
                             p.transform_norm.dbias.data<float>(), d.data(), s.gelu.data<float>(),
                             s.norm_mean.data<float>(), s.norm_rstd.data<float>(),
