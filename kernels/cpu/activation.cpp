@@ -187,16 +187,32 @@ void gelu_bias_forward(isa path, float* y, float* x, const float* bias, std::int
 
 void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows,
                         std::int64_t c) {
+  gelu_bias_backward(path, dx, dbias, dy, x, dtype::f32, rows, c);
+}
+
+void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const void* x, dtype x_type,
+                        std::int64_t rows, std::int64_t c) {
   check_path(path, "gelu_bias_backward");
   check_bias_sizes(rows, c, "gelu_bias_backward");
+  DSA_CHECK(x_type == dtype::f32 || x_type == dtype::f16 || x_type == dtype::bf16,
+            "gelu_bias_backward: an input of {}; expected f32, f16 or bf16", dtype_name(x_type));
   const std::int64_t blocks = (c + bias_column_block - 1) / bias_column_block;
+  const auto* x32 = static_cast<const float*>(x);
+  const auto* x16 = static_cast<const std::uint16_t*>(x);
 #pragma omp parallel for schedule(static) if (rows * c >= parallel_threshold && blocks > 1)
   for (std::int64_t block = 0; block < blocks; ++block) {
     const std::int64_t j0 = block * bias_column_block, width = std::min(c, j0 + bias_column_block) - j0;
     double acc[bias_column_block] = {};
+    float widened[bias_column_block]; // a half x's slice of the row, widened exactly
     for (std::int64_t r = 0; r < rows; ++r) {
-      gelu_backward_range(path, dx, dy, x, r * c + j0, r * c + j0 + width);
-      const float* d = dx + r * c + j0;
+      const std::int64_t at = r * c + j0;
+      const float* xs = x32 + at;
+      if (x_type != dtype::f32) {
+        cast(path, widened, dtype::f32, x16 + at, x_type, width);
+        xs = widened;
+      }
+      gelu_backward_range(path, dx + at, dy + at, xs, 0, width);
+      const float* d = dx + at;
 #pragma omp simd
       for (std::int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(d[j]);
     }

@@ -34,6 +34,10 @@ void gelu_bias_forward_half(isa path, std::uint16_t* y, std::uint16_t* x_out, dt
                             const float* bias, std::int64_t rows, std::int64_t c);
 void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const float* x, std::int64_t rows,
                         std::int64_t c);
+// The same with x stored in f32, f16 or bf16 (a half stash read as it is, each row's slice
+// widened exactly in L1): the bits of gelu_bias_backward on the widened x.
+void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const void* x, dtype x_type,
+                        std::int64_t rows, std::int64_t c);
 // y = tanh(x); dx = dy * (1 - y^2) from the output.
 void tanh_forward(float* y, const float* x, std::int64_t n);
 void tanh_backward(float* dx, const float* dy, const float* y, std::int64_t n);

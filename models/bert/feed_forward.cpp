@@ -37,16 +37,19 @@ void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x
 void feed_forward_backward(float* dx, const float* dout, const feed_forward_stash& stash,
                            const layer_params& p, write_mode dx_mode) {
   const std::int64_t rows = stash.x.dim(0), I = p.intermediate.out_features();
-  const tensor ff1 = widen(stash.ff1);
+  // ff1 as stashed: the GELU gradient widens each slice it reads; the recompute needs it whole.
+  tensor ff1 = stash.ff1;
   tensor gelu = gemm_input(stash.gelu); // only the output projection's dW reads it
   if (!gelu.defined()) {
+    ff1 = widen(stash.ff1);
     gelu = tensor::empty({rows, I}, dtype::f32);
     cpu::gelu_forward(gelu.data<float>(), ff1.data<float>(), rows * I);
   }
   const auto dgelu = scratch_floats(rows * I); // overwritten whole
   linear_backward(dgelu.get(), dout, operand(gelu), p.output, rows, write_mode::overwrite);
   gelu = tensor{};
-  cpu::gelu_bias_backward(dgelu.get(), p.intermediate.dbias.data<float>(), dgelu.get(), ff1.data<float>(), rows, I);
+  cpu::gelu_bias_backward(cpu::active_isa(), dgelu.get(), p.intermediate.dbias.data<float>(), dgelu.get(),
+                          ff1.raw_data(), ff1.type(), rows, I);
   linear_backward_products(dx, dgelu.get(), operand(gemm_input(stash.x)), p.intermediate, rows, dx_mode);
 }
 

@@ -282,3 +282,28 @@ TEST_CASE("gelu_bias_forward_half: the same bits as gelu_bias_forward then round
     }
   }
 }
+
+TEST_CASE("gelu_bias_backward from an f16 / bf16 x: the bits of the f32 form on the widened x, every path") {
+  std::mt19937 rng(95);
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {5, 300}, {80, 1000}};
+  for (auto [rows, c] : shapes) {
+    const std::int64_t n = rows * c;
+    const auto x32 = random_vector(n, -4.0f, 4.0f, rng);
+    const auto dy = random_vector(n, -1.0f, 1.0f, rng);
+    const auto db0 = random_vector(c, -1.0f, 1.0f, rng);
+    for (dsa::dtype half : {dsa::dtype::f16, dsa::dtype::bf16}) {
+      std::vector<std::uint16_t> xh(n);
+      std::vector<float> widened(n);
+      dsa::cpu::cast(xh.data(), half, x32.data(), dsa::dtype::f32, n);
+      dsa::cpu::cast(widened.data(), dsa::dtype::f32, xh.data(), half, n);
+      for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+        INFO(dsa::cpu::isa_name(path) << " " << dsa::dtype_name(half) << " rows " << rows << " c " << c);
+        std::vector<float> want_dx(n), want_db = db0, dx(n), db = db0;
+        dsa::cpu::gelu_bias_backward(path, want_dx.data(), want_db.data(), dy.data(), widened.data(), rows, c);
+        dsa::cpu::gelu_bias_backward(path, dx.data(), db.data(), dy.data(), xh.data(), half, rows, c);
+        CHECK(dx == want_dx);
+        CHECK(db == want_db);
+      }
+    }
+  }
+}
