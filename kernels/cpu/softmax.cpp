@@ -6,12 +6,14 @@
 #include "kernels/cpu/softmax.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 namespace dsa::cpu {
 namespace {
@@ -45,10 +47,20 @@ void softmax_forward(isa path, float* probs, const float* scores, const float* k
 
 void softmax_backward(isa path, float* dscores, const float* dprobs, const float* probs, float scale,
                       std::int64_t rows, std::int64_t tk) {
+  softmax_backward(path, dscores, dprobs, probs, dtype::f32, scale, rows, tk);
+}
+
+void softmax_backward(isa path, float* dscores, const float* dprobs, const void* probs, dtype probs_type, float scale,
+                      std::int64_t rows, std::int64_t tk) {
   check_sizes(rows, tk);
   check_path(path, "softmax");
-  if (path == isa::avx512) return softmax_avx512::backward(dscores, dprobs, probs, scale, rows, tk);
-  softmax_base::backward(dscores, dprobs, probs, scale, rows, tk);
+  DSA_CHECK(probs_type == dtype::f32 || probs_type == dtype::f16 || probs_type == dtype::bf16,
+            "softmax_backward: probabilities of {}; expected f32, f16 or bf16", dtype_name(probs_type));
+  const bool f32 = probs_type == dtype::f32;
+  const auto* p32 = f32 ? static_cast<const float*>(probs) : nullptr;
+  const auto* p16 = f32 ? nullptr : static_cast<const std::uint16_t*>(probs);
+  if (path == isa::avx512) return softmax_avx512::backward(dscores, dprobs, p32, p16, probs_type, scale, rows, tk);
+  softmax_base::backward(dscores, dprobs, p32, p16, probs_type, scale, rows, tk);
 }
 
 void softmax_forward(float* probs, const float* scores, const float* key_mask, float scale,

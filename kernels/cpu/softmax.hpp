@@ -1,6 +1,7 @@
 // Scaled, masked softmax over attention scores.
 #pragma once
 
+#include "core/dtype.hpp"
 #include "kernels/cpu/isa.hpp"
 
 #include <cstdint>
@@ -23,6 +24,10 @@ void softmax_backward(float* dscores, const float* dprobs, const float* probs, f
 void softmax_forward(isa path, float* probs, const float* scores, const float* key_mask, float scale,
                      std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk);
 void softmax_backward(isa path, float* dscores, const float* dprobs, const float* probs, float scale,
+                      std::int64_t rows, std::int64_t tk);
+// The backward with the probabilities as stored (f32, f16 or bf16: a half stash read as it
+// is, each row widened exactly first): the bits of the f32 form on the widened values.
+void softmax_backward(isa path, float* dscores, const float* dprobs, const void* probs, dtype probs_type, float scale,
                       std::int64_t rows, std::int64_t tk);
 
 void softmax_forward_ref(float* probs, const float* scores, const float* key_mask, float scale,

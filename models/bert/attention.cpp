@@ -129,11 +129,14 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
                   write_mode::overwrite);
 
   // The probabilities the context used: stashed, recomputed, or the softmax output itself.
-  const tensor probs = widen(stash.probs);
-  tensor used = probs;
+  // The softmax gradient reads them as stashed; they are widened whole only when the dropout
+  // is recomputed from them (or dV's product takes f32).
+  const bool recompute = dropout_p > 0.0f && !stash.probs_drop.defined();
+  const tensor probs = recompute ? widen(stash.probs) : stash.probs;
+  tensor used = dropout_p > 0.0f ? tensor{} : gemm_input(stash.probs);
   if (dropout_p > 0.0f && stash.probs_drop.defined()) {
     used = gemm_input(stash.probs_drop); // read by dV's product only
-  } else if (dropout_p > 0.0f) {
+  } else if (recompute) {
     used = tensor::empty(probs.shape(), dtype::f32);
     dropout_apply(used.data<float>(), probs.data<float>(), dropout_p, stream, score_count);
   }
@@ -151,7 +154,8 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
                 cpu::transpose::yes, T, T, d, 0.0f, dims);
   dropout_apply_backward(dscores.get(), dscores.get(), dropout_p, stream, score_count);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  cpu::softmax_backward(dscores.get(), dscores.get(), probs.data<float>(), scale, dims.batch * A * T, T);
+  cpu::softmax_backward(cpu::active_isa(), dscores.get(), dscores.get(), probs.raw_data(), probs.type(), scale,
+                        dims.batch * A * T, T);
   const shared_gemm_input ds_in(dscores.get(), score_count); // read by dQ's and dK's products
   // dQ_bh = dS_bh K_bh, dK_bh = dS_bh^T Q_bh
   per_head_gemm(dq.get(), H, d, T * H, squares_of(ds_in.operand(), dims), cpu::transpose::no,

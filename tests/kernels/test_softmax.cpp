@@ -1,6 +1,7 @@
 // Scaled masked softmax vs the double reference, exact zeros for masked keys, rows
 // summing to one, backward vs the reference and vs finite differences.
 #include "kernels/cpu/softmax.hpp"
+#include "kernels/cpu/convert.hpp"
 
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
@@ -184,4 +185,25 @@ TEST_CASE("softmax: one key gives probability one; equal scores give a uniform r
   cpu::softmax_forward(probs.data(), scores.data(), nullptr, 1.0f, 1, 1, 1, 7);
   const std::vector<double> uniform(7, 1.0 / 7.0);
   DSA_CHECK_CLOSE(probs.data(), uniform.data(), 7, test::f32_kernel);
+}
+
+TEST_CASE("softmax backward from f16 / bf16 probabilities: the bits of the f32 form on the widened values, every path") {
+  for (auto [rows, tk] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {7, 37}, {300, 128}}) {
+    const std::int64_t n = rows * tk;
+    const auto probs = random_vector(n, 0.0f, 1.0f, 61);
+    const auto dprobs = random_vector(n, -1.0f, 1.0f, 62);
+    for (dtype half : {dtype::f16, dtype::bf16}) {
+      std::vector<std::uint16_t> ph(static_cast<std::size_t>(n));
+      std::vector<float> widened(static_cast<std::size_t>(n));
+      cpu::cast(ph.data(), half, probs.data(), dtype::f32, n);
+      cpu::cast(widened.data(), dtype::f32, ph.data(), half, n);
+      for (cpu::isa path : test::isa_paths()) {
+        INFO(cpu::isa_name(path) << " " << dtype_name(half) << " rows " << rows << " tk " << tk);
+        std::vector<float> want(static_cast<std::size_t>(n)), got = dprobs; // in place, as attention calls it
+        cpu::softmax_backward(path, want.data(), dprobs.data(), widened.data(), 0.125f, rows, tk);
+        cpu::softmax_backward(path, got.data(), got.data(), ph.data(), half, 0.125f, rows, tk);
+        CHECK(got == want);
+      }
+    }
+  }
 }
