@@ -196,6 +196,7 @@ void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, cons
   check_bias_sizes(rows, c, "gelu_bias_backward");
   DSA_CHECK(x_type == dtype::f32 || x_type == dtype::f16 || x_type == dtype::bf16,
             "gelu_bias_backward: an input of {}; expected f32, f16 or bf16", dtype_name(x_type));
+  if (rows == 0) return; // dbias untouched (as bias_backward's caller left it: -0.0 stays)
   const std::int64_t blocks = (c + bias_column_block - 1) / bias_column_block;
   const auto* x32 = static_cast<const float*>(x);
   const auto* x16 = static_cast<const std::uint16_t*>(x);

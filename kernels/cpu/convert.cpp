@@ -59,15 +59,7 @@ DSA_AVX512_CODE_BEGIN
 
 DSA_AVX512_TARGET std::int64_t f32_to_f16_avx512(std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
-  const __m256i sign_mask = _mm256_set1_epi16(static_cast<short>(0x8000));
-  const __m256i quiet_nan = _mm256_set1_epi16(0x7e00);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(in + i);
-    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    const __m256i canonical = _mm256_or_si256(_mm256_and_si256(h, sign_mask), quiet_nan);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_mask_blend_epi16(nan, h, canonical));
-  }
+  for (; i + 16 <= n; i += 16) vec512::store_half16(out + i, _mm512_loadu_ps(in + i), false);
   return i;
 }
 
@@ -139,20 +131,9 @@ DSA_AVX512_CODE_END
 void f32_to_f16_span(isa path, std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
   if (path == isa::avx512) i = f32_to_f16_avx512(out, in, n);
-#if defined(__F16C__) && defined(__AVX2__)
-  if (path == isa::avx2) {
-    const __m128i sign_mask = _mm_set1_epi16(static_cast<short>(0x8000));
-    const __m128i quiet_nan = _mm_set1_epi16(0x7e00);
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = _mm256_loadu_ps(in + i);
-      __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-      const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-      const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
-      const __m128i canonical = _mm_or_si128(_mm_and_si128(h, sign_mask), quiet_nan);
-      h = _mm_blendv_epi8(h, canonical, nan16);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-    }
-  }
+#if DSA_VEC_MATH_AVX2
+  if (path == isa::avx2)
+    for (; i + 8 <= n; i += 8) vec::store_half8(out + i, _mm256_loadu_ps(in + i), false);
 #endif
   for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }

@@ -7,8 +7,10 @@
 
 #include <string>
 
-// Marks a function compiled for AVX-512 (called only when active_isa() is avx512).
-#define DSA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+// Marks a function compiled for AVX-512 (called only when active_isa() is avx512). FMA and F16C
+// are named too (every AVX-512 CPU has them; GCC does not imply them from avx512f), so the
+// 256-bit FMA and conversion intrinsics also compile in a baseline x86-64 build.
+#define DSA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
 // Around AVX-512 code: GCC 12's avx512fintrin.h passes _mm512_undefined_epi32() as the unused
 // merge operand of unmasked intrinsics, which -Wmaybe-uninitialized reports once inlined.
 #define DSA_AVX512_CODE_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
@@ -17,14 +19,14 @@
 // preferred (a kernel's loops included a second time, in their own namespace). Only code
 // defined inside it gets the target; keep headers included before it.
 #define DSA_AVX512_REGION_BEGIN \
-  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512\")")
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,fma,f16c,prefer-vector-width=512\")")
 #define DSA_AVX512_REGION_END _Pragma("GCC pop_options")
 
 namespace dsa::cpu {
 
 enum class isa { scalar, avx2, avx512 };
 
-// The best the CPU has: AVX2 needs AVX2 and FMA; AVX-512 needs F, BW, DQ and VL.
+// The best the CPU has: AVX2 needs AVX2 and FMA; AVX-512 needs those and F, BW, DQ and VL.
 isa best_isa();
 // The one the kernels use: best_isa(), or lower when DSA_CPU_ISA asks.
 isa active_isa();

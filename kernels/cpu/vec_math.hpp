@@ -177,9 +177,20 @@ inline __m128i f32_to_bf16_8(__m256 x) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08));
 }
 
-// Stores 8 floats as f16 (the hardware's round to nearest even) or as bf16.
+// 8 floats to f16: the hardware's round to nearest even, then NaN lanes replaced by the
+// canonical quiet NaN (sign | 0x7e00) that core/half.hpp's f32_to_f16 returns.
+inline __m128i f32_to_f16_8(__m256 x) {
+  const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
+  const __m128i canonical =
+      _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000))), _mm_set1_epi16(0x7e00));
+  return _mm_blendv_epi8(h, canonical, nan16);
+}
+
+// Stores 8 floats as f16 or bf16, with core/half.hpp's bits (NaNs included).
 inline void store_half8(std::uint16_t* out, __m256 x, bool bf16) {
-  const __m128i h = bf16 ? f32_to_bf16_8(x) : _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m128i h = bf16 ? f32_to_bf16_8(x) : f32_to_f16_8(x);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), h);
 }
 

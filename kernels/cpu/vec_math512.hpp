@@ -81,9 +81,18 @@ DSA_AVX512_TARGET inline __m256i f32_to_bf16_16(__m512 x) {
   return _mm512_cvtepi32_epi16(result); // every lane is in [0, 0xffff]: the truncation is exact
 }
 
-// Stores 16 floats as f16 (the hardware's round to nearest even, as vec::store_half8) or bf16.
+// 16 floats to f16 as vec::f32_to_f16_8: round to nearest even, NaNs canonical (sign | 0x7e00).
+DSA_AVX512_TARGET inline __m256i f32_to_f16_16(__m512 x) {
+  const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  const __m256i canonical =
+      _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))), _mm256_set1_epi16(0x7e00));
+  return _mm256_mask_blend_epi16(nan, h, canonical);
+}
+
+// Stores 16 floats as f16 or bf16, with core/half.hpp's bits (NaNs included).
 DSA_AVX512_TARGET inline void store_half16(std::uint16_t* out, __m512 x, bool bf16) {
-  const __m256i h = bf16 ? f32_to_bf16_16(x) : _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256i h = bf16 ? f32_to_bf16_16(x) : f32_to_f16_16(x);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
 }
 

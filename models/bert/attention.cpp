@@ -124,7 +124,9 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
   const std::int64_t N = dims.rows(), H = dims.hidden, T = dims.seq, A = dims.heads,
                      d = dims.head_size();
   const std::int64_t score_count = stash.probs.numel();
-  const auto dcontext = scratch_floats(N * H); // every buffer below is overwritten whole
+  // Every scratch buffer below is overwritten whole: the heads' column blocks tile H.
+  DSA_CHECK(A * d == H, "attention: {} heads of {} do not tile hidden size {}", A, d, H);
+  const auto dcontext = scratch_floats(N * H);
   linear_backward(dcontext.get(), dout, operand(gemm_input(stash.context)), p.attention_out, N,
                   write_mode::overwrite);
 

@@ -48,9 +48,9 @@ cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept) {
 shared_gemm_input::shared_gemm_input(const float* x, std::int64_t n) : operand_(x) {
   if (!cpu::bf16_operands())
     return;
-  rounded_.resize(static_cast<std::size_t>(n));
-  cpu::cast(rounded_.data(), dtype::bf16, x, dtype::f32, n);
-  operand_ = cpu::gemm_operand{rounded_.data(), dtype::bf16};
+  rounded_.reset(new std::uint16_t[static_cast<std::size_t>(n)]);
+  cpu::cast(rounded_.get(), dtype::bf16, x, dtype::f32, n);
+  operand_ = cpu::gemm_operand{rounded_.get(), dtype::bf16};
 }
 
 linear_params widen(const linear_params& p) {

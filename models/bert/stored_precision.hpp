@@ -44,7 +44,7 @@ public:
   cpu::gemm_operand operand() const { return operand_; }
 
 private:
-  std::vector<std::uint16_t> rounded_;
+  std::unique_ptr<std::uint16_t[]> rounded_; // not zero-filled: the cast writes it whole
   cpu::gemm_operand operand_;
 };
 

@@ -7,6 +7,7 @@
 #include "kernels/cpu/vec_math.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
+#include "tests/support/same_bits.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -249,12 +250,12 @@ TEST_CASE("gelu_bias_forward / backward: the same bits as bias_add + gelu and ge
       dsa::cpu::bias_backward(path, want_db.data(), want_dx.data(), rows, c);
       std::vector<float> x = x0, y(n), db = db0;
       dsa::cpu::gelu_bias_forward(path, y.data(), x.data(), bias.data(), rows, c);
-      CHECK(x == want_x);
-      CHECK(y == want_y);
+      CHECK(dsa::test::same_bits(x, want_x));
+      CHECK(dsa::test::same_bits(y, want_y));
       auto dx = dy; // in place over dy, as the feed-forward layer calls it
       dsa::cpu::gelu_bias_backward(path, dx.data(), db.data(), dx.data(), x.data(), rows, c);
-      CHECK(dx == want_dx);
-      CHECK(db == want_db);
+      CHECK(dsa::test::same_bits(dx, want_dx));
+      CHECK(dsa::test::same_bits(db, want_db));
     }
   }
 }
@@ -301,8 +302,8 @@ TEST_CASE("gelu_bias_backward from an f16 / bf16 x: the bits of the f32 form on 
         std::vector<float> want_dx(n), want_db = db0, dx(n), db = db0;
         dsa::cpu::gelu_bias_backward(path, want_dx.data(), want_db.data(), dy.data(), widened.data(), rows, c);
         dsa::cpu::gelu_bias_backward(path, dx.data(), db.data(), dy.data(), xh.data(), half, rows, c);
-        CHECK(dx == want_dx);
-        CHECK(db == want_db);
+        CHECK(dsa::test::same_bits(dx, want_dx));
+        CHECK(dsa::test::same_bits(db, want_db));
       }
     }
   }

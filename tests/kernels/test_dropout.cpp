@@ -4,6 +4,7 @@
 
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
+#include "tests/support/same_bits.hpp"
 #include "tests/support/random.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -11,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -162,8 +164,14 @@ TEST_CASE("dropout: every vector path gives the scalar path's bits: forward, mas
     for (std::int64_t n : awkward_n) {
       CAPTURE(p);
       CAPTURE(n);
-      const auto x = random_vector(n, -2.0f, 2.0f, 11);
-      const auto r = random_vector(n, -1.0f, 1.0f, 12);
+      auto x = random_vector(n, -2.0f, 2.0f, 11);
+      auto r = random_vector(n, -1.0f, 1.0f, 12);
+      // Specials: a dropped inf or NaN gives +0, a kept one stays; -0.0 stays -0.0 when kept.
+      const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN(), -0.0f};
+      for (std::size_t s = 0; s < 4; ++s)
+        for (std::size_t at = s; at < x.size(); at += 29) x[at] = specials[s];
+      for (std::size_t at = 5; at < r.size(); at += 31) r[at] = -0.0f;
       const std::size_t N = static_cast<std::size_t>(n);
       std::vector<float> y0(N), yr0(N), dx0(N);
       std::vector<std::uint8_t> m0(N), mm0(N);
@@ -173,34 +181,38 @@ TEST_CASE("dropout: every vector path gives the scalar path's bits: forward, mas
       cpu::dropout_residual_forward(cpu::isa::scalar, yr0.data(), x.data(), r.data(), p, base_stream, n);
       // The scalar path against the definition.
       CHECK(mm0 == m0);
-      CHECK(dx0 == y0); // backward applies the same mask and scale
+      CHECK(test::same_bits(dx0, y0)); // backward applies the same mask and scale
+      const float scale = 1.0f / (1.0f - p);
+      std::vector<float> def_y(N), def_yr(N);
       for (std::size_t i = 0; i < N; ++i) {
         const bool keep = base_stream.uniform(i) >= p;
         REQUIRE(m0[i] == (keep ? 1 : 0));
-        REQUIRE(y0[i] == (keep ? x[i] * (1.0f / (1.0f - p)) : 0.0f));
-        REQUIRE(yr0[i] == y0[i] + r[i]);
+        def_y[i] = keep ? x[i] * scale : 0.0f;
+        def_yr[i] = def_y[i] + r[i];
       }
+      CHECK(test::same_bits(y0, def_y));
+      CHECK(test::same_bits(yr0, def_yr));
       for (cpu::isa path : test::isa_paths()) {
         CAPTURE(cpu::isa_name(path));
         std::vector<float> y(N), yr(N), dx(N);
         std::vector<std::uint8_t> m(N), mm(N);
         cpu::dropout_forward(path, y.data(), m.data(), x.data(), p, base_stream, n);
-        CHECK(y == y0);
+        CHECK(test::same_bits(y, y0));
         CHECK(m == m0);
         cpu::dropout_forward(path, y.data(), nullptr, x.data(), p, base_stream, n);
-        CHECK(y == y0);
+        CHECK(test::same_bits(y, y0));
         cpu::dropout_mask(path, mm.data(), p, base_stream, n);
         CHECK(mm == m0);
         cpu::dropout_backward(path, dx.data(), x.data(), m0.data(), p, n);
-        CHECK(dx == dx0);
+        CHECK(test::same_bits(dx, dx0));
         cpu::dropout_residual_forward(path, yr.data(), x.data(), r.data(), p, base_stream, n);
-        CHECK(yr == yr0);
+        CHECK(test::same_bits(yr, yr0));
         // In place over the branch and over the residual.
         auto over_x = x, over_r = r;
         cpu::dropout_residual_forward(path, over_x.data(), over_x.data(), r.data(), p, base_stream, n);
         cpu::dropout_residual_forward(path, over_r.data(), x.data(), over_r.data(), p, base_stream, n);
-        CHECK(over_x == yr0);
-        CHECK(over_r == yr0);
+        CHECK(test::same_bits(over_x, yr0));
+        CHECK(test::same_bits(over_r, yr0));
       }
     }
   }
