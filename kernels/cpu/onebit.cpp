@@ -69,9 +69,9 @@ float onebit_compress(const float* x, float* error, std::uint8_t* bits, std::int
   check_multiple(n, "onebit_compress");
   for (std::int64_t i = 0; i < n; ++i) error[i] = x[i] + error[i]; // y, kept in error
   const float scale = n == 0 ? 0.0f : static_cast<float>(std::sqrt(onebit_sum_of_squares(error, n) / static_cast<double>(n)));
-  const auto& t = table();
   std::int64_t i = 0;
 #if defined(__AVX2__)
+  const auto& t = table();
   const __m256 up = _mm256_set1_ps(scale), down = _mm256_set1_ps(-scale), zero = _mm256_setzero_ps();
   for (; i < n; i += 8) {
     const __m256 y = _mm256_loadu_ps(error + i);
