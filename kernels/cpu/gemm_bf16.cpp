@@ -31,7 +31,13 @@ struct cached_matmul {
 };
 
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine engine = [] {
+    // Each thread keeps the primitives it made (matmul_for), so oneDNN's own process-wide
+    // cache of them is a second copy: with it, a bf16 quick start measured ~45 MiB more
+    // peak resident memory (353-407 MiB against 305-309 without).
+    dnnl::set_primitive_cache_capacity(0);
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
