@@ -141,10 +141,6 @@ DSA_AVX512_TARGET void gelu_backward_avx512(float* dx, const float* dy, const fl
 
 DSA_AVX512_CODE_END
 
-} // namespace
-
-namespace {
-
 // One path's GELU forward / backward on elements [b, e).
 void gelu_forward_range(isa path, float* y, const float* x, std::int64_t b, std::int64_t e) {
   if (path == isa::avx512) return gelu_forward_avx512(y, x, b, e);
@@ -169,13 +165,19 @@ void check_bias_sizes(std::int64_t rows, std::int64_t c, const char* who) {
 // Columns per block of gelu_bias_backward: its double accumulators stay in L1 (as bias_backward's).
 constexpr std::int64_t bias_column_block = 256;
 
+// Calls fn(r0, r1) over the rows of a (rows, c) buffer, a few rows per OpenMP chunk when it
+// is large (the elementwise kernels' chunk and threshold, counted in rows).
+template <class Fn> void for_row_chunks(std::int64_t rows, std::int64_t c, Fn fn) {
+  const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, chunk_elements / std::max<std::int64_t>(c, 1));
+  cpu::for_chunks(rows, rows_per_chunk, c == 0 ? rows + 1 : parallel_threshold / c, fn);
+}
+
 } // namespace
 
 void gelu_bias_forward(isa path, float* y, float* x, const float* bias, std::int64_t rows, std::int64_t c) {
   check_path(path, "gelu_bias_forward");
   check_bias_sizes(rows, c, "gelu_bias_forward");
-  const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, chunk_elements / std::max<std::int64_t>(c, 1));
-  cpu::for_chunks(rows, rows_per_chunk, c == 0 ? rows + 1 : parallel_threshold / c, [&](std::int64_t r0, std::int64_t r1) {
+  for_row_chunks(rows, c, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       float* row = x + r * c;
 #pragma omp simd
@@ -228,8 +230,7 @@ void gelu_bias_forward_half(isa path, std::uint16_t* y, std::uint16_t* x_out, dt
   check_bias_sizes(rows, c, "gelu_bias_forward_half");
   DSA_CHECK(half == dtype::f16 || half == dtype::bf16, "gelu_bias_forward_half: outputs of {}; expected f16 or bf16",
             dtype_name(half));
-  const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, chunk_elements / std::max<std::int64_t>(c, 1));
-  cpu::for_chunks(rows, rows_per_chunk, c == 0 ? rows + 1 : parallel_threshold / c, [&](std::int64_t r0, std::int64_t r1) {
+  for_row_chunks(rows, c, [&](std::int64_t r0, std::int64_t r1) {
     std::vector<float> row(static_cast<std::size_t>(2 * c)); // x + bias, then its GELU
     float* biased = row.data();
     float* activated = biased + c;

@@ -57,9 +57,9 @@ bool any_chunk(std::int64_t n, Fn fn) {
 // finishes the tail with the scalar functions.
 DSA_AVX512_CODE_BEGIN
 
-DSA_AVX512_TARGET std::int64_t f32_to_f16_avx512(std::uint16_t* out, const float* in, std::int64_t n) {
+DSA_AVX512_TARGET std::int64_t f32_to_half_avx512(std::uint16_t* out, const float* in, std::int64_t n, bool bf16) {
   std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) vec512::store_half16(out + i, _mm512_loadu_ps(in + i), false);
+  for (; i + 16 <= n; i += 16) vec512::store_half16(out + i, _mm512_loadu_ps(in + i), bf16);
   return i;
 }
 
@@ -79,12 +79,6 @@ DSA_AVX512_TARGET std::int64_t f16_to_f32_avx512(float* out, const std::uint16_t
                         _mm512_slli_epi32(_mm512_and_si512(h32, mant_mask), 13));
     _mm512_storeu_si512(out + i, _mm512_mask_blend_epi32(special, converted, rebuilt));
   }
-  return i;
-}
-
-DSA_AVX512_TARGET std::int64_t f32_to_bf16_avx512(std::uint16_t* out, const float* in, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) vec512::store_half16(out + i, _mm512_loadu_ps(in + i), true);
   return i;
 }
 
@@ -130,7 +124,7 @@ DSA_AVX512_CODE_END
 
 void f32_to_f16_span(isa path, std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
-  if (path == isa::avx512) i = f32_to_f16_avx512(out, in, n);
+  if (path == isa::avx512) i = f32_to_half_avx512(out, in, n, false);
 #if DSA_VEC_MATH_AVX2
   if (path == isa::avx2)
     for (; i + 8 <= n; i += 8) vec::store_half8(out + i, _mm256_loadu_ps(in + i), false);
@@ -167,7 +161,7 @@ void f16_to_f32_span(isa path, float* out, const std::uint16_t* in, std::int64_t
 
 void f32_to_bf16_span(isa path, std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
-  if (path == isa::avx512) i = f32_to_bf16_avx512(out, in, n);
+  if (path == isa::avx512) i = f32_to_half_avx512(out, in, n, true);
 #if DSA_VEC_MATH_AVX2
   if (path == isa::avx2)
     for (; i + 8 <= n; i += 8)

@@ -16,8 +16,8 @@
 #include <cmath>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define DSA_LAMB_AVX2 1
 #endif
 
@@ -59,33 +59,44 @@ inline float lamb_update_term(float p, float& m, float& v, float g, const lamb_c
 
 inline std::uint16_t to_half(float x, dtype t) { return t == dtype::f16 ? f32_to_f16(x) : f32_to_bf16(x); }
 
-#ifdef DSA_LAMB_AVX2
-inline __m256d square_low(__m256 x) {
-  __m256d d = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-  return _mm256_mul_pd(d, d);
+// The AVX2 body's step on 8 elements: m, v and work updated, p^2 and u^2 added into four
+// double lanes (lane j takes elements j and j + 4). Marked for AVX2 + FMA so that the AVX-512
+// path's last group of 8 can take it in a baseline build too.
+#define DSA_LAMB_AVX2_TARGET __attribute__((target("avx2,fma")))
+DSA_LAMB_AVX2_TARGET inline __m256d sum_squares8(__m256 x) {
+  const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+  const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  return _mm256_add_pd(_mm256_mul_pd(lo, lo), _mm256_mul_pd(hi, hi));
 }
-inline __m256d square_high(__m256 x) {
-  __m256d d = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-  return _mm256_mul_pd(d, d);
-}
-inline double hsum(__m256d x) {
+
+DSA_LAMB_AVX2_TARGET inline double hsum(__m256d x) {
   alignas(32) double lanes[4];
   _mm256_store_pd(lanes, x);
   return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 }
-#endif
 
-// The AVX2 bodies on 16 lanes. The squares are summed per 8 elements into the same four
-// double lanes in the same order as the AVX2 body (lane j takes elements j and j + 4 of each
-// 8), and a last group of 8 takes the AVX2 form, so both paths give the same bits. Each
-// returns how many elements it did (the caller finishes with the scalar element).
-DSA_AVX512_CODE_BEGIN
-DSA_AVX512_TARGET inline __m256d fold_squares(__m256 x) {
-  const __m512d d = _mm512_cvtps_pd(x);
-  const __m512d sq = _mm512_mul_pd(d, d);
-  return _mm256_add_pd(_mm512_castpd512_pd256(sq), _mm512_extractf64x4_pd(sq, 1));
+DSA_LAMB_AVX2_TARGET inline void step8(const float* param, float* m, float* v, const float* grad, float* work,
+                                       const lamb_consts& c, __m256d& acc_p, __m256d& acc_u) {
+  const __m256 p = _mm256_loadu_ps(param), g = _mm256_loadu_ps(grad);
+  const __m256 mm = _mm256_fmadd_ps(g, _mm256_set1_ps(c.one_minus_beta1),
+                                    _mm256_mul_ps(_mm256_set1_ps(c.beta1), _mm256_loadu_ps(m)));
+  const __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(c.one_minus_beta2),
+                                    _mm256_mul_ps(_mm256_set1_ps(c.beta2), _mm256_loadu_ps(v)));
+  const __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), _mm256_set1_ps(c.inv_sqrt_bias2), _mm256_set1_ps(c.eps));
+  const __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(c.weight_decay), p,
+                                   _mm256_div_ps(_mm256_mul_ps(mm, _mm256_set1_ps(c.inv_bias1)), den));
+  _mm256_storeu_ps(m, mm);
+  _mm256_storeu_ps(v, vv);
+  _mm256_storeu_ps(work, u);
+  acc_p = _mm256_add_pd(acc_p, sum_squares8(p));
+  acc_u = _mm256_add_pd(acc_u, sum_squares8(u));
 }
 
+// The AVX2 body on 16 lanes. The squares are summed per 8 elements into the same four
+// double lanes in the same order as the AVX2 body, and a last group of 8 takes step8
+// itself, so both paths give the same bits. Returns how many elements it did (the caller
+// finishes with the scalar element).
+DSA_AVX512_CODE_BEGIN
 DSA_AVX512_TARGET std::int64_t pass_one_avx512(const float* param, float* m, float* v, const float* grad, float* work,
                                                const lamb_consts& c, std::int64_t n, double* sp, double* su) {
   const __m512 b1 = _mm512_set1_ps(c.beta1), b2 = _mm512_set1_ps(c.beta2);
@@ -103,32 +114,17 @@ DSA_AVX512_TARGET std::int64_t pass_one_avx512(const float* param, float* m, flo
     _mm512_storeu_ps(m + i, mm);
     _mm512_storeu_ps(v + i, vv);
     _mm512_storeu_ps(work + i, u);
-    acc_p = _mm256_add_pd(acc_p, fold_squares(_mm512_castps512_ps256(p)));
-    acc_p = _mm256_add_pd(acc_p, fold_squares(_mm512_extractf32x8_ps(p, 1)));
-    acc_u = _mm256_add_pd(acc_u, fold_squares(_mm512_castps512_ps256(u)));
-    acc_u = _mm256_add_pd(acc_u, fold_squares(_mm512_extractf32x8_ps(u, 1)));
+    acc_p = _mm256_add_pd(acc_p, sum_squares8(_mm512_castps512_ps256(p)));
+    acc_p = _mm256_add_pd(acc_p, sum_squares8(_mm512_extractf32x8_ps(p, 1)));
+    acc_u = _mm256_add_pd(acc_u, sum_squares8(_mm512_castps512_ps256(u)));
+    acc_u = _mm256_add_pd(acc_u, sum_squares8(_mm512_extractf32x8_ps(u, 1)));
   }
   if (i + 8 <= n) {
-    const __m256 p = _mm256_loadu_ps(param + i), g = _mm256_loadu_ps(grad + i);
-    const __m256 mm = _mm256_fmadd_ps(g, _mm256_set1_ps(c.one_minus_beta1),
-                                      _mm256_mul_ps(_mm256_set1_ps(c.beta1), _mm256_loadu_ps(m + i)));
-    const __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(c.one_minus_beta2),
-                                      _mm256_mul_ps(_mm256_set1_ps(c.beta2), _mm256_loadu_ps(v + i)));
-    const __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), _mm256_set1_ps(c.inv_sqrt_bias2), _mm256_set1_ps(c.eps));
-    const __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(c.weight_decay), p,
-                                     _mm256_div_ps(_mm256_mul_ps(mm, _mm256_set1_ps(c.inv_bias1)), den));
-    _mm256_storeu_ps(m + i, mm);
-    _mm256_storeu_ps(v + i, vv);
-    _mm256_storeu_ps(work + i, u);
-    acc_p = _mm256_add_pd(acc_p, fold_squares(p));
-    acc_u = _mm256_add_pd(acc_u, fold_squares(u));
+    step8(param + i, m + i, v + i, grad + i, work + i, c, acc_p, acc_u);
     i += 8;
   }
-  alignas(32) double lanes[4];
-  _mm256_store_pd(lanes, acc_p);
-  *sp = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  _mm256_store_pd(lanes, acc_u);
-  *su = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  *sp = hsum(acc_p);
+  *su = hsum(acc_u);
   return i;
 }
 
@@ -153,25 +149,10 @@ void pass_one(isa path, const float* param, float* m, float* v, const float* gra
   if (path == isa::avx512) i = pass_one_avx512(param, m, v, grad, work, c, n, &sp, &su);
 #ifdef DSA_LAMB_AVX2
   if (path == isa::avx2) {
-  const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
-  const __m256 omb1 = _mm256_set1_ps(c.one_minus_beta1), omb2 = _mm256_set1_ps(c.one_minus_beta2);
-  const __m256 eps = _mm256_set1_ps(c.eps), wd = _mm256_set1_ps(c.weight_decay);
-  const __m256 ib1 = _mm256_set1_ps(c.inv_bias1), ib2 = _mm256_set1_ps(c.inv_sqrt_bias2);
-  __m256d acc_p = _mm256_setzero_pd(), acc_u = _mm256_setzero_pd();
-  for (; i + 8 <= n; i += 8) {
-    __m256 p = _mm256_loadu_ps(param + i), g = _mm256_loadu_ps(grad + i);
-    __m256 mm = _mm256_fmadd_ps(g, omb1, _mm256_mul_ps(b1, _mm256_loadu_ps(m + i)));
-    __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(g, g), omb2, _mm256_mul_ps(b2, _mm256_loadu_ps(v + i)));
-    __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), ib2, eps);
-    __m256 u = _mm256_fmadd_ps(wd, p, _mm256_div_ps(_mm256_mul_ps(mm, ib1), den));
-    _mm256_storeu_ps(m + i, mm);
-    _mm256_storeu_ps(v + i, vv);
-    _mm256_storeu_ps(work + i, u);
-    acc_p = _mm256_add_pd(acc_p, _mm256_add_pd(square_low(p), square_high(p)));
-    acc_u = _mm256_add_pd(acc_u, _mm256_add_pd(square_low(u), square_high(u)));
-  }
-  sp = hsum(acc_p);
-  su = hsum(acc_u);
+    __m256d acc_p = _mm256_setzero_pd(), acc_u = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) step8(param + i, m + i, v + i, grad + i, work + i, c, acc_p, acc_u);
+    sp = hsum(acc_p);
+    su = hsum(acc_u);
   }
 #endif
   for (; i < n; ++i) {

@@ -3,7 +3,6 @@
 
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
-#include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "models/bert/stored_precision.hpp"
 
@@ -67,14 +66,14 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
   // stash copies, so every activation is rounded to bf16 once.
   const cpu::gemm_operand x_in = gemm_source(x, stash.x);
   tensor q, k, v; // f32, where the products read f32
-  if (stash_type == dtype::bf16 && cpu::bf16_operands()) {
+  if (stash_type != dtype::f32 && gemm_reads_stored(stash_type)) {
     // Only the bf16 Q, K, V are read: each projection's bias add writes them rounded, the
     // same bits as keep() of the f32 values (one f32 buffer serves the three products).
     tensor product = tensor::empty({N, H}, dtype::f32);
     auto project = [&](const linear_params& lp, tensor& kept) {
       linear_product(product.data<float>(), x_in, lp, N);
-      kept = tensor::empty({N, H}, dtype::bf16);
-      cpu::bias_add_rounded(cpu::active_isa(), kept.data<std::uint16_t>(), dtype::bf16, product.data<float>(),
+      kept = tensor::empty({N, H}, stash_type);
+      cpu::bias_add_rounded(cpu::active_isa(), kept.data<std::uint16_t>(), stash_type, product.data<float>(),
                             lp.bias.data<float>(), N, H);
     };
     project(p.query, stash.q);
@@ -135,10 +134,12 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
   // is recomputed from them (or dV's product takes f32).
   const bool recompute = dropout_p > 0.0f && !stash.probs_drop.defined();
   const tensor probs = recompute ? widen(stash.probs) : stash.probs;
-  tensor used = dropout_p > 0.0f ? tensor{} : gemm_input(stash.probs);
-  if (dropout_p > 0.0f && stash.probs_drop.defined()) {
-    used = gemm_input(stash.probs_drop); // read by dV's product only
-  } else if (recompute) {
+  tensor used; // read by dV's product only
+  if (dropout_p == 0.0f) {
+    used = gemm_input(stash.probs);
+  } else if (!recompute) {
+    used = gemm_input(stash.probs_drop);
+  } else {
     used = tensor::empty(probs.shape(), dtype::f32);
     dropout_apply(used.data<float>(), probs.data<float>(), dropout_p, stream, score_count);
   }

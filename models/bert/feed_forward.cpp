@@ -2,7 +2,6 @@
 #include "models/bert/feed_forward.hpp"
 
 #include "kernels/cpu/activation.hpp"
-#include "kernels/cpu/gemm_bf16.hpp"
 #include "models/bert/stored_precision.hpp"
 
 #include <vector>
@@ -15,13 +14,13 @@ void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x
   tensor ff1 = tensor::empty({rows, I}, dtype::f32);
   // The first projection's bias and the GELU in one pass (ff1 keeps the biased value).
   linear_product(ff1.data<float>(), gemm_source(x, stash.x), p.intermediate, rows);
-  if (stash_type == dtype::bf16 && cpu::bf16_operands() && !flags.gelu_checkpoint) {
+  if (stash_type != dtype::f32 && gemm_reads_stored(stash_type) && !flags.gelu_checkpoint) {
     // The stash and the output projection read only the bf16 values: the pass writes them
     // and no f32 GELU output (the same bits as rounding the f32 results).
-    stash.ff1 = tensor::empty({rows, I}, dtype::bf16);
-    stash.gelu = tensor::empty({rows, I}, dtype::bf16);
+    stash.ff1 = tensor::empty({rows, I}, stash_type);
+    stash.gelu = tensor::empty({rows, I}, stash_type);
     cpu::gelu_bias_forward_half(cpu::active_isa(), stash.gelu.data<std::uint16_t>(), stash.ff1.data<std::uint16_t>(),
-                                dtype::bf16, ff1.data<float>(), p.intermediate.bias.data<float>(), rows, I);
+                                stash_type, ff1.data<float>(), p.intermediate.bias.data<float>(), rows, I);
     ff1 = tensor{};
     linear_forward(out, operand(stash.gelu), p.output, rows);
     return;

@@ -25,8 +25,10 @@ tensor keep(const tensor& x, dtype type) {
   return out;
 }
 
+bool gemm_reads_stored(dtype type) { return type == dtype::f32 || (type == dtype::bf16 && cpu::bf16_operands()); }
+
 tensor gemm_input(const tensor& t) {
-  if (t.defined() && t.type() == dtype::bf16 && cpu::bf16_operands())
+  if (t.defined() && gemm_reads_stored(t.type()))
     return t;
   return widen(t);
 }
@@ -37,7 +39,7 @@ cpu::gemm_operand operand(const tensor& t) {
 }
 
 cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept) {
-  if (kept.defined() && kept.type() == dtype::bf16 && cpu::bf16_operands()) {
+  if (kept.defined() && kept.type() != dtype::f32 && gemm_reads_stored(kept.type())) {
     DSA_CHECK(!x.defined() || kept.numel() == x.numel(), "gemm_source: stash copy {} of {}", kept.describe(),
               x.describe());
     return operand(kept);

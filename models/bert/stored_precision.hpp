@@ -23,6 +23,11 @@ tensor widen(const tensor& t);
 // to nearest even. type: f32, f16 or bf16.
 tensor keep(const tensor& x, dtype type);
 
+// Whether a GEMM takes `type` values as they are stored: f32, or bf16 while bf16 GEMM
+// operands are on (cpu::bf16_operands). Then a layer whose stash is of that type may hand
+// the products its stash copies and need no f32 result of its own.
+bool gemm_reads_stored(dtype type);
+
 // What a GEMM takes t as: t itself when the GEMM uses it as stored (f32, or bf16 while bf16
 // GEMM operands are on, cpu::bf16_operands), else widen(t). So a bf16 run with bf16.cpu_gemm
 // hands its bf16 weights and stashed activations to the product with no round trip.

@@ -68,6 +68,17 @@ void copy_values(bert::bert_part& f32, const bert::bert_part& half) {
   REQUIRE(loaded.has_value());
 }
 
+// The same loss and, parameter by parameter, the same gradients (but those `except` names).
+void check_same(const step_result& a, const step_result& b, bool (*except)(const std::string&) = nullptr) {
+  CHECK(a.loss == b.loss);
+  for (const auto& [name, g] : a.grads) {
+    if (except && except(name))
+      continue;
+    INFO(name);
+    CHECK(g == b.grads.at(name));
+  }
+}
+
 test::tolerance stash_tolerance(dtype t) {
   return t == dtype::f16 ? test::f16_stash : test::bf16_stash;
 }
@@ -128,13 +139,7 @@ TEST_CASE("bert with f16/bf16 weights: the same loss and gradients as f32 holdin
         test::randomize_parameters(half.parameters(), 21);
         bert::bert_part f32(cfg, bert::bert_range::whole(cfg));
         copy_values(f32, half);
-        const step_result a = step(half, train_ctx(dtype::f32));
-        const step_result b = step(f32, train_ctx(dtype::f32));
-        CHECK(a.loss == b.loss);
-        for (const auto& [name, g] : a.grads) {
-          INFO(name);
-          CHECK(g == b.grads.at(name));
-        }
+        check_same(step(half, train_ctx(dtype::f32)), step(f32, train_ctx(dtype::f32)));
       }
     }
   }
@@ -156,12 +161,7 @@ TEST_CASE("bert with bf16 weights and bf16 GEMM operands: the same loss and grad
       bert::bert_part f32(cfg, bert::bert_range::whole(cfg));
       copy_values(f32, half);
       const step_result a = step(half, train_ctx(dtype::bf16));
-      const step_result b = step(f32, train_ctx(dtype::bf16));
-      CHECK(a.loss == b.loss);
-      for (const auto& [name, g] : a.grads) {
-        INFO(name);
-        CHECK(g == b.grads.at(name));
-      }
+      check_same(a, step(f32, train_ctx(dtype::bf16)));
       // With GELU kept, the fused pass writes the bf16 ff1 and GELU stash directly; with
       // gelu_checkpoint the layer takes the unfused path and the output projection rounds the
       // f32 GELU itself. The forward is the same bits either way. In backward only the output
@@ -171,14 +171,9 @@ TEST_CASE("bert with bf16 weights and bf16 GEMM operands: the same loss and grad
       other.memory.gelu_checkpoint = !cfg.memory.gelu_checkpoint;
       bert::bert_part half_other(other, bert::bert_range::whole(other), dtype::bf16);
       copy_values(half_other, half);
-      const step_result c = step(half_other, train_ctx(dtype::bf16));
-      CHECK(c.loss == a.loss);
-      for (const auto& [name, g] : a.grads) {
-        if (name.find("output.dense.weight") != std::string::npos && name.find("attention") == std::string::npos)
-          continue;
-        INFO(name);
-        CHECK(g == c.grads.at(name));
-      }
+      check_same(a, step(half_other, train_ctx(dtype::bf16)), [](const std::string& name) {
+        return name.find("output.dense.weight") != std::string::npos && name.find("attention") == std::string::npos;
+      });
       // And the products are bf16 ones: the loss moves from the f32 products'.
       cpu::bf16_operands_scope off(false);
       CHECK(step(half, train_ctx(dtype::bf16)).loss != a.loss);
