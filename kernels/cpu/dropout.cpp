@@ -27,19 +27,22 @@ void check_args(float p, std::int64_t n) {
             "dropout: n={} exceeds the 2^32 Philox blocks of one stream", n);
 }
 
-// Runs fn(words, base, count) over [0, n) a group of Philox blocks at a time: `count`
-// elements from `base`, whose words philox_words made (on `path`; the same words on every
-// path), so the decisions are common::dropout_keep's.
+// Runs fn(words, offset, count) over the elements [begin, begin + n) of the stream, a group
+// of Philox blocks at a time: `count` elements from begin + offset, whose words philox_words
+// made (on `path`; the same words on every path), so the decisions are common::dropout_keep's.
+// In parallel over groups when `parallel` and the range is large.
 template <class Fn>
-void for_each_group(isa path, const philox_stream& stream, std::int64_t n, Fn fn) {
-  const std::int64_t blocks = (n + 3) / 4, groups = (blocks + group - 1) / group;
-#pragma omp parallel for schedule(static) if (blocks >= parallel_threshold_blocks)
+void for_each_group(isa path, const philox_stream& stream, std::int64_t begin, std::int64_t n, bool parallel,
+                    Fn fn) {
+  const std::int64_t first_block = begin / 4, end = begin + n;
+  const std::int64_t blocks = (end + 3) / 4 - first_block, groups = (blocks + group - 1) / group;
+#pragma omp parallel for schedule(static) if (parallel && blocks >= parallel_threshold_blocks)
   for (std::int64_t g = 0; g < groups; ++g) {
     std::uint32_t words[4 * group];
-    const std::int64_t first = g * group, count = std::min(group, blocks - first);
+    const std::int64_t first = first_block + g * group, count = std::min(group, first_block + blocks - first);
     philox_words(path, stream, static_cast<std::uint32_t>(first), count, words);
-    const std::int64_t base = 4 * first;
-    fn(words, base, std::min<std::int64_t>(4 * count, n - base));
+    const std::int64_t lo = std::max(4 * first, begin), hi = std::min(4 * (first + count), end);
+    fn(words + (lo - 4 * first), lo - begin, hi - lo);
   }
 }
 
@@ -57,8 +60,9 @@ DSA_AVX512_REGION_END
 
 namespace {
 
+// Elements [begin, begin + n) of the stream: y[k], mask[k] for element begin + k.
 void apply(isa path, float* y, std::uint8_t* mask, const float* x, const float* residual, float p,
-           const philox_stream& stream, std::int64_t n) {
+           const philox_stream& stream, std::int64_t begin, std::int64_t n, bool parallel) {
   check_path(path, "dropout");
   if (p == 0.0f) { // every uniform is >= 0: all kept, scale 1; skip the RNG
     if (residual) {
@@ -71,7 +75,7 @@ void apply(isa path, float* y, std::uint8_t* mask, const float* x, const float* 
     return;
   }
   const float scale = 1.0f / (1.0f - p);
-  for_each_group(path, stream, n, [&](const std::uint32_t* words, std::int64_t base, std::int64_t count) {
+  for_each_group(path, stream, begin, n, parallel, [&](const std::uint32_t* words, std::int64_t base, std::int64_t count) {
     std::uint8_t* m = mask ? mask + base : nullptr;
     const float* r = residual ? residual + base : nullptr;
     if (path == isa::avx512) return dropout_avx512::apply_words(y + base, m, x + base, r, words, count, p, scale);
@@ -84,13 +88,20 @@ void apply(isa path, float* y, std::uint8_t* mask, const float* x, const float* 
 void dropout_forward(isa path, float* y, std::uint8_t* mask, const float* x, float p, const philox_stream& stream,
                      std::int64_t n) {
   check_args(p, n);
-  apply(path, y, mask, x, nullptr, p, stream, n);
+  apply(path, y, mask, x, nullptr, p, stream, 0, n, true);
+}
+
+void dropout_range(isa path, float* y, const float* x, float p, const philox_stream& stream, std::int64_t begin,
+                   std::int64_t n) {
+  DSA_CHECK(begin >= 0, "dropout_range: begin={}", begin);
+  check_args(p, begin + n);
+  apply(path, y, nullptr, x, nullptr, p, stream, begin, n, false);
 }
 
 void dropout_residual_forward(isa path, float* y, const float* x, const float* residual, float p,
                               const philox_stream& stream, std::int64_t n) {
   check_args(p, n);
-  apply(path, y, nullptr, x, residual, p, stream, n);
+  apply(path, y, nullptr, x, residual, p, stream, 0, n, true);
 }
 
 void dropout_mask(isa path, std::uint8_t* mask, float p, const philox_stream& stream, std::int64_t n) {
@@ -100,7 +111,7 @@ void dropout_mask(isa path, std::uint8_t* mask, float p, const philox_stream& st
     std::fill(mask, mask + n, std::uint8_t{1});
     return;
   }
-  for_each_group(path, stream, n, [&](const std::uint32_t* words, std::int64_t base, std::int64_t count) {
+  for_each_group(path, stream, 0, n, true, [&](const std::uint32_t* words, std::int64_t base, std::int64_t count) {
     if (path == isa::avx512) return dropout_avx512::mask_words(mask + base, words, count, p);
     dropout_base::mask_words(mask + base, words, count, p);
   });

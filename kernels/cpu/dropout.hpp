@@ -29,5 +29,10 @@ void dropout_mask(isa path, std::uint8_t* mask, float p, const philox_stream& st
 void dropout_backward(isa path, float* dx, const float* dy, const std::uint8_t* mask, float p, std::int64_t n);
 void dropout_residual_forward(isa path, float* y, const float* x, const float* residual, float p,
                               const philox_stream& stream, std::int64_t n);
+// Elements [begin, begin + n) of a stream on one thread (for kernels that fuse dropout into
+// their own parallel loop over rows): y[k] = dropout of x[k] as element begin + k, the bits
+// dropout_forward gives that element. y may alias x.
+void dropout_range(isa path, float* y, const float* x, float p, const philox_stream& stream, std::int64_t begin,
+                   std::int64_t n);
 
 } // namespace dsa::cpu

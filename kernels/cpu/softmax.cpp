@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
@@ -50,8 +51,10 @@ void softmax_backward(isa path, float* dscores, const float* dprobs, const float
   softmax_backward(path, dscores, dprobs, probs, dtype::f32, scale, rows, tk);
 }
 
-void softmax_backward(isa path, float* dscores, const float* dprobs, const void* probs, dtype probs_type, float scale,
-                      std::int64_t rows, std::int64_t tk) {
+namespace {
+
+void backward(isa path, float* dscores, const float* dprobs, const void* probs, dtype probs_type, float scale,
+              float p, const philox_stream* stream, std::int64_t rows, std::int64_t tk) {
   check_sizes(rows, tk);
   check_path(path, "softmax");
   DSA_CHECK(probs_type == dtype::f32 || probs_type == dtype::f16 || probs_type == dtype::bf16,
@@ -59,8 +62,39 @@ void softmax_backward(isa path, float* dscores, const float* dprobs, const void*
   const bool f32 = probs_type == dtype::f32;
   const auto* p32 = f32 ? static_cast<const float*>(probs) : nullptr;
   const auto* p16 = f32 ? nullptr : static_cast<const std::uint16_t*>(probs);
-  if (path == isa::avx512) return softmax_avx512::backward(dscores, dprobs, p32, p16, probs_type, scale, rows, tk);
-  softmax_base::backward(dscores, dprobs, p32, p16, probs_type, scale, rows, tk);
+  if (path == isa::avx512)
+    return softmax_avx512::backward(path, dscores, dprobs, p32, p16, probs_type, scale, p, stream, rows, tk);
+  softmax_base::backward(path, dscores, dprobs, p32, p16, probs_type, scale, p, stream, rows, tk);
+}
+
+} // namespace
+
+void softmax_backward(isa path, float* dscores, const float* dprobs, const void* probs, dtype probs_type, float scale,
+                      std::int64_t rows, std::int64_t tk) {
+  backward(path, dscores, dprobs, probs, probs_type, scale, 0.0f, nullptr, rows, tk);
+}
+
+void softmax_dropout_backward(isa path, float* dscores, const float* ddropped, const void* probs, dtype probs_type,
+                              float scale, float p, const philox_stream& stream, std::int64_t rows,
+                              std::int64_t tk) {
+  DSA_CHECK(p >= 0.0f && p < 1.0f, "softmax_dropout_backward: p={} outside [0, 1)", p);
+  backward(path, dscores, ddropped, probs, probs_type, scale, p, p > 0.0f ? &stream : nullptr, rows, tk);
+}
+
+void softmax_dropout_forward(isa path, const softmax_dropout_out& out, const float* scores, const float* key_mask,
+                             float scale, float p, const philox_stream& stream, std::int64_t batch,
+                             std::int64_t heads, std::int64_t tq, std::int64_t tk) {
+  const std::int64_t rows = batch * heads * tq, per_batch = heads * tq;
+  check_sizes(rows, tk);
+  check_path(path, "softmax");
+  const bool drop = out.dropped || out.dropped_half;
+  DSA_CHECK(out.probs || out.probs_half || drop, "softmax_dropout_forward: no output");
+  DSA_CHECK(!drop || (p > 0.0f && p < 1.0f), "softmax_dropout_forward: dropped outputs with p={}", p);
+  DSA_CHECK(!(out.probs_half || out.dropped_half) || out.half_type == dtype::f16 || out.half_type == dtype::bf16,
+            "softmax_dropout_forward: half outputs of {}; expected f16 or bf16", dtype_name(out.half_type));
+  if (path == isa::avx512)
+    return softmax_avx512::forward_dropout(path, out, scores, key_mask, scale, p, stream, rows, per_batch, tk);
+  softmax_base::forward_dropout(path, out, scores, key_mask, scale, p, stream, rows, per_batch, tk);
 }
 
 void softmax_forward(float* probs, const float* scores, const float* key_mask, float scale,

@@ -92,29 +92,51 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
   }
 
   // scores(b, h) = Q_bh K_bh^T; the 1/sqrt(d) scale is applied inside the softmax.
-  tensor probs_t = tensor::empty({dims.batch, A, T, T}, dtype::f32);
-  float* probs = probs_t.data<float>();
-  per_head_gemm(probs, T, T * T, A * T * T, rows_of(gemm_source(q, stash.q), dims), cpu::transpose::no,
-                rows_of(gemm_source(k, stash.k), dims), cpu::transpose::yes, T, T, d, 0.0f, dims);
+  tensor scores = tensor::empty({dims.batch, A, T, T}, dtype::f32);
+  per_head_gemm(scores.data<float>(), T, T * T, A * T * T, rows_of(gemm_source(q, stash.q), dims),
+                cpu::transpose::no, rows_of(gemm_source(k, stash.k), dims), cpu::transpose::yes, T, T, d, 0.0f,
+                dims);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  cpu::softmax_forward(probs, probs, key_mask, scale, dims.batch, A, T, T);
 
-  cpu::gemm_operand used = probs;
-  tensor dropped;
-  if (dropout_p > 0.0f) {
-    dropped = tensor::empty(probs_t.shape(), dtype::f32);
-    dropout_apply(dropped.data<float>(), probs, dropout_p, stream, probs_t.numel());
-    if (!flags.attn_dropout_checkpoint)
-      stash.probs_drop = keep(dropped, stash_type);
-    used = gemm_source(dropped, stash.probs_drop);
+  // The probabilities and their dropout in one pass over the scores, written only in the
+  // forms read later: the stash (in stash_type) and the context product's input (the bf16
+  // stash when the product reads it, else f32).
+  const bool half = stash_type != dtype::f32, reads_half = half && gemm_reads_stored(stash_type);
+  const bool drop = dropout_p > 0.0f, keep_drop = drop && !flags.attn_dropout_checkpoint;
+  cpu::softmax_dropout_out written;
+  written.half_type = half ? stash_type : dtype::bf16;
+  tensor probs, dropped; // f32
+  if (half) {
+    stash.probs = tensor::empty(scores.shape(), stash_type);
+    written.probs_half = stash.probs.data<std::uint16_t>();
   }
+  if (!half || (!drop && !reads_half)) {
+    probs = scores; // in place
+    written.probs = probs.data<float>();
+  }
+  if (!half)
+    stash.probs = probs;
+  if (keep_drop && half) {
+    stash.probs_drop = tensor::empty(scores.shape(), stash_type);
+    written.dropped_half = stash.probs_drop.data<std::uint16_t>();
+  }
+  if (drop && (!half || !reads_half || !keep_drop)) {
+    dropped = tensor::empty(scores.shape(), dtype::f32);
+    written.dropped = dropped.data<float>();
+  }
+  if (keep_drop && !half)
+    stash.probs_drop = dropped;
+  cpu::softmax_dropout_forward(cpu::active_isa(), written, scores.data<float>(), key_mask, scale, dropout_p, stream,
+                               dims.batch, A, T, T);
+  const cpu::gemm_operand used = drop ? gemm_source(dropped, stash.probs_drop) : gemm_source(probs, stash.probs);
+  scores = tensor{};
+
   // context(b, h) = P_bh V_bh, written straight into (B*T, H) rows.
   tensor context = tensor::empty({N, H}, dtype::f32);
   per_head_gemm(context.data<float>(), H, d, T * H, squares_of(used, dims), cpu::transpose::no,
                 rows_of(gemm_source(v, stash.v), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
   stash.context = keep(context, stash_type);
   linear_forward(out, gemm_source(context, stash.context), p.attention_out, N);
-  stash.probs = keep(probs_t, stash_type);
 }
 
 void attention_backward(float* dx, const float* dout, const attention_stash& stash,
@@ -155,10 +177,9 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
   per_head_gemm(dscores.get(), T, T * T, A * T * T, rows_of(dc_in.operand(), dims),
                 cpu::transpose::no, rows_of(operand(gemm_input(stash.v)), dims),
                 cpu::transpose::yes, T, T, d, 0.0f, dims);
-  dropout_apply_backward(dscores.get(), dscores.get(), dropout_p, stream, score_count);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  cpu::softmax_backward(cpu::active_isa(), dscores.get(), dscores.get(), probs.raw_data(), probs.type(), scale,
-                        dims.batch * A * T, T);
+  cpu::softmax_dropout_backward(cpu::active_isa(), dscores.get(), dscores.get(), probs.raw_data(), probs.type(),
+                                scale, dropout_p, stream, dims.batch * A * T, T);
   const shared_gemm_input ds_in(dscores.get(), score_count); // read by dQ's and dK's products
   // dQ_bh = dS_bh K_bh, dK_bh = dS_bh^T Q_bh
   per_head_gemm(dq.get(), H, d, T * H, squares_of(ds_in.operand(), dims), cpu::transpose::no,

@@ -217,3 +217,30 @@ TEST_CASE("dropout: every vector path gives the scalar path's bits: forward, mas
     }
   }
 }
+
+TEST_CASE("dropout_range: any slice of a stream gives the bits of the whole tensor's dropout, every path") {
+  const std::int64_t n = 1301; // past a 256-element group, odd
+  const auto x = random_vector(n, -2.0f, 2.0f, 21);
+  for (float p : {0.0f, 0.1f, 0.5f}) {
+    std::vector<float> whole(static_cast<std::size_t>(n));
+    cpu::dropout_forward(cpu::isa::scalar, whole.data(), nullptr, x.data(), p, base_stream, n);
+    for (cpu::isa path : test::isa_paths()) {
+      // Slices starting on and off a Philox block and a group, crossing groups, empty.
+      for (auto [begin, count] : {std::pair<std::int64_t, std::int64_t>{0, n}, {1, 3}, {3, 258}, {4, 4}, {255, 2},
+                                  {257, 1000}, {1300, 1}, {17, 0}}) {
+        CAPTURE(cpu::isa_name(path));
+        CAPTURE(p);
+        CAPTURE(begin);
+        CAPTURE(count);
+        const auto b = static_cast<std::size_t>(begin), e = static_cast<std::size_t>(begin + count);
+        std::vector<float> got(static_cast<std::size_t>(count));
+        cpu::dropout_range(path, got.data(), x.data() + b, p, base_stream, begin, count);
+        CHECK(test::same_bits(got, std::vector<float>(whole.begin() + static_cast<std::ptrdiff_t>(b),
+                                                      whole.begin() + static_cast<std::ptrdiff_t>(e))));
+        std::vector<float> in_place(x.begin() + static_cast<std::ptrdiff_t>(b), x.begin() + static_cast<std::ptrdiff_t>(e));
+        cpu::dropout_range(path, in_place.data(), in_place.data(), p, base_stream, begin, count);
+        CHECK(test::same_bits(in_place, got));
+      }
+    }
+  }
+}

@@ -2,6 +2,7 @@
 // summing to one, backward vs the reference and vs finite differences.
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/dropout.hpp"
 
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
@@ -204,6 +205,73 @@ TEST_CASE("softmax backward from f16 / bf16 probabilities: the bits of the f32 f
         cpu::softmax_backward(path, want.data(), dprobs.data(), widened.data(), 0.125f, rows, tk);
         cpu::softmax_backward(path, got.data(), got.data(), ph.data(), half, 0.125f, rows, tk);
         CHECK(dsa::test::same_bits(got, want));
+      }
+    }
+  }
+}
+
+TEST_CASE("softmax + dropout fused: the bits of softmax, cast, dropout and cast, forward and backward, every path") {
+  const philox_stream stream{0x5eedull, 3, 1, 2, 1};
+  for (const shape& s : awkward) {
+    const std::int64_t n = s.size();
+    const auto N = static_cast<std::size_t>(n);
+    const auto scores = random_vector(n, -4.0f, 4.0f, 71);
+    const auto mask = make_mask(s.batch, s.tk, 72);
+    const auto grad = random_vector(n, -1.0f, 1.0f, 73);
+    const float scale = 0.35f;
+    for (float p : {0.0f, 0.1f, 0.45f}) {
+      for (dtype half : {dtype::f16, dtype::bf16}) {
+        for (cpu::isa path : test::isa_paths()) {
+          INFO(cpu::isa_name(path) << " " << dtype_name(half) << " p " << p << " shape " << s.batch << "x" << s.heads
+                                   << "x" << s.tq << "x" << s.tk);
+          // The unfused sequence.
+          std::vector<float> probs(N), dropped(N), dscores(N);
+          std::vector<std::uint16_t> probs_half(N), dropped_half(N);
+          cpu::softmax_forward(path, probs.data(), scores.data(), mask.data(), scale, s.batch, s.heads, s.tq, s.tk);
+          cpu::cast(path, probs_half.data(), half, probs.data(), dtype::f32, n);
+          if (p > 0.0f) {
+            cpu::dropout_forward(path, dropped.data(), nullptr, probs.data(), p, stream, n);
+            cpu::cast(path, dropped_half.data(), half, dropped.data(), dtype::f32, n);
+          }
+          std::vector<float> undropped = grad;
+          if (p > 0.0f) cpu::dropout_forward(path, undropped.data(), nullptr, grad.data(), p, stream, n);
+          cpu::softmax_backward(path, dscores.data(), undropped.data(), probs_half.data(), half, scale, s.rows(), s.tk);
+
+          // Fused, every output at once (f32 probs in place over the scores).
+          std::vector<float> got_probs = scores, got_dropped(N, -1.0f);
+          std::vector<std::uint16_t> got_probs_half(N), got_dropped_half(N);
+          cpu::softmax_dropout_out out;
+          out.probs = got_probs.data();
+          out.probs_half = got_probs_half.data();
+          out.dropped = p > 0.0f ? got_dropped.data() : nullptr;
+          out.dropped_half = p > 0.0f ? got_dropped_half.data() : nullptr;
+          out.half_type = half;
+          cpu::softmax_dropout_forward(path, out, got_probs.data(), mask.data(), scale, p, stream, s.batch, s.heads,
+                                       s.tq, s.tk);
+          CHECK(test::same_bits(got_probs, probs));
+          CHECK(got_probs_half == probs_half);
+          if (p > 0.0f) {
+            CHECK(test::same_bits(got_dropped, dropped));
+            CHECK(got_dropped_half == dropped_half);
+          }
+          // Only the half outputs (the row goes through the kernel's own buffers).
+          if (p > 0.0f) {
+            std::vector<std::uint16_t> only_probs(N), only_dropped(N);
+            cpu::softmax_dropout_out halves;
+            halves.probs_half = only_probs.data();
+            halves.dropped_half = only_dropped.data();
+            halves.half_type = half;
+            cpu::softmax_dropout_forward(path, halves, scores.data(), mask.data(), scale, p, stream, s.batch,
+                                         s.heads, s.tq, s.tk);
+            CHECK(only_probs == probs_half);
+            CHECK(only_dropped == dropped_half);
+          }
+          // Backward in place, as attention calls it.
+          std::vector<float> got_ds = grad;
+          cpu::softmax_dropout_backward(path, got_ds.data(), got_ds.data(), probs_half.data(), half, scale, p, stream,
+                                        s.rows(), s.tk);
+          CHECK(test::same_bits(got_ds, dscores));
+        }
       }
     }
   }
