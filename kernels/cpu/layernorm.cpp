@@ -7,6 +7,8 @@
 #include "kernels/cpu/layernorm.hpp"
 
 #include "core/error.hpp"
+#include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/isa.hpp"
 
 #include <algorithm>
@@ -54,6 +56,19 @@ void layernorm_backward(isa path, float* dx, float* dgamma, float* dbeta, const 
   check_path(path, "layernorm");
   if (path == isa::avx512) return avx512_path::backward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c);
   base_path::backward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c);
+}
+
+void residual_layernorm_forward(isa path, const residual_layernorm_args& a, std::int64_t rows, std::int64_t c) {
+  check_sizes(rows, c);
+  check_path(path, "layernorm");
+  DSA_CHECK(a.product && a.bias && a.residual, "residual_layernorm_forward: product, bias and residual are needed");
+  DSA_CHECK(a.p >= 0.0f && a.p < 1.0f, "residual_layernorm_forward: p={} outside [0, 1)", a.p);
+  DSA_CHECK(!a.gamma || (a.beta && a.y), "residual_layernorm_forward: a LayerNorm needs beta and y");
+  DSA_CHECK(a.gamma || (a.sum || a.sum_half), "residual_layernorm_forward: no output");
+  DSA_CHECK(!(a.sum_half || a.y_half) || a.half_type == dtype::f16 || a.half_type == dtype::bf16,
+            "residual_layernorm_forward: half outputs of {}; expected f16 or bf16", dtype_name(a.half_type));
+  if (path == isa::avx512) return avx512_path::residual_forward(path, a, rows, c);
+  base_path::residual_forward(path, a, rows, c);
 }
 
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,

@@ -1,6 +1,8 @@
 // LayerNorm over the last dimension (BERT: eps 1e-12), forward and backward.
 #pragma once
 
+#include "core/dtype.hpp"
+#include "core/philox.hpp"
 #include "kernels/cpu/isa.hpp"
 
 #include <cstdint>
@@ -12,6 +14,32 @@ namespace dsa::cpu {
 // y may alias x.
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                        const float* beta, float eps, std::int64_t rows, std::int64_t c);
+
+// A transformer sublayer's exit in one pass over its rows (bias + dropout + residual +
+// LayerNorm): s = residual + dropout(product + bias), the dropout drawing element r*c + j of
+// `stream` at rate p, then y = LayerNorm(s) with gamma, beta and eps (skipped when gamma is
+// null). Outputs, null when not wanted: sum (s in f32; may alias product, not residual),
+// sum_half (s rounded to half_type, f16 or bf16), y (f32, needed with gamma), y_half,
+// mean and rstd. The bits of bias_add, dropout_residual_forward, layernorm_forward and casts
+// of their results, on the same path.
+struct residual_layernorm_args {
+  const float* product = nullptr;
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  float p = 0.0f;
+  philox_stream stream;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float eps = 1e-12f;
+  float* sum = nullptr;
+  std::uint16_t* sum_half = nullptr;
+  float* y = nullptr;
+  std::uint16_t* y_half = nullptr;
+  float* mean = nullptr;
+  float* rstd = nullptr;
+  dtype half_type = dtype::bf16;
+};
+void residual_layernorm_forward(isa path, const residual_layernorm_args& a, std::int64_t rows, std::int64_t c);
 
 // From the saved input: dx = (overwrite), dgamma += , dbeta += .
 // dy, x, dx: (rows, c); mean, rstd: (rows). dx may alias dy.

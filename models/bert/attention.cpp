@@ -136,7 +136,7 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
   per_head_gemm(context.data<float>(), H, d, T * H, squares_of(used, dims), cpu::transpose::no,
                 rows_of(gemm_source(v, stash.v), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
   stash.context = keep(context, stash_type);
-  linear_forward(out, gemm_source(context, stash.context), p.attention_out, N);
+  linear_product(out, gemm_source(context, stash.context), p.attention_out, N); // bias: the caller's
 }
 
 void attention_backward(float* dx, const float* dout, const attention_stash& stash,

@@ -32,7 +32,8 @@ struct attention_stash {
   tensor context;    // (B*T, H) input of the output projection
 };
 
-// out: (B*T, H) = output projection of the attention context of x: (B*T, H) f32.
+// out: (B*T, H) = output projection of the attention context of x: (B*T, H) f32, before the
+// projection's bias (the encoder layer adds it in its fused residual exit).
 // key_mask: (B, T) f32 1 = attend, or null. `stream` is the layer's attention_probs stream.
 // p: f32. Fills the stash (except x) in stash_type.
 void attention_forward(float* out, attention_stash& stash, const tensor& x, const float* key_mask,

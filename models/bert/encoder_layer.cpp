@@ -51,10 +51,55 @@ void norm_backward(float* dx, const float* dy, const layernorm_params& p, const 
   }
 }
 
-// out = residual + dropout(branch), elementwise over n.
-void residual_dropout(float* out, const float* residual, const float* branch, float rate,
-                      const philox_stream& stream, std::int64_t n) {
-  cpu::dropout_residual_forward(out, branch, residual, rate, stream, n);
+// A sublayer's exit in one pass (cpu::residual_layernorm_forward): the LayerNorm `norm` of
+// residual + dropout(product + proj's bias). Returns the LayerNorm's output (f32). Fills
+// keep_in as norm_forward does (the sum in ctx's stash type unless normalize_invertible, the
+// mean, rstd), `sum` with the f32 sum when asked, and y_kept with the output's stash copy
+// when asked: each written once, in the form that is read later.
+tensor residual_exit(const float* product, const linear_params& proj, const tensor& residual, float rate,
+                     const philox_stream& stream, const layernorm_params& norm, const bert_config& cfg, dtype kt,
+                     norm_stash keep_in, tensor* sum, tensor* y_kept) {
+  const std::int64_t N = residual.dim(0), C = residual.dim(1);
+  const bool half = kt != dtype::f32, invertible = cfg.memory.normalize_invertible;
+  cpu::residual_layernorm_args a;
+  a.product = product;
+  a.bias = proj.bias.data<float>();
+  a.residual = residual.data<float>();
+  a.p = rate;
+  a.stream = stream;
+  a.gamma = norm.weight.data<float>();
+  a.beta = norm.bias.data<float>();
+  a.eps = cfg.layer_norm_eps;
+  a.half_type = half ? kt : dtype::bf16;
+  tensor s;
+  if (sum || (!invertible && !half)) {
+    s = tensor::empty({N, C}, dtype::f32);
+    a.sum = s.data<float>();
+  }
+  if (sum)
+    *sum = s;
+  *keep_in.rstd = tensor::empty({N}, dtype::f32);
+  a.rstd = keep_in.rstd->data<float>();
+  if (!invertible) {
+    *keep_in.mean = tensor::empty({N}, dtype::f32);
+    a.mean = keep_in.mean->data<float>();
+    if (half) {
+      *keep_in.input = tensor::empty({N, C}, kt);
+      a.sum_half = keep_in.input->data<std::uint16_t>();
+    } else {
+      *keep_in.input = s;
+    }
+  }
+  tensor y = tensor::empty({N, C}, dtype::f32);
+  a.y = y.data<float>();
+  if (y_kept && half) {
+    *y_kept = tensor::empty({N, C}, kt);
+    a.y_half = y_kept->data<std::uint16_t>();
+  } else if (y_kept) {
+    *y_kept = y;
+  }
+  cpu::residual_layernorm_forward(cpu::active_isa(), a, N, C);
+  return y;
 }
 
 attention_dims dims_of(const tensor& x, const bert_config& cfg) {
@@ -99,25 +144,19 @@ tensor encoder_layer_forward(const tensor& x_in, const tensor& x_kept, const flo
   norm_stash keep_o{&stash.norm_o_in, &stash.norm_o_mean, &stash.norm_o_rstd};
 
   tensor branch = new_rows(N, H);
-  tensor y = new_rows(N, H);
+  tensor y;
   if (cfg.norm == layer_norm_placement::post) {
     stash.attention.x = x_stash.defined() ? x_stash : keep(x, kt);
     attention_forward(branch.data<float>(), stash.attention, x, key_mask, p, dims,
                       ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs),
                       cfg.memory, kt);
-    tensor sum = new_rows(N, H);
-    residual_dropout(sum.data<float>(), x.data<float>(), branch.data<float>(), hidden_p,
-                     ctx.stream(id, site::attention_output), N * H);
-    tensor h = new_rows(N, H);
-    norm_forward(h, sum, tensor{}, p.attention_norm, cfg, ctx, keep_a);
-    stash.feed_forward.x = keep(h, kt);
+    const tensor h = residual_exit(branch.data<float>(), p.attention_out, x, hidden_p,
+                                   ctx.stream(id, site::attention_output), p.attention_norm, cfg, kt, keep_a,
+                                   nullptr, &stash.feed_forward.x);
     feed_forward_forward(branch.data<float>(), stash.feed_forward, h, p, cfg.memory, kt);
-    tensor sum2 = new_rows(N, H);
-    residual_dropout(sum2.data<float>(), h.data<float>(), branch.data<float>(), hidden_p,
-                     ctx.stream(id, site::ffn_output), N * H);
-    norm_forward(y, sum2, tensor{}, p.output_norm, cfg, ctx, keep_o);
-    if (cfg.memory.normalize_invertible)
-      stash.output = keep(y, kt);
+    y = residual_exit(branch.data<float>(), p.output, h, hidden_p, ctx.stream(id, site::ffn_output),
+                      p.output_norm, cfg, kt, keep_o, nullptr,
+                      cfg.memory.normalize_invertible ? &stash.output : nullptr);
   } else {
     tensor a_in = new_rows(N, H);
     norm_forward(a_in, x, x_stash, p.attention_norm, cfg, ctx, keep_a);
@@ -125,15 +164,21 @@ tensor encoder_layer_forward(const tensor& x_in, const tensor& x_kept, const flo
     attention_forward(branch.data<float>(), stash.attention, a_in, key_mask, p, dims,
                       ctx.rate(cfg.attention_dropout), ctx.stream(id, site::attention_probs),
                       cfg.memory, kt);
-    tensor h = new_rows(N, H);
-    residual_dropout(h.data<float>(), x.data<float>(), branch.data<float>(), hidden_p,
-                     ctx.stream(id, site::attention_output), N * H);
-    tensor f_in = new_rows(N, H);
-    norm_forward(f_in, h, tensor{}, p.output_norm, cfg, ctx, keep_o);
-    stash.feed_forward.x = keep(f_in, kt);
+    tensor h;
+    const tensor f_in = residual_exit(branch.data<float>(), p.attention_out, x, hidden_p,
+                                      ctx.stream(id, site::attention_output), p.output_norm, cfg, kt, keep_o,
+                                      &h, &stash.feed_forward.x);
     feed_forward_forward(branch.data<float>(), stash.feed_forward, f_in, p, cfg.memory, kt);
-    residual_dropout(y.data<float>(), h.data<float>(), branch.data<float>(), hidden_p,
-                     ctx.stream(id, site::ffn_output), N * H);
+    // y = h + dropout(branch + bias): the exit without a LayerNorm.
+    y = new_rows(N, H);
+    cpu::residual_layernorm_args a;
+    a.product = branch.data<float>();
+    a.bias = p.output.bias.data<float>();
+    a.residual = h.data<float>();
+    a.p = hidden_p;
+    a.stream = ctx.stream(id, site::ffn_output);
+    a.sum = y.data<float>();
+    cpu::residual_layernorm_forward(cpu::active_isa(), a, N, H);
   }
   return y.reshape(x_in.shape());
 }

@@ -22,14 +22,14 @@ void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x
     cpu::gelu_bias_forward_half(cpu::active_isa(), stash.gelu.data<std::uint16_t>(), stash.ff1.data<std::uint16_t>(),
                                 stash_type, ff1.data<float>(), p.intermediate.bias.data<float>(), rows, I);
     ff1 = tensor{};
-    linear_forward(out, operand(stash.gelu), p.output, rows);
+    linear_product(out, operand(stash.gelu), p.output, rows); // bias: the caller's
     return;
   }
   tensor gelu = tensor::empty({rows, I}, dtype::f32);
   cpu::gelu_bias_forward(gelu.data<float>(), ff1.data<float>(), p.intermediate.bias.data<float>(), rows, I);
   if (!flags.gelu_checkpoint)
     stash.gelu = keep(gelu, stash_type);
-  linear_forward(out, gemm_source(gelu, stash.gelu), p.output, rows);
+  linear_product(out, gemm_source(gelu, stash.gelu), p.output, rows);
   stash.ff1 = keep(ff1, stash_type);
 }
 

@@ -19,8 +19,9 @@ struct feed_forward_stash {
   tensor gelu; // (rows, I) GELU output = output.dense input
 };
 
-// out: (rows, H) = output.dense(gelu(intermediate.dense(x))); x: (rows, H) f32; p: f32.
-// Fills ff1 and gelu of the stash in stash_type.
+// out: (rows, H) = output.dense(gelu(intermediate.dense(x))) before output.dense's bias (the
+// encoder layer adds it in its fused residual exit); x: (rows, H) f32; p: f32. Fills ff1 and
+// gelu of the stash in stash_type.
 void feed_forward_forward(float* out, feed_forward_stash& stash, const tensor& x,
                           const layer_params& p, const memory_flags& flags, dtype stash_type);
 

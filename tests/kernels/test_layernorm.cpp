@@ -1,10 +1,14 @@
 // LayerNorm kernels vs the double reference, backward vs finite differences, the
 // invertible backward vs the usual one, aliasing and run-to-run determinism.
 #include "kernels/cpu/layernorm.hpp"
+#include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/dropout.hpp"
 
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
 #include "tests/support/random.hpp"
+#include "tests/support/same_bits.hpp"
 #include "tests/support/finite_diff.hpp"
 #include "tests/support/tolerances.hpp"
 
@@ -229,5 +233,89 @@ TEST_CASE("layernorm: dgamma and dbeta are bit-identical whatever the thread cou
           0);
     CHECK(std::memcmp(dbs[k].data(), dbs[0].data(), sizeof(float) * static_cast<std::size_t>(c)) ==
           0);
+  }
+}
+
+TEST_CASE("bias + dropout + residual + LayerNorm fused: the bits of the four kernels and the casts, every path") {
+  const philox_stream stream{0xfeedull, 9, 2, 1, 3};
+  for (auto [rows, c] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {5, 37}, {33, 256}, {300, 128}}) {
+    const std::int64_t n = rows * c;
+    const auto N = static_cast<std::size_t>(n);
+    const auto product = random_vector(n, -3.0f, 3.0f, 81);
+    const auto residual = random_vector(n, -1.0f, 1.0f, 82);
+    const auto bias = random_vector(c, -0.5f, 0.5f, 83);
+    const auto gamma = random_gamma(c, 84);
+    const auto beta = random_vector(c, -0.5f, 0.5f, 85);
+    const float eps = 1e-5f;
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+      for (dtype half : {dtype::f16, dtype::bf16}) {
+        for (cpu::isa path : test::isa_paths()) {
+          INFO(cpu::isa_name(path) << " " << dtype_name(half) << " p " << p << " rows " << rows << " c " << c);
+          // The separate kernels.
+          std::vector<float> sum = product, y(N), mean(static_cast<std::size_t>(rows)), rstd(mean.size());
+          std::vector<std::uint16_t> sum_half(N), y_half(N);
+          cpu::bias_add(path, sum.data(), bias.data(), rows, c);
+          cpu::dropout_residual_forward(path, sum.data(), sum.data(), residual.data(), p, stream, n);
+          cpu::layernorm_forward(path, y.data(), mean.data(), rstd.data(), sum.data(), gamma.data(), beta.data(), eps,
+                                 rows, c);
+          cpu::cast(path, sum_half.data(), half, sum.data(), dtype::f32, n);
+          cpu::cast(path, y_half.data(), half, y.data(), dtype::f32, n);
+
+          // Fused with every output, the sum written over the product.
+          std::vector<float> got_sum = product, got_y(N), got_mean(mean.size()), got_rstd(mean.size());
+          std::vector<std::uint16_t> got_sum_half(N), got_y_half(N);
+          cpu::residual_layernorm_args a;
+          a.product = got_sum.data();
+          a.bias = bias.data();
+          a.residual = residual.data();
+          a.p = p;
+          a.stream = stream;
+          a.gamma = gamma.data();
+          a.beta = beta.data();
+          a.eps = eps;
+          a.sum = got_sum.data();
+          a.sum_half = got_sum_half.data();
+          a.y = got_y.data();
+          a.y_half = got_y_half.data();
+          a.mean = got_mean.data();
+          a.rstd = got_rstd.data();
+          a.half_type = half;
+          cpu::residual_layernorm_forward(path, a, rows, c);
+          CHECK(test::same_bits(got_sum, sum));
+          CHECK(got_sum_half == sum_half);
+          CHECK(test::same_bits(got_y, y));
+          CHECK(got_y_half == y_half);
+          CHECK(test::same_bits(got_mean, mean));
+          CHECK(test::same_bits(got_rstd, rstd));
+
+          // Only the half sum and y (the sum in the kernel's row buffer).
+          std::vector<float> only_y(N);
+          std::vector<std::uint16_t> only_sum_half(N);
+          cpu::residual_layernorm_args b = a;
+          b.product = product.data();
+          b.sum = nullptr;
+          b.sum_half = only_sum_half.data();
+          b.y = only_y.data();
+          b.y_half = nullptr;
+          b.mean = nullptr;
+          b.rstd = nullptr;
+          cpu::residual_layernorm_forward(path, b, rows, c);
+          CHECK(only_sum_half == sum_half);
+          CHECK(test::same_bits(only_y, y));
+
+          // Without the LayerNorm: the residual sum alone.
+          std::vector<float> plain(N);
+          cpu::residual_layernorm_args d;
+          d.product = product.data();
+          d.bias = bias.data();
+          d.residual = residual.data();
+          d.p = p;
+          d.stream = stream;
+          d.sum = plain.data();
+          cpu::residual_layernorm_forward(path, d, rows, c);
+          CHECK(test::same_bits(plain, sum));
+        }
+      }
+    }
   }
 }
