@@ -36,14 +36,21 @@ void for_each_group(isa path, const philox_stream& stream, std::int64_t begin, s
                     Fn fn) {
   const std::int64_t first_block = begin / 4, end = begin + n;
   const std::int64_t blocks = (end + 3) / 4 - first_block, groups = (blocks + group - 1) / group;
-#pragma omp parallel for schedule(static) if (parallel && blocks >= parallel_threshold_blocks)
-  for (std::int64_t g = 0; g < groups; ++g) {
+  auto run = [&](std::int64_t g) {
     std::uint32_t words[4 * group];
     const std::int64_t first = first_block + g * group, count = std::min(group, first_block + blocks - first);
     philox_words(path, stream, static_cast<std::uint32_t>(first), count, words);
     const std::int64_t lo = std::max(4 * first, begin), hi = std::min(4 * (first + count), end);
     fn(words + (lo - 4 * first), lo - begin, hi - lo);
+  };
+  if (!parallel || blocks < parallel_threshold_blocks) {
+    // No parallel construct at all: fused kernels call this per row from inside their own
+    // region, where even an if(false) region costs a team set-up per call.
+    for (std::int64_t g = 0; g < groups; ++g) run(g);
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t g = 0; g < groups; ++g) run(g);
 }
 
 } // namespace
