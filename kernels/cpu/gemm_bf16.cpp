@@ -22,12 +22,13 @@ std::atomic<bool> operands_bf16{false};
 #ifdef DSA_HAVE_DNNL
 using dnnl::memory;
 
-// One matmul per distinct shape and thread: creating a primitive costs far more than a
-// small product, so each thread keeps the ones it made (primitives are not shared between
-// threads here, so no lock is needed).
+// One matmul per thread and distinct key, kept by the thread that made it (creating a
+// primitive costs far more than a small product; not shared, so no lock). With fixed shapes
+// the key is the whole shape; with shapes at run time only the transposes, alpha and beta, so the masked-LM head's products, whose row count changes with
+// every micro-batch, do not make a primitive (about 170 KiB resident each) per row count.
 struct cached_matmul {
   dnnl::matmul prim;
-  memory::desc a, b, c;
+  memory::desc a, b, c; // fixed shapes only: the shapes themselves
 };
 
 const dnnl::engine& cpu_engine() {
@@ -41,6 +42,25 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
+// -1: not chosen yet (default_runtime_shapes()), else 0 fixed, 1 at run time.
+std::atomic<int> shapes_choice{-1};
+
+// At run time where oneDNN has no AMX kernels: its shape-agnostic gemm:jit then measured as
+// fast as or faster than the fixed-shape brgemm on AVX512_BF16 (bench kernels prints both).
+// AMX tiles are reached only through brgemm, which takes fixed shapes.
+bool default_runtime_shapes() {
+  return dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+}
+
+bool runtime_shapes() {
+  int v = shapes_choice.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = default_runtime_shapes() ? 1 : 0;
+    shapes_choice.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 // dims and strides of a (batch, rows, cols) operand: op(X) is (rows, cols); stored transposed
 // when trans, with row stride ld; batch entries `stride` apart (0: one entry broadcast).
 memory::desc operand_desc(memory::data_type type, std::int64_t count, std::int64_t stride, std::int64_t rows,
@@ -52,20 +72,56 @@ memory::desc operand_desc(memory::data_type type, std::int64_t count, std::int64
   return memory::desc(dims, type, strides);
 }
 
-cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch) {
+// The same with every size and stride left to run time.
+memory::desc runtime_desc(memory::data_type type, bool trans) {
+  const memory::dim r = DNNL_RUNTIME_DIM_VAL;
+  return memory::desc({r, r, r}, type, {r, trans ? 1 : r, trans ? r : 1});
+}
+
+struct operand_descs {
+  memory::desc a, b, c;
+};
+
+operand_descs descs_of(const gemm_shape& s, const gemm_batch& batch) {
+  return {operand_desc(memory::data_type::bf16, batch.count, batch.stride_a, s.m, s.k, s.trans_a == transpose::yes,
+                       s.lda),
+          operand_desc(memory::data_type::bf16, batch.count, batch.stride_b, s.k, s.n, s.trans_b == transpose::yes,
+                       s.ldb),
+          operand_desc(memory::data_type::f32, batch.count, batch.stride_c, s.m, s.n, false, s.ldc)};
+}
+
+bool describable(const gemm_shape& s, const gemm_batch& batch) {
+  try {
+    (void)descs_of(s, batch);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
   thread_local std::map<std::vector<std::int64_t>, cached_matmul> cache;
   std::uint32_t alpha_bits = 0, beta_bits = 0;
   std::memcpy(&alpha_bits, &s.alpha, 4);
   std::memcpy(&beta_bits, &s.beta, 4);
-  const std::vector<std::int64_t> key{s.m, s.n, s.k, s.trans_a == transpose::yes, s.trans_b == transpose::yes,
-                                      s.lda, s.ldb, s.ldc, batch.count, batch.stride_a, batch.stride_b,
-                                      batch.stride_c, alpha_bits, beta_bits};
+  const bool ta = s.trans_a == transpose::yes, tb = s.trans_b == transpose::yes;
+  const std::vector<std::int64_t> key =
+      runtime ? std::vector<std::int64_t>{-1, ta, tb, alpha_bits, beta_bits}
+              : std::vector<std::int64_t>{s.m, s.n, s.k, ta, tb, s.lda, s.ldb, s.ldc, batch.count, batch.stride_a,
+                                          batch.stride_b, batch.stride_c, alpha_bits, beta_bits};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   cached_matmul m;
-  m.a = operand_desc(memory::data_type::bf16, batch.count, batch.stride_a, s.m, s.k, s.trans_a == transpose::yes, s.lda);
-  m.b = operand_desc(memory::data_type::bf16, batch.count, batch.stride_b, s.k, s.n, s.trans_b == transpose::yes, s.ldb);
-  m.c = operand_desc(memory::data_type::f32, batch.count, batch.stride_c, s.m, s.n, false, s.ldc);
+  operand_descs d;
+  if (runtime) {
+    d = {runtime_desc(memory::data_type::bf16, ta), runtime_desc(memory::data_type::bf16, tb),
+         runtime_desc(memory::data_type::f32, false)};
+  } else {
+    d = descs_of(s, batch);
+    m.a = d.a;
+    m.b = d.b;
+    m.c = d.c;
+  }
   dnnl::primitive_attr attr;
   if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
   if (s.beta != 0.0f) {
@@ -73,7 +129,7 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch) {
     ops.append_sum(s.beta);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.a, m.b, m.c), attr, cpu_engine());
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.c), attr, cpu_engine());
   m.prim = dnnl::matmul(pd);
   return cache.emplace(key, std::move(m)).first->second;
 }
@@ -81,11 +137,15 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch) {
 // One call for the whole batch. Entries whose C overlap (stride_c 0 or less than a block)
 // cannot be one oneDNN call: the caller runs those one at a time.
 void run_matmul(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& s, const gemm_batch& batch) {
-  cached_matmul& m = matmul_for(s, batch);
+  // oneDNN refuses a broadcast batch operand with sizes at run time: fixed shapes for those.
+  const bool broadcast = batch.count > 1 && (batch.stride_a == 0 || batch.stride_b == 0);
+  const bool runtime = runtime_shapes() && !broadcast;
+  cached_matmul& m = matmul_for(s, batch, runtime);
   thread_local dnnl::stream stream(cpu_engine());
-  memory am(m.a, cpu_engine(), const_cast<std::uint16_t*>(a));
-  memory bm(m.b, cpu_engine(), const_cast<std::uint16_t*>(b));
-  memory cm(m.c, cpu_engine(), c);
+  const operand_descs d = runtime ? descs_of(s, batch) : operand_descs{m.a, m.b, m.c};
+  memory am(d.a, cpu_engine(), const_cast<std::uint16_t*>(a));
+  memory bm(d.b, cpu_engine(), const_cast<std::uint16_t*>(b));
+  memory cm(d.c, cpu_engine(), c);
   m.prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   stream.wait();
 }
@@ -115,12 +175,31 @@ std::string bf16_gemm_implementation() {
   if (!bf16_gemm_supported()) return {};
   gemm_shape s{1024, 256, 256};
   s = resolve_gemm_shape(s);
-  const memory::desc a = operand_desc(memory::data_type::bf16, 1, 0, s.m, s.k, false, s.lda);
-  const memory::desc b = operand_desc(memory::data_type::bf16, 1, 0, s.k, s.n, false, s.ldb);
-  const memory::desc c = operand_desc(memory::data_type::f32, 1, 0, s.m, s.n, false, s.ldc);
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), cpu_engine()).impl_info_str();
+  const bool runtime = runtime_shapes();
+  const operand_descs d = runtime ? operand_descs{runtime_desc(memory::data_type::bf16, false),
+                                                  runtime_desc(memory::data_type::bf16, false),
+                                                  runtime_desc(memory::data_type::f32, false)}
+                                  : descs_of(s, {});
+  const std::string impl = dnnl::matmul::primitive_desc(dnnl::matmul::desc(d.a, d.b, d.c), cpu_engine()).impl_info_str();
+  return impl + (runtime ? " bf16, shapes at run time" : " bf16, fixed shapes");
 #else
   return {};
+#endif
+}
+
+bool bf16_gemm_runtime_shapes() {
+#ifdef DSA_HAVE_DNNL
+  return runtime_shapes();
+#else
+  return false;
+#endif
+}
+
+void set_bf16_gemm_runtime_shapes(bool on) {
+#ifdef DSA_HAVE_DNNL
+  shapes_choice.store(on ? 1 : 0, std::memory_order_relaxed);
+#else
+  (void)on;
 #endif
 }
 
@@ -139,7 +218,7 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
   }
 #ifdef DSA_HAVE_DNNL
   if (batch.count == 1) return run_matmul(c, a, b, s, batch);
-  // oneDNN takes a batch whose entries lie apart. Entries that interleave (attention's heads
+  // With fixed shapes oneDNN takes a batch whose entries lie apart. Entries that interleave (attention's heads
   // as column blocks of the same rows) are copied apart first, and C's copied back row by
   // row; entries whose C blocks overlap (stride 0) accumulate in order, one call each.
   // What oneDNN counts as an entry's span: its stored rows times the row stride.
@@ -151,6 +230,10 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
       run_matmul(c + e * batch.stride_c, a + e * batch.stride_a, b + e * batch.stride_b, s, {});
     return;
   }
+  // With shapes at run time oneDNN takes interleaved entries (attention's heads) as they lie,
+  // when their strides describe a layout it accepts (no entry's rows reaching into the next).
+  if (runtime_shapes() && batch.stride_a != 0 && batch.stride_b != 0 && describable(s, batch))
+    return run_matmul(c, a, b, s, batch);
   gemm_batch packed = batch;
   thread_local std::vector<std::uint16_t> a_apart, b_apart;
   thread_local std::vector<float> c_apart;

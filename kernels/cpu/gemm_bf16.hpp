@@ -23,9 +23,17 @@ namespace dsa::cpu {
 // Whether gemm_bf16 can run and is worth running: this build has oneDNN and the CPU has
 // AVX512_BF16 or AMX. When not, `why` (if given) says which is missing.
 bool bf16_gemm_supported(std::string* why = nullptr);
-// The implementation oneDNN picks for a BERT-size product, e.g. "brg:avx512_core_amx_bf16";
-// empty when unsupported.
+// The implementation oneDNN picks for a BERT-size product and how its primitives are keyed,
+// e.g. "brg:avx512_core_amx_bf16, fixed shapes"; empty when unsupported.
 std::string bf16_gemm_implementation();
+
+// Primitives with every size and stride given at run time (one per transpose pair, alpha and
+// beta) or one per fixed shape. Run time by default where oneDNN has no AMX kernels: its
+// shape-agnostic gemm:jit was as fast as brgemm there, and a head whose row count changes
+// with each micro-batch no longer makes a primitive per count. With AMX, fixed shapes (AMX
+// is reached through brgemm only). Process-wide; bench kernels sets it to compare the two.
+bool bf16_gemm_runtime_shapes();
+void set_bf16_gemm_runtime_shapes(bool on);
 
 // C (f32) = alpha op(A) op(B) + beta C with A and B bf16. A broken invariant when unsupported.
 void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,

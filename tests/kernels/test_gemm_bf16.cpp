@@ -84,14 +84,21 @@ std::string describe(const problem& p) {
                      s.beta, p.batch.count, p.batch.stride_a, p.batch.stride_b, p.batch.stride_c);
 }
 
-void check_against_reference(problem p) {
-  INFO(describe(p));
-  std::vector<float> want = p.c;
-  dsa::cpu::gemm_ref(want.data(), p.a.data(), p.b.data(), p.s, p.batch);
-  const auto a16 = to_bf16(p.a), b16 = to_bf16(p.b);
-  dsa::cpu::gemm_bf16(p.c.data(), a16.data(), b16.data(), p.s, p.batch);
-  // The whole buffer: C's padding and gaps stay NaN on both sides.
-  DSA_CHECK_CLOSE(p.c.data(), want.data(), static_cast<std::int64_t>(p.c.size()), dsa::test::f32_gemm);
+// With primitives for fixed shapes and with shapes at run time (the two ways gemm_bf16 keys
+// them), each against the reference.
+void check_against_reference(const problem& p) {
+  const bool chosen = dsa::cpu::bf16_gemm_runtime_shapes();
+  for (bool runtime : {false, true}) {
+    INFO(describe(p) << (runtime ? " shapes at run time" : " fixed shapes"));
+    dsa::cpu::set_bf16_gemm_runtime_shapes(runtime);
+    std::vector<float> want = p.c, got = p.c;
+    dsa::cpu::gemm_ref(want.data(), p.a.data(), p.b.data(), p.s, p.batch);
+    const auto a16 = to_bf16(p.a), b16 = to_bf16(p.b);
+    dsa::cpu::gemm_bf16(got.data(), a16.data(), b16.data(), p.s, p.batch);
+    // The whole buffer: C's padding and gaps stay NaN on both sides.
+    DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()), dsa::test::f32_gemm);
+  }
+  dsa::cpu::set_bf16_gemm_runtime_shapes(chosen);
 }
 
 } // namespace
@@ -152,7 +159,7 @@ TEST_CASE("bf16 operands mode: cpu::gemm and gemm_batched round to bf16 and run 
     CHECK(!dsa::cpu::bf16_operands());
     return;
   }
-  CHECK(dsa::cpu::bf16_gemm_implementation().find("bf16") != std::string::npos);
+  CHECK(dsa::cpu::bf16_gemm_implementation().find(" bf16, ") != std::string::npos);
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   gemm_shape s;
