@@ -25,6 +25,10 @@ struct gemm_report {
   // the f32 -> bf16 rounding of both operands included); 0 where bf16 GEMM cannot run.
   struct row { std::string name; double gflops; double bf16_gflops = 0; };
   double bf16_bert_gflops = 0; // flop-weighted, as bert_gflops
+  // The same with oneDNN primitives for fixed shapes and with shapes at run time (the
+  // chosen one is bf16_bert_gflops), and both at BERT-mini's masked-LM decoder shape.
+  double bf16_fixed_bert_gflops = 0, bf16_runtime_bert_gflops = 0;
+  double bf16_fixed_decoder_gflops = 0, bf16_runtime_decoder_gflops = 0;
   std::vector<row> rows;
 };
 
