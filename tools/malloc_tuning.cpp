@@ -15,18 +15,20 @@ static std::string decide() {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr)
     return "GLIBC_TUNABLES sets malloc's own";
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr)
-    return "MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ is set";
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr ||
+      std::getenv("MALLOC_ARENA_MAX") != nullptr)
+    return "MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or MALLOC_ARENA_MAX is set";
   constexpr int one_gib = 1 << 30;
-  if (mallopt(M_MMAP_THRESHOLD, one_gib) != 1 || mallopt(M_TRIM_THRESHOLD, one_gib) != 1)
-    return "mallopt refused the thresholds";
+  if (mallopt(M_MMAP_THRESHOLD, one_gib) != 1 || mallopt(M_TRIM_THRESHOLD, one_gib) != 1 ||
+      mallopt(M_ARENA_MAX, 1) != 1)
+    return "mallopt refused the settings";
   return "";
 }
 
 std::string tune_malloc() { return why_not = decide(); }
 
 std::string malloc_tuning_report() {
-  return why_not.empty() ? "mmap and trim thresholds 1 GiB (freed tensor memory kept for reuse)"
+  return why_not.empty() ? "mmap and trim thresholds 1 GiB, one arena (freed tensor memory kept for reuse)"
                          : "glibc defaults (" + why_not + ")";
 }
 
