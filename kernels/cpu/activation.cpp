@@ -194,10 +194,16 @@ void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, cons
 
 void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const void* x, dtype x_type,
                         std::int64_t rows, std::int64_t c) {
+  gelu_bias_backward(path, dx, nullptr, dbias, dy, x, x_type, rows, c);
+}
+
+void gelu_bias_backward(isa path, float* dx, std::uint16_t* dx_bf16, float* dbias, const float* dy, const void* x,
+                        dtype x_type, std::int64_t rows, std::int64_t c) {
   check_path(path, "gelu_bias_backward");
   check_bias_sizes(rows, c, "gelu_bias_backward");
   DSA_CHECK(x_type == dtype::f32 || x_type == dtype::f16 || x_type == dtype::bf16,
             "gelu_bias_backward: an input of {}; expected f32, f16 or bf16", dtype_name(x_type));
+  DSA_CHECK((dx == nullptr) != (dx_bf16 == nullptr), "gelu_bias_backward: exactly one of dx and dx_bf16");
   if (rows == 0) return; // dbias untouched (as bias_backward's caller left it: -0.0 stays)
   const std::int64_t blocks = (c + bias_column_block - 1) / bias_column_block;
   const auto* x32 = static_cast<const float*>(x);
@@ -207,6 +213,7 @@ void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, cons
     const std::int64_t j0 = block * bias_column_block, width = std::min(c, j0 + bias_column_block) - j0;
     double acc[bias_column_block] = {};
     float widened[bias_column_block]; // a half x's slice of the row, widened exactly
+    float slice[bias_column_block];   // the gradient's slice when only its rounding is kept
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t at = r * c + j0;
       const float* xs = x32 + at;
@@ -214,10 +221,11 @@ void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, cons
         cast(path, widened, dtype::f32, x16 + at, x_type, width);
         xs = widened;
       }
-      gelu_backward_range(path, dx + at, dy + at, xs, 0, width);
-      const float* d = dx + at;
+      float* d = dx ? dx + at : slice;
+      gelu_backward_range(path, d, dy + at, xs, 0, width);
 #pragma omp simd
       for (std::int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(d[j]);
+      if (dx_bf16) cast(path, dx_bf16 + at, dtype::bf16, d, dtype::f32, width);
     }
     for (std::int64_t j = 0; j < width; ++j)
       dbias[j0 + j] = static_cast<float>(static_cast<double>(dbias[j0 + j]) + acc[j]);

@@ -38,6 +38,10 @@ void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, cons
 // widened exactly in L1): the bits of gelu_bias_backward on the widened x.
 void gelu_bias_backward(isa path, float* dx, float* dbias, const float* dy, const void* x, dtype x_type,
                         std::int64_t rows, std::int64_t c);
+// The same writing exactly one of dx (f32) and dx_bf16 (dx rounded to bf16, nearest even, for
+// products that read bf16 only); dbias from the f32 values either way. dx_bf16 may not alias dy.
+void gelu_bias_backward(isa path, float* dx, std::uint16_t* dx_bf16, float* dbias, const float* dy, const void* x,
+                        dtype x_type, std::int64_t rows, std::int64_t c);
 // y = tanh(x); dx = dy * (1 - y^2) from the output.
 void tanh_forward(float* y, const float* x, std::int64_t n);
 void tanh_backward(float* dx, const float* dy, const float* y, std::int64_t n);

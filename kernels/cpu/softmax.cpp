@@ -53,8 +53,9 @@ void softmax_backward(isa path, float* dscores, const float* dprobs, const float
 
 namespace {
 
-void backward(isa path, float* dscores, const float* dprobs, const void* probs, dtype probs_type, float scale,
-              float p, const philox_stream* stream, std::int64_t rows, std::int64_t tk) {
+void backward(isa path, float* dscores, std::uint16_t* ds_bf16, const float* dprobs, const void* probs,
+              dtype probs_type, float scale, float p, const philox_stream* stream, std::int64_t rows,
+              std::int64_t tk) {
   check_sizes(rows, tk);
   check_path(path, "softmax");
   DSA_CHECK(probs_type == dtype::f32 || probs_type == dtype::f16 || probs_type == dtype::bf16,
@@ -63,22 +64,29 @@ void backward(isa path, float* dscores, const float* dprobs, const void* probs, 
   const auto* p32 = f32 ? static_cast<const float*>(probs) : nullptr;
   const auto* p16 = f32 ? nullptr : static_cast<const std::uint16_t*>(probs);
   if (path == isa::avx512)
-    return softmax_avx512::backward(path, dscores, dprobs, p32, p16, probs_type, scale, p, stream, rows, tk);
-  softmax_base::backward(path, dscores, dprobs, p32, p16, probs_type, scale, p, stream, rows, tk);
+    return softmax_avx512::backward(path, dscores, ds_bf16, dprobs, p32, p16, probs_type, scale, p, stream, rows, tk);
+  softmax_base::backward(path, dscores, ds_bf16, dprobs, p32, p16, probs_type, scale, p, stream, rows, tk);
 }
 
 } // namespace
 
 void softmax_backward(isa path, float* dscores, const float* dprobs, const void* probs, dtype probs_type, float scale,
                       std::int64_t rows, std::int64_t tk) {
-  backward(path, dscores, dprobs, probs, probs_type, scale, 0.0f, nullptr, rows, tk);
+  backward(path, dscores, nullptr, dprobs, probs, probs_type, scale, 0.0f, nullptr, rows, tk);
 }
 
 void softmax_dropout_backward(isa path, float* dscores, const float* ddropped, const void* probs, dtype probs_type,
                               float scale, float p, const philox_stream& stream, std::int64_t rows,
                               std::int64_t tk) {
   DSA_CHECK(p >= 0.0f && p < 1.0f, "softmax_dropout_backward: p={} outside [0, 1)", p);
-  backward(path, dscores, ddropped, probs, probs_type, scale, p, p > 0.0f ? &stream : nullptr, rows, tk);
+  backward(path, dscores, nullptr, ddropped, probs, probs_type, scale, p, p > 0.0f ? &stream : nullptr, rows, tk);
+}
+
+void softmax_dropout_backward_bf16(isa path, std::uint16_t* dscores, const float* ddropped, const void* probs,
+                                   dtype probs_type, float scale, float p, const philox_stream& stream,
+                                   std::int64_t rows, std::int64_t tk) {
+  DSA_CHECK(p >= 0.0f && p < 1.0f, "softmax_dropout_backward: p={} outside [0, 1)", p);
+  backward(path, nullptr, dscores, ddropped, probs, probs_type, scale, p, p > 0.0f ? &stream : nullptr, rows, tk);
 }
 
 void softmax_dropout_forward(isa path, const softmax_dropout_out& out, const float* scores, const float* key_mask,

@@ -53,6 +53,10 @@ void softmax_dropout_forward(isa path, const softmax_dropout_out& out, const flo
 void softmax_dropout_backward(isa path, float* dscores, const float* ddropped, const void* probs, dtype probs_type,
                               float scale, float p, const philox_stream& stream, std::int64_t rows,
                               std::int64_t tk);
+// The same writing only dscores rounded to bf16 (nearest even), for products that read bf16.
+void softmax_dropout_backward_bf16(isa path, std::uint16_t* dscores, const float* ddropped, const void* probs,
+                                   dtype probs_type, float scale, float p, const philox_stream& stream,
+                                   std::int64_t rows, std::int64_t tk);
 
 void softmax_forward_ref(float* probs, const float* scores, const float* key_mask, float scale,
                          std::int64_t batch, std::int64_t heads, std::int64_t tq, std::int64_t tk);

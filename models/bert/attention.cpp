@@ -7,6 +7,7 @@
 #include "models/bert/stored_precision.hpp"
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 namespace dsa::bert {
@@ -178,14 +179,23 @@ void attention_backward(float* dx, const float* dout, const attention_stash& sta
                 cpu::transpose::no, rows_of(operand(gemm_input(stash.v)), dims),
                 cpu::transpose::yes, T, T, d, 0.0f, dims);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  cpu::softmax_dropout_backward(cpu::active_isa(), dscores.get(), dscores.get(), probs.raw_data(), probs.type(),
-                                scale, dropout_p, stream, dims.batch * A * T, T);
-  const shared_gemm_input ds_in(dscores.get(), score_count); // read by dQ's and dK's products
+  // dS, read by dQ's and dK's products: written rounded to bf16 only when they read bf16.
+  const bool rounded = gemm_reads_stored(dtype::bf16);
+  std::unique_ptr<std::uint16_t[]> ds_bf16(rounded ? new std::uint16_t[static_cast<std::size_t>(score_count)]
+                                                   : nullptr);
+  if (rounded)
+    cpu::softmax_dropout_backward_bf16(cpu::active_isa(), ds_bf16.get(), dscores.get(), probs.raw_data(),
+                                       probs.type(), scale, dropout_p, stream, dims.batch * A * T, T);
+  else
+    cpu::softmax_dropout_backward(cpu::active_isa(), dscores.get(), dscores.get(), probs.raw_data(), probs.type(),
+                                  scale, dropout_p, stream, dims.batch * A * T, T);
+  const cpu::gemm_operand ds_in =
+      rounded ? cpu::gemm_operand{ds_bf16.get(), dtype::bf16} : cpu::gemm_operand{dscores.get()};
   // dQ_bh = dS_bh K_bh, dK_bh = dS_bh^T Q_bh
-  per_head_gemm(dq.get(), H, d, T * H, squares_of(ds_in.operand(), dims), cpu::transpose::no,
+  per_head_gemm(dq.get(), H, d, T * H, squares_of(ds_in, dims), cpu::transpose::no,
                 rows_of(operand(gemm_input(stash.k)), dims), cpu::transpose::no, T, d, T, 0.0f,
                 dims);
-  per_head_gemm(dk.get(), H, d, T * H, squares_of(ds_in.operand(), dims), cpu::transpose::yes,
+  per_head_gemm(dk.get(), H, d, T * H, squares_of(ds_in, dims), cpu::transpose::yes,
                 rows_of(operand(gemm_input(stash.q)), dims), cpu::transpose::no, T, d, T, 0.0f,
                 dims);
 

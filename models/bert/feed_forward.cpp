@@ -4,6 +4,7 @@
 #include "kernels/cpu/activation.hpp"
 #include "models/bert/stored_precision.hpp"
 
+#include <memory>
 #include <vector>
 
 namespace dsa::bert {
@@ -47,9 +48,20 @@ void feed_forward_backward(float* dx, const float* dout, const feed_forward_stas
   const auto dgelu = scratch_floats(rows * I); // overwritten whole
   linear_backward(dgelu.get(), dout, operand(gelu), p.output, rows, write_mode::overwrite);
   gelu = tensor{};
+  const tensor x_in = gemm_input(stash.x); // held: a widened copy lives as long as the tensor
+  const cpu::gemm_operand x = operand(x_in);
+  if (gemm_reads_stored(dtype::bf16)) {
+    // The products read the GELU gradient in bf16 only: the kernel writes it rounded (the
+    // bits shared_gemm_input would make of the f32 values) and no f32 copy.
+    std::unique_ptr<std::uint16_t[]> rounded(new std::uint16_t[static_cast<std::size_t>(rows * I)]);
+    cpu::gelu_bias_backward(cpu::active_isa(), nullptr, rounded.get(), p.intermediate.dbias.data<float>(),
+                            dgelu.get(), ff1.raw_data(), ff1.type(), rows, I);
+    linear_backward_products(dx, cpu::gemm_operand{rounded.get(), dtype::bf16}, x, p.intermediate, rows, dx_mode);
+    return;
+  }
   cpu::gelu_bias_backward(cpu::active_isa(), dgelu.get(), p.intermediate.dbias.data<float>(), dgelu.get(),
                           ff1.raw_data(), ff1.type(), rows, I);
-  linear_backward_products(dx, dgelu.get(), operand(gemm_input(stash.x)), p.intermediate, rows, dx_mode);
+  linear_backward_products(dx, dgelu.get(), x, p.intermediate, rows, dx_mode);
 }
 
 } // namespace dsa::bert

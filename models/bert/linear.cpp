@@ -27,17 +27,24 @@ void linear_forward(float* y, cpu::gemm_operand x, const linear_params& p, std::
 
 void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
                               std::int64_t rows, write_mode dx_mode) {
+  if (rows == 0)
+    return;
+  const shared_gemm_input dy_in(dy, rows * p.out_features()); // both products read dy
+  linear_backward_products(dx, dy_in.operand(), x, p, rows, dx_mode);
+}
+
+void linear_backward_products(float* dx, cpu::gemm_operand dy, cpu::gemm_operand x, const linear_params& p,
+                              std::int64_t rows, write_mode dx_mode) {
   const std::int64_t out = p.out_features(), in = p.in_features();
   if (rows == 0)
     return;
-  const shared_gemm_input dy_in(dy, rows * out); // both products read dy
   cpu::gemm_shape dw; // dW (out, in) += dy^T (out, rows) x (rows, in)
   dw.m = out;
   dw.n = in;
   dw.k = rows;
   dw.trans_a = cpu::transpose::yes;
   dw.beta = 1.0f;
-  cpu::gemm(p.dweight.data<float>(), dy_in.operand(), x, dw);
+  cpu::gemm(p.dweight.data<float>(), dy, x, dw);
   if (dx == nullptr)
     return;
   cpu::gemm_shape dxs; // dx (rows, in) = dy (rows, out) W (out, in)
@@ -45,7 +52,7 @@ void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, c
   dxs.n = in;
   dxs.k = out;
   dxs.beta = dx_mode == write_mode::accumulate ? 1.0f : 0.0f;
-  cpu::gemm(dx, dy_in.operand(), operand(p.weight), dxs);
+  cpu::gemm(dx, dy, operand(p.weight), dxs);
 }
 
 void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p, std::int64_t rows,

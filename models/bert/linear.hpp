@@ -26,5 +26,8 @@ void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const line
 void linear_product(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows);
 void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
                               std::int64_t rows, write_mode dx_mode);
+// The same with dy as the products take it (bf16 already rounded by the caller's kernel).
+void linear_backward_products(float* dx, cpu::gemm_operand dy, cpu::gemm_operand x, const linear_params& p,
+                              std::int64_t rows, write_mode dx_mode);
 
 } // namespace dsa::bert

@@ -284,7 +284,7 @@ TEST_CASE("gelu_bias_forward_half: the same bits as gelu_bias_forward then round
   }
 }
 
-TEST_CASE("gelu_bias_backward from an f16 / bf16 x: the bits of the f32 form on the widened x, every path") {
+TEST_CASE("gelu_bias_backward from an f16 / bf16 x: the bits of the f32 form on the widened x, also rounded to bf16, every path") {
   std::mt19937 rng(95);
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {5, 300}, {80, 1000}};
   for (auto [rows, c] : shapes) {
@@ -304,6 +304,14 @@ TEST_CASE("gelu_bias_backward from an f16 / bf16 x: the bits of the f32 form on 
         dsa::cpu::gelu_bias_backward(path, dx.data(), db.data(), dy.data(), xh.data(), half, rows, c);
         CHECK(dsa::test::same_bits(dx, want_dx));
         CHECK(dsa::test::same_bits(db, want_db));
+        // Only the bf16 rounding of dx written: the cast of the f32 result, the same dbias.
+        std::vector<std::uint16_t> want_rounded(n), rounded(n);
+        std::vector<float> db_rounded = db0;
+        dsa::cpu::cast(path, want_rounded.data(), dsa::dtype::bf16, want_dx.data(), dsa::dtype::f32, n);
+        dsa::cpu::gelu_bias_backward(path, nullptr, rounded.data(), db_rounded.data(), dy.data(), xh.data(), half,
+                                     rows, c);
+        CHECK(rounded == want_rounded);
+        CHECK(dsa::test::same_bits(db_rounded, want_db));
       }
     }
   }

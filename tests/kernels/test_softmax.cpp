@@ -271,6 +271,12 @@ TEST_CASE("softmax + dropout fused: the bits of softmax, cast, dropout and cast,
           cpu::softmax_dropout_backward(path, got_ds.data(), got_ds.data(), probs_half.data(), half, scale, p, stream,
                                         s.rows(), s.tk);
           CHECK(test::same_bits(got_ds, dscores));
+          // Only its bf16 rounding written.
+          std::vector<std::uint16_t> want_ds16(N), got_ds16(N);
+          cpu::cast(path, want_ds16.data(), dtype::bf16, dscores.data(), dtype::f32, n);
+          cpu::softmax_dropout_backward_bf16(path, got_ds16.data(), grad.data(), probs_half.data(), half, scale, p,
+                                             stream, s.rows(), s.tk);
+          CHECK(got_ds16 == want_ds16);
         }
       }
     }
