@@ -91,11 +91,13 @@ int bench_kernels_main(int argc, char** argv) {
       "\"adam_ratio_to_bound\":{:.4f},\"bert_mini_step_s\":{:.4g},\"bert_mini_gflops\":{:.4g},"
       "\"bert_mini_ratio_to_peak\":{:.4f},\"vector_isa\":\"{}\",\"bf16_gemm_bert_gflops\":{},"
       "\"bf16_gemm_ratio_to_f32\":{},\"bf16_gemm_fixed_shapes_gflops\":{},\"bf16_gemm_runtime_shapes_gflops\":{},"
+      "\"bf16_decoder_fixed_shapes_gflops\":{},\"bf16_decoder_runtime_shapes_gflops\":{},"
       "\"bert_mini_bf16_gemm_step_s\":{},\"bert_mini_bf16_gemm_speedup\":{}}}\n",
       g.peak_gflops, g.bert_gflops, g.bert_gflops / g.peak_gflops, a.triad_gbps, a.params_per_s,
       a.bound_params_per_s, a.ratio_to_bound, b.seconds, b.gflops, b.gflops / g.peak_gflops,
       cpu::isa_name(cpu::active_isa()), number(g.bf16_bert_gflops), number(g.bf16_bert_gflops / g.bert_gflops),
-      number(g.bf16_fixed_bert_gflops), number(g.bf16_runtime_bert_gflops), number(b16.seconds), number(bf16 ? b.seconds / b16.seconds : 0.0));
+      number(g.bf16_fixed_bert_gflops), number(g.bf16_runtime_bert_gflops), number(g.bf16_fixed_decoder_gflops),
+      number(g.bf16_runtime_decoder_gflops), number(b16.seconds), number(bf16 ? b.seconds / b16.seconds : 0.0));
   return 0;
 }
 

@@ -19,8 +19,8 @@ namespace dsa::tools {
 // A run with limits.host_memory sets its own (actors/train/memory_plan.cpp: blocks of 1
 // MiB and more go back to the system at once, so the plan can bound the peak).
 // Skipped when the user chose malloc settings (GLIBC_TUNABLES naming glibc.malloc, or
-// MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_ARENA_MAX): then returns why.
-// Returns "" when set.
+// MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_): then returns why. A user's
+// MALLOC_ARENA_MAX keeps its arenas (the thresholds are still set). Returns "" when set.
 std::string tune_malloc();
 // One line for `dsactor report`: what tune_malloc() did in this process.
 std::string malloc_tuning_report();

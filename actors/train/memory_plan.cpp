@@ -377,9 +377,9 @@ expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_be
   }
   // With a budget, glibc returns every freed block of 1 MiB or more to the system at
   // once: its default threshold grows after the first large free (up to 32 MiB), and
-  // freed tensors then stay resident in per-thread arenas, which the plan cannot
-  // bound (measured: 2 ranks of bert-mini peaked 25% above their tensors' peak
-  // without it, 10% with it). The price is a page fault per page of a new tensor. The trim
+  // freed tensors then stay resident in the arenas, which the plan cannot bound
+  // (measured with per-thread arenas: 2 ranks of bert-mini peaked 25% above their
+  // tensors' peak without it, 10% with it; tools/malloc_tuning.cpp now makes one arena). The price is a page fault per page of a new tensor. The trim
   // threshold goes back to glibc's default too (dsactor raises both to keep freed tensor
   // memory for reuse when there is no budget: tools/malloc_tuning.hpp).
   if (rc.host_memory > 0) {

@@ -98,9 +98,14 @@ void dropout_forward(isa path, float* y, std::uint8_t* mask, const float* x, flo
   apply(path, y, mask, x, nullptr, p, stream, 0, n, true);
 }
 
+void check_dropout_elements(std::int64_t n, const char* who) {
+  DSA_CHECK(n >= 0 && (n + 3) / 4 <= std::int64_t{std::numeric_limits<std::uint32_t>::max()} + 1,
+            "{}: {} elements exceed the 2^32 Philox blocks of one dropout stream", who, n);
+}
+
 void dropout_range(isa path, float* y, const float* x, float p, const philox_stream& stream, std::int64_t begin,
                    std::int64_t n) {
-  DSA_CHECK(begin >= 0, "dropout_range: begin={}", begin);
+  DSA_CHECK(begin >= 0 && n >= 0, "dropout_range: begin={} n={}", begin, n);
   check_args(p, begin + n);
   apply(path, y, nullptr, x, nullptr, p, stream, begin, n, false);
 }

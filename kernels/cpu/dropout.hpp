@@ -34,5 +34,8 @@ void dropout_residual_forward(isa path, float* y, const float* x, const float* r
 // dropout_forward gives that element. y may alias x.
 void dropout_range(isa path, float* y, const float* x, float p, const philox_stream& stream, std::int64_t begin,
                    std::int64_t n);
+// A broken invariant naming `who` when n elements need more than a stream's 2^32 Philox
+// blocks: for fused kernels to check before their parallel region.
+void check_dropout_elements(std::int64_t n, const char* who);
 
 } // namespace dsa::cpu

@@ -49,7 +49,10 @@ std::atomic<int> shapes_choice{-1};
 // fast as or faster than the fixed-shape brgemm on AVX512_BF16 (bench kernels prints both).
 // AMX tiles are reached only through brgemm, which takes fixed shapes.
 bool default_runtime_shapes() {
-  return dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+  // cpu_isa values are feature bit masks (not ordered): AMX is in use when the effective
+  // ISA has every bit of avx512_core_amx (ONEDNN_MAX_CPU_ISA may hold it below).
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) != amx;
 }
 
 bool runtime_shapes() {
@@ -136,10 +139,12 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool run
 
 // One call for the whole batch. Entries whose C overlap (stride_c 0 or less than a block)
 // cannot be one oneDNN call: the caller runs those one at a time.
-void run_matmul(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& s, const gemm_batch& batch) {
+// shapes_at_run_time: the keying gemm_bf16 read once for the whole call.
+void run_matmul(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& s, const gemm_batch& batch,
+                bool shapes_at_run_time) {
   // oneDNN refuses a broadcast batch operand with sizes at run time: fixed shapes for those.
   const bool broadcast = batch.count > 1 && (batch.stride_a == 0 || batch.stride_b == 0);
-  const bool runtime = runtime_shapes() && !broadcast;
+  const bool runtime = shapes_at_run_time && !broadcast;
   cached_matmul& m = matmul_for(s, batch, runtime);
   thread_local dnnl::stream stream(cpu_engine());
   const operand_descs d = runtime ? descs_of(s, batch) : operand_descs{m.a, m.b, m.c};
@@ -181,7 +186,7 @@ std::string bf16_gemm_implementation() {
                                                   runtime_desc(memory::data_type::f32, false)}
                                   : descs_of(s, {});
   const std::string impl = dnnl::matmul::primitive_desc(dnnl::matmul::desc(d.a, d.b, d.c), cpu_engine()).impl_info_str();
-  return impl + (runtime ? " bf16, shapes at run time" : " bf16, fixed shapes");
+  return impl + (runtime ? ", shapes at run time" : ", fixed shapes");
 #else
   return {};
 #endif
@@ -217,7 +222,8 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
     return;
   }
 #ifdef DSA_HAVE_DNNL
-  if (batch.count == 1) return run_matmul(c, a, b, s, batch);
+  const bool runtime = runtime_shapes(); // read once: the benchmark may change it between calls
+  if (batch.count == 1) return run_matmul(c, a, b, s, batch, runtime);
   // With fixed shapes oneDNN takes a batch whose entries lie apart. Entries that interleave (attention's heads
   // as column blocks of the same rows) are copied apart first, and C's copied back row by
   // row; entries whose C blocks overlap (stride 0) accumulate in order, one call each.
@@ -227,13 +233,13 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
   const std::int64_t ext_c = s.m * s.ldc;
   if (!gemm_c_disjoint(s, batch)) {
     for (std::int64_t e = 0; e < batch.count; ++e)
-      run_matmul(c + e * batch.stride_c, a + e * batch.stride_a, b + e * batch.stride_b, s, {});
+      run_matmul(c + e * batch.stride_c, a + e * batch.stride_a, b + e * batch.stride_b, s, {}, runtime);
     return;
   }
   // With shapes at run time oneDNN takes interleaved entries (attention's heads) as they lie,
   // when their strides describe a layout it accepts (no entry's rows reaching into the next).
-  if (runtime_shapes() && batch.stride_a != 0 && batch.stride_b != 0 && describable(s, batch))
-    return run_matmul(c, a, b, s, batch);
+  if (runtime && batch.stride_a != 0 && batch.stride_b != 0 && describable(s, batch))
+    return run_matmul(c, a, b, s, batch, runtime);
   gemm_batch packed = batch;
   thread_local std::vector<std::uint16_t> a_apart, b_apart;
   thread_local std::vector<float> c_apart;
@@ -249,7 +255,7 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
   };
   const std::uint16_t* pa = apart(a, batch.stride_a, ext_a, gemm_operand_extent(s, true), a_apart, packed.stride_a);
   const std::uint16_t* pb = apart(b, batch.stride_b, ext_b, gemm_operand_extent(s, false), b_apart, packed.stride_b);
-  if (batch.stride_c >= ext_c) return run_matmul(c, pa, pb, s, packed);
+  if (batch.stride_c >= ext_c) return run_matmul(c, pa, pb, s, packed, runtime);
   // Not cleared: the product writes every element of each entry's rows that is copied back,
   // and with beta != 0 those are copied in first; row padding is never read.
   c_apart.resize(static_cast<std::size_t>(batch.count * ext_c));
@@ -263,7 +269,7 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
   };
   if (s.beta != 0.0f) rows(true);
   packed.stride_c = ext_c;
-  run_matmul(c_apart.data(), pa, pb, s, packed);
+  run_matmul(c_apart.data(), pa, pb, s, packed, runtime);
   rows(false);
 #endif
 }

@@ -24,7 +24,8 @@ namespace dsa::cpu {
 // AVX512_BF16 or AMX. When not, `why` (if given) says which is missing.
 bool bf16_gemm_supported(std::string* why = nullptr);
 // The implementation oneDNN picks for a BERT-size product and how its primitives are keyed,
-// e.g. "brg:avx512_core_amx_bf16, fixed shapes"; empty when unsupported.
+// e.g. "brg:avx512_core_amx_bf16, fixed shapes" or "gemm:jit, shapes at run time"; empty
+// when unsupported.
 std::string bf16_gemm_implementation();
 
 // Primitives with every size and stride given at run time (one per transpose pair, alpha and

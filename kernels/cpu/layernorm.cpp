@@ -63,6 +63,8 @@ void residual_layernorm_forward(isa path, const residual_layernorm_args& a, std:
   check_path(path, "layernorm");
   DSA_CHECK(a.product && a.bias && a.residual, "residual_layernorm_forward: product, bias and residual are needed");
   DSA_CHECK(a.p >= 0.0f && a.p < 1.0f, "residual_layernorm_forward: p={} outside [0, 1)", a.p);
+  DSA_CHECK(a.sum == nullptr || a.sum != a.residual, "residual_layernorm_forward: sum may not alias the residual");
+  check_dropout_elements(rows * c, "residual_layernorm_forward");
   DSA_CHECK(!a.gamma || (a.beta && a.y), "residual_layernorm_forward: a LayerNorm needs beta and y");
   DSA_CHECK(a.gamma || (a.sum || a.sum_half), "residual_layernorm_forward: no output");
   DSA_CHECK(!(a.sum_half || a.y_half) || a.half_type == dtype::f16 || a.half_type == dtype::bf16,

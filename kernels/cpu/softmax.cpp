@@ -79,6 +79,7 @@ void softmax_dropout_backward(isa path, float* dscores, const float* ddropped, c
                               float scale, float p, const philox_stream& stream, std::int64_t rows,
                               std::int64_t tk) {
   DSA_CHECK(p >= 0.0f && p < 1.0f, "softmax_dropout_backward: p={} outside [0, 1)", p);
+  check_dropout_elements(rows * tk, "softmax_dropout_backward");
   backward(path, dscores, nullptr, ddropped, probs, probs_type, scale, p, p > 0.0f ? &stream : nullptr, rows, tk);
 }
 
@@ -86,6 +87,7 @@ void softmax_dropout_backward_bf16(isa path, std::uint16_t* dscores, const float
                                    dtype probs_type, float scale, float p, const philox_stream& stream,
                                    std::int64_t rows, std::int64_t tk) {
   DSA_CHECK(p >= 0.0f && p < 1.0f, "softmax_dropout_backward: p={} outside [0, 1)", p);
+  check_dropout_elements(rows * tk, "softmax_dropout_backward");
   backward(path, nullptr, dscores, ddropped, probs, probs_type, scale, p, p > 0.0f ? &stream : nullptr, rows, tk);
 }
 
@@ -98,6 +100,7 @@ void softmax_dropout_forward(isa path, const softmax_dropout_out& out, const flo
   const bool drop = out.dropped || out.dropped_half;
   DSA_CHECK(out.probs || out.probs_half || drop, "softmax_dropout_forward: no output");
   DSA_CHECK(!drop || (p > 0.0f && p < 1.0f), "softmax_dropout_forward: dropped outputs with p={}", p);
+  check_dropout_elements(rows * tk, "softmax_dropout_forward");
   DSA_CHECK(!(out.probs_half || out.dropped_half) || out.half_type == dtype::f16 || out.half_type == dtype::bf16,
             "softmax_dropout_forward: half outputs of {}; expected f16 or bf16", dtype_name(out.half_type));
   if (path == isa::avx512)

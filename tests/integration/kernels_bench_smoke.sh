@@ -25,7 +25,8 @@ assert j["vector_isa"] == isa, (j["vector_isa"], isa)
 for key in ("gemm_peak_gflops", "gemm_bert_gflops", "bert_mini_step_s"):
     assert j[key] > 0, key
 for key in ("bf16_gemm_bert_gflops", "bf16_gemm_ratio_to_f32", "bf16_gemm_fixed_shapes_gflops",
-            "bf16_gemm_runtime_shapes_gflops", "bert_mini_bf16_gemm_step_s", "bert_mini_bf16_gemm_speedup"):
+            "bf16_gemm_runtime_shapes_gflops", "bf16_decoder_fixed_shapes_gflops",
+            "bf16_decoder_runtime_shapes_gflops", "bert_mini_bf16_gemm_step_s", "bert_mini_bf16_gemm_speedup"):
     assert (j[key] is not None and j[key] > 0) == bf16, (key, j[key], bf16)
 PY
 if [ "$bf16" = yes ]; then

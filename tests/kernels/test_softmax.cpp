@@ -216,18 +216,19 @@ TEST_CASE("softmax + dropout fused: the bits of softmax, cast, dropout and cast,
     const std::int64_t n = s.size();
     const auto N = static_cast<std::size_t>(n);
     const auto scores = random_vector(n, -4.0f, 4.0f, 71);
-    const auto mask = make_mask(s.batch, s.tk, 72);
+    const auto mask_values = make_mask(s.batch, s.tk, 72);
     const auto grad = random_vector(n, -1.0f, 1.0f, 73);
     const float scale = 0.35f;
+    for (const float* mask : {mask_values.data(), static_cast<const float*>(nullptr)})
     for (float p : {0.0f, 0.1f, 0.45f}) {
       for (dtype half : {dtype::f16, dtype::bf16}) {
         for (cpu::isa path : test::isa_paths()) {
           INFO(cpu::isa_name(path) << " " << dtype_name(half) << " p " << p << " shape " << s.batch << "x" << s.heads
-                                   << "x" << s.tq << "x" << s.tk);
+                                   << "x" << s.tq << "x" << s.tk << (mask ? " masked" : " no mask"));
           // The unfused sequence.
           std::vector<float> probs(N), dropped(N), dscores(N);
           std::vector<std::uint16_t> probs_half(N), dropped_half(N);
-          cpu::softmax_forward(path, probs.data(), scores.data(), mask.data(), scale, s.batch, s.heads, s.tq, s.tk);
+          cpu::softmax_forward(path, probs.data(), scores.data(), mask, scale, s.batch, s.heads, s.tq, s.tk);
           cpu::cast(path, probs_half.data(), half, probs.data(), dtype::f32, n);
           if (p > 0.0f) {
             cpu::dropout_forward(path, dropped.data(), nullptr, probs.data(), p, stream, n);
@@ -246,7 +247,7 @@ TEST_CASE("softmax + dropout fused: the bits of softmax, cast, dropout and cast,
           out.dropped = p > 0.0f ? got_dropped.data() : nullptr;
           out.dropped_half = p > 0.0f ? got_dropped_half.data() : nullptr;
           out.half_type = half;
-          cpu::softmax_dropout_forward(path, out, got_probs.data(), mask.data(), scale, p, stream, s.batch, s.heads,
+          cpu::softmax_dropout_forward(path, out, got_probs.data(), mask, scale, p, stream, s.batch, s.heads,
                                        s.tq, s.tk);
           CHECK(test::same_bits(got_probs, probs));
           CHECK(got_probs_half == probs_half);
@@ -261,10 +262,19 @@ TEST_CASE("softmax + dropout fused: the bits of softmax, cast, dropout and cast,
             halves.probs_half = only_probs.data();
             halves.dropped_half = only_dropped.data();
             halves.half_type = half;
-            cpu::softmax_dropout_forward(path, halves, scores.data(), mask.data(), scale, p, stream, s.batch,
+            cpu::softmax_dropout_forward(path, halves, scores.data(), mask, scale, p, stream, s.batch,
                                          s.heads, s.tq, s.tk);
             CHECK(only_probs == probs_half);
             CHECK(only_dropped == dropped_half);
+            // The half stash of both and f32 dropped probabilities (an f16 stash, or
+            // attn_dropout_checkpoint).
+            std::vector<float> with_dropped(N);
+            halves.dropped = with_dropped.data();
+            cpu::softmax_dropout_forward(path, halves, scores.data(), mask, scale, p, stream, s.batch, s.heads,
+                                         s.tq, s.tk);
+            CHECK(only_probs == probs_half);
+            CHECK(only_dropped == dropped_half);
+            CHECK(test::same_bits(with_dropped, dropped));
           }
           // Backward in place, as attention calls it.
           std::vector<float> got_ds = grad;
