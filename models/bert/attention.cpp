@@ -117,11 +117,16 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
   }
   if (!half)
     stash.probs = probs;
-  if (keep_drop && half) {
-    stash.probs_drop = tensor::empty(scores.shape(), stash_type);
-    written.dropped_half = stash.probs_drop.data<std::uint16_t>();
+  // Under attn_dropout_checkpoint the dropped probabilities are not stashed: with a product
+  // that reads bf16 they still go to a bf16 buffer (the bits of rounding f32 ones).
+  tensor dropped_rounded;
+  if (drop && half && (keep_drop || reads_half)) {
+    dropped_rounded = tensor::empty(scores.shape(), stash_type);
+    written.dropped_half = dropped_rounded.data<std::uint16_t>();
+    if (keep_drop)
+      stash.probs_drop = dropped_rounded;
   }
-  if (drop && (!half || !reads_half || !keep_drop)) {
+  if (drop && (!half || !reads_half)) {
     dropped = tensor::empty(scores.shape(), dtype::f32);
     written.dropped = dropped.data<float>();
   }
@@ -129,7 +134,7 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
     stash.probs_drop = dropped;
   cpu::softmax_dropout_forward(cpu::active_isa(), written, scores.data<float>(), key_mask, scale, dropout_p, stream,
                                dims.batch, A, T, T);
-  const cpu::gemm_operand used = drop ? gemm_source(dropped, stash.probs_drop) : gemm_source(probs, stash.probs);
+  const cpu::gemm_operand used = drop ? gemm_source(dropped, dropped_rounded) : gemm_source(probs, stash.probs);
   scores = tensor{};
 
   // context(b, h) = P_bh V_bh, written straight into (B*T, H) rows.
