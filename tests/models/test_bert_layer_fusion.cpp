@@ -1,0 +1,158 @@
+// The encoder layer's fused sublayer exits (cpu::residual_layernorm_forward) against the
+// kernels they replace, composed by hand as the layer composed them before: the output and
+// every stashed tensor bit for bit, pre- and post-LN, f32 and bf16 stashes (bf16 with bf16
+// GEMM operands where the CPU has them), with and without normalize_invertible.
+#include "tests/models/bert_fixture.hpp"
+#include "tests/support/random.hpp"
+
+#include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/dropout.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/layernorm.hpp"
+#include "models/bert/attention.hpp"
+#include "models/bert/encoder_layer.hpp"
+#include "models/bert/feed_forward.hpp"
+#include "models/bert/stored_precision.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace dsa;
+using bert::layer_norm_placement;
+
+std::vector<std::uint8_t> bytes_of(const tensor& t) {
+  if (!t.defined()) return {};
+  const auto* p = static_cast<const std::uint8_t*>(t.raw_data());
+  return {p, p + t.nbytes()};
+}
+
+tensor rows(std::int64_t n, std::int64_t c) { return tensor::empty({n, c}, dtype::f32); }
+
+// LayerNorm of x into a new tensor, its statistics into mean and rstd.
+tensor norm(const tensor& x, const bert::layernorm_params& p, float eps, tensor& mean, tensor& rstd) {
+  const std::int64_t N = x.dim(0), C = x.dim(1);
+  tensor y = rows(N, C);
+  mean = tensor::empty({N}, dtype::f32);
+  rstd = tensor::empty({N}, dtype::f32);
+  cpu::layernorm_forward(y.data<float>(), mean.data<float>(), rstd.data<float>(), x.data<float>(),
+                         p.weight.data<float>(), p.bias.data<float>(), eps, N, C);
+  return y;
+}
+
+// residual + dropout(product + bias) as bias_add then dropout_residual_forward.
+tensor exit_sum(tensor& product, const bert::linear_params& proj, const tensor& residual, float p,
+                const philox_stream& stream) {
+  const std::int64_t N = residual.dim(0), C = residual.dim(1);
+  cpu::bias_add(product.data<float>(), proj.bias.data<float>(), N, C);
+  tensor sum = rows(N, C);
+  cpu::dropout_residual_forward(sum.data<float>(), product.data<float>(), residual.data<float>(), p, stream, N * C);
+  return sum;
+}
+
+// The layer forward with separate kernels (the stash as the fused layer fills it).
+tensor unfused_layer(const tensor& x, const float* mask, const bert::layer_params& stored, const bert::bert_config& cfg,
+                     const bert::forward_context& ctx, bert::layer_stash& s) {
+  const bert::layer_params p = bert::widen(stored);
+  const bert::attention_dims dims{x.dim(0) / 7, 7, cfg.hidden_size, cfg.num_heads};
+  const std::int64_t N = x.dim(0), H = cfg.hidden_size;
+  const float hidden_p = ctx.rate(cfg.hidden_dropout), eps = cfg.layer_norm_eps;
+  const dtype kt = ctx.stash_type;
+  const bool inv = cfg.memory.normalize_invertible;
+  tensor branch = rows(N, H), mean, rstd;
+  auto keep_norm = [&](const tensor& in, tensor& in_kept, tensor& mean_kept, tensor& rstd_kept) {
+    rstd_kept = rstd;
+    if (!inv) {
+      in_kept = bert::keep(in, kt);
+      mean_kept = mean;
+    }
+  };
+  s.ctx = ctx;
+  if (cfg.norm == layer_norm_placement::post) {
+    s.attention.x = bert::keep(x, kt);
+    bert::attention_forward(branch.data<float>(), s.attention, x, mask, p, dims, ctx.rate(cfg.attention_dropout),
+                            ctx.stream(0, bert::site::attention_probs), cfg.memory, kt);
+    const tensor sum = exit_sum(branch, p.attention_out, x, hidden_p, ctx.stream(0, bert::site::attention_output));
+    const tensor h = norm(sum, p.attention_norm, eps, mean, rstd);
+    keep_norm(sum, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd);
+    s.feed_forward.x = bert::keep(h, kt);
+    bert::feed_forward_forward(branch.data<float>(), s.feed_forward, h, p, cfg.memory, kt);
+    const tensor sum2 = exit_sum(branch, p.output, h, hidden_p, ctx.stream(0, bert::site::ffn_output));
+    const tensor y = norm(sum2, p.output_norm, eps, mean, rstd);
+    keep_norm(sum2, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd);
+    if (inv) s.output = bert::keep(y, kt);
+    return y;
+  }
+  const tensor a_in = norm(x, p.attention_norm, eps, mean, rstd);
+  keep_norm(x, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd);
+  s.attention.x = bert::keep(a_in, kt);
+  bert::attention_forward(branch.data<float>(), s.attention, a_in, mask, p, dims, ctx.rate(cfg.attention_dropout),
+                          ctx.stream(0, bert::site::attention_probs), cfg.memory, kt);
+  const tensor h = exit_sum(branch, p.attention_out, x, hidden_p, ctx.stream(0, bert::site::attention_output));
+  const tensor f_in = norm(h, p.output_norm, eps, mean, rstd);
+  keep_norm(h, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd);
+  s.feed_forward.x = bert::keep(f_in, kt);
+  bert::feed_forward_forward(branch.data<float>(), s.feed_forward, f_in, p, cfg.memory, kt);
+  return exit_sum(branch, p.output, h, hidden_p, ctx.stream(0, bert::site::ffn_output));
+}
+
+} // namespace
+
+TEST_CASE("encoder layer: the fused exits give the output and stash of the separate kernels, bit for bit") {
+  for (auto placement : {layer_norm_placement::post, layer_norm_placement::pre}) {
+    for (dtype kt : {dtype::f32, dtype::bf16}) {
+      for (bool invertible : {false, true}) {
+        bert::bert_config cfg = test::small_bert(placement, bert::head_kind::pretraining);
+        cfg.hidden_dropout = 0.1f;
+        cfg.attention_dropout = 0.1f;
+        cfg.memory.normalize_invertible = invertible;
+        bert::bert_parameters params(cfg, bert::bert_range::whole(cfg), kt == dtype::f32 ? dtype::f32 : dtype::bf16);
+        test::randomize_parameters(params, 5);
+        const cpu::bf16_operands_scope operands(kt == dtype::bf16 && cpu::bf16_gemm_supported());
+        const std::int64_t N = 2 * 7, H = cfg.hidden_size;
+        const auto values = test::random_vector(N * H, -1.5f, 1.5f, 41);
+        tensor x = rows(N, H);
+        std::memcpy(x.raw_data(), values.data(), values.size() * sizeof(float));
+        const std::vector<float> mask{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+        bert::forward_context ctx;
+        ctx.seed = 9;
+        ctx.step = 2;
+        ctx.stash_type = kt;
+        INFO((placement == layer_norm_placement::post ? "post-LN " : "pre-LN ") << dtype_name(kt)
+             << (invertible ? " normalize_invertible" : "") << (cpu::bf16_operands() ? " bf16 operands" : ""));
+
+        bert::layer_stash fused, unfused;
+        const tensor y = bert::encoder_layer_forward(x.reshape({2, 7, H}), tensor{}, mask.data(), params.layer(0), cfg, 0,
+                                                     ctx, fused);
+        const tensor y_ref = unfused_layer(x, mask.data(), params.layer(0), cfg, ctx, unfused);
+        CHECK(bytes_of(y) == bytes_of(y_ref));
+        const std::pair<const char*, std::pair<const tensor*, const tensor*>> stashed[] = {
+            {"attention.x", {&fused.attention.x, &unfused.attention.x}},
+            {"feed_forward.x", {&fused.feed_forward.x, &unfused.feed_forward.x}},
+            {"norm_a_in", {&fused.norm_a_in, &unfused.norm_a_in}},
+            {"norm_a_mean", {&fused.norm_a_mean, &unfused.norm_a_mean}},
+            {"norm_a_rstd", {&fused.norm_a_rstd, &unfused.norm_a_rstd}},
+            {"norm_o_in", {&fused.norm_o_in, &unfused.norm_o_in}},
+            {"norm_o_mean", {&fused.norm_o_mean, &unfused.norm_o_mean}},
+            {"norm_o_rstd", {&fused.norm_o_rstd, &unfused.norm_o_rstd}},
+            {"output", {&fused.output, &unfused.output}},
+            {"attention.probs", {&fused.attention.probs, &unfused.attention.probs}},
+            {"attention.probs_drop", {&fused.attention.probs_drop, &unfused.attention.probs_drop}},
+            {"feed_forward.gelu", {&fused.feed_forward.gelu, &unfused.feed_forward.gelu}},
+        };
+        for (const auto& [name, pair] : stashed) {
+          INFO(name);
+          CHECK(pair.first->defined() == pair.second->defined());
+          if (pair.first->defined()) {
+            CHECK(pair.first->type() == pair.second->type());
+            CHECK(bytes_of(*pair.first) == bytes_of(*pair.second));
+          }
+        }
+      }
+    }
+  }
+}
