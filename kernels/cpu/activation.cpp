@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace dsa::cpu {
@@ -204,6 +205,11 @@ void gelu_bias_backward(isa path, float* dx, std::uint16_t* dx_bf16, float* dbia
   DSA_CHECK(x_type == dtype::f32 || x_type == dtype::f16 || x_type == dtype::bf16,
             "gelu_bias_backward: an input of {}; expected f32, f16 or bf16", dtype_name(x_type));
   DSA_CHECK((dx == nullptr) != (dx_bf16 == nullptr), "gelu_bias_backward: exactly one of dx and dx_bf16");
+  if (dx_bf16) { // each row's slice is read from dy after earlier ones were written
+    const auto out = reinterpret_cast<std::uintptr_t>(dx_bf16), in = reinterpret_cast<std::uintptr_t>(dy);
+    const auto n = static_cast<std::uintptr_t>(rows * c);
+    DSA_CHECK(out + 2 * n <= in || in + 4 * n <= out, "gelu_bias_backward: dx_bf16 overlaps dy");
+  }
   if (rows == 0) return; // dbias untouched (as bias_backward's caller left it: -0.0 stays)
   const std::int64_t blocks = (c + bias_column_block - 1) / bias_column_block;
   const auto* x32 = static_cast<const float*>(x);

@@ -86,8 +86,8 @@ void softmax_dropout_backward(isa path, float* dscores, const float* ddropped, c
 void softmax_dropout_backward_bf16(isa path, std::uint16_t* dscores, const float* ddropped, const void* probs,
                                    dtype probs_type, float scale, float p, const philox_stream& stream,
                                    std::int64_t rows, std::int64_t tk) {
-  DSA_CHECK(p >= 0.0f && p < 1.0f, "softmax_dropout_backward: p={} outside [0, 1)", p);
-  check_dropout_elements(rows * tk, "softmax_dropout_backward");
+  DSA_CHECK(p >= 0.0f && p < 1.0f, "softmax_dropout_backward_bf16: p={} outside [0, 1)", p);
+  check_dropout_elements(rows * tk, "softmax_dropout_backward_bf16");
   backward(path, nullptr, dscores, ddropped, probs, probs_type, scale, p, p > 0.0f ? &stream : nullptr, rows, tk);
 }
 

@@ -56,9 +56,9 @@ tensor exit_sum(tensor& product, const bert::linear_params& proj, const tensor& 
 
 // The layer forward with separate kernels (the stash as the fused layer fills it).
 tensor unfused_layer(const tensor& x, const float* mask, const bert::layer_params& stored, const bert::bert_config& cfg,
-                     const bert::forward_context& ctx, bert::layer_stash& s) {
+                     std::uint32_t id, std::int64_t seq, const bert::forward_context& ctx, bert::layer_stash& s) {
   const bert::layer_params p = bert::widen(stored);
-  const bert::attention_dims dims{x.dim(0) / 7, 7, cfg.hidden_size, cfg.num_heads};
+  const bert::attention_dims dims{x.dim(0) / seq, seq, cfg.hidden_size, cfg.num_heads};
   const std::int64_t N = x.dim(0), H = cfg.hidden_size;
   const float hidden_p = ctx.rate(cfg.hidden_dropout), eps = cfg.layer_norm_eps;
   const dtype kt = ctx.stash_type;
@@ -75,13 +75,13 @@ tensor unfused_layer(const tensor& x, const float* mask, const bert::layer_param
   if (cfg.norm == layer_norm_placement::post) {
     s.attention.x = bert::keep(x, kt);
     bert::attention_forward(branch.data<float>(), s.attention, x, mask, p, dims, ctx.rate(cfg.attention_dropout),
-                            ctx.stream(0, bert::site::attention_probs), cfg.memory, kt);
-    const tensor sum = exit_sum(branch, p.attention_out, x, hidden_p, ctx.stream(0, bert::site::attention_output));
+                            ctx.stream(id, bert::site::attention_probs), cfg.memory, kt);
+    const tensor sum = exit_sum(branch, p.attention_out, x, hidden_p, ctx.stream(id, bert::site::attention_output));
     const tensor h = norm(sum, p.attention_norm, eps, mean, rstd);
     keep_norm(sum, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd);
     s.feed_forward.x = bert::keep(h, kt);
     bert::feed_forward_forward(branch.data<float>(), s.feed_forward, h, p, cfg.memory, kt);
-    const tensor sum2 = exit_sum(branch, p.output, h, hidden_p, ctx.stream(0, bert::site::ffn_output));
+    const tensor sum2 = exit_sum(branch, p.output, h, hidden_p, ctx.stream(id, bert::site::ffn_output));
     const tensor y = norm(sum2, p.output_norm, eps, mean, rstd);
     keep_norm(sum2, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd);
     if (inv) s.output = bert::keep(y, kt);
@@ -91,33 +91,58 @@ tensor unfused_layer(const tensor& x, const float* mask, const bert::layer_param
   keep_norm(x, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd);
   s.attention.x = bert::keep(a_in, kt);
   bert::attention_forward(branch.data<float>(), s.attention, a_in, mask, p, dims, ctx.rate(cfg.attention_dropout),
-                          ctx.stream(0, bert::site::attention_probs), cfg.memory, kt);
-  const tensor h = exit_sum(branch, p.attention_out, x, hidden_p, ctx.stream(0, bert::site::attention_output));
+                          ctx.stream(id, bert::site::attention_probs), cfg.memory, kt);
+  const tensor h = exit_sum(branch, p.attention_out, x, hidden_p, ctx.stream(id, bert::site::attention_output));
   const tensor f_in = norm(h, p.output_norm, eps, mean, rstd);
   keep_norm(h, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd);
   s.feed_forward.x = bert::keep(f_in, kt);
   bert::feed_forward_forward(branch.data<float>(), s.feed_forward, f_in, p, cfg.memory, kt);
-  return exit_sum(branch, p.output, h, hidden_p, ctx.stream(0, bert::site::ffn_output));
+  return exit_sum(branch, p.output, h, hidden_p, ctx.stream(id, bert::site::ffn_output));
+}
+
+// Sizes past the kernels' parallel thresholds, a hidden size that is not a multiple of the
+// vector width or of a Philox block, and layer 1 (its own dropout streams).
+bert::bert_config layer_config(layer_norm_placement placement, bool invertible) {
+  bert::bert_config cfg = test::small_bert(placement, bert::head_kind::pretraining);
+  cfg.hidden_size = 22;
+  cfg.num_heads = 2;
+  cfg.intermediate_size = 44;
+  cfg.hidden_dropout = 0.1f;
+  cfg.attention_dropout = 0.1f;
+  cfg.memory.normalize_invertible = invertible;
+  return cfg;
+}
+
+constexpr std::int64_t batch = 120, seq = 13; // 1560 rows of 22: 34320 elements
+constexpr std::int64_t layer = 1;
+
+std::vector<float> key_mask() {
+  std::vector<float> m(static_cast<std::size_t>(batch * seq), 1.0f);
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = seq - b % 4; t < seq; ++t) m[static_cast<std::size_t>(b * seq + t)] = 0.0f;
+  return m;
+}
+
+tensor random_rows(std::int64_t n, std::int64_t c, std::uint32_t seed) {
+  const auto values = test::random_vector(n * c, -1.5f, 1.5f, seed);
+  tensor x = rows(n, c);
+  std::memcpy(x.raw_data(), values.data(), values.size() * sizeof(float));
+  return x;
 }
 
 } // namespace
 
 TEST_CASE("encoder layer: the fused exits give the output and stash of the separate kernels, bit for bit") {
+  const auto mask = key_mask();
   for (auto placement : {layer_norm_placement::post, layer_norm_placement::pre}) {
-    for (dtype kt : {dtype::f32, dtype::bf16}) {
+    for (dtype kt : {dtype::f32, dtype::f16, dtype::bf16}) {
       for (bool invertible : {false, true}) {
-        bert::bert_config cfg = test::small_bert(placement, bert::head_kind::pretraining);
-        cfg.hidden_dropout = 0.1f;
-        cfg.attention_dropout = 0.1f;
-        cfg.memory.normalize_invertible = invertible;
-        bert::bert_parameters params(cfg, bert::bert_range::whole(cfg), kt == dtype::f32 ? dtype::f32 : dtype::bf16);
+        const bert::bert_config cfg = layer_config(placement, invertible);
+        bert::bert_parameters params(cfg, bert::bert_range::whole(cfg), kt);
         test::randomize_parameters(params, 5);
         const cpu::bf16_operands_scope operands(kt == dtype::bf16 && cpu::bf16_gemm_supported());
-        const std::int64_t N = 2 * 7, H = cfg.hidden_size;
-        const auto values = test::random_vector(N * H, -1.5f, 1.5f, 41);
-        tensor x = rows(N, H);
-        std::memcpy(x.raw_data(), values.data(), values.size() * sizeof(float));
-        const std::vector<float> mask{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+        const std::int64_t H = cfg.hidden_size;
+        const tensor x = random_rows(batch * seq, H, 41);
         bert::forward_context ctx;
         ctx.seed = 9;
         ctx.step = 2;
@@ -126,13 +151,21 @@ TEST_CASE("encoder layer: the fused exits give the output and stash of the separ
              << (invertible ? " normalize_invertible" : "") << (cpu::bf16_operands() ? " bf16 operands" : ""));
 
         bert::layer_stash fused, unfused;
-        const tensor y = bert::encoder_layer_forward(x.reshape({2, 7, H}), tensor{}, mask.data(), params.layer(0), cfg, 0,
-                                                     ctx, fused);
-        const tensor y_ref = unfused_layer(x, mask.data(), params.layer(0), cfg, ctx, unfused);
+        const tensor y = bert::encoder_layer_forward(x.reshape({batch, seq, H}), tensor{}, mask.data(),
+                                                     params.layer(layer), cfg, layer, ctx, fused);
+        const tensor y_ref = unfused_layer(x, mask.data(), params.layer(layer), cfg, layer, seq, ctx, unfused);
         CHECK(bytes_of(y) == bytes_of(y_ref));
         const std::pair<const char*, std::pair<const tensor*, const tensor*>> stashed[] = {
             {"attention.x", {&fused.attention.x, &unfused.attention.x}},
+            {"attention.q", {&fused.attention.q, &unfused.attention.q}},
+            {"attention.k", {&fused.attention.k, &unfused.attention.k}},
+            {"attention.v", {&fused.attention.v, &unfused.attention.v}},
+            {"attention.probs", {&fused.attention.probs, &unfused.attention.probs}},
+            {"attention.probs_drop", {&fused.attention.probs_drop, &unfused.attention.probs_drop}},
+            {"attention.context", {&fused.attention.context, &unfused.attention.context}},
             {"feed_forward.x", {&fused.feed_forward.x, &unfused.feed_forward.x}},
+            {"feed_forward.ff1", {&fused.feed_forward.ff1, &unfused.feed_forward.ff1}},
+            {"feed_forward.gelu", {&fused.feed_forward.gelu, &unfused.feed_forward.gelu}},
             {"norm_a_in", {&fused.norm_a_in, &unfused.norm_a_in}},
             {"norm_a_mean", {&fused.norm_a_mean, &unfused.norm_a_mean}},
             {"norm_a_rstd", {&fused.norm_a_rstd, &unfused.norm_a_rstd}},
@@ -140,9 +173,6 @@ TEST_CASE("encoder layer: the fused exits give the output and stash of the separ
             {"norm_o_mean", {&fused.norm_o_mean, &unfused.norm_o_mean}},
             {"norm_o_rstd", {&fused.norm_o_rstd, &unfused.norm_o_rstd}},
             {"output", {&fused.output, &unfused.output}},
-            {"attention.probs", {&fused.attention.probs, &unfused.attention.probs}},
-            {"attention.probs_drop", {&fused.attention.probs_drop, &unfused.attention.probs_drop}},
-            {"feed_forward.gelu", {&fused.feed_forward.gelu, &unfused.feed_forward.gelu}},
         };
         for (const auto& [name, pair] : stashed) {
           INFO(name);
@@ -155,4 +185,30 @@ TEST_CASE("encoder layer: the fused exits give the output and stash of the separ
       }
     }
   }
+}
+
+TEST_CASE("attention and feed-forward hand over their output products without the output bias") {
+  const bert::bert_config cfg = layer_config(layer_norm_placement::post, false);
+  bert::bert_parameters params(cfg, bert::bert_range::whole(cfg));
+  test::randomize_parameters(params, 6);
+  const std::int64_t N = batch * seq, H = cfg.hidden_size;
+  const tensor x = random_rows(N, H, 42);
+  const auto mask = key_mask();
+  const bert::forward_context ctx;
+  auto products = [&] {
+    const bert::layer_params p = bert::widen(params.layer(0));
+    bert::attention_stash as;
+    as.x = x;
+    bert::feed_forward_stash fs;
+    fs.x = x;
+    tensor a = rows(N, H), f = rows(N, H);
+    bert::attention_forward(a.data<float>(), as, x, mask.data(), p, {batch, seq, H, cfg.num_heads}, 0.1f,
+                            ctx.stream(0, bert::site::attention_probs), cfg.memory, dtype::f32);
+    bert::feed_forward_forward(f.data<float>(), fs, x, p, cfg.memory, dtype::f32);
+    return std::pair{bytes_of(a), bytes_of(f)};
+  };
+  const auto with_bias = products();
+  for (const tensor* bias : {&params.layer(0).attention_out.bias, &params.layer(0).output.bias})
+    std::memset(bias->raw_data(), 0, bias->nbytes());
+  CHECK(products() == with_bias);
 }
