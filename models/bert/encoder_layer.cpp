@@ -2,7 +2,6 @@
 // the attention and feed-forward sublayers, for both LayerNorm placements.
 #include "models/bert/encoder_layer.hpp"
 
-#include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "models/bert/stored_precision.hpp"
 
