@@ -9,7 +9,9 @@
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/adam.hpp"
 #include "kernels/cuda/cuda_allocator.hpp"
+#include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "models/bert/cuda_layer.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -78,6 +80,114 @@ double worst_ratio(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+// Fills device memory with random words that are finite, nonzero values of magnitude below 2
+// read as bf16, f16 or f32: a random 4 MiB block tiled over the buffer. Timing on zeros can
+// run faster than real data.
+void fill_random(void* dst, std::size_t bytes, unsigned seed) {
+  const std::size_t block = std::min<std::size_t>(bytes, std::size_t{4} << 20) & ~std::size_t{3};
+  std::mt19937 gen(seed);
+  std::vector<std::uint32_t> words(block / 4);
+  // Each 16-bit half: a random sign, the exponent bits 0x3c00 and seven random low bits.
+  for (auto& w : words) {
+    const std::uint32_t r = gen();
+    w = (r & 0x807f807fu) | 0x3c003c00u;
+  }
+  auto* out = static_cast<char*>(dst);
+  DSA_CUDA_CHECK(cudaMemcpy(out, words.data(), block, cudaMemcpyHostToDevice));
+  for (std::size_t done = block; done < bytes;) {
+    const std::size_t n = std::min(done, bytes - done);
+    DSA_CUDA_CHECK(cudaMemcpy(out + done, out, n, cudaMemcpyDeviceToDevice));
+    done += n;
+  }
+}
+
+// bf16 GEMM TFLOP/s through the engine for C(m, n) = A(m, k) op(B), f32 or bf16 output.
+double gemm_tflops(cuda::gemm_engine& engine, cudaStream_t stream, std::int64_t m, std::int64_t n,
+                   std::int64_t k, bool trans_b, cuda::elem out) {
+  const auto es = static_cast<std::size_t>(cuda::elem_size(out));
+  device_array a(static_cast<std::size_t>(m * k) * 2), b(static_cast<std::size_t>(k * n) * 2),
+      c(static_cast<std::size_t>(m * n) * es);
+  fill_random(a.ptr, static_cast<std::size_t>(m * k) * 2, 7);
+  fill_random(b.ptr, static_cast<std::size_t>(k * n) * 2, 8);
+  cuda::gemm_call call;
+  call.a = a.ptr;
+  call.b = b.ptr;
+  call.c = c.ptr;
+  call.ab_type = cuda::elem::bf16;
+  call.c_type = out;
+  call.shape.m = m;
+  call.shape.n = n;
+  call.shape.k = k;
+  call.shape.trans_b = trans_b ? cpu::transpose::yes : cpu::transpose::no;
+  const double ms = median_ms(stream, [&] {
+    const status ran = engine.run(call, stream);
+    DSA_CHECK(ran, "bench gemm {}x{}x{}: {}", m, n, k, ran ? "" : ran.err().to_string());
+  });
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+         (ms * 1e-3) / 1e12;
+}
+
+// One BERT-large encoder layer (bf16, dropout 0.1, no padding mask) forward + backward at
+// (batch, seq): the median milliseconds. The arrays are random; the numbers are timing only.
+double layer_ms(cuda::gemm_engine& engine, cudaStream_t stream, std::int64_t batch,
+                std::int64_t seq) {
+  bert::gpu::layer_shape s;
+  s.batch = batch;
+  s.seq = seq;
+  s.hidden = 1024;
+  s.heads = 16;
+  s.intermediate = 4096;
+  s.hidden_dropout = s.attention_dropout = 0.1f;
+  s.type = cuda::elem::bf16;
+  const std::int64_t N = s.rows(), H = s.hidden, I = s.intermediate;
+  std::vector<std::unique_ptr<device_array>> arrays;
+  auto array = [&](std::size_t bytes, bool random) {
+    arrays.push_back(std::make_unique<device_array>(bytes));
+    if (random)
+      fill_random(arrays.back()->ptr, bytes, static_cast<unsigned>(arrays.size()));
+    else
+      DSA_CUDA_CHECK(cudaMemset(arrays.back()->ptr, 0, bytes));
+    return arrays.back()->ptr;
+  };
+  const auto HH = static_cast<std::size_t>(H * H) * 2, IH = static_cast<std::size_t>(I * H) * 2,
+             Hf = static_cast<std::size_t>(H) * 4, If = static_cast<std::size_t>(I) * 4;
+  bert::gpu::layer_weights w;
+  w.query = array(HH, true);
+  w.key = array(HH, true);
+  w.value = array(HH, true);
+  w.attention_out = array(HH, true);
+  w.intermediate = array(IH, true);
+  w.output = array(IH, true);
+  for (const float** v : {&w.query_bias, &w.key_bias, &w.value_bias, &w.attention_out_bias,
+                          &w.output_bias, &w.attention_norm_gamma, &w.attention_norm_beta,
+                          &w.output_norm_gamma, &w.output_norm_beta})
+    *v = static_cast<const float*>(array(Hf, true));
+  w.intermediate_bias = static_cast<const float*>(array(If, true));
+  bert::gpu::layer_grads g;
+  for (float** m : {&g.query, &g.key, &g.value, &g.attention_out})
+    *m = static_cast<float*>(array(HH * 2, false));
+  g.intermediate = static_cast<float*>(array(IH * 2, false));
+  g.output = static_cast<float*>(array(IH * 2, false));
+  for (float** v : {&g.query_bias, &g.key_bias, &g.value_bias, &g.attention_out_bias,
+                    &g.output_bias, &g.attention_norm_gamma, &g.attention_norm_beta,
+                    &g.output_norm_gamma, &g.output_norm_beta})
+    *v = static_cast<float*>(array(Hf, false));
+  g.intermediate_bias = static_cast<float*>(array(If, false));
+  const auto act = static_cast<std::size_t>(N * H) * 2;
+  void* x = array(act, true);
+  void* dy = array(act, true);
+  void* y = array(act, false);
+  void* dx = array(act, false);
+  philox_stream rng;
+  rng.seed = 1;
+  const bert::gpu::layer_streams streams{rng, rng, rng};
+  return median_ms(stream, [&] {
+    bert::gpu::layer_stash stash;
+    bert::gpu::layer_forward(engine, w, s, streams, x, nullptr, y, stash, stream);
+    bert::gpu::layer_backward(engine, w, g, s, streams, stash, dy, dx, stream);
+  });
+}
+
 } // namespace
 
 int bench_gpu_main(int, char**) {
@@ -144,7 +254,8 @@ int bench_gpu_main(int, char**) {
       rstd(static_cast<std::size_t>(rows) * 4);
   const auto host_gamma = random_floats(inter, 0.5f, 1.5f, 3),
              host_beta = random_floats(inter, -0.5f, 0.5f, 4);
-  DSA_CUDA_CHECK(cudaMemsetAsync(x.ptr, 0, static_cast<std::size_t>(rows * inter) * 2, stream));
+  DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  fill_random(x.ptr, static_cast<std::size_t>(rows * inter) * 2, 6);
   DSA_CUDA_CHECK(
       cudaMemcpyAsync(gamma.ptr, host_gamma.data(), inter * 4, cudaMemcpyHostToDevice, stream));
   DSA_CUDA_CHECK(
@@ -195,13 +306,67 @@ int bench_gpu_main(int, char**) {
   fmt::print("bias+gelu fwd bf16  {:8.1f} GB/s  {:5.1f}% of copy bandwidth  check vs twin: {}\n",
              4.0 * static_cast<double>(rows * inter) / (gelu_ms * 1e-3) / 1e9, 100 * gelu_ratio,
              gelu_ok ? "ok" : "MISMATCH");
+
+  // cuBLASLt bf16 GEMMs: the peak at 8192^3, then BERT-large's layer products at the SQuAD
+  // shape (12288 tokens): QKV, attention output, FF1, FF2 forward (weights stored (out, in),
+  // so B is transposed) and FF1's weight gradient (f32 output, as the accumulators are).
+  auto engine = cuda::gemm_engine::open();
+  DSA_CHECK(engine, "{}", engine ? "" : engine.err().to_string());
+  const double peak = gemm_tflops(**engine, stream, 8192, 8192, 8192, false, cuda::elem::bf16);
+  fmt::print("bf16 gemm 8192^3    {:8.1f} TFLOP/s (the peak below)\n", peak);
+  struct shape {
+    const char* name;
+    std::int64_t m, n, k;
+    bool trans_b;
+    cuda::elem out;
+  };
+  const shape shapes[] = {{"qkv fwd", rows, 3 * hidden, hidden, true, cuda::elem::bf16},
+                          {"attn out fwd", rows, hidden, hidden, true, cuda::elem::bf16},
+                          {"ff1 fwd", rows, inter, hidden, true, cuda::elem::bf16},
+                          {"ff2 fwd", rows, hidden, inter, true, cuda::elem::bf16},
+                          {"ff1 dgrad", rows, hidden, inter, false, cuda::elem::bf16},
+                          {"ff1 wgrad f32", inter, hidden, rows, false, cuda::elem::f32}};
+  double flops = 0.0, seconds = 0.0;
+  for (const shape& sh : shapes) {
+    const double tf = gemm_tflops(**engine, stream, sh.m, sh.n, sh.k, sh.trans_b, sh.out);
+    const double f = 2.0 * static_cast<double>(sh.m) * static_cast<double>(sh.n) *
+                     static_cast<double>(sh.k);
+    flops += f;
+    seconds += f / (tf * 1e12);
+    fmt::print("bf16 gemm {:<13} {:5}x{:5}x{:5} {:8.1f} TFLOP/s  {:5.1f}% of the peak\n", sh.name,
+               sh.m, sh.n, sh.k, tf, 100 * tf / peak);
+  }
+  const double layer_ratio = flops / seconds / 1e12 / peak;
+
+  // The whole GPU encoder layer (models/bert/cuda_layer.hpp) forward + backward at the
+  // pre-training and SQuAD shapes: model FLOPs as bench_torch_bert.py counts them (the
+  // layer's products, 3x forward), against the peak. tools/bench_torch_bert.py --layer times
+  // HuggingFace's BertLayer at the same shapes.
+  struct layer_case {
+    std::int64_t batch, seq;
+  };
+  double layer_mfu[2] = {0.0, 0.0};
+  int li = 0;
+  for (const layer_case lc : {layer_case{64, 128}, layer_case{32, 384}}) {
+    const double ms = layer_ms(**engine, stream, lc.batch, lc.seq);
+    const double tokens = static_cast<double>(lc.batch * lc.seq);
+    const double f = 3.0 * tokens *
+                     (2.0 * (4.0 * hidden * hidden + 2.0 * hidden * inter) +
+                      4.0 * static_cast<double>(lc.seq) * hidden);
+    const double tf = f / (ms * 1e-3) / 1e12;
+    layer_mfu[li++] = tf / peak;
+    fmt::print("bert-large layer fwd+bwd bf16 batch {:3} seq {:3}: {:7.3f} ms  {:6.1f} TFLOP/s  "
+               "{:5.1f}% of the peak\n",
+               lc.batch, lc.seq, ms, tf, 100 * tf / peak);
+  }
   DSA_CUDA_CHECK(cudaStreamDestroy(stream));
   fmt::print(
       "{{\"bench\":\"gpu-kernels\",\"valid\":{},\"copy_gbps\":{:.4g},\"adam_params_per_s\":{:.4g},"
       "\"adam_ratio_to_copy\":{:.4f},\"layernorm_ratio_to_copy\":{:.4f},\"bias_gelu_ratio_to_"
-      "copy\":{:.4f}}}\n",
+      "copy\":{:.4f},\"bf16_gemm_peak_tflops\":{:.4g},\"bert_large_gemm_ratio_to_peak\":{:.4f},"
+      "\"layer_mfu_seq128\":{:.4f},\"layer_mfu_seq384\":{:.4f}}}\n",
       valid ? "true" : "false", bw / 1e9, static_cast<double>(n) / (adam_ms * 1e-3), adam_ratio,
-      ln_ratio, gelu_ratio);
+      ln_ratio, gelu_ratio, peak, layer_ratio, layer_mfu[0], layer_mfu[1]);
   return valid ? 0 : 1;
 }
 

@@ -1,4 +1,5 @@
-// Bias gradient on the GPU (the twin of kernels/cpu/bias.hpp's bias_backward).
+// Bias add and bias gradient on the GPU (the twins of kernels/cpu/bias.hpp's bias_add and
+// bias_backward).
 #pragma once
 
 #include "kernels/cuda/elem.hpp"
@@ -8,6 +9,14 @@
 #include <cstdint>
 
 namespace dsa::cuda {
+
+// y = x + bias over each row (overwrite), the f32 sum rounded once to y_type: the CPU's
+// bias add on an f32 product, then its cast. y: (rows, c) of y_type; x: (rows, c) f32;
+// bias: (c) f32. y may alias x when y_type is f32. For the projections whose product is
+// half: cuBLASLt's bias epilogue takes no f32 bias for half outputs, and a half bias (or a
+// half product) would round once more than the CPU does.
+cudaError_t bias_add(void* y, const float* x, const float* bias, elem y_type, std::int64_t rows,
+                     std::int64_t c, cudaStream_t stream);
 
 // dbias: (c) f32 += column sums of dy: (rows, c) of `type` (the bias gradient of a
 // linear layer or of bias+GELU). Each thread owns a column: no atomics, a fixed order.

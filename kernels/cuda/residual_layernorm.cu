@@ -3,6 +3,10 @@
 // the same value) rather than keeping a row in shared memory of unknown size.
 // Each element draws its own Philox block (four times the RNG work of the dropout kernel;
 // cheap next to the row's loads, to be measured on a GPU).
+// The backward is a block per row too, as layernorm_backward: the first pass sums the row's
+// dxhat and dxhat xhat, the second forms dsum, stores it, applies the regenerated mask and
+// stores dx. The column sums go through f32 atomics: a deterministic column pass would need
+// dy after dresidual may have overwritten it, and the f32 dx, which lives only in this kernel.
 #include "kernels/cuda/residual_layernorm.hpp"
 
 #include "kernels/common/residual_layernorm_math.hpp"
@@ -42,6 +46,52 @@ __global__ void residual_layernorm_kernel(T* y, T* sum, float* mean, float* rstd
   }
 }
 
+template <class T>
+__global__ void residual_layernorm_backward_kernel(T* dresidual, T* dx, float* dgamma, float* dbeta,
+                                                   float* dbias, const T* dy, const T* sum,
+                                                   const float* mean, const float* rstd,
+                                                   const float* gamma, float p, float scale,
+                                                   philox_stream rng, long long c) {
+  __shared__ float scratch[detail::warps_per_block];
+  const long long row = blockIdx.x;
+  const long long first = row * c;
+  const float m = mean[row], s = rstd[row];
+  float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+  for (long long j = threadIdx.x; j < c; j += blockDim.x) {
+    const float g = detail::to_float(dy[first + j]);
+    const float xhat = (detail::to_float(sum[first + j]) - m) * s;
+    const float dxhat = g * gamma[j];
+    sum_dxhat += dxhat;
+    sum_dxhat_xhat = fmaf(dxhat, xhat, sum_dxhat_xhat);
+    if (dgamma)
+      atomicAdd(dgamma + j, g * xhat);
+    if (dbeta)
+      atomicAdd(dbeta + j, g);
+  }
+  const float m1 = detail::block_sum(sum_dxhat, scratch) / static_cast<float>(c);
+  const float m2 = detail::block_sum(sum_dxhat_xhat, scratch) / static_cast<float>(c);
+  // Each thread rewrites only the elements it read, so dresidual may alias dy.
+  for (long long j = threadIdx.x; j < c; j += blockDim.x) {
+    const float g = detail::to_float(dy[first + j]);
+    const float xhat = (detail::to_float(sum[first + j]) - m) * s;
+    const float dsum = common::layernorm_input_grad(g * gamma[j], xhat, m1, m2, s);
+    dresidual[first + j] = detail::from_float<T>(dsum);
+    if (dx || dbias) {
+      const bool keep = common::dropout_keep_element(rng, static_cast<std::uint64_t>(first + j), p);
+      const float d = common::dropout_apply(dsum, keep, scale);
+      if (dx)
+        dx[first + j] = detail::from_float<T>(d);
+      if (dbias)
+        atomicAdd(dbias + j, d);
+    }
+  }
+}
+
+// More than a stream's 2^32 Philox blocks (4 elements each), without forming rows c.
+bool too_many_elements(std::int64_t rows, std::int64_t c) {
+  return rows > 0 && c > (std::int64_t{1} << 34) / rows;
+}
+
 } // namespace
 
 cudaError_t residual_layernorm_forward(void* y, void* sum, float* mean, float* rstd, const void* x,
@@ -61,6 +111,29 @@ cudaError_t residual_layernorm_forward(void* y, void* sum, float* mean, float* r
     residual_layernorm_kernel<T><<<static_cast<unsigned>(rows), detail::block_threads, 0, stream>>>(
         static_cast<T*>(y), static_cast<T*>(sum), mean, rstd, static_cast<const T*>(x), bias,
         static_cast<const T*>(residual), gamma, beta, p, 1.0f / (1.0f - p), rng, eps, c);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t residual_layernorm_backward(void* dresidual, void* dx, float* dgamma, float* dbeta,
+                                        float* dbias, const void* dy, const void* sum,
+                                        const float* mean, const float* rstd, const float* gamma,
+                                        float p, const philox_stream& rng, elem type,
+                                        std::int64_t rows, std::int64_t c, cudaStream_t stream) {
+  if (rows < 0 || rows > 2147483647LL || c <= 0 || !(p >= 0.0f && p < 1.0f) || !dresidual || !dy ||
+      !sum || !mean || !rstd || !gamma)
+    return cudaErrorInvalidValue;
+  if (too_many_elements(rows, c) || (dx && (dx == dy || dx == dresidual)))
+    return cudaErrorInvalidValue;
+  if (rows == 0)
+    return cudaSuccess;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    residual_layernorm_backward_kernel<T>
+        <<<static_cast<unsigned>(rows), detail::block_threads, 0, stream>>>(
+            static_cast<T*>(dresidual), static_cast<T*>(dx), dgamma, dbeta, dbias,
+            static_cast<const T*>(dy), static_cast<const T*>(sum), mean, rstd, gamma, p,
+            1.0f / (1.0f - p), rng, c);
     return cudaGetLastError();
   });
 }

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 
 using namespace dsa;
 using test::device_buffer;
@@ -39,7 +40,7 @@ constexpr shape awkward[] = {{1, 1}, {3, 7}, {17, 769}, {5, 1031}, {2, 4099}};
 template <class Fn> void for_each_case(Fn fn) {
   for (auto type : all_types) {
     for (auto s : awkward) {
-      INFO(test::elem_name(type) << " rows=" << s.rows << " c=" << s.c);
+      INFO(std::string(test::elem_name(type)) << " rows=" << s.rows << " c=" << s.c);
       fn(type, s);
     }
   }
@@ -231,6 +232,36 @@ TEST_CASE("cuda unscale_and_check finds inf and NaN and unscales exactly") {
       }
     }
   }
+}
+
+TEST_CASE("cuda bias_add equals the CPU's f32 sum rounded once, in place for f32") {
+  const test::test_stream stream;
+  for_each_case([&](cuda::elem type, shape s) {
+    const auto x = random_vector(s.rows * s.c, -2.0f, 2.0f, 53);
+    const auto bias = random_vector(s.c, -1.0f, 1.0f, 54);
+    std::vector<float> twin = x;
+    cpu::bias_add(twin.data(), bias.data(), s.rows, s.c);
+    const auto expected = test::encode(twin, type); // one rounding of the f32 sum
+    device_buffer d_x(x.size() * 4), d_y(bytes_of(s.rows * s.c, type)), d_b(bias.size() * 4);
+    test::upload(d_x, x);
+    test::upload(d_b, bias);
+    DSA_REQUIRE_CUDA(cudaMemset(d_y.as<void>(), 0xff, d_y.bytes()));
+    DSA_REQUIRE_CUDA(cuda::bias_add(d_y.as<void>(), d_x.as<float>(), d_b.as<float>(), type, s.rows,
+                                    s.c, stream.get()));
+    stream.sync();
+    CHECK(test::download_bytes(d_y, expected.size()) == expected);
+    if (type == cuda::elem::f32) {
+      DSA_REQUIRE_CUDA(cuda::bias_add(d_x.as<void>(), d_x.as<float>(), d_b.as<float>(), type,
+                                      s.rows, s.c, stream.get()));
+      stream.sync();
+      CHECK(test::download_bytes(d_x, expected.size()) == expected);
+    } else { // a half y over its own f32 input would overwrite what later elements read
+      CHECK(cuda::bias_add(d_x.as<void>(), d_x.as<float>(), d_b.as<float>(), type, s.rows, s.c,
+                           stream.get()) == cudaErrorInvalidValue);
+    }
+  });
+  CHECK(cuda::bias_add(nullptr, nullptr, nullptr, cuda::elem::f32, 1, 1, stream.get()) ==
+        cudaErrorInvalidValue);
 }
 
 TEST_CASE("cuda bias_backward matches the CPU kernel") {

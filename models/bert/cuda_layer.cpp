@@ -1,0 +1,321 @@
+// The GPU encoder layer: products through cuBLASLt, everything between them in the fused
+// CUDA kernels. Attention runs one batched product per sequence over its heads, reading the
+// heads where they lie in the (rows, hidden) activations (column block h of width d).
+#include "models/bert/cuda_layer.hpp"
+
+#include "kernels/cuda/activation.hpp"
+#include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/residual_layernorm.hpp"
+#include "kernels/cuda/softmax.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+namespace dsa::bert::gpu {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(fmt::format("GPU encoder layer: {} failed: {}", what, cudaGetErrorString(e)));
+}
+
+void check(const status& s, const char* what) {
+  if (!s)
+    throw std::runtime_error(fmt::format("GPU encoder layer: {} failed: {}", what, s.err().to_string()));
+}
+
+std::size_t bytes(const layer_shape& s, std::int64_t n) {
+  return static_cast<std::size_t>(n) * static_cast<std::size_t>(cuda::elem_size(s.type));
+}
+
+const void* at(const void* base, const layer_shape& s, std::int64_t elements) {
+  return static_cast<const char*>(base) + bytes(s, elements);
+}
+void* at(void* base, const layer_shape& s, std::int64_t elements) {
+  return static_cast<char*>(base) + bytes(s, elements);
+}
+
+// One product: C = alpha op(A) op(B) + beta C, all of the storage type unless c_f32.
+struct product {
+  std::int64_t m, n, k;
+  bool ta, tb;
+  std::int64_t lda, ldb, ldc;
+  float beta;
+};
+
+void run_product(cuda::gemm_engine& engine, const layer_shape& s, void* c, bool c_f32, const void* a,
+                 const void* b, const product& p, const cpu::gemm_batch& batch, const float* bias,
+                 cudaStream_t stream, const char* what) {
+  cuda::gemm_call call;
+  call.c = c;
+  call.c_type = c_f32 ? cuda::elem::f32 : s.type;
+  call.a = a;
+  call.b = b;
+  call.ab_type = s.type;
+  call.shape.m = p.m;
+  call.shape.n = p.n;
+  call.shape.k = p.k;
+  call.shape.trans_a = p.ta ? cpu::transpose::yes : cpu::transpose::no;
+  call.shape.trans_b = p.tb ? cpu::transpose::yes : cpu::transpose::no;
+  call.shape.lda = p.lda;
+  call.shape.ldb = p.ldb;
+  call.shape.ldc = p.ldc;
+  call.shape.beta = p.beta;
+  call.batch = batch;
+  if (bias) {
+    call.epilogue = cuda::gemm_epilogue::bias;
+    call.bias = bias;
+    call.bias_type = cuda::elem::f32;
+  }
+  check(engine.run(call, stream), what);
+}
+
+// out (rows, out_f) = in (rows, in_f) W^T (+ bias), W: (out_f, in_f).
+void linear(cuda::gemm_engine& e, const layer_shape& s, void* out, const void* in, const void* weight,
+            const float* bias, std::int64_t out_f, std::int64_t in_f, cudaStream_t stream,
+            const char* what) {
+  run_product(e, s, out, false, in, weight, {s.rows(), out_f, in_f, false, true, 0, 0, 0, 0.0f}, {},
+              bias, stream, what);
+}
+
+// din (rows, in_f) = dout W (beta 0) or += (beta 1).
+void linear_dgrad(cuda::gemm_engine& e, const layer_shape& s, void* din, const void* dout,
+                  const void* weight, std::int64_t out_f, std::int64_t in_f, float beta,
+                  cudaStream_t stream, const char* what) {
+  run_product(e, s, din, false, dout, weight, {s.rows(), in_f, out_f, false, false, 0, 0, 0, beta}, {},
+              nullptr, stream, what);
+}
+
+// dW (out_f, in_f) f32 += dout^T in.
+void linear_wgrad(cuda::gemm_engine& e, const layer_shape& s, float* dw, const void* dout, const void* in,
+                  std::int64_t out_f, std::int64_t in_f, cudaStream_t stream, const char* what) {
+  run_product(e, s, dw, true, dout, in, {out_f, in_f, s.rows(), true, false, 0, 0, 0, 1.0f}, {},
+              nullptr, stream, what);
+}
+
+// Per sequence, batched over heads. A "rows" operand is a (seq, hidden) block whose head h is
+// column block h (ld hidden, head stride d); a "square" one is a (heads, seq, seq) block.
+struct head_operand {
+  const void* base;
+  bool square;
+};
+
+void per_head(cuda::gemm_engine& e, const layer_shape& s, void* c, bool c_square, head_operand a,
+              bool ta, head_operand b, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+              cudaStream_t stream, const char* what) {
+  const std::int64_t T = s.seq, H = s.hidden, A = s.heads, d = s.head_size();
+  auto ld = [&](bool square) { return square ? T : H; };
+  auto head_stride = [&](bool square) { return square ? T * T : d; };
+  auto seq_stride = [&](bool square) { return square ? A * T * T : T * H; };
+  const cpu::gemm_batch batch{A, head_stride(a.square), head_stride(b.square), head_stride(c_square)};
+  for (std::int64_t seq = 0; seq < s.batch; ++seq)
+    run_product(e, s, at(c, s, seq * seq_stride(c_square)), false,
+                at(a.base, s, seq * seq_stride(a.square)), at(b.base, s, seq * seq_stride(b.square)),
+                {m, n, k, ta, tb, ld(a.square), ld(b.square), ld(c_square), 0.0f}, batch, nullptr,
+                stream, what);
+}
+
+void check_shape(const layer_shape& s) {
+  if (s.batch <= 0 || s.seq <= 0 || s.hidden <= 0 || s.heads <= 0 || s.intermediate <= 0 ||
+      s.hidden % s.heads != 0)
+    throw std::runtime_error(fmt::format(
+        "GPU encoder layer: batch {}, seq {}, hidden {}, heads {}, intermediate {}: sizes must be "
+        "positive and the heads must divide the hidden size",
+        s.batch, s.seq, s.hidden, s.heads, s.intermediate));
+}
+
+} // namespace
+
+device_array::device_array(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+  check(cudaMallocAsync(&ptr_, bytes == 0 ? 1 : bytes, stream), "cudaMallocAsync");
+}
+
+device_array::~device_array() {
+  if (ptr_)
+    cudaFreeAsync(ptr_, stream_);
+}
+
+device_array::device_array(device_array&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)), stream_(other.stream_) {}
+
+device_array& device_array::operator=(device_array&& other) noexcept {
+  if (this != &other) {
+    if (ptr_)
+      cudaFreeAsync(ptr_, stream_);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    stream_ = other.stream_;
+  }
+  return *this;
+}
+
+void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_shape& s,
+                   const layer_streams& streams, const void* x, const float* key_mask, void* y,
+                   layer_stash& st, cudaStream_t stream) {
+  check_shape(s);
+  const std::int64_t N = s.rows(), H = s.hidden, I = s.intermediate, T = s.seq, A = s.heads,
+                     d = s.head_size();
+  const std::int64_t scores = s.batch * A * T * T;
+  st = layer_stash{};
+  st.x = x;
+  st.q = device_array(bytes(s, N * H), stream);
+  st.k = device_array(bytes(s, N * H), stream);
+  st.v = device_array(bytes(s, N * H), stream);
+  // The f32 bias goes onto each f32 product before its one rounding, as on the CPU: in
+  // cuBLASLt's epilogue for f32 storage; for half storage (where cuBLASLt takes no f32 bias)
+  // the product comes out f32 and cuda::bias_add adds the bias and rounds.
+  const bool half = s.type != cuda::elem::f32;
+  device_array product(half ? static_cast<std::size_t>(N * H) * 4 : 0, stream);
+  for (const auto& [out, weight, bias, what] :
+       {std::tuple{&st.q, w.query, w.query_bias, "the query projection"},
+        std::tuple{&st.k, w.key, w.key_bias, "the key projection"},
+        std::tuple{&st.v, w.value, w.value_bias, "the value projection"}}) {
+    if (!half) {
+      linear(e, s, out->get(), x, weight, bias, H, H, stream, what);
+      continue;
+    }
+    run_product(e, s, product.get(), true, x, weight, {N, H, H, false, true, 0, 0, 0, 0.0f}, {},
+                nullptr, stream, what);
+    check(cuda::bias_add(out->get(), product.as<float>(), bias, s.type, N, H, stream), what);
+  }
+
+  // Scores Q K^T per head, then probabilities (in place) and their dropout.
+  st.probs = device_array(bytes(s, scores), stream);
+  per_head(e, s, st.probs.get(), true, {st.q.get(), false}, false, {st.k.get(), false}, true, T, T,
+           d, stream, "the attention scores");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const bool drop = s.attention_dropout > 0.0f;
+  if (drop)
+    st.dropped = device_array(bytes(s, scores), stream);
+  check(cuda::softmax_dropout_forward(st.probs.get(), drop ? st.dropped.get() : nullptr,
+                                      st.probs.get(), key_mask, scale, s.attention_dropout,
+                                      streams.attention_probs, s.type, s.batch, A, T, T, stream),
+        "the attention softmax");
+  const void* used = drop ? st.dropped.get() : st.probs.get();
+
+  // Context P V per head, written into (rows, hidden); then the output projection.
+  st.context = device_array(bytes(s, N * H), stream);
+  per_head(e, s, st.context.get(), false, {used, true}, false, {st.v.get(), false}, false, T, d, T,
+           stream, "the attention context");
+  device_array branch(bytes(s, N * H), stream);
+  linear(e, s, branch.get(), st.context.get(), w.attention_out, nullptr, H, H, stream,
+         "the attention output projection");
+
+  // h = LN_a(x + dropout(branch + bo)).
+  st.sum_a = device_array(bytes(s, N * H), stream);
+  st.mean_a = device_array(static_cast<std::size_t>(N) * 4, stream);
+  st.rstd_a = device_array(static_cast<std::size_t>(N) * 4, stream);
+  st.h = device_array(bytes(s, N * H), stream);
+  check(cuda::residual_layernorm_forward(st.h.get(), st.sum_a.get(), st.mean_a.as<float>(),
+                                         st.rstd_a.as<float>(), branch.get(), w.attention_out_bias, x,
+                                         w.attention_norm_gamma, w.attention_norm_beta,
+                                         s.hidden_dropout, streams.attention_output, s.eps, s.type,
+                                         N, H, stream),
+        "the attention exit");
+
+  // Feed-forward: gelu(h W1^T + b1) W2^T, then y = LN_o(h + dropout(. + b2)).
+  st.ff1 = device_array(bytes(s, N * I), stream);
+  st.gelu = device_array(bytes(s, N * I), stream);
+  linear(e, s, st.ff1.get(), st.h.get(), w.intermediate, nullptr, I, H, stream,
+         "the first feed-forward projection");
+  check(cuda::bias_gelu_forward(st.gelu.get(), st.ff1.get(), w.intermediate_bias, s.type, N, I,
+                                stream),
+        "bias + GELU");
+  linear(e, s, branch.get(), st.gelu.get(), w.output, nullptr, H, I, stream,
+         "the second feed-forward projection");
+  st.sum_o = device_array(bytes(s, N * H), stream);
+  st.mean_o = device_array(static_cast<std::size_t>(N) * 4, stream);
+  st.rstd_o = device_array(static_cast<std::size_t>(N) * 4, stream);
+  check(cuda::residual_layernorm_forward(y, st.sum_o.get(), st.mean_o.as<float>(),
+                                         st.rstd_o.as<float>(), branch.get(), w.output_bias,
+                                         st.h.get(), w.output_norm_gamma, w.output_norm_beta,
+                                         s.hidden_dropout, streams.ffn_output, s.eps, s.type, N, H,
+                                         stream),
+        "the feed-forward exit");
+}
+
+void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_grads& g,
+                    const layer_shape& s, const layer_streams& streams, const layer_stash& st,
+                    const void* dy, void* dx, cudaStream_t stream) {
+  check_shape(s);
+  const std::int64_t N = s.rows(), H = s.hidden, I = s.intermediate, T = s.seq, A = s.heads,
+                     d = s.head_size();
+  const std::int64_t scores = s.batch * A * T * T;
+
+  // The feed-forward exit: dh (the residual's gradient) and the branch's, through dropout.
+  device_array dh(bytes(s, N * H), stream), dbranch(bytes(s, N * H), stream);
+  check(cuda::residual_layernorm_backward(dh.get(), dbranch.get(), g.output_norm_gamma,
+                                          g.output_norm_beta, g.output_bias, dy, st.sum_o.get(),
+                                          st.mean_o.as<float>(), st.rstd_o.as<float>(),
+                                          w.output_norm_gamma, s.hidden_dropout, streams.ffn_output,
+                                          s.type, N, H, stream),
+        "the feed-forward exit's backward");
+  {
+    device_array dgelu(bytes(s, N * I), stream), dff1(bytes(s, N * I), stream);
+    linear_wgrad(e, s, g.output, dbranch.get(), st.gelu.get(), H, I, stream,
+                 "the second projection's weight gradient");
+    linear_dgrad(e, s, dgelu.get(), dbranch.get(), w.output, H, I, 0.0f, stream,
+                 "the second projection's input gradient");
+    check(cuda::bias_gelu_backward(dff1.get(), dgelu.get(), st.ff1.get(), w.intermediate_bias,
+                                   s.type, N, I, stream),
+          "bias + GELU backward");
+    check(cuda::bias_backward(g.intermediate_bias, dff1.get(), s.type, N, I, stream),
+          "the first projection's bias gradient");
+    linear_wgrad(e, s, g.intermediate, dff1.get(), st.h.get(), I, H, stream,
+                 "the first projection's weight gradient");
+    linear_dgrad(e, s, dh.get(), dff1.get(), w.intermediate, I, H, 1.0f, stream,
+                 "the first projection's input gradient");
+  }
+
+  // The attention exit: dx starts as the residual's gradient.
+  check(cuda::residual_layernorm_backward(dx, dbranch.get(), g.attention_norm_gamma,
+                                          g.attention_norm_beta, g.attention_out_bias, dh.get(),
+                                          st.sum_a.get(), st.mean_a.as<float>(),
+                                          st.rstd_a.as<float>(), w.attention_norm_gamma,
+                                          s.hidden_dropout, streams.attention_output, s.type, N, H,
+                                          stream),
+        "the attention exit's backward");
+  device_array dcontext(bytes(s, N * H), stream);
+  linear_wgrad(e, s, g.attention_out, dbranch.get(), st.context.get(), H, H, stream,
+               "the attention output's weight gradient");
+  linear_dgrad(e, s, dcontext.get(), dbranch.get(), w.attention_out, H, H, 0.0f, stream,
+               "the attention output's input gradient");
+
+  // Attention: dV = P^T dC, dP = dC V^T, dS through dropout and softmax, dQ = dS K, dK = dS^T Q.
+  const bool drop = s.attention_dropout > 0.0f;
+  const void* used = drop ? st.dropped.get() : st.probs.get();
+  device_array dq(bytes(s, N * H), stream), dk(bytes(s, N * H), stream), dv(bytes(s, N * H), stream);
+  device_array dscores(bytes(s, scores), stream);
+  per_head(e, s, dv.get(), false, {used, true}, true, {dcontext.get(), false}, false, T, d, T, stream,
+           "dV");
+  per_head(e, s, dscores.get(), true, {dcontext.get(), false}, false, {st.v.get(), false}, true, T,
+           T, d, stream, "dP");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  check(cuda::softmax_dropout_backward(dscores.get(), dscores.get(), st.probs.get(), scale,
+                                       s.attention_dropout, streams.attention_probs, s.type,
+                                       s.batch * A * T, T, stream),
+        "the attention softmax backward");
+  per_head(e, s, dq.get(), false, {dscores.get(), true}, false, {st.k.get(), false}, false, T, d, T,
+           stream, "dQ");
+  per_head(e, s, dk.get(), false, {dscores.get(), true}, true, {st.q.get(), false}, false, T, d, T,
+           stream, "dK");
+
+  // The projections: weight and bias gradients, and dx += each input gradient.
+  struct projection {
+    const device_array* grad;
+    const void* weight;
+    float *dweight, *dbias;
+  };
+  for (const projection& p : {projection{&dq, w.query, g.query, g.query_bias},
+                              projection{&dk, w.key, g.key, g.key_bias},
+                              projection{&dv, w.value, g.value, g.value_bias}}) {
+    linear_wgrad(e, s, p.dweight, p.grad->get(), st.x, H, H, stream, "a projection's weight gradient");
+    check(cuda::bias_backward(p.dbias, p.grad->get(), s.type, N, H, stream), "a projection's bias gradient");
+    linear_dgrad(e, s, dx, p.grad->get(), p.weight, H, H, 1.0f, stream, "a projection's input gradient");
+  }
+}
+
+} // namespace dsa::bert::gpu

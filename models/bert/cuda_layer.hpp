@@ -1,0 +1,96 @@
+// One post-LN BERT encoder layer on the GPU, forward and backward, composed from the CUDA
+// kernels (kernels/cuda/) and cuBLASLt GEMMs (cuda::gemm_engine). The same arithmetic as
+// encoder_layer_forward / encoder_layer_backward on the CPU, with the same dropout streams,
+// so a GPU layer compares with the CPU layer with dropout on:
+//   h = LN_a(x + drop(attention(x) + bo));   y = LN_o(h + drop(W2 gelu(W1 h + b1) + b2))
+// Activations, their gradients and the weight copies the products read are of one storage
+// type (f32, f16 or bf16); biases, LayerNorm parameters, statistics and every parameter
+// gradient are f32. Everything is enqueued on the caller's stream; nothing waits on the host.
+// Pre-LN and the memory flags are not written for the GPU yet.
+#pragma once
+
+#include "core/philox.hpp"
+#include "kernels/cuda/elem.hpp"
+#include "kernels/cuda/gemm.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dsa::bert::gpu {
+
+// Device memory taken and given back in stream order (cudaMallocAsync from the device's
+// pool, which keeps freed blocks: no cudaMalloc per step once the pool has grown).
+class device_array {
+public:
+  device_array() = default;
+  device_array(std::size_t bytes, cudaStream_t stream);
+  ~device_array();
+  device_array(device_array&& other) noexcept;
+  device_array& operator=(device_array&& other) noexcept;
+  device_array(const device_array&) = delete;
+  device_array& operator=(const device_array&) = delete;
+  void* get() const { return ptr_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+
+private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// The layer's parameters as the products read them: matrices (out, in) of the storage type,
+// vectors f32. HF names: query/key/value/attention_out are attention.self.* and
+// attention.output.dense, intermediate and output the feed-forward's two projections.
+struct layer_weights {
+  const void *query = nullptr, *key = nullptr, *value = nullptr, *attention_out = nullptr;
+  const void *intermediate = nullptr, *output = nullptr;
+  const float *query_bias = nullptr, *key_bias = nullptr, *value_bias = nullptr;
+  const float *attention_out_bias = nullptr, *intermediate_bias = nullptr, *output_bias = nullptr;
+  const float *attention_norm_gamma = nullptr, *attention_norm_beta = nullptr;
+  const float *output_norm_gamma = nullptr, *output_norm_beta = nullptr;
+};
+
+// Their gradients, f32, accumulated (+=) by each backward; the same layout.
+struct layer_grads {
+  float *query = nullptr, *key = nullptr, *value = nullptr, *attention_out = nullptr;
+  float *intermediate = nullptr, *output = nullptr;
+  float *query_bias = nullptr, *key_bias = nullptr, *value_bias = nullptr;
+  float *attention_out_bias = nullptr, *intermediate_bias = nullptr, *output_bias = nullptr;
+  float *attention_norm_gamma = nullptr, *attention_norm_beta = nullptr;
+  float *output_norm_gamma = nullptr, *output_norm_beta = nullptr;
+};
+
+struct layer_shape {
+  std::int64_t batch = 0, seq = 0, hidden = 0, heads = 0, intermediate = 0;
+  float eps = 1e-12f;
+  float hidden_dropout = 0.0f, attention_dropout = 0.0f; // the rates applied (0 in eval)
+  cuda::elem type = cuda::elem::bf16;
+  std::int64_t rows() const { return batch * seq; }
+  std::int64_t head_size() const { return hidden / heads; }
+};
+
+// The three dropout streams of the layer (forward_context::stream(layer, site::...)).
+struct layer_streams {
+  philox_stream attention_probs, attention_output, ffn_output;
+};
+
+// What the forward keeps for the backward (the input x is the caller's and must outlive it).
+struct layer_stash {
+  const void* x = nullptr;
+  device_array q, k, v, probs, dropped, context;
+  device_array sum_a, mean_a, rstd_a, h;
+  device_array ff1, gelu, sum_o, mean_o, rstd_o;
+};
+
+// x, y: (batch * seq, hidden) of the storage type; key_mask: (batch, seq) f32 on the
+// device, 1 = attend, or null. Throws std::runtime_error naming the step that failed.
+void layer_forward(cuda::gemm_engine& engine, const layer_weights& w, const layer_shape& shape,
+                   const layer_streams& streams, const void* x, const float* key_mask, void* y,
+                   layer_stash& stash, cudaStream_t stream);
+
+// dy, dx: (batch * seq, hidden) of the storage type; dx is overwritten, gradients +=.
+void layer_backward(cuda::gemm_engine& engine, const layer_weights& w, const layer_grads& g,
+                    const layer_shape& shape, const layer_streams& streams,
+                    const layer_stash& stash, const void* dy, void* dx, cudaStream_t stream);
+
+} // namespace dsa::bert::gpu
