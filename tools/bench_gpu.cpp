@@ -10,7 +10,11 @@
 #include "kernels/cuda/adam.hpp"
 #include "kernels/cuda/cuda_allocator.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/heads.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/residual_layernorm.hpp"
+#include "kernels/cuda/softmax.hpp"
 #include "models/bert/cuda_layer.hpp"
 
 #include <cuda_runtime.h>
@@ -188,6 +192,75 @@ double layer_ms(cuda::gemm_engine& engine, cudaStream_t stream, std::int64_t bat
   });
 }
 
+// The layer's non-product kernels at BERT-large pre-training shapes (batch 64, seq 128, bf16):
+// each one's median time and its bytes moved over the copy bandwidth, to show where the
+// layer's time goes besides the products.
+void layer_kernels(cudaStream_t stream, double bw) {
+  const std::int64_t B = 64, T = 128, H = 1024, A = 16, I = 4096, d = H / A, N = B * T;
+  const std::int64_t S = B * A * T * T;
+  const auto e = cuda::elem::bf16;
+  device_array x(static_cast<std::size_t>(N * I) * 2), y(static_cast<std::size_t>(N * I) * 2),
+      z(static_cast<std::size_t>(N * I) * 2), f32(static_cast<std::size_t>(N * H) * 4),
+      sc(static_cast<std::size_t>(S) * 2), sc2(static_cast<std::size_t>(S) * 2),
+      vec(static_cast<std::size_t>(I) * 4), gvec(static_cast<std::size_t>(I) * 4),
+      stats(static_cast<std::size_t>(N) * 8);
+  fill_random(x.ptr, static_cast<std::size_t>(N * I) * 2, 11);
+  fill_random(y.ptr, static_cast<std::size_t>(N * I) * 2, 12);
+  fill_random(f32.ptr, static_cast<std::size_t>(N * H) * 4, 13);
+  fill_random(sc.ptr, static_cast<std::size_t>(S) * 2, 14);
+  fill_random(vec.ptr, static_cast<std::size_t>(I) * 4, 15);
+  DSA_CUDA_CHECK(cudaMemset(gvec.ptr, 0, static_cast<std::size_t>(I) * 4));
+  float* mean = stats.as<float>();
+  float* rstd = stats.as<float>() + N;
+  philox_stream rng;
+  rng.seed = 3;
+  double total = 0.0;
+  auto row = [&](const char* name, double bytes, const std::function<cudaError_t()>& fn) {
+    const double ms = median_ms(stream, [&] { DSA_CUDA_CHECK(fn()); });
+    total += ms;
+    fmt::print("  {:<34} {:7.3f} ms  {:6.1f}% of copy bandwidth\n", name, ms,
+               100.0 * bytes / (ms * 1e-3) / bw);
+  };
+  fmt::print("layer kernels, bf16, batch {} seq {} (one call each; a layer makes the counts in [])\n",
+             B, T);
+  const double nh = static_cast<double>(N * H), ni = static_cast<double>(N * I), ss = static_cast<double>(S);
+  row("split_heads from f32 + bias [3]", nh * 6, [&] {
+    return cuda::split_heads(x.ptr, e, f32.ptr, cuda::elem::f32, vec.as<float>(), B, T, A, d, stream);
+  });
+  row("merge_heads [4]", nh * 4, [&] { return cuda::merge_heads(y.ptr, x.ptr, e, B, T, A, d, stream); });
+  row("softmax+dropout fwd [1]", ss * 6, [&] {
+    return cuda::softmax_dropout_forward(sc.ptr, sc2.ptr, sc.ptr, nullptr, 0.125f, 0.1f, rng, e, B,
+                                         A, T, T, stream);
+  });
+  row("softmax+dropout bwd [1]", ss * 6, [&] {
+    return cuda::softmax_dropout_backward(sc2.ptr, sc2.ptr, sc.ptr, 0.125f, 0.1f, rng, e, B * A * T,
+                                          T, stream);
+  });
+  row("residual LayerNorm fwd [2]", nh * 8, [&] {
+    return cuda::residual_layernorm_forward(z.ptr, y.ptr, mean, rstd, x.ptr, vec.as<float>(), x.ptr,
+                                            vec.as<float>(), vec.as<float>(), 0.1f, rng, 1e-12f, e,
+                                            N, H, stream);
+  });
+  row("residual LayerNorm bwd [2]", nh * 8, [&] {
+    return cuda::residual_layernorm_backward(z.ptr, x.ptr, gvec.as<float>(), gvec.as<float>(),
+                                             gvec.as<float>(), y.ptr, y.ptr, mean, rstd,
+                                             vec.as<float>(), 0.1f, rng, e, N, H, stream);
+  });
+  row("bias+GELU fwd [1]", ni * 4, [&] {
+    return cuda::bias_gelu_forward(y.ptr, x.ptr, vec.as<float>(), e, N, I, stream);
+  });
+  row("bias+GELU bwd [1]", ni * 6, [&] {
+    return cuda::bias_gelu_backward(z.ptr, y.ptr, x.ptr, vec.as<float>(), e, N, I, stream);
+  });
+  row("bias gradient, 1024 columns [3]", nh * 2, [&] {
+    return cuda::bias_backward(gvec.as<float>(), x.ptr, e, N, H, stream);
+  });
+  row("bias gradient, 4096 columns [1]", ni * 2, [&] {
+    return cuda::bias_backward(gvec.as<float>(), x.ptr, e, N, I, stream);
+  });
+  fmt::print("  {:<34} {:7.3f} ms (each kernel once)\n", "sum", total);
+}
+
 } // namespace
 
 int bench_gpu_main(int, char**) {
@@ -337,6 +410,7 @@ int bench_gpu_main(int, char**) {
                sh.m, sh.n, sh.k, tf, 100 * tf / peak);
   }
   const double layer_ratio = flops / seconds / 1e12 / peak;
+  layer_kernels(stream, bw);
 
   // The whole GPU encoder layer (models/bert/cuda_layer.hpp) forward + backward at the
   // pre-training and SQuAD shapes: model FLOPs as bench_torch_bert.py counts them (the

@@ -4,6 +4,8 @@
 
 #include "kernels/cuda/device_math.cuh"
 
+#include <algorithm>
+
 namespace dsa::cuda {
 namespace {
 
@@ -13,6 +15,34 @@ __global__ void bias_add_kernel(T* y, const float* x, const float* bias, long lo
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += stride)
     y[i] = detail::from_float<T>(x[i] + bias[i % c]);
+}
+
+// Tall inputs in two passes: column sums over chunks of rows (a grid of column blocks by
+// chunks), then each column's chunk sums in chunk order. Deterministic, like the one pass.
+template <class T>
+__global__ void bias_partial_kernel(float* partial, const T* dy, long long rows, long long c,
+                                    long long rows_per_chunk) {
+  const long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (j >= c)
+    return;
+  const long long first = blockIdx.y * rows_per_chunk;
+  const long long last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
+  float sum = 0.0f;
+  for (long long r = first; r < last; ++r)
+    sum += detail::to_float(dy[r * c + j]);
+  partial[blockIdx.y * c + j] = sum;
+}
+
+__global__ void bias_finish_kernel(float* dbias, const float* partial, long long chunks,
+                                   long long c) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < c;
+       j += stride) {
+    float sum = 0.0f;
+    for (long long k = 0; k < chunks; ++k)
+      sum += partial[k * c + j];
+    dbias[j] += sum;
+  }
 }
 
 template <class T>
@@ -50,6 +80,33 @@ cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t 
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;
+  // One thread per column is enough parallelism only for short inputs: taller ones (a
+  // BERT-large micro-batch is 8192 rows of 1024) sum chunks of rows in parallel first.
+  constexpr std::int64_t one_pass_rows = 256;
+  if (rows > one_pass_rows) {
+    const std::int64_t per_chunk = std::max<std::int64_t>(64, (rows + 1023) / 1024);
+    const std::int64_t chunks = (rows + per_chunk - 1) / per_chunk;
+    float* partial = nullptr;
+    cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&partial),
+                                    static_cast<std::size_t>(chunks * c) * sizeof(float), stream);
+    if (e != cudaSuccess)
+      return e;
+    e = detail::dispatch(type, [&](auto tag) {
+      using T = decltype(tag);
+      const dim3 grid(static_cast<unsigned>((c + detail::block_threads - 1) / detail::block_threads),
+                      static_cast<unsigned>(chunks));
+      bias_partial_kernel<T><<<grid, detail::block_threads, 0, stream>>>(
+          partial, static_cast<const T*>(dy), rows, c, per_chunk);
+      return cudaGetLastError();
+    });
+    if (e == cudaSuccess) {
+      bias_finish_kernel<<<detail::grid_for(c), detail::block_threads, 0, stream>>>(dbias, partial,
+                                                                                    chunks, c);
+      e = cudaGetLastError();
+    }
+    const cudaError_t freed = cudaFreeAsync(partial, stream);
+    return e != cudaSuccess ? e : freed;
+  }
   return detail::dispatch(type, [&](auto tag) {
     using T = decltype(tag);
     bias_backward_kernel<T><<<detail::grid_for(c), detail::block_threads, 0, stream>>>(

@@ -19,7 +19,9 @@ cudaError_t bias_add(void* y, const float* x, const float* bias, elem y_type, st
                      std::int64_t c, cudaStream_t stream);
 
 // dbias: (c) f32 += column sums of dy: (rows, c) of `type` (the bias gradient of a
-// linear layer or of bias+GELU). Each thread owns a column: no atomics, a fixed order.
+// linear layer or of bias+GELU). No atomics, a fixed order: a thread per column, and for
+// more than 256 rows chunks of rows summed in parallel first (a stream-ordered scratch of
+// about 1024 c floats), then each column's chunk sums in order.
 cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows,
                           std::int64_t c, cudaStream_t stream);
 

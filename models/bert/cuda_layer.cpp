@@ -1,10 +1,12 @@
 // The GPU encoder layer: products through cuBLASLt, everything between them in the fused
-// CUDA kernels. Attention runs one batched product per sequence over its heads, reading the
-// heads where they lie in the (rows, hidden) activations (column block h of width d).
+// CUDA kernels. Attention keeps Q, K, V and the gradients it forms head-major (batch, heads,
+// seq, d), so each of its products is one strided-batched call over all sequences and
+// heads (per-sequence calls batched over heads took 384 launches a layer at batch 64).
 #include "models/bert/cuda_layer.hpp"
 
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/heads.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
 #include "kernels/cuda/softmax.hpp"
 
@@ -30,13 +32,6 @@ void check(const status& s, const char* what) {
 
 std::size_t bytes(const layer_shape& s, std::int64_t n) {
   return static_cast<std::size_t>(n) * static_cast<std::size_t>(cuda::elem_size(s.type));
-}
-
-const void* at(const void* base, const layer_shape& s, std::int64_t elements) {
-  return static_cast<const char*>(base) + bytes(s, elements);
-}
-void* at(void* base, const layer_shape& s, std::int64_t elements) {
-  return static_cast<char*>(base) + bytes(s, elements);
 }
 
 // One product: C = alpha op(A) op(B) + beta C, all of the storage type unless c_f32.
@@ -97,26 +92,22 @@ void linear_wgrad(cuda::gemm_engine& e, const layer_shape& s, float* dw, const v
               nullptr, stream, what);
 }
 
-// Per sequence, batched over heads. A "rows" operand is a (seq, hidden) block whose head h is
-// column block h (ld hidden, head stride d); a "square" one is a (heads, seq, seq) block.
+// Attention's products, one strided-batched call over every (sequence, head): operands are
+// head-major (batch, heads, seq, d) blocks ("heads") or (batch, heads, seq, seq) scores.
 struct head_operand {
   const void* base;
   bool square;
 };
 
-void per_head(cuda::gemm_engine& e, const layer_shape& s, void* c, bool c_square, head_operand a,
-              bool ta, head_operand b, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-              cudaStream_t stream, const char* what) {
-  const std::int64_t T = s.seq, H = s.hidden, A = s.heads, d = s.head_size();
-  auto ld = [&](bool square) { return square ? T : H; };
-  auto head_stride = [&](bool square) { return square ? T * T : d; };
-  auto seq_stride = [&](bool square) { return square ? A * T * T : T * H; };
-  const cpu::gemm_batch batch{A, head_stride(a.square), head_stride(b.square), head_stride(c_square)};
-  for (std::int64_t seq = 0; seq < s.batch; ++seq)
-    run_product(e, s, at(c, s, seq * seq_stride(c_square)), false,
-                at(a.base, s, seq * seq_stride(a.square)), at(b.base, s, seq * seq_stride(b.square)),
-                {m, n, k, ta, tb, ld(a.square), ld(b.square), ld(c_square), 0.0f}, batch, nullptr,
-                stream, what);
+void attention_product(cuda::gemm_engine& e, const layer_shape& s, void* c, bool c_square,
+                       head_operand a, bool ta, head_operand b, bool tb, std::int64_t m,
+                       std::int64_t n, std::int64_t k, cudaStream_t stream, const char* what) {
+  const std::int64_t T = s.seq, d = s.head_size();
+  auto ld = [&](bool square) { return square ? T : d; };
+  auto stride = [&](bool square) { return square ? T * T : T * d; };
+  const cpu::gemm_batch batch{s.batch * s.heads, stride(a.square), stride(b.square), stride(c_square)};
+  run_product(e, s, c, false, a.base, b.base, {m, n, k, ta, tb, ld(a.square), ld(b.square), ld(c_square), 0.0f},
+              batch, nullptr, stream, what);
 }
 
 void check_shape(const layer_shape& s) {
@@ -164,28 +155,25 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
   st.q = device_array(bytes(s, N * H), stream);
   st.k = device_array(bytes(s, N * H), stream);
   st.v = device_array(bytes(s, N * H), stream);
-  // The f32 bias goes onto each f32 product before its one rounding, as on the CPU: in
-  // cuBLASLt's epilogue for f32 storage; for half storage (where cuBLASLt takes no f32 bias)
-  // the product comes out f32 and cuda::bias_add adds the bias and rounds.
-  const bool half = s.type != cuda::elem::f32;
-  device_array product(half ? static_cast<std::size_t>(N * H) * 4 : 0, stream);
+  // Q, K, V head-major: each projection's f32 product, its f32 bias added and rounded once
+  // (as the CPU's bias add and cast) by the copy into the heads layout.
+  device_array product(static_cast<std::size_t>(N * H) * 4, stream);
   for (const auto& [out, weight, bias, what] :
        {std::tuple{&st.q, w.query, w.query_bias, "the query projection"},
         std::tuple{&st.k, w.key, w.key_bias, "the key projection"},
         std::tuple{&st.v, w.value, w.value_bias, "the value projection"}}) {
-    if (!half) {
-      linear(e, s, out->get(), x, weight, bias, H, H, stream, what);
-      continue;
-    }
     run_product(e, s, product.get(), true, x, weight, {N, H, H, false, true, 0, 0, 0, 0.0f}, {},
                 nullptr, stream, what);
-    check(cuda::bias_add(out->get(), product.as<float>(), bias, s.type, N, H, stream), what);
+    check(cuda::split_heads(out->get(), s.type, product.get(), cuda::elem::f32, bias, s.batch, T,
+                            A, d, stream),
+          what);
   }
+  product = device_array();
 
   // Scores Q K^T per head, then probabilities (in place) and their dropout.
   st.probs = device_array(bytes(s, scores), stream);
-  per_head(e, s, st.probs.get(), true, {st.q.get(), false}, false, {st.k.get(), false}, true, T, T,
-           d, stream, "the attention scores");
+  attention_product(e, s, st.probs.get(), true, {st.q.get(), false}, false, {st.k.get(), false},
+                    true, T, T, d, stream, "the attention scores");
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool drop = s.attention_dropout > 0.0f;
   if (drop)
@@ -196,10 +184,15 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
         "the attention softmax");
   const void* used = drop ? st.dropped.get() : st.probs.get();
 
-  // Context P V per head, written into (rows, hidden); then the output projection.
-  st.context = device_array(bytes(s, N * H), stream);
-  per_head(e, s, st.context.get(), false, {used, true}, false, {st.v.get(), false}, false, T, d, T,
-           stream, "the attention context");
+  // Context P V per head, then back into (rows, hidden) for the output projection.
+  {
+    device_array context_heads(bytes(s, N * H), stream);
+    attention_product(e, s, context_heads.get(), false, {used, true}, false, {st.v.get(), false},
+                      false, T, d, T, stream, "the attention context");
+    st.context = device_array(bytes(s, N * H), stream);
+    check(cuda::merge_heads(st.context.get(), context_heads.get(), s.type, s.batch, T, A, d, stream),
+          "the context's rows");
+  }
   device_array branch(bytes(s, N * H), stream);
   linear(e, s, branch.get(), st.context.get(), w.attention_out, nullptr, H, H, stream,
          "the attention output projection");
@@ -284,24 +277,34 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
   linear_dgrad(e, s, dcontext.get(), dbranch.get(), w.attention_out, H, H, 0.0f, stream,
                "the attention output's input gradient");
 
-  // Attention: dV = P^T dC, dP = dC V^T, dS through dropout and softmax, dQ = dS K, dK = dS^T Q.
+  // Attention, head-major: dV = P^T dC, dP = dC V^T, dS through dropout and softmax,
+  // dQ = dS K, dK = dS^T Q; then dQ, dK, dV back into rows.
   const bool drop = s.attention_dropout > 0.0f;
   const void* used = drop ? st.dropped.get() : st.probs.get();
   device_array dq(bytes(s, N * H), stream), dk(bytes(s, N * H), stream), dv(bytes(s, N * H), stream);
-  device_array dscores(bytes(s, scores), stream);
-  per_head(e, s, dv.get(), false, {used, true}, true, {dcontext.get(), false}, false, T, d, T, stream,
-           "dV");
-  per_head(e, s, dscores.get(), true, {dcontext.get(), false}, false, {st.v.get(), false}, true, T,
-           T, d, stream, "dP");
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  check(cuda::softmax_dropout_backward(dscores.get(), dscores.get(), st.probs.get(), scale,
-                                       s.attention_dropout, streams.attention_probs, s.type,
-                                       s.batch * A * T, T, stream),
-        "the attention softmax backward");
-  per_head(e, s, dq.get(), false, {dscores.get(), true}, false, {st.k.get(), false}, false, T, d, T,
-           stream, "dQ");
-  per_head(e, s, dk.get(), false, {dscores.get(), true}, true, {st.q.get(), false}, false, T, d, T,
-           stream, "dK");
+  {
+    device_array dc(bytes(s, N * H), stream), dqh(bytes(s, N * H), stream),
+        dkh(bytes(s, N * H), stream), dvh(bytes(s, N * H), stream);
+    check(cuda::split_heads(dc.get(), s.type, dcontext.get(), s.type, nullptr, s.batch, T, A, d, stream),
+          "the context gradient's heads");
+    device_array dscores(bytes(s, scores), stream);
+    attention_product(e, s, dvh.get(), false, {used, true}, true, {dc.get(), false}, false, T, d, T,
+                      stream, "dV");
+    attention_product(e, s, dscores.get(), true, {dc.get(), false}, false, {st.v.get(), false}, true,
+                      T, T, d, stream, "dP");
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    check(cuda::softmax_dropout_backward(dscores.get(), dscores.get(), st.probs.get(), scale,
+                                         s.attention_dropout, streams.attention_probs, s.type,
+                                         s.batch * A * T, T, stream),
+          "the attention softmax backward");
+    attention_product(e, s, dqh.get(), false, {dscores.get(), true}, false, {st.k.get(), false},
+                      false, T, d, T, stream, "dQ");
+    attention_product(e, s, dkh.get(), false, {dscores.get(), true}, true, {st.q.get(), false},
+                      false, T, d, T, stream, "dK");
+    for (const auto& [rows, heads] : {std::pair{&dq, &dqh}, std::pair{&dk, &dkh}, std::pair{&dv, &dvh}})
+      check(cuda::merge_heads(rows->get(), heads->get(), s.type, s.batch, T, A, d, stream),
+            "an attention gradient's rows");
+  }
 
   // The projections: weight and bias gradients, and dx += each input gradient.
   struct projection {

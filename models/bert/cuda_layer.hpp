@@ -75,6 +75,8 @@ struct layer_streams {
 };
 
 // What the forward keeps for the backward (the input x is the caller's and must outlive it).
+// q, k, v are head-major (batch, heads, seq, d); probs and dropped (batch, heads, seq, seq);
+// the rest (rows, hidden) or (rows, intermediate), statistics (rows) f32.
 struct layer_stash {
   const void* x = nullptr;
   device_array q, k, v, probs, dropped, context;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/dropout.hpp"
 #include "kernels/cuda/finite.hpp"
+#include "kernels/cuda/heads.hpp"
 #include "kernels/cuda/layernorm.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
 
@@ -264,6 +265,50 @@ TEST_CASE("cuda bias_add equals the CPU's f32 sum rounded once, in place for f32
         cudaErrorInvalidValue);
 }
 
+TEST_CASE("cuda split_heads and merge_heads permute exactly, the bias added once in f32") {
+  const test::test_stream stream;
+  const std::int64_t batch = 3, seq = 7, heads = 5, d = 9, n = batch * seq * heads * d;
+  const auto rows = random_vector(n, -2.0f, 2.0f, 57);
+  const auto bias = random_vector(heads * d, -1.0f, 1.0f, 58);
+  for (const cuda::elem type : all_types) {
+    INFO(std::string(test::elem_name(type)));
+    // From an f32 product with the bias (the projections' path), and type to type without.
+    std::vector<float> with_bias(static_cast<std::size_t>(n)), plain(static_cast<std::size_t>(n));
+    const auto stored = test::round_to(rows, type);
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t h = 0; h < heads; ++h)
+        for (std::int64_t t = 0; t < seq; ++t)
+          for (std::int64_t j = 0; j < d; ++j) {
+            const auto dst = static_cast<std::size_t>(((b * heads + h) * seq + t) * d + j);
+            const auto src = static_cast<std::size_t>((b * seq + t) * heads * d + h * d + j);
+            with_bias[dst] = rows[src] + bias[static_cast<std::size_t>(h * d + j)];
+            plain[dst] = stored[src];
+          }
+    device_buffer d_rows(static_cast<std::size_t>(n) * 4), d_stored(bytes_of(n, type)),
+        d_heads(bytes_of(n, type)), d_back(bytes_of(n, type)), d_bias(bias.size() * 4);
+    test::upload(d_rows, rows);
+    test::upload(d_stored, test::encode(stored, type));
+    test::upload(d_bias, bias);
+    DSA_REQUIRE_CUDA(cuda::split_heads(d_heads.as<void>(), type, d_rows.as<void>(), cuda::elem::f32,
+                                       d_bias.as<float>(), batch, seq, heads, d, stream.get()));
+    stream.sync();
+    CHECK(test::download_bytes(d_heads, d_heads.bytes()) == test::encode(with_bias, type));
+    DSA_REQUIRE_CUDA(cuda::split_heads(d_heads.as<void>(), type, d_stored.as<void>(), type, nullptr,
+                                       batch, seq, heads, d, stream.get()));
+    DSA_REQUIRE_CUDA(cudaMemset(d_back.as<void>(), 0xff, d_back.bytes()));
+    DSA_REQUIRE_CUDA(cuda::merge_heads(d_back.as<void>(), d_heads.as<void>(), type, batch, seq, heads,
+                                       d, stream.get()));
+    stream.sync();
+    CHECK(test::download_bytes(d_heads, d_heads.bytes()) == test::encode(plain, type));
+    CHECK(test::download_bytes(d_back, d_back.bytes()) == test::encode(stored, type));
+    // Overlapping buffers and bad sizes are refused.
+    CHECK(cuda::merge_heads(d_heads.as<void>(), d_heads.as<void>(), type, batch, seq, heads, d,
+                            stream.get()) == cudaErrorInvalidValue);
+    CHECK(cuda::split_heads(d_heads.as<void>(), type, d_stored.as<void>(), type, nullptr, batch, 0,
+                            heads, d, stream.get()) == cudaErrorInvalidValue);
+  }
+}
+
 TEST_CASE("cuda bias_backward matches the CPU kernel") {
   const test::test_stream stream;
   for_each_case([&](cuda::elem type, shape s) {
@@ -279,6 +324,31 @@ TEST_CASE("cuda bias_backward matches the CPU kernel") {
     const auto db = test::download(d_db, dbias_twin.size(), cuda::elem::f32);
     DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, test::gpu_f32_reduction);
   });
+  // Tall inputs take the two-pass path (chunks of rows, then their sums in order): 3001 rows
+  // (a last chunk shorter than the rest) and 70000 (more than 1024 chunks' worth of 64 rows).
+  for (const cuda::elem type : all_types)
+    for (const shape s : {shape{3001, 37}, shape{3001, 1030}, shape{70000, 5}}) {
+      INFO(std::string(test::elem_name(type)) << " rows=" << s.rows << " c=" << s.c);
+      const auto dy = test::round_to(random_vector(s.rows * s.c, -1.0f, 1.0f, 55), type);
+      auto dbias_twin = random_vector(s.c, -1.0f, 1.0f, 56);
+      device_buffer d_dy(bytes_of(s.rows * s.c, type)), d_db(dbias_twin.size() * 4);
+      test::upload(d_dy, test::encode(dy, type));
+      test::upload(d_db, dbias_twin);
+      cpu::bias_backward_ref(dbias_twin.data(), dy.data(), s.rows, s.c);
+      DSA_REQUIRE_CUDA(cuda::bias_backward(d_db.as<float>(), d_dy.as<void>(), type, s.rows, s.c,
+                                           stream.get()));
+      stream.sync();
+      const auto db = test::download(d_db, dbias_twin.size(), cuda::elem::f32);
+      const auto again = db; // a second run from the same start gives the same bits
+      test::upload(d_db, random_vector(s.c, -1.0f, 1.0f, 56));
+      DSA_REQUIRE_CUDA(cuda::bias_backward(d_db.as<float>(), d_dy.as<void>(), type, s.rows, s.c,
+                                           stream.get()));
+      stream.sync();
+      CHECK(test::download(d_db, dbias_twin.size(), cuda::elem::f32) == again);
+      // f32 sums of thousands of rows: the tolerance grows with the count (sqrt(rows) ulps).
+      const test::tolerance tall{1e-4, 1e-4, "f32 chunked vs double column sums of many rows"};
+      DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, tall);
+    }
 }
 
 TEST_CASE("cuda dropout forward and backward draw the CPU's mask from the same Philox counters") {
