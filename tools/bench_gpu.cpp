@@ -263,6 +263,12 @@ void layer_kernels(cudaStream_t stream, double bw) {
 
 } // namespace
 
+double bf16_gemm_peak_tflops(cudaStream_t stream) {
+  auto engine = cuda::gemm_engine::open();
+  DSA_CHECK(engine, "{}", engine ? "" : engine.err().to_string());
+  return gemm_tflops(**engine, stream, 8192, 8192, 8192, false, cuda::elem::bf16);
+}
+
 int bench_gpu_main(int, char**) {
   const cuda::device_probe probe = cuda::probe_devices();
   if (probe.count == 0) {

@@ -112,7 +112,8 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("  aio       sequential write+read of a file: the libaio NVMe engine vs pwrite/pread (O_DIRECT, buffered)\n");
     fmt::print("  offload   a BERT step with the optimizer state offloaded to NVMe vs in memory, and what bounds it\n");
     fmt::print("  compressed  1-bit Adam, 0/1 Adam, 1-bit LAMB vs AdamW and Lamb: held-out loss, bytes sent, step time\n");
-    fmt::print("  gpu-kernels  CUDA Adam, LayerNorm, bias+GELU at BERT-large shapes vs the GPU's copy bandwidth\n");
+    fmt::print("  gpu-kernels  CUDA kernels, cuBLASLt GEMMs and the GPU encoder layer at BERT-large shapes\n");
+    fmt::print("  gpu-train    whole BERT pre-training steps on one GPU (bf16) vs the bf16 GEMM peak\n");
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
@@ -127,6 +128,14 @@ int cmd_bench(int argc, char** argv) {
     return bench_gpu_main(argc - 1, argv + 1);
 #else
     fmt::print(stderr, "dsactor bench gpu-kernels: this build has no CUDA (nvcc not found, or -Dcuda=disabled)\n");
+    return 3;
+#endif
+  }
+  if (!std::strcmp(argv[1], "gpu-train")) {
+#if DSA_HAVE_CUDA
+    return bench_gpu_train_main(argc - 1, argv + 1);
+#else
+    fmt::print(stderr, "dsactor bench gpu-train: this build has no CUDA (nvcc not found, or -Dcuda=disabled)\n");
     return 3;
 #endif
   }

@@ -57,6 +57,22 @@ template <class T> __device__ __forceinline__ T block_sum(T x, T* scratch) {
   return total;
 }
 
+// Maximum over a block of block_threads threads, NaNs skipped (fmaxf); every thread gets
+// the result. `scratch` holds warps_per_block values; syncs on both sides as block_sum.
+__device__ __forceinline__ float block_max(float x, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1)
+    x = fmaxf(x, __shfl_xor_sync(full_mask, x, o));
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = x;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < warps_per_block; ++w)
+    m = fmaxf(m, scratch[w]);
+  return m;
+}
+
 __device__ __forceinline__ common::welford shfl_welford(common::welford w, int offset) {
   common::welford o;
   o.count = __shfl_xor_sync(full_mask, w.count, offset);

@@ -1,6 +1,7 @@
 // BERT attention's scaled masked softmax fused with the dropout of its probabilities, on
-// the GPU: one block per row, f32 arithmetic, masks drawn from the same Philox elements as
-// the CPU (kernels/common/dropout_math.hpp), so a CUDA run compares with
+// the GPU: a warp per row held in registers (a block per row past 1024 keys), f32
+// arithmetic, masks drawn from the same Philox elements as the CPU
+// (kernels/common/dropout_math.hpp), so a CUDA run compares with
 // cpu::softmax_dropout_forward / cpu::softmax_dropout_backward (kernels/cpu/softmax.hpp).
 // Launchers check sizes, run on the given stream, and return the launch status.
 #pragma once

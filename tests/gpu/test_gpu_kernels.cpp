@@ -34,8 +34,9 @@ constexpr cuda::elem all_types[] = {cuda::elem::f32, cuda::elem::f16, cuda::elem
 struct shape {
   std::int64_t rows, c;
 };
-// 1, primes, and sizes off the warp and block widths (BERT's 768/1024/4096 rows aside).
-constexpr shape awkward[] = {{1, 1}, {3, 7}, {17, 769}, {5, 1031}, {2, 4099}};
+// 1, primes, and sizes off the warp and block widths; and rows of BERT-large's 1024, where
+// the kernels take their 8-wide vector and register paths.
+constexpr shape awkward[] = {{1, 1}, {3, 7}, {17, 769}, {5, 1031}, {2, 4099}, {9, 1024}};
 
 // Runs fn(type, shape) for every storage type and awkward shape, naming both on failure.
 template <class Fn> void for_each_case(Fn fn) {
@@ -267,11 +268,14 @@ TEST_CASE("cuda bias_add equals the CPU's f32 sum rounded once, in place for f32
 
 TEST_CASE("cuda split_heads and merge_heads permute exactly, the bias added once in f32") {
   const test::test_stream stream;
-  const std::int64_t batch = 3, seq = 7, heads = 5, d = 9, n = batch * seq * heads * d;
-  const auto rows = random_vector(n, -2.0f, 2.0f, 57);
-  const auto bias = random_vector(heads * d, -1.0f, 1.0f, 58);
+  const std::int64_t batch = 3, seq = 7, heads = 5;
+  // d = 9: element by element; d = 16: 8 elements per access.
+  for (const std::int64_t d : {std::int64_t{9}, std::int64_t{16}})
   for (const cuda::elem type : all_types) {
-    INFO(std::string(test::elem_name(type)));
+    INFO(std::string(test::elem_name(type)) << " d=" << d);
+    const std::int64_t n = batch * seq * heads * d;
+    const auto rows = random_vector(n, -2.0f, 2.0f, 57);
+    const auto bias = random_vector(heads * d, -1.0f, 1.0f, 58);
     // From an f32 product with the bias (the projections' path), and type to type without.
     std::vector<float> with_bias(static_cast<std::size_t>(n)), plain(static_cast<std::size_t>(n));
     const auto stored = test::round_to(rows, type);
@@ -325,9 +329,10 @@ TEST_CASE("cuda bias_backward matches the CPU kernel") {
     DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, test::gpu_f32_reduction);
   });
   // Tall inputs take the two-pass path (chunks of rows, then their sums in order): 3001 rows
-  // (a last chunk shorter than the rest) and 70000 (more than 1024 chunks' worth of 64 rows).
+  // (a last chunk shorter than the rest), 8 columns per thread at 1024, and 70000 rows (more
+  // than 1024 chunks' worth of 64 rows).
   for (const cuda::elem type : all_types)
-    for (const shape s : {shape{3001, 37}, shape{3001, 1030}, shape{70000, 5}}) {
+    for (const shape s : {shape{3001, 37}, shape{3001, 1030}, shape{3001, 1024}, shape{70000, 5}}) {
       INFO(std::string(test::elem_name(type)) << " rows=" << s.rows << " c=" << s.c);
       const auto dy = test::round_to(random_vector(s.rows * s.c, -1.0f, 1.0f, 55), type);
       auto dbias_twin = random_vector(s.c, -1.0f, 1.0f, 56);

@@ -2,7 +2,9 @@
 // the CPU composition it fuses, from the values the GPU forward stored: cpu::layernorm_backward
 // on the widened sum, cpu::dropout_mask and cpu::dropout_backward on the same Philox stream,
 // and column sums in double for dgamma, dbeta and dbias. Also: dresidual written over dy,
-// null outputs skipped, bad sizes and pointers refused without a launch.
+// null outputs skipped, bad sizes and pointers refused without a launch; and the forward on
+// rows of 8-element vectors (the register kernels) against its CPU twin.
+#include "kernels/common/residual_layernorm_math.hpp"
 #include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
@@ -27,8 +29,13 @@ struct shape {
   std::int64_t rows, c;
 };
 // One row; rows narrower than a warp; a prime number of rows 4 x 256 + 6 wide (threads 0..5
-// take a fifth element); two rows past 4096 (off every vector and Philox block width).
-constexpr shape shapes[] = {{1, 5}, {37, 5}, {37, 1030}, {2, 4099}};
+// take a fifth element); two rows past 4096 (off every vector and Philox block width). Then
+// rows of 8-element vectors, which the kernels keep in registers, a vector per thread in
+// groups of 1, 2, 3, 4, 8 and 16 warps: one vector; 33 vectors (one on the second warp);
+// BERT-base's 768; BERT-large's 1024 with several steps per group (more than 132 x 8
+// rows); 2048; 4096 with several steps per block.
+constexpr shape shapes[] = {{1, 5},    {37, 5},   {37, 1030},   {2, 4099},  {3, 8},
+                            {64, 264}, {37, 768}, {1200, 1024}, {45, 2048}, {400, 4096}};
 constexpr float rates[] = {0.1f, 0.0f};
 constexpr float eps = 1e-12f;
 
@@ -201,44 +208,129 @@ TEST_CASE("cuda residual layernorm backward matches the CPU composition, mask in
 TEST_CASE("cuda residual layernorm backward writes dresidual over dy and skips null outputs") {
   const test::test_stream stream;
   const philox_stream rng = test_rng();
-  const shape s{37, 1030};
   const float p = 0.1f;
-  for (auto type : all_types) {
-    INFO(std::string(test::elem_name(type)));
-    const saved_forward f(type, s, p, rng, stream);
-    const auto cc = static_cast<std::size_t>(s.c);
-    const std::size_t bytes = bytes_of(f.n, type);
-    auto backward = [&](void* dres, void* dx, float* dgamma, float* dbeta, float* dbias) {
-      DSA_REQUIRE_CUDA(cuda::residual_layernorm_backward(
-          dres, dx, dgamma, dbeta, dbias, f.d_dy.as<void>(), f.d_sum.as<void>(),
-          f.d_mean.as<float>(), f.d_rstd.as<float>(), f.d_gamma.as<float>(), p, rng, type, s.rows,
-          s.c, stream.get()));
-    };
-    // Every output, in separate buffers.
-    device_buffer d_dres(bytes), d_dx(bytes), d_dgamma(cc * 4), d_dbeta(cc * 4), d_dbias(cc * 4);
-    DSA_REQUIRE_CUDA(cudaMemset(d_dgamma.as<void>(), 0, d_dgamma.bytes()));
-    DSA_REQUIRE_CUDA(cudaMemset(d_dbeta.as<void>(), 0, d_dbeta.bytes()));
-    DSA_REQUIRE_CUDA(cudaMemset(d_dbias.as<void>(), 0, d_dbias.bytes()));
-    backward(d_dres.as<void>(), d_dx.as<void>(), d_dgamma.as<float>(), d_dbeta.as<float>(),
-             d_dbias.as<float>());
-    // dx alone besides dresidual: the same bits (rows are reduced in a fixed order).
-    device_buffer d_dres_alone(bytes), d_dx_alone(bytes);
-    poison(d_dres_alone);
-    poison(d_dx_alone);
-    backward(d_dres_alone.as<void>(), d_dx_alone.as<void>(), nullptr, nullptr, nullptr);
-    // dresidual over dy, no dx, dbias alone of the column sums (it still needs the mask).
-    device_buffer d_dbias_alone(cc * 4);
-    DSA_REQUIRE_CUDA(cudaMemset(d_dbias_alone.as<void>(), 0, d_dbias_alone.bytes()));
-    backward(f.d_dy.as<void>(), nullptr, nullptr, nullptr, d_dbias_alone.as<float>());
-    stream.sync();
+  // Element by element, and in registers.
+  for (const shape s : {shape{37, 1030}, shape{37, 1024}})
+    for (auto type : all_types) {
+      INFO(std::string(test::elem_name(type)) << " c=" << s.c);
+      const saved_forward f(type, s, p, rng, stream);
+      const auto cc = static_cast<std::size_t>(s.c);
+      const std::size_t bytes = bytes_of(f.n, type);
+      auto backward = [&](void* dres, void* dx, float* dgamma, float* dbeta, float* dbias) {
+        DSA_REQUIRE_CUDA(cuda::residual_layernorm_backward(
+            dres, dx, dgamma, dbeta, dbias, f.d_dy.as<void>(), f.d_sum.as<void>(),
+            f.d_mean.as<float>(), f.d_rstd.as<float>(), f.d_gamma.as<float>(), p, rng, type, s.rows,
+            s.c, stream.get()));
+      };
+      // Every output, in separate buffers.
+      device_buffer d_dres(bytes), d_dx(bytes), d_dgamma(cc * 4), d_dbeta(cc * 4), d_dbias(cc * 4);
+      DSA_REQUIRE_CUDA(cudaMemset(d_dgamma.as<void>(), 0, d_dgamma.bytes()));
+      DSA_REQUIRE_CUDA(cudaMemset(d_dbeta.as<void>(), 0, d_dbeta.bytes()));
+      DSA_REQUIRE_CUDA(cudaMemset(d_dbias.as<void>(), 0, d_dbias.bytes()));
+      backward(d_dres.as<void>(), d_dx.as<void>(), d_dgamma.as<float>(), d_dbeta.as<float>(),
+               d_dbias.as<float>());
+      // dx alone besides dresidual: the same bits (rows are reduced in a fixed order).
+      device_buffer d_dres_alone(bytes), d_dx_alone(bytes);
+      poison(d_dres_alone);
+      poison(d_dx_alone);
+      backward(d_dres_alone.as<void>(), d_dx_alone.as<void>(), nullptr, nullptr, nullptr);
+      // dresidual over dy, no dx, dbias alone of the column sums (it still needs the mask).
+      device_buffer d_dbias_alone(cc * 4);
+      DSA_REQUIRE_CUDA(cudaMemset(d_dbias_alone.as<void>(), 0, d_dbias_alone.bytes()));
+      backward(f.d_dy.as<void>(), nullptr, nullptr, nullptr, d_dbias_alone.as<float>());
+      stream.sync();
 
-    const auto dres = test::download_bytes(d_dres, bytes);
-    CHECK(test::download_bytes(d_dres_alone, bytes) == dres);
-    CHECK(test::download_bytes(d_dx_alone, bytes) == test::download_bytes(d_dx, bytes));
-    CHECK(test::download_bytes(f.d_dy, bytes) == dres);
-    const auto dbias = test::download(d_dbias, cc, cuda::elem::f32);
-    const auto dbias_alone = test::download(d_dbias_alone, cc, cuda::elem::f32);
-    DSA_CHECK_CLOSE(dbias_alone.data(), dbias.data(), s.c, test::gpu_f32_reduction);
+      const auto dres = test::download_bytes(d_dres, bytes);
+      CHECK(test::download_bytes(d_dres_alone, bytes) == dres);
+      CHECK(test::download_bytes(d_dx_alone, bytes) == test::download_bytes(d_dx, bytes));
+      CHECK(test::download_bytes(f.d_dy, bytes) == dres);
+      const auto dbias = test::download(d_dbias, cc, cuda::elem::f32);
+      const auto dbias_alone = test::download(d_dbias_alone, cc, cuda::elem::f32);
+      DSA_CHECK_CLOSE(dbias_alone.data(), dbias.data(), s.c, test::gpu_f32_reduction);
+    }
+}
+
+// The forward of the rows kept in registers (8-element vectors), against the CPU twin as in
+// test_gpu_kernels.cpp: y written over the residual; v the same bits. Also with bias, gamma
+// and beta off their 16-byte alignment (loaded one float at a time), and with rows off
+// their vector alignment (the element-by-element kernel).
+TEST_CASE("cuda residual layernorm forward on 8-wide rows matches the CPU twin, mask included") {
+  const test::test_stream stream;
+  const philox_stream rng = test_rng();
+  // One vector; 33 vectors (lane 0 takes two); BERT-base and -large; 161 vectors over 3
+  // warps (two for the first 33 threads); 257 over 4 warps (three for the first); 4096.
+  constexpr shape forward_shapes[] = {{1, 8},    {37, 264}, {7, 768}, {33, 1024},
+                                      {5, 1288}, {3, 2056}, {2, 4096}};
+  enum class layout { aligned, columns_off, rows_off };
+  for (auto type : all_types) {
+    for (auto s : forward_shapes) {
+      for (float p : rates) {
+        for (const layout l : {layout::aligned, layout::columns_off, layout::rows_off}) {
+          if (l != layout::aligned && s.c != 1024)
+            continue;
+          INFO(std::string(test::elem_name(type)) << " rows=" << s.rows << " c=" << s.c << " p="
+                                                  << p << " layout=" << static_cast<int>(l));
+          const std::int64_t n = s.rows * s.c;
+          const auto nn = static_cast<std::size_t>(n), rows = static_cast<std::size_t>(s.rows);
+          const auto x = test::round_to(random_vector(n, -2.0f, 2.0f, 91), type);
+          const auto residual = test::round_to(random_vector(n, -1.0f, 1.0f, 92), type);
+          const auto bias = random_vector(s.c, -0.5f, 0.5f, 93),
+                     gamma = random_vector(s.c, 0.5f, 1.5f, 94);
+          const auto beta = random_vector(s.c, -0.5f, 0.5f, 95);
+          std::vector<float> y_twin(nn), v_twin(nn), mean_twin(rows), rstd_twin(rows);
+          for (std::int64_t r = 0; r < s.rows; ++r)
+            common::residual_layernorm_row_forward(
+                y_twin.data() + r * s.c, v_twin.data() + r * s.c,
+                &mean_twin[static_cast<std::size_t>(r)], &rstd_twin[static_cast<std::size_t>(r)],
+                x.data() + r * s.c, bias.data(), residual.data() + r * s.c, gamma.data(),
+                beta.data(), p, rng, static_cast<std::uint64_t>(r * s.c), eps, s.c);
+          y_twin = test::round_to(y_twin, type);
+          v_twin = test::round_to(v_twin, type);
+          // Offsets in elements: one past an aligned start breaks the alignment asked for.
+          const std::int64_t row_off = l == layout::rows_off ? 1 : 0;
+          const std::int64_t col_off = l == layout::columns_off ? 1 : 0;
+          device_buffer d_x(bytes_of(n + row_off, type)), d_res(bytes_of(n + row_off, type)),
+              d_v(bytes_of(n + row_off, type));
+          device_buffer d_bias((bias.size() + 1) * 4), d_gamma((gamma.size() + 1) * 4),
+              d_beta((beta.size() + 1) * 4);
+          device_buffer d_mean(rows * 4), d_rstd(rows * 4);
+          const auto row_bytes = static_cast<std::size_t>(row_off * cuda::elem_size(type));
+          auto at = [&](const device_buffer& b) { return b.as<std::uint8_t>() + row_bytes; };
+          auto upload_at = [&](std::uint8_t* dst, const std::vector<std::uint8_t>& src) {
+            DSA_REQUIRE_CUDA(cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice));
+          };
+          upload_at(at(d_x), test::encode(x, type));
+          upload_at(at(d_res), test::encode(residual, type));
+          DSA_REQUIRE_CUDA(cudaMemcpy(d_bias.as<float>() + col_off, bias.data(), bias.size() * 4,
+                                      cudaMemcpyHostToDevice));
+          DSA_REQUIRE_CUDA(cudaMemcpy(d_gamma.as<float>() + col_off, gamma.data(), gamma.size() * 4,
+                                      cudaMemcpyHostToDevice));
+          DSA_REQUIRE_CUDA(cudaMemcpy(d_beta.as<float>() + col_off, beta.data(), beta.size() * 4,
+                                      cudaMemcpyHostToDevice));
+          poison(d_v);
+          DSA_REQUIRE_CUDA(cuda::residual_layernorm_forward(
+              at(d_res), at(d_v), d_mean.as<float>(), d_rstd.as<float>(), at(d_x),
+              d_bias.as<float>() + col_off, at(d_res), d_gamma.as<float>() + col_off,
+              d_beta.as<float>() + col_off, p, rng, eps, type, s.rows, s.c, stream.get()));
+          stream.sync();
+          std::vector<std::uint8_t> y_bytes(bytes_of(n, type)), v_bytes(bytes_of(n, type));
+          DSA_REQUIRE_CUDA(
+              cudaMemcpy(y_bytes.data(), at(d_res), y_bytes.size(), cudaMemcpyDeviceToHost));
+          DSA_REQUIRE_CUDA(
+              cudaMemcpy(v_bytes.data(), at(d_v), v_bytes.size(), cudaMemcpyDeviceToHost));
+          const auto y = test::decode(y_bytes, type), v = test::decode(v_bytes, type);
+          const auto mean = test::download(d_mean, rows, cuda::elem::f32);
+          const auto rstd = test::download(d_rstd, rows, cuda::elem::f32);
+          CHECK(std::memcmp(v.data(), v_twin.data(), nn * 4) == 0);
+          DSA_CHECK_CLOSE(v.data(), v_twin.data(), n,
+                          test::storage_tolerance(type, test::gpu_f32_elementwise));
+          DSA_CHECK_CLOSE(mean.data(), mean_twin.data(), s.rows, test::gpu_f32_reduction);
+          DSA_CHECK_CLOSE(rstd.data(), rstd_twin.data(), s.rows, test::gpu_f32_reduction);
+          DSA_CHECK_CLOSE(y.data(), y_twin.data(), n,
+                          test::storage_tolerance(type, test::gpu_f32_reduction));
+        }
+      }
+    }
   }
 }
 

@@ -24,8 +24,14 @@ constexpr cuda::elem all_types[] = {cuda::elem::f32, cuda::elem::f16, cuda::elem
 struct attention_shape {
   std::int64_t batch, heads, tq, tk;
 };
-// A prime key length, one just past BERT's 128, a single key, and one past four block widths.
-constexpr attention_shape shapes[] = {{3, 2, 5, 37}, {3, 2, 5, 130}, {3, 2, 5, 1}, {2, 1, 3, 1031}};
+// A prime key length, one just past BERT's 128, a single key and 33 (the warp kernel element
+// by element), one past four block widths (the block kernel), BERT's 128, 384 and 512 (the
+// warp kernel with vector loads, one, three and four chunks per lane) and 1021 (its longest
+// row when tk % 4 != 0, starting at every offset within a Philox block). With 15 rows, the
+// last warp of two rows holds one past the end.
+constexpr attention_shape shapes[] = {{3, 2, 5, 37},   {3, 2, 5, 130}, {3, 2, 5, 1},
+                                      {2, 1, 3, 1031}, {3, 1, 5, 128}, {3, 1, 5, 384},
+                                      {3, 1, 3, 512},  {3, 1, 5, 33},  {2, 1, 3, 1021}};
 constexpr float score_scale = 0.3f;
 constexpr philox_stream rng{0x0123456789abcdefULL, 7, 2, 3, 1};
 

@@ -122,5 +122,12 @@ inline constexpr tolerance gpu_f32_reduction{1e-5, 1e-4, "tree vs serial f32 sum
 // and round once; a few-ulp f32 difference may round to the neighbouring half value.
 inline constexpr tolerance gpu_f16_storage{1e-6, 9.8e-4, "f32 math, one f16 rounding each side"};
 inline constexpr tolerance gpu_bf16_storage{1e-6, 7.9e-3, "f32 math, one bf16 rounding each side"};
+// Softmax probabilities on the GPU (cross-entropy's gradient away from the label, about
+// scale / classes each, so far below gpu_f32_reduction's absolute part) vs the CPU's:
+// expf within 2 ulp and exp_nonpositive within 1 ulp of exp; the row's f32 sum (a thread's
+// serial sum of classes / 256 positive terms, then a tree over the block) vs the CPU's
+// double sum, at most ~130 u = 7.8e-6 relative at 30522 classes; an ulp each for 1 / sum
+// and the product. Relative, with ~2x margin over that worst case.
+inline constexpr tolerance gpu_softmax_probs{1e-12, 2e-5, "f32 exp and block sum vs double sum"};
 
 } // namespace dsa::test

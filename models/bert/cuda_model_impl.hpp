@@ -1,0 +1,59 @@
+// The GPU model's state, shared by cuda_model.cpp (forward and backward) and
+// cuda_model_params.cpp (parameters, gradients, optimizer). Internal to models/bert.
+#pragma once
+
+#include "models/bert/cuda_model.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace dsa::bert::gpu {
+
+// One parameter tensor on the device.
+struct device_param {
+  const tensor* value = nullptr; // the host tensors it mirrors (shape, download)
+  const tensor* grad = nullptr;
+  std::int64_t numel = 0;
+  bool working_copy = false; // a matrix or table read in the storage type (half storage)
+  device_array master;       // f32 values; also what the kernels read without a working copy
+  device_array working;      // the storage-type copy
+  device_array gradient;     // f32, accumulated
+  device_array m, v;         // AdamW moments, from the first optimizer step
+};
+
+struct layer_index {
+  std::size_t query, key, value, attention_out, intermediate, output;
+  std::size_t query_bias, key_bias, value_bias, attention_out_bias, intermediate_bias, output_bias;
+  std::size_t attention_gamma, attention_beta, output_gamma, output_beta;
+};
+
+struct pretraining_model::impl {
+  bert_config cfg;
+  cuda::elem type = cuda::elem::bf16;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::gemm_engine> engine;
+  std::vector<device_param> params;
+  std::size_t word = 0, position = 0, token_type = 0, embedding_gamma = 0, embedding_beta = 0;
+  std::vector<layer_index> layers;
+  std::size_t pooler = 0, pooler_bias = 0, transform = 0, transform_bias = 0, transform_gamma = 0,
+              transform_beta = 0, decoder_bias = 0, relationship = 0, relationship_bias = 0;
+
+  // What the kernels read: the working copy, or the f32 master.
+  const void* value(std::size_t i) const {
+    const device_param& p = params[i];
+    return p.working_copy ? p.working.get() : p.master.get();
+  }
+  const float* f32(std::size_t i) const { return params[i].master.as<float>(); }
+  float* grad(std::size_t i) const { return params[i].gradient.as<float>(); }
+  layer_weights weights(const layer_index& l) const;
+  layer_grads grads(const layer_index& l) const;
+};
+
+inline void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error("GPU BERT: " + what + " failed: " + cudaGetErrorString(e));
+}
+
+} // namespace dsa::bert::gpu
