@@ -130,8 +130,10 @@ cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t 
     float* partial = nullptr;
     cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&partial),
                                     static_cast<std::size_t>(chunks * c) * sizeof(float), stream);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError(); // not left behind for the next launcher to report
       return e;
+    }
     e = detail::dispatch(type, [&](auto tag) {
       using T = decltype(tag);
       if (c % 8 == 0 && detail::vec8_aligned<T>(dy)) {

@@ -122,7 +122,12 @@ void check_shape(const layer_shape& s) {
 } // namespace
 
 device_array::device_array(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-  check(cudaMallocAsync(&ptr_, bytes == 0 ? 1 : bytes, stream), "cudaMallocAsync");
+  const cudaError_t e = cudaMallocAsync(&ptr_, bytes == 0 ? 1 : bytes, stream);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); // clear it, so the next launcher's cudaGetLastError is its own
+    ptr_ = nullptr;
+    check(e, "cudaMallocAsync");
+  }
 }
 
 device_array::~device_array() {

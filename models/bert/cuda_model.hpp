@@ -28,7 +28,9 @@ class pretraining_model {
 public:
   // The values of `params` (a whole-model range with the pre-training head, post-LN, f32
   // values) copied to the device, working copies in `type`. Throws std::runtime_error with
-  // the reason for a configuration the GPU path does not run (pre-LN, memory flags).
+  // the reason for a configuration the GPU path does not run (pre-LN, memory flags, the
+  // SQuAD head, f16 storage). Raises the device pool's release threshold, so freed
+  // activations stay cached between steps.
   pretraining_model(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
   ~pretraining_model();
   pretraining_model(const pretraining_model&) = delete;
@@ -40,7 +42,9 @@ public:
   bert_losses step(const bert_batch& batch, const forward_context& ctx, float loss_scale);
 
   // AdamW over every parameter (masters, moments, then the working copies), from the
-  // accumulated gradients; then the gradients are zeroed.
+  // accumulated gradients; weight decay on the matrices and tables only (not biases or
+  // LayerNorm parameters, as optim's bert_no_decay); then the gradients are zeroed. After
+  // a step() or optimizer_step() that threw, call zero_gradients() before going on.
   void optimizer_step(const cpu::adam_params& params);
 
   // The accumulated gradients into the f32 gradient tensors of the bert_parameters given

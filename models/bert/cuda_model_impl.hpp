@@ -17,6 +17,9 @@ struct device_param {
   const tensor* grad = nullptr;
   std::int64_t numel = 0;
   bool working_copy = false; // a matrix or table read in the storage type (half storage)
+  // Weight decay applies: the matrices and tables, not biases or LayerNorm parameters (the
+  // rule of optim's bert_no_decay, which names the same tensors).
+  bool decay = false;
   device_array master;       // f32 values; also what the kernels read without a working copy
   device_array working;      // the storage-type copy
   device_array gradient;     // f32, accumulated

@@ -22,6 +22,7 @@ std::size_t add(pretraining_model::impl& m, const tensor& value, const tensor& g
   p.grad = &grad;
   p.numel = value.numel();
   p.working_copy = matrix && m.type != cuda::elem::f32;
+  p.decay = matrix;
   const auto bytes = static_cast<std::size_t>(p.numel) * 4;
   p.master = device_array(bytes, m.stream);
   check_cuda(cudaMemcpyAsync(p.master.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, m.stream),
@@ -93,6 +94,9 @@ pretraining_model::pretraining_model(const bert_parameters& params, cuda::elem t
   m.cfg = params.config();
   m.type = type;
   m.stream = stream;
+  if (type == cuda::elem::f16)
+    throw std::runtime_error("GPU BERT: f16 storage is not tested on the GPU (it needs loss scaling: the "
+                             "decoder's gradients underflow f16); use bf16 or f32");
   if (m.cfg.norm != layer_norm_placement::post)
     throw std::runtime_error("GPU BERT: only post-LN (BERT's, HF's) runs on the GPU so far");
   if (m.cfg.head != head_kind::pretraining)
@@ -104,6 +108,15 @@ pretraining_model::pretraining_model(const bert_parameters& params, cuda::elem t
   auto engine = cuda::gemm_engine::open();
   if (!engine)
     throw std::runtime_error("GPU BERT: " + engine.err().to_string());
+  // Keep freed blocks in the device's pool across the step's wait: with the default
+  // threshold of 0 the driver may take the step's activations back at every sync and map
+  // them again the next step.
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t keep = ~std::uint64_t{0};
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "the pool's release threshold");
   m.engine = std::move(engine.value());
 
   const embeddings_params& e = params.embeddings();
@@ -149,7 +162,7 @@ std::int64_t pretraining_model::parameter_count() const {
 }
 
 void pretraining_model::optimizer_step(const cpu::adam_params& params) {
-  const common::adam_consts consts = cpu::make_adam_consts(params);
+  // Every moment first, so an allocation failure leaves no parameter updated.
   for (device_param& p : impl_->params) {
     const auto bytes = static_cast<std::size_t>(p.numel) * 4;
     if (!p.m.get()) {
@@ -158,11 +171,15 @@ void pretraining_model::optimizer_step(const cpu::adam_params& params) {
       check_cuda(cudaMemsetAsync(p.m.get(), 0, bytes, stream_), "zeroing a moment");
       check_cuda(cudaMemsetAsync(p.v.get(), 0, bytes, stream_), "zeroing a moment");
     }
-    check_cuda(cuda::adam_update(p.master.as<float>(), p.m.as<float>(), p.v.as<float>(), p.gradient.as<float>(),
-                                 p.working_copy ? p.working.as<std::uint16_t>() : nullptr, impl_->type, consts,
-                                 p.numel, stream_),
-               "the AdamW step");
   }
+  cpu::adam_params no_decay = params;
+  no_decay.weight_decay = 0.0f;
+  const common::adam_consts decayed = cpu::make_adam_consts(params), plain = cpu::make_adam_consts(no_decay);
+  for (device_param& p : impl_->params)
+    check_cuda(cuda::adam_update(p.master.as<float>(), p.m.as<float>(), p.v.as<float>(), p.gradient.as<float>(),
+                                 p.working_copy ? p.working.as<std::uint16_t>() : nullptr, impl_->type,
+                                 p.decay ? decayed : plain, p.numel, stream_),
+               "the AdamW step");
   zero_gradients();
 }
 

@@ -1,7 +1,8 @@
 // The whole GPU BERT (models/bert/cuda_model.hpp) against the CPU model (bert_part) on the
 // same batch, dropout on everywhere with the same streams: the losses, the accuracy counts
 // and every parameter's gradient, in f32 storage (close to the CPU's f32) and in bf16
-// (within bf16's error); then an AdamW step on the GPU against cpu::adam_update.
+// (within bf16's error); then an AdamW step on the GPU against cpu::adam_update, weight
+// decay on the matrices and tables only.
 #include "gpu_test_util.hpp"
 
 #include "models/bert/bert_part.hpp"
@@ -124,7 +125,14 @@ TEST_CASE("cuda BERT pre-training step equals the CPU model: losses and every gr
         std::memcpy(p.data(), e.value.raw_data(), p.size() * 4);
         std::vector<float> grad(p.size());
         std::memcpy(grad.data(), gpu_entry->grad.raw_data(), grad.size() * 4); // the GPU's gradient
-        cpu::adam_update(p.data(), m.data(), v.data(), grad.data(), nullptr, dtype::f32, adam,
+        // No decay for biases and LayerNorm parameters (optim's bert_no_decay rule).
+        const std::string& n = e.spec.name;
+        const bool no_decay = n.find("LayerNorm") != std::string::npos ||
+                              (n.size() >= 4 && n.compare(n.size() - 4, 4, "bias") == 0);
+        cpu::adam_params rule = adam;
+        if (no_decay)
+          rule.weight_decay = 0.0f;
+        cpu::adam_update(p.data(), m.data(), v.data(), grad.data(), nullptr, dtype::f32, rule,
                          static_cast<std::int64_t>(p.size()));
         if (std::memcmp(p.data(), gpu_entry->value.raw_data(), p.size() * 4) != 0 && ++bad <= 3)
           CHECK_MESSAGE(false, e.spec.name << ": the GPU's AdamW differs from the CPU kernel's");
@@ -141,6 +149,9 @@ TEST_CASE("cuda BERT refuses what the GPU path does not run yet") {
   test_stream stream;
   CHECK_THROWS_WITH(bert::gpu::pretraining_model(pre_ln, cuda::elem::bf16, stream.get()),
                     doctest::Contains("post-LN"));
+  bert::bert_parameters plain(model_config(), bert::bert_range::whole(model_config()));
+  CHECK_THROWS_WITH(bert::gpu::pretraining_model(plain, cuda::elem::f16, stream.get()),
+                    doctest::Contains("f16 storage"));
   cfg = model_config();
   cfg.memory.gelu_checkpoint = true;
   bert::bert_parameters flagged(cfg, bert::bert_range::whole(cfg));
