@@ -151,7 +151,9 @@ TEST_CASE("protocol: one bad message per actor kind fails the run naming the rec
   }
   SUBCASE("optimizer: early gradients of a step the shard does not expect") {
     auto r = run_with_bad_message([](const run_actors& a) { caf::anon_send(a.shards[0], reduced_early{7, 1.0}); });
-    check_failed_by(r, "optimizer 0", "early gradients of step 7 arrived, expected step 1");
+    // The step the shard expects next is 1 or 2, depending on how far it got before the
+    // message arrived (a clean-clone CI run saw 2): the receiver and the reason are checked.
+    check_failed_by(r, "optimizer 0", "early gradients of step 7 arrived, expected step ");
   }
   SUBCASE("coordinator: a report for a step outside the run") {
     auto r = run_with_bad_message([](const run_actors& a) { caf::anon_send(a.coordinator, step_report{0, 99, 0, {}}); });
