@@ -105,8 +105,11 @@ onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr,
   return p;
 }
 
-onebit_lamb::onebit_lamb(onebit_lamb_params params, std::vector<std::int64_t> sizes)
-    : p_(params), sizes_(std::move(sizes)) {
+onebit_lamb::onebit_lamb(onebit_lamb_params params, std::vector<std::int64_t> sizes, std::vector<float> decays)
+    : p_(params), sizes_(std::move(sizes)), decays_(std::move(decays)) {
+  if (decays_.empty()) decays_.assign(sizes_.size(), p_.weight_decay);
+  DSA_CHECK(decays_.size() == sizes_.size(), "onebit_lamb: {} weight decays for {} tensors", decays_.size(),
+            sizes_.size());
   for (std::int64_t n : sizes_) {
     DSA_CHECK(n > 0, "onebit_lamb: a tensor of {} elements", n);
     offsets_.push_back(numel_);
@@ -159,6 +162,12 @@ status onebit_lamb::load(const compressed_state& state) {
   return {};
 }
 
+onebit_lamb_params onebit_lamb::params_of(std::size_t t) const {
+  onebit_lamb_params p = p_;
+  p.weight_decay = decays_[t];
+  return p;
+}
+
 float onebit_lamb::correction1() const { return corrections(p_, step_).first; }
 
 float onebit_lamb::correction2() const { return corrections(p_, step_).second; }
@@ -184,7 +193,7 @@ void onebit_lamb::warm_up(float* param, const float* grad) {
     const std::int64_t off = offsets_[t], n = sizes_[t];
     u.resize(static_cast<std::size_t>(n));
     onebit_math::warm_moments(m_.data() + off, v_.data() + off, grad + off, n, p_.beta1, p_.beta2);
-    direction(u.data(), m_.data() + off, v_.data() + off, param + off, n, a1, a2, p_.eps, p_.weight_decay);
+    direction(u.data(), m_.data() + off, v_.data() + off, param + off, n, a1, a2, p_.eps, decays_[t]);
     const float c = trust(norm(param + off, n), norm(u.data(), n), p_);
     if (c != 1.0f) coeff_[t] = p_.coeff_beta * coeff_[t] + (1.0f - p_.coeff_beta) * c;
     apply(param + off, u.data(), n, p_.lr * c);
@@ -211,14 +220,15 @@ status onebit_lamb::compressed(float* param, const float* grad, const lamb_excha
   std::vector<float> u0, u;
   for (std::size_t t = 0; t < tensors; ++t) {
     const std::int64_t off = offsets_[t], n = sizes_[t];
+    const onebit_lamb_params pt = params_of(t);
     unscale(m_.data() + off, n, scaling_[t]);
     if (!mask_.empty()) onebit_math::apply_mask(m_.data() + off, mask_.data() + off, n);
     u0.resize(static_cast<std::size_t>(n));
     u.resize(static_cast<std::size_t>(n));
     const float largest = fresh_step(v_fresh_.data() + off, u0.data(), u.data(), m_.data() + off, previous.data() + off,
-                                     v_.data() + off, param + off, n, p_, a1, a2, 0.0f);
-    const bool decay = p_.weight_decay > 0;
-    factor_[t] = factor(largest, decay ? norm(u0.data(), n) : 0.0, decay ? norm(u.data(), n) : 0.0, factor_[t], p_);
+                                     v_.data() + off, param + off, n, pt, a1, a2, 0.0f);
+    const bool decay = pt.weight_decay > 0;
+    factor_[t] = factor(largest, decay ? norm(u0.data(), n) : 0.0, decay ? norm(u.data(), n) : 0.0, factor_[t], pt);
     apply(param + off, u.data(), n, p_.lr * coeff_[t] * factor_[t]);
   }
   return {};

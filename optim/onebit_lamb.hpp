@@ -1,5 +1,6 @@
 // 1-bit LAMB (DeepSpeed's OnebitLamb; ../shared/reference/deepspeed-notes.md §6.5) on one
-// rank's parameters, given as tensors laid end to end in one flat f32 buffer. Warm-up:
+// rank's parameters, given as tensors laid end to end in one flat f32 buffer (all of
+// them, whatever their weight decay: DeepSpeed fuses every group's momentum). Warm-up:
 // LAMB on gradients the caller averaged over the ranks (no bias correction, as DeepSpeed,
 // unless bias_correction asks for it: m / (1 - beta1^t), v / (1 - beta2^k) with k the
 // warm-up steps, the fresh variance starting from the corrected one), each
@@ -72,6 +73,10 @@ void apply(float* p, const float* u, std::int64_t n, float scale);
 std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64_t step);
 } // namespace onebit_lamb_math
 
+// 1-bit LAMB's one parameter group (its exchange's error buffers and checkpoint fields
+// are named after it): every tensor, BERT's "decay" group first, then "no_decay".
+inline constexpr const char* onebit_lamb_group = "all";
+
 // The parameters of optimizer.type OneBitLamb at `lr`, with `weight_decay` (the group's).
 onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr, double weight_decay);
 
@@ -80,8 +85,9 @@ using lamb_exchange = std::function<status(float* values, std::int64_t count)>;
 
 class onebit_lamb {
 public:
-  // sizes: the tensors' element counts, in their order in the flat buffer.
-  onebit_lamb(onebit_lamb_params params, std::vector<std::int64_t> sizes);
+  // sizes: the tensors' element counts, in their order in the flat buffer; decays: each
+  // tensor's weight decay (empty: params.weight_decay for all).
+  onebit_lamb(onebit_lamb_params params, std::vector<std::int64_t> sizes, std::vector<float> decays = {});
 
   bool compressed_next() const { return frozen_; }
   std::int64_t step_count() const { return step_; }
@@ -103,10 +109,12 @@ public:
 
 private:
   void warm_up(float* param, const float* grad);
+  onebit_lamb_params params_of(std::size_t t) const; // p_ with tensor t's weight decay
   status compressed(float* param, const float* grad, const lamb_exchange& exchange);
 
   onebit_lamb_params p_;
   std::vector<std::int64_t> sizes_, offsets_;
+  std::vector<float> decays_; // per tensor
   std::int64_t numel_ = 0;
   std::vector<float> m_, v_, v_fresh_, mask_;
   std::vector<float> coeff_, factor_, scaling_; // per tensor

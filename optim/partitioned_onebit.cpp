@@ -44,6 +44,8 @@ status partitioned_optimizer::init_onebit() {
     g.numel = at - g.offset;
     if (g.numel > 0) groups_.push_back(g);
   }
+  // 1-bit LAMB exchanges both groups as one (the stage-0 shard's one group).
+  if (cfg_.type == optimizer_type::onebit_lamb && !groups_.empty()) groups_ = {{onebit_lamb_group, 0, at}};
   whole_m_.assign(static_cast<std::size_t>(at), 0.0f);
   whole_m_valid_ = step_ == 0; // a fresh run: every rank's momentum is zero
   if (cfg_.type == optimizer_type::zeroone_adam) {

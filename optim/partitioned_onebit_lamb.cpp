@@ -73,20 +73,17 @@ status partitioned_optimizer::step_onebit_lamb(const onebit_partition_step& in) 
     return write_working(in.working);
   }
   DSA_TRY(gather_momentum(in, m));
-  if (lamb_scaling_.empty()) { // the first compressed step fixes each tensor's scaling, per group
-    lamb_scaling_.assign(tensors.size(), 1.0f);
-    for (const bool decay : {true, false}) {
-      std::vector<double> rms(tensors.size(), 0.0);
-      double mean = 0, count = 0;
-      for (std::size_t t = 0; t < tensors.size(); ++t) count += tensors[t].decay == decay ? 1 : 0;
+  if (lamb_scaling_.empty()) { // the first compressed step fixes each tensor's scaling
+    std::vector<double> rms(tensors.size(), 0.0);
+    double mean = 0; // summed in the stage-0 buffer's order: the decay group's tensors, then the others
+    for (const bool decay : {true, false})
       for (std::size_t t = 0; t < tensors.size(); ++t) {
         if (tensors[t].decay != decay) continue;
         rms[t] = norm(whole_m_.data() + group_offset_[t], tensors[t].numel) / std::sqrt(static_cast<double>(tensors[t].numel));
-        mean += rms[t] / count;
+        mean += rms[t] / static_cast<double>(tensors.size());
       }
-      for (std::size_t t = 0; t < tensors.size(); ++t)
-        if (tensors[t].decay == decay) lamb_scaling_[t] = rms[t] > 0 ? static_cast<float>(mean / rms[t]) : 1.0f;
-    }
+    lamb_scaling_.assign(tensors.size(), 1.0f);
+    for (std::size_t t = 0; t < tensors.size(); ++t) lamb_scaling_[t] = rms[t] > 0 ? static_cast<float>(mean / rms[t]) : 1.0f;
   }
   // m (the partition's, after the last exchange) is the previous momentum.
   std::vector<float> previous(m, m + size);

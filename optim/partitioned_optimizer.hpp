@@ -154,7 +154,8 @@ public:
   // layout order). Masked elements (mask_momentum) are multiplied by 0 after each exchange,
   // as exp_avg_mask does.
   // 1-bit LAMB (cfg.type onebit_lamb) the same way, as optim::onebit_lamb on the stage-0
-  // shard's groups bit for bit: the trust coefficients' and factors' norms from block sums
+  // shard's one fused group (onebit_lamb_group: one exchange of the whole momentum) bit for
+  // bit: the trust coefficients' and factors' norms from block sums
   // of squares exchanged with `sum`, the factors' largest ratio with `max`; the per-tensor
   // coefficients, factors and scalings are the same on every rank, the fresh variance is
   // partitioned like the variance.

@@ -56,30 +56,30 @@ void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
 
 void bert_optimizer::lamb_state_per_group(const std::map<std::string, tensor>& lamb,
                                           std::map<std::string, tensor>& into) const {
+  // The stage-0 shard's one group: the decay group's tensors, then the others.
   const auto& specs = options_.specs;
-  for (const char* group : {"decay", "no_decay"}) {
-    std::vector<std::size_t> members;
+  std::vector<std::size_t> members;
+  for (const bool no_decay : {false, true})
     for (std::size_t i = 0; i < specs.size(); ++i)
-      if (optim::bert_no_decay(specs[i].name) == (std::string(group) == "no_decay")) members.push_back(i);
-    if (members.empty()) continue;
-    for (const char* field : {"coeff", "factor", "scaling"}) {
-      auto it = lamb.find(field);
-      if (it == lamb.end() || it->second.type() != dtype::f32) continue; // load_state names what is missing
-      const float* all = it->second.data<float>();
-      std::vector<float> picked;
-      if (it->second.numel() > 0)
-        for (std::size_t i : members)
-          if (static_cast<std::int64_t>(i) < it->second.numel()) picked.push_back(all[i]);
-      into[fmt::format("compressed.{}.{}", group, field)] = f32_tensor(picked);
-    }
-    std::vector<float> fresh;
-    for (std::size_t i : members) {
-      auto it = lamb.find(specs[i].name + ".exp_avg_sq_fresh");
-      if (it == lamb.end()) break; // before the freeze: none
-      fresh.insert(fresh.end(), it->second.data<float>(), it->second.data<float>() + it->second.numel());
-    }
-    into[fmt::format("compressed.{}.exp_avg_sq_fresh", group)] = f32_tensor(fresh);
+      if (optim::bert_no_decay(specs[i].name) == no_decay) members.push_back(i);
+  if (members.empty()) return;
+  for (const char* field : {"coeff", "factor", "scaling"}) {
+    auto it = lamb.find(field);
+    if (it == lamb.end() || it->second.type() != dtype::f32) continue; // load_state names what is missing
+    const float* all = it->second.data<float>();
+    std::vector<float> picked;
+    if (it->second.numel() > 0)
+      for (std::size_t i : members)
+        if (static_cast<std::int64_t>(i) < it->second.numel()) picked.push_back(all[i]);
+    into[fmt::format("compressed.{}.{}", optim::onebit_lamb_group, field)] = f32_tensor(picked);
   }
+  std::vector<float> fresh;
+  for (std::size_t i : members) {
+    auto it = lamb.find(specs[i].name + ".exp_avg_sq_fresh");
+    if (it == lamb.end()) break; // before the freeze: none
+    fresh.insert(fresh.end(), it->second.data<float>(), it->second.data<float>() + it->second.numel());
+  }
+  into[fmt::format("compressed.{}.exp_avg_sq_fresh", optim::onebit_lamb_group)] = f32_tensor(fresh);
 }
 
 void bert_optimizer::init_onebit_partition() {

@@ -29,16 +29,23 @@ compressed_shard::compressed_shard(compressed_shard_options options, const std::
   DSA_CHECK(initial.size() == specs.size(), "{}: {} initial tensors for {} parameters", options_.caller,
             initial.size(), specs.size());
   // BERT's groups, as optim::bert_param_groups splits them: decay first, then no_decay.
-  for (const char* name : {"decay", "no_decay"}) {
+  // 1-bit LAMB fuses them into one buffer and one exchange, as DeepSpeed's OnebitLamb does
+  // (its momentum scalings then even out every tensor, whatever its group).
+  const bool fused = cfg.type == optim::optimizer_type::onebit_lamb;
+  const std::vector<std::vector<const char*>> layout =
+      fused ? std::vector<std::vector<const char*>>{{"decay", "no_decay"}}
+            : std::vector<std::vector<const char*>>{{"decay"}, {"no_decay"}};
+  for (const auto& parts : layout) {
     group g;
-    g.name = name;
+    g.name = fused ? optim::onebit_lamb_group : parts.front();
     std::int64_t numel = 0;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (optim::bert_no_decay(specs[i].name) != (g.name == "no_decay")) continue;
-      g.members.push_back(i);
-      g.offsets.push_back(numel);
-      numel += shape_numel(specs[i].shape);
-    }
+    for (const std::string part : parts)
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        if (optim::bert_no_decay(specs[i].name) != (part == "no_decay")) continue;
+        g.members.push_back(i);
+        g.offsets.push_back(numel);
+        numel += shape_numel(specs[i].shape);
+      }
     if (g.members.empty()) continue;
     g.master = tensor::zeros({numel}, dtype::f32);
     g.grad = tensor::zeros({numel}, dtype::f32);
@@ -80,7 +87,11 @@ compressed_shard::compressed_shard(compressed_shard_options options, const std::
                                    cfg.local_step_scaler, cfg.local_step_clipper, cfg.bias_correction};
       g.opt.emplace(std::in_place_type<optim::zeroone_adam>, p, g.master.numel());
     } else {
-      g.opt.emplace(std::in_place_type<optim::onebit_lamb>, optim::onebit_lamb_params_of(cfg, cfg.lr, wd), sizes);
+      std::vector<float> decays;
+      for (std::size_t i : g.members)
+        decays.push_back(optim::bert_no_decay(specs[i].name) ? 0.0f : static_cast<float>(cfg.weight_decay));
+      g.opt.emplace(std::in_place_type<optim::onebit_lamb>, optim::onebit_lamb_params_of(cfg, cfg.lr, wd), sizes,
+                    std::move(decays));
     }
     if (masked) {
       status s = std::visit([&](auto& o) { return o.set_mask(std::move(mask)); }, *g.opt);

@@ -2,8 +2,10 @@
 // inside one stage's optimizer shard (train::bert_optimizer, ZeRO stage 0, any number of
 // pipeline stages). As DeepSpeed's FP16_Optimizer does, each parameter group (BERT's
 // "decay" and "no_decay") is one flat f32 master buffer with one flat gradient buffer, one
-// optimizer (optim/onebit_adam.hpp, zeroone_adam.hpp, onebit_lamb.hpp) and one pair of
-// 1-bit error buffers; the reducer's gradient buffers are views of the flat gradients.
+// optimizer (optim/onebit_adam.hpp, zeroone_adam.hpp) and one pair of 1-bit error buffers;
+// 1-bit LAMB (onebit_lamb.hpp) has one group, optim::onebit_lamb_group, holding both (decay
+// first), as DeepSpeed's OnebitLamb exchanges all its momentum at once. The reducer's
+// gradient buffers are views of the flat gradients.
 //
 // Which steps exchange what: while a step's optimizer wants averaged gradients the reducer
 // sums them over the ranks as for Adam; otherwise (local_next()) the reducer leaves them on

@@ -122,6 +122,95 @@ TEST_CASE("1-bit LAMB: once frozen, one compressed exchange per step, variance f
   }
 }
 
+TEST_CASE("1-bit LAMB: compressed steps equal a double reference of DeepSpeed's algorithm, with per-tensor decay") {
+  // The exchange is replaced by a known transform, so the test sees what goes in (the
+  // scaled momentum) and checks everything after it: unscaling, the mask, the fresh
+  // variance, the factor's weight-decay branch (bounds wide enough not to clamp it) and the
+  // update on the frozen coefficient.
+  optim::onebit_lamb_params p;
+  p.lr = 0.01f;
+  p.freeze_step = 2;
+  p.factor_min = 1e-3f, p.factor_max = 1e3f, p.factor_threshold = 100.0f;
+  const std::vector<float> decays = {0.05f, 0.0f, 0.02f};
+  optim::onebit_lamb opt(p, tensor_sizes, decays);
+  const std::int64_t n = opt.numel();
+  std::vector<float> mask(static_cast<std::size_t>(n), 1.0f);
+  mask[3] = mask[50] = 0.0f;
+  REQUIRE(opt.set_mask(mask).has_value());
+  auto param = random_vector(n, -1.0f, 1.0f, 5);
+  auto no_exchange = [](float*, std::int64_t) -> status { return make_error(errc::runtime, "warming up"); };
+  for (int k = 1; k <= 2; ++k) {
+    const auto g = random_vector(n, -1.0f, 1.0f, static_cast<std::uint32_t>(40 + k));
+    REQUIRE(opt.step(param.data(), g.data(), no_exchange).has_value());
+  }
+  REQUIRE(opt.compressed_next());
+  // The reference starts from the state the warm-up left (its arithmetic is tested above).
+  std::vector<double> ref(param.begin(), param.end()), m(opt.exp_avg().begin(), opt.exp_avg().end());
+  const std::vector<double> v(opt.exp_avg_sq().begin(), opt.exp_avg_sq().end());
+  std::vector<double> fresh = v, factors(3, 1.0);
+  const std::vector<float> coeff = opt.frozen_coefficients();
+  std::vector<double> scaling(3);
+  double mean = 0;
+  for (std::size_t t = 0, off = 0; t < 3; off += static_cast<std::size_t>(tensor_sizes[t]), ++t) {
+    double sq = 0;
+    for (std::int64_t i = 0; i < tensor_sizes[t]; ++i) sq += m[off + static_cast<std::size_t>(i)] * m[off + static_cast<std::size_t>(i)];
+    scaling[t] = std::sqrt(sq / static_cast<double>(tensor_sizes[t]));
+    mean += scaling[t] / 3.0;
+  }
+  for (auto& s : scaling) s = mean / s;
+  CHECK(std::abs(scaling[0] - 1.0) + std::abs(scaling[1] - 1.0) > 0.01); // the scalings do something
+  for (int k = 3; k <= 5; ++k) {
+    const auto g = random_vector(n, -1.0f, 1.0f, static_cast<std::uint32_t>(40 + k));
+    std::vector<double> sent(static_cast<std::size_t>(n)), got(static_cast<std::size_t>(n));
+    int calls = 0;
+    REQUIRE(opt.step(param.data(), g.data(), [&](float* values, std::int64_t count) -> status {
+      ++calls;
+      REQUIRE(count == n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto j = static_cast<std::size_t>(i);
+        sent[j] = values[j];
+        values[j] = 0.75f * values[j] + 0.01f * std::sin(static_cast<float>(i + k)); // "the average"
+        got[j] = values[j];
+      }
+      return {};
+    }).has_value());
+    CHECK(calls == 1);
+    const std::vector<double> previous = m;
+    for (std::size_t t = 0, off = 0; t < 3; off += static_cast<std::size_t>(tensor_sizes[t]), ++t) {
+      const auto size = static_cast<std::size_t>(tensor_sizes[t]);
+      double largest = 0, u0_sq = 0, u_sq = 0;
+      std::vector<double> u(size);
+      for (std::size_t i = 0; i < size; ++i) {
+        const std::size_t j = off + i;
+        CHECK(sent[j] == doctest::Approx((0.9 * previous[j] + 0.1 * g[j]) * scaling[t]).epsilon(1e-5));
+        m[j] = got[j] / scaling[t] * mask[j];
+        const double implied = (m[j] - 0.9 * previous[j]) / 0.1;
+        fresh[j] = 0.999 * fresh[j] + 0.001 * implied * implied;
+        const double den = std::sqrt(v[j]) + 1e-8, u0 = m[j] / den;
+        u[i] = u0 + decays[t] * ref[j];
+        largest = std::max(largest, den / (std::sqrt(fresh[j]) + 1e-8));
+        u0_sq += u0 * u0;
+        u_sq += u[i] * u[i];
+      }
+      double f = largest;
+      if (decays[t] > 0) {
+        const double r = std::min(1.0, std::sqrt(u0_sq) / std::sqrt(u_sq));
+        f = f * r + (1 - r);
+      }
+      factors[t] = f;
+      CHECK(opt.last_factors()[t] == doctest::Approx(f).epsilon(1e-4));
+      for (std::size_t i = 0; i < size; ++i) ref[off + i] -= 0.01 * coeff[t] * f * u[i];
+    }
+    CHECK(std::abs(factors[0] - factors[1]) > 1e-4); // one factor per tensor
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto j = static_cast<std::size_t>(i);
+      CHECK(opt.exp_avg()[j] == doctest::Approx(m[j]).epsilon(1e-5));
+      CHECK(param[j] == doctest::Approx(ref[j]).epsilon(1e-5));
+    }
+    CHECK(opt.exp_avg()[3] == 0.0f);
+  }
+}
+
 TEST_CASE("1-bit LAMB: on a noisy quadratic over 4 ranks it converges, within three times LAMB's distance") {
   constexpr int ranks = 4, steps = 400;
   optim::onebit_lamb_params p;
