@@ -65,7 +65,8 @@ struct optimizer_config {
 // var_update_scaler, local_step_scaler, local_step_clipper (ZeroOneAdam), coeff_beta,
 // factor_max, factor_min, factor_threshold, max_coeff, min_coeff (OneBitLamb), and accept
 // DeepSpeed's cuda_aware and comm_backend_name, which dsactor's transport makes moot
-// (bias_correction is accepted and, as in DeepSpeed, not applied by them). Every
+// (bias_correction is honoured, default true; false gives DeepSpeed's arithmetic, which
+// ignores it). Every
 // problem (naming the key; keys not valid for the type are unknown; an unknown type lists
 // the known ones) is recorded in `problems` and the value keeps its default.
 optimizer_config read_optimizer_config(const config& cfg, config_problems& problems,

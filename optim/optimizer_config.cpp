@@ -2,6 +2,8 @@
 #include "optim/optimizer.hpp"
 #include "optim/param_reader.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -66,8 +68,11 @@ void read_compressed_params(param_reader& r, optimizer_config& c) {
   r.read("factor_max", c.factor_max);
   r.read("factor_min", c.factor_min);
   r.read("factor_threshold", c.factor_threshold);
-  if (!(c.factor_min > 0.0 && c.factor_min <= c.factor_max))
-    r.invalid("factor_min", "must satisfy 0 < factor_min <= factor_max");
+  if (!(c.factor_min > 0.0)) r.invalid("factor_min", "must be > 0");
+  else if (!(c.factor_min <= c.factor_max)) {
+    if (r.has("factor_max")) r.invalid("factor_max", fmt::format("must be >= factor_min ({})", c.factor_min));
+    else r.invalid("factor_min", fmt::format("must be <= factor_max ({}, the default)", c.factor_max));
+  }
   if (!(c.factor_threshold >= 0.0)) r.invalid("factor_threshold", "must be >= 0");
 }
 

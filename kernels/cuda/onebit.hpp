@@ -9,7 +9,8 @@
 // grid, then one block over the blocks' sums), so it is deterministic but not the CPU's
 // order: it can differ from cpu::onebit_sum_of_squares in the last bits of the double,
 // which rarely moves the float scale. Every rank of the collective uses the scale its
-// sender computed, so ranks still agree exactly. NOT YET RUN ON A GPU (compiled only).
+// sender computed, so ranks still agree exactly. Validated on an H200 (2026-11-28,
+// tests/gpu/test_gpu_onebit.cpp: the CPU twins' bits and errors, memcheck clean).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -2,6 +2,8 @@
 // ZeroOneAdam, OneBitLamb): the warm-up on R ranks is the one-rank run with the same global
 // batch; after it the reducers leave the gradients local and the shards exchange 1-bit
 // compressed state; checkpoints resume the optimizers' state; bad settings are named.
+#include "actors/train/deepspeed_json.hpp"
+#include "actors/train/run_config.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/train/train_fixture.hpp"
 
@@ -29,7 +31,7 @@ ckpt::named_tensors final_model(const test::temp_dir& dir, const char* step = "l
   return test::load_run_checkpoint(dir.path() + "/ckpt", step).groups.at("model");
 }
 
-ckpt::named_tensors train(const std::vector<std::string>& overrides) {
+ckpt::named_tensors train_model(const std::vector<std::string>& overrides) {
   test::temp_dir dir;
   REQUIRE(test::run_config(dir.path(), "c", test::tiny_config(dir.path()), overrides) == 0);
   return final_model(dir);
@@ -77,10 +79,10 @@ TEST_CASE("compressed optimizers warming up on 2 and 4 ranks equal one rank with
     const std::vector<std::string> keep{fmt::format("optimizer.type=\"{}\"", type),
                                         t == "ZeroOneAdam" ? "optimizer.params.var_freeze_step=100"
                                                            : "optimizer.params.freeze_step=100"};
-    auto one = train(keep);
+    auto one = train_model(keep);
     for (int ranks : {2, 4}) {
       CAPTURE(ranks);
-      check_close(train(with(keep, {fmt::format("devices.ranks={}", ranks)})), one, test::layout_equivalence);
+      check_close(train_model(with(keep, {fmt::format("devices.ranks={}", ranks)})), one, test::layout_equivalence);
     }
   }
 }
@@ -174,37 +176,73 @@ TEST_CASE("compressed optimizers on 2 ranks: each rank's 1-bit error buffers in 
 
 TEST_CASE("1-bit Adam's dummy_first_step: the first step updates nothing, as DeepSpeed's initialization step") {
   // The untrained model: one step at lr 0.
-  auto untouched = train({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
+  auto untouched = train_model({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
                           "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
   for (const char* ranks : {"devices.ranks=1", "devices.ranks=2"}) {
     CAPTURE(ranks);
-    auto dummy = train({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\"",
+    auto dummy = train_model({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\"",
                         "optimizer.params.dummy_first_step=true"});
     check_equal(dummy, untouched);
-    auto trained = train({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\""});
+    auto trained = train_model({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\""});
     const tensor& x = trained.at("bert.encoder.layer.0.attention.self.query.weight");
     const tensor& y = untouched.at("bert.encoder.layer.0.attention.self.query.weight");
     CHECK(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0);
   }
 }
 
-TEST_CASE("compressed optimizers: their settings are checked, and ZeRO or offload with them refused by key") {
+TEST_CASE("compressed optimizers: bad settings and ZeRO stage 3 or offload with them are refused, naming the key") {
   test::temp_dir dir;
-  const auto run = [&](const std::vector<std::string>& o) {
-    return test::run_config(dir.path(), "bad", test::tiny_config(dir.path()), o);
+  // The configuration's error message, or "" when it is accepted.
+  const auto problem = [&](const std::vector<std::string>& o) -> std::string {
+    const std::string path = dir.path() + "/bad.toml";
+    std::ofstream(path) << test::tiny_config(dir.path());
+    auto cfg = dsa::train::load_run_config(path);
+    REQUIRE(cfg.has_value());
+    for (const auto& s : o) REQUIRE(cfg->set_override(s).has_value());
+    auto rc = dsa::train::parse_run_config(*cfg, dir.path() + "/run");
+    return rc.has_value() ? std::string() : rc.err().message;
   };
-  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.freeze_steps=3"}) == 2);    // misspelt
-  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.amsgrad=true"}) == 2);
-  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.adam_w_mode=true"}) == 2);  // not its key
-  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "optimizer.params.local_step_clipper=0"}) == 2);
-  CHECK(run({"optimizer.type=\"OneBitLamb\"", "optimizer.params.factor_min=5.0"}) == 2);
-  // The three run over ZeRO's partitions (stages 1 and 2), never stage 3.
-  CHECK(run({"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
-  CHECK(run({"optimizer.type=\"OneBitLamb\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
-  CHECK(run({"optimizer.type=\"OneBitAdam\"", "devices.ranks=2", "zero_optimization.stage=3"}) == 2);
+  struct bad {
+    std::vector<std::string> overrides;
+    std::vector<std::string> named; // what the message must say
+  };
+  const bad cases[] = {
+      {{"optimizer.type=\"OneBitAdam\"", "optimizer.params.freeze_steps=3"},
+       {"optimizer.params.freeze_steps", "did you mean 'freeze_step'"}},
+      {{"optimizer.type=\"OneBitAdam\"", "optimizer.params.amsgrad=true"}, {"optimizer.params.amsgrad"}},
+      {{"optimizer.type=\"OneBitAdam\"", "optimizer.params.adam_w_mode=true"}, {"optimizer.params.adam_w_mode"}},
+      {{"optimizer.type=\"OneBitAdam\"", "optimizer.params.freeze_step=-1"}, {"optimizer.params.freeze_step", ">= 0"}},
+      {{"optimizer.type=\"ZeroOneAdam\"", "optimizer.params.local_step_clipper=0"},
+       {"optimizer.params.local_step_clipper", ">= 1"}},
+      {{"optimizer.type=\"ZeroOneAdam\"", "optimizer.params.var_update_scaler=0"},
+       {"optimizer.params.var_update_scaler", ">= 1"}},
+      {{"optimizer.type=\"OneBitLamb\"", "optimizer.params.factor_min=5.0"},
+       {"optimizer.params.factor_min", "<= factor_max (4"}},
+      {{"optimizer.type=\"OneBitLamb\"", "optimizer.params.factor_max=0.25"},
+       {"optimizer.params.factor_max", ">= factor_min (0.5"}},
+      {{"optimizer.type=\"OneBitLamb\"", "optimizer.params.coeff_beta=1.0"}, {"optimizer.params.coeff_beta"}},
+      // The three run over ZeRO's partitions (stages 1 and 2), never stage 3, nor offloaded.
+      {{"optimizer.type=\"ZeroOneAdam\"", "devices.ranks=2", "zero_optimization.stage=3"},
+       {"zero_optimization.stage", "ZeroOneAdam runs with ZeRO stages 0, 1 and 2"}},
+      {{"optimizer.type=\"OneBitLamb\"", "devices.ranks=2", "zero_optimization.stage=3"},
+       {"zero_optimization.stage", "OneBitLamb"}},
+      {{"optimizer.type=\"OneBitAdam\"", "devices.ranks=2", "zero_optimization.stage=2",
+        "zero_optimization.offload_optimizer.device=\"cpu\""},
+       {"zero_optimization.offload_optimizer.device", "OneBitAdam keeps its state in memory"}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.overrides.back());
+    const std::string message = problem(c.overrides);
+    INFO(message);
+    REQUIRE_FALSE(message.empty());
+    for (const auto& part : c.named) CHECK(message.find(part) != std::string::npos);
+  }
+  // The run itself exits 2 on such a config.
+  CHECK(test::run_config(dir.path(), "bad", test::tiny_config(dir.path()),
+                         {"optimizer.type=\"OneBitAdam\"", "optimizer.params.amsgrad=true"}) == 2);
   // DeepSpeed's backend keys are accepted.
-  CHECK(run({"optimizer.type=\"OneBitAdam\"", "optimizer.params.comm_backend_name=\"nccl\"",
-             "optimizer.params.cuda_aware=false", "train_steps=1"}) == 0);
+  CHECK(problem({"optimizer.type=\"OneBitAdam\"", "optimizer.params.comm_backend_name=\"nccl\"",
+                 "optimizer.params.cuda_aware=false"}).empty());
 }
 
 namespace {
@@ -281,9 +319,9 @@ TEST_CASE("1-bit Adam and 1-bit LAMB with ZeRO stages 1 and 2 equal ZeRO stage 0
 }
 
 TEST_CASE("1-bit Adam with ZeRO stage 1: dummy_first_step leaves the model as it was") {
-  auto untouched = train({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
+  auto untouched = train_model({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
                           "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
-  auto dummy = train({"devices.ranks=2", "zero_optimization.stage=1", "train_steps=1", "optimizer.type=\"OneBitAdam\"",
+  auto dummy = train_model({"devices.ranks=2", "zero_optimization.stage=1", "train_steps=1", "optimizer.type=\"OneBitAdam\"",
                       "optimizer.params.dummy_first_step=true"});
   check_equal(dummy, untouched);
 }
