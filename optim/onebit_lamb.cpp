@@ -80,8 +80,9 @@ void apply(float* p, const float* u, std::int64_t n, float scale) {
 
 std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64_t step) {
   if (!params.bias_correction) return {1.0f, 1.0f};
-  const float a1 = static_cast<float>(1.0 / (1.0 - std::pow(double{params.beta1}, double(step))));
-  const std::int64_t k = std::min(step, params.freeze_step);
+  const std::int64_t skipped = params.dummy_first_step && step > 0 ? 1 : 0; // the initialization step
+  const float a1 = static_cast<float>(1.0 / (1.0 - std::pow(double{params.beta1}, double(step - skipped))));
+  const std::int64_t k = std::max<std::int64_t>(0, std::min(step, params.freeze_step) - skipped);
   const float a2 = k == 0 ? 1.0f : static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{params.beta2}, double(k))));
   return {a1, a2};
 }
@@ -102,6 +103,7 @@ onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr,
   p.factor_max = static_cast<float>(cfg.factor_max), p.factor_min = static_cast<float>(cfg.factor_min);
   p.factor_threshold = static_cast<float>(cfg.factor_threshold);
   p.bias_correction = cfg.bias_correction;
+  p.dummy_first_step = cfg.dummy_first_step;
   return p;
 }
 
@@ -174,6 +176,12 @@ float onebit_lamb::correction2() const { return corrections(p_, step_).second; }
 
 status onebit_lamb::step(float* param, const float* grad, const lamb_exchange& exchange) {
   ++step_;
+  if (p_.dummy_first_step && step_ == 1) { // DeepSpeed's initialization step
+    std::vector<float> zeros(static_cast<std::size_t>(numel_), 0.0f);
+    frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
+    if (frozen_) v_fresh_ = v_;
+    return exchange(zeros.data(), numel_);
+  }
   if (frozen_) return compressed(param, grad, exchange);
   warm_up(param, grad);
   if (step_ >= p_.freeze_step) {

@@ -34,6 +34,9 @@ struct onebit_lamb_params {
   float coeff_beta = 0.9f;
   float factor_max = 4.0f, factor_min = 0.5f, factor_threshold = 0.1f;
   bool bias_correction = false;
+  // DeepSpeed's initialization step: step 1 only counts and exchanges zeros once (no
+  // update); the phase follows the step count, as 1-bit Adam's.
+  bool dummy_first_step = false;
 };
 
 // 1-bit LAMB's arithmetic, shared by onebit_lamb (whole tensors) and partitioned_optimizer
@@ -69,7 +72,8 @@ float trust(double p_norm, double u_norm, const onebit_lamb_params& params);
 // p -= scale u.
 void apply(float* p, const float* u, std::int64_t n, float scale);
 // {a1, a2} after `step` steps: 1 / (1 - beta1^step) and 1 / sqrt(1 - beta2^k), k = the
-// warm-up steps so far (min(step, freeze_step)); {1, 1} without bias correction.
+// warm-up steps so far (min(step, freeze_step)), neither counting a dummy first step;
+// {1, 1} without bias correction.
 std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64_t step);
 } // namespace onebit_lamb_math
 

@@ -46,7 +46,7 @@ struct optimizer_config {
   double min_coeff = 0.01; // Lamb only
   // The compressed optimizers' schedules and LAMB factors (DeepSpeed's names and defaults).
   std::int64_t freeze_step = 100000;        // OneBitAdam, OneBitLamb
-  bool dummy_first_step = false;            // OneBitAdam: DeepSpeed's initialization step (dsactor's key)
+  bool dummy_first_step = false;            // the three compressed: DeepSpeed's initialization step (dsactor's key)
   std::int64_t var_freeze_step = 100000;    // ZeroOneAdam
   std::int64_t var_update_scaler = 16;      // ZeroOneAdam
   std::int64_t local_step_scaler = 32678;   // ZeroOneAdam

@@ -50,6 +50,8 @@ void read_compressed_params(param_reader& r, optimizer_config& c) {
     r.read(name, v);
     if (v < 1) r.invalid(name, "must be >= 1");
   };
+  // dsactor's key: DeepSpeed always spends the first step on one exchange and no update.
+  r.read("dummy_first_step", c.dummy_first_step);
   if (c.type == optimizer_type::zeroone_adam) {
     r.read("var_freeze_step", c.var_freeze_step);
     if (c.var_freeze_step < 0) r.invalid("var_freeze_step", "must be >= 0");
@@ -60,8 +62,6 @@ void read_compressed_params(param_reader& r, optimizer_config& c) {
   }
   r.read("freeze_step", c.freeze_step);
   if (c.freeze_step < 0) r.invalid("freeze_step", "must be >= 0");
-  // dsactor's key: DeepSpeed always spends the first step on one exchange and no update.
-  if (c.type == optimizer_type::onebit_adam) r.read("dummy_first_step", c.dummy_first_step);
   if (c.type != optimizer_type::onebit_lamb) return;
   r.read("coeff_beta", c.coeff_beta);
   if (!(c.coeff_beta >= 0.0 && c.coeff_beta < 1.0)) r.invalid("coeff_beta", "must be in [0, 1)");

@@ -124,6 +124,15 @@ std::vector<std::pair<std::string, std::int64_t>> partitioned_optimizer::onebit_
   return out;
 }
 
+status partitioned_optimizer::dummy_exchange(const onebit_partition_step& in) {
+  // DeepSpeed's initialization step: each group's exchange once on zeros, no update.
+  for (const auto& g : groups_) {
+    std::vector<float> zeros(static_cast<std::size_t>(g.numel), 0.0f);
+    DSA_TRY(in.exchange(g.name, zeros.data(), g.numel, false));
+  }
+  return write_working(in.working);
+}
+
 status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
   if (cfg_.type == optimizer_type::onebit_lamb) return step_onebit_lamb(in);
   if (cfg_.type == optimizer_type::zeroone_adam) return step_zeroone(in);
@@ -133,14 +142,7 @@ status partitioned_optimizer::step_onebit(const onebit_partition_step& in) {
   const onebit_adam_params p = onebit_params(cfg_, lr_);
   DSA_ASSIGN_OR_RETURN(onebit_views views, onebit_begin(in));
   float *master = views.master, *m = views.m, *v = views.v, *grad = views.grad;
-  if (p.dummy_first_step && step_ == 1) {
-    // DeepSpeed's initialization step: each group's exchange once on zeros, no update.
-    for (const auto& g : groups_) {
-      std::vector<float> zeros(static_cast<std::size_t>(g.numel), 0.0f);
-      DSA_TRY(in.exchange(g.name, zeros.data(), g.numel, false));
-    }
-    return write_working(in.working);
-  }
+  if (p.dummy_first_step && step_ == 1) return dummy_exchange(in);
   if (!compressed) {
     for (const auto& piece : pieces_) {
       const std::int64_t at = piece.flat_offset - lo;

@@ -36,6 +36,8 @@ status partitioned_optimizer::step_onebit_lamb(const onebit_partition_step& in) 
   DSA_ASSIGN_OR_RETURN(onebit_views views, onebit_begin(in));
   float *master = views.master, *m = views.m, *v = views.v, *grad = views.grad;
   const onebit_lamb_params base = lamb_params(cfg_, lr_, true);
+  // The initialization step (the fresh variance, should it freeze now, is v's zeros already).
+  if (base.dummy_first_step && step_ == 1) return dummy_exchange(in);
   const auto [a1, a2] = corrections(base, step_);
   // Per piece: its tensor's block sums go to the tensor's blocks from the piece's first.
   auto block_at = [&](const flat_piece& piece) { return lamb_block_base_[piece.tensor] + piece.tensor_offset / lamb_block; };

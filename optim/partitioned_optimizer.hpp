@@ -309,6 +309,8 @@ private:
   status step_zeroone(const onebit_partition_step& in);
   status zeroone_gather_whole(const onebit_partition_step& in, const float* master, const float* m, const float* v);
   status step_onebit_lamb(const onebit_partition_step& in);
+  // dummy_first_step's step 1: every group's exchange once on zeros, no update.
+  status dummy_exchange(const onebit_partition_step& in);
   status gather_momentum(const onebit_partition_step& in, const float* mine);
   // Layout order (padded_numel) to group order (each tensor at group_offset_).
   void to_group_order(const float* layout_order, float* whole) const;

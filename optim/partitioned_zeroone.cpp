@@ -20,6 +20,7 @@ zeroone_adam_params partitioned_optimizer::zeroone_params() const {
   p.local_step_scaler = cfg_.local_step_scaler;
   p.local_step_clipper = cfg_.local_step_clipper;
   p.bias_correction = cfg_.bias_correction;
+  p.dummy_first_step = cfg_.dummy_first_step;
   return p;
 }
 
@@ -56,6 +57,7 @@ status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
   DSA_ASSIGN_OR_RETURN(onebit_views views, onebit_begin(in));
   float *master = views.master, *m = views.m, *v = views.v, *grad = views.grad;
   const std::int64_t k = step_;
+  if (p.dummy_first_step && k == 1) return dummy_exchange(in);
   const auto decay_of = [&](std::size_t t) { return tensors[t].decay ? p.weight_decay : 0.0f; };
   if (k <= p.var_freeze_step) {
     zo_sched_.begin(p, k);

@@ -21,7 +21,7 @@ void zeroone_schedule::end(const zeroone_adam_params& p, std::int64_t k) {
 
 zeroone_schedule zeroone_schedule::after(const zeroone_adam_params& p, std::int64_t k) {
   zeroone_schedule s;
-  for (std::int64_t i = 1; i <= k; ++i) {
+  for (std::int64_t i = p.dummy_first_step ? 2 : 1; i <= k; ++i) {
     s.begin(p, i);
     s.end(p, i);
   }
@@ -31,6 +31,7 @@ zeroone_schedule zeroone_schedule::after(const zeroone_adam_params& p, std::int6
 namespace zeroone_math {
 
 float correction1(const zeroone_adam_params& p, std::int64_t step) {
+  if (p.dummy_first_step) --step; // the initialization step moved no momentum
   return p.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, double(step)))) : 1.0f;
 }
 
@@ -133,6 +134,11 @@ expected<bool> zeroone_adam::step(float* param, const float* grad, const compres
   using namespace zeroone_math;
   ++step_;
   const std::int64_t n = numel_;
+  if (p_.dummy_first_step && step_ == 1) { // DeepSpeed's initialization step
+    std::vector<float> zeros(static_cast<std::size_t>(n), 0.0f);
+    DSA_TRY(exchange(zeros.data(), n, false));
+    return true;
+  }
   if (step_ <= p_.var_freeze_step) {
     const bool full = sched_.full(p_, step_);
     sched_.begin(p_, step_);

@@ -37,6 +37,9 @@ struct zeroone_adam_params {
   std::int64_t local_step_scaler = 32678;
   std::int64_t local_step_clipper = 16;  // H
   bool bias_correction = false;
+  // DeepSpeed's initialization step: step 1 only counts and exchanges zeros once (no
+  // update); the schedule's counters start at step 2, its step numbers count step 1.
+  bool dummy_first_step = false;
 };
 
 // 0/1 Adam's step schedule: which steps average full gradients and update the variance

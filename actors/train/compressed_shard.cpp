@@ -84,7 +84,8 @@ compressed_shard::compressed_shard(compressed_shard_options options, const std::
       g.opt.emplace(std::in_place_type<optim::onebit_adam>, p, g.master.numel());
     } else if (cfg.type == optim::optimizer_type::zeroone_adam) {
       optim::zeroone_adam_params p{lr, b1, b2, eps, decay, cfg.var_freeze_step, cfg.var_update_scaler,
-                                   cfg.local_step_scaler, cfg.local_step_clipper, cfg.bias_correction};
+                                   cfg.local_step_scaler, cfg.local_step_clipper, cfg.bias_correction,
+                                   cfg.dummy_first_step};
       g.opt.emplace(std::in_place_type<optim::zeroone_adam>, p, g.master.numel());
     } else {
       std::vector<float> decays;

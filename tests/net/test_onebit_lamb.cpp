@@ -211,6 +211,40 @@ TEST_CASE("1-bit LAMB: compressed steps equal a double reference of DeepSpeed's 
   }
 }
 
+TEST_CASE("1-bit LAMB with dummy_first_step: step 1 exchanges zeros once and moves nothing; then it is the run "
+          "without it one step later, bias corrections included") {
+  optim::onebit_lamb_params p;
+  p.lr = 0.01f;
+  p.weight_decay = 0.01f;
+  p.freeze_step = 100;
+  p.bias_correction = true;
+  optim::onebit_lamb_params q = p;
+  q.dummy_first_step = true;
+  optim::onebit_lamb plain(p, tensor_sizes), dummy(q, tensor_sizes);
+  const std::int64_t n = plain.numel();
+  auto x = random_vector(n, -1.0f, 1.0f, 3), y = x;
+  const auto start = y;
+  int calls = 0;
+  const auto g1 = random_vector(n, -1.0f, 1.0f, 19);
+  REQUIRE(dummy.step(y.data(), g1.data(), [&](float* values, std::int64_t count) -> status {
+    ++calls;
+    CHECK(count == n);
+    for (std::int64_t i = 0; i < count; ++i) CHECK(values[i] == 0.0f);
+    return {};
+  }).has_value());
+  CHECK(calls == 1);
+  CHECK(same_bits(y, start));
+  CHECK(dummy.step_count() == 1);
+  CHECK_FALSE(dummy.compressed_next());
+  auto no_exchange = [](float*, std::int64_t) -> status { return make_error(errc::runtime, "warming up"); };
+  for (int k = 0; k < 4; ++k) {
+    const auto g = random_vector(n, -1.0f, 1.0f, static_cast<std::uint32_t>(60 + k));
+    REQUIRE(plain.step(x.data(), g.data(), no_exchange).has_value());
+    REQUIRE(dummy.step(y.data(), g.data(), no_exchange).has_value());
+    CHECK(same_bits(x, y));
+  }
+}
+
 TEST_CASE("1-bit LAMB: on a noisy quadratic over 4 ranks it converges, within three times LAMB's distance") {
   constexpr int ranks = 4, steps = 400;
   optim::onebit_lamb_params p;

@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -56,16 +57,22 @@ rank_run run_rank(net::communicator& comm, const optim::zeroone_adam_params& p, 
   return out;
 }
 
-} // namespace
-
-TEST_CASE("0/1 Adam: variance updates at gaps 1, 2, 4, ... (each kappa times), then local steps at doubling "
-          "intervals up to the clipper; the ranks agree after every synchronisation") {
+// Short intervals, so that a few dozen steps see every phase and doubling.
+optim::zeroone_adam_params schedule_params() {
   optim::zeroone_adam_params p;
   p.lr = 0.01f;
   p.var_freeze_step = 20;
   p.var_update_scaler = 2;
   p.local_step_scaler = 3;
   p.local_step_clipper = 4;
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("0/1 Adam: variance updates at gaps 1, 2, 4, ... (each kappa times), then local steps at doubling "
+          "intervals up to the clipper; the ranks agree after every synchronisation") {
+  const optim::zeroone_adam_params p = schedule_params();
   constexpr int ranks = 3, steps = 44;
   constexpr std::int64_t n = 50;
   std::vector<rank_run> runs(ranks);
@@ -90,6 +97,47 @@ TEST_CASE("0/1 Adam: variance updates at gaps 1, 2, 4, ... (each kappa times), t
     REQUIRE(run.synced_params.size() == a.synced_params.size());
     for (std::size_t i = 0; i < run.synced_params.size(); ++i) CHECK(same_bits(run.synced_params[i], a.synced_params[i]));
     CHECK(same_bits(run.param, a.param)); // step 44 synchronised
+  }
+}
+
+TEST_CASE("0/1 Adam with dummy_first_step: step 1 exchanges zeros and moves nothing, the schedule's counters "
+          "start at step 2 (DeepSpeed's initialization step), and a load replays it") {
+  optim::zeroone_adam_params p = schedule_params();
+  p.dummy_first_step = true;
+  constexpr int ranks = 3, steps = 44;
+  constexpr std::int64_t n = 50;
+  std::vector<rank_run> runs(ranks);
+  std::vector<std::vector<float>> after_first(ranks);
+  run_ranks(ranks, [&](net::transport& t, int r) {
+    net::communicator comm(t);
+    runs[static_cast<std::size_t>(r)] = run_rank(comm, p, n, steps, [&](const std::vector<float>& param, int k) {
+      if (k == 2) after_first[static_cast<std::size_t>(r)] = param;
+      return random_vector(n, -1.0f, 1.0f, static_cast<std::uint32_t>(100 * k + r));
+    });
+  });
+  const auto& a = runs[0];
+  for (float x : after_first[0]) REQUIRE(x == 0.0f); // step 1 left the parameters at their start
+  // Variance steps 2 and 3 at gap 1, then 4 and 6, 8 and 12, 16 (step 1's gradient is
+  // averaged, as DeepSpeed's engine does before the optimizer first turns it off).
+  CHECK(a.full_steps == std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16});
+  std::vector<int> expected{1}; // the initialization exchange
+  for (int k = 2; k <= 20; ++k)
+    if (std::find(a.full_steps.begin(), a.full_steps.end(), k) == a.full_steps.end()) expected.push_back(k);
+  for (int k : {21, 22, 23, 24, 26, 28, 32, 36, 40, 44}) expected.push_back(k);
+  CHECK(a.exchange_steps == expected);
+  for (const auto& run : runs) CHECK(same_bits(run.param, a.param));
+  // A load after any step replays the same schedule (zeroone_schedule::after skips step 1).
+  optim::zeroone_adam live(p, n);
+  std::vector<float> param(static_cast<std::size_t>(n), 0.0f);
+  for (int k = 1; k <= steps; ++k) {
+    const auto g = random_vector(n, -1.0f, 1.0f, static_cast<std::uint32_t>(k));
+    REQUIRE(live.step(param.data(), g.data(), [](float*, std::int64_t, bool) -> status { return {}; }).has_value());
+    optim::zeroone_adam loaded(p, n);
+    REQUIRE(loaded.load(live.save()).has_value());
+    CAPTURE(k);
+    CHECK(loaded.var_interval() == live.var_interval());
+    CHECK(loaded.local_step_interval() == live.local_step_interval());
+    CHECK(loaded.full_gradient_next() == live.full_gradient_next());
   }
 }
 

@@ -174,19 +174,22 @@ TEST_CASE("compressed optimizers on 2 ranks: each rank's 1-bit error buffers in 
   }
 }
 
-TEST_CASE("1-bit Adam's dummy_first_step: the first step updates nothing, as DeepSpeed's initialization step") {
+TEST_CASE("dummy_first_step: the first step updates nothing, as DeepSpeed's initialization step (all three)") {
   // The untrained model: one step at lr 0.
   auto untouched = train_model({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
-                          "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
-  for (const char* ranks : {"devices.ranks=1", "devices.ranks=2"}) {
-    CAPTURE(ranks);
-    auto dummy = train_model({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\"",
-                        "optimizer.params.dummy_first_step=true"});
-    check_equal(dummy, untouched);
-    auto trained = train_model({ranks, "train_steps=1", "optimizer.type=\"OneBitAdam\""});
-    const tensor& x = trained.at("bert.encoder.layer.0.attention.self.query.weight");
-    const tensor& y = untouched.at("bert.encoder.layer.0.attention.self.query.weight");
-    CHECK(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0);
+                                "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    for (const char* ranks : {"devices.ranks=1", "devices.ranks=2"}) {
+      CAPTURE(type);
+      CAPTURE(ranks);
+      const std::string t = fmt::format("optimizer.type=\"{}\"", type);
+      auto dummy = train_model({ranks, "train_steps=1", t, "optimizer.params.dummy_first_step=true"});
+      check_equal(dummy, untouched);
+      auto trained = train_model({ranks, "train_steps=1", t});
+      const tensor& x = trained.at("bert.encoder.layer.0.attention.self.query.weight");
+      const tensor& y = untouched.at("bert.encoder.layer.0.attention.self.query.weight");
+      CHECK(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0);
+    }
   }
 }
 
@@ -318,14 +321,19 @@ TEST_CASE("1-bit Adam and 1-bit LAMB with ZeRO stages 1 and 2 equal ZeRO stage 0
   }
 }
 
-TEST_CASE("1-bit Adam with ZeRO stage 1: dummy_first_step leaves the model as it was") {
+TEST_CASE("dummy_first_step with ZeRO stage 1: the first step leaves the model as it was, then equals stage 0") {
   auto untouched = train_model({"train_steps=1", "optimizer.params.lr=0.0", "scheduler.type=\"WarmupLR\"",
-                          "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
-  auto dummy = train_model({"devices.ranks=2", "zero_optimization.stage=1", "train_steps=1", "optimizer.type=\"OneBitAdam\"",
-                      "optimizer.params.dummy_first_step=true"});
-  check_equal(dummy, untouched);
+                                "scheduler.params.warmup_max_lr=0.0", "scheduler.params.warmup_num_steps=1"});
+  for (const auto& o : optimizers) {
+    CAPTURE(o.front());
+    const auto base = with(o, {"devices.ranks=2", "optimizer.params.dummy_first_step=true"});
+    check_equal(train_model(with(base, {"zero_optimization.stage=1", "train_steps=1"})), untouched);
+    // Through the warm-up into the compressed phase (0/1 Adam: its local steps), the dummy
+    // step shifts both stages' schedules alike.
+    check_equal(train_model(with(base, {"zero_optimization.stage=1", "train_steps=6"})),
+                train_model(with(base, {"train_steps=6"})));
+  }
 }
-
 TEST_CASE("1-bit Adam and LAMB with ZeRO stage 1: a 4-rank checkpoint resumes on 2 ranks with fresh error buffers") {
   for (const char* type : {"OneBitAdam", "OneBitLamb"}) {
     CAPTURE(type);
