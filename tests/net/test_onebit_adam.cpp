@@ -113,16 +113,31 @@ TEST_CASE("1-bit Adam: from freeze_step the variance is frozen, the momentum exc
         for (auto& x : g) x /= ranks;
       }
       const bool compressed = opt.compressed_next();
+      const std::vector<float> before = opt.exp_avg();
+      std::vector<float> averaged;
       auto s = opt.step(param.data(), g.data(), [&](float* values, std::int64_t count) -> status {
         ++exchanges[static_cast<std::size_t>(r)];
+        // What goes in is this rank's local momentum, b1 m + (1 - b1) g.
+        for (std::int64_t i = 0; i < count; ++i) {
+          const auto j = static_cast<std::size_t>(i);
+          CHECK(values[j] == doctest::Approx(0.9 * before[j] + 0.1 * g[j]).epsilon(1e-6));
+        }
         auto report = net::compressed_allreduce(comm, values, count, errors);
         if (!report) return report.err();
+        averaged.assign(values, values + count);
         return {};
       });
       REQUIRE(s.has_value());
       if (k == p.freeze_step) frozen_v[static_cast<std::size_t>(r)] = opt.exp_avg_sq();
-      if (compressed)
+      if (compressed) {
+        // What stays is the collective's result, masked.
+        REQUIRE(averaged.size() == static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) {
+          const auto j = static_cast<std::size_t>(i);
+          CHECK(opt.exp_avg()[j] == averaged[j] * mask[j]);
+        }
         for (std::int64_t i = 90; i < n; ++i) CHECK(opt.exp_avg()[static_cast<std::size_t>(i)] == 0.0f);
+      }
     }
     params[static_cast<std::size_t>(r)] = param;
     moments[static_cast<std::size_t>(r)] = opt.exp_avg();

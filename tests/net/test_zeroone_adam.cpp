@@ -141,6 +141,51 @@ TEST_CASE("0/1 Adam with dummy_first_step: step 1 exchanges zeros and moves noth
   }
 }
 
+TEST_CASE("0/1 Adam: a synchronisation rebuilds the momentum as the lr-weighted average of the interval's "
+          "momenta, with the learning rate changing every step") {
+  optim::zeroone_adam_params p;
+  p.var_freeze_step = 2;
+  p.local_step_scaler = 1; // the interval doubles every local step, up to 4
+  p.local_step_clipper = 4;
+  constexpr std::int64_t n = 40;
+  optim::zeroone_adam opt(p, n);
+  std::vector<float> param = random_vector(n, -1.0f, 1.0f, 8);
+  // With one rank the exchange returns what it got: the rebuilt momentum is -u / sum(lr),
+  // u being the interval's moves in momentum units, i.e. sum(lr_t m_t) / sum(lr_t).
+  const auto identity = [](float*, std::int64_t, bool) -> status { return {}; };
+  std::vector<double> weighted(static_cast<std::size_t>(n), 0.0);
+  double lr_sum = 0;
+  int syncs = 0, longest = 0, since = 0;
+  for (int k = 1; k <= 16; ++k) {
+    const float lr = 1e-3f * static_cast<float>(1 + (k * 7) % 5); // changes every step
+    opt.set_lr(lr);
+    const auto g = random_vector(n, -1.0f, 1.0f, static_cast<std::uint32_t>(300 + k));
+    const std::vector<float> before = opt.exp_avg();
+    auto synced = opt.step(param.data(), g.data(), identity);
+    REQUIRE(synced.has_value());
+    if (k <= p.var_freeze_step) continue;
+    ++since;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto j = static_cast<std::size_t>(i);
+      weighted[j] += static_cast<double>(lr) * (0.9 * before[j] + 0.1 * g[j]); // lr_t m_t
+    }
+    lr_sum += lr;
+    if (!*synced) continue;
+    CAPTURE(k);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto j = static_cast<std::size_t>(i);
+      CHECK(opt.exp_avg()[j] == doctest::Approx(weighted[j] / lr_sum).epsilon(1e-4));
+    }
+    ++syncs;
+    longest = std::max(longest, since);
+    std::fill(weighted.begin(), weighted.end(), 0.0);
+    lr_sum = 0;
+    since = 0;
+  }
+  CHECK(syncs >= 3);
+  CHECK(longest == 4); // an interval of four steps at four learning rates
+}
+
 TEST_CASE("0/1 Adam: on a noisy quadratic over 4 ranks it converges, within twice full-precision Adam's distance") {
   constexpr int ranks = 4, steps = 400;
   constexpr std::int64_t n = 64;
