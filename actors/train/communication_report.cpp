@@ -46,6 +46,9 @@ std::string describe(const communication_figures& f) {
                         "exchanges, {:.2f} MiB on the wire against {:.2f} MiB of fp16 allreduce ({:.2f}x)",
                         f.local_steps, f.exchanges, mib(f.local_exchange_bytes), mib(f.local_fp16_allreduce_bytes),
                         ratio(f.local_fp16_allreduce_bytes, f.local_exchange_bytes));
+  if (f.shared_memory_allreduce)
+    line += "; the in-process ranks' gradient allreduces went through shared memory and are not counted "
+            "(devices.shared_memory_allreduce = false sends them over the transport)";
   return line;
 }
 
@@ -63,6 +66,7 @@ status write_communication(const std::string& run_dir, const communication_figur
   j["local_exchange_bytes"] = f.local_exchange_bytes;
   j["local_fp16_allreduce_bytes"] = f.local_fp16_allreduce_bytes;
   j["local_wire_ratio"] = ratio(f.local_fp16_allreduce_bytes, f.local_exchange_bytes);
+  j["shared_memory_allreduce_uncounted"] = f.shared_memory_allreduce;
   return ckpt::write_file_atomic(run_dir + "/communication.json", j.dump() + "\n");
 }
 

@@ -23,6 +23,9 @@ struct communication_figures {
   // bytes of those steps' gradients.
   std::int64_t local_steps = 0, exchanges = 0;
   std::uint64_t local_exchange_bytes = 0, local_fp16_allreduce_bytes = 0;
+  // In-process ranks summed their gradients through shared memory (devices.
+  // shared_memory_allreduce), which the transport does not count: bytes_sent leaves it out.
+  bool shared_memory_allreduce = false;
 };
 
 // shards: one rank's; bytes_sent: its transport's count over the run.

@@ -423,9 +423,10 @@ int run_training(const run_request& req) {
       std::int64_t parameters = 0;
       for (std::uint32_t s = 0; s < rc.stages; ++s)
         for (const auto& spec : bert::parameter_specs(rc.model, ctx.ranges[s])) parameters += shape_numel(spec.shape);
-      const auto figures = communication_of(optim::optimizer_name(rc.optimizer.type), world,
-                                            static_cast<std::int64_t>(result.losses.size()), shard_views, parameters,
-                                            transport_of(0)->bytes_sent());
+      auto figures = communication_of(optim::optimizer_name(rc.optimizer.type), world,
+                                      static_cast<std::int64_t>(result.losses.size()), shard_views, parameters,
+                                      transport_of(0)->bytes_sent());
+      figures.shared_memory_allreduce = R > 1 && rc.shared_memory_allreduce;
       log_info("{}", describe(figures));
       if (auto w = write_communication(rc.run_dir, figures); !w) log_warn("communication.json: {}", w.err().message);
     }

@@ -103,6 +103,9 @@ TEST_CASE("compressed phase: the reducers leave gradients local, each shard exch
     CHECK(table.find("reducer 0 of rank 0 x2") != std::string::npos);
     CHECK(table.find("compressed_all_reduce") != std::string::npos);
     CHECK(log.find("compressed communication:") != std::string::npos);
+    // The warm-up's allreduces between the 2 in-process ranks went through shared memory,
+    // which the transport does not count: the line says so.
+    CHECK(log.find("gradient allreduces went through shared memory and are not counted") != std::string::npos);
     // 1-bit Adam exchanges each of BERT's two groups, 1-bit LAMB all its momentum at once.
     if (o.front().find("ZeroOneAdam") == std::string::npos) {
       const int per_step = o.front().find("OneBitLamb") != std::string::npos ? 1 : 2;
@@ -117,6 +120,14 @@ TEST_CASE("compressed phase: the reducers leave gradients local, each shard exch
       for (std::int64_t i = 0; i < t.numel(); ++i) REQUIRE(std::isfinite(p[i]));
     }
   }
+  // Over the transport every byte is counted, and the line has no such note.
+  test::temp_dir dir;
+  REQUIRE(test::run_config(dir.path(), "c", test::tiny_config(dir.path()),
+                           with(optimizers.front(), {"devices.ranks=2", "train_steps=3",
+                                                     "devices.shared_memory_allreduce=false"})) == 0);
+  const std::string log = read_log(dir);
+  CHECK(log.find("communication: this rank sent") != std::string::npos);
+  CHECK(log.find("went through shared memory") == std::string::npos);
 }
 
 TEST_CASE("compressed optimizers resume from a checkpoint as the uninterrupted run (one rank: no error buffers)") {
