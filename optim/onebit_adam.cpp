@@ -26,6 +26,7 @@ void apply_mask(float* m, const float* mask, std::int64_t n) {
 }
 
 std::pair<float, float> corrections(const onebit_adam_params& p, std::int64_t step, std::int64_t var_steps) {
+  if (p.dummy_first_step && step > 0) --step; // the initialization step moved no momentum
   const float a1 = p.bias_correction ? static_cast<float>(1.0 / (1.0 - std::pow(double{p.beta1}, double(step)))) : 1.0f;
   const float a2 = p.bias_correction && var_steps > 0
                        ? static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{p.beta2}, double(var_steps))))
@@ -44,7 +45,7 @@ void update(float* param, const float* m, const float* v, std::int64_t n, const 
 }
 
 std::int64_t variance_steps(const onebit_adam_params& p, std::int64_t step) {
-  const std::int64_t warm = std::min(step, first_local_step(p.freeze_step));
+  const std::int64_t warm = std::min(step, first_local_step(p.freeze_step, p.dummy_first_step));
   return std::max<std::int64_t>(0, p.dummy_first_step && step > 0 ? warm - 1 : warm);
 }
 
@@ -70,7 +71,7 @@ status onebit_adam::load(const compressed_state& state) {
   m_ = state.exp_avg;
   v_ = state.exp_avg_sq;
   step_ = state.step;
-  frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
+  frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step, p_.dummy_first_step);
   var_steps_ = onebit_math::variance_steps(p_, step_);
   return {};
 }
@@ -80,7 +81,6 @@ status onebit_adam::step(float* param, const float* grad, const momentum_exchang
   if (p_.dummy_first_step && step_ == 1) {
     // DeepSpeed's initialization step: the exchange once (warming the channel), no update.
     std::vector<float> scratch(static_cast<std::size_t>(numel_), 0.0f);
-    frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
     return exchange(scratch.data(), numel_);
   }
   if (!frozen_) {
@@ -93,7 +93,7 @@ status onebit_adam::step(float* param, const float* grad, const momentum_exchang
   }
   onebit_math::update(param, m_.data(), v_.data(), numel_, p_, p_.weight_decay,
                       onebit_math::corrections(p_, step_, var_steps_));
-  if (!frozen_ && step_ >= p_.freeze_step) frozen_ = true;
+  if (!frozen_ && step_ >= onebit_math::first_local_step(p_.freeze_step, p_.dummy_first_step)) frozen_ = true;
   return {};
 }
 

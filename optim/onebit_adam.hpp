@@ -49,9 +49,14 @@ std::pair<float, float> corrections(const onebit_adam_params& p, std::int64_t st
 // p -= lr (a1 m / (sqrt(v) a2 + eps) + wd p) over n elements.
 void update(float* param, const float* m, const float* v, std::int64_t n, const onebit_adam_params& p,
             float weight_decay, std::pair<float, float> corrections);
-// The first step whose gradients stay local: freeze_step, but never the first step (a
-// fresh optimizer always warms up once: freeze_step 0 behaves as 1).
-inline std::int64_t first_local_step(std::int64_t freeze_step) { return freeze_step < 1 ? 1 : freeze_step; }
+// The step count after which the gradients stay local (the first local step is the next):
+// freeze_step, but at least one warm-up step always runs (freeze_step 0 behaves as 1), and
+// after a dummy first step too (as DeepSpeed, whose initialization step leaves its
+// optimizer warming up: freeze_step 0 or 1 then behaves as 2).
+inline std::int64_t first_local_step(std::int64_t freeze_step, bool dummy_first_step) {
+  const std::int64_t least = dummy_first_step ? 2 : 1;
+  return freeze_step < least ? least : freeze_step;
+}
 // Steps of the first `step` that updated the variance: warm-up steps before freeze_step,
 // less the dummy first step.
 std::int64_t variance_steps(const onebit_adam_params& p, std::int64_t step);

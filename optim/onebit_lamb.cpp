@@ -82,7 +82,8 @@ std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64
   if (!params.bias_correction) return {1.0f, 1.0f};
   const std::int64_t skipped = params.dummy_first_step && step > 0 ? 1 : 0; // the initialization step
   const float a1 = static_cast<float>(1.0 / (1.0 - std::pow(double{params.beta1}, double(step - skipped))));
-  const std::int64_t k = std::max<std::int64_t>(0, std::min(step, params.freeze_step) - skipped);
+  const std::int64_t warm = std::min(step, onebit_math::first_local_step(params.freeze_step, params.dummy_first_step));
+  const std::int64_t k = std::max<std::int64_t>(0, warm - skipped);
   const float a2 = k == 0 ? 1.0f : static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{params.beta2}, double(k))));
   return {a1, a2};
 }
@@ -159,7 +160,7 @@ status onebit_lamb::load(const compressed_state& state) {
   coeff_ = std::move(coeff);
   factor_ = std::move(factor);
   scaling_ = std::move(scaling);
-  frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
+  frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step, p_.dummy_first_step);
   v_fresh_ = frozen_ && fresh.empty() ? v_ : std::move(fresh);
   return {};
 }
@@ -178,13 +179,11 @@ status onebit_lamb::step(float* param, const float* grad, const lamb_exchange& e
   ++step_;
   if (p_.dummy_first_step && step_ == 1) { // DeepSpeed's initialization step
     std::vector<float> zeros(static_cast<std::size_t>(numel_), 0.0f);
-    frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step);
-    if (frozen_) v_fresh_ = v_;
     return exchange(zeros.data(), numel_);
   }
   if (frozen_) return compressed(param, grad, exchange);
   warm_up(param, grad);
-  if (step_ >= p_.freeze_step) {
+  if (step_ >= onebit_math::first_local_step(p_.freeze_step, p_.dummy_first_step)) {
     frozen_ = true;
     v_fresh_ = v_; // the fresh variance starts from the frozen one (corrected)
     const float a2 = correction2();

@@ -81,7 +81,8 @@ std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64
 // are named after it): every tensor, BERT's "decay" group first, then "no_decay".
 inline constexpr const char* onebit_lamb_group = "all";
 
-// The parameters of optimizer.type OneBitLamb at `lr`, with `weight_decay` (the group's).
+// The parameters of optimizer.type OneBitLamb at `lr`, with `weight_decay` (every tensor's,
+// unless the optimizer is given each tensor's).
 onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr, double weight_decay);
 
 // Replaces (count) values with their compressed average over the ranks.

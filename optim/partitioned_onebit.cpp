@@ -109,7 +109,7 @@ bool partitioned_optimizer::compressed_next() const {
   if (cfg_.type == optimizer_type::zeroone_adam) return !zo_sched_.full(zeroone_params(), step_ + 1);
   // freeze_step 0 behaves as 1, as in optim::onebit_adam and onebit_lamb.
   return (cfg_.type == optimizer_type::onebit_adam || cfg_.type == optimizer_type::onebit_lamb) &&
-         step_ >= onebit_math::first_local_step(cfg_.freeze_step);
+         step_ >= onebit_math::first_local_step(cfg_.freeze_step, cfg_.dummy_first_step);
 }
 
 void partitioned_optimizer::mask_momentum(std::size_t t, std::int64_t from) {

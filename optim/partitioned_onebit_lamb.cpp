@@ -67,7 +67,8 @@ status partitioned_optimizer::step_onebit_lamb(const onebit_partition_step& in) 
     for (std::size_t i = 0; i < pieces_.size(); ++i)
       apply(master + (pieces_[i].flat_offset - lo), u[i].data(), pieces_[i].count, base.lr * trust_of[pieces_[i].tensor]);
     whole_m_valid_ = false;
-    if (step_ >= cfg_.freeze_step) { // the fresh variance starts from the frozen one (corrected)
+    if (step_ >= onebit_math::first_local_step(cfg_.freeze_step, cfg_.dummy_first_step)) {
+      // The fresh variance starts from the frozen one (corrected).
       std::copy(v, v + size, lamb_fresh_.begin());
       if (a2 != 1.0f)
         for (float& x : lamb_fresh_) x *= a2 * a2;

@@ -36,9 +36,9 @@ status onebit_channel::exchange(const std::string& group, float* values, std::in
   if (logger_)
     logger_->record("compressed_all_reduce", static_cast<std::int64_t>(r.wire_bytes),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), caller_);
-  ++traffic_.exchanges;
-  traffic_.payload_bytes += r.bytes_sent;
-  traffic_.wire_bytes += r.wire_bytes;
+  ++pending_.exchanges;
+  pending_.payload_bytes += r.bytes_sent;
+  pending_.wire_bytes += r.wire_bytes;
   return {};
 }
 
@@ -64,7 +64,11 @@ void onebit_channel::count_step(std::int64_t elements, bool local) {
   if (local) {
     ++traffic_.local_steps;
     traffic_.local_fp16_bytes += fp16;
+    traffic_.exchanges += pending_.exchanges;
+    traffic_.payload_bytes += pending_.payload_bytes;
+    traffic_.wire_bytes += pending_.wire_bytes;
   }
+  pending_ = {};
 }
 
 std::map<std::string, tensor> onebit_channel::error_tensors() const {

@@ -60,7 +60,9 @@ public:
   // local step (every rank's shard calls it for the same steps).
   actors::grad_totals local_totals(const actors::grad_totals& totals);
 
-  // A step's accounting: `elements` gradient values, local or averaged.
+  // A step's accounting: `elements` gradient values, local or averaged. The exchanges since
+  // the last call count as the compressed phase's only on a local step (not, e.g., the
+  // dummy first step's, whose gradients were averaged).
   void count_step(std::int64_t elements, bool local);
   const compressed_traffic& traffic() const { return traffic_; }
 
@@ -81,6 +83,7 @@ private:
   std::string caller_;
   std::map<std::string, net::onebit_errors> errors_;
   compressed_traffic traffic_;
+  compressed_traffic pending_; // this step's exchanges, until count_step
 };
 
 } // namespace dsa::train

@@ -50,6 +50,31 @@ TEST_CASE("onebit_channel: one rank's overflow on a local step makes every rank'
   }
 }
 
+TEST_CASE("onebit_channel: only a local step's exchanges count as the compressed phase's") {
+  constexpr int ranks = 2;
+  std::vector<train::compressed_traffic> got(ranks);
+  run_ranks(ranks, [&](net::transport& t, int r) {
+    train::onebit_channel channel(std::make_shared<net::communicator>(t), nullptr, "shard");
+    std::vector<float> values(100, 0.5f);
+    // A step whose gradients were averaged but which exchanged (the dummy first step).
+    REQUIRE(channel.exchange("all", values.data(), 100).has_value());
+    channel.count_step(100, false);
+    // Two local steps of one exchange each.
+    for (int k = 0; k < 2; ++k) {
+      REQUIRE(channel.exchange("all", values.data(), 100).has_value());
+      channel.count_step(100, true);
+    }
+    got[static_cast<std::size_t>(r)] = channel.traffic();
+  });
+  for (const auto& t : got) {
+    CHECK(t.steps == 3);
+    CHECK(t.local_steps == 2);
+    CHECK(t.exchanges == 2);
+    CHECK(t.wire_bytes > 0);
+    CHECK(t.local_fp16_bytes == 2 * t.fp16_bytes / 3);
+  }
+}
+
 TEST_CASE("onebit_channel: on one rank the totals are the rank's own, with no exchange") {
   train::onebit_channel channel(nullptr, nullptr, "shard");
   actors::grad_totals in;
