@@ -6,6 +6,7 @@
 #include "kernels/cpu/onebit.hpp"
 #include "tests/net/net_support.hpp"
 #include "tests/net/onebit_reference.hpp"
+#include "tests/support/isa_paths.hpp"
 
 #include <doctest/doctest.h>
 
@@ -22,43 +23,47 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 } // namespace
 
-TEST_CASE("onebit kernels: packed MSB first, zero as +1, the scale the RMS, errors and expansions as the reference") {
-  // A known byte: + - + + - - - + (zero and minus zero count as +1).
-  std::vector<float> x = {1.0f, -2.0f, 0.0f, -0.0f, -1.0f, -3.0f, -0.5f, 4.0f};
-  std::vector<float> error(8, 0.0f), ref_error(8, 0.0f);
-  std::uint8_t byte = 0;
-  const float scale = cpu::onebit_compress(x.data(), error.data(), &byte, 8);
-  CHECK(byte == 0b10110001);
-  CHECK(scale == doctest::Approx(std::sqrt((1 + 4 + 0 + 0 + 1 + 9 + 0.25 + 16) / 8.0)));
-  const auto ref = onebit::compress(x, ref_error);
-  CHECK(ref.bits[0] == byte);
-  CHECK(ref.scale == scale);
-  CHECK(same_bits(error, ref_error));
-  for (std::int64_t n : {0, 8, 16, 24, 1000, 4104}) {
-    CAPTURE(n);
-    auto values = random_vector(n, -2.0f, 2.0f, 7);
-    auto carried = random_vector(n, -0.1f, 0.1f, 8);
-    std::vector<float> mine = carried, theirs = carried;
-    std::vector<std::uint8_t> bits(static_cast<std::size_t>(n / 8));
-    const float s = cpu::onebit_compress(values.data(), mine.data(), bits.data(), n);
-    const auto r = onebit::compress(values, theirs);
-    CHECK(s == r.scale);
-    CHECK(bits == r.bits);
-    CHECK(same_bits(mine, theirs));
-    CHECK(cpu::onebit_sum_of_squares(values.data(), n) == onebit::sum_of_squares(values));
-    std::vector<float> acc = random_vector(n, -1.0f, 1.0f, 9), ref_acc = acc, out(static_cast<std::size_t>(n));
-    cpu::onebit_accumulate(bits.data(), 0.75f, acc.data(), n);
-    cpu::onebit_expand(bits.data(), -1.5f, out.data(), n);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float sign = onebit::sign_of(bits, static_cast<std::size_t>(i));
-      ref_acc[static_cast<std::size_t>(i)] += 0.75f * sign;
-      CHECK(out[static_cast<std::size_t>(i)] == -1.5f * sign);
+TEST_CASE("onebit kernels: packed MSB first, zero as +1, the scale the RMS, errors and expansions as the reference, "
+          "on every path the CPU has") {
+  for (const cpu::isa path : isa_paths()) {
+    CAPTURE(cpu::isa_name(path));
+    // A known byte: + - + + - - - + (zero and minus zero count as +1).
+    std::vector<float> x = {1.0f, -2.0f, 0.0f, -0.0f, -1.0f, -3.0f, -0.5f, 4.0f};
+    std::vector<float> error(8, 0.0f), ref_error(8, 0.0f);
+    std::uint8_t byte = 0;
+    const float scale = cpu::onebit_compress(path, x.data(), error.data(), &byte, 8);
+    CHECK(byte == 0b10110001);
+    CHECK(scale == doctest::Approx(std::sqrt((1 + 4 + 0 + 0 + 1 + 9 + 0.25 + 16) / 8.0)));
+    const auto ref = onebit::compress(x, ref_error);
+    CHECK(ref.bits[0] == byte);
+    CHECK(ref.scale == scale);
+    CHECK(same_bits(error, ref_error));
+    for (std::int64_t n : {0, 8, 16, 24, 1000, 4104}) {
+      CAPTURE(n);
+      auto values = random_vector(n, -2.0f, 2.0f, 7);
+      auto carried = random_vector(n, -0.1f, 0.1f, 8);
+      std::vector<float> mine = carried, theirs = carried;
+      std::vector<std::uint8_t> bits(static_cast<std::size_t>(n / 8));
+      const float s = cpu::onebit_compress(path, values.data(), mine.data(), bits.data(), n);
+      const auto r = onebit::compress(values, theirs);
+      CHECK(s == r.scale);
+      CHECK(bits == r.bits);
+      CHECK(same_bits(mine, theirs));
+      CHECK(cpu::onebit_sum_of_squares(path, values.data(), n) == onebit::sum_of_squares(values));
+      std::vector<float> acc = random_vector(n, -1.0f, 1.0f, 9), ref_acc = acc, out(static_cast<std::size_t>(n));
+      cpu::onebit_accumulate(path, bits.data(), 0.75f, acc.data(), n);
+      cpu::onebit_expand(path, bits.data(), -1.5f, out.data(), n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float sign = onebit::sign_of(bits, static_cast<std::size_t>(i));
+        ref_acc[static_cast<std::size_t>(i)] += 0.75f * sign;
+        CHECK(out[static_cast<std::size_t>(i)] == -1.5f * sign);
+      }
+      CHECK(same_bits(acc, ref_acc));
     }
-    CHECK(same_bits(acc, ref_acc));
+    // The sum of squares of a length that is not a multiple of 8 (the tail as the reference).
+    auto odd = random_vector(13, -1.0f, 1.0f, 3);
+    CHECK(cpu::onebit_sum_of_squares(path, odd.data(), 13) == onebit::sum_of_squares(odd));
   }
-  // The sum of squares of a length that is not a multiple of 8 (the tail as the reference).
-  auto odd = random_vector(13, -1.0f, 1.0f, 3);
-  CHECK(cpu::onebit_sum_of_squares(odd.data(), 13) == onebit::sum_of_squares(odd));
 }
 
 TEST_CASE("compressed allreduce: every rank gets the reference's result, scales and errors, bit for bit, call after "
