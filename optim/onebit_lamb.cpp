@@ -161,8 +161,16 @@ status onebit_lamb::load(const compressed_state& state) {
   factor_ = std::move(factor);
   scaling_ = std::move(scaling);
   frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step, p_.dummy_first_step);
-  v_fresh_ = frozen_ && fresh.empty() ? v_ : std::move(fresh);
+  v_fresh_ = std::move(fresh);
+  if (frozen_ && v_fresh_.empty()) start_fresh(); // saved before the freeze its settings now put earlier
   return {};
+}
+
+void onebit_lamb::start_fresh() {
+  v_fresh_ = v_; // the fresh variance starts from the frozen one (corrected)
+  const float a2 = correction2();
+  if (a2 != 1.0f)
+    for (float& x : v_fresh_) x *= a2 * a2;
 }
 
 onebit_lamb_params onebit_lamb::params_of(std::size_t t) const {
@@ -185,10 +193,7 @@ status onebit_lamb::step(float* param, const float* grad, const lamb_exchange& e
   warm_up(param, grad);
   if (step_ >= onebit_math::first_local_step(p_.freeze_step, p_.dummy_first_step)) {
     frozen_ = true;
-    v_fresh_ = v_; // the fresh variance starts from the frozen one (corrected)
-    const float a2 = correction2();
-    if (a2 != 1.0f)
-      for (float& x : v_fresh_) x *= a2 * a2;
+    start_fresh();
   }
   return {};
 }

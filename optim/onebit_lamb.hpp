@@ -72,7 +72,8 @@ float trust(double p_norm, double u_norm, const onebit_lamb_params& params);
 // p -= scale u.
 void apply(float* p, const float* u, std::int64_t n, float scale);
 // {a1, a2} after `step` steps: 1 / (1 - beta1^step) and 1 / sqrt(1 - beta2^k), k = the
-// warm-up steps so far (min(step, freeze_step)), neither counting a dummy first step;
+// warm-up steps so far (min(step, onebit_math::first_local_step(...))), neither counting a
+// dummy first step;
 // {1, 1} without bias correction.
 std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64_t step);
 } // namespace onebit_lamb_math
@@ -125,6 +126,7 @@ private:
   std::vector<float> coeff_, factor_, scaling_; // per tensor
   std::int64_t step_ = 0;
   bool frozen_ = false;
+  void start_fresh();         // v_fresh_ = v_, bias-corrected, at the freeze
   float correction1() const; // 1 / (1 - beta1^step), or 1
   float correction2() const; // 1 / sqrt(1 - beta2^warm-up steps), or 1
 };

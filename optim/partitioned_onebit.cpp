@@ -50,7 +50,7 @@ status partitioned_optimizer::init_onebit() {
   whole_m_valid_ = step_ == 0; // a fresh run: every rank's momentum is zero
   if (cfg_.type == optimizer_type::zeroone_adam) {
     zo_sched_ = zeroone_schedule::after(zeroone_params(), step_);
-    zo_errors_reset_ = step_ > cfg_.var_freeze_step; // the channel's error buffers are loaded or zero
+    zo_errors_reset_ = step_ > last_variance_step(zeroone_params()); // the channel's error buffers are loaded or zero
     for (auto* whole : {&zo_v_, &zo_u_, &zo_p_}) whole->assign(static_cast<std::size_t>(at), 0.0f);
   }
   if (cfg_.type == optimizer_type::onebit_lamb) {
@@ -107,7 +107,8 @@ expected<partitioned_optimizer::onebit_views> partitioned_optimizer::onebit_begi
 
 bool partitioned_optimizer::compressed_next() const {
   if (cfg_.type == optimizer_type::zeroone_adam) return !zo_sched_.full(zeroone_params(), step_ + 1);
-  // freeze_step 0 behaves as 1, as in optim::onebit_adam and onebit_lamb.
+  // freeze_step 0 behaves as 1 (or 2 after a dummy first step), as in optim::onebit_adam and
+  // onebit_lamb: onebit_math::first_local_step.
   return (cfg_.type == optimizer_type::onebit_adam || cfg_.type == optimizer_type::onebit_lamb) &&
          step_ >= onebit_math::first_local_step(cfg_.freeze_step, cfg_.dummy_first_step);
 }

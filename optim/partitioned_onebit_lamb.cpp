@@ -36,8 +36,7 @@ status partitioned_optimizer::step_onebit_lamb(const onebit_partition_step& in) 
   DSA_ASSIGN_OR_RETURN(onebit_views views, onebit_begin(in));
   float *master = views.master, *m = views.m, *v = views.v, *grad = views.grad;
   const onebit_lamb_params base = lamb_params(cfg_, lr_, true);
-  // The initialization step (the fresh variance, should it freeze now, is v's zeros already).
-  if (base.dummy_first_step && step_ == 1) return dummy_exchange(in);
+  if (base.dummy_first_step && step_ == 1) return dummy_exchange(in); // the initialization step
   const auto [a1, a2] = corrections(base, step_);
   // Per piece: its tensor's block sums go to the tensor's blocks from the piece's first.
   auto block_at = [&](const flat_piece& piece) { return lamb_block_base_[piece.tensor] + piece.tensor_offset / lamb_block; };
@@ -160,6 +159,17 @@ status partitioned_optimizer::load_lamb_state(const std::map<std::string, tensor
   std::fill(lamb_fresh_.begin(), lamb_fresh_.end(), 0.0f);
   if (!compressed_next()) return {};
   const std::int64_t lo = partition().lo;
+  const bool saved = std::any_of(tensors.begin(), tensors.end(),
+                                 [&](const flat_tensor& t) { return state.count(t.name + ".exp_avg_sq_fresh") > 0; });
+  if (!saved) {
+    // Saved before the freeze that this run's settings put earlier: the fresh variance
+    // starts from the variance now, as at a freeze (and as optim::onebit_lamb::load).
+    partition_state st = this->state();
+    const float* v = st.exp_avg_sq.data<float>();
+    const float a2 = corrections(lamb_params(cfg_, lr_, true), step_).second;
+    for (std::size_t i = 0; i < lamb_fresh_.size(); ++i) lamb_fresh_[i] = v[i] * (a2 * a2);
+    return {};
+  }
   for (const auto& piece : pieces_) {
     const auto& t = tensors[piece.tensor];
     auto it = state.find(t.name + ".exp_avg_sq_fresh");

@@ -59,7 +59,7 @@ status partitioned_optimizer::step_zeroone(const onebit_partition_step& in) {
   const std::int64_t k = step_;
   if (p.dummy_first_step && k == 1) return dummy_exchange(in);
   const auto decay_of = [&](std::size_t t) { return tensors[t].decay ? p.weight_decay : 0.0f; };
-  if (k <= p.var_freeze_step) {
+  if (k <= last_variance_step(p)) {
     zo_sched_.begin(p, k);
     if (full) {
       for (const auto& piece : pieces_) {

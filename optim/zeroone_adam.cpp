@@ -8,7 +8,7 @@
 namespace dsa::optim {
 
 void zeroone_schedule::end(const zeroone_adam_params& p, std::int64_t k) {
-  if (k <= p.var_freeze_step) {
+  if (k <= last_variance_step(p)) {
     if (k % var_interval == 0 && ++var_counter == p.var_update_scaler) {
       var_counter = 0;
       var_interval *= 2;
@@ -119,7 +119,7 @@ status zeroone_adam::load(const compressed_state& state) {
   std::fill(u_.begin(), u_.end(), 0.0f);
   anchor_.clear();
   lrs_ = 0;
-  errors_reset_ = step_ > p_.var_freeze_step; // the caller's error buffers start at zero
+  errors_reset_ = step_ > last_variance_step(p_); // the caller's error buffers start at zero
   return {};
 }
 
@@ -139,7 +139,7 @@ expected<bool> zeroone_adam::step(float* param, const float* grad, const compres
     DSA_TRY(exchange(zeros.data(), n, false));
     return true;
   }
-  if (step_ <= p_.var_freeze_step) {
+  if (step_ <= last_variance_step(p_)) {
     const bool full = sched_.full(p_, step_);
     sched_.begin(p_, step_);
     if (full) {

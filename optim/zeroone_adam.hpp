@@ -46,13 +46,21 @@ struct zeroone_adam_params {
 // (phase A), which synchronise (phase B), and the intervals' growth. Shared by
 // optim::zeroone_adam and the ZeRO partition's 0/1 Adam (partitioned_optimizer::step_onebit),
 // which must take the same steps.
+// The last phase-A step: var_freeze_step, but at least one variance step always runs (0
+// behaves as 1), and after a dummy first step too (1 behaves as 2), as in DeepSpeed, whose
+// optimizer leaves its variance phase only after a step that ran in it.
+inline std::int64_t last_variance_step(const zeroone_adam_params& p) {
+  const std::int64_t least = p.dummy_first_step ? 2 : 1;
+  return p.var_freeze_step < least ? least : p.var_freeze_step;
+}
+
 struct zeroone_schedule {
   std::int64_t var_interval = 1, var_counter = 0, var_updates = 0;
   std::int64_t local_interval = 1, local_counter = 0;
 
   // Whether step k (1-based) averages full gradients and updates the variance.
   bool full(const zeroone_adam_params& p, std::int64_t k) const {
-    return k <= p.var_freeze_step && k % var_interval == 0;
+    return k <= last_variance_step(p) && k % var_interval == 0;
   }
   // Whether phase-B step k synchronises the ranks.
   bool syncs(std::int64_t k) const { return k % local_interval == 0; }

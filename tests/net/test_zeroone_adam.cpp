@@ -186,6 +186,30 @@ TEST_CASE("0/1 Adam: a synchronisation rebuilds the momentum as the lr-weighted 
   CHECK(longest == 4); // an interval of four steps at four learning rates
 }
 
+TEST_CASE("0/1 Adam: at least one variance step runs before the local steps, also after a dummy first step") {
+  for (const bool dummy : {false, true}) {
+    for (const std::int64_t freeze : {0, 1, 2}) {
+      CAPTURE(dummy);
+      CAPTURE(freeze);
+      optim::zeroone_adam_params p;
+      p.var_freeze_step = freeze;
+      p.dummy_first_step = dummy;
+      optim::zeroone_adam opt(p, 8);
+      std::vector<float> param(8, 0.5f);
+      const auto g = random_vector(8, -1.0f, 1.0f, 4);
+      std::int64_t full = 0;
+      for (int k = 1; k <= 4; ++k) {
+        if (opt.full_gradient_next() && !(dummy && k == 1)) ++full;
+        REQUIRE(opt.step(param.data(), g.data(), [](float*, std::int64_t, bool) -> status { return {}; }).has_value());
+        for (float x : param) REQUIRE(std::isfinite(x));
+      }
+      // The variance steps: through max(var_freeze_step, 1), or 2 after the dummy step.
+      CHECK(full == std::max<std::int64_t>(freeze, dummy ? 2 : 1) - (dummy ? 1 : 0));
+      CHECK(opt.exp_avg_sq()[0] > 0.0f);
+    }
+  }
+}
+
 TEST_CASE("0/1 Adam: on a noisy quadratic over 4 ranks it converges, within twice full-precision Adam's distance") {
   constexpr int ranks = 4, steps = 400;
   constexpr std::int64_t n = 64;

@@ -253,3 +253,23 @@ TEST_CASE("0/1 Adam with ZeRO stage 1: resumes in both phases continue bit for b
                            /*resume=*/true) == 0);
   check_equal(final_model(cross, "12"), final_model(full0, "12"));
 }
+
+TEST_CASE("1-bit LAMB resumed with an earlier freeze_step: the fresh variance starts from the variance, at stage 0 and "
+          "over ZeRO alike") {
+  // Saved at step 3 under freeze_step 5 (no fresh variance yet), resumed under freeze_step 3:
+  // the run is frozen at once, and both the stage-0 shard and the ZeRO partition start the
+  // fresh variance from the (bias-corrected) variance, as at a freeze.
+  const auto lamb = with(with(onebit_zero_base, warmup_lr), {"devices.ranks=2", "optimizer.type=\"OneBitLamb\""});
+  std::vector<ckpt::named_tensors> models;
+  for (const char* stage : {"zero_optimization.stage=0", "zero_optimization.stage=1"}) {
+    CAPTURE(stage);
+    test::temp_dir dir;
+    REQUIRE(test::run_config(dir.path(), "r", test::tiny_config(dir.path()),
+                             with(lamb, {stage, "train_steps=3", "optimizer.params.freeze_step=5"})) == 0);
+    REQUIRE(test::run_config(dir.path(), "r", test::tiny_config(dir.path()),
+                             with(lamb, {stage, "train_steps=5", "optimizer.params.freeze_step=3"}), /*resume=*/true) == 0);
+    CHECK(read_log(dir).find("compressed communication: 2 of the steps kept their gradients local") != std::string::npos);
+    models.push_back(final_model(dir, "5"));
+  }
+  check_equal(models[1], models[0]);
+}
