@@ -400,9 +400,14 @@ int run_training(const run_request& req) {
       for (auto& shard : run.shards)
         if (auto flushed = shard->flush_state(); !flushed)
           return fail(make_error(flushed.err().code, "the optimizer state's last swap: {}", flushed.err().message), 1);
-    // The other processes need nothing more from this one: leave the job cleanly.
-    if (job)
+    // The other processes need nothing more from this one once every one has finished its
+    // part of the last collectives: a checkpoint's gathers end at different times on
+    // different ranks, and a process that left while a peer was still in one would look
+    // lost to it (its endpoints closing). Then leave the job cleanly.
+    if (job) {
+      if (auto s = job->client->barrier("end"); !s) return fail(s.err(), 1);
       if (auto s = job->client->leave(); !s) log_warn("leaving the job's rendezvous: {}", s.err().message);
+    }
     if (lead && !req.trace_chrome.empty()) { // rank 0's trace (the others' are trace.rank<r>.dsat)
       if (auto w = actors::write_chrome_trace(req.trace_chrome, result.trace); !w) return fail(w.err(), 1);
       log_info("wrote Chrome trace {}", req.trace_chrome);
