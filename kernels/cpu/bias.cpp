@@ -6,6 +6,7 @@
 #include "kernels/cpu/bias.hpp"
 
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/isa.hpp"
 
@@ -17,8 +18,9 @@ namespace {
 
 // Below this many elements of y / dy one thread does all the work.
 constexpr std::int64_t parallel_threshold = std::int64_t{1} << 16;
-// Columns per block of bias_backward: its double accumulators stay in L1.
-constexpr std::int64_t column_block = 256;
+// Columns per block of bias_backward: its double accumulators stay in L1, and a hidden size
+// of 256 still gives the threads four blocks.
+constexpr std::int64_t column_block = 64;
 
 void check_sizes(std::int64_t rows, std::int64_t c, const char* what) {
   DSA_CHECK(rows >= 0 && c >= 0, "{}: rows = {}, c = {}", what, rows, c);
@@ -48,6 +50,25 @@ void bias_backward(isa path, float* dbias, const float* dy, std::int64_t rows, s
   check_path(path, "bias");
   if (path == isa::avx512) return bias_avx512::backward(dbias, dy, rows, c);
   bias_base::backward(dbias, dy, rows, c);
+}
+
+void bias_backward_rounded(isa path, float* dbias, std::uint16_t* dy_bf16, const float* dy, std::int64_t rows,
+                           std::int64_t c) {
+  check_sizes(rows, c, "bias_backward_rounded");
+  check_path(path, "bias");
+  const auto out = reinterpret_cast<std::uintptr_t>(dy_bf16), in = reinterpret_cast<std::uintptr_t>(dy);
+  const auto n = static_cast<std::uintptr_t>(rows * c);
+  DSA_CHECK(out + 2 * n <= in || in + 4 * n <= out, "bias_backward_rounded: dy_bf16 overlaps dy");
+  const std::int64_t blocks = (c + column_block - 1) / column_block;
+#pragma omp parallel for schedule(static) if (rows * c >= parallel_threshold && blocks > 1)
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const std::int64_t j0 = block * column_block, j1 = std::min(c, j0 + column_block);
+    // Each slice is rounded while it is in L1 from the column sums' read.
+    if (path == isa::avx512)
+      bias_avx512::column_sums(dbias, dy, rows, c, j0, j1, dy_bf16);
+    else
+      bias_base::column_sums(dbias, dy, rows, c, j0, j1, dy_bf16);
+  }
 }
 
 void bias_add_rounded(isa path, std::uint16_t* out, dtype half, const float* y, const float* bias, std::int64_t rows,

@@ -21,6 +21,11 @@ void bias_backward(isa path, float* dbias, const float* dy, std::int64_t rows, s
 // in one pass, with their bits. For projections whose only reader takes the half values.
 void bias_add_rounded(isa path, std::uint16_t* out, dtype half, const float* y, const float* bias, std::int64_t rows,
                       std::int64_t c);
+// bias_backward that also writes dy rounded to bf16 (nearest even, cast's bits) to dy_bf16,
+// in the same pass: for a linear's backward whose products read the gradient in bf16.
+// dy_bf16 must not overlap dy.
+void bias_backward_rounded(isa path, float* dbias, std::uint16_t* dy_bf16, const float* dy, std::int64_t rows,
+                           std::int64_t c);
 void bias_backward_ref(float* dbias, const float* dy, std::int64_t rows, std::int64_t c);
 
 } // namespace dsa::cpu

@@ -32,7 +32,18 @@ struct row_loops {
   float (*max)(const float* x, std::int64_t classes);
   double (*sum_exp)(const float* x, float mx, std::int64_t classes);
   void (*scaled_exp)(float* d, const float* x, float mx, float inv, std::int64_t classes);
+  float (*bias_max)(float* x, const float* bias, std::int64_t classes);
+  double (*store_exp)(float* x, float mx, std::int64_t classes);
+  void (*scale)(float* x, float s, std::int64_t classes);
 };
+
+// The first index holding the row's maximum, as the reference takes it.
+std::int64_t first_max(const float* x, float mx, std::int64_t classes) {
+  std::int64_t argmax = 0;
+  while (argmax + 1 < classes && x[argmax] != mx)
+    ++argmax;
+  return argmax;
+}
 
 } // namespace
 
@@ -50,9 +61,31 @@ namespace {
 
 row_loops loops_for(isa path) {
   check_path(path, "cross_entropy");
-  if (path == isa::avx512) return {loss_avx512::row_max, loss_avx512::row_sum_exp, loss_avx512::row_scaled_exp};
-  return {loss_base::row_max, loss_base::row_sum_exp, loss_base::row_scaled_exp};
+  if (path == isa::avx512)
+    return {loss_avx512::row_max,      loss_avx512::row_sum_exp,   loss_avx512::row_scaled_exp,
+            loss_avx512::row_bias_max, loss_avx512::row_store_exp, loss_avx512::row_scale};
+  return {loss_base::row_max,      loss_base::row_sum_exp,   loss_base::row_scaled_exp,
+          loss_base::row_bias_max, loss_base::row_store_exp, loss_base::row_scale};
 }
+
+// The per-row results added in row order (so the loss does not depend on the threads).
+struct row_results {
+  std::vector<double> loss;
+  std::vector<std::uint8_t> correct;
+  explicit row_results(std::int64_t rows)
+      : loss(static_cast<std::size_t>(rows), 0.0), correct(static_cast<std::size_t>(rows), 0) {}
+  xent_sum total(const std::int32_t* labels, std::int32_t ignore_index) const {
+    xent_sum out;
+    for (std::size_t r = 0; r < loss.size(); ++r) {
+      if (labels[r] == ignore_index)
+        continue;
+      out.loss_sum += loss[r];
+      ++out.count;
+      out.correct += correct[r];
+    }
+    return out;
+  }
+};
 
 } // namespace
 
@@ -60,8 +93,7 @@ xent_sum cross_entropy_forward(isa path, const float* logits, const std::int32_t
                                std::int32_t ignore_index, std::int64_t rows, std::int64_t classes) {
   check_sizes(rows, classes);
   const row_loops f = loops_for(path);
-  std::vector<double> row_loss(static_cast<std::size_t>(rows), 0.0);
-  std::vector<std::uint8_t> row_correct(static_cast<std::size_t>(rows), 0);
+  row_results rows_out(rows);
 #pragma omp parallel for schedule(dynamic, 4) if (rows * classes >= parallel_threshold)
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int32_t label = labels[r];
@@ -71,20 +103,17 @@ xent_sum cross_entropy_forward(isa path, const float* logits, const std::int32_t
     const float* x = logits + r * classes;
     const float mx = f.max(x, classes);
     const double sum = f.sum_exp(x, mx, classes);
-    row_loss[static_cast<std::size_t>(r)] =
+    rows_out.loss[static_cast<std::size_t>(r)] =
         std::log(sum) + static_cast<double>(mx) - static_cast<double>(x[label]);
-    std::int64_t argmax = 0;
-    while (argmax + 1 < classes && x[argmax] != mx)
-      ++argmax; // first maximum, as the reference
-    row_correct[static_cast<std::size_t>(r)] = argmax == label ? 1 : 0;
+    rows_out.correct[static_cast<std::size_t>(r)] = first_max(x, mx, classes) == label ? 1 : 0;
   }
   xent_sum out;
   for (std::int64_t r = 0; r < rows; ++r) {
     if (labels[r] == ignore_index)
       continue;
-    out.loss_sum += row_loss[static_cast<std::size_t>(r)];
+    out.loss_sum += rows_out.loss[static_cast<std::size_t>(r)];
     ++out.count;
-    out.correct += row_correct[static_cast<std::size_t>(r)];
+    out.correct += rows_out.correct[static_cast<std::size_t>(r)];
   }
   return out;
 }
@@ -109,6 +138,51 @@ void cross_entropy_backward(isa path, float* dlogits, const float* logits, const
     f.scaled_exp(d, x, mx, inv, classes);
     d[label] -= scale;
   }
+}
+
+xent_sum cross_entropy_mean_grad(isa path, float* logits, const float* bias, const std::int32_t* labels,
+                                 std::int32_t ignore_index, std::int64_t rows, std::int64_t classes) {
+  check_sizes(rows, classes);
+  const row_loops f = loops_for(path);
+  std::int64_t count = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (labels[r] != ignore_index) {
+      check_label(labels[r], r, classes);
+      ++count;
+    }
+  }
+  const float scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  row_results rows_out(rows);
+#pragma omp parallel for schedule(dynamic, 4) if (rows * classes >= parallel_threshold)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* x = logits + r * classes;
+    const std::int32_t label = labels[r];
+    if (label == ignore_index) {
+      std::memset(x, 0, static_cast<std::size_t>(classes) * sizeof(float));
+      continue;
+    }
+    const float mx = f.bias_max(x, bias, classes);
+    const float target = x[label];
+    rows_out.correct[static_cast<std::size_t>(r)] = first_max(x, mx, classes) == label ? 1 : 0;
+    const double sum = f.store_exp(x, mx, classes);
+    rows_out.loss[static_cast<std::size_t>(r)] = std::log(sum) + static_cast<double>(mx) - static_cast<double>(target);
+    f.scale(x, static_cast<float>(static_cast<double>(scale) / sum), classes);
+    x[label] -= scale;
+  }
+  xent_sum out;
+  out.count = count;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (labels[r] == ignore_index)
+      continue;
+    out.loss_sum += rows_out.loss[static_cast<std::size_t>(r)];
+    out.correct += rows_out.correct[static_cast<std::size_t>(r)];
+  }
+  return out;
+}
+
+xent_sum cross_entropy_mean_grad(float* logits, const float* bias, const std::int32_t* labels,
+                                 std::int32_t ignore_index, std::int64_t rows, std::int64_t classes) {
+  return cross_entropy_mean_grad(active_isa(), logits, bias, labels, ignore_index, rows, classes);
 }
 
 xent_sum cross_entropy_forward(const float* logits, const std::int32_t* labels, std::int32_t ignore_index,

@@ -69,13 +69,12 @@ void mlm_forward(const float* hidden, const bert_batch& batch, const pretraining
   g.k = H;
   g.trans_b = cpu::transpose::yes;
   cpu::gemm(logits, s.normed.data<float>(), operand(p.word), g);
-  cpu::bias_add(logits, p.decoder_bias.data<float>(), M, V);
-  cpu::xent_sum x = cpu::cross_entropy_forward(logits, labels.data(), ignore_label, M, V);
+  // The decoder bias, the loss and its gradient in one pass over the logits.
+  cpu::xent_sum x =
+      cpu::cross_entropy_mean_grad(logits, p.decoder_bias.data<float>(), labels.data(), ignore_label, M, V);
   losses.mlm_loss = x.loss_sum / static_cast<double>(x.count);
   losses.mlm_count = x.count;
   losses.mlm_correct = x.correct;
-  cpu::cross_entropy_backward(logits, logits, labels.data(), ignore_label,
-                              1.0f / static_cast<float>(x.count), M, V);
 }
 
 void nsp_forward(const float* hidden, const bert_batch& batch, const pretraining_head_params& p,
@@ -93,12 +92,10 @@ void nsp_forward(const float* hidden, const bert_batch& batch, const pretraining
   float* logits = s.nsp_dlogits.data<float>();
   linear_forward(logits, s.pooled.data<float>(), p.seq_relationship, B);
   const std::int32_t* labels = batch.next_sentence_labels.data<std::int32_t>();
-  cpu::xent_sum x = cpu::cross_entropy_forward(logits, labels, ignore_label, B, 2);
+  cpu::xent_sum x = cpu::cross_entropy_mean_grad(logits, nullptr, labels, ignore_label, B, 2);
   losses.nsp_count = x.count;
   losses.nsp_correct = x.correct;
   losses.nsp_loss = x.count > 0 ? x.loss_sum / static_cast<double>(x.count) : 0.0;
-  const float scale = x.count > 0 ? 1.0f / static_cast<float>(x.count) : 0.0f;
-  cpu::cross_entropy_backward(logits, logits, labels, ignore_label, scale, B, 2);
 }
 
 } // namespace

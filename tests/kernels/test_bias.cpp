@@ -2,11 +2,14 @@
 // double reference, at awkward and at threaded sizes.
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/convert.hpp"
+#include "core/half.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/isa_paths.hpp"
 
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -22,7 +25,7 @@ std::vector<float> random_vector(std::int64_t n, std::mt19937& rng) {
 struct size {
   std::int64_t rows, c;
 };
-// Includes c above one column block (256) and rows * c above the threading threshold.
+// Includes c above one column block (64) and rows * c above the threading threshold.
 const size sizes[] = {{1, 1}, {1, 37}, {37, 1}, {131, 13}, {37, 773}, {131, 1000}, {2000, 37}, {0, 5}, {5, 0}};
 
 } // namespace
@@ -105,6 +108,34 @@ TEST_CASE("bias_add_rounded: the same bits as bias_add then a cast to f16 / bf16
         CHECK(got == want);
         CHECK(y == y0);
       }
+    }
+  }
+}
+
+TEST_CASE("bias_backward_rounded: bias_backward's bits and cast's bf16 copy in one pass, every path") {
+  std::mt19937 rng(91);
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {3, 17}, {131, 13}, {300, 257}, {1024, 256}, {0, 5}};
+  for (auto [rows, c] : shapes) {
+    auto dy = random_vector(rows * c, rng);
+    if (rows * c >= 8) { // values whose rounding is special: NaNs (quieted), infinities, a tie, the largest float
+      dy[0] = std::numeric_limits<float>::quiet_NaN();
+      dy[1] = -std::numeric_limits<float>::infinity();
+      dy[2] = dsa::bits_float(0x3f808000u);  // halfway between two bf16 values, even below
+      dy[3] = dsa::bits_float(0x3f818000u);  // halfway, even above
+      dy[4] = std::numeric_limits<float>::max();
+      dy[5] = dsa::bits_float(0x7f800001u);  // a signalling NaN
+    }
+    const auto dbias0 = random_vector(c, rng);
+    for (dsa::cpu::isa path : dsa::test::isa_paths()) {
+      INFO(dsa::cpu::isa_name(path) << " rows " << rows << " c " << c);
+      std::vector<float> want_dbias = dbias0, dbias = dbias0;
+      dsa::cpu::bias_backward(path, want_dbias.data(), dy.data(), rows, c);
+      std::vector<std::uint16_t> want(dy.size()), got(dy.size(), 0x1234);
+      dsa::cpu::cast(want.data(), dsa::dtype::bf16, dy.data(), dsa::dtype::f32, rows * c);
+      dsa::cpu::bias_backward_rounded(path, dbias.data(), got.data(), dy.data(), rows, c);
+      CHECK(got == want);
+      // bit for bit, NaN columns included
+      CHECK(std::memcmp(dbias.data(), want_dbias.data(), dbias.size() * sizeof(float)) == 0);
     }
   }
 }
