@@ -37,9 +37,18 @@ struct row_loops {
   void (*scale)(float* x, float s, std::int64_t classes);
 };
 
-// The first index holding the row's maximum, as the reference takes it.
+// The first index holding the row's maximum, as the reference takes it (the last index when
+// none does, as with a NaN). Blocks without it are skipped with a vector compare.
 std::int64_t first_max(const float* x, float mx, std::int64_t classes) {
+  constexpr std::int64_t block = 64;
   std::int64_t argmax = 0;
+  for (; argmax + block < classes; argmax += block) {
+    int hit = 0;
+#pragma omp simd reduction(| : hit)
+    for (std::int64_t j = 0; j < block; ++j) hit |= x[argmax + j] == mx ? 1 : 0;
+    if (hit != 0)
+      break;
+  }
   while (argmax + 1 < classes && x[argmax] != mx)
     ++argmax;
   return argmax;

@@ -3,10 +3,7 @@
 
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
-#include "kernels/cpu/gemm_bf16.hpp"
 #include "models/bert/stored_precision.hpp"
-
-#include <memory>
 
 namespace dsa::bert {
 
@@ -62,15 +59,9 @@ void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const line
                      write_mode dx_mode) {
   if (rows == 0)
     return;
-  if (cpu::bf16_operands()) {
-    // Both products read dy in bf16: the bias gradient's pass writes the rounded copy.
-    std::unique_ptr<std::uint16_t[]> rounded(new std::uint16_t[static_cast<std::size_t>(rows * p.out_features())]);
-    cpu::bias_backward_rounded(cpu::active_isa(), p.dbias.data<float>(), rounded.get(), dy, rows, p.out_features());
-    linear_backward_products(dx, cpu::gemm_operand{rounded.get(), dtype::bf16}, x, p, rows, dx_mode);
-    return;
-  }
-  cpu::bias_backward(p.dbias.data<float>(), dy, rows, p.out_features());
-  linear_backward_products(dx, dy, x, p, rows, dx_mode);
+  // Both products read dy: rounded to bf16 in the bias gradient's pass when they take bf16.
+  const shared_gemm_input dy_in(dy, rows, p.out_features(), p.dbias.data<float>());
+  linear_backward_products(dx, dy_in.operand(), x, p, rows, dx_mode);
 }
 
 } // namespace dsa::bert

@@ -2,7 +2,6 @@
 #include "models/bert/pretraining_head.hpp"
 
 #include "kernels/cpu/activation.hpp"
-#include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/loss.hpp"
@@ -21,10 +20,13 @@ constexpr std::int32_t ignore_label = -1;
 const float* scaled(const tensor& d, float scale, std::vector<float>& storage) {
   if (scale == 1.0f)
     return d.data<float>();
-  storage.assign(d.data<float>(), d.data<float>() + d.numel());
-  for (auto& v : storage)
-    v *= scale;
-  return storage.data();
+  const std::int64_t n = d.numel();
+  storage.resize(static_cast<std::size_t>(n));
+  const float* in = d.data<float>();
+  float* out = storage.data();
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
+  return out;
 }
 
 void mlm_forward(const float* hidden, const bert_batch& batch, const pretraining_head_params& p,
@@ -127,14 +129,14 @@ tensor pretraining_head_backward(const pretraining_head_stash& s,
   if (s.mlm_dlogits.defined()) {
     const std::int64_t M = s.mlm_dlogits.dim(0);
     const float* dl = scaled(s.mlm_dlogits, loss_scale, scratch);
-    cpu::bias_backward(p.ddecoder_bias.data<float>(), dl, M, V);
+    // Read by both products; the decoder bias's gradient in the same pass.
+    const shared_gemm_input dl_in(dl, M, V, p.ddecoder_bias.data<float>());
     cpu::gemm_shape dw; // dW_word (V, H) += dl^T (V, M) normed (M, H)
     dw.m = V;
     dw.n = H;
     dw.k = M;
     dw.trans_a = cpu::transpose::yes;
     dw.beta = 1.0f;
-    const shared_gemm_input dl_in(dl, M * V); // read by both products
     cpu::gemm(p.dword.data<float>(), dl_in.operand(), s.normed.data<float>(), dw);
     std::vector<float> d(static_cast<std::size_t>(M * H)), dm(d.size());
     cpu::gemm_shape dn; // dnormed (M, H) = dl (M, V) W_word (V, H)

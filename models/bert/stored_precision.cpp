@@ -1,6 +1,7 @@
 // Conversions between a range's stored precision and the f32 it computes in.
 #include "models/bert/stored_precision.hpp"
 
+#include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
 
@@ -52,6 +53,17 @@ shared_gemm_input::shared_gemm_input(const float* x, std::int64_t n) : operand_(
     return;
   rounded_.reset(new std::uint16_t[static_cast<std::size_t>(n)]);
   cpu::cast(rounded_.get(), dtype::bf16, x, dtype::f32, n);
+  operand_ = cpu::gemm_operand{rounded_.get(), dtype::bf16};
+}
+
+shared_gemm_input::shared_gemm_input(const float* x, std::int64_t rows, std::int64_t cols, float* dbias)
+    : operand_(x) {
+  if (!cpu::bf16_operands()) {
+    cpu::bias_backward(dbias, x, rows, cols);
+    return;
+  }
+  rounded_.reset(new std::uint16_t[static_cast<std::size_t>(rows * cols)]);
+  cpu::bias_backward_rounded(cpu::active_isa(), dbias, rounded_.get(), x, rows, cols);
   operand_ = cpu::gemm_operand{rounded_.get(), dtype::bf16};
 }
 

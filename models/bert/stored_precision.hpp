@@ -46,6 +46,9 @@ cpu::gemm_operand gemm_source(const tensor& x, const tensor& kept);
 class shared_gemm_input {
 public:
   shared_gemm_input(const float* x, std::int64_t n);
+  // The same for an output gradient x (rows, cols) whose column sums also go into dbias
+  // (cols; bias_backward's bits): when rounding, one pass does both (bias_backward_rounded).
+  shared_gemm_input(const float* x, std::int64_t rows, std::int64_t cols, float* dbias);
   cpu::gemm_operand operand() const { return operand_; }
 
 private:

@@ -268,3 +268,32 @@ TEST_CASE("cross_entropy_mean_grad: rows all ignored give a zero gradient and no
   CHECK(got.loss_sum == 0.0);
   for (float v : logits) CHECK(v == 0.0f);
 }
+
+TEST_CASE("cross_entropy: accuracy counts the first maximum, wherever it lies in the row") {
+  const std::int64_t classes = 200;
+  // (position of the maximum, a second equal maximum or -1, the label): correct when the
+  // label is the first maximum.
+  struct row_case {
+    std::int64_t at, also;
+    std::int32_t label;
+    bool correct;
+  };
+  const row_case cases[] = {{0, -1, 0, true},     {63, -1, 63, true},  {64, -1, 64, true},  {65, -1, 65, true},
+                            {199, -1, 199, true}, {150, 10, 150, false}, {150, 10, 10, true}, {128, 190, 128, true},
+                            {5, -1, 6, false}};
+  for (cpu::isa path : test::isa_paths())
+  for (const auto& c : cases) {
+    CAPTURE(cpu::isa_name(path));
+    CAPTURE(c.at);
+    CAPTURE(c.also);
+    std::vector<float> logits(static_cast<std::size_t>(classes), -1.0f);
+    logits[static_cast<std::size_t>(c.at)] = 3.0f;
+    if (c.also >= 0)
+      logits[static_cast<std::size_t>(c.also)] = 3.0f;
+    const auto got = cpu::cross_entropy_forward(path, logits.data(), &c.label, ignore, 1, classes);
+    CHECK(got.correct == (c.correct ? 1 : 0));
+    auto fused = logits;
+    const auto got_fused = cpu::cross_entropy_mean_grad(path, fused.data(), nullptr, &c.label, ignore, 1, classes);
+    CHECK(got_fused.correct == (c.correct ? 1 : 0));
+  }
+}
