@@ -245,7 +245,10 @@ void gelu_bias_forward_half(isa path, std::uint16_t* y, std::uint16_t* x_out, dt
   DSA_CHECK(half == dtype::f16 || half == dtype::bf16, "gelu_bias_forward_half: outputs of {}; expected f16 or bf16",
             dtype_name(half));
   for_row_chunks(rows, c, [&](std::int64_t r0, std::int64_t r1) {
-    std::vector<float> row(static_cast<std::size_t>(2 * c)); // x + bias, then its GELU
+    // x + bias, then its GELU: one buffer per thread, not one per chunk (an 8 KiB block from
+    // malloc's bins per chunk at BERT-base widths).
+    thread_local std::vector<float> row;
+    row.resize(static_cast<std::size_t>(2 * c));
     float* biased = row.data();
     float* activated = biased + c;
     for (std::int64_t r = r0; r < r1; ++r) {

@@ -222,3 +222,25 @@ TEST_CASE("bf16 operands mode: stored bf16 operands are used as they are, f32 an
   dsa::cpu::gemm_batched(want_f16.data(), a.data(), b_f16_wide.data(), s, batch);
   CHECK(std::memcmp(from_f16.data(), want_f16.data(), want.size() * 4) == 0);
 }
+
+TEST_CASE("gemm_bf16: a shape called again with other buffers, and after more shapes than a thread keeps bound") {
+  if (!supported()) return;
+  std::mt19937 rng(29);
+  gemm_shape s;
+  s.m = 33, s.n = 17, s.k = 40;
+  // Same shape, fresh buffers each time: every call must read and write its own.
+  for (int round = 0; round < 3; ++round) check_against_reference(make(s, 0, {}, rng));
+  // 300 distinct row counts (past the 256 bound calls a thread keeps), then the first again.
+  for (std::int64_t m = 1; m <= 300; ++m) {
+    gemm_shape t;
+    t.m = m, t.n = 8, t.k = 8;
+    problem p = make(t, 0, {}, rng);
+    std::vector<float> want = p.c, got = p.c;
+    dsa::cpu::gemm_ref(want.data(), p.a.data(), p.b.data(), p.s, p.batch);
+    const auto a16 = to_bf16(p.a), b16 = to_bf16(p.b);
+    dsa::cpu::gemm_bf16(got.data(), a16.data(), b16.data(), p.s, p.batch);
+    INFO(describe(p));
+    DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()), dsa::test::f32_gemm);
+  }
+  check_against_reference(make(s, 0, {}, rng));
+}
