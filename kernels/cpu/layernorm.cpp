@@ -58,6 +58,19 @@ void layernorm_backward(isa path, float* dx, float* dgamma, float* dbeta, const 
   base_path::backward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c);
 }
 
+void layernorm_backward(isa path, const layernorm_backward_args& a, std::int64_t rows, std::int64_t c) {
+  check_sizes(rows, c);
+  check_path(path, "layernorm");
+  DSA_CHECK(a.dx && a.dy && a.x && a.mean && a.rstd && a.gamma, "layernorm_backward: a missing input or output");
+  DSA_CHECK(a.x_type == dtype::f32 || a.x_type == dtype::f16 || a.x_type == dtype::bf16,
+            "layernorm_backward: an input of {}; expected f32, f16 or bf16", dtype_name(a.x_type));
+  DSA_CHECK(!a.dropped || (a.dropped != a.dx && a.dropped != a.dy), "layernorm_backward: dropped aliases dx or dy");
+  DSA_CHECK(a.p >= 0.0f && a.p < 1.0f, "layernorm_backward: p={} outside [0, 1)", a.p);
+  if (a.dropped) check_dropout_elements(rows * c, "layernorm_backward");
+  if (path == isa::avx512) return avx512_path::backward_fused(path, a, rows, c);
+  base_path::backward_fused(path, a, rows, c);
+}
+
 void residual_layernorm_forward(isa path, const residual_layernorm_args& a, std::int64_t rows, std::int64_t c) {
   check_sizes(rows, c);
   check_path(path, "layernorm");

@@ -47,6 +47,27 @@ void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy,
                         const float* mean, const float* rstd, const float* gamma, std::int64_t rows,
                         std::int64_t c);
 
+// layernorm_backward with the saved input as stored (f32, f16 or bf16; each row widened as
+// it is read) and, when `dropped` is given, the gradient of a dropout that fed this
+// LayerNorm's input in the same pass: dropped = dropout(dx) at rate p, element r*c + j of
+// `stream` (a post-LN sublayer's residual branch). The bits of widening x, layernorm_backward
+// and dropout_forward on dx. dx may alias dy; dropped may not alias dx or dy.
+struct layernorm_backward_args {
+  float* dx = nullptr;
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+  const float* dy = nullptr;
+  const void* x = nullptr;
+  dtype x_type = dtype::f32;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  const float* gamma = nullptr;
+  float* dropped = nullptr;
+  float p = 0.0f;
+  philox_stream stream;
+};
+void layernorm_backward(isa path, const layernorm_backward_args& a, std::int64_t rows, std::int64_t c);
+
 // Invertible form (normalize_invertible): uses the output y instead of x.
 // xhat = (y - beta) / gamma; needs gamma without zeros. Same outputs as above.
 void layernorm_backward_from_output(float* dx, float* dgamma, float* dbeta, const float* dy,

@@ -34,20 +34,42 @@ void norm_forward(const tensor& y, const tensor& x, const tensor& x_kept, const 
                          p.bias.data<float>(), cfg.layer_norm_eps, N, C);
 }
 
-// dx: (N, C) = LN backward of dy, from the stashed input or else from the output y.
+// A dropout whose gradient a LayerNorm's backward writes in its pass (to `out`; none when null).
+struct dropout_after {
+  float* out = nullptr;
+  float p = 0.0f;
+  philox_stream stream;
+};
+
+// dx: (N, C) = LN backward of dy, from the stashed input (read as stored) or else from the
+// output y; then, when asked, `then.out` = the gradient of the dropout before that LayerNorm's
+// residual sum (with the input, in the same pass: cpu::layernorm_backward_args).
 void norm_backward(float* dx, const float* dy, const layernorm_params& p, const tensor& input,
-                   const tensor& mean, const tensor& rstd, const tensor& output) {
+                   const tensor& mean, const tensor& rstd, const tensor& output, const dropout_after& then = {}) {
   const std::int64_t N = rstd.dim(0), C = p.weight.dim(0);
   if (input.defined()) {
-    const tensor x = widen(input);
-    cpu::layernorm_backward(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy, x.data<float>(),
-                            mean.data<float>(), rstd.data<float>(), p.weight.data<float>(), N, C);
-  } else {
-    const tensor y = widen(output);
-    cpu::layernorm_backward_from_output(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy,
-                                        y.data<float>(), rstd.data<float>(), p.weight.data<float>(),
-                                        p.bias.data<float>(), N, C);
+    DSA_CHECK(input.is_contiguous(), "norm_backward: a non-contiguous input {}", input.describe());
+    cpu::layernorm_backward_args a;
+    a.dx = dx;
+    a.dgamma = p.dweight.data<float>();
+    a.dbeta = p.dbias.data<float>();
+    a.dy = dy;
+    a.x = input.raw_data();
+    a.x_type = input.type();
+    a.mean = mean.data<float>();
+    a.rstd = rstd.data<float>();
+    a.gamma = p.weight.data<float>();
+    a.dropped = then.out;
+    a.p = then.p;
+    a.stream = then.stream;
+    cpu::layernorm_backward(cpu::active_isa(), a, N, C);
+    return;
   }
+  const tensor y = widen(output);
+  cpu::layernorm_backward_from_output(dx, p.dweight.data<float>(), p.dbias.data<float>(), dy, y.data<float>(),
+                                      rstd.data<float>(), p.weight.data<float>(), p.bias.data<float>(), N, C);
+  if (then.out)
+    dropout_apply_backward(then.out, dx, then.p, then.stream, N * C);
 }
 
 // A sublayer's exit in one pass (cpu::residual_layernorm_forward): the LayerNorm `norm` of
@@ -196,16 +218,13 @@ tensor encoder_layer_backward(const tensor& dy_in, const layer_stash& s, const l
 
   if (cfg.norm == layer_norm_placement::post) {
     std::vector<float> dh(static_cast<std::size_t>(n));
-    norm_backward(dh.data(), dy, p.output_norm, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd,
-                  s.output);
-    dropout_apply_backward(dbranch.data(), dh.data(), hidden_p, s.ctx.stream(id, site::ffn_output),
-                           n);
+    // Each LayerNorm's backward also writes its sublayer's dropped-branch gradient.
+    norm_backward(dh.data(), dy, p.output_norm, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd, s.output,
+                  {dbranch.data(), hidden_p, s.ctx.stream(id, site::ffn_output)});
     feed_forward_backward(dh.data(), dbranch.data(), s.feed_forward, p, write_mode::accumulate);
     float* dsum = dx.data<float>();
     norm_backward(dsum, dh.data(), p.attention_norm, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd,
-                  s.feed_forward.x);
-    dropout_apply_backward(dbranch.data(), dsum, hidden_p, s.ctx.stream(id, site::attention_output),
-                           n);
+                  s.feed_forward.x, {dbranch.data(), hidden_p, s.ctx.stream(id, site::attention_output)});
     attention_backward(dsum, dbranch.data(), s.attention, p, dims, attention_p,
                        s.ctx.stream(id, site::attention_probs), write_mode::accumulate);
   } else {

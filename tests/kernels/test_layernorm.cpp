@@ -318,3 +318,68 @@ TEST_CASE("bias + dropout + residual + LayerNorm fused: the bits of the four ker
     }
   }
 }
+
+TEST_CASE("layernorm_backward (args form): a half input widened per row and the dropout of dx, the bits of "
+          "widening, layernorm_backward and dropout_forward, on every path") {
+  const philox_stream stream{1234, 7};
+  for (cpu::isa path : test::isa_paths())
+  for (auto [rows, c] : awkward)
+  for (dtype x_type : {dtype::f32, dtype::f16, dtype::bf16})
+  for (float p : {0.0f, 0.1f}) {
+    CAPTURE(cpu::isa_name(path));
+    CAPTURE(rows);
+    CAPTURE(c);
+    CAPTURE(dtype_name(x_type));
+    CAPTURE(p);
+    const auto x32 = random_vector(rows * c, -2.0f, 4.0f, 14);
+    const auto dy = random_vector(rows * c, -1.0f, 1.0f, 15);
+    const auto gamma = random_gamma(c, 16), beta = random_vector(c, -0.5f, 0.5f, 17);
+    // The input as stored, and its exact widening (what the separate kernels read).
+    std::vector<std::uint16_t> x16(x32.size());
+    std::vector<float> x = x32;
+    if (x_type != dtype::f32) {
+      cpu::cast(x16.data(), x_type, x32.data(), dtype::f32, rows * c);
+      cpu::cast(x.data(), dtype::f32, x16.data(), x_type, rows * c);
+    }
+    std::vector<float> y(x.size()), mean(rows), rstd(rows);
+    cpu::layernorm_forward(path, y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), 1e-5f, rows,
+                           c);
+    const auto dgamma0 = random_vector(c, -1.0f, 1.0f, 18), dbeta0 = random_vector(c, -1.0f, 1.0f, 19);
+    std::vector<float> want_dx(x.size()), want_dropped(x.size());
+    auto want_dgamma = dgamma0, want_dbeta = dbeta0;
+    cpu::layernorm_backward(path, want_dx.data(), want_dgamma.data(), want_dbeta.data(), dy.data(), x.data(),
+                            mean.data(), rstd.data(), gamma.data(), rows, c);
+    cpu::dropout_forward(path, want_dropped.data(), nullptr, want_dx.data(), p, stream, rows * c);
+
+    std::vector<float> dx(x.size()), dropped(x.size());
+    auto dgamma = dgamma0, dbeta = dbeta0;
+    cpu::layernorm_backward_args a;
+    a.dx = dx.data();
+    a.dgamma = dgamma.data();
+    a.dbeta = dbeta.data();
+    a.dy = dy.data();
+    a.x = x_type == dtype::f32 ? static_cast<const void*>(x32.data()) : x16.data();
+    a.x_type = x_type;
+    a.mean = mean.data();
+    a.rstd = rstd.data();
+    a.gamma = gamma.data();
+    a.dropped = dropped.data();
+    a.p = p;
+    a.stream = stream;
+    cpu::layernorm_backward(path, a, rows, c);
+    CHECK(test::same_bits(dx, want_dx));
+    CHECK(test::same_bits(dropped, want_dropped));
+    CHECK(test::same_bits(dgamma, want_dgamma));
+    CHECK(test::same_bits(dbeta, want_dbeta));
+    // Without a dropout output, and with dx over dy (in place).
+    auto in_place = dy;
+    auto dgamma2 = dgamma0, dbeta2 = dbeta0;
+    a.dx = in_place.data();
+    a.dy = in_place.data();
+    a.dgamma = dgamma2.data();
+    a.dbeta = dbeta2.data();
+    a.dropped = nullptr;
+    cpu::layernorm_backward(path, a, rows, c);
+    CHECK(test::same_bits(in_place, want_dx));
+  }
+}
