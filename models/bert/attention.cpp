@@ -2,6 +2,7 @@
 #include "models/bert/attention.hpp"
 
 #include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "models/bert/stored_precision.hpp"
@@ -20,10 +21,18 @@ struct head_operand {
   std::int64_t ld, head_stride, seq_stride;
 };
 
+// Nothing to do after a sequence's product.
+struct no_epilogue {
+  void operator()(std::int64_t) const {}
+};
+
+// after(seq) runs on the thread that made sequence seq's product, right after it (while the
+// product's rows are in cache), inside the same parallel region.
+template <class After = no_epilogue>
 void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride,
                    std::int64_t c_seq_stride, head_operand a, cpu::transpose ta, head_operand b,
                    cpu::transpose tb, std::int64_t m, std::int64_t n, std::int64_t k, float beta,
-                   const attention_dims& dims) {
+                   const attention_dims& dims, After after = {}) {
   cpu::gemm_shape s;
   s.m = m;
   s.n = n;
@@ -44,9 +53,11 @@ void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride,
   // which perf showed at ~12% of a bf16 run. Inside a region cpu::gemm_batched runs its
   // entries in order with the same blocks, so the f32 bits do not change.
 #pragma omp parallel for schedule(static) if (dims.batch > 1)
-  for (std::int64_t seq = 0; seq < dims.batch; ++seq)
+  for (std::int64_t seq = 0; seq < dims.batch; ++seq) {
     cpu::gemm_batched(c + seq * c_seq_stride, a.base.advanced(seq * a.seq_stride),
                       b.base.advanced(seq * b.seq_stride), s, batch);
+    after(seq);
+  }
 }
 
 head_operand rows_of(cpu::gemm_operand p, const attention_dims& d) {
@@ -139,9 +150,16 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
 
   // context(b, h) = P_bh V_bh, written straight into (B*T, H) rows.
   tensor context = tensor::empty({N, H}, dtype::f32);
+  // With a half stash each sequence's context rows are rounded to it as they are made (keep's
+  // bits, without a pass and a parallel region of their own).
+  stash.context = half ? tensor::empty({N, H}, stash_type) : context;
+  const auto round_rows = [&](std::int64_t seq) {
+    if (half)
+      cpu::cast(cpu::active_isa(), stash.context.data<std::uint16_t>() + seq * T * H, stash_type,
+                context.data<float>() + seq * T * H, dtype::f32, T * H);
+  };
   per_head_gemm(context.data<float>(), H, d, T * H, squares_of(used, dims), cpu::transpose::no,
-                rows_of(gemm_source(v, stash.v), dims), cpu::transpose::no, T, d, T, 0.0f, dims);
-  stash.context = keep(context, stash_type);
+                rows_of(gemm_source(v, stash.v), dims), cpu::transpose::no, T, d, T, 0.0f, dims, round_rows);
   linear_product(out, gemm_source(context, stash.context), p.attention_out, N); // bias: the caller's
 }
 
