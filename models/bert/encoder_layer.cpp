@@ -214,37 +214,38 @@ tensor encoder_layer_backward(const tensor& dy_in, const layer_stash& s, const l
   const float attention_p = s.ctx.rate(cfg.attention_dropout);
   const float* dy = dy_in.data<float>();
   tensor dx = new_rows(N, H);
-  std::vector<float> dbranch(static_cast<std::size_t>(n));
+  // Scratch that each use overwrites whole before reading (zero-filling it cost a pass).
+  const auto dbranch = scratch_floats(n);
 
   if (cfg.norm == layer_norm_placement::post) {
-    std::vector<float> dh(static_cast<std::size_t>(n));
+    const auto dh = scratch_floats(n);
     // Each LayerNorm's backward also writes its sublayer's dropped-branch gradient.
-    norm_backward(dh.data(), dy, p.output_norm, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd, s.output,
-                  {dbranch.data(), hidden_p, s.ctx.stream(id, site::ffn_output)});
-    feed_forward_backward(dh.data(), dbranch.data(), s.feed_forward, p, write_mode::accumulate);
+    norm_backward(dh.get(), dy, p.output_norm, s.norm_o_in, s.norm_o_mean, s.norm_o_rstd, s.output,
+                  {dbranch.get(), hidden_p, s.ctx.stream(id, site::ffn_output)});
+    feed_forward_backward(dh.get(), dbranch.get(), s.feed_forward, p, write_mode::accumulate);
     float* dsum = dx.data<float>();
-    norm_backward(dsum, dh.data(), p.attention_norm, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd,
-                  s.feed_forward.x, {dbranch.data(), hidden_p, s.ctx.stream(id, site::attention_output)});
-    attention_backward(dsum, dbranch.data(), s.attention, p, dims, attention_p,
+    norm_backward(dsum, dh.get(), p.attention_norm, s.norm_a_in, s.norm_a_mean, s.norm_a_rstd,
+                  s.feed_forward.x, {dbranch.get(), hidden_p, s.ctx.stream(id, site::attention_output)});
+    attention_backward(dsum, dbranch.get(), s.attention, p, dims, attention_p,
                        s.ctx.stream(id, site::attention_probs), write_mode::accumulate);
   } else {
     float* dh = dx.data<float>(); // dx accumulates dh, then the attention branch
     std::copy(dy, dy + n, dh);
-    std::vector<float> dnormed(static_cast<std::size_t>(n));
-    dropout_apply_backward(dbranch.data(), dy, hidden_p, s.ctx.stream(id, site::ffn_output), n);
-    feed_forward_backward(dnormed.data(), dbranch.data(), s.feed_forward, p, write_mode::overwrite);
-    norm_backward(dnormed.data(), dnormed.data(), p.output_norm, s.norm_o_in, s.norm_o_mean,
+    const auto dnormed = scratch_floats(n);
+    dropout_apply_backward(dbranch.get(), dy, hidden_p, s.ctx.stream(id, site::ffn_output), n);
+    feed_forward_backward(dnormed.get(), dbranch.get(), s.feed_forward, p, write_mode::overwrite);
+    norm_backward(dnormed.get(), dnormed.get(), p.output_norm, s.norm_o_in, s.norm_o_mean,
                   s.norm_o_rstd, s.feed_forward.x);
     for (std::int64_t i = 0; i < n; ++i)
-      dh[i] += dnormed[static_cast<std::size_t>(i)];
-    dropout_apply_backward(dbranch.data(), dh, hidden_p, s.ctx.stream(id, site::attention_output),
+      dh[i] += dnormed[i];
+    dropout_apply_backward(dbranch.get(), dh, hidden_p, s.ctx.stream(id, site::attention_output),
                            n);
-    attention_backward(dnormed.data(), dbranch.data(), s.attention, p, dims, attention_p,
+    attention_backward(dnormed.get(), dbranch.get(), s.attention, p, dims, attention_p,
                        s.ctx.stream(id, site::attention_probs), write_mode::overwrite);
-    norm_backward(dnormed.data(), dnormed.data(), p.attention_norm, s.norm_a_in, s.norm_a_mean,
+    norm_backward(dnormed.get(), dnormed.get(), p.attention_norm, s.norm_a_in, s.norm_a_mean,
                   s.norm_a_rstd, s.attention.x);
     for (std::int64_t i = 0; i < n; ++i)
-      dh[i] += dnormed[static_cast<std::size_t>(i)];
+      dh[i] += dnormed[i];
   }
   return dx.reshape(dy_in.shape());
 }
