@@ -116,15 +116,7 @@ xent_sum cross_entropy_forward(isa path, const float* logits, const std::int32_t
         std::log(sum) + static_cast<double>(mx) - static_cast<double>(x[label]);
     rows_out.correct[static_cast<std::size_t>(r)] = first_max(x, mx, classes) == label ? 1 : 0;
   }
-  xent_sum out;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    if (labels[r] == ignore_index)
-      continue;
-    out.loss_sum += rows_out.loss[static_cast<std::size_t>(r)];
-    ++out.count;
-    out.correct += rows_out.correct[static_cast<std::size_t>(r)];
-  }
-  return out;
+  return rows_out.total(labels, ignore_index);
 }
 
 void cross_entropy_backward(isa path, float* dlogits, const float* logits, const std::int32_t* labels,
@@ -178,15 +170,7 @@ xent_sum cross_entropy_mean_grad(isa path, float* logits, const float* bias, con
     f.scale(x, static_cast<float>(static_cast<double>(scale) / sum), classes);
     x[label] -= scale;
   }
-  xent_sum out;
-  out.count = count;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    if (labels[r] == ignore_index)
-      continue;
-    out.loss_sum += rows_out.loss[static_cast<std::size_t>(r)];
-    out.correct += rows_out.correct[static_cast<std::size_t>(r)];
-  }
-  return out;
+  return rows_out.total(labels, ignore_index);
 }
 
 xent_sum cross_entropy_mean_grad(float* logits, const float* bias, const std::int32_t* labels,

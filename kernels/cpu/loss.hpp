@@ -29,13 +29,13 @@ xent_sum cross_entropy_forward(isa path, const float* logits, const std::int32_t
 void cross_entropy_backward(isa path, float* dlogits, const float* logits, const std::int32_t* labels,
                             std::int32_t ignore_index, float scale, std::int64_t rows, std::int64_t classes);
 
-// The forward and the backward of the mean loss in one pass over each row, for heads that
-// need both at once: logits (rows, classes), with bias (classes) added first when given,
+// The forward and the backward of the mean loss in one parallel region, three passes over
+// each row (bias + max, exponentials, scale), for heads that need both at once: logits (rows, classes), with bias (classes) added first when given,
 // are overwritten by the gradient of the mean loss over counted rows, (softmax - onehot) /
 // count (0 for ignored rows; all 0 when none is counted). The sums and the gradient are
 // those of bias_add, cross_entropy_forward and cross_entropy_backward with scale 1 / count
 // (within the rounding of the exponentials' summation order), with two fewer
-// exponential passes and one fewer max pass per row.
+// exponential passes, one fewer max pass and no separate bias pass per row.
 xent_sum cross_entropy_mean_grad(isa path, float* logits, const float* bias, const std::int32_t* labels,
                                  std::int32_t ignore_index, std::int64_t rows, std::int64_t classes);
 xent_sum cross_entropy_mean_grad(float* logits, const float* bias, const std::int32_t* labels,

@@ -7,6 +7,7 @@
 #include "kernels/cpu/softmax.hpp"
 #include "models/bert/stored_precision.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -154,9 +155,14 @@ void attention_forward(float* out, attention_stash& stash, const tensor& x, cons
   // bits, without a pass and a parallel region of their own).
   stash.context = half ? tensor::empty({N, H}, stash_type) : context;
   const auto round_rows = [&](std::int64_t seq) {
-    if (half)
-      cpu::cast(cpu::active_isa(), stash.context.data<std::uint16_t>() + seq * T * H, stash_type,
-                context.data<float>() + seq * T * H, dtype::f32, T * H);
+    if (!half)
+      return;
+    // In slices below cast's threshold for threads: inside this region a cast of its own
+    // would open a nested (one-thread) team per sequence.
+    constexpr std::int64_t slice = std::int64_t{1} << 16;
+    for (std::int64_t at = seq * T * H, end = at + T * H; at < end; at += slice)
+      cpu::cast(cpu::active_isa(), stash.context.data<std::uint16_t>() + at, stash_type, context.data<float>() + at,
+                dtype::f32, std::min(slice, end - at));
   };
   per_head_gemm(context.data<float>(), H, d, T * H, squares_of(used, dims), cpu::transpose::no,
                 rows_of(gemm_source(v, stash.v), dims), cpu::transpose::no, T, d, T, 0.0f, dims, round_rows);

@@ -228,8 +228,26 @@ TEST_CASE("gemm_bf16: a shape called again with other buffers, and after more sh
   std::mt19937 rng(29);
   gemm_shape s;
   s.m = 33, s.n = 17, s.k = 40;
-  // Same shape, fresh buffers each time: every call must read and write its own.
-  for (int round = 0; round < 3; ++round) check_against_reference(make(s, 0, {}, rng));
+  // Same shape, three sets of buffers alive at once and used in turn, so that each call
+  // must read and write its own (a bound call holding the first pointers would fail).
+  std::vector<problem> live;
+  for (int i = 0; i < 3; ++i) live.push_back(make(s, 0, {}, rng));
+  std::vector<std::vector<std::uint16_t>> a16, b16;
+  std::vector<std::vector<float>> got;
+  for (const problem& p : live) {
+    a16.push_back(to_bf16(p.a));
+    b16.push_back(to_bf16(p.b));
+    got.push_back(p.c);
+  }
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      got[i] = live[i].c;
+      dsa::cpu::gemm_bf16(got[i].data(), a16[i].data(), b16[i].data(), s, {});
+      std::vector<float> want = live[i].c;
+      dsa::cpu::gemm_ref(want.data(), live[i].a.data(), live[i].b.data(), s, {});
+      INFO("set " << i << " round " << round);
+      DSA_CHECK_CLOSE(got[i].data(), want.data(), static_cast<std::int64_t>(want.size()), dsa::test::f32_gemm);
+    }
   // 300 distinct row counts (past the 256 bound calls a thread keeps), then the first again.
   for (std::int64_t m = 1; m <= 300; ++m) {
     gemm_shape t;

@@ -322,8 +322,11 @@ TEST_CASE("bias + dropout + residual + LayerNorm fused: the bits of the four ker
 TEST_CASE("layernorm_backward (args form): a half input widened per row and the dropout of dx, the bits of "
           "widening, layernorm_backward and dropout_forward, on every path") {
   const philox_stream stream{1234, 7};
+  // The awkward sizes, and one past the parallel threshold (rows shared between threads).
+  std::vector<sizes> shapes(std::begin(awkward), std::end(awkward));
+  shapes.push_back({300, 257});
   for (cpu::isa path : test::isa_paths())
-  for (auto [rows, c] : awkward)
+  for (auto [rows, c] : shapes)
   for (dtype x_type : {dtype::f32, dtype::f16, dtype::bf16})
   for (float p : {0.0f, 0.1f}) {
     CAPTURE(cpu::isa_name(path));

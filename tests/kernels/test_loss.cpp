@@ -270,7 +270,7 @@ TEST_CASE("cross_entropy_mean_grad: rows all ignored give a zero gradient and no
 }
 
 TEST_CASE("cross_entropy: accuracy counts the first maximum, wherever it lies in the row") {
-  const std::int64_t classes = 200;
+  for (std::int64_t classes : {65, 128, 200}) {
   // (position of the maximum, a second equal maximum or -1, the label): correct when the
   // label is the first maximum.
   struct row_case {
@@ -280,9 +280,12 @@ TEST_CASE("cross_entropy: accuracy counts the first maximum, wherever it lies in
   };
   const row_case cases[] = {{0, -1, 0, true},     {63, -1, 63, true},  {64, -1, 64, true},  {65, -1, 65, true},
                             {199, -1, 199, true}, {150, 10, 150, false}, {150, 10, 10, true}, {128, 190, 128, true},
-                            {5, -1, 6, false}};
+                            {5, -1, 6, false},    {127, -1, 127, true},  {64, 127, 127, false}};
   for (cpu::isa path : test::isa_paths())
   for (const auto& c : cases) {
+    if (c.at >= classes || c.also >= classes || c.label >= classes)
+      continue;
+    CAPTURE(classes);
     CAPTURE(cpu::isa_name(path));
     CAPTURE(c.at);
     CAPTURE(c.also);
@@ -295,5 +298,20 @@ TEST_CASE("cross_entropy: accuracy counts the first maximum, wherever it lies in
     auto fused = logits;
     const auto got_fused = cpu::cross_entropy_mean_grad(path, fused.data(), nullptr, &c.label, ignore, 1, classes);
     CHECK(got_fused.correct == (c.correct ? 1 : 0));
+  }
+  // The maximum in the last slot, and a row of NaNs: no index compares equal to its
+  // maximum, so the search ends on the last index (first_max's contract, which the CUDA
+  // twin shares; the double reference keeps index 0 there, and no loss test feeds it NaNs).
+  for (cpu::isa path : test::isa_paths()) {
+    CAPTURE(classes);
+    std::vector<float> last(static_cast<std::size_t>(classes), -1.0f);
+    last.back() = 2.0f;
+    const std::int32_t end_label = static_cast<std::int32_t>(classes - 1);
+    CHECK(cpu::cross_entropy_forward(path, last.data(), &end_label, ignore, 1, classes).correct == 1);
+    std::vector<float> nans(static_cast<std::size_t>(classes), std::nanf(""));
+    CHECK(cpu::cross_entropy_forward(path, nans.data(), &end_label, ignore, 1, classes).correct == 1);
+    auto nan_grad = nans;
+    CHECK(cpu::cross_entropy_mean_grad(path, nan_grad.data(), nullptr, &end_label, ignore, 1, classes).correct == 1);
+  }
   }
 }

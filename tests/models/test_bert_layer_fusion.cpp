@@ -212,3 +212,32 @@ TEST_CASE("attention and feed-forward hand over their output products without th
     std::memset(bias->raw_data(), 0, bias->nbytes());
   CHECK(products() == with_bias);
 }
+
+TEST_CASE("attention: a half stash's context is the f32 context rounded (rounded per sequence in the products' "
+          "region)") {
+  const bert::bert_config cfg = layer_config(layer_norm_placement::post, false);
+  bert::bert_parameters params(cfg, bert::bert_range::whole(cfg));
+  test::randomize_parameters(params, 7);
+  const std::int64_t N = batch * seq, H = cfg.hidden_size;
+  const tensor x = random_rows(N, H, 43);
+  const auto mask = key_mask();
+  const bert::forward_context ctx;
+  const cpu::bf16_operands_scope operands(false); // both runs' products read the same f32 values
+  const bert::layer_params p = bert::widen(params.layer(0));
+  auto context_of = [&](dtype kt) {
+    bert::attention_stash as;
+    as.x = bert::keep(x, kt);
+    tensor out = rows(N, H);
+    bert::attention_forward(out.data<float>(), as, x, mask.data(), p, {batch, seq, H, cfg.num_heads}, 0.1f,
+                            ctx.stream(0, bert::site::attention_probs), cfg.memory, kt);
+    return as.context;
+  };
+  const tensor f32_context = context_of(dtype::f32);
+  REQUIRE(f32_context.type() == dtype::f32);
+  for (dtype kt : {dtype::f16, dtype::bf16}) {
+    INFO(dtype_name(kt));
+    const tensor half_context = context_of(kt);
+    REQUIRE(half_context.type() == kt);
+    CHECK(bytes_of(half_context) == bytes_of(bert::keep(f32_context, kt)));
+  }
+}
