@@ -72,17 +72,19 @@ void bias_backward_rounded(isa path, float* dbias, std::uint16_t* dy_bf16, const
 }
 
 void bias_add_rounded(isa path, std::uint16_t* out, dtype half, const float* y, const float* bias, std::int64_t rows,
-                      std::int64_t c) {
+                      std::int64_t c, std::int64_t y_ld) {
   check_sizes(rows, c, "bias_add_rounded");
   check_path(path, "bias");
   DSA_CHECK(half == dtype::f16 || half == dtype::bf16, "bias_add_rounded: output of {}; expected f16 or bf16",
             dtype_name(half));
+  DSA_CHECK(y_ld == 0 || y_ld >= c, "bias_add_rounded: input row stride {} below the {} columns", y_ld, c);
+  const std::int64_t ld = y_ld == 0 ? c : y_ld;
 #pragma omp parallel if (rows * c >= parallel_threshold)
   {
     std::vector<float> row(static_cast<std::size_t>(c));
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float* in = y + r * c;
+      const float* in = y + r * ld;
 #pragma omp simd
       for (std::int64_t j = 0; j < c; ++j) row[static_cast<std::size_t>(j)] = in[j] + bias[j];
       cast(path, out + r * c, half, row.data(), dtype::f32, c);

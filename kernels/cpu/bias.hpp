@@ -19,8 +19,10 @@ void bias_backward(isa path, float* dbias, const float* dy, std::int64_t rows, s
 
 // out = half(y + bias) row by row, y left as it is: bias_add then a cast to f16 or bf16
 // in one pass, with their bits. For projections whose only reader takes the half values.
+// y's rows are y_ld apart (0: c, packed; else at least c: a column block of a wider product);
+// out is packed (rows, c).
 void bias_add_rounded(isa path, std::uint16_t* out, dtype half, const float* y, const float* bias, std::int64_t rows,
-                      std::int64_t c);
+                      std::int64_t c, std::int64_t y_ld = 0);
 // bias_backward that also writes dy rounded to bf16 (nearest even, cast's bits) to dy_bf16,
 // in the same pass: for a linear's backward whose products read the gradient in bf16.
 // dy_bf16 must not overlap dy.

@@ -107,6 +107,13 @@ TEST_CASE("bias_add_rounded: the same bits as bias_add then a cast to f16 / bf16
         dsa::cpu::bias_add_rounded(path, got.data(), half, y.data(), bias.data(), rows, c);
         CHECK(got == want);
         CHECK(y == y0);
+        // The same rows as a column block of a wider product (rows ld = 3c apart, block 1).
+        std::vector<float> wide(static_cast<std::size_t>(rows * 3 * c), NAN);
+        for (std::int64_t r = 0; r < rows; ++r)
+          std::copy(y0.begin() + r * c, y0.begin() + (r + 1) * c, wide.begin() + r * 3 * c + c);
+        std::vector<std::uint16_t> from_block(added.size());
+        dsa::cpu::bias_add_rounded(path, from_block.data(), half, wide.data() + c, bias.data(), rows, c, 3 * c);
+        CHECK(from_block == want);
       }
     }
   }
