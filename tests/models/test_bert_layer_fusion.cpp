@@ -12,10 +12,12 @@
 #include "models/bert/attention.hpp"
 #include "models/bert/encoder_layer.hpp"
 #include "models/bert/feed_forward.hpp"
+#include "models/bert/linear.hpp"
 #include "models/bert/stored_precision.hpp"
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -239,5 +241,49 @@ TEST_CASE("attention: a half stash's context is the f32 context rounded (rounded
     const tensor half_context = context_of(kt);
     REQUIRE(half_context.type() == kt);
     CHECK(bytes_of(half_context) == bytes_of(bert::keep(f32_context, kt)));
+  }
+}
+
+TEST_CASE("attention with bf16 operands: Q, K and V from one stacked product match three separate products") {
+  // Also fails if the column blocks were mixed up (Q from K's weights, a block offset).
+  if (!cpu::bf16_gemm_supported()) {
+    MESSAGE("no bf16 GEMM here: the stacked projection is not reached");
+    return;
+  }
+  for (std::int64_t n_seq : {std::int64_t{1}, std::int64_t{3}, batch}) {
+    const bert::bert_config cfg = layer_config(layer_norm_placement::post, false);
+    bert::bert_parameters params(cfg, bert::bert_range::whole(cfg), dtype::bf16);
+    test::randomize_parameters(params, 8);
+    const std::int64_t N = n_seq * seq, H = cfg.hidden_size;
+    const tensor x = random_rows(N, H, 44);
+    const auto mask = key_mask();
+    const bert::forward_context ctx;
+    const cpu::bf16_operands_scope operands(true);
+    const bert::layer_params p = bert::widen(params.layer(0));
+    bert::attention_stash as;
+    as.x = bert::keep(x, dtype::bf16);
+    tensor out = rows(N, H);
+    bert::attention_forward(out.data<float>(), as, x, mask.data(), p, {n_seq, seq, H, cfg.num_heads}, 0.1f,
+                            ctx.stream(0, bert::site::attention_probs), cfg.memory, dtype::bf16);
+    const std::pair<const bert::linear_params*, const tensor*> parts[] = {
+        {&p.query, &as.q}, {&p.key, &as.k}, {&p.value, &as.v}};
+    for (const auto& [lp, got] : parts) {
+      INFO("sequences " << n_seq);
+      tensor product = rows(N, H);
+      bert::linear_product(product.data<float>(), bert::operand(as.x), *lp, N);
+      cpu::bias_add(product.data<float>(), lp->bias.data<float>(), N, H);
+      // At most one bf16 ulp (2^-7 relative) apart: oneDNN may add the same terms in another
+      // order for the wider product, and the rounding to bf16 may then land one step away.
+      const tensor want = bert::widen(bert::keep(product, dtype::bf16));
+      const tensor have = bert::widen(*got);
+      REQUIRE(have.numel() == want.numel());
+      for (std::int64_t i = 0; i < N * H; ++i) {
+        const float a = have.data<float>()[i], b = want.data<float>()[i];
+        if (std::fabs(a - b) > std::ldexp(std::fabs(b), -7) + 1e-30f) {
+          FAIL_CHECK("element " << i << ": " << a << " against " << b);
+          break;
+        }
+      }
+    }
   }
 }
