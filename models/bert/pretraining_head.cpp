@@ -16,17 +16,15 @@ namespace {
 
 constexpr std::int32_t ignore_label = -1;
 
-// A scaled copy of d (or d itself when scale is 1), owned by `storage`.
-const float* scaled(const tensor& d, float scale, std::vector<float>& storage) {
+// d *= scale, in place (the stash's logits gradients are read once, by the backward).
+const float* scale_in_place(tensor& d, float scale) {
+  float* x = d.data<float>();
   if (scale == 1.0f)
-    return d.data<float>();
+    return x;
   const std::int64_t n = d.numel();
-  storage.resize(static_cast<std::size_t>(n));
-  const float* in = d.data<float>();
-  float* out = storage.data();
 #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
-  for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
-  return out;
+  for (std::int64_t i = 0; i < n; ++i) x[i] *= scale;
+  return x;
 }
 
 void mlm_forward(const float* hidden, const bert_batch& batch, const pretraining_head_params& p,
@@ -117,7 +115,7 @@ bert_losses pretraining_head_forward(const tensor& hidden, const bert_batch& bat
   return losses;
 }
 
-tensor pretraining_head_backward(const pretraining_head_stash& s,
+tensor pretraining_head_backward(pretraining_head_stash& s,
                                  const pretraining_head_params& stored, const bert_config& cfg,
                                  float loss_scale) {
   const pretraining_head_params p = widen(stored);
@@ -125,10 +123,9 @@ tensor pretraining_head_backward(const pretraining_head_stash& s,
                      V = cfg.vocab_size;
   tensor dhidden = tensor::zeros(s.hidden_shape, dtype::f32);
   float* dh = dhidden.data<float>();
-  std::vector<float> scratch;
   if (s.mlm_dlogits.defined()) {
     const std::int64_t M = s.mlm_dlogits.dim(0);
-    const float* dl = scaled(s.mlm_dlogits, loss_scale, scratch);
+    const float* dl = scale_in_place(s.mlm_dlogits, loss_scale);
     // Read by both products; the decoder bias's gradient in the same pass.
     const shared_gemm_input dl_in(dl, M, V, p.ddecoder_bias.data<float>());
     cpu::gemm_shape dw; // dW_word (V, H) += dl^T (V, M) normed (M, H)
@@ -158,7 +155,7 @@ tensor pretraining_head_backward(const pretraining_head_stash& s,
     }
   }
   if (s.nsp_dlogits.defined()) {
-    const float* dl = scaled(s.nsp_dlogits, loss_scale, scratch);
+    const float* dl = scale_in_place(s.nsp_dlogits, loss_scale);
     std::vector<float> dpooled(static_cast<std::size_t>(B * H)), dpre(dpooled.size()),
         dcls(dpooled.size());
     linear_backward(dpooled.data(), dl, s.pooled.data<float>(), p.seq_relationship, B,
