@@ -32,6 +32,12 @@ struct cached_matmul {
   dnnl::matmul prim;
 };
 
+// What one thread keeps: a thread that meets more shapes than this (fixed shapes, a head's
+// row counts, evaluation batches) starts over rather than growing without end. Bound calls
+// hold their primitive too, so at most twice this many primitives stay alive per thread.
+constexpr std::size_t max_kept = 256;
+thread_local std::size_t kept_primitives = 0, kept_calls = 0;
+
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine = [] {
     // Each thread keeps the primitives it made (matmul_for), so oneDNN's own process-wide
@@ -106,6 +112,7 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool run
                                           batch.stride_b, batch.stride_c, alpha_bits, beta_bits};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  if (cache.size() >= max_kept) cache.clear();
   cached_matmul m;
   operand_descs d;
   if (runtime) {
@@ -123,7 +130,9 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool run
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.c), attr, cpu_engine());
   m.prim = dnnl::matmul(pd);
-  return cache.emplace(key, std::move(m)).first->second;
+  cached_matmul& made = cache.emplace(key, std::move(m)).first->second;
+  kept_primitives = cache.size();
+  return made;
 }
 
 // A product as called: its primitive with the operands' memory objects and the argument map
@@ -141,8 +150,6 @@ struct bound_matmul {
 using call_key = std::array<std::int64_t, 15>;
 
 bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
-  // Bounded: a thread that meets many shapes (the head's row counts) starts over.
-  constexpr std::size_t max_calls = 256;
   thread_local std::map<call_key, bound_matmul> calls;
   std::uint32_t alpha_bits = 0, beta_bits = 0;
   std::memcpy(&alpha_bits, &s.alpha, 4);
@@ -152,21 +159,25 @@ bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runti
                      batch.stride_b,    batch.stride_c, alpha_bits, beta_bits};
   auto it = calls.find(key);
   if (it != calls.end()) return it->second;
-  if (calls.size() >= max_calls) calls.clear();
+  if (calls.size() >= max_kept) calls.clear();
   bound_matmul b;
   operand_descs d;
   try {
     d = descs_of(s, batch);
     b.describable = true;
   } catch (const dnnl::error&) {
-    return calls.emplace(key, std::move(b)).first->second;
+    bound_matmul& refused = calls.emplace(key, std::move(b)).first->second;
+    kept_calls = calls.size();
+    return refused;
   }
   b.prim = matmul_for(s, batch, runtime).prim;
   b.a = memory(d.a, cpu_engine(), DNNL_MEMORY_NONE);
   b.b = memory(d.b, cpu_engine(), DNNL_MEMORY_NONE);
   b.c = memory(d.c, cpu_engine(), DNNL_MEMORY_NONE);
   b.args = {{DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}};
-  return calls.emplace(key, std::move(b)).first->second;
+  bound_matmul& made = calls.emplace(key, std::move(b)).first->second;
+  kept_calls = calls.size();
+  return made;
 }
 
 bool describable(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
@@ -318,5 +329,13 @@ void set_bf16_operands(bool on) {
 }
 
 bool bf16_operands() { return operands_bf16.load(std::memory_order_relaxed); }
+
+bf16_gemm_kept bf16_gemm_kept_by_this_thread() {
+#ifdef DSA_HAVE_DNNL
+  return {kept_primitives, kept_calls, max_kept};
+#else
+  return {};
+#endif
+}
 
 } // namespace dsa::cpu

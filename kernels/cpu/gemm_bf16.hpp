@@ -36,6 +36,14 @@ std::string bf16_gemm_implementation();
 bool bf16_gemm_runtime_shapes();
 void set_bf16_gemm_runtime_shapes(bool on);
 
+// What the calling thread keeps for gemm_bf16: primitives (one per fixed shape, or per
+// transpose pair, alpha and beta at run time) and bound calls (one per whole call), each
+// up to `bound` (past it the thread starts over).
+struct bf16_gemm_kept {
+  std::size_t primitives = 0, calls = 0, bound = 0;
+};
+bf16_gemm_kept bf16_gemm_kept_by_this_thread();
+
 // C (f32) = alpha op(A) op(B) + beta C with A and B bf16. A broken invariant when unsupported.
 void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,
                const gemm_batch& batch = {});

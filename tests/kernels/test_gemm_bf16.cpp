@@ -11,10 +11,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -223,6 +225,27 @@ TEST_CASE("bf16 operands mode: stored bf16 operands are used as they are, f32 an
   CHECK(std::memcmp(from_f16.data(), want_f16.data(), want.size() * 4) == 0);
 }
 
+namespace {
+
+// An (m, n) product over k = 8 through gemm_bf16 and through the f32 reference.
+struct rows_product {
+  std::vector<float> got, want;
+  std::string described;
+};
+
+rows_product product_of_rows(std::int64_t m, std::int64_t n, std::mt19937& rng) {
+  gemm_shape t;
+  t.m = m, t.n = n, t.k = 8;
+  problem p = make(t, 0, {}, rng);
+  rows_product r{p.c, p.c, describe(p)};
+  dsa::cpu::gemm_ref(r.want.data(), p.a.data(), p.b.data(), p.s, p.batch);
+  const auto a16 = to_bf16(p.a), b16 = to_bf16(p.b);
+  dsa::cpu::gemm_bf16(r.got.data(), a16.data(), b16.data(), p.s, p.batch);
+  return r;
+}
+
+} // namespace
+
 TEST_CASE("gemm_bf16: a shape called again with other buffers, and after more shapes than a thread keeps bound") {
   if (!supported()) return;
   std::mt19937 rng(29);
@@ -250,15 +273,39 @@ TEST_CASE("gemm_bf16: a shape called again with other buffers, and after more sh
     }
   // 300 distinct row counts (past the 256 bound calls a thread keeps), then the first again.
   for (std::int64_t m = 1; m <= 300; ++m) {
-    gemm_shape t;
-    t.m = m, t.n = 8, t.k = 8;
-    problem p = make(t, 0, {}, rng);
-    std::vector<float> want = p.c, got = p.c;
-    dsa::cpu::gemm_ref(want.data(), p.a.data(), p.b.data(), p.s, p.batch);
-    const auto a16 = to_bf16(p.a), b16 = to_bf16(p.b);
-    dsa::cpu::gemm_bf16(got.data(), a16.data(), b16.data(), p.s, p.batch);
-    INFO(describe(p));
-    DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()), dsa::test::f32_gemm);
+    const rows_product r = product_of_rows(m, 8, rng);
+    INFO(r.described);
+    DSA_CHECK_CLOSE(r.got.data(), r.want.data(), static_cast<std::int64_t>(r.got.size()), dsa::test::f32_gemm);
   }
   check_against_reference(make(s, 0, {}, rng));
+  const dsa::cpu::bf16_gemm_kept kept = dsa::cpu::bf16_gemm_kept_by_this_thread();
+  CHECK(kept.bound == 256);
+  CHECK(kept.calls >= 1);
+  CHECK(kept.calls <= kept.bound);
+  CHECK(kept.primitives <= kept.bound);
+}
+
+TEST_CASE("gemm_bf16: with fixed shapes a thread keeps at most the bound of primitives") {
+  if (!supported()) return;
+  const bool was = dsa::cpu::bf16_gemm_runtime_shapes();
+  dsa::cpu::set_bf16_gemm_runtime_shapes(false);
+  std::mt19937 rng(31);
+  // Each row count is its own fixed-shape primitive: 300 of them run on a fresh thread (the
+  // counts are per thread), past the 256 it keeps; every product still matches.
+  std::size_t most = 0, last = 0;
+  bool all_close = true;
+  std::thread worker([&] {
+    for (std::int64_t m = 1; m <= 300; ++m) {
+      const rows_product r = product_of_rows(m, 4, rng);
+      for (std::size_t i = 0; i < r.got.size(); ++i)
+        all_close = all_close && std::fabs(r.got[i] - r.want[i]) <= 1e-3f * (1.0f + std::fabs(r.want[i]));
+      last = dsa::cpu::bf16_gemm_kept_by_this_thread().primitives;
+      most = std::max(most, last);
+    }
+  });
+  worker.join();
+  dsa::cpu::set_bf16_gemm_runtime_shapes(was);
+  CHECK(all_close);
+  CHECK(most == 256); // it reached the bound and went no further
+  CHECK(last == 300 - 256); // started over once, then kept the rest
 }
