@@ -1,9 +1,11 @@
 // The compute worker thread; see compute_worker.hpp.
 #include "actors/compute_worker.hpp"
 
+#include "kernels/cpu/openmp_threads.hpp"
+
 namespace dsa::actors {
 
-compute_worker::compute_worker() : thread_([this] { loop(); }) {}
+compute_worker::compute_worker(openmp_threads threads) : threads_(threads), thread_([this] { loop(); }) {}
 
 compute_worker::~compute_worker() {
   {
@@ -23,6 +25,11 @@ void compute_worker::post(std::function<void()> job) {
   wake_.notify_one();
 }
 
+void compute_worker::wait_until_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return stopping_ || (jobs_.empty() && !running_); });
+}
+
 void compute_worker::loop() {
   for (;;) {
     std::function<void()> job;
@@ -32,8 +39,21 @@ void compute_worker::loop() {
       if (stopping_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      running_ = true;
     }
     job(); // jobs catch their own exceptions and report them by message
+    bool idle = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle = jobs_.empty();
+    }
+    // A job posted meanwhile waits for the release: no wake-up is lost (wake_'s predicate).
+    if (idle && threads_ == openmp_threads::release_when_idle) cpu::release_openmp_threads();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = false;
+    }
+    idle_.notify_all();
   }
 }
 

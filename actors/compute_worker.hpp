@@ -2,6 +2,13 @@
 // or blocking work never holds a CAF scheduler thread. A job reports back by
 // message (the actor's own mailbox); the destructor finishes the running job,
 // drops queued ones and joins.
+//
+// OpenMP: a job's parallel regions give the worker thread its own pool of OpenMP
+// threads. Workers whose jobs come now and then (optimizer, reducer, feeder, step
+// hooks) end that pool whenever they run out of jobs (openmp_threads::release_when_idle),
+// so that while a stage computes its pool is the only one and libgomp lets its idle
+// threads spin briefly between regions instead of sleeping (kernels/cpu/openmp_threads.hpp).
+// A stage's worker keeps its pool (openmp_threads::keep): its regions follow each other.
 #pragma once
 
 #include <condition_variable>
@@ -12,23 +19,29 @@
 
 namespace dsa::actors {
 
+enum class openmp_threads { release_when_idle, keep };
+
 class compute_worker {
 public:
-  compute_worker();
+  explicit compute_worker(openmp_threads threads = openmp_threads::release_when_idle);
   ~compute_worker();
   compute_worker(const compute_worker&) = delete;
   compute_worker& operator=(const compute_worker&) = delete;
 
   void post(std::function<void()> job);
+  // Blocks until no job is queued or running (and the pool, if released, is gone).
+  void wait_until_idle();
 
 private:
   void loop();
 
   std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_, idle_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
-  std::thread thread_;
+  bool running_ = false; // a job taken from jobs_ and not yet finished
+  openmp_threads threads_;
+  std::thread thread_; // last: started once the members above are set
 };
 
 } // namespace dsa::actors

@@ -11,6 +11,7 @@
 #include "actors/trace/trace_file.hpp"
 #include "actors/tracer_actor.hpp"
 #include "core/error.hpp"
+#include "kernels/cpu/openmp_threads.hpp"
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -100,6 +101,9 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.tracer = spawn_tracer(sys, writer);
   auto coordinator = spawn_coordinator(sys, args);
   if (options.on_spawned) options.on_spawned(run_actors{coordinator, args.feeder, args.stages, args.shards, args.reducers});
+  // This thread only waits from here on: its OpenMP pool (set-up's parallel loops) would
+  // otherwise make libgomp throttle the stages' idle threads (compute_worker.hpp).
+  cpu::release_openmp_threads();
   caf::scoped_actor self{sys};
   // The coordinator always answers (watchdog); the timeout is a last resort.
   const auto backstop = options.watchdog * 4 + std::chrono::seconds(60);

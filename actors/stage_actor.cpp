@@ -44,7 +44,7 @@ struct stage_core {
   caf::actor upstream, downstream, feeder, shard, reducer, coordinator;
   double step_loss = 0;
   std::vector<double> step_metrics; // element-wise sum of the step's forward metrics (last stage)
-  compute_worker worker; // last: joined first when the core is destroyed
+  compute_worker worker{openmp_threads::keep}; // last: joined first when the core is destroyed
 };
 
 struct stage_state {
