@@ -5,6 +5,7 @@
 #include "kernels/cpu/isa.hpp"
 #include "tools/command.hpp"
 #include "tools/malloc_tuning.hpp"
+#include "tools/omp_env.hpp"
 
 #include "tools/bench_util.hpp"
 #include "tools/options.hpp"
@@ -147,6 +148,7 @@ int cmd_report(int argc, char** argv) {
   fmt::print("blas          : {} (core {}, {} threads)\n", openblas_get_config(), openblas_get_corename(),
              openblas_get_num_threads());
   fmt::print("malloc        : {}\n", malloc_tuning_report());
+  fmt::print("openmp        : {}\n", omp_env_report());
   fmt::print("kernels       : {}\n", cpu::isa_report());
   std::string why;
   if (cpu::bf16_gemm_supported(&why))

@@ -1,5 +1,6 @@
 // The processes `dsactor launch` starts; see launch_plan.hpp.
 #include "tools/launch_plan.hpp"
+#include "tools/omp_env.hpp"
 
 #include "io/ckpt/posix_file.hpp"
 
@@ -169,7 +170,8 @@ process_spec over_ssh(const process_spec& spec, const std::string& ssh, const st
 }
 
 bool forwarded_name(const std::string& name) {
-  for (const char* prefix : {"NCCL_", "UCX_", "OPENBLAS_"})
+  if (chosen_for_this_process(name)) return false; // each rank chooses its own (omp_env.hpp)
+  for (const char* prefix : {"NCCL_", "UCX_", "OPENBLAS_", "OMP_", "GOMP_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return name == "DSA_CPU_ISA";
 }

@@ -44,7 +44,7 @@ void usage() {
 } // namespace
 
 int main(int argc, char** argv) {
-  dsa::tools::ensure_passive_omp_wait(argv); // may re-exec; must run before any thread
+  dsa::tools::ensure_omp_env(argv); // may re-exec; must run before any thread
   dsa::tools::tune_malloc();                  // before the first tensor
 #if DSA_HAVE_CUDA
   dsa::cuda::install_caching_allocator(); // for cuda:N tensors; no CUDA call until one is made

@@ -1,6 +1,7 @@
 // The local processes of a launched job; see process_group.hpp. One poll loop watches a
 // self-pipe (signals, failures reported by other threads) and every rank's output pipes.
 #include "tools/process_group.hpp"
+#include "tools/omp_env.hpp"
 
 #include "io/ckpt/posix_file.hpp"
 
@@ -164,7 +165,7 @@ status process_group::impl::spawn_rank(const process_spec& spec) {
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
     std::string name = kv.substr(0, kv.find('='));
-    bool replaced = false;
+    bool replaced = chosen_for_this_process(name); // each rank chooses its own (omp_env.hpp)
     for (const auto& [k, v] : spec.env)
       replaced = replaced || k == name;
     if (!replaced)

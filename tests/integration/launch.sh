@@ -45,6 +45,26 @@ grep -v '^\[rank [01]\] ' "$work/out" && fail "an unprefixed stdout line"
 grep -q 'MASTER_PORT=0 ' "$work/out" && fail "MASTER_PORT should be the port the server bound"
 echo "ok: 2 ranks, prefixes, environment, stdout and stderr apart"
 
+# 1b. OpenMP settings: dsactor alone on the host spins briefly; the launcher drops what it
+# chose for itself, so that each of its 2 ranks on this host chooses no spinning; a user's
+# setting is passed on as it is.
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV -u LOCAL_SIZE -u LOCAL_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE \
+  "$dsactor" report >"$work/out" 2>"$work/err" || fail "dsactor report"
+grep -q "^openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 (dsactor set" "$work/out" || fail "one process's OpenMP line"
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV -u LOCAL_SIZE -u LOCAL_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE \
+  "$dsactor" launch --num_procs 2 -- "$dsactor" report >"$work/out" 2>"$work/err" || fail "launch of dsactor report"
+for r in 0 1; do
+  grep -q "^\[rank $r\] openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=0 (dsactor set .*: 2 ranks on this host" "$work/out" ||
+    fail "rank $r's OpenMP line (no spinning with 2 ranks on the host)"
+done
+env -u DSA_OMP_ENV OMP_WAIT_POLICY=active GOMP_SPINCOUNT=77 \
+  "$dsactor" launch --num_procs 2 -- "$dsactor" report >"$work/out" 2>"$work/err" || fail "launch with the user's settings"
+for r in 0 1; do
+  grep -q "^\[rank $r\] openmp *: OMP_WAIT_POLICY=active GOMP_SPINCOUNT=77 (as set by the user)" "$work/out" ||
+    fail "rank $r's OpenMP line (the user's settings)"
+done
+echo "ok: OpenMP settings chosen per process, the user's passed on"
+
 # 2. A rank exiting 3: the launcher exits non-zero naming rank 1; the other rank stops.
 rc=0
 launch --num_procs 2 -- "$probe" --exit-rank 1 --exit-code 3 --wait-lost || rc=$?
