@@ -14,6 +14,7 @@ compute_worker::~compute_worker() {
     jobs_.clear();
   }
   wake_.notify_one();
+  idle_.notify_all();
   thread_.join();
 }
 
@@ -42,13 +43,17 @@ void compute_worker::loop() {
       running_ = true;
     }
     job(); // jobs catch their own exceptions and report them by message
-    bool idle = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      idle = jobs_.empty();
+    if (threads_ == openmp_threads::release_when_idle) {
+      // A pool is ended only after release_grace without a job: a reducer's buckets or an
+      // optimizer's streamed parts, which come a few milliseconds apart during backward,
+      // do not pay a team's thread starts each.
+      bool more = false;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        more = wake_.wait_for(lock, release_grace, [this] { return stopping_ || !jobs_.empty(); });
+      }
+      if (!more) cpu::release_openmp_threads(); // a job posted meanwhile waits: wake_'s predicate
     }
-    // A job posted meanwhile waits for the release: no wake-up is lost (wake_'s predicate).
-    if (idle && threads_ == openmp_threads::release_when_idle) cpu::release_openmp_threads();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       running_ = false;

@@ -5,12 +5,14 @@
 //
 // OpenMP: a job's parallel regions give the worker thread its own pool of OpenMP
 // threads. Workers whose jobs come now and then (optimizer, reducer, feeder, step
-// hooks) end that pool whenever they run out of jobs (openmp_threads::release_when_idle),
+// hooks) end that pool when they have had no job for release_grace
+// (openmp_threads::release_when_idle),
 // so that while a stage computes its pool is the only one and libgomp lets its idle
 // threads spin briefly between regions instead of sleeping (kernels/cpu/openmp_threads.hpp).
 // A stage's worker keeps its pool (openmp_threads::keep): its regions follow each other.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -20,6 +22,7 @@
 namespace dsa::actors {
 
 enum class openmp_threads { release_when_idle, keep };
+inline constexpr std::chrono::milliseconds release_grace{2};
 
 class compute_worker {
 public:
@@ -29,7 +32,9 @@ public:
   compute_worker& operator=(const compute_worker&) = delete;
 
   void post(std::function<void()> job);
-  // Blocks until no job is queued or running (and the pool, if released, is gone).
+  // Blocks until no job is queued or running, and a pool to be released is gone (or the
+  // worker is being destroyed). Not from a job of this worker (it would wait for itself),
+  // nor on a CAF scheduler thread: for tests and shutdown paths.
   void wait_until_idle();
 
 private:

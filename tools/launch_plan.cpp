@@ -34,6 +34,7 @@ std::vector<process_spec> make_local_plan(const launch_request& request) {
              {"MASTER_PORT", std::to_string(request.master_port)},
              {"DSA_JOB_TOKEN", request.job_token},
              {"DSA_HEARTBEAT_TIMEOUT_MS", std::to_string(request.heartbeat_timeout_ms)}};
+    for (auto& kv : launched_rank_omp_env(request.num_procs)) p.env.push_back(std::move(kv));
     plan.push_back(std::move(p));
   }
   return plan;
@@ -78,6 +79,7 @@ std::vector<process_spec> make_host_plan(const launch_request& request, const st
                {"DSA_JOB_TOKEN", request.job_token},
                {"DSA_HEARTBEAT_TIMEOUT_MS", std::to_string(request.heartbeat_timeout_ms)},
                {"DSA_SLOT", std::to_string(h.slots[local])}};
+      for (auto& kv : launched_rank_omp_env(static_cast<int>(h.slots.size()))) p.env.push_back(std::move(kv));
       plan.push_back(std::move(p));
     }
   }
@@ -93,9 +95,11 @@ expected<process_spec> through_cluster_launcher(cluster_launcher which, const st
   process_spec out;
   out.rank = -1;
   out.label = which == cluster_launcher::mpirun ? "mpirun" : "srun";
-  // The variables every rank shares (its own come from the launcher's rank variables).
+  // The variables every rank shares (its own come from the launcher's rank variables; a
+  // dsactor rank chooses its OpenMP settings from them, omp_env.hpp).
   for (const auto& [k, v] : plan.front().env)
-    if (k != "RANK" && k != "LOCAL_RANK" && k != "LOCAL_SIZE" && k != "CROSS_RANK" && k != "DSA_SLOT")
+    if (k != "RANK" && k != "LOCAL_RANK" && k != "LOCAL_SIZE" && k != "CROSS_RANK" && k != "DSA_SLOT" &&
+        k != "OMP_WAIT_POLICY" && k != "GOMP_SPINCOUNT" && k != "DSA_OMP_ENV")
       out.env.emplace_back(k, v);
   out.env.insert(out.env.end(), forwarded.begin(), forwarded.end());
   out.argv = {program};

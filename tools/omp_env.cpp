@@ -1,4 +1,4 @@
-// The OpenMP environment dsactor chooses for itself, applied by re-exec; see omp_env.hpp.
+// The OpenMP environment dsactor chooses, applied by re-exec; see omp_env.hpp.
 #include "tools/omp_env.hpp"
 
 #include <fmt/format.h>
@@ -13,7 +13,42 @@ namespace dsa::tools {
 
 namespace {
 
-constexpr const char* chosen_marker = "DSA_OMP_ENV";
+constexpr const char* marker_name = "DSA_OMP_ENV";
+constexpr const char* chosen_names[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
+
+// A positive count at the start of `v` ("2", or slurm's "2(x3),1"); 0 when there is none.
+long leading_count(const char* v) {
+  if (v == nullptr || *v < '1' || *v > '9') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (errno != 0 || n > (1L << 20)) return 0;
+  return (*end == '\0' || *end == '(' || *end == ',') ? n : 0;
+}
+
+std::string reason(int local_ranks, const omp_env_choice& c) {
+  const std::string ranks = local_ranks <= 1 ? "one rank on this host" : fmt::format("{} ranks on this host", local_ranks);
+  if (c.spincount.empty()) return ranks + "; GOMP_SPINCOUNT is the user's";
+  return c.spincount == "0" ? ranks + ", so no spinning" : ranks;
+}
+
+// "OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000"
+std::string settings(const omp_env_choice& c) {
+  std::string s = "OMP_WAIT_POLICY=" + c.wait_policy;
+  if (!c.spincount.empty()) s += " GOMP_SPINCOUNT=" + c.spincount;
+  return s;
+}
+
+// The pid a marker names ("(pid N:"), or 0 when it names none (a launcher's).
+long marker_pid(const std::string& marker) {
+  const auto at = marker.find("(pid ");
+  return at == std::string::npos ? 0 : std::strtol(marker.c_str() + at + 5, nullptr, 10);
+}
+
+bool marker_names(const std::string& marker, const std::string& name) {
+  const auto paren = marker.find(" (");
+  return marker.substr(0, paren).find(name + "=") != std::string::npos;
+}
 
 } // namespace
 
@@ -22,35 +57,39 @@ constexpr const char* chosen_marker = "DSA_OMP_ENV";
 // the cores from the ones working (bert-base forward on a loaded 2-core machine: 6.7 s
 // spinning, 1.5 s passive). Why a brief spin on top: with one team per process, sleeping
 // after every region cost a wake-up per region, at 20-25 us under this hypervisor.
-omp_env_choice choose_omp_env(const char* wait_policy, const char* spincount, const char* chosen, int local_ranks) {
+omp_env_choice choose_omp_env(const char* wait_policy, const char* spincount, int local_ranks) {
   omp_env_choice c;
-  if (chosen != nullptr || wait_policy != nullptr) return c;
+  if (wait_policy != nullptr) return c;
   c.wait_policy = "passive";
   if (spincount == nullptr) c.spincount = local_ranks <= 1 ? brief_spin : "0";
   return c;
 }
 
 int local_ranks_from_environment() {
-  for (const char* name : {"LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    errno = 0;
-    const long n = std::strtol(v, &end, 10);
-    if (errno == 0 && end != v && *end == '\0' && n >= 1 && n <= 1 << 20) return static_cast<int>(n);
-  }
+  for (const char* name : {"LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                           "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE"})
+    if (const long n = leading_count(std::getenv(name)); n >= 1) return static_cast<int>(n);
   return 1;
 }
 
 void ensure_omp_env(char** argv) {
-  const omp_env_choice c = choose_omp_env(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"),
-                                          std::getenv(chosen_marker), local_ranks_from_environment());
+  if (const char* m = std::getenv(marker_name)) {
+    const std::string marker = m;
+    const long pid = marker_pid(marker);
+    if (pid == 0 || pid == static_cast<long>(::getpid())) return; // a launcher's choice, or ours
+    // Inherited from a dsactor that chose for itself: those variables are not the user's.
+    for (const char* name : chosen_names)
+      if (marker_names(marker, name)) ::unsetenv(name);
+    ::unsetenv(marker_name);
+  }
+  const int ranks = local_ranks_from_environment();
+  const omp_env_choice c = choose_omp_env(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"), ranks);
   if (!c.changes()) return;
-  const std::string what = c.spincount.empty() ? "OMP_WAIT_POLICY=" + c.wait_policy
-                                               : "OMP_WAIT_POLICY=" + c.wait_policy + " GOMP_SPINCOUNT=" + c.spincount;
+  const std::string what = settings(c);
+  const std::string marker = fmt::format("{} (pid {}: {})", what, static_cast<long>(::getpid()), reason(ranks, c));
   const bool set = ::setenv("OMP_WAIT_POLICY", c.wait_policy.c_str(), 1) == 0 &&
                    (c.spincount.empty() || ::setenv("GOMP_SPINCOUNT", c.spincount.c_str(), 1) == 0) &&
-                   ::setenv(chosen_marker, what.c_str(), 1) == 0;
+                   ::setenv(marker_name, marker.c_str(), 1) == 0;
   if (!set) {
     fmt::print(stderr, "dsactor: setting {} failed ({}); OpenMP keeps libgomp's defaults\n", what,
                std::strerror(errno));
@@ -61,26 +100,34 @@ void ensure_omp_env(char** argv) {
              what, std::strerror(errno));
 }
 
+bool chosen_for_this_process(const std::string& name) {
+  const char* m = std::getenv(marker_name);
+  if (m == nullptr) return false;
+  return name == marker_name || marker_names(m, name);
+}
+
+std::vector<std::pair<std::string, std::string>> launched_rank_omp_env(int local_ranks) {
+  auto users = [](const char* name) { return chosen_for_this_process(name) ? nullptr : std::getenv(name); };
+  const omp_env_choice c = choose_omp_env(users("OMP_WAIT_POLICY"), users("GOMP_SPINCOUNT"), local_ranks);
+  if (!c.changes()) return {};
+  std::vector<std::pair<std::string, std::string>> env{{"OMP_WAIT_POLICY", c.wait_policy}};
+  if (!c.spincount.empty()) env.emplace_back("GOMP_SPINCOUNT", c.spincount);
+  env.emplace_back(marker_name, fmt::format("{} (dsactor launch: {})", settings(c), reason(local_ranks, c)));
+  return env;
+}
+
 std::string omp_env_report() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   std::string out = fmt::format("OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}", policy ? policy : "(unset)",
                                 spin ? spin : "(unset)");
-  const char* chosen = std::getenv(chosen_marker);
-  if (chosen == nullptr) return out + " (as set by the user)";
-  const int ranks = local_ranks_from_environment();
-  return out + fmt::format(" (dsactor set {}: {})", chosen,
-                           ranks <= 1 ? std::string("one rank on this host")
-                                      : fmt::format("{} ranks on this host, so no spinning", ranks));
-}
-
-bool chosen_for_this_process(const std::string& name) {
-  const char* chosen = std::getenv(chosen_marker);
-  if (chosen == nullptr) return false;
-  if (name == chosen_marker) return true;
-  // Only the variables the marker names were set by dsactor (a user's GOMP_SPINCOUNT stays).
-  const std::string what = chosen;
-  return (name == "OMP_WAIT_POLICY" || name == "GOMP_SPINCOUNT") && what.find(name + "=") != std::string::npos;
+  const char* m = std::getenv(marker_name);
+  if (m == nullptr) return out + " (as set by the user)";
+  const std::string marker = m;
+  const auto paren = marker.find(" (");
+  // e.g. "... (dsactor set OMP_WAIT_POLICY=passive, pid 4242: one rank on this host)"
+  return out + " (dsactor set " + marker.substr(0, paren) + ", " +
+         (paren == std::string::npos ? std::string(")") : marker.substr(paren + 2));
 }
 
 } // namespace dsa::tools

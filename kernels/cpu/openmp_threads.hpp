@@ -12,9 +12,10 @@ namespace dsa::cpu {
 
 // Ends the calling thread's OpenMP thread pool (libgomp's omp_pause_resource_all with
 // omp_pause_hard, which acts on the calling thread's pool only and joins its threads); the
-// thread's next parallel region starts a new one. Inside a parallel region, or with an
-// OpenMP runtime other than libgomp (whose pause ends the whole runtime), it does nothing
-// and returns false.
+// thread's next parallel region starts a new one. Inside a parallel region, or when the
+// process's OpenMP runtime is not libgomp (another's pause may end the whole runtime under
+// other threads' regions), it does nothing and returns false. Other threads' pools and
+// regions are untouched (tested while another thread is inside a region).
 bool release_openmp_threads();
 
 } // namespace dsa::cpu

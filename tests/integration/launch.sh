@@ -45,19 +45,35 @@ grep -v '^\[rank [01]\] ' "$work/out" && fail "an unprefixed stdout line"
 grep -q 'MASTER_PORT=0 ' "$work/out" && fail "MASTER_PORT should be the port the server bound"
 echo "ok: 2 ranks, prefixes, environment, stdout and stderr apart"
 
-# 1b. OpenMP settings: dsactor alone on the host spins briefly; the launcher drops what it
-# chose for itself, so that each of its 2 ranks on this host chooses no spinning; a user's
-# setting is passed on as it is.
-env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV -u LOCAL_SIZE -u LOCAL_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE \
-  "$dsactor" report >"$work/out" 2>"$work/err" || fail "dsactor report"
-grep -q "^openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 (dsactor set" "$work/out" || fail "one process's OpenMP line"
-env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV -u LOCAL_SIZE -u LOCAL_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE \
-  "$dsactor" launch --num_procs 2 -- "$dsactor" report >"$work/out" 2>"$work/err" || fail "launch of dsactor report"
+# 1b. OpenMP settings: dsactor alone on the host spins briefly; a launcher gives each of its
+# 2 ranks here no spinning, also programs that are not dsactor; a choice inherited from
+# another dsactor process is made again; a user's setting is passed on as it is.
+clean=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV -u LOCAL_SIZE -u LOCAL_WORLD_SIZE
+  -u OMPI_COMM_WORLD_LOCAL_SIZE -u MPI_LOCALNRANKS -u SLURM_NTASKS_PER_NODE -u SLURM_STEP_TASKS_PER_NODE)
+"${clean[@]}" "$dsactor" report >"$work/out" 2>"$work/err" || fail "dsactor report"
+grep -q "^openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 (dsactor set .*, pid [0-9]*: one rank on this host)" \
+  "$work/out" || fail "one process's OpenMP line"
+"${clean[@]}" LOCAL_SIZE=2 OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 \
+  DSA_OMP_ENV="OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 (pid 1: one rank on this host)" \
+  "$dsactor" report >"$work/out" 2>"$work/err" || fail "dsactor report with an inherited choice"
+grep -q "^openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=0 (dsactor set .*: 2 ranks on this host, so no spinning)" \
+  "$work/out" || fail "an inherited choice should be made again"
+"${clean[@]}" "$dsactor" launch --num_procs 2 -- "$dsactor" report >"$work/out" 2>"$work/err" || fail "launch of dsactor report"
 for r in 0 1; do
-  grep -q "^\[rank $r\] openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=0 (dsactor set .*: 2 ranks on this host" "$work/out" ||
-    fail "rank $r's OpenMP line (no spinning with 2 ranks on the host)"
+  grep -q "^\[rank $r\] openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=0 (dsactor set .*: 2 ranks on this host, so no spinning)" \
+    "$work/out" || fail "rank $r's OpenMP line (no spinning with 2 ranks on the host)"
 done
-env -u DSA_OMP_ENV OMP_WAIT_POLICY=active GOMP_SPINCOUNT=77 \
+"${clean[@]}" "$dsactor" launch --num_procs 2 -- /usr/bin/env >"$work/out" 2>"$work/err" || fail "launch of env"
+for r in 0 1; do
+  grep -qx "\[rank $r\] GOMP_SPINCOUNT=0" "$work/out" || fail "rank $r (not dsactor) should get GOMP_SPINCOUNT=0"
+done
+"${clean[@]}" GOMP_SPINCOUNT=77 "$dsactor" launch --num_procs 2 -- "$dsactor" report >"$work/out" 2>"$work/err" ||
+  fail "launch with the user's spin count"
+for r in 0 1; do
+  grep -q "^\[rank $r\] openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=77 (dsactor set OMP_WAIT_POLICY=passive, .*GOMP_SPINCOUNT is the user's)" \
+    "$work/out" || fail "rank $r's OpenMP line (the user's spin count)"
+done
+"${clean[@]}" OMP_WAIT_POLICY=active GOMP_SPINCOUNT=77 \
   "$dsactor" launch --num_procs 2 -- "$dsactor" report >"$work/out" 2>"$work/err" || fail "launch with the user's settings"
 for r in 0 1; do
   grep -q "^\[rank $r\] openmp *: OMP_WAIT_POLICY=active GOMP_SPINCOUNT=77 (as set by the user)" "$work/out" ||

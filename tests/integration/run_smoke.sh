@@ -49,6 +49,16 @@ grep -q "stage 1: idle" "$work/pre.log" || fail "idle fraction report"
 grep -q "training done" "$work/run/train.log" || fail "train.log lacks the run's log lines"
 echo "ok: pre-training run, outputs, trace, eval"
 
+# The same run under the OpenMP settings dsactor chooses for itself (this suite sets
+# OMP_WAIT_POLICY=passive for every run): the same losses, to the bit.
+sed -e "s|^run_dir = .*|run_dir = \"$work/run_omp\"|" -e "s|^dir = .*|dir = \"$work/ckpt_omp\"|" "$work/pre.toml" > "$work/omp.toml"
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV "$dsactor" run "$work/omp.toml" >/dev/null 2>"$work/omp.log" ||
+  { cat "$work/omp.log"; fail "pre-training under dsactor's OpenMP settings"; }
+losses() { python3 -c "import csv,sys; print([r['Train/Samples/train_loss'] for r in csv.DictReader(open(sys.argv[1]))])" "$1"; }
+[[ $(losses "$work/run/metrics.csv") == "$(losses "$work/run_omp/metrics.csv")" ]] ||
+  fail "losses under dsactor's OpenMP settings differ: $(losses "$work/run/metrics.csv") vs $(losses "$work/run_omp/metrics.csv")"
+echo "ok: the same losses under dsactor's own OpenMP settings"
+
 # dsactor trace: the run points at its trace; the summary reads it.
 grep -qF "dsactor trace $work/run summary" "$work/pre.log" || fail "the run should point at its trace summary"
 summary=$("$dsactor" trace "$work/run" summary) || fail "dsactor trace RUN summary"
