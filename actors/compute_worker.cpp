@@ -5,7 +5,8 @@
 
 namespace dsa::actors {
 
-compute_worker::compute_worker(openmp_threads threads) : threads_(threads), thread_([this] { loop(); }) {}
+compute_worker::compute_worker(openmp_threads threads, std::chrono::milliseconds grace)
+    : threads_(threads), grace_(grace), thread_([this] { loop(); }) {}
 
 compute_worker::~compute_worker() {
   {
@@ -14,7 +15,6 @@ compute_worker::~compute_worker() {
     jobs_.clear();
   }
   wake_.notify_one();
-  idle_.notify_all();
   thread_.join();
 }
 
@@ -28,7 +28,7 @@ void compute_worker::post(std::function<void()> job) {
 
 void compute_worker::wait_until_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [this] { return stopping_ || (jobs_.empty() && !running_); });
+  idle_.wait(lock, [this] { return jobs_.empty() && !running_; });
 }
 
 void compute_worker::loop() {
@@ -43,14 +43,15 @@ void compute_worker::loop() {
       running_ = true;
     }
     job(); // jobs catch their own exceptions and report them by message
+    job = nullptr; // what it holds is freed now, not after the grace below
     if (threads_ == openmp_threads::release_when_idle) {
-      // A pool is ended only after release_grace without a job: a reducer's buckets or an
-      // optimizer's streamed parts, which come a few milliseconds apart during backward,
-      // do not pay a team's thread starts each.
+      // A pool is ended only after grace_ without a job: a reducer's buckets or an
+      // optimizer's streamed parts that follow each other within it do not pay a team's
+      // thread starts each.
       bool more = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        more = wake_.wait_for(lock, release_grace, [this] { return stopping_ || !jobs_.empty(); });
+        more = wake_.wait_for(lock, grace_, [this] { return stopping_ || !jobs_.empty(); });
       }
       if (!more) cpu::release_openmp_threads(); // a job posted meanwhile waits: wake_'s predicate
     }

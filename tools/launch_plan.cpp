@@ -163,8 +163,24 @@ process_spec over_ssh(const process_spec& spec, const std::string& ssh, const st
   if (!token.empty()) remote = "IFS= read -r DSA_JOB_TOKEN && export DSA_JOB_TOKEN && ";
   remote += "cd " + shell_quote(cwd) + " && exec env";
   for (const auto& [k, v] : forwarded) remote += " " + shell_quote(k + "=" + v);
+  // The rank's OpenMP settings, chosen again from the user's as forwarded (.dsactor_env's
+  // included): those stand over the launcher's choice for the rank.
+  const char* policy = nullptr;
+  const char* spin = nullptr;
+  std::string local_size = "1";
+  for (const auto& [k, v] : forwarded) {
+    if (k == "OMP_WAIT_POLICY") policy = v.c_str();
+    if (k == "GOMP_SPINCOUNT") spin = v.c_str();
+  }
   for (const auto& [k, v] : spec.env)
-    if (k != "DSA_JOB_TOKEN") remote += " " + shell_quote(k + "=" + v);
+    if (k == "LOCAL_SIZE") local_size = v;
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const auto& kv : spec.env)
+    if (kv.first != "DSA_JOB_TOKEN" && kv.first != "OMP_WAIT_POLICY" && kv.first != "GOMP_SPINCOUNT" &&
+        kv.first != "DSA_OMP_ENV")
+      env.push_back(kv);
+  for (auto& kv : rank_omp_env(policy, spin, std::max(1, std::atoi(local_size.c_str())))) env.push_back(std::move(kv));
+  for (const auto& [k, v] : env) remote += " " + shell_quote(k + "=" + v);
   for (const auto& word : spec.argv) remote += " " + shell_quote(word);
   process_spec out = spec;
   // ConnectTimeout: a host that drops packets is named after 30 s, not the kernel's ~2 min.

@@ -39,15 +39,10 @@ std::string settings(const omp_env_choice& c) {
   return s;
 }
 
-// The pid a marker names ("(pid N:"), or 0 when it names none (a launcher's).
-long marker_pid(const std::string& marker) {
-  const auto at = marker.find("(pid ");
-  return at == std::string::npos ? 0 : std::strtol(marker.c_str() + at + 5, nullptr, 10);
-}
-
-bool marker_names(const std::string& marker, const std::string& name) {
-  const auto paren = marker.find(" (");
-  return marker.substr(0, paren).find(name + "=") != std::string::npos;
+bool is_omp_setting(const std::string& name) {
+  for (const char* n : chosen_names)
+    if (name == n) return true;
+  return false;
 }
 
 } // namespace
@@ -72,14 +67,31 @@ int local_ranks_from_environment() {
   return 1;
 }
 
+omp_marker parse_omp_marker(const std::string& marker) {
+  omp_marker m;
+  const auto paren = marker.find(" (");
+  std::string head = marker.substr(0, paren);
+  for (std::size_t at = 0; at < head.size();) {
+    const auto space = head.find(' ', at);
+    const std::string word = head.substr(at, space == std::string::npos ? std::string::npos : space - at);
+    const auto eq = word.find('=');
+    if (eq != std::string::npos && is_omp_setting(word.substr(0, eq)))
+      m.settings.emplace_back(word.substr(0, eq), word.substr(eq + 1));
+    if (space == std::string::npos) break;
+    at = space + 1;
+  }
+  if (paren != std::string::npos && marker.compare(paren, 6, " (pid ") == 0)
+    m.pid = std::strtol(marker.c_str() + paren + 6, nullptr, 10);
+  return m;
+}
+
 void ensure_omp_env(char** argv) {
-  if (const char* m = std::getenv(marker_name)) {
-    const std::string marker = m;
-    const long pid = marker_pid(marker);
-    if (pid == 0 || pid == static_cast<long>(::getpid())) return; // a launcher's choice, or ours
-    // Inherited from a dsactor that chose for itself: those variables are not the user's.
-    for (const char* name : chosen_names)
-      if (marker_names(marker, name)) ::unsetenv(name);
+  if (const char* text = std::getenv(marker_name)) {
+    const omp_marker m = parse_omp_marker(text);
+    if (m.pid == 0 || m.pid == static_cast<long>(::getpid())) return; // a launcher's choice, or ours
+    // Inherited from a dsactor that chose for itself: what still holds its values is not the user's.
+    for (const auto& [name, value] : m.settings)
+      if (const char* now = std::getenv(name.c_str()); now != nullptr && value == now) ::unsetenv(name.c_str());
     ::unsetenv(marker_name);
   }
   const int ranks = local_ranks_from_environment();
@@ -101,19 +113,27 @@ void ensure_omp_env(char** argv) {
 }
 
 bool chosen_for_this_process(const std::string& name) {
-  const char* m = std::getenv(marker_name);
-  if (m == nullptr) return false;
-  return name == marker_name || marker_names(m, name);
+  const char* text = std::getenv(marker_name);
+  if (text == nullptr) return false;
+  if (name == marker_name) return true;
+  for (const auto& [k, v] : parse_omp_marker(text).settings)
+    if (k == name) return true;
+  return false;
 }
 
-std::vector<std::pair<std::string, std::string>> launched_rank_omp_env(int local_ranks) {
-  auto users = [](const char* name) { return chosen_for_this_process(name) ? nullptr : std::getenv(name); };
-  const omp_env_choice c = choose_omp_env(users("OMP_WAIT_POLICY"), users("GOMP_SPINCOUNT"), local_ranks);
+std::vector<std::pair<std::string, std::string>> rank_omp_env(const char* user_policy, const char* user_spincount,
+                                                              int local_ranks) {
+  const omp_env_choice c = choose_omp_env(user_policy, user_spincount, local_ranks);
   if (!c.changes()) return {};
   std::vector<std::pair<std::string, std::string>> env{{"OMP_WAIT_POLICY", c.wait_policy}};
   if (!c.spincount.empty()) env.emplace_back("GOMP_SPINCOUNT", c.spincount);
   env.emplace_back(marker_name, fmt::format("{} (dsactor launch: {})", settings(c), reason(local_ranks, c)));
   return env;
+}
+
+std::vector<std::pair<std::string, std::string>> launched_rank_omp_env(int local_ranks) {
+  auto users = [](const char* name) { return chosen_for_this_process(name) ? nullptr : std::getenv(name); };
+  return rank_omp_env(users("OMP_WAIT_POLICY"), users("GOMP_SPINCOUNT"), local_ranks);
 }
 
 std::string omp_env_report() {

@@ -40,7 +40,9 @@ int local_ranks_from_environment();
 // DSA_OMP_ENV records a choice: the variables set and by whom, e.g.
 // "OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 (pid 4242: one rank on this host)" or
 // "... (dsactor launch: 2 ranks on this host)". A process whose marker names another pid
-// inherited it from a dsactor that chose for itself: those variables are not the user's.
+// inherited it from a dsactor that chose for itself: the variables that still hold the
+// recorded values are not the user's. A launcher's marker (no pid) is kept by the rank and
+// its descendants.
 //
 // Applies the choice to this process (its launcher's choice, when the marker is one, stands):
 // clears an inherited choice, sets the variables and the marker, then re-executes this
@@ -55,8 +57,21 @@ void ensure_omp_env(char** argv);
 // when the user set OMP_WAIT_POLICY (the user's settings are passed on as they are).
 std::vector<std::pair<std::string, std::string>> launched_rank_omp_env(int local_ranks);
 
-// Whether `name` is an OpenMP variable that dsactor, not the user, set in this process
-// (DSA_OMP_ENV itself included): a launcher does not pass those on.
+// The variables a rank gets from the user's settings (nullptr: unset) for its host's rank
+// count: choose_omp_env with a launcher's marker; empty when the user set the policy.
+std::vector<std::pair<std::string, std::string>> rank_omp_env(const char* user_policy, const char* user_spincount,
+                                                              int local_ranks);
+
+// A DSA_OMP_ENV marker read back: the variables it records with their values, and the pid
+// that chose them (0: a launcher chose them for its rank).
+struct omp_marker {
+  std::vector<std::pair<std::string, std::string>> settings;
+  long pid = 0;
+};
+omp_marker parse_omp_marker(const std::string& marker);
+
+// Whether `name` is one of the OpenMP variables (or DSA_OMP_ENV itself) that dsactor, not
+// the user, set in this process: a launcher does not pass those on.
 bool chosen_for_this_process(const std::string& name);
 
 // One line for dsactor report: the settings in force and who chose them.

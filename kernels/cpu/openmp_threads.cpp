@@ -3,23 +3,18 @@
 
 #include <omp.h>
 
-#include <cstring>
-
 #include <dlfcn.h>
 
 namespace dsa::cpu {
 
 namespace {
 
-// Whether the omp_pause_resource_all this process calls is libgomp's: a runtime preloaded
-// in its place (LLVM's or Intel's, whose hard pause shuts down the whole runtime) could
-// take the symbol whatever omp.h was compiled against.
+// Whether the OpenMP runtime in this process is libgomp: LLVM's and Intel's (whose hard
+// pause shuts down the whole runtime, under other threads' regions) export the __kmpc_
+// entry points, libgomp does not, and either can be swapped in at load (LD_PRELOAD, or
+// LLVM's libgomp.so alias of libomp) whatever omp.h this was compiled against.
 bool runtime_is_libgomp() {
-  static const bool is = [] {
-    Dl_info info{};
-    const auto fn = reinterpret_cast<void*>(&omp_pause_resource_all);
-    return ::dladdr(fn, &info) != 0 && info.dli_fname != nullptr && std::strstr(info.dli_fname, "libgomp") != nullptr;
-  }();
+  static const bool is = ::dlsym(RTLD_DEFAULT, "__kmpc_fork_call") == nullptr;
   return is;
 }
 

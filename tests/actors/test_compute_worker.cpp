@@ -33,9 +33,17 @@ TEST_CASE("compute_worker: a worker that releases ends its OpenMP pool when it r
   REQUIRE(team != 0);
   w.wait_until_idle(); // returns once the pool is released
   CHECK(dsa::test::thread_gone(team));
-  const pid_t next = team_thread_of(w); // a new pool for the next job
-  CHECK(next != 0);
-  CHECK(next != team);
+  CHECK(team_thread_of(w) != 0); // a new pool for the next job
+}
+
+TEST_CASE("compute_worker: a job within the grace keeps the pool; the destructor ends the grace wait") {
+  // An hour's grace: the second job, posted from here after the first has finished, comes
+  // within it, so it finds the same team thread. The worker is then destroyed during that
+  // grace wait, which must end at once (the test would hang for an hour otherwise).
+  dsa::actors::compute_worker w(dsa::actors::openmp_threads::release_when_idle, std::chrono::hours(1));
+  const pid_t team = team_thread_of(w);
+  REQUIRE(team != 0);
+  CHECK(team_thread_of(w) == team);
 }
 
 TEST_CASE("compute_worker: a stage's worker keeps its OpenMP pool between jobs") {

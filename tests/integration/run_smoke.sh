@@ -57,6 +57,8 @@ env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV "$dsactor" run "$work/om
 losses() { python3 -c "import csv,sys; print([r['Train/Samples/train_loss'] for r in csv.DictReader(open(sys.argv[1]))])" "$1"; }
 [[ $(losses "$work/run/metrics.csv") == "$(losses "$work/run_omp/metrics.csv")" ]] ||
   fail "losses under dsactor's OpenMP settings differ: $(losses "$work/run/metrics.csv") vs $(losses "$work/run_omp/metrics.csv")"
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u DSA_OMP_ENV -u LOCAL_SIZE "$dsactor" report 2>/dev/null |
+  grep -q "^openmp *: OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 (dsactor set" || fail "dsactor should choose its OpenMP settings"
 echo "ok: the same losses under dsactor's own OpenMP settings"
 
 # dsactor trace: the run points at its trace; the summary reads it.

@@ -103,6 +103,8 @@ TEST_CASE("omp_env: what dsactor chose is not passed on as the user's") {
   CHECK(dsa::tools::chosen_for_this_process("GOMP_SPINCOUNT"));
   CHECK(dsa::tools::chosen_for_this_process("DSA_OMP_ENV"));
   CHECK_FALSE(dsa::tools::chosen_for_this_process("OMP_NUM_THREADS"));
+  for (const char* other : {"Y", "T", "POLICY", "WAIT_POLICY", "SPINCOUNT", "OMP_SPINCOUNT", "passive"})
+    CHECK_FALSE(dsa::tools::chosen_for_this_process(other)); // whole names only
   // A launcher's ranks get their own choice, from the user's settings only.
   auto two = dsa::tools::launched_rank_omp_env(2);
   CHECK(value_of(two, "OMP_WAIT_POLICY") == "passive");
@@ -134,4 +136,30 @@ TEST_CASE("omp_env: dsactor report's line says what is in force and who chose it
   CHECK(dsa::tools::omp_env_report() ==
         "OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=0 (dsactor set OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=0, dsactor "
         "launch: 2 ranks on this host, so no spinning)");
+}
+
+TEST_CASE("omp_env: a marker read back") {
+  const auto own = dsa::tools::parse_omp_marker("OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=10000 (pid 4242: one rank on this host)");
+  CHECK(own.pid == 4242);
+  REQUIRE(own.settings.size() == 2);
+  CHECK(own.settings[0] == std::pair<std::string, std::string>{"OMP_WAIT_POLICY", "passive"});
+  CHECK(own.settings[1] == std::pair<std::string, std::string>{"GOMP_SPINCOUNT", "10000"});
+  const auto launcher = dsa::tools::parse_omp_marker("OMP_WAIT_POLICY=passive (dsactor launch: 2 ranks on this host; GOMP_SPINCOUNT is the user's)");
+  CHECK(launcher.pid == 0);
+  REQUIRE(launcher.settings.size() == 1);
+  CHECK(launcher.settings[0].first == "OMP_WAIT_POLICY");
+  const auto odd = dsa::tools::parse_omp_marker("X=1 OMP_WAIT_POLICY=active");
+  CHECK(odd.pid == 0);
+  REQUIRE(odd.settings.size() == 1); // only the OpenMP names count
+  CHECK(odd.settings[0].second == "active");
+  CHECK(dsa::tools::parse_omp_marker("").settings.empty());
+}
+
+TEST_CASE("omp_env: a remote rank's settings from the user's as forwarded") {
+  const auto user = dsa::tools::rank_omp_env("active", nullptr, 2);
+  CHECK(user.empty());
+  const auto spin = dsa::tools::rank_omp_env(nullptr, "77", 2);
+  CHECK(value_of(spin, "OMP_WAIT_POLICY") == "passive");
+  CHECK(value_of(spin, "GOMP_SPINCOUNT") == "(none)");
+  CHECK(value_of(dsa::tools::rank_omp_env(nullptr, nullptr, 1), "GOMP_SPINCOUNT") == dsa::tools::brief_spin);
 }
