@@ -36,7 +36,6 @@ struct cached_matmul {
 // row counts, evaluation batches) starts over rather than growing without end. Bound calls
 // hold their primitive too, so at most twice this many primitives stay alive per thread.
 constexpr std::size_t max_kept = 256;
-thread_local std::size_t kept_primitives = 0, kept_calls = 0;
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine = [] {
@@ -100,8 +99,13 @@ operand_descs descs_of(const gemm_shape& s, const gemm_batch& batch) {
           operand_desc(memory::data_type::f32, batch.count, batch.stride_c, s.m, s.n, false, s.ldc)};
 }
 
-cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
+std::map<std::vector<std::int64_t>, cached_matmul>& primitives_of_this_thread() {
   thread_local std::map<std::vector<std::int64_t>, cached_matmul> cache;
+  return cache;
+}
+
+cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
+  auto& cache = primitives_of_this_thread();
   std::uint32_t alpha_bits = 0, beta_bits = 0;
   std::memcpy(&alpha_bits, &s.alpha, 4);
   std::memcpy(&beta_bits, &s.beta, 4);
@@ -130,9 +134,7 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool run
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, d.b, d.c), attr, cpu_engine());
   m.prim = dnnl::matmul(pd);
-  cached_matmul& made = cache.emplace(key, std::move(m)).first->second;
-  kept_primitives = cache.size();
-  return made;
+  return cache.emplace(key, std::move(m)).first->second;
 }
 
 // A product as called: its primitive with the operands' memory objects and the argument map
@@ -149,8 +151,13 @@ struct bound_matmul {
 // The whole call: shapes, strides, batch, alpha, beta and how the primitive is keyed.
 using call_key = std::array<std::int64_t, 15>;
 
-bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
+std::map<call_key, bound_matmul>& calls_of_this_thread() {
   thread_local std::map<call_key, bound_matmul> calls;
+  return calls;
+}
+
+bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
+  auto& calls = calls_of_this_thread();
   std::uint32_t alpha_bits = 0, beta_bits = 0;
   std::memcpy(&alpha_bits, &s.alpha, 4);
   std::memcpy(&beta_bits, &s.beta, 4);
@@ -166,18 +173,14 @@ bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runti
     d = descs_of(s, batch);
     b.describable = true;
   } catch (const dnnl::error&) {
-    bound_matmul& refused = calls.emplace(key, std::move(b)).first->second;
-    kept_calls = calls.size();
-    return refused;
+    return calls.emplace(key, std::move(b)).first->second;
   }
   b.prim = matmul_for(s, batch, runtime).prim;
   b.a = memory(d.a, cpu_engine(), DNNL_MEMORY_NONE);
   b.b = memory(d.b, cpu_engine(), DNNL_MEMORY_NONE);
   b.c = memory(d.c, cpu_engine(), DNNL_MEMORY_NONE);
   b.args = {{DNNL_ARG_SRC, b.a}, {DNNL_ARG_WEIGHTS, b.b}, {DNNL_ARG_DST, b.c}};
-  bound_matmul& made = calls.emplace(key, std::move(b)).first->second;
-  kept_calls = calls.size();
-  return made;
+  return calls.emplace(key, std::move(b)).first->second;
 }
 
 bool describable(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
@@ -332,7 +335,7 @@ bool bf16_operands() { return operands_bf16.load(std::memory_order_relaxed); }
 
 bf16_gemm_kept bf16_gemm_kept_by_this_thread() {
 #ifdef DSA_HAVE_DNNL
-  return {kept_primitives, kept_calls, max_kept};
+  return {primitives_of_this_thread().size(), calls_of_this_thread().size(), max_kept};
 #else
   return {};
 #endif
