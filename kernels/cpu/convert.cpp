@@ -20,6 +20,7 @@
 #include "core/half.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include <immintrin.h>
@@ -60,6 +61,35 @@ DSA_AVX512_CODE_BEGIN
 DSA_AVX512_TARGET std::int64_t f32_to_half_avx512(std::uint16_t* out, const float* in, std::int64_t n, bool bf16) {
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) vec512::store_half16(out + i, _mm512_loadu_ps(in + i), bf16);
+  return i;
+}
+
+#define DSA_AVX512_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c,avx512bf16")))
+
+// f32 -> bf16 with AVX512_BF16's vcvtne2ps2bf16: 32 floats rounded to nearest even in one
+// instruction, NaNs quieted as the scalar quiets them (the high half with bit 6 set). It
+// flushes subnormal inputs to zero, so a pair of vectors holding one takes the integer
+// rounding instead (subnormals are rare in activations; zeros, as dropout makes, are not
+// subnormal). Called only where the CPU has AVX512_BF16.
+
+// Lanes whose magnitude is in [1, 0x007fffff]: the subnormals.
+DSA_AVX512_BF16_TARGET inline __mmask16 subnormal_lanes(__m512 x) {
+  const __m512i m = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+  return _mm512_cmple_epu32_mask(_mm512_sub_epi32(m, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x007ffffe));
+}
+
+DSA_AVX512_BF16_TARGET std::int64_t f32_to_bf16_avx512bf16(std::uint16_t* out, const float* in, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_loadu_ps(in + i), hi = _mm512_loadu_ps(in + i + 16);
+    if ((subnormal_lanes(lo) | subnormal_lanes(hi)) != 0) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), vec512::f32_to_bf16_16(lo));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 16), vec512::f32_to_bf16_16(hi));
+      continue;
+    }
+    const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo); // lo's lanes first
+    _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(both));
+  }
   return i;
 }
 
@@ -120,6 +150,23 @@ DSA_AVX512_TARGET bool half_inf_or_nan_avx512(const std::uint16_t* in, std::int6
 
 DSA_AVX512_CODE_END
 
+// -1: as the CPU has AVX512_BF16; else 0 or 1 as use_bf16_conversion_instructions set it.
+std::atomic<int> bf16_instructions{-1};
+
+} // namespace
+
+bool bf16_conversion_instructions() {
+  const int v = bf16_instructions.load(std::memory_order_relaxed);
+  return v < 0 ? cpu_has_avx512_bf16() : v == 1;
+}
+
+void use_bf16_conversion_instructions(bool on) {
+  DSA_CHECK(!on || cpu_has_avx512_bf16(), "use_bf16_conversion_instructions: this CPU has no AVX512_BF16");
+  bf16_instructions.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+namespace {
+
 // ---- f32 <-> f16 ----------------------------------------------------------
 
 void f32_to_f16_span(isa path, std::uint16_t* out, const float* in, std::int64_t n) {
@@ -161,7 +208,8 @@ void f16_to_f32_span(isa path, float* out, const std::uint16_t* in, std::int64_t
 
 void f32_to_bf16_span(isa path, std::uint16_t* out, const float* in, std::int64_t n) {
   std::int64_t i = 0;
-  if (path == isa::avx512) i = f32_to_half_avx512(out, in, n, true);
+  if (path == isa::avx512 && bf16_conversion_instructions()) i = f32_to_bf16_avx512bf16(out, in, n);
+  if (path == isa::avx512) i += f32_to_half_avx512(out + i, in + i, n - i, true);
 #if DSA_VEC_MATH_AVX2
   if (path == isa::avx2)
     for (; i + 8 <= n; i += 8)

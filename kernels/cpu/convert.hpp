@@ -24,4 +24,11 @@ bool has_inf_or_nan(const void* in, dtype in_type, std::int64_t n);
 void cast(isa path, void* out, dtype out_type, const void* in, dtype in_type, std::int64_t n);
 bool has_inf_or_nan(isa path, const void* in, dtype in_type, std::int64_t n);
 
+// Whether the AVX-512 path rounds f32 to bf16 with the CPU's AVX512_BF16 instruction
+// (vcvtne2ps2bf16, the same bits: vectors holding a subnormal take the integer rounding) rather
+// than integer operations. On where the CPU has AVX512_BF16; tests and benchmarks turn it
+// off to compare (false is refused nowhere; true where the CPU lacks it is a broken invariant).
+bool bf16_conversion_instructions();
+void use_bf16_conversion_instructions(bool on);
+
 } // namespace dsa::cpu

@@ -207,17 +207,12 @@ void run_matmul(float* c, const std::uint16_t* a, const std::uint16_t* b, const 
 }
 #endif
 
-bool cpu_has_bf16_instructions() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
-}
-
 } // namespace
 
 bool bf16_gemm_supported(std::string* why) {
 #ifdef DSA_HAVE_DNNL
   // AMX-BF16 CPUs all have AVX512_BF16, so one flag covers both.
-  static const bool has = cpu_has_bf16_instructions();
+  static const bool has = cpu_has_avx512_bf16();
   if (!has && why) *why = "this CPU has neither AVX512_BF16 nor AMX";
   return has;
 #else

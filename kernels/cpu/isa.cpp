@@ -1,6 +1,8 @@
 // Run-time ISA choice; see isa.hpp.
 #include "kernels/cpu/isa.hpp"
 
+#include "kernels/cpu/convert.hpp"
+
 #include "core/error.hpp"
 
 #include <fmt/format.h>
@@ -44,6 +46,18 @@ isa best_isa() {
   return isa::scalar;
 }
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 isa active_isa() {
   static const isa chosen = from_env(best_isa(), nullptr);
   return chosen;
@@ -65,8 +79,10 @@ const char* isa_name(isa i) {
 std::string isa_report() {
   std::string note;
   const isa chosen = from_env(best_isa(), &note);
-  return fmt::format("vector kernels: {} (this CPU's best: {}{}{})", isa_name(chosen), isa_name(best_isa()),
-                     note.empty() ? "" : "; ", note);
+  const bool bf16_instruction = chosen == isa::avx512 && bf16_conversion_instructions();
+  return fmt::format("vector kernels: {} (this CPU's best: {}{}{}){}", isa_name(chosen), isa_name(best_isa()),
+                     note.empty() ? "" : "; ", note,
+                     bf16_instruction ? ", f32 to bf16 by AVX512_BF16's vcvtne2ps2bf16" : "");
 }
 
 } // namespace dsa::cpu

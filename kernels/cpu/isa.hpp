@@ -28,6 +28,8 @@ enum class isa { scalar, avx2, avx512 };
 
 // The best the CPU has: AVX2 needs AVX2 and FMA; AVX-512 needs those and F, BW, DQ and VL.
 isa best_isa();
+// Whether the CPU has AVX512_BF16 (bf16 dot products and f32 -> bf16 rounding; every AMX CPU has it).
+bool cpu_has_avx512_bf16();
 // The one the kernels use: best_isa(), or lower when DSA_CPU_ISA asks.
 isa active_isa();
 const char* isa_name(isa i);

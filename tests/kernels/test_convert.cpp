@@ -249,6 +249,45 @@ TEST_CASE("convert: large random buffers (threaded path) equal the scalar on eve
   }
 }
 
+TEST_CASE("convert: AVX512_BF16's rounding instruction gives the integer rounding's bits") {
+  if (!dsa::cpu::bf16_conversion_instructions()) {
+    MESSAGE("this CPU has no AVX512_BF16: only the integer rounding runs here");
+    CHECK_THROWS_WITH(dsa::cpu::use_bf16_conversion_instructions(true),
+                      doctest::Contains("no AVX512_BF16"));
+    return;
+  }
+  // Each block of 32 holds one subnormal at a moving lane (the instruction flushes those, so
+  // its block must take the integer rounding), then blocks of normal values, ties, zeros
+  // and NaN payloads only; random bit patterns of every class after them.
+  std::vector<float> in;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 32; ++j)
+      in.push_back(j == lane ? bits_float(0x00000001u + static_cast<std::uint32_t>(lane) * 0x00040001u)
+                             : 1.0f + static_cast<float>(j) * std::ldexp(1.0f, -8));
+  const std::uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0x7fa00000u, 0xffffffffu, 0x7f800001u,
+                                    0x00000000u, 0x80000000u, 0x7f7fffffu, 0xff800000u, 0x80800000u};
+  for (int j = 0; j < 64; ++j) in.push_back(bits_float(specials[j % 10]));
+  const auto random = mixed_floats(4099, 13);
+  in.insert(in.end(), random.begin(), random.end());
+  const auto n = static_cast<std::int64_t>(in.size());
+  std::vector<std::uint16_t> with(in.size()), without(in.size());
+  dsa::cpu::cast(dsa::cpu::isa::avx512, with.data(), dtype::bf16, in.data(), dtype::f32, n);
+  dsa::cpu::use_bf16_conversion_instructions(false);
+  dsa::cpu::cast(dsa::cpu::isa::avx512, without.data(), dtype::bf16, in.data(), dtype::f32, n);
+  dsa::cpu::use_bf16_conversion_instructions(true);
+  int mismatches = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::uint16_t scalar = dsa::f32_to_bf16(in[i]);
+    if (with[i] != scalar || without[i] != scalar) {
+      if (++mismatches <= 5)
+        MESSAGE("element " << i << " bits " << float_bits(in[i]) << ": " << with[i] << " / " << without[i] << " want "
+                           << scalar);
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(dsa::f32_to_bf16(bits_float(0x00400000u)) == 0x0040); // a subnormal the instruction would flush
+}
+
 TEST_CASE("convert: cast dispatches every pair of float types") {
   const dtype types[] = {dtype::f32, dtype::f16, dtype::bf16};
   const std::int64_t n = 37;
