@@ -236,6 +236,24 @@ void gemm_batched(float* c, gemm_operand a, gemm_operand b, const gemm_shape& sh
   gemm_batched(c, stored_as(a, dtype::f32, na, a32), stored_as(b, dtype::f32, nb, b32), s, batch);
 }
 
+bool gemm_batched_groups(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape, const gemm_batch& batch,
+                         const gemm_groups& groups) {
+  check_batch(batch);
+  DSA_CHECK(groups.count >= 0 && groups.stride_a >= 0 && groups.stride_b >= 0 && groups.stride_c >= 0,
+            "gemm_batched_groups: {} groups with strides a={} b={} c={}", groups.count, groups.stride_a,
+            groups.stride_b, groups.stride_c);
+  if (!bf16_operands() || groups.count == 0) return false;
+  const gemm_shape s = resolve(shape).s;
+  // Each group's operand spans from its start; the last group's end bounds what is read.
+  auto extent = [&](bool which_a, std::int64_t group_stride) {
+    const std::int64_t one = gemm_operand_extent(s, which_a, batch.count, which_a ? batch.stride_a : batch.stride_b);
+    return one == 0 ? 0 : (groups.count - 1) * group_stride + one;
+  };
+  thread_local std::vector<std::uint16_t> a16, b16;
+  return gemm_bf16_groups(c, stored_as(a, dtype::bf16, extent(true, groups.stride_a), a16),
+                          stored_as(b, dtype::bf16, extent(false, groups.stride_b), b16), s, batch, groups);
+}
+
 void gemm(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape) { gemm_batched(c, a, b, shape, {}); }
 
 void gemm_ref(float* c, const float* a, const float* b, const gemm_shape& shape,

@@ -28,6 +28,12 @@ struct gemm_batch {
   std::int64_t count = 1;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
+// A second level of batching: `count` groups of a batch's entries, group g's operands and
+// result g * stride further on (attention's sequences, each a batch of heads).
+struct gemm_groups {
+  std::int64_t count = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
 
 // c: (m, n) = / += per beta; a, b per shape. No aliasing between c and a/b.
 void gemm(float* c, const float* a, const float* b, const gemm_shape& shape);
@@ -50,6 +56,12 @@ struct gemm_operand {
 // round trip through f32.
 void gemm(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape);
 void gemm_batched(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape, const gemm_batch& batch);
+// With bf16 GEMM operands on, every group of `batch` in one bf16 call (gemm_bf16_groups: its
+// threads split the whole grid, where one call per group from inside a parallel region runs
+// each on one thread); f32/f16 operands are rounded first. False, with nothing written, when
+// the mode is off or the layout is not one call: the caller then runs the groups itself.
+bool gemm_batched_groups(float* c, gemm_operand a, gemm_operand b, const gemm_shape& shape, const gemm_batch& batch,
+                         const gemm_groups& groups);
 // The shape with leading dimensions resolved (0 -> packed) and checked (a broken invariant
 // when one is too small or a size negative).
 gemm_shape resolve_gemm_shape(const gemm_shape& shape);

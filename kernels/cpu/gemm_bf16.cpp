@@ -72,18 +72,23 @@ bool runtime_shapes() {
 
 // dims and strides of a (batch, rows, cols) operand: op(X) is (rows, cols); stored transposed
 // when trans, with row stride ld; batch entries `stride` apart (0: one entry broadcast).
+// With `group_count` (gemm_bf16_groups), (groups, batch, rows, cols), groups `group_stride` apart.
 memory::desc operand_desc(memory::data_type type, std::int64_t count, std::int64_t stride, std::int64_t rows,
-                          std::int64_t cols, bool trans, std::int64_t ld) {
+                          std::int64_t cols, bool trans, std::int64_t ld, std::int64_t group_count = 0,
+                          std::int64_t group_stride = 0) {
   const memory::dim batch = stride == 0 ? 1 : count;
-  const memory::dims dims{batch, rows, cols};
   // oneDNN wants each batch entry to span whole rows: stride >= stored rows x ld.
-  const memory::dims strides{stride == 0 ? (trans ? cols : rows) * ld : stride, trans ? 1 : ld, trans ? ld : 1};
-  return memory::desc(dims, type, strides);
+  const memory::dim entry_stride = stride == 0 ? (trans ? cols : rows) * ld : stride;
+  if (group_count > 0)
+    return memory::desc({group_count, batch, rows, cols}, type,
+                        {group_stride, entry_stride, trans ? 1 : ld, trans ? ld : 1});
+  return memory::desc({batch, rows, cols}, type, {entry_stride, trans ? 1 : ld, trans ? ld : 1});
 }
 
-// The same with every size and stride left to run time.
-memory::desc runtime_desc(memory::data_type type, bool trans) {
+// The same with every size and stride left to run time; 4 dimensions for groups.
+memory::desc runtime_desc(memory::data_type type, bool trans, bool grouped = false) {
   const memory::dim r = DNNL_RUNTIME_DIM_VAL;
+  if (grouped) return memory::desc({r, r, r, r}, type, {r, r, trans ? 1 : r, trans ? r : 1});
   return memory::desc({r, r, r}, type, {r, trans ? 1 : r, trans ? r : 1});
 }
 
@@ -91,12 +96,15 @@ struct operand_descs {
   memory::desc a, b, c;
 };
 
-operand_descs descs_of(const gemm_shape& s, const gemm_batch& batch) {
+// Without groups (nullptr) 3 dimensions, with them 4.
+operand_descs descs_of(const gemm_shape& s, const gemm_batch& batch, const gemm_groups* groups = nullptr) {
+  const gemm_groups g = groups ? *groups : gemm_groups{0, 0, 0, 0};
   return {operand_desc(memory::data_type::bf16, batch.count, batch.stride_a, s.m, s.k, s.trans_a == transpose::yes,
-                       s.lda),
+                       s.lda, g.count, g.stride_a),
           operand_desc(memory::data_type::bf16, batch.count, batch.stride_b, s.k, s.n, s.trans_b == transpose::yes,
-                       s.ldb),
-          operand_desc(memory::data_type::f32, batch.count, batch.stride_c, s.m, s.n, false, s.ldc)};
+                       s.ldb, g.count, g.stride_b),
+          operand_desc(memory::data_type::f32, batch.count, batch.stride_c, s.m, s.n, false, s.ldc, g.count,
+                       g.stride_c)};
 }
 
 std::map<std::vector<std::int64_t>, cached_matmul>& primitives_of_this_thread() {
@@ -104,14 +112,14 @@ std::map<std::vector<std::int64_t>, cached_matmul>& primitives_of_this_thread() 
   return cache;
 }
 
-cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
+cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool runtime, const gemm_groups* groups) {
   auto& cache = primitives_of_this_thread();
   std::uint32_t alpha_bits = 0, beta_bits = 0;
   std::memcpy(&alpha_bits, &s.alpha, 4);
   std::memcpy(&beta_bits, &s.beta, 4);
   const bool ta = s.trans_a == transpose::yes, tb = s.trans_b == transpose::yes;
   const std::vector<std::int64_t> key =
-      runtime ? std::vector<std::int64_t>{-1, ta, tb, alpha_bits, beta_bits}
+      runtime ? std::vector<std::int64_t>{groups ? -2 : -1, ta, tb, alpha_bits, beta_bits}
               : std::vector<std::int64_t>{s.m, s.n, s.k, ta, tb, s.lda, s.ldb, s.ldc, batch.count, batch.stride_a,
                                           batch.stride_b, batch.stride_c, alpha_bits, beta_bits};
   auto it = cache.find(key);
@@ -120,8 +128,8 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool run
   cached_matmul m;
   operand_descs d;
   if (runtime) {
-    d = {runtime_desc(memory::data_type::bf16, ta), runtime_desc(memory::data_type::bf16, tb),
-         runtime_desc(memory::data_type::f32, false)};
+    d = {runtime_desc(memory::data_type::bf16, ta, groups), runtime_desc(memory::data_type::bf16, tb, groups),
+         runtime_desc(memory::data_type::f32, false, groups)};
   } else {
     d = descs_of(s, batch);
   }
@@ -148,34 +156,39 @@ struct bound_matmul {
   std::unordered_map<int, memory> args;
 };
 
-// The whole call: shapes, strides, batch, alpha, beta and how the primitive is keyed.
-using call_key = std::array<std::int64_t, 15>;
+// The whole call: shapes, strides, batch, groups, alpha, beta and how the primitive is keyed.
+using call_key = std::array<std::int64_t, 19>;
 
 std::map<call_key, bound_matmul>& calls_of_this_thread() {
   thread_local std::map<call_key, bound_matmul> calls;
   return calls;
 }
 
-bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
+// groups: nullptr for a 3-dimensional call (gemm_bf16), else gemm_bf16_groups' (runtime only).
+bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runtime,
+                        const gemm_groups* groups = nullptr) {
   auto& calls = calls_of_this_thread();
   std::uint32_t alpha_bits = 0, beta_bits = 0;
   std::memcpy(&alpha_bits, &s.alpha, 4);
   std::memcpy(&beta_bits, &s.beta, 4);
-  const call_key key{runtime ? 1 : 0,   s.m,   s.n,   s.k,  s.trans_a == transpose::yes, s.trans_b == transpose::yes,
-                     s.lda,             s.ldb, s.ldc, batch.count,                   batch.stride_a,
-                     batch.stride_b,    batch.stride_c, alpha_bits, beta_bits};
+  const gemm_groups g = groups ? *groups : gemm_groups{0, 0, 0, 0};
+  const call_key key{runtime ? 1 : 0, s.m,        s.n,        s.k,        s.trans_a == transpose::yes,
+                     s.trans_b == transpose::yes, s.lda,      s.ldb,      s.ldc,
+                     batch.count,     batch.stride_a, batch.stride_b, batch.stride_c,
+                     g.count,         g.stride_a, g.stride_b, g.stride_c, alpha_bits,
+                     beta_bits};
   auto it = calls.find(key);
   if (it != calls.end()) return it->second;
   if (calls.size() >= max_kept) calls.clear();
   bound_matmul b;
   operand_descs d;
   try {
-    d = descs_of(s, batch);
+    d = descs_of(s, batch, groups);
     b.describable = true;
   } catch (const dnnl::error&) {
     return calls.emplace(key, std::move(b)).first->second;
   }
-  b.prim = matmul_for(s, batch, runtime).prim;
+  b.prim = matmul_for(s, batch, runtime, groups).prim;
   b.a = memory(d.a, cpu_engine(), DNNL_MEMORY_NONE);
   b.b = memory(d.b, cpu_engine(), DNNL_MEMORY_NONE);
   b.c = memory(d.c, cpu_engine(), DNNL_MEMORY_NONE);
@@ -183,19 +196,19 @@ bound_matmul& bound_for(const gemm_shape& s, const gemm_batch& batch, bool runti
   return calls.emplace(key, std::move(b)).first->second;
 }
 
-bool describable(const gemm_shape& s, const gemm_batch& batch, bool runtime) {
-  return bound_for(s, batch, runtime).describable;
+bool describable(const gemm_shape& s, const gemm_batch& batch, bool runtime, const gemm_groups* groups = nullptr) {
+  return bound_for(s, batch, runtime, groups).describable;
 }
 
 // One call for the whole batch. Entries whose C overlap (stride_c 0 or less than a block)
 // cannot be one oneDNN call: the caller runs those one at a time.
 // shapes_at_run_time: the keying gemm_bf16 read once for the whole call.
 void run_matmul(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& s, const gemm_batch& batch,
-                bool shapes_at_run_time) {
+                bool shapes_at_run_time, const gemm_groups* groups = nullptr) {
   // oneDNN refuses a broadcast batch operand with sizes at run time: fixed shapes for those.
   const bool broadcast = batch.count > 1 && (batch.stride_a == 0 || batch.stride_b == 0);
   const bool runtime = shapes_at_run_time && !broadcast;
-  bound_matmul& m = bound_for(s, batch, runtime);
+  bound_matmul& m = bound_for(s, batch, runtime, groups);
   DSA_CHECK(m.describable, "gemm_bf16: oneDNN cannot describe a {}x{}x{} product with ld {}/{}/{} and {} entries",
             s.m, s.n, s.k, s.lda, s.ldb, s.ldc, batch.count);
   thread_local dnnl::stream stream(cpu_engine());
@@ -317,6 +330,33 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
   packed.stride_c = ext_c;
   run_matmul(c_apart.data(), pa, pb, s, packed, runtime);
   rows(false);
+#endif
+}
+
+bool gemm_bf16_groups(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,
+                      const gemm_batch& batch, const gemm_groups& groups) {
+  std::string why;
+  DSA_CHECK(bf16_gemm_supported(&why), "gemm_bf16_groups: {}", why);
+  DSA_CHECK(batch.count >= 0 && batch.stride_a >= 0 && batch.stride_b >= 0 && batch.stride_c >= 0 &&
+                groups.count >= 0 && groups.stride_a >= 0 && groups.stride_b >= 0 && groups.stride_c >= 0,
+            "gemm_bf16_groups: {} groups (strides a={} b={} c={}) of {} entries (strides a={} b={} c={})", groups.count,
+            groups.stride_a, groups.stride_b, groups.stride_c, batch.count, batch.stride_a, batch.stride_b,
+            batch.stride_c);
+#ifdef DSA_HAVE_DNNL
+  const gemm_shape s = resolve_gemm_shape(shape);
+  if (!runtime_shapes() || s.m == 0 || s.n == 0 || s.k == 0 || batch.count == 0 || groups.count == 0) return false;
+  // No operand shared by entries or groups (oneDNN refuses a broadcast with sizes at run time),
+  // and every C element written once: each group's entries apart, and the groups apart.
+  const bool shared = (batch.count > 1 && (batch.stride_a == 0 || batch.stride_b == 0)) ||
+                      (groups.count > 1 && (groups.stride_a == 0 || groups.stride_b == 0));
+  const std::int64_t group_c_extent = (batch.count - 1) * batch.stride_c + (s.m - 1) * s.ldc + s.n;
+  if (shared || !gemm_c_disjoint(s, batch) || (groups.count > 1 && groups.stride_c < group_c_extent)) return false;
+  if (!describable(s, batch, true, &groups)) return false;
+  run_matmul(c, a, b, s, batch, true, &groups);
+  return true;
+#else
+  (void)c, (void)a, (void)b, (void)shape;
+  return false;
 #endif
 }
 

@@ -48,6 +48,15 @@ bf16_gemm_kept bf16_gemm_kept_by_this_thread();
 void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,
                const gemm_batch& batch = {});
 
+// gemm_bf16 over every group in one oneDNN call, its threads splitting the whole grid, where
+// oneDNN takes the layout as it lies: shapes at run time (bf16_gemm_runtime_shapes), no operand
+// shared (stride 0) by entries or groups, and no C element written twice. Otherwise false with
+// nothing written: the caller runs the groups itself. Called outside a parallel region (inside
+// one oneDNN runs on the calling thread alone). The same sums as one gemm_bf16 per group
+// within fp32 accumulation (oneDNN may split the grid another way).
+bool gemm_bf16_groups(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,
+                      const gemm_batch& batch, const gemm_groups& groups);
+
 // The process-wide bf16 operands mode (above). Turning it on when unsupported is a broken
 // invariant: callers check bf16_gemm_supported first.
 void set_bf16_operands(bool on);

@@ -1,4 +1,5 @@
-// Self-attention forward/backward with per-sequence batched GEMMs over heads.
+// Self-attention forward/backward with batched GEMMs over heads: one per sequence, or with bf16
+// operands one grouped call over every sequence.
 #include "models/bert/attention.hpp"
 
 #include "kernels/cpu/bias.hpp"
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace dsa::bert {
@@ -51,6 +53,17 @@ void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride,
   batch.stride_a = a.head_stride;
   batch.stride_b = b.head_stride;
   batch.stride_c = c_head_stride;
+  // With bf16 operands every sequence's heads go to oneDNN as one call when it takes the
+  // layout: its threads split the whole grid, where one call per sequence inside the region
+  // below runs single-threaded, each thread's oneDNN allocating beside the other's from the
+  // one malloc arena, and a thread whose sequences ran slower keeps the other waiting.
+  if (cpu::gemm_batched_groups(c, a.base, b.base, s, batch, {dims.batch, a.seq_stride, b.seq_stride, c_seq_stride})) {
+    if constexpr (!std::is_same_v<After, no_epilogue>) {
+#pragma omp parallel for schedule(static) if (dims.batch > 1)
+      for (std::int64_t seq = 0; seq < dims.batch; ++seq) after(seq);
+    }
+    return;
+  }
   // One parallel region over the sequences rather than one (or, with bf16 operands, a few)
   // per sequence: each region wakes the sleeping OpenMP threads (OMP_WAIT_POLICY=passive),
   // which perf showed at ~12% of a bf16 run. Inside a region cpu::gemm_batched runs its

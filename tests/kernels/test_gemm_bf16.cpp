@@ -309,3 +309,68 @@ TEST_CASE("gemm_bf16: with fixed shapes a thread keeps at most the bound of prim
   CHECK(most == 256); // it reached the bound and went no further
   CHECK(last == 300 - 256); // started over once, then kept the rest
 }
+
+TEST_CASE("gemm_batched_groups: attention's sequences of heads in one call, against the reference; refusals write nothing") {
+  if (!supported()) return;
+  std::mt19937 rng(41);
+  const std::int64_t B = 3, A = 4, T = 16, d = 8, H = A * d;
+  const bool chosen = dsa::cpu::bf16_gemm_runtime_shapes();
+  dsa::cpu::set_bf16_gemm_runtime_shapes(true);
+  dsa::cpu::bf16_operands_scope on(true);
+  using dsa::cpu::gemm_groups;
+  using dsa::cpu::gemm_operand;
+  // Each sequence's reference: gemm_ref over its heads.
+  auto reference = [&](std::vector<float> c, const std::vector<float>& a, const std::vector<float>& b, gemm_shape s,
+                       gemm_batch batch, gemm_groups g) {
+    for (std::int64_t q = 0; q < g.count; ++q)
+      dsa::cpu::gemm_ref(c.data() + q * g.stride_c, a.data() + q * g.stride_a, b.data() + q * g.stride_b, s, batch);
+    return c;
+  };
+  // Scores: Q K^T per head, heads as column blocks of each sequence's (T, H) rows.
+  const auto q = batch_of(1, 0, B * T, H, H, rng), k = batch_of(1, 0, B * T, H, H, rng);
+  gemm_shape scores;
+  scores.m = T, scores.n = T, scores.k = d, scores.trans_b = transpose::yes, scores.lda = H, scores.ldb = H;
+  scores.ldc = T;
+  const gemm_batch heads{A, d, d, T * T};
+  const gemm_groups sequences{B, T * H, T * H, A * T * T};
+  std::vector<float> got(static_cast<std::size_t>(B * A * T * T), NAN);
+  const auto q16 = to_bf16(q), k16 = to_bf16(k);
+  CHECK(dsa::cpu::gemm_batched_groups(got.data(), gemm_operand{q16.data(), dsa::dtype::bf16},
+                                      gemm_operand{k16.data(), dsa::dtype::bf16}, scores, heads, sequences));
+  auto want = reference(std::vector<float>(got.size(), NAN), q, k, scores, heads, sequences);
+  DSA_CHECK_CLOSE(got.data(), want.data(), static_cast<std::int64_t>(got.size()), dsa::test::f32_gemm);
+  // Context and dV: P (or P^T) times V into the heads' column blocks, f32 operands rounded,
+  // beta 0.5 (C read once per element).
+  const auto p = batch_of(B * A, T * T, T, T, T, rng), v = batch_of(1, 0, B * T, H, H, rng);
+  for (transpose tp : {transpose::no, transpose::yes}) {
+    gemm_shape context;
+    context.m = T, context.n = d, context.k = T, context.trans_a = tp, context.lda = T, context.ldb = H;
+    context.ldc = H, context.beta = 0.5f;
+    const gemm_batch ctx_heads{A, T * T, d, d};
+    const gemm_groups ctx_sequences{B, A * T * T, T * H, T * H};
+    std::vector<float> c0 = batch_of(1, 0, B * T, H, H, rng), c = c0;
+    INFO("P transposed: " << (tp == transpose::yes));
+    CHECK(dsa::cpu::gemm_batched_groups(c.data(), gemm_operand{p.data()}, gemm_operand{v.data()}, context, ctx_heads,
+                                        ctx_sequences));
+    const auto ctx_want = reference(c0, p, v, context, ctx_heads, ctx_sequences);
+    DSA_CHECK_CLOSE(c.data(), ctx_want.data(), static_cast<std::int64_t>(c.size()), dsa::test::f32_gemm);
+  }
+  // Refused, nothing written: groups writing the same C, B shared by the groups, fixed
+  // shapes, and the mode off. The caller then runs the groups itself.
+  std::vector<float> untouched(got.size(), 7.0f);
+  auto refused = [&](gemm_groups g) {
+    return !dsa::cpu::gemm_batched_groups(untouched.data(), gemm_operand{q16.data(), dsa::dtype::bf16},
+                                          gemm_operand{k16.data(), dsa::dtype::bf16}, scores, heads, g);
+  };
+  CHECK(refused({B, T * H, T * H, 0}));
+  CHECK(refused({B, T * H, 0, A * T * T}));
+  dsa::cpu::set_bf16_gemm_runtime_shapes(false);
+  CHECK(refused(sequences));
+  dsa::cpu::set_bf16_gemm_runtime_shapes(true);
+  {
+    dsa::cpu::bf16_operands_scope off(false);
+    CHECK(refused(sequences));
+  }
+  CHECK(std::all_of(untouched.begin(), untouched.end(), [](float x) { return x == 7.0f; }));
+  dsa::cpu::set_bf16_gemm_runtime_shapes(chosen);
+}
