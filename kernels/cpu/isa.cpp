@@ -34,7 +34,9 @@ isa from_env(isa best, std::string* note) {
 
 } // namespace
 
-isa best_isa() {
+namespace {
+
+isa detect_best_isa() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -44,6 +46,14 @@ isa best_isa() {
   if (avx2) return isa::avx2;
 #endif
   return isa::scalar;
+}
+
+} // namespace
+
+// Read once: every kernel call checks its path against it (check_path).
+isa best_isa() {
+  static const isa best = detect_best_isa();
+  return best;
 }
 
 bool cpu_has_avx512_bf16() {

@@ -37,7 +37,6 @@ __attribute__((target("avx2"))) void words_avx2(const philox_stream& s, std::uin
   const __m256i mul0 = _mm256_set1_epi32(static_cast<int>(m0)), mul1 = _mm256_set1_epi32(static_cast<int>(m1));
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   std::int64_t b = 0;
-  alignas(32) std::uint32_t r[4][8];
   for (; b + 8 <= blocks; b += 8) {
     __m256i x0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(c0[0] + static_cast<std::uint32_t>(b))), lane);
     __m256i x1 = _mm256_set1_epi32(static_cast<int>(c0[1]));
@@ -54,12 +53,17 @@ __attribute__((target("avx2"))) void words_avx2(const philox_stream& s, std::uin
       ka += w0;
       kb += w1;
     }
-    _mm256_store_si256(reinterpret_cast<__m256i*>(r[0]), x0);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(r[1]), x1);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(r[2]), x2);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(r[3]), x3);
-    for (int l = 0; l < 8; ++l)
-      for (int k = 0; k < 4; ++k) out[4 * (b + l) + k] = r[k][l];
+    // Word k of block l is lane l of x_k: interleave within 128-bit halves (blocks l and l + 4
+    // share a register), then pair the halves so each output vector holds two whole blocks.
+    const __m256i t0 = _mm256_unpacklo_epi32(x0, x1), t1 = _mm256_unpackhi_epi32(x0, x1);
+    const __m256i t2 = _mm256_unpacklo_epi32(x2, x3), t3 = _mm256_unpackhi_epi32(x2, x3);
+    const __m256i v0 = _mm256_unpacklo_epi64(t0, t2), v1 = _mm256_unpackhi_epi64(t0, t2); // blocks 0|4, 1|5
+    const __m256i v2 = _mm256_unpacklo_epi64(t1, t3), v3 = _mm256_unpackhi_epi64(t1, t3); // blocks 2|6, 3|7
+    auto* o = reinterpret_cast<__m256i*>(out + 4 * b);
+    _mm256_storeu_si256(o, _mm256_permute2x128_si256(v0, v1, 0x20));
+    _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(v2, v3, 0x20));
+    _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(v0, v1, 0x31));
+    _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(v2, v3, 0x31));
   }
   words_scalar(s, first + static_cast<std::uint32_t>(b), blocks - b, out + 4 * b);
 }
@@ -71,46 +75,61 @@ DSA_AVX512_TARGET __m512i mulhi_avx512(__m512i a, __m512i m) {
   return _mm512_mask_blend_epi32(0xAAAA, even, odd);
 }
 
+// Philox rounds for `G` independent sets of 16 blocks at once: one set's rounds are a chain
+// of dependent multiplies, so interleaving sets fills the multiplier's latency. (GCC 12 reports
+// the intrinsics' undefined merge operands as uninitialized once inlined over the arrays.)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <int G>
+DSA_AVX512_TARGET inline void rounds_avx512(const philox_counter& c0, const philox_key& k0, std::int64_t b,
+                                            std::uint32_t* out) {
+  const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(m0)), mul1 = _mm512_set1_epi32(static_cast<int>(m1));
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i x0[G], x1[G], x2[G], x3[G];
+  for (int g = 0; g < G; ++g) {
+    x0[g] = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(c0[0] + static_cast<std::uint32_t>(b + 16 * g))), lane);
+    x1[g] = _mm512_set1_epi32(static_cast<int>(c0[1]));
+    x2[g] = _mm512_set1_epi32(static_cast<int>(c0[2]));
+    x3[g] = _mm512_set1_epi32(static_cast<int>(c0[3]));
+  }
+  std::uint32_t ka = k0[0], kb = k0[1];
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key_a = _mm512_set1_epi32(static_cast<int>(ka)), key_b = _mm512_set1_epi32(static_cast<int>(kb));
+    for (int g = 0; g < G; ++g) {
+      const __m512i hi0 = mulhi_avx512(x0[g], mul0), lo0 = _mm512_mullo_epi32(x0[g], mul0);
+      const __m512i hi1 = mulhi_avx512(x2[g], mul1), lo1 = _mm512_mullo_epi32(x2[g], mul1);
+      x0[g] = _mm512_xor_si512(_mm512_xor_si512(hi1, x1[g]), key_a);
+      x1[g] = lo1;
+      x2[g] = _mm512_xor_si512(_mm512_xor_si512(hi0, x3[g]), key_b);
+      x3[g] = lo0;
+    }
+    ka += w0;
+    kb += w1;
+  }
+  for (int g = 0; g < G; ++g) {
+    // Word k of block l is lane l of x_k. 4x4 transposes of 32-bit words inside each 128-bit
+    // group: u0 then holds blocks 0, 4, 8, 12 (one per group), u1 blocks 1, 5, 9, 13, ...
+    const __m512i t0 = _mm512_unpacklo_epi32(x0[g], x1[g]), t1 = _mm512_unpackhi_epi32(x0[g], x1[g]);
+    const __m512i t2 = _mm512_unpacklo_epi32(x2[g], x3[g]), t3 = _mm512_unpackhi_epi32(x2[g], x3[g]);
+    const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+    const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+    // ... and a 4x4 transpose of the 128-bit groups puts blocks 4v..4v+3 in output vector v.
+    const __m512i low01 = _mm512_shuffle_i32x4(u0, u1, 0x44), low23 = _mm512_shuffle_i32x4(u2, u3, 0x44);
+    const __m512i high01 = _mm512_shuffle_i32x4(u0, u1, 0xee), high23 = _mm512_shuffle_i32x4(u2, u3, 0xee);
+    std::uint32_t* o = out + 4 * (b + 16 * g);
+    _mm512_storeu_si512(o, _mm512_shuffle_i32x4(low01, low23, 0x88));
+    _mm512_storeu_si512(o + 16, _mm512_shuffle_i32x4(low01, low23, 0xdd));
+    _mm512_storeu_si512(o + 32, _mm512_shuffle_i32x4(high01, high23, 0x88));
+    _mm512_storeu_si512(o + 48, _mm512_shuffle_i32x4(high01, high23, 0xdd));
+  }
+}
+
 DSA_AVX512_TARGET void words_avx512(const philox_stream& s, std::uint32_t first, std::int64_t blocks,
                                     std::uint32_t* out) {
   const philox_counter c0 = s.counter(first);
   const philox_key k0 = s.key();
-  const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(m0)), mul1 = _mm512_set1_epi32(static_cast<int>(m1));
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  // Word k of the 16 blocks goes to out[4 l + k]: a scatter-free interleave through a
-  // permutation table per output vector (four words of four blocks each).
   std::int64_t b = 0;
-  for (; b + 16 <= blocks; b += 16) {
-    __m512i x0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(c0[0] + static_cast<std::uint32_t>(b))), lane);
-    __m512i x1 = _mm512_set1_epi32(static_cast<int>(c0[1]));
-    __m512i x2 = _mm512_set1_epi32(static_cast<int>(c0[2]));
-    __m512i x3 = _mm512_set1_epi32(static_cast<int>(c0[3]));
-    std::uint32_t ka = k0[0], kb = k0[1];
-    for (int round = 0; round < 10; ++round) {
-      const __m512i hi0 = mulhi_avx512(x0, mul0), lo0 = _mm512_mullo_epi32(x0, mul0);
-      const __m512i hi1 = mulhi_avx512(x2, mul1), lo1 = _mm512_mullo_epi32(x2, mul1);
-      x0 = _mm512_xor_si512(_mm512_xor_si512(hi1, x1), _mm512_set1_epi32(static_cast<int>(ka)));
-      x1 = lo1;
-      x2 = _mm512_xor_si512(_mm512_xor_si512(hi0, x3), _mm512_set1_epi32(static_cast<int>(kb)));
-      x3 = lo0;
-      ka += w0;
-      kb += w1;
-    }
-    // 4x4 transposes of 32-bit words inside each 128-bit group of four blocks.
-    const __m512i t0 = _mm512_unpacklo_epi32(x0, x1), t1 = _mm512_unpackhi_epi32(x0, x1);
-    const __m512i t2 = _mm512_unpacklo_epi32(x2, x3), t3 = _mm512_unpackhi_epi32(x2, x3);
-    const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-    const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-    // u0 holds blocks 0, 4, 8, 12 (one per 128-bit group), u1 blocks 1, 5, 9, 13, ...
-    alignas(64) std::uint32_t r[4][16];
-    _mm512_store_si512(r[0], u0);
-    _mm512_store_si512(r[1], u1);
-    _mm512_store_si512(r[2], u2);
-    _mm512_store_si512(r[3], u3);
-    for (int g = 0; g < 4; ++g)
-      for (int j = 0; j < 4; ++j)
-        for (int k = 0; k < 4; ++k) out[4 * (b + 4 * g + j) + k] = r[j][4 * g + k];
-  }
+  for (; b + 32 <= blocks; b += 32) rounds_avx512<2>(c0, k0, b, out);
+  for (; b + 16 <= blocks; b += 16) rounds_avx512<1>(c0, k0, b, out);
   words_avx2(s, first + static_cast<std::uint32_t>(b), blocks - b, out + 4 * b);
 }
 DSA_AVX512_CODE_END
