@@ -6,7 +6,10 @@
 //               canonical quiet NaN (sign | 0x7e00) that the scalar returns;
 //   f16 -> f32  F16C, then inf/NaN lanes rebuilt with integer ops (F16C quiets
 //               signalling NaNs, the scalar keeps the payload as is);
-//   bf16        AVX2 integer rounding, the same formula as the scalar.
+//   bf16        AVX2 integer rounding, the same formula as the scalar; where the CPU
+//               has AVX512_BF16, its vcvtne2ps2bf16 on the AVX-512 path (the same
+//               bits: blocks holding a subnormal, which it flushes, take the integer
+//               rounding).
 // The AVX-512 path (chosen by active_isa()) repeats each on 16 lanes; the scalar path is the
 // scalar functions alone.
 // Buffers above a size threshold are split into chunks across OpenMP threads.
@@ -64,8 +67,6 @@ DSA_AVX512_TARGET std::int64_t f32_to_half_avx512(std::uint16_t* out, const floa
   return i;
 }
 
-#define DSA_AVX512_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c,avx512bf16")))
-
 // f32 -> bf16 with AVX512_BF16's vcvtne2ps2bf16: 32 floats rounded to nearest even in one
 // instruction, NaNs quieted as the scalar quiets them (the high half with bit 6 set). It
 // flushes subnormal inputs to zero, so a pair of vectors holding one takes the integer
@@ -88,7 +89,7 @@ DSA_AVX512_BF16_TARGET std::int64_t f32_to_bf16_avx512bf16(std::uint16_t* out, c
       continue;
     }
     const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo); // lo's lanes first
-    _mm512_storeu_si512(out + i, reinterpret_cast<const __m512i&>(both));
+    _mm512_storeu_si512(out + i, (__m512i)both);
   }
   return i;
 }

@@ -242,7 +242,7 @@ bool gemm_batched_groups(float* c, gemm_operand a, gemm_operand b, const gemm_sh
   DSA_CHECK(groups.count >= 0 && groups.stride_a >= 0 && groups.stride_b >= 0 && groups.stride_c >= 0,
             "gemm_batched_groups: {} groups with strides a={} b={} c={}", groups.count, groups.stride_a,
             groups.stride_b, groups.stride_c);
-  if (!bf16_operands() || groups.count == 0) return false;
+  if (!bf16_operands() || groups.count == 0 || !gemm_bf16_groups_accepted(shape, batch, groups)) return false;
   const gemm_shape s = resolve(shape).s;
   // Each group's operand spans from its start; the last group's end bounds what is read.
   auto extent = [&](bool which_a, std::int64_t group_stride) {

@@ -122,6 +122,7 @@ cached_matmul& matmul_for(const gemm_shape& s, const gemm_batch& batch, bool run
       runtime ? std::vector<std::int64_t>{groups ? -2 : -1, ta, tb, alpha_bits, beta_bits}
               : std::vector<std::int64_t>{s.m, s.n, s.k, ta, tb, s.lda, s.ldb, s.ldc, batch.count, batch.stride_a,
                                           batch.stride_b, batch.stride_c, alpha_bits, beta_bits};
+  DSA_CHECK(groups == nullptr || runtime, "gemm_bf16: groups are made with shapes at run time only");
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= max_kept) cache.clear();
@@ -333,16 +334,14 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
 #endif
 }
 
-bool gemm_bf16_groups(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,
-                      const gemm_batch& batch, const gemm_groups& groups) {
-  std::string why;
-  DSA_CHECK(bf16_gemm_supported(&why), "gemm_bf16_groups: {}", why);
+bool gemm_bf16_groups_accepted(const gemm_shape& shape, const gemm_batch& batch, const gemm_groups& groups) {
   DSA_CHECK(batch.count >= 0 && batch.stride_a >= 0 && batch.stride_b >= 0 && batch.stride_c >= 0 &&
                 groups.count >= 0 && groups.stride_a >= 0 && groups.stride_b >= 0 && groups.stride_c >= 0,
             "gemm_bf16_groups: {} groups (strides a={} b={} c={}) of {} entries (strides a={} b={} c={})", groups.count,
             groups.stride_a, groups.stride_b, groups.stride_c, batch.count, batch.stride_a, batch.stride_b,
             batch.stride_c);
 #ifdef DSA_HAVE_DNNL
+  if (!bf16_gemm_supported()) return false;
   const gemm_shape s = resolve_gemm_shape(shape);
   if (!runtime_shapes() || s.m == 0 || s.n == 0 || s.k == 0 || batch.count == 0 || groups.count == 0) return false;
   // No operand shared by entries or groups (oneDNN refuses a broadcast with sizes at run time),
@@ -351,11 +350,23 @@ bool gemm_bf16_groups(float* c, const std::uint16_t* a, const std::uint16_t* b, 
                       (groups.count > 1 && (groups.stride_a == 0 || groups.stride_b == 0));
   const std::int64_t group_c_extent = (batch.count - 1) * batch.stride_c + (s.m - 1) * s.ldc + s.n;
   if (shared || !gemm_c_disjoint(s, batch) || (groups.count > 1 && groups.stride_c < group_c_extent)) return false;
-  if (!describable(s, batch, true, &groups)) return false;
-  run_matmul(c, a, b, s, batch, true, &groups);
+  return describable(s, batch, true, &groups);
+#else
+  (void)shape;
+  return false;
+#endif
+}
+
+bool gemm_bf16_groups(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,
+                      const gemm_batch& batch, const gemm_groups& groups) {
+  std::string why;
+  DSA_CHECK(bf16_gemm_supported(&why), "gemm_bf16_groups: {}", why);
+  if (!gemm_bf16_groups_accepted(shape, batch, groups)) return false;
+#ifdef DSA_HAVE_DNNL
+  run_matmul(c, a, b, resolve_gemm_shape(shape), batch, true, &groups);
   return true;
 #else
-  (void)c, (void)a, (void)b, (void)shape;
+  (void)c, (void)a, (void)b;
   return false;
 #endif
 }

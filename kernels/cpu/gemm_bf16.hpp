@@ -56,6 +56,9 @@ void gemm_bf16(float* c, const std::uint16_t* a, const std::uint16_t* b, const g
 // within fp32 accumulation (oneDNN may split the grid another way).
 bool gemm_bf16_groups(float* c, const std::uint16_t* a, const std::uint16_t* b, const gemm_shape& shape,
                       const gemm_batch& batch, const gemm_groups& groups);
+// Whether gemm_bf16_groups would take the layout (false where unsupported), so that a caller
+// rounds its operands only for a call that runs.
+bool gemm_bf16_groups_accepted(const gemm_shape& shape, const gemm_batch& batch, const gemm_groups& groups);
 
 // The process-wide bf16 operands mode (above). Turning it on when unsupported is a broken
 // invariant: callers check bf16_gemm_supported first.

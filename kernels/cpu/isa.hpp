@@ -11,6 +11,8 @@
 // are named too (every AVX-512 CPU has them; GCC does not imply them from avx512f), so the
 // 256-bit FMA and conversion intrinsics also compile in a baseline x86-64 build.
 #define DSA_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
+// The same with AVX512_BF16, for code called only where cpu_has_avx512_bf16().
+#define DSA_AVX512_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c,avx512bf16")))
 // Around AVX-512 code: GCC 12's avx512fintrin.h passes _mm512_undefined_epi32() as the unused
 // merge operand of unmasked intrinsics, which -Wmaybe-uninitialized reports once inlined.
 #define DSA_AVX512_CODE_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")

@@ -32,7 +32,8 @@ struct no_epilogue {
 };
 
 // after(seq) runs on the thread that made sequence seq's product, right after it (while the
-// product's rows are in cache), inside the same parallel region.
+// product's rows are in cache), inside the same parallel region; after one grouped call for
+// every sequence (bf16 operands), in a parallel loop of its own once the call returns.
 template <class After = no_epilogue>
 void per_head_gemm(float* c, std::int64_t ldc, std::int64_t c_head_stride,
                    std::int64_t c_seq_stride, head_operand a, cpu::transpose ta, head_operand b,

@@ -363,6 +363,7 @@ TEST_CASE("gemm_batched_groups: attention's sequences of heads in one call, agai
                                           gemm_operand{k16.data(), dsa::dtype::bf16}, scores, heads, g);
   };
   CHECK(refused({B, T * H, T * H, 0}));
+  CHECK(refused({B, T * H, T * H, A * T * T - 1})); // the groups' C overlap by one element
   CHECK(refused({B, T * H, 0, A * T * T}));
   dsa::cpu::set_bf16_gemm_runtime_shapes(false);
   CHECK(refused(sequences));
