@@ -97,7 +97,13 @@ void report_cuda() {
     if (auto f = reinterpret_cast<fn>(dlsym(nccl, "ncclGetVersion"))) f(&v);
     fmt::print("nccl          : {}.{}.{}\n", v / 10000, (v % 10000) / 100, v % 100);
   }
-  fmt::print("cuda kernels  : not in this version (CPU ranks only; the CUDA rank is a later issue)\n");
+#if DSA_HAVE_CUDA
+  fmt::print("cuda kernels  : compiled in (sm_90); dsactor bench gpu-kernels and gpu-train run them. "
+             "dsactor run trains on CPU ranks\n");
+#else
+  fmt::print("cuda kernels  : not compiled in this build (no nvcc, -Dcuda=disabled, or ./ds run on a machine "
+             "with no visible GPU; ./ds build compiles them when nvcc is found). dsactor run trains on CPU ranks\n");
+#endif
 }
 
 void report_aio() {

@@ -13,30 +13,7 @@
 namespace dsa::cpu {
 namespace {
 
-isa from_env(isa best, std::string* note) {
-  const char* asked = std::getenv("DSA_CPU_ISA");
-  if (!asked || !*asked) return best;
-  isa want = best;
-  if (std::strcmp(asked, "scalar") == 0) want = isa::scalar;
-  else if (std::strcmp(asked, "avx2") == 0) want = isa::avx2;
-  else if (std::strcmp(asked, "avx512") == 0) want = isa::avx512;
-  else {
-    if (note) *note = fmt::format("DSA_CPU_ISA={} is not scalar, avx2 or avx512: ignored", asked);
-    return best;
-  }
-  if (static_cast<int>(want) > static_cast<int>(best)) {
-    if (note) *note = fmt::format("DSA_CPU_ISA={} is more than this CPU has", asked);
-    return best;
-  }
-  if (note) *note = fmt::format("DSA_CPU_ISA={}", asked);
-  return want;
-}
-
-} // namespace
-
-namespace {
-
-isa detect_best_isa() {
+isa detect_cpu_isa() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -48,30 +25,55 @@ isa detect_best_isa() {
   return isa::scalar;
 }
 
-} // namespace
-
-// Read once: every kernel call checks its path against it (check_path).
-isa best_isa() {
-  static const isa best = detect_best_isa();
-  return best;
-}
-
-bool cpu_has_avx512_bf16() {
+bool detect_avx512_bf16() {
 #if defined(__x86_64__)
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") != 0;
-  }();
-  return has;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") != 0;
 #else
   return false;
 #endif
 }
 
-isa active_isa() {
-  static const isa chosen = from_env(best_isa(), nullptr);
-  return chosen;
+// What DSA_CPU_ISA asks for, bounded by the hardware; `note` says what was done with it.
+isa limit_from_env(isa hardware, std::string* note) {
+  const char* asked = std::getenv("DSA_CPU_ISA");
+  if (!asked || !*asked) return hardware;
+  isa want = hardware;
+  if (std::strcmp(asked, "scalar") == 0) want = isa::scalar;
+  else if (std::strcmp(asked, "avx2") == 0) want = isa::avx2;
+  else if (std::strcmp(asked, "avx512") == 0) want = isa::avx512;
+  else {
+    if (note) *note = fmt::format("DSA_CPU_ISA={} is not scalar, avx2 or avx512: ignored", asked);
+    return hardware;
+  }
+  if (static_cast<int>(want) > static_cast<int>(hardware)) {
+    if (note) *note = fmt::format("DSA_CPU_ISA={} is more than this CPU has: ignored", asked);
+    return hardware;
+  }
+  if (note) *note = fmt::format("limited by DSA_CPU_ISA={}", asked);
+  return want;
 }
+
+} // namespace
+
+isa hardware_isa() {
+  static const isa hardware = detect_cpu_isa();
+  return hardware;
+}
+
+// Read once: every kernel call checks its path against it (check_path).
+isa best_isa() {
+  static const isa best = limit_from_env(hardware_isa(), nullptr);
+  return best;
+}
+
+bool cpu_has_avx512_bf16() {
+  // A limit below AVX-512 hides the extension too, as on a CPU without AVX-512.
+  static const bool has = best_isa() == isa::avx512 && detect_avx512_bf16();
+  return has;
+}
+
+isa active_isa() { return best_isa(); }
 
 void check_path(isa path, const char* who) {
   DSA_CHECK(static_cast<int>(path) <= static_cast<int>(best_isa()), "{}: the {} path on a CPU whose best is {}", who,
@@ -88,10 +90,10 @@ const char* isa_name(isa i) {
 
 std::string isa_report() {
   std::string note;
-  const isa chosen = from_env(best_isa(), &note);
+  const isa chosen = limit_from_env(hardware_isa(), &note);
   const bool bf16_instruction = chosen == isa::avx512 && bf16_conversion_instructions();
-  return fmt::format("vector kernels: {} (this CPU's best: {}{}{}){}", isa_name(chosen), isa_name(best_isa()),
-                     note.empty() ? "" : "; ", note,
+  return fmt::format("vector kernels: {} (this CPU has {}{}{}){}", isa_name(chosen), isa_name(hardware_isa()),
+                     detect_avx512_bf16() ? " with AVX512_BF16" : "", note.empty() ? "" : "; " + note,
                      bf16_instruction ? ", f32 to bf16 by AVX512_BF16's vcvtne2ps2bf16" : "");
 }
 

@@ -1,8 +1,9 @@
 // The instruction sets dsactor's own vector kernels choose between at run time. The build
 // stays portable (x86-64-v3 at most, never -march=native): kernels with an AVX-512 path
 // compile it with a per-function target attribute and call it only when cpuid says the CPU
-// has it. Chosen once per process from cpuid; DSA_CPU_ISA=scalar|avx2|avx512 asks for a
-// lower one (a higher one than the CPU has is not taken).
+// has it. Chosen once per process from cpuid; DSA_CPU_ISA=scalar|avx2|avx512 limits what
+// the code believes the CPU has (a higher one than the CPU has is not taken), so
+// DSA_CPU_ISA=avx2 behaves as an AVX2-only CPU would: no AVX-512 path, no AVX512_BF16.
 #pragma once
 
 #include <string>
@@ -28,11 +29,14 @@ namespace dsa::cpu {
 
 enum class isa { scalar, avx2, avx512 };
 
-// The best the CPU has: AVX2 needs AVX2 and FMA; AVX-512 needs those and F, BW, DQ and VL.
+// What cpuid says: AVX2 needs AVX2 and FMA; AVX-512 needs those and F, BW, DQ and VL.
+isa hardware_isa();
+// The best the code may use: hardware_isa(), or lower when DSA_CPU_ISA limits it.
 isa best_isa();
-// Whether the CPU has AVX512_BF16 (bf16 dot products and f32 -> bf16 rounding; every AMX CPU has it).
+// Whether the CPU has AVX512_BF16 (bf16 dot products and f32 -> bf16 rounding; every AMX CPU
+// has it) and best_isa() is AVX-512: a DSA_CPU_ISA limit below AVX-512 hides it.
 bool cpu_has_avx512_bf16();
-// The one the kernels use: best_isa(), or lower when DSA_CPU_ISA asks.
+// The one the kernels use: best_isa().
 isa active_isa();
 const char* isa_name(isa i);
 // A broken invariant (naming `who`) when `path` is more than the CPU has.

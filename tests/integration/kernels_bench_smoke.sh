@@ -2,7 +2,8 @@
 # Integration: 'dsactor bench kernels --quick' prints its tables and ends with one JSON
 # object; the vector ISA it names is the one `dsactor report` names, and the bf16 GEMM
 # figures are numbers exactly when `dsactor report` says bf16 GEMM can run here (null
-# otherwise). No timing is asserted.
+# otherwise); the report's CUDA line says what this build holds, and DSA_CPU_ISA=avx2 hides
+# AVX-512 and the bf16 GEMM from it. No timing is asserted.
 # Usage: kernels_bench_smoke.sh PATH/TO/dsactor
 set -euo pipefail
 dsactor=$(realpath "$1")
@@ -14,6 +15,15 @@ report=$("$dsactor" report)
 grep -q "^GEMM (OpenBLAS f32)" <<<"$out" || fail "no f32 GEMM table"
 isa=$(sed -n 's/^kernels *: vector kernels: \([a-z0-9]*\).*/\1/p' <<<"$report")
 [ -n "$isa" ] || fail "dsactor report names no vector ISA"
+# The report speaks of what this build does, not of the project's work list.
+grep -q "^cuda kernels *: \(compiled in\|not compiled in this build\)" <<<"$report" || fail "report: no cuda kernels line"
+! grep -qi "issue" <<<"$report" || fail "report mentions issues: $(grep -i issue <<<"$report")"
+# DSA_CPU_ISA limits what the program believes: no AVX-512 path and no AVX512_BF16 below it.
+report2=$(DSA_CPU_ISA=avx2 "$dsactor" report)
+if [[ $isa != scalar ]]; then
+  grep -q "^kernels *: vector kernels: avx2 " <<<"$report2" || fail "DSA_CPU_ISA=avx2 not taken: $(grep '^kernels' <<<"$report2")"
+  grep -q "^bf16 gemm *: not available" <<<"$report2" || fail "DSA_CPU_ISA=avx2 still offers the bf16 GEMM"
+fi
 bf16=no
 grep -q "^bf16 gemm *: oneDNN" <<<"$report" && bf16=yes
 python3 - "$(tail -n 1 <<<"$out")" "$isa" "$bf16" <<'PY' || fail "bench kernels: last line is not the expected JSON"

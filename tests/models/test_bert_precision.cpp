@@ -4,6 +4,7 @@
 // within the f16/bf16 tolerances of the f32 stash.
 #include "tests/models/bert_fixture.hpp"
 #include "tests/support/compare.hpp"
+#include "tests/support/run_notes.hpp"
 #include "tests/support/tolerances.hpp"
 
 #include "core/memory_stats.hpp"
@@ -149,7 +150,7 @@ TEST_CASE("bert with f16/bf16 weights: the same loss and gradients as f32 holdin
 // the products as they are (stored_precision.hpp's gemm_input): the same bits as the f32
 // part, whose f32 weights the mode rounds, exactly, to those values.
 TEST_CASE("bert with bf16 weights and bf16 GEMM operands: the same loss and gradients as f32 weights") {
-  if (!cpu::bf16_gemm_supported()) return;
+  if (!cpu::bf16_gemm_supported()) return dsa::test::skip_for_cpu("AVX512_BF16 or AMX", "no bf16 GEMM");
   cpu::bf16_operands_scope on(true);
   for (auto head : {head_kind::pretraining, head_kind::squad}) {
     for (bool flags : {false, true}) {
