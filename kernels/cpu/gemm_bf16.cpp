@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -37,8 +38,25 @@ struct cached_matmul {
 // hold their primitive too, so at most twice this many primitives stay alive per thread.
 constexpr std::size_t max_kept = 256;
 
+// Not AMX, unless ONEDNN_MAX_CPU_ISA asks for it: Debian 12's oneDNN (2.6.3) computed wrong
+// products with AMX's fixed-shape brgemm on 2 threads (a small BERT step's loss 5.66 for
+// 5.42 on a 2-core AMX Xeon; right with 1 thread or without AMX), so its AVX512_BF16
+// kernels run there, as on CPUs without AMX. oneDNN takes the limit only before its first
+// ISA query, so every entry point calls this first.
+void limit_onednn_isa() {
+  static const bool limited = [] {
+    const char* asked = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (asked && *asked) return false;
+    const auto st = dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
+    DSA_CHECK(st == dnnl::status::success, "gemm_bf16: oneDNN refused its ISA limit (queried before it was set)");
+    return true;
+  }();
+  (void)limited;
+}
+
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine = [] {
+    limit_onednn_isa();
     // Each thread keeps the primitives it made (matmul_for), so oneDNN's own process-wide
     // cache of them is a second copy: with it, a bf16 quick start measured ~45 MiB more
     // peak resident memory (353-407 MiB against 305-309 without).
@@ -57,6 +75,7 @@ std::atomic<int> shapes_choice{-1};
 bool default_runtime_shapes() {
   // cpu_isa values are feature bit masks (not ordered): AMX is in use when the effective
   // ISA has every bit of avx512_core_amx (ONEDNN_MAX_CPU_ISA may hold it below).
+  limit_onednn_isa();
   const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
   return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) != amx;
 }
