@@ -48,7 +48,7 @@ int cmd_trace(int argc, char** argv) {
       "path", po::value<std::string>(),
       "a run directory (its trace.dsat and trace.rank<r>.dsat) or one .dsat file")(
       "what", po::value<std::string>()->default_value("summary"),
-      "summary: per actor and per step, where time went; check: verify the schedule's invariants "
+      "summary: per actor and per step, where time went and what bounds the step (--steps: every step's row); check: verify the schedule's invariants "
       "(exit 1 naming the first violation); critical-path: the spans and messages that set step K's "
       "end; actor NAME: one actor's spans, messages and waits; diff RUN_B: where two runs' schedules "
       "first differ and how step times changed; export --chrome FILE: Chrome/Perfetto trace-event JSON; "
@@ -56,6 +56,7 @@ int cmd_trace(int argc, char** argv) {
       "arg", po::value<std::string>(), "actor: the actor's name; diff: the other run; html: the page to write")(
       "step", po::value<std::uint32_t>(), "critical-path: the step (required); actor: only this step")(
       "rank", po::value<std::uint32_t>()->default_value(0), "critical-path, actor: the rank's trace")(
+      "steps", "summary: every step's row instead of the step-time distribution")(
       "chrome", po::value<std::string>(), "export: the JSON file to write (every rank's trace, a process each)")(
       "idle-tolerance-ms", po::value<double>()->default_value(200),
       "check: how long a stage may take to start a runnable span before idling counts as starvation");
@@ -130,7 +131,9 @@ int cmd_trace(int argc, char** argv) {
     return 0;
   }
   if (what == "summary") {
-    fmt::print("{}", actors::format_trace_summary(actors::summarize_traces(*traces)));
+    actors::summary_format format;
+    format.per_step = vm.count("steps") > 0;
+    fmt::print("{}", actors::format_trace_summary(actors::summarize_traces(*traces), format));
     fmt::print("{}", actors::format_swap_io(actors::summarize_swap_io(*traces)));
     return 0;
   }

@@ -83,7 +83,13 @@ struct trace_summary {
 bool is_io_span(const std::string& name);
 
 trace_summary summarize_traces(const std::vector<rank_trace>& traces);
-// The tables a terminal user reads.
-std::string format_trace_summary(const trace_summary& summary);
+
+struct summary_format {
+  bool per_step = false; // every step's row (`dsactor trace RUN summary --steps`); else their distribution
+};
+// What a terminal user reads first, on one screen: the traces, the per-actor table, per rank
+// the step-time distribution (median, p90, max and the slowest steps), the bubble and
+// overlap figures, and a closing line saying where the time went and what bounds the step.
+std::string format_trace_summary(const trace_summary& summary, summary_format format = {});
 
 } // namespace dsa::actors

@@ -8,7 +8,9 @@
 #include "synthetic_run.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -327,6 +329,22 @@ TEST_CASE("trace stream: the summary of a run directory, whole and with a torn t
   for (const char* part :
        {"traces", "actors", "steps of rank 0", "stage 1", "(S-1)/(M+S-1) = 20.0%", "complete"})
     CHECK_MESSAGE(text.find(part) != std::string::npos, part);
+  // The default view fits a screen: the step times' distribution (here 3 steps: the median
+  // is the second slowest, the max the slowest, named first among the slowest steps) and a
+  // verdict; each step's row only with per_step.
+  std::vector<double> times;
+  for (const auto& st : summary.steps) times.push_back(st.time_s);
+  std::sort(times.begin(), times.end());
+  const auto slowest = std::max_element(summary.steps.begin(), summary.steps.end(),
+                                        [](const step_usage& a, const step_usage& b) { return a.time_s < b.time_s; });
+  CHECK(text.find("steps of rank 0: 3 (") != std::string::npos);
+  CHECK(text.find(fmt::format("step time  median {:.3f} s, p90 {:.3f} s, max {:.3f} s; slowest steps: {} ({:.3f} s)",
+                              times[1], times[2], times[2], slowest->step, slowest->time_s)) != std::string::npos);
+  CHECK(text.find("\nthe step is bound by ") != std::string::npos);
+  CHECK(text.find("critical path") == std::string::npos);
+  const auto rows = format_trace_summary(summary, summary_format{true});
+  CHECK(rows.find("critical path") != std::string::npos);
+  CHECK(rows.find("step time  median") == std::string::npos);
 
   // The same run directory with its tail torn off (the end frame and part of a records frame).
   const auto path = dir + "/trace.dsat";

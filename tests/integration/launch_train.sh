@@ -46,7 +46,7 @@ for f in train.log train.rank1.log trace.dsat trace.rank1.dsat metrics.csv; do
 done
 grep -q "as rank 1 of 2 processes" "$work/procs/train.rank1.log" || fail "rank 1 did not say which rank it is"
 # The two processes' traces on one clock: one host, so the steady clock they share.
-"$dsactor" trace "$work/procs" summary >"$work/summary" 2>&1 || fail "trace summary of the 2-process run"
+"$dsactor" trace "$work/procs" summary --steps >"$work/summary" 2>&1 || fail "trace summary of the 2-process run"
 grep -q "clocks: 2 ranks of one host" "$work/summary" || { cat "$work/summary"; fail "the ranks' traces should align on one host's clock"; }
 # Each rank estimated the rendezvous server's clock at the start (what several hosts align
 # on); sharing one clock, the estimates must agree within their error bounds.

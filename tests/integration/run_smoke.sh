@@ -68,7 +68,13 @@ for part in "actors (busy" "steps of rank 0" "stage 1" "reducer 0" "(S-1)/(M+S-1
   grep -qF "$part" <<<"$summary" || { echo "$summary"; fail "trace summary lacks '$part'"; }
 done
 step_rows() { grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% ' <<<"$1" || true; }
-[[ $(step_rows "$summary") -eq 4 ]] || { echo "$summary"; fail "trace summary should list 4 steps"; }
+grep -qE "^steps of rank 0: 4 \(" <<<"$summary" || { echo "$summary"; fail "trace summary should count 4 steps"; }
+grep -qE "^  step time  median [0-9.]+ s, p90 [0-9.]+ s, max [0-9.]+ s; slowest steps: " <<<"$summary" ||
+  { echo "$summary"; fail "trace summary lacks the step-time distribution"; }
+grep -qE "^the step is bound by " <<<"$summary" || { echo "$summary"; fail "trace summary has no verdict"; }
+(( $(wc -l <<<"$summary") <= 40 )) || { echo "$summary"; fail "trace summary of a 4-step run should fit a screen"; }
+rows=$("$dsactor" trace "$work/run" summary --steps) || fail "dsactor trace RUN summary --steps"
+[[ $(step_rows "$rows") -eq 4 ]] || { echo "$rows"; fail "trace summary --steps should list 4 steps"; }
 # dsactor trace check: the finished run's schedule keeps every invariant. A shared machine
 # may stall a thread for any time, so the starvation rule gets a wide tolerance here (its
 # detection is tested on injected traces).
@@ -109,7 +115,7 @@ pid=$!
 rows=0
 for _ in $(seq 1 240); do
   if [[ -s $work/killed/trace.dsat ]]; then
-    rows=$(step_rows "$("$dsactor" trace "$work/killed" summary 2>/dev/null)")
+    rows=$(step_rows "$("$dsactor" trace "$work/killed" summary --steps 2>/dev/null)")
     [[ $rows -ge 2 ]] && break
   fi
   kill -0 "$pid" 2>/dev/null || { cat "$work/killed.log"; fail "the run to be killed ended early"; }
@@ -118,7 +124,7 @@ done
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
 [[ $rows -ge 2 ]] || fail "the killed run's trace never held two steps"
-summary=$("$dsactor" trace "$work/killed/trace.dsat" summary) || fail "summary of a killed run's trace"
+summary=$("$dsactor" trace "$work/killed/trace.dsat" summary --steps) || fail "summary of a killed run's trace"
 grep -qF "the trace ends at byte" <<<"$summary" || { echo "$summary"; fail "the summary should say where a torn trace ends"; }
 [[ $(step_rows "$summary") -ge 2 ]] || fail "the killed run's summary lost its steps"
 check=$("$dsactor" trace "$work/killed" check --idle-tolerance-ms 600000) || { echo "$check"; fail "trace check of a killed run's torn trace"; }
