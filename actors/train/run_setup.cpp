@@ -325,19 +325,24 @@ void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t
   run.last_contributed = step;
 }
 
-expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport,
-                                 net::comms_logger* comms) {
+namespace {
+
+// Where a rank's swapped state goes: the NVMe engine actor's ports for the optimizer
+// state and for the ZeRO-3 weight partitions (null without NVMe offload).
+struct swap_ports {
+  std::shared_ptr<aio::submitter> swap, param;
+  swap_area* param_area = nullptr;
+};
+
+// The rank's swap areas for offload_optimizer and offload_param on NVMe, logged by rank
+// 0, and its NVMe engine actor over their engines.
+expected<swap_ports> open_swap_areas(const run_context& ctx, rank_run& rr) {
   const auto& rc = ctx.rc;
-  rank_run rr;
-  const bool zero = rc.zero_partitions();
-  const feed_share share{ctx.rank, static_cast<int>(rc.batch.data_parallel_size),
-                         static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
-  rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);
-  rr.parts.tied.assign(rc.stages, -1);
   const auto& off = rc.offload;
+  const int ranks = static_cast<int>(rc.batch.data_parallel_size);
+  swap_ports ports;
   if (off.swaps()) {
-    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, ctx.rank,
-                                                   static_cast<int>(rc.batch.data_parallel_size)));
+    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, ctx.rank, ranks));
     if (ctx.rank == 0)
       log_info("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to {}/rank<r>, in sub-groups of up to "
                "{} elements through {} buffers per stage (pipeline_read {}, pipeline_write {}; [aio] {})",
@@ -348,16 +353,14 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     log_info("offload_optimizer.device = \"cpu\": on a CPU rank the optimizer state is in host memory already and is "
              "stepped by the CPU kernels; nothing changes");
   }
-  swap_area* param_area = nullptr; // offload_param on NVMe: where the weight partitions go
   if (off.param.swaps()) {
     if (rr.swap && off.param.nvme_path == off.nvme_path) {
-      param_area = rr.swap.get();
+      ports.param_area = rr.swap.get();
     } else {
       offload_settings ps = off;
       ps.nvme_path = off.param.nvme_path;
-      DSA_ASSIGN_OR_RETURN(rr.param_swap, swap_area::open(ps, rc.run_dir, ctx.rank,
-                                                           static_cast<int>(rc.batch.data_parallel_size)));
-      param_area = rr.param_swap.get();
+      DSA_ASSIGN_OR_RETURN(rr.param_swap, swap_area::open(ps, rc.run_dir, ctx.rank, ranks));
+      ports.param_area = rr.param_swap.get();
     }
     if (ctx.rank == 0)
       log_info("ZeRO-Infinity: each rank's partition of the working weights beyond its first {} elements "
@@ -370,16 +373,102 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
              "them)");
   }
   // The rank's NVMe engine actor: the stores submit to it, it starts requests on the areas' engines.
-  std::shared_ptr<aio::submitter> swap_port, param_port;
   if (rr.swap || rr.param_swap) {
     actors::nvme_engine_options no;
     for (const swap_area* area : {rr.swap.get(), rr.param_swap.get()})
       if (area) no.engines.push_back({area->engine(), actors::io_credits_of(off.aio), area->dir()});
     DSA_ASSIGN_OR_RETURN(rr.nvme, actors::nvme_engine_service::start(std::move(no)));
-    if (rr.swap) swap_port = rr.nvme->port(0);
-    if (rr.param_swap) param_port = rr.nvme->port(rr.swap ? 1 : 0);
-    else if (param_area) param_port = swap_port;
+    if (rr.swap) ports.swap = rr.nvme->port(0);
+    if (rr.param_swap) ports.param = rr.nvme->port(rr.swap ? 1 : 0);
+    else if (ports.param_area) ports.param = ports.swap;
   }
+  return ports;
+}
+
+// ZeRO stages 1 to 3: stage s's shard holds this rank's partition; with stage 2 or 3 the
+// gradients are summed into partitions, and with stage 3 the stage gathers its weights
+// through a parameter fetcher (from NVMe with offload_param).
+status add_zero_partition(run_context& ctx, std::uint32_t s, net::transport* transport, net::comms_logger* comms,
+                          const swap_ports& ports, const std::vector<int>& tied, bert_optimizer_options& o) {
+  const auto& rc = ctx.rc;
+  o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
+  o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
+  o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
+  o.logger = comms;
+  o.partition_gradients = rc.zero_stage >= 2;
+  o.partition_parameters = rc.zero_stage >= 3;
+  // ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients summed into
+  // the partitions (with several stages the reducers add the tied embedding's gradient
+  // whole, so the stages keep whole accumulators).
+  const bool grads_partitioned = gradients_partitioned(rc);
+  std::optional<optim::flat_layout> layout;
+  std::shared_ptr<partition_grads> grads;
+  if (grads_partitioned) {
+    DSA_ASSIGN_OR_RETURN(layout, stage_flat_layout(o.specs, o.zero_ranks));
+    grads = std::make_shared<partition_grads>(
+        *layout, o.zero_rank, working_dtype(rc.working),
+        std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
+        rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank));
+  }
+  if (grads) o.shared_gradients = grads->partition();
+  if (grads_partitioned && !o.partition_parameters) ctx.stages[s]->enable_partitioned_grads(std::move(grads));
+  if (o.partition_parameters) {
+    // ZeRO-3: the stage keeps its partition of the weights and gathers each part's as it runs it.
+    bert_stage& stage = *ctx.stages[s];
+    fetch_settings fs;
+    fs.persistence_threshold = rc.stage3_persistence;
+    fs.prefetch_elements = rc.stage3_prefetch;
+    fs.max_live_elements = rc.stage3_max_live;
+    fs.logger = comms;
+    fs.caller = fmt::format("fetcher {} of rank {}", s, ctx.rank);
+    std::unique_ptr<param_store> store; // null: in memory
+    if (ports.param_area) {
+      const auto& param = rc.offload.param;
+      nvme_param_options po{ports.param, fmt::format("{}/stage{}.params.swp", ports.param_area->dir(), s),
+                             param.max_in_cpu, param.buffer_size, param.buffer_count};
+      DSA_ASSIGN_OR_RETURN(store, nvme_param_store(layout->partition_numel(), working_dtype(rc.working), po));
+    }
+    o.fetcher = std::make_shared<param_fetcher>(
+        std::move(*layout), o.zero_rank, working_dtype(rc.working),
+        std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::fetch_channel(s)),
+        stage.fetch_parts(), stage.fetch_sequence(), static_cast<std::uint32_t>(rc.batch.gradient_accumulation), fs,
+        std::move(store));
+    stage.enable_zero3(o.fetcher, std::move(grads));
+  }
+  // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
+  if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = tied[s];
+  return {};
+}
+
+// What a checkpoint restored gives stage s's shard: its partitions' ranges read from the
+// checkpoint's files (partitioned runs), or the whole masters and optimizer state.
+void add_resumed_state(const run_config& rc, std::uint32_t s, rank_start& start, bert_optimizer_options& o) {
+  if (!start.resumed) return;
+  o.resume_errors = start.resumed->error_states.at(s);
+  o.resume_lamb = std::move(start.resumed->lamb_states.at(s)); // the shard's only copy
+  if (partitioned(rc)) {
+    o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
+                           s]() -> expected<std::vector<optim::saved_partition>> {
+      DSA_ASSIGN_OR_RETURN(auto sources, open_stage_sources(dir, manifest, s));
+      return std::move(sources.parts);
+    };
+  } else {
+    o.resume_masters = start.resumed->masters;
+    o.resume_state = start.resumed->optimizer_states[s];
+  }
+}
+
+} // namespace
+
+expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport,
+                                 net::comms_logger* comms) {
+  const auto& rc = ctx.rc;
+  rank_run rr;
+  const feed_share share{ctx.rank, static_cast<int>(rc.batch.data_parallel_size),
+                         static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
+  rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);
+  rr.parts.tied.assign(rc.stages, -1);
+  DSA_ASSIGN_OR_RETURN(const swap_ports ports, open_swap_areas(ctx, rr));
   for (std::uint32_t s = 0; s < rc.stages; ++s) {
     bert_optimizer_options o;
     o.participant = s;
@@ -396,77 +485,18 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     o.update_ns = &ctx.shared.optimizer_ns;
     if (rc.optimizer.compressed()) {
       // 1-bit Adam, 0/1 Adam, 1-bit LAMB: their compressed exchanges on the shard's channel.
-      if (rc.batch.data_parallel_size > 1 && !zero) // with ZeRO, the partition's channel below
+      if (rc.batch.data_parallel_size > 1 && !rc.zero_partitions()) // with ZeRO, the partition's channel
         o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
       o.logger = comms;
       o.mask_positions_from = ctx.seq_length;
     }
-    if (zero) {
-      o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
-      o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
-      o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
-      o.logger = comms;
-      o.partition_gradients = rc.zero_stage >= 2;
-      o.partition_parameters = rc.zero_stage >= 3;
-      // ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients summed into
-      // the partitions (with several stages the reducers add the tied embedding's gradient
-      // whole, so the stages keep whole accumulators).
-      const bool grads_partitioned = gradients_partitioned(rc);
-      std::optional<optim::flat_layout> layout;
-      std::shared_ptr<partition_grads> grads;
-      if (grads_partitioned) {
-        DSA_ASSIGN_OR_RETURN(layout, stage_flat_layout(o.specs, o.zero_ranks));
-        grads = std::make_shared<partition_grads>(
-            *layout, o.zero_rank, working_dtype(rc.working),
-            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
-            rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank));
-      }
-      if (grads) o.shared_gradients = grads->partition();
-      if (grads_partitioned && !o.partition_parameters) ctx.stages[s]->enable_partitioned_grads(std::move(grads));
-      if (o.partition_parameters) {
-        // ZeRO-3: the stage keeps its partition of the weights and gathers each part's as it runs it.
-        bert_stage& stage = *ctx.stages[s];
-        fetch_settings fs;
-        fs.persistence_threshold = rc.stage3_persistence;
-        fs.prefetch_elements = rc.stage3_prefetch;
-        fs.max_live_elements = rc.stage3_max_live;
-        fs.logger = comms;
-        fs.caller = fmt::format("fetcher {} of rank {}", s, ctx.rank);
-        std::unique_ptr<param_store> store; // null: in memory
-        if (param_area) {
-          nvme_param_options po{param_port, fmt::format("{}/stage{}.params.swp", param_area->dir(), s),
-                                 off.param.max_in_cpu, off.param.buffer_size, off.param.buffer_count};
-          DSA_ASSIGN_OR_RETURN(store, nvme_param_store(layout->partition_numel(), working_dtype(rc.working), po));
-        }
-        o.fetcher = std::make_shared<param_fetcher>(
-            std::move(*layout), o.zero_rank, working_dtype(rc.working),
-            std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::fetch_channel(s)),
-            stage.fetch_parts(), stage.fetch_sequence(), static_cast<std::uint32_t>(rc.batch.gradient_accumulation), fs,
-            std::move(store));
-        stage.enable_zero3(o.fetcher, std::move(grads));
-      }
-      // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
-      if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = rr.parts.tied[s];
-    }
+    if (rc.zero_partitions()) DSA_TRY(add_zero_partition(ctx, s, transport, comms, ports, rr.parts.tied, o));
     o.stream_masters = rc.stages == 1;
     if (rr.swap)
-      o.offload = bert_optimizer_options::nvme_offload{swap_port, rr.swap->dir(), off.sub_group_size,
-                                                       static_cast<std::size_t>(off.buffer_count), off.pipeline_read,
-                                                       off.pipeline_write};
-    if (start.resumed) {
-      o.resume_errors = start.resumed->error_states.at(s);
-      o.resume_lamb = std::move(start.resumed->lamb_states.at(s)); // the shard's only copy
-    }
-    if (start.resumed && partitioned(rc)) {
-      o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
-                             s]() -> expected<std::vector<optim::saved_partition>> {
-        DSA_ASSIGN_OR_RETURN(auto sources, open_stage_sources(dir, manifest, s));
-        return std::move(sources.parts);
-      };
-    } else if (start.resumed) {
-      o.resume_masters = start.resumed->masters;
-      o.resume_state = start.resumed->optimizer_states[s];
-    }
+      o.offload = bert_optimizer_options::nvme_offload{ports.swap, rr.swap->dir(), rc.offload.sub_group_size,
+                                                       static_cast<std::size_t>(rc.offload.buffer_count),
+                                                       rc.offload.pipeline_read, rc.offload.pipeline_write};
+    add_resumed_state(rc, s, start, o);
     rr.shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
     rr.parts.stages.push_back(ctx.stages[s].get());
     rr.parts.optimizers.push_back(rr.shards.back().get());

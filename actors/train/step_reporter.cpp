@@ -1,5 +1,5 @@
 // Metrics, progress and checkpoints after each step.
-#include "actors/train/run_context.hpp"
+#include "actors/train/step_reporter.hpp"
 
 #include "actors/train/memory_accounting.hpp"
 
