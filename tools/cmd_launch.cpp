@@ -4,20 +4,22 @@
 //   dsactor launch [options] CONFIG [dsactor run options]   N x `dsactor run CONFIG ...`
 //   dsactor launch [options] -- PROGRAM [ARGS...]           N x any program
 #include "io/net/rendezvous_server.hpp"
+#include "io/net/route_address.hpp"
 #include "tools/command.hpp"
 #include "tools/launch_plan.hpp"
 #include "tools/options.hpp"
 #include "tools/process_group.hpp"
-#include "io/net/route_address.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <memory>
 #include <optional>
 #include <sstream>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -81,9 +83,7 @@ fails or the rendezvous loses one, every rank is stopped (SIGTERM, then SIGKILL 
 --grace seconds). The exit code is 0 only when every rank exited 0.
 )";
 
-} // namespace
-
-int cmd_launch(int argc, char** argv) {
+po::options_description launch_options() {
   po::options_description opts(
       "dsactor launch --num_procs N [options] (CONFIG [run options] | -- PROGRAM [ARGS])");
   opts.add_options()("help,h", "this help")("num_procs", po::value<int>(),
@@ -111,196 +111,209 @@ int cmd_launch(int argc, char** argv) {
       "with --hostfile: how ranks on other hosts start: ssh (one ssh per rank), mpirun (OpenMPI's) or slurm (srun)")(
       "launcher_args", po::value<std::string>()->default_value(""),
       "extra arguments for mpirun or srun, split at spaces (e.g. \"--mca oob_tcp_if_include eth1\")");
-  split_args args = split(argc, argv, opts);
-  std::vector<char*> own;
-  for (auto& a : args.own)
-    own.push_back(a.data());
-  po::variables_map vm;
-  if (auto done =
-          parse_options(static_cast<int>(own.size()), own.data(), opts, vm, "launch", epilog))
-    return *done;
-  auto usage_error = [&](const std::string& what) {
+  return opts;
+}
+
+// The job as the command line lays it out: N local processes (--num_procs), the slots of a
+// host list (--hostfile, started over ssh or by a cluster launcher), or this host's share
+// of a job whose hosts each run a launcher (--nnodes).
+struct launch_layout {
+  bool by_node = false, listed = false;
+  int nnodes = 1, node_rank = 0, per_node = 1;
+  std::string node_token;          // --nnodes: DSA_JOB_TOKEN, the same on every host
+  std::vector<host_slots> hosts;   // --hostfile, selected
+  std::optional<cluster_launcher> cluster;
+  std::vector<std::string> launcher_args;
+  double grace = 10, heartbeat = 10;
+};
+
+// A usage error: the message and the options, exit code 2.
+struct usage {
+  const po::options_description& opts;
+  int operator()(const std::string& what) const {
     fmt::print(stderr, "dsactor launch: {}\n{}", what, fmt::to_string(fmt::streamed(opts)));
     return 2;
-  };
-  if (vm.count("new_token")) {
-    auto fresh = random_job_token();
-    if (!fresh) {
-      fmt::print(stderr, "dsactor launch: no job token: {}\n", fresh.err().message);
-      return 1;
-    }
-    fmt::print("{}\n", *fresh);
-    return 0;
   }
-  // Without ssh (--nnodes): every host's launcher starts its own ranks; node 0's also hosts
-  // the rendezvous at --master_addr:--master_port, which every host must be given, with the
-  // same job token in DSA_JOB_TOKEN.
-  const bool by_node = vm.count("nnodes") > 0;
-  int nnodes = 1, node_rank = 0, per_node = 1;
-  std::string node_token;
-  if (by_node) {
-    if (vm.count("hostfile") || vm.count("num_procs"))
-      return usage_error("--nnodes and --hostfile or --num_procs are mutually exclusive");
-    if (!vm.count("node_rank") || !vm.count("nproc_per_node"))
-      return usage_error("--nnodes needs --node_rank and --nproc_per_node");
-    nnodes = vm["nnodes"].as<int>();
-    node_rank = vm["node_rank"].as<int>();
-    per_node = vm["nproc_per_node"].as<int>();
-    if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes || per_node < 1)
-      return usage_error(fmt::format("--nnodes {} --node_rank {} --nproc_per_node {}: need nnodes >= 1, 0 <= "
-                                     "node_rank < nnodes and nproc_per_node >= 1", nnodes, node_rank, per_node));
-    if (nnodes > 1 && (vm["master_addr"].defaulted() || vm["master_port"].as<int>() == 0))
-      return usage_error("--nnodes > 1 needs --master_addr (node 0's address) and a fixed --master_port on every host");
-    const char* t = std::getenv("DSA_JOB_TOKEN");
-    if (!vm.count("dry-run") && (!t || !*t))
-      return usage_error("--nnodes needs the job token in DSA_JOB_TOKEN, the same on every host (make one with "
-                         "'dsactor launch --new_token' and pass it as the scheduler passes variables)");
-    node_token = t ? t : "";
-  } else if (vm.count("node_rank") || vm.count("nproc_per_node")) {
-    return usage_error("--node_rank and --nproc_per_node go with --nnodes");
+};
+
+// Without ssh (--nnodes): every host's launcher starts its own ranks; node 0's also hosts
+// the rendezvous at --master_addr:--master_port, which every host must be given, with the
+// same job token in DSA_JOB_TOKEN.
+std::optional<int> read_node_layout(const po::variables_map& vm, const usage& fail, launch_layout& l) {
+  l.by_node = vm.count("nnodes") > 0;
+  if (!l.by_node) {
+    if (vm.count("node_rank") || vm.count("nproc_per_node"))
+      return fail("--node_rank and --nproc_per_node go with --nnodes");
+    return std::nullopt;
   }
-  // A host list: the hosts and slots to run on (tools/hostfile.hpp).
-  std::vector<host_slots> hosts;
-  const bool listed = vm.count("hostfile") > 0;
-  if (listed) {
-    if (vm.count("num_procs")) return usage_error("--num_procs and --hostfile are mutually exclusive");
+  if (vm.count("hostfile") || vm.count("num_procs"))
+    return fail("--nnodes and --hostfile or --num_procs are mutually exclusive");
+  if (!vm.count("node_rank") || !vm.count("nproc_per_node")) return fail("--nnodes needs --node_rank and --nproc_per_node");
+  l.nnodes = vm["nnodes"].as<int>();
+  l.node_rank = vm["node_rank"].as<int>();
+  l.per_node = vm["nproc_per_node"].as<int>();
+  if (l.nnodes < 1 || l.node_rank < 0 || l.node_rank >= l.nnodes || l.per_node < 1)
+    return fail(fmt::format("--nnodes {} --node_rank {} --nproc_per_node {}: need nnodes >= 1, 0 <= "
+                            "node_rank < nnodes and nproc_per_node >= 1", l.nnodes, l.node_rank, l.per_node));
+  if (l.nnodes > 1 && (vm["master_addr"].defaulted() || vm["master_port"].as<int>() == 0))
+    return fail("--nnodes > 1 needs --master_addr (node 0's address) and a fixed --master_port on every host");
+  const char* t = std::getenv("DSA_JOB_TOKEN");
+  if (!vm.count("dry-run") && (!t || !*t))
+    return fail("--nnodes needs the job token in DSA_JOB_TOKEN, the same on every host (make one with "
+                "'dsactor launch --new_token' and pass it as the scheduler passes variables)");
+  l.node_token = t ? t : "";
+  return std::nullopt;
+}
+
+// A host list: the hosts and slots to run on (tools/hostfile.hpp), and how the ranks on
+// other hosts start (ssh, mpirun or srun).
+std::optional<int> read_host_layout(const po::variables_map& vm, const usage& fail, launch_layout& l) {
+  l.listed = vm.count("hostfile") > 0;
+  if (l.listed) {
+    if (vm.count("num_procs")) return fail("--num_procs and --hostfile are mutually exclusive");
     auto entries = read_hostfile(vm["hostfile"].as<std::string>());
-    if (!entries) return usage_error(entries.err().message);
+    if (!entries) return fail(entries.err().message);
     host_filter filter;
     if (vm.count("include")) filter.include = vm["include"].as<std::string>();
     if (vm.count("exclude")) filter.exclude = vm["exclude"].as<std::string>();
     if (vm.count("num_nodes")) filter.num_nodes = vm["num_nodes"].as<int>();
     if (vm.count("num_gpus")) filter.num_gpus = vm["num_gpus"].as<int>();
     auto selected = select_hosts(*entries, filter);
-    if (!selected) return usage_error(selected.err().message);
-    hosts = std::move(*selected);
+    if (!selected) return fail(selected.err().message);
+    l.hosts = std::move(*selected);
   } else if (vm.count("include") || vm.count("exclude") || vm.count("num_nodes") || vm.count("num_gpus")) {
-    return usage_error("--include, --exclude, --num_nodes and --num_gpus select from a --hostfile");
-  } else if (!by_node && (!vm.count("num_procs") || vm["num_procs"].as<int>() < 1)) {
-    return usage_error("--num_procs N (N >= 1) or --hostfile FILE is required");
+    return fail("--include, --exclude, --num_nodes and --num_gpus select from a --hostfile");
+  } else if (!l.by_node && (!vm.count("num_procs") || vm["num_procs"].as<int>() < 1)) {
+    return fail("--num_procs N (N >= 1) or --hostfile FILE is required");
   }
   const std::string launcher_name = vm["launcher"].as<std::string>();
-  std::optional<cluster_launcher> cluster;
-  if (launcher_name == "mpirun" || launcher_name == "openmpi") cluster = cluster_launcher::mpirun;
-  else if (launcher_name == "slurm") cluster = cluster_launcher::slurm;
+  if (launcher_name == "mpirun" || launcher_name == "openmpi") l.cluster = cluster_launcher::mpirun;
+  else if (launcher_name == "slurm") l.cluster = cluster_launcher::slurm;
   else if (launcher_name != "ssh")
-    return usage_error("--launcher must be ssh, mpirun (or openmpi) or slurm, got '" + launcher_name + "'");
-  if (cluster && !listed) return usage_error("--launcher " + launcher_name + " starts the ranks of a --hostfile");
-  std::vector<std::string> launcher_args;
-  {
-    std::istringstream words(vm["launcher_args"].as<std::string>());
-    for (std::string w; words >> w;) launcher_args.push_back(w);
-  }
-  if (!launcher_args.empty() && !cluster) return usage_error("--launcher_args go to --launcher mpirun or slurm");
-  if (args.rest.empty())
-    return usage_error(args.general ? "a PROGRAM is required after --"
-                                    : "a CONFIG file, or -- PROGRAM, is required");
-  const double grace = vm["grace"].as<double>(), heartbeat = vm["heartbeat_timeout"].as<double>();
-  if (!(grace >= 0) || !(heartbeat >= 0.001 && heartbeat <= 86400))
-    return usage_error("--grace must be >= 0 and --heartbeat_timeout within 0.001..86400 seconds");
+    return fail("--launcher must be ssh, mpirun (or openmpi) or slurm, got '" + launcher_name + "'");
+  if (l.cluster && !l.listed) return fail("--launcher " + launcher_name + " starts the ranks of a --hostfile");
+  std::istringstream words(vm["launcher_args"].as<std::string>());
+  for (std::string w; words >> w;) l.launcher_args.push_back(w);
+  if (!l.launcher_args.empty() && !l.cluster) return fail("--launcher_args go to --launcher mpirun or slurm");
+  return std::nullopt;
+}
 
-  launch_request request;
-  request.master_addr = vm["master_addr"].as<std::string>();
-  if (listed) {
-    request.num_procs = 0;
-    for (const auto& h : hosts) request.num_procs += static_cast<int>(h.slots.size());
-    // The rendezvous runs here, listening on this machine's address towards the first
-    // host (the interface the routing table picks for it), never on every interface unless
-    // --master_addr 0.0.0.0 asks; the ranks connect there.
-    // A host that is this machine (its name may resolve to 127.0.1.1) routes through
-    // loopback, which the others cannot reach: the first host that does not decides.
-    if (vm["master_addr"].defaulted())
-      for (const auto& h : hosts) {
-        if (h.host == "localhost") continue;
-        auto mine = net::local_address_towards(h.host);
-        if (!mine && vm.count("dry-run")) { // nothing listens in a dry run
-          request.master_addr = h.host;
-          break;
-        }
-        if (!mine)
-          return usage_error(mine.err().message + "; give --master_addr, an address of this machine the hosts reach");
-        if (net::is_loopback(*mine)) continue; // this machine
-        request.master_addr = *mine;
-        break;
-      }
-  } else {
-    request.num_procs = by_node ? nnodes * per_node : vm["num_procs"].as<int>();
+// The rendezvous address with a host list: this machine's address towards the first host
+// (the interface the routing table picks for it), never every interface unless
+// --master_addr 0.0.0.0 asks. A host that is this machine (its name may resolve to
+// 127.0.1.1) routes through loopback, which the others cannot reach: the first host that
+// does not decides.
+std::optional<int> choose_master_addr(const po::variables_map& vm, const usage& fail, const launch_layout& l,
+                                      launch_request& request) {
+  if (!vm["master_addr"].defaulted()) return std::nullopt;
+  for (const auto& h : l.hosts) {
+    if (h.host == "localhost") continue;
+    auto mine = net::local_address_towards(h.host);
+    if (!mine && vm.count("dry-run")) { // nothing listens in a dry run
+      request.master_addr = h.host;
+      break;
+    }
+    if (!mine) return fail(mine.err().message + "; give --master_addr, an address of this machine the hosts reach");
+    if (net::is_loopback(*mine)) continue; // this machine
+    request.master_addr = *mine;
+    break;
   }
-  // This host's processes.
-  auto plan_here = [&] {
-    return by_node ? make_node_plan(request, nnodes, node_rank, per_node)
-                   : listed ? make_host_plan(request, hosts) : make_local_plan(request);
-  };
+  return std::nullopt;
+}
+
+// The request every rank's process is made from: how many, where the rendezvous is, the command.
+std::optional<int> make_request(const po::variables_map& vm, const usage& fail, const launch_layout& l,
+                                const split_args& args, launch_request& request) {
+  request.master_addr = vm["master_addr"].as<std::string>();
+  if (l.listed) {
+    request.num_procs = 0;
+    for (const auto& h : l.hosts) request.num_procs += static_cast<int>(h.slots.size());
+    if (auto code = choose_master_addr(vm, fail, l, request)) return code;
+  } else {
+    request.num_procs = l.by_node ? l.nnodes * l.per_node : vm["num_procs"].as<int>();
+  }
   request.master_port = vm["master_port"].as<int>();
-  request.heartbeat_timeout_ms = static_cast<int>(heartbeat * 1000);
+  request.heartbeat_timeout_ms = static_cast<int>(l.heartbeat * 1000);
   auto program = args.general ? resolve_program(args.rest[0]) : self_executable();
   if (!program) {
     fmt::print(stderr, "dsactor launch: {}\n", program.err().message);
     return 2;
   }
   request.command.push_back(*program);
-  if (!args.general)
-    request.command.push_back("run");
-  request.command.insert(request.command.end(), args.rest.begin() + (args.general ? 1 : 0),
-                         args.rest.end());
+  if (!args.general) request.command.push_back("run");
+  request.command.insert(request.command.end(), args.rest.begin() + (args.general ? 1 : 0), args.rest.end());
+  return std::nullopt;
+}
 
-  if (vm.count("dry-run")) {
-    const auto plan = plan_here();
-    std::string via; // mpirun's or srun's own words, before the program
-    if (cluster) {
-      auto path = resolve_program(*cluster == cluster_launcher::mpirun ? "mpirun" : "srun");
-      const char* name = *cluster == cluster_launcher::mpirun ? "mpirun" : "srun";
-      auto one = through_cluster_launcher(*cluster, path ? *path : name, plan, hosts, launcher_args, {});
-      if (!one) return usage_error(one.err().message);
-      for (std::size_t i = 0; i + plan.front().argv.size() < one->argv.size(); ++i)
-        via += (via.empty() ? "" : " ") + shell_quote(one->argv[i]);
-    }
-    // A --nnodes host names itself: its processes are this machine's.
-    std::string here;
-    if (by_node) {
-      char name[256] = {};
-      here = ::gethostname(name, sizeof name - 1) == 0 ? fmt::format("host {} ", name) : "";
-    }
-    for (const auto& spec : plan)
-      fmt::print("{}{}{}\n", here, describe(spec, request.num_procs), via.empty() ? "" : "  (started by: " + via + ")");
-    return 0;
+// This host's processes.
+std::vector<process_spec> plan_here(const launch_layout& l, const launch_request& request) {
+  return l.by_node ? make_node_plan(request, l.nnodes, l.node_rank, l.per_node)
+         : l.listed ? make_host_plan(request, l.hosts)
+                    : make_local_plan(request);
+}
+
+// --dry-run: each rank's variables and command, and the cluster launcher's own words.
+int print_dry_run(const usage& fail, const launch_layout& l, const launch_request& request) {
+  const auto plan = plan_here(l, request);
+  std::string via; // mpirun's or srun's own words, before the program
+  if (l.cluster) {
+    const char* name = *l.cluster == cluster_launcher::mpirun ? "mpirun" : "srun";
+    auto path = resolve_program(name);
+    auto one = through_cluster_launcher(*l.cluster, path ? *path : name, plan, l.hosts, l.launcher_args, {});
+    if (!one) return fail(one.err().message);
+    for (std::size_t i = 0; i + plan.front().argv.size() < one->argv.size(); ++i)
+      via += (via.empty() ? "" : " ") + shell_quote(one->argv[i]);
   }
-  // Ranks on other hosts start over OpenSSH (localhost ones here), in this directory, with
-  // their variables and the forwarded ones (NCCL_*, UCX_*, .dsactor_env).
-  std::string ssh, cwd;
+  // A --nnodes host names itself: its processes are this machine's.
+  std::string here;
+  if (l.by_node) {
+    char name[256] = {};
+    here = ::gethostname(name, sizeof name - 1) == 0 ? fmt::format("host {} ", name) : "";
+  }
+  for (const auto& spec : plan)
+    fmt::print("{}{}{}\n", here, describe(spec, request.num_procs), via.empty() ? "" : "  (started by: " + via + ")");
+  return 0;
+}
+
+// How ranks on other hosts start: over OpenSSH (localhost ones here) or one mpirun/srun,
+// in this directory, with their variables and the forwarded ones (NCCL_*, UCX_*, .dsactor_env).
+struct remote_start {
+  bool remote = false;
+  std::string ssh, cwd, cluster_program;
   std::vector<std::pair<std::string, std::string>> forwarded;
-  const bool remote = listed && std::any_of(hosts.begin(), hosts.end(), [](const host_slots& h) { return h.host != "localhost"; });
-  std::string cluster_program;
-  if (cluster) {
-    auto found = resolve_program(*cluster == cluster_launcher::mpirun ? "mpirun" : "srun");
-    if (!found) return usage_error("--launcher " + launcher_name + ": " + found.err().message);
-    cluster_program = *found;
-  }
-  if (remote || cluster) {
-    if (!cluster) {
-      auto client = resolve_program("ssh");
-      if (!client) return usage_error("ranks on other hosts start over ssh: " + client.err().message);
-      ssh = *client;
-    }
-    char here[PATH_MAX];
-    if (!::getcwd(here, sizeof here)) return usage_error("cannot read the working directory");
-    cwd = here;
-    const char* home = std::getenv("HOME");
-    auto env = forwarded_environment(home ? home : "", cwd);
-    if (!env) return usage_error(env.err().message);
-    forwarded = std::move(*env);
-  }
+};
 
-  auto token = by_node ? expected<std::string>(node_token) : random_job_token();
-  if (!token) {
-    fmt::print(stderr, "dsactor launch: no job token: {}\n", token.err().message);
-    return 1;
+std::optional<int> prepare_remote_start(const po::variables_map& vm, const usage& fail, const launch_layout& l,
+                                        remote_start& r) {
+  r.remote = l.listed && std::any_of(l.hosts.begin(), l.hosts.end(),
+                                     [](const host_slots& h) { return h.host != "localhost"; });
+  if (l.cluster) {
+    auto found = resolve_program(*l.cluster == cluster_launcher::mpirun ? "mpirun" : "srun");
+    if (!found) return fail("--launcher " + vm["launcher"].as<std::string>() + ": " + found.err().message);
+    r.cluster_program = *found;
   }
-  request.job_token = *token;
-  // The rendezvous server: here, except on the hosts other than node 0 of a --nnodes job.
+  if (!r.remote && !l.cluster) return std::nullopt;
+  if (!l.cluster) {
+    auto client = resolve_program("ssh");
+    if (!client) return fail("ranks on other hosts start over ssh: " + client.err().message);
+    r.ssh = *client;
+  }
+  char here[PATH_MAX];
+  if (!::getcwd(here, sizeof here)) return fail("cannot read the working directory");
+  r.cwd = here;
+  const char* home = std::getenv("HOME");
+  auto env = forwarded_environment(home ? home : "", r.cwd);
+  if (!env) return fail(env.err().message);
+  r.forwarded = std::move(*env);
+  return std::nullopt;
+}
+
+// Hosts the rendezvous (except on the hosts other than node 0 of a --nnodes job), starts
+// this host's ranks and supervises them until every one has ended.
+int start_and_supervise(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request) {
   std::unique_ptr<net::rendezvous_server> server;
   supervise_options supervise;
-  supervise.grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
+  supervise.grace = std::chrono::milliseconds(static_cast<long long>(l.grace * 1000));
   // Ctrl-C reaches ranks on other hosts through the rendezvous, not as a signal.
   supervise.on_interrupt = [&server] {
     if (server) server->interrupt();
@@ -309,9 +322,8 @@ int cmd_launch(int argc, char** argv) {
   net::rendezvous_options rendezvous;
   rendezvous.heartbeat_timeout = std::chrono::milliseconds(request.heartbeat_timeout_ms);
   rendezvous.heartbeat_interval =
-      std::min(rendezvous.heartbeat_interval,
-               std::max(std::chrono::milliseconds(1), rendezvous.heartbeat_timeout / 4));
-  if (!by_node || node_rank == 0) {
+      std::min(rendezvous.heartbeat_interval, std::max(std::chrono::milliseconds(1), rendezvous.heartbeat_timeout / 4));
+  if (!l.by_node || l.node_rank == 0) {
     auto started = net::rendezvous_server::start(request.master_addr, request.master_port, request.job_token,
                                                  request.num_procs, rendezvous, [&group](const net::server_event& e) {
                                                    if (e.what == net::server_event::kind::failed)
@@ -324,27 +336,68 @@ int cmd_launch(int argc, char** argv) {
     server = std::move(*started);
     request.master_port = server->port();
   }
-  if (cluster) { // one mpirun or srun starts every rank
-    auto one = through_cluster_launcher(*cluster, cluster_program, make_host_plan(request, hosts), hosts,
-                                        launcher_args, forwarded);
-    if (!one) return usage_error(one.err().message);
+  if (l.cluster) { // one mpirun or srun starts every rank
+    auto one = through_cluster_launcher(*l.cluster, r.cluster_program, make_host_plan(request, l.hosts), l.hosts,
+                                        l.launcher_args, r.forwarded);
+    if (!one) return fail(one.err().message);
     if (auto started = group.spawn_rank(*one); !started) {
       fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
       return 1;
     }
   }
-  for (const auto& spec : cluster ? std::vector<process_spec>{} : plan_here()) {
-    if (auto started = group.spawn_rank(remote ? over_ssh(spec, ssh, cwd, forwarded) : spec); !started) {
+  for (const auto& spec : l.cluster ? std::vector<process_spec>{} : plan_here(l, request)) {
+    if (auto started = group.spawn_rank(r.remote ? over_ssh(spec, r.ssh, r.cwd, r.forwarded) : spec); !started) {
       fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
       return 1; // the group's destructor kills the ranks already started
     }
   }
-  int code = group.supervise(
-      [&](int rank, const std::string& how) {
-        if (rank >= 0 && server) server->process_exited(rank, how); // not mpirun's or srun's own end
-      });
+  int code = group.supervise([&](int rank, const std::string& how) {
+    if (rank >= 0 && server) server->process_exited(rank, how); // not mpirun's or srun's own end
+  });
   if (server) server->stop();
   return code;
+}
+
+} // namespace
+
+int cmd_launch(int argc, char** argv) {
+  const po::options_description opts = launch_options();
+  split_args args = split(argc, argv, opts);
+  std::vector<char*> own;
+  for (auto& a : args.own) own.push_back(a.data());
+  po::variables_map vm;
+  if (auto done = parse_options(static_cast<int>(own.size()), own.data(), opts, vm, "launch", epilog)) return *done;
+  const usage fail{opts};
+  if (vm.count("new_token")) {
+    auto fresh = random_job_token();
+    if (!fresh) {
+      fmt::print(stderr, "dsactor launch: no job token: {}\n", fresh.err().message);
+      return 1;
+    }
+    fmt::print("{}\n", *fresh);
+    return 0;
+  }
+  launch_layout layout;
+  if (auto code = read_node_layout(vm, fail, layout)) return *code;
+  if (auto code = read_host_layout(vm, fail, layout)) return *code;
+  if (args.rest.empty())
+    return fail(args.general ? "a PROGRAM is required after --" : "a CONFIG file, or -- PROGRAM, is required");
+  layout.grace = vm["grace"].as<double>();
+  layout.heartbeat = vm["heartbeat_timeout"].as<double>();
+  if (!(layout.grace >= 0) || !(layout.heartbeat >= 0.001 && layout.heartbeat <= 86400))
+    return fail("--grace must be >= 0 and --heartbeat_timeout within 0.001..86400 seconds");
+  launch_request request;
+  if (auto code = make_request(vm, fail, layout, args, request)) return *code;
+  if (vm.count("dry-run")) return print_dry_run(fail, layout, request);
+  remote_start remote;
+  if (auto code = prepare_remote_start(vm, fail, layout, remote)) return *code;
+  auto token = layout.by_node ? expected<std::string>(layout.node_token) : random_job_token();
+  if (!token) {
+    fmt::print(stderr, "dsactor launch: no job token: {}\n", token.err().message);
+    return 1;
+  }
+  request.job_token = *token;
+  return start_and_supervise(fail, layout, remote, request);
 }
 
 } // namespace dsa::tools
