@@ -419,7 +419,7 @@ std::string format_verdict(const trace_summary& s, const rank_usage& r, double t
   const double other = std::max(0.0, total - compute - comm - io);
   const auto pct = [&](double x) { return total > 0 ? 100 * std::min(x, total) / total : 0.0; };
   std::string out = fmt::format(
-      "\nwhere the time went (rank {}): {} steps took {:.3f} s of a {:.3f} s trace; of the steps' time, compute "
+      "\nwhere the time went (rank {}): {} steps took {:.3f} s of a {:.3f} s trace; of the steps' time,\n  compute "
       "{:.0f}%, communication outside compute {:.0f}%, I/O outside both {:.0f}%, no span running {:.0f}%\n",
       r.rank, steps.size(), total, r.window_s, pct(compute), pct(comm), pct(io), pct(other));
   const actor_usage* busiest = nullptr;
