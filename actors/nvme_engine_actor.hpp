@@ -1,6 +1,6 @@
 // The NVMe engine actor of a rank (DESIGN.md's `nvme engine` role): every swap read and
 // write of the rank's optimizer shards (io/aio/swap_store.hpp) and ZeRO-3 parameter
-// stores (actors/train/param_store.hpp) is a message to it. A client's submit, on a
+// stores (actors/train/stage/param_store.hpp) is a message to it. A client's submit, on a
 // port (an aio::submitter), puts the request in the engine's request table and sends
 // nvme_request; the actor starts requests on the rank's aio engines by priority while
 // their credits allow (nvme_engine_state.hpp), an engine thread reports each end as

@@ -1,5 +1,4 @@
 // Starting a pipeline run; see run.hpp.
-#include "actors/trace/trace_clock.hpp"
 #include "actors/run.hpp"
 
 #include "actors/coordinator_actor.hpp"

@@ -19,7 +19,7 @@ namespace dsa::optim {
 
 // onebit_adam, zeroone_adam, onebit_lamb: DeepSpeed's OneBitAdam, ZeroOneAdam and OneBitLamb
 // (optim/onebit_adam.hpp, zeroone_adam.hpp, onebit_lamb.hpp), which the runtime's shard runs
-// itself (actors/train/compressed_shard.hpp); optimizer::create refuses them.
+// itself (actors/train/shard/compressed_shard.hpp); optimizer::create refuses them.
 enum class optimizer_type : std::uint8_t { adam, adamw, lamb, onebit_adam, zeroone_adam, onebit_lamb };
 
 // DeepSpeed's name of the type ("Adam", "AdamW", "Lamb", "OneBitAdam", ...).

@@ -2,16 +2,16 @@
 // peer or a physical limit measured in the same run.
 #include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/isa.hpp"
-#include "tools/bench_aio.hpp"
-#include "tools/bench_allreduce.hpp"
+#include "tools/bench/bench_aio.hpp"
+#include "tools/bench/bench_allreduce.hpp"
 #if DSA_HAVE_CUDA
-#include "tools/bench_gpu.hpp"
+#include "tools/bench/bench_gpu.hpp"
 #endif
-#include "tools/bench_kernels.hpp"
-#include "tools/bench_memory.hpp"
-#include "tools/bench_compressed.hpp"
-#include "tools/bench_offload.hpp"
-#include "tools/bench_runtime.hpp"
+#include "tools/bench/bench_kernels.hpp"
+#include "tools/bench/bench_memory.hpp"
+#include "tools/bench/bench_compressed.hpp"
+#include "tools/bench/bench_offload.hpp"
+#include "tools/bench/bench_runtime.hpp"
 #include "tools/command.hpp"
 
 #include "tools/options.hpp"

@@ -1,6 +1,6 @@
 // dsactor convert: checkpoint conversions. "zero-to-fp32" writes a run's model as one
 // HuggingFace-named fp32 safetensors file, as DeepSpeed's zero_to_fp32.py does.
-#include "actors/train/run_checkpoint.hpp"
+#include "actors/train/run/run_checkpoint.hpp"
 #include "tools/command.hpp"
 #include "tools/options.hpp"
 

@@ -6,9 +6,9 @@
 #include "io/net/rendezvous_server.hpp"
 #include "io/net/route_address.hpp"
 #include "tools/command.hpp"
-#include "tools/launch_plan.hpp"
+#include "tools/launch/launch_plan.hpp"
 #include "tools/options.hpp"
-#include "tools/process_group.hpp"
+#include "tools/launch/process_group.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -165,7 +165,7 @@ std::optional<int> read_node_layout(const po::variables_map& vm, const usage& fa
   return std::nullopt;
 }
 
-// A host list: the hosts and slots to run on (tools/hostfile.hpp), and how the ranks on
+// A host list: the hosts and slots to run on (tools/launch/hostfile.hpp), and how the ranks on
 // other hosts start (ssh, mpirun or srun).
 std::optional<int> read_host_layout(const po::variables_map& vm, const usage& fail, launch_layout& l) {
   l.listed = vm.count("hostfile") > 0;

@@ -1,7 +1,7 @@
 // dsactor nvme-tune DIR: sweeps the [aio] settings (block size x queue depth x threads x
 // single_submit x overlap_events) on one file and prints the best section to paste, as
 // DeepSpeed's ds_nvme_tune does.
-#include "tools/bench_aio.hpp"
+#include "tools/bench/bench_aio.hpp"
 #include "tools/command.hpp"
 #include "tools/options.hpp"
 

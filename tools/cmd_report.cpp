@@ -7,7 +7,7 @@
 #include "tools/malloc_tuning.hpp"
 #include "tools/omp_env.hpp"
 
-#include "tools/bench_util.hpp"
+#include "tools/bench/bench_util.hpp"
 #include "tools/options.hpp"
 
 #include <boost/program_options.hpp>

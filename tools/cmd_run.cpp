@@ -1,5 +1,5 @@
-// dsactor run CONFIG: train or fine-tune BERT as configured (see actors/train/trainer.hpp).
-#include "actors/train/trainer.hpp"
+// dsactor run CONFIG: train or fine-tune BERT as configured (see actors/train/run/trainer.hpp).
+#include "actors/train/run/trainer.hpp"
 #include "tools/command.hpp"
 
 #include "tools/options.hpp"

@@ -1,16 +1,16 @@
 // dsactor trace RUN_DIR_OR_FILE summary|check|critical-path|actor NAME|diff RUN_B|
 // export --chrome FILE|html FILE: inspect the actor trace of a run
-// (actors/trace/trace_summary.hpp, trace_check.hpp, trace_critical_path.hpp,
+// (actors/trace/analysis/trace_summary.hpp, trace_check.hpp, trace_critical_path.hpp,
 // trace_views.hpp, chrome_export.hpp, trace_html.hpp); reads every trace format
 // version and traces whose tail a killed run left torn.
-#include "actors/trace/chrome_export.hpp"
-#include "actors/trace/trace_check.hpp"
-#include "actors/trace/trace_clock.hpp"
-#include "actors/trace/trace_critical_path.hpp"
-#include "actors/trace/trace_html.hpp"
-#include "actors/trace/trace_summary.hpp"
-#include "actors/trace/trace_views.hpp"
-#include "actors/trace/trace_swap_io.hpp"
+#include "actors/trace/analysis/chrome_export.hpp"
+#include "actors/trace/analysis/trace_check.hpp"
+#include "actors/trace/analysis/trace_clock.hpp"
+#include "actors/trace/analysis/trace_critical_path.hpp"
+#include "actors/trace/analysis/trace_html.hpp"
+#include "actors/trace/analysis/trace_summary.hpp"
+#include "actors/trace/analysis/trace_views.hpp"
+#include "actors/trace/analysis/trace_swap_io.hpp"
 #include "tools/command.hpp"
 #include "tools/options.hpp"
 

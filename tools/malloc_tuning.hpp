@@ -16,7 +16,7 @@ namespace dsa::tools {
 // on every step, and each arena kept its own peak (a bf16 quick start measured 195k page
 // faults and 284-288 MiB peak resident with them, 63k and 258-261 MiB with one arena, at
 // the same speed).
-// A run with limits.host_memory sets its own (actors/train/memory_plan.cpp: blocks of 1
+// A run with limits.host_memory sets its own (actors/train/memory/memory_plan.cpp: blocks of 1
 // MiB and more go back to the system at once, so the plan can bound the peak).
 // Skipped when the user chose malloc settings (GLIBC_TUNABLES naming glibc.malloc, or
 // MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_): then returns why. A user's

@@ -11,7 +11,8 @@ namespace dsa::tools {
 // sleep, when dsactor chooses (below). Between a stage's parallel regions the thread that
 // starts them mostly spends under 50 us (89% of the gaps in a bf16 BERT-mini step on a
 // 2-core Zen 5): 3000 to 30000 spins removed about three quarters of the sleeps and their
-// wake-ups there, and most quick-start steps ran 2-17% faster (README, CPU instruction sets).
+// wake-ups there, and most quick-start steps ran 2-17% faster (docs/cpu-kernels.md,
+// "Sleeping or spinning OpenMP threads").
 inline constexpr const char* brief_spin = "10000";
 
 // What dsactor sets: empty strings leave a variable as it is.

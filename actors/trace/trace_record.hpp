@@ -28,7 +28,7 @@ enum class trace_name : std::uint16_t {
   allreduce = 10,   // a reducer's sum of one gradient bucket over the data-parallel ranks (micro_batch: the bucket)
   // An optimizer shard's NVMe swap of one chunk of its state (micro_batch: the chunk, bytes:
   // over its arrays), from the first request submitted to the last ended; on the aio engine,
-  // so they overlap the shard's other spans (actors/train/swap_tracer.hpp).
+  // so they overlap the shard's other spans (actors/train/shard/swap_tracer.hpp).
   swap_read = 11,
   swap_write = 12,
   // An optimizer shard's speculative update (pipeline.speculative_update): started before
@@ -41,7 +41,7 @@ enum class trace_name : std::uint16_t {
   stream_update = 14,
   // An optimizer shard's update of one chunk of its NVMe-swapped state (micro_batch: the
   // chunk), inside its optimizer or stream_update span; beside the worker's spans like the
-  // transfers, so swap_read of the next chunk is seen during it (actors/train/swap_tracer.hpp).
+  // transfers, so swap_read of the next chunk is seen during it (actors/train/shard/swap_tracer.hpp).
   swap_update = 15,
   count_ = 16,
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 
 namespace dsa::actors {
 
@@ -153,6 +154,13 @@ trace_span::~trace_span() {
   if (!rec_) return;
   r_.t1_ns = rec_->now_ns();
   rec_->record(r_);
+}
+
+std::string current_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
 }
 
 } // namespace dsa::actors

@@ -45,6 +45,11 @@ void sort_trace_records(std::vector<trace_record>& records);
 // The names of trace_name in index order (the names table of a trace).
 std::vector<std::string> trace_name_table();
 
+// A fact the recorder's owner writes into the trace's info frame so that traces of several
+// processes align (analysis/trace_clock.hpp): this boot's id
+// (/proc/sys/kernel/random/boot_id; empty when missing).
+std::string current_boot_id();
+
 class trace_recorder {
 public:
   trace_recorder();

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "actors/run.hpp"
-#include "actors/trace/trace_summary.hpp"
+#include "actors/trace/analysis/trace_summary.hpp"
 #include "actors/synthetic/linear_stack.hpp"
 #include "actors/synthetic/sgd.hpp"
 #include "actors/synthetic/synthetic_source.hpp"

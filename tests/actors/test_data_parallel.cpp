@@ -5,7 +5,7 @@
 #include "synthetic_run.hpp"
 #include "actors/stage_runner.hpp"
 #include "actors/trace/trace_analysis.hpp"
-#include "actors/trace/trace_check.hpp"
+#include "actors/trace/analysis/trace_check.hpp"
 #include "io/net/local_transport.hpp"
 
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 // Trace: recorder across threads, binary round trip, format checks, Chrome JSON export.
-#include "actors/trace/chrome_export.hpp"
+#include "actors/trace/analysis/chrome_export.hpp"
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/trace/trace_file.hpp"
 #include "pipeline_sim.hpp"

@@ -1,10 +1,10 @@
 // dsactor trace's analyses: the wait split of the summary, per-step compute vs
 // communication vs I/O, critical-path, actor and diff. Hand-built traces whose
 // answers are known by construction, and the trace of a real 2-stage run.
-#include "actors/trace/trace_critical_path.hpp"
-#include "actors/trace/trace_summary.hpp"
-#include "actors/trace/trace_views.hpp"
-#include "actors/trace/trace_waits.hpp"
+#include "actors/trace/analysis/trace_critical_path.hpp"
+#include "actors/trace/analysis/trace_summary.hpp"
+#include "actors/trace/analysis/trace_views.hpp"
+#include "actors/trace/analysis/trace_waits.hpp"
 #include "synthetic_run.hpp"
 
 #include <doctest/doctest.h>

@@ -2,7 +2,7 @@
 // into a recorded trace (an over-committed slot, a lost release, a sequence gap,
 // a starved stage) are named as the first violation. The data-parallel case (collective order
 // across ranks) is in test_data_parallel.cpp, beside its group runner.
-#include "actors/trace/trace_check.hpp"
+#include "actors/trace/analysis/trace_check.hpp"
 #include "actors/trace/trace_file.hpp"
 #include "synthetic_run.hpp"
 

@@ -4,9 +4,9 @@
 // trace html: the page holds the timeline's data (a lane per actor, every span,
 // every delivered message) and the summary, and loads nothing from elsewhere
 // (tests/integration/trace_html.sh renders it in Chromium).
-#include "actors/trace/chrome_export.hpp"
-#include "actors/trace/trace_clock.hpp"
-#include "actors/trace/trace_html.hpp"
+#include "actors/trace/analysis/chrome_export.hpp"
+#include "actors/trace/analysis/trace_clock.hpp"
+#include "actors/trace/analysis/trace_html.hpp"
 #include "synthetic_run.hpp"
 
 #include <doctest/doctest.h>

@@ -2,7 +2,7 @@
 // run's trace is in test_trace_check.cpp): a stage idle past the tolerance after
 // the release of its output slot is credit starvation on that edge; a produced
 // for later work does not excuse it; any release, or its own input, does.
-#include "actors/trace/trace_starvation.hpp"
+#include "actors/trace/analysis/trace_starvation.hpp"
 
 #include <doctest/doctest.h>
 

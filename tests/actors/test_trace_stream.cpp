@@ -3,7 +3,7 @@
 // thread draining the recorder while a run goes, and the summary of a run.
 #include "actors/trace/trace_file.hpp"
 #include "actors/trace/trace_frame.hpp"
-#include "actors/trace/trace_summary.hpp"
+#include "actors/trace/analysis/trace_summary.hpp"
 #include "actors/trace/trace_writer.hpp"
 #include "synthetic_run.hpp"
 

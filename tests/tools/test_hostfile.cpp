@@ -1,7 +1,7 @@
-// Host lists for `dsactor launch --hostfile` (tools/hostfile.hpp), with DeepSpeed's rules:
+// Host lists for `dsactor launch --hostfile` (tools/launch/hostfile.hpp), with DeepSpeed's rules:
 // the file's syntax and its errors, --include/--exclude specs, --num_nodes/--num_gpus and
 // the flags that exclude each other.
-#include "tools/hostfile.hpp"
+#include "tools/launch/hostfile.hpp"
 
 #include <doctest/doctest.h>
 

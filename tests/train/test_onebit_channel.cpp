@@ -1,7 +1,7 @@
-// The compressed optimizers' overflow rule on local steps (actors/train/onebit_channel.hpp):
+// The compressed optimizers' overflow rule on local steps (actors/train/shard/onebit_channel.hpp):
 // with gradients left on their ranks, an inf or NaN on any one rank must skip the step on
 // every rank, or the ranks' parameters would part. Also the rescaling of the totals.
-#include "actors/train/onebit_channel.hpp"
+#include "actors/train/shard/onebit_channel.hpp"
 #include "tests/net/net_support.hpp"
 
 #include <doctest/doctest.h>

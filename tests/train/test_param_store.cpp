@@ -1,7 +1,7 @@
 // Tests for actors/train/param_store: ZeRO-3's weight partition in memory and on NVMe,
 // written whole or window by window (as the optimizer shard writes each new version),
 // read back in any range; the errors of a write out of order or cut short.
-#include "actors/train/param_store.hpp"
+#include "actors/train/stage/param_store.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "tests/aio/aio_test_util.hpp"
 #include "tests/train/train_fixture.hpp"

@@ -2,7 +2,7 @@
 // per-rank (or whole ZeRO-0) optimizer files and its model file, only the byte ranges of
 // its new partition, gets bit for bit what assembling whole tensors gives, and reports
 // short or missing files naming the file and tensor.
-#include "actors/train/partition_resume.hpp"
+#include "actors/train/shard/partition_resume.hpp"
 
 #include "core/memory_stats.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"

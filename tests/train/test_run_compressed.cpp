@@ -2,8 +2,8 @@
 // ZeroOneAdam, OneBitLamb) at ZeRO stage 0: the warm-up on R ranks is the one-rank run with the same global
 // batch; after it the reducers leave the gradients local and the shards exchange 1-bit
 // compressed state; checkpoints resume the optimizers' state; bad settings are named.
-#include "actors/train/deepspeed_json.hpp"
-#include "actors/train/run_config.hpp"
+#include "actors/train/config/deepspeed_json.hpp"
+#include "actors/train/config/run_config.hpp"
 #include "tests/train/compressed_run.hpp"
 
 #include <doctest/doctest.h>

@@ -1,9 +1,9 @@
 // Shipped configs parse; DeepSpeed JSON configs are accepted; fp16 overflow
 // skips steps, lowers the scale and leaves the LR schedule where it was;
 // wall_clock_breakdown adds its timing columns to the metrics.
-#include "actors/train/data_prepare.hpp"
-#include "actors/train/deepspeed_json.hpp"
-#include "actors/train/run_config.hpp"
+#include "actors/train/data/data_prepare.hpp"
+#include "actors/train/config/deepspeed_json.hpp"
+#include "actors/train/config/run_config.hpp"
 #include "io/data/shard_reader.hpp"
 #include "tests/train/train_fixture.hpp"
 

@@ -2,7 +2,7 @@
 // trains with the same global batch (train_batch_size = micro x accumulation x R).
 #include "tests/support/compare.hpp"
 #include "tests/train/train_fixture.hpp"
-#include "actors/train/memory_accounting.hpp"
+#include "actors/train/memory/memory_accounting.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/ranges.h>

@@ -1,6 +1,6 @@
 // Bad configs and failing actors end the run with an error naming the cause.
-#include "actors/train/deepspeed_json.hpp"
-#include "actors/train/run_config.hpp"
+#include "actors/train/config/deepspeed_json.hpp"
+#include "actors/train/config/run_config.hpp"
 #include "tests/train/train_fixture.hpp"
 
 #include <doctest/doctest.h>

@@ -5,11 +5,11 @@
 // budget the plan accepts.
 #include "tests/train/train_fixture.hpp"
 
-#include "actors/train/deepspeed_json.hpp"
-#include "actors/train/memory_accounting.hpp"
-#include "actors/train/memory_plan.hpp"
-#include "actors/train/partition.hpp"
-#include "actors/train/run_config.hpp"
+#include "actors/train/config/deepspeed_json.hpp"
+#include "actors/train/memory/memory_accounting.hpp"
+#include "actors/train/memory/memory_plan.hpp"
+#include "actors/train/shard/partition.hpp"
+#include "actors/train/config/run_config.hpp"
 #include "models/bert/parameter_specs.hpp"
 
 #include <doctest/doctest.h>

@@ -5,9 +5,9 @@
 // offloaded run resume with and without offload; config errors name the key.
 #include "tests/train/train_fixture.hpp"
 
-#include "actors/train/offload_config.hpp"
-#include "actors/train/deepspeed_json.hpp"
-#include "actors/train/run_config.hpp"
+#include "actors/train/config/offload_config.hpp"
+#include "actors/train/config/deepspeed_json.hpp"
+#include "actors/train/config/run_config.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>

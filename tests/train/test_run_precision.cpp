@@ -5,7 +5,7 @@
 #include "tests/support/run_notes.hpp"
 #include "tests/train/train_fixture.hpp"
 
-#include "actors/train/bert_stage.hpp"
+#include "actors/train/stage/bert_stage.hpp"
 #include "core/memory_stats.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
 

@@ -5,7 +5,7 @@
 // overflows the first steps. The counts in the log prove the path was taken.
 #include "tests/train/train_fixture.hpp"
 
-#include "actors/trace/trace_check.hpp"
+#include "actors/trace/analysis/trace_check.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -5,9 +5,9 @@
 // swap_update span, with the next chunk's read begun before it (read ahead).
 #include "tests/train/train_fixture.hpp"
 
-#include "actors/trace/chrome_export.hpp"
-#include "actors/trace/trace_check.hpp"
-#include "actors/trace/trace_swap_io.hpp"
+#include "actors/trace/analysis/chrome_export.hpp"
+#include "actors/trace/analysis/trace_check.hpp"
+#include "actors/trace/analysis/trace_swap_io.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -3,8 +3,8 @@
 
 #include "tests/support/compare.hpp"
 
-#include "actors/train/run_checkpoint.hpp"
-#include "actors/train/trainer.hpp"
+#include "actors/train/run/run_checkpoint.hpp"
+#include "actors/train/run/trainer.hpp"
 #include "core/philox.hpp"
 
 #include <doctest/doctest.h>

@@ -1,0 +1,486 @@
+// The trace summary; see trace_summary.hpp.
+#include "actors/trace/analysis/trace_summary.hpp"
+
+#include "actors/trace/analysis/trace_clock.hpp"
+#include "actors/trace/trace_analysis.hpp"
+#include "actors/trace/analysis/trace_critical_path.hpp"
+#include "actors/trace/trace_file.hpp"
+#include "actors/trace/analysis/trace_waits.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+namespace dsa::actors {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using interval = std::pair<std::uint64_t, std::uint64_t>;
+
+// Length of the union of intervals, in seconds.
+double union_s(std::vector<interval> xs) {
+  std::sort(xs.begin(), xs.end());
+  std::uint64_t total = 0, lo = 0, hi = 0;
+  bool open = false;
+  for (const auto& [a, b] : xs) {
+    if (open && a <= hi) {
+      hi = std::max(hi, b);
+      continue;
+    }
+    if (open)
+      total += hi - lo;
+    lo = a;
+    hi = b;
+    open = true;
+  }
+  if (open)
+    total += hi - lo;
+  return static_cast<double>(total) * 1e-9;
+}
+
+std::uint32_t parse_u32(const std::string& text, std::uint32_t fallback) {
+  try {
+    return text.empty() ? fallback : static_cast<std::uint32_t>(std::stoul(text));
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+int role_order(const std::string& role) {
+  static const char* const order[] = {"coordinator", "feeder",    "stage",
+                                      "reducer",     "optimizer", "tracer"};
+  for (int i = 0; i < 6; ++i)
+    if (role == order[i])
+      return i;
+  return 6;
+}
+
+bool is_name(const trace_data& t, const trace_record& r, const char* name) {
+  return t.names[r.name] == name;
+}
+
+// Per step: the window of its spans, its bubble and its allreduce overlap.
+void summarize_steps(const trace_data& t, const trace_index& index, const rank_usage& rank,
+                     std::vector<step_usage>& out) {
+  std::map<std::uint32_t, trace_data> by_step;
+  std::map<std::uint32_t, std::size_t> last_span;
+  std::map<std::uint32_t, std::vector<interval>> io_by_step;
+  for (std::size_t i = 0; i < t.records.size(); ++i) {
+    const auto& r = t.records[i];
+    if (r.kind != static_cast<std::uint8_t>(trace_kind::span) || is_name(t, r, "load"))
+      continue;
+    // I/O spans (the NVMe swap) run beside the step (a prefetch before it, writes behind it):
+    // they count in its io columns, not in its window, bubble or critical path.
+    if (is_io_span(t.names[r.name])) {
+      if (!is_name(t, r, "swap_update")) // compute, inside the shard's optimizer span
+        io_by_step[r.step].emplace_back(r.t0_ns, r.t1_ns);
+      continue;
+    }
+    auto last = last_span.emplace(r.step, i).first;
+    if (r.t1_ns > t.records[last->second].t1_ns)
+      last->second = i;
+    auto& step = by_step[r.step];
+    if (step.names.empty())
+      step.names = t.names;
+    step.records.push_back(r);
+  }
+  for (const auto& [k, step] : by_step) {
+    step_usage u;
+    u.rank = rank.rank;
+    u.step = k;
+    std::uint64_t lo = ~0ull, hi = 0;
+    for (const auto& r : step.records) {
+      lo = std::min(lo, r.t0_ns);
+      hi = std::max(hi, r.t1_ns);
+    }
+    u.start_s = static_cast<double>(lo) * 1e-9 + rank.offset_s; // on the common clock
+    u.time_s = static_cast<double>(hi - lo) * 1e-9;
+    std::vector<interval> compute, comm, io = io_by_step[k];
+    std::uint64_t allreduce_ns = 0;
+    for (const auto& r : step.records) {
+      const auto& name = t.names[r.name];
+      (name == "allreduce" ? comm : is_io_span(name) ? io : compute).emplace_back(r.t0_ns, r.t1_ns);
+      if (name == "allreduce") {
+        u.allreduce_bytes += r.bytes;
+        allreduce_ns += r.t1_ns - r.t0_ns;
+      }
+    }
+    const double n = static_cast<double>(rank.ranks);
+    if (allreduce_ns > 0 && n > 1)
+      u.bus_gbps = static_cast<double>(u.allreduce_bytes) / static_cast<double>(allreduce_ns) * 2 * (n - 1) / n;
+    const auto both = [](const std::vector<interval>& a, const std::vector<interval>& b) {
+      std::vector<interval> ab(a);
+      ab.insert(ab.end(), b.begin(), b.end());
+      return std::max(0.0, union_s(a) + union_s(b) - union_s(ab));
+    };
+    u.compute_s = union_s(compute);
+    u.comm_s = union_s(comm);
+    u.io_s = union_s(io);
+    u.compute_comm_s = both(compute, comm);
+    u.compute_io_s = both(compute, io);
+    u.comm_io_s = both(comm, io);
+    u.critical_path = critical_path_shares(walk_critical_path(t, index, last_span.at(k), lo), 2);
+    if (rank.stages > 0) {
+      double idle = 0;
+      const auto stages = stage_idle_fractions(step, rank.stages, std::max(rank.micro_batches, 1u));
+      for (const auto& s : stages)
+        idle += s.idle_fraction;
+      u.bubble = stages.empty() ? 0 : idle / static_cast<double>(stages.size());
+      for (const auto& o : allreduce_overlap(step, rank.stages)) {
+        u.allreduce_s += o.allreduce_s;
+        u.overlap_s += o.overlapped_s;
+      }
+    }
+    out.push_back(u);
+  }
+}
+
+void summarize_actors(const trace_data& t, const trace_index& index, const rank_usage& rank,
+                      std::vector<actor_usage>& out) {
+  struct acc {
+    actor_usage u;
+    std::vector<interval> compute, comm, all;
+    bool seen = false;
+  };
+  std::vector<acc> actors(t.actors.size());
+  const auto& waits = index.timelines;
+  for (const auto& r : t.records) {
+    if (r.actor >= actors.size())
+      actors.resize(r.actor + 1);
+    auto& a = actors[r.actor];
+    a.seen = true;
+    if (r.stage >= 0 && a.u.stage < 0)
+      a.u.stage = r.stage;
+    switch (static_cast<trace_kind>(r.kind)) {
+    case trace_kind::span:
+      if (is_io_span(t.names[r.name])) // on the aio engine, beside the actor's worker
+        break;
+      ++a.u.spans;
+      (is_name(t, r, "allreduce") ? a.comm : a.compute).emplace_back(r.t0_ns, r.t1_ns);
+      a.all.emplace_back(r.t0_ns, r.t1_ns);
+      break;
+    case trace_kind::send:
+      ++a.u.messages_out;
+      a.u.bytes_out += r.bytes;
+      break;
+    case trace_kind::recv:
+      ++a.u.messages_in;
+      a.u.bytes_in += r.bytes;
+      break;
+    }
+  }
+  for (std::size_t id = 0; id < actors.size(); ++id) {
+    auto& a = actors[id];
+    if (!a.seen)
+      continue;
+    a.u.name =
+        id < t.actors.size() && !t.actors[id].empty() ? t.actors[id] : fmt::format("actor {}", id);
+    a.u.role = a.u.name.substr(0, a.u.name.find(' '));
+    a.u.rank = rank.rank;
+    a.u.busy_s = union_s(std::move(a.compute));
+    a.u.comm_s = union_s(std::move(a.comm));
+    if (id < waits.size()) {
+      a.u.input_wait_s = static_cast<double>(waits[id].input_wait_ns) * 1e-9;
+      a.u.credit_wait_s = static_cast<double>(waits[id].credit_wait_ns) * 1e-9;
+      a.u.idle_s = static_cast<double>(waits[id].idle_ns) * 1e-9;
+    } else {
+      a.u.idle_s = std::max(0.0, rank.window_s - union_s(std::move(a.all)));
+    }
+    out.push_back(std::move(a.u));
+  }
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+std::string describe_end(const rank_usage& r) {
+  if (r.end.closed)
+    return fmt::format("complete ({} bytes)", r.end.file_bytes);
+  return fmt::format("INCOMPLETE: the trace ends at byte {} of {}: {}", r.end.valid_bytes,
+                     r.end.file_bytes, r.end.why);
+}
+
+} // namespace
+
+bool is_io_span(const std::string& name) {
+  return name.rfind("swap", 0) == 0 || name.rfind("nvme", 0) == 0 || name.rfind("io", 0) == 0;
+}
+
+expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file) {
+  std::vector<std::pair<std::uint32_t, std::string>> files;
+  std::error_code ec;
+  if (fs::is_directory(run_dir_or_file, ec)) {
+    static const std::regex rank_file(R"(trace\.rank([0-9]+)\.dsat)");
+    for (const auto& entry : fs::directory_iterator(run_dir_or_file, ec)) {
+      const auto name = entry.path().filename().string();
+      std::smatch m;
+      if (name == "trace.dsat")
+        files.emplace_back(0, entry.path().string());
+      else if (std::regex_match(name, m, rank_file))
+        files.emplace_back(parse_u32(m[1], 0), entry.path().string());
+    }
+    if (ec)
+      return make_error(errc::io, "cannot list run directory {}: {}", run_dir_or_file,
+                        ec.message());
+    if (files.empty())
+      return make_error(errc::not_found, "{} holds no trace.dsat (nor trace.rank<r>.dsat)",
+                        run_dir_or_file);
+  } else {
+    files.emplace_back(0, run_dir_or_file);
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<rank_trace> out;
+  for (const auto& [rank, path] : files) {
+    DSA_ASSIGN_OR_RETURN(auto trace, read_trace(path));
+    rank_trace r{parse_u32(trace.info_value("rank"), rank), path, std::move(trace)};
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
+  trace_summary out;
+  const trace_clocks clocks = align_trace_clocks(traces);
+  out.clock = clocks.how;
+  for (std::uint64_t o : clocks.offset_ns) out.offset_s.push_back(static_cast<double>(o) * 1e-9);
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    const auto& rt = traces[i];
+    const auto& t = rt.trace;
+    rank_usage r;
+    r.rank = rt.rank;
+    r.offset_s = i < out.offset_s.size() ? out.offset_s[i] : 0;
+    r.path = rt.path;
+    r.version = t.version;
+    r.records = t.records.size();
+    r.end = t.end;
+    // Old traces lack the info frame: the shape follows from the records.
+    std::uint32_t stages = 0, micro_batches = 0;
+    std::uint64_t lo = ~0ull, hi = 0;
+    for (const auto& rec : t.records) {
+      lo = std::min(lo, rec.t0_ns);
+      hi = std::max(hi, std::max(rec.t0_ns, rec.t1_ns));
+      if (rec.kind == static_cast<std::uint8_t>(trace_kind::span) && is_name(t, rec, "forward")) {
+        stages = std::max<std::uint32_t>(stages, static_cast<std::uint32_t>(rec.stage + 1));
+        micro_batches = std::max(micro_batches, rec.micro_batch + 1);
+      }
+    }
+    r.window_s = t.records.empty() ? 0 : static_cast<double>(hi - lo) * 1e-9;
+    r.stages = parse_u32(t.info_value("stages"), stages);
+    r.micro_batches = parse_u32(t.info_value("micro_batches"), micro_batches);
+    r.ranks = std::max(1u, parse_u32(t.info_value("ranks"), 1));
+    const trace_index index(t);
+    summarize_actors(t, index, r, out.actors);
+    summarize_steps(t, index, r, out.steps);
+    out.ranks.push_back(r);
+  }
+  std::stable_sort(out.actors.begin(), out.actors.end(),
+                   [](const actor_usage& a, const actor_usage& b) {
+                     return std::make_tuple(role_order(a.role), a.role, a.rank, a.stage, a.name) <
+                            std::make_tuple(role_order(b.role), b.role, b.rank, b.stage, b.name);
+                   });
+  return out;
+}
+
+namespace {
+
+// Nearest-rank quantile of `v` (0 <= q <= 1); 0 for none.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  const auto at = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, at == 0 ? 0 : at - 1)];
+}
+
+std::vector<const step_usage*> steps_of(const trace_summary& s, std::uint32_t rank) {
+  std::vector<const step_usage*> out;
+  for (const auto& st : s.steps)
+    if (st.rank == rank)
+      out.push_back(&st);
+  return out;
+}
+
+std::string format_actors(const trace_summary& s) {
+  std::string out = "\nactors (busy: compute spans; comm: allreduce spans; the rest of the rank's trace split "
+                    "into\n  input: waiting for the input of its next span; credit: input there, waiting for its "
+                    "output slot's release; idle)\n";
+  std::size_t width = 12; // actor names grow " of rank r" with data parallelism
+  for (const auto& a : s.actors)
+    width = std::max(width, a.name.size());
+  out += fmt::format("  {:<{}} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>8} {:>10}\n", "actor", width,
+                     "busy s", "busy%", "comm s", "input s", "credit s", "idle s", "spans", "msgs in", "msgs out",
+                     "bytes out");
+  for (const auto& a : s.actors) {
+    double window = 0;
+    for (const auto& r : s.ranks)
+      if (r.rank == a.rank)
+        window = r.window_s;
+    out += fmt::format("  {:<{}} {:>8.3f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6} {:>7} {:>8} {:>10}\n",
+                       a.name, width, a.busy_s, window > 0 ? 100 * a.busy_s / window : 0.0, a.comm_s,
+                       a.input_wait_s, a.credit_wait_s, a.idle_s, a.spans, a.messages_in, a.messages_out,
+                       human_bytes(a.bytes_out));
+  }
+  return out;
+}
+
+// The old full table: one row per step.
+std::string format_step_rows(const trace_summary& s, const rank_usage& r, double theory) {
+  std::string out = fmt::format(
+      "  {:>6} {:>9} {:>9} {:>8} {:>8} {:>12} {:>9} {:>8} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9}  {}\n", "step",
+      "start s", "time s", "bubble", "(S-1)/..", "allreduce s", "overlap", "ar MiB", "bus GB/s", "compute s", "comm s",
+      "io s", "comp&comm", "comp&io", "critical path");
+  for (const step_usage* st : steps_of(s, r.rank))
+    out += fmt::format("  {:>6} {:>9.3f} {:>9.3f} {:>7.1f}% {:>7.1f}% {:>12.3f} {:>8.1f}% {:>8.2f} {:>8.3f} {:>10.3f} "
+                       "{:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f}  {}\n",
+                       st->step, st->start_s, st->time_s, 100 * st->bubble, 100 * theory, st->allreduce_s,
+                       st->allreduce_s > 0 ? 100 * st->overlap_s / st->allreduce_s : 0.0,
+                       static_cast<double>(st->allreduce_bytes) / (1 << 20), st->bus_gbps, st->compute_s, st->comm_s,
+                       st->io_s, st->compute_comm_s, st->compute_io_s, st->critical_path);
+  return out;
+}
+
+// A few lines: the distribution of the rank's step times and the figures beside them.
+std::string format_step_distribution(const trace_summary& s, const rank_usage& r, double theory) {
+  const auto steps = steps_of(s, r.rank);
+  if (steps.empty())
+    return "  no step spans in this trace\n";
+  std::vector<double> time, bubble, allreduce, overlap, bus, compute, comm, io;
+  std::map<std::string, int> paths;
+  for (const step_usage* st : steps) {
+    time.push_back(st->time_s);
+    bubble.push_back(st->bubble);
+    compute.push_back(st->compute_s);
+    comm.push_back(st->comm_s);
+    io.push_back(st->io_s);
+    if (st->allreduce_s > 0) {
+      allreduce.push_back(st->allreduce_s);
+      overlap.push_back(st->overlap_s / st->allreduce_s);
+    }
+    if (st->bus_gbps > 0)
+      bus.push_back(st->bus_gbps);
+    ++paths[st->critical_path];
+  }
+  std::vector<const step_usage*> slowest(steps);
+  std::stable_sort(slowest.begin(), slowest.end(),
+                   [](const step_usage* a, const step_usage* b) { return a->time_s > b->time_s; });
+  std::string slow;
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, slowest.size()); ++i)
+    slow += fmt::format("{}{} ({:.3f} s)", i ? ", " : "", slowest[i]->step, slowest[i]->time_s);
+  std::string out = fmt::format("  step time  median {:.3f} s, p90 {:.3f} s, max {:.3f} s; slowest steps: {}\n",
+                                quantile(time, 0.5), quantile(time, 0.9), slowest.front()->time_s, slow);
+  if (r.stages > 0)
+    out += fmt::format("  bubble     median {:.1f}%, p90 {:.1f}% of the stages' forward-to-backward window "
+                       "(against (S-1)/(M+S-1) = {:.1f}%)\n",
+                       100 * quantile(bubble, 0.5), 100 * quantile(bubble, 0.9), 100 * theory);
+  if (!allreduce.empty())
+    out += fmt::format("  allreduce  median {:.3f} s a step, {:.1f}% of it during backward (median){}\n",
+                       quantile(allreduce, 0.5), 100 * quantile(overlap, 0.5),
+                       bus.empty() ? "" : fmt::format("; bus {:.3f} GB/s (median)", quantile(bus, 0.5)));
+  else if (!bus.empty())
+    out += fmt::format("  allreduce  bus {:.3f} GB/s (median)\n", quantile(bus, 0.5));
+  out += fmt::format("  per step   compute {:.3f} s, communication {:.3f} s, I/O {:.3f} s (medians of their unions)\n",
+                     quantile(compute, 0.5), quantile(comm, 0.5), quantile(io, 0.5));
+  const auto common = std::max_element(paths.begin(), paths.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (!common->first.empty())
+    out += fmt::format("  critical   {} (the most common path: {} of {} steps)\n", common->first, common->second,
+                       steps.size());
+  return out;
+}
+
+// The closing line: where a rank's step time went and what bounds the step.
+std::string format_verdict(const trace_summary& s, const rank_usage& r, double theory) {
+  const auto steps = steps_of(s, r.rank);
+  if (steps.empty())
+    return fmt::format("\nrank {}: no steps recorded, so nothing bounds a step\n", r.rank);
+  double total = 0, compute = 0, comm = 0, io = 0;
+  std::vector<double> bubble;
+  for (const step_usage* st : steps) {
+    total += st->time_s;
+    compute += st->compute_s;
+    comm += std::max(0.0, st->comm_s - st->compute_comm_s);
+    io += std::max(0.0, st->io_s - st->compute_io_s - st->comm_io_s);
+    bubble.push_back(st->bubble);
+  }
+  const double other = std::max(0.0, total - compute - comm - io);
+  const auto pct = [&](double x) { return total > 0 ? 100 * std::min(x, total) / total : 0.0; };
+  std::string out = fmt::format(
+      "\nwhere the time went (rank {}): {} steps took {:.3f} s of a {:.3f} s trace; of the steps' time,\n  compute "
+      "{:.0f}%, communication outside compute {:.0f}%, I/O outside both {:.0f}%, no span running {:.0f}%\n",
+      r.rank, steps.size(), total, r.window_s, pct(compute), pct(comm), pct(io), pct(other));
+  const actor_usage* busiest = nullptr;
+  for (const auto& a : s.actors)
+    if (a.rank == r.rank && (!busiest || a.busy_s > busiest->busy_s))
+      busiest = &a;
+  const double median_bubble = quantile(bubble, 0.5);
+  std::string bound;
+  if (comm >= compute && comm >= io)
+    bound = "communication: the allreduce runs outside compute for most of the step (overlap it with backward: "
+            "zero_optimization.overlap_comm, smaller buckets)";
+  else if (io >= compute)
+    bound = "I/O: the NVMe swap runs outside compute for most of the step (more aio buffers or a faster device)";
+  else if (r.stages > 1 && median_bubble > theory + 0.10)
+    bound = fmt::format("the pipeline: stages idle {:.0f}% of the step against {:.0f}% for (S-1)/(M+S-1) (an "
+                        "unbalanced split or too few micro-batches)",
+                        100 * median_bubble, 100 * theory);
+  else if (busiest)
+    bound = fmt::format("compute in {} (busy {:.0f}% of the trace)", busiest->name,
+                        r.window_s > 0 ? 100 * busiest->busy_s / r.window_s : 0.0);
+  else
+    bound = "compute";
+  return out + fmt::format("the step is bound by {}\n", bound);
+}
+
+} // namespace
+
+std::string format_trace_summary(const trace_summary& s, summary_format format) {
+  std::string out;
+  out += "traces\n";
+  for (const auto& r : s.ranks)
+    out += fmt::format("  rank {}: {} (version {}), {} records over {:.3f} s, {}\n", r.rank, r.path,
+                       r.version, r.records, r.window_s, describe_end(r));
+  if (s.ranks.size() > 1) {
+    out += fmt::format("  clocks: {}; the steps' start times below are on the common clock, where each rank's "
+                       "trace begins at",
+                       s.clock);
+    for (std::size_t i = 0; i < s.ranks.size() && i < s.offset_s.size(); ++i)
+      out += fmt::format("{} +{:.6f} s (rank {})", i ? "," : "", s.offset_s[i], s.ranks[i].rank);
+    out += " (so do the critical-path, actor, html and export views)\n";
+  }
+  out += format_actors(s);
+  for (const auto& r : s.ranks) {
+    const double theory =
+        r.stages > 0 && r.micro_batches > 0 ? theoretical_bubble(r.stages, r.micro_batches) : 0.0;
+    out += fmt::format("\nsteps of rank {}: {} (S = {} stages, M = {} micro-batches: bubble "
+                       "(S-1)/(M+S-1) = {:.1f}%)\n",
+                       r.rank, steps_of(s, r.rank).size(), r.stages, r.micro_batches, 100 * theory);
+    out += format.per_step ? format_step_rows(s, r, theory) : format_step_distribution(s, r, theory);
+  }
+  for (const auto& r : s.ranks)
+    if (!r.end.closed)
+      out += fmt::format("\nrank {}: the trace ends at byte {} of {} ({}); steps after that are "
+                         "missing or partial\n",
+                         r.rank, r.end.valid_bytes, r.end.file_bytes, r.end.why);
+  for (const auto& r : s.ranks)
+    out += format_verdict(s, r,
+                          r.stages > 0 && r.micro_batches > 0 ? theoretical_bubble(r.stages, r.micro_batches) : 0.0);
+  if (!format.per_step)
+    out += "(every step's row: dsactor trace RUN summary --steps)\n";
+  return out;
+}
+
+} // namespace dsa::actors

@@ -1,0 +1,135 @@
+// Vocabulary and pre-training shards from a corpus, when absent.
+#include "actors/train/data/data_prepare.hpp"
+
+#include "core/log.hpp"
+#include "io/ckpt/atomic_file.hpp"
+#include "io/data/corpus.hpp"
+#include "io/data/pretrain_builder.hpp"
+#include "io/data/pretrain_shard.hpp"
+#include "io/data/squad_qa_gen.hpp"
+#include "models/tokenizer/vocab_builder.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace dsa::train {
+namespace fs = std::filesystem;
+namespace {
+
+status build_vocab(const std::vector<data::document>& docs, const prepare_settings& p, const std::string& path) {
+  tok::word_counter counter(tok::tokenizer_options{});
+  for (const auto& d : docs)
+    for (const auto& para : d.paragraphs)
+      for (const auto& s : para.sentences) counter.add_text(s);
+  tok::vocab_build_options options;
+  options.size = static_cast<int>(p.vocab_size);
+  options.progress = [](std::int64_t merges, std::int64_t size) {
+    log_info("prepare: vocabulary: {} merges, {} tokens", merges, size);
+  };
+  auto tokens = tok::build_wordpiece_vocab(counter.counts(), options);
+  std::string text;
+  for (const auto& t : tokens) text += t + "\n";
+  DSA_TRY(ckpt::write_file_atomic(path, text));
+  log_info("prepare: wrote {} ({} tokens from {} distinct words)", path, tokens.size(), counter.counts().size());
+  return {};
+}
+
+status write_set(const std::string& dir, const char* prefix, const std::vector<data::pretrain_instance>& all,
+                 const prepare_settings& p, const data::shard_layout& layout) {
+  const auto per = static_cast<std::size_t>(p.instances_per_shard);
+  ckpt::metadata_map meta{{"seed", std::to_string(p.seed)}, {"dupe_factor", std::to_string(p.dupe_factor)}};
+  int index = 0;
+  for (std::size_t begin = 0; begin < all.size(); begin += per, ++index) {
+    std::size_t end = std::min(all.size(), begin + per);
+    std::string path = data::shard_file_name((fs::path(dir) / prefix).string(), index);
+    DSA_TRY(data::write_pretrain_shard(path, all, begin, end, layout, meta));
+  }
+  log_info("prepare: {} {} instances in {} shard(s)", all.size(), prefix, index);
+  return {};
+}
+
+} // namespace
+
+expected<std::vector<std::string>> list_shards(const std::string& spec) {
+  std::error_code ec;
+  fs::path dir = spec, prefix;
+  if (!fs::is_directory(spec, ec)) {
+    dir = fs::path(spec).parent_path();
+    prefix = fs::path(spec).filename();
+  }
+  if (dir.empty()) dir = ".";
+  std::vector<std::string> out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (it->path().extension() != ".safetensors") continue;
+    if (!prefix.empty() && name.rfind(prefix.string() + "-", 0) != 0) continue;
+    out.push_back(it->path().string());
+  }
+  if (ec) return make_error(errc::io, "{}: cannot list shards: {}", dir.string(), ec.message());
+  if (out.empty()) return make_error(errc::not_found, "{}: no shards (*.safetensors) found", spec);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+status prepare_pretraining_data(const prepare_settings& p, const std::string& vocab_path) {
+  std::error_code ec;
+  bool have_vocab = fs::exists(vocab_path, ec);
+  bool have_train = list_shards(p.out_dir + "/train").has_value();
+  if (have_vocab && have_train) return {};
+  fs::create_directories(p.out_dir, ec);
+  if (ec) return make_error(errc::io, "data.prepare.out_dir '{}': cannot create: {}", p.out_dir, ec.message());
+  log_info("prepare: reading the corpus {}", p.corpus);
+  DSA_ASSIGN_OR_RETURN(auto docs, data::read_corpus(p.corpus));
+  if (!have_vocab) DSA_TRY(build_vocab(docs, p, vocab_path));
+  DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(vocab_path));
+  const data::masking_vocab masking = data::masking_vocab::from(v);
+  tok::bert_tokenizer tokenizer(std::move(v), tok::tokenizer_options{});
+  auto tokenized = data::tokenize_documents(docs, tokenizer);
+  if (p.holdout_docs >= static_cast<std::int64_t>(tokenized.size()))
+    return make_error(errc::config, "data.prepare.holdout_docs = {} leaves no training documents of {}",
+                      p.holdout_docs, tokenized.size());
+  auto [train_docs, holdout_docs] = data::split_holdout(std::move(tokenized), p.holdout_docs, p.seed);
+  data::pretrain_options options;
+  options.max_seq_length = static_cast<int>(p.seq_length);
+  options.dupe_factor = static_cast<int>(p.dupe_factor);
+  options.short_seq_prob = p.short_seq_prob;
+  options.masking.masked_lm_prob = p.masked_lm_prob;
+  options.masking.max_predictions = static_cast<int>(p.max_predictions);
+  options.seed = p.seed;
+  const std::int64_t every = std::max<std::int64_t>(1, static_cast<std::int64_t>(train_docs.size()) / 4);
+  options.progress = [every](std::int64_t done, std::int64_t total) {
+    if (done % every == 0 || done == total) log_info("prepare: instances: {} / {} document passes", done, total);
+  };
+  const data::shard_layout layout{static_cast<int>(p.seq_length), static_cast<int>(p.max_predictions),
+                                  tokenizer.vocabulary().size(), data::shard_vocab_of(tokenizer.vocabulary())};
+  auto train = data::create_pretraining_instances(std::move(train_docs), masking, options);
+  DSA_TRY(write_set(p.out_dir, "train", train, p, layout));
+  if (!holdout_docs.empty()) {
+    data::pretrain_options held = options;
+    held.dupe_factor = 1;
+    held.seed = data::derive_seed(p.seed, 0x686f6c646f7574ull);
+    held.progress = nullptr;
+    auto instances = data::create_pretraining_instances(std::move(holdout_docs), masking, held);
+    DSA_TRY(write_set(p.out_dir, "holdout", instances, p, layout));
+  }
+  return {};
+}
+
+status prepare_qa_data(const prepare_qa_settings& p) {
+  std::error_code ec;
+  if (fs::exists(p.out_dir + "/train.json", ec) && fs::exists(p.out_dir + "/dev.json", ec)) return {};
+  fs::create_directories(p.out_dir, ec);
+  if (ec) return make_error(errc::io, "data.prepare_qa.out_dir '{}': cannot create: {}", p.out_dir, ec.message());
+  DSA_ASSIGN_OR_RETURN(auto docs, data::read_corpus(p.corpus));
+  data::qa_gen_options o;
+  o.seed = p.seed;
+  o.dev_fraction = p.dev_fraction;
+  o.max_questions = p.max_questions;
+  DSA_ASSIGN_OR_RETURN(auto qa, data::generate_qa_from_corpus(docs, o));
+  DSA_TRY(data::write_squad(p.out_dir + "/dev.json", qa.dev));
+  DSA_TRY(data::write_squad(p.out_dir + "/train.json", qa.train));
+  log_info("prepare: generated a QA set from {} into {}", p.corpus, p.out_dir);
+  return {};
+}
+
+} // namespace dsa::train

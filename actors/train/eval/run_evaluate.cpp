@@ -1,0 +1,81 @@
+// The end-of-run evaluation of a run's model; see run_setup.hpp (evaluate).
+#include "actors/train/run/run_setup.hpp"
+
+#include "actors/train/data/data_prepare.hpp"
+#include "actors/train/eval/evaluation.hpp"
+#include "core/log.hpp"
+#include "io/ckpt/atomic_file.hpp"
+#include "models/bert/bert_state.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace dsa::train {
+namespace {
+
+// The whole model in f32 from the stages' working weights (for evaluation).
+bert::bert_part assemble_whole(run_context& ctx) {
+  bert::bert_part whole(ctx.rc.model, bert::bert_range::whole(ctx.rc.model));
+  std::map<std::string, tensor> dict;
+  for (auto& st : ctx.stages)
+    for (const auto& e : st->named_parameters().entries())
+      if (e.spec.role == bert::replica::owner) dict.emplace(e.spec.name, e.value);
+  auto loaded = bert::load_state(whole.parameters(), dict, {});
+  DSA_CHECK(loaded.has_value(), "assembling the stages into one model: {}", loaded.has_value() ? "" : loaded.err().message);
+  return whole;
+}
+
+} // namespace
+
+int evaluate(run_context& ctx) {
+  bert::bert_part whole = assemble_whole(ctx);
+  const auto& d = ctx.rc.data;
+  if (ctx.rc.model.head == bert::head_kind::pretraining) {
+    if (d.eval_shards.empty()) return 0;
+    auto shards = list_shards(d.eval_shards);
+    if (!shards) {
+      log_warn("evaluation skipped: {}", shards.err().message);
+      return 0;
+    }
+    auto r = evaluate_pretraining(whole, *shards, ctx.rc.batch.micro_batch_size, d.eval_batches);
+    if (!r) {
+      log_error("evaluation failed: {}", r.err().message);
+      return 1;
+    }
+    log_info("eval: {} held-out sequences: MLM accuracy {:.4f} (loss {:.4f}), NSP accuracy {:.4f} (loss {:.4f})",
+             r->sequences, r->mlm_accuracy, r->mlm_loss, r->nsp_accuracy, r->nsp_loss);
+    std::string summary = fmt::format("{{\"eval_sequences\":{},\"mlm_accuracy\":{:.6f},\"mlm_loss\":{:.6f},"
+                                      "\"nsp_accuracy\":{:.6f},\"nsp_loss\":{:.6f}}}\n",
+                                      r->sequences, r->mlm_accuracy, r->mlm_loss, r->nsp_accuracy, r->nsp_loss);
+    (void)ckpt::write_file_atomic(ctx.rc.run_dir + "/eval.json", summary);
+    fmt::print("{}", summary);
+    return 0;
+  }
+  if (d.dev_file.empty()) return 0;
+  squad_eval_settings s;
+  s.dev_file = d.dev_file;
+  s.predictions_path = ctx.rc.run_dir + "/predictions.json";
+  s.batch_size = ctx.rc.batch.micro_batch_size;
+  s.max_seq_length = static_cast<int>(d.max_seq_length);
+  s.doc_stride = static_cast<int>(d.doc_stride);
+  s.max_query_length = static_cast<int>(d.max_query_length);
+  s.n_best_size = static_cast<int>(d.n_best_size);
+  s.max_answer_length = static_cast<int>(d.max_answer_length);
+  s.seed = ctx.rc.seed;
+  auto r = evaluate_squad(whole, *ctx.tokenizer, s);
+  if (!r) {
+    log_error("evaluation failed: {}", r.err().message);
+    return 1;
+  }
+  log_info("eval: wrote {}", s.predictions_path);
+  log_info("eval: baseline first sentence: EM {:.2f} F1 {:.2f}; baseline random span: EM {:.2f} F1 {:.2f}",
+           r->first_sentence.exact_match, r->first_sentence.f1, r->random_span.exact_match, r->random_span.f1);
+  log_info("eval: model: EM {:.2f} F1 {:.2f} over {} questions", r->model.exact_match, r->model.f1, r->model.total);
+  std::string line = data::squad_scores_json(r->model);
+  (void)ckpt::write_file_atomic(ctx.rc.run_dir + "/eval.json", line + "\n");
+  fmt::print("{}\n", line);
+  return 0;
+}
+
+} // namespace dsa::train

@@ -1,0 +1,153 @@
+// Model-state bytes per rank; see memory_accounting.hpp.
+#include "actors/train/memory/memory_accounting.hpp"
+
+#include "actors/train/stage/param_store.hpp"
+#include "io/aio/swap_store.hpp"
+#include "optim/flat_layout.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dsa::train {
+
+bool model_state_bytes::operator==(const model_state_bytes& o) const {
+  return weights == o.weights && grads == o.grads && reduced == o.reduced && masters == o.masters &&
+         half_masters == o.half_masters && moments == o.moments && version == o.version &&
+         swap_buffers == o.swap_buffers;
+}
+
+std::string model_state_bytes::describe() const {
+  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1 << 20); };
+  return fmt::format("{:.2f} MiB = working weights {:.2f} + gradient accumulators {:.2f} + reduced gradients {:.2f} + "
+                     "fp32 masters {:.2f} + half masters {:.2f} + optimizer moments {:.2f} + next version {:.2f}",
+                     mib(total()), mib(weights), mib(grads), mib(reduced), mib(masters), mib(half_masters),
+                     mib(moments), mib(version)) +
+         (swap_buffers > 0 ? fmt::format(" + NVMe swap buffers {:.2f}", mib(swap_buffers)) : std::string());
+}
+
+double deepspeed_model_states(std::int64_t parameters, int stage, int ranks) {
+  const double p = static_cast<double>(parameters), n = std::max(ranks, 1);
+  switch (stage) {
+    case 0: return 16 * p;
+    case 1: return 4 * p + 12 * p / n;
+    case 2: return 2 * p + 14 * p / n;
+    default: return 16 * p / n;
+  }
+}
+
+model_state_bytes expected_model_states(std::int64_t n, precision working, std::optional<zero_sizes> zero) {
+  const std::int64_t w = working == precision::f32 ? 4 : 2;
+  model_state_bytes b;
+  if (zero) {
+    b.weights = w * n;
+    b.grads = 4 * n;
+    b.reduced = 4 * (zero->stage >= 2 ? zero->partition + zero->whole_gradient : zero->padded);
+    b.masters = zero->swap_buffers > 0 ? 0 : 4 * zero->partition;
+    b.moments = zero->swap_buffers > 0 ? 0 : 8 * zero->partition + 4 * zero->onebit_extra;
+    b.swap_buffers = zero->swap_buffers;
+    b.version = w * zero->padded;
+    if (zero->grads_partitioned || zero->stage >= 3) {
+      b.grads = 4 * zero->partition;
+      b.reduced = 4 * zero->whole_gradient; // the shard uses the stage's partition itself
+    }
+    if (zero->stage >= 3) {
+      const std::int64_t in_memory = zero->param_in_memory < 0 ? zero->partition : zero->param_in_memory;
+      b.weights = w * (in_memory + zero->persistent) + zero->param_buffers;
+      // The shard writes each version into the weight store as it updates it: in place in
+      // memory, or through a window's scratch to NVMe (bert_optimizer::advance_into_fetcher).
+      b.version = zero->param_in_memory < 0
+                      ? 0
+                      : w * std::min(zero->partition, bert_optimizer::version_window_elements);
+    }
+    return b;
+  }
+  b.weights = w * n;
+  b.grads = 4 * n;
+  b.reduced = 4 * n;
+  b.masters = 4 * n;
+  b.half_masters = working == precision::f32 ? 0 : 2 * n;
+  b.moments = 8 * n;
+  b.version = w * n;
+  return b;
+}
+
+zero_sizes zero_sizes_of(const std::vector<bert::param_spec>& specs, std::uint32_t ranks) {
+  auto layout = stage_flat_layout(specs, ranks);
+  DSA_CHECK(layout.has_value(), "flat layout of a stage: {}", layout.has_value() ? "" : layout.err().message);
+  return {layout->padded_numel(), layout->partition_numel()};
+}
+
+namespace {
+const bert::param_spec* find_word_embeddings(const std::vector<bert::param_spec>& specs) {
+  for (const auto& s : specs)
+    if (s.name == bert::word_embeddings_name()) return &s;
+  return nullptr;
+}
+} // namespace
+
+bool tied_exchanged(const run_config& rc, const std::vector<bert::bert_range>& ranges) {
+  return ranges.size() > 1 && find_word_embeddings(bert::parameter_specs(rc.model, ranges.front())) &&
+         find_word_embeddings(bert::parameter_specs(rc.model, ranges.back()));
+}
+
+std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector<bert::bert_range>& ranges,
+                                         std::size_t s) {
+  const auto ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
+  const auto& off = rc.offload;
+  if (rc.zero_stage < 1 || (ranks < 2 && !off.swaps() && !rc.zero_partitions())) return std::nullopt;
+  const auto specs = bert::parameter_specs(rc.model, ranges.at(s));
+  zero_sizes z = zero_sizes_of(specs, ranks);
+  z.stage = ranks > 1 || rc.zero_partitions() ? std::max(rc.zero_stage, 1) : 1;
+  z.grads_partitioned = z.stage == 2 && ranges.size() == 1; // stage 3 always is
+  if (z.stage >= 3) {
+    for (const auto& spec : specs)
+      if (shape_numel(spec.shape) <= rc.stage3_persistence) z.persistent += shape_numel(spec.shape);
+    if (off.param.swaps()) {
+      const dtype w = working_dtype(rc.working);
+      z.param_in_memory = std::min(off.param.max_in_cpu, z.partition);
+      const param_buffers b = nvme_param_buffers(z.partition, w, off.param.max_in_cpu, off.param.buffer_size,
+                                                 off.param.buffer_count, 4096);
+      z.param_buffers = b.count * b.bytes;
+    }
+  }
+  if (off.swaps())
+    z.swap_buffers = static_cast<std::int64_t>(aio::swap_buffers_allocated(static_cast<std::size_t>(off.buffer_count))) * 4 *
+                     aio::swap_chunk_numel(off.sub_group_size, optim::flat_layout::default_alignment, z.partition);
+  if (rc.optimizer.compressed()) {
+    std::int64_t numel = 0;
+    for (const auto& spec : specs) numel += shape_numel(spec.shape);
+    // The whole momentum; 1-bit LAMB's fresh variance partition; 0/1 Adam's whole variance,
+    // accumulated move and parameters (its local steps).
+    z.onebit_extra = numel;
+    if (rc.optimizer.type == optim::optimizer_type::onebit_lamb) z.onebit_extra += z.partition;
+    if (rc.optimizer.type == optim::optimizer_type::zeroone_adam) z.onebit_extra += 3 * numel;
+  }
+  if (const auto* tied = find_word_embeddings(specs); z.stage >= 2 && tied && tied_exchanged(rc, ranges))
+    z.whole_gradient = shape_numel(tied->shape);
+  return z;
+}
+
+model_state_bytes measured_model_states(const model_stage& stage, const bert_optimizer& shard) {
+  model_state_bytes b;
+  for (const auto& e : const_cast<model_stage&>(stage).named_parameters().entries()) {
+    if (e.value.defined()) b.weights += static_cast<std::int64_t>(e.value.nbytes());
+    if (e.grad.defined()) b.grads += static_cast<std::int64_t>(e.grad.nbytes());
+  }
+  // ZeRO-3: what the stage holds between the parts' gathers (the values bound at this
+  // moment are whatever part the stage's worker is running).
+  // Likewise its gradients: the partition they are summed into (a part's whole gradients
+  // live only during its backward).
+  if (const param_fetcher* f = stage.fetcher()) b.weights = f->held_bytes();
+  if (stage.gradients_reduced()) b.grads = stage.partition_grad_bytes();
+  const shard_bytes s = shard.held_bytes();
+  b.reduced = s.gradients;
+  b.masters = s.masters;
+  b.half_masters = s.half_masters;
+  b.moments = s.moments;
+  b.version = s.version;
+  b.swap_buffers = s.swap_buffers;
+  return b;
+}
+
+} // namespace dsa::train

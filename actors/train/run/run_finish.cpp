@@ -1,0 +1,200 @@
+// The last phases of `dsactor run`'s training: finish (ZeRO-3's weights gathered back,
+// the final checkpoint, the last swap writes, leaving the job) and report; see
+// run_phases.hpp.
+#include "actors/train/run/run_phases.hpp"
+
+#include "actors/trace/analysis/chrome_export.hpp"
+#include "actors/trace/trace_analysis.hpp"
+#include "actors/train/run/communication_report.hpp"
+#include "actors/train/run/signals.hpp"
+#include "core/log.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace dsa::train {
+
+namespace {
+
+// Runs `work(r)` for every rank r of the process on a thread of its own; an exception
+// becomes that rank's error, and wakes its peers still waiting in a collective.
+template <class Work>
+std::vector<std::string> on_every_rank(opened_run& run, training& t, int ranks, Work work) {
+  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        work(r);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+        if (auto* x = t.transport(run, r)) x->abort(make_error(errc::runtime, "rank {}: {}", run.ctx.rank + r, e.what()));
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+int first_error(const std::vector<std::string>& errors) {
+  for (const auto& e : errors)
+    if (!e.empty()) return fail_run(make_error(errc::runtime, "{}", e), 1);
+  return 0;
+}
+
+// ZeRO-3: the stages hold partitions; every rank takes part in gathering the whole
+// weights back (the evaluation reads them from rank 0's stages).
+int gather_zero3_weights(opened_run& run, const run_plan& plan, process_ranks& ranks, training& t) {
+  const run_config& rc = run.ctx.rc;
+  for (std::uint32_t s = 0; s < rc.stages; ++s)
+    if (const param_fetcher* f = run.ctx.stages[s]->fetcher()) {
+      const fetch_stats st = f->stats();
+      log_info("stage {}: ZeRO-3 fetcher of rank {}: gathered {} tensors ({:.2f} MiB) over the run; at most {} "
+               "elements gathered at once (stage3_max_live_parameters {}); {} uses gathered ahead of the "
+               "compute (stage3_prefetch_bucket_size {}), {} waited for; {} elements kept whole "
+               "(stage3_param_persistence_threshold {})",
+               s, run.ctx.rank, st.gathers,
+               static_cast<double>(st.gathered_elements) * static_cast<double>(dtype_size(working_dtype(rc.working))) /
+                   (1 << 20),
+               st.peak_live_elements, rc.stage3_max_live, st.ahead, rc.stage3_prefetch, st.waits,
+               f->persistent_elements(), rc.stage3_persistence);
+    }
+  const bool evaluates = plan.evaluates; // the whole weights are for the evaluation
+  return first_error(on_every_rank(run, t, static_cast<int>(rc.ranks), [&](int r) {
+    if (evaluates)
+      for (auto& stage : ranks.context(run, r).stages) stage->gather_whole();
+  }));
+}
+
+// The final checkpoint (or the one a signal asked for): the shards hold that step's state.
+// With ZeRO the other ranks' shards take part in gathering it, each on a thread of its own.
+int save_final_checkpoint(opened_run& run, training& t, const finished& f) {
+  const run_config& rc = run.ctx.rc;
+  const int R = static_cast<int>(rc.ranks);
+  std::vector<std::thread> contributors;
+  std::vector<std::string> contribution_errors(static_cast<std::size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    rank_run& rr = t.runs[static_cast<std::size_t>(r)];
+    if (run.ctx.rank + r == 0 || !t.zero || f.done <= rr.last_contributed) continue;
+    contributors.emplace_back([&, r] {
+      try {
+        contribute_checkpoint(t.runs[static_cast<std::size_t>(r)], rc.checkpoint.dir, static_cast<std::uint32_t>(f.done));
+      } catch (const std::exception& e) {
+        contribution_errors[static_cast<std::size_t>(r)] = e.what();
+        // Ranks still waiting in a gather this one left: wake them.
+        if (auto* x = t.transport(run, r)) x->abort(make_error(errc::runtime, "rank {}: {}", run.ctx.rank + r, e.what()));
+      }
+    });
+  }
+  std::optional<error> save_error;
+  if (run.lead && f.done > t.reporter->last_saved()) {
+    try {
+      t.reporter->save(static_cast<std::uint32_t>(f.done), t.results[0].data_positions.back());
+    } catch (const std::exception& e) {
+      save_error = make_error(errc::io, "{}", e.what());
+    }
+  }
+  // Contributors still waiting in a gather rank 0 never entered: wake them.
+  if (save_error && !contributors.empty())
+    if (auto* x = t.transport(run, 0)) x->abort(*save_error);
+  for (auto& thread : contributors) thread.join();
+  if (save_error) return fail_run(*save_error, 1);
+  return first_error(contribution_errors);
+}
+
+} // namespace
+
+int finish_training(opened_run& run, const run_plan& plan, process_ranks& ranks, training& t, finished& f) {
+  const run_config& rc = run.ctx.rc;
+  const actors::run_result& result = t.results[0];
+  if (rc.zero_stage >= 3 && rc.zero_partitions())
+    if (int code = gather_zero3_weights(run, plan, ranks, t)) return code;
+  f.done = static_cast<std::int64_t>(run.ctx.first_step) + result.steps_completed - 1;
+  // Every rank agrees that the run ended early (the coordinators stop together), so
+  // every rank takes the same decision even when the signal reached only some.
+  const bool early = run.ctx.first_step + result.steps_completed <= run.ctx.last_step;
+  f.stopped = stop_requested() || early; // also when the signal came during the last step
+  // With several ranks the decision must be the same everywhere (a ZeRO checkpoint is
+  // a collective): only what the ranks agreed on counts, not a signal one process got
+  // during the last step.
+  const bool final_save = f.done >= 0 && (rc.checkpoint.save_final || early || (t.world == 1 && stop_requested()));
+  if (final_save)
+    if (int code = save_final_checkpoint(run, t, f)) return code;
+  // NVMe offload: the last update's writes behind it must have landed.
+  for (auto& rr : t.runs)
+    for (auto& shard : rr.shards)
+      if (auto flushed = shard->flush_state(); !flushed)
+        return fail_run(make_error(flushed.err().code, "the optimizer state's last swap: {}", flushed.err().message), 1);
+  // The other processes need nothing more from this one once every one has finished its
+  // part of the last collectives: a checkpoint's gathers end at different times on
+  // different ranks, and a process that left while a peer was still in one would look
+  // lost to it (its endpoints closing). Then leave the job cleanly.
+  if (run.job) {
+    if (auto s = run.job->client->barrier("end"); !s) return fail_run(s.err(), 1);
+    if (auto s = run.job->client->leave(); !s) log_warn("leaving the job's rendezvous: {}", s.err().message);
+  }
+  return 0;
+}
+
+int report_training(const run_request& req, opened_run& run, training& t) {
+  const run_context& ctx = run.ctx;
+  const run_config& rc = ctx.rc;
+  const actors::run_result& result = t.results[0];
+  const auto M = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
+  if (run.lead && !req.trace_chrome.empty()) { // rank 0's trace (the others' are trace.rank<r>.dsat)
+    if (auto w = actors::write_chrome_trace(req.trace_chrome, result.trace); !w) return fail_run(w.err(), 1);
+    log_info("wrote Chrome trace {}", req.trace_chrome);
+  }
+  if (rc.stages > 1 || M > 1) {
+    double bubble = actors::theoretical_bubble(rc.stages, M);
+    for (const auto& idle : actors::stage_idle_fractions(result.trace, rc.stages, M))
+      log_info("stage {}: idle {:.1f}% of the run (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
+               100 * idle.idle_fraction, 100 * bubble);
+  }
+  for (const auto& o : actors::allreduce_overlap(result.trace, rc.stages))
+    log_info("stage {}: gradient allreduce {:.3f} s, {:.1f}% of it during the stage's backward{}", o.stage,
+             o.allreduce_s, o.allreduce_s > 0 ? 100 * o.overlapped_s / o.allreduce_s : 0.0,
+             rc.overlap_comm ? "" : " (overlap_comm is off)");
+  log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
+           t.runs[0].shards.front()->decider().skipped());
+  std::vector<const bert_optimizer*> shard_views;
+  for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
+  if (run.lead && t.world > 1) { // the bytes on the wire, against fp16 allreduce (communication_report.hpp)
+    std::int64_t parameters = 0;
+    for (std::uint32_t s = 0; s < rc.stages; ++s)
+      for (const auto& spec : bert::parameter_specs(rc.model, ctx.ranges[s])) parameters += shape_numel(spec.shape);
+    auto figures = communication_of(optim::optimizer_name(rc.optimizer.type), t.world,
+                                    static_cast<std::int64_t>(result.losses.size()), shard_views, parameters,
+                                    t.transport(run, 0)->bytes_sent());
+    figures.shared_memory_allreduce = rc.ranks > 1 && rc.shared_memory_allreduce;
+    log_info("{}", describe(figures));
+    if (auto w = write_communication(rc.run_dir, figures); !w) log_warn("communication.json: {}", w.err().message);
+  }
+  if (t.global && rc.stages > 1 && run.lead) { // the shards of every rank speculate alike: rank 0's
+    std::int64_t speculated = 0, rolled_back = 0;
+    for (const auto* shard : shard_views) {
+      speculated += shard->speculated();
+      rolled_back += shard->rolled_back();
+    }
+    if (!rc.speculative_update)
+      log_info("speculative update: off (pipeline.speculative_update = false)");
+    else
+      log_info("speculative update: {} shard update(s) started before the global norm, {} rolled back (clipped "
+               "or overflowed) and redone", speculated, rolled_back);
+  }
+  const int R = static_cast<int>(rc.ranks);
+  for (int r = 0; r < R; ++r) { // NVMe offload: one line per stage, one for the engine actor
+    const rank_run& rr = t.runs[static_cast<std::size_t>(r)];
+    const std::string rank = R > 1 ? fmt::format("rank {}: ", ctx.rank + r) : std::string();
+    for (const auto& shard : rr.shards)
+      if (auto line = shard->swap_report(); !line.empty()) log_info("{}{}", rank, line);
+    if (rr.nvme) log_info("{}{}", rank, rr.nvme->report());
+  }
+  if (run.lead && !result.trace_path.empty())
+    log_info("actor trace: {} (summarise it: dsactor trace {} summary)", result.trace_path, rc.run_dir);
+  return 0;
+}
+
+} // namespace dsa::train

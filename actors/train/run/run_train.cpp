@@ -1,0 +1,152 @@
+// The training phase of `dsactor run`: each rank's shards and runtime parts, the step
+// reporter, then the steps on the actor runtime, one thread per in-process rank; see
+// run_phases.hpp.
+#include "actors/train/run/run_phases.hpp"
+
+#include "actors/train/run/signals.hpp"
+#include "core/log.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+
+namespace dsa::train {
+
+namespace {
+
+// How the updates wait for the gradients, and what data parallelism shares.
+void log_training_layout(const run_config& rc, const training& t, bool launched) {
+  log_info("optimizer updates: {}", t.global ? "after the reducers exchanged every stage's gradient norm "
+                                               "(gradient clipping or loss scaling need it)"
+                                             : "each stage's as soon as its gradients are reduced (no clipping, "
+                                               "no loss scaling)");
+  if (rc.speculative_update && !(t.global && rc.stages > 1))
+    log_info("speculative update: nothing to speculate on ({})",
+             t.global ? "one stage: the global norm is known with its gradients" : "no global norm to wait for");
+  const char* zero_held =
+      rc.zero_stage >= 3   ? "the working weights (each layer's gathered as it runs), the optimizer state and the reduced gradients"
+      : rc.zero_stage >= 2 ? "the optimizer state and the reduced gradients"
+                           : "the optimizer state";
+  if (t.world > 1)
+    log_info("data parallel: {} ranks{}; gradients summed over them in buckets of up to {} elements, "
+             "{} ({})",
+             t.world, launched ? " (one per process)" : " in this process", rc.reduce_bucket_elements,
+             rc.overlap_comm ? "each started as backward finishes it (overlap_comm)" : "after the step's backward",
+             rc.zero_stage >= 1 ? fmt::format("ZeRO stage {}: each rank holds {} of 1/{} of the parameters",
+                                              rc.zero_stage, zero_held, t.world)
+                                : std::string("ZeRO stage 0: every rank holds the whole optimizer state"));
+  if (t.world > 1 && !rc.zero_note.empty()) log_info("{}", rc.zero_note);
+}
+
+// The runtime's options shared by every rank of the process.
+actors::run_options shared_run_options(const run_context& ctx, bool global, bool resumed) {
+  const run_config& rc = ctx.rc;
+  actors::run_options ro;
+  ro.pipeline.stages = rc.stages;
+  ro.pipeline.micro_batches = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
+  ro.pipeline.steps = ctx.last_step - ctx.first_step + 1;
+  ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
+  ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
+  ro.pipeline.speculative_update = rc.speculative_update;
+  ro.first_step = ctx.first_step;
+  if (resumed) ro.optimizers = actors::optimizer_start::already_loaded;
+  // The shards wait for each on_step to return before their next update (step_hooks.hpp);
+  // with several ranks the coordinators stop when any rank is asked to.
+  const std::uint32_t last = ctx.last_step;
+  ro.stop_after = [last](std::uint32_t k) { return stop_requested() && k != last; };
+  ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
+  ro.run_dir = rc.run_dir;
+  ro.trace_facts = ctx.trace_facts;
+  return ro;
+}
+
+// Rank r's options: the job's rank 0 reports each step; with ZeRO the other ranks take
+// part in each interval checkpoint's gathers.
+actors::run_options rank_run_options(const actors::run_options& shared, opened_run& run, process_ranks& ranks,
+                                     training& t, int r) {
+  const run_config& rc = run.ctx.rc;
+  actors::run_options o = shared;
+  const int global_rank = run.ctx.rank + r;
+  if (global_rank == 0) o.on_step = [&t](const actors::step_summary& summary) { t.reporter->on_step(summary); };
+  if (t.world > 1)
+    o.dp = {global_rank, t.world, t.transport(run, r), rc.reduce_bucket_elements, rc.overlap_comm,
+            r == 0 ? &*t.comms : nullptr, rc.shared_memory_allreduce};
+  if (global_rank != 0 && t.zero)
+    o.on_step = [&run, &ranks, &t, r](const actors::step_summary& summary) {
+      if (checkpoint_due(ranks.context(run, r), summary.step))
+        contribute_checkpoint(t.runs[static_cast<std::size_t>(r)], run.ctx.rc.checkpoint.dir, summary.step);
+    };
+  return o;
+}
+
+} // namespace
+
+net::transport* training::transport(const opened_run& run, int r) const {
+  if (run.job) return run.job->transport.get();
+  return group ? &group->at(r) : nullptr;
+}
+
+int start_training(opened_run& run, process_ranks& ranks, training& t) {
+  run_context& ctx = run.ctx;
+  const run_config& rc = ctx.rc;
+  // Rows are numbered by completed steps: a resumed run keeps rows 1..first_step. Rank 0
+  // alone writes them (and the progress, and checkpoints).
+  if (run.lead) {
+    auto m = ranks.starts[0].resumed ? metrics_writer::open_resumed(rc.run_dir, ctx.first_step)
+                                     : metrics_writer::open(rc.run_dir);
+    if (!m) return fail_run(m.err(), 1);
+    t.metrics.emplace(std::move(*m));
+  }
+  t.bar.emplace(ctx.first_step, ctx.last_step + 1, run.lead ? rc.steps_per_print : 0, progress::detect_style());
+  t.global = rc.gradient_clipping > 0 || rc.working == precision::f16;
+  t.world = static_cast<int>(rc.batch.data_parallel_size);
+  log_training_layout(rc, t, run.job.has_value());
+  const int R = static_cast<int>(rc.ranks);
+  // One rank with ZeRO-3 (offload_param on NVMe) still needs a transport for its
+  // fetcher's and shard's communicators: a group of one.
+  if (R > 1 || (!run.job && rc.zero_partitions())) t.group = std::make_unique<net::local_group>(R);
+  // ZeRO stages 1 and 2: each rank's shards hold 1/world of the optimizer state.
+  // Every rank writes files of its own into a checkpoint: with ZeRO its optimizer
+  // partition, with a compressed optimizer its 1-bit error buffers.
+  t.zero = (rc.zero_partitions() || rc.optimizer.compressed()) && t.world > 1;
+  // comms_logger: this process's first rank's collectives (every rank issues the same ones).
+  t.comms.emplace(rc.comms_logger, t.world);
+  for (int r = 0; r < R; ++r) {
+    auto rr = make_rank_run(ranks.context(run, r), ranks.starts[static_cast<std::size_t>(r)], t.transport(run, r),
+                            r == 0 && t.world > 1 ? &*t.comms : nullptr);
+    if (!rr) return fail_run(rr.err(), 1);
+    t.runs.push_back(std::move(*rr));
+  }
+  std::vector<const bert_optimizer*> shard_views;
+  for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
+  if (run.lead) t.reporter.emplace(ctx, *t.metrics, *t.bar, shard_views);
+  return 0;
+}
+
+int run_steps(opened_run& run, process_ranks& ranks, training& t) {
+  const int R = static_cast<int>(run.ctx.rc.ranks);
+  const actors::run_options shared = shared_run_options(run.ctx, t.global, ranks.starts[0].resumed.has_value());
+  t.results.resize(static_cast<std::size_t>(R));
+  std::vector<std::thread> threads;
+  for (int r = 1; r < R; ++r)
+    threads.emplace_back([&, r] {
+      t.results[static_cast<std::size_t>(r)] =
+          actors::run_pipeline(rank_run_options(shared, run, ranks, t, r), t.runs[static_cast<std::size_t>(r)].parts);
+    });
+  t.results[0] = actors::run_pipeline(rank_run_options(shared, run, ranks, t, 0), t.runs[0].parts);
+  for (auto& thread : threads) thread.join();
+  t.bar->finish();
+  if (t.comms->enabled()) {
+    const std::string table = t.comms->summary();
+    log_info("comms_logger summary (rank {} of {}; nccl-tests bandwidths):\n{}", run.ctx.rank, t.world,
+             table.empty() ? std::string("no collectives (one rank)") : table);
+  }
+  std::string errors;
+  for (const auto& result : t.results)
+    if (!result.ok) errors += (errors.empty() ? "" : "\n") + result.error;
+  if (!errors.empty()) return fail_run(make_error(errc::runtime, "{}", errors), 1);
+  return 0;
+}
+
+} // namespace dsa::train

@@ -1,0 +1,56 @@
+// What happens after each completed step of `dsactor run` on the job's rank 0: metrics,
+// progress, and the checkpoint when one is due.
+#pragma once
+
+#include "actors/step_hooks.hpp"
+#include "actors/train/shard/bert_optimizer.hpp"
+#include "actors/train/run/metrics.hpp"
+#include "actors/train/run/progress.hpp"
+#include "actors/train/run/run_context.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace dsa::train {
+
+// Interval checkpoints are taken after the step on the coordinator (the shards then
+// wait); the final one and one asked for by a signal after the run.
+bool checkpoint_due(const run_context& ctx, std::uint32_t step);
+
+// What happens after each completed step (the run's on_step hook, on the
+// coordinator): metrics, progress, and the checkpoint when one is due. The
+// shards are idle then and hold the state after the step: the run has a
+// stop_after hook, so no shard starts the next update before this returns.
+class step_reporter {
+public:
+  step_reporter(run_context& ctx, metrics_writer& metrics, progress& bar, std::vector<const bert_optimizer*> shards)
+      : ctx_(ctx), metrics_(metrics), bar_(bar), shards_(std::move(shards)),
+        last_(std::chrono::steady_clock::now()) {}
+
+  void on_step(const actors::step_summary& s);
+  // Writes the checkpoint of the state after `step` from the shards;
+  // data_position: the data source's position after that step (step_summary::data_position).
+  void save(std::uint32_t step, const std::vector<std::uint64_t>& data_position);
+
+  double last_loss() const { return last_loss_; }
+  std::int64_t last_saved() const { return last_saved_; }
+
+private:
+  // The wall_clock_breakdown counters since the last call (reset to 0), in ms summed over stages.
+  struct step_times {
+    double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  };
+  step_times take_times();
+
+  run_context& ctx_;
+  metrics_writer& metrics_;
+  progress& bar_;
+  std::vector<const bert_optimizer*> shards_;
+  std::chrono::steady_clock::time_point last_;
+  double last_loss_ = 0.0;
+  std::int64_t last_saved_ = -1;
+  bool states_measured_ = false; // the model-state bytes were compared after the first step
+};
+
+} // namespace dsa::train

@@ -1,0 +1,67 @@
+// `dsactor run`: its phases in order (run_phases.hpp): open the run, its data and its plan,
+// build the ranks of this process, train, finish, report, evaluate.
+#include "actors/train/run/trainer.hpp"
+
+#include "actors/train/run/run_phases.hpp"
+#include "actors/train/run/signals.hpp"
+#include "core/log.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
+
+namespace dsa::train {
+
+namespace {
+
+// Steps 5 to 7 for a run with steps left; returns 130 when a signal stopped it.
+int train_and_report(const run_request& req, opened_run& run, const run_plan& plan, process_ranks& ranks) {
+  training t;
+  if (int code = start_training(run, ranks, t)) return code;
+  if (int code = run_steps(run, ranks, t)) return code;
+  finished f;
+  if (int code = finish_training(run, plan, ranks, t, f)) return code;
+  if (int code = report_training(req, run, t)) return code;
+  if (f.stopped) {
+    log_memory_report(run.ctx.rc, *plan.memory);
+    log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", f.done + 1, req.config_path);
+    return 130;
+  }
+  return 0;
+}
+
+// The final evaluation on the job's rank 0, when the memory plan lets it run.
+int evaluate_and_report_memory(opened_run& run, const run_plan& plan) {
+  const run_config& rc = run.ctx.rc;
+  const host_memory_plan& memory = *plan.memory;
+  if (run.lead && !plan.evaluates)
+    log_warn("final evaluation skipped: it would hold the whole model's weights and gradients and one rank's "
+             "activations, {}, beside the model states: a peak of {}{}, more than limits.host_memory {}; to "
+             "evaluate the final checkpoint, resume it with a larger budget (the run, with nothing left to train, "
+             "evaluates)",
+             format_bytes(memory.evaluation), format_bytes(memory.evaluation_peak()),
+             memory.evaluation_fits(rc) ? " in another process" : "", format_bytes(rc.host_memory));
+  const int status = run.lead && plan.evaluates ? evaluate(run.ctx) : 0;
+  log_memory_report(rc, memory); // the evaluation included
+  return status;
+}
+
+} // namespace
+
+int run_training(const run_request& req) {
+  install_stop_handlers();
+  opened_run run;
+  if (int code = open_run(req, run)) return code;
+  // bf16.cpu_gemm: every GEMM of this run on bf16 operands (oneDNN), restored at its end.
+  cpu::bf16_operands_scope bf16_gemm(run.ctx.rc.bf16_cpu_gemm);
+  if (int code = open_data(run)) return code;
+  run_plan plan;
+  if (int code = plan_run(run, plan)) return code;
+  process_ranks ranks;
+  if (int code = build_ranks(run, ranks)) return code;
+  if (run.ctx.first_step <= run.ctx.last_step) {
+    if (int code = train_and_report(req, run, plan, ranks)) return code;
+  } else {
+    log_info("nothing to train: the checkpoint is at step {} of {}", run.ctx.first_step, run.ctx.last_step + 1);
+  }
+  return evaluate_and_report_memory(run, plan);
+}
+
+} // namespace dsa::train

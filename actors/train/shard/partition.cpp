@@ -1,0 +1,86 @@
+// Stage partitioning of BERT's layer list.
+#include "actors/train/shard/partition.hpp"
+
+#include "models/bert/parameter_specs.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <regex>
+
+namespace dsa::train {
+
+std::string describe_layout(const std::vector<bert::bert_range>& ranges) {
+  std::string out;
+  for (const auto& r : ranges) out += (out.empty() ? "" : " | ") + r.to_string();
+  return out;
+}
+
+std::vector<std::size_t> balanced_split(const std::vector<double>& weights, std::size_t parts) {
+  const std::size_t n = weights.size();
+  DSA_CHECK(parts >= 1 && parts <= n, "cannot split {} items into {} parts", n, parts);
+  std::vector<double> prefix(n + 1, 0.0);
+  for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + weights[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[k][i]: the smallest possible largest run over items [0, i) split into k runs.
+  std::vector<std::vector<double>> best(parts + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<std::size_t>> cut(parts + 1, std::vector<std::size_t>(n + 1, 0));
+  best[0][0] = 0.0;
+  for (std::size_t k = 1; k <= parts; ++k)
+    for (std::size_t i = k; i <= n; ++i)
+      for (std::size_t j = k - 1; j < i; ++j) {
+        double v = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (v < best[k][i]) {
+          best[k][i] = v;
+          cut[k][i] = j;
+        }
+      }
+  std::vector<std::size_t> starts(parts);
+  for (std::size_t k = parts, i = n; k >= 1; --k) {
+    starts[k - 1] = cut[k][i];
+    i = cut[k][i];
+  }
+  return starts;
+}
+
+expected<std::vector<bert::bert_range>> partition_layers(const bert::bert_config& cfg, std::uint32_t stages,
+                                                         const std::string& method) {
+  const std::int64_t L = cfg.num_layers;
+  if (stages < 1 || static_cast<std::int64_t>(stages) > L)
+    return make_error(errc::config, "pipeline.stages = {}: must be between 1 and the number of layers ({})", stages, L);
+  // Items: embeddings, L layers, head; the embeddings and head ride with their neighbours.
+  std::vector<double> weights(static_cast<std::size_t>(L), 1.0);
+  if (method == "parameters") {
+    auto count = [&](const bert::bert_range& r) {
+      return static_cast<double>(bert::parameter_count(bert::parameter_specs(cfg, r)));
+    };
+    for (std::int64_t l = 0; l < L; ++l) weights[static_cast<std::size_t>(l)] = count(bert::bert_range::layers(l, l + 1));
+    weights.front() += count(bert::bert_range::layers(0, 0).with_embeddings());
+    weights.back() += count(bert::bert_range::layers(L, L).with_head());
+  } else if (method.rfind("type:", 0) == 0) {
+    std::regex re;
+    try {
+      re = std::regex(method.substr(5), std::regex::icase);
+    } catch (const std::regex_error& e) {
+      return make_error(errc::config, "pipeline.partition = '{}': bad regular expression: {}", method, e.what());
+    }
+    if (!std::regex_search("BertLayer", re))
+      return make_error(errc::config, "pipeline.partition = '{}': matches no encoder layer (layer names: BertLayer)",
+                        method);
+  } else if (method != "uniform") {
+    return make_error(errc::config,
+                      "pipeline.partition = '{}': expected 'uniform', 'parameters' or 'type:<regex>'", method);
+  }
+  auto starts = balanced_split(weights, stages);
+  std::vector<bert::bert_range> ranges;
+  for (std::uint32_t s = 0; s < stages; ++s) {
+    std::int64_t first = static_cast<std::int64_t>(starts[s]);
+    std::int64_t last = s + 1 < stages ? static_cast<std::int64_t>(starts[s + 1]) : L;
+    bert::bert_range r = bert::bert_range::layers(first, last);
+    if (s == 0) r.with_embeddings();
+    if (s + 1 == stages) r.with_head();
+    ranges.push_back(r);
+  }
+  return ranges;
+}
+
+} // namespace dsa::train

@@ -1,0 +1,305 @@
+// BERT stage: unpack, run the range, convert what crosses to a neighbour.
+#include "actors/train/stage/bert_stage.hpp"
+
+#include "kernels/cpu/convert.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace dsa::train {
+
+bert_stage::bert_stage(const bert_stage_options& options, stage_shared& shared)
+    : options_(options), shared_(shared),
+      part_(options.model, options.range, working_dtype(options.working), options.whole_gradients) {}
+
+void bert_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
+
+namespace {
+struct timed {
+  std::atomic<std::int64_t>& sink;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~timed() {
+    sink += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+} // namespace
+
+double bert_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                           std::vector<tensor>& out) {
+  timed t{shared_.forward_ns};
+  if (grads_ && !partitioned_) partition_weights();
+  step_ = key.step;
+  if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
+    throw std::runtime_error("injected fault (debug.fail_step)");
+  bert::bert_batch batch;
+  tensor hidden;
+  // The first stage unpacks the micro-batch; later stages get the hidden states
+  // and, riding beside them in the slot, the attention mask.
+  if (part_.range().has_embeddings()) {
+    if (in.size() != 1) throw std::runtime_error(fmt::format("input slot with {} tensors, expected 1", in.size()));
+    unpack_inputs(in[0], batch);
+  } else {
+    if (in.size() != 2 || !in[0].defined() || !in[1].defined() || in[1].type() != dtype::f32)
+      throw std::runtime_error(fmt::format("activation slot with {} tensors, expected the hidden states and the "
+                                           "f32 attention mask",
+                                           in.size()));
+    hidden = in[0].type() == dtype::f32 ? in[0] : cast_to(in[0], dtype::f32);
+    batch.attention_mask = in[1];
+  }
+  if (part_.range().has_head()) unpack_labels(labels, options_.model.head, batch);
+  bert::forward_context ctx;
+  ctx.seed = options_.seed;
+  ctx.step = key.step;
+  ctx.micro_batch = key.micro_batch + options_.micro_batch_offset;
+  ctx.stash_type = working_dtype(options_.working);
+  auto result = part_.forward(hidden, batch, ctx, stashes_.at(key.stash));
+  if (!result) throw std::runtime_error(result.err().message);
+  if (part_.range().has_head()) {
+    last_metrics_ = forward_metrics_of(result->losses);
+    return result->losses.total;
+  }
+  dtype wire = working_dtype(options_.working);
+  out.resize(2);
+  if (wire == dtype::f32) out[0] = result->hidden;
+  else cast_into(out[0], result->hidden, wire);
+  out[1] = batch.attention_mask; // passed on unchanged (shared, not copied, inside a process)
+  return 0.0;
+}
+
+void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
+  timed t{shared_.backward_ns};
+  step_ = key.step;
+  tensor dout;
+  if (grad_out.defined()) dout = grad_out.type() == dtype::f32 ? grad_out : cast_to(grad_out, dtype::f32);
+  bert::backward_options opt;
+  // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss scale.
+  opt.loss_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
+  if (final_ && !grads_)
+    opt.on_done = [this](std::int64_t part) {
+      for (std::size_t i : part_parameters(part)) final_(i, i + 1);
+    };
+  in_backward_ = true;
+  tensor dx;
+  try {
+    dx = part_.backward(dout, stashes_.at(key.stash), opt);
+  } catch (...) {
+    in_backward_ = false;
+    throw;
+  }
+  in_backward_ = false;
+  if (!part_.range().has_embeddings()) {
+    dtype wire = working_dtype(options_.working);
+    if (wire == dtype::f32) grad_in = dx;
+    else cast_into(grad_in, dx, wire);
+  }
+}
+
+std::vector<tensor> bert_stage::parameters() {
+  std::vector<tensor> out;
+  for (const auto& e : part_.parameters().entries()) out.push_back(e.value);
+  return out;
+}
+
+std::vector<std::size_t> bert_stage::part_parameters(std::int64_t part) const {
+  // By name: "bert.embeddings." (only where the range runs the embeddings' backward;
+  // the last stage's tied decoder copy is completed by the head), the layer's
+  // prefix, and the rest is the head's.
+  const auto& entries = part_.parameters().entries();
+  const bool embeddings = part_.range().has_embeddings();
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string& name = entries[i].spec.name;
+    std::int64_t owner = bert::backward_options::head_done;
+    if (embeddings && name.rfind("bert.embeddings.", 0) == 0) {
+      owner = bert::backward_options::embeddings_done;
+    } else {
+      for (std::int64_t l = part_.range().first_layer; l < part_.range().last_layer; ++l)
+        if (name.rfind(bert::layer_prefix(l), 0) == 0) owner = l;
+    }
+    if (owner == part) out.push_back(i);
+  }
+  return out;
+}
+
+tensor bert_stage::gradient(std::size_t index) {
+  const auto& entries = part_.parameters().entries();
+  if (index >= entries.size())
+    throw std::runtime_error(fmt::format("gradient {} of a stage with {} parameters", index, entries.size()));
+  if (grads_) { // ZeRO-3: this rank's piece of the summed gradient
+    grads_->wait();
+    return grads_->piece_of(index);
+  }
+  tensor g = entries[index].grad;
+  round_in_place(g, working_dtype(options_.working));
+  return g;
+}
+
+std::vector<tensor> bert_stage::gradients() {
+  // The f32 accumulators themselves, rounded to the working precision: the values
+  // a half-precision gradient would carry, without a second tensor (the rounding
+  // goes through a bounded scratch buffer). The stage
+  // touches them again only when it loads the next version (zeroing them), after
+  // the reducer has given them back.
+  const dtype wire = working_dtype(options_.working);
+  std::vector<tensor> out;
+  if (grads_) {
+    for (std::size_t i = 0; i < part_.parameters().entries().size(); ++i) out.push_back(gradient(i));
+    return out;
+  }
+  for (const auto& e : part_.parameters().entries()) {
+    tensor g = e.grad;
+    round_in_place(g, wire);
+    out.push_back(g);
+  }
+  return out;
+}
+
+void bert_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads) {
+  DSA_CHECK(fetcher && fetcher->layout().tensors().size() == part_.parameters().entries().size(),
+            "stage {}: a parameter fetcher for another layout", part_.range().to_string());
+  fetcher_ = std::move(fetcher);
+  enable_partitioned_grads(std::move(grads));
+}
+
+void bert_stage::enable_partitioned_grads(std::shared_ptr<partition_grads> grads) {
+  DSA_CHECK(grads != nullptr, "stage {}: no gradient partition", part_.range().to_string());
+  grads_ = std::move(grads);
+  gate_.stage = this;
+  part_.set_gate(&gate_);
+  // A gradient is final for the micro-batch after the last part of the backward (which runs
+  // the parts in reverse) that holds it: the word embedding after the embeddings, though
+  // the tied decoder in the head adds to it first.
+  const auto parts = fetch_parts();
+  std::map<std::size_t, std::int64_t> last;
+  for (const auto& p : parts) part_tensors_[p.id] = p.tensors;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it)
+    for (std::size_t t : it->tensors) last[t] = it->id;
+  for (const auto& [t, id] : last) reduce_after_[id].push_back(t);
+}
+
+void bert_stage::partition_weights() {
+  auto& params = part_.parameters();
+  std::vector<std::pair<std::size_t, tensor>> dropped;
+  for (std::size_t i = 0; i < params.entries().size(); ++i) dropped.emplace_back(i, tensor{});
+  if (fetcher_) {
+    fetcher_->take_whole(parameters());
+    params.set_values(dropped);
+  }
+  params.set_grads(std::move(dropped)); // from now on a part's gradients exist during its backward only
+  partitioned_ = true;
+}
+
+void bert_stage::zero3_gate::enter(std::int64_t part) {
+  auto& params = stage->part_.parameters();
+  if (stage->fetcher_) params.set_values(stage->fetcher_->acquire(part, stage->step_));
+  if (!stage->in_backward_) return;
+  std::vector<std::pair<std::size_t, tensor>> fresh; // the part's gradients, from zero, for this micro-batch
+  for (std::size_t i : stage->part_tensors_.at(part))
+    if (!params.entries()[i].grad.defined()) fresh.emplace_back(i, tensor::zeros(params.entries()[i].spec.shape, dtype::f32));
+  if (!fresh.empty()) params.set_grads(std::move(fresh));
+}
+
+void bert_stage::zero3_gate::leave(std::int64_t part) {
+  auto& params = stage->part_.parameters();
+  if (stage->fetcher_) {
+    std::vector<std::pair<std::size_t, tensor>> dropped;
+    for (std::size_t i : stage->fetcher_->release(part)) dropped.emplace_back(i, tensor{});
+    params.set_values(std::move(dropped));
+  }
+  if (!stage->in_backward_) return;
+  auto final = stage->reduce_after_.find(part);
+  if (final == stage->reduce_after_.end()) return;
+  // Unbind the final gradients, then hand them over (the submits' references free them).
+  std::vector<tensor> taken;
+  std::vector<std::pair<std::size_t, tensor>> unbound;
+  for (std::size_t i : final->second) {
+    taken.push_back(params.entries()[i].grad);
+    unbound.emplace_back(i, tensor{});
+  }
+  params.set_grads(std::move(unbound));
+  for (std::size_t k = 0; k < taken.size(); ++k) stage->grads_->submit(final->second[k], std::move(taken[k]), stage->step_);
+}
+
+std::vector<fetch_part> bert_stage::fetch_parts() const {
+  std::vector<fetch_part> out;
+  const auto& r = part_.range();
+  if (r.has_embeddings()) out.push_back({bert::backward_options::embeddings_done, part_parameters(bert::backward_options::embeddings_done)});
+  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) out.push_back({l, part_parameters(l)});
+  if (r.has_head()) {
+    fetch_part head{bert::backward_options::head_done, part_parameters(bert::backward_options::head_done)};
+    // The MLM decoder reads the word embedding (tied); part_parameters gives it to the embeddings.
+    const auto& entries = part_.parameters().entries();
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].spec.name == bert::word_embeddings_name() && options_.model.head == bert::head_kind::pretraining &&
+          std::find(head.tensors.begin(), head.tensors.end(), i) == head.tensors.end())
+        head.tensors.push_back(i);
+    out.push_back(std::move(head));
+  }
+  return out;
+}
+
+std::vector<std::int64_t> bert_stage::fetch_sequence() const {
+  std::vector<std::int64_t> forward;
+  for (const auto& p : fetch_parts()) forward.push_back(p.id);
+  std::vector<std::int64_t> out = forward;
+  out.insert(out.end(), forward.rbegin(), forward.rend());
+  return out;
+}
+
+void bert_stage::gather_whole() {
+  if (!fetcher_) return;
+  auto whole = fetcher_->gather_all();
+  std::vector<std::pair<std::size_t, tensor>> values;
+  for (std::size_t i = 0; i < whole.size(); ++i) values.emplace_back(i, std::move(whole[i]));
+  part_.parameters().set_values(std::move(values));
+  part_.set_gate(nullptr);
+  fetcher_.reset();
+  grads_.reset();
+  partitioned_ = false;
+}
+
+void bert_stage::load_parameters(const std::vector<tensor>& updated) {
+  auto& params = part_.parameters();
+  if (fetcher_) {
+    // ZeRO-3: this rank's partition of the working weights, then the loss scale.
+    if (updated.size() != 2)
+      throw std::runtime_error(fmt::format("ZeRO-3 parameter version with {} tensors; expected the partition and "
+                                           "the loss scale",
+                                           updated.size()));
+    auto scale = loss_scale_of(updated.back());
+    if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
+    if (!partitioned_) partition_weights();
+    fetcher_->load(updated[0]);
+    grads_->reset(); // the reducer has released the step's gradients
+    loss_scale_ = *scale;
+    return;
+  }
+  const auto& entries = params.entries();
+  // The version comes from the optimizer shard (later, from another process): a
+  // mismatch fails this stage's load job, and so the stage, by name.
+  // The weights, then the loss scale of the next step.
+  if (updated.size() != entries.size() + 1)
+    throw std::runtime_error(fmt::format("parameter version with {} tensors for a stage of {} parameters and "
+                                         "the loss scale",
+                                         updated.size(), entries.size()));
+  auto scale = loss_scale_of(updated.back());
+  if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const tensor& src = updated[i];
+    const tensor& dst = entries[i].value;
+    const bool floating = src.type() == dtype::f32 || src.type() == dtype::f16 || src.type() == dtype::bf16;
+    if (!src.defined() || !floating || !src.is_contiguous() || src.shape() != dst.shape())
+      throw std::runtime_error(fmt::format("parameter version: tensor {} ({}) is {}, expected {}", i,
+                                           entries[i].spec.name, src.defined() ? src.describe() : "(none)",
+                                           dst.describe()));
+    cpu::cast(dst.raw_data(), dst.type(), src.raw_data(), src.type(), src.numel());
+  }
+  if (grads_) grads_->reset(); // ZeRO-2, one stage: the reducer has released the step's partition
+  else params.zero_grad();
+  loss_scale_ = *scale;
+}
+
+} // namespace dsa::train
