@@ -1,5 +1,6 @@
 // Starting a pipeline run; see run.hpp.
 #include "actors/run.hpp"
+#include "actors/run_actors.hpp"
 
 #include "actors/coordinator_actor.hpp"
 #include "actors/feeder_actor.hpp"

@@ -5,12 +5,10 @@
 #include "actors/compute.hpp"
 #include "actors/data_parallel.hpp"
 #include "actors/plan.hpp"
-#include "actors/protocol/errors.hpp"
+#include "actors/protocol/failure_info.hpp"
 #include "actors/step_hooks.hpp"
 #include "actors/trace/trace_recorder.hpp"
 #include "actors/trace/trace_writer.hpp"
-
-#include <caf/actor.hpp>
 
 #include <chrono>
 #include <functional>
@@ -30,12 +28,8 @@ enum class optimizer_start {
   already_loaded,
 };
 
-// The actors of a run, for code that talks to them directly (tests inject a
-// message that breaks the protocol and check that the receiver fails by name).
-struct run_actors {
-  caf::actor coordinator, feeder;
-  std::vector<caf::actor> stages, shards, reducers; // [s]
-};
+// The actors of a run (run_actors.hpp: only the code that talks to them sees CAF).
+struct run_actors;
 
 // Whether the run records a trace (spans and message edges) at all.
 enum class trace_mode { record, off };

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "actors/protocol/failure_info.hpp"
 #include "core/error.hpp"
 
 #include <caf/error.hpp>
@@ -22,13 +23,6 @@ enum class runtime_errc : std::uint8_t {
 };
 
 std::string to_string(runtime_errc code);
-
-// The failure context carried in an error: which actor, which step, why.
-struct failure_info {
-  std::string actor;
-  std::uint32_t step = 0;
-  std::string why;
-};
 
 // Builds the error an actor quits with.
 caf::error make_failure(runtime_errc code, const failure_info& info);

@@ -4,6 +4,7 @@
 #include "synthetic_run.hpp"
 
 #include "actors/protocol/protocol.hpp"
+#include "actors/run_actors.hpp"
 #include "actors/stage_scheduler.hpp"
 
 #include <caf/all.hpp>

@@ -2,6 +2,8 @@
 // threads: while a hook blocks, the actors go on handling messages.
 #include "synthetic_run.hpp"
 
+#include "actors/run_actors.hpp"
+
 #include <caf/all.hpp>
 #include <doctest/doctest.h>
 
