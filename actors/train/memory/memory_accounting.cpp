@@ -128,7 +128,7 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   return z;
 }
 
-model_state_bytes measured_model_states(const model_stage& stage, const bert_optimizer& shard) {
+model_state_bytes measured_model_states(const model_stage& stage, const model_shard& shard) {
   model_state_bytes b;
   for (const auto& e : const_cast<model_stage&>(stage).named_parameters().entries()) {
     if (e.value.defined()) b.weights += static_cast<std::int64_t>(e.value.nbytes());

@@ -96,6 +96,6 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
                                          std::size_t s);
 // From the tensors a stage and its shard hold (after the shard's first update, which
 // allocates the next version's tensors).
-model_state_bytes measured_model_states(const model_stage& stage, const bert_optimizer& shard);
+model_state_bytes measured_model_states(const model_stage& stage, const model_shard& shard);
 
 } // namespace dsa::train

@@ -15,7 +15,7 @@ double ratio(std::uint64_t num, std::uint64_t den) { return den > 0 ? static_cas
 } // namespace
 
 communication_figures communication_of(const std::string& optimizer, int ranks, std::int64_t steps,
-                                       const std::vector<const bert_optimizer*>& shards,
+                                       const std::vector<const model_shard*>& shards,
                                        std::int64_t parameters, std::uint64_t bytes_sent) {
   communication_figures f;
   f.optimizer = optimizer;

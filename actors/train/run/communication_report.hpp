@@ -4,7 +4,7 @@
 // the run folder (read by `dsactor bench compressed`).
 #pragma once
 
-#include "actors/train/shard/bert_optimizer.hpp"
+#include "actors/train/shard/model_shard.hpp"
 
 #include <cstdint>
 #include <string>
@@ -30,7 +30,7 @@ struct communication_figures {
 
 // shards: one rank's; bytes_sent: its transport's count over the run.
 communication_figures communication_of(const std::string& optimizer, int ranks, std::int64_t steps,
-                                       const std::vector<const bert_optimizer*>& shards,
+                                       const std::vector<const model_shard*>& shards,
                                        std::int64_t parameters, std::uint64_t bytes_sent);
 // The log line ("communication: ...").
 std::string describe(const communication_figures& f);

@@ -1,6 +1,7 @@
 // Checkpoint contents of a run.
 #include "actors/train/run/run_checkpoint.hpp"
 
+#include "actors/train/config/precision.hpp"
 #include "actors/train/shard/partition_resume.hpp"
 #include "io/ckpt/safetensors.hpp"
 #include "io/ckpt/safetensors_reader.hpp"

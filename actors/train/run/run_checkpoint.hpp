@@ -6,7 +6,7 @@
 // data cursor, skipped steps, the layout and the effective config.
 #pragma once
 
-#include "actors/train/shard/bert_optimizer.hpp"
+#include "actors/train/shard/model_shard.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/optimizer.hpp"

@@ -2,7 +2,6 @@
 // optimizer shards and the step reporter (step_reporter.hpp).
 #pragma once
 
-#include "actors/train/shard/bert_optimizer.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/data/feed_source.hpp"
 #include "actors/train/config/run_config.hpp"

@@ -159,7 +159,7 @@ int report_training(const run_request& req, opened_run& run, training& t) {
              rc.overlap_comm ? "" : " (overlap_comm is off)");
   log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
            t.runs[0].shards.front()->decider().skipped());
-  std::vector<const bert_optimizer*> shard_views;
+  std::vector<const model_shard*> shard_views;
   for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
   if (run.lead && t.world > 1) { // the bytes on the wire, against fp16 allreduce (communication_report.hpp)
     std::int64_t parameters = 0;

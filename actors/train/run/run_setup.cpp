@@ -3,6 +3,7 @@
 
 #include "actors/train/shard/partition_resume.hpp"
 
+#include "actors/train/shard/bert_optimizer.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/data/data_prepare.hpp"
 #include "actors/train/eval/evaluation.hpp"

@@ -118,7 +118,7 @@ int start_training(opened_run& run, process_ranks& ranks, training& t) {
     if (!rr) return fail_run(rr.err(), 1);
     t.runs.push_back(std::move(*rr));
   }
-  std::vector<const bert_optimizer*> shard_views;
+  std::vector<const model_shard*> shard_views;
   for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
   if (run.lead) t.reporter.emplace(ctx, *t.metrics, *t.bar, shard_views);
   return 0;

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "actors/step_hooks.hpp"
-#include "actors/train/shard/bert_optimizer.hpp"
+#include "actors/train/shard/model_shard.hpp"
 #include "actors/train/run/metrics.hpp"
 #include "actors/train/run/progress.hpp"
 #include "actors/train/run/run_context.hpp"
@@ -24,7 +24,7 @@ bool checkpoint_due(const run_context& ctx, std::uint32_t step);
 // stop_after hook, so no shard starts the next update before this returns.
 class step_reporter {
 public:
-  step_reporter(run_context& ctx, metrics_writer& metrics, progress& bar, std::vector<const bert_optimizer*> shards)
+  step_reporter(run_context& ctx, metrics_writer& metrics, progress& bar, std::vector<const model_shard*> shards)
       : ctx_(ctx), metrics_(metrics), bar_(bar), shards_(std::move(shards)),
         last_(std::chrono::steady_clock::now()) {}
 
@@ -46,7 +46,7 @@ private:
   run_context& ctx_;
   metrics_writer& metrics_;
   progress& bar_;
-  std::vector<const bert_optimizer*> shards_;
+  std::vector<const model_shard*> shards_;
   std::chrono::steady_clock::time_point last_;
   double last_loss_ = 0.0;
   std::int64_t last_saved_ = -1;

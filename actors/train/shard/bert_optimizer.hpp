@@ -8,6 +8,7 @@
 
 #include "actors/compute.hpp"
 #include "actors/train/shard/compressed_shard.hpp"
+#include "actors/train/shard/model_shard.hpp"
 #include "actors/train/stage/param_fetcher.hpp"
 #include "actors/train/config/precision.hpp"
 #include "actors/train/shard/step_decider.hpp"
@@ -35,10 +36,6 @@
 #include <vector>
 
 namespace dsa::train {
-
-// A shard's state for a checkpoint: "master.<name>", "<name>.exp_avg",
-// "<name>.exp_avg_sq", "optimizer_step_count".
-using state_payload = std::map<std::string, tensor>;
 
 struct bert_optimizer_options {
   std::uint32_t participant = 0;       // the stage index
@@ -130,13 +127,7 @@ std::string checkpoint_lamb_group(std::uint32_t stage);
 // "onebit_errors_<stage>_rank<rank>".
 std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank);
 
-// The bytes a shard holds (memory_accounting.hpp).
-struct shard_bytes {
-  std::int64_t gradients = 0, masters = 0, half_masters = 0, moments = 0, version = 0;
-  std::int64_t swap_buffers = 0; // NVMe offload: the buffers the masters and moments pass through
-};
-
-class bert_optimizer final : public actors::optimizer_compute {
+class bert_optimizer final : public model_shard {
 public:
   // ZeRO-3 with the weights on NVMe: elements per window of a version passed to the store.
   static constexpr std::int64_t version_window_elements = 1 << 20;
@@ -173,62 +164,62 @@ public:
   std::int64_t stream_redone() const { return stream_redone_; }
   std::int64_t stream_declined() const { return stream_declined_; }
   // Steps speculated and rolled back so far, for the end-of-run log.
-  std::int64_t speculated() const { return speculated_; }
-  std::int64_t rolled_back() const { return rolled_back_; }
+  std::int64_t speculated() const override { return speculated_; }
+  std::int64_t rolled_back() const override { return rolled_back_; }
   // NVMe offload: the swap transfers become swap_read/swap_write spans of this shard
   // (swap_tracer.hpp); nothing without offload.
   void trace_attach(actors::trace_recorder* trace, std::uint32_t actor, std::int32_t stage) override;
   void trace_detach() override;
 
   // The compressed optimizer's traffic (null for the others).
-  const compressed_traffic* traffic() const {
+  const compressed_traffic* traffic() const override {
     return comp_ ? &comp_->traffic() : zchannel_ ? &zchannel_->traffic() : nullptr;
   }
-  const step_decider& decider() const { return *options_.decider; }
+  const step_decider& decider() const override { return *options_.decider; }
   // The decision of the last update (read between steps, when the shard is idle).
-  const step_decision& last_decision() const { return last_; }
+  const step_decision& last_decision() const override { return last_; }
   // The master weights and optimizer state for a checkpoint of a shard that is not
   // partitioned, as views of the shard's own tensors (no copy): valid while no update
   // runs, which the coordinator guarantees while a step hook (the checkpoint save) runs.
-  state_payload payload() const;
+  state_payload payload() const override;
   // Whether checkpoints take the per-rank form below instead: the shard is partitioned
   // (ZeRO over several ranks, or the state swapped to NVMe, then even on one rank, so a
   // checkpoint streams it chunk by chunk).
-  bool per_rank_checkpoint() const { return part_.has_value(); }
+  bool per_rank_checkpoint() const override { return part_.has_value(); }
   // A checkpoint in per-rank form. Both are collectives with several ranks: every
   // rank's shard of the stage calls them, in this order, at the same point of the run.
   // The whole stage's fp32 masters ("master.<name>"), gathered from the partitions on rank
   // 0 (empty on the other ranks, which hold no more than a partition for it).
-  state_payload gathered_masters() const;
+  state_payload gathered_masters() const override;
   // One rank, the whole model in this one stage, the state swapped to NVMe
   // (bert_optimizer_options::stream_masters): the model file is written by the shard,
   // tensor by tensor from the masters' swap file, never the masters whole (then
   // gathered_masters is empty). stage_masters writes it into ckpt::staging_dir(root, step).
-  bool streams_masters() const { return swap_ && options_.zero_ranks == 1 && options_.stream_masters; }
-  ckpt::checkpoint_file stage_masters(const std::string& root, std::uint64_t step) const;
+  bool streams_masters() const override { return swap_ && options_.zero_ranks == 1 && options_.stream_masters; }
+  ckpt::checkpoint_file stage_masters(const std::string& root, std::uint64_t step) const override;
   // This rank's partition of the moments (optim::partition_payload's ranged names, the
   // shapes and the step count; no masters: the model file holds them), written as one
   // group per store chunk (checkpoint_partition_group) into ckpt::staging_dir(root, step);
   // then every rank's file entries, all-gathered (so every file is written when this
   // returns): the stage's staged files in rank order.
-  std::vector<ckpt::checkpoint_file> stage_partition(const std::string& root, std::uint64_t step) const;
+  std::vector<ckpt::checkpoint_file> stage_partition(const std::string& root, std::uint64_t step) const override;
   // A compressed optimizer over several ranks: every rank's 1-bit error buffers go into its
   // own file, group checkpoint_errors_group(stage, rank), staged into
   // ckpt::staging_dir(root, step). A collective (every rank's shard of the stage calls it
   // at the same point); returns every rank's file entries, in rank order.
-  bool saves_errors() const { return (comp_ || zchannel_) && options_.peers && options_.peers->size() > 1; }
-  std::vector<ckpt::checkpoint_file> stage_errors(const std::string& root, std::uint64_t step) const;
+  bool saves_errors() const override { return (comp_ || zchannel_) && options_.peers && options_.peers->size() > 1; }
+  std::vector<ckpt::checkpoint_file> stage_errors(const std::string& root, std::uint64_t step) const override;
   // After the last update: waits for the optimizer state's transfers still in flight (NVMe
   // offload's writes behind the update); their error, so a failed swap fails the run.
-  status flush_state() { return part_ ? part_->flush() : status{}; }
+  status flush_state() override { return part_ ? part_->flush() : status{}; }
   // Where the masters and moments live, for the log: "memory" or "nvme: DIR".
   std::string state_location() const { return part_ ? part_->store().where() : "memory"; }
   // NVMe offload: what the swap moved and how the updates spent their time, for the
   // end-of-run log; empty without offload.
-  std::string swap_report() const;
+  std::string swap_report() const override;
   // What the shard holds: its gradient buffers, masters (and their half copies),
   // moments, and the last parameter version it wrote (0 before its first update).
-  shard_bytes held_bytes() const;
+  shard_bytes held_bytes() const override;
 
 private:
   void write_working(std::vector<tensor>& out);
