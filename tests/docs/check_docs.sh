@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# Keeps the documentation honest as the code moves: README.md and docs/*.md name
-# no file outside the repository, their relative links resolve, every source file
-# docs/architecture.md names exists, and every message struct and atom of
-# actors/protocol is described there. Usage: check_docs.sh REPOSITORY_ROOT
+# Keeps the documentation honest as the code moves: README.md and docs/**/*.md name
+# no file outside the repository, their relative links resolve, every doc under docs/
+# is reachable from README.md by links, every source file docs/architecture.md names
+# exists, and every message struct and atom of actors/protocol is described there.
+# Usage: check_docs.sh REPOSITORY_ROOT
 set -euo pipefail
 root=$(realpath "$1")
 cd "$root"
 arch=docs/architecture.md
-docs=(README.md docs/*.md)
+mapfile -t docs < <(printf '%s\n' README.md; find docs -name '*.md' -type f | LC_ALL=C sort)
 problems=0
 problem() { echo "FAIL: $*" >&2; problems=$((problems + 1)); }
 
 [[ -f $arch ]] || { echo "FAIL: $arch is missing" >&2; exit 1; }
 
 # 1. Nothing outside the repository: no parent-directory paths, no absolute
-#    paths into a workstation, no links to them.
+#    paths into a workstation, no links to them. A relative link may climb out of
+#    a folder of docs/ (docs/results/x.md -> ../trace.md) when it lands inside the
+#    repository. Fenced code blocks are quoted output (a test log's paths are
+#    relative to its build folder) and are left out.
+outside='(^|[ `(\[])\.\./|\]\(/|`/(work|home|tmp|root)/'
 for f in "${docs[@]}"; do
+  dir=$(dirname "$f")
   while IFS= read -r hit; do
-    problem "$f:${hit%%:*}: names a file outside the repository: ${hit#*:}"
-  done < <(grep -nE '(^|[ `(\[])\.\./|\]\(/|`/(work|home|tmp|root)/' "$f" || true)
+    line=${hit%%:*} rest=${hit#*:}
+    while [[ $rest =~ \]\((\.\./[^\)]*)\) ]]; do
+      target=${BASH_REMATCH[1]}
+      resolved=$(realpath -m "$dir/${target%%#*}")
+      [[ $resolved == "$root" || $resolved == "$root"/* ]] ||
+        problem "$f:$line: links to $target, outside the repository"
+      rest=${rest//"](${target})"/"]"}
+    done
+    if grep -qE "$outside" <<<"$rest"; then
+      problem "$f:$line: names a file outside the repository: ${hit#*:}"
+    fi
+  done < <(pat=$outside awk '/^```/ { fenced = !fenced; next } !fenced && $0 ~ ENVIRON["pat"] { print NR ":" $0 }' "$f")
 done
 
 # 2. Relative markdown links resolve (from the file's own directory).
@@ -29,6 +45,30 @@ for f in "${docs[@]}"; do
     [[ -z $target || $target == http*://* || $target == mailto:* ]] && continue
     [[ -e $dir/$target ]] || problem "$f: link to $target, which does not exist"
   done < <(grep -oE '\]\([^)]+\)' "$f" | sed -E 's/^\]\((.*)\)$/\1/')
+done
+
+# 2b. Every doc under docs/ is reachable from README.md, following relative
+#     markdown links between .md files breadth first (a link to a folder counts
+#     as a link to its README.md).
+declare -A reached=([README.md]=1)
+queue=(README.md)
+while ((${#queue[@]} > 0)); do
+  f=${queue[0]}
+  queue=("${queue[@]:1}")
+  dir=$(dirname "$f")
+  while IFS= read -r target; do
+    target=${target%%#*}
+    [[ -z $target || $target == *://* || $target == mailto:* ]] && continue
+    [[ -d $dir/$target ]] && target=${target%/}/README.md
+    [[ $target == *.md && -f $dir/$target ]] || continue
+    next=$(realpath -m --relative-to="$root" "$dir/$target")
+    [[ -n ${reached[$next]+x} ]] && continue
+    reached[$next]=1
+    queue+=("$next")
+  done < <(grep -oE '\]\([^)]+\)' "$f" | sed -E 's/^\]\((.*)\)$/\1/')
+done
+for f in "${docs[@]}"; do
+  [[ -n ${reached[$f]+x} ]] || problem "$f is not reachable from README.md by links"
 done
 
 # 3. Source files named in the architecture document exist: a path with a
