@@ -14,6 +14,7 @@
 
 #include "kernels/common/dropout_math.hpp"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/layernorm_backward.cuh"
 
 namespace dsa::cuda {
 namespace {
@@ -74,6 +75,7 @@ __global__ void embedding_backward_kernel(float* dword, float* dposition, float*
   if (shared_sums)
     for (long long j = threadIdx.x; j < c; j += blockDim.x)
       cg[j] = cb[j] = ct[j] = 0.0f;
+  const detail::layernorm_column_sums sums{dgamma, dbeta, cg, cb, shared_sums};
   std::int32_t current_type = -1; // the token type ct holds; the same in every thread
   const long long first_row = blockIdx.x * rows_per_block;
   const long long last_row = first_row + rows_per_block < rows ? first_row + rows_per_block : rows;
@@ -95,33 +97,13 @@ __global__ void embedding_backward_kernel(float* dword, float* dposition, float*
           p == 0.0f || common::dropout_keep_element(rng, static_cast<std::uint64_t>(first + j), p);
       return common::dropout_apply(detail::to_float(dout[first + j]), keep, scale);
     };
-    float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
-    for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-      const float d = d_at(j);
-      const float xhat = (detail::to_float(sum[first + j]) - m) * s;
-      const float dxhat = d * gamma[j];
-      sum_dxhat += dxhat;
-      sum_dxhat_xhat = fmaf(dxhat, xhat, sum_dxhat_xhat);
-      if (shared_sums) {
-        cg[j] += d * xhat;
-        cb[j] += d;
-      } else {
-        if (dgamma)
-          atomicAdd(dgamma + j, d * xhat);
-        if (dbeta)
-          atomicAdd(dbeta + j, d);
-      }
-    }
-    // block_sum synchronizes on both sides, so the next row's use of scratch is safe.
-    const float m1 = detail::block_sum(sum_dxhat, scratch) / static_cast<float>(c);
-    const float m2 = detail::block_sum(sum_dxhat_xhat, scratch) / static_cast<float>(c);
+    const detail::layernorm_row_means means =
+        detail::layernorm_backward_row_means(sums, d_at, sum + first, m, s, gamma, c, scratch);
     float* const prow = dposition + (row % seq) * c;
     float* const trow = dtoken_type + static_cast<long long>(tt) * c;
     float* const wrow = id == pad_id ? nullptr : dword + static_cast<long long>(id) * c;
     for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-      const float d = d_at(j);
-      const float xhat = (detail::to_float(sum[first + j]) - m) * s;
-      const float de = common::layernorm_input_grad(d * gamma[j], xhat, m1, m2, s);
+      const float de = detail::layernorm_backward_dx(d_at(j), sum + first, gamma, j, m, s, means);
       atomicAdd(prow + j, de);
       if (shared_sums)
         ct[j] += de;
@@ -133,20 +115,10 @@ __global__ void embedding_backward_kernel(float* dword, float* dposition, float*
   }
   if (shared_sums)
     for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-      if (dgamma)
-        atomicAdd(dgamma + j, cg[j]);
-      if (dbeta)
-        atomicAdd(dbeta + j, cb[j]);
+      sums.flush(j);
       if (current_type >= 0)
         atomicAdd(dtoken_type + current_type * c + j, ct[j]);
     }
-}
-
-// Whether the backward's column sums (3 hidden floats) fit beside block_sum's scratch in
-// the 48 KiB of shared memory a block gets without opting in (static and dynamic
-// together): hidden <= 4093.
-bool fits_shared_sums(std::int64_t hidden) {
-  return 3 * hidden * 4 + detail::warps_per_block * 4 <= 48 * 1024;
 }
 
 // Sizes both launchers refuse: rows past a grid, rows not whole sequences, more elements
@@ -196,7 +168,7 @@ cudaError_t embedding_backward(float* dword, float* dposition, float* dtoken_typ
     using T = decltype(tag);
     // Blocks of up to 32 rows keep their column sums in shared memory when they fit; wider
     // rows take a row per block and an atomic per element.
-    const bool shared_sums = fits_shared_sums(hidden);
+    const bool shared_sums = detail::column_sums_fit(3, hidden); // hidden <= 4093
     const std::int64_t per_block = shared_sums ? 32 : 1;
     const std::int64_t blocks = (rows + per_block - 1) / per_block;
     embedding_backward_kernel<T>

@@ -3,6 +3,7 @@
 #include "kernels/cuda/layernorm.hpp"
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/layernorm_backward.cuh"
 
 namespace dsa::cuda {
 namespace {
@@ -40,22 +41,13 @@ __global__ void layernorm_backward_kernel(T* dx, float* dgamma, float* dbeta, co
   const T* xr = x + row * c;
   T* dxr = dx + row * c;
   const float m = mean[row], s = rstd[row];
-  float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
-  for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-    const float g = detail::to_float(dyr[j]), xhat = (detail::to_float(xr[j]) - m) * s;
-    const float dxhat = g * gamma[j];
-    sum_dxhat += dxhat;
-    sum_dxhat_xhat = fmaf(dxhat, xhat, sum_dxhat_xhat);
-    atomicAdd(dgamma + j, g * xhat);
-    atomicAdd(dbeta + j, g);
-  }
-  const float m1 = detail::block_sum(sum_dxhat, scratch) / static_cast<float>(c);
-  const float m2 = detail::block_sum(sum_dxhat_xhat, scratch) / static_cast<float>(c);
+  const detail::layernorm_row_means means = detail::layernorm_backward_row_means(
+      detail::layernorm_atomic_sums{dgamma, dbeta},
+      [&](long long j) { return detail::to_float(dyr[j]); }, xr, m, s, gamma, c, scratch);
   // Each thread rewrites only the elements it read, so dx may alias dy.
-  for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-    const float g = detail::to_float(dyr[j]), xhat = (detail::to_float(xr[j]) - m) * s;
-    dxr[j] = detail::from_float<T>(common::layernorm_input_grad(g * gamma[j], xhat, m1, m2, s));
-  }
+  for (long long j = threadIdx.x; j < c; j += blockDim.x)
+    dxr[j] = detail::from_float<T>(
+        detail::layernorm_backward_dx(detail::to_float(dyr[j]), xr, gamma, j, m, s, means));
 }
 
 bool bad_sizes(std::int64_t rows, std::int64_t c) {

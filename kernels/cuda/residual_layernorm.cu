@@ -45,6 +45,7 @@
 
 #include "kernels/common/residual_layernorm_math.hpp"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/layernorm_backward.cuh"
 
 #include <cmath>
 #include <cstddef>
@@ -594,36 +595,19 @@ __global__ void residual_layernorm_backward_kernel(T* dresidual, T* dx, float* d
       column_sums[j] = 0.0f;
     __syncthreads(); // zeroed by other threads than the columns' owners
   }
+  const detail::layernorm_column_sums sums{dgamma, dbeta, cg, cb, shared_sums};
   const long long first_row = blockIdx.x * rows_per_block;
   const long long last_row = first_row + rows_per_block < rows ? first_row + rows_per_block : rows;
   for (long long row = first_row; row < last_row; ++row) {
     const long long first = row * c;
     const float m = mean[row], s = rstd[row];
-    float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
-    for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-      const float g = detail::to_float(dy[first + j]);
-      const float xhat = (detail::to_float(sum[first + j]) - m) * s;
-      const float dxhat = g * gamma[j];
-      sum_dxhat += dxhat;
-      sum_dxhat_xhat = fmaf(dxhat, xhat, sum_dxhat_xhat);
-      if (shared_sums) {
-        cg[j] += g * xhat;
-        cb[j] += g;
-      } else {
-        if (dgamma)
-          atomicAdd(dgamma + j, g * xhat);
-        if (dbeta)
-          atomicAdd(dbeta + j, g);
-      }
-    }
-    // block_sum synchronizes on both sides, so the next row's use of scratch is safe.
-    const float m1 = detail::block_sum(sum_dxhat, scratch) / static_cast<float>(c);
-    const float m2 = detail::block_sum(sum_dxhat_xhat, scratch) / static_cast<float>(c);
+    const detail::layernorm_row_means means = detail::layernorm_backward_row_means(
+        sums, [&](long long j) { return detail::to_float(dy[first + j]); }, sum + first, m, s,
+        gamma, c, scratch);
     // Each thread rewrites only the elements it read, so dresidual may alias dy.
     for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-      const float g = detail::to_float(dy[first + j]);
-      const float xhat = (detail::to_float(sum[first + j]) - m) * s;
-      const float dsum = common::layernorm_input_grad(g * gamma[j], xhat, m1, m2, s);
+      const float dsum = detail::layernorm_backward_dx(detail::to_float(dy[first + j]), sum + first,
+                                                       gamma, j, m, s, means);
       dresidual[first + j] = detail::from_float<T>(dsum);
       if (dx || dbias) {
         const bool keep = common::dropout_keep_element(rng, static_cast<std::uint64_t>(first + j), p);
@@ -639,10 +623,7 @@ __global__ void residual_layernorm_backward_kernel(T* dresidual, T* dx, float* d
   }
   if (shared_sums)
     for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-      if (dgamma)
-        atomicAdd(dgamma + j, cg[j]);
-      if (dbeta)
-        atomicAdd(dbeta + j, cb[j]);
+      sums.flush(j);
       if (dbias)
         atomicAdd(dbias + j, cd[j]);
     }
@@ -829,7 +810,7 @@ cudaError_t residual_layernorm_backward(void* dresidual, void* dx, float* dgamma
     // Blocks of up to 32 rows keep their column sums in shared memory when 3c floats fit
     // beside the kernel's static scratch in 48 KB (c <= 4093), cutting the global atomics
     // 32-fold; wider rows take a row per block.
-    const bool shared_sums = 3 * c * 4 + detail::warps_per_block * 4 <= 48 * 1024;
+    const bool shared_sums = detail::column_sums_fit(3, c);
     const std::int64_t per_block = shared_sums ? 32 : 1;
     const std::int64_t blocks = (rows + per_block - 1) / per_block;
     residual_layernorm_backward_kernel<T><<<static_cast<unsigned>(blocks), detail::block_threads,
