@@ -52,33 +52,22 @@ std::int64_t variance_steps(const onebit_adam_params& p, std::int64_t step) {
 } // namespace onebit_math
 
 onebit_adam::onebit_adam(onebit_adam_params params, std::int64_t numel)
-    : p_(params), numel_(numel), m_(static_cast<std::size_t>(numel), 0.0f), v_(static_cast<std::size_t>(numel), 0.0f) {
+    : compressed_optimizer(params, numel, "1-bit Adam") {
   DSA_CHECK(numel >= 0, "onebit_adam: {} elements", numel);
 }
 
-status onebit_adam::set_mask(std::vector<float> mask) {
-  if (!mask.empty() && static_cast<std::int64_t>(mask.size()) != numel_)
-    return make_error(errc::invalid_argument, "1-bit Adam: exp_avg_mask has {} elements, the parameters {}",
-                      mask.size(), numel_);
-  mask_ = std::move(mask);
-  return {};
-}
-
-compressed_state onebit_adam::save() const { return moments_state(step_, m_, v_); }
+compressed_state onebit_adam::save() const { return save_moments(); }
 
 status onebit_adam::load(const compressed_state& state) {
-  DSA_TRY(check_moments(state, numel_, "1-bit Adam"));
-  m_ = state.exp_avg;
-  v_ = state.exp_avg_sq;
-  step_ = state.step;
+  DSA_TRY(check_state(state));
+  take_moments(state);
   frozen_ = step_ >= onebit_math::first_local_step(p_.freeze_step, p_.dummy_first_step);
   var_steps_ = onebit_math::variance_steps(p_, step_);
   return {};
 }
 
 status onebit_adam::step(float* param, const float* grad, const momentum_exchange& exchange) {
-  ++step_;
-  if (p_.dummy_first_step && step_ == 1) {
+  if (count_step()) {
     // DeepSpeed's initialization step: the exchange once (warming the channel), no update.
     std::vector<float> scratch(static_cast<std::size_t>(numel_), 0.0f);
     return exchange(scratch.data(), numel_);

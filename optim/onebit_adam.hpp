@@ -14,20 +14,15 @@
 #pragma once
 
 #include "core/error.hpp"
-#include "optim/compressed_state.hpp"
+#include "optim/compressed_optimizer.hpp"
 
 #include <cstdint>
-#include <functional>
 #include <utility>
 #include <vector>
 
 namespace dsa::optim {
 
-struct onebit_adam_params {
-  float lr = 1e-3f;
-  float beta1 = 0.9f, beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
+struct onebit_adam_params : compressed_params {
   std::int64_t freeze_step = 100000;
   bool dummy_first_step = false;
   bool bias_correction = false;
@@ -50,37 +45,22 @@ std::pair<float, float> corrections(const onebit_adam_params& p, std::int64_t st
 void update(float* param, const float* m, const float* v, std::int64_t n, const onebit_adam_params& p,
             float weight_decay, std::pair<float, float> corrections);
 // The step count after which the gradients stay local (the first local step is the next):
-// freeze_step, but at least one warm-up step always runs (freeze_step 0 behaves as 1), and
-// after a dummy first step too (as DeepSpeed, whose initialization step leaves its
-// optimizer warming up: freeze_step 0 or 1 then behaves as 2).
+// the last warm-up step, last_full_precision_step.
 inline std::int64_t first_local_step(std::int64_t freeze_step, bool dummy_first_step) {
-  const std::int64_t least = dummy_first_step ? 2 : 1;
-  return freeze_step < least ? least : freeze_step;
+  return last_full_precision_step(freeze_step, dummy_first_step);
 }
 // Steps of the first `step` that updated the variance: warm-up steps before freeze_step,
 // less the dummy first step.
 std::int64_t variance_steps(const onebit_adam_params& p, std::int64_t step);
 } // namespace onebit_math
 
-// Replaces (count) values with their compressed average over the ranks.
-using momentum_exchange = std::function<status(float* values, std::int64_t count)>;
-
-class onebit_adam {
+// exp_avg_mask (set_mask) multiplies the momentum after every compressed exchange.
+class onebit_adam : public compressed_optimizer<onebit_adam_params> {
 public:
   onebit_adam(onebit_adam_params params, std::int64_t numel);
 
   // Whether the next step runs compressed: its gradient must be this rank's own, not averaged.
   bool compressed_next() const { return frozen_; }
-  std::int64_t step_count() const { return step_; }
-  const std::vector<float>& exp_avg() const { return m_; }
-  const std::vector<float>& exp_avg_sq() const { return v_; }
-  // exp_avg_mask: multiplies the momentum after every compressed exchange (1 keeps, 0
-  // zeroes); empty: none. Its size must be numel.
-  status set_mask(std::vector<float> mask);
-  // The learning rate of the next steps (a schedule's).
-  void set_lr(float lr) { p_.lr = lr; }
-  // The betas of the next steps (a momentum schedule's, e.g. OneCycle's cycle_momentum).
-  void set_betas(float beta1, float beta2) { p_.beta1 = beta1, p_.beta2 = beta2; }
   // For checkpoints; load re-derives the phase from the step count, as DeepSpeed does.
   compressed_state save() const;
   status load(const compressed_state& state);
@@ -91,10 +71,7 @@ public:
   status step(float* param, const float* grad, const momentum_exchange& exchange);
 
 private:
-  onebit_adam_params p_;
-  std::int64_t numel_;
-  std::vector<float> m_, v_, mask_;
-  std::int64_t step_ = 0, var_steps_ = 0;
+  std::int64_t var_steps_ = 0;
   bool frozen_ = false;
 };
 

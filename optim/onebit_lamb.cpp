@@ -92,12 +92,25 @@ std::pair<float, float> corrections(const onebit_lamb_params& params, std::int64
 
 using namespace onebit_lamb_math;
 
+namespace {
+
+// The element count of the tensors (each > 0), with decays empty or one per tensor.
+std::int64_t numel_of(const std::vector<std::int64_t>& sizes, const std::vector<float>& decays) {
+  DSA_CHECK(decays.empty() || decays.size() == sizes.size(), "onebit_lamb: {} weight decays for {} tensors",
+            decays.size(), sizes.size());
+  std::int64_t numel = 0;
+  for (std::int64_t n : sizes) {
+    DSA_CHECK(n > 0, "onebit_lamb: a tensor of {} elements", n);
+    numel += n;
+  }
+  return numel;
+}
+
+} // namespace
+
 onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr, double weight_decay) {
   onebit_lamb_params p;
-  p.lr = static_cast<float>(lr);
-  p.beta1 = static_cast<float>(cfg.beta1), p.beta2 = static_cast<float>(cfg.beta2);
-  p.eps = static_cast<float>(cfg.eps);
-  p.weight_decay = static_cast<float>(weight_decay);
+  set_compressed_params(p, cfg, lr, weight_decay);
   p.freeze_step = cfg.freeze_step;
   p.max_coeff = static_cast<float>(cfg.max_coeff), p.min_coeff = static_cast<float>(cfg.min_coeff);
   p.coeff_beta = static_cast<float>(cfg.coeff_beta);
@@ -109,31 +122,20 @@ onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr,
 }
 
 onebit_lamb::onebit_lamb(onebit_lamb_params params, std::vector<std::int64_t> sizes, std::vector<float> decays)
-    : p_(params), sizes_(std::move(sizes)), decays_(std::move(decays)) {
+    : compressed_optimizer(params, numel_of(sizes, decays), "1-bit LAMB"), sizes_(std::move(sizes)),
+      decays_(std::move(decays)) {
   if (decays_.empty()) decays_.assign(sizes_.size(), p_.weight_decay);
-  DSA_CHECK(decays_.size() == sizes_.size(), "onebit_lamb: {} weight decays for {} tensors", decays_.size(),
-            sizes_.size());
+  std::int64_t at = 0;
   for (std::int64_t n : sizes_) {
-    DSA_CHECK(n > 0, "onebit_lamb: a tensor of {} elements", n);
-    offsets_.push_back(numel_);
-    numel_ += n;
+    offsets_.push_back(at);
+    at += n;
   }
-  m_.assign(static_cast<std::size_t>(numel_), 0.0f);
-  v_ = m_;
   coeff_.assign(sizes_.size(), 0.0f);
   factor_.assign(sizes_.size(), 1.0f);
 }
 
-status onebit_lamb::set_mask(std::vector<float> mask) {
-  if (!mask.empty() && static_cast<std::int64_t>(mask.size()) != numel_)
-    return make_error(errc::invalid_argument, "1-bit LAMB: exp_avg_mask has {} elements, the parameters {}",
-                      mask.size(), numel_);
-  mask_ = std::move(mask);
-  return {};
-}
-
 compressed_state onebit_lamb::save() const {
-  compressed_state s = moments_state(step_, m_, v_);
+  compressed_state s = save_moments();
   s.extra["coeff"] = coeff_;
   s.extra["factor"] = factor_;
   s.extra["scaling"] = scaling_;
@@ -142,7 +144,7 @@ compressed_state onebit_lamb::save() const {
 }
 
 status onebit_lamb::load(const compressed_state& state) {
-  DSA_TRY(check_moments(state, numel_, "1-bit LAMB"));
+  DSA_TRY(check_state(state));
   const auto get = [&](const char* name, std::size_t n, bool may_be_empty) -> expected<std::vector<float>> {
     auto it = state.extra.find(name);
     if (it == state.extra.end() || !(it->second.size() == n || (may_be_empty && it->second.empty())))
@@ -154,9 +156,7 @@ status onebit_lamb::load(const compressed_state& state) {
   DSA_ASSIGN_OR_RETURN(auto factor, get("factor", tensors, false));
   DSA_ASSIGN_OR_RETURN(auto scaling, get("scaling", tensors, true));
   DSA_ASSIGN_OR_RETURN(auto fresh, get("exp_avg_sq_fresh", static_cast<std::size_t>(numel_), true));
-  m_ = state.exp_avg;
-  v_ = state.exp_avg_sq;
-  step_ = state.step;
+  take_moments(state);
   coeff_ = std::move(coeff);
   factor_ = std::move(factor);
   scaling_ = std::move(scaling);
@@ -184,8 +184,7 @@ float onebit_lamb::correction1() const { return corrections(p_, step_).first; }
 float onebit_lamb::correction2() const { return corrections(p_, step_).second; }
 
 status onebit_lamb::step(float* param, const float* grad, const lamb_exchange& exchange) {
-  ++step_;
-  if (p_.dummy_first_step && step_ == 1) { // DeepSpeed's initialization step
+  if (count_step()) { // DeepSpeed's initialization step
     std::vector<float> zeros(static_cast<std::size_t>(numel_), 0.0f);
     return exchange(zeros.data(), numel_);
   }

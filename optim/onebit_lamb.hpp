@@ -13,10 +13,9 @@
 #pragma once
 
 #include "core/error.hpp"
-#include "optim/compressed_state.hpp"
+#include "optim/compressed_optimizer.hpp"
 
 #include <cstdint>
-#include <functional>
 #include <utility>
 #include <vector>
 
@@ -24,11 +23,7 @@ namespace dsa::optim {
 
 struct optimizer_config;
 
-struct onebit_lamb_params {
-  float lr = 1e-3f;
-  float beta1 = 0.9f, beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
+struct onebit_lamb_params : compressed_params {
   std::int64_t freeze_step = 100000;
   float max_coeff = 10.0f, min_coeff = 0.01f;
   float coeff_beta = 0.9f;
@@ -87,25 +82,19 @@ inline constexpr const char* onebit_lamb_group = "all";
 onebit_lamb_params onebit_lamb_params_of(const optimizer_config& cfg, double lr, double weight_decay);
 
 // Replaces (count) values with their compressed average over the ranks.
-using lamb_exchange = std::function<status(float* values, std::int64_t count)>;
+using lamb_exchange = momentum_exchange;
 
-class onebit_lamb {
+// exp_avg_mask (set_mask) multiplies the momentum after every compressed exchange.
+class onebit_lamb : public compressed_optimizer<onebit_lamb_params> {
 public:
   // sizes: the tensors' element counts, in their order in the flat buffer; decays: each
   // tensor's weight decay (empty: params.weight_decay for all).
   onebit_lamb(onebit_lamb_params params, std::vector<std::int64_t> sizes, std::vector<float> decays = {});
 
   bool compressed_next() const { return frozen_; }
-  std::int64_t step_count() const { return step_; }
   std::int64_t numel() const { return numel_; }
-  const std::vector<float>& exp_avg() const { return m_; }
-  const std::vector<float>& exp_avg_sq() const { return v_; }
   const std::vector<float>& frozen_coefficients() const { return coeff_; } // per tensor
   const std::vector<float>& last_factors() const { return factor_; }       // per tensor
-  status set_mask(std::vector<float> mask);
-  void set_lr(float lr) { p_.lr = lr; }
-  // The betas of the next steps (a momentum schedule's, e.g. OneCycle's cycle_momentum).
-  void set_betas(float beta1, float beta2) { p_.beta1 = beta1, p_.beta2 = beta2; }
   // For checkpoints: extra "coeff" (the frozen coefficients), "factor", "scaling" (empty
   // before the first compressed step) and "exp_avg_sq_fresh" (empty while warming up).
   compressed_state save() const;
@@ -118,13 +107,10 @@ private:
   onebit_lamb_params params_of(std::size_t t) const; // p_ with tensor t's weight decay
   status compressed(float* param, const float* grad, const lamb_exchange& exchange);
 
-  onebit_lamb_params p_;
   std::vector<std::int64_t> sizes_, offsets_;
   std::vector<float> decays_; // per tensor
-  std::int64_t numel_ = 0;
-  std::vector<float> m_, v_, v_fresh_, mask_;
+  std::vector<float> v_fresh_;
   std::vector<float> coeff_, factor_, scaling_; // per tensor
-  std::int64_t step_ = 0;
   bool frozen_ = false;
   void start_fresh();         // v_fresh_ = v_, bias-corrected, at the freeze
   float correction1() const; // 1 / (1 - beta1^step), or 1

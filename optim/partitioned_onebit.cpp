@@ -13,11 +13,7 @@ namespace {
 
 onebit_adam_params onebit_params(const optimizer_config& cfg, double lr) {
   onebit_adam_params p;
-  p.lr = static_cast<float>(lr);
-  p.beta1 = static_cast<float>(cfg.beta1);
-  p.beta2 = static_cast<float>(cfg.beta2);
-  p.eps = static_cast<float>(cfg.eps);
-  p.weight_decay = static_cast<float>(cfg.weight_decay);
+  set_compressed_params(p, cfg, lr, cfg.weight_decay);
   p.freeze_step = cfg.freeze_step;
   p.dummy_first_step = cfg.dummy_first_step;
   p.bias_correction = cfg.bias_correction;

@@ -10,11 +10,7 @@ namespace dsa::optim {
 
 zeroone_adam_params partitioned_optimizer::zeroone_params() const {
   zeroone_adam_params p;
-  p.lr = static_cast<float>(lr_);
-  p.beta1 = static_cast<float>(cfg_.beta1);
-  p.beta2 = static_cast<float>(cfg_.beta2);
-  p.eps = static_cast<float>(cfg_.eps);
-  p.weight_decay = static_cast<float>(cfg_.weight_decay);
+  set_compressed_params(p, cfg_, lr_, cfg_.weight_decay);
   p.var_freeze_step = cfg_.var_freeze_step;
   p.var_update_scaler = cfg_.var_update_scaler;
   p.local_step_scaler = cfg_.local_step_scaler;

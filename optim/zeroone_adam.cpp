@@ -93,28 +93,18 @@ void resync(float* param, float* anchor, const float* u, const float* v, std::in
 } // namespace zeroone_math
 
 zeroone_adam::zeroone_adam(zeroone_adam_params params, std::int64_t numel)
-    : p_(params), numel_(numel), m_(static_cast<std::size_t>(numel), 0.0f), v_(m_), u_(m_) {
+    : compressed_optimizer(params, numel, "0/1 Adam"), u_(m_) {
   DSA_CHECK(numel >= 0 && params.var_update_scaler > 0 && params.local_step_scaler > 0 &&
                 params.local_step_clipper > 0,
             "zeroone_adam: {} elements, var_update_scaler {}, local_step_scaler {}, local_step_clipper {}", numel,
             params.var_update_scaler, params.local_step_scaler, params.local_step_clipper);
 }
 
-status zeroone_adam::set_mask(std::vector<float> mask) {
-  if (!mask.empty() && static_cast<std::int64_t>(mask.size()) != numel_)
-    return make_error(errc::invalid_argument, "0/1 Adam: exp_avg_mask has {} elements, the parameters {}",
-                      mask.size(), numel_);
-  mask_ = std::move(mask);
-  return {};
-}
-
-compressed_state zeroone_adam::save() const { return moments_state(step_, m_, v_); }
+compressed_state zeroone_adam::save() const { return save_moments(); }
 
 status zeroone_adam::load(const compressed_state& state) {
-  DSA_TRY(check_moments(state, numel_, "0/1 Adam"));
-  m_ = state.exp_avg;
-  v_ = state.exp_avg_sq;
-  step_ = state.step;
+  DSA_TRY(check_state(state));
+  take_moments(state);
   sched_ = zeroone_schedule::after(p_, step_);
   std::fill(u_.begin(), u_.end(), 0.0f);
   anchor_.clear();
@@ -132,9 +122,8 @@ void zeroone_adam::masked(float* values) const {
 
 expected<bool> zeroone_adam::step(float* param, const float* grad, const compressed_exchange& exchange) {
   using namespace zeroone_math;
-  ++step_;
   const std::int64_t n = numel_;
-  if (p_.dummy_first_step && step_ == 1) { // DeepSpeed's initialization step
+  if (count_step()) { // DeepSpeed's initialization step
     std::vector<float> zeros(static_cast<std::size_t>(n), 0.0f);
     DSA_TRY(exchange(zeros.data(), n, false));
     return true;

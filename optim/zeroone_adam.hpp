@@ -19,7 +19,7 @@
 #pragma once
 
 #include "core/error.hpp"
-#include "optim/compressed_state.hpp"
+#include "optim/compressed_optimizer.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -27,11 +27,7 @@
 
 namespace dsa::optim {
 
-struct zeroone_adam_params {
-  float lr = 1e-3f;
-  float beta1 = 0.9f, beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
+struct zeroone_adam_params : compressed_params {
   std::int64_t var_freeze_step = 100000;
   std::int64_t var_update_scaler = 16;   // κ
   std::int64_t local_step_scaler = 32678;
@@ -46,12 +42,10 @@ struct zeroone_adam_params {
 // (phase A), which synchronise (phase B), and the intervals' growth. Shared by
 // optim::zeroone_adam and the ZeRO partition's 0/1 Adam (partitioned_optimizer::step_onebit),
 // which must take the same steps.
-// The last phase-A step: var_freeze_step, but at least one variance step always runs (0
-// behaves as 1), and after a dummy first step too (1 behaves as 2), as in DeepSpeed, whose
-// optimizer leaves its variance phase only after a step that ran in it.
+// The last phase-A step: var_freeze_step as last_full_precision_step takes it (DeepSpeed's
+// optimizer leaves its variance phase only after a step that ran in it).
 inline std::int64_t last_variance_step(const zeroone_adam_params& p) {
-  const std::int64_t least = p.dummy_first_step ? 2 : 1;
-  return p.var_freeze_step < least ? least : p.var_freeze_step;
+  return last_full_precision_step(p.var_freeze_step, p.dummy_first_step);
 }
 
 struct zeroone_schedule {
@@ -101,23 +95,16 @@ void resync(float* param, float* anchor, const float* u, const float* v, std::in
 // the exchange's error buffers first.
 using compressed_exchange = std::function<status(float* values, std::int64_t count, bool reset_errors)>;
 
-class zeroone_adam {
+// exp_avg_mask (set_mask) multiplies every exchanged tensor.
+class zeroone_adam : public compressed_optimizer<zeroone_adam_params> {
 public:
   zeroone_adam(zeroone_adam_params params, std::int64_t numel);
 
   // Whether the next step wants the gradient averaged over the ranks in full precision
   // (DeepSpeed turns the engine's allreduce on for it); otherwise this rank's own.
   bool full_gradient_next() const;
-  std::int64_t step_count() const { return step_; }
   std::int64_t var_interval() const { return sched_.var_interval; }
   std::int64_t local_step_interval() const { return sched_.local_interval; }
-  const std::vector<float>& exp_avg() const { return m_; }
-  const std::vector<float>& exp_avg_sq() const { return v_; }
-  // exp_avg_mask (empty: none; else numel values multiplying every exchanged tensor).
-  status set_mask(std::vector<float> mask);
-  void set_lr(float lr) { p_.lr = lr; }
-  // The betas of the next steps (a momentum schedule's, e.g. OneCycle's cycle_momentum).
-  void set_betas(float beta1, float beta2) { p_.beta1 = beta1, p_.beta2 = beta2; }
   // For checkpoints; load replays the schedule's intervals and counters up to the step
   // count and starts the momentum accumulator, anchor and learning-rate sum afresh.
   compressed_state save() const;
@@ -131,12 +118,9 @@ public:
 private:
   void masked(float* values) const;
 
-  zeroone_adam_params p_;
-  std::int64_t numel_;
-  std::vector<float> m_, v_, u_, mask_;
+  std::vector<float> u_;
   std::vector<float> anchor_; // phase B: the parameters at the last synchronisation
   float lrs_ = 0;
-  std::int64_t step_ = 0;
   zeroone_schedule sched_;
   bool errors_reset_ = false;
 };
