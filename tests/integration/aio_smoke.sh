@@ -2,11 +2,8 @@
 # Integration: 'dsactor bench aio' and 'dsactor nvme-tune' at quick sizes on a scratch
 # directory; checks the bench's last line is one JSON object with the engine's and the peers'
 # rates, and that nvme-tune ends with an [aio] section. Usage: aio_smoke.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 
 out=$("$dsactor" bench aio "$work" --size 8 --reps 1) || fail "bench aio exited non-zero"
 echo "$out"

@@ -3,11 +3,9 @@
 # installed gives a figure, the last line is one JSON object with the keys the issue names
 # (the weak-scaling figures null in a quick run), and an unknown size is refused. No timing
 # is asserted. Usage: allreduce_bench_smoke.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-err=$(mktemp)
-trap 'rm -f "$err"' EXIT
-fail() { echo "FAIL: $*" >&2; tail -20 "$err" >&2; exit 1; }
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
+err=$work/err
 
 out=$("$dsactor" bench allreduce --quick 2>"$err") || fail "bench allreduce exited non-zero"
 echo "$out"

@@ -5,11 +5,8 @@
 # byte counts add up (the transport's counts, not timing: deterministic), and that the
 # compressed runs sent less than the full-precision ones. No timing is asserted.
 # Usage: compressed_bench_smoke.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"

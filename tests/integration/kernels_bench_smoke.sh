@@ -5,9 +5,8 @@
 # otherwise); the report's CUDA line says what this build holds, and DSA_CPU_ISA=avx2 hides
 # AVX-512 and the bf16 GEMM from it. No timing is asserted.
 # Usage: kernels_bench_smoke.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 
 out=$("$dsactor" bench kernels --quick) || fail "bench kernels exited non-zero"
 echo "$out"

@@ -4,16 +4,12 @@
 # rank, kill -9 of a rank, SIGKILL after the grace period, a wrong token, differing configs,
 # Ctrl-C passed on, --dry-run, usage errors. No fixed ports: the launcher binds port 0.
 # Usage: launch.sh PATH/TO/dsactor PATH/TO/rendezvous_probe
-set -euo pipefail
-dsactor=$(realpath "$1")
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 probe=$(realpath "$2")
-work=$(mktemp -d)
 launcher_pid=
-cleanup() {
-  [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+cleanup() { [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true; }
+# The whole of out and err, not their tails: the probe's lines are few.
 fail() {
   echo "FAIL: $*" >&2
   for f in "$work"/out "$work"/err; do [[ -f $f ]] && { echo "--- $f" >&2; cat "$f" >&2; }; done

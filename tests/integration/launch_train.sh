@@ -3,15 +3,10 @@
 # the parameters of 2 ranks in one process bit for bit (and 2 processes with ZeRO stage 3); ranks with differing configs are
 # refused naming the key; kill -9 of a rank mid-run ends the job non-zero naming it, and
 # the last checkpoint resumes on one process. Usage: launch_train.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-work=$(mktemp -d)
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 launcher_pid=
-cleanup() {
-  [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+cleanup() { [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true; }
 
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"

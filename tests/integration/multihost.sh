@@ -15,9 +15,9 @@
 #   4. a rank on host 1 presenting a wrong job token is refused, logged with its address;
 #   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host.
 # Skips (exit 77) where namespaces cannot be made. Usage: multihost.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
 here=$(dirname "${BASH_SOURCE[0]}")
+# shellcheck source=common.sh
+source "$here/common.sh" || exit 1
 # shellcheck source=hosts_fixture.sh
 source "$here/hosts_fixture.sh"
 reason=$(hosts_skip_reason)
@@ -25,17 +25,13 @@ if [[ -n $reason ]]; then
   echo "SKIP: multi-host tests need network namespaces: $reason"
   exit 77
 fi
-work=$(mktemp -d)
 launcher_pid=
 cleanup() {
   [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || true
   hosts_down
-  rm -rf "$work"
 }
-trap cleanup EXIT
 trap 'exit 143' TERM # a timeout's SIGTERM still removes the hosts (through the EXIT trap)
 trap 'exit 130' INT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 hosts_up "$work/hosts" 2 || fail "could not make the hosts"
 h0=$(host_addr 0) h1=$(host_addr 1)

@@ -5,11 +5,9 @@
 # runs agree on their losses, that every offloaded update streamed over the backward
 # (no clipping by default), and that nothing is left behind. No timing is asserted.
 # Usage: offload_bench_smoke.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work" "$work.err"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
+cleanup() { rm -f "$work.err"; } # beside work: the bench must leave work empty
 
 out=$("$dsactor" bench offload "$work" --quick 2>"$work.err") || { tail -20 "$work.err"; fail "bench offload exited non-zero"; }
 echo "$out"

@@ -6,17 +6,14 @@
 # fails naming the swap file and "No space left" and leaves the checkpoint loadable; an
 # nvme_path under a regular file fails at start naming it; ZeRO-3 with the weights on NVMe
 # too survives kill -9 and --resume bit for bit. Usage: offload_faults.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-work=$(mktemp -d)
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 run_pid=
 mounted=
 cleanup() {
   [[ -n $run_pid ]] && kill -9 "$run_pid" 2>/dev/null || true
   [[ -n $mounted ]] && umount "$mounted" 2>/dev/null || true
-  rm -rf "$work"
 }
-trap cleanup EXIT
 
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"

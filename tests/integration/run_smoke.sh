@@ -3,10 +3,8 @@
 # with 2 stages, outputs in the run directory, the Chrome trace, a bad config,
 # SIGINT (finish the step, checkpoint, exit 130) and --resume, SQuAD generation,
 # fine-tuning and evaluation. Usage: run_smoke.sh PATH/TO/dsactor
-set -euo pipefail
-dsactor=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"

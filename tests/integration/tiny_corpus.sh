@@ -1,6 +1,6 @@
 # Sourced by the integration scripts: write_tiny_corpus DIR writes a deterministic
-# 30-document plain-text corpus (12 sentences each) into DIR; tiny_bert_tables and fail
-# are the config tables and the failure report they share.
+# 30-document plain-text corpus (12 sentences each) into DIR; tiny_bert_tables are the
+# config tables they share. (fail and the work directory are common.sh's.)
 write_tiny_corpus() {
   local dir=$1 d s w line
   local words=(the river ran past old mill where children played every summer and sang songs about green hills far
@@ -39,12 +39,4 @@ vocab_size = 150
 seq_length = 64
 holdout_docs = 3
 TOML
-}
-
-# fail MESSAGE (after `work` is set): says what failed with the tails of $work/out and
-# $work/err, where the scripts keep the last command's output, and exits 1.
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/out "$work"/err; do [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }; done
-  exit 1
 }

@@ -3,12 +3,11 @@
 # Chromium: the page's script draws the timeline without an error (#render-status
 # data-status="ok" in --dump-dom, nothing in #render-errors) and the screenshot is
 # not blank. Exit 77 (skipped) without Chromium. Usage: trace_html.sh PATH/TO/dsactor
-# [SCREENSHOT]: with SCREENSHOT, the picture is kept there (the README's is made so).
-set -euo pipefail
-dsactor=$(realpath "$1")
+# [SCREENSHOT]: with SCREENSHOT, the picture is kept there (docs/trace-html.png, shown in
+# docs/trace.md, is made so).
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 keep=${2:-}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"
