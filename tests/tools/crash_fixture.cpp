@@ -7,7 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 
-TEST_CASE("fixture: first case passes") { CHECK(1 + 1 == 2); }
+TEST_CASE("fixture: first case passes") {
+  const char* text = "a const char* printed as its text";
+  MESSAGE("message: " << text);
+  CHECK(1 + 1 == 2);
+}
 
 TEST_CASE("fixture: second case aborts") {
   dsa::test::note_path_run("scalar");

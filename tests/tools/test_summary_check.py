@@ -40,16 +40,36 @@ expect("a crash: names both cases not run",
        "did not run: fixture: third case never runs" in out and "did not run: fixture: fourth case never runs" in out, out)
 expect("a crash: the vector paths run before it", "vector paths run: fixture: scalar" in out, out)
 
+expect("messages print a const char* as its text", "message: a const char* printed as its text" in crash.stdout,
+       crash.stdout)
+
+# A crash in a run on a subset: only the subset's cases that did not run count.
+subset = [fixture, "--test-case=*second*,*third*"]
+crash = subprocess.run(subset, capture_output=True, text=True)
+entry = {"name": "fixture", "result": "FAIL", "stdout": crash.stdout, "command": subset, "env": {}}
+rc, out = summarize(entry)
+expect("a crash in a subset: 0 passed, 2 failed (the crash and the third case)",
+       out.strip().splitlines()[-1] == "0 passed, 2 failed", out)
+expect("a crash in a subset: the cases outside it are not named", "fourth case" not in out, out)
+
 # Killed before doctest could report anything: the listed cases all count as not run.
 entry = {"name": "fixture", "result": "TIMEOUT", "stdout": "", "command": [fixture], "env": {}}
 rc, out = summarize(entry)
-expect("killed: 0 passed, 5 failed (the program and four listed cases)",
-       out.strip().splitlines()[-1] == "0 passed, 5 failed", out)
+expect("killed: 0 passed, 4 failed (the four listed cases)", out.strip().splitlines()[-1] == "0 passed, 4 failed",
+       out)
+
+# A failed script is never run again to list cases: it counts as one failure.
+entry = {"name": "script", "result": "FAIL", "stdout": "", "command": [sys.executable, "-c", "raise SystemExit(1)"],
+         "env": {}}
+rc, out = summarize(entry)
+expect("a failed script: 0 passed, 1 failed", out.strip().splitlines()[-1] == "0 passed, 1 failed", out)
 
 whole = subprocess.run([fixture], capture_output=True, text=True, env={**os.environ, "DSA_FIXTURE_NO_CRASH": "1"})
 entry = {"name": "fixture", "result": "OK", "stdout": whole.stdout, "command": [fixture], "env": {}}
 rc, out = summarize(entry)
-expect("no crash: 4 passed, 0 failed", rc == 0 and out.strip().splitlines()[-1] == "4 passed, 0 failed", out)
+expect("no crash: 3 passed, 0 failed (the CPU skip counts as a skip)",
+       rc == 0 and out.strip().splitlines()[-1] == "3 passed, 0 failed", out)
+expect("no crash: one skip counted", "1 skipped" in out, out)
 expect("no crash: the CPU skip is listed by name",
        "skipped on this CPU: fixture: fixture: fourth case never runs (needs a feature no CPU has)" in out, out)
 
