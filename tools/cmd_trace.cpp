@@ -133,8 +133,8 @@ int cmd_trace(int argc, char** argv) {
   if (what == "summary") {
     actors::summary_format format;
     format.per_step = vm.count("steps") > 0;
+    format.before_verdict = actors::format_swap_io(actors::summarize_swap_io(*traces));
     fmt::print("{}", actors::format_trace_summary(actors::summarize_traces(*traces), format));
-    fmt::print("{}", actors::format_swap_io(actors::summarize_swap_io(*traces)));
     return 0;
   }
   auto rank = rank_of(*traces, vm["rank"].as<std::uint32_t>());

@@ -180,7 +180,7 @@ TEST_CASE("trace summary: per step compute, communication and I/O with their ove
   CHECK(st.allreduce_bytes == 1'000'000);
   CHECK(st.bus_gbps == doctest::Approx(15.0));
   CHECK(contains(format_trace_summary(s), "bus 15.000 GB/s (median)"));
-  CHECK(contains(format_trace_summary(s, summary_format{true}), "bus GB/s"));
+  CHECK(contains(format_trace_summary(s, summary_format{true, {}}), "bus GB/s"));
 }
 
 TEST_CASE("trace actor view: an actor's spans with their waits; an unknown name lists the actors") {

@@ -342,7 +342,7 @@ TEST_CASE("trace stream: the summary of a run directory, whole and with a torn t
                               times[1], times[2], times[2], slowest->step, slowest->time_s)) != std::string::npos);
   CHECK(text.find("\nthe step is bound by ") != std::string::npos);
   CHECK(text.find("critical path") == std::string::npos);
-  const auto rows = format_trace_summary(summary, summary_format{true});
+  const auto rows = format_trace_summary(summary, summary_format{true, {}});
   CHECK(rows.find("critical path") != std::string::npos);
   CHECK(rows.find("step time  median") == std::string::npos);
 

@@ -110,7 +110,7 @@ private:
 
 std::string trace_html_page(const std::vector<rank_trace>& traces, const std::string& title) {
   const auto summary =
-      format_trace_summary(summarize_traces(traces), summary_format{true}) + format_swap_io(summarize_swap_io(traces));
+      format_trace_summary(summarize_traces(traces), summary_format{true, format_swap_io(summarize_swap_io(traces))});
   const auto check = format_trace_check(check_traces(traces));
   return fmt::format(
       R"(<!DOCTYPE html>

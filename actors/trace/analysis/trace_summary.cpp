@@ -428,10 +428,10 @@ std::string format_verdict(const trace_summary& s, const rank_usage& r, double t
       busiest = &a;
   const double median_bubble = quantile(bubble, 0.5);
   std::string bound;
-  if (comm >= compute && comm >= io)
+  if (comm > 0 && comm >= compute && comm >= io)
     bound = "communication: the allreduce runs outside compute for most of the step (overlap it with backward: "
             "zero_optimization.overlap_comm, smaller buckets)";
-  else if (io >= compute)
+  else if (io > 0 && io >= compute)
     bound = "I/O: the NVMe swap runs outside compute for most of the step (more aio buffers or a faster device)";
   else if (r.stages > 1 && median_bubble > theory + 0.10)
     bound = fmt::format("the pipeline: stages idle {:.0f}% of the step against {:.0f}% for (S-1)/(M+S-1) (an "
@@ -475,11 +475,12 @@ std::string format_trace_summary(const trace_summary& s, summary_format format) 
       out += fmt::format("\nrank {}: the trace ends at byte {} of {} ({}); steps after that are "
                          "missing or partial\n",
                          r.rank, r.end.valid_bytes, r.end.file_bytes, r.end.why);
+  if (!format.per_step)
+    out += "(every step's row: dsactor trace RUN summary --steps)\n";
+  out += format.before_verdict;
   for (const auto& r : s.ranks)
     out += format_verdict(s, r,
                           r.stages > 0 && r.micro_batches > 0 ? theoretical_bubble(r.stages, r.micro_batches) : 0.0);
-  if (!format.per_step)
-    out += "(every step's row: dsactor trace RUN summary --steps)\n";
   return out;
 }
 

@@ -86,6 +86,7 @@ trace_summary summarize_traces(const std::vector<rank_trace>& traces);
 
 struct summary_format {
   bool per_step = false; // every step's row (`dsactor trace RUN summary --steps`); else their distribution
+  std::string before_verdict; // more sections (the swap I/O's), printed before the closing verdict
 };
 // What a terminal user reads first, on one screen: the traces, the per-actor table, per rank
 // the step-time distribution (median, p90, max and the slowest steps), the bubble and
