@@ -162,7 +162,8 @@ bool bf16_conversion_instructions() {
 }
 
 void use_bf16_conversion_instructions(bool on) {
-  DSA_CHECK(!on || cpu_has_avx512_bf16(), "use_bf16_conversion_instructions: this CPU has no AVX512_BF16");
+  DSA_CHECK(!on || cpu_has_avx512_bf16(), "use_bf16_conversion_instructions: no AVX512_BF16 ({})",
+            best_isa() != hardware_isa() ? "DSA_CPU_ISA hides it" : "this CPU has none");
   bf16_instructions.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 

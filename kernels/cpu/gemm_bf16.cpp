@@ -246,7 +246,9 @@ bool bf16_gemm_supported(std::string* why) {
 #ifdef DSA_HAVE_DNNL
   // AMX-BF16 CPUs all have AVX512_BF16, so one flag covers both.
   static const bool has = cpu_has_avx512_bf16();
-  if (!has && why) *why = "this CPU has neither AVX512_BF16 nor AMX";
+  if (!has && why)
+    *why = best_isa() != hardware_isa() ? "DSA_CPU_ISA hides this CPU's AVX-512 (and with it AVX512_BF16)"
+                                        : "this CPU has neither AVX512_BF16 nor AMX";
   return has;
 #else
   if (why) *why = "this build has no oneDNN (libdnnl-dev)";

@@ -1,9 +1,10 @@
 // ZeRO stage 3 in `dsactor run`: the stage keeps its partition of the working weights
 // and gathers each part's before running it (actors/train/stage/param_fetcher.hpp).
+#include "actors/train/memory/memory_accounting.hpp"
+#include "actors/train/shard/bert_optimizer.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/tolerances.hpp"
 #include "tests/train/train_fixture.hpp"
-#include "actors/train/memory/memory_accounting.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -58,7 +58,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
       // memory, or through a window's scratch to NVMe (bert_optimizer::advance_into_fetcher).
       b.version = zero->param_in_memory < 0
                       ? 0
-                      : w * std::min(zero->partition, bert_optimizer::version_window_elements);
+                      : w * std::min(zero->partition, shard_version_window_elements);
     }
     return b;
   }

@@ -32,7 +32,7 @@
 // own buffers (the price of their independence; ZeRO partitioning is what cuts it).
 #pragma once
 
-#include "actors/train/shard/bert_optimizer.hpp"
+#include "actors/train/shard/model_shard.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/config/precision.hpp"
 #include "actors/train/config/run_config.hpp"

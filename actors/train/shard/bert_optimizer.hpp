@@ -109,10 +109,6 @@ struct bert_optimizer_options {
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
 
-// A stage's parameters (in its order) laid out flat and split over `ranks`: the layout the
-// shard's partition, ZeRO-3's fetcher and the gradient partitions share.
-expected<optim::flat_layout> stage_flat_layout(const std::vector<bert::param_spec>& specs, std::uint32_t ranks);
-
 // The checkpoint group of rank `rank`'s partition of stage `stage`'s optimizer state:
 // "optimizer_<stage>_rank<rank>", or with the state in several swap chunks one group per
 // chunk, "optimizer_<stage>_rank<rank>_part<part>".
@@ -130,7 +126,7 @@ std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank);
 class bert_optimizer final : public model_shard {
 public:
   // ZeRO-3 with the weights on NVMe: elements per window of a version passed to the store.
-  static constexpr std::int64_t version_window_elements = 1 << 20;
+  static constexpr std::int64_t version_window_elements = shard_version_window_elements;
   explicit bert_optimizer(bert_optimizer_options options);
 
   void init(const std::vector<tensor>& initial) override;

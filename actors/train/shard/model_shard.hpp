@@ -1,7 +1,8 @@
 // What `dsactor run` needs of an optimizer shard beyond the runtime's optimizer_compute:
 // its step decisions, its state for checkpoints (whole or per rank), the last swap writes,
 // and the figures the run reports. The run holds its shards as model_shard only;
-// make_shard is the one place a shard's class is chosen (bert_optimizer today).
+// make_rank_run (run_setup.cpp) is the one place a shard is constructed (bert_optimizer,
+// the one implementation, which runs on the host for every stage).
 #pragma once
 
 #include "actors/compute.hpp"
@@ -10,6 +11,8 @@
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
+#include "models/bert/parameter_specs.hpp"
+#include "optim/flat_layout.hpp"
 
 #include <cstdint>
 #include <map>
@@ -28,6 +31,14 @@ struct shard_bytes {
   std::int64_t gradients = 0, masters = 0, half_masters = 0, moments = 0, version = 0;
   std::int64_t swap_buffers = 0; // NVMe offload: the buffers the masters and moments pass through
 };
+
+// A stage's parameters (in its order) laid out flat and split over `ranks`: the layout a
+// shard's partition, ZeRO-3's fetcher and the gradient partitions share.
+expected<optim::flat_layout> stage_flat_layout(const std::vector<bert::param_spec>& specs, std::uint32_t ranks);
+
+// ZeRO-3 with the weights on NVMe: elements per window of a parameter version a shard
+// passes to the store (the memory plan counts one window's scratch).
+constexpr std::int64_t shard_version_window_elements = 1 << 20;
 
 class model_shard : public actors::optimizer_compute {
 public:

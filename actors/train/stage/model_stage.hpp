@@ -20,7 +20,7 @@
 
 namespace dsa::train {
 
-// Shared by the stages of a run: the attention-mask board and the compute-time counters.
+// Shared by the stages of a run: the compute-time counters (wall_clock_breakdown).
 struct stage_shared {
   // Compute time summed over stages (wall_clock_breakdown), in nanoseconds.
   std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
