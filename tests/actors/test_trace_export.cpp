@@ -173,6 +173,20 @@ TEST_CASE("trace clocks: ranks of one boot align on the steady clock, of several
   const std::string summary = format_trace_summary(summarized);
   CHECK(summary.find("one host") != std::string::npos);
   CHECK(summary.find("+0.005000 s (rank 0)") != std::string::npos);
+  // Several ranks fit a screen: one row per actor and per rank, one verdict (the slowest
+  // rank's); every rank's actors and steps with --steps.
+  CHECK(summary.find("actors, the mean over 2 ranks") != std::string::npos);
+  CHECK(summary.find("steps per rank") != std::string::npos);
+  CHECK(summary.find("the slowest rank is rank ") != std::string::npos);
+  std::size_t verdicts = 0;
+  for (auto at = summary.find("the step is bound by"); at != std::string::npos;
+       at = summary.find("the step is bound by", at + 1))
+    ++verdicts;
+  CHECK(verdicts == 1);
+  CHECK(summary.find("steps of rank 1") == std::string::npos);
+  const std::string every = format_trace_summary(summarized, summary_format{true, {}});
+  CHECK(every.find("steps of rank 1") != std::string::npos);
+  CHECK(every.find(" of rank 1") != std::string::npos);
   // The steps' starts are on the common clock: rank 0's span began 5 ms after rank 1's.
   REQUIRE(summarized.steps.size() == 2);
   for (const auto& st : summarized.steps)

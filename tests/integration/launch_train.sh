@@ -43,6 +43,10 @@ grep -q "as rank 1 of 2 processes" "$work/procs/train.rank1.log" || fail "rank 1
 # The two processes' traces on one clock: one host, so the steady clock they share.
 "$dsactor" trace "$work/procs" summary --steps >"$work/summary" 2>&1 || fail "trace summary of the 2-process run"
 grep -q "clocks: 2 ranks of one host" "$work/summary" || { cat "$work/summary"; fail "the ranks' traces should align on one host's clock"; }
+# Without --steps the 2 ranks fit a screen, with one verdict: the slowest rank's.
+"$dsactor" trace "$work/procs" summary >"$work/compact" 2>&1 || fail "trace summary of the 2-process run"
+(( $(wc -l <"$work/compact") <= 40 )) && grep -q "^the slowest rank is rank [01] " "$work/compact" &&
+  [[ $(grep -c "^the step is bound by" "$work/compact") -eq 1 ]] || { cat "$work/compact"; fail "the 2-rank summary should fit a screen with one verdict"; }
 # Each rank estimated the rendezvous server's clock at the start (what several hosts align
 # on); sharing one clock, the estimates must agree within their error bounds.
 grep -q "the rendezvous clock estimates agree" "$work/summary" || { cat "$work/summary"; fail "the ranks' rendezvous clock estimates should agree"; }

@@ -314,6 +314,78 @@ std::vector<const step_usage*> steps_of(const trace_summary& s, std::uint32_t ra
   return out;
 }
 
+double window_of(const trace_summary& s, std::uint32_t rank) {
+  for (const auto& r : s.ranks)
+    if (r.rank == rank)
+      return r.window_s;
+  return 0;
+}
+
+// The actor's name without " of rank r": the same actor of every rank.
+std::string across_ranks(const std::string& name) {
+  const auto at = name.find(" of rank ");
+  return at == std::string::npos ? name : name.substr(0, at);
+}
+
+// With several ranks, one row per actor of every rank: the means over the ranks, and the
+// busiest rank's share.
+std::string format_actors_across_ranks(const trace_summary& s) {
+  struct sum {
+    int ranks = 0;
+    actor_usage total;
+    double max_busy = -1;
+    std::uint32_t max_rank = 0;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, sum> by_name;
+  for (const auto& a : s.actors) {
+    const std::string name = across_ranks(a.name);
+    auto [it, fresh] = by_name.try_emplace(name);
+    if (fresh) order.push_back(name);
+    sum& t = it->second;
+    ++t.ranks;
+    t.total.busy_s += a.busy_s;
+    t.total.comm_s += a.comm_s;
+    t.total.input_wait_s += a.input_wait_s;
+    t.total.credit_wait_s += a.credit_wait_s;
+    t.total.idle_s += a.idle_s;
+    t.total.spans += a.spans;
+    t.total.messages_in += a.messages_in;
+    t.total.messages_out += a.messages_out;
+    t.total.bytes_out += a.bytes_out;
+    const double window = window_of(s, a.rank);
+    const double busy = window > 0 ? a.busy_s / window : 0.0;
+    if (busy > t.max_busy) {
+      t.max_busy = busy;
+      t.max_rank = a.rank;
+    }
+  }
+  std::string out = fmt::format(
+      "\nactors, the mean over {} ranks (busy: compute spans; comm: allreduce spans; the rest of the rank's trace\n"
+      "  split into input: waiting for the input of its next span; credit: input there, waiting for its output\n"
+      "  slot's release; idle; every rank's row: --steps)\n",
+      s.ranks.size());
+  std::size_t width = 12;
+  for (const auto& n : order) width = std::max(width, n.size());
+  out += fmt::format("  {:<{}} {:>8} {:>6} {:>13} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>10}\n", "actor", width,
+                     "busy s", "busy%", "busiest rank", "comm s", "input s", "credit s", "idle s", "spans", "msgs out",
+                     "bytes out");
+  double mean_window = 0;
+  for (const auto& r : s.ranks) mean_window += r.window_s / static_cast<double>(s.ranks.size());
+  for (const auto& name : order) {
+    const sum& t = by_name.at(name);
+    const double n = t.ranks;
+    out += fmt::format("  {:<{}} {:>8.3f} {:>5.1f}% {:>5.1f}% rank {:<2} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>6.0f} {:>8.0f} "
+                       "{:>10}\n",
+                       name, width, t.total.busy_s / n, mean_window > 0 ? 100 * t.total.busy_s / n / mean_window : 0.0,
+                       100 * std::max(0.0, t.max_busy), t.max_rank, t.total.comm_s / n, t.total.input_wait_s / n,
+                       t.total.credit_wait_s / n, t.total.idle_s / n, static_cast<double>(t.total.spans) / n,
+                       static_cast<double>(t.total.messages_out) / n,
+                       human_bytes(static_cast<std::uint64_t>(static_cast<double>(t.total.bytes_out) / n)));
+  }
+  return out;
+}
+
 std::string format_actors(const trace_summary& s) {
   std::string out = "\nactors (busy: compute spans; comm: allreduce spans; the rest of the rank's trace split "
                     "into\n  input: waiting for the input of its next span; credit: input there, waiting for its "
@@ -402,6 +474,42 @@ std::string format_step_distribution(const trace_summary& s, const rank_usage& r
   return out;
 }
 
+// With several ranks, one row per rank of its step-time distribution and figures.
+std::string format_steps_across_ranks(const trace_summary& s) {
+  const rank_usage& r0 = s.ranks.front();
+  const double theory =
+      r0.stages > 0 && r0.micro_batches > 0 ? theoretical_bubble(r0.stages, r0.micro_batches) : 0.0;
+  std::string out = fmt::format("\nsteps per rank (S = {} stages, M = {} micro-batches: bubble (S-1)/(M+S-1) = {:.1f}%; "
+                                "medians unless named)\n",
+                                r0.stages, r0.micro_batches, 100 * theory);
+  out += fmt::format("  {:>4} {:>5} {:>9} {:>9} {:>16} {:>7} {:>11} {:>8} {:>9}\n", "rank", "steps", "step s", "p90 s",
+                     "max s (step)", "bubble", "allreduce s", "overlap", "bus GB/s");
+  for (const auto& r : s.ranks) {
+    const auto steps = steps_of(s, r.rank);
+    if (steps.empty()) {
+      out += fmt::format("  {:>4} {:>5}\n", r.rank, 0);
+      continue;
+    }
+    std::vector<double> time, bubble, allreduce, overlap, bus;
+    const step_usage* slowest = steps.front();
+    for (const step_usage* st : steps) {
+      time.push_back(st->time_s);
+      bubble.push_back(st->bubble);
+      if (st->allreduce_s > 0) {
+        allreduce.push_back(st->allreduce_s);
+        overlap.push_back(st->overlap_s / st->allreduce_s);
+      }
+      if (st->bus_gbps > 0) bus.push_back(st->bus_gbps);
+      if (st->time_s > slowest->time_s) slowest = st;
+    }
+    out += fmt::format("  {:>4} {:>5} {:>9.3f} {:>9.3f} {:>9.3f} ({:>4}) {:>6.1f}% {:>11.3f} {:>7.1f}% {:>9.3f}\n",
+                       r.rank, steps.size(), quantile(time, 0.5), quantile(time, 0.9), slowest->time_s, slowest->step,
+                       100 * quantile(bubble, 0.5), quantile(allreduce, 0.5), 100 * quantile(overlap, 0.5),
+                       quantile(bus, 0.5));
+  }
+  return out;
+}
+
 // The closing line: where a rank's step time went and what bounds the step.
 std::string format_verdict(const trace_summary& s, const rank_usage& r, double theory) {
   const auto steps = steps_of(s, r.rank);
@@ -454,15 +562,17 @@ std::string format_trace_summary(const trace_summary& s, summary_format format) 
     out += fmt::format("  rank {}: {} (version {}), {} records over {:.3f} s, {}\n", r.rank, r.path,
                        r.version, r.records, r.window_s, describe_end(r));
   if (s.ranks.size() > 1) {
-    out += fmt::format("  clocks: {}; the steps' start times below are on the common clock, where each rank's "
-                       "trace begins at",
+    out += fmt::format("  clocks: {};\n  the steps' start times are on the common clock, where each rank's trace "
+                       "begins at",
                        s.clock);
     for (std::size_t i = 0; i < s.ranks.size() && i < s.offset_s.size(); ++i)
       out += fmt::format("{} +{:.6f} s (rank {})", i ? "," : "", s.offset_s[i], s.ranks[i].rank);
-    out += " (so do the critical-path, actor, html and export views)\n";
+    out += "\n  (so do the critical-path, actor, html and export views)\n";
   }
-  out += format_actors(s);
-  for (const auto& r : s.ranks) {
+  const bool across = s.ranks.size() > 1 && !format.per_step;
+  out += across ? format_actors_across_ranks(s) : format_actors(s);
+  if (across) out += format_steps_across_ranks(s);
+  for (const auto& r : across ? std::vector<rank_usage>{} : s.ranks) {
     const double theory =
         r.stages > 0 && r.micro_batches > 0 ? theoretical_bubble(r.stages, r.micro_batches) : 0.0;
     out += fmt::format("\nsteps of rank {}: {} (S = {} stages, M = {} micro-batches: bubble "
@@ -478,9 +588,26 @@ std::string format_trace_summary(const trace_summary& s, summary_format format) 
   if (!format.per_step)
     out += "(every step's row: dsactor trace RUN summary --steps)\n";
   out += format.before_verdict;
-  for (const auto& r : s.ranks)
-    out += format_verdict(s, r,
-                          r.stages > 0 && r.micro_batches > 0 ? theoretical_bubble(r.stages, r.micro_batches) : 0.0);
+  const auto theory_of = [](const rank_usage& r) {
+    return r.stages > 0 && r.micro_batches > 0 ? theoretical_bubble(r.stages, r.micro_batches) : 0.0;
+  };
+  if (across) {
+    // The job goes at its slowest rank's pace: its verdict.
+    const rank_usage* slowest = &s.ranks.front();
+    double slowest_total = -1;
+    for (const auto& r : s.ranks) {
+      double total = 0;
+      for (const step_usage* st : steps_of(s, r.rank)) total += st->time_s;
+      if (total > slowest_total) {
+        slowest_total = total;
+        slowest = &r;
+      }
+    }
+    out += fmt::format("\nthe slowest rank is rank {} (its steps' summed time); the job goes at its pace:", slowest->rank);
+    out += format_verdict(s, *slowest, theory_of(*slowest));
+    return out;
+  }
+  for (const auto& r : s.ranks) out += format_verdict(s, r, theory_of(r));
   return out;
 }
 
