@@ -11,7 +11,7 @@
 //   forward metrics summed over ranks, then whether any rank asked to stop;
 // - channel 1 + 2s: the reducers of stage s on their workers: the stage's gradients,
 //   summed in buckets (allreduce_buffers);
-// - channel 2 + 2s: with ZeRO, the optimizer shards of stage s (train::bert_optimizer):
+// - channel 2 + 2s: with ZeRO, the optimizer shards of stage s (train::partition_shard):
 //   the updated weights all-gathered, LAMB's norms, the state gathered for a checkpoint;
 //   with a compressed optimizer (train::compressed_shard) its 1-bit exchanges and the
 //   local steps' overflow flags.

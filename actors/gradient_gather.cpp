@@ -22,7 +22,7 @@ void cast_gradient(std::size_t i, const tensor& g, tensor& b, const std::vector<
                                          g.defined() ? g.describe() : "(none)", b.describe(), part.lo, part.hi));
   const std::int64_t skipped = presummed ? 0 : part.lo * static_cast<std::int64_t>(dtype_size(g.type())); // bytes
   const auto* first = static_cast<const std::byte*>(g.raw_data()) + skipped;
-  // The shard may use the stage's gradient partition itself (bert_optimizer_options::shared_gradients).
+  // The shard may use the stage's gradient partition itself (train::shard_options::shared_gradients).
   if (first == b.raw_data() && g.type() == dtype::f32) return;
   cpu::cast(b.raw_data(), dtype::f32, first, g.type(), part.hi - part.lo);
 }

@@ -7,7 +7,7 @@
 //   "master.<name>[lo:hi]", "<name>.exp_avg[lo:hi]", "<name>.exp_avg_sq[lo:hi]",
 // the tensor's shape as "shape.<name>" (i64), and "optimizer_step_count" (i64[1]).
 // Without their ranges these are the names a whole-tensor shard saves
-// (bert_optimizer::payload), and such a whole tensor ("master.<name>", no range)
+// (train::whole_shard::payload), and such a whole tensor ("master.<name>", no range)
 // is read as the piece [0, numel): a ZeRO-0 checkpoint repartitions the same way.
 // Pieces are named by tensor ranges, not flat offsets, so neither the old rank
 // count nor the old alignment matters when loading.

@@ -64,7 +64,7 @@ struct partition_step {
   // elements are never read.
   tensor grad;
   // Gradients are multiplied by this first (step_decision::grad_scale: 1 / (loss scale x clip)),
-  // as bert_optimizer does before optimizer::step; 1 leaves them as they are.
+  // as the whole shard (train::whole_shard) does before optimizer::step; 1 leaves them as they are.
   double grad_scale = 1.0;
   // Undefined, or (partition_numel) f32/f16/bf16: receives the partition's updated working
   // weights, padding 0 (what the ranks all-gather).

@@ -126,7 +126,7 @@ TEST_CASE("a whole-tensor (ZeRO-0) optimizer state partitions over three ranks")
   const optimizer_config cfg = config_of(optimizer_type::lamb);
   reference ref(cfg, specs, initial, dtype::f32);
   for (int k = 0; k < 2; ++k) ref.step(inputs[k]);
-  // The names bert_optimizer::payload writes.
+  // The names train::whole_shard::payload writes.
   state_map whole;
   for (const auto& s : ref.slots) whole["master." + s.name] = s.param.clone();
   for (auto& [key, t] : ref.opt->save_state().tensors) whole[key] = t;

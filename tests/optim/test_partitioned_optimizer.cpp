@@ -174,7 +174,7 @@ TEST_CASE("partitioned optimizer: write_working and grad_sum_of_squares leave pa
   }
 }
 
-// Speculation's rollback (bert_optimizer): a step taken from a copy of the state, then
+// Speculation's rollback (train::partition_shard): a step taken from a copy of the state, then
 // undone with restore_state and redone with another gradient scale, gives the bits of
 // the redone step alone (LAMB's trust ratios from the restored masters).
 TEST_CASE("partitioned optimizer: restore_state undoes a step; the redone step equals it alone, bit for bit") {
@@ -278,7 +278,7 @@ TEST_CASE("partitioned optimizer: errors name the rank and what is wrong") {
   }
 }
 
-// ZeRO-3 hands each version to the weight store window by window (bert_optimizer with a
+// ZeRO-3 hands each version to the weight store window by window (train::partition_shard with a
 // fetcher): the windows, put end to end, are the bits of the whole working tensor, for a
 // step, for LAMB's second pass and for a skipped step's copy of the masters.
 TEST_CASE("partitioned optimizer: working weights through a sink, in windows, equal the whole tensor") {

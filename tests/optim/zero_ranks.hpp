@@ -1,6 +1,6 @@
 // Test support for ZeRO partitioning: a stage's parameters with awkward sizes, R
 // simulated ranks on threads whose LAMB norm exchange meets at a barrier, and the
-// whole-tensor optim::optimizer as the reference, fed as bert_optimizer feeds it.
+// whole-tensor optim::optimizer as the reference, fed as train::whole_shard feeds it.
 #pragma once
 
 #include "core/tensor.hpp"
@@ -92,7 +92,7 @@ inline std::vector<step_input> step_inputs(const std::vector<flat_tensor_spec>& 
 }
 
 // The whole-tensor reference: optim::optimizer over BERT groups, with a half copy when
-// `half` is f16/bf16, stepped as bert_optimizer::update does.
+// `half` is f16/bf16, stepped as train::shard_base::update does.
 struct reference {
   std::vector<optim::param_slot> slots; // in spec order, sharing tensors with the groups
   std::optional<optim::optimizer> opt;

@@ -24,7 +24,7 @@ using optim::state_map;
 
 namespace fs = std::filesystem;
 
-// A stage's whole state (masters, moments, step 5) under bert_optimizer::payload's names.
+// A stage's whole state (masters, moments, step 5) under whole_shard::payload's names.
 state_map whole_state(const std::vector<flat_tensor_spec>& specs) {
   state_map m;
   std::uint32_t seed = 7;

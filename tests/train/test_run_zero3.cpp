@@ -1,7 +1,7 @@
 // ZeRO stage 3 in `dsactor run`: the stage keeps its partition of the working weights
 // and gathers each part's before running it (actors/train/stage/param_fetcher.hpp).
 #include "actors/train/memory/memory_accounting.hpp"
-#include "actors/train/shard/bert_optimizer.hpp"
+#include "actors/train/shard/model_shard.hpp"
 #include "tests/support/compare.hpp"
 #include "tests/support/tolerances.hpp"
 #include "tests/train/train_fixture.hpp"
@@ -105,13 +105,13 @@ TEST_CASE("ZeRO stage 3: each rank holds 1/N of the working weights and gradient
   z.param_in_memory = 0;
   z.param_buffers = 8192;
   CHECK(train::expected_model_states(1000, train::precision::f16, z).version == 2 * 1024);
-  z.partition = 3 * train::bert_optimizer::version_window_elements;
+  z.partition = 3 * train::shard_version_window_elements;
   CHECK(train::expected_model_states(1000, train::precision::f16, z).version ==
-        2 * train::bert_optimizer::version_window_elements);
+        2 * train::shard_version_window_elements);
 }
 
 // fp16 steps that overflow are skipped: the shard keeps the version the fetcher's store
-// holds (bert_optimizer::advance_into_fetcher), so after steps that all overflow (a loss
+// holds (partition_shard::advance_into_fetcher), so after steps that all overflow (a loss
 // scale of 2^30) the weights and state are stage 0's, which skipped them too: the
 // initial ones.
 TEST_CASE("ZeRO stage 3: skipped fp16 steps keep the weights, as stage 0's") {

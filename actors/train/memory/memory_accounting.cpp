@@ -55,7 +55,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
       const std::int64_t in_memory = zero->param_in_memory < 0 ? zero->partition : zero->param_in_memory;
       b.weights = w * (in_memory + zero->persistent) + zero->param_buffers;
       // The shard writes each version into the weight store as it updates it: in place in
-      // memory, or through a window's scratch to NVMe (bert_optimizer::advance_into_fetcher).
+      // memory, or through a window's scratch to NVMe (partition_shard::advance_into_fetcher).
       b.version = zero->param_in_memory < 0
                       ? 0
                       : w * std::min(zero->partition, shard_version_window_elements);

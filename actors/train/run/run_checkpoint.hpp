@@ -34,7 +34,7 @@ struct run_progress_state {
 nlohmann::json progress_to_json(const run_progress_state& s);
 expected<run_progress_state> progress_from_json(const nlohmann::json& j, const std::string& where);
 
-// Builds the checkpoint groups from every shard's payload (see bert_optimizer).
+// Builds the checkpoint groups from every shard's payload (see model_shard.hpp).
 ckpt::tensor_groups checkpoint_groups(std::vector<state_payload>& payloads);
 
 // The whole optimizer state of shard `stage`: its group optimizer_<stage> when `ck` loaded

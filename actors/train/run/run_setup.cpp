@@ -3,7 +3,7 @@
 
 #include "actors/train/shard/partition_resume.hpp"
 
-#include "actors/train/shard/bert_optimizer.hpp"
+#include "actors/train/shard/shard_options.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/data/data_prepare.hpp"
 #include "actors/train/eval/evaluation.hpp"
@@ -191,7 +191,7 @@ expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(run_context& 
   return out;
 }
 
-// Whether the shards hold partitions of their stages' optimizer state (bert_optimizer::init).
+// Whether the shards hold partitions of their stages' optimizer state (make_shard).
 bool partitioned(const run_config& rc) {
   return (rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1) || rc.offload.swaps();
 }
@@ -391,7 +391,7 @@ expected<swap_ports> open_swap_areas(const run_context& ctx, rank_run& rr) {
 // gradients are summed into partitions, and with stage 3 the stage gathers its weights
 // through a parameter fetcher (from NVMe with offload_param).
 status add_zero_partition(run_context& ctx, std::uint32_t s, net::transport* transport, net::comms_logger* comms,
-                          const swap_ports& ports, const std::vector<int>& tied, bert_optimizer_options& o) {
+                          const swap_ports& ports, const std::vector<int>& tied, shard_options& o) {
   const auto& rc = ctx.rc;
   o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
   o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
@@ -444,7 +444,7 @@ status add_zero_partition(run_context& ctx, std::uint32_t s, net::transport* tra
 
 // What a checkpoint restored gives stage s's shard: its partitions' ranges read from the
 // checkpoint's files (partitioned runs), or the whole masters and optimizer state.
-void add_resumed_state(const run_config& rc, std::uint32_t s, rank_start& start, bert_optimizer_options& o) {
+void add_resumed_state(const run_config& rc, std::uint32_t s, rank_start& start, shard_options& o) {
   if (!start.resumed) return;
   o.resume_errors = start.resumed->error_states.at(s);
   o.resume_lamb = std::move(start.resumed->lamb_states.at(s)); // the shard's only copy
@@ -472,7 +472,7 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
   rr.parts.tied.assign(rc.stages, -1);
   DSA_ASSIGN_OR_RETURN(const swap_ports ports, open_swap_areas(ctx, rr));
   for (std::uint32_t s = 0; s < rc.stages; ++s) {
-    bert_optimizer_options o;
+    shard_options o;
     o.participant = s;
     o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
     // The tied word embedding: on the first stage, and on the last with a pretraining
@@ -495,11 +495,11 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
     if (rc.zero_partitions()) DSA_TRY(add_zero_partition(ctx, s, transport, comms, ports, rr.parts.tied, o));
     o.stream_masters = rc.stages == 1;
     if (rr.swap)
-      o.offload = bert_optimizer_options::nvme_offload{ports.swap, rr.swap->dir(), rc.offload.sub_group_size,
+      o.offload = shard_options::nvme_offload{ports.swap, rr.swap->dir(), rc.offload.sub_group_size,
                                                        static_cast<std::size_t>(rc.offload.buffer_count),
                                                        rc.offload.pipeline_read, rc.offload.pipeline_write};
     add_resumed_state(rc, s, start, o);
-    rr.shards.push_back(std::make_unique<bert_optimizer>(std::move(o)));
+    rr.shards.push_back(make_shard(std::move(o)));
     rr.parts.stages.push_back(ctx.stages[s].get());
     rr.parts.optimizers.push_back(rr.shards.back().get());
   }

@@ -63,7 +63,7 @@ struct rank_run {
   // is a message to it; the stores hold its ports, which keep it until the last store goes.
   std::shared_ptr<actors::nvme_engine_service> nvme;
   std::unique_ptr<feed_source> source;
-  std::vector<std::unique_ptr<model_shard>> shards; // bert_optimizer, held by its interface
+  std::vector<std::unique_ptr<model_shard>> shards; // make_shard's, held by their interface
   actors::run_parts parts;
   std::int64_t last_contributed = -1; // ZeRO, ranks > 0: the last checkpoint step they gathered for
 };

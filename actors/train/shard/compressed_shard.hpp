@@ -1,5 +1,5 @@
 // 1-bit Adam, 0/1 Adam and 1-bit LAMB (optimizer.type OneBitAdam, ZeroOneAdam, OneBitLamb)
-// inside one stage's optimizer shard (train::bert_optimizer, ZeRO stage 0, any number of
+// inside one stage's optimizer shard (train::compressed_whole_shard, ZeRO stage 0, any number of
 // pipeline stages). As DeepSpeed's FP16_Optimizer does, each parameter group (BERT's
 // "decay" and "no_decay") is one flat f32 master buffer with one flat gradient buffer, one
 // optimizer (optim/onebit_adam.hpp, zeroone_adam.hpp) and one pair of 1-bit error buffers;

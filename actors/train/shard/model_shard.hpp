@@ -1,8 +1,8 @@
 // What `dsactor run` needs of an optimizer shard beyond the runtime's optimizer_compute:
 // its step decisions, its state for checkpoints (whole or per rank), the last swap writes,
 // and the figures the run reports. The run holds its shards as model_shard only;
-// make_rank_run (run_setup.cpp) is the one place a shard is constructed (bert_optimizer,
-// the one implementation, which runs on the host for every stage).
+// make_shard (shard_options.hpp) is the one place a shard is constructed, in the mode its
+// options ask for (shard_base.hpp and its modes, which run on the host for every stage).
 #pragma once
 
 #include "actors/compute.hpp"

@@ -2,7 +2,7 @@
 // net::compressed_allreduce on the shard's channel with one pair of error buffers per
 // parameter group (the optimizer shard's state, saved in each rank's own checkpoint file),
 // the comms logger's record of each exchange, and the bytes counted. Shared by the whole
-// shard (compressed_shard) and the ZeRO partition (bert_optimizer with 1-bit Adam).
+// shard (compressed_shard) and the ZeRO partition (partition_shard with 1-bit Adam).
 #pragma once
 
 #include "actors/compute.hpp"

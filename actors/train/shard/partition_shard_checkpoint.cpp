@@ -1,8 +1,10 @@
-// One stage's optimizer shard: its checkpoints (the whole state of a shard that is not
-// partitioned; the per-rank form of a partitioned one). See bert_optimizer.hpp.
-#include "actors/train/shard/bert_optimizer.hpp"
+// A partitioned shard's checkpoints, in per-rank form; see partition_shard.hpp and
+// model_shard.hpp.
+#include "actors/train/shard/partition_shard.hpp"
 
 #include "actors/data_parallel.hpp"
+#include "actors/train/shard/shard_checkpoint.hpp"
+#include "io/aio/swap_store.hpp"
 #include "optim/partition_checkpoint.hpp"
 
 #include <fmt/format.h>
@@ -12,35 +14,20 @@
 #include <stdexcept>
 
 namespace dsa::train {
-namespace {
-// Tensor i of the layout as a view of a flat buffer, in its own shape.
-tensor layout_view(const tensor& flat, const optim::flat_tensor& t) {
-  return flat.slice_rows(t.offset, t.offset + t.numel).reshape(t.shape);
-}
-} // namespace
-
-std::string checkpoint_partition_group(std::uint32_t stage, std::uint32_t rank, std::int64_t part, std::int64_t parts) {
-  return parts <= 1 ? fmt::format("optimizer_{}_rank{}", stage, rank)
-                    : fmt::format("optimizer_{}_rank{}_part{}", stage, rank, part);
+state_payload partition_shard::payload() const {
+  DSA_CHECK(false, "optimizer shard {}: a partitioned shard checkpoints per rank (gathered_masters, stage_partition)",
+            options_.participant);
+  return {};
 }
 
-std::string checkpoint_lamb_group(std::uint32_t stage) { return fmt::format("onebit_lamb_{}", stage); }
-
-std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank) {
-  return fmt::format("onebit_errors_{}_rank{}", stage, rank);
-}
-
-std::vector<ckpt::checkpoint_file> bert_optimizer::stage_errors(const std::string& root, std::uint64_t step) const {
+std::vector<ckpt::checkpoint_file> partition_shard::stage_errors(const std::string& root, std::uint64_t step) const {
   DSA_CHECK(saves_errors(), "optimizer shard {}: stage_errors without a compressed optimizer over several ranks",
             options_.participant);
-  const auto stage = options_.participant;
-  const int ranks = options_.peers->size();
-  std::vector<std::int64_t> mine{-1, -1};
   std::string failure;
   // 1-bit LAMB over ZeRO: its coefficients, factors, scalings and (gathered whole) fresh
   // variance, the same on every rank, in one group that rank 0 writes.
   std::optional<ckpt::checkpoint_file> lamb_file;
-  if (zchannel_ && options_.optimizer.type == optim::optimizer_type::onebit_lamb) {
+  if (options_.optimizer.type == optim::optimizer_type::onebit_lamb) {
     const std::vector<float>& fresh = part_->lamb_fresh();
     std::vector<float> whole;
     if (part_->compressed_next()) { // frozen on every rank or on none
@@ -51,65 +38,21 @@ std::vector<ckpt::checkpoint_file> bert_optimizer::stage_errors(const std::strin
                                                                              static_cast<std::int64_t>(whole.size()));
                                           });
           !g)
-        throw std::runtime_error(fmt::format("gathering stage {}'s 1-bit LAMB fresh variance: {}", stage,
+        throw std::runtime_error(fmt::format("gathering stage {}'s 1-bit LAMB fresh variance: {}", options_.participant,
                                              g.err().message));
     }
     if (options_.peers->rank() == 0) {
-      const auto staged = ckpt::stage_group(root, step, checkpoint_lamb_group(stage),
+      const auto staged = ckpt::stage_group(root, step, checkpoint_lamb_group(options_.participant),
                                             part_->lamb_state(whole.empty() ? nullptr : whole.data()));
       if (staged) lamb_file = *staged;
       else failure = staged.err().message;
     }
   }
-  if (failure.empty()) {
-    const auto staged = ckpt::stage_group(root, step, checkpoint_errors_group(stage, static_cast<std::uint32_t>(options_.peers->rank())),
-                                          comp_ ? comp_->error_tensors() : zchannel_->error_tensors());
-    if (staged) mine = {static_cast<std::int64_t>(staged->bytes), static_cast<std::int64_t>(staged->crc32c)};
-    else failure = staged.err().message;
-  }
-  // Every rank joins the gather (-1 for a failed write), so all fail together; it is also
-  // the barrier: every file exists when it returns.
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(ranks));
-  if (auto g = actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8, shard_name(),
-                                      [&] { return options_.peers->allgather(all.data(), mine.data(), dtype::i64,
-                                                                             static_cast<std::int64_t>(all.size())); });
-      !g)
-    throw std::runtime_error(fmt::format("gathering stage {}'s error-buffer files from the other ranks: {}", stage,
-                                         g.err().message));
-  if (!failure.empty())
-    throw std::runtime_error(fmt::format("writing stage {}'s 1-bit error buffers: {}", stage, failure));
-  std::vector<ckpt::checkpoint_file> files;
-  for (int r = 0; r < ranks; ++r) {
-    const auto at = 2 * static_cast<std::size_t>(r);
-    if (all[at] < 0)
-      throw std::runtime_error(fmt::format("rank {} could not write its 1-bit error buffers of stage {}", r, stage));
-    ckpt::checkpoint_file f;
-    f.group = checkpoint_errors_group(stage, static_cast<std::uint32_t>(r));
-    f.name = f.group + ".safetensors";
-    f.bytes = static_cast<std::uint64_t>(all[at]);
-    f.crc32c = static_cast<std::uint32_t>(all[at + 1]);
-    files.push_back(std::move(f));
-  }
-  if (lamb_file) files.push_back(std::move(*lamb_file));
-  return files;
+  return stage_error_files(options_, shard_name(), root, step, zchannel_->error_tensors(), std::move(failure),
+                           std::move(lamb_file));
 }
 
-std::vector<std::int64_t> bert_optimizer::gather_entries(const std::vector<std::int64_t>& mine, const char* what) const {
-  if (options_.zero_ranks == 1) return mine;
-  std::vector<std::int64_t> all(mine.size() * options_.zero_ranks);
-  // count: the whole output, every rank's share of it one after the other.
-  if (auto g = actors::log_collective(options_.logger, "all_gather", static_cast<std::int64_t>(all.size()) * 8, shard_name(),
-                                      [&] {
-                                        return options_.peers->allgather(all.data(), mine.data(), dtype::i64,
-                                                                         static_cast<std::int64_t>(all.size()));
-                                      });
-      !g)
-    throw std::runtime_error(fmt::format("gathering stage {}'s {} from the other ranks: {}", options_.participant, what,
-                                         g.err().message));
-  return all;
-}
-
-ckpt::checkpoint_file bert_optimizer::stage_masters(const std::string& root, std::uint64_t step) const {
+ckpt::checkpoint_file partition_shard::stage_masters(const std::string& root, std::uint64_t step) const {
   DSA_CHECK(streams_masters(), "optimizer shard {}: stage_masters without a swapped state on one rank",
             options_.participant);
   const auto& layout = part_->layout();
@@ -134,14 +77,12 @@ ckpt::checkpoint_file bert_optimizer::stage_masters(const std::string& root, std
   return *staged;
 }
 
-state_payload bert_optimizer::gathered_masters() const {
-  DSA_CHECK(per_rank_checkpoint(), "optimizer shard {}: gathered_masters without ZeRO ranks or offload",
-            options_.participant);
+state_payload partition_shard::gathered_masters() const {
   if (streams_masters()) return {}; // stage_masters writes the model file
   auto read = part_->read_state(optim::array_bit(optim::master_array));
   // Every rank learns whether every rank could read its masters before any data moves: a
   // rank that failed still joins, so the others fail with it instead of waiting.
-  const auto all_ok = gather_entries({read ? 1 : 0}, "master weights");
+  const auto all_ok = gather_entries(options_, shard_name(), {read ? 1 : 0}, "master weights");
   if (!read)
     throw std::runtime_error(fmt::format("reading stage {}'s master weights for a checkpoint: {}",
                                          options_.participant, read.err().message));
@@ -175,9 +116,7 @@ state_payload bert_optimizer::gathered_masters() const {
   return p;
 }
 
-std::vector<ckpt::checkpoint_file> bert_optimizer::stage_partition(const std::string& root, std::uint64_t step) const {
-  DSA_CHECK(per_rank_checkpoint(), "optimizer shard {}: stage_partition without ZeRO ranks or offload",
-            options_.participant);
+std::vector<ckpt::checkpoint_file> partition_shard::stage_partition(const std::string& root, std::uint64_t step) const {
   // One file per store chunk (one in memory: the whole partition in one file), written while
   // the chunk is at hand, so swapped state is never read back whole. Every rank has as many
   // chunks (the same partition size and sub-group size).
@@ -195,7 +134,7 @@ std::vector<ckpt::checkpoint_file> bert_optimizer::stage_partition(const std::st
   // A rank that failed still joins the gather (its entries -1), so every rank fails instead
   // of waiting for it; the gather is also the barrier: every file exists when it returns.
   if (!written) std::fill(mine.begin(), mine.end(), -1);
-  const auto all = gather_entries(mine, "checkpoint files");
+  const auto all = gather_entries(options_, shard_name(), mine, "checkpoint files");
   if (!written)
     throw std::runtime_error(fmt::format("writing stage {}'s optimizer partition: {}", stage, written.err().message));
   std::vector<ckpt::checkpoint_file> files;
@@ -213,25 +152,6 @@ std::vector<ckpt::checkpoint_file> bert_optimizer::stage_partition(const std::st
       files.push_back(std::move(f));
     }
   return files;
-}
-
-state_payload bert_optimizer::payload() const {
-  DSA_CHECK(!part_, "optimizer shard {}: a partitioned shard checkpoints per rank (gathered_masters, stage_partition)",
-            options_.participant);
-  state_payload p;
-  for (const auto& s : slots_) p["master." + s.name] = s.param; // views: no copy of the shard's state
-  optim::optimizer_state st;
-  if (comp_) {
-    st.tensors = comp_->state_tensors(); // copies: the moments live in the optimizers' vectors
-    st.step = comp_->step_count();
-  } else {
-    st = opt_->state_views();
-  }
-  for (auto& [name, t] : st.tensors) p[name] = std::move(t);
-  tensor count = tensor::empty({1}, dtype::i64);
-  count.data<std::int64_t>()[0] = st.step;
-  p["optimizer_step_count"] = count;
-  return p;
 }
 
 } // namespace dsa::train

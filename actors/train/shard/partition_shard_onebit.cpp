@@ -1,8 +1,10 @@
-// A shard running a compressed optimizer (1-bit Adam, 0/1 Adam, 1-bit LAMB); see
-// bert_optimizer.hpp and compressed_shard.hpp.
-#include "actors/train/shard/bert_optimizer.hpp"
+// 1-bit Adam, 0/1 Adam and 1-bit LAMB over a ZeRO partition (stage 1 or 2, the state in
+// memory): the partition's step_onebit, its exchanges and error buffers on an
+// onebit_channel. See partition_shard.hpp.
+#include "actors/train/shard/partition_shard.hpp"
 
 #include "actors/data_parallel.hpp"
+#include "actors/train/shard/shard_checkpoint.hpp"
 
 #include <fmt/format.h>
 
@@ -11,78 +13,7 @@
 
 namespace dsa::train {
 
-void bert_optimizer::init_compressed(const std::vector<tensor>& initial) {
-  const auto& specs = options_.specs;
-  std::vector<tensor> start = initial;
-  if (!options_.resume_masters.empty())
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      auto resumed = options_.resume_masters.find(specs[i].name);
-      if (resumed == options_.resume_masters.end())
-        throw std::runtime_error("checkpoint has no master weights for " + specs[i].name);
-      start[i] = resumed->second;
-    }
-  compressed_shard_options o;
-  o.optimizer = options_.optimizer;
-  o.specs = specs;
-  o.peers = options_.peers;
-  o.logger = options_.logger;
-  o.caller = shard_name();
-  o.mask_positions_from = options_.mask_positions_from;
-  comp_ = std::make_unique<compressed_shard>(std::move(o), start);
-  // A 1-bit LAMB checkpoint of ZeRO ranks keeps its per-tensor state in one group
-  // (checkpoint_lamb_group); the whole shard wants it per parameter group.
-  if (options_.resume_state && !options_.resume_lamb.empty())
-    lamb_state_per_group(options_.resume_lamb, options_.resume_state->tensors);
-  if (options_.resume_state)
-    if (auto loaded = comp_->load_state(options_.resume_state->tensors, options_.resume_state->step); !loaded)
-      throw std::runtime_error(loaded.err().message);
-  if (!options_.resume_errors.empty())
-    if (auto loaded = comp_->load_errors(options_.resume_errors); !loaded)
-      throw std::runtime_error(fmt::format("checkpoint group {}: {}",
-                                           checkpoint_errors_group(options_.participant,
-                                                                   static_cast<std::uint32_t>(options_.peers->rank())),
-                                           loaded.err().message));
-  const dtype half = working_dtype(options_.working);
-  slots_.clear();
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    optim::param_slot s;
-    s.name = specs[i].name;
-    s.param = comp_->params()[i];
-    s.grad = comp_->grads()[i];
-    if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
-    slots_.push_back(s);
-  }
-}
-
-void bert_optimizer::lamb_state_per_group(const std::map<std::string, tensor>& lamb,
-                                          std::map<std::string, tensor>& into) const {
-  // The stage-0 shard's one group: the decay group's tensors, then the others.
-  const auto& specs = options_.specs;
-  std::vector<std::size_t> members;
-  for (const bool no_decay : {false, true})
-    for (std::size_t i = 0; i < specs.size(); ++i)
-      if (optim::bert_no_decay(specs[i].name) == no_decay) members.push_back(i);
-  if (members.empty()) return;
-  for (const char* field : {"coeff", "factor", "scaling"}) {
-    auto it = lamb.find(field);
-    if (it == lamb.end() || it->second.type() != dtype::f32) continue; // load_state names what is missing
-    const float* all = it->second.data<float>();
-    std::vector<float> picked;
-    if (it->second.numel() > 0)
-      for (std::size_t i : members)
-        if (static_cast<std::int64_t>(i) < it->second.numel()) picked.push_back(all[i]);
-    into[fmt::format("compressed.{}.{}", optim::onebit_lamb_group, field)] = f32_tensor(picked);
-  }
-  std::vector<float> fresh;
-  for (std::size_t i : members) {
-    auto it = lamb.find(specs[i].name + ".exp_avg_sq_fresh");
-    if (it == lamb.end()) break; // before the freeze: none
-    fresh.insert(fresh.end(), it->second.data<float>(), it->second.data<float>() + it->second.numel());
-  }
-  into[fmt::format("compressed.{}.exp_avg_sq_fresh", optim::onebit_lamb_group)] = f32_tensor(fresh);
-}
-
-void bert_optimizer::init_onebit_partition() {
+void partition_shard::init_onebit() {
   const auto type = options_.optimizer.type;
   DSA_CHECK(!options_.partition_gradients && !options_.partition_parameters && !options_.offload,
             "optimizer shard {}: {} over a ZeRO partition needs whole gradients and the state in memory",
@@ -118,7 +49,7 @@ void bert_optimizer::init_onebit_partition() {
 // A compressed optimizer's step over the partition: on the partition of the averaged
 // gradients while they are averaged, else on this rank's whole gradients (their own mean),
 // exchanging the momentum (1-bit Adam and LAMB), the gradients or the accumulated moves (0/1 Adam).
-status bert_optimizer::advance_onebit_partition(const step_decision& d, const tensor& working) {
+status partition_shard::advance_onebit(const step_decision& d, const tensor& working) {
   const bool local = zlocal_next_.load(std::memory_order_acquire);
   optim::onebit_partition_step in;
   in.grad = local ? flat_grad_ : partition_grad();

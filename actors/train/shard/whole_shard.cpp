@@ -1,0 +1,152 @@
+// A shard holding its whole stage under optim::optimizer; see whole_shard.hpp.
+#include "actors/train/shard/whole_shard.hpp"
+
+#include "optim/grad_clip.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace dsa::train {
+std::vector<tensor> slot_shard::gradient_buffers() {
+  std::vector<tensor> out;
+  for (const auto& s : slots_) out.push_back(s.grad);
+  return out;
+}
+
+std::vector<tensor> slot_shard::starting_masters(const std::vector<tensor>& initial) const {
+  const auto& specs = options_.specs;
+  DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
+            options_.participant, initial.size(), specs.size());
+  if (options_.resume_masters.empty()) return initial;
+  std::vector<tensor> start(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    auto resumed = options_.resume_masters.find(specs[i].name);
+    if (resumed == options_.resume_masters.end())
+      throw std::runtime_error("checkpoint has no master weights for " + specs[i].name);
+    start[i] = resumed->second;
+  }
+  return start;
+}
+
+void slot_shard::set_slots(const std::vector<tensor>& masters, const std::vector<tensor>& grads) {
+  const dtype half = working_dtype(options_.working);
+  slots_.clear();
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    optim::param_slot s;
+    s.name = options_.specs[i].name;
+    s.param = masters[i];
+    s.grad = grads[i];
+    if (half != dtype::f32) s.half_copy = cast_to(s.param, half);
+    slots_.push_back(s);
+  }
+}
+
+void slot_shard::refresh_halves() {
+  for (auto& s : slots_)
+    if (s.half_copy.defined()) cast_into(s.half_copy, s.param, s.half_copy.type());
+}
+
+void slot_shard::publish(const step_decision&, std::vector<tensor>& out) {
+  out.resize(slots_.size());
+  version_bytes_ = 0;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const tensor& src = slots_[i].half_copy.defined() ? slots_[i].half_copy : slots_[i].param;
+    if (!out[i].defined() || out[i].type() != src.type() || out[i].shape() != src.shape())
+      out[i] = tensor::empty(src.shape(), src.type());
+    out[i].copy_from(src);
+    version_bytes_ += static_cast<std::int64_t>(out[i].nbytes());
+  }
+}
+
+state_payload slot_shard::slot_payload(std::map<std::string, tensor> state, std::int64_t step) const {
+  state_payload p;
+  for (const auto& s : slots_) p["master." + s.name] = s.param; // views: no copy of the shard's state
+  for (auto& [name, t] : state) p[name] = std::move(t);
+  tensor count = tensor::empty({1}, dtype::i64);
+  count.data<std::int64_t>()[0] = step;
+  p["optimizer_step_count"] = count;
+  return p;
+}
+
+shard_bytes slot_shard::slot_bytes() const {
+  shard_bytes b;
+  for (const auto& s : slots_) {
+    b.gradients += static_cast<std::int64_t>(s.grad.nbytes());
+    b.masters += static_cast<std::int64_t>(s.param.nbytes());
+    if (s.half_copy.defined()) b.half_masters += static_cast<std::int64_t>(s.half_copy.nbytes());
+  }
+  b.version = version_bytes_;
+  return b;
+}
+
+void whole_shard::init(const std::vector<tensor>& initial) {
+  std::vector<tensor> masters, grads;
+  for (const tensor& t : starting_masters(initial)) {
+    masters.push_back(cast_to(t, dtype::f32));
+    grads.push_back(tensor::zeros(masters.back().shape(), dtype::f32));
+  }
+  set_slots(masters, grads);
+  // Groups hold copies of the slots: tensors are shared, so updates land in slots_ too.
+  auto groups = optim::bert_param_groups(slots_, options_.optimizer.weight_decay, options_.optimizer.lr);
+  auto created = optim::optimizer::create(options_.optimizer, std::move(groups));
+  if (!created) throw std::runtime_error(created.err().message);
+  opt_.emplace(std::move(*created));
+  if (options_.resume_state) {
+    auto loaded = opt_->load_state(*options_.resume_state);
+    if (!loaded) throw std::runtime_error(loaded.err().message);
+  }
+}
+
+void whole_shard::advance(std::uint32_t, const step_decision& d) {
+  if (d.skip) return;
+  for (auto& s : slots_) optim::scale_in_place(s.grad, d.grad_scale);
+  opt_->set_lr(d.lr);
+  if (d.set_betas) opt_->set_betas(d.beta1, d.beta2);
+  opt_->step();
+}
+
+void whole_shard::back_up() {
+  backup& b = backup_;
+  b.params.resize(slots_.size());
+  b.grads.resize(slots_.size());
+  b.halves.resize(slots_.size());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    keep_copy(b.params[i], slots_[i].param);
+    keep_copy(b.grads[i], slots_[i].grad);
+    keep_copy(b.halves[i], slots_[i].half_copy);
+  }
+  const optim::optimizer_state live = opt_->state_views();
+  for (const auto& [name, t] : live.tensors) keep_copy(b.moments.tensors[name], t);
+  b.moments.step = live.step;
+  b.beta1 = opt_->settings().beta1;
+  b.beta2 = opt_->settings().beta2;
+}
+
+void whole_shard::roll_back() {
+  const backup& b = backup_;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    slots_[i].param.copy_from(b.params[i]);
+    slots_[i].grad.copy_from(b.grads[i]);
+    if (b.halves[i].defined()) slots_[i].half_copy.copy_from(b.halves[i]);
+  }
+  if (auto s = opt_->load_state(b.moments); !s)
+    throw std::runtime_error(fmt::format("rolling back stage {}'s speculative update: {}", options_.participant,
+                                         s.err().message));
+  opt_->set_betas(b.beta1, b.beta2);
+}
+
+state_payload whole_shard::payload() const {
+  optim::optimizer_state st = opt_->state_views();
+  return slot_payload(std::move(st.tensors), st.step);
+}
+
+shard_bytes whole_shard::held_bytes() const {
+  shard_bytes b = slot_bytes();
+  // The moments live in the optimizer's own slots (it allocates them).
+  for (const auto& g : opt_->groups())
+    for (const auto& s : g.params) b.moments += static_cast<std::int64_t>(s.m.nbytes() + s.v.nbytes());
+  return b;
+}
+
+} // namespace dsa::train
