@@ -362,15 +362,15 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
   return make_error(errc::config, "{}", message);
 }
 
-expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_before_data) {
-  auto& rc = ctx.rc;
+expected<host_memory_plan> plan_run_memory(run_inputs& inputs, const rank_model& m, std::int64_t rss_before_data) {
+  auto& rc = inputs.rc;
   DSA_ASSIGN_OR_RETURN(auto ranges, partition_layers(rc.model, rc.stages, rc.partition));
   plan_inputs in;
   if (rc.model.head == bert::head_kind::squad) {
     in.seq_length = rc.data.max_seq_length; // features are padded to it (a copy of them all would be large)
   } else {
     // T and P from one micro-batch of a copy of the data (the run's own is untouched).
-    auto probe = ctx.provider->clone();
+    auto probe = m.provider->clone();
     const bert::bert_batch b = probe->next(rc.batch.micro_batch_size);
     in.seq_length = b.seq_length();
     if (b.masked_lm_positions.defined()) in.predictions = b.masked_lm_positions.shape().back();

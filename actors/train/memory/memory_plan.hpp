@@ -53,7 +53,8 @@ class rendezvous_client;
 
 namespace dsa::train {
 
-struct run_context;
+struct run_inputs;
+struct rank_model;
 
 // "2GiB", "512 MiB", "1.5GiB", "3GB" (10^9), "1048576" or "1048576B": bytes; none
 // for anything else (a unit without i other than B, a bare K/M/G/T, zero, negative).
@@ -141,8 +142,9 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                                           const plan_inputs& in);
 
 // The run's start-up: plans (logging the plan), refuses what does not fit, applies a
-// smaller sub_group_size to ctx.rc. rss_before_data: VmRSS before make_provider.
-expected<host_memory_plan> plan_run_memory(run_context& ctx, std::int64_t rss_before_data);
+// smaller sub_group_size to inputs.rc; a micro-batch of a copy of m.provider gives the
+// sequence and prediction lengths. rss_before_data: VmRSS before make_provider.
+expected<host_memory_plan> plan_run_memory(run_inputs& inputs, const rank_model& m, std::int64_t rss_before_data);
 // The end of the run: planned peak vs VmHWM and the tensors' peak, one log line.
 void log_memory_report(const run_config& rc, const host_memory_plan& plan);
 

@@ -1,5 +1,7 @@
-// The state one data-parallel rank of `dsactor run` shares between its setup, its
-// optimizer shards and the step reporter (step_reporter.hpp).
+// One data-parallel rank of `dsactor run` in two parts, so that each function takes the
+// part it needs: what the rank reads (run_inputs: settled while the run opens, the first
+// step when it resumes) and what it builds from that (rank_model: its data, layer ranges
+// and stages). run_context is both, for the phases that hold a rank whole.
 #pragma once
 
 #include "actors/train/stage/model_stage.hpp"
@@ -11,27 +13,34 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace dsa::train {
 
-struct run_context {
+struct run_inputs {
   run_config rc;
   config cfg;
   std::shared_ptr<const tok::bert_tokenizer> tokenizer; // shared by the ranks of the process
-  std::unique_ptr<batch_provider> provider;
-  std::vector<bert::bert_range> ranges;
-  stage_shared shared;
-  std::vector<std::unique_ptr<model_stage>> stages; // made by make_stage
+  int rank = 0;                // data-parallel rank (only rank 0 reports, saves and evaluates)
   std::uint32_t first_step = 0;
   std::uint32_t last_step = 0; // inclusive
-  // The data's sequence length: position-embedding rows from here on get no gradient
-  // (the compressed optimizers mask their momentum); -1 before the data is opened.
-  std::int64_t seq_length = -1;
-  int rank = 0;                // data-parallel rank (only rank 0 reports, saves and evaluates)
   // Facts for the trace's info frame (run_options::trace_facts): under a launcher, where the
   // rendezvous server's clock stands against this process's (trace_clock.hpp).
   std::vector<std::pair<std::string, std::string>> trace_facts;
 };
+
+struct rank_model {
+  std::unique_ptr<batch_provider> provider;
+  // The data's sequence length: position-embedding rows from here on get no gradient
+  // (the compressed optimizers mask their momentum); -1 before the data is opened.
+  std::int64_t seq_length = -1;
+  std::vector<bert::bert_range> ranges;
+  stage_shared shared;                              // the stages' counters (wall_clock_breakdown)
+  std::vector<std::unique_ptr<model_stage>> stages; // made by make_stage
+};
+
+struct run_context : run_inputs, rank_model {};
 
 } // namespace dsa::train

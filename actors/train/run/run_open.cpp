@@ -156,7 +156,7 @@ int open_data(opened_run& run) {
   if (!rc.data.lower_case) to.case_mode = tok::casing::keep;
   if (*v) ctx.tokenizer = std::make_unique<tok::bert_tokenizer>(std::move(**v), to);
   run.rss_before_data = proc_status_bytes("VmRSS");
-  if (auto s = make_provider(ctx); !s) return fail_run(s.err());
+  if (auto s = make_provider(ctx, ctx); !s) return fail_run(s.err());
   log_info("model: {}; precision {}; batch {} = micro {} x accumulation {} x {} rank(s)", bert::describe(rc.model),
            precision_name(rc.working), rc.batch.train_batch_size, rc.batch.micro_batch_size,
            rc.batch.gradient_accumulation, rc.batch.data_parallel_size);
@@ -171,7 +171,7 @@ int open_data(opened_run& run) {
 int plan_run(opened_run& run, run_plan& plan) {
   run_config& rc = run.ctx.rc;
   const bool could_move_weights = rc.host_memory > 0 && may_move_weights(rc); // the same in every process
-  auto memory = plan_run_memory(run.ctx, run.rss_before_data);
+  auto memory = plan_run_memory(run.ctx, run.ctx, run.rss_before_data);
   if (!memory) return fail_run(memory.err());
   plan.memory = std::move(*memory);
   // What every process of a job must do alike, from what each planned for itself.
@@ -184,21 +184,18 @@ int plan_run(opened_run& run, run_plan& plan) {
 
 int build_ranks(opened_run& run, process_ranks& ranks) {
   run_context& ctx = run.ctx;
-  auto start0 = prepare_rank(ctx);
+  auto start0 = prepare_rank(ctx, ctx);
   if (!start0) return fail_run(start0.err());
   ranks.starts.push_back(std::move(*start0));
   // Data-parallel ranks 1..R-1 of this process: the same config, each with its own
   // data provider (a copy at rank 0's position), stages, deciders and restored state.
   for (int r = 1; r < static_cast<int>(ctx.rc.ranks); ++r) {
     auto c = std::make_unique<run_context>();
-    c->rc = ctx.rc;
-    c->cfg = ctx.cfg;
-    c->tokenizer = ctx.tokenizer;
-    c->provider = ctx.provider->clone();
-    c->last_step = ctx.last_step;
-    c->seq_length = ctx.seq_length;
+    static_cast<run_inputs&>(*c) = ctx; // the same inputs, but its rank
     c->rank = ctx.rank + r;
-    auto st = prepare_rank(*c);
+    c->provider = ctx.provider->clone();
+    c->seq_length = ctx.seq_length;
+    auto st = prepare_rank(*c, *c);
     if (!st) return fail_run(st.err());
     ranks.starts.push_back(std::move(*st));
     ranks.replicas.push_back(std::move(c));

@@ -27,15 +27,15 @@
 
 namespace dsa::train {
 
-expected<std::optional<tok::vocab>> load_vocab(run_context& ctx) {
-  if (ctx.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*ctx.rc.data.prepare, ctx.rc.data.vocab));
-  if (ctx.rc.data.prepare_qa) DSA_TRY(prepare_qa_data(*ctx.rc.data.prepare_qa));
-  if (ctx.rc.data.vocab.empty()) return std::optional<tok::vocab>();
-  DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(ctx.rc.data.vocab));
-  if (!ctx.cfg.table().at_path("model.vocab_size").node()) ctx.rc.model.vocab_size = v.size();
-  if (v.size() > ctx.rc.model.vocab_size)
-    return ctx.cfg.key_error("model.vocab_size", fmt::format("{} is smaller than the vocabulary {} ({} tokens)",
-                                                             ctx.rc.model.vocab_size, ctx.rc.data.vocab, v.size()));
+expected<std::optional<tok::vocab>> load_vocab(run_inputs& in) {
+  if (in.rc.data.prepare) DSA_TRY(prepare_pretraining_data(*in.rc.data.prepare, in.rc.data.vocab));
+  if (in.rc.data.prepare_qa) DSA_TRY(prepare_qa_data(*in.rc.data.prepare_qa));
+  if (in.rc.data.vocab.empty()) return std::optional<tok::vocab>();
+  DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(in.rc.data.vocab));
+  if (!in.cfg.table().at_path("model.vocab_size").node()) in.rc.model.vocab_size = v.size();
+  if (v.size() > in.rc.model.vocab_size)
+    return in.cfg.key_error("model.vocab_size", fmt::format("{} is smaller than the vocabulary {} ({} tokens)",
+                                                             in.rc.model.vocab_size, in.rc.data.vocab, v.size()));
   return std::optional<tok::vocab>(std::move(v));
 }
 
@@ -64,32 +64,32 @@ status check_eval_shards(const data_settings& d, const data::shard_layout& train
 }
 } // namespace
 
-status make_provider(run_context& ctx) {
-  const auto& d = ctx.rc.data;
-  if (ctx.rc.model.head == bert::head_kind::pretraining) {
+status make_provider(run_inputs& in, rank_model& m) {
+  const auto& d = in.rc.data;
+  if (in.rc.model.head == bert::head_kind::pretraining) {
     DSA_ASSIGN_OR_RETURN(auto shards, list_shards(d.train_shards));
     data::shard_reader_options o;
     o.shuffle_buffer = d.shuffle_buffer;
-    o.seed = ctx.rc.seed;
+    o.seed = in.rc.seed;
     if (d.dynamic_masking) {
       o.masking = data::masking_source::dynamic;
-      o.vocab = data::masking_vocab::from(ctx.tokenizer->vocabulary());
+      o.vocab = data::masking_vocab::from(in.tokenizer->vocabulary());
     }
     DSA_ASSIGN_OR_RETURN(auto reader, data::shard_reader::open(shards, o));
-    if (ctx.tokenizer)
-      DSA_TRY(data::check_shard_vocab(reader.layout(), shards.front(), ctx.tokenizer->vocabulary(), d.vocab));
-    else if (!ctx.cfg.table().at_path("model.vocab_size").node())
-      ctx.rc.model.vocab_size = reader.layout().vocab_size;
+    if (in.tokenizer)
+      DSA_TRY(data::check_shard_vocab(reader.layout(), shards.front(), in.tokenizer->vocabulary(), d.vocab));
+    else if (!in.cfg.table().at_path("model.vocab_size").node())
+      in.rc.model.vocab_size = reader.layout().vocab_size;
     DSA_TRY(check_eval_shards(d, reader.layout(), shards.front()));
-    if (reader.layout().vocab_size > ctx.rc.model.vocab_size || reader.layout().seq_length > ctx.rc.model.max_position_embeddings)
+    if (reader.layout().vocab_size > in.rc.model.vocab_size || reader.layout().seq_length > in.rc.model.max_position_embeddings)
       return make_error(errc::config, "{}: shards (vocab {}, seq {}) do not fit the model (vocab {}, positions {})",
-                        d.train_shards, reader.layout().vocab_size, reader.layout().seq_length, ctx.rc.model.vocab_size,
-                        ctx.rc.model.max_position_embeddings);
-    if (ctx.rank == 0)
+                        d.train_shards, reader.layout().vocab_size, reader.layout().seq_length, in.rc.model.vocab_size,
+                        in.rc.model.max_position_embeddings);
+    if (in.rank == 0)
       log_info("data: {} pre-training shard(s), {} sequences of {} tokens per epoch", shards.size(),
              reader.instances_per_epoch(), reader.layout().seq_length);
-    ctx.seq_length = reader.layout().seq_length;
-    ctx.provider = std::make_unique<pretrain_provider>(std::move(reader));
+    m.seq_length = reader.layout().seq_length;
+    m.provider = std::make_unique<pretrain_provider>(std::move(reader));
     return {};
   }
   DSA_ASSIGN_OR_RETURN(auto dataset, data::load_squad(d.train_file));
@@ -99,7 +99,7 @@ status make_provider(run_context& ctx) {
   fo.doc_stride = static_cast<int>(d.doc_stride);
   fo.max_query_length = static_cast<int>(d.max_query_length);
   fo.mode = data::squad_mode::training;
-  DSA_ASSIGN_OR_RETURN(auto features, data::squad_convert_examples(examples.examples, *ctx.tokenizer, fo));
+  DSA_ASSIGN_OR_RETURN(auto features, data::squad_convert_examples(examples.examples, *in.tokenizer, fo));
   for (auto& f : features) f.tokens.clear(); // training needs ids only
   log_info("data: {}: {} SQuAD questions -> {} training features; {} answers found away from answer_start "
            "(labelled where found); {} questions skipped ({} answers not in the context, {} not recoverable from "
@@ -107,84 +107,84 @@ status make_provider(run_context& ctx) {
            d.train_file, examples.examples.size() + static_cast<std::size_t>(examples.skipped), features.size(),
            examples.moved, examples.skipped, examples.not_found, examples.skipped - examples.not_found);
   if (features.empty()) return make_error(errc::config, "{}: no training features", d.train_file);
-  ctx.seq_length = d.max_seq_length;
-  ctx.provider = std::make_unique<squad_provider>(std::move(features), ctx.rc.seed);
+  m.seq_length = d.max_seq_length;
+  m.provider = std::make_unique<squad_provider>(std::move(features), in.rc.seed);
   return {};
 }
 
 namespace {
 
-status make_stages(run_context& ctx) {
-  DSA_ASSIGN_OR_RETURN(ctx.ranges, partition_layers(ctx.rc.model, ctx.rc.stages, ctx.rc.partition));
+status make_stages(const run_inputs& in, rank_model& m) {
+  DSA_ASSIGN_OR_RETURN(m.ranges, partition_layers(in.rc.model, in.rc.stages, in.rc.partition));
   ckpt::named_tensors init;
-  if (!ctx.rc.init_checkpoint.empty()) {
-    DSA_ASSIGN_OR_RETURN(std::string file, weights_file_of(ctx.rc.init_checkpoint));
+  if (!in.rc.init_checkpoint.empty()) {
+    DSA_ASSIGN_OR_RETURN(std::string file, weights_file_of(in.rc.init_checkpoint));
     DSA_ASSIGN_OR_RETURN(auto f, ckpt::read_safetensors(file));
     init = std::move(f.tensors);
-    if (ctx.rank == 0) log_info("initial weights from {}", file);
+    if (in.rank == 0) log_info("initial weights from {}", file);
   }
-  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
-    const auto M = static_cast<std::uint32_t>(ctx.rc.batch.gradient_accumulation);
-    const auto R = static_cast<std::uint32_t>(ctx.rc.batch.data_parallel_size);
+  for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
+    const auto M = static_cast<std::uint32_t>(in.rc.batch.gradient_accumulation);
+    const auto R = static_cast<std::uint32_t>(in.rc.batch.data_parallel_size);
     bert_stage_options o;
-    o.model = ctx.rc.model;
-    o.range = ctx.ranges[s];
+    o.model = in.rc.model;
+    o.range = m.ranges[s];
     o.micro_batches = M * R;
-    o.micro_batch_offset = static_cast<std::uint32_t>(ctx.rank) * M;
-    o.working = ctx.rc.working;
-    o.seed = ctx.rc.seed;
-    o.whole_gradients = !gradients_partitioned(ctx.rc);
-    if (static_cast<std::int64_t>(s) == ctx.rc.fail_stage) o.fail_step = ctx.rc.fail_step;
+    o.micro_batch_offset = static_cast<std::uint32_t>(in.rank) * M;
+    o.working = in.rc.working;
+    o.seed = in.rc.seed;
+    o.whole_gradients = !gradients_partitioned(in.rc);
+    if (static_cast<std::int64_t>(s) == in.rc.fail_stage) o.fail_step = in.rc.fail_step;
     // Every stage computes on the CPU today; a [devices] backend picks another here.
-    auto stage = make_stage(stage_device::cpu, o, ctx.shared);
-    stage->named_parameters().init(ctx.rc.seed);
+    auto stage = make_stage(stage_device::cpu, o, m.shared);
+    stage->named_parameters().init(in.rc.seed);
     if (!init.empty()) {
       bert::load_options lo;
       lo.head = bert::missing_head::keep_current;
       auto loaded = bert::load_state(stage->named_parameters(), init, lo);
-      if (!loaded) return make_error(errc::format, "init_checkpoint {}: {}", ctx.rc.init_checkpoint, loaded.err().message);
+      if (!loaded) return make_error(errc::format, "init_checkpoint {}: {}", in.rc.init_checkpoint, loaded.err().message);
     }
     const auto& params = stage->named_parameters();
-    if (ctx.rank == 0)
+    if (in.rank == 0)
       log_info("stage {}: model states per rank: {}{}; DeepSpeed's mixed-precision accounting for ZeRO stage {} on {} "
                "rank(s): {:.2f} MiB",
                s,
-               expected_model_states(params.count(), ctx.rc.working, run_zero_sizes(ctx.rc, ctx.ranges, s)).describe(),
-               run_zero_sizes(ctx.rc, ctx.ranges, s)
-                   ? fmt::format(" (ZeRO stage {}: {} of 1/{} of the stage{})", ctx.rc.zero_stage,
-                                 ctx.rc.zero_stage >= 3   ? "working weights, gradients, masters and moments"
-                                 : ctx.rc.zero_stage >= 2 ? "gradients, masters and moments"
+               expected_model_states(params.count(), in.rc.working, run_zero_sizes(in.rc, m.ranges, s)).describe(),
+               run_zero_sizes(in.rc, m.ranges, s)
+                   ? fmt::format(" (ZeRO stage {}: {} of 1/{} of the stage{})", in.rc.zero_stage,
+                                 in.rc.zero_stage >= 3   ? "working weights, gradients, masters and moments"
+                                 : in.rc.zero_stage >= 2 ? "gradients, masters and moments"
                                                           : "masters and moments",
-                                 ctx.rc.batch.data_parallel_size,
-                                 ctx.rc.offload.swaps() ? "; masters and moments on NVMe" : "")
-                   : fmt::format(" ({} bytes per parameter)", expected_model_states(1, ctx.rc.working).total()),
-               ctx.rc.zero_stage, ctx.rc.batch.data_parallel_size,
-               deepspeed_model_states(params.count(), ctx.rc.zero_stage,
-                                      static_cast<int>(ctx.rc.batch.data_parallel_size)) /
+                                 in.rc.batch.data_parallel_size,
+                                 in.rc.offload.swaps() ? "; masters and moments on NVMe" : "")
+                   : fmt::format(" ({} bytes per parameter)", expected_model_states(1, in.rc.working).total()),
+               in.rc.zero_stage, in.rc.batch.data_parallel_size,
+               deepspeed_model_states(params.count(), in.rc.zero_stage,
+                                      static_cast<int>(in.rc.batch.data_parallel_size)) /
                    (1 << 20));
-    if (ctx.rank == 0)
+    if (in.rank == 0)
       log_info("stage {}: {} ({} parameters, {:.2f} MiB of {} working weights)", s,
-             ctx.ranges[s].to_string(), params.count(),
+             m.ranges[s].to_string(), params.count(),
              static_cast<double>(params.value_bytes()) / (1 << 20),
              dtype_name(params.value_type()));
-    ctx.stages.push_back(std::move(stage));
+    m.stages.push_back(std::move(stage));
   }
   return {};
 }
 
 // One step_decider per shard, all alike (fed identical totals, they decide alike).
-expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(run_context& ctx) {
+expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(const run_inputs& in) {
   step_decider_options o;
-  o.base_lr = ctx.rc.optimizer.lr;
-  o.clip = ctx.rc.gradient_clipping;
-  o.scaling = ctx.rc.working == precision::f16;
-  o.scaler = ctx.rc.scaler;
+  o.base_lr = in.rc.optimizer.lr;
+  o.clip = in.rc.gradient_clipping;
+  o.scaling = in.rc.working == precision::f16;
+  o.scaler = in.rc.scaler;
   std::vector<std::unique_ptr<step_decider>> out;
-  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+  for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
     o.rank = static_cast<int>(s);
     std::unique_ptr<optim::lr_schedule> schedule;
-    if (ctx.rc.has_scheduler) {
-      DSA_ASSIGN_OR_RETURN(schedule, optim::make_lr_schedule(ctx.cfg, ctx.rc.optimizer.lr));
+    if (in.rc.has_scheduler) {
+      DSA_ASSIGN_OR_RETURN(schedule, optim::make_lr_schedule(in.cfg, in.rc.optimizer.lr));
     }
     out.push_back(std::make_unique<step_decider>(o, std::move(schedule)));
   }
@@ -199,9 +199,9 @@ bool partitioned(const run_config& rc) {
 // A compressed optimizer's 1-bit error buffers: this rank's own file of each stage, when
 // the checkpoint was saved on as many ranks and checkpoint.load_error_feedback is on;
 // otherwise they start at zero (DeepSpeed's behaviour), which rank 0 says.
-status restore_error_buffers(const run_context& ctx, const ckpt::checkpoint_manifest& listed,
+status restore_error_buffers(const run_inputs& in, const ckpt::checkpoint_manifest& listed,
                              const run_progress_state& progress, restored& r) {
-  const auto& rc = ctx.rc;
+  const auto& rc = in.rc;
   r.error_states.assign(rc.stages, {});
   r.lamb_states.assign(rc.stages, {});
   if (!rc.optimizer.compressed()) return {};
@@ -226,48 +226,48 @@ status restore_error_buffers(const run_context& ctx, const ckpt::checkpoint_mani
     why = fmt::format("saved on {} ranks, this run has {}", progress.data_parallel_size, rc.batch.data_parallel_size);
   ckpt::load_options lo;
   for (std::uint32_t s = 0; s < rc.stages && why.empty(); ++s) {
-    const std::string group = checkpoint_errors_group(s, static_cast<std::uint32_t>(ctx.rank));
+    const std::string group = checkpoint_errors_group(s, static_cast<std::uint32_t>(in.rank));
     for (const auto& f : listed.files)
       if (f.group == group) lo.groups.push_back(group);
   }
   if (why.empty() && lo.groups.size() != rc.stages) why = "the checkpoint holds no error buffers for this rank";
   if (!why.empty()) {
-    if (ctx.rank == 0) log_info("1-bit error buffers start at zero ({})", why);
+    if (in.rank == 0) log_info("1-bit error buffers start at zero ({})", why);
     return {};
   }
   DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(r.dir, lo));
   for (std::uint32_t s = 0; s < rc.stages; ++s)
-    r.error_states[s] = std::move(ck.groups.at(checkpoint_errors_group(s, static_cast<std::uint32_t>(ctx.rank))));
+    r.error_states[s] = std::move(ck.groups.at(checkpoint_errors_group(s, static_cast<std::uint32_t>(in.rank))));
   return {};
 }
 
 // Restores a checkpoint into the stages and returns what the shards and the data need.
 // A partitioned run loads only the model file whole (every rank holds its stages' working
 // weights): its shards read their own ranges of the optimizer files and masters later.
-expected<restored> restore(run_context& ctx, const std::string& which) {
-  const bool parts = partitioned(ctx.rc);
-  DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(ctx.rc.checkpoint.dir, which));
+expected<restored> restore(run_inputs& in, rank_model& m, const std::string& which) {
+  const bool parts = partitioned(in.rc);
+  DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(in.rc.checkpoint.dir, which));
   DSA_ASSIGN_OR_RETURN(auto listed, ckpt::read_checkpoint_manifest(dir));
   // Whole groups are read whole (checksummed); ZeRO's per-rank files by range later.
   ckpt::load_options lo;
   lo.groups = {"model"};
-  for (std::uint32_t s = 0; s < ctx.rc.stages && !parts; ++s)
+  for (std::uint32_t s = 0; s < in.rc.stages && !parts; ++s)
     for (const auto& f : listed.files)
       if (f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
   DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(dir, lo));
   DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
   // The run must continue the saved one: same stages, precision and micro-batching.
-  const std::string layout = describe_layout(ctx.ranges);
-  if (progress.stages != ctx.rc.stages || progress.layout != layout)
+  const std::string layout = describe_layout(m.ranges);
+  if (progress.stages != in.rc.stages || progress.layout != layout)
     return make_error(errc::config, "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, "
                       "pipeline.partition)", ck.dir, progress.layout, layout);
-  if (progress.precision != precision_name(ctx.rc.working))
+  if (progress.precision != precision_name(in.rc.working))
     return make_error(errc::config, "{}: saved in {}; this run is {} (fp16.enabled, bf16.enabled)", ck.dir,
-                      progress.precision, precision_name(ctx.rc.working));
+                      progress.precision, precision_name(in.rc.working));
   // The data continues where the saved run's global batches ended: the micro-batch and
   // the global batch must match; how a step's micro-batches split into accumulation
   // steps and ranks may change (every rank holds the whole state).
-  const auto& b = ctx.rc.batch;
+  const auto& b = in.rc.batch;
   if (progress.micro_batch_size != b.micro_batch_size ||
       progress.micro_batch_size * progress.gradient_accumulation * progress.data_parallel_size != b.train_batch_size)
     return make_error(errc::config,
@@ -282,37 +282,37 @@ expected<restored> restore(run_context& ctx, const std::string& which) {
   restored r;
   r.dir = ck.dir;
   r.manifest = ck.manifest;
-  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
-    auto loaded = bert::load_state(ctx.stages[s]->named_parameters(), model->second, {});
+  for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
+    auto loaded = bert::load_state(m.stages[s]->named_parameters(), model->second, {});
     if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
     if (parts) continue;
     DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck, s));
     r.optimizer_states.push_back(std::move(st));
   }
-  DSA_TRY(restore_error_buffers(ctx, listed, progress, r));
+  DSA_TRY(restore_error_buffers(in, listed, progress, r));
   if (!parts) r.masters = std::move(model->second);
-  ctx.first_step = static_cast<std::uint32_t>(progress.next_step);
-  DSA_TRY(ctx.provider->seek(progress.data_cursor));
+  in.first_step = static_cast<std::uint32_t>(progress.next_step);
+  DSA_TRY(m.provider->seek(progress.data_cursor));
   r.progress = std::move(progress);
-  if (ctx.rank == 0) log_info("resumed from {} at step {}", ck.dir, ctx.first_step);
+  if (in.rank == 0) log_info("resumed from {} at step {}", ck.dir, in.first_step);
   return r;
 }
 
 } // namespace
 
 
-expected<rank_start> prepare_rank(run_context& ctx) {
-  DSA_TRY(make_stages(ctx));
+expected<rank_start> prepare_rank(run_inputs& in, rank_model& m) {
+  DSA_TRY(make_stages(in, m));
   rank_start st;
-  DSA_ASSIGN_OR_RETURN(st.deciders, make_deciders(ctx));
-  if (!ctx.rc.checkpoint.load.empty()) {
-    DSA_ASSIGN_OR_RETURN(auto r, restore(ctx, ctx.rc.checkpoint.load));
+  DSA_ASSIGN_OR_RETURN(st.deciders, make_deciders(in));
+  if (!in.rc.checkpoint.load.empty()) {
+    DSA_ASSIGN_OR_RETURN(auto r, restore(in, m, in.rc.checkpoint.load));
     st.resumed = std::move(r);
     for (auto& d : st.deciders)
       d->restore(st.resumed->progress.schedule_iteration, st.resumed->progress.scaler,
                  st.resumed->progress.skipped_steps);
   }
-  for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) ctx.stages[s]->loss_scale() = st.deciders[s]->loss_scale();
+  for (std::uint32_t s = 0; s < in.rc.stages; ++s) m.stages[s]->loss_scale() = st.deciders[s]->loss_scale();
   return st;
 }
 
@@ -338,20 +338,20 @@ struct swap_ports {
 
 // The rank's swap areas for offload_optimizer and offload_param on NVMe, logged by rank
 // 0, and its NVMe engine actor over their engines.
-expected<swap_ports> open_swap_areas(const run_context& ctx, rank_run& rr) {
-  const auto& rc = ctx.rc;
+expected<swap_ports> open_swap_areas(const run_inputs& in, rank_run& rr) {
+  const auto& rc = in.rc;
   const auto& off = rc.offload;
   const int ranks = static_cast<int>(rc.batch.data_parallel_size);
   swap_ports ports;
   if (off.swaps()) {
-    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, ctx.rank, ranks));
-    if (ctx.rank == 0)
+    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, in.rank, ranks));
+    if (in.rank == 0)
       log_info("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to {}/rank<r>, in sub-groups of up to "
                "{} elements through {} buffers per stage (pipeline_read {}, pipeline_write {}; [aio] {})",
                off.nvme_path + "/" + swap_job_name(rc.run_dir), off.sub_group_size,
                aio::swap_buffers_allocated(static_cast<std::size_t>(off.buffer_count)), off.pipeline_read, off.pipeline_write,
                off.aio.summary());
-  } else if (off.device == offload_device::cpu && ctx.rank == 0) {
+  } else if (off.device == offload_device::cpu && in.rank == 0) {
     log_info("offload_optimizer.device = \"cpu\": on a CPU rank the optimizer state is in host memory already and is "
              "stepped by the CPU kernels; nothing changes");
   }
@@ -361,15 +361,15 @@ expected<swap_ports> open_swap_areas(const run_context& ctx, rank_run& rr) {
     } else {
       offload_settings ps = off;
       ps.nvme_path = off.param.nvme_path;
-      DSA_ASSIGN_OR_RETURN(rr.param_swap, swap_area::open(ps, rc.run_dir, ctx.rank, ranks));
+      DSA_ASSIGN_OR_RETURN(rr.param_swap, swap_area::open(ps, rc.run_dir, in.rank, ranks));
       ports.param_area = rr.param_swap.get();
     }
-    if (ctx.rank == 0)
+    if (in.rank == 0)
       log_info("ZeRO-Infinity: each rank's partition of the working weights beyond its first {} elements "
                "(offload_param.max_in_cpu) swapped to {}/rank<r>, moved through {} buffers of up to {} elements",
                off.param.max_in_cpu, off.param.nvme_path + "/" + swap_job_name(rc.run_dir), off.param.buffer_count,
                off.param.buffer_size);
-  } else if (off.param.device == offload_device::cpu && ctx.rank == 0) {
+  } else if (off.param.device == offload_device::cpu && in.rank == 0) {
     log_info("offload_param.device = \"cpu\": on a CPU rank the working weights (each rank's partition; on one rank "
              "the whole stage, stage 3 running as stage 0) are in host memory already; nothing changes (\"nvme\" moves "
              "them)");
@@ -390,10 +390,10 @@ expected<swap_ports> open_swap_areas(const run_context& ctx, rank_run& rr) {
 // ZeRO stages 1 to 3: stage s's shard holds this rank's partition; with stage 2 or 3 the
 // gradients are summed into partitions, and with stage 3 the stage gathers its weights
 // through a parameter fetcher (from NVMe with offload_param).
-status add_zero_partition(run_context& ctx, std::uint32_t s, net::transport* transport, net::comms_logger* comms,
+status add_zero_partition(const run_inputs& in, rank_model& m, std::uint32_t s, net::transport* transport, net::comms_logger* comms,
                           const swap_ports& ports, const std::vector<int>& tied, shard_options& o) {
-  const auto& rc = ctx.rc;
-  o.zero_rank = static_cast<std::uint32_t>(ctx.rank);
+  const auto& rc = in.rc;
+  o.zero_rank = static_cast<std::uint32_t>(in.rank);
   o.zero_ranks = static_cast<std::uint32_t>(rc.batch.data_parallel_size);
   o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
   o.logger = comms;
@@ -410,19 +410,19 @@ status add_zero_partition(run_context& ctx, std::uint32_t s, net::transport* tra
     grads = std::make_shared<partition_grads>(
         *layout, o.zero_rank, working_dtype(rc.working),
         std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
-        rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, ctx.rank));
+        rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, in.rank));
   }
   if (grads) o.shared_gradients = grads->partition();
-  if (grads_partitioned && !o.partition_parameters) ctx.stages[s]->enable_partitioned_grads(std::move(grads));
+  if (grads_partitioned && !o.partition_parameters) m.stages[s]->enable_partitioned_grads(std::move(grads));
   if (o.partition_parameters) {
     // ZeRO-3: the stage keeps its partition of the weights and gathers each part's as it runs it.
-    model_stage& stage = *ctx.stages[s];
+    model_stage& stage = *m.stages[s];
     fetch_settings fs;
     fs.persistence_threshold = rc.stage3_persistence;
     fs.prefetch_elements = rc.stage3_prefetch;
     fs.max_live_elements = rc.stage3_max_live;
     fs.logger = comms;
-    fs.caller = fmt::format("fetcher {} of rank {}", s, ctx.rank);
+    fs.caller = fmt::format("fetcher {} of rank {}", s, in.rank);
     std::unique_ptr<param_store> store; // null: in memory
     if (ports.param_area) {
       const auto& param = rc.offload.param;
@@ -438,7 +438,7 @@ status add_zero_partition(run_context& ctx, std::uint32_t s, net::transport* tra
     stage.enable_zero3(o.fetcher, std::move(grads));
   }
   // The tied embedding's gradient stays whole where the reducers add it (memory_accounting.hpp).
-  if (tied_exchanged(rc, ctx.ranges)) o.whole_gradient = tied[s];
+  if (tied_exchanged(rc, m.ranges)) o.whole_gradient = tied[s];
   return {};
 }
 
@@ -462,37 +462,37 @@ void add_resumed_state(const run_config& rc, std::uint32_t s, rank_start& start,
 
 } // namespace
 
-expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport,
+expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start& start, net::transport* transport,
                                  net::comms_logger* comms) {
-  const auto& rc = ctx.rc;
+  const auto& rc = in.rc;
   rank_run rr;
-  const feed_share share{ctx.rank, static_cast<int>(rc.batch.data_parallel_size),
+  const feed_share share{in.rank, static_cast<int>(rc.batch.data_parallel_size),
                          static_cast<std::uint32_t>(rc.batch.gradient_accumulation)};
-  rr.source = std::make_unique<feed_source>(*ctx.provider, rc.batch.micro_batch_size, rc.model.head, share);
+  rr.source = std::make_unique<feed_source>(*m.provider, rc.batch.micro_batch_size, rc.model.head, share);
   rr.parts.tied.assign(rc.stages, -1);
-  DSA_ASSIGN_OR_RETURN(const swap_ports ports, open_swap_areas(ctx, rr));
+  DSA_ASSIGN_OR_RETURN(const swap_ports ports, open_swap_areas(in, rr));
   for (std::uint32_t s = 0; s < rc.stages; ++s) {
     shard_options o;
     o.participant = s;
-    o.specs = bert::parameter_specs(rc.model, ctx.ranges[s]);
+    o.specs = bert::parameter_specs(rc.model, m.ranges[s]);
     // The tied word embedding: on the first stage, and on the last with a pretraining
     // head (a SQuAD head has no decoder, so no copy); the reducers sum it.
     for (std::size_t i = 0; i < o.specs.size(); ++i)
       if (o.specs[i].name == bert::word_embeddings_name()) rr.parts.tied[s] = static_cast<int>(i);
-    o.exchanges_tied = rr.parts.tied[s] >= 0 && tied_exchanged(rc, ctx.ranges);
+    o.exchanges_tied = rr.parts.tied[s] >= 0 && tied_exchanged(rc, m.ranges);
     o.optimizer = rc.optimizer;
     o.working = rc.working;
     o.decider = std::move(start.deciders[s]);
     if (static_cast<std::int64_t>(s) == rc.fail_stage) o.fail_step = rc.fail_optimizer_step;
-    o.update_ns = &ctx.shared.optimizer_ns;
+    o.update_ns = &m.shared.optimizer_ns;
     if (rc.optimizer.compressed()) {
       // 1-bit Adam, 0/1 Adam, 1-bit LAMB: their compressed exchanges on the shard's channel.
       if (rc.batch.data_parallel_size > 1 && !rc.zero_partitions()) // with ZeRO, the partition's channel
         o.peers = std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::shard_channel(s));
       o.logger = comms;
-      o.mask_positions_from = ctx.seq_length;
+      o.mask_positions_from = m.seq_length;
     }
-    if (rc.zero_partitions()) DSA_TRY(add_zero_partition(ctx, s, transport, comms, ports, rr.parts.tied, o));
+    if (rc.zero_partitions()) DSA_TRY(add_zero_partition(in, m, s, transport, comms, ports, rr.parts.tied, o));
     o.stream_masters = rc.stages == 1;
     if (rr.swap)
       o.offload = shard_options::nvme_offload{ports.swap, rr.swap->dir(), rc.offload.sub_group_size,
@@ -500,13 +500,13 @@ expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::trans
                                                        rc.offload.pipeline_read, rc.offload.pipeline_write};
     add_resumed_state(rc, s, start, o);
     rr.shards.push_back(make_shard(std::move(o)));
-    rr.parts.stages.push_back(ctx.stages[s].get());
+    rr.parts.stages.push_back(m.stages[s].get());
     rr.parts.optimizers.push_back(rr.shards.back().get());
   }
   rr.parts.source = rr.source.get();
   if (start.resumed) {
     try {
-      for (std::uint32_t s = 0; s < rc.stages; ++s) rr.shards[s]->init(ctx.stages[s]->parameters());
+      for (std::uint32_t s = 0; s < rc.stages; ++s) rr.shards[s]->init(m.stages[s]->parameters());
     } catch (const std::exception& e) {
       return make_error(errc::format, "{}: optimizer state: {}", rc.checkpoint.dir, e.what());
     }

@@ -25,9 +25,10 @@ namespace dsa::train {
 // Prepares data.prepare / data.prepare_qa when asked and loads data.vocab, where named:
 // tokenizing SQuAD text and dynamic masking need it; pre-training from shards alone takes
 // the vocabulary size from their metadata.
-expected<std::optional<tok::vocab>> load_vocab(run_context& ctx);
-// ctx.provider: pre-training shards or SQuAD training features.
-status make_provider(run_context& ctx);
+expected<std::optional<tok::vocab>> load_vocab(run_inputs& in);
+// m.provider and m.seq_length: pre-training shards or SQuAD training features (the shards
+// may settle in.rc.model.vocab_size).
+status make_provider(run_inputs& in, rank_model& m);
 
 // What a checkpoint restored into a rank's stages gives its shards and data.
 // A partitioned run (ZeRO ranks or NVMe offload) keeps no whole state here: its shards
@@ -42,15 +43,16 @@ struct restored {
   run_progress_state progress;
 };
 
-// What one rank starts from beyond its run_context: its step deciders and, with
+// What one rank starts from beyond its inputs and model: its step deciders and, with
 // checkpoint.load, the state it restored.
 struct rank_start {
   std::vector<std::unique_ptr<step_decider>> deciders;
   std::optional<restored> resumed;
 };
 
-// Builds the rank's stages and deciders and restores checkpoint.load into them.
-expected<rank_start> prepare_rank(run_context& ctx);
+// Builds the rank's stages and deciders and restores checkpoint.load into them (which sets
+// in.first_step and seeks m.provider).
+expected<rank_start> prepare_rank(run_inputs& in, rank_model& m);
 
 // One rank's part of the run: its share of the data, its optimizer shards, and
 // the runtime's view of its stages and shards.
@@ -71,7 +73,7 @@ struct rank_run {
 // transport: the rank's transport to the other ranks (null with one rank), for the
 // shards' own communicators under ZeRO; comms: the comms_logger the rank's ZeRO
 // collectives are timed into (may be null).
-expected<rank_run> make_rank_run(run_context& ctx, rank_start& start, net::transport* transport,
+expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start& start, net::transport* transport,
                                  net::comms_logger* comms = nullptr);
 
 // ZeRO, a rank that does not write checkpoints: its shards' part of rank 0's checkpoint
@@ -81,6 +83,6 @@ void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t
 
 // The final evaluation with the stages' weights (rank 0): held-out shards or the SQuAD
 // dev set; returns the exit code (1 when it fails).
-int evaluate(run_context& ctx);
+int evaluate(const run_inputs& in, rank_model& m);
 
 } // namespace dsa::train

@@ -40,24 +40,24 @@ void log_training_layout(const run_config& rc, const training& t, bool launched)
 }
 
 // The runtime's options shared by every rank of the process.
-actors::run_options shared_run_options(const run_context& ctx, bool global, bool resumed) {
-  const run_config& rc = ctx.rc;
+actors::run_options shared_run_options(const run_inputs& in, bool global, bool resumed) {
+  const run_config& rc = in.rc;
   actors::run_options ro;
   ro.pipeline.stages = rc.stages;
   ro.pipeline.micro_batches = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
-  ro.pipeline.steps = ctx.last_step - ctx.first_step + 1;
+  ro.pipeline.steps = in.last_step - in.first_step + 1;
   ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
   ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
   ro.pipeline.speculative_update = rc.speculative_update;
-  ro.first_step = ctx.first_step;
+  ro.first_step = in.first_step;
   if (resumed) ro.optimizers = actors::optimizer_start::already_loaded;
   // The shards wait for each on_step to return before their next update (step_hooks.hpp);
   // with several ranks the coordinators stop when any rank is asked to.
-  const std::uint32_t last = ctx.last_step;
+  const std::uint32_t last = in.last_step;
   ro.stop_after = [last](std::uint32_t k) { return stop_requested() && k != last; };
   ro.watchdog = std::chrono::seconds(rc.watchdog_seconds);
   ro.run_dir = rc.run_dir;
-  ro.trace_facts = ctx.trace_facts;
+  ro.trace_facts = in.trace_facts;
   return ro;
 }
 
@@ -74,7 +74,7 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
             r == 0 ? &*t.comms : nullptr, rc.shared_memory_allreduce};
   if (global_rank != 0 && t.zero)
     o.on_step = [&run, &ranks, &t, r](const actors::step_summary& summary) {
-      if (checkpoint_due(ranks.context(run, r), summary.step))
+      if (checkpoint_due(run.ctx.rc, summary.step))
         contribute_checkpoint(t.runs[static_cast<std::size_t>(r)], run.ctx.rc.checkpoint.dir, summary.step);
     };
   return o;
@@ -113,14 +113,15 @@ int start_training(opened_run& run, process_ranks& ranks, training& t) {
   // comms_logger: this process's first rank's collectives (every rank issues the same ones).
   t.comms.emplace(rc.comms_logger, t.world);
   for (int r = 0; r < R; ++r) {
-    auto rr = make_rank_run(ranks.context(run, r), ranks.starts[static_cast<std::size_t>(r)], t.transport(run, r),
+    run_context& rank = ranks.context(run, r);
+    auto rr = make_rank_run(rank, rank, ranks.starts[static_cast<std::size_t>(r)], t.transport(run, r),
                             r == 0 && t.world > 1 ? &*t.comms : nullptr);
     if (!rr) return fail_run(rr.err(), 1);
     t.runs.push_back(std::move(*rr));
   }
   std::vector<const model_shard*> shard_views;
   for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
-  if (run.lead) t.reporter.emplace(ctx, *t.metrics, *t.bar, shard_views);
+  if (run.lead) t.reporter.emplace(ctx, ctx, *t.metrics, *t.bar, shard_views);
   return 0;
 }
 

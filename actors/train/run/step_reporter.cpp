@@ -16,8 +16,8 @@
 
 namespace dsa::train {
 
-bool checkpoint_due(const run_context& ctx, std::uint32_t step) {
-  const auto& cp = ctx.rc.checkpoint;
+bool checkpoint_due(const run_config& rc, std::uint32_t step) {
+  const auto& cp = rc.checkpoint;
   return cp.save_interval > 0 && (step + 1) % static_cast<std::uint32_t>(cp.save_interval) == 0;
 }
 
@@ -26,10 +26,10 @@ void step_reporter::on_step(const actors::step_summary& s) {
   if (!states_measured_) {
     states_measured_ = true;
     // After the first update every model-state buffer exists: compare with the accounting.
-    for (std::uint32_t st = 0; st < ctx_.rc.stages; ++st) {
-      const auto measured = train::measured_model_states(*ctx_.stages[st], *shards_[st]);
-      const auto expected = expected_model_states(ctx_.stages[st]->named_parameters().count(), ctx_.rc.working,
-                                                  run_zero_sizes(ctx_.rc, ctx_.ranges, st));
+    for (std::uint32_t st = 0; st < in_.rc.stages; ++st) {
+      const auto measured = train::measured_model_states(*model_.stages[st], *shards_[st]);
+      const auto expected = expected_model_states(model_.stages[st]->named_parameters().count(), in_.rc.working,
+                                                  run_zero_sizes(in_.rc, model_.ranges, st));
       if (measured == expected)
         log_info("stage {}: model states measured after the first step: {} (as expected)", st, measured.describe());
       else
@@ -43,7 +43,7 @@ void step_reporter::on_step(const actors::step_summary& s) {
   auto now = std::chrono::steady_clock::now();
   double secs = std::chrono::duration<double>(now - last_).count();
   last_ = now;
-  const auto& b = ctx_.rc.batch;
+  const auto& b = in_.rc.batch;
   const std::int64_t samples = static_cast<std::int64_t>(step + 1) * b.train_batch_size;
   metrics_row row{static_cast<std::int64_t>(step) + 1, samples, {}};
   row.values = {{"Train/Samples/train_loss", t.mean_loss()},
@@ -58,7 +58,7 @@ void step_reporter::on_step(const actors::step_summary& s) {
     row.values.push_back({"Train/Samples/nsp_accuracy",
                           static_cast<double>(t.nsp_correct) / static_cast<double>(t.nsp_count)});
   step_times times;
-  if (ctx_.rc.wall_clock_breakdown) {
+  if (in_.rc.wall_clock_breakdown) {
     times = take_times();
     // DeepSpeed's monitor names for the wall_clock_breakdown timers, plus the whole step's wall time.
     row.values.push_back({"Train/Samples/elapsed_time_ms_forward", times.forward_ms});
@@ -75,11 +75,11 @@ void step_reporter::on_step(const actors::step_summary& s) {
   r.lr = d.lr_after;
   r.loss_scale = d.loss_scale_after;
   r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
-  if (ctx_.rc.wall_clock_breakdown)
+  if (in_.rc.wall_clock_breakdown)
     r.extra = fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
                           times.forward_ms, times.backward_ms, times.step_ms);
   bar_.update(r);
-  if (checkpoint_due(ctx_, step))
+  if (checkpoint_due(in_.rc, step))
     save(step, s.data_position);
 }
 
@@ -92,7 +92,7 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   std::vector<ckpt::checkpoint_file> staged;
   for (const auto* shard : shards_) {
     if (shard->saves_errors()) { // every rank's 1-bit error buffers in its own file
-      auto files = shard->stage_errors(ctx_.rc.checkpoint.dir, std::uint64_t{step} + 1);
+      auto files = shard->stage_errors(in_.rc.checkpoint.dir, std::uint64_t{step} + 1);
       staged.insert(staged.end(), files.begin(), files.end());
     }
     if (!shard->per_rank_checkpoint()) {
@@ -100,8 +100,8 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
       continue;
     }
     payloads.push_back(shard->gathered_masters());
-    if (shard->streams_masters()) staged.push_back(shard->stage_masters(ctx_.rc.checkpoint.dir, std::uint64_t{step} + 1));
-    auto files = shard->stage_partition(ctx_.rc.checkpoint.dir, std::uint64_t{step} + 1);
+    if (shard->streams_masters()) staged.push_back(shard->stage_masters(in_.rc.checkpoint.dir, std::uint64_t{step} + 1));
+    auto files = shard->stage_partition(in_.rc.checkpoint.dir, std::uint64_t{step} + 1);
     staged.insert(staged.end(), files.begin(), files.end());
   }
   const step_decider& decider = shards_.front()->decider();
@@ -111,26 +111,26 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   p.scaler = decider.scaler_state();
   p.data_cursor = data_position;
   p.skipped_steps = decider.skipped();
-  p.stages = ctx_.rc.stages;
-  p.layout = describe_layout(ctx_.ranges);
-  p.precision = precision_name(ctx_.rc.working);
-  p.micro_batch_size = ctx_.rc.batch.micro_batch_size;
-  p.gradient_accumulation = ctx_.rc.batch.gradient_accumulation;
-  p.data_parallel_size = ctx_.rc.batch.data_parallel_size;
-  p.config_toml = ctx_.cfg.to_toml();
+  p.stages = in_.rc.stages;
+  p.layout = describe_layout(model_.ranges);
+  p.precision = precision_name(in_.rc.working);
+  p.micro_batch_size = in_.rc.batch.micro_batch_size;
+  p.gradient_accumulation = in_.rc.batch.gradient_accumulation;
+  p.data_parallel_size = in_.rc.batch.data_parallel_size;
+  p.config_toml = in_.cfg.to_toml();
   ckpt::checkpoint_contents c;
   c.step = step + 1;
   c.global_samples = static_cast<std::uint64_t>(step + 1) *
-                     static_cast<std::uint64_t>(ctx_.rc.batch.train_batch_size);
+                     static_cast<std::uint64_t>(in_.rc.batch.train_batch_size);
   c.state = progress_to_json(p);
   c.groups = checkpoint_groups(payloads);
   for (const auto& f : staged) // a model file a shard streamed replaces the (empty) gathered one
     if (f.group == "model") c.groups.erase("model");
   ckpt::save_options o;
-  o.keep_last = static_cast<std::size_t>(ctx_.rc.checkpoint.keep_last);
+  o.keep_last = static_cast<std::size_t>(in_.rc.checkpoint.keep_last);
   o.overwrite = ckpt::overwrite_policy::replace;
   o.staged = std::move(staged);
-  auto saved = ckpt::save_checkpoint(ctx_.rc.checkpoint.dir, c, o);
+  auto saved = ckpt::save_checkpoint(in_.rc.checkpoint.dir, c, o);
   if (!saved)
     throw std::runtime_error("checkpoint: " + saved.err().message);
   bar_.finish();
@@ -141,9 +141,9 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
 step_reporter::step_times step_reporter::take_times() {
   auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
   step_times t;
-  t.forward_ms = take(ctx_.shared.forward_ns);
-  t.backward_ms = take(ctx_.shared.backward_ns);
-  t.step_ms = take(ctx_.shared.optimizer_ns);
+  t.forward_ms = take(model_.shared.forward_ns);
+  t.backward_ms = take(model_.shared.backward_ns);
+  t.step_ms = take(model_.shared.optimizer_ns);
   return t;
 }
 

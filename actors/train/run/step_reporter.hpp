@@ -16,7 +16,7 @@ namespace dsa::train {
 
 // Interval checkpoints are taken after the step on the coordinator (the shards then
 // wait); the final one and one asked for by a signal after the run.
-bool checkpoint_due(const run_context& ctx, std::uint32_t step);
+bool checkpoint_due(const run_config& rc, std::uint32_t step);
 
 // What happens after each completed step (the run's on_step hook, on the
 // coordinator): metrics, progress, and the checkpoint when one is due. The
@@ -24,8 +24,11 @@ bool checkpoint_due(const run_context& ctx, std::uint32_t step);
 // stop_after hook, so no shard starts the next update before this returns.
 class step_reporter {
 public:
-  step_reporter(run_context& ctx, metrics_writer& metrics, progress& bar, std::vector<const model_shard*> shards)
-      : ctx_(ctx), metrics_(metrics), bar_(bar), shards_(std::move(shards)),
+  // in: the config and the rank; model: the stages (checked after the first step, their
+  // wall_clock_breakdown counters taken every step) and their layer ranges.
+  step_reporter(const run_inputs& in, rank_model& model, metrics_writer& metrics, progress& bar,
+                std::vector<const model_shard*> shards)
+      : in_(in), model_(model), metrics_(metrics), bar_(bar), shards_(std::move(shards)),
         last_(std::chrono::steady_clock::now()) {}
 
   void on_step(const actors::step_summary& s);
@@ -43,7 +46,8 @@ private:
   };
   step_times take_times();
 
-  run_context& ctx_;
+  const run_inputs& in_;
+  rank_model& model_;
   metrics_writer& metrics_;
   progress& bar_;
   std::vector<const model_shard*> shards_;

@@ -38,7 +38,7 @@ int evaluate_and_report_memory(opened_run& run, const run_plan& plan) {
              "evaluates)",
              format_bytes(memory.evaluation), format_bytes(memory.evaluation_peak()),
              memory.evaluation_fits(rc) ? " in another process" : "", format_bytes(rc.host_memory));
-  const int status = run.lead && plan.evaluates ? evaluate(run.ctx) : 0;
+  const int status = run.lead && plan.evaluates ? evaluate(run.ctx, run.ctx) : 0;
   log_memory_report(rc, memory); // the evaluation included
   return status;
 }
