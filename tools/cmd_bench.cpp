@@ -103,7 +103,7 @@ int bench_kernels_main(int argc, char** argv) {
 
 } // namespace
 
-int cmd_bench(int argc, char** argv) {
+int bench_command(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help")) {
     fmt::print("usage: dsactor bench WHAT [options]\n  kernels   GEMM, Adam and a BERT-mini step against this machine's limits\n");
     fmt::print("  runtime   the actor runtime's own overhead on BERT-mini: 1 stage vs a plain loop, trace on vs off\n");

@@ -22,7 +22,7 @@ struct tuned {
 
 } // namespace
 
-int cmd_nvme_tune(int argc, char** argv) {
+int nvme_tune_command(int argc, char** argv) {
   po::options_description opts("dsactor nvme-tune DIR [--size MiB] [--quick]");
   opts.add_options()("help,h", "this help")(
       "dir", po::value<std::string>()->required(),

@@ -16,6 +16,10 @@ int cmd_launch(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_nvme_tune(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
+// In dsactor-bench (tools/bench/main.cpp), which dsactor's cmd_bench and cmd_nvme_tune run:
+// the benchmarks (cmd_bench.cpp) and the [aio] sweep (cmd_nvme_tune.cpp).
+int bench_command(int argc, char** argv);
+int nvme_tune_command(int argc, char** argv);
 // 'dsactor prep qa-from-corpus' (tools/cmd_prep_qa.cpp), dispatched by cmd_prep.
 int prep_qa_from_corpus(int argc, char** argv);
 

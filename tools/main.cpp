@@ -1,11 +1,6 @@
 // dsactor: one program, one subcommand per file under tools/.
 #include "tools/command.hpp"
-#include "tools/malloc_tuning.hpp"
-#include "tools/omp_env.hpp"
-
-#if DSA_HAVE_CUDA
-#include "kernels/cuda/cuda_allocator.hpp"
-#endif
+#include "tools/program_start.hpp"
 
 #include <fmt/format.h>
 
@@ -44,11 +39,7 @@ void usage() {
 } // namespace
 
 int main(int argc, char** argv) {
-  dsa::tools::ensure_omp_env(argv); // may re-exec; must run before any thread
-  dsa::tools::tune_malloc();                  // before the first tensor
-#if DSA_HAVE_CUDA
-  dsa::cuda::install_caching_allocator(); // for cuda:N tensors; no CUDA call until one is made
-#endif
+  dsa::tools::start_program(argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;

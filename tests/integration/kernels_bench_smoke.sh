@@ -3,10 +3,20 @@
 # object; the vector ISA it names is the one `dsactor report` names, and the bf16 GEMM
 # figures are numbers exactly when `dsactor report` says bf16 GEMM can run here (null
 # otherwise); the report's CUDA line says what this build holds, and DSA_CPU_ISA=avx2 hides
-# AVX-512 and the bf16 GEMM from it. No timing is asserted.
+# AVX-512 and the bf16 GEMM from it. A dsactor without dsactor-bench beside it says how to
+# build it (exit 2). No timing is asserted.
 # Usage: kernels_bench_smoke.sh PATH/TO/dsactor
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
+
+alone=$work/alone
+mkdir "$alone"
+cp "$dsactor" "$alone/dsactor"
+rc=0
+"$alone/dsactor" bench kernels --quick >/dev/null 2>"$alone/err" || rc=$?
+[[ $rc -eq 2 ]] || fail "bench without dsactor-bench: exit $rc, expected 2"
+grep -q "dsactor-bench, which this build does not have" "$alone/err" || fail "bench without dsactor-bench: $(cat "$alone/err")"
+grep -q "ninja -C BUILD_DIR tools/dsactor-bench" "$alone/err" || fail "bench without dsactor-bench names no way to build it"
 
 out=$("$dsactor" bench kernels --quick) || fail "bench kernels exited non-zero"
 echo "$out"

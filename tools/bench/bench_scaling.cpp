@@ -59,11 +59,13 @@ save_final = false
                      p.micro_batch, p.accumulation, p.steps, p.seq);
 }
 
-expected<std::string> own_path() {
+// The dsactor program beside this one (dsactor-bench), which runs and launches the runs.
+expected<std::string> dsactor_path() {
   std::vector<char> buf(PATH_MAX + 1, '\0');
   const ssize_t n = ::readlink("/proc/self/exe", buf.data(), PATH_MAX);
   if (n <= 0) return make_error(errc::io, "cannot find this program's path (/proc/self/exe): {}", std::strerror(errno));
-  return std::string(buf.data(), static_cast<std::size_t>(n));
+  const std::string self(buf.data(), static_cast<std::size_t>(n));
+  return self.substr(0, self.rfind('/') + 1) + "dsactor";
 }
 
 // Runs argv with stdout and stderr into `log`; its exit code, or an error.
@@ -110,7 +112,7 @@ expected<double> median_step(const std::string& run_dir, int warmup) {
 expected<scaling_result> bench_weak_scaling(const scaling_plan& p) {
   if (p.steps <= p.warmup || p.warmup < 0)
     return make_error(errc::invalid_argument, "weak scaling: {} steps with {} warm-up", p.steps, p.warmup);
-  DSA_ASSIGN_OR_RETURN(std::string self, own_path());
+  DSA_ASSIGN_OR_RETURN(std::string self, dsactor_path());
   const std::string config = p.work_dir + "/scaling.toml";
   std::ofstream(config) << config_text(p);
   const int per_rank = p.micro_batch * p.accumulation;
