@@ -179,7 +179,17 @@ void read_devices(const config& cfg, run_config& rc, config_problems& problems, 
   param_reader r(cfg, "devices", problems);
   r.read("ranks", rc.ranks);
   r.read("shared_memory_allreduce", rc.shared_memory_allreduce);
+  r.read("backend", rc.backend);
+  r.read("device", rc.device);
   r.check_unknown();
+  if (rc.backend != "cpu" && rc.backend != "cuda") {
+    r.invalid("backend", fmt::format("expected \"cpu\" or \"cuda\", got \"{}\"", rc.backend));
+    rc.backend = "cpu";
+  }
+  if (rc.device < -1) {
+    r.invalid("device", fmt::format("expected a device index >= 0 (or -1: the local rank), got {}", rc.device));
+    rc.device = -1;
+  }
   if (rc.ranks < 1 || rc.ranks > 64) {
     r.invalid("ranks", fmt::format("must be in 1..64, got {}", rc.ranks));
     rc.ranks = 1;

@@ -91,6 +91,11 @@ struct run_config {
   // [devices] ranks: data-parallel replicas in this process (threads sharing an
   // in-process transport); the batch rule counts them in data_parallel_size.
   std::int64_t ranks = 1;
+  // [devices] backend: where the stages compute, "cpu" or "cuda" (choose_device), and
+  // device: the CUDA device's index among the visible ones (CUDA_VISIBLE_DEVICES
+  // respected); -1: the local rank under dsactor launch, else 0.
+  std::string backend = "cpu";
+  std::int64_t device = -1;
   // [devices] shared_memory_allreduce: the gradient allreduce of ranks on one host goes
   // through memory they share (true, the default) or over the transport as between hosts
   // (false: then the transport counts every byte, as `dsactor bench compressed` needs).

@@ -3,6 +3,7 @@
 #include "actors/train/run/run_phases.hpp"
 
 #include "actors/train/config/deepspeed_json.hpp"
+#include "actors/train/stage/device_choice.hpp"
 #include "core/log.hpp"
 #include "io/ckpt/atomic_file.hpp"
 #include "io/net/rendezvous_env.hpp"
@@ -138,6 +139,12 @@ int open_run(const run_request& req, opened_run& run) {
   if (int code = read_config(req, run, *launched ? (*launched)->world_size : 1)) return code;
   if (*launched)
     if (int code = join(**launched, run)) return code;
+  // devices.backend: refused here, before anything is allocated, when it cannot be used
+  // (the CUDA runtime is probed only when asked for).
+  const run_config& rc = run.ctx.rc;
+  auto device = choose_device(rc, *launched ? (*launched)->local_rank : 0,
+                              rc.backend == "cpu" ? gpu_facts{} : probe_gpu());
+  if (!device) return fail_run(device.err());
   run.lead = run.ctx.rank == 0;
   return open_run_dir(run);
 }

@@ -1,0 +1,83 @@
+// Where a rank's stages compute; see device_choice.hpp.
+#include "actors/train/stage/device_choice.hpp"
+
+#if DSA_HAVE_CUDA
+#include "kernels/cuda/cuda_allocator.hpp"
+
+#include <cuda_runtime_api.h>
+#endif
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+namespace dsa::train {
+
+gpu_facts probe_gpu() {
+  gpu_facts f;
+#if DSA_HAVE_CUDA
+  f.built = true;
+  const cuda::device_probe probe = cuda::probe_devices();
+  f.probe = probe.message;
+  for (int i = 0; i < probe.count; ++i) {
+    cudaDeviceProp prop{};
+    gpu_facts::device d;
+    if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
+      d.name = prop.name;
+      d.major = prop.major;
+      d.minor = prop.minor;
+      d.bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
+    } else {
+      cudaGetLastError(); // a failed query leaves the error as "last error"
+      d.name = "unknown (cudaGetDeviceProperties failed)";
+    }
+    f.devices.push_back(std::move(d));
+  }
+#else
+  f.probe = "this build has no CUDA code";
+#endif
+  return f;
+}
+
+namespace {
+std::string visible_devices() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", v) : std::string();
+}
+} // namespace
+
+expected<device_choice> choose_device(const run_config& rc, int local_rank, const gpu_facts& facts) {
+  device_choice c;
+  if (rc.backend == "cpu") {
+    c.description = "cpu";
+    return c;
+  }
+  if (!facts.built)
+    return make_error(errc::config,
+                      "devices.backend = \"cuda\": this build has no CUDA code (nvcc was not found when it was "
+                      "configured, or it was configured with -Dcuda=disabled; `./ds run` builds it only where a GPU "
+                      "is visible or with DSA_CUDA=1)");
+  if (facts.devices.empty())
+    return make_error(errc::config, "devices.backend = \"cuda\": {}{}", facts.probe, visible_devices());
+  const std::int64_t index = rc.device >= 0 ? rc.device : local_rank;
+  if (index >= static_cast<std::int64_t>(facts.devices.size()))
+    return make_error(errc::config, "devices.device = {}{}: only {} CUDA device(s) visible{}: {}", index,
+                      rc.device < 0 ? fmt::format(" (the local rank {})", local_rank) : std::string(),
+                      facts.devices.size(), visible_devices(), facts.probe);
+  const gpu_facts::device& d = facts.devices[static_cast<std::size_t>(index)];
+  c.index = static_cast<int>(index);
+  c.description = fmt::format("cuda:{} ({}, sm_{}{}, {:.1f} GiB)", index, d.name, d.major, d.minor,
+                              static_cast<double>(d.bytes) / (1024.0 * 1024.0 * 1024.0));
+  if (d.major < cuda_min_major)
+    return make_error(errc::config,
+                      "devices.backend = \"cuda\": {} has compute capability {}.{}; this build's kernels need {}.0 or "
+                      "newer (sm_90 code: H100, H200 and later)",
+                      c.description, d.major, d.minor, cuda_min_major);
+  return make_error(errc::config,
+                    "devices.backend = \"cuda\": {} is usable, but this version trains on CPU ranks only: the CUDA "
+                    "pipeline stage is not written yet (the GPU model runs in `dsactor bench gpu-train`); use "
+                    "devices.backend = \"cpu\"",
+                    c.description);
+}
+
+} // namespace dsa::train

@@ -1,0 +1,48 @@
+// Where a rank's stages compute: `[devices] backend` and `device` checked against what
+// this build holds and what the machine has, at start-up, before anything is allocated.
+// A refusal names the reason (a build without CUDA code, no driver, no device, an index
+// out of range, a compute capability the kernels were not built for) and is a
+// configuration error (dsactor run exits 2).
+#pragma once
+
+#include "actors/train/config/run_config.hpp"
+#include "actors/train/stage/model_stage.hpp"
+#include "core/error.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::train {
+
+// What the process can use: whether the build holds the CUDA code, and the devices
+// visible to it (CUDA_VISIBLE_DEVICES applied by the runtime).
+struct gpu_facts {
+  bool built = false;
+  std::string probe; // cuda::probe_devices' message: the devices, or why there are none
+  struct device {
+    std::string name;
+    int major = 0, minor = 0; // compute capability
+    std::int64_t bytes = 0;
+  };
+  std::vector<device> devices;
+};
+
+// This process's facts (probes the CUDA runtime in a CUDA build; never aborts).
+gpu_facts probe_gpu();
+
+// The compute capability the CUDA kernels are built for (sm_90 code and compute_90 PTX:
+// Hopper and later).
+constexpr int cuda_min_major = 9;
+
+struct device_choice {
+  stage_device device = stage_device::cpu;
+  int index = -1;          // the CUDA device (-1 on the CPU)
+  std::string description; // for the log: "cpu" or "cuda:0 (NVIDIA H200, sm_90, 139.8 GiB)"
+};
+
+// The device for rc's backend and device on a rank with local index `local_rank` (0
+// outside dsactor launch), or a config error saying why it cannot be used.
+expected<device_choice> choose_device(const run_config& rc, int local_rank, const gpu_facts& facts);
+
+} // namespace dsa::train

@@ -1,0 +1,94 @@
+// devices.backend and devices.device: what a run is refused with, checked against made-up
+// machines (no GPU needed), and `dsactor run` stopping at start-up with exit code 2.
+#include "actors/train/config/run_config.hpp"
+#include "actors/train/stage/device_choice.hpp"
+#include "tests/train/train_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+using namespace dsa;
+
+namespace {
+
+train::run_config with_backend(const std::string& backend, std::int64_t device = -1) {
+  train::run_config rc;
+  rc.backend = backend;
+  rc.device = device;
+  return rc;
+}
+
+train::gpu_facts machine(std::initializer_list<train::gpu_facts::device> devices) {
+  train::gpu_facts f;
+  f.built = true;
+  f.devices = devices;
+  f.probe = fmt::format("{} CUDA device(s)", f.devices.size());
+  return f;
+}
+
+const train::gpu_facts::device h200{"NVIDIA H200", 9, 0, std::int64_t{140} << 30};
+const train::gpu_facts::device a100{"NVIDIA A100-SXM4-80GB", 8, 0, std::int64_t{80} << 30};
+
+// The message of a choice that must be refused, which must be a config error (exit 2).
+std::string refusal(const train::run_config& rc, int local_rank, const train::gpu_facts& facts) {
+  auto c = train::choose_device(rc, local_rank, facts);
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.err().code == errc::config);
+  return c.err().message;
+}
+
+} // namespace
+
+TEST_CASE("devices.backend = cpu runs on the CPU whatever the machine has") {
+  for (const auto& facts : {train::gpu_facts{}, machine({h200})}) {
+    auto c = train::choose_device(with_backend("cpu"), 3, facts);
+    REQUIRE(c.has_value());
+    CHECK(c->device == train::stage_device::cpu);
+    CHECK(c->index == -1);
+  }
+}
+
+TEST_CASE("devices.backend = cuda is refused naming why: no CUDA code, no device, an index out of range, an old GPU") {
+  train::gpu_facts unbuilt;
+  unbuilt.probe = "this build has no CUDA code";
+  CHECK(refusal(with_backend("cuda"), 0, unbuilt).find("this build has no CUDA code") != std::string::npos);
+
+  train::gpu_facts no_driver;
+  no_driver.built = true;
+  no_driver.probe = "no usable CUDA device: cudaGetDeviceCount: CUDA driver version is insufficient";
+  CHECK(refusal(with_backend("cuda"), 0, no_driver).find("driver version is insufficient") != std::string::npos);
+
+  // The default index is the local rank; an explicit one wins.
+  const std::string by_rank = refusal(with_backend("cuda"), 2, machine({h200, h200}));
+  CHECK(by_rank.find("devices.device = 2 (the local rank 2): only 2 CUDA device(s) visible") != std::string::npos);
+  const std::string explicit_index = refusal(with_backend("cuda", 5), 0, machine({h200}));
+  CHECK(explicit_index.find("devices.device = 5: only 1 CUDA device(s) visible") != std::string::npos);
+
+  const std::string old = refusal(with_backend("cuda", 1), 0, machine({h200, a100}));
+  CHECK(old.find("cuda:1 (NVIDIA A100-SXM4-80GB, sm_80") != std::string::npos);
+  CHECK(old.find("compute capability 8.0") != std::string::npos);
+}
+
+TEST_CASE("a usable GPU is named, and refused while the CUDA stage is not in this version") {
+  // The refusal an H200 gets today names the device it would use; when the CUDA stage
+  // lands this case turns into the choice itself.
+  const std::string usable = refusal(with_backend("cuda"), 1, machine({h200, h200}));
+  CHECK(usable.find("cuda:1 (NVIDIA H200, sm_90, 140.0 GiB) is usable") != std::string::npos);
+  CHECK(usable.find("devices.backend = \"cpu\"") != std::string::npos);
+}
+
+TEST_CASE("devices.backend and devices.device are checked with the config, and dsactor run stops before the run "
+          "directory") {
+  test::temp_dir dir;
+  const std::string cfg = test::tiny_config(dir.path());
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.backend=\"gpu\""}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=-2"}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=\"first\""}) == 2);
+  // This machine's own answer (a CPU-only build, or no usable GPU here, or a GPU and the
+  // refusal above): exit 2 either way, and no run directory made.
+  CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\""}) == 2);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/run")); // tiny_config's run_dir
+}
