@@ -156,5 +156,13 @@ def main(path):
     return 1 if failed else 0
 
 
+USAGE = "usage: test_summary.py BUILD/meson-logs/testlog.json"
+
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        print(USAGE + "\n\n" + __doc__, file=sys.stderr if len(sys.argv) != 2 else sys.stdout)
+        sys.exit(0 if len(sys.argv) == 2 else 2)
+    if not os.path.isfile(sys.argv[1]):
+        print(f"test_summary.py: {sys.argv[1]}: no such file (meson test writes it)\n{USAGE}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(sys.argv[1]))

@@ -2,7 +2,7 @@
 # Keeps the documentation honest as the code moves: README.md and docs/**/*.md name
 # no file outside the repository, their relative links resolve, every doc under docs/
 # is reachable from README.md by links, every source file docs/architecture.md names
-# exists, and every message struct and atom of actors/protocol is described there.
+# exists (and every source path the other current docs name), and every message struct and atom of actors/protocol is described there.
 # Usage: check_docs.sh REPOSITORY_ROOT
 set -euo pipefail
 root=$(realpath "$1")
@@ -81,6 +81,18 @@ while IFS= read -r name; do
     grep -qE "(^|/)${name//./\\.}\$" <<<"$tree" || problem "$arch names $name, found nowhere in the repository"
   fi
 done < <(grep -oE '`[A-Za-z0-9_./-]+\.(hpp|cpp|sh|py|md)`|`[A-Za-z0-9_./-]*meson\.build`' "$arch" | tr -d '`' | sort -u)
+
+# 3b. The other current docs (not the dated records under docs/results/ and docs/gpu/,
+#     which describe the tree of their day) name only source files that exist: paths
+#     into the source folders, as written.
+for f in "${docs[@]}"; do
+  [[ $f == "$arch" || $f == docs/results/* || $f == docs/gpu/* ]] && continue
+  while IFS= read -r name; do
+    [[ -e $name ]] || problem "$f names $name, which does not exist"
+  done < <(awk '/^```/ { fenced = !fenced; next } !fenced' "$f" |
+    grep -oE '`(actors|kernels|io|optim|models|configs|tools|tests|core)/[A-Za-z0-9_./-]+\.(hpp|cpp|cu|cuh|sh|py|toml)`' |
+    tr -d '`' | sort -u)
+done
 
 # 4. Every message struct and atom of the protocol is described.
 for type in $(grep -oE '^struct [a-z_]+' actors/protocol/messages.hpp | cut -d' ' -f2); do
