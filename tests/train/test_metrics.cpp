@@ -1,6 +1,6 @@
 // metrics.csv / metrics.jsonl: rows per step; a resumed run drops rows past its checkpoint.
 #include "actors/train/run/metrics.hpp"
-#include "actors/train/run/step_stats.hpp"
+#include "actors/train/stage/step_stats.hpp"
 #include "io/ckpt/atomic_file.hpp"
 #include "tests/train/train_fixture.hpp"
 

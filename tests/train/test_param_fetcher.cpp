@@ -1,7 +1,7 @@
 // ZeRO-3 on ranks as threads of one process: the parameter fetcher (what each use binds,
 // what each release frees, the live bound, a use out of sequence) and the gradient partition.
 #include "actors/train/stage/param_fetcher.hpp"
-#include "actors/train/shard/partition_grads.hpp"
+#include "actors/train/stage/partition_grads.hpp"
 #include "io/net/local_transport.hpp"
 
 #include <doctest/doctest.h>

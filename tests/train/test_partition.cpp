@@ -1,5 +1,5 @@
 // Stage partitioning: balanced contiguous splits and DeepSpeed's partition methods.
-#include "actors/train/shard/partition.hpp"
+#include "actors/train/config/layer_partition.hpp"
 
 #include <doctest/doctest.h>
 

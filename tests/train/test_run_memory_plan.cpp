@@ -8,7 +8,7 @@
 #include "actors/train/config/deepspeed_json.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/memory/memory_plan.hpp"
-#include "actors/train/shard/partition.hpp"
+#include "actors/train/config/layer_partition.hpp"
 #include "actors/train/config/run_config.hpp"
 #include "models/bert/parameter_specs.hpp"
 

@@ -1,6 +1,6 @@
 // dsactor-bench: the benchmarks (`dsactor bench WHAT`) and `dsactor nvme-tune`, which
 // dsactor runs as `dsactor-bench bench WHAT ...` / `dsactor-bench nvme-tune ...`
-// (tools/bench/forward.cpp). A program of its own so that the training program builds
+// (tools/cmd_bench_forward.cpp). A program of its own so that the training program builds
 // without them.
 #include "tools/command.hpp"
 #include "tools/program_start.hpp"

@@ -2,8 +2,8 @@
 #include "actors/train/config/run_config.hpp"
 
 #include "kernels/cpu/gemm_bf16.hpp"
-#include "actors/train/memory/memory_plan.hpp"
-#include "actors/train/shard/partition.hpp"
+#include "actors/train/config/limits_config.hpp"
+#include "actors/train/config/layer_partition.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/param_reader.hpp"
 

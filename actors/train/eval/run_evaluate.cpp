@@ -1,5 +1,5 @@
-// The end-of-run evaluation of a run's model; see run_setup.hpp (evaluate).
-#include "actors/train/run/run_setup.hpp"
+// The end-of-run evaluation of a run's model; see run_evaluate.hpp.
+#include "actors/train/eval/run_evaluate.hpp"
 
 #include "actors/train/data/data_prepare.hpp"
 #include "actors/train/eval/evaluation.hpp"
@@ -15,10 +15,10 @@ namespace dsa::train {
 namespace {
 
 // The whole model in f32 from the stages' working weights (for evaluation).
-bert::bert_part assemble_whole(const run_config& rc, rank_model& m) {
+bert::bert_part assemble_whole(const run_config& rc, const std::vector<std::unique_ptr<model_stage>>& stages) {
   bert::bert_part whole(rc.model, bert::bert_range::whole(rc.model));
   std::map<std::string, tensor> dict;
-  for (auto& st : m.stages)
+  for (auto& st : stages)
     for (const auto& e : st->named_parameters().entries())
       if (e.spec.role == bert::replica::owner) dict.emplace(e.spec.name, e.value);
   auto loaded = bert::load_state(whole.parameters(), dict, {});
@@ -28,17 +28,18 @@ bert::bert_part assemble_whole(const run_config& rc, rank_model& m) {
 
 } // namespace
 
-int evaluate(const run_inputs& in, rank_model& m) {
-  bert::bert_part whole = assemble_whole(in.rc, m);
-  const auto& d = in.rc.data;
-  if (in.rc.model.head == bert::head_kind::pretraining) {
+int evaluate(const run_config& rc, const tok::bert_tokenizer* tokenizer,
+             const std::vector<std::unique_ptr<model_stage>>& stages) {
+  bert::bert_part whole = assemble_whole(rc, stages);
+  const auto& d = rc.data;
+  if (rc.model.head == bert::head_kind::pretraining) {
     if (d.eval_shards.empty()) return 0;
     auto shards = list_shards(d.eval_shards);
     if (!shards) {
       log_warn("evaluation skipped: {}", shards.err().message);
       return 0;
     }
-    auto r = evaluate_pretraining(whole, *shards, in.rc.batch.micro_batch_size, d.eval_batches);
+    auto r = evaluate_pretraining(whole, *shards, rc.batch.micro_batch_size, d.eval_batches);
     if (!r) {
       log_error("evaluation failed: {}", r.err().message);
       return 1;
@@ -48,22 +49,22 @@ int evaluate(const run_inputs& in, rank_model& m) {
     std::string summary = fmt::format("{{\"eval_sequences\":{},\"mlm_accuracy\":{:.6f},\"mlm_loss\":{:.6f},"
                                       "\"nsp_accuracy\":{:.6f},\"nsp_loss\":{:.6f}}}\n",
                                       r->sequences, r->mlm_accuracy, r->mlm_loss, r->nsp_accuracy, r->nsp_loss);
-    (void)ckpt::write_file_atomic(in.rc.run_dir + "/eval.json", summary);
+    (void)ckpt::write_file_atomic(rc.run_dir + "/eval.json", summary);
     fmt::print("{}", summary);
     return 0;
   }
   if (d.dev_file.empty()) return 0;
   squad_eval_settings s;
   s.dev_file = d.dev_file;
-  s.predictions_path = in.rc.run_dir + "/predictions.json";
-  s.batch_size = in.rc.batch.micro_batch_size;
+  s.predictions_path = rc.run_dir + "/predictions.json";
+  s.batch_size = rc.batch.micro_batch_size;
   s.max_seq_length = static_cast<int>(d.max_seq_length);
   s.doc_stride = static_cast<int>(d.doc_stride);
   s.max_query_length = static_cast<int>(d.max_query_length);
   s.n_best_size = static_cast<int>(d.n_best_size);
   s.max_answer_length = static_cast<int>(d.max_answer_length);
-  s.seed = in.rc.seed;
-  auto r = evaluate_squad(whole, *in.tokenizer, s);
+  s.seed = rc.seed;
+  auto r = evaluate_squad(whole, *tokenizer, s);
   if (!r) {
     log_error("evaluation failed: {}", r.err().message);
     return 1;
@@ -73,7 +74,7 @@ int evaluate(const run_inputs& in, rank_model& m) {
            r->first_sentence.exact_match, r->first_sentence.f1, r->random_span.exact_match, r->random_span.f1);
   log_info("eval: model: EM {:.2f} F1 {:.2f} over {} questions", r->model.exact_match, r->model.f1, r->model.total);
   std::string line = data::squad_scores_json(r->model);
-  (void)ckpt::write_file_atomic(in.rc.run_dir + "/eval.json", line + "\n");
+  (void)ckpt::write_file_atomic(rc.run_dir + "/eval.json", line + "\n");
   fmt::print("{}\n", line);
   return 0;
 }

@@ -35,6 +35,7 @@
 // (host_memory_plan::evaluation) and skipped under a budget it would exceed.
 #pragma once
 
+#include "actors/train/config/limits_config.hpp"
 #include "actors/train/config/run_config.hpp"
 #include "core/config.hpp"
 #include "core/config_problems.hpp"
@@ -53,18 +54,7 @@ class rendezvous_client;
 
 namespace dsa::train {
 
-struct run_inputs;
-struct rank_model;
-
-// "2GiB", "512 MiB", "1.5GiB", "3GB" (10^9), "1048576" or "1048576B": bytes; none
-// for anything else (a unit without i other than B, a bare K/M/G/T, zero, negative).
-std::optional<std::int64_t> parse_byte_size(std::string_view text);
-// "1.50 GiB", "12.00 MiB", "4096 B".
-std::string format_bytes(std::int64_t bytes);
-
-// [limits] host_memory: a size string or a number of bytes into rc.host_memory
-// (0: no budget); errors name the key.
-void read_limits(const config& cfg, run_config& rc, config_problems& problems);
+class batch_provider;
 
 // A line of /proc/self/status in bytes ("VmRSS", "VmHWM"); 0 when absent.
 std::int64_t proc_status_bytes(const char* field);
@@ -142,9 +132,9 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                                           const plan_inputs& in);
 
 // The run's start-up: plans (logging the plan), refuses what does not fit, applies a
-// smaller sub_group_size to inputs.rc; a micro-batch of a copy of m.provider gives the
-// sequence and prediction lengths. rss_before_data: VmRSS before make_provider.
-expected<host_memory_plan> plan_run_memory(run_inputs& inputs, const rank_model& m, std::int64_t rss_before_data);
+// smaller sub_group_size to rc; a micro-batch of a copy of `data` gives the sequence and
+// prediction lengths. rss_before_data: VmRSS before make_provider.
+expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data);
 // The end of the run: planned peak vs VmHWM and the tensors' peak, one log line.
 void log_memory_report(const run_config& rc, const host_memory_plan& plan);
 

@@ -178,7 +178,7 @@ int open_data(opened_run& run) {
 int plan_run(opened_run& run, run_plan& plan) {
   run_config& rc = run.ctx.rc;
   const bool could_move_weights = rc.host_memory > 0 && may_move_weights(rc); // the same in every process
-  auto memory = plan_run_memory(run.ctx, run.ctx, run.rss_before_data);
+  auto memory = plan_run_memory(run.ctx.rc, *run.ctx.provider, run.rss_before_data);
   if (!memory) return fail_run(memory.err());
   plan.memory = std::move(*memory);
   // What every process of a job must do alike, from what each planned for itself.

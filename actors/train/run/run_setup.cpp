@@ -8,7 +8,7 @@
 #include "actors/train/data/data_prepare.hpp"
 #include "actors/train/eval/evaluation.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
-#include "actors/train/shard/partition.hpp"
+#include "actors/train/config/layer_partition.hpp"
 #include "core/log.hpp"
 #include "io/aio/swap_store.hpp"
 #include "io/ckpt/atomic_file.hpp"
@@ -126,7 +126,7 @@ status make_stages(const run_inputs& in, rank_model& m) {
   for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
     const auto M = static_cast<std::uint32_t>(in.rc.batch.gradient_accumulation);
     const auto R = static_cast<std::uint32_t>(in.rc.batch.data_parallel_size);
-    bert_stage_options o;
+    stage_options o;
     o.model = in.rc.model;
     o.range = m.ranges[s];
     o.micro_batches = M * R;

@@ -81,8 +81,5 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
 // weights, and this rank's optimizer partition written into the staging folder.
 void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t step);
 
-// The final evaluation with the stages' weights (rank 0): held-out shards or the SQuAD
-// dev set; returns the exit code (1 when it fails).
-int evaluate(const run_inputs& in, rank_model& m);
 
 } // namespace dsa::train

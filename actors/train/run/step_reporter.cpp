@@ -1,10 +1,10 @@
 // Metrics, progress and checkpoints after each step.
 #include "actors/train/run/step_reporter.hpp"
-#include "actors/train/run/step_stats.hpp"
+#include "actors/train/stage/step_stats.hpp"
 
 #include "actors/train/memory/memory_accounting.hpp"
 
-#include "actors/train/shard/partition.hpp"
+#include "actors/train/config/layer_partition.hpp"
 #include "actors/train/run/run_checkpoint.hpp"
 #include "core/log.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"

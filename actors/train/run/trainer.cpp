@@ -2,6 +2,7 @@
 // build the ranks of this process, train, finish, report, evaluate.
 #include "actors/train/run/trainer.hpp"
 
+#include "actors/train/eval/run_evaluate.hpp"
 #include "actors/train/run/run_phases.hpp"
 #include "actors/train/run/signals.hpp"
 #include "core/log.hpp"
@@ -38,7 +39,7 @@ int evaluate_and_report_memory(opened_run& run, const run_plan& plan) {
              "evaluates)",
              format_bytes(memory.evaluation), format_bytes(memory.evaluation_peak()),
              memory.evaluation_fits(rc) ? " in another process" : "", format_bytes(rc.host_memory));
-  const int status = run.lead && plan.evaluates ? evaluate(run.ctx, run.ctx) : 0;
+  const int status = run.lead && plan.evaluates ? evaluate(run.ctx.rc, run.ctx.tokenizer.get(), run.ctx.stages) : 0;
   log_memory_report(rc, memory); // the evaluation included
   return status;
 }

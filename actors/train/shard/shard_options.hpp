@@ -118,7 +118,9 @@ std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank);
 // a partition (ZeRO ranks, NVMe offload or ZeRO-3: partition_shard.hpp), a whole stage
 // under a compressed optimizer (compressed_whole_shard), or a whole stage under Adam,
 // AdamW, LAMB or the others of optim::optimizer (whole_shard). See shard_base.hpp for what
-// every mode shares.
+// every mode shares. Every mode keeps its state in host memory; a shard whose masters and
+// moments live on a GPU (a CUDA rank without offload_optimizer) is a mode to be chosen
+// here too, from the rank's device_choice (stage/device_choice.hpp).
 std::unique_ptr<model_shard> make_shard(shard_options options);
 
 } // namespace dsa::train

@@ -11,7 +11,7 @@
 
 namespace dsa::train {
 
-bert_stage::bert_stage(const bert_stage_options& options, stage_shared& shared)
+bert_stage::bert_stage(const stage_options& options, stage_shared& shared)
     : options_(options), shared_(shared),
       part_(options.model, options.range, working_dtype(options.working), options.whole_gradients) {}
 

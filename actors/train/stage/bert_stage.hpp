@@ -9,8 +9,8 @@
 
 #include "actors/train/config/precision.hpp"
 #include "actors/train/data/batch_packing.hpp"
-#include "actors/train/run/step_stats.hpp"
-#include "actors/train/shard/partition_grads.hpp"
+#include "actors/train/stage/step_stats.hpp"
+#include "actors/train/stage/partition_grads.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/stage/param_fetcher.hpp"
 #include "models/bert/bert_part.hpp"
@@ -25,7 +25,7 @@ namespace dsa::train {
 
 class bert_stage final : public model_stage {
 public:
-  bert_stage(const bert_stage_options& options, stage_shared& shared);
+  bert_stage(const stage_options& options, stage_shared& shared);
 
   // The model range; its parameter values are in the working precision.
   bert::bert_part& part() { return part_; }
@@ -96,7 +96,7 @@ private:
   // The positions in parameters() of each part of the range, in the order
   // bert_part::backward reports them (backward_options::on_done).
   std::vector<std::size_t> part_parameters(std::int64_t part) const;
-  bert_stage_options options_;
+  stage_options options_;
   stage_shared& shared_;
   bert::bert_part part_;
   std::vector<bert::part_stash> stashes_;

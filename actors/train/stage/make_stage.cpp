@@ -6,7 +6,7 @@
 
 namespace dsa::train {
 
-std::unique_ptr<model_stage> make_stage(stage_device device, const bert_stage_options& options, stage_shared& shared) {
+std::unique_ptr<model_stage> make_stage(stage_device device, const stage_options& options, stage_shared& shared) {
   switch (device) {
   case stage_device::cpu: return std::make_unique<bert_stage>(options, shared);
   }

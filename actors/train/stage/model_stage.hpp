@@ -7,7 +7,7 @@
 
 #include "actors/compute.hpp"
 #include "actors/train/config/precision.hpp"
-#include "actors/train/shard/partition_grads.hpp"
+#include "actors/train/stage/partition_grads.hpp"
 #include "actors/train/stage/param_fetcher.hpp"
 #include "models/bert/bert_config.hpp"
 #include "models/bert/bert_parameters.hpp"
@@ -26,7 +26,7 @@ struct stage_shared {
   std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
 };
 
-struct bert_stage_options {
+struct stage_options {
   bert::bert_config model;
   bert::bert_range range;
   // The head's loss gradient is scaled by 1/micro_batches: M, or M x R with R
@@ -73,6 +73,6 @@ public:
 // The device a run's stages compute on. The one place that picks a stage's class.
 enum class stage_device { cpu };
 
-std::unique_ptr<model_stage> make_stage(stage_device device, const bert_stage_options& options, stage_shared& shared);
+std::unique_ptr<model_stage> make_stage(stage_device device, const stage_options& options, stage_shared& shared);
 
 } // namespace dsa::train

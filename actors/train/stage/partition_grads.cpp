@@ -1,5 +1,5 @@
 // ZeRO-3's gradient partition; see partition_grads.hpp.
-#include "actors/train/shard/partition_grads.hpp"
+#include "actors/train/stage/partition_grads.hpp"
 
 #include "actors/data_parallel.hpp"
 #include "actors/train/config/precision.hpp"

@@ -1,5 +1,5 @@
 // Per-step loss and accuracy as forward metrics and back.
-#include "actors/train/run/step_stats.hpp"
+#include "actors/train/stage/step_stats.hpp"
 
 #include <fmt/format.h>
 

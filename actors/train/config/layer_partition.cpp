@@ -1,5 +1,5 @@
 // Stage partitioning of BERT's layer list.
-#include "actors/train/shard/partition.hpp"
+#include "actors/train/config/layer_partition.hpp"
 
 #include "models/bert/parameter_specs.hpp"
 

@@ -1,0 +1,75 @@
+// The [limits] section and byte sizes; see limits_config.hpp.
+#include "actors/train/config/limits_config.hpp"
+
+#include "optim/param_reader.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cmath>
+#include <exception>
+#include <string>
+
+namespace dsa::train {
+
+std::optional<std::int64_t> parse_byte_size(std::string_view text) {
+  std::string s(text);
+  std::size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  double number = 0;
+  try {
+    std::size_t used = 0;
+    number = std::stod(s.substr(0, i), &used);
+    if (used != i) return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  while (i < s.size() && s[i] == ' ') ++i;
+  const std::string unit = s.substr(i);
+  struct named {
+    const char* name;
+    double factor;
+  };
+  static const named units[] = {{"", 1},          {"B", 1},         {"KiB", 1024.0},   {"MiB", 1048576.0},
+                                {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
+                                {"GB", 1e9},      {"TB", 1e12}};
+  for (const auto& u : units)
+    if (unit == u.name) {
+      const double bytes = std::floor(number * u.factor);
+      if (!(bytes >= 1 && bytes < 9e18)) return std::nullopt;
+      return static_cast<std::int64_t>(bytes);
+    }
+  return std::nullopt;
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (std::int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (bytes >= (std::int64_t{1} << 20)) return fmt::format("{:.2f} MiB", b / (1 << 20));
+  if (bytes >= 1024) return fmt::format("{:.2f} KiB", b / 1024);
+  return fmt::format("{} B", bytes);
+}
+
+void read_limits(const config& cfg, run_config& rc, config_problems& problems) {
+  optim::param_reader r(cfg, "limits", problems);
+  const toml::node* node = cfg.table().at_path("limits.host_memory").node();
+  if (node && node->is_integer()) {
+    r.read("host_memory", rc.host_memory);
+    if (rc.host_memory < 1) r.invalid("host_memory", fmt::format("must be a positive size, got {}", rc.host_memory));
+  } else {
+    std::string text;
+    const std::size_t before = problems.size();
+    r.read("host_memory", text);
+    if (node && problems.size() == before) {
+      if (auto bytes = parse_byte_size(text)) rc.host_memory = *bytes;
+      else
+        r.invalid("host_memory", fmt::format("expected a size such as \"2GiB\", \"512MiB\", \"3GB\" or a number of "
+                                             "bytes, got \"{}\" (K, M, G and T alone are ambiguous: write KiB or KB)",
+                                             text));
+    }
+  }
+  r.check_unknown();
+}
+
+} // namespace dsa::train

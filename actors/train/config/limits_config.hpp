@@ -1,0 +1,24 @@
+// The [limits] section (limits.host_memory) and the byte sizes it is written in.
+#pragma once
+
+#include "actors/train/config/run_config.hpp"
+#include "core/config.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dsa::train {
+
+// "2GiB", "512 MiB", "1.5GiB", "3GB" (10^9), "1048576" or "1048576B": bytes; none
+// for anything else (a unit without i other than B, a bare K/M/G/T, zero, negative).
+std::optional<std::int64_t> parse_byte_size(std::string_view text);
+// "1.50 GiB", "12.00 MiB", "4096 B".
+std::string format_bytes(std::int64_t bytes);
+
+// [limits] host_memory: a size string or a number of bytes into rc.host_memory
+// (0: no budget); errors name the key.
+void read_limits(const config& cfg, run_config& rc, config_problems& problems);
+
+} // namespace dsa::train
