@@ -167,7 +167,7 @@ TEST_CASE("cuda encoder layer equals the CPU layer forward and backward, dropout
       bert::gpu::layer_backward(**engine, w, g, shape, streams, stash, ddy, dx.as<void>(), stream.get());
       stream.sync();
     }
-    const double tol = type == cuda::elem::f32 ? 1e-4 : 3e-2;
+    const double tol = (type == cuda::elem::f32 ? test::gpu_f32_vs_cpu : test::gpu_half_vs_cpu).rel;
     // Error relative to the reference's norm, or to `scale`'s where the reference is zero
     // up to rounding: the key bias's gradient (softmax ignores a shift shared by a row).
     auto compare = [&](const char* name, const void* got, cuda::elem got_type, const tensor& ref,

@@ -98,7 +98,9 @@ void check(cuda::gemm_engine& engine, const gemm_case& g) {
   stream.sync();
   const std::vector<float> got = download(dc, c0.size(), g.c);
 
-  const double out_rel = g.c == cuda::elem::f32 ? 0.0 : g.c == cuda::elem::f16 ? 9.8e-4 : 7.9e-3;
+  const double out_rel = g.c == cuda::elem::f32   ? 0.0
+                         : g.c == cuda::elem::f16 ? test::gpu_f16_storage.rel
+                                                  : test::gpu_bf16_storage.rel;
   int bad = 0;
   for (std::int64_t e = 0; e < g.count; ++e) {
     const float* ae = a.data() + g.offset + e * stride_a;
@@ -128,7 +130,7 @@ void check(cuda::gemm_engine& engine, const gemm_case& g) {
         // cancel), so one more rounding at the product's magnitude is allowed.
         const double pre_bias = g.bias && g.c != cuda::elem::f32 ? std::fabs(ref - bias[static_cast<std::size_t>(j)]) : 0.0;
         const double err = std::fabs(got[ci] - ref);
-        if (!(err <= 1e-5 * mag + out_rel * (std::fabs(ref) + pre_bias) + 1e-6) && ++bad <= 5)
+        if (!(err <= test::gpu_gemm.rel * mag + out_rel * (std::fabs(ref) + pre_bias) + test::gpu_gemm.abs) && ++bad <= 5)
           CHECK_MESSAGE(false, "C[" << e << "][" << i << "][" << j << "] = " << got[ci]
                                     << ", expected " << ref);
       }

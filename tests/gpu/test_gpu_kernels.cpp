@@ -351,8 +351,7 @@ TEST_CASE("cuda bias_backward matches the CPU kernel") {
       stream.sync();
       CHECK(test::download(d_db, dbias_twin.size(), cuda::elem::f32) == again);
       // f32 sums of thousands of rows: the tolerance grows with the count (sqrt(rows) ulps).
-      const test::tolerance tall{1e-4, 1e-4, "f32 chunked vs double column sums of many rows"};
-      DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, tall);
+      DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, test::gpu_f32_column_sums);
     }
 }
 

@@ -57,7 +57,7 @@ TEST_CASE("cuda onebit_compress: the CPU twin's signs, errors given its scale, a
     cpu.scale = cpu::onebit_compress(x.data(), cpu.error.data(), cpu.bits.data(), n);
     const compressed gpu = on_gpu(x, error0, stream);
     CHECK(gpu.bits == cpu.bits);
-    CHECK(std::fabs(gpu.scale - cpu.scale) <= 1e-6f * std::fabs(cpu.scale));
+    CHECK(std::fabs(gpu.scale - cpu.scale) <= test::gpu_onebit_scale.rel * std::fabs(cpu.scale));
     for (std::int64_t i = 0; i < n; ++i) {
       const float y = x[static_cast<std::size_t>(i)] + error0[static_cast<std::size_t>(i)];
       const float want = y - (y >= 0.0f ? gpu.scale : -gpu.scale);

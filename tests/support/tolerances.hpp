@@ -129,5 +129,25 @@ inline constexpr tolerance gpu_bf16_storage{1e-6, 7.9e-3, "f32 math, one bf16 ro
 // double sum, at most ~130 u = 7.8e-6 relative at 30522 classes; an ulp each for 1 / sum
 // and the product. Relative, with ~2x margin over that worst case.
 inline constexpr tolerance gpu_softmax_probs{1e-12, 2e-5, "f32 exp and block sum vs double sum"};
+// cuBLASLt products against a double reference (tests/gpu/test_gpu_gemm.cpp): f32
+// accumulation of k terms, relative to the sum of the terms' magnitudes, plus an absolute
+// floor for results near zero; a half output adds its own rounding (gpu_f16_storage's and
+// gpu_bf16_storage's relative parts) at the result's magnitude.
+inline constexpr tolerance gpu_gemm{1e-6, 1e-5, "f32-accumulated products vs double, relative to sum |terms|"};
+// Column sums of thousands of rows in f32 (bias gradients) vs a double sum: the error
+// grows with sqrt(rows) ulps.
+inline constexpr tolerance gpu_f32_column_sums{1e-4, 1e-4, "f32 chunked vs double column sums of many rows"};
+// 1-bit compression's scale (the mean |x + error|) summed by a block tree on the GPU and
+// in order on the CPU: a few f32 ulps.
+inline constexpr tolerance gpu_onebit_scale{0.0, 1e-6, "tree vs serial f32 mean of |x|"};
+// A whole encoder layer, or the whole pre-training model, on the GPU against the CPU's
+// (tests/gpu/test_gpu_bert_layer.cpp, test_gpu_bert_model.cpp): errors relative to the
+// reference's norm (losses: to the loss). f32 storage: cuBLASLt's and the kernels'
+// summation orders differ from OpenBLAS's and the CPU's reductions through every product,
+// softmax, GELU and LayerNorm of the chain. bf16/f16 storage: activations, the stash and
+// the products' weight copies rounded to the storage type, against an all-f32 CPU run.
+// The absolute part is the NSP loss's floor (a loss near zero).
+inline constexpr tolerance gpu_f32_vs_cpu{1e-6, 1e-4, "f32 chain, other summation orders"};
+inline constexpr tolerance gpu_half_vs_cpu{1e-6, 3e-2, "half activations and weight copies vs all-f32 CPU"};
 
 } // namespace dsa::test
