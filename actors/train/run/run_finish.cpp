@@ -19,23 +19,12 @@ namespace dsa::train {
 
 namespace {
 
-// Runs `work(r)` for every rank r of the process on a thread of its own; an exception
-// becomes that rank's error, and wakes its peers still waiting in a collective.
+// Runs `work(r)` for every rank r of the process on a thread of its own (rank_threads).
 template <class Work>
 std::vector<std::string> on_every_rank(opened_run& run, training& t, int ranks, Work work) {
-  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        work(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-        if (auto* x = t.transport(run, r)) x->abort(make_error(errc::runtime, "rank {}: {}", run.ctx.rank + r, e.what()));
-      }
-    });
-  for (auto& thread : threads) thread.join();
-  return errors;
+  rank_threads threads(run, t, ranks);
+  for (int r = 0; r < ranks; ++r) threads.start(r, [&work, r] { work(r); });
+  return threads.join();
 }
 
 int first_error(const std::vector<std::string>& errors) {
@@ -73,19 +62,12 @@ int gather_zero3_weights(opened_run& run, const run_plan& plan, process_ranks& r
 int save_final_checkpoint(opened_run& run, training& t, const finished& f) {
   const run_config& rc = run.ctx.rc;
   const int R = static_cast<int>(rc.ranks);
-  std::vector<std::thread> contributors;
-  std::vector<std::string> contribution_errors(static_cast<std::size_t>(R));
+  rank_threads contributors(run, t, R);
   for (int r = 0; r < R; ++r) {
     rank_run& rr = t.runs[static_cast<std::size_t>(r)];
     if (run.ctx.rank + r == 0 || !t.zero || f.done <= rr.last_contributed) continue;
-    contributors.emplace_back([&, r] {
-      try {
-        contribute_checkpoint(t.runs[static_cast<std::size_t>(r)], rc.checkpoint.dir, static_cast<std::uint32_t>(f.done));
-      } catch (const std::exception& e) {
-        contribution_errors[static_cast<std::size_t>(r)] = e.what();
-        // Ranks still waiting in a gather this one left: wake them.
-        if (auto* x = t.transport(run, r)) x->abort(make_error(errc::runtime, "rank {}: {}", run.ctx.rank + r, e.what()));
-      }
+    contributors.start(r, [&rr, &rc, &f] {
+      contribute_checkpoint(rr, rc.checkpoint.dir, static_cast<std::uint32_t>(f.done));
     });
   }
   std::optional<error> save_error;
@@ -99,7 +81,7 @@ int save_final_checkpoint(opened_run& run, training& t, const finished& f) {
   // Contributors still waiting in a gather rank 0 never entered: wake them.
   if (save_error && !contributors.empty())
     if (auto* x = t.transport(run, 0)) x->abort(*save_error);
-  for (auto& thread : contributors) thread.join();
+  const std::vector<std::string>& contribution_errors = contributors.join();
   if (save_error) return fail_run(*save_error, 1);
   return first_error(contribution_errors);
 }

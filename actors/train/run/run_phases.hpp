@@ -16,8 +16,11 @@
 #include "io/net/local_transport.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace dsa::train {
@@ -82,6 +85,27 @@ struct training {
   net::transport* transport(const opened_run& run, int r) const;
 };
 int start_training(opened_run& run, process_ranks& ranks, training& t);
+
+// Work of this process's ranks on threads of their own (the one place a phase starts
+// them): start(r, work) runs work() on a new thread; an exception becomes rank r's error
+// and wakes its peers still waiting in a collective (its transport is aborted). join()
+// waits for every thread and returns each rank's error ("" for none).
+class rank_threads {
+public:
+  rank_threads(opened_run& run, training& t, int ranks) : run_(run), t_(t), errors_(static_cast<std::size_t>(ranks)) {}
+  rank_threads(const rank_threads&) = delete;
+  rank_threads& operator=(const rank_threads&) = delete;
+  ~rank_threads() { join(); }
+  void start(int r, std::function<void()> work);
+  bool empty() const { return threads_.empty(); }
+  const std::vector<std::string>& join();
+
+private:
+  opened_run& run_;
+  training& t_;
+  std::vector<std::string> errors_;
+  std::vector<std::thread> threads_;
+};
 int run_steps(opened_run& run, process_ranks& ranks, training& t);
 
 // 6. Finish: ZeRO-3's whole weights gathered back, the final checkpoint, the last swap

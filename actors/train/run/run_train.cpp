@@ -82,6 +82,24 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
 
 } // namespace
 
+void rank_threads::start(int r, std::function<void()> work) {
+  threads_.emplace_back([this, r, work = std::move(work)] {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      errors_[static_cast<std::size_t>(r)] = e.what();
+      if (auto* x = t_.transport(run_, r)) x->abort(make_error(errc::runtime, "rank {}: {}", run_.ctx.rank + r, e.what()));
+    }
+  });
+}
+
+const std::vector<std::string>& rank_threads::join() {
+  for (auto& thread : threads_)
+    if (thread.joinable()) thread.join();
+  threads_.clear();
+  return errors_;
+}
+
 net::transport* training::transport(const opened_run& run, int r) const {
   if (run.job) return run.job->transport.get();
   return group ? &group->at(r) : nullptr;
@@ -129,14 +147,20 @@ int run_steps(opened_run& run, process_ranks& ranks, training& t) {
   const int R = static_cast<int>(run.ctx.rc.ranks);
   const actors::run_options shared = shared_run_options(run.ctx, t.global, ranks.starts[0].resumed.has_value());
   t.results.resize(static_cast<std::size_t>(R));
-  std::vector<std::thread> threads;
+  rank_threads others(run, t, R);
   for (int r = 1; r < R; ++r)
-    threads.emplace_back([&, r] {
+    others.start(r, [&, r] {
       t.results[static_cast<std::size_t>(r)] =
           actors::run_pipeline(rank_run_options(shared, run, ranks, t, r), t.runs[static_cast<std::size_t>(r)].parts);
     });
   t.results[0] = actors::run_pipeline(rank_run_options(shared, run, ranks, t, 0), t.runs[0].parts);
-  for (auto& thread : threads) thread.join();
+  const std::vector<std::string>& thrown = others.join();
+  for (int r = 1; r < R; ++r)
+    if (!thrown[static_cast<std::size_t>(r)].empty()) {
+      actors::run_result& failed = t.results[static_cast<std::size_t>(r)];
+      failed.ok = false;
+      failed.error = fmt::format("rank {}: {}", run.ctx.rank + r, thrown[static_cast<std::size_t>(r)]);
+    }
   t.bar->finish();
   if (t.comms->enabled()) {
     const std::string table = t.comms->summary();
