@@ -340,6 +340,7 @@ std::string partition_shard::swap_report() const {
 
 shard_bytes partition_shard::held_bytes() const {
   shard_bytes b;
+  if (!part_) return b; // before init: nothing held yet
   // Shared gradients are the stage's (counted there).
   if (!options_.shared_gradients.defined())
     b.gradients = static_cast<std::int64_t>(flat_grad_.nbytes() + (whole_grad_.defined() ? whole_grad_.nbytes() : 0));

@@ -143,9 +143,10 @@ state_payload whole_shard::payload() const {
 
 shard_bytes whole_shard::held_bytes() const {
   shard_bytes b = slot_bytes();
-  // The moments live in the optimizer's own slots (it allocates them).
-  for (const auto& g : opt_->groups())
-    for (const auto& s : g.params) b.moments += static_cast<std::int64_t>(s.m.nbytes() + s.v.nbytes());
+  // The moments live in the optimizer's own slots (it allocates them); none before init.
+  if (opt_)
+    for (const auto& g : opt_->groups())
+      for (const auto& s : g.params) b.moments += static_cast<std::int64_t>(s.m.nbytes() + s.v.nbytes());
   return b;
 }
 

@@ -68,13 +68,14 @@ public:
   void init(const std::vector<tensor>& initial) override;
   state_payload payload() const override;
   shard_bytes held_bytes() const override;
-  const compressed_traffic* traffic() const override { return &comp_->traffic(); }
+  // Before init (a run that failed first) there is none yet.
+  const compressed_traffic* traffic() const override { return comp_ ? &comp_->traffic() : nullptr; }
   // Over several ranks every rank's 1-bit error buffers go into its own file.
   bool saves_errors() const override { return options_.peers && options_.peers->size() > 1; }
   std::vector<ckpt::checkpoint_file> stage_errors(const std::string& root, std::uint64_t step) const override;
 
 private:
-  bool local_next() const override { return comp_->local_next(); }
+  bool local_next() const override { return comp_ && comp_->local_next(); }
   actors::grad_totals local_totals(const actors::grad_totals& totals) override { return comp_->local_totals(totals); }
   void advance(std::uint32_t step, const step_decision& d) override;
   // Its exchanges cannot be taken back.
