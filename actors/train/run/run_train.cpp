@@ -153,7 +153,14 @@ int run_steps(opened_run& run, process_ranks& ranks, training& t) {
       t.results[static_cast<std::size_t>(r)] =
           actors::run_pipeline(rank_run_options(shared, run, ranks, t, r), t.runs[static_cast<std::size_t>(r)].parts);
     });
-  t.results[0] = actors::run_pipeline(rank_run_options(shared, run, ranks, t, 0), t.runs[0].parts);
+  try {
+    t.results[0] = actors::run_pipeline(rank_run_options(shared, run, ranks, t, 0), t.runs[0].parts);
+  } catch (const std::exception& e) {
+    // As rank_threads does for the others: the rank's failure, and its peers woken.
+    t.results[0].ok = false;
+    t.results[0].error = fmt::format("rank {}: {}", run.ctx.rank, e.what());
+    if (auto* x = t.transport(run, 0)) x->abort(make_error(errc::runtime, "{}", t.results[0].error));
+  }
   const std::vector<std::string>& thrown = others.join();
   for (int r = 1; r < R; ++r)
     if (!thrown[static_cast<std::size_t>(r)].empty()) {

@@ -66,6 +66,10 @@ void partition_shard::init(const std::vector<tensor>& initial) {
   DSA_CHECK((options_.peers || options_.zero_ranks == 1) && options_.zero_rank < options_.zero_ranks,
             "optimizer shard {}: ZeRO rank {} of {} without its peers", options_.participant, options_.zero_rank,
             options_.zero_ranks);
+  // The checkpoint's gathers size their results by the peers, the partitions by zero_ranks.
+  DSA_CHECK(!options_.peers || options_.peers->size() == static_cast<int>(options_.zero_ranks),
+            "optimizer shard {}: {} peers for ZeRO over {} ranks", options_.participant, options_.peers->size(),
+            options_.zero_ranks);
   auto layout = stage_flat_layout(specs, options_.zero_ranks);
   if (!layout) throw std::runtime_error(layout.err().message);
   auto created = create(*layout, initial);
@@ -299,8 +303,8 @@ bool partition_shard::stream_update(std::uint32_t step) {
   DSA_CHECK(stream_elements() > 0 && swap_ && !speculation_pending(),
             "optimizer shard {}: a streamed update of step {} it cannot stream", options_.participant, step);
   const step_decision assumed = options_.decider->assume();
+  const auto started = std::chrono::steady_clock::now(); // with the shadow's start (it waits for writes)
   if (!stream_.begin(step, assumed)) return false;
-  const auto started = std::chrono::steady_clock::now();
   stream_ready_ = stream_.ready(step);
   struct clear_hook {
     optim::chunk_ready& hook;

@@ -78,6 +78,7 @@ ckpt::checkpoint_file partition_shard::stage_masters(const std::string& root, st
 }
 
 state_payload partition_shard::gathered_masters() const {
+  DSA_CHECK(part_.has_value(), "optimizer shard {}: gathered_masters before init", options_.participant);
   if (streams_masters()) return {}; // stage_masters writes the model file
   auto read = part_->read_state(optim::array_bit(optim::master_array));
   // Every rank learns whether every rank could read its masters before any data moves: a
@@ -117,6 +118,7 @@ state_payload partition_shard::gathered_masters() const {
 }
 
 std::vector<ckpt::checkpoint_file> partition_shard::stage_partition(const std::string& root, std::uint64_t step) const {
+  DSA_CHECK(part_.has_value(), "optimizer shard {}: stage_partition before init", options_.participant);
   // One file per store chunk (one in memory: the whole partition in one file), written while
   // the chunk is at hand, so swapped state is never read back whole. Every rank has as many
   // chunks (the same partition size and sub-group size).

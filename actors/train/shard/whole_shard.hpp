@@ -71,7 +71,7 @@ public:
   // Before init (a run that failed first) there is none yet.
   const compressed_traffic* traffic() const override { return comp_ ? &comp_->traffic() : nullptr; }
   // Over several ranks every rank's 1-bit error buffers go into its own file.
-  bool saves_errors() const override { return options_.peers && options_.peers->size() > 1; }
+  bool saves_errors() const override { return comp_ && options_.peers && options_.peers->size() > 1; }
   std::vector<ckpt::checkpoint_file> stage_errors(const std::string& root, std::uint64_t step) const override;
 
 private:
