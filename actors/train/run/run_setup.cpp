@@ -1,5 +1,6 @@
 // Setting up one rank of a run; see run_setup.hpp (the final evaluation: run_evaluate.cpp).
 #include "actors/train/run/run_setup.hpp"
+#include "actors/train/run/run_restore.hpp"
 
 #include "actors/train/shard/partition_resume.hpp"
 
@@ -189,113 +190,6 @@ expected<std::vector<std::unique_ptr<step_decider>>> make_deciders(const run_inp
     out.push_back(std::make_unique<step_decider>(o, std::move(schedule)));
   }
   return out;
-}
-
-// Whether the shards hold partitions of their stages' optimizer state (make_shard).
-bool partitioned(const run_config& rc) {
-  return (rc.zero_stage >= 1 && rc.batch.data_parallel_size > 1) || rc.offload.swaps();
-}
-
-// A compressed optimizer's 1-bit error buffers: this rank's own file of each stage, when
-// the checkpoint was saved on as many ranks and checkpoint.load_error_feedback is on;
-// otherwise they start at zero (DeepSpeed's behaviour), which rank 0 says.
-status restore_error_buffers(const run_inputs& in, const ckpt::checkpoint_manifest& listed,
-                             const run_progress_state& progress, restored& r) {
-  const auto& rc = in.rc;
-  r.error_states.assign(rc.stages, {});
-  r.lamb_states.assign(rc.stages, {});
-  if (!rc.optimizer.compressed()) return {};
-  // 1-bit LAMB's replicated state beside the ZeRO partitions: any rank count and stage,
-  // whatever load_error_feedback says (it is optimizer state, not error feedback).
-  {
-    ckpt::load_options lamb;
-    for (std::uint32_t s = 0; s < rc.stages; ++s)
-      for (const auto& f : listed.files)
-        if (f.group == checkpoint_lamb_group(s)) lamb.groups.push_back(f.group);
-    if (!lamb.groups.empty()) {
-      DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(r.dir, lamb));
-      for (std::uint32_t s = 0; s < rc.stages; ++s)
-        if (auto it = ck.groups.find(checkpoint_lamb_group(s)); it != ck.groups.end())
-          r.lamb_states[s] = std::move(it->second);
-    }
-  }
-  if (rc.batch.data_parallel_size < 2) return {};
-  std::string why;
-  if (!rc.checkpoint.load_error_feedback) why = "checkpoint.load_error_feedback = false";
-  else if (progress.data_parallel_size != rc.batch.data_parallel_size)
-    why = fmt::format("saved on {} ranks, this run has {}", progress.data_parallel_size, rc.batch.data_parallel_size);
-  ckpt::load_options lo;
-  for (std::uint32_t s = 0; s < rc.stages && why.empty(); ++s) {
-    const std::string group = checkpoint_errors_group(s, static_cast<std::uint32_t>(in.rank));
-    for (const auto& f : listed.files)
-      if (f.group == group) lo.groups.push_back(group);
-  }
-  if (why.empty() && lo.groups.size() != rc.stages) why = "the checkpoint holds no error buffers for this rank";
-  if (!why.empty()) {
-    if (in.rank == 0) log_info("1-bit error buffers start at zero ({})", why);
-    return {};
-  }
-  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(r.dir, lo));
-  for (std::uint32_t s = 0; s < rc.stages; ++s)
-    r.error_states[s] = std::move(ck.groups.at(checkpoint_errors_group(s, static_cast<std::uint32_t>(in.rank))));
-  return {};
-}
-
-// Restores a checkpoint into the stages and returns what the shards and the data need.
-// A partitioned run loads only the model file whole (every rank holds its stages' working
-// weights): its shards read their own ranges of the optimizer files and masters later.
-expected<restored> restore(run_inputs& in, rank_model& m, const std::string& which) {
-  const bool parts = partitioned(in.rc);
-  DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(in.rc.checkpoint.dir, which));
-  DSA_ASSIGN_OR_RETURN(auto listed, ckpt::read_checkpoint_manifest(dir));
-  // Whole groups are read whole (checksummed); ZeRO's per-rank files by range later.
-  ckpt::load_options lo;
-  lo.groups = {"model"};
-  for (std::uint32_t s = 0; s < in.rc.stages && !parts; ++s)
-    for (const auto& f : listed.files)
-      if (f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
-  DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(dir, lo));
-  DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
-  // The run must continue the saved one: same stages, precision and micro-batching.
-  const std::string layout = describe_layout(m.ranges);
-  if (progress.stages != in.rc.stages || progress.layout != layout)
-    return make_error(errc::config, "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, "
-                      "pipeline.partition)", ck.dir, progress.layout, layout);
-  if (progress.precision != precision_name(in.rc.working))
-    return make_error(errc::config, "{}: saved in {}; this run is {} (fp16.enabled, bf16.enabled)", ck.dir,
-                      progress.precision, precision_name(in.rc.working));
-  // The data continues where the saved run's global batches ended: the micro-batch and
-  // the global batch must match; how a step's micro-batches split into accumulation
-  // steps and ranks may change (every rank holds the whole state).
-  const auto& b = in.rc.batch;
-  if (progress.micro_batch_size != b.micro_batch_size ||
-      progress.micro_batch_size * progress.gradient_accumulation * progress.data_parallel_size != b.train_batch_size)
-    return make_error(errc::config,
-                      "{}: saved with batches of {} = micro-batches of {} x {} accumulation steps x {} ranks; this "
-                      "run has {} = {} x {} x {} (train_batch_size, train_micro_batch_size_per_gpu, "
-                      "gradient_accumulation_steps, devices.ranks)",
-                      ck.dir, progress.micro_batch_size * progress.gradient_accumulation * progress.data_parallel_size,
-                      progress.micro_batch_size, progress.gradient_accumulation, progress.data_parallel_size,
-                      b.train_batch_size, b.micro_batch_size, b.gradient_accumulation, b.data_parallel_size);
-  auto model = ck.groups.find("model");
-  if (model == ck.groups.end()) return make_error(errc::format, "{}: no model weights", ck.dir);
-  restored r;
-  r.dir = ck.dir;
-  r.manifest = ck.manifest;
-  for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
-    auto loaded = bert::load_state(m.stages[s]->named_parameters(), model->second, {});
-    if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
-    if (parts) continue;
-    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck, s));
-    r.optimizer_states.push_back(std::move(st));
-  }
-  DSA_TRY(restore_error_buffers(in, listed, progress, r));
-  if (!parts) r.masters = std::move(model->second);
-  in.first_step = static_cast<std::uint32_t>(progress.next_step);
-  DSA_TRY(m.provider->seek(progress.data_cursor));
-  r.progress = std::move(progress);
-  if (in.rank == 0) log_info("resumed from {} at step {}", ck.dir, in.first_step);
-  return r;
 }
 
 } // namespace
