@@ -3,18 +3,16 @@
 // over every parameter. The arithmetic of bert_part's forward and backward on the CPU, with
 // the same dropout streams, so a GPU step compares with a CPU step with dropout on.
 //
-// The parameters live on the device: an f32 master of every tensor, a working copy in the
-// storage type for the matrices and tables the products and lookups read, and f32
-// gradients. Activations and their gradients are of the storage type; the heads' logits
-// and the losses are f32. Everything is enqueued on the model's stream; step() waits for
-// it once, to read the losses back.
+// A whole-model cuda_part (cuda_part.hpp, which holds the parameters and the arithmetic)
+// with one stash: step() is its forward then its backward, and waits for the stream once,
+// to read the losses back. `dsactor bench gpu-train` runs it as the bare GPU step.
 #pragma once
 
 #include "kernels/cuda/gemm.hpp"
 #include "models/bert/bert_batch.hpp"
 #include "models/bert/bert_dropout.hpp"
 #include "models/bert/bert_parameters.hpp"
-#include "models/bert/cuda_layer.hpp"
+#include "models/bert/cuda_part.hpp"
 
 #include "kernels/cpu/adam.hpp"
 
@@ -56,10 +54,10 @@ public:
   std::int64_t parameter_count() const;
   cudaStream_t stream() const { return stream_; }
 
-  struct impl;
-
 private:
-  std::unique_ptr<impl> impl_;
+  const bert_parameters& host_;
+  std::unique_ptr<part> part_;
+  part_stash stash_;
   cudaStream_t stream_;
 };
 

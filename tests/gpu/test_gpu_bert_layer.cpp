@@ -7,7 +7,7 @@
 #include "models/bert/bert_parameters.hpp"
 #include "models/bert/cuda_layer.hpp"
 #include "models/bert/encoder_layer.hpp"
-#include "tests/models/bert_fixture.hpp"
+#include "gpu_bert_fixture.hpp"
 #include "tests/support/random.hpp"
 
 #include <cmath>
@@ -19,16 +19,6 @@ namespace dsa::test {
 namespace {
 
 constexpr std::int64_t batch = 3, seq = 19, layer = 1;
-
-bert::bert_config layer_config() {
-  bert::bert_config cfg = small_bert(bert::layer_norm_placement::post, bert::head_kind::pretraining);
-  cfg.hidden_size = 48;
-  cfg.num_heads = 3;
-  cfg.intermediate_size = 112;
-  cfg.hidden_dropout = 0.1f;
-  cfg.attention_dropout = 0.1f;
-  return cfg;
-}
 
 std::vector<float> values_of(const tensor& t) {
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
@@ -65,7 +55,7 @@ struct uploads {
 } // namespace
 
 TEST_CASE("cuda encoder layer equals the CPU layer forward and backward, dropout on") {
-  const bert::bert_config cfg = layer_config();
+  const bert::bert_config cfg = gpu_bert_config();
   bert::bert_parameters params(cfg, bert::bert_range::whole(cfg));
   randomize_parameters(params, 5);
   const bert::layer_params& lp = params.layer(layer);

@@ -7,58 +7,21 @@
 
 #include "models/bert/bert_part.hpp"
 #include "models/bert/cuda_model.hpp"
-#include "tests/models/bert_fixture.hpp"
+#include "gpu_bert_fixture.hpp"
 
 #include <cmath>
 #include <cstring>
 #include <string>
 
 namespace dsa::test {
-namespace {
-
-bert::bert_config model_config() {
-  bert::bert_config cfg = small_bert(bert::layer_norm_placement::post, bert::head_kind::pretraining);
-  cfg.hidden_size = 48;
-  cfg.num_heads = 3;
-  cfg.intermediate_size = 112;
-  cfg.hidden_dropout = 0.1f;
-  cfg.attention_dropout = 0.1f;
-  return cfg;
-}
-
-// The fixture's values with the products' matrices scaled down, so attention and the
-// heads are not saturated and bf16 keeps room.
-void prepare(bert::bert_parameters& params) {
-  randomize_parameters(params, 11);
-  for (const auto& e : params.entries()) {
-    const std::string& name = e.spec.name;
-    if (e.value.shape().size() != 2 || name.find("embeddings") != std::string::npos)
-      continue;
-    auto* p = static_cast<float*>(e.value.raw_data());
-    for (std::int64_t i = 0; i < e.value.numel(); ++i)
-      p[i] *= 0.25f;
-  }
-}
-
-double distance(const float* a, const float* b, std::int64_t n) {
-  double s = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    s += d * d;
-  }
-  return std::sqrt(s);
-}
-
-} // namespace
-
 TEST_CASE("cuda BERT pre-training step equals the CPU model: losses and every gradient") {
-  const bert::bert_config cfg = model_config();
+  const bert::bert_config cfg = gpu_bert_config();
   const bert::bert_batch batch = small_batch(cfg);
   bert::forward_context ctx;
   ctx.seed = 5;
   ctx.step = 3;
   bert::bert_part cpu_part(cfg, bert::bert_range::whole(cfg));
-  prepare(cpu_part.parameters());
+  prepare_gpu_bert(cpu_part.parameters());
   bert::part_stash stash;
   auto out = cpu_part.forward(tensor{}, batch, ctx, stash);
   REQUIRE(out);
@@ -72,7 +35,7 @@ TEST_CASE("cuda BERT pre-training step equals the CPU model: losses and every gr
   for (const cuda::elem type : {cuda::elem::f32, cuda::elem::bf16}) {
     INFO("storage " << std::string(elem_name(type)));
     bert::bert_parameters gpu_params(cfg, bert::bert_range::whole(cfg));
-    prepare(gpu_params);
+    prepare_gpu_bert(gpu_params);
     test_stream stream;
     bert::gpu::pretraining_model model(gpu_params, type, stream.get());
     CHECK(model.parameter_count() == gpu_params.count());
@@ -92,22 +55,8 @@ TEST_CASE("cuda BERT pre-training step equals the CPU model: losses and every gr
     // zero up to rounding (softmax ignores a shift shared by a row), so against the query
     // bias's norm.
     for (const auto& e : gpu_params.entries()) {
-      const std::string& name = e.spec.name;
-      const auto* cpu_entry = cpu_part.parameters().find(name);
-      REQUIRE(cpu_entry != nullptr);
-      const float* g = static_cast<const float*>(e.grad.raw_data());
-      const float* r = static_cast<const float*>(cpu_entry->grad.raw_data());
-      std::string scale_name = name;
-      const auto key = scale_name.find("key.bias");
-      if (key != std::string::npos)
-        scale_name.replace(key, 8, "query.bias");
-      const auto* scale_entry = cpu_part.parameters().find(scale_name);
-      REQUIRE(scale_entry != nullptr);
-      const float* s = static_cast<const float*>(scale_entry->grad.raw_data());
-      const std::vector<float> zero(static_cast<std::size_t>(e.grad.numel()), 0.0f);
-      const double err = distance(g, r, e.grad.numel()) /
-                         std::max(distance(s, zero.data(), e.grad.numel()), 1e-30);
-      INFO(name << ": relative error " << err);
+      const double err = gradient_error(gpu_params, cpu_part.parameters(), e.spec.name);
+      INFO(e.spec.name << ": relative error " << err);
       CHECK(err <= tol);
     }
 
@@ -144,16 +93,16 @@ TEST_CASE("cuda BERT pre-training step equals the CPU model: losses and every gr
 }
 
 TEST_CASE("cuda BERT refuses what the GPU path does not run yet") {
-  bert::bert_config cfg = model_config();
+  bert::bert_config cfg = gpu_bert_config();
   cfg.norm = bert::layer_norm_placement::pre;
   bert::bert_parameters pre_ln(cfg, bert::bert_range::whole(cfg));
   test_stream stream;
   CHECK_THROWS_WITH(bert::gpu::pretraining_model(pre_ln, cuda::elem::bf16, stream.get()),
                     doctest::Contains("post-LN"));
-  bert::bert_parameters plain(model_config(), bert::bert_range::whole(model_config()));
+  bert::bert_parameters plain(gpu_bert_config(), bert::bert_range::whole(gpu_bert_config()));
   CHECK_THROWS_WITH(bert::gpu::pretraining_model(plain, cuda::elem::f16, stream.get()),
                     doctest::Contains("f16 storage"));
-  cfg = model_config();
+  cfg = gpu_bert_config();
   cfg.memory.gelu_checkpoint = true;
   bert::bert_parameters flagged(cfg, bert::bert_range::whole(cfg));
   CHECK_THROWS_WITH(bert::gpu::pretraining_model(flagged, cuda::elem::bf16, stream.get()),

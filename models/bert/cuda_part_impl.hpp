@@ -1,8 +1,8 @@
-// The GPU model's state, shared by cuda_model.cpp (forward and backward) and
-// cuda_model_params.cpp (parameters, gradients, optimizer). Internal to models/bert.
+// The GPU part's state, shared by cuda_part.cpp (forward and backward) and
+// cuda_part_params.cpp (parameters, gradients, optimizer). Internal to models/bert.
 #pragma once
 
-#include "models/bert/cuda_model.hpp"
+#include "models/bert/cuda_part.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -13,34 +13,37 @@ namespace dsa::bert::gpu {
 
 // One parameter tensor on the device.
 struct device_param {
-  const tensor* value = nullptr; // the host tensors it mirrors (shape, download)
-  const tensor* grad = nullptr;
+  std::vector<std::int64_t> shape;
   std::int64_t numel = 0;
   bool working_copy = false; // a matrix or table read in the storage type (half storage)
   // Weight decay applies: the matrices and tables, not biases or LayerNorm parameters (the
   // rule of optim's bert_no_decay, which names the same tensors).
   bool decay = false;
-  device_array master;       // f32 values; also what the kernels read without a working copy
-  device_array working;      // the storage-type copy
-  device_array gradient;     // f32, accumulated
-  device_array m, v;         // AdamW moments, from the first optimizer step
+  device_array master;   // f32 values; also what the kernels read without a working copy
+  device_array working;  // the storage-type copy
+  device_array gradient; // f32, accumulated
+  device_array m, v;     // AdamW moments, from the first optimizer step
 };
 
+// Positions in impl::params of one encoder layer's tensors.
 struct layer_index {
   std::size_t query, key, value, attention_out, intermediate, output;
   std::size_t query_bias, key_bias, value_bias, attention_out_bias, intermediate_bias, output_bias;
   std::size_t attention_gamma, attention_beta, output_gamma, output_beta;
 };
 
-struct pretraining_model::impl {
+struct part::impl {
   bert_config cfg;
+  bert_range range;
   cuda::elem type = cuda::elem::bf16;
   cudaStream_t stream = nullptr;
   std::unique_ptr<cuda::gemm_engine> engine;
-  std::vector<device_param> params;
+  std::vector<device_param> params; // bert_parameters' order
+  // With the embeddings: word, position, token_type, embedding_gamma, embedding_beta.
   std::size_t word = 0, position = 0, token_type = 0, embedding_gamma = 0, embedding_beta = 0;
-  std::vector<layer_index> layers;
-  std::size_t pooler = 0, pooler_bias = 0, transform = 0, transform_bias = 0, transform_gamma = 0,
+  std::vector<layer_index> layers; // layers [range.first_layer, range.last_layer)
+  // With the head (decoder_word: the tied word embedding the decoder reads).
+  std::size_t decoder_word = 0, pooler = 0, pooler_bias = 0, transform = 0, transform_bias = 0, transform_gamma = 0,
               transform_beta = 0, decoder_bias = 0, relationship = 0, relationship_bias = 0;
 
   // What the kernels read: the working copy, or the f32 master.

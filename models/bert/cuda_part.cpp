@@ -1,0 +1,433 @@
+// The GPU part's forward and backward: embeddings, layers and the MLM and NSP heads, all
+// enqueued on the part's stream; only losses() waits. The head follows
+// pretraining_head.cpp: the MLM rows gathered, transform + GELU + LayerNorm, f32 logits
+// against the tied word embedding plus the decoder bias, cross entropy; NSP from each
+// sequence's first row through the pooler's tanh.
+#include "models/bert/cuda_part_impl.hpp"
+
+#include "kernels/cuda/activation.hpp"
+#include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/convert.hpp"
+#include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/loss.hpp"
+#include "models/bert/bert_part.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace dsa::bert::gpu {
+namespace {
+
+// An array uploaded from a host vector (pageable: copied before cudaMemcpyAsync returns).
+template <class T> device_array upload(const std::vector<T>& host, cudaStream_t stream) {
+  device_array d(host.size() * sizeof(T), stream);
+  if (!host.empty())
+    check_cuda(cudaMemcpyAsync(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
+               "uploading the batch");
+  return d;
+}
+
+template <class T> std::vector<T> values(const tensor& t) {
+  const auto* p = static_cast<const T*>(t.raw_data());
+  return std::vector<T>(p, p + t.numel());
+}
+
+// C = op(A) op(B) (beta 0) or += (beta 1); A and B of the storage type, C f32 or storage.
+struct gemm_runner {
+  const part::impl& m;
+  void operator()(void* c, bool c_f32, const void* a, const void* b, std::int64_t rows, std::int64_t cols,
+                  std::int64_t k, bool ta, bool tb, float beta, const char* what) const {
+    cuda::gemm_call call;
+    call.c = c;
+    call.c_type = c_f32 ? cuda::elem::f32 : m.type;
+    call.a = a;
+    call.b = b;
+    call.ab_type = m.type;
+    call.shape.m = rows;
+    call.shape.n = cols;
+    call.shape.k = k;
+    call.shape.trans_a = ta ? cpu::transpose::yes : cpu::transpose::no;
+    call.shape.trans_b = tb ? cpu::transpose::yes : cpu::transpose::no;
+    call.shape.beta = beta;
+    const status s = m.engine->run(call, m.stream);
+    if (!s)
+      throw std::runtime_error(std::string("GPU BERT: ") + what + ": " + s.err().to_string());
+  }
+};
+
+struct shapes {
+  std::int64_t B, T, H, V, N;
+};
+
+layer_shape shape_of(const bert_config& cfg, const shapes& s, const forward_context& ctx, cuda::elem type) {
+  layer_shape shape;
+  shape.batch = s.B;
+  shape.seq = s.T;
+  shape.hidden = cfg.hidden_size;
+  shape.heads = cfg.num_heads;
+  shape.intermediate = cfg.intermediate_size;
+  shape.eps = cfg.layer_norm_eps;
+  shape.hidden_dropout = ctx.rate(cfg.hidden_dropout);
+  shape.attention_dropout = ctx.rate(cfg.attention_dropout);
+  shape.type = type;
+  return shape;
+}
+
+layer_streams streams_of(const forward_context& ctx, std::int64_t layer) {
+  const auto id = static_cast<std::uint32_t>(layer);
+  return layer_streams{ctx.stream(id, site::attention_probs), ctx.stream(id, site::attention_output),
+                       ctx.stream(id, site::ffn_output)};
+}
+
+// The head's forward on the range's last hidden states; fills the stash's head arrays.
+void head_forward(const part::impl& m, const bert_batch& batch, const void* last, const shapes& s, float grad_scale,
+                  part_stash& st) {
+  const cuda::elem type = m.type;
+  const auto es = static_cast<std::size_t>(cuda::elem_size(type));
+  const gemm_runner mm{m};
+  const std::int64_t B = s.B, T = s.T, H = s.H, V = s.V;
+  auto rows_of = [&](std::int64_t rows, std::int64_t cols) {
+    return device_array(static_cast<std::size_t>(rows * cols) * es, m.stream);
+  };
+  auto floats = [&](std::int64_t n) { return device_array(static_cast<std::size_t>(n) * 4, m.stream); };
+
+  // The MLM rows and labels as the CPU head picks them; the NSP labels.
+  std::vector<std::int64_t> mlm_rows;
+  std::vector<std::int32_t> mlm_labels;
+  if (batch.masked_lm_positions.defined()) {
+    const auto pos = values<std::int32_t>(batch.masked_lm_positions);
+    const auto ids_host = values<std::int32_t>(batch.masked_lm_ids);
+    const std::int64_t P = batch.masked_lm_positions.dim(1);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t j = 0; j < P; ++j) {
+        const auto slot = static_cast<std::size_t>(b * P + j);
+        if (ids_host[slot] < 0 || pos[slot] == 0)
+          continue;
+        mlm_rows.push_back(b * T + pos[slot]);
+        mlm_labels.push_back(ids_host[slot]);
+      }
+  }
+  {
+    // The gradient's scatter back into the rows adds without atomics: a row masked twice
+    // in one sequence would race, so it is refused (the CPU would add both).
+    std::vector<std::int64_t> sorted = mlm_rows;
+    std::sort(sorted.begin(), sorted.end());
+    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    if (twice != sorted.end())
+      throw std::runtime_error(fmt::format(
+          "GPU BERT: batch tensor masked_lm_positions names position {} of sequence {} twice; "
+          "the GPU head needs distinct masked positions",
+          *twice % T, *twice / T));
+  }
+  const std::int64_t M = static_cast<std::int64_t>(mlm_rows.size());
+  st.mlm_count = M;
+  st.nsp = batch.next_sentence_labels.defined();
+  const std::vector<std::int32_t> nsp_labels =
+      st.nsp ? values<std::int32_t>(batch.next_sentence_labels) : std::vector<std::int32_t>{};
+  st.nsp_count = 0;
+  for (std::int32_t l : nsp_labels)
+    st.nsp_count += l >= 0 ? 1 : 0;
+
+  if (M > 0) {
+    st.mlm_rows = upload(mlm_rows, m.stream);
+    st.mlm_labels = upload(mlm_labels, m.stream);
+    st.masked = rows_of(M, H);
+    st.transform = rows_of(M, H);
+    st.gelu = rows_of(M, H);
+    st.normed = rows_of(M, H);
+    st.norm_mean = floats(M);
+    st.norm_rstd = floats(M);
+    st.logits = floats(M * V);
+    st.mlm_loss = floats(M);
+    st.mlm_correct = floats(M);
+    check_cuda(cuda::gather_rows(st.masked.get(), last, st.mlm_rows.as<std::int64_t>(), type, M, H, m.stream),
+               "gathering the masked rows");
+    mm(st.transform.get(), false, st.masked.get(), m.value(m.transform), M, H, H, false, true, 0.0f,
+       "the MLM transform");
+    check_cuda(cuda::bias_gelu_forward(st.gelu.get(), st.transform.get(), m.f32(m.transform_bias), type, M, H,
+                                       m.stream),
+               "the MLM GELU");
+    check_cuda(cuda::layernorm_forward(st.normed.get(), st.norm_mean.as<float>(), st.norm_rstd.as<float>(),
+                                       st.gelu.get(), m.f32(m.transform_gamma), m.f32(m.transform_beta),
+                                       m.cfg.layer_norm_eps, type, M, H, m.stream),
+               "the MLM LayerNorm");
+    mm(st.logits.get(), true, st.normed.get(), m.value(m.decoder_word), M, V, H, false, true, 0.0f, "the MLM decoder");
+    check_cuda(cuda::bias_add(st.logits.get(), st.logits.as<float>(), m.f32(m.decoder_bias), cuda::elem::f32, M, V,
+                              m.stream),
+               "the decoder bias");
+    check_cuda(cuda::cross_entropy(st.logits.get(), st.mlm_loss.as<float>(), st.mlm_correct.as<std::int32_t>(),
+                                   st.logits.get(), st.mlm_labels.as<std::int32_t>(), -1,
+                                   grad_scale / static_cast<float>(M), cuda::elem::f32, M, V, m.stream),
+               "the MLM cross entropy");
+  }
+
+  if (st.nsp) {
+    std::vector<std::int64_t> cls_rows;
+    for (std::int64_t b = 0; b < B; ++b)
+      cls_rows.push_back(b * T);
+    st.cls_rows = upload(cls_rows, m.stream);
+    st.nsp_labels = upload(nsp_labels, m.stream);
+    st.cls = rows_of(B, H);
+    st.pre = floats(B * H);
+    st.pooled = rows_of(B, H);
+    st.nsp_logits = floats(B * 2);
+    st.nsp_loss = floats(B);
+    st.nsp_correct = floats(B);
+    check_cuda(cuda::gather_rows(st.cls.get(), last, st.cls_rows.as<std::int64_t>(), type, B, H, m.stream),
+               "gathering the first rows");
+    mm(st.pre.get(), true, st.cls.get(), m.value(m.pooler), B, H, H, false, true, 0.0f, "the pooler");
+    check_cuda(cuda::bias_add(st.pooled.get(), st.pre.as<float>(), m.f32(m.pooler_bias), type, B, H, m.stream),
+               "the pooler bias");
+    check_cuda(cuda::tanh_forward(st.pooled.get(), st.pooled.get(), type, B * H, m.stream), "the pooler tanh");
+    mm(st.nsp_logits.get(), true, st.pooled.get(), m.value(m.relationship), B, 2, H, false, true, 0.0f,
+       "the NSP logits");
+    check_cuda(cuda::bias_add(st.nsp_logits.get(), st.nsp_logits.as<float>(), m.f32(m.relationship_bias),
+                              cuda::elem::f32, B, 2, m.stream),
+               "the NSP bias");
+    const float scale = st.nsp_count > 0 ? grad_scale / static_cast<float>(st.nsp_count) : 0.0f;
+    check_cuda(cuda::cross_entropy(st.nsp_logits.get(), st.nsp_loss.as<float>(), st.nsp_correct.as<std::int32_t>(),
+                                   st.nsp_logits.get(), st.nsp_labels.as<std::int32_t>(), -1, scale,
+                                   cuda::elem::f32, B, 2, m.stream),
+               "the NSP cross entropy");
+  }
+}
+
+// The head's backward into dh, (N, H), which it overwrites.
+void head_backward(const part::impl& m, const shapes& s, part_stash& st, void* dh) {
+  const cuda::elem type = m.type;
+  const auto es = static_cast<std::size_t>(cuda::elem_size(type));
+  const gemm_runner mm{m};
+  const std::int64_t B = s.B, H = s.H, V = s.V, M = st.mlm_count;
+  auto rows_of = [&](std::int64_t rows, std::int64_t cols) {
+    return device_array(static_cast<std::size_t>(rows * cols) * es, m.stream);
+  };
+  check_cuda(cudaMemsetAsync(dh, 0, static_cast<std::size_t>(s.N * H) * es, m.stream), "clearing dh");
+  // A loss gradient in f32 as the products read it (the storage type).
+  auto as_storage = [&](device_array& f, std::int64_t n, device_array& keep) -> const void* {
+    if (type == cuda::elem::f32)
+      return f.get();
+    keep = device_array(static_cast<std::size_t>(n) * es, m.stream);
+    check_cuda(cuda::convert(keep.get(), type, f.get(), cuda::elem::f32, n, m.stream), "a loss gradient's copy");
+    return keep.get();
+  };
+  if (M > 0) {
+    check_cuda(cuda::bias_backward(m.grad(m.decoder_bias), st.logits.get(), cuda::elem::f32, M, V, m.stream),
+               "the decoder bias gradient");
+    device_array dl_copy;
+    const void* dl = as_storage(st.logits, M * V, dl_copy);
+    mm(m.grad(m.decoder_word), true, dl, st.normed.get(), V, H, M, true, false, 1.0f,
+       "the decoder's weight gradient");
+    device_array d = rows_of(M, H), dt = rows_of(M, H), dmasked = rows_of(M, H);
+    mm(d.get(), false, dl, m.value(m.decoder_word), M, H, V, false, false, 0.0f, "the decoder's input gradient");
+    check_cuda(cuda::layernorm_backward(d.get(), m.grad(m.transform_gamma), m.grad(m.transform_beta), d.get(),
+                                        st.gelu.get(), st.norm_mean.as<float>(), st.norm_rstd.as<float>(),
+                                        m.f32(m.transform_gamma), type, M, H, m.stream),
+               "the MLM LayerNorm backward");
+    check_cuda(cuda::bias_gelu_backward(dt.get(), d.get(), st.transform.get(), m.f32(m.transform_bias), type, M, H,
+                                        m.stream),
+               "the MLM GELU backward");
+    check_cuda(cuda::bias_backward(m.grad(m.transform_bias), dt.get(), type, M, H, m.stream),
+               "the transform bias gradient");
+    mm(m.grad(m.transform), true, dt.get(), st.masked.get(), H, H, M, true, false, 1.0f,
+       "the transform's weight gradient");
+    mm(dmasked.get(), false, dt.get(), m.value(m.transform), M, H, H, false, false, 0.0f,
+       "the transform's input gradient");
+    check_cuda(cuda::scatter_add_rows(dh, dmasked.get(), st.mlm_rows.as<std::int64_t>(), type, M, H, m.stream),
+               "scattering the masked rows' gradient");
+  }
+  if (st.nsp) {
+    check_cuda(cuda::bias_backward(m.grad(m.relationship_bias), st.nsp_logits.get(), cuda::elem::f32, B, 2,
+                                   m.stream),
+               "the NSP bias gradient");
+    device_array dl_copy;
+    const void* dl = as_storage(st.nsp_logits, B * 2, dl_copy);
+    mm(m.grad(m.relationship), true, dl, st.pooled.get(), 2, H, B, true, false, 1.0f, "the NSP weight gradient");
+    device_array dpooled = rows_of(B, H), dpre = rows_of(B, H), dcls = rows_of(B, H);
+    mm(dpooled.get(), false, dl, m.value(m.relationship), B, H, 2, false, false, 0.0f, "the NSP input gradient");
+    check_cuda(cuda::tanh_backward(dpre.get(), dpooled.get(), st.pooled.get(), type, B * H, m.stream),
+               "the pooler tanh backward");
+    check_cuda(cuda::bias_backward(m.grad(m.pooler_bias), dpre.get(), type, B, H, m.stream),
+               "the pooler bias gradient");
+    mm(m.grad(m.pooler), true, dpre.get(), st.cls.get(), H, H, B, true, false, 1.0f, "the pooler's weight gradient");
+    mm(dcls.get(), false, dpre.get(), m.value(m.pooler), B, H, H, false, false, 0.0f, "the pooler's input gradient");
+    check_cuda(cuda::scatter_add_rows(dh, dcls.get(), st.cls_rows.as<std::int64_t>(), type, B, H, m.stream),
+               "scattering the first rows' gradient");
+  }
+}
+
+// The head's per-row losses and hits into the stash's pinned readout, then its event.
+void enqueue_readout(const part::impl& m, part_stash& st) {
+  loss_readout& r = st.readout;
+  r.mlm_count = st.mlm_count;
+  r.nsp_rows = st.nsp ? st.batch : 0;
+  r.nsp_count = st.nsp_count;
+  const auto rows = static_cast<std::size_t>(r.mlm_count + r.nsp_rows);
+  r.host.reserve(std::max<std::size_t>(rows * 8, 8));
+  if (!r.copied)
+    check_cuda(cudaEventCreateWithFlags(&r.copied, cudaEventDisableTiming), "creating the losses' event");
+  auto* base = static_cast<char*>(r.host.get());
+  auto fetch = [&](std::size_t at, const device_array& dev, std::int64_t n) {
+    if (n > 0)
+      check_cuda(cudaMemcpyAsync(base + at, dev.get(), static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToHost,
+                                 m.stream),
+                 "reading the losses");
+  };
+  const auto M = static_cast<std::size_t>(r.mlm_count), B = static_cast<std::size_t>(r.nsp_rows);
+  fetch(0, st.mlm_loss, r.mlm_count);
+  fetch(M * 4, st.mlm_correct, r.mlm_count);
+  fetch(M * 8, st.nsp_loss, r.nsp_rows);
+  fetch(M * 8 + B * 4, st.nsp_correct, r.nsp_rows);
+  check_cuda(cudaEventRecord(r.copied, m.stream), "marking the losses");
+}
+
+
+} // namespace
+
+const void* part::forward(device_array hidden_in, const bert_batch& batch, const forward_context& ctx,
+                          float grad_scale, part_stash& st) {
+  impl& m = *impl_;
+  const bert_config& cfg = m.cfg;
+  const status valid = validate_batch(batch, cfg, m.range);
+  if (!valid)
+    throw std::runtime_error("GPU BERT: " + valid.err().to_string());
+  const shapes s{batch.batch_size(), batch.seq_length(), cfg.hidden_size, cfg.vocab_size,
+                 batch.batch_size() * batch.seq_length()};
+  const cuda::elem type = m.type;
+  const auto es = static_cast<std::size_t>(cuda::elem_size(type));
+  auto rows_of = [&](std::int64_t rows, std::int64_t cols) {
+    return device_array(static_cast<std::size_t>(rows * cols) * es, m.stream);
+  };
+  auto floats = [&](std::int64_t n) { return device_array(static_cast<std::size_t>(n) * 4, m.stream); };
+  {
+    loss_readout kept = std::move(st.readout);
+    st = part_stash{};
+    st.readout = std::move(kept);
+  }
+  st.batch = s.B;
+  st.seq = s.T;
+  st.ctx = ctx;
+  const tensor mask = key_mask_f32(batch);
+  if (mask.defined())
+    st.key_mask = upload(values<float>(mask), m.stream);
+
+  if (m.range.has_embeddings()) {
+    st.ids = upload(values<std::int32_t>(batch.input_ids), m.stream);
+    if (batch.token_type_ids.defined())
+      st.types = upload(values<std::int32_t>(batch.token_type_ids), m.stream);
+    st.acts.push_back(rows_of(s.N, s.H));
+    st.emb_sum = rows_of(s.N, s.H);
+    st.emb_mean = floats(s.N);
+    st.emb_rstd = floats(s.N);
+    check_cuda(cuda::embedding_forward(st.acts[0].get(), st.emb_sum.get(), st.emb_mean.as<float>(),
+                                       st.emb_rstd.as<float>(), st.ids.as<std::int32_t>(),
+                                       st.types.as<std::int32_t>(), m.value(m.word), m.value(m.position),
+                                       m.value(m.token_type), m.f32(m.embedding_gamma), m.f32(m.embedding_beta),
+                                       cfg.layer_norm_eps, ctx.rate(cfg.hidden_dropout),
+                                       ctx.stream(0, site::embeddings), type, s.N, s.T, s.H, m.stream),
+               "the embeddings");
+  } else {
+    if (!hidden_in.get())
+      throw std::runtime_error(fmt::format("GPU BERT: range {} needs the previous stage's hidden states",
+                                           m.range.to_string()));
+    st.acts.push_back(std::move(hidden_in));
+  }
+
+  const layer_shape shape = shape_of(cfg, s, ctx, type);
+  st.layers.resize(m.layers.size());
+  for (std::size_t k = 0; k < m.layers.size(); ++k) {
+    st.acts.push_back(rows_of(s.N, s.H));
+    layer_forward(*m.engine, m.weights(m.layers[k]), shape, streams_of(ctx, m.range.first_layer + static_cast<std::int64_t>(k)),
+                  st.acts[k].get(), st.key_mask.as<float>(), st.acts[k + 1].get(), st.layers[k], m.stream);
+  }
+  st.filled = true;
+  if (!m.range.has_head())
+    return st.acts.back().get();
+  head_forward(m, batch, st.acts.back().get(), s, grad_scale, st);
+  enqueue_readout(m, st);
+  return nullptr;
+}
+
+bert_losses part::losses(const part_stash& st) {
+  const loss_readout& r = st.readout;
+  if (!r.copied || !impl_->range.has_head())
+    throw std::runtime_error("GPU BERT: losses() of a range without the head, or before its forward");
+  check_cuda(cudaEventSynchronize(r.copied), "the forward");
+  const auto M = static_cast<std::size_t>(r.mlm_count), B = static_cast<std::size_t>(r.nsp_rows);
+  const auto* f = static_cast<const float*>(r.host.get());
+  const auto* i = static_cast<const std::int32_t*>(r.host.get());
+  bert_losses losses;
+  double sum = 0.0;
+  for (std::size_t k = 0; k < M; ++k) {
+    sum += f[k];
+    losses.mlm_correct += i[M + k];
+  }
+  losses.mlm_count = r.mlm_count;
+  losses.mlm_loss = M > 0 ? sum / static_cast<double>(M) : 0.0;
+  sum = 0.0;
+  for (std::size_t k = 0; k < B; ++k) {
+    sum += f[2 * M + k];
+    losses.nsp_correct += i[2 * M + B + k];
+  }
+  losses.nsp_count = r.nsp_count;
+  losses.nsp_loss = r.nsp_count > 0 ? sum / static_cast<double>(r.nsp_count) : 0.0;
+  losses.total = losses.mlm_loss + losses.nsp_loss;
+  return losses;
+}
+
+device_array part::backward(const void* dy, part_stash& st) {
+  impl& m = *impl_;
+  if (!st.filled)
+    throw std::runtime_error(fmt::format("GPU BERT: backward of range {} without its forward",
+                                         m.range.to_string()));
+  const bert_config& cfg = m.cfg;
+  const shapes s{st.batch, st.seq, cfg.hidden_size, cfg.vocab_size, st.batch * st.seq};
+  const auto es = static_cast<std::size_t>(cuda::elem_size(m.type));
+  auto rows_of = [&](std::int64_t rows, std::int64_t cols) {
+    return device_array(static_cast<std::size_t>(rows * cols) * es, m.stream);
+  };
+  // cur: the gradient flowing down; owned: the array holding it once this part made it.
+  device_array owned;
+  const void* cur = dy;
+  if (m.range.has_head()) {
+    owned = rows_of(s.N, s.H);
+    head_backward(m, s, st, owned.get());
+    cur = owned.get();
+  } else if (!dy) {
+    throw std::runtime_error(fmt::format("GPU BERT: range {} needs the next stage's gradient", m.range.to_string()));
+  }
+  const layer_shape shape = shape_of(cfg, s, st.ctx, m.type);
+  for (std::size_t k = m.layers.size(); k-- > 0;) {
+    device_array dprev = rows_of(s.N, s.H);
+    layer_backward(*m.engine, m.weights(m.layers[k]), m.grads(m.layers[k]), shape,
+                   streams_of(st.ctx, m.range.first_layer + static_cast<std::int64_t>(k)), st.layers[k], cur,
+                   dprev.get(), m.stream);
+    st.layers[k] = layer_stash{};
+    owned = std::move(dprev);
+    cur = owned.get();
+  }
+  if (m.range.has_embeddings()) {
+    check_cuda(cuda::embedding_backward(m.grad(m.word), m.grad(m.position), m.grad(m.token_type),
+                                        m.grad(m.embedding_gamma), m.grad(m.embedding_beta), cur,
+                                        st.emb_sum.get(), st.emb_mean.as<float>(), st.emb_rstd.as<float>(),
+                                        m.f32(m.embedding_gamma), st.ids.as<std::int32_t>(),
+                                        st.types.as<std::int32_t>(), static_cast<std::int32_t>(cfg.pad_token_id),
+                                        shape.hidden_dropout, st.ctx.stream(0, site::embeddings), m.type, s.N, s.T,
+                                        s.H, m.stream),
+               "the embeddings backward");
+    owned = device_array();
+  } else if (!owned.get()) { // no layers and no head: the gradient passes through
+    owned = rows_of(s.N, s.H);
+    check_cuda(cudaMemcpyAsync(owned.get(), dy, static_cast<std::size_t>(s.N * s.H) * es, cudaMemcpyDeviceToDevice,
+                               m.stream),
+               "passing the gradient on");
+  }
+  loss_readout kept = std::move(st.readout);
+  st = part_stash{}; // frees in stream order, after the work above
+  st.readout = std::move(kept);
+  return owned;
+}
+
+} // namespace dsa::bert::gpu

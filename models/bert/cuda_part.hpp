@@ -1,0 +1,132 @@
+// A contiguous slice of post-LN BERT on one GPU, as a pipeline stage runs it: optional
+// embeddings, encoder layers [first, last) (cuda_layer.hpp), optional pre-training head
+// (MLM + NSP). bert_part's twin: the same arithmetic, the same dropout streams and the same
+// tied-embedding rule (a range with the embeddings adds the lookup's gradient to the word
+// embedding, a range with the head the decoder's; one range holding both gets the sum).
+// Each micro-batch in flight has its own device stash, filled by forward and emptied by
+// backward.
+//
+// The parameters live on the device, one per entry of the range's bert_parameters and in
+// its order: an f32 master, a working copy in the storage type for the matrices and tables
+// the products and lookups read, and an f32 gradient accumulated (+=) over micro-batches.
+// Activations and their gradients are of the storage type; the heads' logits and losses f32.
+// Everything is enqueued on the part's stream: only losses() and the downloads wait for it.
+// One call at a time (the caller's worker thread, with the part's device current).
+#pragma once
+
+#include "kernels/cpu/adam.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "models/bert/bert_batch.hpp"
+#include "models/bert/bert_dropout.hpp"
+#include "models/bert/bert_parameters.hpp"
+#include "models/bert/cuda_layer.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace dsa::bert::gpu {
+
+// Page-locked host memory (cudaMallocHost), so a copy from the device is asynchronous.
+// Kept for the stash's life: freeing it waits for the device.
+class pinned_buffer {
+public:
+  pinned_buffer() = default;
+  ~pinned_buffer();
+  pinned_buffer(pinned_buffer&& other) noexcept;
+  pinned_buffer& operator=(pinned_buffer&& other) noexcept;
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  // At least `bytes`, reallocated (contents lost) only when it grows.
+  void reserve(std::size_t bytes);
+  void* get() const { return ptr_; }
+
+private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// The head's losses and accuracy counts of one forward, copied to the host as the forward
+// ends (an event marks the copies); losses() waits for that event only.
+struct loss_readout {
+  pinned_buffer host; // per-row MLM losses and hits, then per-sequence NSP losses and hits
+  cudaEvent_t copied = nullptr;
+  std::int64_t mlm_count = 0, nsp_rows = 0, nsp_count = 0;
+  loss_readout() = default;
+  ~loss_readout();
+  loss_readout(loss_readout&& other) noexcept;
+  loss_readout& operator=(loss_readout&& other) noexcept;
+};
+
+// What one micro-batch's forward keeps for its backward, on the device.
+struct part_stash {
+  loss_readout readout; // survives the backward (reused by the next forward into the stash)
+  std::int64_t batch = 0, seq = 0;
+  forward_context ctx; // the dropout streams' seed, step and micro-batch, for the backward
+  device_array ids, types, key_mask;
+  // acts[0]: the embeddings' output, or the previous stage's output; acts[k + 1]: layer k's.
+  std::vector<device_array> acts;
+  device_array emb_sum, emb_mean, emb_rstd;
+  std::vector<layer_stash> layers;
+  // The head: the MLM rows picked as the CPU head picks them, their transform, and the
+  // logits, which the cross entropy overwrote with the (scaled) loss gradient.
+  std::int64_t mlm_count = 0, nsp_count = 0;
+  bool nsp = false;
+  device_array mlm_rows, mlm_labels, masked, transform, gelu, normed, norm_mean, norm_rstd, logits;
+  device_array mlm_loss, mlm_correct;
+  device_array cls_rows, nsp_labels, cls, pre, pooled, nsp_logits, nsp_loss, nsp_correct;
+  bool filled = false; // set by forward, cleared by backward
+};
+
+class part {
+public:
+  // The device copy of `params` (a range of a post-LN config; values f32, f16 or bf16),
+  // working copies in `type`. Throws std::runtime_error with the reason for what the GPU
+  // path does not run (pre-LN, the memory flags, a SQuAD head). Raises the device pool's
+  // release threshold, so freed activations stay cached between steps.
+  part(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
+  ~part();
+  part(const part&) = delete;
+  part& operator=(const part&) = delete;
+
+  const bert_config& config() const;
+  const bert_range& range() const;
+  cuda::elem type() const;
+  cudaStream_t stream() const;
+  std::size_t size() const;                  // parameters, in bert_parameters' order
+  std::int64_t parameter_count() const;      // their elements
+  std::int64_t numel(std::size_t i) const;
+
+  // Forward of one micro-batch. hidden_in: the previous stage's output, (B * T, H) of the
+  // storage type on the device, taken into the stash (ignored, may be empty, with the
+  // embeddings). The batch is host-side: the ids (with the embeddings), the attention mask
+  // (every range) and the labels (with the head); it is validated first and a bad tensor
+  // throws naming it. grad_scale: with the head, the loss gradient's scale (loss scale /
+  // micro-batches), applied now (the cross entropy leaves the gradient in the logits).
+  // Returns the output, (B * T, H) on the device, owned by the stash (null with the head).
+  const void* forward(device_array hidden_in, const bert_batch& batch, const forward_context& ctx,
+                      float grad_scale, part_stash& stash);
+  // The head's losses of the stash's forward (waits for the stream).
+  bert_losses losses(const part_stash& stash);
+  // dy: the gradient of the output on the device (ignored with the head). Adds every
+  // parameter gradient; returns d hidden_in (empty with the embeddings). Empties the stash.
+  device_array backward(const void* dy, part_stash& stash);
+
+  // Values: entry i's (f32, f16 or bf16, its shape) into the master and working copy.
+  void load_value(std::size_t i, const tensor& value);
+  // The f32 gradients (and masters) into host f32 tensors of the entries' shapes; waits.
+  void download_gradients(const std::vector<tensor>& into);
+  void download_values(const std::vector<tensor>& into);
+  void zero_gradients();
+  // AdamW over every parameter (masters, moments, then the working copies) from the
+  // accumulated gradients; weight decay on the matrices and tables only (optim's
+  // bert_no_decay); then the gradients are zeroed.
+  void optimizer_step(const cpu::adam_params& params);
+
+  struct impl;
+
+private:
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace dsa::bert::gpu

@@ -1,0 +1,140 @@
+// The GPU part (models/bert/cuda_part.hpp) as pipeline stages run it: a three-layer BERT
+// cut into three ranges (embeddings + layer 0, layer 1, layer 2 + the pre-training head),
+// chained on the device, against the same three ranges of the CPU model (bert_part) on the
+// same batch, dropout on with the same streams: the losses and every gradient of every
+// range (the tied word embedding's two copies each against its CPU range), in f32, bf16
+// and f16 storage (f16 with a loss scale of 1024 on both sides, as fp16 training runs it).
+#include "gpu_test_util.hpp"
+
+#include "kernels/cpu/convert.hpp"
+#include "models/bert/bert_part.hpp"
+#include "models/bert/cuda_part.hpp"
+#include "gpu_bert_fixture.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace dsa::test {
+namespace {
+
+std::vector<bert::bert_range> three_ranges() {
+  return {bert::bert_range::layers(0, 1).with_embeddings(), bert::bert_range::layers(1, 2),
+          bert::bert_range::layers(2, 3).with_head()};
+}
+
+bert::gpu::device_array copy_of(const void* src, std::size_t bytes, cudaStream_t stream) {
+  bert::gpu::device_array d(bytes, stream);
+  REQUIRE(cudaMemcpyAsync(d.get(), src, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess);
+  return d;
+}
+
+} // namespace
+
+TEST_CASE("cuda part: three pipeline ranges equal the CPU ranges, losses and every gradient") {
+  const bert::bert_config cfg = gpu_bert_config(3);
+  const bert::bert_batch batch = small_batch(cfg);
+  bert::forward_context ctx;
+  ctx.seed = 9;
+  ctx.step = 4;
+  ctx.micro_batch = 1;
+  for (const cuda::elem type : {cuda::elem::f32, cuda::elem::bf16, cuda::elem::f16}) {
+    INFO("storage " << std::string(elem_name(type)));
+    const float scale = type == cuda::elem::f16 ? 1024.0f : 1.0f;
+    // The CPU chain.
+    std::vector<std::unique_ptr<bert::bert_part>> cpu;
+    for (const auto& r : three_ranges()) {
+      cpu.push_back(std::make_unique<bert::bert_part>(cfg, r));
+      prepare_gpu_bert(cpu.back()->parameters());
+    }
+    std::vector<bert::part_stash> cpu_stash(3);
+    tensor hidden;
+    bert::bert_losses ref;
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto out = cpu[i]->forward(hidden, batch, ctx, cpu_stash[i]);
+      REQUIRE(out);
+      hidden = out->hidden;
+      ref = out->losses;
+    }
+    bert::backward_options options;
+    options.loss_scale = scale;
+    tensor grad;
+    for (std::size_t i = 3; i-- > 0;)
+      grad = cpu[i]->backward(grad, cpu_stash[i], options);
+    REQUIRE(ref.mlm_count > 0);
+
+    // The GPU chain, activations handed from stash to stash on the device.
+    test_stream stream;
+    std::vector<std::unique_ptr<bert::bert_parameters>> host;
+    std::vector<std::unique_ptr<bert::gpu::part>> gpu;
+    for (const auto& r : three_ranges()) {
+      host.push_back(std::make_unique<bert::bert_parameters>(cfg, r));
+      prepare_gpu_bert(*host.back());
+      gpu.push_back(std::make_unique<bert::gpu::part>(*host.back(), type, stream.get()));
+      CHECK(gpu.back()->parameter_count() == host.back()->count());
+    }
+    const auto bytes = static_cast<std::size_t>(batch.batch_size() * batch.seq_length() * cfg.hidden_size *
+                                                cuda::elem_size(type));
+    std::vector<bert::gpu::part_stash> stash(3);
+    const void* out = nullptr;
+    for (std::size_t i = 0; i < 3; ++i)
+      out = gpu[i]->forward(i == 0 ? bert::gpu::device_array() : copy_of(out, bytes, stream.get()), batch, ctx,
+                            scale, stash[i]);
+    CHECK(out == nullptr); // the head's range has no output
+    const bert::bert_losses got = gpu[2]->losses(stash[2]);
+    bert::gpu::device_array dy;
+    for (std::size_t i = 3; i-- > 0;)
+      dy = gpu[i]->backward(dy.get(), stash[i]);
+    CHECK(dy.get() == nullptr); // the embeddings' range has no input gradient
+
+    const test::tolerance& limit = type == cuda::elem::f32 ? test::gpu_f32_vs_cpu : test::gpu_half_vs_cpu;
+    CHECK(got.mlm_count == ref.mlm_count);
+    CHECK(got.nsp_count == ref.nsp_count);
+    CHECK(std::fabs(got.mlm_loss - ref.mlm_loss) <= limit.rel * std::fabs(ref.mlm_loss));
+    CHECK(std::fabs(got.nsp_loss - ref.nsp_loss) <= limit.rel * std::fabs(ref.nsp_loss) + limit.abs);
+    for (std::size_t i = 0; i < 3; ++i) {
+      std::vector<tensor> grads;
+      for (const auto& e : host[i]->entries())
+        grads.push_back(e.grad);
+      gpu[i]->download_gradients(grads);
+      for (const auto& e : host[i]->entries()) {
+        const double err = gradient_error(*host[i], cpu[i]->parameters(), e.spec.name);
+        INFO("range " << host[i]->range().to_string() << ", " << e.spec.name << ": relative error " << err);
+        CHECK(std::isfinite(err));
+        CHECK(err <= limit.rel);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda part: values loaded from half tensors and the refusals") {
+  const bert::bert_config cfg = gpu_bert_config(3);
+  bert::bert_parameters params(cfg, bert::bert_range::layers(1, 2));
+  prepare_gpu_bert(params);
+  test_stream stream;
+  bert::gpu::part gpu(params, cuda::elem::bf16, stream.get());
+  // A bf16 version of entry 0 loads and reads back as its f32 widening.
+  const auto& e = params.entries()[0];
+  tensor half = tensor::empty(e.spec.shape, dtype::bf16);
+  cpu::cast(half.raw_data(), dtype::bf16, e.value.raw_data(), dtype::f32, e.value.numel());
+  gpu.load_value(0, half);
+  std::vector<tensor> values;
+  for (const auto& x : params.entries())
+    values.push_back(tensor::empty(x.spec.shape, dtype::f32));
+  gpu.download_values(values);
+  tensor widened = tensor::empty(e.spec.shape, dtype::f32);
+  cpu::cast(widened.raw_data(), dtype::f32, half.raw_data(), dtype::bf16, e.value.numel());
+  CHECK(std::memcmp(widened.raw_data(), values[0].raw_data(), static_cast<std::size_t>(e.value.numel()) * 4) == 0);
+  CHECK_THROWS_WITH(gpu.load_value(0, tensor::empty({3}, dtype::f32)), doctest::Contains("expected"));
+  // A middle range without the previous stage's output.
+  bert::gpu::part_stash stash;
+  CHECK_THROWS_WITH(gpu.forward(bert::gpu::device_array(), small_batch(cfg), bert::forward_context{}, 1.0f, stash),
+                    doctest::Contains("previous stage"));
+  bert::bert_config squad = cfg;
+  squad.head = bert::head_kind::squad;
+  bert::bert_parameters squad_params(squad, bert::bert_range::layers(2, 3).with_head());
+  CHECK_THROWS_WITH(bert::gpu::part(squad_params, cuda::elem::bf16, stream.get()), doctest::Contains("pre-training head"));
+}
+
+} // namespace dsa::test
