@@ -14,10 +14,14 @@ using namespace dsa;
 
 namespace {
 
+// A config a CUDA rank runs: the optimizer stepped on the CPU shard (offload_optimizer
+// "cpu", ZeRO stage 1).
 train::run_config with_backend(const std::string& backend, std::int64_t device = -1) {
   train::run_config rc;
   rc.backend = backend;
   rc.device = device;
+  rc.offload.device = train::offload_device::cpu;
+  rc.zero_stage = 1;
   return rc;
 }
 
@@ -72,12 +76,49 @@ TEST_CASE("devices.backend = cuda is refused naming why: no CUDA code, no device
   CHECK(old.find("compute capability 8.0") != std::string::npos);
 }
 
-TEST_CASE("a usable GPU is named, and refused while the CUDA stage is not in this version") {
-  // The refusal an H200 gets today names the device it would use; when the CUDA stage
-  // lands this case turns into the choice itself.
-  const std::string usable = refusal(with_backend("cuda"), 1, machine({h200, h200}));
-  CHECK(usable.find("cuda:1 (NVIDIA H200, sm_90, 140.0 GiB) is usable") != std::string::npos);
-  CHECK(usable.find("devices.backend = \"cpu\"") != std::string::npos);
+TEST_CASE("a usable GPU is chosen and named: by the local rank, or devices.device") {
+  auto by_rank = train::choose_device(with_backend("cuda"), 1, machine({h200, h200}));
+  REQUIRE(by_rank.has_value());
+  CHECK(by_rank->device == train::stage_device::cuda);
+  CHECK(by_rank->index == 1);
+  CHECK(by_rank->description == "cuda:1 (NVIDIA H200, sm_90, 140.0 GiB)");
+  auto named = train::choose_device(with_backend("cuda", 0), 1, machine({h200, h200}));
+  REQUIRE(named.has_value());
+  CHECK(named->index == 0);
+}
+
+TEST_CASE("what a CUDA rank does not run yet is refused by its key, before the machine is looked at") {
+  const train::gpu_facts gpu = machine({h200});
+  train::run_config rc = with_backend("cuda");
+  rc.offload.device = train::offload_device::none;
+  const std::string none = refusal(rc, 0, gpu);
+  CHECK(none.find("offload_optimizer.device = \"none\"") != std::string::npos);
+  CHECK(none.find("set offload_optimizer.device = \"cpu\"") != std::string::npos);
+  // The same refusal on a machine without a GPU: the config is wrong either way.
+  CHECK(refusal(rc, 0, train::gpu_facts{}).find("offload_optimizer.device") != std::string::npos);
+
+  rc = with_backend("cuda");
+  rc.zero_stage = 3;
+  CHECK(refusal(rc, 0, gpu).find("zero_optimization.stage = 3") != std::string::npos);
+  rc = with_backend("cuda");
+  rc.zero_stage = 2;
+  rc.batch.data_parallel_size = 2; // ZeRO-2 over two ranks on one pipeline stage: partitioned gradients
+  CHECK(refusal(rc, 0, gpu).find("zero_optimization.stage = 2 on one pipeline stage") != std::string::npos);
+  rc.stages = 2; // with pipeline stages the gradients stay whole: runs
+  CHECK(train::choose_device(rc, 0, gpu).has_value());
+
+  rc = with_backend("cuda");
+  rc.model.norm = bert::layer_norm_placement::pre;
+  CHECK(refusal(rc, 0, gpu).find("pre_layer_norm") != std::string::npos);
+  rc = with_backend("cuda");
+  rc.model.head = bert::head_kind::squad;
+  CHECK(refusal(rc, 0, gpu).find("SQuAD head") != std::string::npos);
+  rc = with_backend("cuda");
+  rc.model.memory.gelu_checkpoint = true;
+  CHECK(refusal(rc, 0, gpu).find("gelu_checkpoint") != std::string::npos);
+  // A CPU rank runs every one of them.
+  rc.backend = "cpu";
+  CHECK(train::choose_device(rc, 0, gpu).has_value());
 }
 
 TEST_CASE("devices.backend and devices.device are checked with the config, and dsactor run stops before the run "
@@ -87,8 +128,8 @@ TEST_CASE("devices.backend and devices.device are checked with the config, and d
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.backend=\"gpu\""}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=-2"}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=\"first\""}) == 2);
-  // This machine's own answer (a CPU-only build, or no usable GPU here, or a GPU and the
-  // refusal above): exit 2 either way, and no run directory made.
+  // tiny_config keeps the optimizer on the device (offload_optimizer "none"), which a CUDA
+  // rank refuses on any machine: exit 2, and no run directory made.
   CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\""}) == 2);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/run")); // tiny_config's run_dir
 }

@@ -148,3 +148,26 @@ TEST_CASE("bf16.cpu_gemm: five steps with bf16 GEMMs stay within tolerance of fp
   const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(log.find("GEMMs on bf16 operands through oneDNN") != std::string::npos);
 }
+
+// debug.overflow_step: fp16's loss scaler skips exactly the injected step and halves the
+// scale (the GPU check compares CPU and CUDA ranks through it); other precisions refuse it.
+TEST_CASE("debug.overflow_step: fp16 skips that step and halves the scale; refused without fp16") {
+  test::temp_dir dir;
+  const std::string cfg = test::tiny_config(dir.path());
+  REQUIRE(test::run_config(dir.path(), "fp16", cfg,
+                           {"fp16.enabled=true", "fp16.initial_scale_power=8", "debug.overflow_step=2"}) == 0);
+  std::ifstream in(dir.path() + "/run/metrics.jsonl");
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  REQUIRE(rows.size() == 5);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(i);
+    // Step k (counted from 0) is the metrics' step k + 1.
+    CHECK(rows[i]["Train/Samples/skipped"].get<double>() == (i == 2 ? 1.0 : 0.0));
+  }
+  CHECK(rows[2]["Train/Samples/loss_scale"].get<double>() == rows[1]["Train/Samples/loss_scale"].get<double>() / 2);
+  test::temp_dir other;
+  CHECK(test::run_config(other.path(), "bf16", test::tiny_config(other.path()),
+                         {"bf16.enabled=true", "debug.overflow_step=2"}) == 2);
+}

@@ -423,6 +423,10 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   cfg.read("debug.fail_stage", rc.fail_stage, problems);
   cfg.read("debug.fail_step", rc.fail_step, problems);
   cfg.read("debug.fail_optimizer_step", rc.fail_optimizer_step, problems);
+  cfg.read("debug.overflow_step", rc.overflow_step, problems);
+  if (rc.overflow_step >= 0 && rc.working != precision::f16)
+    problems.add(cfg.problem(problem_kind::invalid_value, "debug.overflow_step",
+                             "needs fp16.enabled = true (an overflow is what fp16's loss scaler handles)"));
   read_checkpoint(cfg, rc.checkpoint, problems);
   if (rc.checkpoint.dir.empty()) rc.checkpoint.dir = rc.run_dir + "/checkpoints";
   read_data(cfg, rc.model, rc.data, problems);
@@ -465,6 +469,10 @@ expected<run_config> parse_run_config(const config& cfg, const std::string& defa
 
 bool run_config::zero_partitions() const {
   return zero_stage >= 1 && (batch.data_parallel_size > 1 || (zero_stage == 3 && offload.param.swaps()));
+}
+
+bool run_config::gradients_partitioned() const {
+  return zero_partitions() && (zero_stage >= 3 || (zero_stage == 2 && stages == 1));
 }
 
 } // namespace dsa::train

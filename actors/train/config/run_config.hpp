@@ -110,6 +110,9 @@ struct run_config {
   // Whether the run partitions over its ranks (ZeRO stage >= 1 with several ranks), or runs
   // ZeRO-3 on one rank to put the weights on NVMe (offload_param.device = "nvme").
   bool zero_partitions() const;
+  // ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients are summed into
+  // the ranks' partitions (partition_grads), so the stages keep no whole gradients.
+  bool gradients_partitioned() const;
   // ZeRO stage 3's parameter fetcher (DeepSpeed's keys and defaults), in elements:
   // stage3_prefetch_bucket_size, stage3_param_persistence_threshold, stage3_max_live_parameters.
   std::int64_t stage3_prefetch = 50'000'000, stage3_persistence = 100'000, stage3_max_live = 1'000'000'000;
@@ -132,6 +135,10 @@ struct run_config {
   // [debug] fail_stage / fail_step: stage fail_stage throws in its forward of step
   // fail_step (testing the failure path of a real run); -1 = never.
   std::int64_t fail_stage = -1, fail_step = -1;
+  // [debug] overflow_step: every stage hands the reducer an infinite gradient in step
+  // overflow_step (fp16 only: the loss scaler skips the step and lowers the scale, on CPU
+  // and CUDA ranks alike); -1 = never.
+  std::int64_t overflow_step = -1;
   std::int64_t fail_optimizer_step = -1; // the shard of fail_stage throws in this step's update
   checkpoint_settings checkpoint;
   data_settings data;

@@ -4,6 +4,7 @@
 // and stages). run_context is both, for the phases that hold a rank whole.
 #pragma once
 
+#include "actors/train/stage/device_choice.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/data/feed_source.hpp"
 #include "actors/train/config/run_config.hpp"
@@ -24,6 +25,7 @@ struct run_inputs {
   config cfg;
   std::shared_ptr<const tok::bert_tokenizer> tokenizer; // shared by the ranks of the process
   int rank = 0;                // data-parallel rank (only rank 0 reports, saves and evaluates)
+  device_choice device;        // where the stages compute (devices.backend; the ranks of a process share it)
   std::uint32_t first_step = 0;
   std::uint32_t last_step = 0; // inclusive
   // Facts for the trace's info frame (run_options::trace_facts): under a launcher, where the

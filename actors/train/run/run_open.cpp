@@ -145,6 +145,8 @@ int open_run(const run_request& req, opened_run& run) {
   auto device = choose_device(rc, *launched ? (*launched)->local_rank : 0,
                               rc.backend == "cpu" ? gpu_facts{} : probe_gpu());
   if (!device) return fail_run(device.err());
+  run.ctx.device = *device;
+  if (device->device != stage_device::cpu) log_info("devices: the stages compute on {}", device->description);
   run.lead = run.ctx.rank == 0;
   return open_run_dir(run);
 }

@@ -41,11 +41,6 @@ expected<std::optional<tok::vocab>> load_vocab(run_inputs& in) {
 }
 
 namespace {
-// ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients are summed into
-// the ranks' partitions (partition_grads), so the stages keep no whole gradients.
-bool gradients_partitioned(const run_config& rc) {
-  return rc.zero_partitions() && (rc.zero_stage >= 3 || (rc.zero_stage == 2 && rc.stages == 1));
-}
 
 // The held-out shards must share the training shards' vocabulary; checked before training
 // rather than after it. Absent ones are left to the final evaluation, which warns.
@@ -134,10 +129,11 @@ status make_stages(const run_inputs& in, rank_model& m) {
     o.micro_batch_offset = static_cast<std::uint32_t>(in.rank) * M;
     o.working = in.rc.working;
     o.seed = in.rc.seed;
-    o.whole_gradients = !gradients_partitioned(in.rc);
+    o.whole_gradients = !in.rc.gradients_partitioned();
     if (static_cast<std::int64_t>(s) == in.rc.fail_stage) o.fail_step = in.rc.fail_step;
-    // Every stage computes on the CPU today; a [devices] backend picks another here.
-    auto stage = make_stage(stage_device::cpu, o, m.shared);
+    o.overflow_step = in.rc.overflow_step;
+    o.device_index = in.device.index;
+    auto stage = make_stage(in.device.device, o, m.shared);
     stage->named_parameters().init(in.rc.seed);
     if (!init.empty()) {
       bert::load_options lo;
@@ -296,7 +292,7 @@ status add_zero_partition(const run_inputs& in, rank_model& m, std::uint32_t s, 
   // ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients summed into
   // the partitions (with several stages the reducers add the tied embedding's gradient
   // whole, so the stages keep whole accumulators).
-  const bool grads_partitioned = gradients_partitioned(rc);
+  const bool grads_partitioned = rc.gradients_partitioned();
   std::optional<optim::flat_layout> layout;
   std::shared_ptr<partition_grads> grads;
   if (grads_partitioned) {

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -17,39 +16,17 @@ bert_stage::bert_stage(const stage_options& options, stage_shared& shared)
 
 void bert_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
 
-namespace {
-struct timed {
-  std::atomic<std::int64_t>& sink;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  ~timed() {
-    sink += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-  }
-};
-} // namespace
 
 double bert_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
                            std::vector<tensor>& out) {
-  timed t{shared_.forward_ns};
+  stage_timer t{shared_.forward_ns};
   if (grads_ && !partitioned_) partition_weights();
   step_ = key.step;
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
   bert::bert_batch batch;
-  tensor hidden;
-  // The first stage unpacks the micro-batch; later stages get the hidden states
-  // and, riding beside them in the slot, the attention mask.
-  if (part_.range().has_embeddings()) {
-    if (in.size() != 1) throw std::runtime_error(fmt::format("input slot with {} tensors, expected 1", in.size()));
-    unpack_inputs(in[0], batch);
-  } else {
-    if (in.size() != 2 || !in[0].defined() || !in[1].defined() || in[1].type() != dtype::f32)
-      throw std::runtime_error(fmt::format("activation slot with {} tensors, expected the hidden states and the "
-                                           "f32 attention mask",
-                                           in.size()));
-    hidden = in[0].type() == dtype::f32 ? in[0] : cast_to(in[0], dtype::f32);
-    batch.attention_mask = in[1];
-  }
-  if (part_.range().has_head()) unpack_labels(labels, options_.model.head, batch);
+  tensor hidden = read_slot(part_.range(), options_.model.head, in, labels, batch);
+  if (hidden.defined() && hidden.type() != dtype::f32) hidden = cast_to(hidden, dtype::f32);
   bert::forward_context ctx;
   ctx.seed = options_.seed;
   ctx.step = key.step;
@@ -70,7 +47,7 @@ double bert_stage::forward(const actors::work_key& key, const std::vector<tensor
 }
 
 void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
-  timed t{shared_.backward_ns};
+  stage_timer t{shared_.backward_ns};
   step_ = key.step;
   tensor dout;
   if (grad_out.defined()) dout = grad_out.type() == dtype::f32 ? grad_out : cast_to(grad_out, dtype::f32);
@@ -134,6 +111,7 @@ tensor bert_stage::gradient(std::size_t index) {
   }
   tensor g = entries[index].grad;
   round_in_place(g, working_dtype(options_.working));
+  inject_overflow(options_, step_, index, g);
   return g;
 }
 
@@ -152,6 +130,7 @@ std::vector<tensor> bert_stage::gradients() {
   for (const auto& e : part_.parameters().entries()) {
     tensor g = e.grad;
     round_in_place(g, wire);
+    inject_overflow(options_, step_, out.size(), g);
     out.push_back(g);
   }
   return out;
@@ -277,29 +256,10 @@ void bert_stage::load_parameters(const std::vector<tensor>& updated) {
     loss_scale_ = *scale;
     return;
   }
-  const auto& entries = params.entries();
-  // The version comes from the optimizer shard (later, from another process): a
-  // mismatch fails this stage's load job, and so the stage, by name.
-  // The weights, then the loss scale of the next step.
-  if (updated.size() != entries.size() + 1)
-    throw std::runtime_error(fmt::format("parameter version with {} tensors for a stage of {} parameters and "
-                                         "the loss scale",
-                                         updated.size(), entries.size()));
-  auto scale = loss_scale_of(updated.back());
-  if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const tensor& src = updated[i];
-    const tensor& dst = entries[i].value;
-    const bool floating = src.type() == dtype::f32 || src.type() == dtype::f16 || src.type() == dtype::bf16;
-    if (!src.defined() || !floating || !src.is_contiguous() || src.shape() != dst.shape())
-      throw std::runtime_error(fmt::format("parameter version: tensor {} ({}) is {}, expected {}", i,
-                                           entries[i].spec.name, src.defined() ? src.describe() : "(none)",
-                                           dst.describe()));
-    cpu::cast(dst.raw_data(), dst.type(), src.raw_data(), src.type(), src.numel());
-  }
+  const double scale = load_version(params, updated);
   if (grads_) grads_->reset(); // ZeRO-2, one stage: the reducer has released the step's partition
   else params.zero_grad();
-  loss_scale_ = *scale;
+  loss_scale_ = scale;
 }
 
 } // namespace dsa::train

@@ -41,8 +41,14 @@ struct device_choice {
   std::string description; // for the log: "cpu" or "cuda:0 (NVIDIA H200, sm_90, 139.8 GiB)"
 };
 
+// What a CUDA rank does not run yet, refused by config key: the GPU-resident optimizer
+// (offload_optimizer.device = "none"), ZeRO's gradient and weight partitions, pre-LN, the
+// SQuAD head, the memory flags.
+status cuda_rank_supports(const run_config& rc);
+
 // The device for rc's backend and device on a rank with local index `local_rank` (0
-// outside dsactor launch), or a config error saying why it cannot be used.
+// outside dsactor launch), or a config error saying why it cannot be used (what
+// cuda_rank_supports refuses first, then the machine).
 expected<device_choice> choose_device(const run_config& rc, int local_rank, const gpu_facts& facts);
 
 } // namespace dsa::train

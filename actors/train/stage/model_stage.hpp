@@ -9,11 +9,13 @@
 #include "actors/train/config/precision.hpp"
 #include "actors/train/stage/partition_grads.hpp"
 #include "actors/train/stage/param_fetcher.hpp"
+#include "models/bert/bert_batch.hpp"
 #include "models/bert/bert_config.hpp"
 #include "models/bert/bert_parameters.hpp"
 #include "models/bert/bert_range.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,6 +28,15 @@ struct stage_shared {
   std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
 };
 
+// Adds the time from its construction to its destruction to one of those counters.
+struct stage_timer {
+  std::atomic<std::int64_t>& sink;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~stage_timer() {
+    sink += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
 struct stage_options {
   bert::bert_config model;
   bert::bert_range range;
@@ -35,12 +46,14 @@ struct stage_options {
   precision working = precision::f32;
   std::uint64_t seed = 0; // dropout streams
   std::int64_t fail_step = -1; // testing: forward of this step throws
+  std::int64_t overflow_step = -1; // testing: the first gradient of this step is +inf (debug.overflow_step)
   // Rank r of R counts its micro-batches from r x M in the dropout streams, so each
   // global micro-batch draws the masks it would draw on one rank.
   std::uint32_t micro_batch_offset = 0;
   // ZeRO-3, and ZeRO-2 on one pipeline stage: the stage's gradients are summed into a
   // partition part by part (enable_partitioned_grads), so no whole gradient buffers.
   bool whole_gradients = true;
+  int device_index = -1; // the CUDA device of a stage_device::cuda stage
 };
 
 class model_stage : public actors::stage_compute {
@@ -70,9 +83,28 @@ public:
   virtual std::int64_t partition_grad_bytes() const = 0;
 };
 
-// The device a run's stages compute on. The one place that picks a stage's class.
-enum class stage_device { cpu };
+// The device a run's stages compute on. The one place that picks a stage's class:
+// bert_stage on the CPU, cuda_stage (CUDA builds) on a GPU.
+enum class stage_device { cpu, cuda };
 
 std::unique_ptr<model_stage> make_stage(stage_device device, const stage_options& options, stage_shared& shared);
+
+// A whole parameter version as a shard publishes it (every tensor of `params` in its order,
+// f32, f16 or bf16, then the loss scale) cast into params' values; returns the loss scale.
+// Throws naming the tensor that does not fit: the version comes from another actor (later,
+// another process), so a mismatch fails the stage's load job by name.
+double load_version(bert::bert_parameters& params, const std::vector<tensor>& updated);
+
+// A forward's slot as every stage class reads it: the first stage unpacks the micro-batch
+// into `batch`; later stages get the hidden states (returned as they came, in the working
+// precision) and, riding beside them, the f32 attention mask; the stage with the head also
+// unpacks the labels. Throws naming a malformed slot.
+tensor read_slot(const bert::bert_range& range, bert::head_kind head, const std::vector<tensor>& in,
+                 const tensor& labels, bert::bert_batch& batch);
+
+// debug.overflow_step: gradient `index` of `step`, as handed to the reducer, made to
+// overflow (its first element +inf) when `step` is options.overflow_step and it is the
+// stage's first gradient.
+void inject_overflow(const stage_options& options, std::uint32_t step, std::size_t index, tensor& gradient);
 
 } // namespace dsa::train

@@ -1,0 +1,185 @@
+// CUDA stage: unpack on the host, run the range on the device, copy what crosses to a
+// neighbour or the reducer.
+#include "actors/train/stage/cuda_stage.hpp"
+
+#include "actors/train/config/precision.hpp"
+#include "actors/train/stage/step_stats.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace dsa::train {
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("CUDA stage: {} failed: {}", what, cudaGetErrorString(e)));
+}
+
+cuda::elem elem_of(dtype t) {
+  switch (t) {
+  case dtype::f16: return cuda::elem::f16;
+  case dtype::bf16: return cuda::elem::bf16;
+  default: return cuda::elem::f32;
+  }
+}
+
+// A (B, T, H) host tensor of the wire type on the device (cast on the host first when it
+// came in another type).
+bert::gpu::device_array upload(const tensor& host, dtype wire, std::int64_t elements, cudaStream_t stream,
+                               const char* what) {
+  if (!host.defined() || host.numel() != elements)
+    throw std::runtime_error(fmt::format("CUDA stage: the {} is {}, expected {} elements", what,
+                                         host.defined() ? host.describe() : "(none)", elements));
+  const tensor src = host.type() == wire && host.is_contiguous() ? host : cast_to(host, wire);
+  const auto bytes = static_cast<std::size_t>(elements) * dtype_size(wire);
+  bert::gpu::device_array d(bytes, stream);
+  check_cuda(cudaMemcpyAsync(d.get(), src.raw_data(), bytes, cudaMemcpyHostToDevice, stream), "an upload");
+  return d;
+}
+
+// The device's (B, T, H) of the wire type into `host` (reused when it fits); waits.
+void download(const void* device, tensor& host, const shape_t& shape, dtype wire, cudaStream_t stream) {
+  if (!host.defined() || host.shape() != shape || host.type() != wire || !host.is_contiguous())
+    host = tensor::empty(shape, wire);
+  check_cuda(cudaMemcpyAsync(host.raw_data(), device, static_cast<std::size_t>(host.numel()) * dtype_size(wire),
+                             cudaMemcpyDeviceToHost, stream),
+             "a download");
+  check_cuda(cudaStreamSynchronize(stream), "the stage's stream");
+}
+
+} // namespace
+
+cuda_stage::cuda_stage(const stage_options& options, stage_shared& shared)
+    : options_(options), shared_(shared), params_(options.model, options.range, working_dtype(options.working)) {
+  if (!options.whole_gradients)
+    throw std::runtime_error("CUDA stage: partitioned gradients (ZeRO-2 on one stage, ZeRO-3) are not written for "
+                             "CUDA ranks");
+}
+
+cuda_stage::~cuda_stage() {
+  // The stashes and the part free in stream order on the stage's device.
+  if (part_) cudaSetDevice(options_.device_index);
+  stashes_.clear();
+  part_.reset();
+}
+
+void cuda_stage::ensure_device() {
+  check_cuda(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  if (part_) return;
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the stage's stream");
+  stream_ = std::make_unique<cuda::stream_handle>(s);
+  part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s);
+}
+
+void cuda_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
+
+double cuda_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                           std::vector<tensor>& out) {
+  stage_timer t{shared_.forward_ns};
+  if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
+    throw std::runtime_error("injected fault (debug.fail_step)");
+  ensure_device();
+  const bert::bert_range& range = params_.range();
+  const dtype wire = working_dtype(options_.working);
+  const cudaStream_t stream = stream_->get();
+  bert::bert_batch batch;
+  const tensor in_hidden = read_slot(range, options_.model.head, in, labels, batch);
+  bert::gpu::device_array hidden;
+  if (in_hidden.defined())
+    hidden = upload(in_hidden, wire, batch.batch_size() * batch.seq_length() * options_.model.hidden_size, stream,
+                    "previous stage's output");
+  bert::forward_context ctx;
+  ctx.seed = options_.seed;
+  ctx.step = key.step;
+  ctx.micro_batch = key.micro_batch + options_.micro_batch_offset;
+  ctx.stash_type = wire;
+  // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss
+  // scale; the GPU head applies it as its cross entropy leaves the gradient.
+  const auto grad_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
+  bert::gpu::part_stash& stash = stashes_.at(key.stash);
+  const void* y = part_->forward(std::move(hidden), batch, ctx, grad_scale, stash);
+  if (range.has_head()) {
+    const bert::bert_losses losses = part_->losses(stash);
+    last_metrics_ = forward_metrics_of(losses);
+    return losses.total;
+  }
+  out.resize(2);
+  download(y, out[0], {batch.batch_size(), batch.seq_length(), options_.model.hidden_size}, wire, stream);
+  out[1] = batch.attention_mask; // passed on unchanged (shared, not copied, inside a process)
+  return 0.0;
+}
+
+void cuda_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
+  stage_timer t{shared_.backward_ns};
+  ensure_device();
+  const bert::bert_range& range = params_.range();
+  const dtype wire = working_dtype(options_.working);
+  const cudaStream_t stream = stream_->get();
+  step_ = key.step;
+  bert::gpu::part_stash& stash = stashes_.at(key.stash);
+  const shape_t shape{stash.batch, stash.seq, options_.model.hidden_size};
+  bert::gpu::device_array dy;
+  if (!range.has_head()) dy = upload(grad_out, wire, shape[0] * shape[1] * shape[2], stream, "next stage's gradient");
+  grads_on_host_ = false;
+  const bert::gpu::device_array dx = part_->backward(dy.get(), stash);
+  if (!range.has_embeddings()) download(dx.get(), grad_in, shape, wire, stream);
+}
+
+void cuda_stage::fetch_gradients() {
+  if (grads_on_host_) return;
+  ensure_device();
+  std::vector<tensor> grads;
+  for (const auto& e : params_.entries()) grads.push_back(e.grad);
+  part_->download_gradients(grads);
+  const dtype wire = working_dtype(options_.working);
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    round_in_place(grads[i], wire);
+    inject_overflow(options_, step_, i, grads[i]);
+  }
+  grads_on_host_ = true;
+}
+
+std::vector<tensor> cuda_stage::parameters() {
+  std::vector<tensor> out;
+  for (const auto& e : params_.entries()) out.push_back(e.value);
+  return out;
+}
+
+std::vector<tensor> cuda_stage::gradients() {
+  fetch_gradients();
+  std::vector<tensor> out;
+  for (const auto& e : params_.entries()) out.push_back(e.grad);
+  return out;
+}
+
+tensor cuda_stage::gradient(std::size_t index) {
+  const auto& entries = params_.entries();
+  if (index >= entries.size())
+    throw std::runtime_error(fmt::format("gradient {} of a stage with {} parameters", index, entries.size()));
+  fetch_gradients();
+  return entries[index].grad;
+}
+
+void cuda_stage::load_parameters(const std::vector<tensor>& updated) {
+  const double scale = load_version(params_, updated);
+  ensure_device();
+  const auto& entries = params_.entries();
+  for (std::size_t i = 0; i < entries.size(); ++i) part_->load_value(i, entries[i].value);
+  part_->zero_gradients();
+  grads_on_host_ = false;
+  loss_scale_ = scale;
+}
+
+void cuda_stage::enable_zero3(std::shared_ptr<param_fetcher>, std::shared_ptr<partition_grads>) {
+  throw std::runtime_error("CUDA stage: ZeRO stage 3 is not written for CUDA ranks");
+}
+
+void cuda_stage::enable_partitioned_grads(std::shared_ptr<partition_grads>) {
+  throw std::runtime_error("CUDA stage: partitioned gradients (ZeRO-2 on one pipeline stage) are not written for "
+                           "CUDA ranks");
+}
+
+} // namespace dsa::train

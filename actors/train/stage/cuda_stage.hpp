@@ -1,0 +1,84 @@
+// A pipeline stage computing its range of BERT on a GPU (models/bert/cuda_part.hpp) behind
+// the runtime's stage_compute interface: bert_stage's twin for devices.backend = "cuda"
+// (CUDA builds only; make_stage picks it).
+//
+// The stage keeps the range's parameters twice: on the device (f32 masters, working
+// copies, f32 gradients: the part's) and on the host in the working precision
+// (named_parameters(), which the run initialises, loads checkpoints into and evaluates).
+// The device copy is made from the host's at the first call on the stage's worker, so
+// what the run wrote before the steps is what the GPU computes with; each parameter
+// version the shard publishes is written into the host copy and uploaded. Slots between
+// stages and the gradients the reducer takes are host tensors, as on a CPU rank: the
+// activations and activation-gradients in the working precision are copied to and from
+// the device at the stage's edges, and the gradients once per step, when the reducer
+// first asks (one download, then rounded to the working precision in place, as
+// bert_stage does). Every call runs on the stage's compute worker (never a CAF thread),
+// sets the stage's device first, and enqueues on the stage's own stream; the worker waits
+// for the stream only where a host tensor must be read (the head's losses, an output or
+// input gradient for a neighbour, the gradients).
+//
+// Not on a CUDA stage (refused at start-up by choose_device): ZeRO-3's weight partition and
+// partitioned gradients, the SQuAD head, pre-LN, the memory flags.
+#pragma once
+
+#include "actors/train/stage/model_stage.hpp"
+#include "kernels/cuda/device_context.hpp"
+#include "models/bert/cuda_part.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace dsa::train {
+
+class cuda_stage final : public model_stage {
+public:
+  cuda_stage(const stage_options& options, stage_shared& shared);
+  ~cuda_stage() override;
+
+  bert::bert_parameters& named_parameters() override { return params_; }
+  double& loss_scale() override { return loss_scale_; }
+
+  void reserve_stash(std::uint32_t slots) override;
+  double forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                 std::vector<tensor>& out) override;
+  void backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) override;
+  std::vector<double> forward_metrics() override {
+    std::vector<double> taken;
+    taken.swap(last_metrics_);
+    return taken;
+  }
+  // The host copies: the working weights, and the f32 gradients downloaded and rounded
+  // to the working precision in place.
+  std::vector<tensor> parameters() override;
+  std::vector<tensor> gradients() override;
+  tensor gradient(std::size_t index) override;
+  void load_parameters(const std::vector<tensor>& updated) override;
+
+  // ZeRO-3 and partitioned gradients do not run on a CUDA stage (choose_device refuses
+  // them first): these throw, and the rest of ZeRO's hooks have nothing to say.
+  void enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads) override;
+  void enable_partitioned_grads(std::shared_ptr<partition_grads> grads) override;
+  std::vector<fetch_part> fetch_parts() const override { return {}; }
+  std::vector<std::int64_t> fetch_sequence() const override { return {}; }
+  void gather_whole() override {}
+  const param_fetcher* fetcher() const override { return nullptr; }
+  std::int64_t partition_grad_bytes() const override { return 0; }
+
+private:
+  // Sets the stage's device on the calling thread; on the first call makes the stream and
+  // the device copy of the parameters.
+  void ensure_device();
+  void fetch_gradients();
+  stage_options options_;
+  stage_shared& shared_;
+  bert::bert_parameters params_;
+  std::unique_ptr<cuda::stream_handle> stream_; // before the part: destroyed after it
+  std::unique_ptr<bert::gpu::part> part_;
+  std::vector<bert::gpu::part_stash> stashes_;
+  double loss_scale_ = 1.0;
+  std::vector<double> last_metrics_;
+  bool grads_on_host_ = false; // the host gradients hold the device's since the last backward
+  std::uint32_t step_ = 0;     // the step of the last backward (debug.overflow_step)
+};
+
+} // namespace dsa::train
