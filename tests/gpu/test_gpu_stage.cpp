@@ -1,0 +1,125 @@
+// The CUDA stage (actors/train/stage/cuda_stage.hpp) against the CPU stage (bert_stage)
+// through the runtime's stage_compute interface, as `dsactor run` drives them: a three-layer
+// BERT cut into three stages, one micro-batch forward through host slots and backward,
+// every gradient as the reducer takes it (rounded to the working precision), in f32 and
+// bf16 with dropout on; then a parameter version loaded into both and a second forward,
+// whose loss must follow; and the refusals of ZeRO's partitions.
+#include "gpu_test_util.hpp"
+
+#include "actors/train/data/batch_packing.hpp"
+#include "actors/train/stage/bert_stage.hpp"
+#include "actors/train/stage/cuda_stage.hpp"
+#include "gpu_bert_fixture.hpp"
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+namespace dsa::test {
+namespace {
+
+std::vector<bert::bert_range> three_ranges() {
+  return {bert::bert_range::layers(0, 1).with_embeddings(), bert::bert_range::layers(1, 2),
+          bert::bert_range::layers(2, 3).with_head()};
+}
+
+train::stage_options options_for(const bert::bert_config& cfg, const bert::bert_range& range, train::precision p) {
+  train::stage_options o;
+  o.model = cfg;
+  o.range = range;
+  o.micro_batches = 2;
+  o.working = p;
+  o.seed = 5;
+  o.device_index = 0;
+  return o;
+}
+
+// One micro-batch through `stages` (host slots, as the runtime hands them on); the loss.
+double run_micro_batch(std::vector<std::unique_ptr<train::model_stage>>& stages, const tensor& input,
+                       const tensor& labels, std::uint32_t step) {
+  std::vector<tensor> slot{input};
+  double loss = 0.0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    std::vector<tensor> out;
+    loss = stages[i]->forward({step, 0, 0}, slot, i + 1 == stages.size() ? labels : tensor{}, out);
+    slot = out;
+  }
+  tensor grad;
+  for (std::size_t i = stages.size(); i-- > 0;) {
+    tensor grad_in;
+    stages[i]->backward({step, 0, 0}, grad, grad_in);
+    grad = grad_in;
+  }
+  return loss;
+}
+
+} // namespace
+
+TEST_CASE("cuda stage equals the CPU stage through stage_compute: losses, every gradient, a loaded version") {
+  const bert::bert_config cfg = gpu_bert_config(3);
+  const bert::bert_batch batch = small_batch(cfg);
+  const tensor input = train::pack_inputs(batch);
+  const tensor labels = train::pack_labels(batch, cfg.head);
+  for (const train::precision p : {train::precision::f32, train::precision::bf16}) {
+    INFO("working precision " << train::precision_name(p));
+    train::stage_shared shared;
+    std::vector<std::unique_ptr<train::model_stage>> cpu, gpu;
+    for (const auto& r : three_ranges()) {
+      cpu.push_back(train::make_stage(train::stage_device::cpu, options_for(cfg, r, p), shared));
+      gpu.push_back(train::make_stage(train::stage_device::cuda, options_for(cfg, r, p), shared));
+      for (auto* s : {cpu.back().get(), gpu.back().get()}) {
+        s->named_parameters().init(3);
+        s->reserve_stash(2);
+        s->loss_scale() = 1.0;
+      }
+    }
+    const double want = run_micro_batch(cpu, input, labels, 1);
+    const double got = run_micro_batch(gpu, input, labels, 1);
+    const test::tolerance& limit = p == train::precision::f32 ? test::gpu_f32_vs_cpu : test::gpu_half_vs_cpu;
+    CHECK(std::fabs(got - want) <= limit.rel * std::fabs(want));
+    for (std::size_t s = 0; s < 3; ++s) {
+      const auto g = gpu[s]->gradients(), c = cpu[s]->gradients();
+      REQUIRE(g.size() == c.size());
+      const auto& entries = gpu[s]->named_parameters().entries();
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        tensor gw = train::cast_to(g[i], dtype::f32), cw = train::cast_to(c[i], dtype::f32);
+        const double err = distance(gw.data<float>(), cw.data<float>(), gw.numel()) /
+                           std::max(distance(cw.data<float>(), nullptr, cw.numel()), 1e-30);
+        INFO("stage " << s << ", " << entries[i].spec.name << ": relative error " << err);
+        if (entries[i].spec.name.find("key.bias") == std::string::npos) // ~0 up to rounding
+          CHECK(err <= limit.rel);
+      }
+    }
+    // A version (every weight x 0.5, loss scale 1) into both; the next forward follows it.
+    for (std::size_t s = 0; s < 3; ++s) {
+      std::vector<tensor> version;
+      for (const tensor& w : cpu[s]->parameters()) {
+        tensor h = train::cast_to(w, dtype::f32);
+        for (std::int64_t k = 0; k < h.numel(); ++k) h.data<float>()[k] *= 0.5f;
+        version.push_back(train::cast_to(h, w.type()));
+      }
+      version.push_back(train::loss_scale_tensor(1.0));
+      cpu[s]->load_parameters(version);
+      gpu[s]->load_parameters(version);
+      const auto gp = gpu[s]->parameters(), cp = cpu[s]->parameters();
+      for (std::size_t i = 0; i < gp.size(); ++i)
+        CHECK(std::memcmp(gp[i].raw_data(), cp[i].raw_data(), gp[i].nbytes()) == 0);
+    }
+    const double want2 = run_micro_batch(cpu, input, labels, 2);
+    const double got2 = run_micro_batch(gpu, input, labels, 2);
+    CHECK(want2 != want);
+    CHECK(std::fabs(got2 - want2) <= limit.rel * std::fabs(want2));
+  }
+}
+
+TEST_CASE("cuda stage refuses ZeRO's gradient and weight partitions by name") {
+  const bert::bert_config cfg = gpu_bert_config(3);
+  train::stage_shared shared;
+  train::stage_options o = options_for(cfg, bert::bert_range::layers(1, 2), train::precision::bf16);
+  auto stage = train::make_stage(train::stage_device::cuda, o, shared);
+  CHECK_THROWS_WITH(stage->enable_partitioned_grads(nullptr), doctest::Contains("partitioned gradients"));
+  o.whole_gradients = false;
+  CHECK_THROWS_WITH(train::make_stage(train::stage_device::cuda, o, shared), doctest::Contains("partitioned"));
+}
+
+} // namespace dsa::test
