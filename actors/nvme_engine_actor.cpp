@@ -1,4 +1,5 @@
 // The NVMe engine actor and its ports; see nvme_engine_actor.hpp.
+#include "actors/runtime_threads.hpp"
 #include "actors/nvme_engine_actor.hpp"
 
 #include "actors/protocol/protocol.hpp"
@@ -229,6 +230,7 @@ nvme_engine_service::start(nvme_engine_options options) {
         cfg.set("scheduler.policy", caf::atom("sharing"));
         cfg.set("scheduler.max-threads", std::size_t{1});
         cfg.set("logger.verbosity", caf::atom("quiet"));
+        mark_runtime_threads(cfg);
         caf::actor_system system{cfg};
         spawned.set_value(system.spawn(engine_behavior, std::move(shared), std::move(on_drain)));
         stop.wait();

@@ -1,4 +1,5 @@
 // Starting a pipeline run; see run.hpp.
+#include "actors/runtime_threads.hpp"
 #include "actors/run.hpp"
 #include "actors/run_actors.hpp"
 
@@ -33,6 +34,7 @@ caf::actor_system_config make_config(const run_options& options) {
   cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("scheduler.max-threads", options.scheduler_threads);
   cfg.set("logger.verbosity", caf::atom("quiet"));
+  mark_runtime_threads(cfg); // no host wait on a device on its threads (core/device_waits.hpp)
   return cfg;
 }
 

@@ -1,6 +1,7 @@
 // CUDA caching allocator over the devices' default memory pools (see the header).
 #include "kernels/cuda/cuda_allocator.hpp"
 
+#include "core/device_waits.hpp"
 #include "core/error.hpp"
 
 #include <cuda_runtime.h>
@@ -78,6 +79,7 @@ void caching_allocator::deallocate_async(void* ptr, device dev, cudaStream_t str
 void* caching_allocator::allocate(std::size_t bytes, device dev) {
   cudaStream_t stream = state(dev).stream;
   void* p = allocate_async(bytes, dev, stream);
+  device_wait("cudaStreamSynchronize (a synchronous device allocation)");
   DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
   return p;
 }

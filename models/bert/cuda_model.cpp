@@ -1,6 +1,7 @@
 // The whole GPU pre-training model: one cuda_part over bert_range::whole and its stash.
 #include "models/bert/cuda_model.hpp"
 
+#include "core/device_waits.hpp"
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
@@ -47,6 +48,7 @@ pretraining_model::~pretraining_model() = default;
 bert_losses pretraining_model::step(const bert_batch& batch, const forward_context& ctx, float loss_scale) {
   part_->forward(device_array(), batch, ctx, loss_scale, stash_);
   part_->backward(nullptr, stash_);
+  device_wait("cudaStreamSynchronize (the whole model's step)");
   if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess)
     throw std::runtime_error(std::string("GPU BERT: the step failed: ") + cudaGetErrorString(e));
   return part_->losses(stash_); // the forward's readout, kept through the backward

@@ -5,6 +5,7 @@
 // sequence's first row through the pooler's tanh.
 #include "models/bert/cuda_part_impl.hpp"
 
+#include "core/device_waits.hpp"
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/convert.hpp"
@@ -354,6 +355,7 @@ bert_losses part::losses(const part_stash& st) {
   const loss_readout& r = st.readout;
   if (!r.copied || !impl_->range.has_head())
     throw std::runtime_error("GPU BERT: losses() of a range without the head, or before its forward");
+  device_wait("cudaEventSynchronize (the head's losses)");
   check_cuda(cudaEventSynchronize(r.copied), "the forward");
   const auto M = static_cast<std::size_t>(r.mlm_count), B = static_cast<std::size_t>(r.nsp_rows);
   const auto* f = static_cast<const float*>(r.host.get());

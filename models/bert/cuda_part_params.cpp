@@ -3,6 +3,7 @@
 // working copy written in the same pass).
 #include "models/bert/cuda_part_impl.hpp"
 
+#include "core/device_waits.hpp"
 #include "kernels/cuda/adam.hpp"
 #include "kernels/cuda/convert.hpp"
 
@@ -225,6 +226,7 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) 
     m.decoder_bias = index_of(params, h.decoder_bias, "decoder bias");
     m.relationship = linear_index(params, h.seq_relationship, m.relationship_bias, "NSP classifier");
   }
+  device_wait("cudaStreamSynchronize (uploading the parameters)");
   check_cuda(cudaStreamSynchronize(stream), "uploading the parameters");
 }
 
@@ -314,6 +316,7 @@ void download(const std::vector<device_param>& params, const std::vector<tensor>
                                static_cast<std::size_t>(p.numel) * 4, cudaMemcpyDeviceToHost, stream),
                "downloading a parameter");
   }
+  device_wait("cudaStreamSynchronize (downloading parameters or gradients)");
   check_cuda(cudaStreamSynchronize(stream), "downloading the parameters");
 }
 

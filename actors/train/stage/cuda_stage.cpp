@@ -5,6 +5,7 @@
 #include "actors/train/config/precision.hpp"
 #include "actors/train/stage/step_stats.hpp"
 
+#include "core/device_waits.hpp"
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -46,6 +47,7 @@ void download(const void* device, tensor& host, const shape_t& shape, dtype wire
   check_cuda(cudaMemcpyAsync(host.raw_data(), device, static_cast<std::size_t>(host.numel()) * dtype_size(wire),
                              cudaMemcpyDeviceToHost, stream),
              "a download");
+  device_wait("cudaStreamSynchronize (a stage's activation or gradient for a neighbour)");
   check_cuda(cudaStreamSynchronize(stream), "the stage's stream");
 }
 
