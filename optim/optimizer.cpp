@@ -82,6 +82,19 @@ void optimizer::set_betas(double beta1, double beta2) {
   cfg_.beta2 = beta2;
 }
 
+cpu::adam_params adam_step_params(const optimizer_config& cfg, double lr, double weight_decay, std::int64_t step) {
+  cpu::adam_params p;
+  p.lr = static_cast<float>(lr);
+  p.beta1 = static_cast<float>(cfg.beta1);
+  p.beta2 = static_cast<float>(cfg.beta2);
+  p.eps = static_cast<float>(cfg.eps);
+  p.weight_decay = static_cast<float>(weight_decay);
+  p.mode = cfg.decoupled_decay() ? cpu::adam_mode::adamw : cpu::adam_mode::adam;
+  p.correction = cfg.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
+  p.step = step;
+  return p;
+}
+
 void optimizer::step() {
   ++step_;
   const auto correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
@@ -105,15 +118,7 @@ void optimizer::step() {
         lamb_coeffs_.push_back(cpu::lamb_update(slot.param.data<float>(), slot.m.data<float>(), slot.v.data<float>(),
                                                 slot.grad.data<float>(), lamb_work_.data(), half, half_type, p, n));
       } else {
-        cpu::adam_params p;
-        p.lr = static_cast<float>(g.lr);
-        p.beta1 = static_cast<float>(cfg_.beta1);
-        p.beta2 = static_cast<float>(cfg_.beta2);
-        p.eps = static_cast<float>(cfg_.eps);
-        p.weight_decay = static_cast<float>(g.weight_decay);
-        p.mode = cfg_.decoupled_decay() ? cpu::adam_mode::adamw : cpu::adam_mode::adam;
-        p.correction = correction;
-        p.step = step_;
+        const cpu::adam_params p = adam_step_params(cfg_, g.lr, g.weight_decay, step_);
         cpu::adam_update(slot.param.data<float>(), slot.m.data<float>(), slot.v.data<float>(), slot.grad.data<float>(),
                          half, half_type, p, n);
       }

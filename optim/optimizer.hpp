@@ -8,6 +8,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "kernels/cpu/adam.hpp"
 
 #include <cstdint>
 #include <map>
@@ -98,6 +99,11 @@ bool bert_no_decay(std::string_view hf_name);
 // Splits parameters into group "decay" (weight_decay) and "no_decay" (0), both at lr; empty
 // groups are left out. Order within a group follows the input.
 std::vector<param_group> bert_param_groups(std::vector<param_slot> params, double weight_decay, double lr);
+
+// The element rule's parameters of one Adam or AdamW step of a tensor (optimizer::step's,
+// and a GPU shard's): the config's betas, eps, mode and bias correction, the tensor's group
+// lr and weight decay, and the 1-based step count.
+cpu::adam_params adam_step_params(const optimizer_config& cfg, double lr, double weight_decay, std::int64_t step);
 
 // Optimizer state for checkpoints: "<param name>.exp_avg" and "<param name>.exp_avg_sq" f32
 // tensors (copies or views, see below), and the number of steps taken.

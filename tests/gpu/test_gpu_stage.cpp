@@ -8,10 +8,14 @@
 
 #include "actors/train/data/batch_packing.hpp"
 #include "actors/train/stage/bert_stage.hpp"
+#include "actors/train/shard/optimizer_device.hpp"
 #include "actors/train/stage/cuda_stage.hpp"
+#include "core/philox.hpp"
+#include "optim/optimizer.hpp"
 #include "gpu_bert_fixture.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -120,6 +124,61 @@ TEST_CASE("cuda stage refuses ZeRO's gradient and weight partitions by name") {
   CHECK_THROWS_WITH(stage->enable_partitioned_grads(nullptr), doctest::Contains("partitioned gradients"));
   o.whole_gradients = false;
   CHECK_THROWS_WITH(train::make_stage(train::stage_device::cuda, o, shared), doctest::Contains("partitioned"));
+}
+
+} // namespace dsa::test
+
+namespace dsa::test {
+
+// The GPU-resident optimizer's device against the host one: the same Adam element rule
+// (kernels/common/adam_math.hpp) through cuda::adam_update and cpu::adam_update, so the
+// masters, moments and bf16 working copies agree bit for bit over three steps, and a
+// state written back reads back unchanged.
+TEST_CASE("cuda optimizer device equals the host device bit for bit") {
+  for (const dtype working : {dtype::f32, dtype::bf16}) {
+    auto gpu = train::make_cuda_optimizer_device(0, working);
+    auto host = train::make_host_optimizer_device(working);
+    const std::vector<std::int64_t> sizes{1, 37, 4096 + 5};
+    philox_stream rng{3, 0, 0, 0, 0};
+    std::uint64_t k = 0;
+    auto random = [&](std::int64_t n) {
+      tensor t = tensor::empty({n}, dtype::f32);
+      for (std::int64_t i = 0; i < n; ++i) t.data<float>()[i] = static_cast<float>(rng.uniform(k++) - 0.5);
+      return t;
+    };
+    for (std::int64_t n : sizes) {
+      const tensor master = random(n);
+      gpu->add(master, tensor{}, tensor{});
+      host->add(master, tensor{}, tensor{});
+    }
+    optim::optimizer_config cfg;
+    cfg.type = optim::optimizer_type::adamw;
+    for (std::int64_t step = 1; step <= 3; ++step)
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const tensor g = random(sizes[i]);
+        const auto p = optim::adam_step_params(cfg, 1e-2, i == 0 ? 0.0 : 0.01, step);
+        gpu->step(i, g, p);
+        host->step(i, g, p);
+      }
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      tensor gv, hv, gm, gm1, gm2, hm, hm1, hm2;
+      gpu->read_version(i, gv);
+      host->read_version(i, hv);
+      CHECK(gv.type() == hv.type());
+      CHECK(std::memcmp(gv.raw_data(), hv.raw_data(), hv.nbytes()) == 0);
+      gpu->read_state(i, gm, gm1, gm2);
+      host->read_state(i, hm, hm1, hm2);
+      CHECK(std::memcmp(gm.raw_data(), hm.raw_data(), hm.nbytes()) == 0);
+      CHECK(std::memcmp(gm1.raw_data(), hm1.raw_data(), hm1.nbytes()) == 0);
+      CHECK(std::memcmp(gm2.raw_data(), hm2.raw_data(), hm2.nbytes()) == 0);
+      gpu->write_state(i, hm, hm1, hm2);
+      tensor back, b1, b2;
+      gpu->read_state(i, back, b1, b2);
+      CHECK(std::memcmp(back.raw_data(), hm.raw_data(), hm.nbytes()) == 0);
+    }
+    CHECK(gpu->where() == "cuda:0");
+    CHECK(gpu->bytes() >= host->bytes());
+  }
 }
 
 } // namespace dsa::test

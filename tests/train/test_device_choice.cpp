@@ -89,13 +89,28 @@ TEST_CASE("a usable GPU is chosen and named: by the local rank, or devices.devic
 
 TEST_CASE("what a CUDA rank does not run yet is refused by its key, before the machine is looked at") {
   const train::gpu_facts gpu = machine({h200});
+  // The GPU-resident optimizer (offload_optimizer "none"): Adam and AdamW over a whole stage.
   train::run_config rc = with_backend("cuda");
   rc.offload.device = train::offload_device::none;
-  const std::string none = refusal(rc, 0, gpu);
-  CHECK(none.find("offload_optimizer.device = \"none\"") != std::string::npos);
-  CHECK(none.find("set offload_optimizer.device = \"cpu\"") != std::string::npos);
+  rc.zero_stage = 0;
+  for (const auto type : {optim::optimizer_type::adam, optim::optimizer_type::adamw}) {
+    rc.optimizer.type = type;
+    CHECK(train::choose_device(rc, 0, gpu).has_value());
+  }
+  rc.optimizer.type = optim::optimizer_type::lamb;
+  const std::string lamb = refusal(rc, 0, gpu);
+  CHECK(lamb.find("runs Adam and AdamW, not optimizer.type = \"Lamb\"") != std::string::npos);
+  CHECK(lamb.find("offload_optimizer.device = \"cpu\"") != std::string::npos);
   // The same refusal on a machine without a GPU: the config is wrong either way.
-  CHECK(refusal(rc, 0, train::gpu_facts{}).find("offload_optimizer.device") != std::string::npos);
+  CHECK(refusal(rc, 0, train::gpu_facts{}).find("not optimizer.type") != std::string::npos);
+  rc.optimizer.type = optim::optimizer_type::onebit_adam;
+  CHECK(refusal(rc, 0, gpu).find("not optimizer.type = \"OneBitAdam\"") != std::string::npos);
+  rc.optimizer.type = optim::optimizer_type::adamw;
+  rc.zero_stage = 1;
+  rc.batch.data_parallel_size = 2;
+  CHECK(refusal(rc, 0, gpu).find("ZeRO partitions of the GPU-resident optimizer") != std::string::npos);
+  rc.offload.device = train::offload_device::cpu; // partitioned in host memory: runs
+  CHECK(train::choose_device(rc, 0, gpu).has_value());
 
   rc = with_backend("cuda");
   rc.zero_stage = 3;
@@ -128,8 +143,7 @@ TEST_CASE("devices.backend and devices.device are checked with the config, and d
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.backend=\"gpu\""}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=-2"}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=\"first\""}) == 2);
-  // tiny_config keeps the optimizer on the device (offload_optimizer "none"), which a CUDA
-  // rank refuses on any machine: exit 2, and no run directory made.
-  CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\""}) == 2);
+  // LAMB on the GPU-resident optimizer, refused on any machine: exit 2, no run directory.
+  CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\"", "optimizer.type=\"Lamb\""}) == 2);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/run")); // tiny_config's run_dir
 }

@@ -389,6 +389,7 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
                                                        static_cast<std::size_t>(rc.offload.buffer_count),
                                                        rc.offload.pipeline_read, rc.offload.pipeline_write};
     add_resumed_state(rc, s, start, o);
+    o.device = optimizer_device_for(in.device, rc);
     rr.shards.push_back(make_shard(std::move(o)));
     rr.parts.stages.push_back(m.stages[s].get());
     rr.parts.optimizers.push_back(rr.shards.back().get());

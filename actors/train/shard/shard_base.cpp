@@ -103,4 +103,19 @@ std::vector<ckpt::checkpoint_file> shard_base::stage_errors(const std::string&, 
   return {};
 }
 
+std::vector<tensor> shard_base::starting_masters(const std::vector<tensor>& initial) const {
+  const auto& specs = options_.specs;
+  DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
+            options_.participant, initial.size(), specs.size());
+  if (options_.resume_masters.empty()) return initial;
+  std::vector<tensor> start(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    auto resumed = options_.resume_masters.find(specs[i].name);
+    if (resumed == options_.resume_masters.end())
+      throw std::runtime_error("checkpoint has no master weights for " + specs[i].name);
+    start[i] = resumed->second;
+  }
+  return start;
+}
+
 } // namespace dsa::train

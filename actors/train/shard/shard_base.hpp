@@ -96,6 +96,9 @@ protected:
   }
 
   bool speculation_pending() const { return speculation_.pending(); }
+  // A whole stage's starting masters: by name from resume_masters (when resuming), or else
+  // the stage's weights.
+  std::vector<tensor> starting_masters(const std::vector<tensor>& initial) const;
   // wall_clock_breakdown: the time from `since` to now added to the optimizer's.
   void add_update_time(std::chrono::steady_clock::time_point since) const;
   // "shard <stage> of rank <r>", as comms_logger's caller.

@@ -8,6 +8,9 @@
 #pragma once
 
 #include "actors/train/shard/model_shard.hpp"
+#include "actors/train/shard/optimizer_device.hpp"
+#include "actors/train/config/run_config.hpp"
+#include "actors/train/stage/device_choice.hpp"
 #include "actors/train/stage/param_fetcher.hpp"
 #include "actors/train/config/precision.hpp"
 #include "actors/train/shard/step_decider.hpp"
@@ -96,6 +99,9 @@ struct shard_options {
   // 1-bit LAMB over a ZeRO partition: the checkpoint's group checkpoint_lamb_group(stage)
   // (partitioned_optimizer::lamb_state's form; empty for a fresh run).
   std::map<std::string, tensor> resume_lamb;
+  // The GPU-resident optimizer (a CUDA rank without offload_optimizer): the masters and
+  // moments live there (device_shard.hpp). Null: in host memory, as every other mode.
+  std::shared_ptr<optimizer_device> device;
   std::int64_t fail_step = -1;                    // testing: update of this step throws
   std::atomic<std::int64_t>* update_ns = nullptr; // wall_clock_breakdown: time in update(), summed
 };
@@ -116,11 +122,14 @@ std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank);
 
 // The shard for these options, in the mode they ask for (the one place a mode is chosen):
 // a partition (ZeRO ranks, NVMe offload or ZeRO-3: partition_shard.hpp), a whole stage
-// under a compressed optimizer (compressed_whole_shard), or a whole stage under Adam,
-// AdamW, LAMB or the others of optim::optimizer (whole_shard). See shard_base.hpp for what
-// every mode shares. Every mode keeps its state in host memory; a shard whose masters and
-// moments live on a GPU (a CUDA rank without offload_optimizer) is a mode to be chosen
-// here too, from the rank's device_choice (stage/device_choice.hpp).
+// under a compressed optimizer (compressed_whole_shard), a whole stage under Adam, AdamW,
+// LAMB or the others of optim::optimizer (whole_shard), or a whole stage whose masters and
+// moments live on a device (device_shard: options.device, a CUDA rank without
+// offload_optimizer). See shard_base.hpp for what every mode shares.
 std::unique_ptr<model_shard> make_shard(shard_options options);
+
+// Where a rank's shards keep their state: the GPU of a CUDA rank whose
+// offload_optimizer.device is "none" (DeepSpeed's placement), else null (host memory).
+std::shared_ptr<optimizer_device> optimizer_device_for(const device_choice& device, const run_config& rc);
 
 } // namespace dsa::train

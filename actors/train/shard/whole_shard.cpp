@@ -14,21 +14,6 @@ std::vector<tensor> slot_shard::gradient_buffers() {
   return out;
 }
 
-std::vector<tensor> slot_shard::starting_masters(const std::vector<tensor>& initial) const {
-  const auto& specs = options_.specs;
-  DSA_CHECK(initial.size() == specs.size(), "optimizer shard {}: {} initial tensors for {} parameters",
-            options_.participant, initial.size(), specs.size());
-  if (options_.resume_masters.empty()) return initial;
-  std::vector<tensor> start(specs.size());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    auto resumed = options_.resume_masters.find(specs[i].name);
-    if (resumed == options_.resume_masters.end())
-      throw std::runtime_error("checkpoint has no master weights for " + specs[i].name);
-    start[i] = resumed->second;
-  }
-  return start;
-}
-
 void slot_shard::set_slots(const std::vector<tensor>& masters, const std::vector<tensor>& grads) {
   const dtype half = working_dtype(options_.working);
   slots_.clear();

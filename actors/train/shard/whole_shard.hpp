@@ -35,8 +35,6 @@ protected:
   state_payload slot_payload(std::map<std::string, tensor> state, std::int64_t step) const;
   // The slots' gradients, masters and half copies.
   shard_bytes slot_bytes() const;
-  // The masters by name from resume_masters (when resuming) or else the stage's weights.
-  std::vector<tensor> starting_masters(const std::vector<tensor>& initial) const;
 
   std::vector<optim::param_slot> slots_; // in stage order (views shared with the optimizer's groups)
 };

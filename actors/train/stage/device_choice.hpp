@@ -42,8 +42,9 @@ struct device_choice {
 };
 
 // What a CUDA rank does not run yet, refused by config key: the GPU-resident optimizer
-// (offload_optimizer.device = "none"), ZeRO's gradient and weight partitions, pre-LN, the
-// SQuAD head, the memory flags.
+// (offload_optimizer.device = "none") with LAMB, the compressed optimizers or ZeRO
+// partitions; ZeRO's gradient and weight partitions; pre-LN; the SQuAD head; the memory
+// flags.
 status cuda_rank_supports(const run_config& rc);
 
 // The device for rc's backend and device on a rank with local index `local_rank` (0
