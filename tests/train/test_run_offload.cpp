@@ -48,12 +48,14 @@ std::string read_text(const std::string& path) {
 struct finished {
   ckpt::loaded_checkpoint checkpoint;
   std::string log;
+  std::vector<double> losses;
 };
 
 finished train_run(const std::vector<std::string>& overrides) {
   test::temp_dir dir;
   REQUIRE(test::run_config(dir.path(), "off", test::tiny_config(dir.path()), overrides) == 0);
-  return {test::load_run_checkpoint(dir.path() + "/ckpt", "latest"), read_text(dir.path() + "/run/train.log")};
+  return {test::load_run_checkpoint(dir.path() + "/ckpt", "latest"), read_text(dir.path() + "/run/train.log"),
+          test::run_losses(dir.path() + "/run")};
 }
 
 // The requests the rank's NVMe engine actor handled, from its end-of-run line; 0 without one.
@@ -334,4 +336,35 @@ TEST_CASE("offload: bad settings are refused at start-up naming the key and what
   auto area = train::swap_area::open(settings, dir.path() + "/run", 0, 1);
   REQUIRE_FALSE(area.has_value());
   CHECK(area.err().message.find("nvme_path: cannot create '" + dir.path() + "/a_file/") != std::string::npos);
+}
+
+// The GPU-resident optimizer's path (device_shard) taken end to end on the CPU over the
+// host device (debug.host_optimizer_device): the same losses, checkpoint and resume as the
+// plain run, bit for bit, through pipelines, data parallelism, fp16 with an overflow skip,
+// clipping and speculative updates; and its limits refused by key.
+TEST_CASE("debug.host_optimizer_device: the GPU optimizer's mode on the CPU equals the plain run, bit for bit") {
+  const std::vector<std::vector<std::string>> variants{
+      {},
+      {"optimizer.type=\"Adam\"", "bf16.enabled=true", "pipeline.stages=2", "pipeline.speculative_update=true"},
+      {"fp16.enabled=true", "fp16.initial_scale_power=8", "debug.overflow_step=2", "devices.ranks=2"}};
+  for (const auto& v : variants) {
+    CAPTURE(fmt::format("{}", fmt::join(v, " ")));
+    auto plain = train_run(v);
+    auto device = train_run(with(v, {"debug.host_optimizer_device=true"}));
+    CHECK(device.log.find("optimizer: fp32 masters and Adam") != std::string::npos); // Adam or AdamW
+    CHECK(device.log.find("moments of every stage on host") != std::string::npos);
+    CHECK(plain.log.find("moments of every stage on") == std::string::npos);
+    REQUIRE(plain.losses.size() == 5);
+    CHECK(device.losses == plain.losses);
+    test::check_same_state(device.checkpoint, plain.checkpoint);
+  }
+  test::temp_dir dir;
+  const std::string cfg = test::tiny_config(dir.path());
+  CHECK(test::run_config(dir.path(), "lamb", cfg, {"debug.host_optimizer_device=true", "optimizer.type=\"Lamb\""}) ==
+        2);
+  CHECK(test::run_config(dir.path(), "zero", cfg,
+                         {"debug.host_optimizer_device=true", "devices.ranks=2", "zero_optimization.stage=1"}) == 2);
+  CHECK(test::run_config(dir.path(), "cpu", cfg,
+                         {"debug.host_optimizer_device=true", "zero_optimization.stage=1",
+                          "zero_optimization.offload_optimizer.device=\"cpu\""}) == 2);
 }

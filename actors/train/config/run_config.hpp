@@ -139,6 +139,10 @@ struct run_config {
   // overflow_step (fp16 only: the loss scaler skips the step and lowers the scale, on CPU
   // and CUDA ranks alike); -1 = never.
   std::int64_t overflow_step = -1;
+  // [debug] host_optimizer_device: the shards keep their state as a CUDA rank's GPU-resident
+  // optimizer does (device_shard), over the host optimizer_device, so a CPU run takes that
+  // path end to end (tested against the plain run, bit for bit).
+  bool host_optimizer_device = false;
   std::int64_t fail_optimizer_step = -1; // the shard of fail_stage throws in this step's update
   checkpoint_settings checkpoint;
   data_settings data;

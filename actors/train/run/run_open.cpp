@@ -145,6 +145,12 @@ int open_run(const run_request& req, opened_run& run) {
   auto device = choose_device(rc, *launched ? (*launched)->local_rank : 0,
                               rc.backend == "cpu" ? gpu_facts{} : probe_gpu());
   if (!device) return fail_run(device.err());
+  if (rc.host_optimizer_device) {
+    if (rc.offload.device != offload_device::none)
+      return fail_run(make_error(errc::config, "debug.host_optimizer_device: the GPU-resident optimizer's mode needs "
+                                               "zero_optimization.offload_optimizer.device = \"none\""));
+    if (auto s = device_optimizer_supports(rc, "debug.host_optimizer_device"); !s) return fail_run(s.err());
+  }
   run.ctx.device = *device;
   if (device->device != stage_device::cpu) log_info("devices: the stages compute on {}", device->description);
   run.lead = run.ctx.rank == 0;

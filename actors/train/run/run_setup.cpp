@@ -390,6 +390,10 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
                                                        rc.offload.pipeline_read, rc.offload.pipeline_write};
     add_resumed_state(rc, s, start, o);
     o.device = optimizer_device_for(in.device, rc);
+    if (o.device && in.rank == 0 && s == 0)
+      log_info("optimizer: fp32 masters and {} moments of every stage on {} (offload_optimizer.device = \"none\"), "
+               "stepped by the fused Adam pass there",
+               optim::optimizer_name(rc.optimizer.type), o.device->where());
     rr.shards.push_back(make_shard(std::move(o)));
     rr.parts.stages.push_back(m.stages[s].get());
     rr.parts.optimizers.push_back(rr.shards.back().get());

@@ -18,6 +18,7 @@ std::unique_ptr<model_shard> make_shard(shard_options options) {
 }
 
 std::shared_ptr<optimizer_device> optimizer_device_for(const device_choice& device, const run_config& rc) {
+  if (rc.host_optimizer_device) return make_host_optimizer_device(working_dtype(rc.working));
   if (device.device != stage_device::cuda || rc.offload.device != offload_device::none) return nullptr;
 #if DSA_HAVE_CUDA
   return make_cuda_optimizer_device(device.index, working_dtype(rc.working));

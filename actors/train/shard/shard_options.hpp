@@ -129,7 +129,8 @@ std::string checkpoint_errors_group(std::uint32_t stage, std::uint32_t rank);
 std::unique_ptr<model_shard> make_shard(shard_options options);
 
 // Where a rank's shards keep their state: the GPU of a CUDA rank whose
-// offload_optimizer.device is "none" (DeepSpeed's placement), else null (host memory).
+// offload_optimizer.device is "none" (DeepSpeed's placement), the host optimizer_device
+// with debug.host_optimizer_device, else null (host memory, the other modes).
 std::shared_ptr<optimizer_device> optimizer_device_for(const device_choice& device, const run_config& rc);
 
 } // namespace dsa::train

@@ -46,23 +46,27 @@ std::string visible_devices() {
 }
 } // namespace
 
+status device_optimizer_supports(const run_config& rc, const std::string& who) {
+  const auto type = rc.optimizer.type;
+  if (type != optim::optimizer_type::adam && type != optim::optimizer_type::adamw)
+    return make_error(errc::config,
+                      "{}: the GPU-resident optimizer (offload_optimizer.device = \"none\") runs Adam and AdamW, not "
+                      "optimizer.type = \"{}\"; set zero_optimization.offload_optimizer.device = \"cpu\" (stage >= 1) to "
+                      "step it on the CPU shard",
+                      who, optim::optimizer_name(type));
+  if (rc.zero_partitions())
+    return make_error(errc::config,
+                      "{} with zero_optimization.stage = {} over {} ranks: ZeRO partitions of the GPU-resident "
+                      "optimizer (offload_optimizer.device = \"none\") are not written yet; use stage 0, or "
+                      "offload_optimizer.device = \"cpu\" to partition it in host memory",
+                      who, rc.zero_stage, rc.batch.data_parallel_size);
+  return {};
+}
+
 // What a CUDA rank does not run yet, named by its config key (checked before the machine).
 status cuda_rank_supports(const run_config& rc) {
   // offload_optimizer.device = "none": the masters and moments on the GPU (device_shard).
-  const bool gpu_optimizer = rc.offload.device == offload_device::none;
-  const auto type = rc.optimizer.type;
-  if (gpu_optimizer && type != optim::optimizer_type::adam && type != optim::optimizer_type::adamw)
-    return make_error(errc::config,
-                      "devices.backend = \"cuda\": the GPU-resident optimizer (offload_optimizer.device = \"none\") "
-                      "runs Adam and AdamW, not optimizer.type = \"{}\"; set zero_optimization.offload_optimizer.device "
-                      "= \"cpu\" (stage >= 1) to step it on the CPU shard",
-                      optim::optimizer_name(type));
-  if (gpu_optimizer && rc.zero_partitions())
-    return make_error(errc::config,
-                      "devices.backend = \"cuda\" with zero_optimization.stage = {} over {} ranks: ZeRO partitions of "
-                      "the GPU-resident optimizer (offload_optimizer.device = \"none\") are not written yet; use stage "
-                      "0, or offload_optimizer.device = \"cpu\" to partition it in host memory",
-                      rc.zero_stage, rc.batch.data_parallel_size);
+  if (rc.offload.device == offload_device::none) DSA_TRY(device_optimizer_supports(rc, "devices.backend = \"cuda\""));
   if (rc.zero_stage >= 3 || rc.gradients_partitioned())
     return make_error(errc::config,
                       "devices.backend = \"cuda\" with zero_optimization.stage = {}{}: the gradient and weight "

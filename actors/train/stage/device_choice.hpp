@@ -46,6 +46,9 @@ struct device_choice {
 // partitions; ZeRO's gradient and weight partitions; pre-LN; the SQuAD head; the memory
 // flags.
 status cuda_rank_supports(const run_config& rc);
+// What the GPU-resident optimizer's mode (device_shard) runs: Adam and AdamW over whole
+// stages (no ZeRO partitions); `who` names the key that asked for it in the error.
+status device_optimizer_supports(const run_config& rc, const std::string& who);
 
 // The device for rc's backend and device on a rank with local index `local_rank` (0
 // outside dsactor launch), or a config error saying why it cannot be used (what
