@@ -126,7 +126,21 @@ device_array::device_array(std::size_t bytes, cudaStream_t stream) : stream_(str
   if (e != cudaSuccess) {
     (void)cudaGetLastError(); // clear it, so the next launcher's cudaGetLastError is its own
     ptr_ = nullptr;
-    check(e, "cudaMallocAsync");
+    // What the device had: the pool's bytes in use and reserved, the driver's free bytes.
+    int device = -1;
+    std::uint64_t used = 0, reserved = 0;
+    std::size_t free = 0, total = 0;
+    cudaMemPool_t pool = nullptr;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used);
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+    }
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) free = total = 0;
+    (void)cudaGetLastError();
+    throw std::runtime_error(fmt::format(
+        "GPU memory: cudaMallocAsync of {} bytes on cuda:{} failed: {} (its pool: {} bytes in use, {} reserved; the "
+        "device: {} of {} bytes free)",
+        bytes, device, cudaGetErrorString(e), used, reserved, free, total));
   }
 }
 

@@ -1,6 +1,7 @@
 // devices.backend and devices.device: what a run is refused with, checked against made-up
 // machines (no GPU needed), and `dsactor run` stopping at start-up with exit code 2.
 #include "actors/train/config/run_config.hpp"
+#include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/stage/device_choice.hpp"
 #include "tests/train/train_fixture.hpp"
 
@@ -146,4 +147,18 @@ TEST_CASE("devices.backend and devices.device are checked with the config, and d
   // LAMB on the GPU-resident optimizer, refused on any machine: exit 2, no run directory.
   CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\"", "optimizer.type=\"Lamb\""}) == 2);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/run")); // tiny_config's run_dir
+}
+
+TEST_CASE("a CUDA rank's planned device bytes for its model states follow the optimizer's placement") {
+  train::run_config rc = with_backend("cuda");
+  rc.working = train::precision::bf16;
+  // The stage's f32 master, f32 gradient and bf16 working copy: 10 bytes per parameter.
+  CHECK(train::cuda_model_state_bytes(rc, 1000) == 10'000);
+  // With the optimizer on the GPU also its master, two moments and working copy: 24.
+  rc.offload.device = train::offload_device::none;
+  CHECK(train::cuda_model_state_bytes(rc, 1000) == 24'000);
+  rc.working = train::precision::f32; // no working copies: 8 + 12
+  CHECK(train::cuda_model_state_bytes(rc, 1000) == 20'000);
+  // Nothing on a CPU rank to report.
+  CHECK(train::device_memory_report(train::device_choice{}).empty());
 }

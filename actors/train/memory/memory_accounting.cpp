@@ -150,4 +150,11 @@ model_state_bytes measured_model_states(const model_stage& stage, const model_sh
   return b;
 }
 
+std::int64_t cuda_model_state_bytes(const run_config& rc, std::int64_t parameters) {
+  const std::int64_t working = rc.working == precision::f32 ? 0 : 2;
+  std::int64_t per = 4 + 4 + working;                                     // the stage's part
+  if (rc.offload.device == offload_device::none) per += 4 + 8 + working; // the GPU optimizer
+  return per * parameters;
+}
+
 } // namespace dsa::train

@@ -98,4 +98,10 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
 // allocates the next version's tensors).
 model_state_bytes measured_model_states(const model_stage& stage, const model_shard& shard);
 
+// The device bytes a CUDA rank's model states take for a stage of `parameters`, at most:
+// the stage's f32 master, f32 gradient and (half storage) 2-byte working copy of every
+// parameter, and with the GPU-resident optimizer (offload_optimizer "none") its f32 master,
+// two f32 moments and working copy again. Activations, the stash and workspace come on top.
+std::int64_t cuda_model_state_bytes(const run_config& rc, std::int64_t parameters);
+
 } // namespace dsa::train

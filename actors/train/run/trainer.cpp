@@ -3,6 +3,7 @@
 #include "actors/train/run/trainer.hpp"
 
 #include "actors/train/eval/run_evaluate.hpp"
+#include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/run/run_phases.hpp"
 #include "actors/train/run/signals.hpp"
 #include "core/log.hpp"
@@ -11,6 +12,15 @@
 namespace dsa::train {
 
 namespace {
+
+// A CUDA rank's device memory beside the host's: measured, and the model states planned.
+void log_device_memory(const opened_run& run) {
+  if (run.ctx.device.device != stage_device::cuda) return;
+  std::int64_t planned = 0;
+  for (const auto& stage : run.ctx.stages) planned += cuda_model_state_bytes(run.ctx.rc, stage->named_parameters().count());
+  log_info("device memory {}; model states planned at {} per rank ({} rank(s) of this process on it)",
+           device_memory_report(run.ctx.device), format_bytes(planned), run.ctx.rc.ranks);
+}
 
 // Steps 5 to 7 for a run with steps left; returns 130 when a signal stopped it.
 int train_and_report(const run_request& req, opened_run& run, const run_plan& plan, process_ranks& ranks) {
@@ -22,6 +32,7 @@ int train_and_report(const run_request& req, opened_run& run, const run_plan& pl
   if (int code = report_training(req, run, t)) return code;
   if (f.stopped) {
     log_memory_report(run.ctx.rc, *plan.memory);
+    log_device_memory(run);
     log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", f.done + 1, req.config_path);
     return 130;
   }
@@ -41,6 +52,7 @@ int evaluate_and_report_memory(opened_run& run, const run_plan& plan) {
              memory.evaluation_fits(rc) ? " in another process" : "", format_bytes(rc.host_memory));
   const int status = run.lead && plan.evaluates ? evaluate(run.ctx.rc, run.ctx.tokenizer.get(), run.ctx.stages) : 0;
   log_memory_report(rc, memory); // the evaluation included
+  log_device_memory(run);
   return status;
 }
 

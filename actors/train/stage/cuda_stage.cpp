@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <string_view>
 
 namespace dsa::train {
 namespace {
@@ -78,8 +79,29 @@ void cuda_stage::ensure_device() {
 
 void cuda_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
 
+template <class F> auto cuda_stage::naming_memory(const char* what, std::uint32_t step, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::runtime_error& e) {
+    if (std::string_view(e.what()).find("GPU memory:") == std::string_view::npos) throw;
+    throw std::runtime_error(fmt::format("{}; while running the {} of step {} on stage {} (model states planned at "
+                                         "{} bytes on the device, activations on top)",
+                                         e.what(), what, step, params_.range().to_string(),
+                                         options_.planned_device_bytes));
+  }
+}
+
 double cuda_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
                            std::vector<tensor>& out) {
+  return naming_memory("forward", key.step, [&] { return forward_on_device(key, in, labels, out); });
+}
+
+void cuda_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
+  naming_memory("backward", key.step, [&] { backward_on_device(key, grad_out, grad_in); });
+}
+
+double cuda_stage::forward_on_device(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                                     std::vector<tensor>& out) {
   stage_timer t{shared_.forward_ns};
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
@@ -114,7 +136,7 @@ double cuda_stage::forward(const actors::work_key& key, const std::vector<tensor
   return 0.0;
 }
 
-void cuda_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
+void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
   stage_timer t{shared_.backward_ns};
   ensure_device();
   const bert::bert_range& range = params_.range();

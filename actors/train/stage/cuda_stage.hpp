@@ -65,6 +65,12 @@ public:
   std::int64_t partition_grad_bytes() const override { return 0; }
 
 private:
+  double forward_on_device(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
+                           std::vector<tensor>& out);
+  void backward_on_device(const actors::work_key& key, const tensor& grad_out, tensor& grad_in);
+  // f(), an out-of-memory error from it ("GPU memory: ...") rethrown naming the job, the
+  // step, the stage and its planned device bytes.
+  template <class F> auto naming_memory(const char* what, std::uint32_t step, F&& f) -> decltype(f());
   // Sets the stage's device on the calling thread; on the first call makes the stream and
   // the device copy of the parameters.
   void ensure_device();

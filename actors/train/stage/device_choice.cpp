@@ -39,6 +39,30 @@ gpu_facts probe_gpu() {
   return f;
 }
 
+std::string device_memory_report(const device_choice& device) {
+  if (device.device != stage_device::cuda) return {};
+#if DSA_HAVE_CUDA
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t used = 0, used_peak = 0, reserved_peak = 0;
+  std::size_t free = 0, total = 0;
+  if (cudaSetDevice(device.index) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device.index) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used_peak) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &reserved_peak) != cudaSuccess ||
+      cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    const cudaError_t e = cudaGetLastError();
+    return fmt::format("{}: could not be read ({})", device.description, cudaGetErrorString(e));
+  }
+  constexpr double mib = 1024.0 * 1024.0;
+  return fmt::format("{}: peak in use {:.1f} MiB (the pool's high-water mark), peak reserved {:.1f} MiB, in use now "
+                     "{:.1f} MiB; {:.1f} of {:.1f} MiB free",
+                     device.description, static_cast<double>(used_peak) / mib, static_cast<double>(reserved_peak) / mib,
+                     static_cast<double>(used) / mib, static_cast<double>(free) / mib, static_cast<double>(total) / mib);
+#else
+  return {};
+#endif
+}
+
 namespace {
 std::string visible_devices() {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");

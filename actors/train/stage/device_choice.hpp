@@ -50,6 +50,11 @@ status cuda_rank_supports(const run_config& rc);
 // stages (no ZeRO partitions); `who` names the key that asked for it in the error.
 status device_optimizer_supports(const run_config& rc, const std::string& who);
 
+// The device's memory as the run leaves it: the default pool's peak and current bytes in
+// use and reserved (every device array of the stages and the GPU optimizer comes from it),
+// and the driver's free bytes. Empty for the CPU or a build without CUDA code.
+std::string device_memory_report(const device_choice& device);
+
 // The device for rc's backend and device on a rank with local index `local_rank` (0
 // outside dsactor launch), or a config error saying why it cannot be used (what
 // cuda_rank_supports refuses first, then the machine).
