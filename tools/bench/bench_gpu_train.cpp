@@ -54,6 +54,8 @@ bert::bert_batch synthetic_batch(const bert::bert_config& cfg, std::int64_t B, s
   return b;
 }
 
+} // namespace
+
 // Model FLOPs per sample, as tools/bench/bench_torch_bert.py counts them (3x the forward's
 // products: the layers' 4H^2 + 2HI and attention's 2TH per token, plus the decoder HV).
 double flops_per_sample(const bert::bert_config& cfg, std::int64_t T) {
@@ -63,7 +65,41 @@ double flops_per_sample(const bert::bert_config& cfg, std::int64_t T) {
   return 3.0 * per_token * static_cast<double>(T);
 }
 
-} // namespace
+bare_step bare_gpu_train(const bert::bert_config& cfg, std::int64_t seq, std::int64_t batch, std::int64_t steps,
+                         cudaStream_t stream) {
+  bert::bert_parameters params(cfg, bert::bert_range::whole(cfg));
+  params.init(1);
+  auto model_ptr = std::make_unique<bert::gpu::pretraining_model>(params, cuda::elem::bf16, stream);
+  bert::gpu::pretraining_model& gpu = *model_ptr;
+  const bert::bert_batch b = synthetic_batch(cfg, batch, seq, 2);
+  cpu::adam_params adam;
+  adam.lr = 1e-4f;
+  adam.weight_decay = 0.01f;
+  bert::forward_context ctx;
+  ctx.seed = 3;
+  bert::bert_losses losses;
+  auto one_step = [&](std::uint32_t step) {
+    ctx.step = step;
+    losses = gpu.step(b, ctx, 1.0f);
+    adam.step = step + 1;
+    gpu.optimizer_step(adam);
+  };
+  for (std::uint32_t s = 0; s < 2; ++s)
+    one_step(s);
+  DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto start = std::chrono::steady_clock::now();
+  for (std::int64_t s = 0; s < steps; ++s)
+    one_step(static_cast<std::uint32_t>(2 + s));
+  DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  bare_step out;
+  out.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(steps);
+  out.loss = losses.total;
+  out.parameters = gpu.parameter_count();
+  model_ptr.reset(); // its arrays go back to the pool on the stream
+  DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out;
+}
 
 int bench_gpu_train_main(int argc, char** argv) {
   namespace po = boost::program_options;
@@ -91,47 +127,19 @@ int bench_gpu_train_main(int argc, char** argv) {
   }
   fmt::print("{}\n", probe.message);
   bert::bert_config cfg = bert::bert_config_for(model == "bert-large" ? bert::model_size::large : bert::model_size::base);
-  bert::bert_parameters params(cfg, bert::bert_range::whole(cfg));
-  params.init(1);
   cudaStream_t stream;
   DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double peak = bf16_gemm_peak_tflops(stream);
-  auto model_ptr = std::make_unique<bert::gpu::pretraining_model>(params, cuda::elem::bf16, stream);
-  bert::gpu::pretraining_model& gpu = *model_ptr;
-  const bert::bert_batch b = synthetic_batch(cfg, batch, seq, 2);
-  cpu::adam_params adam;
-  adam.lr = 1e-4f;
-  adam.weight_decay = 0.01f;
-  bert::forward_context ctx;
-  ctx.seed = 3;
-  bert::bert_losses losses;
-  auto one_step = [&](std::uint32_t step) {
-    ctx.step = step;
-    losses = gpu.step(b, ctx, 1.0f);
-    adam.step = step + 1;
-    gpu.optimizer_step(adam);
-  };
-  for (std::uint32_t s = 0; s < 2; ++s)
-    one_step(s);
-  DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const auto start = std::chrono::steady_clock::now();
-  for (std::int64_t s = 0; s < steps; ++s)
-    one_step(static_cast<std::uint32_t>(2 + s));
-  DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(steps);
-  const double samples = static_cast<double>(batch) / seconds;
+  const bare_step bare = bare_gpu_train(cfg, seq, batch, steps, stream);
+  const double samples = static_cast<double>(batch) / bare.seconds;
   const double tflops = flops_per_sample(cfg, seq) * samples / 1e12;
   fmt::print("{} pre-training, bf16, seq {} batch {}: {:.4f} s/step, {:.1f} samples/s, {:.1f} TFLOP/s, "
              "MFU {:.1f}% of {:.1f} (loss {:.4f}, {} parameters)\n",
-             model, seq, batch, seconds, samples, tflops, 100 * tflops / peak, peak, losses.total,
-             gpu.parameter_count());
+             model, seq, batch, bare.seconds, samples, tflops, 100 * tflops / peak, peak, bare.loss, bare.parameters);
   fmt::print("{{\"bench\":\"gpu-train\",\"model\":\"{}\",\"seq\":{},\"batch\":{},\"step_s\":{:.5f},"
              "\"samples_per_s\":{:.2f},\"model_tflops\":{:.1f},\"mfu\":{:.4f},\"bf16_peak_tflops\":{:.1f},"
              "\"loss\":{:.4f}}}\n",
-             model, seq, batch, seconds, samples, tflops, tflops / peak, peak, losses.total);
-  model_ptr.reset(); // its arrays go back to the pool on the stream
-  DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+             model, seq, batch, bare.seconds, samples, tflops, tflops / peak, peak, bare.loss);
   DSA_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

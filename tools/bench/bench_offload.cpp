@@ -95,30 +95,6 @@ process_io read_process_io() {
   return io;
 }
 
-// Plain-text documents of made-up words (syllable pairs), enough for the run's
-// sequences; the content does not matter to the timing.
-std::string write_corpus(const std::string& dir, int documents) {
-  static const char* syllables[] = {"ka",  "lo",  "mi", "ren", "tu",  "sa", "vel",
-                                    "dor", "pi",  "an", "gre", "mo",  "ti", "bal",
-                                    "un",  "ser", "fo", "lin", "qua", "zet"};
-  constexpr std::uint64_t n = sizeof syllables / sizeof syllables[0];
-  const std::string corpus = dir + "/corpus";
-  fs::create_directories(corpus);
-  philox_stream rng{2024, 0, 0, 0, 0};
-  std::uint64_t k = 0;
-  auto pick = [&] { return static_cast<std::uint64_t>(rng.uniform(k++) * n) % n; };
-  for (int d = 0; d < documents; ++d) {
-    std::ofstream out(fmt::format("{}/doc{:03}.txt", corpus, d));
-    for (int s = 0; s < 30; ++s) {
-      const int words = 6 + static_cast<int>(pick() % 12);
-      for (int w = 0; w < words; ++w)
-        out << (w ? " " : "") << syllables[pick()] << syllables[pick()];
-      out << ".\n";
-    }
-  }
-  return corpus;
-}
-
 std::int64_t model_parameters(const bench_setup& b) {
   auto size = bert::parse_model_size(b.model);
   bert::bert_config cfg = bert::bert_config_for(*size);
@@ -147,27 +123,10 @@ params = {{ lr = 1e-4, weight_decay = 0.01 }}
 [zero_optimization]
 stage = 1
 
-[data]
-eval_batches = 1
-
-[data.prepare]
-corpus = "{corpus}"
-out_dir = "{work}/data"
-vocab_size = 400
-seq_length = {seq}
-max_predictions = {pred}
-dupe_factor = 2
-holdout_docs = 1
-
-[checkpoint]
-dir = "{work}/checkpoints"
-save_final = false
 )",
                      fmt::arg("mb", b.micro_batch), fmt::arg("clip", b.clip), fmt::arg("steps", b.steps),
-                     fmt::arg("model", b.model),
-                     fmt::arg("vocab", b.model_vocab ? "vocab_size = 30522" : ""),
-                     fmt::arg("corpus", corpus), fmt::arg("work", work), fmt::arg("seq", b.seq),
-                     fmt::arg("pred", std::max(2, b.seq * 15 / 100)));
+                     fmt::arg("model", b.model), fmt::arg("vocab", b.model_vocab ? "vocab_size = 30522" : "")) +
+         prepared_data_sections(corpus, work, b.seq, work + "/checkpoints");
 }
 
 expected<run_figures> train_once(const bench_setup& b, const std::string& work,

@@ -1,7 +1,14 @@
-// Small helpers shared by the benchmarks: best-of-N wall-clock timing, medians, the CPU's name.
+// Small helpers shared by the benchmarks: best-of-N wall-clock timing, medians, the CPU's name,
+// a made-up corpus for runs whose text does not matter.
 #pragma once
 
+#include "core/philox.hpp"
+
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <filesystem>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -39,6 +46,54 @@ inline std::string cpu_model() {
   while (std::getline(in, line))
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "unknown";
+}
+
+// The end of a benchmark's run config: one evaluation batch, the data prepared from
+// `corpus` into WORK/data (a 400-token vocabulary, sequences of `seq` tokens), and
+// checkpoints in `checkpoints` without a final save.
+inline std::string prepared_data_sections(const std::string& corpus, const std::string& work, std::int64_t seq,
+                                          const std::string& checkpoints) {
+  return fmt::format(R"([data]
+eval_batches = 1
+
+[data.prepare]
+corpus = "{}"
+out_dir = "{}/data"
+vocab_size = 400
+seq_length = {}
+max_predictions = {}
+dupe_factor = 2
+holdout_docs = 1
+
+[checkpoint]
+dir = "{}"
+save_final = false
+)",
+                     corpus, work, seq, std::max<std::int64_t>(2, seq * 15 / 100), checkpoints);
+}
+
+// Plain-text documents of made-up words (syllable pairs), enough for the run's
+// sequences; the content does not matter to the timing.
+inline std::string write_corpus(const std::string& dir, int documents) {
+  static const char* syllables[] = {"ka",  "lo",  "mi", "ren", "tu",  "sa", "vel",
+                                    "dor", "pi",  "an", "gre", "mo",  "ti", "bal",
+                                    "un",  "ser", "fo", "lin", "qua", "zet"};
+  constexpr std::uint64_t n = sizeof syllables / sizeof syllables[0];
+  const std::string corpus = dir + "/corpus";
+  std::filesystem::create_directories(corpus);
+  philox_stream rng{2024, 0, 0, 0, 0};
+  std::uint64_t k = 0;
+  auto pick = [&] { return static_cast<std::uint64_t>(rng.uniform(k++) * n) % n; };
+  for (int d = 0; d < documents; ++d) {
+    std::ofstream out(fmt::format("{}/doc{:03}.txt", corpus, d));
+    for (int s = 0; s < 30; ++s) {
+      const int words = 6 + static_cast<int>(pick() % 12);
+      for (int w = 0; w < words; ++w)
+        out << (w ? " " : "") << syllables[pick()] << syllables[pick()];
+      out << ".\n";
+    }
+  }
+  return corpus;
 }
 
 } // namespace dsa::tools

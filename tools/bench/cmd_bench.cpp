@@ -114,6 +114,7 @@ int bench_command(int argc, char** argv) {
     fmt::print("  compressed  1-bit Adam, 0/1 Adam, 1-bit LAMB vs AdamW and Lamb: held-out loss, bytes sent, step time\n");
     fmt::print("  gpu-kernels  CUDA kernels, cuBLASLt GEMMs and the GPU encoder layer at BERT-large shapes\n");
     fmt::print("  gpu-train    whole BERT pre-training steps on one GPU (bf16) vs the bf16 GEMM peak\n");
+    fmt::print("  train --backend cuda  dsactor run's step on one GPU vs the bare model step and the GEMM peak\n");
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
@@ -136,6 +137,15 @@ int bench_command(int argc, char** argv) {
     return bench_gpu_train_main(argc - 1, argv + 1);
 #else
     fmt::print(stderr, "dsactor bench gpu-train: this build has no CUDA (nvcc not found, or -Dcuda=disabled)\n");
+    return 3;
+#endif
+  }
+  if (!std::strcmp(argv[1], "train")) {
+#if DSA_HAVE_CUDA
+    return bench_train_main(argc - 1, argv + 1);
+#else
+    fmt::print(stderr, "dsactor bench train: this build has no CUDA (nvcc not found, or -Dcuda=disabled); the CPU's "
+                       "step: dsactor bench runtime and dsactor bench kernels\n");
     return 3;
 #endif
   }

@@ -1,0 +1,176 @@
+// dsactor bench train --backend cuda: BERT pre-training steps through `dsactor run`'s actors
+// on one GPU (train::run_training: feeder, stage, reducer and shard actors, a CUDA stage),
+// beside the bare GPU model's step (bench gpu-train's, the same model, batch and storage)
+// and the bf16 GEMM peak, all measured in this call: samples/s, model TFLOP/s, MFU, and the
+// run's share of the bare step's speed (goal: at least 0.95). Twice: the optimizer on the
+// GPU (offload_optimizer "none") and on the CPU shard ("cpu", ZeRO stage 1). The runs' step
+// times come from their metrics.jsonl (wall_clock_breakdown), warm-up steps left out;
+// their data is prepared from a made-up corpus in --work (the text does not matter).
+#include "tools/bench/bench_gpu.hpp"
+
+#include "actors/train/run/trainer.hpp"
+#include "kernels/cuda/cuda_allocator.hpp"
+#include "tools/bench/bench_util.hpp"
+#include "tools/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace dsa::tools {
+namespace {
+
+struct train_setup {
+  std::string model = "bert-large";
+  std::int64_t seq = 128, batch = 64, steps = 8;
+  int warmup = 2;
+  std::string work;
+};
+
+std::string run_config_text(const train_setup& b, const std::string& corpus, const std::string& name) {
+  return fmt::format(R"(train_batch_size = {batch}
+train_micro_batch_size_per_gpu = {batch}
+train_steps = {steps}
+steps_per_print = 1
+wall_clock_breakdown = true
+seed = 7
+run_dir = "{work}/{name}"
+
+[model]
+size = "{size}"
+vocab_size = 30522
+max_position_embeddings = 512
+
+[optimizer]
+type = "AdamW"
+params = {{ lr = 1e-4, weight_decay = 0.01 }}
+
+[bf16]
+enabled = true
+
+[devices]
+backend = "cuda"
+
+)",
+                     fmt::arg("batch", b.batch), fmt::arg("steps", b.steps + b.warmup), fmt::arg("work", b.work),
+                     fmt::arg("name", name), fmt::arg("size", b.model == "bert-large" ? "large" : "base")) +
+         prepared_data_sections(corpus, b.work, b.seq, b.work + "/" + name + "/checkpoints");
+}
+
+// One `dsactor run` of the config with `overrides`; its mean step time after the warm-up.
+expected<double> run_seconds(const train_setup& b, const std::string& corpus, const std::string& name,
+                             const std::vector<std::string>& overrides) {
+  const std::string path = b.work + "/" + name + ".toml";
+  std::ofstream(path) << run_config_text(b, corpus, name);
+  train::run_request r;
+  r.config_path = path;
+  r.overrides = overrides;
+  if (const int rc = train::run_training(r); rc != 0)
+    return make_error(errc::runtime, "the {} run failed (exit code {}); its log is above", name, rc);
+  const std::string metrics = b.work + "/" + name + "/metrics.jsonl";
+  std::ifstream in(metrics);
+  std::vector<double> steps;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (n <= b.warmup) continue;
+    const auto row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_discarded() || !row.contains("Train/Samples/elapsed_time_ms_iteration"))
+      return make_error(errc::io, "'{}' line {}: no Train/Samples/elapsed_time_ms_iteration", metrics, n);
+    steps.push_back(row["Train/Samples/elapsed_time_ms_iteration"].get<double>() / 1e3);
+  }
+  if (steps.empty()) return make_error(errc::io, "'{}': no step after the {} warm-up steps", metrics, b.warmup);
+  return median(steps);
+}
+
+} // namespace
+
+int bench_train_main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  po::options_description opts(
+      "dsactor bench train --backend cuda [--model bert-large] [--seq 128] [--batch 64] [--steps 8] [--work DIR]");
+  train_setup b;
+  std::string backend = "cuda";
+  opts.add_options()("help,h", "this help")("backend", po::value(&backend)->default_value(backend),
+                                            "cuda (the CPU's step: dsactor bench runtime and kernels)")(
+      "model", po::value(&b.model)->default_value(b.model), "bert-large or bert-base")(
+      "seq", po::value(&b.seq)->default_value(b.seq), "sequence length (at most 512)")(
+      "batch", po::value(&b.batch)->default_value(b.batch), "micro-batch (one per step)")(
+      "steps", po::value(&b.steps)->default_value(b.steps), "timed steps (after 2 warm-up steps)")(
+      "work", po::value(&b.work), "folder for the data and the runs (default: a new one under /tmp)");
+  po::variables_map vm;
+  if (auto done = parse_options(argc, argv, opts, vm, "bench train")) return *done;
+  if (backend != "cuda") {
+    fmt::print(stderr, "dsactor bench train: --backend '{}': only cuda is measured here (the CPU's step: dsactor bench "
+                       "runtime and dsactor bench kernels)\n",
+               backend);
+    return 2;
+  }
+  if ((b.model != "bert-large" && b.model != "bert-base") || b.seq < 2 || b.seq > 512 || b.batch < 1 || b.steps < 1) {
+    fmt::print(stderr, "dsactor bench train: --model must be bert-large or bert-base, --seq in [2, 512], --batch and "
+                       "--steps at least 1\n");
+    return 2;
+  }
+  const cuda::device_probe probe = cuda::probe_devices();
+  if (probe.count == 0) {
+    fmt::print(stderr, "dsactor bench train: {}\n", probe.message);
+    return 3;
+  }
+  if (b.work.empty()) {
+    char tmpl[] = "/tmp/dsactor-bench-train-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+      fmt::print(stderr, "dsactor bench train: cannot make a folder under /tmp\n");
+      return 1;
+    }
+    b.work = tmpl;
+  }
+  std::filesystem::create_directories(b.work);
+  fmt::print("{}; CPU {}; work folder {}\n", probe.message, cpu_model(), b.work);
+  const bert::bert_config cfg =
+      bert::bert_config_for(b.model == "bert-large" ? bert::model_size::large : bert::model_size::base);
+  cudaStream_t stream;
+  DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double peak = bf16_gemm_peak_tflops(stream);
+  const bare_step bare = bare_gpu_train(cfg, b.seq, b.batch, b.steps, stream);
+  DSA_CUDA_CHECK(cudaStreamDestroy(stream));
+
+  const std::string corpus = write_corpus(b.work, 40 + static_cast<int>(b.batch * (b.steps + b.warmup) * b.seq / 400));
+  auto gpu_opt = run_seconds(b, corpus, "gpu-optimizer",
+                             {"zero_optimization.stage=0", "zero_optimization.offload_optimizer.device=\"none\""});
+  auto cpu_opt = run_seconds(b, corpus, "cpu-optimizer",
+                             {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\""});
+  const double flops = flops_per_sample(cfg, b.seq);
+  auto line = [&](const char* what, double seconds) {
+    const double samples = static_cast<double>(b.batch) / seconds;
+    const double tflops = flops * samples / 1e12;
+    fmt::print("  {:<44} {:8.4f} s/step {:8.1f} samples/s {:7.1f} TFLOP/s  MFU {:5.1f}%  {:.3f}x the bare step\n",
+               what, seconds, samples, tflops, 100 * tflops / peak, bare.seconds / seconds);
+  };
+  fmt::print("{} pre-training, bf16, seq {} batch {}, bf16 GEMM peak {:.1f} TFLOP/s (median step of {} after {} "
+             "warm-up):\n",
+             b.model, b.seq, b.batch, peak, b.steps, b.warmup);
+  line("bare GPU model step (bench gpu-train)", bare.seconds);
+  if (gpu_opt) line("dsactor run, optimizer on the GPU", *gpu_opt);
+  else fmt::print(stderr, "dsactor bench train: {}\n", gpu_opt.err().to_string());
+  if (cpu_opt) line("dsactor run, optimizer on the CPU shard", *cpu_opt);
+  else fmt::print(stderr, "dsactor bench train: {}\n", cpu_opt.err().to_string());
+  auto number = [](const expected<double>& v) { return v ? fmt::format("{:.5f}", *v) : std::string("null"); };
+  fmt::print("{{\"bench\":\"train\",\"backend\":\"cuda\",\"model\":\"{}\",\"seq\":{},\"batch\":{},\"bare_step_s\":{:.5f},"
+             "\"run_gpu_optimizer_step_s\":{},\"run_cpu_optimizer_step_s\":{},\"run_to_bare\":{},"
+             "\"bf16_peak_tflops\":{:.1f}}}\n",
+             b.model, b.seq, b.batch, bare.seconds, number(gpu_opt), number(cpu_opt),
+             gpu_opt ? fmt::format("{:.4f}", bare.seconds / *gpu_opt) : std::string("null"), peak);
+  if (gpu_opt && bare.seconds / *gpu_opt < 0.95)
+    fmt::print("  below the goal: dsactor run at {:.3f}x the bare step, the goal is 0.95x\n", bare.seconds / *gpu_opt);
+  return gpu_opt && cpu_opt ? 0 : 1;
+}
+
+} // namespace dsa::tools
