@@ -23,6 +23,8 @@ struct work_key {
   std::uint32_t stash = 0;
 };
 
+class trace_recorder;
+
 class stage_compute {
 public:
   virtual ~stage_compute() = default;
@@ -87,6 +89,14 @@ public:
   // elements [lo, hi) of the sum that the shard keeps (its gradient_parts()), and the
   // reducer copies them and adds the ranks' sums of squares instead of summing buckets.
   virtual bool gradients_reduced() const { return false; }
+
+  // Tracing work of the compute's own beside its calls (a GPU stage's kernels, as device
+  // spans): before the run the runtime hands it the run's recorder (null when not tracing),
+  // its actor id and stage; after the run, when every worker has ended, null again (the
+  // compute then forgets what it has not recorded). Nothing by default.
+  virtual void trace_attach(trace_recorder* trace, std::uint32_t actor, std::int32_t stage) {
+    (void)trace, (void)actor, (void)stage;
+  }
 };
 
 // The step's gradient reductions as an optimizer shard receives them from its
@@ -106,8 +116,6 @@ struct gradient_part {
   std::int64_t lo = 0;
   std::int64_t hi = 0;
 };
-
-class trace_recorder;
 
 class optimizer_compute {
 public:

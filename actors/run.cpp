@@ -182,6 +182,8 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   for (std::uint32_t id = 0; id < plan->actor_count(); ++id) trace.set_actor_name(id, plan->actor_name(id));
   for (std::uint32_t s = 0; s < S; ++s)
     parts.optimizers[s]->trace_attach(tracing ? &trace : nullptr, plan->shard_id(s), static_cast<std::int32_t>(s));
+  for (std::uint32_t s = 0; s < S; ++s)
+    parts.stages[s]->trace_attach(tracing ? &trace : nullptr, plan->stage_id(s), static_cast<std::int32_t>(s));
   if (options.optimizers == optimizer_start::init_from_stages)
     for (std::uint32_t s = 0; s < S; ++s) parts.optimizers[s]->init(parts.stages[s]->parameters());
   for (std::uint32_t s = 0; s < S; ++s) {
@@ -227,6 +229,7 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
                 writer.get(), result);
   // The actor system is gone: every actor and worker thread has ended.
   for (auto* optimizer : parts.optimizers) optimizer->trace_detach(); // a run stopped early: its last records
+  for (std::uint32_t s = 0; s < S; ++s) parts.stages[s]->trace_attach(nullptr, plan->stage_id(s), static_cast<std::int32_t>(s));
   result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;
   result.losses.resize(summary->steps_completed);

@@ -43,7 +43,12 @@ enum class trace_name : std::uint16_t {
   // chunk), inside its optimizer or stream_update span; beside the worker's spans like the
   // transfers, so swap_read of the next chunk is seen during it (actors/train/shard/swap_tracer.hpp).
   swap_update = 15,
-  count_ = 16,
+  // A CUDA stage's kernels of one forward or backward (micro_batch: the micro-batch), timed
+  // by CUDA events on its stream and placed on the recorder's clock at the stage's next
+  // wait for the device; beside the worker's spans, on a device row.
+  gpu_forward = 16,
+  gpu_backward = 17,
+  count_ = 18,
 };
 const char* trace_name_string(trace_name name);
 

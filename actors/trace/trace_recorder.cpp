@@ -23,7 +23,8 @@ const char* trace_name_string(trace_name name) {
   static const char* const names[] = {"forward",  "backward", "optimizer",   "load",
                                       "produced", "released", "step_report", "update_report",
                                       "reduce",   "grad_partial", "allreduce", "swap_read", "swap_write",
-                                      "speculate", "stream_update", "swap_update"};
+                                      "speculate", "stream_update", "swap_update",
+                                      "gpu_forward", "gpu_backward"};
   auto i = static_cast<std::size_t>(name);
   return i < static_cast<std::size_t>(trace_name::count_) ? names[i] : "?";
 }

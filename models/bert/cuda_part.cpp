@@ -282,6 +282,7 @@ void enqueue_readout(const part::impl& m, part_stash& st) {
   fetch(M * 8, st.nsp_loss, r.nsp_rows);
   fetch(M * 8 + B * 4, st.nsp_correct, r.nsp_rows);
   check_cuda(cudaEventRecord(r.copied, m.stream), "marking the losses");
+  r.valid = true;
 }
 
 
@@ -306,6 +307,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     loss_readout kept = std::move(st.readout);
     st = part_stash{};
     st.readout = std::move(kept);
+    st.readout.valid = false; // until this forward's head enqueues its copies
   }
   st.batch = s.B;
   st.seq = s.T;
@@ -343,18 +345,20 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     layer_forward(*m.engine, m.weights(m.layers[k]), shape, streams_of(ctx, m.range.first_layer + static_cast<std::int64_t>(k)),
                   st.acts[k].get(), st.key_mask.as<float>(), st.acts[k + 1].get(), st.layers[k], m.stream);
   }
-  st.filled = true;
-  if (!m.range.has_head())
+  if (!m.range.has_head()) {
+    st.filled = true;
     return st.acts.back().get();
+  }
   head_forward(m, batch, st.acts.back().get(), s, grad_scale, st);
   enqueue_readout(m, st);
+  st.filled = true; // only now: a head that threw leaves neither a stash nor a readout to read
   return nullptr;
 }
 
 bert_losses part::losses(const part_stash& st) {
   const loss_readout& r = st.readout;
-  if (!r.copied || !impl_->range.has_head())
-    throw std::runtime_error("GPU BERT: losses() of a range without the head, or before its forward");
+  if (!r.valid || !impl_->range.has_head())
+    throw std::runtime_error("GPU BERT: losses() of a range without the head, or without a forward that finished");
   device_wait("cudaEventSynchronize (the head's losses)");
   check_cuda(cudaEventSynchronize(r.copied), "the forward");
   const auto M = static_cast<std::size_t>(r.mlm_count), B = static_cast<std::size_t>(r.nsp_rows);

@@ -52,6 +52,7 @@ struct loss_readout {
   pinned_buffer host; // per-row MLM losses and hits, then per-sequence NSP losses and hits
   cudaEvent_t copied = nullptr;
   std::int64_t mlm_count = 0, nsp_rows = 0, nsp_count = 0;
+  bool valid = false; // the last forward into the stash enqueued these copies
   loss_readout() = default;
   ~loss_readout();
   loss_readout(loss_readout&& other) noexcept;
@@ -99,7 +100,9 @@ public:
 
   // Forward of one micro-batch. hidden_in: the previous stage's output, (B * T, H) of the
   // storage type on the device, taken into the stash (ignored, may be empty, with the
-  // embeddings). The batch is host-side: the ids (with the embeddings), the attention mask
+  // embeddings); it must have been allocated on the part's stream (or on a stream whose
+  // work the part's stream is ordered after), since the stash frees it on its own stream
+  // once the backward has read it. The batch is host-side: the ids (with the embeddings), the attention mask
   // (every range) and the labels (with the head); it is validated first and a bad tensor
   // throws naming it. grad_scale: with the head, the loss gradient's scale (loss scale /
   // micro-batches), applied now (the cross entropy leaves the gradient in the logits).

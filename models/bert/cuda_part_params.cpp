@@ -68,8 +68,10 @@ pinned_buffer& pinned_buffer::operator=(pinned_buffer&& other) noexcept {
 void pinned_buffer::reserve(std::size_t bytes) {
   if (bytes <= bytes_)
     return;
-  if (ptr_)
+  if (ptr_) {
+    device_wait("cudaFreeHost (a pinned buffer grows; it waits for the device)");
     cudaFreeHost(ptr_);
+  }
   ptr_ = nullptr;
   bytes_ = 0;
   check_cuda(cudaMallocHost(&ptr_, bytes), fmt::format("cudaMallocHost of {} bytes", bytes));
@@ -83,8 +85,9 @@ loss_readout::~loss_readout() {
 
 loss_readout::loss_readout(loss_readout&& other) noexcept
     : host(std::move(other.host)), copied(other.copied), mlm_count(other.mlm_count), nsp_rows(other.nsp_rows),
-      nsp_count(other.nsp_count) {
+      nsp_count(other.nsp_count), valid(other.valid) {
   other.copied = nullptr;
+  other.valid = false;
 }
 
 loss_readout& loss_readout::operator=(loss_readout&& other) noexcept {
@@ -97,6 +100,8 @@ loss_readout& loss_readout::operator=(loss_readout&& other) noexcept {
     mlm_count = other.mlm_count;
     nsp_rows = other.nsp_rows;
     nsp_count = other.nsp_count;
+    valid = other.valid;
+    other.valid = false;
   }
   return *this;
 }

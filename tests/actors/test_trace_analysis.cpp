@@ -1,7 +1,9 @@
 // dsactor trace's analyses: the wait split of the summary, per-step compute vs
 // communication vs I/O, critical-path, actor and diff. Hand-built traces whose
 // answers are known by construction, and the trace of a real 2-stage run.
+#include "actors/trace/analysis/chrome_export.hpp"
 #include "actors/trace/analysis/trace_critical_path.hpp"
+#include "actors/trace/analysis/trace_html.hpp"
 #include "actors/trace/analysis/trace_summary.hpp"
 #include "actors/trace/analysis/trace_views.hpp"
 #include "actors/trace/analysis/trace_waits.hpp"
@@ -181,6 +183,41 @@ TEST_CASE("trace summary: per step compute, communication and I/O with their ove
   CHECK(st.bus_gbps == doctest::Approx(15.0));
   CHECK(contains(format_trace_summary(s), "bus 15.000 GB/s (median)"));
   CHECK(contains(format_trace_summary(s, summary_format{true, {}}), "bus GB/s"));
+}
+
+// A CUDA stage's device spans (gpu_forward, gpu_backward) run beside its worker: the summary
+// sums them per stage as the GPU's busy time and keeps them out of the stage's busy time,
+// waits and the step's window; the html page and the Chrome export draw them on a device
+// row of their own.
+TEST_CASE("trace summary, html and export: GPU spans are a device row, summed per stage as GPU busy time") {
+  trace_builder b;
+  b.span(1, trace_name::forward, 0, 100, 0, 0);
+  b.span(1, trace_name::gpu_forward, 10, 90, 0, 0);
+  b.span(1, trace_name::backward, 200, 300, 0, 0);
+  b.span(1, trace_name::gpu_backward, 210, 250, 0, 0);
+  b.span(1, trace_name::gpu_backward, 240, 280, 0, 0); // overlapping: counted once
+  const auto run = as_run(b.done());
+  const auto s = summarize_traces(run);
+  REQUIRE(s.ranks.size() == 1);
+  REQUIRE(s.ranks[0].gpu_busy_s.size() == 1);
+  CHECK(s.ranks[0].gpu_busy_s[0] == doctest::Approx(150e-6)); // 80 + 70
+  for (const auto& a : s.actors)
+    if (a.name == "stage 0") {
+      CHECK(a.spans == 2); // the worker's forward and backward only
+      CHECK(a.busy_s == doctest::Approx(200e-6));
+    }
+  REQUIRE(s.steps.size() == 1);
+  CHECK(s.steps[0].time_s == doctest::Approx(300e-6));
+  CHECK(s.steps[0].compute_s == doctest::Approx(200e-6));
+  const std::string text = format_trace_summary(s);
+  CHECK(contains(text, "GPU busy (its kernels' time, from CUDA events) of rank 0: stage 0 0.000 s (50.0% of the trace)"));
+  const std::string page = trace_html_page(run, "gpu");
+  CHECK(contains(page, "\"name\":\"stage 0 gpu\""));
+  const std::string chrome = chrome_trace_json(run);
+  CHECK(contains(chrome, "\"cat\":\"gpu\""));
+  CHECK(contains(chrome, "stage 0 gpu"));
+  // A trace without device spans has no GPU line.
+  CHECK_FALSE(contains(format_trace_summary(summarize_traces(as_run(credit_bound_trace()))), "GPU busy"));
 }
 
 TEST_CASE("trace actor view: an actor's spans with their waits; an unknown name lists the actors") {

@@ -3,6 +3,7 @@
 // relative gradient distance they compare with.
 #pragma once
 
+#include "kernels/cpu/convert.hpp"
 #include "models/bert/bert_parameters.hpp"
 #include "tests/models/bert_fixture.hpp"
 
@@ -32,9 +33,13 @@ inline void prepare_gpu_bert(bert::bert_parameters& params) {
   for (const auto& e : params.entries()) {
     if (e.value.shape().size() != 2 || e.spec.name.find("embeddings") != std::string::npos)
       continue;
-    auto* p = static_cast<float*>(e.value.raw_data());
-    for (std::int64_t i = 0; i < e.value.numel(); ++i)
+    // Scaled in f32, then rounded to the values' type (half working weights too).
+    tensor f = tensor::empty(e.value.shape(), dtype::f32);
+    cpu::cast(f.raw_data(), dtype::f32, e.value.raw_data(), e.value.type(), f.numel());
+    auto* p = f.data<float>();
+    for (std::int64_t i = 0; i < f.numel(); ++i)
       p[i] *= 0.25f;
+    cpu::cast(e.value.raw_data(), e.value.type(), f.raw_data(), dtype::f32, f.numel());
   }
 }
 

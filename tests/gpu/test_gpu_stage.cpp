@@ -1,6 +1,7 @@
 // The CUDA stage (actors/train/stage/cuda_stage.hpp) against the CPU stage (bert_stage)
 // through the runtime's stage_compute interface, as `dsactor run` drives them: a three-layer
-// BERT cut into three stages, one micro-batch forward through host slots and backward,
+// BERT cut into three stages, two micro-batches in flight (two stash slots) forward through
+// host slots and backward,
 // every gradient as the reducer takes it (rounded to the working precision), in f32 and
 // bf16 with dropout on; then a parameter version loaded into both and a second forward,
 // whose loss must follow; and the refusals of ZeRO's partitions.
@@ -38,21 +39,28 @@ train::stage_options options_for(const bert::bert_config& cfg, const bert::bert_
   return o;
 }
 
-// One micro-batch through `stages` (host slots, as the runtime hands them on); the loss.
-double run_micro_batch(std::vector<std::unique_ptr<train::model_stage>>& stages, const tensor& input,
-                       const tensor& labels, std::uint32_t step) {
-  std::vector<tensor> slot{input};
+// Two micro-batches through `stages` as 1F1B's warm-up holds them (both forwards, then both
+// backwards, each in its own stash slot; host slots handed on as the runtime does); the
+// gradients accumulate over both. The mean loss.
+double run_two_micro_batches(std::vector<std::unique_ptr<train::model_stage>>& stages, const tensor& input,
+                             const tensor& labels, std::uint32_t step) {
   double loss = 0.0;
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    std::vector<tensor> out;
-    loss = stages[i]->forward({step, 0, 0}, slot, i + 1 == stages.size() ? labels : tensor{}, out);
-    slot = out;
-  }
-  tensor grad;
-  for (std::size_t i = stages.size(); i-- > 0;) {
-    tensor grad_in;
-    stages[i]->backward({step, 0, 0}, grad, grad_in);
-    grad = grad_in;
+  std::vector<std::vector<tensor>> grads_out(2);
+  std::vector<std::vector<tensor>> slots(2, std::vector<tensor>{input});
+  for (std::uint32_t mb = 0; mb < 2; ++mb)
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      std::vector<tensor> out;
+      const double l = stages[i]->forward({step, mb, mb}, slots[mb], i + 1 == stages.size() ? labels : tensor{}, out);
+      if (i + 1 == stages.size()) loss += l / 2;
+      slots[mb] = out;
+    }
+  for (std::uint32_t mb = 0; mb < 2; ++mb) {
+    tensor grad;
+    for (std::size_t i = stages.size(); i-- > 0;) {
+      tensor grad_in;
+      stages[i]->backward({step, mb, mb}, grad, grad_in);
+      grad = grad_in;
+    }
   }
   return loss;
 }
@@ -64,7 +72,7 @@ TEST_CASE("cuda stage equals the CPU stage through stage_compute: losses, every 
   const bert::bert_batch batch = small_batch(cfg);
   const tensor input = train::pack_inputs(batch);
   const tensor labels = train::pack_labels(batch, cfg.head);
-  for (const train::precision p : {train::precision::f32, train::precision::bf16}) {
+  for (const train::precision p : {train::precision::f32, train::precision::bf16, train::precision::f16}) {
     INFO("working precision " << train::precision_name(p));
     train::stage_shared shared;
     std::vector<std::unique_ptr<train::model_stage>> cpu, gpu;
@@ -72,13 +80,13 @@ TEST_CASE("cuda stage equals the CPU stage through stage_compute: losses, every 
       cpu.push_back(train::make_stage(train::stage_device::cpu, options_for(cfg, r, p), shared));
       gpu.push_back(train::make_stage(train::stage_device::cuda, options_for(cfg, r, p), shared));
       for (auto* s : {cpu.back().get(), gpu.back().get()}) {
-        s->named_parameters().init(3);
+        prepare_gpu_bert(s->named_parameters()); // values away from the near-linear real init
         s->reserve_stash(2);
-        s->loss_scale() = 1.0;
+        s->loss_scale() = p == train::precision::f16 ? 1024.0 : 1.0; // fp16 trains loss-scaled
       }
     }
-    const double want = run_micro_batch(cpu, input, labels, 1);
-    const double got = run_micro_batch(gpu, input, labels, 1);
+    const double want = run_two_micro_batches(cpu, input, labels, 1);
+    const double got = run_two_micro_batches(gpu, input, labels, 1);
     const test::tolerance& limit = p == train::precision::f32 ? test::gpu_f32_vs_cpu : test::gpu_half_vs_cpu;
     CHECK(std::fabs(got - want) <= limit.rel * std::fabs(want));
     for (std::size_t s = 0; s < 3; ++s) {
@@ -109,8 +117,8 @@ TEST_CASE("cuda stage equals the CPU stage through stage_compute: losses, every 
       for (std::size_t i = 0; i < gp.size(); ++i)
         CHECK(std::memcmp(gp[i].raw_data(), cp[i].raw_data(), gp[i].nbytes()) == 0);
     }
-    const double want2 = run_micro_batch(cpu, input, labels, 2);
-    const double got2 = run_micro_batch(gpu, input, labels, 2);
+    const double want2 = run_two_micro_batches(cpu, input, labels, 2);
+    const double got2 = run_two_micro_batches(gpu, input, labels, 2);
     CHECK(want2 != want);
     CHECK(std::fabs(got2 - want2) <= limit.rel * std::fabs(want2));
   }
@@ -164,16 +172,19 @@ TEST_CASE("cuda optimizer device equals the host device bit for bit") {
       tensor gv, hv, gm, gm1, gm2, hm, hm1, hm2;
       gpu->read_version(i, gv);
       host->read_version(i, hv);
+      gpu->wait_reads();
       CHECK(gv.type() == hv.type());
       CHECK(std::memcmp(gv.raw_data(), hv.raw_data(), hv.nbytes()) == 0);
       gpu->read_state(i, gm, gm1, gm2);
       host->read_state(i, hm, hm1, hm2);
+      gpu->wait_reads();
       CHECK(std::memcmp(gm.raw_data(), hm.raw_data(), hm.nbytes()) == 0);
       CHECK(std::memcmp(gm1.raw_data(), hm1.raw_data(), hm1.nbytes()) == 0);
       CHECK(std::memcmp(gm2.raw_data(), hm2.raw_data(), hm2.nbytes()) == 0);
       gpu->write_state(i, hm, hm1, hm2);
       tensor back, b1, b2;
       gpu->read_state(i, back, b1, b2);
+      gpu->wait_reads();
       CHECK(std::memcmp(back.raw_data(), hm.raw_data(), hm.nbytes()) == 0);
     }
     CHECK(gpu->where() == "cuda:0");

@@ -20,6 +20,9 @@ double us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 // I/O spans (the NVMe swap's, is_io_span) run on the aio engine beside the shard's update: a
 // row of their own (tid io_row + actor, named "<actor> nvme"), as they overlap the shard's spans.
 constexpr std::uint64_t io_row = 1'000'000;
+// Device spans (a CUDA stage's kernels, is_device_span): a row of their own too (tid
+// gpu_row + actor, named "<actor> gpu").
+constexpr std::uint64_t gpu_row = 2'000'000;
 
 // Writes the events of one rank's trace as process `pid`; flow ids stay unique over all ranks.
 class rank_writer {
@@ -33,11 +36,16 @@ public:
     event(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}"}}}})", pid_, pid_));
     event(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid_, pid_));
     for (std::size_t a = 0; a < t_.actors.size(); ++a) thread_name(a, t_.actors[a]);
-    std::vector<bool> swaps(t_.actors.size());
+    std::vector<bool> swaps(t_.actors.size()), gpus(t_.actors.size());
     for (const auto& r : t_.records)
-      if (r.actor < swaps.size() && r.name < t_.names.size() && is_io_span(t_.names[r.name])) swaps[r.actor] = true;
-    for (std::size_t a = 0; a < swaps.size(); ++a)
+      if (r.actor < swaps.size() && r.name < t_.names.size()) {
+        if (is_io_span(t_.names[r.name])) swaps[r.actor] = true;
+        if (is_device_span(t_.names[r.name])) gpus[r.actor] = true;
+      }
+    for (std::size_t a = 0; a < swaps.size(); ++a) {
       if (swaps[a]) thread_name(io_row + a, t_.actors[a] + " nvme");
+      if (gpus[a]) thread_name(gpu_row + a, t_.actors[a] + " gpu");
+    }
     for (const auto& r : t_.records) record(r);
   }
 
@@ -62,6 +70,13 @@ private:
                         R"("args":{{"stage":{},"step":{},"chunk":{},"bytes":{}}}}})",
                         json_quoted(name), pid_, io_row + r.actor, at(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
                         r.micro_batch, r.bytes));
+      return;
+    }
+    if (kind == trace_kind::span && is_device_span(name)) {
+      event(fmt::format(R"({{"ph":"X","name":{},"cat":"gpu","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
+                        R"("args":{{"stage":{},"step":{},"micro_batch":{}}}}})",
+                        json_quoted(name), pid_, gpu_row + r.actor, at(r.t0_ns), us(r.t1_ns - r.t0_ns), r.stage, r.step,
+                        r.micro_batch));
       return;
     }
     if (kind == trace_kind::span) {

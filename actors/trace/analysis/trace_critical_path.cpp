@@ -18,7 +18,7 @@ double ms(std::uint64_t ns) { return static_cast<double>(ns) * 1e-6; }
 bool counts_in_step(const trace_data& t, const trace_record& r, std::uint32_t step) {
   // Loads are left out as in the summary's step windows: they prepare the next step.
   return r.kind == static_cast<std::uint8_t>(trace_kind::span) && r.step == step && t.names[r.name] != "load" &&
-         !is_io_span(t.names[r.name]); // beside the actors' work (trace_waits.cpp)
+         !is_beside_span(t.names[r.name]); // beside the actors' work (trace_waits.cpp)
 }
 
 // The sender's last span that started at or before its send: the work whose end sent it.

@@ -64,20 +64,26 @@ private:
     const auto& t = rt.trace;
     std::uint32_t actors = static_cast<std::uint32_t>(t.actors.size());
     for (const auto& r : t.records) actors = std::max(actors, std::max(r.actor, r.peer) + 1);
-    std::vector<bool> used(actors), io(actors);
+    std::vector<bool> used(actors), io(actors), gpu(actors);
     for (const auto& r : t.records) {
-      const bool io_span = r.kind == static_cast<std::uint8_t>(trace_kind::span) && is_io_span(t.names[r.name]);
-      (io_span ? io : used)[r.actor] = true;
-      if (r.kind != static_cast<std::uint8_t>(trace_kind::span)) used[r.peer] = true;
+      const bool span = r.kind == static_cast<std::uint8_t>(trace_kind::span);
+      const bool io_span = span && is_io_span(t.names[r.name]), gpu_span = span && is_device_span(t.names[r.name]);
+      (io_span ? io : gpu_span ? gpu : used)[r.actor] = true;
+      if (!span) used[r.peer] = true;
     }
-    std::vector<std::size_t> lane_of(actors), io_lane_of(actors);
+    // Beside an actor's lane: its NVMe transfers' lane and its GPU's (a device row).
+    std::vector<std::size_t> lane_of(actors), io_lane_of(actors), gpu_lane_of(actors);
     for (std::uint32_t a = 0; a < actors; ++a) {
-      if (!used[a] && !io[a]) continue; // an actor with I/O spans alone still gets its lane above them
+      if (!used[a] && !io[a] && !gpu[a]) continue; // an actor with beside spans alone still gets its lane
       lane_of[a] = lane_count_;
       lane(rt.rank, trace_actor_name(t, a), false);
       if (io[a]) {
         io_lane_of[a] = lane_count_;
         lane(rt.rank, trace_actor_name(t, a) + " nvme", true);
+      }
+      if (gpu[a]) {
+        gpu_lane_of[a] = lane_count_;
+        lane(rt.rank, trace_actor_name(t, a) + " gpu", false);
       }
     }
     const trace_index index(t);
@@ -86,8 +92,10 @@ private:
       end_ms_ = std::max(end_ms_, ms(std::max(r.t0_ns, r.t1_ns)));
       const auto name = name_id(t.names[r.name]);
       if (r.kind == static_cast<std::uint8_t>(trace_kind::span)) {
-        const bool io_span = is_io_span(t.names[r.name]);
-        append(spans_, fmt::format("[{},{:.4f},{:.4f},{},{},{}]", io_span ? io_lane_of[r.actor] : lane_of[r.actor],
+        const std::size_t in_lane = is_io_span(t.names[r.name])       ? io_lane_of[r.actor]
+                                    : is_device_span(t.names[r.name]) ? gpu_lane_of[r.actor]
+                                                                      : lane_of[r.actor];
+        append(spans_, fmt::format("[{},{:.4f},{:.4f},{},{},{}]", in_lane,
                                    ms(r.t0_ns), ms(r.t1_ns), name, r.step, r.micro_batch));
         continue;
       }

@@ -47,7 +47,8 @@ const char* const trace_html_script = R"js(
   var width = 0, height = 0, showMessages = true, drag = null;
   var palette = { forward: '#4e79a7', backward: '#f28e2b', optimizer: '#59a14f', reduce: '#b07aa1',
                   allreduce: '#e15759', load: '#9c755f', speculate: '#76b7b2', stream_update: '#b07aa1', swap_read: '#8c8c8c',
-                  swap_write: '#555555', swap_update: '#d4a6c8', produced: '#333333', released: '#aaaaaa' };
+                  swap_write: '#555555', swap_update: '#d4a6c8', gpu_forward: '#59a14f', gpu_backward: '#f28e2b',
+                  produced: '#333333', released: '#aaaaaa' };
   function color(name) {
     if (palette[name]) return palette[name];
     var h = 0;

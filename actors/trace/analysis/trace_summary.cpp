@@ -73,7 +73,8 @@ void summarize_steps(const trace_data& t, const trace_index& index, const rank_u
   std::map<std::uint32_t, std::vector<interval>> io_by_step;
   for (std::size_t i = 0; i < t.records.size(); ++i) {
     const auto& r = t.records[i];
-    if (r.kind != static_cast<std::uint8_t>(trace_kind::span) || is_name(t, r, "load"))
+    if (r.kind != static_cast<std::uint8_t>(trace_kind::span) || is_name(t, r, "load") ||
+        is_device_span(t.names[r.name])) // on the device: summed per stage (gpu_busy_s)
       continue;
     // I/O spans (the NVMe swap) run beside the step (a prefetch before it, writes behind it):
     // they count in its io columns, not in its window, bubble or critical path.
@@ -159,7 +160,7 @@ void summarize_actors(const trace_data& t, const trace_index& index, const rank_
       a.u.stage = r.stage;
     switch (static_cast<trace_kind>(r.kind)) {
     case trace_kind::span:
-      if (is_io_span(t.names[r.name])) // on the aio engine, beside the actor's worker
+      if (is_beside_span(t.names[r.name])) // on the aio engine or the device, beside the actor's worker
         break;
       ++a.u.spans;
       (is_name(t, r, "allreduce") ? a.comm : a.compute).emplace_back(r.t0_ns, r.t1_ns);
@@ -201,6 +202,10 @@ void summarize_actors(const trace_data& t, const trace_index& index, const rank_
 bool is_io_span(const std::string& name) {
   return name.rfind("swap", 0) == 0 || name.rfind("nvme", 0) == 0 || name.rfind("io", 0) == 0;
 }
+
+bool is_device_span(const std::string& name) { return name.rfind("gpu", 0) == 0; }
+
+bool is_beside_span(const std::string& name) { return is_io_span(name) || is_device_span(name); }
 
 expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file) {
   std::vector<std::pair<std::uint32_t, std::string>> files;
@@ -261,6 +266,17 @@ trace_summary summarize_traces(const std::vector<rank_trace>& traces) {
       }
     }
     r.window_s = t.records.empty() ? 0 : static_cast<double>(hi - lo) * 1e-9;
+    std::vector<std::vector<interval>> device(1);
+    for (const auto& rec : t.records)
+      if (rec.kind == static_cast<std::uint8_t>(trace_kind::span) && rec.stage >= 0 &&
+          is_device_span(t.names[rec.name])) {
+        if (device.size() <= static_cast<std::size_t>(rec.stage)) device.resize(static_cast<std::size_t>(rec.stage) + 1);
+        device[static_cast<std::size_t>(rec.stage)].emplace_back(rec.t0_ns, rec.t1_ns);
+      }
+    bool any_device = false;
+    for (const auto& d : device) any_device = any_device || !d.empty();
+    if (any_device)
+      for (auto& d : device) r.gpu_busy_s.push_back(union_s(std::move(d)));
     r.stages = parse_u32(t.info_value("stages"), stages);
     r.micro_batches = parse_u32(t.info_value("micro_batches"), micro_batches);
     r.ranks = std::max(1u, parse_u32(t.info_value("ranks"), 1));

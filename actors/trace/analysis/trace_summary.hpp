@@ -64,6 +64,9 @@ struct rank_usage {
   double offset_s = 0;     // where the trace's origin lies on the common clock (trace_clock.hpp)
   std::uint64_t records = 0;
   double window_s = 0; // first to last record
+  // Per stage (index = stage): the union of its device spans, the time its GPU was busy;
+  // empty when the trace has none (CPU stages).
+  std::vector<double> gpu_busy_s;
   trace_end end;
 };
 
@@ -81,6 +84,13 @@ struct trace_summary {
 // actor's busy time or waits, nor in a step's window or critical path; the step's I/O
 // time counts the transfers alone.
 bool is_io_span(const std::string& name);
+// Device spans: names that start with "gpu" (a CUDA stage's gpu_forward and gpu_backward,
+// its kernels' time from CUDA events). They run on the device beside the stage's worker:
+// not in its busy time, waits, step window or critical path; summed per stage as the GPU's
+// busy time (rank_usage::gpu_busy_s).
+bool is_device_span(const std::string& name);
+// Either kind: a span beside an actor's worker rather than its work.
+bool is_beside_span(const std::string& name);
 
 trace_summary summarize_traces(const std::vector<rank_trace>& traces);
 

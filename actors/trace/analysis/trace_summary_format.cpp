@@ -307,6 +307,14 @@ std::string format_trace_summary(const trace_summary& s, summary_format format) 
   }
   const bool across = s.ranks.size() > 1 && !format.per_step;
   out += across ? format_actors_across_ranks(s) : format_actors(s);
+  for (const auto& r : s.ranks) {
+    if (r.gpu_busy_s.empty()) continue;
+    out += fmt::format("GPU busy (its kernels' time, from CUDA events) of rank {}:", r.rank);
+    for (std::size_t st = 0; st < r.gpu_busy_s.size(); ++st)
+      out += fmt::format("{} stage {} {:.3f} s ({:.1f}% of the trace)", st ? "," : "", st, r.gpu_busy_s[st],
+                         r.window_s > 0 ? 100 * r.gpu_busy_s[st] / r.window_s : 0.0);
+    out += "\n";
+  }
   if (across) out += format_steps_across_ranks(s);
   for (const auto& r : across ? std::vector<rank_usage>{} : s.ranks) {
     const double theory =

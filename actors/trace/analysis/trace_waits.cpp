@@ -98,9 +98,10 @@ std::vector<actor_timeline> actor_timelines(const trace_data& t) {
     hi = std::max({hi, r.t0_ns, r.t1_ns});
     if (r.actor >= by_actor.size()) by_actor.resize(r.actor + 1);
     auto& a = by_actor[r.actor];
-    // I/O spans (the NVMe swap) run on the aio engine beside the actor's worker: not its work.
+    // I/O spans (the NVMe swap) run on the aio engine, device spans on the GPU, beside the
+    // actor's worker: not its work.
     if (r.kind == static_cast<std::uint8_t>(trace_kind::span)) {
-      if (!is_io_span(t.names[r.name])) a.spans.push_back(i);
+      if (!is_beside_span(t.names[r.name])) a.spans.push_back(i);
     }
     else if (is(r, trace_kind::recv, produced)) a.produced_in.push_back(i);
     else if (is(r, trace_kind::recv, released)) a.released_in.push_back(i);

@@ -1,7 +1,8 @@
 // The CUDA optimizer_device (CUDA builds): the GPU-resident shard's masters, moments and
 // working copies on one device, stepped by cuda::adam_update on the shard's own stream
 // (see optimizer_device.hpp). Gradients come from the host, uploaded per parameter into one
-// scratch array; versions and checkpoints are read back with a wait on the shard's worker.
+// scratch array; versions and checkpoints are read back with one wait per read-back
+// (wait_reads) on the shard's worker.
 #include "actors/train/shard/optimizer_device.hpp"
 
 #include "core/device_waits.hpp"
@@ -84,7 +85,6 @@ public:
     const slot& s = slots_.at(i);
     const bool has_half = s.working.get() != nullptr;
     download(out, has_half ? s.working : s.master, s, has_half ? working_ : dtype::f32);
-    wait("reading a parameter version");
   }
 
   void read_state(std::size_t i, tensor& master, tensor& m, tensor& v) override {
@@ -93,7 +93,12 @@ public:
     download(master, s.master, s, dtype::f32);
     download(m, s.m, s, dtype::f32);
     download(v, s.v, s, dtype::f32);
-    wait("reading the optimizer state");
+  }
+
+  void wait_reads() override {
+    set_device();
+    device_wait("cudaStreamSynchronize (the GPU optimizer's host copies)");
+    check(cudaStreamSynchronize(stream()), "reading the optimizer's arrays");
   }
 
   void write_state(std::size_t i, const tensor& master, const tensor& m, const tensor& v) override {
@@ -138,10 +143,6 @@ private:
       out = tensor::empty(s.shape, type);
     check(cudaMemcpyAsync(out.raw_data(), src.get(), out.nbytes(), cudaMemcpyDeviceToHost, stream()),
           "a download");
-  }
-  void wait(const char* what) {
-    device_wait("cudaStreamSynchronize (the GPU optimizer's host copies)");
-    check(cudaStreamSynchronize(stream()), what);
   }
 
   int index_;

@@ -58,6 +58,7 @@ void device_shard::publish(const step_decision&, std::vector<tensor>& out) {
     device_->read_version(i, out[i]);
     version_bytes_ += static_cast<std::int64_t>(out[i].nbytes());
   }
+  device_->wait_reads();
 }
 
 void device_shard::back_up() {
@@ -71,6 +72,7 @@ void device_shard::back_up() {
     device_->read_state(i, b.masters[i], b.m[i], b.v[i]);
     keep_copy(b.grads[i], grads_[i]);
   }
+  device_->wait_reads();
   b.steps = steps_;
   b.beta1 = cfg_.beta1;
   b.beta2 = cfg_.beta2;
@@ -93,10 +95,11 @@ state_payload device_shard::payload() const {
     const std::string& name = options_.specs[i].name;
     tensor master, m, v;
     device_->read_state(i, master, m, v);
-    p["master." + name] = master;
+    p["master." + name] = master; // tensors share storage: filled once wait_reads returns
     p[name + ".exp_avg"] = m;
     p[name + ".exp_avg_sq"] = v;
   }
+  device_->wait_reads();
   tensor count = tensor::empty({1}, dtype::i64);
   count.data<std::int64_t>()[0] = steps_;
   p["optimizer_step_count"] = count;

@@ -26,11 +26,13 @@ public:
   // One Adam or AdamW step of parameter i from `grad` (host f32, already unscaled and
   // clipped), the working copy written in the same pass.
   virtual void step(std::size_t i, const tensor& grad, const cpu::adam_params& params) = 0;
-  // Host copies (the device is waited for): the version's tensor (the working copy, or the
-  // master in f32) into `out`, reallocated unless it has the shape and type; the master
-  // and the moments, likewise.
+  // Host copies, started here and complete after wait_reads(): the version's tensor (the
+  // working copy, or the master in f32) into `out`, reallocated unless it has the shape and
+  // type; the master and the moments, likewise.
   virtual void read_version(std::size_t i, tensor& out) = 0;
   virtual void read_state(std::size_t i, tensor& master, tensor& m, tensor& v) = 0;
+  // Waits (once) for every host copy started so far.
+  virtual void wait_reads() = 0;
   // Overwrites the master and moments of parameter i (and casts the working copy again).
   virtual void write_state(std::size_t i, const tensor& master, const tensor& m, const tensor& v) = 0;
   // Bytes held there (masters, moments, working copies, scratch).

@@ -111,6 +111,7 @@ double cuda_stage::forward_on_device(const actors::work_key& key, const std::vec
   const cudaStream_t stream = stream_->get();
   bert::bert_batch batch;
   const tensor in_hidden = read_slot(range, options_.model.head, in, labels, batch);
+  spans_.begin(stream, actors::trace_name::gpu_forward, key.step, key.micro_batch);
   bert::gpu::device_array hidden;
   if (in_hidden.defined())
     hidden = upload(in_hidden, wire, batch.batch_size() * batch.seq_length() * options_.model.hidden_size, stream,
@@ -121,17 +122,22 @@ double cuda_stage::forward_on_device(const actors::work_key& key, const std::vec
   ctx.micro_batch = key.micro_batch + options_.micro_batch_offset;
   ctx.stash_type = wire;
   // DeepSpeed scales each micro-batch loss by 1/M (gradient accumulation) and by the loss
-  // scale; the GPU head applies it as its cross entropy leaves the gradient.
+  // scale; the GPU head applies it as its cross entropy leaves the gradient, at the forward
+  // (bert_stage at the backward): the same value, since a version (and its scale) loads
+  // only when no micro-batch of the stage is in flight.
   const auto grad_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
   bert::gpu::part_stash& stash = stashes_.at(key.stash);
   const void* y = part_->forward(std::move(hidden), batch, ctx, grad_scale, stash);
+  spans_.end(stream);
   if (range.has_head()) {
     const bert::bert_losses losses = part_->losses(stash);
+    spans_.after_wait(stream);
     last_metrics_ = forward_metrics_of(losses);
     return losses.total;
   }
   out.resize(2);
   download(y, out[0], {batch.batch_size(), batch.seq_length(), options_.model.hidden_size}, wire, stream);
+  spans_.after_wait(stream);
   out[1] = batch.attention_mask; // passed on unchanged (shared, not copied, inside a process)
   return 0.0;
 }
@@ -144,12 +150,20 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
   const cudaStream_t stream = stream_->get();
   step_ = key.step;
   bert::gpu::part_stash& stash = stashes_.at(key.stash);
+  if (!stash.filled)
+    throw std::runtime_error(fmt::format("CUDA stage {}: backward of step {} micro-batch {} without its forward (stash {})",
+                                         range.to_string(), key.step, key.micro_batch, key.stash));
   const shape_t shape{stash.batch, stash.seq, options_.model.hidden_size};
+  spans_.begin(stream, actors::trace_name::gpu_backward, key.step, key.micro_batch);
   bert::gpu::device_array dy;
   if (!range.has_head()) dy = upload(grad_out, wire, shape[0] * shape[1] * shape[2], stream, "next stage's gradient");
   grads_on_host_ = false;
   const bert::gpu::device_array dx = part_->backward(dy.get(), stash);
-  if (!range.has_embeddings()) download(dx.get(), grad_in, shape, wire, stream);
+  spans_.end(stream);
+  if (!range.has_embeddings()) {
+    download(dx.get(), grad_in, shape, wire, stream);
+    spans_.after_wait(stream);
+  }
 }
 
 void cuda_stage::fetch_gradients() {
@@ -158,6 +172,7 @@ void cuda_stage::fetch_gradients() {
   std::vector<tensor> grads;
   for (const auto& e : params_.entries()) grads.push_back(e.grad);
   part_->download_gradients(grads);
+  spans_.after_wait(stream_->get());
   const dtype wire = working_dtype(options_.working);
   for (std::size_t i = 0; i < grads.size(); ++i) {
     round_in_place(grads[i], wire);

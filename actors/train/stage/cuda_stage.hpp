@@ -15,12 +15,14 @@
 // bert_stage does). Every call runs on the stage's compute worker (never a CAF thread),
 // sets the stage's device first, and enqueues on the stage's own stream; the worker waits
 // for the stream only where a host tensor must be read (the head's losses, an output or
-// input gradient for a neighbour, the gradients).
+// input gradient for a neighbour, the gradients). When the run is traced, each job's
+// kernels become a device span (gpu_spans.hpp), recorded at the next of those waits.
 //
 // Not on a CUDA stage (refused at start-up by choose_device): ZeRO-3's weight partition and
 // partitioned gradients, the SQuAD head, pre-LN, the memory flags.
 #pragma once
 
+#include "actors/train/stage/gpu_spans.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "kernels/cuda/device_context.hpp"
 #include "models/bert/cuda_part.hpp"
@@ -53,6 +55,11 @@ public:
   std::vector<tensor> gradients() override;
   tensor gradient(std::size_t index) override;
   void load_parameters(const std::vector<tensor>& updated) override;
+  // The run's recorder: each forward's and backward's kernels become a device span
+  // (gpu_forward, gpu_backward) on the stage's actor (gpu_spans.hpp).
+  void trace_attach(actors::trace_recorder* trace, std::uint32_t actor, std::int32_t stage) override {
+    spans_.attach(trace, actor, stage);
+  }
 
   // ZeRO-3 and partitioned gradients do not run on a CUDA stage (choose_device refuses
   // them first): these throw, and the rest of ZeRO's hooks have nothing to say.
@@ -80,6 +87,7 @@ private:
   bert::bert_parameters params_;
   std::unique_ptr<cuda::stream_handle> stream_; // before the part: destroyed after it
   std::unique_ptr<bert::gpu::part> part_;
+  gpu_spans spans_;
   std::vector<bert::gpu::part_stash> stashes_;
   double loss_scale_ = 1.0;
   std::vector<double> last_metrics_;
