@@ -27,27 +27,36 @@ cuda::elem elem_of(dtype t) {
   }
 }
 
-// A (B, T, H) host tensor of the wire type on the device (cast on the host first when it
-// came in another type).
-bert::gpu::device_array upload(const tensor& host, dtype wire, std::int64_t elements, cudaStream_t stream,
+// A (B, T, H) slot tensor of the wire type copied into a device array on `stream`: from
+// the device (a neighbour CUDA stage's slot: a device-to-device copy) or from the host (cast
+// there first when it came in another type).
+bert::gpu::device_array upload(const tensor& slot, dtype wire, std::int64_t elements, cudaStream_t stream,
                                const char* what) {
-  if (!host.defined() || host.numel() != elements)
+  if (!slot.defined() || slot.numel() != elements)
     throw std::runtime_error(fmt::format("CUDA stage: the {} is {}, expected {} elements", what,
-                                         host.defined() ? host.describe() : "(none)", elements));
-  const tensor src = host.type() == wire && host.is_contiguous() ? host : cast_to(host, wire);
+                                         slot.defined() ? slot.describe() : "(none)", elements));
+  const bool on_device = !slot.dev().is_cpu();
+  if (on_device && (slot.type() != wire || !slot.is_contiguous()))
+    throw std::runtime_error(fmt::format("CUDA stage: the {} is {} on {}, expected contiguous {}", what,
+                                         slot.describe(), slot.dev().to_string(), dtype_name(wire)));
+  const tensor src = on_device || (slot.type() == wire && slot.is_contiguous()) ? slot : cast_to(slot, wire);
   const auto bytes = static_cast<std::size_t>(elements) * dtype_size(wire);
   bert::gpu::device_array d(bytes, stream);
-  check_cuda(cudaMemcpyAsync(d.get(), src.raw_data(), bytes, cudaMemcpyHostToDevice, stream), "an upload");
+  check_cuda(cudaMemcpyAsync(d.get(), src.raw_data(), bytes, on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                             stream),
+             "taking a slot's tensor");
   return d;
 }
 
-// The device's (B, T, H) of the wire type into `host` (reused when it fits); waits.
-void download(const void* device, tensor& host, const shape_t& shape, dtype wire, cudaStream_t stream) {
-  if (!host.defined() || host.shape() != shape || host.type() != wire || !host.is_contiguous())
-    host = tensor::empty(shape, wire);
-  check_cuda(cudaMemcpyAsync(host.raw_data(), device, static_cast<std::size_t>(host.numel()) * dtype_size(wire),
-                             cudaMemcpyDeviceToHost, stream),
-             "a download");
+// The stage's (B, T, H) of the wire type into the slot tensor `out` on the stage's device
+// (reused when it fits), then a wait: the neighbour reads it from its own stream, and the
+// slot's credit may come back only once this stage's reads of its input are done too.
+void to_slot(const void* device_ptr, tensor& out, const shape_t& shape, dtype wire, int index, cudaStream_t stream) {
+  if (!out.defined() || out.shape() != shape || out.type() != wire || !out.is_contiguous() ||
+      out.dev() != device::cuda(index))
+    out = tensor::empty(shape, wire, device::cuda(index));
+  check_cuda(cudaMemcpyAsync(out.raw_data(), device_ptr, out.nbytes(), cudaMemcpyDeviceToDevice, stream),
+             "filling a slot");
   device_wait("cudaStreamSynchronize (a stage's activation or gradient for a neighbour)");
   check_cuda(cudaStreamSynchronize(stream), "the stage's stream");
 }
@@ -71,6 +80,7 @@ cuda_stage::~cuda_stage() {
 void cuda_stage::ensure_device() {
   check_cuda(cudaSetDevice(options_.device_index), "cudaSetDevice");
   if (part_) return;
+  cuda::install_caching_allocator(); // slot tensors on the device (tensor::empty on cuda:N)
   cudaStream_t s = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the stage's stream");
   stream_ = std::make_unique<cuda::stream_handle>(s);
@@ -136,7 +146,8 @@ double cuda_stage::forward_on_device(const actors::work_key& key, const std::vec
     return losses.total;
   }
   out.resize(2);
-  download(y, out[0], {batch.batch_size(), batch.seq_length(), options_.model.hidden_size}, wire, stream);
+  to_slot(y, out[0], {batch.batch_size(), batch.seq_length(), options_.model.hidden_size}, wire,
+          options_.device_index, stream);
   spans_.after_wait(stream);
   out[1] = batch.attention_mask; // passed on unchanged (shared, not copied, inside a process)
   return 0.0;
@@ -161,7 +172,12 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
   const bert::gpu::device_array dx = part_->backward(dy.get(), stash);
   spans_.end(stream);
   if (!range.has_embeddings()) {
-    download(dx.get(), grad_in, shape, wire, stream);
+    to_slot(dx.get(), grad_in, shape, wire, options_.device_index, stream);
+    spans_.after_wait(stream);
+  } else if (dy.get()) {
+    // The first stage reads its gradient slot on its stream: done before its credit returns.
+    device_wait("cudaStreamSynchronize (the first stage's read of its gradient slot)");
+    check_cuda(cudaStreamSynchronize(stream), "the stage's stream");
     spans_.after_wait(stream);
   }
 }
