@@ -42,7 +42,8 @@ const std::vector<std::string>& known_keys() {
                                                 "head",
                                                 "normalize_invertible",
                                                 "attn_dropout_checkpoint",
-                                                "gelu_checkpoint"};
+                                                "gelu_checkpoint",
+                                                "checkpoint_activations"};
   return keys;
 }
 
@@ -169,6 +170,7 @@ bert_config read_bert_config(const config& cfg, config_problems& problems,
   read_optional<bool>(cfg, key("attn_dropout_checkpoint"), out.memory.attn_dropout_checkpoint,
                       problems);
   read_optional<bool>(cfg, key("gelu_checkpoint"), out.memory.gelu_checkpoint, problems);
+  read_optional<bool>(cfg, key("checkpoint_activations"), out.checkpoint_activations, problems);
 
   std::string norm = "post";
   cfg.read(key("layer_norm"), norm, problems);
@@ -203,7 +205,7 @@ expected<bert_config> parse_bert_config(const config& cfg, std::string_view pref
 std::string describe(const bert_config& cfg) {
   return fmt::format(
       "bert-{}: layers {} hidden {} heads {} intermediate {} vocab {} positions {} types {} "
-      "dropout hidden {} attention {} eps {:g} init {} norm {} head {} flags{}{}{}",
+      "dropout hidden {} attention {} eps {:g} init {} norm {} head {} flags{}{}{}{}",
       model_size_name(cfg.size), cfg.num_layers, cfg.hidden_size, cfg.num_heads,
       cfg.intermediate_size, cfg.vocab_size, cfg.max_position_embeddings, cfg.type_vocab_size,
       cfg.hidden_dropout, cfg.attention_dropout, cfg.layer_norm_eps, cfg.initializer_range,
@@ -211,7 +213,8 @@ std::string describe(const bert_config& cfg) {
       cfg.head == head_kind::pretraining ? "pretraining" : "squad",
       cfg.memory.normalize_invertible ? " normalize_invertible" : "",
       cfg.memory.attn_dropout_checkpoint ? " attn_dropout_checkpoint" : "",
-      cfg.memory.gelu_checkpoint ? " gelu_checkpoint" : "");
+      cfg.memory.gelu_checkpoint ? " gelu_checkpoint" : "",
+      cfg.checkpoint_activations ? " checkpoint_activations" : "");
 }
 
 } // namespace dsa::bert

@@ -53,6 +53,11 @@ struct bert_config {
   layer_norm_placement norm = layer_norm_placement::post;
   head_kind head = head_kind::pretraining;
   memory_flags memory;
+  // Activation checkpointing (Megatron's and BingBertSquad's checkpoint_activations, what
+  // DeepSpeed's activation_checkpointing section configures): in a training forward each
+  // encoder layer keeps only its f32 input, and the backward recomputes the layer's forward
+  // (same dropout streams) before its backward; the results are identical.
+  bool checkpoint_activations = false;
 
   std::int64_t head_size() const { return hidden_size / num_heads; }
   // Structural consistency (divisibility, positive sizes, dropout in [0, 1)).

@@ -18,6 +18,8 @@ std::size_t part_stash::bytes() const {
                       bytes_of(final_norm_rstd);
   for (const auto& l : layers)
     total += l.bytes();
+  for (const auto& c : checkpoints)
+    total += bytes_of(c);
   return total;
 }
 
@@ -60,12 +62,24 @@ expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_bat
   }
   const tensor mask = key_mask_f32(batch);
   const float* key_mask = mask.defined() ? mask.data<float>() : nullptr;
-  stash.layers.resize(static_cast<std::size_t>(r.layer_count()));
+  // Checkpointing: a layer keeps its input only (a reference: the layers make new outputs);
+  // its stash is dropped as soon as its forward is done and rebuilt in the backward.
+  const bool recompute = cfg.checkpoint_activations && ctx.mode == run_mode::train;
+  if (recompute) {
+    stash.checkpoints.resize(static_cast<std::size_t>(r.layer_count()));
+    stash.key_mask = mask;
+    stash.ctx = ctx;
+  } else {
+    stash.layers.resize(static_cast<std::size_t>(r.layer_count()));
+  }
   tensor kept; // the previous layer's stashed output, shared as this layer's stashed input
   for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) {
-    layer_stash& s = stash.layers[static_cast<std::size_t>(l - r.first_layer)];
+    const auto i = static_cast<std::size_t>(l - r.first_layer);
+    layer_stash dropped;
+    layer_stash& s = recompute ? dropped : stash.layers[i];
+    if (recompute) stash.checkpoints[i] = hidden;
     enter(l);
-    hidden = encoder_layer_forward(hidden, kept, key_mask, params_.layer(l), cfg, l, ctx, s);
+    hidden = encoder_layer_forward(hidden, recompute ? tensor{} : kept, key_mask, params_.layer(l), cfg, l, ctx, s);
     leave(l);
     kept = s.output;
   }
@@ -132,12 +146,19 @@ tensor bert_part::backward(const tensor& dhidden_out, part_stash& stash,
     // Read only by the layers; the embeddings' backward works in place, so copy then.
     d = r.layer_count() == 0 ? dhidden_out.clone() : dhidden_out;
   }
+  const bool recompute = !stash.checkpoints.empty();
+  const float* key_mask = stash.key_mask.defined() ? stash.key_mask.data<float>() : nullptr;
   for (std::int64_t l = r.last_layer; l-- > r.first_layer;) {
-    auto& s = stash.layers[static_cast<std::size_t>(l - r.first_layer)];
+    const auto i = static_cast<std::size_t>(l - r.first_layer);
+    layer_stash recomputed;
     enter(l);
-    d = encoder_layer_backward(d, s, params_.layer(l), cfg);
+    if (recompute) // the layer's forward again, from its input, with the same dropout streams
+      encoder_layer_forward(stash.checkpoints[i], tensor{}, key_mask, params_.layer(l), cfg, l, stash.ctx,
+                            recomputed);
+    d = encoder_layer_backward(d, recompute ? recomputed : stash.layers[i], params_.layer(l), cfg);
     leave(l);
-    s = layer_stash{}; // free as we go
+    if (recompute) stash.checkpoints[i] = tensor{};
+    else stash.layers[i] = layer_stash{}; // free as we go
     if (options.on_done) options.on_done(l);
   }
   if (r.has_embeddings()) {

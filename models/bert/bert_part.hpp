@@ -37,6 +37,11 @@ struct part_stash {
   tensor final_norm_in, final_norm_mean, final_norm_rstd; // pre-LN with head; in: stash_type
   pretraining_head_stash pretraining;
   squad_head_stash squad;
+  // Activation checkpointing (bert_config::checkpoint_activations): each layer's f32 input
+  // instead of its stash, and what its recomputed forward needs (`layers` stays empty).
+  std::vector<tensor> checkpoints;
+  tensor key_mask;
+  forward_context ctx;
   bool filled = false; // set by a train-mode forward, cleared by backward
 
   std::size_t bytes() const; // layers' stashes plus embeddings and final norm

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <map>
 
 namespace {
@@ -145,4 +146,68 @@ TEST_CASE("bert eval mode keeps no stash and backward refuses to run from it") {
   CHECK(stash.bytes() == 0);
   CHECK_FALSE(stash.filled);
   CHECK(out->squad.start.shape() == shape_t{2, 7});
+}
+
+// Activation checkpointing (bert_config::checkpoint_activations): each layer keeps its f32
+// input only and its backward recomputes its forward with the same dropout streams, so
+// losses and every gradient are bit for bit those of the plain run, for both layer-norm
+// placements, both heads, f32 and bf16 stashes, the memory flags on top, and a range split
+// in two as pipeline stages split it; the stash holds one (B, T, H) f32 tensor per layer.
+TEST_CASE("activation checkpointing: bit-identical losses and gradients, one f32 input per layer stashed") {
+  for (auto norm : {layer_norm_placement::post, layer_norm_placement::pre})
+    for (auto head : {head_kind::pretraining, head_kind::squad})
+      for (const dtype stash_type : {dtype::f32, dtype::bf16})
+        for (const bool flags : {false, true}) {
+          CAPTURE(static_cast<int>(norm));
+          CAPTURE(static_cast<int>(head));
+          CAPTURE(dtype_name(stash_type));
+          CAPTURE(flags);
+          bert::memory_flags f;
+          f.attn_dropout_checkpoint = f.gelu_checkpoint = flags;
+          bert::bert_config cfg = dropout_bert(norm, head, f);
+          bert::forward_context ctx = train_ctx(3);
+          ctx.stash_type = stash_type;
+          auto run_split = [&](bool checkpoint, std::size_t& stashed) {
+            cfg.checkpoint_activations = checkpoint;
+            // Two ranges, as two pipeline stages: embeddings + layer 0, then layer 1 + head.
+            bert::bert_part first(cfg, bert::bert_range::layers(0, 1).with_embeddings());
+            bert::bert_part second(cfg, bert::bert_range::layers(1, cfg.num_layers).with_head());
+            test::randomize_parameters(first.parameters(), 11);
+            test::randomize_parameters(second.parameters(), 11);
+            const bert::bert_batch batch = test::small_batch(cfg);
+            bert::part_stash s1, s2;
+            auto o1 = first.forward(tensor{}, batch, ctx, s1);
+            REQUIRE(o1.has_value());
+            auto o2 = second.forward(o1->hidden, batch, ctx, s2);
+            REQUIRE(o2.has_value());
+            stashed = s2.bytes() - (s2.final_norm_in.defined() ? s2.final_norm_in.nbytes() + s2.final_norm_mean.nbytes() +
+                                                        s2.final_norm_rstd.nbytes()
+                                                  : 0);
+            bert::backward_options opt;
+            opt.loss_scale = 4.0f;
+            const tensor d = second.backward(tensor{}, s2, opt);
+            first.backward(d, s1, opt);
+            run_result r;
+            r.losses = o2->losses;
+            for (const auto* part : {&first, &second})
+              for (const auto& e : part->parameters().entries())
+                r.grads[part == &first ? "first." + e.spec.name : e.spec.name].assign(
+                    e.grad.data<float>(), e.grad.data<float>() + e.grad.numel());
+            return r;
+          };
+          std::size_t plain_bytes = 0, checkpoint_bytes = 0;
+          const run_result plain = run_split(false, plain_bytes);
+          const run_result checkpointed = run_split(true, checkpoint_bytes);
+          CHECK(checkpointed.losses.total == plain.losses.total);
+          for (const auto& [name, g] : plain.grads) {
+            INFO(name);
+            const auto& c = checkpointed.grads.at(name);
+            REQUIRE(c.size() == g.size());
+            CHECK(std::memcmp(c.data(), g.data(), g.size() * sizeof(float)) == 0);
+          }
+          // The second range's layers: one f32 (B, T, H) input each instead of their stashes.
+          const std::size_t layers = static_cast<std::size_t>(cfg.num_layers - 1);
+          CHECK(checkpoint_bytes == layers * 2 * 7 * static_cast<std::size_t>(cfg.hidden_size) * 4);
+          CHECK(checkpoint_bytes < plain_bytes);
+        }
 }

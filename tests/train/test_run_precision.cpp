@@ -171,3 +171,34 @@ TEST_CASE("debug.overflow_step: fp16 skips that step and halves the scale; refus
   CHECK(test::run_config(other.path(), "bf16", test::tiny_config(other.path()),
                          {"bf16.enabled=true", "debug.overflow_step=2"}) == 2);
 }
+
+// model.checkpoint_activations through dsactor run: with dropout on, on two pipeline stages
+// and in bf16, the losses and the checkpoint equal the plain run's bit for bit (each layer's
+// forward is recomputed from its input with the same dropout streams); DeepSpeed's
+// activation_checkpointing keys are accepted or refused by name.
+TEST_CASE("model.checkpoint_activations: the same run bit for bit; activation_checkpointing keys checked") {
+  const std::vector<std::vector<std::string>> variants{
+      {"model.hidden_dropout=0.1", "model.attention_dropout=0.1"},
+      {"model.hidden_dropout=0.1", "bf16.enabled=true", "pipeline.stages=2", "activation_checkpointing.cpu_checkpointing=true",
+       "activation_checkpointing.number_checkpoints=4", "activation_checkpointing.synchronize_checkpoint_boundary=true"}};
+  for (const auto& v : variants) {
+    CAPTURE(fmt::format("{}", fmt::join(v, " ")));
+    test::temp_dir plain_dir, ck_dir;
+    REQUIRE(test::run_config(plain_dir.path(), "plain", test::tiny_config(plain_dir.path()), v) == 0);
+    std::vector<std::string> with = v;
+    with.push_back("model.checkpoint_activations=true");
+    REQUIRE(test::run_config(ck_dir.path(), "ck", test::tiny_config(ck_dir.path()), with) == 0);
+    CHECK(test::run_losses(ck_dir.path() + "/run") == test::run_losses(plain_dir.path() + "/run"));
+    test::check_same_state(test::load_run_checkpoint(ck_dir.path() + "/ckpt", "latest"),
+                           test::load_run_checkpoint(plain_dir.path() + "/ckpt", "latest"));
+  }
+  test::temp_dir dir;
+  const std::string cfg = test::tiny_config(dir.path());
+  for (const char* key : {"activation_checkpointing.partition_activations=true",
+                          "activation_checkpointing.contiguous_memory_optimization=true",
+                          "activation_checkpointing.profile=true", "activation_checkpointing.number_checkpoints=0",
+                          "activation_checkpointing.no_such_key=1"}) {
+    CAPTURE(key);
+    CHECK(test::run_config(dir.path(), "refused", cfg, {"model.checkpoint_activations=true", key}) == 2);
+  }
+}

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace dsa::train {
 namespace {
@@ -285,6 +286,34 @@ void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems&
   for (const char* table : zero_optimization_tables) cfg.accept(fmt::format("zero_optimization.{}", table));
 }
 
+// DeepSpeed's activation_checkpointing section: how its checkpointing runs. The switch is
+// model.checkpoint_activations (Megatron's and BingBertSquad's flag); what dsactor cannot do
+// as DeepSpeed documents it is refused by key.
+void read_activation_checkpointing(const config& cfg, config_problems& problems) {
+  optim::param_reader r(cfg, "activation_checkpointing", problems);
+  bool partition = false, contiguous = false, cpu_checkpointing = false, synchronize = false, profile = false;
+  std::optional<std::int64_t> number;
+  r.read("partition_activations", partition);
+  r.read("contiguous_memory_optimization", contiguous);
+  r.read("cpu_checkpointing", cpu_checkpointing); // moves partitioned checkpoints: none here
+  r.read("number_checkpoints", number);             // sizes the contiguous buffers: none here
+  r.read("synchronize_checkpoint_boundary", synchronize); // a device synchronize: none on CPU ranks
+  r.read("profile", profile);
+  r.check_unknown();
+  if (partition)
+    r.invalid("partition_activations", "partitions each checkpoint over the model-parallel ranks, and dsactor has "
+                                       "no tensor model parallelism (a rank holds whole layers): set false");
+  if (contiguous)
+    r.invalid("contiguous_memory_optimization",
+              "moves the partitioned checkpoints into one buffer and needs partition_activations (as in DeepSpeed), "
+              "which dsactor does not run: set false");
+  if (profile)
+    r.invalid("profile", "the checkpointed layers are not timed apart; the actor trace has each stage's forward and "
+                         "backward (dsactor trace RUN summary): set false");
+  if (number && *number < 1)
+    r.invalid("number_checkpoints", fmt::format("must be at least 1, got {}", *number));
+}
+
 void read_precision(const config& cfg, run_config& rc, config_problems& problems) {
   bool fp16 = false, bf16 = false;
   cfg.read("fp16.enabled", fp16, problems);
@@ -399,6 +428,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   if (rc.has_scheduler)
     (void)optim::read_lr_schedule(cfg, rc.optimizer.lr, problems);
   read_precision(cfg, rc, problems);
+  read_activation_checkpointing(cfg, problems);
   cfg.read("gradient_clipping", rc.gradient_clipping, problems);
   const std::size_t before_layout = problems.size();
   read_pipeline(cfg, rc, problems);

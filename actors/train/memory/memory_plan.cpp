@@ -49,7 +49,9 @@ std::int64_t rank_activations(const run_config& rc, const std::vector<bert::bert
     const std::int64_t slots =
         actors::schedule_policy::make(kind, S, s, static_cast<std::uint32_t>(rc.batch.gradient_accumulation))
             .stash_slots;
-    total += slots * (r.layer_count() * layer + (r.has_embeddings() ? hidden : 0)) + layer;
+    // Checkpointing keeps one f32 input per layer; the layer being recomputed holds a stash.
+    const std::int64_t kept = rc.model.checkpoint_activations ? hidden : layer;
+    total += slots * (r.layer_count() * kept + (r.has_embeddings() ? hidden : 0)) + layer;
     if (r.has_head())
       total += rc.model.head == bert::head_kind::pretraining ? 2 * 4 * B * in.predictions * rc.model.vocab_size
                                                              : 2 * 4 * B * T * 2;

@@ -102,6 +102,9 @@ status cuda_rank_supports(const run_config& rc) {
   if (rc.model.head != bert::head_kind::pretraining)
     return make_error(errc::config, "devices.backend = \"cuda\": only pre-training runs on the GPU so far (the SQuAD "
                                     "head is the next issue's); use devices.backend = \"cpu\" for fine-tuning");
+  if (rc.model.checkpoint_activations)
+    return make_error(errc::config, "devices.backend = \"cuda\": model.checkpoint_activations (activation "
+                                    "checkpointing) does not run on the GPU yet; it runs on CPU ranks");
   const bert::memory_flags& f = rc.model.memory;
   if (f.normalize_invertible || f.gelu_checkpoint || f.attn_dropout_checkpoint)
     return make_error(errc::config, "devices.backend = \"cuda\": the memory flags (normalize_invertible, "
