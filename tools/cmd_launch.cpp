@@ -192,6 +192,16 @@ std::optional<int> read_host_layout(const po::variables_map& vm, const usage& fa
   else if (launcher_name != "ssh")
     return fail("--launcher must be ssh, mpirun (or openmpi) or slurm, got '" + launcher_name + "'");
   if (l.cluster && !l.listed) return fail("--launcher " + launcher_name + " starts the ranks of a --hostfile");
+  // mpirun and srun start every rank themselves, without each host's CUDA_VISIBLE_DEVICES: a
+  // rank's device is then its local rank, which is its slot only when a host's slots are 0..n-1.
+  if (l.cluster)
+    for (const auto& h : l.hosts)
+      for (std::size_t i = 0; i < h.slots.size(); ++i)
+        if (h.slots[i] != static_cast<int>(i))
+          return fail(fmt::format("--launcher {}: host {} would run on slot {} as its local rank {}; mpirun and srun "
+                                  "start the ranks without each host's CUDA_VISIBLE_DEVICES, so a rank's GPU is its "
+                                  "local rank: select slots 0..n-1 (--num_gpus), or start over ssh (no --launcher)",
+                                  launcher_name, h.host, h.slots[i], i));
   std::istringstream words(vm["launcher_args"].as<std::string>());
   for (std::string w; words >> w;) l.launcher_args.push_back(w);
   if (!l.launcher_args.empty() && !l.cluster) return fail("--launcher_args go to --launcher mpirun or slurm");

@@ -191,6 +191,15 @@ launch --hostfile "$work/hosts" --include 'worker-1:0,2@worker-0:1' --dry-run --
 [[ "$(cut -d' ' -f1-5 "$work/out")" == "host worker-0 RANK=0 LOCAL_RANK=0 WORLD_SIZE=3
 host worker-1 RANK=1 LOCAL_RANK=0 WORLD_SIZE=3
 host worker-1 RANK=2 LOCAL_RANK=1 WORLD_SIZE=3" ]] || fail "--include should pick worker-0 slot 1 and worker-1 slots 0 and 2"
+# The GPU mapping, DeepSpeed's: a host's selected slots are its visible devices, and a rank's
+# device is its local rank among them.
+[[ "$(cut -d' ' -f6-11 "$work/out")" == "CUDA_VISIBLE_DEVICES=1 (device 0: GPU slot 1)
+CUDA_VISIBLE_DEVICES=0,2 (device 0: GPU slot 0)
+CUDA_VISIBLE_DEVICES=0,2 (device 1: GPU slot 2)" ]] || fail "each rank's device under --include"
+# mpirun and srun do not set each host's CUDA_VISIBLE_DEVICES: slots other than 0..n-1 are refused.
+rc=0; launch --hostfile "$work/hosts" --include 'worker-1:0,2' --launcher mpirun --dry-run -- true || rc=$?
+[[ $rc -eq 2 ]] && grep -q "host worker-1 would run on slot 2 as its local rank 1" "$work/err" ||
+  fail "mpirun with GPU slots other than 0..n-1 should be refused naming the host and slot"
 launch --hostfile "$work/hosts" --exclude 'worker-0' --num_gpus 1 --dry-run -- true && fail "--exclude with --num_gpus was accepted"
 grep -q "cannot be combined with --num_nodes or --num_gpus" "$work/err" || fail "exclusive filters not named"
 launch --hostfile "$work/hosts" --num_nodes 1 --num_gpus 1 --dry-run -- true || fail "--num_nodes/--num_gpus"

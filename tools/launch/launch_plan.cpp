@@ -56,6 +56,14 @@ std::vector<process_spec> make_node_plan(const launch_request& request, int nnod
   return plan;
 }
 
+namespace {
+std::string visible_slots(const std::vector<int>& slots) {
+  std::string out;
+  for (int s : slots) out += (out.empty() ? "" : ",") + std::to_string(s);
+  return out;
+}
+} // namespace
+
 std::vector<process_spec> make_host_plan(const launch_request& request, const std::vector<host_slots>& hosts) {
   std::size_t world = 0;
   for (const auto& h : hosts) world += h.slots.size();
@@ -78,7 +86,10 @@ std::vector<process_spec> make_host_plan(const launch_request& request, const st
                {"MASTER_PORT", std::to_string(request.master_port)},
                {"DSA_JOB_TOKEN", request.job_token},
                {"DSA_HEARTBEAT_TIMEOUT_MS", std::to_string(request.heartbeat_timeout_ms)},
-               {"DSA_SLOT", std::to_string(h.slots[local])}};
+               {"DSA_SLOT", std::to_string(h.slots[local])},
+               // DeepSpeed's mapping: the host's selected slots are its visible GPUs, and a
+               // rank's device is its local rank among them (so slot slots[local]).
+               {"CUDA_VISIBLE_DEVICES", visible_slots(h.slots)}};
       for (auto& kv : launched_rank_omp_env(static_cast<int>(h.slots.size()))) p.env.push_back(std::move(kv));
       plan.push_back(std::move(p));
     }
@@ -147,6 +158,14 @@ std::string shell_quote(const std::string& word) {
 std::string describe(const process_spec& spec, int world_size) {
   std::string line = spec.host.empty() ? std::string() : fmt::format("host {} ", spec.host);
   line += fmt::format("RANK={} LOCAL_RANK={} WORLD_SIZE={}", spec.rank, spec.local_rank, world_size);
+  // A host list's GPU mapping: the visible devices and the rank's device among them.
+  std::string visible, slot;
+  for (const auto& [k, v] : spec.env) {
+    if (k == "CUDA_VISIBLE_DEVICES") visible = v;
+    if (k == "DSA_SLOT") slot = v;
+  }
+  if (!visible.empty())
+    line += fmt::format(" CUDA_VISIBLE_DEVICES={} (device {}: GPU slot {})", visible, spec.local_rank, slot);
   for (const auto& word : spec.argv)
     line += " " + shell_quote(word);
   return line;

@@ -48,11 +48,15 @@ std::vector<process_spec> make_node_plan(const launch_request& request, int nnod
 
 // The processes of a job over hosts (host_slots from hostfile.hpp): ranks host by host in
 // the list's order, then slot by slot; LOCAL_RANK counts a host's processes, CROSS_RANK is
-// the host's index; DSA_SLOT names the slot. request.num_procs is ignored.
+// the host's index; DSA_SLOT names the slot; CUDA_VISIBLE_DEVICES lists the host's selected
+// slots (DeepSpeed's mapping: a CUDA rank's device is its local rank among them, so slot
+// DSA_SLOT). request.num_procs is ignored.
 std::vector<process_spec> make_host_plan(const launch_request& request, const std::vector<host_slots>& hosts);
 
 // The line --dry-run prints: "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 'prog' 'arg'", arguments
-// quoted for a POSIX shell where they need it; "host HOST " first for a spec with a host.
+// quoted for a POSIX shell where they need it; "host HOST " first for a spec with a host,
+// and " CUDA_VISIBLE_DEVICES=0,2 (device 1: GPU slot 2)" after WORLD_SIZE for one that maps
+// GPUs (a host list's).
 std::string describe(const process_spec& spec, int world_size);
 
 // `word` quoted for a POSIX shell where it needs quoting (as it would be for ssh).
