@@ -193,15 +193,19 @@ std::optional<int> read_host_layout(const po::variables_map& vm, const usage& fa
     return fail("--launcher must be ssh, mpirun (or openmpi) or slurm, got '" + launcher_name + "'");
   if (l.cluster && !l.listed) return fail("--launcher " + launcher_name + " starts the ranks of a --hostfile");
   // mpirun and srun start every rank themselves, without each host's CUDA_VISIBLE_DEVICES: a
-  // rank's device is then its local rank, which is its slot only when a host's slots are 0..n-1.
+  // CUDA rank's device is then its local rank, which is its slot only when a host's slots are
+  // 0..n-1. A CPU job does not care, so this is said, not refused.
   if (l.cluster)
     for (const auto& h : l.hosts)
       for (std::size_t i = 0; i < h.slots.size(); ++i)
-        if (h.slots[i] != static_cast<int>(i))
-          return fail(fmt::format("--launcher {}: host {} would run on slot {} as its local rank {}; mpirun and srun "
-                                  "start the ranks without each host's CUDA_VISIBLE_DEVICES, so a rank's GPU is its "
-                                  "local rank: select slots 0..n-1 (--num_gpus), or start over ssh (no --launcher)",
-                                  launcher_name, h.host, h.slots[i], i));
+        if (h.slots[i] != static_cast<int>(i)) {
+          fmt::print(stderr,
+                     "dsactor launch: warning: --launcher {}: host {} runs a rank for slot {} as its local rank {}; "
+                     "mpirun and srun start the ranks without each host's CUDA_VISIBLE_DEVICES, so a CUDA rank "
+                     "there would use GPU {}: select slots 0..n-1 (--num_gpus) or start over ssh for GPU jobs\n",
+                     launcher_name, h.host, h.slots[i], i, i);
+          i = h.slots.size(); // once per host
+        }
   std::istringstream words(vm["launcher_args"].as<std::string>());
   for (std::string w; words >> w;) l.launcher_args.push_back(w);
   if (!l.launcher_args.empty() && !l.cluster) return fail("--launcher_args go to --launcher mpirun or slurm");
@@ -280,8 +284,13 @@ int print_dry_run(const usage& fail, const launch_layout& l, const launch_reques
     char name[256] = {};
     here = ::gethostname(name, sizeof name - 1) == 0 ? fmt::format("host {} ", name) : "";
   }
-  for (const auto& spec : plan)
+  for (auto spec : plan) {
+    if (l.cluster) // mpirun and srun start the ranks without each host's CUDA_VISIBLE_DEVICES
+      spec.env.erase(std::remove_if(spec.env.begin(), spec.env.end(),
+                                    [](const auto& kv) { return kv.first == "CUDA_VISIBLE_DEVICES"; }),
+                     spec.env.end());
     fmt::print("{}{}{}\n", here, describe(spec, request.num_procs), via.empty() ? "" : "  (started by: " + via + ")");
+  }
   return 0;
 }
 

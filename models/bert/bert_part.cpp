@@ -20,6 +20,7 @@ std::size_t part_stash::bytes() const {
     total += l.bytes();
   for (const auto& c : checkpoints)
     total += bytes_of(c);
+  total += bytes_of(key_mask);
   return total;
 }
 

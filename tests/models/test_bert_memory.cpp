@@ -163,7 +163,7 @@ TEST_CASE("activation checkpointing: bit-identical losses and gradients, one f32
           CAPTURE(dtype_name(stash_type));
           CAPTURE(flags);
           bert::memory_flags f;
-          f.attn_dropout_checkpoint = f.gelu_checkpoint = flags;
+          f.normalize_invertible = f.attn_dropout_checkpoint = f.gelu_checkpoint = flags;
           bert::bert_config cfg = dropout_bert(norm, head, f);
           bert::forward_context ctx = train_ctx(3);
           ctx.stash_type = stash_type;
@@ -205,9 +205,10 @@ TEST_CASE("activation checkpointing: bit-identical losses and gradients, one f32
             REQUIRE(c.size() == g.size());
             CHECK(std::memcmp(c.data(), g.data(), g.size() * sizeof(float)) == 0);
           }
-          // The second range's layers: one f32 (B, T, H) input each instead of their stashes.
+          // The second range's layers: one f32 (B, T, H) input each instead of their stashes,
+          // and the (B, T) f32 key mask their recomputed forwards read.
           const std::size_t layers = static_cast<std::size_t>(cfg.num_layers - 1);
-          CHECK(checkpoint_bytes == layers * 2 * 7 * static_cast<std::size_t>(cfg.hidden_size) * 4);
+          CHECK(checkpoint_bytes == layers * 2 * 7 * static_cast<std::size_t>(cfg.hidden_size) * 4 + 2 * 7 * 4);
           CHECK(checkpoint_bytes < plain_bytes);
         }
 }

@@ -125,7 +125,7 @@ TEST_CASE("what a CUDA rank does not run yet is refused by its key, before the m
 
   rc = with_backend("cuda");
   rc.model.norm = bert::layer_norm_placement::pre;
-  CHECK(refusal(rc, 0, gpu).find("pre_layer_norm") != std::string::npos);
+  CHECK(refusal(rc, 0, gpu).find("model.layer_norm = \"pre\"") != std::string::npos);
   rc = with_backend("cuda");
   rc.model.head = bert::head_kind::squad;
   CHECK(refusal(rc, 0, gpu).find("SQuAD head") != std::string::npos);

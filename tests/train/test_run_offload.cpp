@@ -339,8 +339,8 @@ TEST_CASE("offload: bad settings are refused at start-up naming the key and what
 }
 
 // The GPU-resident optimizer's path (device_shard) taken end to end on the CPU over the
-// host device (debug.host_optimizer_device): the same losses, checkpoint and resume as the
-// plain run, bit for bit, through pipelines, data parallelism, fp16 with an overflow skip,
+// host device (debug.host_optimizer_device): the same losses and checkpoint as the plain
+// run, bit for bit (resuming it is tested with the shard, test_shard_modes.cpp), through pipelines, data parallelism, fp16 with an overflow skip,
 // clipping and speculative updates; and its limits refused by key.
 TEST_CASE("debug.host_optimizer_device: the GPU optimizer's mode on the CPU equals the plain run, bit for bit") {
   const std::vector<std::vector<std::string>> variants{

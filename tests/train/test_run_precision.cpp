@@ -170,6 +170,10 @@ TEST_CASE("debug.overflow_step: fp16 skips that step and halves the scale; refus
   test::temp_dir other;
   CHECK(test::run_config(other.path(), "bf16", test::tiny_config(other.path()),
                          {"bf16.enabled=true", "debug.overflow_step=2"}) == 2);
+  // Partitioned gradients (ZeRO-2 on one stage over two ranks) are not injected into: refused.
+  CHECK(test::run_config(other.path(), "zero2", test::tiny_config(other.path()),
+                         {"fp16.enabled=true", "debug.overflow_step=2", "devices.ranks=2", "zero_optimization.stage=2"}) ==
+        2);
 }
 
 // model.checkpoint_activations through dsactor run: with dropout on, on two pipeline stages

@@ -110,7 +110,7 @@ expected<process_spec> through_cluster_launcher(cluster_launcher which, const st
   // dsactor rank chooses its OpenMP settings from them, omp_env.hpp).
   for (const auto& [k, v] : plan.front().env)
     if (k != "RANK" && k != "LOCAL_RANK" && k != "LOCAL_SIZE" && k != "CROSS_RANK" && k != "DSA_SLOT" &&
-        k != "OMP_WAIT_POLICY" && k != "GOMP_SPINCOUNT" && k != "DSA_OMP_ENV")
+        k != "CUDA_VISIBLE_DEVICES" && k != "OMP_WAIT_POLICY" && k != "GOMP_SPINCOUNT" && k != "DSA_OMP_ENV")
       out.env.emplace_back(k, v);
   out.env.insert(out.env.end(), forwarded.begin(), forwarded.end());
   out.argv = {program};

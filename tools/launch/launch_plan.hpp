@@ -79,7 +79,8 @@ enum class cluster_launcher { mpirun, slurm };
 // _LOCAL_RANK) or Slurm's srun (`srun --nodes H --ntasks N --ntasks-per-node S --nodelist
 // h0,h1 --export=ALL ARGS... PROGRAM ARGS`, which needs as many slots on every host; ranks
 // read SLURM_PROCID and SLURM_LOCALID). The job's common variables (WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT, DSA_JOB_TOKEN, ...) and `forwarded` are set in the process's
+// MASTER_ADDR, MASTER_PORT, DSA_JOB_TOKEN, ...; not a host's CUDA_VISIBLE_DEVICES, which
+// differs between hosts) and `forwarded` are set in the process's
 // environment and passed on by name (mpirun's -x NAME, srun's --export=ALL), so no command
 // line shows the token. `program` is mpirun's or srun's path, `extra` --launcher_args. An
 // srun over hosts of unequal slots is an error.

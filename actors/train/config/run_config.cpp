@@ -486,6 +486,12 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   }
   read_comms_logger(cfg, rc, problems);
   read_limits(cfg, rc, problems);
+  // The injected overflow goes into the whole gradients a stage hands its reducer; a
+  // partitioned stage (ZeRO-3, ZeRO-2 on one stage) sums into its partition instead.
+  if (rc.overflow_step >= 0 && rc.gradients_partitioned())
+    problems.add(cfg.problem(problem_kind::invalid_value, "debug.overflow_step",
+                             fmt::format("injects into whole stage gradients; ZeRO stage {} over {} ranks partitions "
+                                         "them", rc.zero_stage, rc.batch.data_parallel_size)));
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
   return rc;

@@ -97,8 +97,8 @@ status cuda_rank_supports(const run_config& rc) {
                       "partitions are not written for CUDA ranks yet; use stage 1, or stage 2 with pipeline stages",
                       rc.zero_stage, rc.zero_stage == 2 ? " on one pipeline stage" : "");
   if (rc.model.norm != bert::layer_norm_placement::post)
-    return make_error(errc::config, "devices.backend = \"cuda\": model.pre_layer_norm = true does not run on the GPU "
-                                    "yet (post-LN, BERT's and HF's, does)");
+    return make_error(errc::config, "devices.backend = \"cuda\": model.layer_norm = \"pre\" (pre-LN) does not run on the "
+                                    "GPU yet (post-LN, BERT's and HF's, does)");
   if (rc.model.head != bert::head_kind::pretraining)
     return make_error(errc::config, "devices.backend = \"cuda\": only pre-training runs on the GPU so far (the SQuAD "
                                     "head is the next issue's); use devices.backend = \"cpu\" for fine-tuning");
