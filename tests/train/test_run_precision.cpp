@@ -211,6 +211,15 @@ TEST_CASE("model.checkpoint_activations: the same run bit for bit; activation_ch
     CHECK(std::stod(ck_plan) * (ck_plan.find("MiB") != std::string::npos ? 1024 : 1) <
           std::stod(plain_plan) * (plain_plan.find("MiB") != std::string::npos ? 1024 : 1));
   }
+  {
+    // The section without the switch: said in the log, not silently taken for checkpointing.
+    test::temp_dir off;
+    REQUIRE(test::run_config(off.path(), "off", test::tiny_config(off.path()),
+                             {"activation_checkpointing.cpu_checkpointing=true"}) == 0);
+    std::ifstream in(off.path() + "/run/train.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(log.find("model.checkpoint_activations = true turns it on: it is off in this run") != std::string::npos);
+  }
   test::temp_dir dir;
   const std::string cfg = test::tiny_config(dir.path());
   for (const char* key : {"activation_checkpointing.partition_activations=true",

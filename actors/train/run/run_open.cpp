@@ -154,7 +154,11 @@ int open_run(const run_request& req, opened_run& run) {
   run.ctx.device = *device;
   if (device->device != stage_device::cpu) log_info("devices: the stages compute on {}", device->description);
   run.lead = run.ctx.rank == 0;
-  return open_run_dir(run);
+  if (int code = open_run_dir(run)) return code;
+  if (run.ctx.cfg.has("activation_checkpointing") && !rc.model.checkpoint_activations && run.lead)
+    log_warn("activation_checkpointing configures how checkpointing runs, and model.checkpoint_activations = true "
+             "turns it on: it is off in this run");
+  return 0;
 }
 
 int open_data(opened_run& run) {
