@@ -354,6 +354,9 @@ TEST_CASE("debug.host_optimizer_device: the GPU optimizer's mode on the CPU equa
     CHECK(device.log.find("optimizer: fp32 masters and Adam") != std::string::npos); // Adam or AdamW
     CHECK(device.log.find("moments of every stage on host") != std::string::npos);
     CHECK(plain.log.find("moments of every stage on") == std::string::npos);
+    // The host device's masters and moments are host memory, measured as the accounting expects.
+    CHECK(device.log.find("the accounting expected") == std::string::npos);
+    CHECK(device.log.find("(as expected)") != std::string::npos);
     REQUIRE(plain.losses.size() == 5);
     CHECK(device.losses == plain.losses);
     test::check_same_state(device.checkpoint, plain.checkpoint);

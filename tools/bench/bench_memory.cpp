@@ -114,6 +114,15 @@ int bench_memory_main(int argc, char** argv) {
                mask & 2 ? "on" : "-", mask & 4 ? "on" : "-", mib(bytes), ratio);
     json += fmt::format(",\"bytes_flags_{}\":{}", mask, bytes);
   }
+  // Activation checkpointing keeps a layer's f32 input only (part_stash's checkpoints, equal
+  // to this in tests/models/test_bert_memory.cpp); the layer being recomputed holds its full
+  // stash once per backward.
+  const auto checkpointed = static_cast<std::size_t>(B * T * cfg.hidden_size) * sizeof(float);
+  fmt::print("  activation checkpointing (model.checkpoint_activations): {:.2f} MiB/layer, ratio {:.3f} (its f32 "
+             "input; the layer being recomputed holds its stash once)\n",
+             mib(checkpointed), static_cast<double>(checkpointed) / static_cast<double>(base));
+  json += fmt::format(",\"bytes_checkpointed\":{}", checkpointed);
+  cfg.memory = {};
   if (!print_precisions(cfg, B, T, json))
     return 1;
   fmt::print("{},\"bytes_no_flags\":{}}}\n", json, base);

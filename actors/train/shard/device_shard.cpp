@@ -107,10 +107,16 @@ state_payload device_shard::payload() const {
 }
 
 shard_bytes device_shard::held_bytes() const {
-  // Host memory only: the masters and moments are on the device (device_->bytes()).
+  // Host memory: the reduced gradients and the version; the masters, moments and working
+  // copies too when the device is the host one (a GPU's are reported with its memory).
   shard_bytes b;
   for (const tensor& g : grads_) b.gradients += static_cast<std::int64_t>(g.nbytes());
   b.version = version_bytes_;
+  if (device_->where() == "host") {
+    b.masters = b.gradients;     // f32, one per parameter, as the gradients
+    b.moments = 2 * b.gradients; // two f32 moments
+    b.half_masters = device_->bytes() - b.masters - b.moments;
+  }
   return b;
 }
 
