@@ -2,6 +2,7 @@
 #include "actors/train/config/run_config.hpp"
 
 #include "kernels/cpu/gemm_bf16.hpp"
+#include "actors/train/config/checkpointing_config.hpp"
 #include "actors/train/config/limits_config.hpp"
 #include "actors/train/config/layer_partition.hpp"
 #include "optim/lr_schedule.hpp"
@@ -13,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 
 namespace dsa::train {
 namespace {
@@ -284,34 +284,6 @@ void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems&
   cfg.read("zero_optimization.overlap_comm", rc.overlap_comm, problems);
   for (const char* key : zero_optimization_keys) cfg.know(fmt::format("zero_optimization.{}", key));
   for (const char* table : zero_optimization_tables) cfg.accept(fmt::format("zero_optimization.{}", table));
-}
-
-// DeepSpeed's activation_checkpointing section: how its checkpointing runs. The switch is
-// model.checkpoint_activations (Megatron's and BingBertSquad's flag); what dsactor cannot do
-// as DeepSpeed documents it is refused by key.
-void read_activation_checkpointing(const config& cfg, config_problems& problems) {
-  optim::param_reader r(cfg, "activation_checkpointing", problems);
-  bool partition = false, contiguous = false, cpu_checkpointing = false, synchronize = false, profile = false;
-  std::optional<std::int64_t> number;
-  r.read("partition_activations", partition);
-  r.read("contiguous_memory_optimization", contiguous);
-  r.read("cpu_checkpointing", cpu_checkpointing); // moves partitioned checkpoints: none here
-  r.read("number_checkpoints", number);             // sizes the contiguous buffers: none here
-  r.read("synchronize_checkpoint_boundary", synchronize); // a device synchronize: none on CPU ranks
-  r.read("profile", profile);
-  r.check_unknown();
-  if (partition)
-    r.invalid("partition_activations", "partitions each checkpoint over the model-parallel ranks, and dsactor has "
-                                       "no tensor model parallelism (a rank holds whole layers): set false");
-  if (contiguous)
-    r.invalid("contiguous_memory_optimization",
-              "moves the partitioned checkpoints into one buffer and needs partition_activations (as in DeepSpeed), "
-              "which dsactor does not run: set false");
-  if (profile)
-    r.invalid("profile", "the checkpointed layers are not timed apart; the actor trace has each stage's forward and "
-                         "backward (dsactor trace RUN summary): set false");
-  if (number && *number < 1)
-    r.invalid("number_checkpoints", fmt::format("must be at least 1, got {}", *number));
 }
 
 void read_precision(const config& cfg, run_config& rc, config_problems& problems) {

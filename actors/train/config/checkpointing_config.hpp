@@ -1,0 +1,12 @@
+// DeepSpeed's activation_checkpointing section, read for model.checkpoint_activations (the
+// switch, bert_config's): what dsactor cannot do as DeepSpeed documents it is refused by key.
+#pragma once
+
+#include "core/config.hpp"
+#include "core/config_problems.hpp"
+
+namespace dsa::train {
+
+void read_activation_checkpointing(const config& cfg, config_problems& problems);
+
+} // namespace dsa::train
