@@ -1,8 +1,11 @@
-// The GPU part's forward and backward: embeddings, layers and the MLM and NSP heads, all
-// enqueued on the part's stream; only losses() waits. The head follows
+// The GPU part's forward and backward: embeddings, layers and the heads, all enqueued on
+// the part's stream; only losses() and span_logits() wait. The pre-training head follows
 // pretraining_head.cpp: the MLM rows gathered, transform + GELU + LayerNorm, f32 logits
 // against the tied word embedding plus the decoder bias, cross entropy; NSP from each
-// sequence's first row through the pooler's tanh.
+// sequence's first row through the pooler's tanh. The SQuAD head follows squad_head.cpp:
+// f32 logits (2, rows) = qa_outputs x hidden^T plus the bias, and over each sequence's T
+// positions a cross entropy for the start and one for the end (labels clamped to [0, T],
+// T ignored), each the mean over counted sequences, the total their average.
 #include "models/bert/cuda_part_impl.hpp"
 
 #include "core/device_waits.hpp"
@@ -259,13 +262,106 @@ void head_backward(const part::impl& m, const shapes& s, part_stash& st, void* d
   }
 }
 
+// The SQuAD head's forward: logits (2, N), start row then end row, and with labels each
+// side's cross entropy over the sequence's positions, the gradient left in the logits.
+void squad_forward(const part::impl& m, const bert_batch& batch, const void* last, const shapes& s,
+                   float grad_scale, part_stash& st) {
+  const gemm_runner mm{m};
+  const std::int64_t B = s.B, T = s.T, H = s.H, N = s.N;
+  st.span_logits = device_array(static_cast<std::size_t>(2 * N) * 4, m.stream);
+  float* start = st.span_logits.as<float>();
+  float* end = start + N;
+  mm(start, true, m.value(m.qa), last, 2, N, H, false, true, 0.0f, "the span logits");
+  check_cuda(cuda::bias_add(start, start, m.f32(m.qa_bias), cuda::elem::f32, N, 1, m.stream), "the start bias");
+  check_cuda(cuda::bias_add(end, end, m.f32(m.qa_bias) + 1, cuda::elem::f32, N, 1, m.stream), "the end bias");
+
+  loss_readout& r = st.readout;
+  r.at = loss_readout::layout{};
+  r.at.squad = true;
+  r.at.span_rows = B;
+  r.at.span_seq = T;
+  st.span_labels = batch.start_positions.defined();
+  r.at.span_labels = st.span_labels;
+  r.host.reserve(static_cast<std::size_t>(2 * N + 4 * B) * 4);
+  if (!r.copied)
+    check_cuda(cudaEventCreateWithFlags(&r.copied, cudaEventDisableTiming), "creating the losses' event");
+  auto* base = static_cast<char*>(r.host.get());
+  // The logits leave before the cross entropy overwrites them with its gradient.
+  check_cuda(cudaMemcpyAsync(base, start, static_cast<std::size_t>(2 * N) * 4, cudaMemcpyDeviceToHost, m.stream),
+             "reading the span logits");
+  if (st.span_labels) {
+    // HF's rule: positions clamped to [0, T]; T (an answer outside the window) is ignored.
+    std::vector<std::int32_t> labels;
+    for (const tensor* side : {&batch.start_positions, &batch.end_positions})
+      for (std::int32_t v : values<std::int32_t>(*side))
+        labels.push_back(static_cast<std::int32_t>(std::clamp<std::int64_t>(v, 0, T)));
+    if (labels.size() != static_cast<std::size_t>(2 * B))
+      throw std::runtime_error(fmt::format("GPU BERT: batch tensors start_positions and end_positions hold {} "
+                                           "positions, expected {} each",
+                                           labels.size() / 2, B));
+    for (std::int64_t b = 0; b < B; ++b) {
+      r.at.start_count += labels[static_cast<std::size_t>(b)] != T ? 1 : 0;
+      r.at.end_count += labels[static_cast<std::size_t>(B + b)] != T ? 1 : 0;
+    }
+    st.span_label_ids = upload(labels, m.stream);
+    st.span_loss = device_array(static_cast<std::size_t>(2 * B) * 4, m.stream);
+    st.span_correct = device_array(static_cast<std::size_t>(2 * B) * 4, m.stream);
+    const auto ignore = static_cast<std::int32_t>(T);
+    for (int side = 0; side < 2; ++side) {
+      const std::int64_t count = side == 0 ? r.at.start_count : r.at.end_count;
+      const float scale = count > 0 ? grad_scale * (0.5f / static_cast<float>(count)) : 0.0f;
+      float* logits = start + side * N;
+      check_cuda(cuda::cross_entropy(logits, st.span_loss.as<float>() + side * B,
+                                     st.span_correct.as<std::int32_t>() + side * B, logits,
+                                     st.span_label_ids.as<std::int32_t>() + side * B, ignore, scale, cuda::elem::f32,
+                                     B, T, m.stream),
+                 side == 0 ? "the start cross entropy" : "the end cross entropy");
+    }
+    check_cuda(cudaMemcpyAsync(base + 2 * N * 4, st.span_loss.get(), static_cast<std::size_t>(2 * B) * 4,
+                               cudaMemcpyDeviceToHost, m.stream),
+               "reading the span losses");
+    check_cuda(cudaMemcpyAsync(base + (2 * N + 2 * B) * 4, st.span_correct.get(), static_cast<std::size_t>(2 * B) * 4,
+                               cudaMemcpyDeviceToHost, m.stream),
+               "reading the span hits");
+  }
+  check_cuda(cudaEventRecord(r.copied, m.stream), "marking the span logits");
+  r.valid = true;
+}
+
+// The SQuAD head's backward into dh, (N, H), which it overwrites: from the loss gradient in
+// the logits, the bias and weight gradients and dh = dlogits^T qa_outputs.
+void squad_backward(const part::impl& m, const shapes& s, const void* last, part_stash& st, void* dh) {
+  const cuda::elem type = m.type;
+  const auto es = static_cast<std::size_t>(cuda::elem_size(type));
+  const std::int64_t H = s.H, N = s.N;
+  if (!st.span_labels) { // an eval batch trained on: no loss, no gradient
+    check_cuda(cudaMemsetAsync(dh, 0, static_cast<std::size_t>(N * H) * es, m.stream), "clearing dh");
+    return;
+  }
+  const gemm_runner mm{m};
+  float* dl = st.span_logits.as<float>();
+  check_cuda(cuda::bias_backward(m.grad(m.qa_bias), dl, cuda::elem::f32, N, 1, m.stream), "the start bias gradient");
+  check_cuda(cuda::bias_backward(m.grad(m.qa_bias) + 1, dl + N, cuda::elem::f32, N, 1, m.stream),
+             "the end bias gradient");
+  device_array copy;
+  const void* d = dl;
+  if (type != cuda::elem::f32) {
+    copy = device_array(static_cast<std::size_t>(2 * N) * es, m.stream);
+    check_cuda(cuda::convert(copy.get(), type, dl, cuda::elem::f32, 2 * N, m.stream), "the span gradient's copy");
+    d = copy.get();
+  }
+  mm(m.grad(m.qa), true, d, last, 2, H, N, false, false, 1.0f, "the span head's weight gradient");
+  mm(dh, false, d, m.value(m.qa), N, H, 2, true, false, 0.0f, "the span head's input gradient");
+}
+
 // The head's per-row losses and hits into the stash's pinned readout, then its event.
 void enqueue_readout(const part::impl& m, part_stash& st) {
   loss_readout& r = st.readout;
-  r.mlm_count = st.mlm_count;
-  r.nsp_rows = st.nsp ? st.batch : 0;
-  r.nsp_count = st.nsp_count;
-  const auto rows = static_cast<std::size_t>(r.mlm_count + r.nsp_rows);
+  r.at = loss_readout::layout{};
+  r.at.mlm_count = st.mlm_count;
+  r.at.nsp_rows = st.nsp ? st.batch : 0;
+  r.at.nsp_count = st.nsp_count;
+  const auto rows = static_cast<std::size_t>(r.at.mlm_count + r.at.nsp_rows);
   r.host.reserve(std::max<std::size_t>(rows * 8, 8));
   if (!r.copied)
     check_cuda(cudaEventCreateWithFlags(&r.copied, cudaEventDisableTiming), "creating the losses' event");
@@ -276,11 +372,11 @@ void enqueue_readout(const part::impl& m, part_stash& st) {
                                  m.stream),
                  "reading the losses");
   };
-  const auto M = static_cast<std::size_t>(r.mlm_count), B = static_cast<std::size_t>(r.nsp_rows);
-  fetch(0, st.mlm_loss, r.mlm_count);
-  fetch(M * 4, st.mlm_correct, r.mlm_count);
-  fetch(M * 8, st.nsp_loss, r.nsp_rows);
-  fetch(M * 8 + B * 4, st.nsp_correct, r.nsp_rows);
+  const auto M = static_cast<std::size_t>(r.at.mlm_count), B = static_cast<std::size_t>(r.at.nsp_rows);
+  fetch(0, st.mlm_loss, r.at.mlm_count);
+  fetch(M * 4, st.mlm_correct, r.at.mlm_count);
+  fetch(M * 8, st.nsp_loss, r.at.nsp_rows);
+  fetch(M * 8 + B * 4, st.nsp_correct, r.at.nsp_rows);
   check_cuda(cudaEventRecord(r.copied, m.stream), "marking the losses");
   r.valid = true;
 }
@@ -349,8 +445,12 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.filled = true;
     return st.acts.back().get();
   }
-  head_forward(m, batch, st.acts.back().get(), s, grad_scale, st);
-  enqueue_readout(m, st);
+  if (m.squad()) {
+    squad_forward(m, batch, st.acts.back().get(), s, grad_scale, st);
+  } else {
+    head_forward(m, batch, st.acts.back().get(), s, grad_scale, st);
+    enqueue_readout(m, st);
+  }
   st.filled = true; // only now: a head that threw leaves neither a stash nor a readout to read
   return nullptr;
 }
@@ -361,26 +461,64 @@ bert_losses part::losses(const part_stash& st) {
     throw std::runtime_error("GPU BERT: losses() of a range without the head, or without a forward that finished");
   device_wait("cudaEventSynchronize (the head's losses)");
   check_cuda(cudaEventSynchronize(r.copied), "the forward");
-  const auto M = static_cast<std::size_t>(r.mlm_count), B = static_cast<std::size_t>(r.nsp_rows);
+  bert_losses losses;
+  if (r.at.squad) {
+    if (!r.at.span_labels)
+      return losses; // logits only: no loss, as the CPU head without positions
+    const auto B = static_cast<std::size_t>(r.at.span_rows);
+    const auto logits = static_cast<std::size_t>(2 * r.at.span_rows * r.at.span_seq);
+    const auto* f = static_cast<const float*>(r.host.get()) + logits;
+    const auto* hits = static_cast<const std::int32_t*>(r.host.get()) + logits + 2 * B;
+    double start = 0.0, end = 0.0;
+    for (std::size_t k = 0; k < B; ++k) {
+      start += f[k];
+      end += f[B + k];
+      losses.start_correct += hits[k];
+      losses.end_correct += hits[B + k];
+    }
+    losses.start_count = r.at.start_count;
+    losses.end_count = r.at.end_count;
+    losses.start_loss = r.at.start_count > 0 ? start / static_cast<double>(r.at.start_count) : 0.0;
+    losses.end_loss = r.at.end_count > 0 ? end / static_cast<double>(r.at.end_count) : 0.0;
+    losses.total = 0.5 * (losses.start_loss + losses.end_loss);
+    return losses;
+  }
+  const auto M = static_cast<std::size_t>(r.at.mlm_count), B = static_cast<std::size_t>(r.at.nsp_rows);
   const auto* f = static_cast<const float*>(r.host.get());
   const auto* i = static_cast<const std::int32_t*>(r.host.get());
-  bert_losses losses;
   double sum = 0.0;
   for (std::size_t k = 0; k < M; ++k) {
     sum += f[k];
     losses.mlm_correct += i[M + k];
   }
-  losses.mlm_count = r.mlm_count;
+  losses.mlm_count = r.at.mlm_count;
   losses.mlm_loss = M > 0 ? sum / static_cast<double>(M) : 0.0;
   sum = 0.0;
   for (std::size_t k = 0; k < B; ++k) {
     sum += f[2 * M + k];
     losses.nsp_correct += i[2 * M + B + k];
   }
-  losses.nsp_count = r.nsp_count;
-  losses.nsp_loss = r.nsp_count > 0 ? sum / static_cast<double>(r.nsp_count) : 0.0;
+  losses.nsp_count = r.at.nsp_count;
+  losses.nsp_loss = r.at.nsp_count > 0 ? sum / static_cast<double>(r.at.nsp_count) : 0.0;
   losses.total = losses.mlm_loss + losses.nsp_loss;
   return losses;
+}
+
+squad_logits part::span_logits(const part_stash& st) {
+  const loss_readout& r = st.readout;
+  if (!r.valid || !r.at.squad)
+    throw std::runtime_error("GPU BERT: span_logits() of a range without the SQuAD head, or without a forward that "
+                             "finished");
+  device_wait("cudaEventSynchronize (the span logits)");
+  check_cuda(cudaEventSynchronize(r.copied), "the forward");
+  const std::int64_t B = r.at.span_rows, T = r.at.span_seq;
+  squad_logits out;
+  out.start = tensor::empty({B, T}, dtype::f32);
+  out.end = tensor::empty({B, T}, dtype::f32);
+  const auto* f = static_cast<const float*>(r.host.get());
+  std::copy(f, f + B * T, out.start.data<float>());
+  std::copy(f + B * T, f + 2 * B * T, out.end.data<float>());
+  return out;
 }
 
 device_array part::backward(const void* dy, part_stash& st) {
@@ -399,7 +537,10 @@ device_array part::backward(const void* dy, part_stash& st) {
   const void* cur = dy;
   if (m.range.has_head()) {
     owned = rows_of(s.N, s.H);
-    head_backward(m, s, st, owned.get());
+    if (m.squad())
+      squad_backward(m, s, st.acts.back().get(), st, owned.get());
+    else
+      head_backward(m, s, st, owned.get());
     cur = owned.get();
   } else if (!dy) {
     throw std::runtime_error(fmt::format("GPU BERT: range {} needs the next stage's gradient", m.range.to_string()));

@@ -1,6 +1,6 @@
 // A contiguous slice of post-LN BERT on one GPU, as a pipeline stage runs it: optional
-// embeddings, encoder layers [first, last) (cuda_layer.hpp), optional pre-training head
-// (MLM + NSP). bert_part's twin: the same arithmetic, the same dropout streams and the same
+// embeddings, encoder layers [first, last) (cuda_layer.hpp), optional head: pre-training
+// (MLM + NSP) or SQuAD's span head (start/end logits, squad_head.hpp's twin). bert_part's twin: the same arithmetic, the same dropout streams and the same
 // tied-embedding rule (a range with the embeddings adds the lookup's gradient to the word
 // embedding, a range with the head the decoder's; one range holding both gets the sum).
 // Each micro-batch in flight has its own device stash, filled by forward and emptied by
@@ -20,6 +20,7 @@
 #include "models/bert/bert_dropout.hpp"
 #include "models/bert/bert_parameters.hpp"
 #include "models/bert/cuda_layer.hpp"
+#include "models/bert/squad_head.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -48,10 +49,17 @@ private:
 
 // The head's losses and accuracy counts of one forward, copied to the host as the forward
 // ends (an event marks the copies); losses() waits for that event only.
+// Pre-training: per-row MLM losses and hits, then per-sequence NSP losses and hits.
+// SQuAD: the start then the end logits (span_rows * seq f32 each), then with labels the
+// per-sequence start losses, end losses (f32), start hits, end hits (int32).
 struct loss_readout {
-  pinned_buffer host; // per-row MLM losses and hits, then per-sequence NSP losses and hits
+  pinned_buffer host;
   cudaEvent_t copied = nullptr;
-  std::int64_t mlm_count = 0, nsp_rows = 0, nsp_count = 0;
+  struct layout {
+    std::int64_t mlm_count = 0, nsp_rows = 0, nsp_count = 0;
+    bool squad = false, span_labels = false;
+    std::int64_t span_rows = 0, span_seq = 0, start_count = 0, end_count = 0;
+  } at;
   bool valid = false; // the last forward into the stash enqueued these copies
   loss_readout() = default;
   ~loss_readout();
@@ -76,6 +84,10 @@ struct part_stash {
   device_array mlm_rows, mlm_labels, masked, transform, gelu, normed, norm_mean, norm_rstd, logits;
   device_array mlm_loss, mlm_correct;
   device_array cls_rows, nsp_labels, cls, pre, pooled, nsp_logits, nsp_loss, nsp_correct;
+  // The SQuAD head: logits (2, rows), the start row then the end row, which the cross
+  // entropy overwrote with the (scaled) loss gradient; clamped labels, start then end (2B).
+  bool span_labels = false;
+  device_array span_logits, span_label_ids, span_loss, span_correct;
   bool filled = false; // set by forward, cleared by backward
 };
 
@@ -83,7 +95,7 @@ class part {
 public:
   // The device copy of `params` (a range of a post-LN config; values f32, f16 or bf16),
   // working copies in `type`. Throws std::runtime_error with the reason for what the GPU
-  // path does not run (pre-LN, the memory flags, a SQuAD head). Raises the device pool's
+  // path does not run (pre-LN, the memory flags, activation checkpointing). Raises the device pool's
   // release threshold, so freed activations stay cached between steps.
   part(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
   ~part();
@@ -98,7 +110,8 @@ public:
   std::int64_t parameter_count() const;      // their elements
   std::int64_t numel(std::size_t i) const;
 
-  // Forward of one micro-batch. hidden_in: the previous stage's output, (B * T, H) of the
+  // Forward of one micro-batch (eval mode, ctx.mode == run_mode::eval: no dropout; a
+  // SQuAD batch without start/end positions computes the logits only). hidden_in: the previous stage's output, (B * T, H) of the
   // storage type on the device, taken into the stash (ignored, may be empty, with the
   // embeddings); it must have been allocated on the part's stream (or on a stream whose
   // work the part's stream is ordered after), since the stash frees it on its own stream
@@ -111,6 +124,9 @@ public:
                       float grad_scale, part_stash& stash);
   // The head's losses of the stash's forward (waits for the stream).
   bert_losses losses(const part_stash& stash);
+  // The SQuAD head's start and end logits of the stash's forward, (B, T) f32 on the host
+  // (waits for the stream). Throws for a range without the SQuAD head.
+  squad_logits span_logits(const part_stash& stash);
   // dy: the gradient of the output on the device (ignored with the head). Adds every
   // parameter gradient; returns d hidden_in (empty with the embeddings). Empties the stash.
   device_array backward(const void* dy, part_stash& stash);

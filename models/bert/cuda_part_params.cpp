@@ -84,8 +84,7 @@ loss_readout::~loss_readout() {
 }
 
 loss_readout::loss_readout(loss_readout&& other) noexcept
-    : host(std::move(other.host)), copied(other.copied), mlm_count(other.mlm_count), nsp_rows(other.nsp_rows),
-      nsp_count(other.nsp_count), valid(other.valid) {
+    : host(std::move(other.host)), copied(other.copied), at(other.at), valid(other.valid) {
   other.copied = nullptr;
   other.valid = false;
 }
@@ -97,9 +96,7 @@ loss_readout& loss_readout::operator=(loss_readout&& other) noexcept {
     host = std::move(other.host);
     copied = other.copied;
     other.copied = nullptr;
-    mlm_count = other.mlm_count;
-    nsp_rows = other.nsp_rows;
-    nsp_count = other.nsp_count;
+    at = other.at;
     valid = other.valid;
     other.valid = false;
   }
@@ -158,8 +155,6 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) 
     throw std::runtime_error("GPU BERT: " + valid.err().to_string());
   if (m.cfg.norm != layer_norm_placement::post)
     throw std::runtime_error("GPU BERT: only post-LN (BERT's, HF's) runs on the GPU so far");
-  if (m.range.has_head() && m.cfg.head != head_kind::pretraining)
-    throw std::runtime_error("GPU BERT: only the pre-training head runs on the GPU so far");
   if (m.cfg.checkpoint_activations)
     throw std::runtime_error("GPU BERT: activation checkpointing (checkpoint_activations) does not run on the GPU yet");
   const memory_flags& f = m.cfg.memory;
@@ -223,7 +218,9 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) 
     li.output_beta = index_of(params, p.output_norm.bias, "output LayerNorm");
     m.layers.push_back(li);
   }
-  if (m.range.has_head()) {
+  if (m.squad()) {
+    m.qa = linear_index(params, params.squad_head().qa_outputs, m.qa_bias, "SQuAD span head (qa_outputs)");
+  } else if (m.range.has_head()) {
     const pretraining_head_params& h = params.pretraining_head();
     m.decoder_word = index_of(params, h.word, "tied word embedding");
     m.pooler = linear_index(params, h.pooler, m.pooler_bias, "pooler");

@@ -131,10 +131,11 @@ TEST_CASE("cuda part: values loaded from half tensors and the refusals") {
   bert::gpu::part_stash stash;
   CHECK_THROWS_WITH(gpu.forward(bert::gpu::device_array(), small_batch(cfg), bert::forward_context{}, 1.0f, stash),
                     doctest::Contains("previous stage"));
-  bert::bert_config squad = cfg;
-  squad.head = bert::head_kind::squad;
-  bert::bert_parameters squad_params(squad, bert::bert_range::layers(2, 3).with_head());
-  CHECK_THROWS_WITH(bert::gpu::part(squad_params, cuda::elem::bf16, stream.get()), doctest::Contains("pre-training head"));
+  bert::bert_config checkpointed = cfg;
+  checkpointed.checkpoint_activations = true;
+  bert::bert_parameters checkpointed_params(checkpointed, bert::bert_range::layers(2, 3).with_head());
+  CHECK_THROWS_WITH(bert::gpu::part(checkpointed_params, cuda::elem::bf16, stream.get()),
+                    doctest::Contains("checkpoint_activations"));
 }
 
 } // namespace dsa::test

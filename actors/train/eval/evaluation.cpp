@@ -9,7 +9,16 @@
 
 namespace dsa::train {
 
-expected<pretrain_eval> evaluate_pretraining(const bert::bert_part& model, const std::vector<std::string>& shards,
+eval_forward cpu_eval_forward(const bert::bert_part& model) {
+  return [&model](const bert::bert_batch& batch) -> expected<bert::part_output> {
+    bert::forward_context ctx;
+    ctx.mode = bert::run_mode::eval;
+    bert::part_stash stash;
+    return model.forward(tensor(), batch, ctx, stash);
+  };
+}
+
+expected<pretrain_eval> evaluate_pretraining(const eval_forward& model, const std::vector<std::string>& shards,
                                              std::int64_t batch_size, std::int64_t batches) {
   data::shard_reader_options o;
   o.shuffle_buffer = 1;
@@ -19,14 +28,11 @@ expected<pretrain_eval> evaluate_pretraining(const bert::bert_part& model, const
   pretrain_eval r;
   double mlm_loss = 0, nsp_loss = 0;
   std::int64_t mlm_n = 0, mlm_ok = 0, nsp_n = 0, nsp_ok = 0;
-  bert::forward_context ctx;
-  ctx.mode = bert::run_mode::eval;
   for (std::int64_t b = 0; batches == 0 || b < batches; ++b) {
     DSA_ASSIGN_OR_RETURN(auto t, reader.next_batch(batch_size));
     if (t.empty() || t.at("input_ids").dim(0) == 0) break;
     bert::bert_batch batch = pretrain_batch(t);
-    bert::part_stash stash;
-    DSA_ASSIGN_OR_RETURN(auto out, model.forward(tensor(), batch, ctx, stash));
+    DSA_ASSIGN_OR_RETURN(auto out, model(batch));
     const auto& l = out.losses;
     mlm_loss += l.mlm_loss * static_cast<double>(l.mlm_count);
     nsp_loss += l.nsp_loss * static_cast<double>(l.nsp_count);
@@ -47,7 +53,7 @@ expected<pretrain_eval> evaluate_pretraining(const bert::bert_part& model, const
   return r;
 }
 
-expected<squad_eval_result> evaluate_squad(const bert::bert_part& model, const tok::bert_tokenizer& tokenizer,
+expected<squad_eval_result> evaluate_squad(const eval_forward& model, const tok::bert_tokenizer& tokenizer,
                                            const squad_eval_settings& s) {
   DSA_ASSIGN_OR_RETURN(auto dataset, data::load_squad(s.dev_file));
   auto examples = data::squad_read_examples(dataset, data::squad_mode::evaluation);
@@ -58,16 +64,13 @@ expected<squad_eval_result> evaluate_squad(const bert::bert_part& model, const t
   fo.mode = data::squad_mode::evaluation;
   DSA_ASSIGN_OR_RETURN(auto features, data::squad_convert_examples(examples.examples, tokenizer, fo));
   std::vector<data::squad_raw_result> results;
-  bert::forward_context ctx;
-  ctx.mode = bert::run_mode::eval;
   const auto batch = static_cast<std::size_t>(s.batch_size);
   for (std::size_t begin = 0; begin < features.size(); begin += batch) {
     std::size_t end = std::min(features.size(), begin + batch);
     bert::bert_batch b = squad_batch(features, begin, end);
     b.start_positions = tensor();
     b.end_positions = tensor();
-    bert::part_stash stash;
-    DSA_ASSIGN_OR_RETURN(auto out, model.forward(tensor(), b, ctx, stash));
+    DSA_ASSIGN_OR_RETURN(auto out, model(b));
     const std::int64_t T = b.seq_length();
     for (std::size_t i = begin; i < end; ++i) {
       data::squad_raw_result r;

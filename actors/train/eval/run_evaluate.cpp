@@ -3,6 +3,9 @@
 
 #include "actors/train/data/data_prepare.hpp"
 #include "actors/train/eval/evaluation.hpp"
+#if DSA_HAVE_CUDA
+#include "actors/train/eval/gpu_eval.hpp"
+#endif
 #include "core/log.hpp"
 #include "io/ckpt/atomic_file.hpp"
 #include "models/bert/bert_state.hpp"
@@ -26,11 +29,32 @@ bert::bert_part assemble_whole(const run_config& rc, const std::vector<std::uniq
   return whole;
 }
 
+// The whole model's eval forward on the rank's device (the GPU's copy is made here).
+expected<eval_forward> eval_model(const run_config& rc, const device_choice& device, const bert::bert_part& whole) {
+  if (device.device == stage_device::cpu) return cpu_eval_forward(whole);
+#if DSA_HAVE_CUDA
+  try {
+    log_info("eval: on {}", device.description);
+    return gpu_eval_forward(whole.parameters(), device.index, working_dtype(rc.working));
+  } catch (const std::exception& e) {
+    return make_error(errc::runtime, "{}", e.what());
+  }
+#else
+  (void)rc;
+  return make_error(errc::runtime, "evaluation on {}: this build has no CUDA code", device.description);
+#endif
+}
+
 } // namespace
 
-int evaluate(const run_config& rc, const tok::bert_tokenizer* tokenizer,
+int evaluate(const run_config& rc, const device_choice& device, const tok::bert_tokenizer* tokenizer,
              const std::vector<std::unique_ptr<model_stage>>& stages) {
   bert::bert_part whole = assemble_whole(rc, stages);
+  auto model = eval_model(rc, device, whole);
+  if (!model) {
+    log_error("evaluation failed: {}", model.err().message);
+    return 1;
+  }
   const auto& d = rc.data;
   if (rc.model.head == bert::head_kind::pretraining) {
     if (d.eval_shards.empty()) return 0;
@@ -39,7 +63,7 @@ int evaluate(const run_config& rc, const tok::bert_tokenizer* tokenizer,
       log_warn("evaluation skipped: {}", shards.err().message);
       return 0;
     }
-    auto r = evaluate_pretraining(whole, *shards, rc.batch.micro_batch_size, d.eval_batches);
+    auto r = evaluate_pretraining(*model, *shards, rc.batch.micro_batch_size, d.eval_batches);
     if (!r) {
       log_error("evaluation failed: {}", r.err().message);
       return 1;
@@ -64,7 +88,7 @@ int evaluate(const run_config& rc, const tok::bert_tokenizer* tokenizer,
   s.n_best_size = static_cast<int>(d.n_best_size);
   s.max_answer_length = static_cast<int>(d.max_answer_length);
   s.seed = rc.seed;
-  auto r = evaluate_squad(whole, *tokenizer, s);
+  auto r = evaluate_squad(*model, *tokenizer, s);
   if (!r) {
     log_error("evaluation failed: {}", r.err().message);
     return 1;

@@ -50,7 +50,7 @@ int evaluate_and_report_memory(opened_run& run, const run_plan& plan) {
              "evaluates)",
              format_bytes(memory.evaluation), format_bytes(memory.evaluation_peak()),
              memory.evaluation_fits(rc) ? " in another process" : "", format_bytes(rc.host_memory));
-  const int status = run.lead && plan.evaluates ? evaluate(run.ctx.rc, run.ctx.tokenizer.get(), run.ctx.stages) : 0;
+  const int status = run.lead && plan.evaluates ? evaluate(run.ctx.rc, run.ctx.device, run.ctx.tokenizer.get(), run.ctx.stages) : 0;
   log_memory_report(rc, memory); // the evaluation included
   log_device_memory(run);
   return status;

@@ -99,9 +99,6 @@ status cuda_rank_supports(const run_config& rc) {
   if (rc.model.norm != bert::layer_norm_placement::post)
     return make_error(errc::config, "devices.backend = \"cuda\": model.layer_norm = \"pre\" (pre-LN) does not run on the "
                                     "GPU yet (post-LN, BERT's and HF's, does)");
-  if (rc.model.head != bert::head_kind::pretraining)
-    return make_error(errc::config, "devices.backend = \"cuda\": only pre-training runs on the GPU so far (the SQuAD "
-                                    "head is the next issue's); use devices.backend = \"cpu\" for fine-tuning");
   if (rc.model.checkpoint_activations)
     return make_error(errc::config, "devices.backend = \"cuda\": model.checkpoint_activations (activation "
                                     "checkpointing) does not run on the GPU yet; it runs on CPU ranks");
