@@ -440,6 +440,10 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.acts.push_back(rows_of(s.N, s.H));
     layer_forward(*m.engine, m.weights(m.layers[k]), shape, streams_of(ctx, m.range.first_layer + static_cast<std::int64_t>(k)),
                   st.acts[k].get(), st.key_mask.as<float>(), st.acts[k + 1].get(), st.layers[k], m.stream);
+    // Activation checkpointing: the layer keeps its input (acts[k]) only; the backward
+    // runs its forward again, with the same dropout streams, before its backward.
+    if (cfg.checkpoint_activations)
+      st.layers[k] = layer_stash{};
   }
   if (!m.range.has_head()) {
     st.filled = true;
@@ -547,6 +551,12 @@ device_array part::backward(const void* dy, part_stash& st) {
   }
   const layer_shape shape = shape_of(cfg, s, st.ctx, m.type);
   for (std::size_t k = m.layers.size(); k-- > 0;) {
+    if (cfg.checkpoint_activations) { // the layer's stash again, from its kept input
+      device_array again = rows_of(s.N, s.H);
+      layer_forward(*m.engine, m.weights(m.layers[k]), shape,
+                    streams_of(st.ctx, m.range.first_layer + static_cast<std::int64_t>(k)), st.acts[k].get(),
+                    st.key_mask.as<float>(), again.get(), st.layers[k], m.stream);
+    }
     device_array dprev = rows_of(s.N, s.H);
     layer_backward(*m.engine, m.weights(m.layers[k]), m.grads(m.layers[k]), shape,
                    streams_of(st.ctx, m.range.first_layer + static_cast<std::int64_t>(k)), st.layers[k], cur,

@@ -76,7 +76,7 @@ struct part_stash {
   // acts[0]: the embeddings' output, or the previous stage's output; acts[k + 1]: layer k's.
   std::vector<device_array> acts;
   device_array emb_sum, emb_mean, emb_rstd;
-  std::vector<layer_stash> layers;
+  std::vector<layer_stash> layers; // empty between forward and backward with checkpoint_activations
   // The head: the MLM rows picked as the CPU head picks them, their transform, and the
   // logits, which the cross entropy overwrote with the (scaled) loss gradient.
   std::int64_t mlm_count = 0, nsp_count = 0;
@@ -95,7 +95,7 @@ class part {
 public:
   // The device copy of `params` (a range of a post-LN config; values f32, f16 or bf16),
   // working copies in `type`. Throws std::runtime_error with the reason for what the GPU
-  // path does not run (pre-LN, the memory flags, activation checkpointing). Raises the device pool's
+  // path does not run (pre-LN, the memory flags). Raises the device pool's
   // release threshold, so freed activations stay cached between steps.
   part(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
   ~part();

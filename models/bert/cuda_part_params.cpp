@@ -155,8 +155,6 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) 
     throw std::runtime_error("GPU BERT: " + valid.err().to_string());
   if (m.cfg.norm != layer_norm_placement::post)
     throw std::runtime_error("GPU BERT: only post-LN (BERT's, HF's) runs on the GPU so far");
-  if (m.cfg.checkpoint_activations)
-    throw std::runtime_error("GPU BERT: activation checkpointing (checkpoint_activations) does not run on the GPU yet");
   const memory_flags& f = m.cfg.memory;
   if (f.normalize_invertible || f.gelu_checkpoint || f.attn_dropout_checkpoint)
     throw std::runtime_error("GPU BERT: the memory flags (normalize_invertible, gelu_checkpoint, "

@@ -131,11 +131,10 @@ TEST_CASE("cuda part: values loaded from half tensors and the refusals") {
   bert::gpu::part_stash stash;
   CHECK_THROWS_WITH(gpu.forward(bert::gpu::device_array(), small_batch(cfg), bert::forward_context{}, 1.0f, stash),
                     doctest::Contains("previous stage"));
-  bert::bert_config checkpointed = cfg;
-  checkpointed.checkpoint_activations = true;
-  bert::bert_parameters checkpointed_params(checkpointed, bert::bert_range::layers(2, 3).with_head());
-  CHECK_THROWS_WITH(bert::gpu::part(checkpointed_params, cuda::elem::bf16, stream.get()),
-                    doctest::Contains("checkpoint_activations"));
+  bert::bert_config pre = cfg;
+  pre.norm = bert::layer_norm_placement::pre;
+  bert::bert_parameters pre_params(pre, bert::bert_range::layers(2, 3).with_head());
+  CHECK_THROWS_WITH(bert::gpu::part(pre_params, cuda::elem::bf16, stream.get()), doctest::Contains("post-LN"));
 }
 
 } // namespace dsa::test

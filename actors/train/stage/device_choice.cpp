@@ -99,9 +99,6 @@ status cuda_rank_supports(const run_config& rc) {
   if (rc.model.norm != bert::layer_norm_placement::post)
     return make_error(errc::config, "devices.backend = \"cuda\": model.layer_norm = \"pre\" (pre-LN) does not run on the "
                                     "GPU yet (post-LN, BERT's and HF's, does)");
-  if (rc.model.checkpoint_activations)
-    return make_error(errc::config, "devices.backend = \"cuda\": model.checkpoint_activations (activation "
-                                    "checkpointing) does not run on the GPU yet; it runs on CPU ranks");
   const bert::memory_flags& f = rc.model.memory;
   if (f.normalize_invertible || f.gelu_checkpoint || f.attn_dropout_checkpoint)
     return make_error(errc::config, "devices.backend = \"cuda\": the memory flags (normalize_invertible, "

@@ -1,0 +1,61 @@
+// Activation checkpointing on the GPU (model.checkpoint_activations): the GPU part that
+// keeps only each layer's input and runs the layer's forward again before its backward,
+// against the same part without it, both heads, f32 and bf16 storage, dropout on. The
+// forward is the same kernels on the same inputs (the losses equal exactly); the gradients
+// differ only by the order of the float atomics that sum the embedding and LayerNorm
+// parameter gradients.
+#include "gpu_test_util.hpp"
+
+#include "models/bert/cuda_part.hpp"
+#include "gpu_bert_fixture.hpp"
+
+#include <string>
+
+namespace dsa::test {
+
+TEST_CASE("cuda part: activation checkpointing gives the plain run's losses and gradients") {
+  for (const bert::head_kind head : {bert::head_kind::pretraining, bert::head_kind::squad}) {
+    for (const cuda::elem type : {cuda::elem::f32, cuda::elem::bf16}) {
+      INFO((head == bert::head_kind::squad ? "squad" : "pretraining") << ", storage " << std::string(elem_name(type)));
+      bert::bert_config cfg = gpu_bert_config(3);
+      cfg.head = head;
+      const bert::bert_batch batch = small_batch(cfg);
+      bert::forward_context ctx;
+      ctx.seed = 21;
+      ctx.step = 3;
+      test_stream stream;
+      bert::bert_losses losses[2];
+      std::unique_ptr<bert::bert_parameters> host[2];
+      for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+        bert::bert_config c = cfg;
+        c.checkpoint_activations = checkpointed == 1;
+        host[checkpointed] = std::make_unique<bert::bert_parameters>(c, bert::bert_range::whole(c));
+        prepare_gpu_bert(*host[checkpointed]);
+        bert::gpu::part gpu(*host[checkpointed], type, stream.get());
+        bert::gpu::part_stash stash;
+        // Two micro-batches, so the recomputation also meets gradients already accumulated.
+        for (std::uint32_t micro = 0; micro < 2; ++micro) {
+          ctx.micro_batch = micro;
+          (void)gpu.forward(bert::gpu::device_array(), batch, ctx, 0.5f, stash);
+          // Between forward and backward a checkpointed layer holds no activations.
+          REQUIRE(stash.layers.size() == 3);
+          CHECK((stash.layers[1].q.get() == nullptr) == (checkpointed == 1));
+          losses[checkpointed] = gpu.losses(stash);
+          (void)gpu.backward(nullptr, stash);
+        }
+        std::vector<tensor> grads;
+        for (const auto& e : host[checkpointed]->entries())
+          grads.push_back(e.grad);
+        gpu.download_gradients(grads);
+      }
+      CHECK(losses[1].total == losses[0].total);
+      for (const auto& e : host[0]->entries()) {
+        const double err = gradient_error(*host[1], *host[0], e.spec.name);
+        INFO(e.spec.name << ": relative error " << err);
+        CHECK(err <= test::gpu_f32_reduction.rel);
+      }
+    }
+  }
+}
+
+} // namespace dsa::test
