@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/activation.hpp"
 #include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/dropout.hpp"
 #include "kernels/cuda/heads.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
 #include "kernels/cuda/softmax.hpp"
@@ -195,13 +196,14 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
                     true, T, T, d, stream, "the attention scores");
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool drop = s.attention_dropout > 0.0f;
+  device_array dropped; // moved into the stash unless attn_dropout_checkpoint
   if (drop)
-    st.dropped = device_array(bytes(s, scores), stream);
-  check(cuda::softmax_dropout_forward(st.probs.get(), drop ? st.dropped.get() : nullptr,
+    dropped = device_array(bytes(s, scores), stream);
+  check(cuda::softmax_dropout_forward(st.probs.get(), drop ? dropped.get() : nullptr,
                                       st.probs.get(), key_mask, scale, s.attention_dropout,
                                       streams.attention_probs, s.type, s.batch, A, T, T, stream),
         "the attention softmax");
-  const void* used = drop ? st.dropped.get() : st.probs.get();
+  const void* used = drop ? dropped.get() : st.probs.get();
 
   // Context P V per head, then back into (rows, hidden) for the output projection.
   {
@@ -212,6 +214,9 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
     check(cuda::merge_heads(st.context.get(), context_heads.get(), s.type, s.batch, T, A, d, stream),
           "the context's rows");
   }
+  if (!s.attn_dropout_checkpoint)
+    st.dropped = std::move(dropped);
+  dropped = device_array(); // freed in stream order, after the context product read it
   device_array branch(bytes(s, N * H), stream);
   linear(e, s, branch.get(), st.context.get(), w.attention_out, nullptr, H, H, stream,
          "the attention output projection");
@@ -230,14 +235,17 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
 
   // Feed-forward: gelu(h W1^T + b1) W2^T, then y = LN_o(h + dropout(. + b2)).
   st.ff1 = device_array(bytes(s, N * I), stream);
-  st.gelu = device_array(bytes(s, N * I), stream);
+  device_array gelu(bytes(s, N * I), stream);
   linear(e, s, st.ff1.get(), st.h.get(), w.intermediate, nullptr, I, H, stream,
          "the first feed-forward projection");
-  check(cuda::bias_gelu_forward(st.gelu.get(), st.ff1.get(), w.intermediate_bias, s.type, N, I,
+  check(cuda::bias_gelu_forward(gelu.get(), st.ff1.get(), w.intermediate_bias, s.type, N, I,
                                 stream),
         "bias + GELU");
-  linear(e, s, branch.get(), st.gelu.get(), w.output, nullptr, H, I, stream,
+  linear(e, s, branch.get(), gelu.get(), w.output, nullptr, H, I, stream,
          "the second feed-forward projection");
+  if (!s.gelu_checkpoint)
+    st.gelu = std::move(gelu);
+  gelu = device_array();
   st.sum_o = device_array(bytes(s, N * H), stream);
   st.mean_o = device_array(static_cast<std::size_t>(N) * 4, stream);
   st.rstd_o = device_array(static_cast<std::size_t>(N) * 4, stream);
@@ -267,7 +275,15 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
         "the feed-forward exit's backward");
   {
     device_array dgelu(bytes(s, N * I), stream), dff1(bytes(s, N * I), stream);
-    linear_wgrad(e, s, g.output, dbranch.get(), st.gelu.get(), H, I, stream,
+    device_array gelu_again; // gelu_checkpoint: the GELU output made again from ff1
+    const void* gelu = st.gelu.get();
+    if (!gelu) {
+      gelu_again = device_array(bytes(s, N * I), stream);
+      check(cuda::bias_gelu_forward(gelu_again.get(), st.ff1.get(), w.intermediate_bias, s.type, N, I, stream),
+            "bias + GELU again (gelu_checkpoint)");
+      gelu = gelu_again.get();
+    }
+    linear_wgrad(e, s, g.output, dbranch.get(), gelu, H, I, stream,
                  "the second projection's weight gradient");
     linear_dgrad(e, s, dgelu.get(), dbranch.get(), w.output, H, I, 0.0f, stream,
                  "the second projection's input gradient");
@@ -299,7 +315,14 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
   // Attention, head-major: dV = P^T dC, dP = dC V^T, dS through dropout and softmax,
   // dQ = dS K, dK = dS^T Q; then dQ, dK, dV back into rows.
   const bool drop = s.attention_dropout > 0.0f;
-  const void* used = drop ? st.dropped.get() : st.probs.get();
+  device_array dropped_again; // attn_dropout_checkpoint: the mask applied to probs again
+  if (drop && !st.dropped.get()) {
+    dropped_again = device_array(bytes(s, scores), stream);
+    check(cuda::dropout_forward(dropped_again.get(), nullptr, st.probs.get(), s.attention_dropout,
+                                streams.attention_probs, s.type, scores, stream),
+          "the attention dropout again (attn_dropout_checkpoint)");
+  }
+  const void* used = drop ? (st.dropped.get() ? st.dropped.get() : dropped_again.get()) : st.probs.get();
   device_array dq(bytes(s, N * H), stream), dk(bytes(s, N * H), stream), dv(bytes(s, N * H), stream);
   {
     device_array dc(bytes(s, N * H), stream), dqh(bytes(s, N * H), stream),

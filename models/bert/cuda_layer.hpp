@@ -6,7 +6,8 @@
 // Activations, their gradients and the weight copies the products read are of one storage
 // type (f32, f16 or bf16); biases, LayerNorm parameters, statistics and every parameter
 // gradient are f32. Everything is enqueued on the caller's stream; nothing waits on the host.
-// Pre-LN and the memory flags are not written for the GPU yet.
+// Two of DeepSpeed's memory flags trade backward compute for stash memory (layer_shape);
+// pre-LN and normalize_invertible are not written for the GPU yet.
 #pragma once
 
 #include "core/philox.hpp"
@@ -65,6 +66,14 @@ struct layer_shape {
   float eps = 1e-12f;
   float hidden_dropout = 0.0f, attention_dropout = 0.0f; // the rates applied (0 in eval)
   cuda::elem type = cuda::elem::bf16;
+  // gelu_checkpoint: the GELU output is not stashed; the backward recomputes it from the
+  // stashed first projection (the same kernel on the same input: the same bits).
+  bool gelu_checkpoint = false;
+  // attn_dropout_checkpoint: the dropped-out probabilities are not stashed; the backward
+  // applies the same dropout mask to the stashed probabilities again. f32 storage: the same
+  // bits; half storage: the forward rounded probs * mask / (1 - p) from f32 probabilities,
+  // the recompute rounds it from the stored ones (at most an ulp of the storage type apart).
+  bool attn_dropout_checkpoint = false;
   std::int64_t rows() const { return batch * seq; }
   std::int64_t head_size() const { return hidden / heads; }
 };
@@ -76,7 +85,8 @@ struct layer_streams {
 
 // What the forward keeps for the backward (the input x is the caller's and must outlive it).
 // q, k, v are head-major (batch, heads, seq, d); probs and dropped (batch, heads, seq, seq);
-// the rest (rows, hidden) or (rows, intermediate), statistics (rows) f32.
+// the rest (rows, hidden) or (rows, intermediate), statistics (rows) f32. dropped and gelu
+// stay empty under their memory flags.
 struct layer_stash {
   const void* x = nullptr;
   device_array q, k, v, probs, dropped, context;

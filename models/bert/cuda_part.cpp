@@ -77,6 +77,8 @@ layer_shape shape_of(const bert_config& cfg, const shapes& s, const forward_cont
   shape.hidden_dropout = ctx.rate(cfg.hidden_dropout);
   shape.attention_dropout = ctx.rate(cfg.attention_dropout);
   shape.type = type;
+  shape.gelu_checkpoint = cfg.memory.gelu_checkpoint;
+  shape.attn_dropout_checkpoint = cfg.memory.attn_dropout_checkpoint;
   return shape;
 }
 

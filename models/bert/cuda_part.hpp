@@ -95,7 +95,7 @@ class part {
 public:
   // The device copy of `params` (a range of a post-LN config; values f32, f16 or bf16),
   // working copies in `type`. Throws std::runtime_error with the reason for what the GPU
-  // path does not run (pre-LN, the memory flags). Raises the device pool's
+  // path does not run (pre-LN, normalize_invertible). Raises the device pool's
   // release threshold, so freed activations stay cached between steps.
   part(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
   ~part();

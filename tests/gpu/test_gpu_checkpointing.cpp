@@ -3,7 +3,8 @@
 // against the same part without it, both heads, f32 and bf16 storage, dropout on. The
 // forward is the same kernels on the same inputs (the losses equal exactly); the gradients
 // differ only by the order of the float atomics that sum the embedding and LayerNorm
-// parameter gradients.
+// parameter gradients. The memory flags gelu_checkpoint and attn_dropout_checkpoint
+// likewise, against the plain part.
 #include "gpu_test_util.hpp"
 
 #include "models/bert/cuda_part.hpp"
@@ -54,6 +55,47 @@ TEST_CASE("cuda part: activation checkpointing gives the plain run's losses and 
         INFO(e.spec.name << ": relative error " << err);
         CHECK(err <= test::gpu_f32_reduction.rel);
       }
+    }
+  }
+}
+
+TEST_CASE("cuda part: gelu_checkpoint and attn_dropout_checkpoint give the plain run's results") {
+  for (const cuda::elem type : {cuda::elem::f32, cuda::elem::bf16}) {
+    INFO("storage " << std::string(elem_name(type)));
+    const bert::bert_config cfg = gpu_bert_config(2);
+    const bert::bert_batch batch = small_batch(cfg);
+    bert::forward_context ctx;
+    ctx.seed = 8;
+    test_stream stream;
+    bert::bert_losses losses[2];
+    std::unique_ptr<bert::bert_parameters> host[2];
+    for (int flagged = 0; flagged < 2; ++flagged) {
+      bert::bert_config c = cfg;
+      c.memory.gelu_checkpoint = c.memory.attn_dropout_checkpoint = flagged == 1;
+      host[flagged] = std::make_unique<bert::bert_parameters>(c, bert::bert_range::whole(c));
+      prepare_gpu_bert(*host[flagged]);
+      bert::gpu::part gpu(*host[flagged], type, stream.get());
+      bert::gpu::part_stash stash;
+      (void)gpu.forward(bert::gpu::device_array(), batch, ctx, 1.0f, stash);
+      // The flags' activations are not stashed.
+      REQUIRE(stash.layers.size() == 2);
+      CHECK((stash.layers[0].gelu.get() == nullptr) == (flagged == 1));
+      CHECK((stash.layers[0].dropped.get() == nullptr) == (flagged == 1));
+      losses[flagged] = gpu.losses(stash);
+      (void)gpu.backward(nullptr, stash);
+      std::vector<tensor> grads;
+      for (const auto& e : host[flagged]->entries())
+        grads.push_back(e.grad);
+      gpu.download_gradients(grads);
+    }
+    CHECK(losses[1].total == losses[0].total); // the forward is unchanged
+    // f32: the recomputed GELU and dropped probabilities are the same bits; half: the
+    // dropped probabilities are rounded from the stored probabilities (an ulp apart at most).
+    const double limit = type == cuda::elem::f32 ? test::gpu_f32_reduction.rel : test::gpu_half_vs_cpu.rel;
+    for (const auto& e : host[0]->entries()) {
+      const double err = gradient_error(*host[1], *host[0], e.spec.name);
+      INFO(e.spec.name << ": relative error " << err);
+      CHECK(err <= limit);
     }
   }
 }
