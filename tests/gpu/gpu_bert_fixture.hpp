@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/convert.hpp"
 #include "models/bert/bert_parameters.hpp"
+#include "models/bert/parameter_specs.hpp"
 #include "tests/models/bert_fixture.hpp"
 
 #include <cmath>
@@ -53,21 +54,30 @@ inline double distance(const float* a, const float* b, std::int64_t n) {
   return std::sqrt(s);
 }
 
-// Gradient `name` of `got` against `ref`'s, relative to the reference's norm; the key
-// biases' gradients are zero up to rounding (softmax ignores a shift shared by a row), so
-// theirs is taken relative to the query bias's norm.
+// Gradient `name` of `got` against `ref`'s, relative to the reference's norm. Some are zero
+// up to rounding, because a softmax ignores a shift shared by all its inputs: the key
+// biases' (every score of a query row alike), and with the SQuAD head the span bias's and
+// the bias of the LayerNorm right before it (every start/end logit alike); theirs is taken
+// relative to the norm of the query bias's, the span weight's and that LayerNorm's gain's.
 inline double gradient_error(const bert::bert_parameters& got, const bert::bert_parameters& ref,
                              const std::string& name) {
   std::string scale_name = name;
   if (const auto key = scale_name.find("key.bias"); key != std::string::npos)
     scale_name.replace(key, 8, "query.bias");
+  const bert::bert_config& cfg = ref.config();
+  if (cfg.head == bert::head_kind::squad && cfg.norm == bert::layer_norm_placement::post) {
+    if (name == "qa_outputs.bias")
+      scale_name = "qa_outputs.weight";
+    if (name == bert::layer_prefix(cfg.num_layers - 1) + "output.LayerNorm.bias")
+      scale_name = bert::layer_prefix(cfg.num_layers - 1) + "output.LayerNorm.weight";
+  }
   const auto* g = got.find(name);
   const auto* r = ref.find(name);
   const auto* s = ref.find(scale_name);
   if (!g || !r || !s)
     return INFINITY;
   const std::int64_t n = g->grad.numel();
-  const double scale = distance(static_cast<const float*>(s->grad.raw_data()), nullptr, n);
+  const double scale = distance(static_cast<const float*>(s->grad.raw_data()), nullptr, s->grad.numel());
   return distance(static_cast<const float*>(g->grad.raw_data()), static_cast<const float*>(r->grad.raw_data()), n) /
          std::max(scale, 1e-30);
 }

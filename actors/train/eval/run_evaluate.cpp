@@ -29,41 +29,39 @@ bert::bert_part assemble_whole(const run_config& rc, const std::vector<std::uniq
   return whole;
 }
 
-// The whole model's eval forward on the rank's device (the GPU's copy is made here).
-expected<eval_forward> eval_model(const run_config& rc, const device_choice& device, const bert::bert_part& whole) {
+// The whole model's eval forward on the rank's device (the GPU's copy is made here); on
+// the CPU when the GPU cannot hold it beside the training stages.
+eval_forward eval_model(const run_config& rc, const device_choice& device, const bert::bert_part& whole) {
   if (device.device == stage_device::cpu) return cpu_eval_forward(whole);
 #if DSA_HAVE_CUDA
   try {
+    eval_forward gpu = gpu_eval_forward(whole.parameters(), device.index, working_dtype(rc.working));
     log_info("eval: on {}", device.description);
-    return gpu_eval_forward(whole.parameters(), device.index, working_dtype(rc.working));
+    return gpu;
   } catch (const std::exception& e) {
-    return make_error(errc::runtime, "{}", e.what());
+    log_warn("eval: on the CPU, since the model could not be set up on {}: {}", device.description, e.what());
   }
 #else
   (void)rc;
-  return make_error(errc::runtime, "evaluation on {}: this build has no CUDA code", device.description);
 #endif
+  return cpu_eval_forward(whole);
 }
 
 } // namespace
 
 int evaluate(const run_config& rc, const device_choice& device, const tok::bert_tokenizer* tokenizer,
              const std::vector<std::unique_ptr<model_stage>>& stages) {
-  bert::bert_part whole = assemble_whole(rc, stages);
-  auto model = eval_model(rc, device, whole);
-  if (!model) {
-    log_error("evaluation failed: {}", model.err().message);
-    return 1;
-  }
   const auto& d = rc.data;
+  if (rc.model.head == bert::head_kind::pretraining ? d.eval_shards.empty() : d.dev_file.empty()) return 0;
+  bert::bert_part whole = assemble_whole(rc, stages);
+  const eval_forward model = eval_model(rc, device, whole);
   if (rc.model.head == bert::head_kind::pretraining) {
-    if (d.eval_shards.empty()) return 0;
     auto shards = list_shards(d.eval_shards);
     if (!shards) {
       log_warn("evaluation skipped: {}", shards.err().message);
       return 0;
     }
-    auto r = evaluate_pretraining(*model, *shards, rc.batch.micro_batch_size, d.eval_batches);
+    auto r = evaluate_pretraining(model, *shards, rc.batch.micro_batch_size, d.eval_batches);
     if (!r) {
       log_error("evaluation failed: {}", r.err().message);
       return 1;
@@ -77,7 +75,6 @@ int evaluate(const run_config& rc, const device_choice& device, const tok::bert_
     fmt::print("{}", summary);
     return 0;
   }
-  if (d.dev_file.empty()) return 0;
   squad_eval_settings s;
   s.dev_file = d.dev_file;
   s.predictions_path = rc.run_dir + "/predictions.json";
@@ -88,7 +85,7 @@ int evaluate(const run_config& rc, const device_choice& device, const tok::bert_
   s.n_best_size = static_cast<int>(d.n_best_size);
   s.max_answer_length = static_cast<int>(d.max_answer_length);
   s.seed = rc.seed;
-  auto r = evaluate_squad(*model, *tokenizer, s);
+  auto r = evaluate_squad(model, *tokenizer, s);
   if (!r) {
     log_error("evaluation failed: {}", r.err().message);
     return 1;
