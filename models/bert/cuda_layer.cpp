@@ -8,6 +8,8 @@
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/dropout.hpp"
 #include "kernels/cuda/heads.hpp"
+#include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/residual.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
 #include "kernels/cuda/softmax.hpp"
 
@@ -172,6 +174,17 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
   const std::int64_t scores = s.batch * A * T * T;
   st = layer_stash{};
   st.x = x;
+  // Pre-LN: the attention reads a = LN_a(x); post-LN: x itself.
+  const void* attention_in = x;
+  if (s.pre_norm) {
+    st.a_in = device_array(bytes(s, N * H), stream);
+    st.mean_a = device_array(static_cast<std::size_t>(N) * 4, stream);
+    st.rstd_a = device_array(static_cast<std::size_t>(N) * 4, stream);
+    check(cuda::layernorm_forward(st.a_in.get(), st.mean_a.as<float>(), st.rstd_a.as<float>(), x,
+                                  w.attention_norm_gamma, w.attention_norm_beta, s.eps, s.type, N, H, stream),
+          "the attention LayerNorm (pre-LN)");
+    attention_in = st.a_in.get();
+  }
   st.q = device_array(bytes(s, N * H), stream);
   st.k = device_array(bytes(s, N * H), stream);
   st.v = device_array(bytes(s, N * H), stream);
@@ -182,7 +195,7 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
        {std::tuple{&st.q, w.query, w.query_bias, "the query projection"},
         std::tuple{&st.k, w.key, w.key_bias, "the key projection"},
         std::tuple{&st.v, w.value, w.value_bias, "the value projection"}}) {
-    run_product(e, s, product.get(), true, x, weight, {N, H, H, false, true, 0, 0, 0, 0.0f}, {},
+    run_product(e, s, product.get(), true, attention_in, weight, {N, H, H, false, true, 0, 0, 0, 0.0f}, {},
                 nullptr, stream, what);
     check(cuda::split_heads(out->get(), s.type, product.get(), cuda::elem::f32, bias, s.batch, T,
                             A, d, stream),
@@ -221,19 +234,32 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
   linear(e, s, branch.get(), st.context.get(), w.attention_out, nullptr, H, H, stream,
          "the attention output projection");
 
-  // h = LN_a(x + dropout(branch + bo)).
-  st.sum_a = device_array(bytes(s, N * H), stream);
-  st.mean_a = device_array(static_cast<std::size_t>(N) * 4, stream);
-  st.rstd_a = device_array(static_cast<std::size_t>(N) * 4, stream);
+  // Post-LN: h = LN_a(x + dropout(branch + bo)), the feed-forward's input. Pre-LN: the
+  // residual stream h = x + dropout(branch + bo) (kept as sum_o, the output LayerNorm's
+  // input) and the feed-forward's input LN_o(h) (kept as h), in the same fused pass.
   st.h = device_array(bytes(s, N * H), stream);
-  check(cuda::residual_layernorm_forward(st.h.get(), st.sum_a.get(), st.mean_a.as<float>(),
-                                         st.rstd_a.as<float>(), branch.get(), w.attention_out_bias, x,
-                                         w.attention_norm_gamma, w.attention_norm_beta,
-                                         s.hidden_dropout, streams.attention_output, s.eps, s.type,
-                                         N, H, stream),
-        "the attention exit");
+  if (s.pre_norm) {
+    st.sum_o = device_array(bytes(s, N * H), stream);
+    st.mean_o = device_array(static_cast<std::size_t>(N) * 4, stream);
+    st.rstd_o = device_array(static_cast<std::size_t>(N) * 4, stream);
+    check(cuda::residual_layernorm_forward(st.h.get(), st.sum_o.get(), st.mean_o.as<float>(), st.rstd_o.as<float>(),
+                                           branch.get(), w.attention_out_bias, x, w.output_norm_gamma,
+                                           w.output_norm_beta, s.hidden_dropout, streams.attention_output, s.eps,
+                                           s.type, N, H, stream),
+          "the attention exit (pre-LN)");
+  } else {
+    st.sum_a = device_array(bytes(s, N * H), stream);
+    st.mean_a = device_array(static_cast<std::size_t>(N) * 4, stream);
+    st.rstd_a = device_array(static_cast<std::size_t>(N) * 4, stream);
+    check(cuda::residual_layernorm_forward(st.h.get(), st.sum_a.get(), st.mean_a.as<float>(), st.rstd_a.as<float>(),
+                                           branch.get(), w.attention_out_bias, x, w.attention_norm_gamma,
+                                           w.attention_norm_beta, s.hidden_dropout, streams.attention_output, s.eps,
+                                           s.type, N, H, stream),
+          "the attention exit");
+  }
 
-  // Feed-forward: gelu(h W1^T + b1) W2^T, then y = LN_o(h + dropout(. + b2)).
+  // Feed-forward: gelu(h W1^T + b1) W2^T; then post-LN y = LN_o(h + dropout(. + b2)),
+  // pre-LN y = sum_o + dropout(. + b2).
   st.ff1 = device_array(bytes(s, N * I), stream);
   device_array gelu(bytes(s, N * I), stream);
   linear(e, s, st.ff1.get(), st.h.get(), w.intermediate, nullptr, I, H, stream,
@@ -246,6 +272,12 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
   if (!s.gelu_checkpoint)
     st.gelu = std::move(gelu);
   gelu = device_array();
+  if (s.pre_norm) {
+    check(cuda::bias_dropout_residual(y, branch.get(), w.output_bias, st.sum_o.get(), s.hidden_dropout,
+                                      streams.ffn_output, s.type, N, H, stream),
+          "the feed-forward exit (pre-LN)");
+    return;
+  }
   st.sum_o = device_array(bytes(s, N * H), stream);
   st.mean_o = device_array(static_cast<std::size_t>(N) * 4, stream);
   st.rstd_o = device_array(static_cast<std::size_t>(N) * 4, stream);
@@ -265,14 +297,30 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
                      d = s.head_size();
   const std::int64_t scores = s.batch * A * T * T;
 
+  const bool pre = s.pre_norm;
+  const auto hidden_bytes = bytes(s, N * H);
   // The feed-forward exit: dh (the residual's gradient) and the branch's, through dropout.
-  device_array dh(bytes(s, N * H), stream), dbranch(bytes(s, N * H), stream);
-  check(cuda::residual_layernorm_backward(dh.get(), dbranch.get(), g.output_norm_gamma,
-                                          g.output_norm_beta, g.output_bias, dy, st.sum_o.get(),
-                                          st.mean_o.as<float>(), st.rstd_o.as<float>(),
-                                          w.output_norm_gamma, s.hidden_dropout, streams.ffn_output,
-                                          s.type, N, H, stream),
-        "the feed-forward exit's backward");
+  // Pre-LN (y = sum_o + dropout(branch + b2)): dh is dy, the branch's gradient dy through
+  // the dropout mask.
+  device_array dh(hidden_bytes, stream), dbranch(hidden_bytes, stream);
+  if (pre) {
+    check(cudaMemcpyAsync(dh.get(), dy, hidden_bytes, cudaMemcpyDeviceToDevice, stream), "copying dy (pre-LN)");
+    check(cuda::dropout_backward(dbranch.get(), dy, s.hidden_dropout, streams.ffn_output, s.type, N * H, stream),
+          "the feed-forward exit's dropout backward (pre-LN)");
+    check(cuda::bias_backward(g.output_bias, dbranch.get(), s.type, N, H, stream),
+          "the second projection's bias gradient");
+  } else {
+    check(cuda::residual_layernorm_backward(dh.get(), dbranch.get(), g.output_norm_gamma,
+                                            g.output_norm_beta, g.output_bias, dy, st.sum_o.get(),
+                                            st.mean_o.as<float>(), st.rstd_o.as<float>(),
+                                            w.output_norm_gamma, s.hidden_dropout, streams.ffn_output,
+                                            s.type, N, H, stream),
+          "the feed-forward exit's backward");
+  }
+  // Pre-LN: the feed-forward input's gradient, then LN_o's backward, then added to dh.
+  device_array dffn_in;
+  if (pre)
+    dffn_in = device_array(hidden_bytes, stream);
   {
     device_array dgelu(bytes(s, N * I), stream), dff1(bytes(s, N * I), stream);
     device_array gelu_again; // gelu_checkpoint: the GELU output made again from ff1
@@ -294,18 +342,36 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
           "the first projection's bias gradient");
     linear_wgrad(e, s, g.intermediate, dff1.get(), st.h.get(), I, H, stream,
                  "the first projection's weight gradient");
-    linear_dgrad(e, s, dh.get(), dff1.get(), w.intermediate, I, H, 1.0f, stream,
+    linear_dgrad(e, s, pre ? dffn_in.get() : dh.get(), dff1.get(), w.intermediate, I, H, pre ? 0.0f : 1.0f, stream,
                  "the first projection's input gradient");
   }
 
-  // The attention exit: dx starts as the residual's gradient.
-  check(cuda::residual_layernorm_backward(dx, dbranch.get(), g.attention_norm_gamma,
-                                          g.attention_norm_beta, g.attention_out_bias, dh.get(),
-                                          st.sum_a.get(), st.mean_a.as<float>(),
-                                          st.rstd_a.as<float>(), w.attention_norm_gamma,
-                                          s.hidden_dropout, streams.attention_output, s.type, N, H,
-                                          stream),
-        "the attention exit's backward");
+  if (pre) {
+    // LN_o's backward from its input sum_o, added to dh: the residual stream's gradient. The
+    // attention exit h = x + dropout(branch + bo): dx starts as dh, the branch's gradient is
+    // dh through the dropout mask.
+    check(cuda::layernorm_backward(dffn_in.get(), g.output_norm_gamma, g.output_norm_beta, dffn_in.get(),
+                                   st.sum_o.get(), st.mean_o.as<float>(), st.rstd_o.as<float>(), w.output_norm_gamma,
+                                   s.type, N, H, stream),
+          "the output LayerNorm backward (pre-LN)");
+    check(cuda::add_into(dh.get(), dffn_in.get(), s.type, N * H, stream), "dh += the LayerNorm's gradient");
+    dffn_in = device_array();
+    check(cudaMemcpyAsync(dx, dh.get(), hidden_bytes, cudaMemcpyDeviceToDevice, stream), "copying dh (pre-LN)");
+    check(cuda::dropout_backward(dbranch.get(), dh.get(), s.hidden_dropout, streams.attention_output, s.type, N * H,
+                                 stream),
+          "the attention exit's dropout backward (pre-LN)");
+    check(cuda::bias_backward(g.attention_out_bias, dbranch.get(), s.type, N, H, stream),
+          "the attention output's bias gradient");
+  } else {
+    // The attention exit: dx starts as the residual's gradient.
+    check(cuda::residual_layernorm_backward(dx, dbranch.get(), g.attention_norm_gamma,
+                                            g.attention_norm_beta, g.attention_out_bias, dh.get(),
+                                            st.sum_a.get(), st.mean_a.as<float>(),
+                                            st.rstd_a.as<float>(), w.attention_norm_gamma,
+                                            s.hidden_dropout, streams.attention_output, s.type, N, H,
+                                            stream),
+          "the attention exit's backward");
+  }
   device_array dcontext(bytes(s, N * H), stream);
   linear_wgrad(e, s, g.attention_out, dbranch.get(), st.context.get(), H, H, stream,
                "the attention output's weight gradient");
@@ -348,7 +414,11 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
             "an attention gradient's rows");
   }
 
-  // The projections: weight and bias gradients, and dx += each input gradient.
+  // The projections: weight and bias gradients, and dx += each input gradient. Pre-LN: their
+  // input was a = LN_a(x); its gradient gathers in da, then LN_a's backward adds to dx.
+  device_array da;
+  if (pre)
+    da = device_array(hidden_bytes, stream);
   struct projection {
     const device_array* grad;
     const void* weight;
@@ -357,9 +427,19 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
   for (const projection& p : {projection{&dq, w.query, g.query, g.query_bias},
                               projection{&dk, w.key, g.key, g.key_bias},
                               projection{&dv, w.value, g.value, g.value_bias}}) {
-    linear_wgrad(e, s, p.dweight, p.grad->get(), st.x, H, H, stream, "a projection's weight gradient");
+    linear_wgrad(e, s, p.dweight, p.grad->get(), pre ? st.a_in.get() : st.x, H, H, stream,
+                 "a projection's weight gradient");
     check(cuda::bias_backward(p.dbias, p.grad->get(), s.type, N, H, stream), "a projection's bias gradient");
-    linear_dgrad(e, s, dx, p.grad->get(), p.weight, H, H, 1.0f, stream, "a projection's input gradient");
+    const bool first = p.grad == &dq;
+    linear_dgrad(e, s, pre ? da.get() : dx, p.grad->get(), p.weight, H, H, pre && first ? 0.0f : 1.0f, stream,
+                 "a projection's input gradient");
+  }
+  if (pre) {
+    check(cuda::layernorm_backward(da.get(), g.attention_norm_gamma, g.attention_norm_beta, da.get(), st.x,
+                                   st.mean_a.as<float>(), st.rstd_a.as<float>(), w.attention_norm_gamma, s.type, N, H,
+                                   stream),
+          "the attention LayerNorm backward (pre-LN)");
+    check(cuda::add_into(dx, da.get(), s.type, N * H, stream), "dx += the LayerNorm's gradient");
   }
 }
 

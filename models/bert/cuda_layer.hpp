@@ -1,13 +1,15 @@
-// One post-LN BERT encoder layer on the GPU, forward and backward, composed from the CUDA
-// kernels (kernels/cuda/) and cuBLASLt GEMMs (cuda::gemm_engine). The same arithmetic as
+// One BERT encoder layer on the GPU, forward and backward, composed from the CUDA kernels
+// (kernels/cuda/) and cuBLASLt GEMMs (cuda::gemm_engine). The same arithmetic as
 // encoder_layer_forward / encoder_layer_backward on the CPU, with the same dropout streams,
-// so a GPU layer compares with the CPU layer with dropout on:
+// so a GPU layer compares with the CPU layer with dropout on. Post-LN (BERT's):
 //   h = LN_a(x + drop(attention(x) + bo));   y = LN_o(h + drop(W2 gelu(W1 h + b1) + b2))
+// pre-LN:
+//   h = x + drop(attention(LN_a(x)) + bo);   y = h + drop(W2 gelu(W1 LN_o(h) + b1) + b2)
 // Activations, their gradients and the weight copies the products read are of one storage
 // type (f32, f16 or bf16); biases, LayerNorm parameters, statistics and every parameter
 // gradient are f32. Everything is enqueued on the caller's stream; nothing waits on the host.
 // Two of DeepSpeed's memory flags trade backward compute for stash memory (layer_shape);
-// pre-LN and normalize_invertible are not written for the GPU yet.
+// normalize_invertible is not written for the GPU yet.
 #pragma once
 
 #include "core/philox.hpp"
@@ -66,6 +68,7 @@ struct layer_shape {
   float eps = 1e-12f;
   float hidden_dropout = 0.0f, attention_dropout = 0.0f; // the rates applied (0 in eval)
   cuda::elem type = cuda::elem::bf16;
+  bool pre_norm = false; // LayerNorm placement: pre-LN when set, else post-LN
   // gelu_checkpoint: the GELU output is not stashed; the backward recomputes it from the
   // stashed first projection (the same kernel on the same input: the same bits).
   bool gelu_checkpoint = false;
@@ -87,8 +90,13 @@ struct layer_streams {
 // q, k, v are head-major (batch, heads, seq, d); probs and dropped (batch, heads, seq, seq);
 // the rest (rows, hidden) or (rows, intermediate), statistics (rows) f32. dropped and gelu
 // stay empty under their memory flags.
+// Post-LN: sum_a / mean_a / rstd_a are LN_a's input and statistics, h its output (the
+// feed-forward's input), sum_o / mean_o / rstd_o LN_o's. Pre-LN: a_in = LN_a(x) (the
+// attention's input) with mean_a / rstd_a, sum_o the residual stream after attention (LN_o's
+// input) with mean_o / rstd_o, h = LN_o(sum_o) (the feed-forward's input); sum_a unused.
 struct layer_stash {
   const void* x = nullptr;
+  device_array a_in;
   device_array q, k, v, probs, dropped, context;
   device_array sum_a, mean_a, rstd_a, h;
   device_array ff1, gelu, sum_o, mean_o, rstd_o;

@@ -36,7 +36,8 @@ pretraining_model::pretraining_model(const bert_parameters& params, cuda::elem t
     throw std::runtime_error("GPU BERT: the pre-training model needs the whole range, not " +
                              params.range().to_string());
   if (params.config().head != head_kind::pretraining)
-    throw std::runtime_error("GPU BERT: only the pre-training head runs on the GPU so far");
+    throw std::runtime_error("GPU BERT: the pre-training model needs the pre-training head (a SQuAD head runs in "
+                             "gpu::part)");
   for (const auto& e : params.entries())
     if (e.value.type() != dtype::f32 || !e.grad.defined())
       throw std::runtime_error("GPU BERT: the parameters must be f32 values with gradients");

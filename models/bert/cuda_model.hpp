@@ -1,4 +1,4 @@
-// A whole post-LN BERT for pre-training on one GPU: embeddings, the encoder layers
+// A whole BERT for pre-training on one GPU: embeddings, the encoder layers
 // (cuda_layer.hpp) and the MLM + NSP heads, forward and backward, plus a fused AdamW step
 // over every parameter. The arithmetic of bert_part's forward and backward on the CPU, with
 // the same dropout streams, so a GPU step compares with a CPU step with dropout on.
@@ -24,10 +24,10 @@ namespace dsa::bert::gpu {
 
 class pretraining_model {
 public:
-  // The values of `params` (a whole-model range with the pre-training head, post-LN, f32
-  // values) copied to the device, working copies in `type`. Throws std::runtime_error with
-  // the reason for a configuration the GPU path does not run (pre-LN, memory flags, the
-  // SQuAD head, f16 storage). Raises the device pool's release threshold, so freed
+  // The values of `params` (a whole-model range with the pre-training head, f32 values)
+  // copied to the device, working copies in `type`. Throws std::runtime_error with the
+  // reason for a configuration the GPU path does not run (normalize_invertible, the SQuAD
+  // head, f16 storage). Raises the device pool's release threshold, so freed
   // activations stay cached between steps.
   pretraining_model(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
   ~pretraining_model();

@@ -77,6 +77,7 @@ layer_shape shape_of(const bert_config& cfg, const shapes& s, const forward_cont
   shape.hidden_dropout = ctx.rate(cfg.hidden_dropout);
   shape.attention_dropout = ctx.rate(cfg.attention_dropout);
   shape.type = type;
+  shape.pre_norm = cfg.norm == layer_norm_placement::pre;
   shape.gelu_checkpoint = cfg.memory.gelu_checkpoint;
   shape.attn_dropout_checkpoint = cfg.memory.attn_dropout_checkpoint;
   return shape;
@@ -451,10 +452,22 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.filled = true;
     return st.acts.back().get();
   }
+  // Pre-LN: the final LayerNorm over the last layer's output, the head's input.
+  const void* last = st.acts.back().get();
+  if (m.final_norm()) {
+    st.final_normed = rows_of(s.N, s.H);
+    st.final_mean = floats(s.N);
+    st.final_rstd = floats(s.N);
+    check_cuda(cuda::layernorm_forward(st.final_normed.get(), st.final_mean.as<float>(), st.final_rstd.as<float>(),
+                                       last, m.f32(m.final_gamma), m.f32(m.final_beta), cfg.layer_norm_eps, type, s.N,
+                                       s.H, m.stream),
+               "the final LayerNorm (pre-LN)");
+    last = st.final_normed.get();
+  }
   if (m.squad()) {
-    squad_forward(m, batch, st.acts.back().get(), s, grad_scale, st);
+    squad_forward(m, batch, last, s, grad_scale, st);
   } else {
-    head_forward(m, batch, st.acts.back().get(), s, grad_scale, st);
+    head_forward(m, batch, last, s, grad_scale, st);
     enqueue_readout(m, st);
   }
   st.filled = true; // only now: a head that threw leaves neither a stash nor a readout to read
@@ -543,10 +556,16 @@ device_array part::backward(const void* dy, part_stash& st) {
   const void* cur = dy;
   if (m.range.has_head()) {
     owned = rows_of(s.N, s.H);
+    const void* head_in = m.final_norm() ? st.final_normed.get() : st.acts.back().get();
     if (m.squad())
-      squad_backward(m, s, st.acts.back().get(), st, owned.get());
+      squad_backward(m, s, head_in, st, owned.get());
     else
       head_backward(m, s, st, owned.get());
+    if (m.final_norm()) // through the final LayerNorm, from its input (the last layer's output)
+      check_cuda(cuda::layernorm_backward(owned.get(), m.grad(m.final_gamma), m.grad(m.final_beta), owned.get(),
+                                          st.acts.back().get(), st.final_mean.as<float>(), st.final_rstd.as<float>(),
+                                          m.f32(m.final_gamma), m.type, s.N, s.H, m.stream),
+                 "the final LayerNorm backward (pre-LN)");
     cur = owned.get();
   } else if (!dy) {
     throw std::runtime_error(fmt::format("GPU BERT: range {} needs the next stage's gradient", m.range.to_string()));

@@ -1,4 +1,4 @@
-// A contiguous slice of post-LN BERT on one GPU, as a pipeline stage runs it: optional
+// A contiguous slice of BERT (post-LN or pre-LN) on one GPU, as a pipeline stage runs it: optional
 // embeddings, encoder layers [first, last) (cuda_layer.hpp), optional head: pre-training
 // (MLM + NSP) or SQuAD's span head (start/end logits, squad_head.hpp's twin). bert_part's twin: the same arithmetic, the same dropout streams and the same
 // tied-embedding rule (a range with the embeddings adds the lookup's gradient to the word
@@ -75,6 +75,8 @@ struct part_stash {
   device_array ids, types, key_mask;
   // acts[0]: the embeddings' output, or the previous stage's output; acts[k + 1]: layer k's.
   std::vector<device_array> acts;
+  // Pre-LN with the head: the final LayerNorm's output (the head's input) and statistics.
+  device_array final_normed, final_mean, final_rstd;
   device_array emb_sum, emb_mean, emb_rstd;
   std::vector<layer_stash> layers; // empty between forward and backward with checkpoint_activations
   // The head: the MLM rows picked as the CPU head picks them, their transform, and the
@@ -93,9 +95,9 @@ struct part_stash {
 
 class part {
 public:
-  // The device copy of `params` (a range of a post-LN config; values f32, f16 or bf16),
+  // The device copy of `params` (a range of a config; values f32, f16 or bf16),
   // working copies in `type`. Throws std::runtime_error with the reason for what the GPU
-  // path does not run (pre-LN, normalize_invertible). Raises the device pool's
+  // path does not run (normalize_invertible). Raises the device pool's
   // release threshold, so freed activations stay cached between steps.
   part(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
   ~part();

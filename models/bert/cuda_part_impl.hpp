@@ -45,6 +45,9 @@ struct part::impl {
   // With the head (decoder_word: the tied word embedding the decoder reads).
   std::size_t decoder_word = 0, pooler = 0, pooler_bias = 0, transform = 0, transform_bias = 0, transform_gamma = 0,
               transform_beta = 0, decoder_bias = 0, relationship = 0, relationship_bias = 0;
+  // Pre-LN with the head: the final LayerNorm (bert.encoder.final_layernorm) before it.
+  std::size_t final_gamma = 0, final_beta = 0;
+  bool final_norm() const { return range.has_head() && cfg.norm == layer_norm_placement::pre; }
   // With the SQuAD head: qa_outputs (2, H) and its bias (2).
   std::size_t qa = 0, qa_bias = 0;
   bool squad() const { return range.has_head() && cfg.head == head_kind::squad; }

@@ -153,8 +153,6 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) 
   m.stream = stream;
   if (const status valid = m.range.validate(m.cfg); !valid)
     throw std::runtime_error("GPU BERT: " + valid.err().to_string());
-  if (m.cfg.norm != layer_norm_placement::post)
-    throw std::runtime_error("GPU BERT: only post-LN (BERT's, HF's) runs on the GPU so far");
   if (m.cfg.memory.normalize_invertible)
     throw std::runtime_error("GPU BERT: the memory flag normalize_invertible does not run on the GPU yet "
                              "(gelu_checkpoint and attn_dropout_checkpoint do)");
@@ -214,6 +212,10 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) 
     li.output_gamma = index_of(params, p.output_norm.weight, "output LayerNorm");
     li.output_beta = index_of(params, p.output_norm.bias, "output LayerNorm");
     m.layers.push_back(li);
+  }
+  if (m.final_norm()) {
+    m.final_gamma = index_of(params, params.final_norm().weight, "final LayerNorm (pre-LN)");
+    m.final_beta = index_of(params, params.final_norm().bias, "final LayerNorm (pre-LN)");
   }
   if (m.squad()) {
     m.qa = linear_index(params, params.squad_head().qa_outputs, m.qa_bias, "SQuAD span head (qa_outputs)");

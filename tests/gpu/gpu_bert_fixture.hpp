@@ -65,11 +65,14 @@ inline double gradient_error(const bert::bert_parameters& got, const bert::bert_
   if (const auto key = scale_name.find("key.bias"); key != std::string::npos)
     scale_name.replace(key, 8, "query.bias");
   const bert::bert_config& cfg = ref.config();
-  if (cfg.head == bert::head_kind::squad && cfg.norm == bert::layer_norm_placement::post) {
+  if (cfg.head == bert::head_kind::squad) {
+    const std::string last_norm = cfg.norm == bert::layer_norm_placement::pre
+                                      ? "bert.encoder.final_layernorm."
+                                      : bert::layer_prefix(cfg.num_layers - 1) + "output.LayerNorm.";
     if (name == "qa_outputs.bias")
       scale_name = "qa_outputs.weight";
-    if (name == bert::layer_prefix(cfg.num_layers - 1) + "output.LayerNorm.bias")
-      scale_name = bert::layer_prefix(cfg.num_layers - 1) + "output.LayerNorm.weight";
+    if (name == last_norm + "bias")
+      scale_name = last_norm + "weight";
   }
   const auto* g = got.find(name);
   const auto* r = ref.find(name);

@@ -1,5 +1,5 @@
 // The GPU encoder layer (models/bert/cuda_layer.hpp) against the CPU layer
-// (encoder_layer_forward / encoder_layer_backward), post-LN, dropout on in attention and on
+// (encoder_layer_forward / encoder_layer_backward), post-LN and pre-LN, dropout on in attention and on
 // both exits with the same streams: the output, the input gradient and every parameter
 // gradient, in f32 storage (close to the CPU's f32) and in bf16 (within bf16's error).
 #include "gpu_test_util.hpp"
@@ -52,10 +52,9 @@ struct uploads {
   }
 };
 
-} // namespace
-
-TEST_CASE("cuda encoder layer equals the CPU layer forward and backward, dropout on") {
-  const bert::bert_config cfg = gpu_bert_config();
+void layer_against_cpu(bert::layer_norm_placement placement) {
+  bert::bert_config cfg = gpu_bert_config();
+  cfg.norm = placement;
   bert::bert_parameters params(cfg, bert::bert_range::whole(cfg));
   randomize_parameters(params, 5);
   const bert::layer_params& lp = params.layer(layer);
@@ -144,6 +143,7 @@ TEST_CASE("cuda encoder layer equals the CPU layer forward and backward, dropout
     shape.hidden_dropout = cfg.hidden_dropout;
     shape.attention_dropout = cfg.attention_dropout;
     shape.type = type;
+    shape.pre_norm = placement == bert::layer_norm_placement::pre;
     const auto id = static_cast<std::uint32_t>(layer);
     const bert::gpu::layer_streams streams{ctx.stream(id, bert::site::attention_probs),
                                            ctx.stream(id, bert::site::attention_output),
@@ -193,6 +193,16 @@ TEST_CASE("cuda encoder layer equals the CPU layer forward and backward, dropout
       compare(name, pair.first, cuda::elem::f32, *pair.second,
               pair.second == &lp.key.dbias ? &lp.query.dbias : nullptr);
   }
+}
+
+} // namespace
+
+TEST_CASE("cuda encoder layer equals the CPU layer forward and backward, dropout on (post-LN)") {
+  layer_against_cpu(bert::layer_norm_placement::post);
+}
+
+TEST_CASE("cuda encoder layer equals the CPU layer forward and backward, dropout on (pre-LN)") {
+  layer_against_cpu(bert::layer_norm_placement::pre);
 }
 
 TEST_CASE("cuda encoder layer refuses heads that do not divide the hidden size") {

@@ -3,7 +3,8 @@
 // chained on the device, against the same three ranges of the CPU model (bert_part) on the
 // same batch, dropout on with the same streams: the losses and every gradient of every
 // range (the tied word embedding's two copies each against its CPU range), in f32, bf16
-// and f16 storage (f16 with a loss scale of 1024 on both sides, as fp16 training runs it).
+// and f16 storage (f16 with a loss scale of 1024 on both sides, as fp16 training runs it);
+// post-LN and pre-LN (whose last range has the final LayerNorm).
 #include "gpu_test_util.hpp"
 
 #include "kernels/cpu/convert.hpp"
@@ -30,10 +31,9 @@ bert::gpu::device_array copy_of(const void* src, std::size_t bytes, cudaStream_t
   return d;
 }
 
-} // namespace
-
-TEST_CASE("cuda part: three pipeline ranges equal the CPU ranges, losses and every gradient") {
-  const bert::bert_config cfg = gpu_bert_config(3);
+void ranges_against_cpu(bert::layer_norm_placement placement) {
+  bert::bert_config cfg = gpu_bert_config(3);
+  cfg.norm = placement; // pre-LN: the last range adds the final LayerNorm before the head
   const bert::bert_batch batch = small_batch(cfg);
   bert::forward_context ctx;
   ctx.seed = 9;
@@ -108,6 +108,16 @@ TEST_CASE("cuda part: three pipeline ranges equal the CPU ranges, losses and eve
   }
 }
 
+} // namespace
+
+TEST_CASE("cuda part: three pipeline ranges equal the CPU ranges, losses and every gradient (post-LN)") {
+  ranges_against_cpu(bert::layer_norm_placement::post);
+}
+
+TEST_CASE("cuda part: three pipeline ranges equal the CPU ranges, losses and every gradient (pre-LN)") {
+  ranges_against_cpu(bert::layer_norm_placement::pre);
+}
+
 TEST_CASE("cuda part: values loaded from half tensors and the refusals") {
   const bert::bert_config cfg = gpu_bert_config(3);
   bert::bert_parameters params(cfg, bert::bert_range::layers(1, 2));
@@ -131,10 +141,11 @@ TEST_CASE("cuda part: values loaded from half tensors and the refusals") {
   bert::gpu::part_stash stash;
   CHECK_THROWS_WITH(gpu.forward(bert::gpu::device_array(), small_batch(cfg), bert::forward_context{}, 1.0f, stash),
                     doctest::Contains("previous stage"));
-  bert::bert_config pre = cfg;
-  pre.norm = bert::layer_norm_placement::pre;
-  bert::bert_parameters pre_params(pre, bert::bert_range::layers(2, 3).with_head());
-  CHECK_THROWS_WITH(bert::gpu::part(pre_params, cuda::elem::bf16, stream.get()), doctest::Contains("post-LN"));
+  bert::bert_config invertible = cfg;
+  invertible.memory.normalize_invertible = true;
+  bert::bert_parameters invertible_params(invertible, bert::bert_range::layers(2, 3).with_head());
+  CHECK_THROWS_WITH(bert::gpu::part(invertible_params, cuda::elem::bf16, stream.get()),
+                    doctest::Contains("normalize_invertible"));
 }
 
 } // namespace dsa::test

@@ -13,6 +13,7 @@
 #include "kernels/cuda/finite.hpp"
 #include "kernels/cuda/heads.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/residual.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
 
 #include "tests/gpu/gpu_test_util.hpp"
@@ -449,6 +450,50 @@ TEST_CASE("cuda residual layernorm forward matches the CPU twin, mask included")
     DSA_CHECK_CLOSE(rstd.data(), rstd_twin.data(), s.rows, test::gpu_f32_reduction);
     DSA_CHECK_CLOSE(y.data(), y_twin.data(), n,
                     test::storage_tolerance(type, test::gpu_f32_reduction));
+  });
+}
+
+TEST_CASE("cuda bias_dropout_residual (pre-LN's exit) and add_into equal the CPU twin bit for bit") {
+  const test::test_stream stream;
+  philox_stream rng;
+  rng.seed = 77;
+  rng.step = 3;
+  rng.layer = 2;
+  for_each_case([&](cuda::elem type, shape s) {
+    const std::int64_t n = s.rows * s.c;
+    const auto nn = static_cast<std::size_t>(n);
+    for (const float p : {0.0f, 0.1f}) {
+      CAPTURE(p);
+      const auto x = test::round_to(random_vector(n, -2.0f, 2.0f, 81), type);
+      const auto residual = test::round_to(random_vector(n, -1.0f, 1.0f, 82), type);
+      const auto bias = random_vector(s.c, -0.5f, 0.5f, 83);
+      std::vector<float> y_twin(nn), sum_twin(nn);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        const bool keep = common::dropout_keep_element(rng, static_cast<std::uint64_t>(i), p);
+        y_twin[k] = common::residual_sum_element(x[k], bias[static_cast<std::size_t>(i % s.c)], residual[k], keep,
+                                                 1.0f / (1.0f - p));
+      }
+      y_twin = test::round_to(y_twin, type);
+      for (std::size_t k = 0; k < nn; ++k)
+        sum_twin[k] = y_twin[k] + x[k];
+      sum_twin = test::round_to(sum_twin, type);
+      device_buffer d_x(bytes_of(n, type)), d_res(bytes_of(n, type)), d_bias(bias.size() * 4);
+      test::upload(d_x, test::encode(x, type));
+      test::upload(d_res, test::encode(residual, type));
+      test::upload(d_bias, bias);
+      // y written over the residual, as the header allows.
+      DSA_REQUIRE_CUDA(cuda::bias_dropout_residual(d_res.as<void>(), d_x.as<void>(), d_bias.as<float>(),
+                                                   d_res.as<void>(), p, rng, type, s.rows, s.c, stream.get()));
+      stream.sync();
+      const auto y = test::download(d_res, nn, type);
+      CHECK(std::memcmp(y.data(), y_twin.data(), nn * 4) == 0);
+      // y += x, the f32 sum rounded once.
+      DSA_REQUIRE_CUDA(cuda::add_into(d_res.as<void>(), d_x.as<void>(), type, n, stream.get()));
+      stream.sync();
+      const auto sum = test::download(d_res, nn, type);
+      CHECK(std::memcmp(sum.data(), sum_twin.data(), nn * 4) == 0);
+    }
   });
 }
 
