@@ -81,7 +81,11 @@ def main():
                     bad.append(f"{key.split('/')[-1]} {g[key]} vs {r[key]}")
                 continue
             allowed = abs_tol + rel_tol * abs(r[key])
-            share = abs(g[key] - r[key]) / allowed if math.isfinite(g[key]) else math.inf
+            diff = abs(g[key] - r[key]) if math.isfinite(g[key]) else math.inf
+            if allowed == 0.0:  # an exact tolerance: equal, or out
+                share = 0.0 if g[key] == r[key] else math.inf
+            else:
+                share = diff / allowed
             shares.append(share)
             if not share <= 1.0:
                 bad.append(f"{key.split('/')[-1]} {g[key]:.6g} vs {r[key]:.6g}")

@@ -112,6 +112,7 @@ struct gemm_engine::impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  bool deterministic = false; // no split-K reduction schemes
 
   struct plan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -229,6 +230,11 @@ struct gemm_engine::impl {
     if (st == CUBLAS_STATUS_SUCCESS)
       st = api->pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                          sizeof align_c);
+    if (st == CUBLAS_STATUS_SUCCESS && deterministic) {
+      // Only algorithms that reduce over k in one pass (CUBLASLT_REDUCTION_SCHEME_NONE).
+      const std::uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE;
+      st = api->pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -251,7 +257,7 @@ struct gemm_engine::impl {
 gemm_engine::gemm_engine(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 gemm_engine::~gemm_engine() = default;
 
-expected<std::unique_ptr<gemm_engine>> gemm_engine::open(std::size_t workspace_bytes) {
+expected<std::unique_ptr<gemm_engine>> gemm_engine::open(std::size_t workspace_bytes, bool deterministic) {
   auto api = load_api();
   if (!api)
     return api.err();
@@ -268,6 +274,7 @@ expected<std::unique_ptr<gemm_engine>> gemm_engine::open(std::size_t workspace_b
                         workspace_bytes, cudaGetErrorString(e));
   }
   state->workspace_bytes = workspace_bytes;
+  state->deterministic = deterministic;
   return std::unique_ptr<gemm_engine>(new gemm_engine(std::move(state)));
 }
 

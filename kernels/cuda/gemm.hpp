@@ -46,7 +46,11 @@ struct gemm_call {
 class gemm_engine {
 public:
   // On the current device, with `workspace_bytes` of device memory for cuBLASLt.
-  static expected<std::unique_ptr<gemm_engine>> open(std::size_t workspace_bytes = 32u << 20);
+  // deterministic: plans take no split-K algorithm (cuBLASLt's reduction schemes masked
+  // out), so a product's summation order is the same whatever the heuristic would pick.
+  // cuBLASLt's results are otherwise bit-reproducible on one GPU model and library version.
+  static expected<std::unique_ptr<gemm_engine>> open(std::size_t workspace_bytes = 32u << 20,
+                                                     bool deterministic = false);
   ~gemm_engine();
   gemm_engine(const gemm_engine&) = delete;
   gemm_engine& operator=(const gemm_engine&) = delete;

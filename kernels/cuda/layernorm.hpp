@@ -18,8 +18,9 @@ cudaError_t layernorm_forward(void* y, float* mean, float* rstd, const void* x, 
                               std::int64_t c, cudaStream_t stream);
 
 // From the saved input: dx (overwrite), dgamma += , dbeta += (f32 atomics, so the
-// summation order over rows varies run to run). dy, x, dx: (rows, c) of `type`;
-// mean, rstd: (rows) f32; gamma, dgamma, dbeta: (c) f32. dx may alias dy.
+// summation order over rows varies run to run; either may be null: not wanted, as the
+// deterministic mode's ordered sums, ordered_sums.hpp, take their place). dy, x, dx:
+// (rows, c) of `type`; mean, rstd: (rows) f32; gamma, dgamma, dbeta: (c) f32. dx may alias dy.
 cudaError_t layernorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* x,
                                const float* mean, const float* rstd, const float* gamma, elem type,
                                std::int64_t rows, std::int64_t c, cudaStream_t stream);

@@ -43,14 +43,17 @@ struct layernorm_column_sums {
   }
 };
 
-// The same terms straight to dgamma and dbeta, an atomic per element (neither null).
+// The same terms straight to dgamma and dbeta, an atomic per element (either may be null:
+// not wanted, as in the deterministic mode, which sums them apart).
 struct layernorm_atomic_sums {
   float* dgamma = nullptr;
   float* dbeta = nullptr;
 
   __device__ __forceinline__ void add(long long j, float dy, float xhat) const {
-    atomicAdd(dgamma + j, dy * xhat);
-    atomicAdd(dbeta + j, dy);
+    if (dgamma)
+      atomicAdd(dgamma + j, dy * xhat);
+    if (dbeta)
+      atomicAdd(dbeta + j, dy);
   }
 };
 

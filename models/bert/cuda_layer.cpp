@@ -9,6 +9,7 @@
 #include "kernels/cuda/dropout.hpp"
 #include "kernels/cuda/heads.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/ordered_sums.hpp"
 #include "kernels/cuda/residual.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
 #include "kernels/cuda/softmax.hpp"
@@ -122,7 +123,36 @@ void check_shape(const layer_shape& s) {
         s.batch, s.seq, s.hidden, s.heads, s.intermediate));
 }
 
+// The fused exit's backward (residual_layernorm_backward), its parameter gradients through
+// the kernel's atomics, or in deterministic mode summed in order from dy and the branch's
+// gradient afterwards (dy is not overwritten: dresidual never aliases it here).
+void exit_backward(const layer_shape& s, void* dresidual, void* dbranch, float* dgamma, float* dbeta, float* dbias,
+                   const void* dy, const device_array& sum, const device_array& mean, const device_array& rstd,
+                   const float* gamma, const philox_stream& rng, cudaStream_t stream, const char* what) {
+  const bool det = s.deterministic;
+  check(cuda::residual_layernorm_backward(dresidual, dbranch, det ? nullptr : dgamma, det ? nullptr : dbeta,
+                                          det ? nullptr : dbias, dy, sum.get(), mean.as<float>(), rstd.as<float>(),
+                                          gamma, s.hidden_dropout, rng, s.type, s.rows(), s.hidden, stream),
+        what);
+  if (!det)
+    return;
+  check(cuda::layernorm_param_backward(dgamma, dbeta, dy, sum.get(), mean.as<float>(), rstd.as<float>(), s.type,
+                                       s.rows(), s.hidden, stream),
+        what);
+  check(cuda::bias_backward(dbias, dbranch, s.type, s.rows(), s.hidden, stream), what);
+}
+
 } // namespace
+
+void norm_backward(bool deterministic, void* dx, float* dgamma, float* dbeta, const void* dy, const void* x,
+                   const float* mean, const float* rstd, const float* gamma, cuda::elem type, std::int64_t rows,
+                   std::int64_t c, cudaStream_t stream, const char* what) {
+  if (deterministic)
+    check(cuda::layernorm_param_backward(dgamma, dbeta, dy, x, mean, rstd, type, rows, c, stream), what);
+  check(cuda::layernorm_backward(dx, deterministic ? nullptr : dgamma, deterministic ? nullptr : dbeta, dy, x, mean,
+                                 rstd, gamma, type, rows, c, stream),
+        what);
+}
 
 device_array::device_array(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
   const cudaError_t e = cudaMallocAsync(&ptr_, bytes == 0 ? 1 : bytes, stream);
@@ -310,12 +340,9 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
     check(cuda::bias_backward(g.output_bias, dbranch.get(), s.type, N, H, stream),
           "the second projection's bias gradient");
   } else {
-    check(cuda::residual_layernorm_backward(dh.get(), dbranch.get(), g.output_norm_gamma,
-                                            g.output_norm_beta, g.output_bias, dy, st.sum_o.get(),
-                                            st.mean_o.as<float>(), st.rstd_o.as<float>(),
-                                            w.output_norm_gamma, s.hidden_dropout, streams.ffn_output,
-                                            s.type, N, H, stream),
-          "the feed-forward exit's backward");
+    exit_backward(s, dh.get(), dbranch.get(), g.output_norm_gamma, g.output_norm_beta, g.output_bias, dy, st.sum_o,
+                  st.mean_o, st.rstd_o, w.output_norm_gamma, streams.ffn_output, stream,
+                  "the feed-forward exit's backward");
   }
   // Pre-LN: the feed-forward input's gradient, then LN_o's backward, then added to dh.
   device_array dffn_in;
@@ -350,10 +377,9 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
     // LN_o's backward from its input sum_o, added to dh: the residual stream's gradient. The
     // attention exit h = x + dropout(branch + bo): dx starts as dh, the branch's gradient is
     // dh through the dropout mask.
-    check(cuda::layernorm_backward(dffn_in.get(), g.output_norm_gamma, g.output_norm_beta, dffn_in.get(),
-                                   st.sum_o.get(), st.mean_o.as<float>(), st.rstd_o.as<float>(), w.output_norm_gamma,
-                                   s.type, N, H, stream),
-          "the output LayerNorm backward (pre-LN)");
+    norm_backward(s.deterministic, dffn_in.get(), g.output_norm_gamma, g.output_norm_beta, dffn_in.get(),
+                  st.sum_o.get(), st.mean_o.as<float>(), st.rstd_o.as<float>(), w.output_norm_gamma, s.type, N, H,
+                  stream, "the output LayerNorm backward (pre-LN)");
     check(cuda::add_into(dh.get(), dffn_in.get(), s.type, N * H, stream), "dh += the LayerNorm's gradient");
     dffn_in = device_array();
     check(cudaMemcpyAsync(dx, dh.get(), hidden_bytes, cudaMemcpyDeviceToDevice, stream), "copying dh (pre-LN)");
@@ -364,13 +390,9 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
           "the attention output's bias gradient");
   } else {
     // The attention exit: dx starts as the residual's gradient.
-    check(cuda::residual_layernorm_backward(dx, dbranch.get(), g.attention_norm_gamma,
-                                            g.attention_norm_beta, g.attention_out_bias, dh.get(),
-                                            st.sum_a.get(), st.mean_a.as<float>(),
-                                            st.rstd_a.as<float>(), w.attention_norm_gamma,
-                                            s.hidden_dropout, streams.attention_output, s.type, N, H,
-                                            stream),
-          "the attention exit's backward");
+    exit_backward(s, dx, dbranch.get(), g.attention_norm_gamma, g.attention_norm_beta, g.attention_out_bias,
+                  dh.get(), st.sum_a, st.mean_a, st.rstd_a, w.attention_norm_gamma, streams.attention_output, stream,
+                  "the attention exit's backward");
   }
   device_array dcontext(bytes(s, N * H), stream);
   linear_wgrad(e, s, g.attention_out, dbranch.get(), st.context.get(), H, H, stream,
@@ -435,10 +457,9 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
                  "a projection's input gradient");
   }
   if (pre) {
-    check(cuda::layernorm_backward(da.get(), g.attention_norm_gamma, g.attention_norm_beta, da.get(), st.x,
-                                   st.mean_a.as<float>(), st.rstd_a.as<float>(), w.attention_norm_gamma, s.type, N, H,
-                                   stream),
-          "the attention LayerNorm backward (pre-LN)");
+    norm_backward(s.deterministic, da.get(), g.attention_norm_gamma, g.attention_norm_beta, da.get(), st.x,
+                  st.mean_a.as<float>(), st.rstd_a.as<float>(), w.attention_norm_gamma, s.type, N, H, stream,
+                  "the attention LayerNorm backward (pre-LN)");
     check(cuda::add_into(dx, da.get(), s.type, N * H, stream), "dx += the LayerNorm's gradient");
   }
 }

@@ -77,6 +77,9 @@ struct layer_shape {
   // bits; half storage: the forward rounded probs * mask / (1 - p) from f32 probabilities,
   // the recompute rounds it from the stored ones (at most an ulp of the storage type apart).
   bool attn_dropout_checkpoint = false;
+  // devices.deterministic: the LayerNorm and bias gradients by ordered sums (ordered_sums.hpp)
+  // instead of the fused kernels' float atomics.
+  bool deterministic = false;
   std::int64_t rows() const { return batch * seq; }
   std::int64_t head_size() const { return hidden / heads; }
 };
@@ -101,6 +104,13 @@ struct layer_stash {
   device_array sum_a, mean_a, rstd_a, h;
   device_array ff1, gelu, sum_o, mean_o, rstd_o;
 };
+
+// LayerNorm backward from its input x: dx overwritten (it may alias dy), dgamma += and
+// dbeta += through the kernel's atomics, or with `deterministic` by ordered sums (taken
+// before dx overwrites dy). Throws std::runtime_error naming `what`.
+void norm_backward(bool deterministic, void* dx, float* dgamma, float* dbeta, const void* dy, const void* x,
+                   const float* mean, const float* rstd, const float* gamma, cuda::elem type, std::int64_t rows,
+                   std::int64_t c, cudaStream_t stream, const char* what);
 
 // x, y: (batch * seq, hidden) of the storage type; key_mask: (batch, seq) f32 on the
 // device, 1 = attend, or null. Throws std::runtime_error naming the step that failed.

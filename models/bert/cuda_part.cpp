@@ -15,11 +15,14 @@
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/layernorm.hpp"
 #include "kernels/cuda/loss.hpp"
+#include "kernels/cuda/dropout.hpp"
+#include "kernels/cuda/ordered_sums.hpp"
 #include "models/bert/bert_part.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 namespace dsa::bert::gpu {
@@ -66,7 +69,8 @@ struct shapes {
   std::int64_t B, T, H, V, N;
 };
 
-layer_shape shape_of(const bert_config& cfg, const shapes& s, const forward_context& ctx, cuda::elem type) {
+layer_shape shape_of(const bert_config& cfg, const shapes& s, const forward_context& ctx, cuda::elem type,
+                     bool deterministic) {
   layer_shape shape;
   shape.batch = s.B;
   shape.seq = s.T;
@@ -80,6 +84,7 @@ layer_shape shape_of(const bert_config& cfg, const shapes& s, const forward_cont
   shape.pre_norm = cfg.norm == layer_norm_placement::pre;
   shape.gelu_checkpoint = cfg.memory.gelu_checkpoint;
   shape.attn_dropout_checkpoint = cfg.memory.attn_dropout_checkpoint;
+  shape.deterministic = deterministic;
   return shape;
 }
 
@@ -87,6 +92,62 @@ layer_streams streams_of(const forward_context& ctx, std::int64_t layer) {
   const auto id = static_cast<std::uint32_t>(layer);
   return layer_streams{ctx.stream(id, site::attention_probs), ctx.stream(id, site::attention_output),
                        ctx.stream(id, site::ffn_output)};
+}
+
+// Rows grouped by key for ordered_row_scatter_add: keys ascending, each key's rows in row
+// order; rows whose key is `skip` (the pad id; -1: none) left out.
+part_stash::row_groups group_rows(const std::vector<std::int32_t>& key_of_row, std::int32_t skip, cudaStream_t stream) {
+  std::vector<std::int32_t> order;
+  for (std::size_t r = 0; r < key_of_row.size(); ++r)
+    if (key_of_row[r] != skip || skip < 0)
+      order.push_back(static_cast<std::int32_t>(r));
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return key_of_row[static_cast<std::size_t>(a)] < key_of_row[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::int32_t> keys, offsets{0};
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::int32_t k = key_of_row[static_cast<std::size_t>(order[i])];
+    if (keys.empty() || keys.back() != k) {
+      if (!keys.empty())
+        offsets.push_back(static_cast<std::int32_t>(i));
+      keys.push_back(k);
+    }
+  }
+  offsets.push_back(static_cast<std::int32_t>(order.size()));
+  if (keys.empty())
+    offsets = {0};
+  part_stash::row_groups g;
+  g.count = static_cast<std::int64_t>(keys.size());
+  g.keys = upload(keys, stream);
+  g.offsets = upload(offsets, stream);
+  g.order = upload(order, stream);
+  return g;
+}
+
+// The embeddings' backward in a fixed order (deterministic mode): in f32, d = the dropout
+// backward of dy, dgamma and dbeta by ordered column sums, de = the LayerNorm input
+// gradient, then each table's rows by ordered sums over the rows that read them.
+// embedding_backward's arithmetic, without its atomics.
+void embeddings_backward_ordered(const part::impl& m, const shapes& s, float rate, const void* dy, part_stash& st) {
+  const std::int64_t n = s.N * s.H;
+  device_array d(static_cast<std::size_t>(n) * 4, m.stream), x(static_cast<std::size_t>(n) * 4, m.stream);
+  check_cuda(cuda::convert(d.get(), cuda::elem::f32, dy, m.type, n, m.stream), "widening the embeddings' gradient");
+  check_cuda(cuda::convert(x.get(), cuda::elem::f32, st.emb_sum.get(), m.type, n, m.stream),
+             "widening the embeddings' sum");
+  check_cuda(cuda::dropout_backward(d.get(), d.get(), rate, st.ctx.stream(0, site::embeddings), cuda::elem::f32, n,
+                                    m.stream),
+             "the embeddings' dropout backward");
+  norm_backward(true, d.get(), m.grad(m.embedding_gamma), m.grad(m.embedding_beta), d.get(), x.get(),
+                st.emb_mean.as<float>(), st.emb_rstd.as<float>(), m.f32(m.embedding_gamma), cuda::elem::f32, s.N, s.H,
+                m.stream, "the embeddings' LayerNorm backward");
+  for (const auto& [table, rows, what] :
+       {std::tuple{m.grad(m.word), &st.word_rows, "the word embedding's gradient"},
+        std::tuple{m.grad(m.position), &st.position_rows, "the position embedding's gradient"},
+        std::tuple{m.grad(m.token_type), &st.type_rows, "the token type embedding's gradient"}})
+    check_cuda(cuda::ordered_row_scatter_add(table, d.get(), rows->keys.as<std::int32_t>(),
+                                             rows->offsets.as<std::int32_t>(), rows->order.as<std::int32_t>(),
+                                             cuda::elem::f32, rows->count, s.H, m.stream),
+               what);
 }
 
 // The head's forward on the range's last hidden states; fills the stash's head arrays.
@@ -229,10 +290,9 @@ void head_backward(const part::impl& m, const shapes& s, part_stash& st, void* d
        "the decoder's weight gradient");
     device_array d = rows_of(M, H), dt = rows_of(M, H), dmasked = rows_of(M, H);
     mm(d.get(), false, dl, m.value(m.decoder_word), M, H, V, false, false, 0.0f, "the decoder's input gradient");
-    check_cuda(cuda::layernorm_backward(d.get(), m.grad(m.transform_gamma), m.grad(m.transform_beta), d.get(),
-                                        st.gelu.get(), st.norm_mean.as<float>(), st.norm_rstd.as<float>(),
-                                        m.f32(m.transform_gamma), type, M, H, m.stream),
-               "the MLM LayerNorm backward");
+    norm_backward(m.deterministic, d.get(), m.grad(m.transform_gamma), m.grad(m.transform_beta), d.get(),
+                  st.gelu.get(), st.norm_mean.as<float>(), st.norm_rstd.as<float>(), m.f32(m.transform_gamma), type, M,
+                  H, m.stream, "the MLM LayerNorm backward");
     check_cuda(cuda::bias_gelu_backward(dt.get(), d.get(), st.transform.get(), m.f32(m.transform_bias), type, M, H,
                                         m.stream),
                "the MLM GELU backward");
@@ -416,9 +476,21 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.key_mask = upload(values<float>(mask), m.stream);
 
   if (m.range.has_embeddings()) {
-    st.ids = upload(values<std::int32_t>(batch.input_ids), m.stream);
-    if (batch.token_type_ids.defined())
-      st.types = upload(values<std::int32_t>(batch.token_type_ids), m.stream);
+    const std::vector<std::int32_t> ids = values<std::int32_t>(batch.input_ids);
+    st.ids = upload(ids, m.stream);
+    std::vector<std::int32_t> types(ids.size(), 0);
+    if (batch.token_type_ids.defined()) {
+      types = values<std::int32_t>(batch.token_type_ids);
+      st.types = upload(types, m.stream);
+    }
+    if (m.deterministic) { // the tables' rows, grouped for the ordered sums of the backward
+      std::vector<std::int32_t> positions(ids.size());
+      for (std::size_t r = 0; r < ids.size(); ++r)
+        positions[r] = static_cast<std::int32_t>(static_cast<std::int64_t>(r) % s.T);
+      st.word_rows = group_rows(ids, static_cast<std::int32_t>(cfg.pad_token_id), m.stream);
+      st.position_rows = group_rows(positions, -1, m.stream);
+      st.type_rows = group_rows(types, -1, m.stream);
+    }
     st.acts.push_back(rows_of(s.N, s.H));
     st.emb_sum = rows_of(s.N, s.H);
     st.emb_mean = floats(s.N);
@@ -437,7 +509,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.acts.push_back(std::move(hidden_in));
   }
 
-  const layer_shape shape = shape_of(cfg, s, ctx, type);
+  const layer_shape shape = shape_of(cfg, s, ctx, type, m.deterministic);
   st.layers.resize(m.layers.size());
   for (std::size_t k = 0; k < m.layers.size(); ++k) {
     st.acts.push_back(rows_of(s.N, s.H));
@@ -562,15 +634,14 @@ device_array part::backward(const void* dy, part_stash& st) {
     else
       head_backward(m, s, st, owned.get());
     if (m.final_norm()) // through the final LayerNorm, from its input (the last layer's output)
-      check_cuda(cuda::layernorm_backward(owned.get(), m.grad(m.final_gamma), m.grad(m.final_beta), owned.get(),
-                                          st.acts.back().get(), st.final_mean.as<float>(), st.final_rstd.as<float>(),
-                                          m.f32(m.final_gamma), m.type, s.N, s.H, m.stream),
-                 "the final LayerNorm backward (pre-LN)");
+      norm_backward(m.deterministic, owned.get(), m.grad(m.final_gamma), m.grad(m.final_beta), owned.get(),
+                    st.acts.back().get(), st.final_mean.as<float>(), st.final_rstd.as<float>(), m.f32(m.final_gamma),
+                    m.type, s.N, s.H, m.stream, "the final LayerNorm backward (pre-LN)");
     cur = owned.get();
   } else if (!dy) {
     throw std::runtime_error(fmt::format("GPU BERT: range {} needs the next stage's gradient", m.range.to_string()));
   }
-  const layer_shape shape = shape_of(cfg, s, st.ctx, m.type);
+  const layer_shape shape = shape_of(cfg, s, st.ctx, m.type, m.deterministic);
   for (std::size_t k = m.layers.size(); k-- > 0;) {
     if (cfg.checkpoint_activations) { // the layer's stash again, from its kept input
       device_array again = rows_of(s.N, s.H);
@@ -586,7 +657,10 @@ device_array part::backward(const void* dy, part_stash& st) {
     owned = std::move(dprev);
     cur = owned.get();
   }
-  if (m.range.has_embeddings()) {
+  if (m.range.has_embeddings() && m.deterministic) {
+    embeddings_backward_ordered(m, s, shape.hidden_dropout, cur, st);
+    owned = device_array();
+  } else if (m.range.has_embeddings()) {
     check_cuda(cuda::embedding_backward(m.grad(m.word), m.grad(m.position), m.grad(m.token_type),
                                         m.grad(m.embedding_gamma), m.grad(m.embedding_beta), cur,
                                         st.emb_sum.get(), st.emb_mean.as<float>(), st.emb_rstd.as<float>(),

@@ -73,6 +73,13 @@ struct part_stash {
   std::int64_t batch = 0, seq = 0;
   forward_context ctx; // the dropout streams' seed, step and micro-batch, for the backward
   device_array ids, types, key_mask;
+  // Deterministic mode with the embeddings: the rows of each word id (pad id left out), of
+  // each position and of each token type, in row order (ordered_row_scatter_add's keys,
+  // offsets and order), for the tables' gradients.
+  struct row_groups {
+    device_array keys, offsets, order;
+    std::int64_t count = 0;
+  } word_rows, position_rows, type_rows;
   // acts[0]: the embeddings' output, or the previous stage's output; acts[k + 1]: layer k's.
   std::vector<device_array> acts;
   // Pre-LN with the head: the final LayerNorm's output (the head's input) and statistics.
@@ -97,9 +104,11 @@ class part {
 public:
   // The device copy of `params` (a range of a config; values f32, f16 or bf16),
   // working copies in `type`. Throws std::runtime_error with the reason for what the GPU
-  // path does not run (normalize_invertible). Raises the device pool's
-  // release threshold, so freed activations stay cached between steps.
-  part(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
+  // path does not run (normalize_invertible). Raises the device pool's release threshold,
+  // so freed activations stay cached between steps. deterministic (devices.deterministic):
+  // every gradient summed in a fixed order (ordered sums instead of float atomics, no
+  // split-K products), so two runs give the same bits.
+  part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic = false);
   ~part();
   part(const part&) = delete;
   part& operator=(const part&) = delete;

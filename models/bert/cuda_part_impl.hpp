@@ -37,6 +37,7 @@ struct part::impl {
   bert_range range;
   cuda::elem type = cuda::elem::bf16;
   cudaStream_t stream = nullptr;
+  bool deterministic = false;
   std::unique_ptr<cuda::gemm_engine> engine;
   std::vector<device_param> params; // bert_parameters' order
   // With the embeddings: word, position, token_type, embedding_gamma, embedding_beta.

@@ -145,8 +145,10 @@ layer_grads part::impl::grads(const layer_index& l) const {
   return g;
 }
 
-part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) : impl_(std::make_unique<impl>()) {
+part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic)
+    : impl_(std::make_unique<impl>()) {
   impl& m = *impl_;
+  m.deterministic = deterministic;
   m.cfg = params.config();
   m.range = params.range();
   m.type = type;
@@ -156,7 +158,7 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream) 
   if (m.cfg.memory.normalize_invertible)
     throw std::runtime_error("GPU BERT: the memory flag normalize_invertible does not run on the GPU yet "
                              "(gelu_checkpoint and attn_dropout_checkpoint do)");
-  auto engine = cuda::gemm_engine::open();
+  auto engine = cuda::gemm_engine::open(32u << 20, deterministic);
   if (!engine)
     throw std::runtime_error("GPU BERT: " + engine.err().to_string());
   // Keep freed blocks in the device's pool across the step's wait: with the default

@@ -13,6 +13,7 @@
 #include "kernels/cuda/finite.hpp"
 #include "kernels/cuda/heads.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/ordered_sums.hpp"
 #include "kernels/cuda/residual.hpp"
 #include "kernels/cuda/residual_layernorm.hpp"
 
@@ -152,6 +153,92 @@ TEST_CASE("cuda layernorm forward and backward match the CPU twin") {
     DSA_CHECK_CLOSE(dg.data(), dg_twin.data(), s.c, test::gpu_f32_reduction);
     DSA_CHECK_CLOSE(db.data(), db_twin.data(), s.c, test::gpu_f32_reduction);
   });
+}
+
+TEST_CASE("cuda layernorm_param_backward (deterministic mode) matches the CPU twin, the same bits every run") {
+  const test::test_stream stream;
+  // Tall shapes too, so the rows go in several chunks.
+  for (const shape s : {shape{3, 7}, shape{17, 769}, shape{300, 33}, shape{5000, 64}}) {
+    for (auto type : all_types) {
+      INFO(std::string(test::elem_name(type)) << " rows=" << s.rows << " c=" << s.c);
+      const std::int64_t n = s.rows * s.c;
+      const auto rows = static_cast<std::size_t>(s.rows);
+      const auto x = test::round_to(random_vector(n, -2.0f, 3.0f, 21), type);
+      const auto dy = test::round_to(random_vector(n, -1.0f, 1.0f, 22), type);
+      const auto mean = random_vector(s.rows, -0.5f, 0.5f, 23), rstd = random_vector(s.rows, 0.5f, 2.0f, 24);
+      std::vector<double> dg_twin(static_cast<std::size_t>(s.c), 0.0), db_twin(dg_twin.size(), 0.0);
+      for (std::int64_t r = 0; r < s.rows; ++r)
+        for (std::int64_t j = 0; j < s.c; ++j) {
+          const auto i = static_cast<std::size_t>(r * s.c + j);
+          const float xhat = (x[i] - mean[static_cast<std::size_t>(r)]) * rstd[static_cast<std::size_t>(r)];
+          dg_twin[static_cast<std::size_t>(j)] += static_cast<double>(dy[i]) * xhat;
+          db_twin[static_cast<std::size_t>(j)] += dy[i];
+        }
+      device_buffer d_x(bytes_of(n, type)), d_dy(bytes_of(n, type)), d_mean(rows * 4), d_rstd(rows * 4);
+      device_buffer d_dg(static_cast<std::size_t>(s.c) * 4), d_db(static_cast<std::size_t>(s.c) * 4);
+      test::upload(d_x, test::encode(x, type));
+      test::upload(d_dy, test::encode(dy, type));
+      test::upload(d_mean, mean);
+      test::upload(d_rstd, rstd);
+      std::vector<float> first_g, first_b;
+      for (int run = 0; run < 2; ++run) {
+        DSA_REQUIRE_CUDA(cudaMemset(d_dg.as<void>(), 0, d_dg.bytes()));
+        DSA_REQUIRE_CUDA(cudaMemset(d_db.as<void>(), 0, d_db.bytes()));
+        DSA_REQUIRE_CUDA(cuda::layernorm_param_backward(d_dg.as<float>(), d_db.as<float>(), d_dy.as<void>(),
+                                                        d_x.as<void>(), d_mean.as<float>(), d_rstd.as<float>(), type,
+                                                        s.rows, s.c, stream.get()));
+        stream.sync();
+        const auto dg = test::download(d_dg, static_cast<std::size_t>(s.c), cuda::elem::f32);
+        const auto db = test::download(d_db, static_cast<std::size_t>(s.c), cuda::elem::f32);
+        if (run == 0) {
+          const std::vector<float> g32(dg_twin.begin(), dg_twin.end()), b32(db_twin.begin(), db_twin.end());
+          DSA_CHECK_CLOSE(dg.data(), g32.data(), s.c, test::gpu_f32_column_sums);
+          DSA_CHECK_CLOSE(db.data(), b32.data(), s.c, test::gpu_f32_column_sums);
+          first_g = dg;
+          first_b = db;
+        } else {
+          CHECK(std::memcmp(dg.data(), first_g.data(), dg.size() * 4) == 0);
+          CHECK(std::memcmp(db.data(), first_b.data(), db.size() * 4) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda ordered_row_scatter_add adds each key's rows in the given order, bit for bit") {
+  const test::test_stream stream;
+  const std::int64_t rows = 37, c = 45, table_rows = 11;
+  for (auto type : all_types) {
+    INFO(test::elem_name(type));
+    const auto src = test::round_to(random_vector(rows * c, -2.0f, 2.0f, 31), type);
+    const auto start = random_vector(table_rows * c, -1.0f, 1.0f, 32);
+    // Keys 9, 2, 5 (distinct, any order) over rows in a scrambled order; row 36 unused.
+    const std::vector<std::int32_t> key{9, 2, 5}, offsets{0, 12, 13, 36};
+    std::vector<std::int32_t> order;
+    for (std::int32_t i = 0; i < 36; ++i)
+      order.push_back((i * 7) % 36);
+    std::vector<float> twin = start;
+    for (std::size_t k = 0; k < key.size(); ++k)
+      for (std::int64_t j = 0; j < c; ++j) {
+        float sum = 0.0f;
+        for (std::int32_t i = offsets[k]; i < offsets[k + 1]; ++i)
+          sum += src[static_cast<std::size_t>(order[static_cast<std::size_t>(i)] * c + j)];
+        twin[static_cast<std::size_t>(key[k] * c + j)] += sum;
+      }
+    device_buffer d_table(start.size() * 4), d_src(bytes_of(rows * c, type)), d_key(key.size() * 4),
+        d_offsets(offsets.size() * 4), d_order(order.size() * 4);
+    test::upload(d_table, start);
+    test::upload(d_src, test::encode(src, type));
+    DSA_REQUIRE_CUDA(cudaMemcpy(d_key.as<void>(), key.data(), key.size() * 4, cudaMemcpyHostToDevice));
+    DSA_REQUIRE_CUDA(cudaMemcpy(d_offsets.as<void>(), offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+    DSA_REQUIRE_CUDA(cudaMemcpy(d_order.as<void>(), order.data(), order.size() * 4, cudaMemcpyHostToDevice));
+    DSA_REQUIRE_CUDA(cuda::ordered_row_scatter_add(d_table.as<float>(), d_src.as<void>(), d_key.as<std::int32_t>(),
+                                                   d_offsets.as<std::int32_t>(), d_order.as<std::int32_t>(), type, 3,
+                                                   c, stream.get()));
+    stream.sync();
+    const auto got = test::download(d_table, start.size(), cuda::elem::f32);
+    CHECK(std::memcmp(got.data(), twin.data(), twin.size() * 4) == 0);
+  }
 }
 
 TEST_CASE("cuda adam equals the CPU kernel bit for bit, with the half copy") {

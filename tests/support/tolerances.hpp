@@ -157,5 +157,7 @@ inline constexpr tolerance gpu_half_vs_cpu{1e-6, 3e-2, "half activations and wei
 // bf16), and that moves the next steps. Estimates until the first GPU run measures them.
 inline constexpr tolerance gpu_run_f32_vs_cpu{1e-5, 1e-3, "20 f32 steps, other summation orders"};
 inline constexpr tolerance gpu_run_half_vs_cpu{1e-4, 3e-2, "20 half-storage steps, rounding flips compound"};
+// Two runs that must agree bit for bit (devices.deterministic: a run against its resume).
+inline constexpr tolerance bitwise{0.0, 0.0, "the same bits"};
 
 } // namespace dsa::test

@@ -4,6 +4,7 @@ made-up metrics files: equal runs pass, a loss or a gradient norm past the toler
 fails, a different skip or loss scale fails, a skipped step's null norm passes only when
 both sides skipped, and a missing step, key or tolerance is bad input (exit 2)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -52,6 +53,10 @@ expect("an unknown tolerance", 2, ref, ref, tolerance="no_such_tolerance")
 expect("a loss 1% off under gpu_run_f32_vs_cpu", 1, ref,
        [dict(r, **{"Train/Samples/train_loss": r["Train/Samples/train_loss"] * 1.01}) for r in ref],
        tolerance="gpu_run_f32_vs_cpu")
+# bitwise (a deterministic run against its resume): equal passes; one ulp off does not.
+expect("the same run under bitwise", 0, ref, ref, tolerance="bitwise")
+expect("a loss one ulp off under bitwise", 1, ref,
+       ref[:1] + [row(2, math.nextafter(4.8, 5.0))] + ref[2:], tolerance="bitwise")
 
 for f in failures:
     print("FAILED: " + f)

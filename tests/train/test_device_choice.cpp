@@ -1,5 +1,6 @@
 // devices.backend and devices.device: what a run is refused with, checked against made-up
 // machines (no GPU needed), and `dsactor run` stopping at start-up with exit code 2.
+#include "actors/train/config/deepspeed_json.hpp"
 #include "actors/train/config/run_config.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/stage/device_choice.hpp"
@@ -9,6 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 using namespace dsa;
@@ -151,9 +153,30 @@ TEST_CASE("devices.backend and devices.device are checked with the config, and d
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.backend=\"gpu\""}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=-2"}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=\"first\""}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.deterministic=\"yes\""}) == 2);
   // LAMB on the GPU-resident optimizer, refused on any machine: exit 2, no run directory.
   CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\"", "optimizer.type=\"Lamb\""}) == 2);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/run")); // tiny_config's run_dir
+}
+
+TEST_CASE("devices.deterministic reaches the stage options; a CPU rank runs it unchanged") {
+  test::temp_dir dir;
+  std::ofstream(dir.path() + "/run.toml") << "train_steps = 1\ntrain_batch_size = 2\n[model]\nsize = \"tiny\"\n"
+                                              "[optimizer]\ntype = \"Adam\"\n[data]\nvocab = \"v.txt\"\n"
+                                              "train_shards = \"s\"\n[devices]\ndeterministic = true\n";
+  auto cfg = train::load_run_config(dir.path() + "/run.toml");
+  REQUIRE_MESSAGE(cfg.has_value(), (cfg.has_value() ? "" : cfg.err().message));
+  auto rc = train::parse_run_config(*cfg, "runs/x");
+  REQUIRE_MESSAGE(rc.has_value(), (rc.has_value() ? "" : rc.err().message));
+  CHECK(rc->deterministic);
+  // A CPU run with it is the run without it, bit for bit (CPU ranks are deterministic either way).
+  const std::string tiny = test::tiny_config(dir.path());
+  REQUIRE(test::run_config(dir.path(), "plain", tiny, {}) == 0);
+  const std::vector<double> plain = test::run_losses(dir.path() + "/run");
+  REQUIRE(test::run_config(dir.path(), "det", tiny, {"devices.deterministic=true"}) == 0);
+  const std::vector<double> det = test::run_losses(dir.path() + "/run");
+  REQUIRE(!plain.empty());
+  CHECK(det == plain);
 }
 
 TEST_CASE("a CUDA rank's planned device bytes for its model states follow the optimizer's placement") {

@@ -182,6 +182,7 @@ void read_devices(const config& cfg, run_config& rc, config_problems& problems, 
   r.read("shared_memory_allreduce", rc.shared_memory_allreduce);
   r.read("backend", rc.backend);
   r.read("device", rc.device);
+  r.read("deterministic", rc.deterministic);
   r.check_unknown();
   if (rc.backend != "cpu" && rc.backend != "cuda") {
     r.invalid("backend", fmt::format("expected \"cpu\" or \"cuda\", got \"{}\"", rc.backend));

@@ -96,6 +96,10 @@ struct run_config {
   // respected); -1: the local rank under dsactor launch, else 0.
   std::string backend = "cpu";
   std::int64_t device = -1;
+  // [devices] deterministic: CUDA ranks sum every gradient in a fixed order (no float
+  // atomics, no split-K products), so a GPU run and its resume repeat bit for bit. CPU ranks
+  // always do.
+  bool deterministic = false;
   // [devices] shared_memory_allreduce: the gradient allreduce of ranks on one host goes
   // through memory they share (true, the default) or over the transport as between hosts
   // (false: then the transport counts every byte, as `dsactor bench compressed` needs).

@@ -84,7 +84,8 @@ void cuda_stage::ensure_device() {
   cudaStream_t s = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the stage's stream");
   stream_ = std::make_unique<cuda::stream_handle>(s);
-  part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s);
+  part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s,
+                                             options_.deterministic);
 }
 
 void cuda_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }

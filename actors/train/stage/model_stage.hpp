@@ -54,6 +54,7 @@ struct stage_options {
   // partition part by part (enable_partitioned_grads), so no whole gradient buffers.
   bool whole_gradients = true;
   int device_index = -1; // the CUDA device of a stage_device::cuda stage
+  bool deterministic = false; // devices.deterministic: a CUDA stage's ordered sums
   std::int64_t planned_device_bytes = 0; // its model states there (named by an out-of-memory stop)
 };
 
