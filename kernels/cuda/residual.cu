@@ -25,7 +25,33 @@ template <class T> __global__ void add_into_kernel(T* y, const T* x, long long n
     y[i] = detail::from_float<T>(detail::to_float(y[i]) + detail::to_float(x[i]));
 }
 
+template <class T>
+__global__ void layernorm_invert_kernel(T* x, const T* y, const float* mean, const float* rstd, const float* gamma,
+                                        const float* beta, long long n, long long c) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    const long long r = i / c, j = i % c;
+    const float xhat = (detail::to_float(y[i]) - beta[j]) * (1.0f / gamma[j]);
+    x[i] = detail::from_float<T>(xhat / rstd[r] + mean[r]);
+  }
+}
+
 } // namespace
+
+cudaError_t layernorm_invert(void* x, const void* y, const float* mean, const float* rstd, const float* gamma,
+                             const float* beta, elem type, std::int64_t rows, std::int64_t c, cudaStream_t stream) {
+  if (!x || !y || !mean || !rstd || !gamma || !beta || rows < 0 || c <= 0 || rows > (std::int64_t{1} << 62) / c)
+    return cudaErrorInvalidValue;
+  const std::int64_t n = rows * c;
+  if (n == 0)
+    return cudaSuccess;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_invert_kernel<T><<<detail::grid_for(n), detail::block_threads, 0, stream>>>(
+        static_cast<T*>(x), static_cast<const T*>(y), mean, rstd, gamma, beta, n, c);
+    return cudaGetLastError();
+  });
+}
 
 cudaError_t bias_dropout_residual(void* y, const void* x, const float* bias, const void* residual, float p,
                                   const philox_stream& rng, elem type, std::int64_t rows, std::int64_t c,

@@ -24,4 +24,13 @@ cudaError_t bias_dropout_residual(void* y, const void* x, const float* bias, con
 // alias x.
 cudaError_t add_into(void* y, const void* x, elem type, std::int64_t n, cudaStream_t stream);
 
+// A LayerNorm's input from its output (normalize_invertible): per row r and column j, in
+// f32, xhat = (y - beta[j]) * (1 / gamma[j]) (the CPU's layernorm_backward_from_output
+// form), x = xhat / rstd[r] + mean[r], rounded to `type`. x, y: (rows, c) of `type`; x may
+// alias y; mean, rstd: (rows) f32; gamma, beta: (c) f32. A zero gain has no inverse: its
+// column comes out inf or NaN (the CPU refuses it; here the step's gradients are then not
+// finite).
+cudaError_t layernorm_invert(void* x, const void* y, const float* mean, const float* rstd, const float* gamma,
+                             const float* beta, elem type, std::int64_t rows, std::int64_t c, cudaStream_t stream);
+
 } // namespace dsa::cuda

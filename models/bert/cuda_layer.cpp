@@ -127,19 +127,33 @@ void check_shape(const layer_shape& s) {
 // the kernel's atomics, or in deterministic mode summed in order from dy and the branch's
 // gradient afterwards (dy is not overwritten: dresidual never aliases it here).
 void exit_backward(const layer_shape& s, void* dresidual, void* dbranch, float* dgamma, float* dbeta, float* dbias,
-                   const void* dy, const device_array& sum, const device_array& mean, const device_array& rstd,
+                   const void* dy, const void* sum, const device_array& mean, const device_array& rstd,
                    const float* gamma, const philox_stream& rng, cudaStream_t stream, const char* what) {
   const bool det = s.deterministic;
   check(cuda::residual_layernorm_backward(dresidual, dbranch, det ? nullptr : dgamma, det ? nullptr : dbeta,
-                                          det ? nullptr : dbias, dy, sum.get(), mean.as<float>(), rstd.as<float>(),
+                                          det ? nullptr : dbias, dy, sum, mean.as<float>(), rstd.as<float>(),
                                           gamma, s.hidden_dropout, rng, s.type, s.rows(), s.hidden, stream),
         what);
   if (!det)
     return;
-  check(cuda::layernorm_param_backward(dgamma, dbeta, dy, sum.get(), mean.as<float>(), rstd.as<float>(), s.type,
+  check(cuda::layernorm_param_backward(dgamma, dbeta, dy, sum, mean.as<float>(), rstd.as<float>(), s.type,
                                        s.rows(), s.hidden, stream),
         what);
   check(cuda::bias_backward(dbias, dbranch, s.type, s.rows(), s.hidden, stream), what);
+}
+
+// A LayerNorm's input for its backward: the stashed one, or under normalize_invertible
+// (`stashed` empty) rebuilt from its output into `rebuilt`.
+const void* norm_input(const layer_shape& s, const device_array& stashed, device_array& rebuilt, const void* output,
+                       const device_array& mean, const device_array& rstd, const float* gamma, const float* beta,
+                       cudaStream_t stream) {
+  if (stashed.get())
+    return stashed.get();
+  rebuilt = device_array(bytes(s, s.rows() * s.hidden), stream);
+  check(cuda::layernorm_invert(rebuilt.get(), output, mean.as<float>(), rstd.as<float>(), gamma, beta, s.type,
+                               s.rows(), s.hidden, stream),
+        "a LayerNorm input from its output (normalize_invertible)");
+  return rebuilt.get();
 }
 
 } // namespace
@@ -278,7 +292,8 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
                                            s.type, N, H, stream),
           "the attention exit (pre-LN)");
   } else {
-    st.sum_a = device_array(bytes(s, N * H), stream);
+    if (!s.normalize_invertible) // else rebuilt from h by the backward
+      st.sum_a = device_array(bytes(s, N * H), stream);
     st.mean_a = device_array(static_cast<std::size_t>(N) * 4, stream);
     st.rstd_a = device_array(static_cast<std::size_t>(N) * 4, stream);
     check(cuda::residual_layernorm_forward(st.h.get(), st.sum_a.get(), st.mean_a.as<float>(), st.rstd_a.as<float>(),
@@ -302,13 +317,17 @@ void layer_forward(cuda::gemm_engine& e, const layer_weights& w, const layer_sha
   if (!s.gelu_checkpoint)
     st.gelu = std::move(gelu);
   gelu = device_array();
+  st.y = y;
   if (s.pre_norm) {
     check(cuda::bias_dropout_residual(y, branch.get(), w.output_bias, st.sum_o.get(), s.hidden_dropout,
                                       streams.ffn_output, s.type, N, H, stream),
           "the feed-forward exit (pre-LN)");
+    if (s.normalize_invertible)
+      st.sum_o = device_array(); // freed in stream order once read; rebuilt from h by the backward
     return;
   }
-  st.sum_o = device_array(bytes(s, N * H), stream);
+  if (!s.normalize_invertible) // else rebuilt from y by the backward
+    st.sum_o = device_array(bytes(s, N * H), stream);
   st.mean_o = device_array(static_cast<std::size_t>(N) * 4, stream);
   st.rstd_o = device_array(static_cast<std::size_t>(N) * 4, stream);
   check(cuda::residual_layernorm_forward(y, st.sum_o.get(), st.mean_o.as<float>(),
@@ -340,7 +359,10 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
     check(cuda::bias_backward(g.output_bias, dbranch.get(), s.type, N, H, stream),
           "the second projection's bias gradient");
   } else {
-    exit_backward(s, dh.get(), dbranch.get(), g.output_norm_gamma, g.output_norm_beta, g.output_bias, dy, st.sum_o,
+    device_array rebuilt;
+    const void* sum_o = norm_input(s, st.sum_o, rebuilt, st.y, st.mean_o, st.rstd_o, w.output_norm_gamma,
+                                   w.output_norm_beta, stream);
+    exit_backward(s, dh.get(), dbranch.get(), g.output_norm_gamma, g.output_norm_beta, g.output_bias, dy, sum_o,
                   st.mean_o, st.rstd_o, w.output_norm_gamma, streams.ffn_output, stream,
                   "the feed-forward exit's backward");
   }
@@ -377,9 +399,12 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
     // LN_o's backward from its input sum_o, added to dh: the residual stream's gradient. The
     // attention exit h = x + dropout(branch + bo): dx starts as dh, the branch's gradient is
     // dh through the dropout mask.
-    norm_backward(s.deterministic, dffn_in.get(), g.output_norm_gamma, g.output_norm_beta, dffn_in.get(),
-                  st.sum_o.get(), st.mean_o.as<float>(), st.rstd_o.as<float>(), w.output_norm_gamma, s.type, N, H,
-                  stream, "the output LayerNorm backward (pre-LN)");
+    device_array rebuilt;
+    const void* sum_o = norm_input(s, st.sum_o, rebuilt, st.h.get(), st.mean_o, st.rstd_o, w.output_norm_gamma,
+                                   w.output_norm_beta, stream);
+    norm_backward(s.deterministic, dffn_in.get(), g.output_norm_gamma, g.output_norm_beta, dffn_in.get(), sum_o,
+                  st.mean_o.as<float>(), st.rstd_o.as<float>(), w.output_norm_gamma, s.type, N, H, stream,
+                  "the output LayerNorm backward (pre-LN)");
     check(cuda::add_into(dh.get(), dffn_in.get(), s.type, N * H, stream), "dh += the LayerNorm's gradient");
     dffn_in = device_array();
     check(cudaMemcpyAsync(dx, dh.get(), hidden_bytes, cudaMemcpyDeviceToDevice, stream), "copying dh (pre-LN)");
@@ -390,8 +415,11 @@ void layer_backward(cuda::gemm_engine& e, const layer_weights& w, const layer_gr
           "the attention output's bias gradient");
   } else {
     // The attention exit: dx starts as the residual's gradient.
+    device_array rebuilt;
+    const void* sum_a = norm_input(s, st.sum_a, rebuilt, st.h.get(), st.mean_a, st.rstd_a, w.attention_norm_gamma,
+                                   w.attention_norm_beta, stream);
     exit_backward(s, dx, dbranch.get(), g.attention_norm_gamma, g.attention_norm_beta, g.attention_out_bias,
-                  dh.get(), st.sum_a, st.mean_a, st.rstd_a, w.attention_norm_gamma, streams.attention_output, stream,
+                  dh.get(), sum_a, st.mean_a, st.rstd_a, w.attention_norm_gamma, streams.attention_output, stream,
                   "the attention exit's backward");
   }
   device_array dcontext(bytes(s, N * H), stream);

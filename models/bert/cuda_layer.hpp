@@ -8,8 +8,7 @@
 // Activations, their gradients and the weight copies the products read are of one storage
 // type (f32, f16 or bf16); biases, LayerNorm parameters, statistics and every parameter
 // gradient are f32. Everything is enqueued on the caller's stream; nothing waits on the host.
-// Two of DeepSpeed's memory flags trade backward compute for stash memory (layer_shape);
-// normalize_invertible is not written for the GPU yet.
+// DeepSpeed's three memory flags trade backward compute for stash memory (layer_shape).
 #pragma once
 
 #include "core/philox.hpp"
@@ -77,6 +76,11 @@ struct layer_shape {
   // bits; half storage: the forward rounded probs * mask / (1 - p) from f32 probabilities,
   // the recompute rounds it from the stored ones (at most an ulp of the storage type apart).
   bool attn_dropout_checkpoint = false;
+  // normalize_invertible: the LayerNorms' inputs are not stashed where their outputs are
+  // kept anyway (post-LN: both exits', from h and the layer's output y, which the caller
+  // keeps until the backward; pre-LN: LN_o's, from h); the backward rebuilds each input
+  // from the output (layernorm_invert) before its LayerNorm backward.
+  bool normalize_invertible = false;
   // devices.deterministic: the LayerNorm and bias gradients by ordered sums (ordered_sums.hpp)
   // instead of the fused kernels' float atomics.
   bool deterministic = false;
@@ -99,6 +103,7 @@ struct layer_streams {
 // input) with mean_o / rstd_o, h = LN_o(sum_o) (the feed-forward's input); sum_a unused.
 struct layer_stash {
   const void* x = nullptr;
+  const void* y = nullptr; // the output (the caller's), read back under normalize_invertible
   device_array a_in;
   device_array q, k, v, probs, dropped, context;
   device_array sum_a, mean_a, rstd_a, h;
@@ -113,7 +118,8 @@ void norm_backward(bool deterministic, void* dx, float* dgamma, float* dbeta, co
                    std::int64_t c, cudaStream_t stream, const char* what);
 
 // x, y: (batch * seq, hidden) of the storage type; key_mask: (batch, seq) f32 on the
-// device, 1 = attend, or null. Throws std::runtime_error naming the step that failed.
+// device, 1 = attend, or null. With normalize_invertible (post-LN) y must outlive the
+// backward. Throws std::runtime_error naming the step that failed.
 void layer_forward(cuda::gemm_engine& engine, const layer_weights& w, const layer_shape& shape,
                    const layer_streams& streams, const void* x, const float* key_mask, void* y,
                    layer_stash& stash, cudaStream_t stream);

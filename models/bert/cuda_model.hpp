@@ -26,9 +26,8 @@ class pretraining_model {
 public:
   // The values of `params` (a whole-model range with the pre-training head, f32 values)
   // copied to the device, working copies in `type`. Throws std::runtime_error with the
-  // reason for a configuration the GPU path does not run (normalize_invertible, the SQuAD
-  // head, f16 storage). Raises the device pool's release threshold, so freed
-  // activations stay cached between steps.
+  // reason for a configuration it does not run (the SQuAD head, f16 storage). Raises the
+  // device pool's release threshold, so freed activations stay cached between steps.
   pretraining_model(const bert_parameters& params, cuda::elem type, cudaStream_t stream);
   ~pretraining_model();
   pretraining_model(const pretraining_model&) = delete;

@@ -84,6 +84,7 @@ layer_shape shape_of(const bert_config& cfg, const shapes& s, const forward_cont
   shape.pre_norm = cfg.norm == layer_norm_placement::pre;
   shape.gelu_checkpoint = cfg.memory.gelu_checkpoint;
   shape.attn_dropout_checkpoint = cfg.memory.attn_dropout_checkpoint;
+  shape.normalize_invertible = cfg.memory.normalize_invertible;
   shape.deterministic = deterministic;
   return shape;
 }
@@ -643,8 +644,11 @@ device_array part::backward(const void* dy, part_stash& st) {
   }
   const layer_shape shape = shape_of(cfg, s, st.ctx, m.type, m.deterministic);
   for (std::size_t k = m.layers.size(); k-- > 0;) {
-    if (cfg.checkpoint_activations) { // the layer's stash again, from its kept input
-      device_array again = rows_of(s.N, s.H);
+    // Checkpointing: the layer's stash again, from its kept input; its output `again` lives
+    // until the layer's backward is enqueued (normalize_invertible reads it there).
+    device_array again;
+    if (cfg.checkpoint_activations) {
+      again = rows_of(s.N, s.H);
       layer_forward(*m.engine, m.weights(m.layers[k]), shape,
                     streams_of(st.ctx, m.range.first_layer + static_cast<std::int64_t>(k)), st.acts[k].get(),
                     st.key_mask.as<float>(), again.get(), st.layers[k], m.stream);

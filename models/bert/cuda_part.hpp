@@ -103,8 +103,8 @@ struct part_stash {
 class part {
 public:
   // The device copy of `params` (a range of a config; values f32, f16 or bf16),
-  // working copies in `type`. Throws std::runtime_error with the reason for what the GPU
-  // path does not run (normalize_invertible). Raises the device pool's release threshold,
+  // working copies in `type`. Throws std::runtime_error naming what is wrong (a parameter
+  // without a value, no cuBLASLt). Raises the device pool's release threshold,
   // so freed activations stay cached between steps. deterministic (devices.deterministic):
   // every gradient summed in a fixed order (ordered sums instead of float atomics, no
   // split-K products), so two runs give the same bits.

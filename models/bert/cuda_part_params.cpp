@@ -155,9 +155,6 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, 
   m.stream = stream;
   if (const status valid = m.range.validate(m.cfg); !valid)
     throw std::runtime_error("GPU BERT: " + valid.err().to_string());
-  if (m.cfg.memory.normalize_invertible)
-    throw std::runtime_error("GPU BERT: the memory flag normalize_invertible does not run on the GPU yet "
-                             "(gelu_checkpoint and attn_dropout_checkpoint do)");
   auto engine = cuda::gemm_engine::open(32u << 20, deterministic);
   if (!engine)
     throw std::runtime_error("GPU BERT: " + engine.err().to_string());

@@ -3,8 +3,8 @@
 // against the same part without it, both heads, f32 and bf16 storage, dropout on. The
 // forward is the same kernels on the same inputs (the losses equal exactly); the gradients
 // differ only by the order of the float atomics that sum the embedding and LayerNorm
-// parameter gradients. The memory flags gelu_checkpoint and attn_dropout_checkpoint
-// likewise, against the plain part.
+// parameter gradients. The three memory flags likewise, against the plain part, both
+// LayerNorm placements.
 #include "gpu_test_util.hpp"
 
 #include "models/bert/cuda_part.hpp"
@@ -59,10 +59,13 @@ TEST_CASE("cuda part: activation checkpointing gives the plain run's losses and 
   }
 }
 
-TEST_CASE("cuda part: gelu_checkpoint and attn_dropout_checkpoint give the plain run's results") {
+TEST_CASE("cuda part: the three memory flags give the plain run's results") {
+  for (const auto placement : {bert::layer_norm_placement::post, bert::layer_norm_placement::pre})
   for (const cuda::elem type : {cuda::elem::f32, cuda::elem::bf16}) {
-    INFO("storage " << std::string(elem_name(type)));
-    const bert::bert_config cfg = gpu_bert_config(2);
+    const bool pre = placement == bert::layer_norm_placement::pre;
+    INFO((pre ? "pre-LN" : "post-LN") << ", storage " << std::string(elem_name(type)));
+    bert::bert_config cfg = gpu_bert_config(2);
+    cfg.norm = placement;
     const bert::bert_batch batch = small_batch(cfg);
     bert::forward_context ctx;
     ctx.seed = 8;
@@ -71,7 +74,7 @@ TEST_CASE("cuda part: gelu_checkpoint and attn_dropout_checkpoint give the plain
     std::unique_ptr<bert::bert_parameters> host[2];
     for (int flagged = 0; flagged < 2; ++flagged) {
       bert::bert_config c = cfg;
-      c.memory.gelu_checkpoint = c.memory.attn_dropout_checkpoint = flagged == 1;
+      c.memory.gelu_checkpoint = c.memory.attn_dropout_checkpoint = c.memory.normalize_invertible = flagged == 1;
       host[flagged] = std::make_unique<bert::bert_parameters>(c, bert::bert_range::whole(c));
       prepare_gpu_bert(*host[flagged]);
       bert::gpu::part gpu(*host[flagged], type, stream.get());
@@ -81,6 +84,10 @@ TEST_CASE("cuda part: gelu_checkpoint and attn_dropout_checkpoint give the plain
       REQUIRE(stash.layers.size() == 2);
       CHECK((stash.layers[0].gelu.get() == nullptr) == (flagged == 1));
       CHECK((stash.layers[0].dropped.get() == nullptr) == (flagged == 1));
+      // normalize_invertible: no LayerNorm input where its output is kept (post-LN: both
+      // exits'; pre-LN: LN_o's; pre-LN never stashes sum_a).
+      CHECK((stash.layers[0].sum_o.get() == nullptr) == (flagged == 1));
+      CHECK((stash.layers[0].sum_a.get() == nullptr) == (flagged == 1 || pre));
       losses[flagged] = gpu.losses(stash);
       (void)gpu.backward(nullptr, stash);
       std::vector<tensor> grads;
@@ -89,8 +96,10 @@ TEST_CASE("cuda part: gelu_checkpoint and attn_dropout_checkpoint give the plain
       gpu.download_gradients(grads);
     }
     CHECK(losses[1].total == losses[0].total); // the forward is unchanged
-    // f32: the recomputed GELU and dropped probabilities are the same bits; half: the
-    // dropped probabilities are rounded from the stored probabilities (an ulp apart at most).
+    // f32: the recomputed GELU and dropped probabilities are the same bits, the rebuilt
+    // LayerNorm inputs within f32 rounding; half: the dropped probabilities are rounded from
+    // the stored probabilities (an ulp apart at most), the LayerNorm inputs rebuilt from
+    // half outputs.
     const double limit = type == cuda::elem::f32 ? test::gpu_f32_reduction.rel : test::gpu_half_vs_cpu.rel;
     for (const auto& e : host[0]->entries()) {
       const double err = gradient_error(*host[1], *host[0], e.spec.name);

@@ -584,6 +584,47 @@ TEST_CASE("cuda bias_dropout_residual (pre-LN's exit) and add_into equal the CPU
   });
 }
 
+TEST_CASE("cuda layernorm_invert rebuilds a LayerNorm's input from its output, as the CPU twin") {
+  const test::test_stream stream;
+  const float eps = 1e-12f;
+  for_each_case([&](cuda::elem type, shape s) {
+    if (s.c == 1)
+      return; // a one-column row normalizes to beta: nothing to invert
+    const std::int64_t n = s.rows * s.c;
+    const auto nn = static_cast<std::size_t>(n), rows = static_cast<std::size_t>(s.rows);
+    const auto x = test::round_to(random_vector(n, -2.0f, 3.0f, 51), type);
+    const auto gamma = random_vector(s.c, 0.5f, 1.5f, 52), beta = random_vector(s.c, -0.5f, 0.5f, 53);
+    std::vector<float> y(nn), mean(rows), rstd(rows), twin(nn);
+    for (std::int64_t r = 0; r < s.rows; ++r)
+      common::layernorm_row_forward(y.data() + r * s.c, &mean[static_cast<std::size_t>(r)],
+                                    &rstd[static_cast<std::size_t>(r)], x.data() + r * s.c, gamma.data(), beta.data(),
+                                    eps, s.c);
+    y = test::round_to(y, type);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(i / s.c), j = static_cast<std::size_t>(i % s.c);
+      const float xhat = (y[static_cast<std::size_t>(i)] - beta[j]) * (1.0f / gamma[j]);
+      twin[static_cast<std::size_t>(i)] = xhat / rstd[r] + mean[r];
+    }
+    twin = test::round_to(twin, type);
+    device_buffer d_y(bytes_of(n, type)), d_mean(rows * 4), d_rstd(rows * 4), d_gamma(gamma.size() * 4),
+        d_beta(beta.size() * 4);
+    test::upload(d_y, test::encode(y, type));
+    test::upload(d_mean, mean);
+    test::upload(d_rstd, rstd);
+    test::upload(d_gamma, gamma);
+    test::upload(d_beta, beta);
+    // In place (x over y), as the header allows.
+    DSA_REQUIRE_CUDA(cuda::layernorm_invert(d_y.as<void>(), d_y.as<void>(), d_mean.as<float>(), d_rstd.as<float>(),
+                                            d_gamma.as<float>(), d_beta.as<float>(), type, s.rows, s.c, stream.get()));
+    stream.sync();
+    const auto got = test::download(d_y, nn, type);
+    DSA_CHECK_CLOSE(got.data(), twin.data(), n, test::storage_tolerance(type, test::gpu_f32_elementwise));
+    // And close to the input it was made from (f32: the round trip's rounding only).
+    if (type == cuda::elem::f32)
+      DSA_CHECK_CLOSE(got.data(), x.data(), n, test::gpu_f32_reduction);
+  });
+}
+
 TEST_CASE("cuda launchers reject bad sizes without launching") {
   CHECK(cuda::bias_gelu_forward(nullptr, nullptr, nullptr, cuda::elem::f32, 1, 1, nullptr) ==
         cudaErrorInvalidValue);

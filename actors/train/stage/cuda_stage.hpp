@@ -19,7 +19,7 @@
 // kernels become a device span (gpu_spans.hpp), recorded at the next of those waits.
 //
 // Not on a CUDA stage (refused at start-up by choose_device): ZeRO-3's weight partition and
-// partitioned gradients, normalize_invertible.
+// partitioned gradients.
 #pragma once
 
 #include "actors/train/stage/gpu_spans.hpp"

@@ -96,9 +96,6 @@ status cuda_rank_supports(const run_config& rc) {
                       "devices.backend = \"cuda\" with zero_optimization.stage = {}{}: the gradient and weight "
                       "partitions are not written for CUDA ranks yet; use stage 1, or stage 2 with pipeline stages",
                       rc.zero_stage, rc.zero_stage == 2 ? " on one pipeline stage" : "");
-  if (rc.model.memory.normalize_invertible)
-    return make_error(errc::config, "devices.backend = \"cuda\": model.normalize_invertible does not run on the GPU "
-                                    "yet (model.gelu_checkpoint and model.attn_dropout_checkpoint do)");
   return {};
 }
 
