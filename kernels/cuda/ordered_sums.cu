@@ -45,18 +45,19 @@ __global__ void layernorm_param_finish_kernel(float* dgamma, float* dbeta, const
   }
 }
 
+// Block (k, y): key k, columns y blockDim.x .. (y + 1) blockDim.x - 1, a thread per column.
 template <class T>
 __global__ void ordered_row_scatter_kernel(float* table, const T* src, const std::int32_t* key,
                                            const std::int32_t* offsets, const std::int32_t* order, long long c) {
   const long long k = blockIdx.x;
+  const long long j = blockIdx.y * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (j >= c)
+    return;
   const long long first = offsets[k], last = offsets[k + 1];
-  float* row = table + static_cast<long long>(key[k]) * c;
-  for (long long j = threadIdx.x; j < c; j += blockDim.x) {
-    float sum = 0.0f;
-    for (long long i = first; i < last; ++i)
-      sum += detail::to_float(src[static_cast<long long>(order[i]) * c + j]);
-    row[j] += sum;
-  }
+  float sum = 0.0f;
+  for (long long i = first; i < last; ++i)
+    sum += detail::to_float(src[static_cast<long long>(order[i]) * c + j]);
+  table[static_cast<long long>(key[k]) * c + j] += sum;
 }
 
 } // namespace
@@ -105,8 +106,10 @@ cudaError_t ordered_row_scatter_add(float* table, const void* src, const std::in
     return cudaSuccess;
   return detail::dispatch(type, [&](auto tag) {
     using T = decltype(tag);
-    ordered_row_scatter_kernel<T><<<static_cast<unsigned>(keys), detail::block_threads, 0, stream>>>(
-        table, static_cast<const T*>(src), key, offsets, order, c);
+    const dim3 grid(static_cast<unsigned>(keys),
+                    static_cast<unsigned>((c + detail::block_threads - 1) / detail::block_threads));
+    ordered_row_scatter_kernel<T><<<grid, detail::block_threads, 0, stream>>>(table, static_cast<const T*>(src), key,
+                                                                             offsets, order, c);
     return cudaGetLastError();
   });
 }

@@ -26,7 +26,8 @@ cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy
 // (in that order, in f32). table: (>= max key + 1, c) f32; src: (rows, c) of `type`;
 // key: (keys) int32, all distinct (the caller's invariant: no atomics); offsets: (keys + 1)
 // int32, non-decreasing from 0; order: (offsets[keys]) int32 row indices. All on the
-// device. One block per key.
+// device. A block per key and 256 columns, a thread per column (a key with many rows, a
+// token type's, is summed serially by each of its threads: correct, not fast).
 cudaError_t ordered_row_scatter_add(float* table, const void* src, const std::int32_t* key,
                                     const std::int32_t* offsets, const std::int32_t* order, elem type,
                                     std::int64_t keys, std::int64_t c, cudaStream_t stream);

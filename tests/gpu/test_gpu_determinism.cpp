@@ -1,7 +1,8 @@
 // The deterministic mode (devices.deterministic) of the GPU part: two fresh parts with the
 // same values, batch and dropout streams give the same bits in every gradient (ordered sums
 // instead of float atomics, no split-K products), over both LayerNorm placements and both
-// heads, f32 and bf16; and the mode's gradients are the default mode's up to summation order.
+// heads, f32 and bf16; and the mode's gradients are the default mode's up to summation order
+// (and, in bf16 post-LN, the rounding of the exit bias gradients' terms).
 #include "gpu_test_util.hpp"
 
 #include "models/bert/cuda_part.hpp"
@@ -58,10 +59,13 @@ TEST_CASE("cuda part: the deterministic mode repeats every gradient bit for bit"
           INFO(name);
           CHECK(std::memcmp(first[i].raw_data(), second[i].raw_data(), static_cast<std::size_t>(first[i].numel()) * 4) ==
                 0);
-          // Against the default mode: the same terms, summed in another order.
+          // Against the default mode: the same terms summed in another order, except that in
+          // half storage post-LN's exit bias gradients sum the rounded branch gradients (as
+          // the weight gradients' products read them) where the fused kernel sums f32 ones.
           const double err = gradient_error(*a, *plain, name);
           INFO("relative error " << err);
-          CHECK(err <= test::gpu_f32_reduction.rel);
+          const bool rounded_terms = type != cuda::elem::f32 && placement == bert::layer_norm_placement::post;
+          CHECK(err <= (rounded_terms ? test::gpu_half_vs_cpu.rel : test::gpu_f32_reduction.rel));
         }
       }
     }

@@ -6,6 +6,8 @@
 #include "actors/train/config/run_config.hpp"
 #include "io/data/shard_reader.hpp"
 #include "tests/train/train_fixture.hpp"
+#include "actors/train/run/trainer.hpp"
+#include "tools/bench/bench_util.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -178,4 +180,42 @@ TEST_CASE("wall_clock_breakdown adds DeepSpeed's elapsed_time_ms_* columns to th
       CHECK(iteration > 0);
     }
   }
+}
+
+// dsactor bench train --task squad's made-up QA set (tools/bench/bench_util.hpp), run here on
+// the CPU with a tiny model: every question is one window at the run's sequence length, the
+// answer is where answer_start says, and the run trains on it.
+TEST_CASE("the SQuAD bench's made-up QA set loads as one window per question and trains") {
+  test::temp_dir dir;
+  const std::string qa = tools::write_squad_set(dir.path() + "/qa", 12, 64);
+  const auto set = nlohmann::json::parse(std::ifstream(qa + "/qa-train.json"));
+  const auto& paragraphs = set["data"][0]["paragraphs"];
+  REQUIRE(paragraphs.size() == 12);
+  for (const auto& p : paragraphs) {
+    const std::string context = p["context"];
+    const auto& answer = p["qas"][0]["answers"][0];
+    const std::string text = answer["text"];
+    CHECK(context.substr(answer["answer_start"].get<std::size_t>(), text.size()) == text);
+  }
+  std::ofstream(dir.path() + "/squad.toml") << fmt::format(R"(train_batch_size = 4
+train_steps = 2
+run_dir = "{0}/run"
+[model]
+size = "tiny"
+max_position_embeddings = 64
+head = "squad"
+[optimizer]
+type = "AdamW"
+[data]
+vocab = "{1}/qa-vocab.txt"
+train_file = "{1}/qa-train.json"
+max_seq_length = 64
+doc_stride = 32
+max_query_length = 16
+)",
+                                                             dir.path(), qa);
+  train::run_request r;
+  r.config_path = dir.path() + "/squad.toml";
+  CHECK(train::run_training(r) == 0);
+  CHECK(test::run_losses(dir.path() + "/run").size() == 2);
 }

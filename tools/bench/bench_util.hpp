@@ -96,4 +96,55 @@ inline std::string write_corpus(const std::string& dir, int documents) {
   return corpus;
 }
 
+// A made-up SQuAD v1.1 training set for timing fine-tuning steps: `examples` questions,
+// each with its own context of words of two syllables (one window at max_seq_length:
+// about seq * 3 / 4 words, a question of 12), the answer a span of 3 context words; and a
+// vocabulary holding BERT's special tokens and every such word. Writes dir/qa-train.json
+// and dir/qa-vocab.txt; returns dir.
+inline std::string write_squad_set(const std::string& dir, int examples, std::int64_t seq) {
+  static const char* syllables[] = {"ka",  "lo",  "mi", "ren", "tu",  "sa", "vel",
+                                    "dor", "pi",  "an", "gre", "mo",  "ti", "bal",
+                                    "un",  "ser", "fo", "lin", "qua", "zet"};
+  constexpr std::uint64_t n = sizeof syllables / sizeof syllables[0];
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream vocab(dir + "/qa-vocab.txt");
+    vocab << "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+    for (std::uint64_t a = 0; a < n; ++a)
+      for (std::uint64_t b = 0; b < n; ++b)
+        vocab << syllables[a] << syllables[b] << "\n";
+  }
+  philox_stream rng{2025, 0, 0, 0, 0};
+  std::uint64_t k = 0;
+  auto word = [&] {
+    const auto a = static_cast<std::uint64_t>(rng.uniform(k++) * n) % n;
+    const auto b = static_cast<std::uint64_t>(rng.uniform(k++) * n) % n;
+    return std::string(syllables[a]) + syllables[b];
+  };
+  const std::int64_t context_words = std::max<std::int64_t>(8, seq * 3 / 4 - 16);
+  std::string json = R"({"version": "1.1", "data": [{"title": "made-up", "paragraphs": [)";
+  for (int e = 0; e < examples; ++e) {
+    std::string context, answer, question;
+    std::size_t answer_start = 0;
+    const std::int64_t at = static_cast<std::int64_t>(rng.uniform(k++) * static_cast<float>(context_words - 3));
+    for (std::int64_t w = 0; w < context_words; ++w) {
+      if (w)
+        context += ' ';
+      if (w == at)
+        answer_start = context.size();
+      const std::string x = word();
+      context += x;
+      if (w >= at && w < at + 3)
+        answer += (answer.empty() ? "" : " ") + x;
+    }
+    for (int w = 0; w < 12; ++w)
+      question += (w ? " " : "") + word();
+    json += fmt::format(R"({}{{"context": "{}", "qas": [{{"id": "q{}", "question": "{}", "answers": [{{"text": "{}", "answer_start": {}}}]}}]}})",
+                        e ? ", " : "", context, e, question, answer, answer_start);
+  }
+  json += "]}]}\n";
+  std::ofstream(dir + "/qa-train.json") << json;
+  return dir;
+}
+
 } // namespace dsa::tools
