@@ -17,6 +17,8 @@ int bench_gpu_train_main(int argc, char** argv);
 
 // Exit status: 0 done (the ratio printed), 1 a run failed, 2 bad options, 3 no CUDA device.
 int bench_train_main(int argc, char** argv);
+// Exit status: 0 done (the table printed), 2 bad options, 3 no CUDA device.
+int bench_gpu_memory_main(int argc, char** argv);
 
 // The bare GPU model's step (models/bert/cuda_model.hpp: forward, backward and the fused
 // AdamW over the whole model, bf16, one synthetic micro-batch), after 2 warm-up steps.

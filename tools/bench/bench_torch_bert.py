@@ -10,6 +10,12 @@ measured in the same run, then one JSON line per shape.
 usage: bench_torch_bert.py [--model bert-large|bert-base]
                            [--shapes pretrain:128:64,squad:384:32,layer:128:64,layer:384:32]
                            [--steps 10] [--warmup 3]
+       bench_torch_bert.py [--model bert-large] --max-batch 384,512
+With --max-batch, the largest micro-batch of the SQuAD step (BertForQuestionAnswering, bf16
+autocast, fused AdamW with its state allocated) that fits on the GPU at each sequence
+length, with gradient checkpointing off and on (HF's gradient_checkpointing_enable): batch
+1, 2, 4, ... until out of memory, then bisection; one JSON line per setting (what dsactor
+bench gpu-memory prints beside its own).
 Needs a CUDA device, torch and transformers (the device machine has both); elsewhere it says
 so and exits 3.
 """
@@ -154,6 +160,66 @@ def time_shape(torch, transformers, model_name, task, seq, batch, steps, warmup,
     return result
 
 
+def squad_step_fits(torch, model, optimizer, seq, batch):
+    """One SQuAD training step at this batch: True, or False when CUDA runs out of memory."""
+    fits = True
+    try:
+        ids = torch.randint(1, VOCAB, (batch, seq), device="cuda")
+        inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids),
+                      start_positions=torch.zeros(batch, dtype=torch.long, device="cuda"),
+                      end_positions=torch.zeros(batch, dtype=torch.long, device="cuda"))
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**inputs).loss
+        loss.backward()
+        torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError:
+        fits = False
+    optimizer.zero_grad(set_to_none=True)
+    inputs = ids = loss = None
+    torch.cuda.empty_cache()
+    return fits
+
+
+def max_batches(torch, transformers, model_name, seqs, limit=1024):
+    cfg = dict(MODELS[model_name], vocab_size=VOCAB, max_position_embeddings=512)
+    for checkpointing in (False, True):
+        config = transformers.BertConfig(**cfg)
+        try:
+            model = transformers.BertForQuestionAnswering._from_config(config, attn_implementation="sdpa")
+        except (TypeError, ValueError):
+            model = transformers.BertForQuestionAnswering(config)
+        model = model.cuda().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+        # One step at batch 1 so the optimizer's state holds its memory, as in training.
+        squad_step_fits(torch, model, optimizer, seqs[0], 1)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        for seq in seqs:
+            ok, bad = 0, limit + 1
+            b = 1
+            while b <= limit:
+                if not squad_step_fits(torch, model, optimizer, seq, b):
+                    bad = b
+                    break
+                ok = b
+                b *= 2
+            while bad - ok > 1:
+                mid = ok + (bad - ok) // 2
+                if squad_step_fits(torch, model, optimizer, seq, mid):
+                    ok = mid
+                else:
+                    bad = mid
+            print(json.dumps(dict(bench="torch-bert-max-batch", model=model_name, seq=seq,
+                                  checkpointing=checkpointing, max_batch=ok,
+                                  torch=torch.__version__, transformers=transformers.__version__)), flush=True)
+        del model, optimizer
+        torch.cuda.empty_cache()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bert-large", choices=sorted(MODELS))
@@ -162,6 +228,9 @@ def main():
                              "encoder layer forward + backward)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-batch", default="",
+                        help="comma-separated sequence lengths: the largest SQuAD micro-batch at each, "
+                             "checkpointing off and on, instead of timing")
     args = parser.parse_args()
     try:
         import torch
@@ -172,6 +241,15 @@ def main():
     if not torch.cuda.is_available():
         print("bench_torch_bert: no CUDA device; nothing was run", file=sys.stderr)
         return 3
+    if args.max_batch:
+        try:
+            seqs = [int(s) for s in args.max_batch.split(",")]
+        except ValueError:
+            print(f"bench_torch_bert: --max-batch '{args.max_batch}': expected lengths, comma-separated",
+                  file=sys.stderr)
+            return 2
+        max_batches(torch, transformers, args.model, seqs)
+        return 0
     shapes = []
     for item in args.shapes.split(","):
         parts = item.split(":")

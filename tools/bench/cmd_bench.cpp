@@ -115,6 +115,7 @@ int bench_command(int argc, char** argv) {
     fmt::print("  gpu-kernels  CUDA kernels, cuBLASLt GEMMs and the GPU encoder layer at BERT-large shapes\n");
     fmt::print("  gpu-train    whole BERT pre-training steps on one GPU (bf16) vs the bf16 GEMM peak\n");
     fmt::print("  train --backend cuda  dsactor run's step on one GPU vs the bare model step and the GEMM peak\n");
+    fmt::print("  gpu-memory   the largest SQuAD micro-batch on one GPU, checkpointing off and on, vs HuggingFace's\n");
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "kernels")) return bench_kernels_main(argc - 1, argv + 1);
@@ -137,6 +138,14 @@ int bench_command(int argc, char** argv) {
     return bench_gpu_train_main(argc - 1, argv + 1);
 #else
     fmt::print(stderr, "dsactor bench gpu-train: this build has no CUDA (nvcc not found, or -Dcuda=disabled)\n");
+    return 3;
+#endif
+  }
+  if (!std::strcmp(argv[1], "gpu-memory")) {
+#if DSA_HAVE_CUDA
+    return bench_gpu_memory_main(argc - 1, argv + 1);
+#else
+    fmt::print(stderr, "dsactor bench gpu-memory: this build has no CUDA (nvcc not found, or -Dcuda=disabled)\n");
     return 3;
 #endif
   }
