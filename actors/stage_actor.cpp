@@ -166,6 +166,9 @@ void on_done(stage_actor* self, const work_done& d) {
     case work_kind::forward: after_forward(self, w, d); break;
     case work_kind::backward: after_backward(self, w); break;
     case work_kind::load: after_load(self, w); break;
+    case work_kind::weight: // the runner refuses W work (no stage compute splits its backward yet)
+      DSA_CHECK(false, "stage {}: W work completed, which no stage compute runs", c.index);
+      break;
   }
   try_run(self);
 }

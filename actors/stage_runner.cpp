@@ -1,7 +1,10 @@
 // Running stage work; see stage_runner.hpp.
 #include "actors/stage_runner.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <stdexcept>
 
 namespace dsa::actors {
 
@@ -62,6 +65,12 @@ work_done stage_runner::run(const stage_work& w) {
       compute_->load_parameters(slots_->at({edges_.params, w.in_slot}));
       break;
     }
+    case work_kind::weight:
+      // The zero-bubble pick rule exists in the scheduler (tested by its simulation); the
+      // stage computes do not split their backward yet, so no run plan asks for it.
+      throw std::runtime_error(fmt::format("stage {}: weight-gradient (W) work of step {} micro-batch {}: the "
+                                           "zero-bubble schedule is not wired to the stage computes yet",
+                                           stage_, w.step, w.micro_batch));
   }
   return done;
 }

@@ -1,5 +1,6 @@
 // The local pick rule of a pipeline stage: load > backward > forward
-// (1F1B) or load > forward > backward (GPipe), lowest micro-batch first.
+// (1F1B) or load > forward > backward (GPipe), lowest micro-batch first; with a split
+// backward (zero-bubble) load > B > F > W.
 #include "actors/stage_scheduler.hpp"
 
 #include "core/error.hpp"
@@ -39,6 +40,7 @@ const char* work_kind_name(work_kind kind) {
     case work_kind::forward: return "forward";
     case work_kind::backward: return "backward";
     case work_kind::load: return "load";
+    case work_kind::weight: return "weight";
   }
   return "?";
 }
@@ -51,6 +53,7 @@ stage_scheduler::stage_scheduler(stage_position pos, schedule_policy policy, sta
   DSA_CHECK(pos.stages > 0 && pos.index < pos.stages && pos.micro_batches > 0,
             "bad stage position {}/{} with {} micro-batches", pos.index, pos.stages, pos.micro_batches);
   DSA_CHECK(policy.stash_slots > 0, "a stage needs at least one stash slot");
+  DSA_CHECK(!policy.split_backward || policy.max_deferred_w > 0, "a split backward needs max_deferred_w >= 1");
 }
 
 status stage_scheduler::check_next(std::uint32_t& count, std::uint32_t step, std::uint32_t micro_batch,
@@ -129,6 +132,7 @@ std::optional<stage_work> stage_scheduler::pick() {
   } else if (policy_.order == pick_order::backward_first) {
     work = pick_backward();
     if (!work) work = pick_forward();
+    if (!work && policy_.split_backward) work = pick_weight();
   } else {
     work = pick_forward();
     if (!work) work = pick_backward();
@@ -171,6 +175,7 @@ std::optional<stage_work> stage_scheduler::pick_forward() {
 
 std::optional<stage_work> stage_scheduler::pick_backward() {
   if (in_flight_.empty() || grads_outstanding_ > 0) return std::nullopt;
+  if (policy_.split_backward && deferred_.size() >= policy_.max_deferred_w) return std::nullopt; // a W first
   const stashed s = in_flight_.front();
   // GPipe flushes: a step's backwards start once all its forwards ran.
   if (policy_.order == pick_order::forward_first && next_forward_step_ <= s.step) return std::nullopt;
@@ -180,7 +185,8 @@ std::optional<stage_work> stage_scheduler::pick_backward() {
   w.step = s.step;
   w.micro_batch = s.micro_batch;
   w.stash_slot = s.stash_slot;
-  w.last_of_step = s.micro_batch + 1 == pos_.micro_batches;
+  // With a split backward the step's last W publishes, not its last B.
+  w.last_of_step = !policy_.split_backward && s.micro_batch + 1 == pos_.micro_batches;
   if (!pos_.last()) {
     if (grads_.empty()) return std::nullopt;
     const arrival g = grads_.front();
@@ -196,6 +202,22 @@ std::optional<stage_work> stage_scheduler::pick_backward() {
   return w;
 }
 
+// W of the oldest micro-batch whose B ran (micro-batch order keeps the accumulation's
+// order that of 1F1B); the step's last W publishes its gradients.
+std::optional<stage_work> stage_scheduler::pick_weight() {
+  if (deferred_.empty() || grads_outstanding_ > 0) return std::nullopt;
+  const stashed s = deferred_.front();
+  deferred_.pop_front();
+  stage_work w;
+  w.kind = work_kind::weight;
+  w.step = s.step;
+  w.micro_batch = s.micro_batch;
+  w.stash_slot = s.stash_slot;
+  w.last_of_step = s.micro_batch + 1 == pos_.micro_batches;
+  if (w.last_of_step) grads_outstanding_ = std::max<std::uint32_t>(credits_.grads_slots, 1);
+  return w;
+}
+
 void stage_scheduler::on_done(const stage_work& work) {
   DSA_CHECK(busy_, "on_done without running work");
   busy_ = false;
@@ -204,7 +226,13 @@ void stage_scheduler::on_done(const stage_work& work) {
       in_flight_.push_back({work.step, work.micro_batch, work.stash_slot});
       ++forwards_done_;
       break;
-    case work_kind::backward: {
+    case work_kind::backward:
+      if (policy_.split_backward) { // the stash stays until W
+        deferred_.push_back({work.step, work.micro_batch, work.stash_slot});
+        break;
+      }
+      [[fallthrough]];
+    case work_kind::weight: {
       const bool stash_ok = give_back(free_stash_, work.stash_slot, policy_.stash_slots, "stash").has_value();
       DSA_CHECK(stash_ok, "stage {}: stash slot {} was not in use", pos_.index, work.stash_slot);
       if (work.last_of_step) next_backward_step_ = work.step + 1;
@@ -217,10 +245,11 @@ void stage_scheduler::on_done(const stage_work& work) {
 }
 
 std::string stage_scheduler::describe() const {
-  return fmt::format("stage {}: busy={} version={} next_forward=({}, {}) in_flight={} inputs={} labels={} "
-                     "grads={} free_stash={} free_out={} free_grad_out={} pending_version={} grads_outstanding={}",
+  return fmt::format("stage {}: busy={} version={} next_forward=({}, {}) in_flight={} deferred_w={} inputs={} "
+                     "labels={} grads={} free_stash={} free_out={} free_grad_out={} pending_version={} "
+                     "grads_outstanding={}",
                      pos_.index, busy_, held_version_, next_forward_step_, next_forward_mb_,
-                     in_flight_.size(), inputs_.size(), labels_.size(), grads_.size(), free_stash_.size(),
+                     in_flight_.size(), deferred_.size(), inputs_.size(), labels_.size(), grads_.size(), free_stash_.size(),
                      free_out_.size(), free_grad_out_.size(), pending_version_.has_value(), grads_outstanding_);
 }
 

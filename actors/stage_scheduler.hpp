@@ -26,7 +26,9 @@
 
 namespace dsa::actors {
 
-enum class work_kind : std::uint32_t { forward = 0, backward = 1, load = 2 };
+// backward: the whole backward, or with a split-backward policy (zero-bubble) its B part, the
+// input gradient; weight: the split policy's W part, the weight gradients.
+enum class work_kind : std::uint32_t { forward = 0, backward = 1, load = 2, weight = 3 };
 const char* work_kind_name(work_kind kind);
 
 struct stage_position {
@@ -57,7 +59,7 @@ struct stage_work {
   std::uint32_t labels_slot = none; // forward on the last stage
   std::uint32_t out_slot = none;    // forward: activation-out slot; backward: gradient-out slot
   std::uint32_t stash_slot = none;
-  bool last_of_step = false; // backward of the step's last micro-batch
+  bool last_of_step = false; // the step's last micro-batch's backward (split: its W), which publishes
 };
 
 class stage_scheduler {
@@ -89,6 +91,7 @@ public:
   bool finished() const { return next_backward_step_ >= pos_.end_step(); }
   std::uint32_t held_version() const { return held_version_; }
   std::uint32_t in_flight() const { return static_cast<std::uint32_t>(in_flight_.size()); }
+  std::uint32_t deferred() const { return static_cast<std::uint32_t>(deferred_.size()); }
   const stage_position& position() const { return pos_; }
   // One line of state for watchdog dumps.
   std::string describe() const;
@@ -110,7 +113,9 @@ private:
   schedule_policy policy_;
   stage_credits credits_;
   std::deque<arrival> inputs_, labels_, grads_;
+  std::optional<stage_work> pick_weight();
   std::deque<stashed> in_flight_; // forward done, backward not yet: in micro-batch order
+  std::deque<stashed> deferred_;  // split backward: B done, W not yet, in micro-batch order
   std::vector<std::uint32_t> free_stash_, free_out_, free_grad_out_;
   std::optional<arrival> pending_version_;
   std::uint32_t held_version_;

@@ -27,7 +27,8 @@ struct sim {
       : opt(o), feeder(feed_slots_for(o.stages), o.micro_batches, o.steps, 0), ops(o.stages), busy(o.stages) {
     for (std::uint32_t s = 0; s < o.stages; ++s)
       stages.emplace_back(stage_position{s, o.stages, o.micro_batches, o.steps},
-                          schedule_policy::make(o.schedule, o.stages, s, o.micro_batches), o.credits);
+                          schedule_policy::make(o.schedule, o.stages, s, o.micro_batches, o.max_deferred_w), o.credits);
+    weights_done.assign(o.stages, 0);
     feed();
   }
 
@@ -56,10 +57,16 @@ struct sim {
     } else if (w.kind == work_kind::backward) {
       if (!last) must(stages[s + 1].on_grad_out_released(w.in_slot));
       if (s > 0) must(stages[s - 1].on_grad(w.step, w.micro_batch, w.out_slot));
-      if (w.last_of_step) { // an instant reducer and optimizer
-        must(stages[s].on_grads_released());
-        if (w.step + 1 < opt.steps) must(stages[s].on_version(w.step + 1, 0));
-      }
+    } else if (w.kind == work_kind::weight) {
+      ++weights_done[s];
+    }
+    if (w.kind != work_kind::forward && w.kind != work_kind::load && w.last_of_step) {
+      // Publication: under a split backward every W of the step has run.
+      if (opt.schedule == schedule_kind::zero_bubble)
+        DSA_CHECK(weights_done[s] == (w.step + 1) * opt.micro_batches, "stage {}: step {} published after {} W",
+                  s, w.step, weights_done[s]);
+      must(stages[s].on_grads_released()); // an instant reducer and optimizer
+      if (w.step + 1 < opt.steps) must(stages[s].on_version(w.step + 1, 0));
     }
     feed();
   }
@@ -91,6 +98,13 @@ struct sim {
     std::uint32_t dur = 0; // loads are instant
     if (w->kind == work_kind::forward) dur = opt.forward_time;
     if (w->kind == work_kind::backward) dur = opt.backward_time;
+    if (w->kind == work_kind::weight) dur = opt.weight_time;
+    const schedule_policy policy = schedule_policy::make(opt.schedule, opt.stages, s, opt.micro_batches,
+                                                         opt.max_deferred_w);
+    DSA_CHECK(stages[s].in_flight() + stages[s].deferred() <= policy.stash_slots, "stage {}: {} stashed, {} slots", s,
+              stages[s].in_flight() + stages[s].deferred(), policy.stash_slots);
+    DSA_CHECK(!policy.split_backward || stages[s].deferred() <= policy.max_deferred_w, "stage {}: {} W deferred", s,
+              stages[s].deferred());
     if (w->kind != work_kind::load) ops[s].push_back({w->kind, w->step, w->micro_batch, now, now + dur});
     if (dur == 0) {
       complete(s, *w);
@@ -105,6 +119,7 @@ struct sim {
   std::vector<stage_scheduler> stages;
   std::vector<std::vector<sim_op>> ops;
   std::vector<std::optional<running>> busy;
+  std::vector<std::uint32_t> weights_done;
 };
 
 } // namespace
@@ -136,7 +151,8 @@ std::string render_order(const std::vector<sim_op>& ops, std::uint32_t step) {
   std::string out;
   for (const auto& op : ops) {
     if (op.step != step) continue;
-    out += fmt::format("{}{} ", op.kind == work_kind::forward ? 'F' : 'B', op.micro_batch);
+    out += fmt::format("{}{} ", op.kind == work_kind::forward ? 'F' : op.kind == work_kind::weight ? 'W' : 'B',
+                       op.micro_batch);
   }
   if (!out.empty()) out.pop_back();
   return out;

@@ -14,7 +14,9 @@ namespace dsa::test {
 struct sim_options {
   std::uint32_t stages = 2, micro_batches = 4, steps = 1;
   actors::schedule_kind schedule = actors::schedule_kind::one_f_one_b;
-  std::uint32_t forward_time = 1, backward_time = 1;
+  // backward_time: the whole backward, or under zero_bubble its B; weight_time: W.
+  std::uint32_t forward_time = 1, backward_time = 1, weight_time = 1;
+  std::uint32_t max_deferred_w = 1; // zero_bubble's bound
   actors::stage_credits credits{};
 };
 
@@ -23,7 +25,10 @@ struct sim_op {
   std::uint32_t step, micro_batch, start, end; // unit times
 };
 
-// Per stage, the forwards and backwards in the order they ran (loads left out).
+// Per stage, the forwards, backwards and W work in the order they ran (loads left out).
+// Checks on the way (a failed DSA_CHECK): every stage's micro-batches held between forward
+// and W within the policy's stash slots, its deferred W within max_deferred_w, and a step's
+// gradients published (its last W, or last backward) only after all its W ran.
 std::vector<std::vector<sim_op>> simulate_pipeline(const sim_options& opt);
 
 // DeepSpeed TrainSchedule's order of one step at stage s: "F0 F1 B0 ...".
