@@ -4,7 +4,8 @@
 // same batch, dropout on with the same streams: the losses and every gradient of every
 // range (the tied word embedding's two copies each against its CPU range), in f32, bf16
 // and f16 storage (f16 with a loss scale of 1024 on both sides, as fp16 training runs it);
-// post-LN and pre-LN (whose last range has the final LayerNorm).
+// post-LN and pre-LN (whose last range has the final LayerNorm), and with the three memory
+// flags and activation checkpointing on both sides.
 #include "gpu_test_util.hpp"
 
 #include "kernels/cpu/convert.hpp"
@@ -31,9 +32,12 @@ bert::gpu::device_array copy_of(const void* src, std::size_t bytes, cudaStream_t
   return d;
 }
 
-void ranges_against_cpu(bert::layer_norm_placement placement) {
+// savers: the three memory flags and activation checkpointing, on both sides.
+void ranges_against_cpu(bert::layer_norm_placement placement, bool savers = false) {
   bert::bert_config cfg = gpu_bert_config(3);
   cfg.norm = placement; // pre-LN: the last range adds the final LayerNorm before the head
+  cfg.memory.normalize_invertible = cfg.memory.gelu_checkpoint = cfg.memory.attn_dropout_checkpoint = savers;
+  cfg.checkpoint_activations = savers;
   const bert::bert_batch batch = small_batch(cfg);
   bert::forward_context ctx;
   ctx.seed = 9;
@@ -116,6 +120,11 @@ TEST_CASE("cuda part: three pipeline ranges equal the CPU ranges, losses and eve
 
 TEST_CASE("cuda part: three pipeline ranges equal the CPU ranges, losses and every gradient (pre-LN)") {
   ranges_against_cpu(bert::layer_norm_placement::pre);
+}
+
+TEST_CASE("cuda part: with the memory flags and activation checkpointing on both sides, the ranges equal the CPU's") {
+  ranges_against_cpu(bert::layer_norm_placement::post, true);
+  ranges_against_cpu(bert::layer_norm_placement::pre, true);
 }
 
 TEST_CASE("cuda part: values loaded from half tensors, and a middle range without its input refused") {
