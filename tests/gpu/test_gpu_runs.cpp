@@ -7,64 +7,95 @@
 #include "tests/support/tolerances.hpp"
 #include "tests/train/train_fixture.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
 namespace dsa::test {
 namespace {
 
+// fp16 with dynamic loss scaling, the optimizer on the rank's device, dropout on.
 const std::vector<std::string> device_optimizer_fp16{"zero_optimization.stage=0",
                                                      "zero_optimization.offload_optimizer.device=\"none\"",
-                                                     "fp16.enabled=true", "fp16.initial_scale_power=12"};
+                                                     "fp16.enabled=true", "fp16.initial_scale_power=12",
+                                                     "model.hidden_dropout=0.1", "model.attention_dropout=0.1"};
+
+struct step_figures {
+  double loss = 0, loss_scale = 0;
+};
+
+// Every step's loss and loss scale from the run's metrics.jsonl.
+std::vector<step_figures> run_figures(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<step_figures> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto row = nlohmann::json::parse(line);
+    out.push_back({row["Train/Samples/train_loss"].get<double>(), row["Train/Samples/loss_scale"].get<double>()});
+  }
+  return out;
+}
 
 std::vector<std::string> with(std::vector<std::string> v, const std::vector<std::string>& more) {
   v.insert(v.end(), more.begin(), more.end());
   return v;
 }
 
-// Steps 1..2 on `first`, then --resume to step 4 on `second`; every step's loss.
-std::vector<double> resumed_losses(const std::string& first, const std::string& second,
-                                   const std::vector<std::string>& overrides) {
+// Steps 1..3 on `first`, then --resume to step 6 on `second` (so three updates use the
+// restored moments and scaler); every step's figures.
+std::vector<step_figures> resumed(const std::string& first, const std::string& second,
+                                  const std::vector<std::string>& overrides) {
   temp_dir dir;
   const std::string cfg = tiny_config(dir.path());
   REQUIRE(run_config(dir.path(), "a", cfg,
-                     with(overrides, {"devices.backend=\"" + first + "\"", "train_steps=2"})) == 0);
-  REQUIRE(run_config(dir.path(), "b", cfg, with(overrides, {"devices.backend=\"" + second + "\"", "train_steps=4"}),
+                     with(overrides, {"devices.backend=\"" + first + "\"", "train_steps=3"})) == 0);
+  REQUIRE(run_config(dir.path(), "b", cfg, with(overrides, {"devices.backend=\"" + second + "\"", "train_steps=6"}),
                      /*resume=*/true) == 0);
-  return run_losses(dir.path() + "/run");
+  return run_figures(dir.path() + "/run");
 }
 
-std::vector<double> straight_losses(const std::string& backend, const std::vector<std::string>& overrides) {
+std::vector<step_figures> straight(const std::string& backend, const std::vector<std::string>& overrides) {
   temp_dir dir;
   REQUIRE(run_config(dir.path(), "a", tiny_config(dir.path()),
-                     with(overrides, {"devices.backend=\"" + backend + "\"", "train_steps=4"})) == 0);
-  return run_losses(dir.path() + "/run");
+                     with(overrides, {"devices.backend=\"" + backend + "\"", "train_steps=6"})) == 0);
+  return run_figures(dir.path() + "/run");
+}
+
+bool same_bits(const std::vector<step_figures>& a, const std::vector<step_figures>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].loss != b[i].loss || a[i].loss_scale != b[i].loss_scale) return false;
+  return true;
 }
 
 } // namespace
 
 TEST_CASE("dsactor run: a CPU checkpoint resumes on a CUDA rank and the reverse, close to the CPU run") {
-  const std::vector<double> cpu = straight_losses("cpu", device_optimizer_fp16);
-  REQUIRE(cpu.size() == 4);
+  const std::vector<step_figures> cpu = straight("cpu", device_optimizer_fp16);
+  REQUIRE(cpu.size() == 6);
+  // The CPU's own resume is bit for bit (what the moments and scaler must carry).
+  CHECK(same_bits(resumed("cpu", "cpu", device_optimizer_fp16), cpu));
   for (const auto& [first, second] : {std::pair{"cpu", "cuda"}, std::pair{"cuda", "cpu"}}) {
     INFO(first << " then " << second);
-    const std::vector<double> got = resumed_losses(first, second, device_optimizer_fp16);
-    REQUIRE(got.size() == 4);
-    for (std::size_t i = 0; i < 4; ++i) {
-      INFO("step " << i + 1 << ": " << got[i] << " vs " << cpu[i]);
-      CHECK(std::fabs(got[i] - cpu[i]) <= gpu_run_half_vs_cpu.abs + gpu_run_half_vs_cpu.rel * std::fabs(cpu[i]));
+    const std::vector<step_figures> got = resumed(first, second, device_optimizer_fp16);
+    REQUIRE(got.size() == 6);
+    for (std::size_t i = 0; i < 6; ++i) {
+      INFO("step " << i + 1 << ": loss " << got[i].loss << " vs " << cpu[i].loss);
+      CHECK(std::fabs(got[i].loss - cpu[i].loss) <=
+            gpu_run_half_vs_cpu.abs + gpu_run_half_vs_cpu.rel * std::fabs(cpu[i].loss));
+      CHECK(got[i].loss_scale == cpu[i].loss_scale);
     }
   }
 }
 
 TEST_CASE("dsactor run: devices.deterministic gives the same bits twice and across a resume") {
   const std::vector<std::string> det = with(device_optimizer_fp16, {"devices.deterministic=true"});
-  const std::vector<double> a = straight_losses("cuda", det), b = straight_losses("cuda", det);
-  const std::vector<double> resumed = resumed_losses("cuda", "cuda", det);
-  REQUIRE(a.size() == 4);
-  CHECK(a == b);
-  CHECK(resumed == a);
+  const std::vector<step_figures> a = straight("cuda", det), b = straight("cuda", det);
+  REQUIRE(a.size() == 6);
+  CHECK(same_bits(a, b));
+  CHECK(same_bits(resumed("cuda", "cuda", det), a));
 }
 
 } // namespace dsa::test

@@ -139,6 +139,8 @@ TEST_CASE("what a CUDA rank does not run yet is refused by its key, before the m
   rc = with_backend("cuda");
   rc.model.checkpoint_activations = true; // recomputed on the GPU as on the CPU
   CHECK(train::choose_device(rc, 0, gpu).has_value());
+  rc.cpu_checkpointing = true; // but the checkpoints are not moved to host memory
+  CHECK(refusal(rc, 0, gpu).find("activation_checkpointing.cpu_checkpointing") != std::string::npos);
   // A CPU rank runs every one of them.
   rc.backend = "cpu";
   CHECK(train::choose_device(rc, 0, gpu).has_value());

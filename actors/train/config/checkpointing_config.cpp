@@ -10,13 +10,13 @@
 
 namespace dsa::train {
 
-void read_activation_checkpointing(const config& cfg, config_problems& problems) {
+bool read_activation_checkpointing(const config& cfg, config_problems& problems) {
   optim::param_reader r(cfg, "activation_checkpointing", problems);
   bool partition = false, contiguous = false, cpu_checkpointing = false, synchronize = false, profile = false;
   std::optional<std::int64_t> number;
   r.read("partition_activations", partition);
   r.read("contiguous_memory_optimization", contiguous);
-  r.read("cpu_checkpointing", cpu_checkpointing); // moves partitioned checkpoints: none here
+  r.read("cpu_checkpointing", cpu_checkpointing); // CPU ranks: the checkpoints are in host memory already
   r.read("number_checkpoints", number);             // sizes the contiguous buffers: none here
   r.read("synchronize_checkpoint_boundary", synchronize); // a device synchronize: none on CPU ranks
   r.read("profile", profile);
@@ -33,6 +33,7 @@ void read_activation_checkpointing(const config& cfg, config_problems& problems)
                          "backward (dsactor trace RUN summary): set false");
   if (number && *number < 1)
     r.invalid("number_checkpoints", fmt::format("must be at least 1, got {}", *number));
+  return cpu_checkpointing;
 }
 
 } // namespace dsa::train

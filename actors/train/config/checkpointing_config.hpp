@@ -7,6 +7,7 @@
 
 namespace dsa::train {
 
-void read_activation_checkpointing(const config& cfg, config_problems& problems);
+// Returns activation_checkpointing.cpu_checkpointing (a CUDA rank refuses it: choose_device).
+bool read_activation_checkpointing(const config& cfg, config_problems& problems);
 
 } // namespace dsa::train

@@ -401,7 +401,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   if (rc.has_scheduler)
     (void)optim::read_lr_schedule(cfg, rc.optimizer.lr, problems);
   read_precision(cfg, rc, problems);
-  read_activation_checkpointing(cfg, problems);
+  rc.cpu_checkpointing = read_activation_checkpointing(cfg, problems);
   cfg.read("gradient_clipping", rc.gradient_clipping, problems);
   const std::size_t before_layout = problems.size();
   read_pipeline(cfg, rc, problems);

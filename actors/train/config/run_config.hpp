@@ -100,6 +100,9 @@ struct run_config {
   // atomics, no split-K products), so a GPU run and its resume repeat bit for bit. CPU ranks
   // always do.
   bool deterministic = false;
+  // activation_checkpointing.cpu_checkpointing: the layer checkpoints in host memory (CPU
+  // ranks keep them there anyway; a CUDA rank refuses it: its checkpoints stay on the device).
+  bool cpu_checkpointing = false;
   // [devices] shared_memory_allreduce: the gradient allreduce of ranks on one host goes
   // through memory they share (true, the default) or over the transport as between hosts
   // (false: then the transport counts every byte, as `dsactor bench compressed` needs).

@@ -91,6 +91,10 @@ status device_optimizer_supports(const run_config& rc, const std::string& who) {
 status cuda_rank_supports(const run_config& rc) {
   // offload_optimizer.device = "none": the masters and moments on the GPU (device_shard).
   if (rc.offload.device == offload_device::none) DSA_TRY(device_optimizer_supports(rc, "devices.backend = \"cuda\""));
+  if (rc.cpu_checkpointing)
+    return make_error(errc::config, "devices.backend = \"cuda\" with activation_checkpointing.cpu_checkpointing = true: "
+                                    "DeepSpeed moves the checkpoints to host memory; a CUDA rank keeps them on the "
+                                    "device (moving them is not written): set false");
   if (rc.zero_stage >= 3 || rc.gradients_partitioned())
     return make_error(errc::config,
                       "devices.backend = \"cuda\" with zero_optimization.stage = {}{}: the gradient and weight "
