@@ -4,6 +4,7 @@
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "models/bert/stored_precision.hpp"
+#include "models/bert/weight_grads.hpp"
 
 #include <vector>
 
@@ -91,6 +92,24 @@ void embeddings_backward(const embeddings_params& p, const bert_config& cfg, con
   bool any_pad = false;
   for (std::int64_t row = 0; row < N && !any_pad; ++row)
     any_pad = ids[row] == cfg.pad_token_id;
+  if (deferred_weight_grads* deferral = weight_grad_deferral()) {
+    // The word table's share of the tied embedding goes to W too, after the decoder's
+    // product as in the plain backward: its rows and ids copied now.
+    for (std::int64_t row = 0; row < N; ++row) {
+      if (any_pad && ids[row] == cfg.pad_token_id)
+        continue;
+      kept_ids.push_back(ids[row]);
+      kept_rows.insert(kept_rows.end(), d + row * H, d + (row + 1) * H);
+    }
+    const std::size_t bytes = kept_rows.size() * sizeof(float) + kept_ids.size() * sizeof(std::int32_t);
+    deferral->record_work(
+        [dword = p.dword, rows = std::move(kept_rows), row_ids = std::move(kept_ids), V = cfg.vocab_size, H] {
+          cpu::embedding_backward(dword.data<float>(), rows.data(), row_ids.data(),
+                                  static_cast<std::int64_t>(row_ids.size()), V, H);
+        },
+        bytes);
+    return;
+  }
   if (!any_pad) {
     cpu::embedding_backward(p.dword.data<float>(), d, ids, N, cfg.vocab_size, H);
     return;

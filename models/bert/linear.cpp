@@ -4,6 +4,7 @@
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "models/bert/stored_precision.hpp"
+#include "models/bert/weight_grads.hpp"
 
 namespace dsa::bert {
 
@@ -44,7 +45,7 @@ void linear_backward_products(float* dx, cpu::gemm_operand dy, cpu::gemm_operand
   dw.k = rows;
   dw.trans_a = cpu::transpose::yes;
   dw.beta = 1.0f;
-  cpu::gemm(p.dweight.data<float>(), dy, x, dw);
+  weight_gradient_product(p.dweight, dy, rows * out, x, rows * in, dw); // W: now, or deferred (weight_grads.hpp)
   if (dx == nullptr)
     return;
   cpu::gemm_shape dxs; // dx (rows, in) = dy (rows, out) W (out, in)

@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "models/bert/weight_grads.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/loss.hpp"
 #include "models/bert/linear.hpp"
@@ -134,7 +135,7 @@ tensor pretraining_head_backward(pretraining_head_stash& s,
     dw.k = M;
     dw.trans_a = cpu::transpose::yes;
     dw.beta = 1.0f;
-    cpu::gemm(p.dword.data<float>(), dl_in.operand(), s.normed.data<float>(), dw);
+    weight_gradient_product(p.dword, dl_in.operand(), M * V, s.normed.data<float>(), M * H, dw); // W
     std::vector<float> d(static_cast<std::size_t>(M * H)), dm(d.size());
     cpu::gemm_shape dn; // dnormed (M, H) = dl (M, V) W_word (V, H)
     dn.m = M;
