@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 namespace dsa::actors {
@@ -73,6 +74,19 @@ public:
   virtual void set_gradients_final(gradients_final_fn listener) { (void)listener; }
   // Installs a new parameter version (same order and shapes) and zeros the gradients.
   virtual void load_parameters(const std::vector<tensor>& updated) = 0;
+
+  // A split-backward schedule (zero-bubble), said once before the run: from then on
+  // backward() computes B (the input gradient and the cheap gradients) and keeps the
+  // micro-batch's weight-gradient work for weight(key), which the runtime calls later, in
+  // micro-batch order, with the same key. A compute that cannot split throws (the run's
+  // config is refused before it gets here).
+  virtual void split_backward() {
+    throw std::runtime_error("this stage compute cannot split its backward into B and W (pipeline.schedule = \"zb\")");
+  }
+  virtual void weight(const work_key& key) {
+    (void)key;
+    throw std::runtime_error("this stage compute has no W work: it does not split its backward");
+  }
 
   // For a compute that issues collectives of its own (ZeRO-3's parameter gathers): the
   // steps whose collectives may start. The runtime calls allow(first step) before the

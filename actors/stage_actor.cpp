@@ -19,7 +19,8 @@ struct stage_core {
   stage_core(const actor_setup& setup, std::uint32_t i, stage_compute* compute)
       : plan(*setup.plan), index(i), id(plan.stage_id(i)), edges(stage_edges_of(plan, i)),
         sched({i, plan.options.stages, plan.options.micro_batches, plan.options.steps, plan.first_step},
-              schedule_policy::make(plan.options.schedule, plan.options.stages, i, plan.options.micro_batches),
+              schedule_policy::make(plan.options.schedule, plan.options.stages, i, plan.options.micro_batches,
+                                    plan.options.max_deferred_w),
               {plan.options.activation_slots, plan.options.gradient_slots, plan.grads_slots(i)}),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         runner(std::make_shared<stage_runner>(setup.slots, edges, compute, setup.trace, id, i, plan.buckets_of(i),
@@ -140,7 +141,8 @@ void after_backward(stage_actor* self, const stage_work& w) {
 // A gradient bucket is in its slot (the worker said so): the reducer may read it.
 void on_grads_ready(stage_actor* self, const grads_ready& g) {
   auto& c = *self->state.core;
-  DSA_CHECK(c.running && c.running->kind == work_kind::backward && c.running->last_of_step && c.running->step == g.step &&
+  DSA_CHECK(c.running && (c.running->kind == work_kind::backward || c.running->kind == work_kind::weight) &&
+                c.running->last_of_step && c.running->step == g.step &&
                 g.bucket < c.plan.grads_slots(c.index),
             "stage {}: gradient bucket {} of step {} outside the step's last backward", c.index, g.bucket, g.step);
   c.io.send_produced(self, c.reducer, c.plan.reducer_id(c.index), {c.edges.grads, g.bucket}, g.step,
@@ -166,9 +168,7 @@ void on_done(stage_actor* self, const work_done& d) {
     case work_kind::forward: after_forward(self, w, d); break;
     case work_kind::backward: after_backward(self, w); break;
     case work_kind::load: after_load(self, w); break;
-    case work_kind::weight: // the runner refuses W work (no stage compute splits its backward yet)
-      DSA_CHECK(false, "stage {}: W work completed, which no stage compute runs", c.index);
-      break;
+    case work_kind::weight: break; // B already sent the input gradient; the buckets went out as they filled
   }
   try_run(self);
 }
@@ -209,10 +209,11 @@ caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t
 
 caf::actor spawn_stage(caf::actor_system& sys, const actor_setup& setup, std::uint32_t index,
                        stage_compute* compute) {
-  compute->reserve_stash(
+  const schedule_policy policy =
       schedule_policy::make(setup.plan->options.schedule, setup.plan->options.stages, index,
-                            setup.plan->options.micro_batches)
-          .stash_slots);
+                            setup.plan->options.micro_batches, setup.plan->options.max_deferred_w);
+  compute->reserve_stash(policy.stash_slots);
+  if (policy.split_backward) compute->split_backward();
   return sys.spawn(stage_behavior, setup, index, compute);
 }
 

@@ -65,12 +65,14 @@ work_done stage_runner::run(const stage_work& w) {
       compute_->load_parameters(slots_->at({edges_.params, w.in_slot}));
       break;
     }
-    case work_kind::weight:
-      // The zero-bubble pick rule exists in the scheduler (tested by its simulation); the
-      // stage computes do not split their backward yet, so no run plan asks for it.
-      throw std::runtime_error(fmt::format("stage {}: weight-gradient (W) work of step {} micro-batch {}: the "
-                                           "zero-bubble schedule is not wired to the stage computes yet",
-                                           stage_, w.step, w.micro_batch));
+    case work_kind::weight: {
+      // The split backward's W (zero-bubble); the step's last one publishes every bucket, in order.
+      trace_span span(trace_, trace_name::backward, actor_, stage, w.step, w.micro_batch);
+      compute_->weight(key);
+      if (w.last_of_step)
+        for (std::uint32_t b = 0; b < buckets_.size(); ++b) publish(key.step, b);
+      break;
+    }
   }
   return done;
 }

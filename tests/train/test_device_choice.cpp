@@ -141,6 +141,9 @@ TEST_CASE("what a CUDA rank does not run yet is refused by its key, before the m
   CHECK(train::choose_device(rc, 0, gpu).has_value());
   rc.cpu_checkpointing = true; // but the checkpoints are not moved to host memory
   CHECK(refusal(rc, 0, gpu).find("activation_checkpointing.cpu_checkpointing") != std::string::npos);
+  rc = with_backend("cuda");
+  rc.schedule = "zb"; // the GPU stage does not split its backward
+  CHECK(refusal(rc, 0, gpu).find("pipeline.schedule = \"zb\"") != std::string::npos);
   // A CPU rank runs every one of them.
   rc.backend = "cpu";
   CHECK(train::choose_device(rc, 0, gpu).has_value());
@@ -154,6 +157,10 @@ TEST_CASE("devices.backend and devices.device are checked with the config, and d
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=-2"}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=\"first\""}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.deterministic=\"yes\""}) == 2);
+  // The zero-bubble schedule's keys: its bound needs it, and what it does not run yet is refused.
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"pipeline.max_deferred_w=2"}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg,
+                         {"pipeline.schedule=\"zb\"", "pipeline.stages=2", "pipeline.speculative_update=true"}) == 2);
   // LAMB on the GPU-resident optimizer, refused on any machine: exit 2, no run directory.
   CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\"", "optimizer.type=\"Lamb\""}) == 2);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/run")); // tiny_config's run_dir

@@ -83,7 +83,7 @@ train_shards = "s"
       path + ": key 'train_steps': give the run's length as 'train_steps' (optimizer steps) or "
              "'epochs'",
       path + ":3: key 'steps_per_print': expected an integer, found a string",
-      path + ":9: key 'pipeline.schedule': expected '1f1b' or 'gpipe', got 'zigzag'",
+      path + ":9: key 'pipeline.schedule': expected '1f1b', 'gpipe' or 'zb', got 'zigzag'",
       path + ":12: key 'scheduler.type': unknown scheduler \"WarmupLinear\" (known: WarmupLR, "
              "WarmupDecayLR, "
              "WarmupCosineLR, OneCycle, LRRangeTest)",

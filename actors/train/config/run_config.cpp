@@ -143,12 +143,20 @@ void read_pipeline(const config& cfg, run_config& rc, config_problems& problems)
   r.read("partition", rc.partition);
   r.read("schedule", rc.schedule);
   r.read("speculative_update", rc.speculative_update);
+  r.read("max_deferred_w", rc.max_deferred_w);
   r.check_unknown();
   if (stages < 1 || stages > 64)
     r.invalid("stages", fmt::format("must be in 1..64, got {}", stages));
-  if (rc.schedule != "1f1b" && rc.schedule != "gpipe")
-    r.invalid("schedule", fmt::format("expected '1f1b' or 'gpipe', got '{}'", rc.schedule));
+  if (rc.schedule != "1f1b" && rc.schedule != "gpipe" && rc.schedule != "zb")
+    r.invalid("schedule", fmt::format("expected '1f1b', 'gpipe' or 'zb', got '{}'", rc.schedule));
+  if (rc.max_deferred_w < 0 || rc.max_deferred_w > 1024)
+    r.invalid("max_deferred_w", fmt::format("must be in 0..1024 (0: the number of stages), got {}", rc.max_deferred_w));
+  if (rc.max_deferred_w != 0 && rc.schedule != "zb")
+    r.invalid("max_deferred_w", fmt::format("bounds the zero-bubble schedule's deferred W work: it needs "
+                                            "pipeline.schedule = \"zb\" (got \"{}\")",
+                                            rc.schedule));
   rc.stages = static_cast<std::uint32_t>(stages);
+  if (rc.max_deferred_w == 0) rc.max_deferred_w = rc.stages;
 }
 
 // DeepSpeed keys about data-parallel gradient averaging and ZeRO that BERT configs
@@ -465,6 +473,17 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
     problems.add(cfg.problem(problem_kind::invalid_value, "debug.overflow_step",
                              fmt::format("injects into whole stage gradients; ZeRO stage {} over {} ranks partitions "
                                          "them", rc.zero_stage, rc.batch.data_parallel_size)));
+  // The zero-bubble schedule's W runs after B; what reads or reduces the gradients during
+  // the backward itself (partitioned gradients, the speculative update's early norms) is not
+  // written for it yet.
+  if (rc.schedule == "zb" && rc.gradients_partitioned())
+    problems.add(cfg.problem(problem_kind::invalid_value, "pipeline.schedule",
+                             fmt::format("\"zb\" with ZeRO stage {} over {} ranks: partitioned gradients are summed "
+                                         "during the backward, before the deferred W work; use \"1f1b\"",
+                                         rc.zero_stage, rc.batch.data_parallel_size)));
+  if (rc.schedule == "zb" && rc.speculative_update)
+    problems.add(cfg.problem(problem_kind::invalid_value, "pipeline.speculative_update",
+                             "with pipeline.schedule = \"zb\": not written yet; set false or use \"1f1b\""));
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
   return rc;

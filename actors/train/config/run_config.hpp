@@ -128,7 +128,10 @@ struct run_config {
   net::comms_logger_options comms_logger; // [comms_logger], DeepSpeed's keys
   std::uint32_t stages = 1;
   std::string partition = "parameters";
-  std::string schedule = "1f1b"; // or "gpipe"
+  std::string schedule = "1f1b"; // or "gpipe", or "zb" (zero-bubble: the backward split into B and W)
+  // pipeline.max_deferred_w: with "zb", micro-batches a stage may hold whose W has not run
+  // (default 0: the number of stages, which gives ZB-H1's schedule in the unit-cost model).
+  std::int64_t max_deferred_w = 0;
   // pipeline.speculative_update: with clipping or fp16 and several stages, a shard
   // updates before the global norm is in and rolls back when it clips or overflows.
   // Off by default: the rollback copy costs as much memory as the shard's state.

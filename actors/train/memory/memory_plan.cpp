@@ -40,14 +40,16 @@ std::int64_t rank_activations(const run_config& rc, const std::vector<bert::bert
   const std::int64_t B = rc.batch.micro_batch_size, T = in.seq_length, H = rc.model.hidden_size;
   const dtype stash = working_dtype(rc.working);
   const auto layer = static_cast<std::int64_t>(bert::layer_stash_bytes(rc.model, B, T, bert::run_mode::train, stash));
-  const auto kind = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
+  const auto kind = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe
+      : rc.schedule == "zb" ? actors::schedule_kind::zero_bubble : actors::schedule_kind::one_f_one_b;
   const auto S = static_cast<std::uint32_t>(ranges.size());
   const std::int64_t hidden = B * T * H * 4; // one (B, T, H) f32 tensor
   std::int64_t total = 2 * 2 * (static_cast<std::int64_t>(S) - 1) * hidden; // messages between stages
   for (std::uint32_t s = 0; s < S; ++s) {
     const auto& r = ranges[s];
     const std::int64_t slots =
-        actors::schedule_policy::make(kind, S, s, static_cast<std::uint32_t>(rc.batch.gradient_accumulation))
+        actors::schedule_policy::make(kind, S, s, static_cast<std::uint32_t>(rc.batch.gradient_accumulation),
+                                      static_cast<std::uint32_t>(std::max<std::int64_t>(1, rc.max_deferred_w)))
             .stash_slots;
     // Checkpointing keeps one f32 input per layer; the layer being recomputed holds a stash.
     const std::int64_t kept = rc.model.checkpoint_activations ? hidden : layer;

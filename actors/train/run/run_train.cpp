@@ -46,7 +46,9 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
   ro.pipeline.stages = rc.stages;
   ro.pipeline.micro_batches = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
   ro.pipeline.steps = in.last_step - in.first_step + 1;
-  ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe : actors::schedule_kind::one_f_one_b;
+  ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe
+      : rc.schedule == "zb" ? actors::schedule_kind::zero_bubble : actors::schedule_kind::one_f_one_b;
+  ro.pipeline.max_deferred_w = static_cast<std::uint32_t>(std::max<std::int64_t>(1, rc.max_deferred_w));
   ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
   ro.pipeline.speculative_update = rc.speculative_update;
   ro.first_step = in.first_step;

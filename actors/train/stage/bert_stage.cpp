@@ -61,7 +61,13 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
   in_backward_ = true;
   tensor dx;
   try {
-    dx = part_.backward(dout, stashes_.at(key.stash), opt);
+    if (split_) {
+      if (deferred_.size() < stashes_.size()) deferred_.resize(stashes_.size());
+      bert::defer_weight_grads defer(deferred_.at(key.stash));
+      dx = part_.backward(dout, stashes_.at(key.stash), opt);
+    } else {
+      dx = part_.backward(dout, stashes_.at(key.stash), opt);
+    }
   } catch (...) {
     in_backward_ = false;
     throw;
@@ -72,6 +78,14 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
     if (wire == dtype::f32) grad_in = dx;
     else cast_into(grad_in, dx, wire);
   }
+}
+
+void bert_stage::weight(const actors::work_key& key) {
+  stage_timer t{shared_.backward_ns};
+  DSA_CHECK(split_ && key.stash < deferred_.size() && !deferred_[key.stash].empty(),
+            "bert stage {}: W work of step {} micro-batch {} without its B", part_.range().to_string(), key.step,
+            key.micro_batch);
+  deferred_[key.stash].run();
 }
 
 std::vector<tensor> bert_stage::parameters() {

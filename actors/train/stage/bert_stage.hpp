@@ -14,6 +14,7 @@
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/stage/param_fetcher.hpp"
 #include "models/bert/bert_part.hpp"
+#include "models/bert/weight_grads.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -37,6 +38,10 @@ public:
   double forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
                  std::vector<tensor>& out) override;
   void backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) override;
+  // Zero-bubble: backward() defers its weight-gradient products (models/bert/weight_grads.hpp)
+  // into the stash slot's list, which weight() runs.
+  void split_backward() override { split_ = true; }
+  void weight(const actors::work_key& key) override;
   // The working weights (views, in the working precision) and f32 gradients.
   std::vector<tensor> parameters() override;
   std::vector<tensor> gradients() override;
@@ -100,6 +105,8 @@ private:
   stage_shared& shared_;
   bert::bert_part part_;
   std::vector<bert::part_stash> stashes_;
+  bool split_ = false;
+  std::vector<bert::deferred_weight_grads> deferred_; // per stash slot, with split_
   double loss_scale_ = 1.0;
   std::vector<double> last_metrics_;
   gradients_final_fn final_;

@@ -91,6 +91,9 @@ status device_optimizer_supports(const run_config& rc, const std::string& who) {
 status cuda_rank_supports(const run_config& rc) {
   // offload_optimizer.device = "none": the masters and moments on the GPU (device_shard).
   if (rc.offload.device == offload_device::none) DSA_TRY(device_optimizer_supports(rc, "devices.backend = \"cuda\""));
+  if (rc.schedule == "zb")
+    return make_error(errc::config, "devices.backend = \"cuda\" with pipeline.schedule = \"zb\": the GPU stage does "
+                                    "not split its backward into B and W yet; use \"1f1b\"");
   if (rc.cpu_checkpointing)
     return make_error(errc::config, "devices.backend = \"cuda\" with activation_checkpointing.cpu_checkpointing = true: "
                                     "DeepSpeed moves the checkpoints to host memory; a CUDA rank keeps them on the "
