@@ -54,9 +54,22 @@ std::int64_t rank_activations(const run_config& rc, const std::vector<bert::bert
     // Checkpointing keeps one f32 input per layer; the layer being recomputed holds a stash.
     const std::int64_t kept = rc.model.checkpoint_activations ? hidden : layer;
     total += slots * (r.layer_count() * kept + (r.has_embeddings() ? hidden : 0)) + layer;
-    if (r.has_head())
-      total += rc.model.head == bert::head_kind::pretraining ? 2 * 4 * B * in.predictions * rc.model.vocab_size
-                                                             : 2 * 4 * B * T * 2;
+    const std::int64_t head = rc.model.head == bert::head_kind::pretraining
+                                  ? 2 * 4 * B * in.predictions * rc.model.vocab_size
+                                  : 2 * 4 * B * T * 2;
+    if (r.has_head()) total += head;
+    if (kind == actors::schedule_kind::zero_bubble) {
+      // Each deferred W holds copies of its products' operands (models/bert/weight_grads.hpp),
+      // f32: per layer Q, K, V's input and output gradients, the attention output's and the
+      // feed-forward's two, 11 (B, T, H) and 2 (B, T, I) tensors; the head's logits gradient;
+      // the word table's lookup rows. Counted for max_deferred_w micro-batches, beside the
+      // stash slots above.
+      const std::int64_t I = rc.model.intermediate_size;
+      const std::int64_t per_layer = 11 * hidden + 2 * B * T * I * 4;
+      const std::int64_t w = r.layer_count() * per_layer + (r.has_head() ? head / 2 : 0) +
+                             (r.has_embeddings() ? hidden : 0);
+      total += std::max<std::int64_t>(1, rc.max_deferred_w) * w;
+    }
   }
   return total;
 }
