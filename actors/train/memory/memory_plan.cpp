@@ -2,6 +2,7 @@
 #include "actors/train/memory/memory_plan.hpp"
 
 #include "actors/schedule_policy.hpp"
+#include "actors/train/config/pipeline_config.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/config/layer_partition.hpp"
 #include "actors/train/data/feed_source.hpp"
@@ -40,8 +41,7 @@ std::int64_t rank_activations(const run_config& rc, const std::vector<bert::bert
   const std::int64_t B = rc.batch.micro_batch_size, T = in.seq_length, H = rc.model.hidden_size;
   const dtype stash = working_dtype(rc.working);
   const auto layer = static_cast<std::int64_t>(bert::layer_stash_bytes(rc.model, B, T, bert::run_mode::train, stash));
-  const auto kind = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe
-      : rc.schedule == "zb" ? actors::schedule_kind::zero_bubble : actors::schedule_kind::one_f_one_b;
+  const auto kind = schedule_kind_of(rc);
   const auto S = static_cast<std::uint32_t>(ranges.size());
   const std::int64_t hidden = B * T * H * 4; // one (B, T, H) f32 tensor
   std::int64_t total = 2 * 2 * (static_cast<std::int64_t>(S) - 1) * hidden; // messages between stages

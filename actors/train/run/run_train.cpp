@@ -1,6 +1,7 @@
 // The training phase of `dsactor run`: each rank's shards and runtime parts, the step
 // reporter, then the steps on the actor runtime, one thread per in-process rank; see
 // run_phases.hpp.
+#include "actors/train/config/pipeline_config.hpp"
 #include "actors/train/run/run_phases.hpp"
 
 #include "actors/train/run/signals.hpp"
@@ -46,8 +47,7 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
   ro.pipeline.stages = rc.stages;
   ro.pipeline.micro_batches = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
   ro.pipeline.steps = in.last_step - in.first_step + 1;
-  ro.pipeline.schedule = rc.schedule == "gpipe" ? actors::schedule_kind::gpipe
-      : rc.schedule == "zb" ? actors::schedule_kind::zero_bubble : actors::schedule_kind::one_f_one_b;
+  ro.pipeline.schedule = schedule_kind_of(rc);
   ro.pipeline.max_deferred_w = static_cast<std::uint32_t>(std::max<std::int64_t>(1, rc.max_deferred_w));
   ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
   ro.pipeline.speculative_update = rc.speculative_update;

@@ -1,0 +1,18 @@
+// The "pipeline" table of a run config (stages, partition, schedule, speculative_update,
+// max_deferred_w) and the runtime's schedule kind it names.
+#pragma once
+
+#include "actors/schedule_policy.hpp"
+#include "actors/train/config/run_config.hpp"
+#include "core/config.hpp"
+#include "core/config_problems.hpp"
+
+namespace dsa::train {
+
+// Reads the table into rc; every problem names its key. max_deferred_w 0 becomes the stage count.
+void read_pipeline(const config& cfg, run_config& rc, config_problems& problems);
+
+// pipeline.schedule as the runtime's kind: "gpipe", "zb" (zero_bubble), else 1F1B.
+actors::schedule_kind schedule_kind_of(const run_config& rc);
+
+} // namespace dsa::train
