@@ -16,6 +16,11 @@ struct actor_setup {
   std::shared_ptr<slot_table> slots;
   trace_recorder* trace = nullptr; // may be null: no tracing
   data_parallel_options dp;        // this run's rank among the data-parallel replicas
+  // The job's transport when the pipeline's stages run in several processes (the
+  // plan's placement); null otherwise. A failure aborts it.
+  net::transport* world = nullptr;
+  // The transport a failure aborts: the job's, else the data-parallel group's (may be null).
+  net::transport* job() const { return world ? world : dp.transport; }
 };
 
 } // namespace dsa::actors

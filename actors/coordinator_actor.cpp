@@ -92,11 +92,26 @@ void fail(coordinator_actor* self, failure_info info) {
   if (st.phase != coord_phase::running) return;
   log_error("{} failed in step {}: {}", info.actor, info.step, info.why);
   // The other ranks would wait for this one in their next collective: wake them.
-  if (auto* t = st.args.setup.dp.transport)
-    t->abort(make_error(errc::runtime, "rank {} failed: {} failed in step {}: {}", st.args.setup.dp.rank,
-                        info.actor, info.step, info.why));
+  if (auto* t = st.args.setup.job())
+    t->abort(make_error(errc::runtime, "rank {} failed: {} failed in step {}: {}", t->rank(), info.actor, info.step,
+                        info.why));
   st.args.summary->failure = std::move(info);
   stop_all(self);
+}
+
+// The oldest step a stage of this process works on.
+std::uint32_t oldest_step(const coordinator_state& st) {
+  const auto& plan = *st.args.setup.plan;
+  std::uint32_t oldest = ~0u;
+  for (std::uint32_t s = 0; s < plan.options.stages; ++s)
+    if (plan.local(s)) oldest = std::min(oldest, st.stage_steps[s]);
+  return oldest;
+}
+
+std::uint32_t local_stage_count(const pipeline_plan& plan) {
+  std::uint32_t n = 0;
+  for (std::uint32_t s = 0; s < plan.options.stages; ++s) n += plan.local(s) ? 1 : 0;
+  return n;
 }
 
 std::uint32_t current_step(const coordinator_state& st, std::uint32_t id) {
@@ -105,7 +120,38 @@ std::uint32_t current_step(const coordinator_state& st, std::uint32_t id) {
   if (id >= plan.stage_id(0) && id < plan.stage_id(0) + S) return st.stage_steps[id - plan.stage_id(0)];
   if (id >= plan.shard_id(0) && id < plan.shard_id(0) + S) return st.stage_steps[id - plan.shard_id(0)];
   if (id >= plan.reducer_id(0) && id < plan.reducer_id(0) + S) return st.stage_steps[id - plan.reducer_id(0)];
-  return *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
+  return oldest_step(st);
+}
+
+// Stages across processes: the step's figures of the whole pipeline, from every
+// process of the job. Each process adds what it holds and zeros elsewhere (x + 0 is
+// exact), so the sums are those of one process running every stage: the loss and the
+// metrics of the last stages (one per replica, summed in replica order), each stage's
+// sum of squares from replica 0 (every replica holds the same after the reduction).
+void sum_over_pipeline(net::communicator& world, const pipeline_plan& plan, step_summary& summary,
+                       const std::vector<double>& shares, net::comms_logger* logger, const std::string& caller) {
+  const auto S = plan.options.stages;
+  const bool last_here = plan.local(S - 1);
+  std::vector<double> head{last_here ? summary.loss : 0.0, summary.skipped ? 1.0 : 0.0,
+                           last_here ? static_cast<double>(summary.metrics.size()) : 0.0};
+  for (std::uint32_t s = 0; s < S; ++s) head.push_back(plan.local(s) && plan.dp_rank == 0 ? shares[s] : 0.0);
+  auto sums = sum_over_ranks(world, head, logger, caller);
+  if (!sums) throw std::runtime_error(fmt::format("summing the step's loss over the processes: {}", sums.err().message));
+  summary.loss = (*sums)[0] / plan.dp_size;
+  summary.skipped = (*sums)[1] > 0;
+  const auto metric_count = static_cast<std::size_t>((*sums)[2] / plan.dp_size + 0.5);
+  summary.grad_sum_of_squares = 0;
+  for (std::uint32_t s = 0; s < S; ++s) summary.grad_sum_of_squares += (*sums)[3 + s]; // stage order
+  if (metric_count == 0) {
+    summary.metrics.clear();
+    return;
+  }
+  std::vector<double> metrics = last_here ? summary.metrics : std::vector<double>{};
+  metrics.resize(metric_count, 0.0);
+  auto metric_sums = sum_over_ranks(world, metrics, logger, caller);
+  if (!metric_sums)
+    throw std::runtime_error(fmt::format("summing the step's metrics over the processes: {}", metric_sums.err().message));
+  summary.metrics = std::move(*metric_sums);
 }
 
 void on_down(coordinator_actor* self, const caf::down_msg& dm) {
@@ -152,9 +198,11 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   // the group's), and afterwards stop when any rank asks to.
   st.hook_running = true;
   post_job(self, st.hooks, step,
-           [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger,
-            caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
-    if (peers) {
+           [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger, layout = st.args.setup.plan,
+            shares = st.shares[i], caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
+    if (peers && layout->placement.split()) {
+      sum_over_pipeline(*peers, *layout, summary, shares, logger, caller);
+    } else if (peers) {
       std::vector<double> local = summary.metrics;
       local.push_back(summary.loss);
       auto sums = sum_over_ranks(*peers, local, logger, caller);
@@ -195,13 +243,17 @@ void on_hooks_done(coordinator_actor* self, const work_done& d) {
   if (stop) {
     stop_all(self);
   } else {
-    for (const auto& shard : st.args.shards) self->send(shard, allow_atom::value, d.step + 1);
+    const auto S = plan.options.stages;
+    for (std::uint32_t s = 0; s < S; ++s)
+      if (plan.local(s)) self->send(st.args.shards[s], allow_atom::value, d.step + 1);
     // With several ranks the reducers' collectives of the next step wait for it too.
-    if (st.peers)
-      for (const auto& reducer : st.args.reducers) self->send(reducer, allow_atom::value, d.step + 1);
+    if (st.args.setup.dp.enabled())
+      for (std::uint32_t s = 0; s < S; ++s)
+        if (plan.local(s)) self->send(st.args.reducers[s], allow_atom::value, d.step + 1);
     // And the stages' own collectives or waits (stage_compute::allow; a ZeRO-3 stage on
     // one rank waits for it too).
-    for (const auto& stage : st.args.stages) self->send(stage, allow_atom::value, d.step + 1);
+    for (std::uint32_t s = 0; s < S; ++s)
+      if (plan.local(s)) self->send(st.args.stages[s], allow_atom::value, d.step + 1);
   }
 }
 
@@ -233,7 +285,7 @@ expected<std::uint32_t> accept_report(const pipeline_plan& plan, std::vector<std
 void count_report(coordinator_actor* self, std::uint32_t i, std::uint32_t step) {
   auto& st = self->state;
   st.last_progress = std::chrono::steady_clock::now();
-  if (++st.step_reports[i] == 2 * st.args.setup.plan->options.stages && st.phase == coord_phase::running)
+  if (++st.step_reports[i] == 2 * local_stage_count(*st.args.setup.plan) && st.phase == coord_phase::running)
     on_step_complete(self, step);
 }
 
@@ -276,6 +328,7 @@ void on_start(coordinator_actor* self) {
   const auto& plan = *a.setup.plan;
   self->send(a.feeder, wire_atom::value, a.stages.front(), a.stages.back(), caf::actor_cast<caf::actor>(self));
   for (std::uint32_t s = 0; s < S; ++s) {
+    if (!plan.local(s)) continue; // stages, their shards and reducers of another process: wired there
     caf::actor up = s == 0 ? a.feeder : a.stages[s - 1];
     caf::actor down = s + 1 < S ? a.stages[s + 1] : caf::actor{};
     self->send(a.stages[s], wire_atom::value, up, down, a.feeder, a.shards[s], a.reducers[s],
@@ -291,6 +344,7 @@ void on_start(coordinator_actor* self) {
   };
   watch(a.feeder, pipeline_plan::feeder_id);
   for (std::uint32_t s = 0; s < S; ++s) {
+    if (!plan.local(s)) continue;
     watch(a.stages[s], plan.stage_id(s));
     watch(a.shards[s], plan.shard_id(s));
     watch(a.reducers[s], plan.reducer_id(s));
@@ -306,7 +360,10 @@ void on_start(coordinator_actor* self) {
   st.args.summary->losses.assign(plan.options.steps, 0.0);
   st.last_progress = std::chrono::steady_clock::now();
   st.last_step_done = st.last_progress;
-  if (a.setup.dp.enabled())
+  // The hooks agree over the data-parallel group, or with stages across processes over the whole job.
+  if (a.setup.world)
+    st.peers = std::make_shared<net::communicator>(*a.setup.world, net::collective_options{}, hook_channel);
+  else if (a.setup.dp.enabled())
     st.peers = std::make_shared<net::communicator>(*a.setup.dp.transport, net::collective_options{}, hook_channel);
   set_phase(self, coord_phase::running);
   self->send(a.feeder, go_atom::value);
@@ -316,6 +373,10 @@ void on_start(coordinator_actor* self) {
 void on_tick(coordinator_actor* self) {
   auto& st = self->state;
   if (st.phase != coord_phase::running) return;
+  // Another process of the job was lost or failed (the rendezvous or a peer aborted the
+  // transport): an actor here may wait for it forever, so stop now, naming why.
+  if (auto* t = st.args.setup.job())
+    if (auto why = t->aborted()) return fail(self, {"coordinator", oldest_step(st), why->message});
   const auto idle = std::chrono::steady_clock::now() - st.last_progress;
   // A running hook is progress: the updates wait for it, not for a stuck actor. With
   // several ranks that includes waiting for the others' hooks (rank 0 writing a
@@ -324,8 +385,7 @@ void on_tick(coordinator_actor* self) {
   // the rendezvous' heartbeats do).
   if (idle > st.args.watchdog && !st.hook_running) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(idle).count();
-    auto step = *std::min_element(st.stage_steps.begin(), st.stage_steps.end());
-    fail(self, {"coordinator", step, "watchdog: no step completed for " + std::to_string(ms) + " ms"});
+    fail(self, {"coordinator", oldest_step(st), "watchdog: no step completed for " + std::to_string(ms) + " ms"});
     return;
   }
   self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);

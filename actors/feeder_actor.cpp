@@ -56,8 +56,16 @@ void on_filled(feeder_actor* self, const work_done& d) {
   // Before the micro-batch goes out, so the position reaches the coordinator before the step can complete.
   if (d.micro_batch + 1 == c.plan.options.micro_batches)
     self->send(c.coordinator, data_position{d.step, d.position});
-  c.io.send_produced(self, c.first, c.plan.stage_id(0), {c.plan.input_edge, fill.slot}, d.step, d.micro_batch);
-  c.io.send_produced(self, c.last, last_id, {c.plan.labels_edge, fill.slot}, d.step, d.micro_batch);
+  // With stages across processes a feeder feeds only the edges of its process's
+  // stages (each process reads the same batches); the other edge's slot is free at once.
+  if (c.plan.local(0))
+    c.io.send_produced(self, c.first, c.plan.stage_id(0), {c.plan.input_edge, fill.slot}, d.step, d.micro_batch);
+  else if (auto st = c.feed.on_released(feed_edge::input, fill.slot); !st)
+    return self->quit(protocol_failure("feeder", d.step, st.err()));
+  if (c.plan.local(c.plan.options.stages - 1))
+    c.io.send_produced(self, c.last, last_id, {c.plan.labels_edge, fill.slot}, d.step, d.micro_batch);
+  else if (auto st = c.feed.on_released(feed_edge::labels, fill.slot); !st)
+    return self->quit(protocol_failure("feeder", d.step, st.err()));
   try_fill(self);
 }
 
@@ -88,7 +96,9 @@ caf::behavior feeder_behavior(feeder_actor* self, actor_setup setup, batch_sourc
         self->state.core->coordinator = coordinator;
       },
       [=](go_atom) {
-        self->state.core->started = true;
+        // A process running neither end of the pipeline feeds nothing.
+        const auto& plan = *self->state.plan;
+        self->state.core->started = plan.local(0) || plan.local(plan.options.stages - 1);
         try_fill(self);
       },
       [=](const released& m) { on_released(self, m); },

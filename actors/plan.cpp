@@ -48,8 +48,16 @@ std::uint32_t pipeline_plan::grads_slots(std::uint32_t s) const {
   return std::max<std::uint32_t>(1, static_cast<std::uint32_t>(buckets_of(s).size()));
 }
 
+std::vector<int> stage_placement::peers() const {
+  std::vector<int> out;
+  for (int p : process)
+    if (p != here && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step, int dp_rank,
-                        int dp_size) {
+                        int dp_size, stage_placement placement) {
   DSA_CHECK(options.stages > 0 && options.micro_batches > 0 && options.steps > 0,
             "a pipeline needs stages, micro-batches and steps (got {}, {}, {})", options.stages,
             options.micro_batches, options.steps);
@@ -61,6 +69,12 @@ pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std:
   DSA_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "data-parallel rank {} of {}", dp_rank, dp_size);
   plan.dp_rank = dp_rank;
   plan.dp_size = dp_size;
+  DSA_CHECK(!placement.split() || placement.process.size() == options.stages,
+            "a placement of {} stages for a plan of {}", placement.process.size(), options.stages);
+  bool any_here = !placement.split();
+  for (std::uint32_t s = 0; s < placement.process.size(); ++s) any_here = any_here || placement.local(s);
+  DSA_CHECK(any_here, "a placement that runs no stage in this process ({})", placement.here);
+  plan.placement = std::move(placement);
   DSA_CHECK(options.grad_buckets.empty() || options.grad_buckets.size() == options.stages,
             "gradient buckets for {} stages in a plan of {}", options.grad_buckets.size(), options.stages);
   plan.feed_slots = feed_slots_for(options.stages);

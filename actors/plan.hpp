@@ -54,8 +54,22 @@ struct pipeline_options {
   std::vector<bool> streamed{};
 };
 
+// Which process runs each stage of this replica, when its stages are spread over
+// several processes (pipeline stages across processes, pipe_link.hpp). Empty: every
+// stage runs in this process.
+struct stage_placement {
+  std::vector<int> process; // [s]: the job transport's rank of the process running stage s
+  int here = 0;             // this process's rank in that transport
+  bool split() const { return !process.empty(); }
+  bool local(std::uint32_t s) const { return process.empty() || process.at(s) == here; }
+  // The other processes of this replica's pipeline, each once, in rank order.
+  std::vector<int> peers() const;
+};
+
 struct pipeline_plan {
   pipeline_options options;
+  stage_placement placement;
+  bool local(std::uint32_t s) const { return placement.local(s); }
   // Absolute number of the run's first step: the run performs steps
   // [first_step, end_step()), and parameter version k is the input of step k.
   std::uint32_t first_step = 0;
@@ -98,7 +112,8 @@ struct pipeline_plan {
 };
 
 // Adds the plan's edges to `slots` (each with its slot count). first_step: see pipeline_plan.
+// placement: see stage_placement (its process list has one entry per stage, or none).
 pipeline_plan make_plan(const pipeline_options& options, slot_table& slots, std::uint32_t first_step = 0,
-                        int dp_rank = 0, int dp_size = 1);
+                        int dp_rank = 0, int dp_size = 1, stage_placement placement = {});
 
 } // namespace dsa::actors

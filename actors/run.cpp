@@ -5,6 +5,8 @@
 
 #include "actors/coordinator_actor.hpp"
 #include "actors/feeder_actor.hpp"
+#include "actors/link_proxy_actor.hpp"
+#include "actors/pipe_link.hpp"
 #include "actors/optimizer_actor.hpp"
 #include "actors/reducer_actor.hpp"
 #include "actors/protocol/protocol.hpp"
@@ -18,9 +20,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <variant>
 
 namespace dsa::actors {
 
@@ -40,14 +43,20 @@ caf::actor_system_config make_config(const run_options& options) {
 
 int tied_index(const run_parts& parts, std::uint32_t s) { return parts.tied.empty() ? -1 : parts.tied[s]; }
 
+// The rank that names this process's trace file: its data-parallel rank, or with
+// stages across processes its rank in the job.
+int trace_rank(const run_options& options) {
+  return options.placement.split() ? options.placement.here : options.dp.rank;
+}
+
 // The facts a trace reader needs beside the records (trace_file.hpp, info frame).
 // The plan's edges go in as "edges" (the count) and "edge.<id>" = "<slots> <name>",
 // so `dsactor trace check` can bound the slots in flight per edge.
 std::vector<std::pair<std::string, std::string>> trace_info(const run_options& options, const trace_recorder& trace,
                                                             const slot_table& slots) {
   std::vector<std::pair<std::string, std::string>> info = {
-      {"rank", std::to_string(options.dp.rank)},
-      {"ranks", std::to_string(options.dp.size)},
+      {"rank", std::to_string(trace_rank(options))},
+      {"ranks", std::to_string(options.world ? options.world->size() : options.dp.size)},
       {"stages", std::to_string(options.pipeline.stages)},
       {"micro_batches", std::to_string(options.pipeline.micro_batches)},
       {"first_step", std::to_string(options.first_step)},
@@ -84,16 +93,29 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   auto cfg = make_config(options);
   caf::actor_system sys{cfg};
   const auto S = options.pipeline.stages;
+  const auto& plan = *setup.plan;
   coordinator_args args;
   args.setup = setup;
   args.summary = summary;
   args.watchdog = options.watchdog;
   args.hooks = step_hooks{options.on_step, options.stop_after};
   // Only a run with step hooks holds each update until the coordinator went on past the previous step.
-  // Data-parallel coordinators agree on every step before the next update.
-  const auto release = args.hooks.holds_updates() || setup.dp.enabled() ? update_release::when_allowed
-                                                                          : update_release::immediately;
+  // Data-parallel coordinators, and those of one pipeline's processes, agree on every step before the next update.
+  const auto release = args.hooks.holds_updates() || setup.dp.enabled() || plan.placement.split()
+                           ? update_release::when_allowed
+                           : update_release::immediately;
+  // Stages of another process: their stage and reducer ids are proxies that send through the link.
+  std::shared_ptr<pipe_link> link;
+  if (plan.placement.split()) link = std::make_shared<pipe_link>(*options.world, setup.slots, plan.placement.peers());
   for (std::uint32_t s = 0; s < S; ++s) {
+    if (!plan.local(s)) {
+      const int process = plan.placement.process[s];
+      args.stages.push_back(spawn_link_proxy(sys, link, process, plan.stage_id(s), plan.actor_name(plan.stage_id(s))));
+      args.shards.emplace_back();
+      args.reducers.push_back(
+          spawn_link_proxy(sys, link, process, plan.reducer_id(s), plan.actor_name(plan.reducer_id(s))));
+      continue;
+    }
     args.stages.push_back(spawn_stage(sys, setup, s, parts.stages[s]));
     args.shards.push_back(spawn_optimizer(sys, setup, s, parts.optimizers[s], release));
     args.reducers.push_back(spawn_reducer(sys, setup, s, tied_index(parts, s), parts.optimizers[s]->gradient_parts(),
@@ -102,6 +124,24 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, writer);
   auto coordinator = spawn_coordinator(sys, args);
+  if (link) {
+    // Arrivals from the other processes go to this process's actors by plan id.
+    std::map<std::uint32_t, caf::actor> here;
+    for (std::uint32_t s = 0; s < S; ++s)
+      if (plan.local(s)) {
+        here[plan.stage_id(s)] = args.stages[s];
+        here[plan.reducer_id(s)] = args.reducers[s];
+      }
+    link->start([here = std::move(here), link_raw = link.get()](std::uint32_t target, const link_payload& m) {
+      auto it = here.find(target);
+      if (it == here.end()) {
+        link_raw->abort(make_error(errc::protocol, "process {}: a pipeline message for actor {}, which runs elsewhere",
+                                   link_raw->process(), target));
+        return;
+      }
+      std::visit([&](const auto& msg) { caf::anon_send(it->second, msg); }, m);
+    });
+  }
   if (options.on_spawned) options.on_spawned(run_actors{coordinator, args.feeder, args.stages, args.shards, args.reducers});
   // This thread only waits from here on: its OpenMP pool (set-up's parallel loops) would
   // otherwise make libgomp throttle the stages' idle threads (compute_worker.hpp).
@@ -118,26 +158,46 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   if (!result.ok) {
     // The actors may still run if the coordinator itself was lost: stop them.
     for (const auto& a : args.stages) caf::anon_send_exit(a, caf::exit_reason::kill);
-    for (const auto& a : args.shards) caf::anon_send_exit(a, caf::exit_reason::kill);
+    for (const auto& a : args.shards)
+      if (a) caf::anon_send_exit(a, caf::exit_reason::kill);
     for (const auto& a : args.reducers) caf::anon_send_exit(a, caf::exit_reason::kill);
     caf::anon_send_exit(args.feeder, caf::exit_reason::kill);
     caf::anon_send_exit(args.tracer, caf::exit_reason::kill);
     caf::anon_send_exit(coordinator, caf::exit_reason::kill);
   }
+  // The proxies of the other processes' actors quit with the run.
+  for (std::uint32_t s = 0; s < S; ++s)
+    if (!plan.local(s)) {
+      caf::anon_send_exit(args.stages[s], caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(args.reducers[s], caf::exit_reason::user_shutdown);
+    }
+  // Every local actor is done: tell the other processes, wait for their end (arrivals
+  // for actors that are gone are dropped), before the actor system goes.
+  if (link) link->finish();
 }
 
 } // namespace
 
 run_result run_pipeline(const run_options& options, const run_parts& parts) {
   const auto S = options.pipeline.stages;
+  const auto& where = options.placement;
+  DSA_CHECK(!where.split() || (where.process.size() == S && options.world && options.world->rank() == where.here),
+            "run_pipeline: stages across processes need one process per stage ({} for {}) and this process's job "
+            "transport",
+            where.process.size(), S);
   DSA_CHECK(parts.stages.size() == S && parts.optimizers.size() == S && parts.source,
             "run_pipeline: {} stages need {} stage computes ({} given), optimizers ({} given) and a source", S,
             S, parts.stages.size(), parts.optimizers.size());
+  for (std::uint32_t s = 0; s < S; ++s)
+    DSA_CHECK((parts.stages[s] != nullptr) == where.local(s) && (parts.optimizers[s] != nullptr) == where.local(s),
+              "run_pipeline: stage {} runs {}, so its compute and optimizer must be {}", s,
+              where.local(s) ? "here" : "in another process", where.local(s) ? "given" : "null");
   DSA_CHECK(parts.tied.empty() || parts.tied.size() == S, "run_pipeline: {} tied indices for {} stages",
             parts.tied.size(), S);
   for (std::uint32_t s = 0; s < parts.tied.size(); ++s)
     DSA_CHECK(parts.tied[s] < 0 || s == 0 || s + 1 == S,
               "run_pipeline: stage {} holds the tied parameter; only the first and the last stage may", s);
+  auto local = [&](std::uint32_t s) { return where.local(s); };
   pipeline_options shape = options.pipeline;
   shape.tied_ends = S > 1 && !parts.tied.empty() && parts.tied.front() >= 0 && parts.tied.back() >= 0;
   // With several ranks each stage's gradients go to the reducer in buckets (one
@@ -145,9 +205,11 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   // A shard streams its update when it can (stream_elements) and a bucket is final once
   // its reducer has reduced it: no tied exchange still to change it, gradients not summed
   // by the stage itself. Its stage then publishes buckets of about that size. (Its
-  // reducer then sends no reduced_early: the stream takes speculation's place.)
+  // reducer then sends no reduced_early: the stream takes speculation's place.) Only this
+  // process's stages are decided here; another process's never meet these actors.
   shape.streamed.assign(S, false);
   for (std::uint32_t s = 0; s < S; ++s) {
+    if (!local(s)) continue;
     const bool tied_stage = shape.tied_ends && (s == 0 || s + 1 == S);
     shape.streamed[s] = parts.optimizers[s]->stream_elements() > 0 && !tied_stage &&
                         !parts.stages[s]->gradients_reduced();
@@ -156,6 +218,10 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   if (options.dp.enabled() || any_streamed) {
     shape.grad_buckets.clear();
     for (std::uint32_t s = 0; s < S; ++s) {
+      if (!local(s)) {
+        shape.grad_buckets.emplace_back();
+        continue;
+      }
       std::vector<std::int64_t> sizes;
       for (const auto& p : parts.stages[s]->parameters()) sizes.push_back(p.numel());
       // A stage that sums its own gradients over the ranks publishes them in one bucket.
@@ -176,17 +242,21 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
                                            options.dp.transport->rank() == options.dp.rank)),
             "run_pipeline: data-parallel rank {} of {} needs that rank's transport", options.dp.rank, options.dp.size);
   auto plan = std::make_shared<const pipeline_plan>(
-      make_plan(shape, *slots, options.first_step, options.dp.rank, options.dp.size));
+      make_plan(shape, *slots, options.first_step, options.dp.rank, options.dp.size, where));
   const bool tracing = options.trace == trace_mode::record;
   trace_recorder trace;
   for (std::uint32_t id = 0; id < plan->actor_count(); ++id) trace.set_actor_name(id, plan->actor_name(id));
   for (std::uint32_t s = 0; s < S; ++s)
-    parts.optimizers[s]->trace_attach(tracing ? &trace : nullptr, plan->shard_id(s), static_cast<std::int32_t>(s));
+    if (local(s))
+      parts.optimizers[s]->trace_attach(tracing ? &trace : nullptr, plan->shard_id(s), static_cast<std::int32_t>(s));
   for (std::uint32_t s = 0; s < S; ++s)
-    parts.stages[s]->trace_attach(tracing ? &trace : nullptr, plan->stage_id(s), static_cast<std::int32_t>(s));
+    if (local(s))
+      parts.stages[s]->trace_attach(tracing ? &trace : nullptr, plan->stage_id(s), static_cast<std::int32_t>(s));
   if (options.optimizers == optimizer_start::init_from_stages)
-    for (std::uint32_t s = 0; s < S; ++s) parts.optimizers[s]->init(parts.stages[s]->parameters());
+    for (std::uint32_t s = 0; s < S; ++s)
+      if (local(s)) parts.optimizers[s]->init(parts.stages[s]->parameters());
   for (std::uint32_t s = 0; s < S; ++s) {
+    if (!local(s)) continue;
     auto buffers = parts.optimizers[s]->gradient_buffers();
     const auto kept = parts.optimizers[s]->gradient_parts();
     auto params = parts.stages[s]->parameters();
@@ -217,7 +287,8 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   if (!options.run_dir.empty() && tracing) {
     std::error_code ec;
     std::filesystem::create_directories(options.run_dir, ec);
-    const std::string name = options.dp.rank == 0 ? "trace.dsat" : fmt::format("trace.rank{}.dsat", options.dp.rank);
+    const int rank = trace_rank(options);
+    const std::string name = rank == 0 ? "trace.dsat" : fmt::format("trace.rank{}.dsat", rank);
     result.trace_path = (std::filesystem::path(options.run_dir) / name).string();
     // Streamed from the start, so a killed run keeps its trace up to the last flush.
     auto opened = trace_writer::open(trace, result.trace_path, trace_info(options, trace, *slots), options.trace_stream);
@@ -225,11 +296,14 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     else open_error = opened.err().to_string();
   }
   auto summary = std::make_shared<run_summary>();
-  spawn_and_run(options, parts, actor_setup{plan, slots, tracing ? &trace : nullptr, options.dp}, summary,
-                writer.get(), result);
+  spawn_and_run(options, parts,
+                actor_setup{plan, slots, tracing ? &trace : nullptr, options.dp, where.split() ? options.world : nullptr},
+                summary, writer.get(), result);
   // The actor system is gone: every actor and worker thread has ended.
-  for (auto* optimizer : parts.optimizers) optimizer->trace_detach(); // a run stopped early: its last records
-  for (std::uint32_t s = 0; s < S; ++s) parts.stages[s]->trace_attach(nullptr, plan->stage_id(s), static_cast<std::int32_t>(s));
+  for (auto* optimizer : parts.optimizers)
+    if (optimizer) optimizer->trace_detach(); // a run stopped early: its last records
+  for (std::uint32_t s = 0; s < S; ++s)
+    if (local(s)) parts.stages[s]->trace_attach(nullptr, plan->stage_id(s), static_cast<std::int32_t>(s));
   result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;
   result.losses.resize(summary->steps_completed);

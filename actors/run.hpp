@@ -75,10 +75,22 @@ struct run_options {
   // trace file of rank r > 0 is run_dir/trace.rank<r>.dsat. A failure on any rank
   // aborts the transport, so every rank's run fails instead of waiting.
   data_parallel_options dp;
+  // Pipeline stages across processes: this process runs only the stages `placement`
+  // puts here (run_parts holds null for the others, and tied names every stage's
+  // tied index). Activations, their gradients, the tied gradient and the norm shares
+  // cross to the other processes of the replica over `world` (pipe_link.hpp), with the
+  // slot credits of one process. dp is then the group of processes running the same
+  // stages (a net::subgroup_transport of `world`), and the coordinators of every
+  // process agree on each step over `world`: the hooks see the loss, metrics and
+  // gradient norm of the whole pipeline, averaged over the replicas. The trace file of
+  // world rank w > 0 is run_dir/trace.rank<w>.dsat. A failure anywhere aborts `world`.
+  stage_placement placement;
+  net::transport* world = nullptr; // the job's transport; required when placement.split()
 };
 
 // The model, optimizer and data of a run, borrowed: they must outlive run_pipeline.
-// stages[s] and optimizers[s] belong to pipeline stage s.
+// stages[s] and optimizers[s] belong to pipeline stage s (null where another process
+// runs stage s: run_options::placement).
 struct run_parts {
   std::vector<stage_compute*> stages;
   std::vector<optimizer_compute*> optimizers;

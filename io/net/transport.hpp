@@ -28,6 +28,8 @@ public:
   send_ticket() = default;
   explicit send_ticket(std::shared_ptr<completion> done) : done_(std::move(done)) {}
   status wait() { return done_ ? done_->wait() : status{}; }
+  // Whether wait() would return at once.
+  bool done() const { return !done_ || done_->done(); }
 
 private:
   std::shared_ptr<completion> done_;

@@ -3,6 +3,7 @@
 // one replica reaches with R times the micro-batches (the same global batch).
 #include "parameter_check.hpp"
 #include "synthetic_run.hpp"
+#include "stage_faults.hpp"
 #include "actors/stage_runner.hpp"
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/trace/analysis/trace_check.hpp"
@@ -25,6 +26,8 @@
 using namespace dsa::actors;
 using dsa::test::synthetic_model;
 using dsa::test::synthetic_pipeline;
+using dsa::test::delegating_stage;
+using dsa::test::throwing_stage;
 
 namespace {
 
@@ -76,24 +79,6 @@ bool same_bits(const std::vector<dsa::tensor>& a, const std::vector<dsa::tensor>
   return true;
 }
 
-// A stage compute that passes every call to the one it wraps; tests override the
-// calls they inject faults or signals into.
-class delegating_stage : public stage_compute {
-public:
-  explicit delegating_stage(std::unique_ptr<stage_compute> inner) : inner_(std::move(inner)) {}
-  void reserve_stash(std::uint32_t slots) override { inner_->reserve_stash(slots); }
-  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
-                 std::vector<dsa::tensor>& out) override {
-    return inner_->forward(key, in, labels, out);
-  }
-  void backward(const work_key& key, const dsa::tensor& g, dsa::tensor& gi) override { inner_->backward(key, g, gi); }
-  std::vector<dsa::tensor> parameters() override { return inner_->parameters(); }
-  std::vector<dsa::tensor> gradients() override { return inner_->gradients(); }
-  void load_parameters(const std::vector<dsa::tensor>& u) override { inner_->load_parameters(u); }
-
-private:
-  std::unique_ptr<stage_compute> inner_;
-};
 
 // A flag one thread sets and others wait for.
 class latch {
@@ -118,20 +103,6 @@ private:
   bool set_ = false;
 };
 
-// Fails forward of `step` on the rank it wraps.
-class throwing_stage : public delegating_stage {
-public:
-  throwing_stage(std::unique_ptr<stage_compute> inner, std::uint32_t step)
-      : delegating_stage(std::move(inner)), step_(step) {}
-  double forward(const work_key& key, const std::vector<dsa::tensor>& in, const dsa::tensor& labels,
-                 std::vector<dsa::tensor>& out) override {
-    if (key.step == step_) throw std::runtime_error("injected fault");
-    return delegating_stage::forward(key, in, labels, out);
-  }
-
-private:
-  std::uint32_t step_;
-};
 
 // Blocks forward of `step` until released (a rank that stops answering).
 class hanging_stage : public delegating_stage {

@@ -1,5 +1,7 @@
 // The in-process transport: per-(peer, tag) order, tag independence, bad peers, abort.
+#include "io/net/communicator.hpp"
 #include "io/net/local_transport.hpp"
+#include "io/net/subgroup_transport.hpp"
 
 #include <doctest/doctest.h>
 
@@ -76,3 +78,30 @@ TEST_CASE("local transport: abort wakes a blocked receiver and fails later calls
 
 } // namespace
 } // namespace dsa::test
+
+TEST_CASE("subgroup_transport: ranks renumbered, peers mapped, collectives over the members only") {
+  dsa::net::local_group group(4);
+  // Members 3 and 1 (in that order): 3 is subgroup rank 0.
+  std::vector<std::thread> threads;
+  std::vector<float> sums(4, 0.0f);
+  for (int w : {1, 3})
+    threads.emplace_back([&, w] {
+      dsa::net::subgroup_transport sub(group.at(w), {3, 1});
+      CHECK(sub.size() == 2);
+      CHECK(sub.rank() == (w == 3 ? 0 : 1));
+      CHECK(*sub.whole_rank(0) == 3);
+      CHECK_FALSE(sub.whole_rank(2)); // outside the subgroup: an error, not a crash
+      dsa::net::communicator comm(sub, {}, 5);
+      float v = static_cast<float>(w);
+      REQUIRE(comm.allreduce_sum(&v, dsa::dtype::f32, 1));
+      sums[static_cast<std::size_t>(w)] = v;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(sums[1] == 4.0f);
+  CHECK(sums[3] == 4.0f);
+  CHECK(sums[0] == 0.0f); // rank 0 and 2 took no part
+  // An abort of the subgroup aborts the whole group.
+  dsa::net::subgroup_transport sub(group.at(0), {0, 2});
+  sub.abort(dsa::make_error(dsa::errc::runtime, "stop"));
+  CHECK(group.at(2).aborted());
+}
