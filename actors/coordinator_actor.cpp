@@ -366,6 +366,7 @@ void on_start(coordinator_actor* self) {
   else if (a.setup.dp.enabled())
     st.peers = std::make_shared<net::communicator>(*a.setup.dp.transport, net::collective_options{}, hook_channel);
   set_phase(self, coord_phase::running);
+  if (a.wired) a.wired();
   self->send(a.feeder, go_atom::value);
   self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
 }

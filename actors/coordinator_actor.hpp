@@ -16,6 +16,7 @@
 #include <caf/actor_system.hpp>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ struct coordinator_args {
   std::shared_ptr<run_summary> summary;
   step_hooks hooks; // with a hook the shards wait for allow_atom before each step's update
   std::chrono::milliseconds watchdog{60000}; // no step or update report for this long: fail
+  // Called once every actor was sent its peers (before the feeder starts): messages from
+  // other processes may be delivered from then on, behind the wiring.
+  std::function<void()> wired;
 };
 
 // Spawns the coordinator. A request (start_atom) runs the job; the reply is done_atom or an error.

@@ -180,12 +180,11 @@ status pipe_link::receive_one(int peer, const deliver_fn& deliver, bool& ended) 
       if (d < 0 || d > (std::int64_t{1} << 40))
         return make_error(errc::protocol, "edge {}: dimension {}", slots_->edge_name(ref.edge), d);
     }
-    tensor& dst = contents[i];
-    // Reused in place when it fits: the consumer gave the slot back, nobody reads it now.
-    if (!dst.defined() || dst.type() != static_cast<dtype>(type) || dst.shape() != shape || !dst.is_contiguous() ||
-        !dst.dev().is_cpu())
-      dst = tensor::empty(shape, static_cast<dtype>(type));
-    to_fill.push_back(&dst);
+    // Always a tensor of its own, never the slot's last one written in place: a consumer
+    // may keep what it read after giving the slot back (a stage stashes its input for the
+    // backward), as inside a process, where a producer puts a new tensor into the slot.
+    contents[i] = tensor::empty(shape, static_cast<dtype>(type));
+    to_fill.push_back(&contents[i]);
   }
   if (!r.at_end()) return make_error(errc::protocol, "edge {}: a head with trailing bytes", slots_->edge_name(ref.edge));
   for (tensor* t : to_fill) {

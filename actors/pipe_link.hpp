@@ -6,8 +6,10 @@
 // The slot credits are those of one process: a producer reuses slot i of an edge only
 // after its consumer released it, and the receiving process writes an arrival into its
 // own slot i of that edge, which is then free by the same rule. So the receiver pulls
-// each payload straight into a free slot (transport::recv_parts) and a process never
-// queues more than the edge's slot count; back-pressure is the credit, not a queue.
+// each payload straight into a free slot (transport::recv_parts: into a new tensor, as a
+// producer inside a process puts a new tensor into the slot, since a consumer may keep
+// what it read, e.g. a stage's stashed input) and a process never queues more than the
+// edge's slot count; back-pressure is the credit, not a queue.
 //
 // On the wire (one tag, pipe_link_tag, per ordered pair of processes; FIFO): a head
 // message (kind, target actor id, the message's fields, each tensor's dtype and shape),

@@ -20,9 +20,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <variant>
 
 namespace dsa::actors {
@@ -88,6 +90,25 @@ trace_data whole_trace(trace_writer* writer, trace_recorder& trace, run_result& 
   return std::move(*read);
 }
 
+// Holds arrivals from other processes until the local actors are wired.
+class arrival_gate {
+public:
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
 void spawn_and_run(const run_options& options, const run_parts& parts, const actor_setup& setup,
                    std::shared_ptr<run_summary> summary, trace_writer* writer, run_result& result) {
   auto cfg = make_config(options);
@@ -123,6 +144,10 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   }
   args.feeder = spawn_feeder(sys, setup, parts.source);
   args.tracer = spawn_tracer(sys, writer);
+  // Arrivals from other processes wait until the local actors know their peers (an actor
+  // that answered before its wire_atom would send to nobody).
+  auto gate = std::make_shared<arrival_gate>();
+  args.wired = [gate] { gate->open(); };
   auto coordinator = spawn_coordinator(sys, args);
   if (link) {
     // Arrivals from the other processes go to this process's actors by plan id.
@@ -132,7 +157,8 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
         here[plan.stage_id(s)] = args.stages[s];
         here[plan.reducer_id(s)] = args.reducers[s];
       }
-    link->start([here = std::move(here), link_raw = link.get()](std::uint32_t target, const link_payload& m) {
+    link->start([here = std::move(here), gate, link_raw = link.get()](std::uint32_t target, const link_payload& m) {
+      gate->wait();
       auto it = here.find(target);
       if (it == here.end()) {
         link_raw->abort(make_error(errc::protocol, "process {}: a pipeline message for actor {}, which runs elsewhere",
@@ -173,6 +199,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
     }
   // Every local actor is done: tell the other processes, wait for their end (arrivals
   // for actors that are gone are dropped), before the actor system goes.
+  gate->open(); // also when the coordinator never started
   if (link) link->finish();
 }
 

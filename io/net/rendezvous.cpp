@@ -82,4 +82,18 @@ std::string config_difference(const config_summary& rank0, const config_summary&
   return fmt::format("rank {}'s config differs from rank 0's: {}", other_rank, listed);
 }
 
+std::optional<int> lost_rank_in(const std::string& message) {
+  for (std::size_t at = message.find("rank "); at != std::string::npos; at = message.find("rank ", at + 1)) {
+    std::size_t i = at + 5, digits = 0;
+    int rank = 0;
+    while (i < message.size() && message[i] >= '0' && message[i] <= '9' && digits < 9) {
+      rank = rank * 10 + (message[i] - '0');
+      ++i;
+      ++digits;
+    }
+    if (digits > 0 && message.compare(i, 5, " lost") == 0) return rank;
+  }
+  return std::nullopt;
+}
+
 } // namespace dsa::net

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace dsa::net {
@@ -51,5 +52,9 @@ config_summary summarize_config(const toml::table& table);
 // A key one side lacks shows as "(unset)"; past 8 keys the rest are counted.
 std::string config_difference(const config_summary& rank0, const config_summary& other,
                               int other_rank);
+
+// The rank a failure message names as lost: the first "rank N lost" in it (the form the
+// rendezvous server and the transports use), else nothing.
+std::optional<int> lost_rank_in(const std::string& message);
 
 } // namespace dsa::net

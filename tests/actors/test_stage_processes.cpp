@@ -10,9 +10,11 @@
 
 #include <doctest/doctest.h>
 
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -232,4 +234,41 @@ TEST_CASE("pipe_link refuses a malformed message by aborting the job, naming the
   REQUIRE(why);
   CHECK(why->message.find("from process 0") != std::string::npos);
   CHECK(why->message.find("edge 7 slot 0") != std::string::npos);
+}
+
+TEST_CASE("pipe_link writes each arrival into a new tensor: what a consumer kept stays unchanged") {
+  dsa::net::local_group group(2);
+  auto sent = std::make_shared<slot_table>(), got = std::make_shared<slot_table>();
+  const auto edge = sent->add_edge("activation 0", 2, 1);
+  got->add_edge("activation 0", 2, 1);
+  pipe_link sender(group.at(0), sent, {1}), receiver(group.at(1), got, {0});
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<produced> arrivals;
+  receiver.start([&](std::uint32_t target, const link_payload& m) {
+    CHECK(target == 4);
+    std::lock_guard<std::mutex> lock(mutex);
+    arrivals.push_back(std::get<produced>(m));
+    cv.notify_all();
+  });
+  sender.start([](std::uint32_t, const link_payload&) {});
+  auto send = [&](float value, std::uint64_t seq) {
+    auto t = dsa::tensor::empty({3}, dsa::dtype::f32);
+    for (int i = 0; i < 3; ++i) t.data<float>()[i] = value;
+    sent->at({edge, 0}) = {t};
+    REQUIRE(sender.send(1, 4, produced{{edge, 0}, 0, static_cast<std::uint32_t>(seq), 12, seq}));
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return arrivals.size() == seq + 1; });
+  };
+  send(1.0f, 0);
+  const dsa::tensor kept = got->at({edge, 0}).at(0); // a stage stashing its input
+  send(2.0f, 1);                                      // the next micro-batch in the same slot
+  CHECK(kept.data<float>()[0] == 1.0f);
+  CHECK(got->at({edge, 0}).at(0).data<float>()[2] == 2.0f);
+  CHECK(arrivals[1].micro_batch == 1);
+  // Each waits for the other's end: both at once, as two processes would.
+  std::thread other([&] { receiver.finish(); });
+  sender.finish();
+  other.join();
+  CHECK_FALSE(group.aborted());
 }

@@ -11,21 +11,13 @@ cleanup() { [[ -n $launcher_pid ]] && kill -9 "$launcher_pid" 2>/dev/null || tru
 # shellcheck source=tiny_corpus.sh
 source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"
 write_tiny_corpus "$work/corpus"
-cat > "$work/pre.toml" <<TOML
-train_batch_size = 8
-train_micro_batch_size_per_gpu = 2
-train_steps = 4
-steps_per_print = 1
-
-$(tiny_bert_tables "$work")
-
-[optimizer]
-type = "AdamW"
-params = { lr = 2e-3, weight_decay = 0.01 }
-
+{ tiny_pretrain_toml "$work"
+  cat <<TOML
 [pipeline]
 stages = 2
+stages_per_process = 2 # every process runs both stages: the processes are data-parallel ranks
 TOML
+} > "$work/pre.toml"
 
 # 1. Two processes (each 2 stages, ZeRO stage 2, buckets sent during backward) equal two
 #    ranks in one process, bit for bit: the model (masters gathered into model.safetensors)
@@ -232,25 +224,8 @@ echo "ok: differing configs refused naming the key"
 "$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/killed\"" --set train_steps=100000 \
   --set checkpoint.save_interval=2 >"$work/out" 2>"$work/err" &
 launcher_pid=$!
-for _ in $(seq 600); do
-  [[ -f $work/killed/checkpoints/latest ]] && break
-  sleep 0.05
-done
-[[ -f $work/killed/checkpoints/latest ]] || fail "no checkpoint within 30 s"
-victim=
-for environ in /proc/[0-9]*/environ; do
-  pid=${environ#/proc/}
-  pid=${pid%/environ}
-  [[ $(awk '{print $4}' "/proc/$pid/stat" 2>/dev/null) == "$launcher_pid" ]] || continue
-  if tr '\0' '\n' <"$environ" 2>/dev/null | grep -qx 'RANK=1'; then victim=$pid; fi
-done
-[[ -n $victim ]] || fail "rank 1's process not found"
-kill -9 "$victim"
-start=$(date +%s)
-rc=0
-wait "$launcher_pid" || rc=$?
-launcher_pid=
-elapsed=$(( $(date +%s) - start ))
+kill_rank_after_checkpoint "$work/killed" 1
+rc=$job_rc elapsed=$job_elapsed
 [[ $rc -ne 0 ]] || fail "the job should fail when a rank is killed"
 [[ $elapsed -le 30 ]] || fail "the job took ${elapsed} s to end after the kill"
 grep -q "rank 1" "$work/err" || fail "the launcher should name rank 1"

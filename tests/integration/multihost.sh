@@ -38,24 +38,15 @@ h0=$(host_addr 0) h1=$(host_addr 1)
 # shellcheck source=tiny_corpus.sh
 source "$here/tiny_corpus.sh"
 write_tiny_corpus "$work/corpus"
-cat > "$work/pre.toml" <<TOML
-train_batch_size = 8
-train_micro_batch_size_per_gpu = 2
-train_steps = 4
-steps_per_print = 1
-
-$(tiny_bert_tables "$work")
-
-[optimizer]
-type = "AdamW"
-params = { lr = 2e-3, weight_decay = 0.01 }
-
+{ tiny_pretrain_toml "$work"
+  cat <<TOML
 [zero_optimization]
 stage = 2
 
 [checkpoint]
 save_interval = 2
 TOML
+} > "$work/pre.toml"
 # The data once, before any job (every host reads it through the shared file system).
 "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/prep\"" --set train_steps=1 >/dev/null 2>&1 ||
   fail "preparing the data"
@@ -128,6 +119,23 @@ launch_on_host0 --hostfile "$work/loopback-first" "$work/pre.toml" --set "run_di
 cmp "$work/loopback/$step4/model.safetensors" "$work/threads/$step4/model.safetensors" ||
   fail "the loopback-first host list ended with other parameters"
 echo "ok: a host list naming this host by 127.0.0.1 first: the rendezvous listens where host 1 reaches it"
+
+# 1e. Pipeline stages across the hosts: one process per host, stage 0 on host 0 and stage 1
+#     on host 1, activations over UCX between them = one process of 2 stages, bit for bit.
+printf '%s slots=1\n%s slots=1\n' "$h0" "$h1" >"$work/one-slot-each"
+launch_on_host0 --hostfile "$work/one-slot-each" "$work/pre.toml" --set "run_dir=\"$work/pp_hosts\"" \
+  --set pipeline.stages=2 >"$work/out" 2>"$work/err" || { tail -20 "$work/err"; fail "2 hosts x 1 stage"; }
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/pp_one\"" --set pipeline.stages=2 >/dev/null 2>&1 ||
+  fail "1 process of 2 stages"
+cmp "$work/pp_hosts/metrics.csv" "$work/pp_one/metrics.csv" ||
+  { diff "$work/pp_hosts/metrics.csv" "$work/pp_one/metrics.csv"; cp -r "$work/pp_hosts" "$work/pp_one" /tmp/; fail "2 hosts x 1 stage logged other metrics than 1 process of 2 stages"; }
+for f in model optimizer_0 optimizer_1; do
+  cmp "$work/pp_hosts/$step4/$f.safetensors" "$work/pp_one/$step4/$f.safetensors" ||
+    fail "2 hosts x 1 stage ended with another $f than 1 process of 2 stages"
+done
+grep -q "on host dsa-h1" "$work/pp_hosts/train.rank1.log" && grep -q "stage(s) 1 of replica 0" "$work/pp_hosts/train.rank1.log" ||
+  fail "stage 1 did not run on host 1: $(head -3 "$work/pp_hosts/train.rank1.log")"
+echo "ok: 2 hosts x 1 pipeline stage = 1 process of 2 stages, bit for bit"
 
 # 2. Include/exclude and slot selection start exactly the selected ranks on the selected hosts.
 show='echo "$(hostname) rank $RANK local $LOCAL_RANK slot $DSA_SLOT of $WORLD_SIZE"'

@@ -40,3 +40,22 @@ seq_length = 64
 holdout_docs = 3
 TOML
 }
+
+# tiny_pretrain_toml DIR [KEYS]: the launch tests' pre-training run (4 steps of 8 sequences
+# in micro-batches of 2, AdamW) over DIR/corpus, with the top-level lines KEYS; callers
+# append their own tables.
+tiny_pretrain_toml() {
+  cat <<TOML
+train_batch_size = 8
+train_micro_batch_size_per_gpu = 2
+train_steps = 4
+steps_per_print = 1
+${2:-}
+
+$(tiny_bert_tables "$1")
+
+[optimizer]
+type = "AdamW"
+params = { lr = 2e-3, weight_decay = 0.01 }
+TOML
+}

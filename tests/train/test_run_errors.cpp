@@ -250,3 +250,46 @@ TEST_CASE("resuming with another layout, precision or micro-batching is refused 
                          {"pipeline.stages=2", "train_steps=4", "train_micro_batch_size_per_gpu=4"}, true) == 2);
   CHECK(test::run_config(dir.path(), "base", cfg, {"pipeline.stages=2", "train_steps=4"}, true) == 0);
 }
+
+TEST_CASE("stages across processes: the layout from the process count, and what it refuses by name") {
+  test::temp_dir dir;
+  const std::string head = "train_steps = 1\ntrain_micro_batch_size_per_gpu = 2\n";
+  const std::string rest = "[model]\nsize = \"tiny\"\n"
+                           "[optimizer]\ntype = \"Adam\"\n[data]\nvocab = \"v.txt\"\ntrain_shards = \"s\"\n";
+  auto read = [&](const std::string& text, int processes) {
+    const std::string path = dir.path() + "/run.toml";
+    std::ofstream(path) << head + text + rest;
+    auto cfg = train::load_run_config(path);
+    REQUIRE(cfg.has_value());
+    config_problems problems;
+    auto rc = train::read_run_config(*cfg, "runs/x", problems, processes);
+    return std::make_pair(rc, problems.to_status());
+  };
+  // 4 processes, 2 stages: replicas of 2 processes, data-parallel 2 (the batch counts 2 ranks).
+  auto [four, ok4] = read("train_batch_size = 4\n[pipeline]\nstages = 2\n", 4);
+  REQUIRE_MESSAGE(ok4.has_value(), (ok4.has_value() ? "" : ok4.err().message));
+  CHECK(four.pipe_processes == 2);
+  CHECK(four.stages_across_processes());
+  CHECK(four.batch.data_parallel_size == 2);
+  // Two stages per process: the processes are data-parallel replicas, as before.
+  auto [whole, okw] = read("train_batch_size = 8\n[pipeline]\nstages = 2\nstages_per_process = 2\n", 4);
+  REQUIRE(okw.has_value());
+  CHECK_FALSE(whole.stages_across_processes());
+  CHECK(whole.batch.data_parallel_size == 4);
+  // One process runs every stage whatever the key says.
+  auto [alone, oka] = read("train_batch_size = 2\n[pipeline]\nstages = 2\n", 1);
+  REQUIRE(oka.has_value());
+  CHECK_FALSE(alone.stages_across_processes());
+  // A process count that is not a multiple of the replica's processes names both.
+  auto [three, bad3] = read("train_batch_size = 6\n[pipeline]\nstages = 2\n", 3);
+  REQUIRE_FALSE(bad3.has_value());
+  CHECK(bad3.err().message.find("a job of 3 processes cannot hold replicas of 2 processes") != std::string::npos);
+  auto [odd, bad_odd] = read("train_batch_size = 4\n[pipeline]\nstages = 4\nstages_per_process = 3\n", 2);
+  REQUIRE_FALSE(bad_odd.has_value());
+  CHECK(bad_odd.err().message.find("pipeline.stages_per_process") != std::string::npos);
+  // Not written yet across processes: refused by key.
+  auto [zero, bad_zero] = read("train_batch_size = 4\n[zero_optimization]\nstage = 1\n[pipeline]\nstages = 2\n", 4);
+  REQUIRE_FALSE(bad_zero.has_value());
+  CHECK(bad_zero.err().message.find("zero_optimization.stage") != std::string::npos);
+  CHECK(bad_zero.err().message.find("not written yet") != std::string::npos);
+}

@@ -9,10 +9,13 @@
 
 namespace dsa::train {
 
-void read_pipeline(const config& cfg, run_config& rc, config_problems& problems) {
+void read_pipeline(const config& cfg, run_config& rc, config_problems& problems, int processes) {
   optim::param_reader r(cfg, "pipeline", problems);
   std::int64_t stages = 1;
   r.read("stages", stages);
+  std::int64_t per_process = 1;
+  const bool per_process_set = cfg.has("pipeline.stages_per_process");
+  r.read("stages_per_process", per_process);
   r.read("partition", rc.partition);
   r.read("schedule", rc.schedule);
   r.read("speculative_update", rc.speculative_update);
@@ -28,8 +31,29 @@ void read_pipeline(const config& cfg, run_config& rc, config_problems& problems)
     r.invalid("max_deferred_w", fmt::format("bounds the zero-bubble schedule's deferred W work: it needs "
                                             "pipeline.schedule = \"zb\" (got \"{}\")",
                                             rc.schedule));
+  if (stages < 1 || stages > 64) stages = 1;
   rc.stages = static_cast<std::uint32_t>(stages);
   if (rc.max_deferred_w == 0) rc.max_deferred_w = rc.stages;
+  // A value of at least the stage count keeps every stage in each process.
+  if (per_process >= stages) per_process = stages;
+  if (per_process < 1 || stages % per_process != 0) {
+    r.invalid("stages_per_process", fmt::format("must divide pipeline.stages = {} (or be at least it: every stage in "
+                                                "each process), got {}",
+                                                stages, per_process));
+    per_process = stages;
+  }
+  // One process runs every stage when it is the only one.
+  rc.stages_per_process = processes > 1 ? static_cast<std::uint32_t>(per_process) : rc.stages;
+  rc.pipe_processes = static_cast<int>(rc.stages / rc.stages_per_process);
+  if (rc.pipe_processes > 1 && processes % rc.pipe_processes != 0) {
+    r.invalid("stages", fmt::format("a job of {} processes cannot hold replicas of {} processes ({} stages, {} per "
+                                    "process{}): the process count must be a multiple of {}",
+                                    processes, rc.pipe_processes, stages, per_process,
+                                    per_process_set ? "" : ", pipeline.stages_per_process's default",
+                                    rc.pipe_processes));
+    rc.stages_per_process = rc.stages;
+    rc.pipe_processes = 1;
+  }
 }
 
 actors::schedule_kind schedule_kind_of(const run_config& rc) {

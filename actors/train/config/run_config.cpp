@@ -364,6 +364,27 @@ std::string expand_path(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// Stages across processes (pipeline.stages_per_process under dsactor launch): what is not
+// written for it yet is refused by name, before anything starts.
+void check_stages_across_processes(const config& cfg, run_config& rc, config_problems& problems) {
+  if (!rc.stages_across_processes()) return;
+  auto refuse = [&](const char* key, const std::string& what) {
+    problems.add(cfg.problem(problem_kind::invalid_value, key,
+                             fmt::format("{} with pipeline stages in separate processes ({} processes per replica): "
+                                         "not written yet; run the stages of a replica in one process "
+                                         "(pipeline.stages_per_process = {})",
+                                         what, rc.pipe_processes, rc.stages)));
+  };
+  if (rc.zero_partitions()) refuse("zero_optimization.stage", fmt::format("ZeRO stage {}", rc.zero_stage));
+  if (rc.optimizer.compressed()) refuse("optimizer.type", optim::optimizer_name(rc.optimizer.type));
+  if (rc.offload.device != offload_device::none) refuse("zero_optimization.offload_optimizer.device", "offload");
+  if (rc.backend != "cpu") refuse("devices.backend", fmt::format("\"{}\" ranks", rc.backend));
+}
+
+} // namespace
+
 run_config read_run_config(const config& cfg, const std::string& default_run_dir,
                            config_problems& problems, int processes) {
   run_config rc;
@@ -372,7 +393,10 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   cfg.read("run_dir", rc.run_dir, problems);
   rc.run_dir = expand_path(rc.run_dir);
   read_devices(cfg, rc, problems, processes);
-  rc.batch = read_batch_config(cfg, rc.ranks * processes, problems);
+  const std::size_t before_layout = problems.size();
+  read_pipeline(cfg, rc, problems, processes);
+  // With stages across processes a replica is pipe_processes processes.
+  rc.batch = read_batch_config(cfg, rc.ranks * processes / rc.pipe_processes, problems);
   rc.model = bert::read_bert_config(cfg, problems, "model");
   cfg.read("init_checkpoint", rc.init_checkpoint, problems);
   rc.init_checkpoint = expand_path(rc.init_checkpoint);
@@ -389,8 +413,6 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   read_precision(cfg, rc, problems);
   rc.cpu_checkpointing = read_activation_checkpointing(cfg, problems);
   cfg.read("gradient_clipping", rc.gradient_clipping, problems);
-  const std::size_t before_layout = problems.size();
-  read_pipeline(cfg, rc, problems);
   // The layout is checked against the model here rather than when the stages are built.
   if (problems.size() == before_layout)
     if (auto ranges = partition_layers(rc.model, rc.stages, rc.partition); !ranges)
@@ -462,6 +484,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   if (rc.schedule == "zb" && rc.speculative_update)
     problems.add(cfg.problem(problem_kind::invalid_value, "pipeline.speculative_update",
                              "with pipeline.schedule = \"zb\": not written yet; set false or use \"1f1b\""));
+  check_stages_across_processes(cfg, rc, problems);
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
   return rc;

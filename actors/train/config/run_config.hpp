@@ -127,6 +127,14 @@ struct run_config {
   offload_settings offload; // zero_optimization.offload_optimizer, sub_group_size, [aio]
   net::comms_logger_options comms_logger; // [comms_logger], DeepSpeed's keys
   std::uint32_t stages = 1;
+  // pipeline.stages_per_process: under dsactor launch, consecutive stages one process
+  // runs (default 1: a stage per process). A replica then spans pipe_processes =
+  // stages / stages_per_process processes, laid out as DeepSpeed's pipe-data topology
+  // (rank = pipe position x data-parallel degree + data rank); pipe_processes 1 keeps
+  // every stage in each process (the processes are then data-parallel replicas only).
+  std::uint32_t stages_per_process = 1;
+  int pipe_processes = 1;
+  bool stages_across_processes() const { return pipe_processes > 1; }
   std::string partition = "parameters";
   std::string schedule = "1f1b"; // or "gpipe", or "zb" (zero-bubble: the backward split into B and W)
   // pipeline.max_deferred_w: with "zb", micro-batches a stage may hold whose W has not run

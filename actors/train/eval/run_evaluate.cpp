@@ -18,12 +18,12 @@ namespace dsa::train {
 namespace {
 
 // The whole model in f32 from the stages' working weights (for evaluation).
-bert::bert_part assemble_whole(const run_config& rc, const std::vector<std::unique_ptr<model_stage>>& stages) {
+bert::bert_part assemble_whole(const run_config& rc, const std::vector<std::unique_ptr<model_stage>>& stages,
+                               const std::map<std::string, tensor>& elsewhere) {
   bert::bert_part whole(rc.model, bert::bert_range::whole(rc.model));
-  std::map<std::string, tensor> dict;
+  std::map<std::string, tensor> dict = elsewhere;
   for (auto& st : stages)
-    for (const auto& e : st->named_parameters().entries())
-      if (e.spec.role == bert::replica::owner) dict.emplace(e.spec.name, e.value);
+    if (st) dict.merge(evaluation_weights(*st));
   auto loaded = bert::load_state(whole.parameters(), dict, {});
   DSA_CHECK(loaded.has_value(), "assembling the stages into one model: {}", loaded.has_value() ? "" : loaded.err().message);
   return whole;
@@ -49,11 +49,23 @@ eval_forward eval_model(const run_config& rc, const device_choice& device, const
 
 } // namespace
 
-int evaluate(const run_config& rc, const device_choice& device, const tok::bert_tokenizer* tokenizer,
-             const std::vector<std::unique_ptr<model_stage>>& stages) {
+bool evaluates_anything(const run_config& rc) {
   const auto& d = rc.data;
-  if (rc.model.head == bert::head_kind::pretraining ? d.eval_shards.empty() : d.dev_file.empty()) return 0;
-  bert::bert_part whole = assemble_whole(rc, stages);
+  return rc.model.head == bert::head_kind::pretraining ? !d.eval_shards.empty() : !d.dev_file.empty();
+}
+
+std::map<std::string, tensor> evaluation_weights(model_stage& stage) {
+  std::map<std::string, tensor> out;
+  for (const auto& e : stage.named_parameters().entries())
+    if (e.spec.role == bert::replica::owner) out.emplace(e.spec.name, e.value);
+  return out;
+}
+
+int evaluate(const run_config& rc, const device_choice& device, const tok::bert_tokenizer* tokenizer,
+             const std::vector<std::unique_ptr<model_stage>>& stages, const std::map<std::string, tensor>& elsewhere) {
+  const auto& d = rc.data;
+  if (!evaluates_anything(rc)) return 0;
+  bert::bert_part whole = assemble_whole(rc, stages, elsewhere);
   const eval_forward model = eval_model(rc, device, whole);
   if (rc.model.head == bert::head_kind::pretraining) {
     auto shards = list_shards(d.eval_shards);

@@ -6,7 +6,9 @@
 #include "actors/trace/analysis/chrome_export.hpp"
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/train/run/communication_report.hpp"
+#include "actors/train/eval/run_evaluate.hpp"
 #include "actors/train/run/signals.hpp"
+#include "actors/train/run/stage_states.hpp"
 #include "core/log.hpp"
 
 #include <fmt/format.h>
@@ -38,7 +40,7 @@ int first_error(const std::vector<std::string>& errors) {
 int gather_zero3_weights(opened_run& run, const run_plan& plan, process_ranks& ranks, training& t) {
   const run_config& rc = run.ctx.rc;
   for (std::uint32_t s = 0; s < rc.stages; ++s)
-    if (const param_fetcher* f = run.ctx.stages[s]->fetcher()) {
+    if (const param_fetcher* f = run.ctx.stages[s] ? run.ctx.stages[s]->fetcher() : nullptr) {
       const fetch_stats st = f->stats();
       log_info("stage {}: ZeRO-3 fetcher of rank {}: gathered {} tensors ({:.2f} MiB) over the run; at most {} "
                "elements gathered at once (stage3_max_live_parameters {}); {} uses gathered ahead of the "
@@ -53,7 +55,8 @@ int gather_zero3_weights(opened_run& run, const run_plan& plan, process_ranks& r
   const bool evaluates = plan.evaluates; // the whole weights are for the evaluation
   return first_error(on_every_rank(run, t, static_cast<int>(rc.ranks), [&](int r) {
     if (evaluates)
-      for (auto& stage : ranks.context(run, r).stages) stage->gather_whole();
+      for (auto& stage : ranks.context(run, r).stages)
+        if (stage) stage->gather_whole();
   }));
 }
 
@@ -71,6 +74,15 @@ int save_final_checkpoint(opened_run& run, training& t, const finished& f) {
     });
   }
   std::optional<error> save_error;
+  // Stages across processes: rank 0 writes the checkpoint with every stage's state, which
+  // the other stages' owners send (the ranks agreed on the step, so each knows it is due).
+  if (rc.stages_across_processes() && !run.lead && run.ctx.rank == 0 && f.done > t.last_sent) {
+    try {
+      send_stage_payloads(run, t, f.done);
+    } catch (const std::exception& e) {
+      return fail_run(make_error(errc::runtime, "{}", e.what()), 1);
+    }
+  }
   if (run.lead && f.done > t.reporter->last_saved()) {
     try {
       t.reporter->save(static_cast<std::uint32_t>(f.done), t.results[0].data_positions.back());
@@ -87,6 +99,27 @@ int save_final_checkpoint(opened_run& run, training& t, const finished& f) {
 }
 
 } // namespace
+
+int move_evaluation_weights(opened_run& run, const run_plan& plan) {
+  const run_context& ctx = run.ctx;
+  if (run.weights_moved || !ctx.rc.stages_across_processes() || !plan.evaluates || !evaluates_anything(ctx.rc))
+    return 0;
+  run.weights_moved = true;
+  auto& world = *run.job->transport;
+  auto moved = [&]() -> status {
+    for (std::uint32_t s = 0; s < ctx.rc.stages; ++s) {
+      if (run.lead && !ctx.local(s)) {
+        DSA_ASSIGN_OR_RETURN(auto got, recv_named_tensors(world, ctx.placement.process[s]));
+        run.weights_elsewhere.merge(got);
+      } else if (!run.lead && ctx.rank == 0 && ctx.local(s)) {
+        DSA_TRY(send_named_tensors(world, 0, evaluation_weights(*ctx.stages[s])));
+      }
+    }
+    return run.job->client->barrier("evaluation weights");
+  }();
+  if (!moved) return fail_run(make_error(moved.err().code, "the final evaluation's weights: {}", moved.err().message), 1);
+  return 0;
+}
 
 int finish_training(opened_run& run, const run_plan& plan, process_ranks& ranks, training& t, finished& f) {
   const run_config& rc = run.ctx.rc;
@@ -107,12 +140,14 @@ int finish_training(opened_run& run, const run_plan& plan, process_ranks& ranks,
   // NVMe offload: the last update's writes behind it must have landed.
   for (auto& rr : t.runs)
     for (auto& shard : rr.shards)
-      if (auto flushed = shard->flush_state(); !flushed)
+      if (!shard) continue;
+      else if (auto flushed = shard->flush_state(); !flushed)
         return fail_run(make_error(flushed.err().code, "the optimizer state's last swap: {}", flushed.err().message), 1);
   // The other processes need nothing more from this one once every one has finished its
   // part of the last collectives: a checkpoint's gathers end at different times on
   // different ranks, and a process that left while a peer was still in one would look
   // lost to it (its endpoints closing). Then leave the job cleanly.
+  if (int code = move_evaluation_weights(run, plan)) return code;
   if (run.job) {
     if (auto s = run.job->client->barrier("end"); !s) return fail_run(s.err(), 1);
     if (auto s = run.job->client->leave(); !s) log_warn("leaving the job's rendezvous: {}", s.err().message);
@@ -131,24 +166,32 @@ int report_training(const run_request& req, opened_run& run, training& t) {
   }
   if (rc.stages > 1 || M > 1) {
     double bubble = actors::theoretical_bubble(rc.stages, M);
+    // With stages across processes this process's trace holds only its stages, and the
+    // step windows are theirs: the whole pipeline's view joins the processes' traces.
     for (const auto& idle : actors::stage_idle_fractions(result.trace, rc.stages, M))
-      log_info("stage {}: idle {:.1f}% of the run (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
-               100 * idle.idle_fraction, 100 * bubble);
+      if (ctx.local(static_cast<std::uint32_t>(idle.stage)))
+        log_info("stage {}: idle {:.1f}% of the run{} (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
+                 100 * idle.idle_fraction, rc.stages_across_processes() ? " (within this process's step windows)" : "",
+                 100 * bubble);
   }
   for (const auto& o : actors::allreduce_overlap(result.trace, rc.stages))
     log_info("stage {}: gradient allreduce {:.3f} s, {:.1f}% of it during the stage's backward{}", o.stage,
              o.allreduce_s, o.allreduce_s > 0 ? 100 * o.overlapped_s / o.allreduce_s : 0.0,
              rc.overlap_comm ? "" : " (overlap_comm is off)");
+  std::vector<const model_shard*> shard_views, local_shards;
+  for (const auto& shard : t.runs[0].shards) {
+    shard_views.push_back(shard.get());
+    if (shard) local_shards.push_back(shard.get());
+  }
   log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
-           t.runs[0].shards.front()->decider().skipped());
-  std::vector<const model_shard*> shard_views;
-  for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
+           local_shards.front()->decider().skipped());
   if (run.lead && t.world > 1) { // the bytes on the wire, against fp16 allreduce (communication_report.hpp)
     std::int64_t parameters = 0;
-    for (std::uint32_t s = 0; s < rc.stages; ++s)
-      for (const auto& spec : bert::parameter_specs(rc.model, ctx.ranges[s])) parameters += shape_numel(spec.shape);
+    for (std::uint32_t s = 0; s < rc.stages; ++s) // this process's stages
+      if (ctx.local(s))
+        for (const auto& spec : bert::parameter_specs(rc.model, ctx.ranges[s])) parameters += shape_numel(spec.shape);
     auto figures = communication_of(optim::optimizer_name(rc.optimizer.type), t.world,
-                                    static_cast<std::int64_t>(result.losses.size()), shard_views, parameters,
+                                    static_cast<std::int64_t>(result.losses.size()), local_shards, parameters,
                                     t.transport(run, 0)->bytes_sent());
     figures.shared_memory_allreduce = rc.ranks > 1 && rc.shared_memory_allreduce;
     log_info("{}", describe(figures));
@@ -156,7 +199,7 @@ int report_training(const run_request& req, opened_run& run, training& t) {
   }
   if (t.global && rc.stages > 1 && run.lead) { // the shards of every rank speculate alike: rank 0's
     std::int64_t speculated = 0, rolled_back = 0;
-    for (const auto* shard : shard_views) {
+    for (const auto* shard : local_shards) {
       speculated += shard->speculated();
       rolled_back += shard->rolled_back();
     }
@@ -171,7 +214,8 @@ int report_training(const run_request& req, opened_run& run, training& t) {
     const rank_run& rr = t.runs[static_cast<std::size_t>(r)];
     const std::string rank = R > 1 ? fmt::format("rank {}: ", ctx.rank + r) : std::string();
     for (const auto& shard : rr.shards)
-      if (auto line = shard->swap_report(); !line.empty()) log_info("{}{}", rank, line);
+      if (!shard) continue;
+      else if (auto line = shard->swap_report(); !line.empty()) log_info("{}{}", rank, line);
     if (rr.nvme) log_info("{}{}", rank, rr.nvme->report());
   }
   if (run.lead && !result.trace_path.empty())

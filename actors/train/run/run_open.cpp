@@ -75,7 +75,17 @@ int join(const net::rendezvous_env& env, opened_run& run) {
   auto joined = join_job(env, ctx.cfg);
   if (!joined) return fail_run(joined.err());
   run.job = std::move(*joined);
-  ctx.rank = run.job->env.rank;
+  ctx.process = run.job->env.rank;
+  ctx.rank = ctx.process;
+  if (ctx.rc.stages_across_processes()) {
+    // DeepSpeed's pipe-data topology: rank = pipe position x dp + data rank.
+    const auto& rc = ctx.rc;
+    const int dp = run.job->env.world_size / rc.pipe_processes;
+    ctx.rank = ctx.process % dp;
+    ctx.placement.here = ctx.process;
+    for (std::uint32_t s = 0; s < rc.stages; ++s)
+      ctx.placement.process.push_back(static_cast<int>(s / rc.stages_per_process) * dp + ctx.rank);
+  }
   // Every process writes into rank 0's run directory (a default name carries the time).
   auto dirs = run.job->client->allgather("run_dir", to_bytes(ctx.rc.run_dir));
   if (!dirs) return fail_run(dirs.err(), 1);
@@ -97,7 +107,7 @@ int open_run_dir(opened_run& run) {
   std::error_code ec;
   fs::create_directories(rc.run_dir, ec);
   if (ec) return fail_run(make_error(errc::io, "run_dir '{}': cannot create: {}", rc.run_dir, ec.message()), 1);
-  const std::string log_name = run.lead ? "train.log" : fmt::format("train.rank{}.log", run.ctx.rank);
+  const std::string log_name = run.lead ? "train.log" : fmt::format("train.rank{}.log", run.ctx.process);
   if (!set_log_file(rc.run_dir + "/" + log_name))
     return fail_run(make_error(errc::io, "{}/{}: cannot open for writing", rc.run_dir, log_name), 1);
   run.log.open = true;
@@ -105,10 +115,11 @@ int open_run_dir(opened_run& run) {
   if (run.lead)
     if (auto w = ckpt::write_file_atomic(rc.run_dir + "/config.toml", effective + "\n"); !w) return fail_run(w.err(), 1);
   log_info("dsactor run {} -> {}{}\neffective config:\n{}", rc.config_path, rc.run_dir,
-           run.job ? fmt::format(" as rank {} of {} processes on host {}", run.ctx.rank, run.job->env.world_size,
+           run.job ? fmt::format(" as rank {} of {} processes on host {}", run.ctx.process, run.job->env.world_size,
                                  host_name())
                    : std::string(),
            effective);
+  if (rc.stages_across_processes() && run.job) log_info("{}", describe_pipe_layout(run.ctx, run.job->env.world_size));
   log_info("{}{}", cpu::isa_report(),
            rc.bf16_cpu_gemm ? fmt::format("; GEMMs on bf16 operands through oneDNN {} (bf16.cpu_gemm)",
                                           cpu::bf16_gemm_implementation())
@@ -117,6 +128,41 @@ int open_run_dir(opened_run& run) {
 }
 
 } // namespace
+
+std::string describe_pipe_layout(const run_inputs& in, int processes) {
+  const auto& rc = in.rc;
+  const int dp = processes / rc.pipe_processes;
+  std::string out = fmt::format("pipe-data layout: {} processes = {} pipeline position(s) x data-parallel {}; "
+                                "{} stage(s) per process (pipeline.stages_per_process)",
+                                processes, rc.pipe_processes, dp, rc.stages_per_process);
+  for (int p = 0; p < rc.pipe_processes; ++p) {
+    const auto first = static_cast<std::uint32_t>(p) * rc.stages_per_process;
+    const auto last = first + rc.stages_per_process - 1;
+    std::string ranks;
+    for (int d = 0; d < dp; ++d) ranks += fmt::format("{}{}", d ? ", " : "", p * dp + d);
+    out += fmt::format("\n  stage{} {}: rank{} {}", first == last ? "" : "s",
+                       first == last ? std::to_string(first) : fmt::format("{}-{}", first, last), dp > 1 ? "s" : "",
+                       ranks);
+  }
+  out += fmt::format("\n  this process: rank {}, stage(s) ", in.process);
+  bool any = false;
+  for (std::uint32_t s = 0; s < rc.stages; ++s)
+    if (in.local(s)) {
+      out += fmt::format("{}{}", any ? ", " : "", s);
+      any = true;
+    }
+  out += fmt::format(" of replica {}", in.rank);
+  return out;
+}
+
+std::string describe_rank_stages(const run_config& rc, int processes, int rank) {
+  const int dp = std::max(1, processes / std::max(1, rc.pipe_processes));
+  const auto first = static_cast<std::uint32_t>(rank / dp) * rc.stages_per_process;
+  const auto last = first + rc.stages_per_process - 1;
+  return fmt::format("rank {} ran {} of replica {}", rank,
+                     first == last ? fmt::format("stage {}", first) : fmt::format("stages {}-{}", first, last),
+                     rank % dp);
+}
 
 int fail_run(const error& e, int code) {
   fmt::print(stderr, "dsactor run: {}\n", e.message);
@@ -153,7 +199,7 @@ int open_run(const run_request& req, opened_run& run) {
   }
   run.ctx.device = *device;
   if (device->device != stage_device::cpu) log_info("devices: the stages compute on {}", device->description);
-  run.lead = run.ctx.rank == 0;
+  run.lead = run.ctx.process == 0;
   if (int code = open_run_dir(run)) return code;
   if (run.ctx.cfg.has("activation_checkpointing") && !rc.model.checkpoint_activations && run.lead)
     log_warn("activation_checkpointing configures how checkpointing runs, and model.checkpoint_activations = true "

@@ -14,9 +14,11 @@
 #include "actors/train/run/trainer.hpp"
 #include "io/net/comms_logger.hpp"
 #include "io/net/local_transport.hpp"
+#include "io/net/subgroup_transport.hpp"
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,9 +48,17 @@ struct opened_run {
   std::optional<job_membership> job; // under dsactor launch
   bool lead = true;                  // the job's rank 0: reports, saves and evaluates
   std::int64_t rss_before_data = 0; // resident bytes before the data opened (the memory plan's base)
+  // Stages across processes, rank 0: the other stages' weights for the evaluation, by name.
+  std::map<std::string, tensor> weights_elsewhere;
+  bool weights_moved = false; // move_evaluation_weights ran
   log_file_guard log;                // last: the log closes before the rest goes
 };
 int open_run(const run_request& req, opened_run& run);
+// The pipe-data layout of a job with stages across processes, for the log: which ranks
+// run which stages, and this process's place.
+std::string describe_pipe_layout(const run_inputs& in, int processes);
+// "rank 3 ran stage 1 of replica 1": where rank `rank` of such a job sits.
+std::string describe_rank_stages(const run_config& rc, int processes, int rank);
 
 // 2. The data: the vocabulary and tokenizer, the batch provider, the run's last step.
 int open_data(opened_run& run);
@@ -60,6 +70,11 @@ struct run_plan {
   bool evaluates = true; // the final evaluation fits the budget
 };
 int plan_run(opened_run& run, run_plan& plan);
+// Stages across processes, when the final evaluation runs: each other stage's owner (data
+// rank 0 of its processes) sends its weights to rank 0 (weights_elsewhere), in stage order,
+// and every process meets at a barrier after (a sender must not exit before rank 0 has
+// them). Once per run; 0 or the exit code.
+int move_evaluation_weights(opened_run& run, const run_plan& plan);
 
 // 4. The ranks of this process: each with its stages, deciders and restored state.
 struct process_ranks {
@@ -77,14 +92,22 @@ struct training {
   std::optional<metrics_writer> metrics;
   std::optional<progress> bar;
   std::unique_ptr<net::local_group> group; // the in-process ranks' transports
+  // Stages across processes: the processes running this process's stages (the data-parallel
+  // group), within the job's transport.
+  std::unique_ptr<net::subgroup_transport> replicas;
   std::optional<net::comms_logger> comms;
   std::vector<rank_run> runs;
   std::optional<step_reporter> reporter; // the job's rank 0
   std::vector<actors::run_result> results;
-  // Rank r's transport to the others: UCX between processes, or the in-process group.
+  std::int64_t last_sent = -1; // stages across processes: the last step whose states went to rank 0
+  // Rank r's transport to the other data-parallel ranks: UCX between processes (with stages
+  // across processes, the subgroup running the same stages), or the in-process group.
   net::transport* transport(const opened_run& run, int r) const;
 };
 int start_training(opened_run& run, process_ranks& ranks, training& t);
+// Stages across processes, the owner of stages rank 0 lacks (data-parallel rank 0 of its
+// processes): each of its shards' checkpoint payloads to rank 0, in stage order. Throws.
+void send_stage_payloads(opened_run& run, training& t, std::int64_t step);
 
 // Work of this process's ranks on threads of their own (the one place a phase starts
 // them): start(r, work) runs work() on a new thread; an exception becomes rank r's error

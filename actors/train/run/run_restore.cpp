@@ -73,7 +73,7 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   lo.groups = {"model"};
   for (std::uint32_t s = 0; s < in.rc.stages && !parts; ++s)
     for (const auto& f : listed.files)
-      if (f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
+      if (in.local(s) && f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
   DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(dir, lo));
   DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
   // The run must continue the saved one: same stages, precision and micro-batching.
@@ -102,12 +102,13 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   restored r;
   r.dir = ck.dir;
   r.manifest = ck.manifest;
+  r.optimizer_states.resize(in.rc.stages);
   for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
+    if (!m.stages[s]) continue; // another process's stage: it restores its own
     auto loaded = bert::load_state(m.stages[s]->named_parameters(), model->second, {});
     if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
     if (parts) continue;
-    DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck, s));
-    r.optimizer_states.push_back(std::move(st));
+    DSA_ASSIGN_OR_RETURN(r.optimizer_states[s], optimizer_state_of(ck, s));
   }
   DSA_TRY(restore_error_buffers(in, listed, progress, r));
   if (!parts) r.masters = std::move(model->second);

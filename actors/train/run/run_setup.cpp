@@ -120,6 +120,10 @@ status make_stages(const run_inputs& in, rank_model& m) {
     if (in.rank == 0) log_info("initial weights from {}", file);
   }
   for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
+    if (!in.local(s)) { // another process runs it (stages across processes)
+      m.stages.emplace_back();
+      continue;
+    }
     const auto M = static_cast<std::uint32_t>(in.rc.batch.gradient_accumulation);
     const auto R = static_cast<std::uint32_t>(in.rc.batch.data_parallel_size);
     stage_options o;
@@ -204,13 +208,15 @@ expected<rank_start> prepare_rank(run_inputs& in, rank_model& m) {
       d->restore(st.resumed->progress.schedule_iteration, st.resumed->progress.scaler,
                  st.resumed->progress.skipped_steps);
   }
-  for (std::uint32_t s = 0; s < in.rc.stages; ++s) m.stages[s]->loss_scale() = st.deciders[s]->loss_scale();
+  for (std::uint32_t s = 0; s < in.rc.stages; ++s)
+    if (m.stages[s]) m.stages[s]->loss_scale() = st.deciders[s]->loss_scale();
   return st;
 }
 
 
 void contribute_checkpoint(rank_run& run, const std::string& root, std::uint32_t step) {
   for (auto& shard : run.shards) {
+    if (!shard) continue; // another process's stage
     if (shard->saves_errors()) (void)shard->stage_errors(root, std::uint64_t{step} + 1);
     if (!shard->per_rank_checkpoint()) continue;
     (void)shard->gathered_masters();
@@ -372,6 +378,12 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
     for (std::size_t i = 0; i < o.specs.size(); ++i)
       if (o.specs[i].name == bert::word_embeddings_name()) rr.parts.tied[s] = static_cast<int>(i);
     o.exchanges_tied = rr.parts.tied[s] >= 0 && tied_exchanged(rc, m.ranges);
+    if (!in.local(s)) { // another process's stage: the runtime sends to it through the pipeline's link
+      rr.shards.emplace_back();
+      rr.parts.stages.push_back(nullptr);
+      rr.parts.optimizers.push_back(nullptr);
+      continue;
+    }
     o.optimizer = rc.optimizer;
     o.working = rc.working;
     o.decider = std::move(start.deciders[s]);
@@ -392,7 +404,7 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
                                                        rc.offload.pipeline_read, rc.offload.pipeline_write};
     add_resumed_state(rc, s, start, o);
     o.device = optimizer_device_for(in.device, rc);
-    if (o.device && in.rank == 0 && s == 0)
+    if (o.device && in.rank == 0 && s == 0 && in.process == 0)
       log_info("optimizer: fp32 masters and {} moments of every stage on {} (offload_optimizer.device = \"none\"), "
                "stepped by the fused Adam pass there",
                optim::optimizer_name(rc.optimizer.type), o.device->where());
@@ -403,7 +415,8 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
   rr.parts.source = rr.source.get();
   if (start.resumed) {
     try {
-      for (std::uint32_t s = 0; s < rc.stages; ++s) rr.shards[s]->init(m.stages[s]->parameters());
+      for (std::uint32_t s = 0; s < rc.stages; ++s)
+        if (rr.shards[s]) rr.shards[s]->init(m.stages[s]->parameters());
     } catch (const std::exception& e) {
       return make_error(errc::format, "{}: optimizer state: {}", rc.checkpoint.dir, e.what());
     }

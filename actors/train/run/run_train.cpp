@@ -5,7 +5,9 @@
 #include "actors/train/run/run_phases.hpp"
 
 #include "actors/train/run/signals.hpp"
+#include "actors/train/run/stage_states.hpp"
 #include "core/log.hpp"
+#include "io/net/rendezvous.hpp"
 
 #include <fmt/format.h>
 
@@ -32,12 +34,21 @@ void log_training_layout(const run_config& rc, const training& t, bool launched)
   if (t.world > 1)
     log_info("data parallel: {} ranks{}; gradients summed over them in buckets of up to {} elements, "
              "{} ({})",
-             t.world, launched ? " (one per process)" : " in this process", rc.reduce_bucket_elements,
+             t.world,
+             launched ? (rc.stages_across_processes() ? " (one per group of processes running the same stages)"
+                                                      : " (one per process)")
+                      : " in this process",
+             rc.reduce_bucket_elements,
              rc.overlap_comm ? "each started as backward finishes it (overlap_comm)" : "after the step's backward",
              rc.zero_stage >= 1 ? fmt::format("ZeRO stage {}: each rank holds {} of 1/{} of the parameters",
                                               rc.zero_stage, zero_held, t.world)
                                 : std::string("ZeRO stage 0: every rank holds the whole optimizer state"));
   if (t.world > 1 && !rc.zero_note.empty()) log_info("{}", rc.zero_note);
+  if (rc.stages_across_processes())
+    log_info("pipeline stages across processes: activations and their gradients, the tied embedding's gradient "
+             "and the norm shares go between the {} processes of each replica over the transport, with {} "
+             "activation and {} gradient slots per edge as credits",
+             rc.pipe_processes, actors::pipeline_options{}.activation_slots, actors::pipeline_options{}.gradient_slots);
 }
 
 // The runtime's options shared by every rank of the process.
@@ -69,11 +80,21 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
                                      training& t, int r) {
   const run_config& rc = run.ctx.rc;
   actors::run_options o = shared;
-  const int global_rank = run.ctx.rank + r;
-  if (global_rank == 0) o.on_step = [&t](const actors::step_summary& summary) { t.reporter->on_step(summary); };
+  const int global_rank = run.ctx.rank + r; // the data-parallel rank
+  if (run.lead && r == 0) o.on_step = [&t](const actors::step_summary& summary) { t.reporter->on_step(summary); };
   if (t.world > 1)
     o.dp = {global_rank, t.world, t.transport(run, r), rc.reduce_bucket_elements, rc.overlap_comm,
             r == 0 ? &*t.comms : nullptr, rc.shared_memory_allreduce};
+  if (rc.stages_across_processes()) {
+    o.world = run.job->transport.get();
+    o.placement = run.ctx.placement;
+    // The owners of the other stages send their state for each checkpoint rank 0 writes.
+    if (!run.lead && run.ctx.rank == 0)
+      o.on_step = [&run, &t](const actors::step_summary& summary) {
+        if (checkpoint_due(run.ctx.rc, summary.step)) send_stage_payloads(run, t, summary.step);
+      };
+    return o;
+  }
   if (global_rank != 0 && t.zero)
     o.on_step = [&run, &ranks, &t, r](const actors::step_summary& summary) {
       if (checkpoint_due(run.ctx.rc, summary.step))
@@ -102,7 +123,18 @@ const std::vector<std::string>& rank_threads::join() {
   return errors_;
 }
 
+void send_stage_payloads(opened_run& run, training& t, std::int64_t step) {
+  const auto& shards = t.runs[0].shards;
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    if (!shards[s]) continue;
+    if (auto sent = send_named_tensors(*run.job->transport, 0, shards[s]->payload()); !sent)
+      throw std::runtime_error(fmt::format("sending stage {}'s checkpoint state to rank 0: {}", s, sent.err().message));
+  }
+  t.last_sent = step;
+}
+
 net::transport* training::transport(const opened_run& run, int r) const {
+  if (replicas) return replicas.get();
   if (run.job) return run.job->transport.get();
   return group ? &group->at(r) : nullptr;
 }
@@ -123,6 +155,13 @@ int start_training(opened_run& run, process_ranks& ranks, training& t) {
   t.world = static_cast<int>(rc.batch.data_parallel_size);
   log_training_layout(rc, t, run.job.has_value());
   const int R = static_cast<int>(rc.ranks);
+  if (run.job && rc.stages_across_processes()) {
+    // The data-parallel group: the processes running this process's stages.
+    const int p = run.ctx.process / t.world;
+    std::vector<int> members;
+    for (int d = 0; d < t.world; ++d) members.push_back(p * t.world + d);
+    t.replicas = std::make_unique<net::subgroup_transport>(*run.job->transport, std::move(members));
+  }
   // One rank with ZeRO-3 (offload_param on NVMe) still needs a transport for its
   // fetcher's and shard's communicators: a group of one.
   if (R > 1 || (!run.job && rc.zero_partitions())) t.group = std::make_unique<net::local_group>(R);
@@ -142,6 +181,14 @@ int start_training(opened_run& run, process_ranks& ranks, training& t) {
   std::vector<const model_shard*> shard_views;
   for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
   if (run.lead) t.reporter.emplace(ctx, ctx, *t.metrics, *t.bar, shard_views);
+  if (run.lead && rc.stages_across_processes())
+    t.reporter->set_remote_payload([&run](std::uint32_t s) {
+      auto got = recv_named_tensors(*run.job->transport, run.ctx.placement.process.at(s));
+      if (!got)
+        throw std::runtime_error(fmt::format("stage {}'s checkpoint state from rank {}: {}", s,
+                                             run.ctx.placement.process.at(s), got.err().message));
+      return std::move(*got);
+    });
   return 0;
 }
 
@@ -179,7 +226,13 @@ int run_steps(opened_run& run, process_ranks& ranks, training& t) {
   std::string errors;
   for (const auto& result : t.results)
     if (!result.ok) errors += (errors.empty() ? "" : "\n") + result.error;
-  if (!errors.empty()) return fail_run(make_error(errc::runtime, "{}", errors), 1);
+  if (!errors.empty()) {
+    // A lost process of a pipeline split over processes: say which stage it ran.
+    if (run.ctx.rc.stages_across_processes() && run.job)
+      if (auto lost = net::lost_rank_in(errors); lost && *lost < run.job->env.world_size)
+        errors += fmt::format(" ({})", describe_rank_stages(run.ctx.rc, run.job->env.world_size, *lost));
+    return fail_run(make_error(errc::runtime, "{}", errors), 1);
+  }
   return 0;
 }
 

@@ -27,6 +27,7 @@ void step_reporter::on_step(const actors::step_summary& s) {
     states_measured_ = true;
     // After the first update every model-state buffer exists: compare with the accounting.
     for (std::uint32_t st = 0; st < in_.rc.stages; ++st) {
+      if (!shards_[st]) continue; // another process's stage (it runs no reporter)
       const auto measured = train::measured_model_states(*model_.stages[st], *shards_[st]);
       auto expected = expected_model_states(model_.stages[st]->named_parameters().count(), in_.rc.working,
                                             run_zero_sizes(in_.rc, model_.ranges, st));
@@ -42,7 +43,7 @@ void step_reporter::on_step(const actors::step_summary& s) {
                  measured.describe(), expected.describe());
     }
   }
-  // Every shard decided the same; shard 0's decision stands for all.
+  // Every shard decided the same; shard 0's decision stands for all (rank 0 runs stage 0).
   const step_decision& d = shards_.front()->last_decision();
   const step_totals t = step_totals_of(s.metrics);
   auto now = std::chrono::steady_clock::now();
@@ -95,7 +96,13 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   // the masters are gathered into the model file, and this save commits them together.
   std::vector<state_payload> payloads;
   std::vector<ckpt::checkpoint_file> staged;
-  for (const auto* shard : shards_) {
+  for (std::uint32_t st = 0; st < shards_.size(); ++st) {
+    const model_shard* shard = shards_[st];
+    if (!shard) { // another process's stage: its owner sends its payload (whole shards only)
+      DSA_CHECK(remote_payload_, "checkpoint: stage {} runs in another process and nobody fetches its state", st);
+      payloads.push_back(remote_payload_(st));
+      continue;
+    }
     if (shard->saves_errors()) { // every rank's 1-bit error buffers in its own file
       auto files = shard->stage_errors(in_.rc.checkpoint.dir, std::uint64_t{step} + 1);
       staged.insert(staged.end(), files.begin(), files.end());

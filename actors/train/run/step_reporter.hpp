@@ -9,6 +9,7 @@
 #include "actors/train/run/run_context.hpp"
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +37,10 @@ public:
   // data_position: the data source's position after that step (step_summary::data_position).
   void save(std::uint32_t step, const std::vector<std::uint64_t>& data_position);
 
+  // Stages across processes: the checkpoint payload of stage s, which another process
+  // holds (shards[s] is null), received from that process (stage_states.hpp).
+  void set_remote_payload(std::function<state_payload(std::uint32_t stage)> fetch) { remote_payload_ = std::move(fetch); }
+
   double last_loss() const { return last_loss_; }
   std::int64_t last_saved() const { return last_saved_; }
 
@@ -55,6 +60,7 @@ private:
   double last_loss_ = 0.0;
   std::int64_t last_saved_ = -1;
   bool states_measured_ = false; // the model-state bytes were compared after the first step
+  std::function<state_payload(std::uint32_t)> remote_payload_;
 };
 
 } // namespace dsa::train

@@ -17,7 +17,8 @@ namespace {
 void log_device_memory(const opened_run& run) {
   if (run.ctx.device.device != stage_device::cuda) return;
   std::int64_t planned = 0;
-  for (const auto& stage : run.ctx.stages) planned += cuda_model_state_bytes(run.ctx.rc, stage->named_parameters().count());
+  for (const auto& stage : run.ctx.stages)
+    if (stage) planned += cuda_model_state_bytes(run.ctx.rc, stage->named_parameters().count());
   log_info("device memory {}; model states planned at {} per rank ({} rank(s) of this process on it)",
            device_memory_report(run.ctx.device), format_bytes(planned), run.ctx.rc.ranks);
 }
@@ -50,7 +51,12 @@ int evaluate_and_report_memory(opened_run& run, const run_plan& plan) {
              "evaluates)",
              format_bytes(memory.evaluation), format_bytes(memory.evaluation_peak()),
              memory.evaluation_fits(rc) ? " in another process" : "", format_bytes(rc.host_memory));
-  const int status = run.lead && plan.evaluates ? evaluate(run.ctx.rc, run.ctx.device, run.ctx.tokenizer.get(), run.ctx.stages) : 0;
+  // Stages across processes: the other stages' owners send their weights to rank 0 (before
+  // the job is left, after training; here when there was nothing to train).
+  if (int code = move_evaluation_weights(run, plan)) return code;
+  const int status = run.lead && plan.evaluates ? evaluate(rc, run.ctx.device, run.ctx.tokenizer.get(), run.ctx.stages,
+                                                          run.weights_elsewhere)
+                                                : 0;
   log_memory_report(rc, memory); // the evaluation included
   log_device_memory(run);
   return status;
