@@ -67,7 +67,7 @@ work_done stage_runner::run(const stage_work& w) {
     }
     case work_kind::weight: {
       // The split backward's W (zero-bubble); the step's last one publishes every bucket, in order.
-      trace_span span(trace_, trace_name::backward, actor_, stage, w.step, w.micro_batch);
+      trace_span span(trace_, trace_name::weight, actor_, stage, w.step, w.micro_batch);
       compute_->weight(key);
       if (w.last_of_step)
         for (std::uint32_t b = 0; b < buckets_.size(); ++b) publish(key.step, b);

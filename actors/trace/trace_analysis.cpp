@@ -21,7 +21,9 @@ std::vector<trace_record> stage_spans(const trace_data& trace, const char* name,
 std::vector<trace_record> stage_compute_spans(const trace_data& trace, std::int32_t stage) {
   auto out = stage_spans(trace, "forward", stage);
   auto backward = stage_spans(trace, "backward", stage);
+  auto weight = stage_spans(trace, "weight", stage); // zero-bubble's deferred W
   out.insert(out.end(), backward.begin(), backward.end());
+  out.insert(out.end(), weight.begin(), weight.end());
   std::stable_sort(out.begin(), out.end(),
                    [](const trace_record& a, const trace_record& b) { return a.t0_ns < b.t0_ns; });
   return out;

@@ -48,7 +48,10 @@ enum class trace_name : std::uint16_t {
   // wait for the device; beside the worker's spans, on a device row.
   gpu_forward = 16,
   gpu_backward = 17,
-  count_ = 18,
+  // A stage's deferred weight gradients of one micro-batch (pipeline.schedule = "zb": the W
+  // half of its split backward, the B half being its backward span).
+  weight = 18,
+  count_ = 19,
 };
 const char* trace_name_string(trace_name name);
 

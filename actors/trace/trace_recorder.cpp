@@ -24,7 +24,7 @@ const char* trace_name_string(trace_name name) {
                                       "produced", "released", "step_report", "update_report",
                                       "reduce",   "grad_partial", "allreduce", "swap_read", "swap_write",
                                       "speculate", "stream_update", "swap_update",
-                                      "gpu_forward", "gpu_backward"};
+                                      "gpu_forward", "gpu_backward", "weight"};
   auto i = static_cast<std::size_t>(name);
   return i < static_cast<std::size_t>(trace_name::count_) ? names[i] : "?";
 }

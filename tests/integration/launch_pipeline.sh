@@ -52,6 +52,18 @@ grep -q "this process: rank 1, stage(s) 1 of replica 0" "$work/pp2_f32/train.ran
 ls -a "$work/pp2_f32/checkpoints" | grep -q "tmp\|staging" && fail "a temporary folder was left behind"
 echo "ok: 2 processes x 1 stage = 1 process x 2 stages, bit for bit (f32 and fp16: metrics, checkpoint, evaluation)"
 
+# 1b. The zero-bubble schedule and the speculative update across the processes: 1F1B's
+#     bits (zb), and the unspeculated run's (speculation, with clipping that rolls back).
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/pp2_zb\"" --set 'pipeline.schedule="zb"' \
+  >"$work/out" 2>"$work/err" || fail "2 processes x 1 stage with zb"
+same_checkpoint "$work/pp2_zb" "$work/one_f32" "zb across processes"
+"$dsactor" launch --num_procs 2 "$work/pre.toml" --set "run_dir=\"$work/pp2_spec\"" \
+  --set pipeline.speculative_update=true >"$work/out" 2>"$work/err" || fail "2 processes x 1 stage, speculative"
+same_checkpoint "$work/pp2_spec" "$work/one_f32" "speculative update across processes"
+grep -q "speculative update: [1-9][0-9]* shard update(s) started before the global norm" "$work/pp2_spec/train.log" ||
+  fail "rank 0 should report its speculative updates"
+echo "ok: zb and the speculative update across 2 processes give the 1-process 1F1B bits"
+
 # 2. 4 processes as dp 2 x pp 2 = 2 in-process ranks of 2 stages, bit for bit.
 "$dsactor" launch --num_procs 4 "$work/pre.toml" --set "run_dir=\"$work/dp2pp2\"" --set train_batch_size=16 \
   >"$work/out" 2>"$work/err" || fail "4 processes as dp 2 x pp 2"

@@ -1,6 +1,8 @@
 // Parallel layouts: 2 and 4 pipeline stages give the parameters of 1 stage.
 #include "tests/support/compare.hpp"
 #include "tests/train/train_fixture.hpp"
+#include "actors/trace/analysis/trace_summary.hpp"
+#include "actors/trace/trace_analysis.hpp"
 
 #include <doctest/doctest.h>
 
@@ -88,6 +90,55 @@ TEST_CASE("stages updating independently (no clipping) equal 1 stage, with a war
     for (const auto& [name, t] : one) {
       INFO("stages " << stages << " tensor " << name);
       DSA_CHECK_CLOSE(many.at(name).data<float>(), t.data<float>(), t.numel(), test::layout_equivalence);
+    }
+  }
+}
+
+// A real zero-bubble run's trace: every micro-batch's W is a `weight` span of its own, after
+// its B; a step's W run before the stage's reducer starts on that step's gradients (the
+// last W publishes them); and a stage never holds more than max_deferred_w micro-batches whose
+// B ran and W did not.
+TEST_CASE("zero-bubble runs keep their invariants in the trace: W after B, before publication, within the bound") {
+  for (std::uint32_t bound : {1u, 2u}) {
+    CAPTURE(bound);
+    test::temp_dir dir;
+    std::string cfg =
+        test::tiny_config(dir.path(), "\n[pipeline]\nstages = 2\nschedule = \"zb\"\nmax_deferred_w = " +
+                                          std::to_string(bound) + "\n");
+    REQUIRE(test::run_config(dir.path(), "zb", cfg, {}) == 0);
+    auto traces = actors::load_run_traces(dir.path() + "/run");
+    REQUIRE(traces.has_value());
+    const auto& t = traces->front().trace;
+    const auto M = std::stoul(t.info_value("micro_batches"));
+    const auto steps = 5u;
+    for (std::int32_t s = 0; s < 2; ++s) {
+      CAPTURE(s);
+      const auto B = actors::stage_spans(t, "backward", s), W = actors::stage_spans(t, "weight", s);
+      REQUIRE(W.size() == M * steps);
+      REQUIRE(B.size() == W.size());
+      // Publication: the step's last W publishes the gradients at its end (inside its span),
+      // so every other W of the step has ended, and the last one started, before the
+      // reducer's first span of the step.
+      for (std::uint32_t k = 0; k < steps; ++k) {
+        std::uint64_t first_reduce = ~0ull;
+        for (const auto& r : actors::stage_spans(t, "reduce", s))
+          if (r.step == k) first_reduce = std::min(first_reduce, r.t0_ns);
+        for (const auto& w : W)
+          if (w.step == k) CHECK((w.micro_batch + 1 == M ? w.t0_ns : w.t1_ns) <= first_reduce);
+      }
+      // Each W after its B; the deferred count at every B's end within the bound.
+      for (const auto& w : W) {
+        bool after_b = false;
+        for (const auto& b : B)
+          if (b.step == w.step && b.micro_batch == w.micro_batch) after_b = b.t1_ns <= w.t0_ns;
+        CHECK(after_b);
+      }
+      for (const auto& b : B) {
+        std::size_t b_done = 0, w_done = 0;
+        for (const auto& x : B) b_done += x.t1_ns <= b.t1_ns ? 1 : 0;
+        for (const auto& x : W) w_done += x.t1_ns <= b.t1_ns ? 1 : 0;
+        CHECK(b_done - w_done <= bound);
+      }
     }
   }
 }

@@ -131,7 +131,7 @@ std::vector<actor_timeline> actor_timelines(const trace_data& t) {
       // Forward and backward work on one micro-batch; the other spans (reduce,
       // optimizer, load, allreduce) gather messages numbered otherwise.
       const auto& kind = t.names[s.name];
-      w.input = kind == "forward" || kind == "backward" ? inputs.find({s.step, s.micro_batch})
+      w.input = kind == "forward" || kind == "backward" || kind == "weight" ? inputs.find({s.step, s.micro_batch})
                                                          : step_inputs.find(s.step);
       // Output slots: produced sends from this span's start to the next span's start.
       const std::uint64_t until = k + 1 < a.spans.size() ? t.records[a.spans[k + 1]].t0_ns : ~0ull;
