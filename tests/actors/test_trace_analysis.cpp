@@ -4,6 +4,7 @@
 #include "actors/trace/analysis/chrome_export.hpp"
 #include "actors/trace/analysis/trace_critical_path.hpp"
 #include "actors/trace/analysis/trace_html.hpp"
+#include "actors/trace/analysis/trace_pipeline.hpp"
 #include "actors/trace/analysis/trace_summary.hpp"
 #include "actors/trace/analysis/trace_views.hpp"
 #include "actors/trace/analysis/trace_waits.hpp"
@@ -301,4 +302,45 @@ TEST_CASE("trace analyses on a real 2-stage run: waits add up, the critical path
     }
   }
   CHECK(diff_runs(run, run).actors.empty());
+}
+
+// Two processes' traces (stage 0 in one, stage 1 in the other) of one host, joined on the
+// steady clock they share: step windows over both, each stage's idle share, the spans'
+// means and the micro-batches held.
+TEST_CASE("pipeline_bubble joins the stages of several processes on their common clock") {
+  auto with_clock = [](trace_builder& b, std::uint64_t origin) {
+    b.t.info = {{"boot_id", "b1"}, {"origin_steady_ns", std::to_string(origin)}, {"origin_unix_ns", "1"}};
+  };
+  trace_builder p0, p1;
+  with_clock(p0, 1'000'000);
+  with_clock(p1, 1'000'000 + 5 * us); // process 1's recorder started 5 us later
+  // Step 0, 2 micro-batches; stage 0: F F . . B B, stage 1 (times on its own origin, 5 us on).
+  p0.span(1, trace_name::forward, 0, 10, 0, 0);
+  p0.span(1, trace_name::forward, 10, 20, 0, 1);
+  p0.span(1, trace_name::backward, 40, 50, 0, 0);
+  p0.span(1, trace_name::backward, 60, 70, 0, 1);
+  p1.span(2, trace_name::forward, 5, 15, 0, 0);  // 10..20 on the common clock
+  p1.span(2, trace_name::backward, 15, 30, 0, 0); // 20..35
+  p1.span(2, trace_name::forward, 30, 40, 0, 1);  // 35..45
+  p1.span(2, trace_name::weight, 40, 45, 0, 0);   // 45..50: zero-bubble's W
+  p1.span(2, trace_name::backward, 45, 55, 0, 1); // 50..60
+  p1.span(2, trace_name::weight, 55, 60, 0, 1);   // 60..65
+  std::vector<rank_trace> traces{{0, "p0", p0.t}, {1, "p1", p1.t}};
+  auto f = pipeline_bubble(traces, 0);
+  REQUIRE(f.has_value());
+  CHECK(f->steps == 1);
+  CHECK(f->window_s == doctest::Approx(70e-6)); // 0..70
+  REQUIRE(f->stages.size() == 2);
+  CHECK(f->stages[0].idle_fraction == doctest::Approx(1.0 - 40.0 / 70));
+  CHECK(f->stages[1].idle_fraction == doctest::Approx(1.0 - 55.0 / 70));
+  CHECK(f->stages[1].rank == 1);
+  CHECK(f->stages[1].weight_ms == doctest::Approx(5e-3));
+  CHECK(f->stages[1].backward_ms == doctest::Approx(12.5e-3));
+  CHECK(f->stages[0].peak_held == 2);  // both forwards before the first backward
+  CHECK(f->stages[1].peak_held == 2);  // forward 1 ends (45) before W of micro-batch 0 does (50)
+  CHECK(f->bubble == doctest::Approx((30.0 / 70 + 15.0 / 70) / 2));
+  CHECK_FALSE(pipeline_bubble(traces, 1).has_value()); // nothing after the first step
+  // Theory: 1F1B's (S-1)/(M+S-1); ZB-H1's with equal costs, (S-1)/(3M+S-1).
+  CHECK(one_f_one_b_bubble(2, 4) == doctest::Approx(0.2));
+  CHECK(zb_h1_bubble(2, 4, 1, 1, 1) == doctest::Approx(1.0 / 13));
 }

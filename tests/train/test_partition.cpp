@@ -54,3 +54,17 @@ TEST_CASE("bad partition settings name the key") {
   auto nomatch = train::partition_layers(cfg, 2, "type:Embedding");
   REQUIRE_FALSE(nomatch.has_value());
 }
+
+TEST_CASE("layers:<counts> gives each stage the encoder layers named, and refuses counts that do not fit") {
+  bert::bert_config cfg = bert::bert_config_for(bert::model_size::base);
+  cfg.num_layers = 6;
+  auto r = train::partition_layers(cfg, 3, "layers:1,3,2");
+  REQUIRE(r.has_value());
+  CHECK(train::describe_layout(*r) == "embeddings + layers [0, 1) | layers [1, 4) | layers [4, 6) + head");
+  for (const char* bad : {"layers:1,3", "layers:2,2,3", "layers:0,4,2", "layers:1,x,4", "layers:", "layers:1,,5"}) {
+    CAPTURE(bad);
+    auto e = train::partition_layers(cfg, 3, bad);
+    REQUIRE_FALSE(e.has_value());
+    CHECK(e.err().message.find("pipeline.partition") != std::string::npos);
+  }
+}

@@ -11,6 +11,7 @@
 #include "tools/bench/bench_memory.hpp"
 #include "tools/bench/bench_compressed.hpp"
 #include "tools/bench/bench_offload.hpp"
+#include "tools/bench/bench_pipeline.hpp"
 #include "tools/bench/bench_runtime.hpp"
 #include "tools/command.hpp"
 
@@ -109,6 +110,7 @@ int bench_command(int argc, char** argv) {
     fmt::print("  runtime   the actor runtime's own overhead on BERT-mini: 1 stage vs a plain loop, trace on vs off\n");
     fmt::print("  memory    activation bytes stashed per layer for each memory-flag setting\n");
     fmt::print("  allreduce fp32 allreduce between 2 processes: dsactor over UCX vs Gloo and OpenMPI, memcpy bound\n");
+    fmt::print("  pipeline  1F1B vs zero-bubble on 2 stages in 2 processes: samples/s and the measured bubble vs theory\n");
     fmt::print("  aio       sequential write+read of a file: the libaio NVMe engine vs pwrite/pread (O_DIRECT, buffered)\n");
     fmt::print("  offload   a BERT step with the optimizer state offloaded to NVMe vs in memory, and what bounds it\n");
     fmt::print("  compressed  1-bit Adam, 0/1 Adam, 1-bit LAMB vs AdamW and Lamb: held-out loss, bytes sent, step time\n");
@@ -125,6 +127,7 @@ int bench_command(int argc, char** argv) {
   if (!std::strcmp(argv[1], "offload")) return bench_offload_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "compressed")) return bench_compressed_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "allreduce")) return bench_allreduce_main(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "pipeline")) return bench_pipeline_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "gpu-kernels")) {
 #if DSA_HAVE_CUDA
     return bench_gpu_main(argc - 1, argv + 1);

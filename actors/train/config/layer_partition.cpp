@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 #include <regex>
 
 namespace dsa::train {
@@ -49,6 +51,7 @@ expected<std::vector<bert::bert_range>> partition_layers(const bert::bert_config
     return make_error(errc::config, "pipeline.stages = {}: must be between 1 and the number of layers ({})", stages, L);
   // Items: embeddings, L layers, head; the embeddings and head ride with their neighbours.
   std::vector<double> weights(static_cast<std::size_t>(L), 1.0);
+  std::optional<std::vector<std::size_t>> explicit_starts; // layers:<counts>
   if (method == "parameters") {
     auto count = [&](const bert::bert_range& r) {
       return static_cast<double>(bert::parameter_count(bert::parameter_specs(cfg, r)));
@@ -66,11 +69,41 @@ expected<std::vector<bert::bert_range>> partition_layers(const bert::bert_config
     if (!std::regex_search("BertLayer", re))
       return make_error(errc::config, "pipeline.partition = '{}': matches no encoder layer (layer names: BertLayer)",
                         method);
+  } else if (method.rfind("layers:", 0) == 0) {
+    // Encoder layers per stage, as given (a partition chosen by measured time, say).
+    std::vector<std::size_t> starts;
+    std::int64_t next = 0;
+    std::size_t at = 7;
+    while (at <= method.size()) {
+      const std::size_t comma = std::min(method.find(',', at), method.size());
+      const std::string item = method.substr(at, comma - at);
+      std::size_t used = 0;
+      long long n = -1;
+      try {
+        n = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size() || item.empty() || n < 1)
+        return make_error(errc::config, "pipeline.partition = '{}': '{}' is not a layer count of at least 1", method,
+                          item);
+      starts.push_back(static_cast<std::size_t>(next));
+      next += n;
+      at = comma + 1;
+    }
+    if (starts.size() != stages || next != L)
+      return make_error(errc::config,
+                        "pipeline.partition = '{}': {} counts summing to {}; expected {} (pipeline.stages) summing to "
+                        "{} (the model's layers)",
+                        method, starts.size(), next, stages, L);
+    explicit_starts = std::move(starts);
   } else if (method != "uniform") {
     return make_error(errc::config,
-                      "pipeline.partition = '{}': expected 'uniform', 'parameters' or 'type:<regex>'", method);
+                      "pipeline.partition = '{}': expected 'uniform', 'parameters', 'type:<regex>' or "
+                      "'layers:<n0>,<n1>,...'",
+                      method);
   }
-  auto starts = balanced_split(weights, stages);
+  auto starts = explicit_starts ? *explicit_starts : balanced_split(weights, stages);
   std::vector<bert::bert_range> ranges;
   for (std::uint32_t s = 0; s < stages; ++s) {
     std::int64_t first = static_cast<std::int64_t>(starts[s]);

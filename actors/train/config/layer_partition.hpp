@@ -6,7 +6,9 @@
 //   type:<regex>    equal numbers of the layers whose name matches (the others
 //                   follow along); layer names are "embeddings", "BertLayer"
 //                   and "head", so "type:BertLayer" (or "type:transformer|Bert")
-//                   is uniform over encoder layers.
+//                   is uniform over encoder layers,
+//   layers:<n0>,<n1>,...  stage s gets n_s encoder layers (dsactor's: a split chosen by
+//                   measured time, as `dsactor bench pipeline` does).
 #pragma once
 
 #include "core/error.hpp"
