@@ -74,6 +74,35 @@ same_checkpoint "$work/dp2pp2" "$work/dp2" "dp 2 x pp 2"
 grep -q "  stage 1: ranks 2, 3" "$work/dp2pp2/train.log" || fail "the layout should put stage 1 on ranks 2 and 3"
 echo "ok: 4 processes as dp 2 x pp 2 = 2 in-process ranks of 2 stages, bit for bit"
 
+# 2b. ZeRO stages 1 and 2 and 1-bit Adam as dp 2 x pp 2 across 4 processes = 2 in-process
+#     ranks of 2 stages, bit for bit: the model, every rank's optimizer partition or error
+#     buffer files (each written by its own process, committed once by rank 0).
+for variant in zero1 zero2 onebit; do
+  case $variant in
+    zero1) keys=(--set zero_optimization.stage=1) ;;
+    zero2) keys=(--set zero_optimization.stage=2) ;;
+    onebit) keys=(--set 'optimizer.type="OneBitAdam"' --set optimizer.params.freeze_step=2) ;;
+  esac
+  "$dsactor" launch --num_procs 4 "$work/pre.toml" --set "run_dir=\"$work/${variant}_procs\"" --set train_batch_size=16 \
+    "${keys[@]}" >"$work/out" 2>"$work/err" || fail "dp 2 x pp 2 with $variant"
+  "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/${variant}_threads\"" --set train_batch_size=16 \
+    --set devices.ranks=2 "${keys[@]}" >"$work/out" 2>"$work/err" || fail "2 in-process ranks with $variant"
+  cmp "$work/${variant}_procs/metrics.csv" "$work/${variant}_threads/metrics.csv" || fail "$variant: metrics differ"
+  files=0
+  for f in "$work/${variant}_threads/checkpoints/step_00000004/"*.safetensors; do
+    cmp "$f" "$work/${variant}_procs/checkpoints/step_00000004/$(basename "$f")" || fail "$variant: $(basename "$f") differs"
+    files=$((files + 1))
+  done
+  (( files >= 5 )) || fail "$variant: expected the model and 4 per-rank files, got $files files"
+done
+# A ZeRO-2 checkpoint of dp 2 x pp 2 resumes on 2 in-process ranks, bit for bit.
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/zero2_resumed\"" --set train_batch_size=16 --set devices.ranks=2 \
+  --set zero_optimization.stage=2 --set "checkpoint.load=\"$work/zero2_procs/checkpoints/step_00000002\"" \
+  >"$work/out" 2>"$work/err" || fail "resuming the dp 2 x pp 2 ZeRO-2 checkpoint on 2 in-process ranks"
+cmp "$work/zero2_resumed/checkpoints/step_00000004/model.safetensors" \
+  "$work/zero2_threads/checkpoints/step_00000004/model.safetensors" || fail "ZeRO-2 resume: the model differs"
+echo "ok: ZeRO 1, ZeRO 2 and 1-bit Adam as dp 2 x pp 2 = 2 in-process ranks, bit for bit; the ZeRO-2 checkpoint resumes in one process"
+
 # 3. Resumes across layouts: pp 2 -> pp 1 and pp 1 -> pp 2 end where the uninterrupted run
 #    does; dp 2 x pp 2 -> dp 1 x pp 1 (the same global batch, 8 accumulation steps) resumes.
 "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/to_one\"" \

@@ -93,9 +93,8 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
       o.on_step = [&run, &t](const actors::step_summary& summary) {
         if (checkpoint_due(run.ctx.rc, summary.step)) send_stage_payloads(run, t, summary.step);
       };
-    return o;
   }
-  if (global_rank != 0 && t.zero)
+  if (global_rank != 0 && t.zero) // ZeRO or 1-bit: its part of each checkpoint's collectives and files
     o.on_step = [&run, &ranks, &t, r](const actors::step_summary& summary) {
       if (checkpoint_due(run.ctx.rc, summary.step))
         contribute_checkpoint(t.runs[static_cast<std::size_t>(r)], run.ctx.rc.checkpoint.dir, summary.step);
@@ -124,10 +123,24 @@ const std::vector<std::string>& rank_threads::join() {
 }
 
 void send_stage_payloads(opened_run& run, training& t, std::int64_t step) {
+  // Each shard's part, with the collectives of its data-parallel group in the order every
+  // rank takes them (step_reporter::save, contribute_checkpoint): error buffers, masters,
+  // partition files.
   const auto& shards = t.runs[0].shards;
+  const auto& root = run.ctx.rc.checkpoint.dir;
+  const auto next = static_cast<std::uint64_t>(step) + 1;
   for (std::size_t s = 0; s < shards.size(); ++s) {
     if (!shards[s]) continue;
-    if (auto sent = send_named_tensors(*run.job->transport, 0, shards[s]->payload()); !sent)
+    stage_checkpoint_part part;
+    if (shards[s]->saves_errors()) part.staged = shards[s]->stage_errors(root, next);
+    if (shards[s]->per_rank_checkpoint()) {
+      part.payload = shards[s]->gathered_masters();
+      auto files = shards[s]->stage_partition(root, next);
+      part.staged.insert(part.staged.end(), files.begin(), files.end());
+    } else {
+      part.payload = shards[s]->payload();
+    }
+    if (auto sent = send_checkpoint_part(*run.job->transport, 0, part); !sent)
       throw std::runtime_error(fmt::format("sending stage {}'s checkpoint state to rank 0: {}", s, sent.err().message));
   }
   t.last_sent = step;
@@ -182,8 +195,8 @@ int start_training(opened_run& run, process_ranks& ranks, training& t) {
   for (const auto& shard : t.runs[0].shards) shard_views.push_back(shard.get());
   if (run.lead) t.reporter.emplace(ctx, ctx, *t.metrics, *t.bar, shard_views);
   if (run.lead && rc.stages_across_processes())
-    t.reporter->set_remote_payload([&run](std::uint32_t s) {
-      auto got = recv_named_tensors(*run.job->transport, run.ctx.placement.process.at(s));
+    t.reporter->set_remote_part([&run](std::uint32_t s) {
+      auto got = recv_checkpoint_part(*run.job->transport, run.ctx.placement.process.at(s));
       if (!got)
         throw std::runtime_error(fmt::format("stage {}'s checkpoint state from rank {}: {}", s,
                                              run.ctx.placement.process.at(s), got.err().message));

@@ -101,4 +101,47 @@ expected<named_tensors> recv_named_tensors(net::transport& t, int from) {
   return out;
 }
 
+namespace {
+
+void put_string(net::bytes& out, const std::string& s) {
+  put(out, static_cast<std::uint32_t>(s.size()));
+  const auto at = out.size();
+  out.resize(at + s.size());
+  std::memcpy(out.data() + at, s.data(), s.size());
+}
+
+} // namespace
+
+status send_checkpoint_part(net::transport& t, int to, const stage_checkpoint_part& part) {
+  net::bytes files;
+  put(files, static_cast<std::uint32_t>(part.staged.size()));
+  for (const auto& f : part.staged) {
+    put_string(files, f.group);
+    put_string(files, f.name);
+    put(files, f.bytes);
+    put(files, f.crc32c);
+  }
+  DSA_TRY(t.send(to, stage_states_tag, std::move(files)));
+  return send_named_tensors(t, to, part.payload);
+}
+
+expected<stage_checkpoint_part> recv_checkpoint_part(net::transport& t, int from) {
+  DSA_ASSIGN_OR_RETURN(net::bytes files, t.recv(from, stage_states_tag));
+  head_reader r(files, from);
+  DSA_ASSIGN_OR_RETURN(auto count, r.get<std::uint32_t>());
+  stage_checkpoint_part part;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    ckpt::checkpoint_file f;
+    DSA_ASSIGN_OR_RETURN(auto group_length, r.get<std::uint32_t>());
+    DSA_ASSIGN_OR_RETURN(f.group, r.get_string(group_length));
+    DSA_ASSIGN_OR_RETURN(auto name_length, r.get<std::uint32_t>());
+    DSA_ASSIGN_OR_RETURN(f.name, r.get_string(name_length));
+    DSA_ASSIGN_OR_RETURN(f.bytes, r.get<std::uint64_t>());
+    DSA_ASSIGN_OR_RETURN(f.crc32c, r.get<std::uint32_t>());
+    part.staged.push_back(std::move(f));
+  }
+  DSA_ASSIGN_OR_RETURN(part.payload, recv_named_tensors(t, from));
+  return part;
+}
+
 } // namespace dsa::train

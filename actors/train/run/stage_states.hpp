@@ -7,10 +7,12 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "io/ckpt/checkpoint_manifest.hpp"
 #include "io/net/transport.hpp"
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace dsa::train {
 
@@ -24,5 +26,14 @@ inline constexpr net::tag_t stage_states_tag = (net::tag_t{1} << 62) + (net::tag
 status send_named_tensors(net::transport& t, int to, const named_tensors& tensors);
 // The next send_named_tensors from process `from`, in tensors of its own.
 expected<named_tensors> recv_named_tensors(net::transport& t, int from);
+
+// A stage's part of a checkpoint: its payload (the whole shard's, or under ZeRO its gathered
+// masters) and the files its ranks staged (ZeRO partitions, 1-bit error buffers).
+struct stage_checkpoint_part {
+  named_tensors payload;
+  std::vector<ckpt::checkpoint_file> staged;
+};
+status send_checkpoint_part(net::transport& t, int to, const stage_checkpoint_part& part);
+expected<stage_checkpoint_part> recv_checkpoint_part(net::transport& t, int from);
 
 } // namespace dsa::train

@@ -98,9 +98,11 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   std::vector<ckpt::checkpoint_file> staged;
   for (std::uint32_t st = 0; st < shards_.size(); ++st) {
     const model_shard* shard = shards_[st];
-    if (!shard) { // another process's stage: its owner sends its payload (whole shards only)
-      DSA_CHECK(remote_payload_, "checkpoint: stage {} runs in another process and nobody fetches its state", st);
-      payloads.push_back(remote_payload_(st));
+    if (!shard) { // another process's stage: its owner sends its part
+      DSA_CHECK(remote_part_, "checkpoint: stage {} runs in another process and nobody fetches its state", st);
+      auto part = remote_part_(st);
+      payloads.push_back(std::move(part.payload));
+      staged.insert(staged.end(), part.staged.begin(), part.staged.end());
       continue;
     }
     if (shard->saves_errors()) { // every rank's 1-bit error buffers in its own file

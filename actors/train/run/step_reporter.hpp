@@ -7,6 +7,7 @@
 #include "actors/train/run/metrics.hpp"
 #include "actors/train/run/progress.hpp"
 #include "actors/train/run/run_context.hpp"
+#include "actors/train/run/stage_states.hpp"
 
 #include <chrono>
 #include <functional>
@@ -37,9 +38,10 @@ public:
   // data_position: the data source's position after that step (step_summary::data_position).
   void save(std::uint32_t step, const std::vector<std::uint64_t>& data_position);
 
-  // Stages across processes: the checkpoint payload of stage s, which another process
-  // holds (shards[s] is null), received from that process (stage_states.hpp).
-  void set_remote_payload(std::function<state_payload(std::uint32_t stage)> fetch) { remote_payload_ = std::move(fetch); }
+  // Stages across processes: stage s's part of the checkpoint (its payload and the files
+  // its ranks staged), which another process holds (shards[s] is null), received from it
+  // (stage_states.hpp).
+  void set_remote_part(std::function<stage_checkpoint_part(std::uint32_t stage)> fetch) { remote_part_ = std::move(fetch); }
 
   double last_loss() const { return last_loss_; }
   std::int64_t last_saved() const { return last_saved_; }
@@ -60,7 +62,7 @@ private:
   double last_loss_ = 0.0;
   std::int64_t last_saved_ = -1;
   bool states_measured_ = false; // the model-state bytes were compared after the first step
-  std::function<state_payload(std::uint32_t)> remote_payload_;
+  std::function<stage_checkpoint_part(std::uint32_t)> remote_part_;
 };
 
 } // namespace dsa::train
