@@ -67,6 +67,14 @@ std::vector<std::pair<std::string, std::string>> trace_info(const run_options& o
       {"boot_id", current_boot_id()},
       {"trace_interval_ms", std::to_string(options.trace_stream.interval.count())},
       {"edges", std::to_string(slots.edge_count())}};
+  if (options.placement.split()) {
+    // Stages across processes: which process ran each stage of this replica, and the
+    // replica (trace_join.hpp merges a replica's processes into one trace).
+    std::string where;
+    for (int p : options.placement.process) where += (where.empty() ? "" : ",") + std::to_string(p);
+    info.emplace_back("placement", where);
+    info.emplace_back("replica", std::to_string(options.dp.rank));
+  }
   for (std::uint32_t e = 0; e < slots.edge_count(); ++e)
     info.emplace_back(fmt::format("edge.{}", e), fmt::format("{} {}", slots.slot_count(e), slots.edge_name(e)));
   info.insert(info.end(), options.trace_facts.begin(), options.trace_facts.end());

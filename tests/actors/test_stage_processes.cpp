@@ -5,6 +5,10 @@
 #include "synthetic_run.hpp"
 #include "stage_faults.hpp"
 #include "actors/pipe_link.hpp"
+#include "actors/trace/analysis/trace_check.hpp"
+#include "actors/trace/analysis/trace_critical_path.hpp"
+#include "actors/trace/analysis/trace_summary.hpp"
+#include "actors/trace/trace_analysis.hpp"
 #include "io/net/local_transport.hpp"
 #include "io/net/subgroup_transport.hpp"
 
@@ -12,11 +16,14 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace dsa::actors;
 using dsa::test::synthetic_model;
@@ -50,7 +57,8 @@ struct process_result {
 // adjust(rank, pipeline) may replace a process's stage computes (fault injection).
 std::vector<process_result> run_split(synthetic_model model, const pipeline_options& options, layout l,
                                       std::function<void(int, synthetic_pipeline&)> adjust = {},
-                                      std::chrono::milliseconds watchdog = std::chrono::milliseconds(60000)) {
+                                      std::chrono::milliseconds watchdog = std::chrono::milliseconds(60000),
+                                      const std::string& run_dir = "") {
   const auto S = options.stages;
   const int pipe = static_cast<int>(S / l.stages_per_process);
   const int world = pipe * l.dp;
@@ -67,7 +75,8 @@ std::vector<process_result> run_split(synthetic_model model, const pipeline_opti
       if (adjust) adjust(w, pipeline);
       run_options o;
       o.pipeline = options;
-      o.trace = trace_mode::off;
+      o.trace = run_dir.empty() ? trace_mode::off : trace_mode::record;
+      o.run_dir = run_dir;
       o.watchdog = watchdog;
       o.world = &group.at(w);
       o.placement.here = w;
@@ -271,4 +280,44 @@ TEST_CASE("pipe_link writes each arrival into a new tensor: what a consumer kept
   sender.finish();
   other.join();
   CHECK_FALSE(group.aborted());
+}
+
+// Each process writes the trace of its stages; read back they are one trace per replica, as
+// one process running every stage would write: the check passes, each stage's spans are
+// all there, and a step's critical path runs through both processes' stages.
+TEST_CASE("the processes' traces join into one per replica: check, spans, a critical path across processes") {
+  const auto dir = std::filesystem::temp_directory_path() / ("dsa-stage-traces-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  synthetic_model model;
+  model.tie_ends = true;
+  pipeline_options options;
+  options.stages = 2;
+  options.micro_batches = 4;
+  options.steps = 3;
+  const auto out = run_split(model, options, {1, 2}, {}, std::chrono::milliseconds(60000), dir.string());
+  for (const auto& p : out) REQUIRE_MESSAGE(p.result.ok, p.result.error);
+  CHECK(std::filesystem::exists(dir / "trace.dsat"));
+  CHECK(std::filesystem::exists(dir / "trace.rank3.dsat"));
+  auto traces = load_run_traces(dir.string());
+  REQUIRE(traces.has_value());
+  REQUIRE(traces->size() == 2); // 4 processes, 2 replicas
+  for (std::size_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const auto& t = (*traces)[r];
+    CHECK(t.rank == r);
+    CHECK(t.trace.info_value("processes") == (r == 0 ? "0,2" : "1,3"));
+    for (std::int32_t s = 0; s < 2; ++s) CHECK(stage_spans(t.trace, "forward", s).size() == 12);
+  }
+  const auto check = check_traces(*traces);
+  CHECK_MESSAGE(!check.first, (check.first ? check.first->what : ""));
+  auto path = find_critical_path((*traces)[0].trace, 0, 1);
+  REQUIRE(path.has_value());
+  bool stage0 = false, stage1 = false;
+  for (const auto& s : path->shares) {
+    stage0 = stage0 || s.actor.rfind("stage 0", 0) == 0;
+    stage1 = stage1 || s.actor.rfind("stage 1", 0) == 0;
+  }
+  CHECK(stage0);
+  CHECK(stage1);
+  std::filesystem::remove_all(dir);
 }

@@ -2,6 +2,7 @@
 #include "actors/trace/analysis/trace_summary.hpp"
 
 #include "actors/trace/analysis/trace_clock.hpp"
+#include "actors/trace/analysis/trace_join.hpp"
 #include "actors/trace/trace_analysis.hpp"
 #include "actors/trace/analysis/trace_critical_path.hpp"
 #include "actors/trace/trace_file.hpp"
@@ -236,7 +237,8 @@ expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_
     rank_trace r{parse_u32(trace.info_value("rank"), rank), path, std::move(trace)};
     out.push_back(std::move(r));
   }
-  return out;
+  // Stages across processes: one trace per replica (trace_join.hpp).
+  return join_pipeline_processes(std::move(out));
 }
 
 trace_summary summarize_traces(const std::vector<rank_trace>& traces) {

@@ -23,7 +23,9 @@ struct rank_trace {
   trace_data trace;
 };
 
-// A trace file, or a run directory's trace.dsat and trace.rank<r>.dsat, by rank.
+// A trace file, or a run directory's trace.dsat and trace.rank<r>.dsat, by rank; with
+// stages across processes one trace per replica, its processes' merged
+// (join_pipeline_processes, trace_join.hpp).
 expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file);
 
 struct actor_usage {
