@@ -117,7 +117,13 @@ same_checkpoint "$work/to_two" "$work/one_f32" "pp 1 -> pp 2"
   --set "checkpoint.load=\"$work/dp2pp2/checkpoints/step_00000002\"" >"$work/out" 2>"$work/err" ||
   fail "resuming the dp 2 x pp 2 checkpoint in one process"
 grep -q "resumed from .*step_00000002 at step 2" "$work/dp_to_one/train.log" || fail "dp 2 x pp 2 -> 1: no resume"
-echo "ok: resumes pp 2 -> pp 1 and pp 1 -> pp 2 (bit for bit), dp 2 x pp 2 -> dp 1 x pp 1"
+# On one stage: the 2-stage checkpoint repartitioned on load.
+"$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/to_one_stage\"" --set pipeline.stages=1 \
+  --set "checkpoint.load=\"$work/pp2_f32/checkpoints/step_00000002\"" >"$work/out" 2>"$work/err" ||
+  fail "resuming the 2-process checkpoint on one stage"
+grep -q "repartitioned on load to 'embeddings + layers \[0, 2) + head'" "$work/to_one_stage/train.log" ||
+  fail "the resume on one stage should say it repartitioned"
+echo "ok: resumes pp 2 -> pp 1 and pp 1 -> pp 2 (bit for bit), dp 2 x pp 2 -> dp 1 x pp 1, 2 stages -> 1"
 
 # 4. A process count that is not a multiple of the processes per replica: refused, both named.
 rc=0

@@ -1,9 +1,12 @@
 // Resuming from a checkpoint reproduces the uninterrupted run bit for bit.
+#include "tests/support/compare.hpp"
 #include "tests/train/train_fixture.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 using namespace dsa;
 
@@ -62,4 +65,42 @@ TEST_CASE("resume is bit-exact with 4 stages in bf16") {
 TEST_CASE("resume is bit-exact with stages updating independently (no clipping)") {
   resume_matches({"pipeline.stages=2", "gradient_clipping=0", "scheduler.type=\"WarmupLR\"",
                   "scheduler.params.warmup_num_steps=4"});
+}
+
+// Resuming on another pipeline layout repartitions on load: the model and a whole run's
+// optimizer state are named by parameter, so each new stage takes its parameters' state from
+// whichever saved stage held them. 2 stages for 3 steps, then 1 or 4 stages to 6, end where
+// 6 steps on 1 stage do, within the layouts' summation-order tolerance; a partitioned (ZeRO)
+// run refuses another layout by name.
+TEST_CASE("a checkpoint resumes on another stage count, repartitioned on load") {
+  test::temp_dir full;
+  REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), {"train_steps=6"}) == 0);
+  const auto want = test::load_run_checkpoint(full.path() + "/ckpt", "6");
+  for (const char* stages : {"pipeline.stages=1", "pipeline.stages=4"}) {
+    CAPTURE(stages);
+    test::temp_dir part;
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
+                             {"train_steps=3", "pipeline.stages=2"}) == 0);
+    REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
+                             {"train_steps=6", stages, "pipeline.partition=\"uniform\""}, /*resume=*/true) == 0);
+    const auto got = test::load_run_checkpoint(part.path() + "/ckpt", "6");
+    CHECK(got.manifest.state["data_cursor"] == want.manifest.state["data_cursor"]);
+    for (const auto& [name, t] : want.groups.at("model")) {
+      INFO(name);
+      REQUIRE(got.groups.at("model").count(name) == 1);
+      DSA_CHECK_CLOSE(got.groups.at("model").at(name).data<float>(), t.data<float>(), t.numel(),
+                      test::layout_equivalence);
+    }
+    std::ifstream log(part.path() + "/run/train.log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    CHECK(text.find("repartitioned on load") != std::string::npos);
+  }
+  // ZeRO over 2 ranks partitions the state by the saved layout: another layout is refused (exit 2).
+  test::temp_dir zero;
+  REQUIRE(test::run_config(zero.path(), "z", test::tiny_config(zero.path()),
+                           {"train_steps=3", "pipeline.stages=2", "devices.ranks=2", "zero_optimization.stage=1"}) ==
+          0);
+  CHECK(test::run_config(zero.path(), "z", test::tiny_config(zero.path()),
+                         {"train_steps=6", "pipeline.stages=1", "devices.ranks=2", "zero_optimization.stage=1"},
+                         /*resume=*/true) == 2);
 }

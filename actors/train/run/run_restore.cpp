@@ -68,19 +68,35 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   const bool parts = partitioned(in.rc);
   DSA_ASSIGN_OR_RETURN(std::string dir, ckpt::resolve_checkpoint(in.rc.checkpoint.dir, which));
   DSA_ASSIGN_OR_RETURN(auto listed, ckpt::read_checkpoint_manifest(dir));
+  DSA_ASSIGN_OR_RETURN(auto saved, progress_from_json(listed.state, dir));
+  // Another pipeline layout (other stages or partition): the model is HuggingFace-named, and
+  // a whole run's optimizer state is named by parameter too, so each new stage takes its
+  // parameters' state from whichever saved stage held them (a repartition on load).
+  const std::string layout = describe_layout(m.ranges);
+  const bool repartition = saved.stages != in.rc.stages || saved.layout != layout;
+  if (repartition && parts)
+    return make_error(errc::config,
+                      "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, pipeline.partition) "
+                      "and partitions its optimizer state (ZeRO over {} ranks or NVMe offload), which resumes only on "
+                      "the saved layout",
+                      dir, saved.layout, layout, in.rc.batch.data_parallel_size);
+  if (repartition && in.rc.optimizer.compressed())
+    return make_error(errc::config,
+                      "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, pipeline.partition): "
+                      "{}'s per-stage state resumes only on the saved layout",
+                      dir, saved.layout, layout, optim::optimizer_name(in.rc.optimizer.type));
   // Whole groups are read whole (checksummed); ZeRO's per-rank files by range later.
   ckpt::load_options lo;
   lo.groups = {"model"};
-  for (std::uint32_t s = 0; s < in.rc.stages && !parts; ++s)
+  const std::uint32_t read_stages = repartition ? saved.stages : in.rc.stages;
+  for (std::uint32_t s = 0; s < read_stages && !parts; ++s)
     for (const auto& f : listed.files)
-      if (in.local(s) && f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
+      if ((repartition || in.local(s)) && f.group == fmt::format("optimizer_{}", s)) lo.groups.push_back(f.group);
   DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(dir, lo));
   DSA_ASSIGN_OR_RETURN(auto progress, progress_from_json(ck.manifest.state, ck.dir));
-  // The run must continue the saved one: same stages, precision and micro-batching.
-  const std::string layout = describe_layout(m.ranges);
-  if (progress.stages != in.rc.stages || progress.layout != layout)
-    return make_error(errc::config, "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, "
-                      "pipeline.partition)", ck.dir, progress.layout, layout);
+  // The run must continue the saved one: same precision and micro-batching.
+  if (repartition && in.rank == 0 && in.process == 0)
+    log_info("{}: saved with the pipeline layout '{}'; repartitioned on load to '{}'", ck.dir, progress.layout, layout);
   if (progress.precision != precision_name(in.rc.working))
     return make_error(errc::config, "{}: saved in {}; this run is {} (fp16.enabled, bf16.enabled)", ck.dir,
                       progress.precision, precision_name(in.rc.working));
@@ -103,12 +119,24 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   r.dir = ck.dir;
   r.manifest = ck.manifest;
   r.optimizer_states.resize(in.rc.stages);
+  // Repartitioning: every saved stage's state in one map by name (a tied weight's copies agree).
+  optim::optimizer_state all_saved;
+  if (repartition)
+    for (std::uint32_t k = 0; k < progress.stages; ++k) {
+      DSA_ASSIGN_OR_RETURN(auto st, optimizer_state_of(ck, k));
+      all_saved.step = std::max(all_saved.step, st.step);
+      all_saved.tensors.merge(st.tensors);
+    }
   for (std::uint32_t s = 0; s < in.rc.stages; ++s) {
     if (!m.stages[s]) continue; // another process's stage: it restores its own
     auto loaded = bert::load_state(m.stages[s]->named_parameters(), model->second, {});
     if (!loaded) return make_error(errc::format, "{}: model: {}", ck.dir, loaded.err().message);
     if (parts) continue;
-    DSA_ASSIGN_OR_RETURN(r.optimizer_states[s], optimizer_state_of(ck, s));
+    if (repartition) {
+      r.optimizer_states[s] = all_saved;
+    } else {
+      DSA_ASSIGN_OR_RETURN(r.optimizer_states[s], optimizer_state_of(ck, s));
+    }
   }
   DSA_TRY(restore_error_buffers(in, listed, progress, r));
   if (!parts) r.masters = std::move(model->second);
