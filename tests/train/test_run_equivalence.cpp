@@ -50,7 +50,10 @@ TEST_CASE("the zero-bubble schedule (pipeline.schedule = \"zb\") trains bit for 
   const std::vector<std::vector<std::string>> variants{
       {},
       {"model.hidden_dropout=0.1", "model.attention_dropout=0.1", "fp16.enabled=true",
-       "fp16.initial_scale_power=8", "devices.ranks=2"}};
+       "fp16.initial_scale_power=8", "devices.ranks=2"},
+      // The speculative update at the step boundary (clipping that rolls it back, and fp16).
+      {"pipeline.speculative_update=true", "gradient_clipping=0.05", "fp16.enabled=true",
+       "fp16.initial_scale_power=8"}};
   for (const auto& v : variants)
     for (std::uint32_t stages : {2u, 4u}) {
       CAPTURE(stages);

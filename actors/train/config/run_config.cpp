@@ -471,17 +471,14 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
     problems.add(cfg.problem(problem_kind::invalid_value, "debug.overflow_step",
                              fmt::format("injects into whole stage gradients; ZeRO stage {} over {} ranks partitions "
                                          "them", rc.zero_stage, rc.batch.data_parallel_size)));
-  // The zero-bubble schedule's W runs after B; what reads or reduces the gradients during
-  // the backward itself (partitioned gradients, the speculative update's early norms) is not
-  // written for it yet.
+  // The zero-bubble schedule's W runs after B; what reduces the gradients during the
+  // backward itself (partitioned gradients) is not written for it yet. (The speculative
+  // update starts once the reducer has the step's gradients: after the last W.)
   if (rc.schedule == "zb" && rc.gradients_partitioned())
     problems.add(cfg.problem(problem_kind::invalid_value, "pipeline.schedule",
                              fmt::format("\"zb\" with ZeRO stage {} over {} ranks: partitioned gradients are summed "
                                          "during the backward, before the deferred W work; use \"1f1b\"",
                                          rc.zero_stage, rc.batch.data_parallel_size)));
-  if (rc.schedule == "zb" && rc.speculative_update)
-    problems.add(cfg.problem(problem_kind::invalid_value, "pipeline.speculative_update",
-                             "with pipeline.schedule = \"zb\": not written yet; set false or use \"1f1b\""));
   check_stages_across_processes(cfg, rc, problems);
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
