@@ -77,11 +77,14 @@ echo "ok: 4 processes as dp 2 x pp 2 = 2 in-process ranks of 2 stages, bit for b
 # 2b. ZeRO stages 1 and 2 and 1-bit Adam as dp 2 x pp 2 across 4 processes = 2 in-process
 #     ranks of 2 stages, bit for bit: the model, every rank's optimizer partition or error
 #     buffer files (each written by its own process, committed once by rank 0).
-for variant in zero1 zero2 onebit; do
+mkdir -p "$work/nvme"
+for variant in zero1 zero2 onebit nvme; do
   case $variant in
     zero1) keys=(--set zero_optimization.stage=1) ;;
     zero2) keys=(--set zero_optimization.stage=2) ;;
     onebit) keys=(--set 'optimizer.type="OneBitAdam"' --set optimizer.params.freeze_step=2) ;;
+    nvme) keys=(--set zero_optimization.stage=1 --set 'zero_optimization.offload_optimizer.device="nvme"'
+                --set "zero_optimization.offload_optimizer.nvme_path=\"$work/nvme\"") ;;
   esac
   "$dsactor" launch --num_procs 4 "$work/pre.toml" --set "run_dir=\"$work/${variant}_procs\"" --set train_batch_size=16 \
     "${keys[@]}" >"$work/out" 2>"$work/err" || fail "dp 2 x pp 2 with $variant"
@@ -101,7 +104,8 @@ done
   >"$work/out" 2>"$work/err" || fail "resuming the dp 2 x pp 2 ZeRO-2 checkpoint on 2 in-process ranks"
 cmp "$work/zero2_resumed/checkpoints/step_00000004/model.safetensors" \
   "$work/zero2_threads/checkpoints/step_00000004/model.safetensors" || fail "ZeRO-2 resume: the model differs"
-echo "ok: ZeRO 1, ZeRO 2 and 1-bit Adam as dp 2 x pp 2 = 2 in-process ranks, bit for bit; the ZeRO-2 checkpoint resumes in one process"
+[[ -z $(find "$work/nvme" -type f) ]] || fail "swap files were left in the nvme_path: $(find "$work/nvme" -type f | head -3)"
+echo "ok: ZeRO 1, ZeRO 2, 1-bit Adam and NVMe offload as dp 2 x pp 2 = 2 in-process ranks, bit for bit; the ZeRO-2 checkpoint resumes in one process"
 
 # 3. Resumes across layouts: pp 2 -> pp 1 and pp 1 -> pp 2 end where the uninterrupted run
 #    does; dp 2 x pp 2 -> dp 1 x pp 1 (the same global batch, 8 accumulation steps) resumes.

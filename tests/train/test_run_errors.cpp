@@ -287,15 +287,12 @@ TEST_CASE("stages across processes: the layout from the process count, and what 
   auto [odd, bad_odd] = read("train_batch_size = 4\n[pipeline]\nstages = 4\nstages_per_process = 3\n", 2);
   REQUIRE_FALSE(bad_odd.has_value());
   CHECK(bad_odd.err().message.find("pipeline.stages_per_process") != std::string::npos);
-  // ZeRO over the replicas runs across processes; offload is not written yet: refused by key.
+  // ZeRO over the replicas runs across processes; CUDA ranks are not written yet: refused by key.
   auto [zero, ok_zero] = read("train_batch_size = 4\n[zero_optimization]\nstage = 2\n[pipeline]\nstages = 2\n", 4);
   REQUIRE_MESSAGE(ok_zero.has_value(), (ok_zero.has_value() ? "" : ok_zero.err().message));
   CHECK(zero.zero_partitions());
-  auto [offload, bad_offload] =
-      read("train_batch_size = 4\n[zero_optimization]\nstage = 1\n[zero_optimization.offload_optimizer]\n"
-           "device = \"cpu\"\n[pipeline]\nstages = 2\n",
-           4);
-  REQUIRE_FALSE(bad_offload.has_value());
-  CHECK(bad_offload.err().message.find("zero_optimization.offload_optimizer.device") != std::string::npos);
-  CHECK(bad_offload.err().message.find("not written yet") != std::string::npos);
+  auto [cuda, bad_cuda] = read("train_batch_size = 4\n[devices]\nbackend = \"cuda\"\n[pipeline]\nstages = 2\n", 4);
+  REQUIRE_FALSE(bad_cuda.has_value());
+  CHECK(bad_cuda.err().message.find("devices.backend") != std::string::npos);
+  CHECK(bad_cuda.err().message.find("not written yet") != std::string::npos);
 }

@@ -377,7 +377,6 @@ void check_stages_across_processes(const config& cfg, run_config& rc, config_pro
                                          "(pipeline.stages_per_process = {})",
                                          what, rc.pipe_processes, rc.stages)));
   };
-  if (rc.offload.device != offload_device::none) refuse("zero_optimization.offload_optimizer.device", "offload");
   if (rc.backend != "cpu") refuse("devices.backend", fmt::format("\"{}\" ranks", rc.backend));
 }
 

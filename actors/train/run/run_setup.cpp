@@ -239,11 +239,15 @@ struct swap_ports {
 expected<swap_ports> open_swap_areas(const run_inputs& in, rank_run& rr) {
   const auto& rc = in.rc;
   const auto& off = rc.offload;
-  const int ranks = static_cast<int>(rc.batch.data_parallel_size);
+  // A swap folder per rank; with stages across processes per process (processes with the
+  // same data rank run other stages, on the same disk perhaps).
+  const bool per_process = rc.stages_across_processes();
+  const int ranks = per_process ? rc.processes : static_cast<int>(rc.batch.data_parallel_size);
+  const int area_rank = per_process ? in.process : in.rank;
   swap_ports ports;
   if (off.swaps()) {
-    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, in.rank, ranks));
-    if (in.rank == 0)
+    DSA_ASSIGN_OR_RETURN(rr.swap, swap_area::open(off, rc.run_dir, area_rank, ranks));
+    if (in.rank == 0 && in.process == 0)
       log_info("ZeRO-Infinity: optimizer state (fp32 masters and moments) swapped to {}/rank<r>, in sub-groups of up to "
                "{} elements through {} buffers per stage (pipeline_read {}, pipeline_write {}; [aio] {})",
                off.nvme_path + "/" + swap_job_name(rc.run_dir), off.sub_group_size,
@@ -259,7 +263,7 @@ expected<swap_ports> open_swap_areas(const run_inputs& in, rank_run& rr) {
     } else {
       offload_settings ps = off;
       ps.nvme_path = off.param.nvme_path;
-      DSA_ASSIGN_OR_RETURN(rr.param_swap, swap_area::open(ps, rc.run_dir, in.rank, ranks));
+      DSA_ASSIGN_OR_RETURN(rr.param_swap, swap_area::open(ps, rc.run_dir, area_rank, ranks));
       ports.param_area = rr.param_swap.get();
     }
     if (in.rank == 0)
