@@ -55,7 +55,8 @@ pipe_link::pipe_link(net::transport& world, std::shared_ptr<slot_table> slots, s
 pipe_link::~pipe_link() { finish(); }
 
 void pipe_link::start(deliver_fn deliver) {
-  DSA_CHECK(receivers_.empty() && !finished_, "pipe_link: started twice");
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  DSA_CHECK(receivers_.empty() && !finished_, "pipe_link: started twice or after finish");
   for (int peer : peers_) receivers_.emplace_back([this, peer, deliver] { receive_from(peer, deliver); });
 }
 
@@ -102,6 +103,10 @@ status pipe_link::send(int process, std::uint32_t target, const link_payload& me
     w.put(g.sum_of_squares);
   }
   std::lock_guard<std::mutex> lock(send_mutex_);
+  // After finish() the peers have our end and read nothing more: a late message (a proxy
+  // still emptying its mailbox while the run stops) is dropped, and no payload is left
+  // for the transport to read after its slot is gone.
+  if (finished_) return {};
   DSA_TRY(world_.send(process, pipe_link_tag, w.take()));
   if (payloads.empty()) return {};
   const auto& ref = std::get<produced>(message).ref;
@@ -211,16 +216,19 @@ void pipe_link::receive_from(int peer, deliver_fn deliver) {
 }
 
 void pipe_link::finish() {
-  if (finished_) return;
-  finished_ = true;
-  if (!receivers_.empty()) {
-    writer w;
-    w.put(link_kind::end);
-    const auto end = w.take();
+  {
     std::lock_guard<std::mutex> lock(send_mutex_);
-    for (int peer : peers_) (void)world_.send(peer, pipe_link_tag, end);
+    if (finished_) return;
+    finished_ = true; // from here send() drops: nothing follows the end on the wire
+    if (!receivers_.empty()) {
+      writer w;
+      w.put(link_kind::end);
+      const auto end = w.take();
+      for (int peer : peers_) (void)world_.send(peer, pipe_link_tag, end);
+    }
   }
   for (auto& t : receivers_) t.join();
+  receivers_.clear();
   std::lock_guard<std::mutex> lock(send_mutex_);
   for (auto& [slot, sends] : in_flight_)
     for (auto& f : sends) (void)f.ticket.wait();

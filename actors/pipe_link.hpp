@@ -58,7 +58,7 @@ public:
   void start(deliver_fn deliver);
 
   // Sends to actor `target` of process `process` (a peer). Any thread. A produced
-  // ships the slot's tensors (host tensors only).
+  // ships the slot's tensors (host tensors only). After finish() it drops the message.
   status send(int process, std::uint32_t target, const link_payload& message);
 
   // Tells every peer this process sends nothing more, then waits for each peer's end
@@ -70,7 +70,10 @@ public:
   int process() const { return world_.rank(); }
 
   // Bytes of tensors sent and received (for the trace facts and tests).
-  std::uint64_t payload_bytes_sent() const { return sent_bytes_; }
+  std::uint64_t payload_bytes_sent() const {
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    return sent_bytes_;
+  }
 
 private:
   void receive_from(int peer, deliver_fn deliver);
@@ -79,7 +82,7 @@ private:
   net::transport& world_;
   std::shared_ptr<slot_table> slots_;
   std::vector<int> peers_;
-  std::mutex send_mutex_; // one head and its payloads leave together
+  mutable std::mutex send_mutex_; // one head and its payloads leave together; guards what follows
   // The sends still reading a slot's memory, by (edge, slot), with what keeps it alive.
   struct in_flight {
     net::send_ticket ticket;
@@ -88,7 +91,7 @@ private:
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<in_flight>> in_flight_;
   std::uint64_t sent_bytes_ = 0;
   std::vector<std::thread> receivers_;
-  bool finished_ = false;
+  bool finished_ = false; // finish() began: the end is sent, send() drops
 };
 
 } // namespace dsa::actors

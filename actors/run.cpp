@@ -165,12 +165,13 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
         here[plan.stage_id(s)] = args.stages[s];
         here[plan.reducer_id(s)] = args.reducers[s];
       }
-    link->start([here = std::move(here), gate, link_raw = link.get()](std::uint32_t target, const link_payload& m) {
+    link->start([here = std::move(here), gate, link_raw = link.get(),
+                 plan_for_names = setup.plan](std::uint32_t target, const link_payload& m) {
       gate->wait();
       auto it = here.find(target);
       if (it == here.end()) {
-        link_raw->abort(make_error(errc::protocol, "process {}: a pipeline message for actor {}, which runs elsewhere",
-                                   link_raw->process(), target));
+        link_raw->abort(make_error(errc::protocol, "process {}: a pipeline message for actor {} ({}), which runs elsewhere",
+                                   link_raw->process(), target, plan_for_names->actor_name(target)));
         return;
       }
       std::visit([&](const auto& msg) { caf::anon_send(it->second, msg); }, m);
@@ -217,8 +218,8 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   const auto S = options.pipeline.stages;
   const auto& where = options.placement;
   DSA_CHECK(!where.split() || (where.process.size() == S && options.world && options.world->rank() == where.here),
-            "run_pipeline: stages across processes need one process per stage ({} for {}) and this process's job "
-            "transport",
+            "run_pipeline: stages across processes need a process for each stage ({} named for {} stages) and this "
+            "process's job transport",
             where.process.size(), S);
   DSA_CHECK(parts.stages.size() == S && parts.optimizers.size() == S && parts.source,
             "run_pipeline: {} stages need {} stage computes ({} given), optimizers ({} given) and a source", S,

@@ -58,7 +58,7 @@ struct process_result {
 std::vector<process_result> run_split(synthetic_model model, const pipeline_options& options, layout l,
                                       std::function<void(int, synthetic_pipeline&)> adjust = {},
                                       std::chrono::milliseconds watchdog = std::chrono::milliseconds(60000),
-                                      const std::string& run_dir = "") {
+                                      const std::string& run_dir = "", std::int64_t bucket_elements = 500'000'000) {
   const auto S = options.stages;
   const int pipe = static_cast<int>(S / l.stages_per_process);
   const int world = pipe * l.dp;
@@ -85,7 +85,7 @@ std::vector<process_result> run_split(synthetic_model model, const pipeline_opti
       std::vector<int> members;
       for (int r = 0; r < l.dp; ++r) members.push_back(p * l.dp + r);
       dsa::net::subgroup_transport replicas(group.at(w), members);
-      if (l.dp > 1) o.dp = {d, l.dp, &replicas};
+      if (l.dp > 1) o.dp = {d, l.dp, &replicas, bucket_elements};
       auto parts = pipeline.parts();
       auto& mine = out[static_cast<std::size_t>(w)];
       for (std::uint32_t s = 0; s < S; ++s) {
@@ -294,7 +294,9 @@ TEST_CASE("the processes' traces join into one per replica: check, spans, a crit
   options.stages = 2;
   options.micro_batches = 4;
   options.steps = 3;
-  const auto out = run_split(model, options, {1, 2}, {}, std::chrono::milliseconds(60000), dir.string());
+  // Small buckets: each stage publishes several, so its grads edge has a slot per bucket in its
+  // own process (the other plans it with one); the joined trace takes the owner's count.
+  const auto out = run_split(model, options, {1, 2}, {}, std::chrono::milliseconds(60000), dir.string(), 8);
   for (const auto& p : out) REQUIRE_MESSAGE(p.result.ok, p.result.error);
   CHECK(std::filesystem::exists(dir / "trace.dsat"));
   CHECK(std::filesystem::exists(dir / "trace.rank3.dsat"));

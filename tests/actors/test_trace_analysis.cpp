@@ -344,3 +344,17 @@ TEST_CASE("pipeline_bubble joins the stages of several processes on their common
   CHECK(one_f_one_b_bubble(2, 4) == doctest::Approx(0.2));
   CHECK(zb_h1_bubble(2, 4, 1, 1, 1) == doctest::Approx(1.0 / 13));
 }
+
+// Steps may overlap (a stage starts step k + 1 while another finishes k): the windows count
+// once where they overlap.
+TEST_CASE("pipeline_bubble counts overlapping step windows once") {
+  trace_builder b;
+  b.span(1, trace_name::forward, 0, 20, 0, 0);   // step 0: stage 0 0..20
+  b.span(2, trace_name::forward, 20, 50, 0, 0);  // stage 1 20..50
+  b.span(1, trace_name::forward, 40, 60, 1, 0);  // step 1 starts on stage 0 at 40
+  b.span(2, trace_name::forward, 60, 100, 1, 0); // and ends at 100
+  auto f = pipeline_bubble({{0, "t", b.t}}, 0);
+  REQUIRE(f.has_value());
+  CHECK(f->window_s == doctest::Approx(100e-6)); // 0..50 and 40..100: 100, not 110
+  CHECK(f->stages[0].idle_fraction == doctest::Approx(1.0 - 40.0 / 100));
+}

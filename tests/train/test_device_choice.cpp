@@ -157,10 +157,11 @@ TEST_CASE("devices.backend and devices.device are checked with the config, and d
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=-2"}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.device=\"first\""}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"devices.deterministic=\"yes\""}) == 2);
-  // The zero-bubble schedule's keys: its bound needs it, and what it does not run yet is refused.
+  // The zero-bubble schedule's keys: its bound needs it, and what it does not run yet (ZeRO-2
+  // on one stage partitions the gradients during the backward) is refused.
   CHECK(test::run_config(dir.path(), "bad", cfg, {"pipeline.max_deferred_w=2"}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg,
-                         {"pipeline.schedule=\"zb\"", "pipeline.stages=2", "pipeline.speculative_update=true"}) == 2);
+                         {"pipeline.schedule=\"zb\"", "devices.ranks=2", "zero_optimization.stage=2"}) == 2);
   // LAMB on the GPU-resident optimizer, refused on any machine: exit 2, no run directory.
   CHECK(test::run_config(dir.path(), "gpu", cfg, {"devices.backend=\"cuda\"", "optimizer.type=\"Lamb\""}) == 2);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/run")); // tiny_config's run_dir

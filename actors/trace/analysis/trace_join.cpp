@@ -56,8 +56,17 @@ std::vector<rank_trace> join_pipeline_processes(std::vector<rank_trace> traces) 
       }
       if (i != base && !t.end.closed) merged.trace.end = t.end; // a torn file makes the whole one torn
     }
-    for (auto& [key, value] : merged.trace.info)
+    for (auto& [key, value] : merged.trace.info) {
       if (key == "rank") value = std::to_string(replica);
+      // "edge.<id>" = "<slots> <name>": a process plans another's grads edge with one slot
+      // (it does not know that stage's buckets); the owner's count is the largest.
+      if (key.rfind("edge.", 0) == 0)
+        for (std::size_t i : members) {
+          const std::string other = traces[i].trace.info_value(key);
+          const auto slots = [](const std::string& v) { return std::stoul("0" + v.substr(0, v.find(' '))); };
+          if (!other.empty() && slots(other) > slots(value)) value = other;
+        }
+    }
     merged.trace.info.emplace_back("processes", ranks);
     sort_trace_records(merged.trace.records);
     out.push_back(std::move(merged));

@@ -96,8 +96,16 @@ expected<pipeline_figures> pipeline_bubble(const std::vector<rank_trace>& traces
     return make_error(errc::format, "no compute spans after the first {} step(s) of the traces", skip_steps);
   pipeline_figures out;
   out.steps = static_cast<std::uint32_t>(windows.size());
-  std::uint64_t total = 0;
-  for (const auto& [k, w] : windows) total += w.end - w.begin;
+  // The union of the windows: a stage may start step k + 1 while another still finishes k.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  for (const auto& [k, w] : windows) spans.emplace_back(w.begin, w.end);
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t total = 0, reach = 0;
+  for (const auto& [b, e] : spans) {
+    const std::uint64_t from = std::max(b, reach);
+    if (e > from) total += e - from;
+    reach = std::max(reach, e);
+  }
   out.window_s = static_cast<double>(total) * 1e-9;
   for (const auto& [s, spans] : by_stage) {
     pipeline_stage_figures f;

@@ -19,14 +19,14 @@ struct pipeline_stage_figures {
   std::int32_t stage = 0;
   std::uint32_t rank = 0;   // the trace (process or in-process rank) that ran it
   double busy_s = 0;        // forward, backward and weight spans in the counted steps
-  double idle_fraction = 0; // 1 - busy / the counted steps' windows
+  double idle_fraction = 0; // 1 - busy / the union of the counted steps' windows
   double forward_ms = 0, backward_ms = 0, weight_ms = 0; // mean spans (weight 0: none)
   std::uint32_t peak_held = 0;
 };
 
 struct pipeline_figures {
   std::uint32_t steps = 0; // counted
-  double window_s = 0;     // the counted steps' windows, summed
+  double window_s = 0;     // the counted steps' windows, their union (steps may overlap)
   double bubble = 0;       // the stages' mean idle fraction
   std::vector<pipeline_stage_figures> stages; // by stage
 };

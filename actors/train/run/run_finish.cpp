@@ -134,7 +134,10 @@ int finish_training(opened_run& run, const run_plan& plan, process_ranks& ranks,
   // With several ranks the decision must be the same everywhere (a ZeRO checkpoint is
   // a collective): only what the ranks agreed on counts, not a signal one process got
   // during the last step.
-  const bool final_save = f.done >= 0 && (rc.checkpoint.save_final || early || (t.world == 1 && stop_requested()));
+  // (One process alone may go by its own signal; stages across processes have one
+  // data-parallel rank but several processes, which must agree too.)
+  const bool alone = !run.job || run.job->env.world_size == 1;
+  const bool final_save = f.done >= 0 && (rc.checkpoint.save_final || early || (alone && stop_requested()));
   if (final_save)
     if (int code = save_final_checkpoint(run, t, f)) return code;
   // NVMe offload: the last update's writes behind it must have landed.

@@ -82,8 +82,10 @@ void step_reporter::on_step(const actors::step_summary& s) {
   r.loss_scale = d.loss_scale_after;
   r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
   if (in_.rc.wall_clock_breakdown)
-    r.extra = fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
-                          times.forward_ms, times.backward_ms, times.step_ms);
+    r.extra = fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over {})",
+                          times.forward_ms, times.backward_ms, times.step_ms,
+                          // Stages across processes: the counters are this process's.
+                          in_.rc.stages_across_processes() ? "rank 0's stages" : "stages");
   bar_.update(r);
   if (checkpoint_due(in_.rc, step))
     save(step, s.data_position);
