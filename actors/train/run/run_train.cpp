@@ -7,6 +7,7 @@
 #include "actors/train/run/signals.hpp"
 #include "actors/train/run/stage_states.hpp"
 #include "core/log.hpp"
+#include "io/ckpt/checkpoint_dir.hpp"
 #include "io/net/rendezvous.hpp"
 
 #include <fmt/format.h>
@@ -138,7 +139,17 @@ void send_stage_payloads(opened_run& run, training& t, std::int64_t step) {
       auto files = shards[s]->stage_partition(root, next);
       part.staged.insert(part.staged.end(), files.begin(), files.end());
     } else {
-      part.payload = shards[s]->payload();
+      // The stage's optimizer state goes into its own file, written here; rank 0 gets the
+      // masters for the one HuggingFace-named model file.
+      named_tensors state;
+      for (auto& [name, tensor] : shards[s]->payload())
+        (name.rfind("master.", 0) == 0 ? part.payload : state).emplace(name, tensor);
+      if (!state.empty()) {
+        auto file = ckpt::stage_group(root, next, fmt::format("optimizer_{}", s), state);
+        if (!file)
+          throw std::runtime_error(fmt::format("writing stage {}'s optimizer state: {}", s, file.err().message));
+        part.staged.push_back(*file);
+      }
     }
     if (auto sent = send_checkpoint_part(*run.job->transport, 0, part); !sent)
       throw std::runtime_error(fmt::format("sending stage {}'s checkpoint state to rank 0: {}", s, sent.err().message));
