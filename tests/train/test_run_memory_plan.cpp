@@ -442,3 +442,29 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights and optimiz
   CHECK(chosen.log.find("(as expected)") != std::string::npos);
   CHECK(chosen.max_rss <= budget);
 }
+
+TEST_CASE("memory plan with stages across processes: this process's stages, rank 0 also the others' masters") {
+  test::temp_dir dir;
+  auto rc = parsed(dir.path(), "[pipeline]\nstages = 2\n");
+  const auto ranges = ranges_of(rc);
+  std::vector<std::int64_t> psi;
+  for (const auto& r : ranges) {
+    psi.push_back(0);
+    for (const auto& s : bert::parameter_specs(rc.model, r)) psi.back() += shape_numel(s.shape);
+  }
+  const auto whole = train::plan_host_memory(rc, ranges, inputs());
+  auto second = inputs();
+  second.here = {false, true}; // the process running stage 1
+  const auto mine = train::plan_host_memory(rc, ranges, second);
+  CHECK(mine.model_states == 28 * psi[1]);
+  CHECK(mine.checkpoint == 0);
+  CHECK(mine.activations < whole.activations);
+  CHECK(mine.evaluation == whole.evaluation); // the whole model either way (rank 0 evaluates)
+  auto first = inputs();
+  first.here = {true, false};
+  first.gathers_masters = true; // rank 0: stage 1's masters come in for the model file
+  const auto lead = train::plan_host_memory(rc, ranges, first);
+  CHECK(lead.model_states == 28 * psi[0]);
+  CHECK(lead.checkpoint == 4 * psi[1]);
+  CHECK(lead.peak() < whole.peak());
+}

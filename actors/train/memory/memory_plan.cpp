@@ -46,6 +46,7 @@ std::int64_t rank_activations(const run_config& rc, const std::vector<bert::bert
   const std::int64_t hidden = B * T * H * 4; // one (B, T, H) f32 tensor
   std::int64_t total = 2 * 2 * (static_cast<std::int64_t>(S) - 1) * hidden; // messages between stages
   for (std::uint32_t s = 0; s < S; ++s) {
+    if (!in.runs(s)) continue; // another process's stage
     const auto& r = ranges[s];
     const std::int64_t slots =
         actors::schedule_policy::make(kind, S, s, static_cast<std::uint32_t>(rc.batch.gradient_accumulation),
@@ -165,6 +166,10 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
   const bool reduces = rc.batch.data_parallel_size > 1;
   for (std::size_t s = 0; s < ranges.size(); ++s) {
     const std::int64_t n = stage_parameters(rc, ranges[s]);
+    if (!in.runs(s)) { // another process's stage: at most its masters, gathered for a checkpoint
+      if (in.gathers_masters && in.writes_checkpoints) p.checkpoint += 4 * n;
+      continue;
+    }
     const auto zero = run_zero_sizes(rc, ranges, s);
     const model_state_bytes b = expected_model_states(n, rc.working, zero);
     p.model_states += rc.ranks * b.total();
@@ -209,8 +214,10 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
   p.activations = rc.ranks * rank_activations(rc, ranges, in);
   std::int64_t whole = 0;
   for (const auto& r : ranges) whole += stage_parameters(rc, r);
+  plan_inputs every_stage = in; // the evaluation runs the whole model (on rank 0)
+  every_stage.here.clear();
   p.evaluation = rc.ranks * whole * static_cast<std::int64_t>(dtype_size(working_dtype(rc.working))) + 8 * whole +
-                 rank_activations(rc, ranges, in);
+                 rank_activations(rc, ranges, every_stage);
   p.initialization = std::max<std::int64_t>(0, p.initialization - (p.activations + p.zero3 + p.communication + p.checkpoint));
   p.margin = margin_fixed + (p.baseline + p.model_states + p.activations + p.zero3 + p.communication + p.checkpoint +
                              p.initialization) /
@@ -319,9 +326,12 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
   return make_error(errc::config, "{}", message);
 }
 
-expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data) {
+expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data,
+                                           const std::vector<bool>& here, bool gathers_masters) {
   DSA_ASSIGN_OR_RETURN(auto ranges, partition_layers(rc.model, rc.stages, rc.partition));
   plan_inputs in;
+  in.here = here;
+  in.gathers_masters = gathers_masters;
   if (rc.model.head == bert::head_kind::squad) {
     in.seq_length = rc.data.max_seq_length; // features are padded to it (a copy of them all would be large)
   } else {

@@ -66,6 +66,11 @@ struct plan_inputs {
   std::int64_t seq_length = 128;   // T of a micro-batch
   std::int64_t predictions = 20;   // masked-LM slots per sequence (pre-training)
   bool writes_checkpoints = true;  // the run saves checkpoints (every rank takes part under ZeRO)
+  // Stages across processes: [s] whether this process runs stage s (empty: every stage), and
+  // whether it gathers the other stages' fp32 masters for the model file (the job's rank 0).
+  std::vector<bool> here;
+  bool gathers_masters = false;
+  bool runs(std::size_t s) const { return here.empty() || here.at(s); }
 };
 
 struct host_memory_plan {
@@ -134,7 +139,9 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
 // The run's start-up: plans (logging the plan), refuses what does not fit, applies a
 // smaller sub_group_size to rc; a micro-batch of a copy of `data` gives the sequence and
 // prediction lengths. rss_before_data: VmRSS before make_provider.
-expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data);
+// here, gathers_masters: plan_inputs' (stages across processes: this process's stages).
+expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data,
+                                           const std::vector<bool>& here = {}, bool gathers_masters = false);
 // The end of the run: planned peak vs VmHWM and the tensors' peak, one log line.
 void log_memory_report(const run_config& rc, const host_memory_plan& plan);
 

@@ -236,7 +236,12 @@ int open_data(opened_run& run) {
 int plan_run(opened_run& run, run_plan& plan) {
   run_config& rc = run.ctx.rc;
   const bool could_move_weights = rc.host_memory > 0 && may_move_weights(rc); // the same in every process
-  auto memory = plan_run_memory(run.ctx.rc, *run.ctx.provider, run.rss_before_data);
+  // Stages across processes: this process's stages; rank 0 also gathers the others' masters.
+  std::vector<bool> here;
+  if (run.ctx.placement.split())
+    for (std::uint32_t s = 0; s < rc.stages; ++s) here.push_back(run.ctx.local(s));
+  auto memory = plan_run_memory(run.ctx.rc, *run.ctx.provider, run.rss_before_data, here,
+                                run.ctx.placement.split() && run.lead);
   if (!memory) return fail_run(memory.err());
   plan.memory = std::move(*memory);
   // What every process of a job must do alike, from what each planned for itself.
