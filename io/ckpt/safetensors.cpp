@@ -5,6 +5,8 @@
 #include "io/ckpt/atomic_file.hpp"
 #include "io/ckpt/safetensors_format.hpp"
 
+#include <sys/mman.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -158,6 +160,41 @@ expected<safetensors_file> read_safetensors(const std::string& path) {
       status st = pread_exact(fd, path, t.raw_data(), t.nbytes(), header.data_offset + e.begin);
       if (!st)
         return make_error(st.err().code, "{} (reading tensor '{}')", st.err().message, name);
+    }
+    out.tensors.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+expected<safetensors_file> map_safetensors(const std::string& path) {
+  DSA_ASSIGN_OR_RETURN(unique_fd fd, open_for_read(path));
+  DSA_ASSIGN_OR_RETURN(std::uint64_t size, file_size(fd, path));
+  DSA_ASSIGN_OR_RETURN(safetensors_header header, detail::read_header(fd, path, size));
+  std::shared_ptr<storage> mapped;
+  if (header.data_bytes > 0) {
+    void* at = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (at != MAP_FAILED) {
+      const auto bytes = static_cast<std::size_t>(size);
+      mapped = storage::wrap(at, bytes, device::cpu(), [bytes](void* p) { ::munmap(p, bytes); });
+    }
+  }
+  safetensors_file out;
+  out.metadata = std::move(header.metadata);
+  for (const auto& [name, e] : header.tensors) {
+    if (!e.type)
+      return make_error(errc::unsupported,
+                        "safetensors file '{}': tensor '{}' has dtype '{}', which dsactor cannot "
+                        "load (supported: {})",
+                        path, name, e.dtype_tag, detail::supported_tags());
+    const std::uint64_t offset = header.data_offset + e.begin;
+    if (mapped && offset % dtype_size(*e.type) == 0) {
+      out.tensors.emplace(name, tensor::from_storage(mapped, static_cast<std::size_t>(offset), e.shape, *e.type));
+      continue;
+    }
+    tensor t = tensor::empty(e.shape, *e.type); // no mapping, or misaligned: read it
+    if (t.nbytes() > 0) {
+      status st = pread_exact(fd, path, t.raw_data(), t.nbytes(), offset);
+      if (!st) return make_error(st.err().code, "{} (reading tensor '{}')", st.err().message, name);
     }
     out.tensors.emplace(name, std::move(t));
   }

@@ -30,6 +30,13 @@ struct safetensors_file {
 // match shape x dtype size.
 expected<safetensors_file> read_safetensors(const std::string& path);
 
+// The same tensors, mapped read-only from the file instead of read (mmap, MAP_PRIVATE):
+// their pages are the page cache's, which the kernel may drop and read again, so a large
+// file does not hold anonymous memory; the mapping lives as long as any of its tensors.
+// The same validation; a tensor whose data is not aligned to its element size, or a file
+// that cannot be mapped, is read as read_safetensors does. The tensors must not be written.
+expected<safetensors_file> map_safetensors(const std::string& path);
+
 // Writes CPU tensors (contiguous; f32, f16, bf16, i32, i64, u8) atomically.
 status write_safetensors(const std::string& path, const named_tensors& tensors,
                          const metadata_map& metadata = {});

@@ -165,7 +165,9 @@ status write_pretrain_shard(const std::string& path,
 
 expected<pretrain_shard> pretrain_shard::load(const std::string& path) {
   pretrain_shard s;
-  DSA_ASSIGN_OR_RETURN(s.file_, ckpt::read_safetensors(path));
+  // Mapped, not read: the rows stay in the page cache, which the kernel may drop, so the
+  // shards a reader keeps open do not hold the data set in anonymous memory.
+  DSA_ASSIGN_OR_RETURN(s.file_, ckpt::map_safetensors(path));
   DSA_ASSIGN_OR_RETURN(shard_header header, read_shard_header(path, s.file_.metadata));
   s.layout_ = header.layout;
   s.count_ = header.count;

@@ -7,6 +7,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 using namespace dsa::data;
 
@@ -311,4 +314,63 @@ TEST_CASE("shard reader: dynamic masking re-draws targets per epoch and keeps th
   auto batch = r->next_batch(4);
   REQUIRE(batch.has_value());
   CHECK(batch->at("input_ids").shape() == dsa::shape_t{4, 32});
+}
+
+namespace {
+// This process's anonymous resident memory (/proc/self/status RssAnon), in bytes.
+std::int64_t rss_anon() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  std::int64_t kb = 0;
+  while (in >> key) {
+    if (key == "RssAnon:") {
+      in >> kb;
+      return kb * 1024;
+    }
+    in.ignore(1 << 16, '\n');
+  }
+  return -1;
+}
+} // namespace
+
+// A shard is mapped, not read: its rows live in the page cache (file-backed pages the kernel
+// may drop), so a reader that keeps a whole shard open while its rows stream out does not
+// hold it in anonymous memory (issue: the data set resident for most of an epoch).
+TEST_CASE("shards are mapped: reading a 26 MB shard adds no anonymous memory of its size") {
+  dsa::test::scratch_dir dir("mapped");
+  const shard_layout wide{256, 20, 400, {}};
+  const std::string path = shard_file_name(dir.file("big"), 0);
+  {
+    std::vector<pretrain_instance> rows;
+    for (std::int32_t t = 0; t < 8000; ++t) rows.push_back(tagged_instance(t % 40));
+    REQUIRE(write_pretrain_shard(path, rows, 0, rows.size(), wide, {{"seed", "1"}}).has_value());
+  }
+  const auto file_bytes = static_cast<std::int64_t>(std::filesystem::file_size(path));
+  REQUIRE(file_bytes > 25'000'000);
+  const std::int64_t before = rss_anon();
+  REQUIRE(before > 0);
+  shard_reader_options o;
+  o.shuffle_buffer = 64;
+  o.seed = 3;
+  auto reader = shard_reader::open({path}, o);
+  REQUIRE(reader.has_value());
+  const auto got = read_n(*reader, 4000); // the shard stays open: half its rows are still due
+  REQUIRE(got.size() == 4000);
+  for (const auto& inst : got) CHECK(inst.input_ids[1] >= 100);
+  const std::int64_t grown = rss_anon() - before;
+  CAPTURE(grown);
+  CAPTURE(file_bytes);
+  CHECK(grown < file_bytes / 4);
+  // The same values as a read: the mapped tensors are the file's bytes.
+  auto mapped = dsa::ckpt::map_safetensors(path);
+  auto read = dsa::ckpt::read_safetensors(path);
+  REQUIRE(mapped.has_value());
+  REQUIRE(read.has_value());
+  for (const auto& [name, t] : read->tensors) {
+    CAPTURE(name);
+    const auto& m = mapped->tensors.at(name);
+    REQUIRE(m.nbytes() == t.nbytes());
+    CHECK(std::memcmp(m.raw_data(), t.raw_data(), t.nbytes()) == 0);
+    CHECK(m.storage_ptr() == mapped->tensors.begin()->second.storage_ptr()); // one mapping
+  }
 }
