@@ -142,6 +142,16 @@ status write_safetensors_streamed(const std::string& path, const std::map<std::s
   return file.commit();
 }
 
+namespace {
+
+error unloadable_dtype(const std::string& path, const std::string& name, const safetensors_entry& e) {
+  return make_error(errc::unsupported,
+                    "safetensors file '{}': tensor '{}' has dtype '{}', which dsactor cannot load (supported: {})",
+                    path, name, e.dtype_tag, detail::supported_tags());
+}
+
+} // namespace
+
 expected<safetensors_file> read_safetensors(const std::string& path) {
   DSA_ASSIGN_OR_RETURN(unique_fd fd, open_for_read(path));
   DSA_ASSIGN_OR_RETURN(std::uint64_t size, file_size(fd, path));
@@ -150,11 +160,7 @@ expected<safetensors_file> read_safetensors(const std::string& path) {
   safetensors_file out;
   out.metadata = std::move(header.metadata);
   for (const auto& [name, e] : header.tensors) {
-    if (!e.type)
-      return make_error(errc::unsupported,
-                        "safetensors file '{}': tensor '{}' has dtype '{}', which dsactor cannot "
-                        "load (supported: {})",
-                        path, name, e.dtype_tag, detail::supported_tags());
+    if (!e.type) return unloadable_dtype(path, name, e);
     tensor t = tensor::empty(e.shape, *e.type);
     if (t.nbytes() > 0) {
       status st = pread_exact(fd, path, t.raw_data(), t.nbytes(), header.data_offset + e.begin);
@@ -181,11 +187,7 @@ expected<safetensors_file> map_safetensors(const std::string& path) {
   safetensors_file out;
   out.metadata = std::move(header.metadata);
   for (const auto& [name, e] : header.tensors) {
-    if (!e.type)
-      return make_error(errc::unsupported,
-                        "safetensors file '{}': tensor '{}' has dtype '{}', which dsactor cannot "
-                        "load (supported: {})",
-                        path, name, e.dtype_tag, detail::supported_tags());
+    if (!e.type) return unloadable_dtype(path, name, e);
     const std::uint64_t offset = header.data_offset + e.begin;
     if (mapped && offset % dtype_size(*e.type) == 0) {
       out.tensors.emplace(name, tensor::from_storage(mapped, static_cast<std::size_t>(offset), e.shape, *e.type));
