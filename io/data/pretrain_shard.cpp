@@ -1,6 +1,8 @@
 // Pre-training shard write (pad into int32 tensors) and read (validate, unpad).
 #include "io/data/pretrain_shard.hpp"
 
+#include <sys/mman.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -163,11 +165,26 @@ status write_pretrain_shard(const std::string& path,
   return ckpt::write_safetensors(path, pack_instances(instances, begin, end, layout), meta);
 }
 
+namespace {
+
+// The mapping every tensor of `file` views (map_safetensors), or null when they were read.
+const storage* mapping_of(const ckpt::safetensors_file& file) {
+  if (file.tensors.empty()) return nullptr;
+  const auto& first = file.tensors.begin()->second.storage_ptr();
+  for (const auto& [name, t] : file.tensors)
+    if (t.storage_ptr() != first) return nullptr;
+  return first && first->bytes() > 0 ? first.get() : nullptr;
+}
+
+} // namespace
+
 expected<pretrain_shard> pretrain_shard::load(const std::string& path) {
   pretrain_shard s;
   // Mapped, not read: the rows stay in the page cache, which the kernel may drop, so the
   // shards a reader keeps open do not hold the data set in anonymous memory.
   DSA_ASSIGN_OR_RETURN(s.file_, ckpt::map_safetensors(path));
+  // Rows are read in shuffled order: no read-ahead around each one.
+  if (const storage* m = mapping_of(s.file_)) (void)::madvise(m->data(), m->bytes(), MADV_RANDOM);
   DSA_ASSIGN_OR_RETURN(shard_header header, read_shard_header(path, s.file_.metadata));
   s.layout_ = header.layout;
   s.count_ = header.count;
@@ -215,6 +232,11 @@ status pretrain_shard::check_rows(const std::string& path) const {
                         path, i, nsp[i]);
   }
   return {};
+}
+
+
+void pretrain_shard::release_pages() const {
+  if (const storage* m = mapping_of(file_)) (void)::madvise(m->data(), m->bytes(), MADV_DONTNEED);
 }
 
 pretrain_instance pretrain_shard::row(std::int64_t i) const {

@@ -83,6 +83,10 @@ public:
   const shard_layout& layout() const { return layout_; }
   const ckpt::metadata_map& metadata() const { return file_.metadata; }
   pretrain_instance row(std::int64_t i) const;
+  // A mapped shard (pretrain_shard::load maps it): gives its pages back (madvise
+  // MADV_DONTNEED), so they leave this process's resident set; the page cache keeps them and
+  // the next row read maps them again. No-op for a shard read into memory.
+  void release_pages() const;
 
 private:
   status check_rows(const std::string& path) const;

@@ -121,6 +121,7 @@ expected<const pretrain_shard*> shard_reader::shard_data(std::uint32_t shard) {
         loaded.layout().max_predictions != layout_.max_predictions)
       return make_error(errc::format, "shard '{}' changed since the reader opened it",
                         paths_[shard]);
+    loaded.release_pages(); // what the load's checks read
     it = cache_.emplace(shard, std::make_shared<pretrain_shard>(std::move(loaded))).first;
   }
   return it->second.get();
@@ -137,6 +138,12 @@ expected<bool> shard_reader::next(pretrain_instance& out) {
   }
   DSA_ASSIGN_OR_RETURN(const pretrain_shard* data, shard_data(shard));
   out = data->row(row);
+  // The open shards' pages leave the resident set every so often (they stay in the page
+  // cache): resident memory is bounded by the rows read since, not by the data set.
+  if (++since_release_ >= release_every) {
+    since_release_ = 0;
+    for (const auto& [index, open] : cache_) open->release_pages();
+  }
   if (--pending_[shard] == 0)
     cache_.erase(shard); // every row of it has been emitted
   if (options_.masking == masking_source::dynamic) {

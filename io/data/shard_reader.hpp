@@ -99,6 +99,9 @@ private:
   index_state state_;
   std::map<std::uint32_t, std::shared_ptr<pretrain_shard>> cache_;
   std::vector<std::int64_t> pending_; // rows of each shard not yet emitted this epoch
+  // Rows read since the open shards' pages were last given back (pretrain_shard::release_pages).
+  std::int64_t since_release_ = 0;
+  static constexpr std::int64_t release_every = 256;
 };
 
 } // namespace dsa::data
