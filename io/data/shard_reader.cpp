@@ -113,6 +113,13 @@ bool shard_reader::next_index(std::uint32_t& shard, std::uint32_t& row) {
   return true;
 }
 
+std::int64_t shard_reader::resident_bound(std::int64_t seq_length, std::int64_t max_predictions) {
+  constexpr std::int64_t page = 4096;
+  auto pages = [](std::int64_t bytes) { return (bytes + page - 1) / page + 1; }; // +1: straddling
+  const std::int64_t per_row = 3 * pages(4 * seq_length) + 2 * pages(4 * max_predictions) + pages(4);
+  return release_every * per_row * page;
+}
+
 expected<const pretrain_shard*> shard_reader::shard_data(std::uint32_t shard) {
   auto it = cache_.find(shard);
   if (it == cache_.end()) {

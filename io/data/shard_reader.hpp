@@ -79,6 +79,13 @@ public:
   const shard_layout& layout() const { return layout_; }
   std::int64_t instances_per_epoch() const { return total_; }
 
+  // The reader gives its open shards' mapped pages back every this many rows.
+  static constexpr std::int64_t release_every = 256;
+  // What a reader of shards of sequence length T and P predictions holds resident at most
+  // between two releases: release_every rows, each touching its pages of the six arrays
+  // (a row's slice of an array may straddle a page boundary), in bytes.
+  static std::int64_t resident_bound(std::int64_t seq_length, std::int64_t max_predictions);
+
 private:
   struct index_state {
     std::uint64_t epoch = 0, emitted = 0, stream_shard = 0, stream_row = 0, rng = 0;
@@ -101,7 +108,6 @@ private:
   std::vector<std::int64_t> pending_; // rows of each shard not yet emitted this epoch
   // Rows read since the open shards' pages were last given back (pretrain_shard::release_pages).
   std::int64_t since_release_ = 0;
-  static constexpr std::int64_t release_every = 256;
 };
 
 } // namespace dsa::data

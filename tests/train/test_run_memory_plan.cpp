@@ -12,6 +12,8 @@
 #include "actors/train/config/run_config.hpp"
 #include "models/bert/parameter_specs.hpp"
 
+#include "io/data/shard_reader.hpp"
+
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -174,7 +176,7 @@ TEST_CASE("memory plan: model states of every stage and in-process rank, activat
     // Each rank's reducers hold a bucket sent and one received (buckets larger than the stages here).
     CHECK(plan.communication == (ranks > 1 ? 2 * 4 * psi * ranks : 0));
     CHECK(plan.baseline == 10 * mib);
-    CHECK(plan.peak() == plan.baseline + plan.model_states +
+    CHECK(plan.peak() == plan.baseline + plan.data_reader + plan.model_states +
                              plan.activations + plan.communication + plan.checkpoint + plan.margin);
     CHECK(plan.margin == 16 * mib + (plan.peak() - plan.margin) / 10);
     // GPipe stashes all 4 micro-batches of a step where 1F1B stashes S - s of them.
@@ -467,4 +469,20 @@ TEST_CASE("memory plan with stages across processes: this process's stages, rank
   CHECK(lead.model_states == 28 * psi[0]);
   CHECK(lead.checkpoint == 4 * psi[1]);
   CHECK(lead.peak() < whole.peak());
+}
+
+TEST_CASE("memory plan: a shard reader's resident pages are bounded and counted per rank") {
+  // 256 rows between releases, each touching at most its pages of the six arrays (a slice
+  // may straddle a page): T = 128, P = 20: 3 x 2 + 2 x 2 + 2 pages of 4 KiB a row.
+  CHECK(dsa::data::shard_reader::resident_bound(128, 20) == 256 * 12 * 4096);
+  test::temp_dir dir;
+  auto rc = parsed(dir.path(), "[devices]\nranks = 2\n");
+  const auto ranges = ranges_of(rc);
+  auto in = inputs();
+  const auto without = train::plan_host_memory(rc, ranges, in);
+  in.data_reader = dsa::data::shard_reader::resident_bound(128, 20);
+  const auto with = train::plan_host_memory(rc, ranges, in);
+  CHECK(with.data_reader == 2 * in.data_reader);
+  CHECK(with.peak() > without.peak() + 2 * in.data_reader - 1);
+  CHECK(with.describe().find("shard reader") != std::string::npos);
 }

@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "core/memory_stats.hpp"
 #include "io/aio/swap_store.hpp"
+#include "io/data/shard_reader.hpp"
 #include "models/bert/encoder_layer.hpp"
 #include "optim/flat_layout.hpp"
 #include "optim/param_reader.hpp"
@@ -99,7 +100,8 @@ std::int64_t proc_status_bytes(const char* field) {
 }
 
 std::int64_t host_memory_plan::peak() const {
-  return baseline + model_states + activations + zero3 + communication + checkpoint + initialization + margin;
+  return baseline + data_reader + model_states + activations + zero3 + communication + checkpoint + initialization +
+         margin;
 }
 
 std::string host_memory_plan::describe() const {
@@ -113,9 +115,11 @@ std::string host_memory_plan::describe() const {
   std::string gathers =
       zero3 > 0 ? fmt::format(" + ZeRO-3 parts in flight {}", format_bytes(zero3)) : std::string();
   if (initialization > 0) gathers += fmt::format(" + start-up's whole weights beyond that {}", format_bytes(initialization));
-  return fmt::format("planned peak {} = baseline {} + model states {}{} + activations {}{} + gradient "
+  const std::string reader =
+      data_reader > 0 ? fmt::format(" + shard reader {}", format_bytes(data_reader)) : std::string();
+  return fmt::format("planned peak {} = baseline {}{} + model states {}{} + activations {}{} + gradient "
                      "communication {} + checkpoint staging {} + margin {}",
-                     format_bytes(peak()), format_bytes(baseline), format_bytes(model_states), states,
+                     format_bytes(peak()), format_bytes(baseline), reader, format_bytes(model_states), states,
                      format_bytes(activations), gathers, format_bytes(communication), format_bytes(checkpoint),
                      format_bytes(margin));
 }
@@ -163,6 +167,7 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
                                   const plan_inputs& in) {
   host_memory_plan p;
   p.baseline = in.baseline + (rc.ranks - 1) * in.data_provider;
+  p.data_reader = rc.ranks * in.data_reader;
   const bool reduces = rc.batch.data_parallel_size > 1;
   for (std::size_t s = 0; s < ranges.size(); ++s) {
     const std::int64_t n = stage_parameters(rc, ranges[s]);
@@ -219,8 +224,8 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
   p.evaluation = rc.ranks * whole * static_cast<std::int64_t>(dtype_size(working_dtype(rc.working))) + 8 * whole +
                  rank_activations(rc, ranges, every_stage);
   p.initialization = std::max<std::int64_t>(0, p.initialization - (p.activations + p.zero3 + p.communication + p.checkpoint));
-  p.margin = margin_fixed + (p.baseline + p.model_states + p.activations + p.zero3 + p.communication + p.checkpoint +
-                             p.initialization) /
+  p.margin = margin_fixed + (p.baseline + p.data_reader + p.model_states + p.activations + p.zero3 + p.communication +
+                             p.checkpoint + p.initialization) /
                                 10;
   return p;
 }
@@ -340,6 +345,7 @@ expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider&
     const bert::bert_batch b = probe->next(rc.batch.micro_batch_size);
     in.seq_length = b.seq_length();
     if (b.masked_lm_positions.defined()) in.predictions = b.masked_lm_positions.shape().back();
+    in.data_reader = data::shard_reader::resident_bound(in.seq_length, in.predictions);
   }
   // With a budget, glibc returns every freed block of 1 MiB or more to the system at
   // once: its default threshold grows after the first large free (up to 32 MiB), and

@@ -71,6 +71,9 @@ struct plan_inputs {
   std::vector<bool> here;
   bool gathers_masters = false;
   bool runs(std::size_t s) const { return here.empty() || here.at(s); }
+  // Pre-training shards: what one rank's shard reader holds resident at most (its mapped
+  // pages between two releases, data::shard_reader::resident_bound); 0 for other data.
+  std::int64_t data_reader = 0;
 };
 
 struct host_memory_plan {
@@ -86,6 +89,8 @@ struct host_memory_plan {
   // of model_states: pipeline.speculative_update's rollback copies (masters, moments, the
   // gradients a step consumes, half masters), allocated on the first speculation
   std::int64_t speculation = 0;
+  // The ranks' shard readers: their mapped shard pages between two releases (plan_inputs).
+  std::int64_t data_reader = 0;
   // Not part of the peak: what the final evaluation would add, the stages' weights gathered
   // whole and the assembled model's weights and gradients (4 + 4 bytes per parameter) with
   // one rank's activations. At the end of the run the model states are still there, so the
