@@ -56,6 +56,24 @@ void read_pipeline(const config& cfg, run_config& rc, config_problems& problems,
   }
 }
 
+void check_pipeline_combinations(const config& cfg, const run_config& rc, config_problems& problems) {
+  // The zero-bubble schedule's W runs after B; what reduces the gradients during the
+  // backward itself (partitioned gradients) is not written for it yet. (The speculative
+  // update starts once the reducer has the step's gradients: after the last W.)
+  if (rc.schedule == "zb" && rc.gradients_partitioned())
+    problems.add(cfg.problem(problem_kind::invalid_value, "pipeline.schedule",
+                             fmt::format("\"zb\" with ZeRO stage {} over {} ranks: partitioned gradients are summed "
+                                         "during the backward, before the deferred W work; use \"1f1b\"",
+                                         rc.zero_stage, rc.batch.data_parallel_size)));
+  // Stages across processes: what is not written for it yet, refused by name.
+  if (rc.stages_across_processes() && rc.backend != "cpu")
+    problems.add(cfg.problem(problem_kind::invalid_value, "devices.backend",
+                             fmt::format("\"{}\" ranks with pipeline stages in separate processes ({} processes per "
+                                         "replica): not written yet; run the stages of a replica in one process "
+                                         "(pipeline.stages_per_process = {})",
+                                         rc.backend, rc.pipe_processes, rc.stages)));
+}
+
 actors::schedule_kind schedule_kind_of(const run_config& rc) {
   if (rc.schedule == "gpipe") return actors::schedule_kind::gpipe;
   if (rc.schedule == "zb") return actors::schedule_kind::zero_bubble;

@@ -14,6 +14,10 @@ namespace dsa::train {
 // stages_per_process, and a process count that is not a multiple of it is refused naming both.
 void read_pipeline(const config& cfg, run_config& rc, config_problems& problems, int processes = 1);
 
+// After every section is read: the pipeline's combinations with other keys that are refused
+// (zb with partitioned gradients; stages across processes on CUDA ranks), each by key.
+void check_pipeline_combinations(const config& cfg, const run_config& rc, config_problems& problems);
+
 // pipeline.schedule as the runtime's kind: "gpipe", "zb" (zero_bubble), else 1F1B.
 actors::schedule_kind schedule_kind_of(const run_config& rc);
 

@@ -364,24 +364,6 @@ std::string expand_path(const std::string& path) {
   return out;
 }
 
-namespace {
-
-// Stages across processes (pipeline.stages_per_process under dsactor launch): what is not
-// written for it yet is refused by name, before anything starts.
-void check_stages_across_processes(const config& cfg, run_config& rc, config_problems& problems) {
-  if (!rc.stages_across_processes()) return;
-  auto refuse = [&](const char* key, const std::string& what) {
-    problems.add(cfg.problem(problem_kind::invalid_value, key,
-                             fmt::format("{} with pipeline stages in separate processes ({} processes per replica): "
-                                         "not written yet; run the stages of a replica in one process "
-                                         "(pipeline.stages_per_process = {})",
-                                         what, rc.pipe_processes, rc.stages)));
-  };
-  if (rc.backend != "cpu") refuse("devices.backend", fmt::format("\"{}\" ranks", rc.backend));
-}
-
-} // namespace
-
 run_config read_run_config(const config& cfg, const std::string& default_run_dir,
                            config_problems& problems, int processes) {
   run_config rc;
@@ -470,15 +452,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
     problems.add(cfg.problem(problem_kind::invalid_value, "debug.overflow_step",
                              fmt::format("injects into whole stage gradients; ZeRO stage {} over {} ranks partitions "
                                          "them", rc.zero_stage, rc.batch.data_parallel_size)));
-  // The zero-bubble schedule's W runs after B; what reduces the gradients during the
-  // backward itself (partitioned gradients) is not written for it yet. (The speculative
-  // update starts once the reducer has the step's gradients: after the last W.)
-  if (rc.schedule == "zb" && rc.gradients_partitioned())
-    problems.add(cfg.problem(problem_kind::invalid_value, "pipeline.schedule",
-                             fmt::format("\"zb\" with ZeRO stage {} over {} ranks: partitioned gradients are summed "
-                                         "during the backward, before the deferred W work; use \"1f1b\"",
-                                         rc.zero_stage, rc.batch.data_parallel_size)));
-  check_stages_across_processes(cfg, rc, problems);
+  check_pipeline_combinations(cfg, rc, problems);
   cfg.has("deepspeed_config");
   cfg.check_unknown(problems);
   return rc;
