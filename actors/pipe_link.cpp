@@ -1,49 +1,17 @@
 // The pipeline's messages between processes; see pipe_link.hpp.
 #include "actors/pipe_link.hpp"
 
+#include "core/byte_codec.hpp"
 #include "core/log.hpp"
 
-#include <cstring>
-#include <type_traits>
+#include <fmt/format.h>
+
 
 namespace dsa::actors {
 
 namespace {
 
 enum class link_kind : std::uint8_t { produced = 0, released = 1, grad_partial = 2, end = 3 };
-
-class writer {
-public:
-  template <class T> void put(T v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const auto at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &v, sizeof(T));
-  }
-  net::bytes take() { return std::move(out_); }
-
-private:
-  net::bytes out_;
-};
-
-class reader {
-public:
-  explicit reader(const net::bytes& in) : in_(in) {}
-  template <class T> expected<T> get(const char* field) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    if (at_ + sizeof(T) > in_.size())
-      return make_error(errc::protocol, "pipeline message of {} bytes ends before its {}", in_.size(), field);
-    T v;
-    std::memcpy(&v, in_.data() + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  bool at_end() const { return at_ == in_.size(); }
-
-private:
-  const net::bytes& in_;
-  std::size_t at_ = 0;
-};
 
 constexpr std::uint8_t max_dims = 8;
 
@@ -61,7 +29,7 @@ void pipe_link::start(deliver_fn deliver) {
 }
 
 status pipe_link::send(int process, std::uint32_t target, const link_payload& message) {
-  writer w;
+  byte_writer w;
   std::vector<tensor> payloads;
   if (const auto* p = std::get_if<produced>(&message)) {
     const auto& contents = slots_->at(p->ref);
@@ -126,7 +94,7 @@ status pipe_link::send(int process, std::uint32_t target, const link_payload& me
 
 status pipe_link::receive_one(int peer, const deliver_fn& deliver, bool& ended) {
   DSA_ASSIGN_OR_RETURN(net::bytes head, world_.recv(peer, pipe_link_tag));
-  reader r(head);
+  byte_reader r(head, fmt::format("a pipeline message from process {}", peer));
   DSA_ASSIGN_OR_RETURN(auto kind, r.get<link_kind>("kind"));
   if (kind == link_kind::end) {
     ended = true;
@@ -221,7 +189,7 @@ void pipe_link::finish() {
     if (finished_) return;
     finished_ = true; // from here send() drops: nothing follows the end on the wire
     if (!receivers_.empty()) {
-      writer w;
+      byte_writer w;
       w.put(link_kind::end);
       const auto end = w.take();
       for (int peer : peers_) (void)world_.send(peer, pipe_link_tag, end);
