@@ -133,28 +133,14 @@ echo "ok: resumes pp 2 -> pp 1 and pp 1 -> pp 2 (bit for bit), dp 2 x pp 2 -> dp
 # 3b. SQuAD fine-tuning from the pre-trained checkpoint, stages across 2 processes: the
 #     predictions and scores of one process running both stages, exactly.
 "$dsactor" prep qa-from-corpus --corpus "$work/corpus" --out "$work/qa" >"$work/out" 2>"$work/err" || fail "qa-from-corpus"
-{ tiny_model_table
-  cat <<TOML
-head = "squad"
+cat >"$work/squad.toml" <<TOML
+train_batch_size = 4
+train_micro_batch_size_per_gpu = 2
+train_steps = 3
+init_checkpoint = "$work/pp2_f32/checkpoints/step_00000004/model.safetensors"
 
-[optimizer]
-type = "Adam"
-params = { lr = 3e-5 }
-
-[pipeline]
-stages = 2
-
-[data]
-vocab = "$work/data/vocab.txt"
-train_file = "$work/qa/train.json"
-dev_file = "$work/qa/dev.json"
-max_seq_length = 64
-doc_stride = 32
-max_query_length = 16
+$(tiny_squad_tables "$work")
 TOML
-} >"$work/squad_tables.toml"
-printf 'train_batch_size = 4\ntrain_micro_batch_size_per_gpu = 2\ntrain_steps = 3\ninit_checkpoint = "%s"\n\n' \
-  "$work/pp2_f32/checkpoints/step_00000004/model.safetensors" | cat - "$work/squad_tables.toml" >"$work/squad.toml"
 "$dsactor" launch --num_procs 2 "$work/squad.toml" --set "run_dir=\"$work/squad_procs\"" >"$work/out" 2>"$work/err" ||
   fail "SQuAD on 2 processes x 1 stage"
 "$dsactor" run "$work/squad.toml" --set "run_dir=\"$work/squad_one\"" >"$work/out" 2>"$work/err" || fail "SQuAD in one process"

@@ -223,23 +223,7 @@ train_steps = 3
 run_dir = "$work/squad"
 init_checkpoint = "$work/ckpt/step_00000004/model.safetensors"
 
-$(tiny_model_table)
-head = "squad"
-
-[optimizer]
-type = "Adam"
-params = { lr = 3e-5 }
-
-[pipeline]
-stages = 2
-
-[data]
-vocab = "$work/data/vocab.txt"
-train_file = "$work/qa/train.json"
-dev_file = "$work/qa/dev.json"
-max_seq_length = 64
-doc_stride = 32
-max_query_length = 16
+$(tiny_squad_tables "$work")
 TOML
 out=$("$dsactor" run "$work/squad.toml" 2>"$work/squad.log") || { cat "$work/squad.log"; fail "squad run"; }
 [[ -s $work/squad/predictions.json ]] || fail "predictions.json"

@@ -59,3 +59,28 @@ type = "AdamW"
 params = { lr = 2e-3, weight_decay = 0.01 }
 TOML
 }
+
+# tiny_squad_tables DIR: the tiny model with a SQuAD head on 2 stages, fine-tuned with Adam on
+# DIR/qa (dsactor prep qa-from-corpus) with DIR/data's vocabulary; callers put the batch,
+# steps and init_checkpoint before it.
+tiny_squad_tables() {
+  tiny_model_table
+  cat <<TOML
+head = "squad"
+
+[optimizer]
+type = "Adam"
+params = { lr = 3e-5 }
+
+[pipeline]
+stages = 2
+
+[data]
+vocab = "$1/data/vocab.txt"
+train_file = "$1/qa/train.json"
+dev_file = "$1/qa/dev.json"
+max_seq_length = 64
+doc_stride = 32
+max_query_length = 16
+TOML
+}
