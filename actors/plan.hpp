@@ -34,7 +34,8 @@ struct pipeline_options {
   std::uint32_t micro_batches = 1; // gradient accumulation steps M
   std::uint32_t steps = 1;         // optimizer steps this run performs
   schedule_kind schedule = schedule_kind::one_f_one_b;
-  std::uint32_t max_deferred_w = 1;   // zero_bubble: micro-batches whose W may wait (schedule_policy)
+  std::uint32_t max_stashed = 0;      // zero_bubble: micro-batches held from forward to W (0: stages)
+  std::uint32_t max_deferred_w = 0;   // zero_bubble: micro-batches whose W may wait (0: what the stash leaves)
   std::uint32_t activation_slots = 2; // stage s -> s + 1
   std::uint32_t gradient_slots = 2;   // stage s + 1 -> s
   grad_scope totals = grad_scope::global;

@@ -20,7 +20,7 @@ struct stage_core {
       : plan(*setup.plan), index(i), id(plan.stage_id(i)), edges(stage_edges_of(plan, i)),
         sched({i, plan.options.stages, plan.options.micro_batches, plan.options.steps, plan.first_step},
               schedule_policy::make(plan.options.schedule, plan.options.stages, i, plan.options.micro_batches,
-                                    plan.options.max_deferred_w),
+                                    plan.options.max_stashed, plan.options.max_deferred_w),
               {plan.options.activation_slots, plan.options.gradient_slots, plan.grads_slots(i)}),
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         runner(std::make_shared<stage_runner>(setup.slots, edges, compute, setup.trace, id, i, plan.buckets_of(i),
@@ -211,7 +211,8 @@ caf::actor spawn_stage(caf::actor_system& sys, const actor_setup& setup, std::ui
                        stage_compute* compute) {
   const schedule_policy policy =
       schedule_policy::make(setup.plan->options.schedule, setup.plan->options.stages, index,
-                            setup.plan->options.micro_batches, setup.plan->options.max_deferred_w);
+                            setup.plan->options.micro_batches, setup.plan->options.max_stashed,
+                            setup.plan->options.max_deferred_w);
   compute->reserve_stash(policy.stash_slots);
   if (policy.split_backward) compute->split_backward();
   return sys.spawn(stage_behavior, setup, index, compute);

@@ -144,6 +144,7 @@ std::optional<stage_work> stage_scheduler::pick() {
 std::optional<stage_work> stage_scheduler::pick_forward() {
   if (next_forward_step_ >= pos_.end_step() || held_version_ < next_forward_step_) return std::nullopt;
   if (inputs_.empty() || free_stash_.empty()) return std::nullopt;
+  if (policy_.forward_ahead > 0 && in_flight_.size() >= policy_.forward_ahead) return std::nullopt;
   if (!pos_.last() && free_out_.empty()) return std::nullopt;
   if (pos_.last() && labels_.empty()) return std::nullopt;
   const arrival in = inputs_.front();

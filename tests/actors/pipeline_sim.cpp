@@ -27,7 +27,8 @@ struct sim {
       : opt(o), feeder(feed_slots_for(o.stages), o.micro_batches, o.steps, 0), ops(o.stages), busy(o.stages) {
     for (std::uint32_t s = 0; s < o.stages; ++s)
       stages.emplace_back(stage_position{s, o.stages, o.micro_batches, o.steps},
-                          schedule_policy::make(o.schedule, o.stages, s, o.micro_batches, o.max_deferred_w), o.credits);
+                          schedule_policy::make(o.schedule, o.stages, s, o.micro_batches, o.max_stashed, o.max_deferred_w),
+                          o.credits);
     weights_done.assign(o.stages, 0);
     feed();
   }
@@ -99,8 +100,8 @@ struct sim {
     if (w->kind == work_kind::forward) dur = opt.forward_time;
     if (w->kind == work_kind::backward) dur = opt.backward_time;
     if (w->kind == work_kind::weight) dur = opt.weight_time;
-    const schedule_policy policy = schedule_policy::make(opt.schedule, opt.stages, s, opt.micro_batches,
-                                                         opt.max_deferred_w);
+    const schedule_policy policy =
+        schedule_policy::make(opt.schedule, opt.stages, s, opt.micro_batches, opt.max_stashed, opt.max_deferred_w);
     DSA_CHECK(stages[s].in_flight() + stages[s].deferred() <= policy.stash_slots, "stage {}: {} stashed, {} slots", s,
               stages[s].in_flight() + stages[s].deferred(), policy.stash_slots);
     DSA_CHECK(!policy.split_backward || stages[s].deferred() <= policy.max_deferred_w, "stage {}: {} W deferred", s,

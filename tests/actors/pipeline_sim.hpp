@@ -16,7 +16,8 @@ struct sim_options {
   actors::schedule_kind schedule = actors::schedule_kind::one_f_one_b;
   // backward_time: the whole backward, or under zero_bubble its B; weight_time: W.
   std::uint32_t forward_time = 1, backward_time = 1, weight_time = 1;
-  std::uint32_t max_deferred_w = 1; // zero_bubble's bound
+  std::uint32_t max_stashed = 0;    // zero_bubble's held bound (0: stages)
+  std::uint32_t max_deferred_w = 0; // zero_bubble's deferred-W bound (0: what the stash leaves)
   actors::stage_credits credits{};
 };
 
@@ -27,7 +28,7 @@ struct sim_op {
 
 // Per stage, the forwards, backwards and W work in the order they ran (loads left out).
 // Checks on the way (a failed DSA_CHECK): every stage's micro-batches held between forward
-// and W within the policy's stash slots, its deferred W within max_deferred_w, and a step's
+// and W within the policy's stash slots, its deferred W within the policy's bound, and a step's
 // gradients published (its last W, or last backward) only after all its W ran.
 std::vector<std::vector<sim_op>> simulate_pipeline(const sim_options& opt);
 

@@ -340,9 +340,13 @@ TEST_CASE("pipeline_bubble joins the stages of several processes on their common
   CHECK(f->stages[1].peak_held == 2);  // forward 1 ends (45) before W of micro-batch 0 does (50)
   CHECK(f->bubble == doctest::Approx((30.0 / 70 + 15.0 / 70) / 2));
   CHECK_FALSE(pipeline_bubble(traces, 1).has_value()); // nothing after the first step
-  // Theory: 1F1B's (S-1)/(M+S-1); ZB-H1's with equal costs, (S-1)/(3M+S-1).
+  // Theory: 1F1B's (S-1)/(M+S-1); ZB-H1's with equal costs, (S-1)/(3M+S-1); ZB-H2's its
+  // floor there, (S-1) F, and (S-1)(F+B-2W) when that is larger.
   CHECK(one_f_one_b_bubble(2, 4) == doctest::Approx(0.2));
-  CHECK(zb_h1_bubble(2, 4, 1, 1, 1) == doctest::Approx(1.0 / 13));
+  CHECK(zb_bubble(zb_memory::h1, 2, 4, 1, 1, 1) == doctest::Approx(1.0 / 13));
+  CHECK(zb_bubble(zb_memory::h2, 2, 4, 1, 1, 1) == doctest::Approx(1.0 / 13));
+  CHECK(zb_bubble(zb_memory::h2, 4, 4, 2, 3, 1) == doctest::Approx(9.0 / 33));
+  CHECK(zb_bubble(zb_memory::h1, 4, 4, 2, 3, 1) == doctest::Approx(12.0 / 36));
 }
 
 // Steps may overlap (a stage starts step k + 1 while another finishes k): the windows count

@@ -2,9 +2,11 @@
 #include "tests/support/compare.hpp"
 #include "tests/train/train_fixture.hpp"
 #include "actors/trace/analysis/trace_summary.hpp"
+#include "actors/schedule_policy.hpp"
 #include "actors/trace/trace_analysis.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cstring>
 
@@ -59,7 +61,8 @@ TEST_CASE("the zero-bubble schedule (pipeline.schedule = \"zb\") trains bit for 
       CAPTURE(stages);
       CAPTURE(v.size());
       auto a = final_model("", stages, "1f1b", v);
-      for (const char* bound : {"pipeline.max_deferred_w=1", "pipeline.max_deferred_w=0"}) {
+      const std::string zb_h2 = fmt::format("pipeline.max_stashed={}", 2 * stages - 1);
+      for (const std::string& bound : {std::string("pipeline.max_deferred_w=1"), std::string("pipeline.max_deferred_w=0"), zb_h2}) {
         std::vector<std::string> o = v;
         o.push_back(bound);
         auto b = final_model("", stages, "zb", o);
@@ -99,15 +102,19 @@ TEST_CASE("stages updating independently (no clipping) equal 1 stage, with a war
 
 // A real zero-bubble run's trace: every micro-batch's W is a `weight` span of its own, after
 // its B; a step's W run before the stage's reducer starts on that step's gradients (the
-// last W publishes them); and a stage never holds more than max_deferred_w micro-batches whose
-// B ran and W did not.
+// last W publishes them); and a stage never holds more micro-batches whose B ran and W did
+// not than its policy's deferred bound, nor more from forward to W than its stash.
 TEST_CASE("zero-bubble runs keep their invariants in the trace: W after B, before publication, within the bound") {
-  for (std::uint32_t bound : {1u, 2u}) {
-    CAPTURE(bound);
+  struct bounds {
+    std::uint32_t stashed, deferred;
+  };
+  for (const bounds bd : {bounds{0, 1}, bounds{0, 0}, bounds{3, 0}}) {
+    CAPTURE(bd.stashed);
+    CAPTURE(bd.deferred);
     test::temp_dir dir;
-    std::string cfg =
-        test::tiny_config(dir.path(), "\n[pipeline]\nstages = 2\nschedule = \"zb\"\nmax_deferred_w = " +
-                                          std::to_string(bound) + "\n");
+    std::string cfg = test::tiny_config(dir.path(), fmt::format("\n[pipeline]\nstages = 2\nschedule = \"zb\"\n"
+                                                                "max_stashed = {}\nmax_deferred_w = {}\n",
+                                                                bd.stashed, bd.deferred));
     REQUIRE(test::run_config(dir.path(), "zb", cfg, {}) == 0);
     auto traces = actors::load_run_traces(dir.path() + "/run");
     REQUIRE(traces.has_value());
@@ -116,6 +123,8 @@ TEST_CASE("zero-bubble runs keep their invariants in the trace: W after B, befor
     const auto steps = 5u;
     for (std::int32_t s = 0; s < 2; ++s) {
       CAPTURE(s);
+      const auto policy = actors::schedule_policy::zero_bubble(2, static_cast<std::uint32_t>(s), bd.stashed, bd.deferred);
+      const auto F = actors::stage_spans(t, "forward", s);
       const auto B = actors::stage_spans(t, "backward", s), W = actors::stage_spans(t, "weight", s);
       REQUIRE(W.size() == M * steps);
       REQUIRE(B.size() == W.size());
@@ -140,7 +149,14 @@ TEST_CASE("zero-bubble runs keep their invariants in the trace: W after B, befor
         std::size_t b_done = 0, w_done = 0;
         for (const auto& x : B) b_done += x.t1_ns <= b.t1_ns ? 1 : 0;
         for (const auto& x : W) w_done += x.t1_ns <= b.t1_ns ? 1 : 0;
-        CHECK(b_done - w_done <= bound);
+        CHECK(b_done - w_done <= policy.max_deferred_w);
+      }
+      // Held from forward to W, counted as each forward starts (itself included).
+      for (const auto& f : F) {
+        std::size_t f_started = 0, w_done = 0;
+        for (const auto& x : F) f_started += x.t0_ns <= f.t0_ns ? 1 : 0;
+        for (const auto& x : W) w_done += x.t1_ns <= f.t0_ns ? 1 : 0;
+        CHECK(f_started - w_done <= policy.stash_slots);
       }
     }
   }

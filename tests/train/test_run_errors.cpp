@@ -300,3 +300,30 @@ TEST_CASE("stages across processes: the layout from the process count, and what 
   CHECK(bad_cuda.err().message.find("devices.backend") != std::string::npos);
   CHECK(bad_cuda.err().message.find("not written yet") != std::string::npos);
 }
+
+TEST_CASE("the zero-bubble memory bounds: max_stashed at least the stage count, both keys only with zb") {
+  test::temp_dir dir;
+  auto read = [&](const std::string& pipeline) {
+    const std::string path = dir.path() + "/run.toml";
+    std::ofstream(path) << "train_steps = 1\ntrain_batch_size = 2\n[model]\nsize = \"tiny\"\n[optimizer]\n"
+                           "type = \"Adam\"\n[data]\nvocab = \"v.txt\"\ntrain_shards = \"s\"\n[pipeline]\nstages = 2\n"
+                        << pipeline;
+    auto cfg = train::load_run_config(path);
+    REQUIRE(cfg.has_value());
+    config_problems problems;
+    auto rc = train::read_run_config(*cfg, "runs/x", problems, 1);
+    return std::make_pair(rc, problems.to_status());
+  };
+  auto [h2, ok] = read("schedule = \"zb\"\nmax_stashed = 3\n");
+  REQUIRE_MESSAGE(ok.has_value(), (ok.has_value() ? "" : ok.err().message));
+  CHECK(h2.max_stashed == 3);
+  auto [low, bad_low] = read("schedule = \"zb\"\nmax_stashed = 1\n");
+  REQUIRE_FALSE(bad_low.has_value());
+  CHECK(bad_low.err().message.find("pipeline.max_stashed") != std::string::npos);
+  CHECK(bad_low.err().message.find("at least pipeline.stages") != std::string::npos);
+  CHECK(bad_low.err().message.find("got 1") != std::string::npos);
+  auto [plain, bad_plain] = read("max_stashed = 3\n");
+  REQUIRE_FALSE(bad_plain.has_value());
+  CHECK(bad_plain.err().message.find("pipeline.max_stashed") != std::string::npos);
+  CHECK(bad_plain.err().message.find("\"zb\"") != std::string::npos);
+}

@@ -29,7 +29,8 @@ struct pipeline_plan {
   std::string model = "mini";
   int layers = 4;
   int runs = 5, steps = 8, warmup = 2, micro_batch = 4, seq = 128;
-  int max_deferred_w = 0; // zb's bound (0: the number of stages)
+  int max_stashed = 0;    // zb's held bound (0: the number of stages, 1F1B's memory: ZB-H1)
+  int max_deferred_w = 0; // zb's deferred-W bound (0: what the stash leaves)
   std::vector<int> micro_batches{4, 8};
   std::string work;
   std::string config; // a base config instead of the built-in one (--config)
@@ -59,6 +60,7 @@ expected<run_figures> run_once(const pipeline_plan& p, const std::string& self, 
                                       "--set", fmt::format("gradient_accumulation_steps={}", M),
                                       "--set", fmt::format("train_batch_size={}", M * p.micro_batch),
                                       "--set", fmt::format("pipeline.schedule=\"{}\"", schedule),
+                                      "--set", fmt::format("pipeline.max_stashed={}", schedule == "zb" ? p.max_stashed : 0),
                                       "--set", fmt::format("pipeline.max_deferred_w={}", schedule == "zb" ? p.max_deferred_w : 0),
                                       "--set", fmt::format("pipeline.partition=\"layers:{},{}\"", split, p.layers - split)};
   DSA_ASSIGN_OR_RETURN(int code, run_logged(argv, log));
@@ -106,8 +108,10 @@ int bench_pipeline_main(int argc, char** argv) {
       "warmup", po::value(&p.warmup)->default_value(p.warmup), "first steps of a run not counted")(
       "micro-batch", po::value(&p.micro_batch)->default_value(p.micro_batch), "sequences per micro-batch")(
       "model", po::value(&p.model)->default_value(p.model), "model size (tiny, mini, small)")(
+      "max-stashed", po::value(&p.max_stashed)->default_value(p.max_stashed),
+      "zb's pipeline.max_stashed (0: the number of stages, 1F1B's memory; 3: ZB-H2's 2S - 1)")(
       "max-deferred-w", po::value(&p.max_deferred_w)->default_value(p.max_deferred_w),
-      "zb's pipeline.max_deferred_w (0: the number of stages)")(
+      "zb's pipeline.max_deferred_w (0: max_stashed bounds it)")(
       "work", po::value(&p.work), "folder for the runs (default: a fresh one under /tmp, removed after)")(
       "config", po::value(&p.config), "a run config to measure instead of the built-in BERT on the quick start's data "
                                       "(its model and data; the bench sets the batch, steps and pipeline keys)")(
@@ -201,7 +205,11 @@ int bench_pipeline_main(int argc, char** argv) {
   out["model"] = p.model;
   out["partition"] = fmt::format("layers:{},{}", split, p.layers - split);
   out["runs"] = p.runs;
-  out["max_deferred_w"] = p.max_deferred_w == 0 ? 2 : p.max_deferred_w;
+  const int stashed = p.max_stashed == 0 ? 2 : p.max_stashed;
+  out["max_stashed"] = stashed;
+  out["max_deferred_w"] = p.max_deferred_w;
+  const auto zb_kind = stashed >= 3 ? actors::zb_memory::h2 : actors::zb_memory::h1;
+  const char* zb_name = stashed >= 3 ? "ZB-H2" : "ZB-H1";
   for (int M : p.micro_batches) {
     const auto& a = all[M]["1f1b"];
     const auto& z = all[M]["zb"];
@@ -209,7 +217,7 @@ int bench_pipeline_main(int argc, char** argv) {
     const double b = mean_of(z.figures, &actors::pipeline_stage_figures::backward_ms);
     const double w = mean_of(z.figures, &actors::pipeline_stage_figures::weight_ms);
     const double theory_a = actors::one_f_one_b_bubble(2, static_cast<std::uint32_t>(M));
-    const double theory_z = actors::zb_h1_bubble(2, static_cast<std::uint32_t>(M), f, b, w);
+    const double theory_z = actors::zb_bubble(zb_kind, 2, static_cast<std::uint32_t>(M), f, b, w);
     auto held = [](const std::vector<actors::pipeline_figures>& runs) {
       std::uint32_t peak = 0;
       for (const auto& r : runs)
@@ -219,9 +227,10 @@ int bench_pipeline_main(int argc, char** argv) {
     fmt::print("M = {} (medians [min .. max] of {} runs each):\n", M, p.runs);
     fmt::print("  1f1b  samples/s {}  bubble {}  theory {:.1f}%  micro-batches held at most {}\n",
                spread(a.samples_per_s, "{:.1f}"), spread(a.bubble, "{:.3f}"), 100 * theory_a, held(a.figures));
-    fmt::print("  zb    samples/s {}  bubble {}  theory {:.1f}% (ZB-H1, measured F {:.1f} B {:.1f} W {:.1f} ms)  "
+    fmt::print("  zb    samples/s {}  bubble {}  theory {:.1f}% ({}, measured F {:.1f} B {:.1f} W {:.1f} ms)  "
                "micro-batches held at most {}\n",
-               spread(z.samples_per_s, "{:.1f}"), spread(z.bubble, "{:.3f}"), 100 * theory_z, f, b, w, held(z.figures));
+               spread(z.samples_per_s, "{:.1f}"), spread(z.bubble, "{:.3f}"), 100 * theory_z, zb_name, f, b, w,
+               held(z.figures));
     fmt::print("  zb / 1f1b: bubble {:.2f}x, samples/s {:.2f}x\n", median(z.bubble) / median(a.bubble),
                median(z.samples_per_s) / median(a.samples_per_s));
     const std::string suffix = M == 4 ? "" : fmt::format("_m{}", M);

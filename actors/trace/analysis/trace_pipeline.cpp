@@ -51,9 +51,10 @@ double one_f_one_b_bubble(std::uint32_t stages, std::uint32_t micro_batches) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
 }
 
-double zb_h1_bubble(std::uint32_t stages, std::uint32_t micro_batches, double f, double b, double w) {
+double zb_bubble(zb_memory kind, std::uint32_t stages, std::uint32_t micro_batches, double f, double b, double w) {
   const double work = micro_batches * (f + b + w);
-  const double extra = std::max((stages - 1) * (f + b - w), (stages - 1) * f);
+  const double hidden = kind == zb_memory::h2 ? 2 * w : w;
+  const double extra = std::max((stages - 1) * (f + b - hidden), (stages - 1) * f);
   return work + extra > 0 ? extra / (work + extra) : 0.0;
 }
 

@@ -37,10 +37,12 @@ struct pipeline_figures {
 expected<pipeline_figures> pipeline_bubble(const std::vector<rank_trace>& traces, std::uint32_t skip_steps);
 
 // The bubbles theory gives for S stages, M micro-batches: 1F1B's (S - 1) / (M + S - 1), and
-// ZB-H1's from the measured mean F, B and W times: 1 - M (F + B + W) / (M (F + B + W) +
-// (S - 1)(F + B - W)), the zero-bubble paper's makespan (its floor, (S - 1) F, where that
-// formula would pass below it).
+// the zero-bubble paper's from the measured mean F, B and W times: ZB-H1 (1F1B's memory)
+// 1 - M (F + B + W) / (M (F + B + W) + (S - 1)(F + B - W)), ZB-H2 (2S - 1 micro-batches
+// held) the same with (S - 1)(F + B - 2W); the floor (S - 1) F where the formula would pass
+// below it.
 double one_f_one_b_bubble(std::uint32_t stages, std::uint32_t micro_batches);
-double zb_h1_bubble(std::uint32_t stages, std::uint32_t micro_batches, double f, double b, double w);
+enum class zb_memory { h1, h2 };
+double zb_bubble(zb_memory kind, std::uint32_t stages, std::uint32_t micro_batches, double f, double b, double w);
 
 } // namespace dsa::actors

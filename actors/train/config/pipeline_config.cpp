@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace dsa::train {
 
@@ -20,20 +21,27 @@ void read_pipeline(const config& cfg, run_config& rc, config_problems& problems,
   r.read("schedule", rc.schedule);
   r.read("speculative_update", rc.speculative_update);
   r.read("max_deferred_w", rc.max_deferred_w);
+  r.read("max_stashed", rc.max_stashed);
   r.check_unknown();
   if (stages < 1 || stages > 64)
     r.invalid("stages", fmt::format("must be in 1..64, got {}", stages));
   if (rc.schedule != "1f1b" && rc.schedule != "gpipe" && rc.schedule != "zb")
     r.invalid("schedule", fmt::format("expected '1f1b', 'gpipe' or 'zb', got '{}'", rc.schedule));
   if (rc.max_deferred_w < 0 || rc.max_deferred_w > 1024)
-    r.invalid("max_deferred_w", fmt::format("must be in 0..1024 (0: the number of stages), got {}", rc.max_deferred_w));
-  if (rc.max_deferred_w != 0 && rc.schedule != "zb")
-    r.invalid("max_deferred_w", fmt::format("bounds the zero-bubble schedule's deferred W work: it needs "
-                                            "pipeline.schedule = \"zb\" (got \"{}\")",
-                                            rc.schedule));
+    r.invalid("max_deferred_w",
+              fmt::format("must be in 0..1024 (0: pipeline.max_stashed bounds it), got {}", rc.max_deferred_w));
+  for (const auto& [key, value] : {std::pair{"max_deferred_w", rc.max_deferred_w}, {"max_stashed", rc.max_stashed}})
+    if (value != 0 && rc.schedule != "zb")
+      r.invalid(key, fmt::format("bounds the zero-bubble schedule's deferred W work: it needs "
+                                 "pipeline.schedule = \"zb\" (got \"{}\")",
+                                 rc.schedule));
   if (stages < 1 || stages > 64) stages = 1;
   rc.stages = static_cast<std::uint32_t>(stages);
-  if (rc.max_deferred_w == 0) rc.max_deferred_w = rc.stages;
+  // A stage must hold 1F1B's warm-up: the first stage runs S forwards before its first B.
+  if (rc.max_stashed != 0 && (rc.max_stashed < rc.stages || rc.max_stashed > 1024))
+    r.invalid("max_stashed", fmt::format("must be 0 (the number of stages: 1F1B's activation memory, ZB-H1) or in "
+                                         "{}..1024 (at least pipeline.stages; 2 x stages - 1 gives ZB-H2), got {}",
+                                         rc.stages, rc.max_stashed));
   // A value of at least the stage count keeps every stage in each process.
   if (per_process >= stages) per_process = stages;
   if (per_process < 1 || stages % per_process != 0) {

@@ -1,5 +1,5 @@
 // The "pipeline" table of a run config (stages, stages_per_process, partition, schedule,
-// speculative_update, max_deferred_w) and the runtime's schedule kind it names.
+// speculative_update, max_deferred_w, max_stashed) and the runtime's schedule kind it names.
 #pragma once
 
 #include "actors/schedule_policy.hpp"
@@ -9,7 +9,7 @@
 
 namespace dsa::train {
 
-// Reads the table into rc; every problem names its key. max_deferred_w 0 becomes the stage count.
+// Reads the table into rc; every problem names its key.
 // processes: the job's (WORLD_SIZE); with several, rc.pipe_processes is stages /
 // stages_per_process, and a process count that is not a multiple of it is refused naming both.
 void read_pipeline(const config& cfg, run_config& rc, config_problems& problems, int processes = 1);

@@ -137,8 +137,12 @@ struct run_config {
   bool stages_across_processes() const { return pipe_processes > 1; }
   std::string partition = "parameters";
   std::string schedule = "1f1b"; // or "gpipe", or "zb" (zero-bubble: the backward split into B and W)
-  // pipeline.max_deferred_w: with "zb", micro-batches a stage may hold whose W has not run
-  // (default 0: the number of stages, which gives ZB-H1's schedule in the unit-cost model).
+  // pipeline.max_stashed: with "zb", micro-batches a stage may hold between a forward and
+  // its W (default 0: the number of stages, 1F1B's activation memory: ZB-H1 in the
+  // unit-cost model; 2 x stages - 1: ZB-H2). pipeline.max_deferred_w: of those, at most
+  // this many whose B ran and W did not (default 0: the stash is the only bound).
+  // schedule_policy::zero_bubble turns both into each stage's bounds.
+  std::int64_t max_stashed = 0;
   std::int64_t max_deferred_w = 0;
   // pipeline.speculative_update: with clipping or fp16 and several stages, a shard
   // updates before the global norm is in and rolls back when it clips or overflows.

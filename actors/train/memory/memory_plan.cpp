@@ -49,10 +49,11 @@ std::int64_t rank_activations(const run_config& rc, const std::vector<bert::bert
   for (std::uint32_t s = 0; s < S; ++s) {
     if (!in.runs(s)) continue; // another process's stage
     const auto& r = ranges[s];
-    const std::int64_t slots =
+    const actors::schedule_policy policy =
         actors::schedule_policy::make(kind, S, s, static_cast<std::uint32_t>(rc.batch.gradient_accumulation),
-                                      static_cast<std::uint32_t>(std::max<std::int64_t>(1, rc.max_deferred_w)))
-            .stash_slots;
+                                      static_cast<std::uint32_t>(rc.max_stashed),
+                                      static_cast<std::uint32_t>(rc.max_deferred_w));
+    const std::int64_t slots = policy.stash_slots;
     // Checkpointing keeps one f32 input per layer; the layer being recomputed holds a stash.
     const std::int64_t kept = rc.model.checkpoint_activations ? hidden : layer;
     total += slots * (r.layer_count() * kept + (r.has_embeddings() ? hidden : 0)) + layer;
@@ -64,13 +65,13 @@ std::int64_t rank_activations(const run_config& rc, const std::vector<bert::bert
       // Each deferred W holds copies of its products' operands (models/bert/weight_grads.hpp),
       // f32: per layer Q, K, V's input and output gradients, the attention output's and the
       // feed-forward's two, 11 (B, T, H) and 2 (B, T, I) tensors; the head's logits gradient;
-      // the word table's lookup rows. Counted for max_deferred_w micro-batches, beside the
+      // the word table's lookup rows. Counted for the stage's deferred-W bound, beside the
       // stash slots above.
       const std::int64_t I = rc.model.intermediate_size;
       const std::int64_t per_layer = 11 * hidden + 2 * B * T * I * 4;
       const std::int64_t w = r.layer_count() * per_layer + (r.has_head() ? head / 2 : 0) +
                              (r.has_embeddings() ? hidden : 0);
-      total += std::max<std::int64_t>(1, rc.max_deferred_w) * w;
+      total += static_cast<std::int64_t>(policy.max_deferred_w) * w;
     }
   }
   return total;

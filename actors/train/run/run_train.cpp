@@ -60,7 +60,8 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
   ro.pipeline.micro_batches = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
   ro.pipeline.steps = in.last_step - in.first_step + 1;
   ro.pipeline.schedule = schedule_kind_of(rc);
-  ro.pipeline.max_deferred_w = static_cast<std::uint32_t>(std::max<std::int64_t>(1, rc.max_deferred_w));
+  ro.pipeline.max_stashed = static_cast<std::uint32_t>(rc.max_stashed);
+  ro.pipeline.max_deferred_w = static_cast<std::uint32_t>(rc.max_deferred_w);
   ro.pipeline.totals = global ? actors::grad_scope::global : actors::grad_scope::per_stage;
   ro.pipeline.speculative_update = rc.speculative_update;
   ro.first_step = in.first_step;
