@@ -127,7 +127,8 @@ std::uint32_t current_step(const coordinator_state& st, std::uint32_t id) {
 // process of the job. Each process adds what it holds and zeros elsewhere (x + 0 is
 // exact), so the sums are those of one process running every stage: the loss and the
 // metrics of the last stages (one per replica, summed in replica order), each stage's
-// sum of squares from replica 0 (every replica holds the same after the reduction).
+// sum of squares and the local figures from replica 0 (every replica holds the same
+// sums of squares after the reduction; the figures are its stages' own).
 void sum_over_pipeline(net::communicator& world, const pipeline_plan& plan, step_summary& summary,
                        const std::vector<double>& shares, net::comms_logger* logger, const std::string& caller) {
   const auto S = plan.options.stages;
@@ -135,6 +136,7 @@ void sum_over_pipeline(net::communicator& world, const pipeline_plan& plan, step
   std::vector<double> head{last_here ? summary.loss : 0.0, summary.skipped ? 1.0 : 0.0,
                            last_here ? static_cast<double>(summary.metrics.size()) : 0.0};
   for (std::uint32_t s = 0; s < S; ++s) head.push_back(plan.local(s) && plan.dp_rank == 0 ? shares[s] : 0.0);
+  for (double f : summary.figures) head.push_back(plan.dp_rank == 0 ? f : 0.0);
   auto sums = sum_over_ranks(world, head, logger, caller);
   if (!sums) throw std::runtime_error(fmt::format("summing the step's loss over the processes: {}", sums.err().message));
   summary.loss = (*sums)[0] / plan.dp_size;
@@ -142,6 +144,7 @@ void sum_over_pipeline(net::communicator& world, const pipeline_plan& plan, step
   const auto metric_count = static_cast<std::size_t>((*sums)[2] / plan.dp_size + 0.5);
   summary.grad_sum_of_squares = 0;
   for (std::uint32_t s = 0; s < S; ++s) summary.grad_sum_of_squares += (*sums)[3 + s]; // stage order
+  for (std::size_t i = 0; i < summary.figures.size(); ++i) summary.figures[i] = (*sums)[3 + S + i];
   if (metric_count == 0) {
     summary.metrics.clear();
     return;
@@ -183,7 +186,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   for (double share : st.shares[i]) sum_of_squares += share; // stage order
   step_summary summary{step, st.args.summary->losses[i],
                              std::chrono::duration<double>(now - st.last_step_done).count(), sum_of_squares,
-                             st.skipped[i], std::move(st.metrics[i]), st.args.summary->positions[i]};
+                             st.skipped[i], std::move(st.metrics[i]), st.args.summary->positions[i], {}};
   st.last_step_done = now;
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
@@ -200,6 +203,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   post_job(self, st.hooks, step,
            [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger, layout = st.args.setup.plan,
             shares = st.shares[i], caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
+    if (hooks.local_figures) summary.figures = hooks.local_figures();
     if (peers && layout->placement.split()) {
       sum_over_pipeline(*peers, *layout, summary, shares, logger, caller);
     } else if (peers) {

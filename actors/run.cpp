@@ -127,7 +127,7 @@ void spawn_and_run(const run_options& options, const run_parts& parts, const act
   args.setup = setup;
   args.summary = summary;
   args.watchdog = options.watchdog;
-  args.hooks = step_hooks{options.on_step, options.stop_after};
+  args.hooks = step_hooks{options.on_step, options.stop_after, options.local_figures};
   // Only a run with step hooks holds each update until the coordinator went on past the previous step.
   // Data-parallel coordinators, and those of one pipeline's processes, agree on every step before the next update.
   const auto release = args.hooks.holds_updates() || setup.dp.enabled() || plan.placement.split()

@@ -26,6 +26,9 @@ struct step_summary {
   // The data source's position after the step's last micro-batch
   // (batch_source::position, sent by the feeder; empty when the source has none).
   std::vector<std::uint64_t> data_position;
+  // step_hooks::local_figures of the step (empty without it): this process's, or with
+  // stages across processes the sum over replica 0's processes (every stage once).
+  std::vector<double> figures;
 };
 
 struct step_hooks {
@@ -40,6 +43,10 @@ struct step_hooks {
   // the run's last step, which ends the run anyway); true ends the run cleanly
   // after that step (an exception fails it). Same rules as on_step.
   std::function<bool(std::uint32_t completed_step)> stop_after;
+  // Figures of this process's stages (wall_clock_breakdown's timers), taken on the hook
+  // thread as the step's hooks start, before the summary goes to on_step. Every process
+  // of a job sets it or none does, with the same count of figures.
+  std::function<std::vector<double>()> local_figures;
 
   // With either hook set, no shard starts the update of step k + 1 before the
   // hooks of step k returned (the shards' state is then that of step k).

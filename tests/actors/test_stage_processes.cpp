@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -58,7 +59,8 @@ struct process_result {
 std::vector<process_result> run_split(synthetic_model model, const pipeline_options& options, layout l,
                                       std::function<void(int, synthetic_pipeline&)> adjust = {},
                                       std::chrono::milliseconds watchdog = std::chrono::milliseconds(60000),
-                                      const std::string& run_dir = "", std::int64_t bucket_elements = 500'000'000) {
+                                      const std::string& run_dir = "", std::int64_t bucket_elements = 500'000'000,
+                                      std::function<void(int, run_options&)> adjust_options = {}) {
   const auto S = options.stages;
   const int pipe = static_cast<int>(S / l.stages_per_process);
   const int world = pipe * l.dp;
@@ -86,6 +88,7 @@ std::vector<process_result> run_split(synthetic_model model, const pipeline_opti
       for (int r = 0; r < l.dp; ++r) members.push_back(p * l.dp + r);
       dsa::net::subgroup_transport replicas(group.at(w), members);
       if (l.dp > 1) o.dp = {d, l.dp, &replicas, bucket_elements};
+      if (adjust_options) adjust_options(w, o);
       auto parts = pipeline.parts();
       auto& mine = out[static_cast<std::size_t>(w)];
       for (std::uint32_t s = 0; s < S; ++s) {
@@ -200,6 +203,35 @@ TEST_CASE("processes holding two consecutive stages each, and a middle process w
   SUBCASE("3 processes of one stage: the middle one feeds nothing") {
     options.stages = 3;
     check_equal(model, options, {1, 1});
+  }
+}
+
+// wall_clock_breakdown's timers: each process adds its stages' figures to the step's
+// summary; the hooks of every process see the sum over replica 0's processes (each stage
+// once), whichever replica they run.
+TEST_CASE("each step's local figures are summed over a replica's processes") {
+  synthetic_model model;
+  pipeline_options options;
+  options.stages = 2;
+  options.micro_batches = 2;
+  options.steps = 3;
+  std::mutex mu;
+  std::map<int, std::vector<std::vector<double>>> seen; // [process] per step
+  auto figures = [&](int w, run_options& o) {
+    o.local_figures = [w] { return std::vector<double>{1.0 + w, 100.0}; };
+    o.on_step = [&, w](const step_summary& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen[w].push_back(s.figures);
+    };
+  };
+  const auto split = run_split(model, options, {1, 2}, {}, std::chrono::milliseconds(60000), "", 500'000'000, figures);
+  for (const auto& p : split) REQUIRE_MESSAGE(p.result.ok, p.result.error);
+  REQUIRE(seen.size() == 4);
+  for (const auto& [w, steps] : seen) {
+    CAPTURE(w);
+    REQUIRE(steps.size() == options.steps);
+    // Replica 0 is processes 0 (stage 0) and 2 (stage 1): 1 + 3 and 100 + 100.
+    for (const auto& f : steps) CHECK(f == std::vector<double>{4.0, 200.0});
   }
 }
 

@@ -84,6 +84,11 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
   actors::run_options o = shared;
   const int global_rank = run.ctx.rank + r; // the data-parallel rank
   if (run.lead && r == 0) o.on_step = [&t](const actors::step_summary& summary) { t.reporter->on_step(summary); };
+  // wall_clock_breakdown: each process's stage timers, summed over a replica's processes.
+  if (rc.wall_clock_breakdown && r == 0) {
+    stage_shared* timers = &run.ctx.shared;
+    o.local_figures = [timers] { return take_stage_times(*timers); };
+  }
   if (t.world > 1)
     o.dp = {global_rank, t.world, t.transport(run, r), rc.reduce_bucket_elements, rc.overlap_comm,
             r == 0 ? &*t.comms : nullptr, rc.shared_memory_allreduce};

@@ -65,7 +65,7 @@ void step_reporter::on_step(const actors::step_summary& s) {
                           static_cast<double>(t.nsp_correct) / static_cast<double>(t.nsp_count)});
   step_times times;
   if (in_.rc.wall_clock_breakdown) {
-    times = take_times();
+    times = take_times(s);
     // DeepSpeed's monitor names for the wall_clock_breakdown timers, plus the whole step's wall time.
     row.values.push_back({"Train/Samples/elapsed_time_ms_forward", times.forward_ms});
     row.values.push_back({"Train/Samples/elapsed_time_ms_backward", times.backward_ms});
@@ -82,10 +82,8 @@ void step_reporter::on_step(const actors::step_summary& s) {
   r.loss_scale = d.loss_scale_after;
   r.samples_per_s = secs > 0 ? static_cast<double>(b.train_batch_size) / secs : 0.0;
   if (in_.rc.wall_clock_breakdown)
-    r.extra = fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over {})",
-                          times.forward_ms, times.backward_ms, times.step_ms,
-                          // Stages across processes: the counters are this process's.
-                          in_.rc.stages_across_processes() ? "rank 0's stages" : "stages");
+    r.extra = fmt::format("forward {:.1f} ms | backward {:.1f} ms | step {:.1f} ms (summed over stages)",
+                          times.forward_ms, times.backward_ms, times.step_ms);
   bar_.update(r);
   if (checkpoint_due(in_.rc, step))
     save(step, s.data_position);
@@ -154,13 +152,9 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
   log_info("saved checkpoint {} (step {})", saved->dir, step + 1);
 }
 
-step_reporter::step_times step_reporter::take_times() {
-  auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
-  step_times t;
-  t.forward_ms = take(model_.shared.forward_ns);
-  t.backward_ms = take(model_.shared.backward_ns);
-  t.step_ms = take(model_.shared.optimizer_ns);
-  return t;
+step_reporter::step_times step_reporter::take_times(const actors::step_summary& s) {
+  const std::vector<double> ms = s.figures.size() == 3 ? s.figures : take_stage_times(model_.shared);
+  return {ms[0], ms[1], ms[2]};
 }
 
 } // namespace dsa::train

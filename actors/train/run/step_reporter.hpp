@@ -47,11 +47,12 @@ public:
   std::int64_t last_saved() const { return last_saved_; }
 
 private:
-  // The wall_clock_breakdown counters since the last call (reset to 0), in ms summed over stages.
+  // The wall_clock_breakdown counters of the step in ms, summed over stages: the summary's
+  // figures (every stage of the replica, step_hooks::local_figures), or this process's.
   struct step_times {
     double forward_ms = 0, backward_ms = 0, step_ms = 0;
   };
-  step_times take_times();
+  step_times take_times(const actors::step_summary& s);
 
   const run_inputs& in_;
   rank_model& model_;

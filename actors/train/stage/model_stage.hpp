@@ -28,6 +28,13 @@ struct stage_shared {
   std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
 };
 
+// The counters since the last call, in milliseconds (forward, backward, optimizer), each
+// reset to 0.
+inline std::vector<double> take_stage_times(stage_shared& shared) {
+  auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
+  return {take(shared.forward_ns), take(shared.backward_ns), take(shared.optimizer_ns)};
+}
+
 // Adds the time from its construction to its destruction to one of those counters.
 struct stage_timer {
   std::atomic<std::int64_t>& sink;
