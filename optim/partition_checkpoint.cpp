@@ -88,6 +88,21 @@ expected<tensor> read_key(const saved_partition& src, std::size_t rank, const st
 
 } // namespace
 
+expected<std::string> tensor_of_key(const std::string& key) {
+  DSA_ASSIGN_OR_RETURN(parsed_key k, parse_key(key, 0));
+  return k.name;
+}
+
+expected<saved_partition> only_tensors(saved_partition from, const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::string> kept;
+  for (const auto& key : from.keys) {
+    DSA_ASSIGN_OR_RETURN(std::string name, tensor_of_key(key));
+    if (name.empty() || keep(name)) kept.push_back(key);
+  }
+  from.keys = std::move(kept);
+  return from;
+}
+
 state_map partition_payload(const flat_layout& layout, std::uint32_t rank, const partition_state& state) {
   state_map out;
   const flat_range part = layout.partition(rank);

@@ -57,6 +57,13 @@ struct saved_partition {
 // An in-memory state (a payload, or a file read whole); holds the map.
 saved_partition saved_partition_of(state_map tensors);
 
+// The tensor a key names ("master.<name>[lo:hi]", "<name>.exp_avg", "shape.<name>", ...;
+// empty for the step count), or an error naming the key.
+expected<std::string> tensor_of_key(const std::string& key);
+// The same saved state with only the keys of tensors `keep` accepts (and the step count):
+// a pipeline repartition takes each new stage's tensors from the saved stages that held them.
+expected<saved_partition> only_tensors(saved_partition from, const std::function<bool(const std::string&)>& keep);
+
 // One tensor assembled from every rank's pieces, in its own shape.
 struct assembled_tensor {
   std::string name;

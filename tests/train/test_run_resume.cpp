@@ -47,6 +47,23 @@ void resume_matches(const std::vector<std::string>& settings) {
   check_bit_equal(a.groups, b.groups);
 }
 
+// A resume on another layout: the run in `dir` ends at step 6 where `want` (the same run on
+// one layout throughout) does, within the layouts' summation-order tolerance, and says it
+// repartitioned.
+void check_repartitioned(const std::string& dir, const ckpt::loaded_checkpoint& want) {
+  const auto got = test::load_run_checkpoint(dir + "/ckpt", "6");
+  CHECK(got.manifest.state["data_cursor"] == want.manifest.state["data_cursor"]);
+  for (const auto& [name, t] : want.groups.at("model")) {
+    INFO(name);
+    REQUIRE(got.groups.at("model").count(name) == 1);
+    DSA_CHECK_CLOSE(got.groups.at("model").at(name).data<float>(), t.data<float>(), t.numel(),
+                    test::layout_equivalence);
+  }
+  std::ifstream log(dir + "/run/train.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  CHECK(text.find("repartitioned on load") != std::string::npos);
+}
+
 } // namespace
 
 TEST_CASE("resume is bit-exact with gradient accumulation and a warm-up schedule") {
@@ -70,8 +87,7 @@ TEST_CASE("resume is bit-exact with stages updating independently (no clipping)"
 // Resuming on another pipeline layout repartitions on load: the model and a whole run's
 // optimizer state are named by parameter, so each new stage takes its parameters' state from
 // whichever saved stage held them. 2 stages for 3 steps, then 1 or 4 stages to 6, end where
-// 6 steps on 1 stage do, within the layouts' summation-order tolerance; a partitioned (ZeRO)
-// run refuses another layout by name.
+// 6 steps on 1 stage do, within the layouts' summation-order tolerance.
 TEST_CASE("a checkpoint resumes on another stage count, repartitioned on load") {
   test::temp_dir full;
   REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), {"train_steps=6"}) == 0);
@@ -83,24 +99,38 @@ TEST_CASE("a checkpoint resumes on another stage count, repartitioned on load") 
                              {"train_steps=3", "pipeline.stages=2"}) == 0);
     REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()),
                              {"train_steps=6", stages, "pipeline.partition=\"uniform\""}, /*resume=*/true) == 0);
-    const auto got = test::load_run_checkpoint(part.path() + "/ckpt", "6");
-    CHECK(got.manifest.state["data_cursor"] == want.manifest.state["data_cursor"]);
-    for (const auto& [name, t] : want.groups.at("model")) {
-      INFO(name);
-      REQUIRE(got.groups.at("model").count(name) == 1);
-      DSA_CHECK_CLOSE(got.groups.at("model").at(name).data<float>(), t.data<float>(), t.numel(),
-                      test::layout_equivalence);
-    }
-    std::ifstream log(part.path() + "/run/train.log");
-    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-    CHECK(text.find("repartitioned on load") != std::string::npos);
+    check_repartitioned(part.path(), want);
   }
-  // ZeRO over 2 ranks partitions the state by the saved layout: another layout is refused (exit 2).
-  test::temp_dir zero;
-  REQUIRE(test::run_config(zero.path(), "z", test::tiny_config(zero.path()),
-                           {"train_steps=3", "pipeline.stages=2", "devices.ranks=2", "zero_optimization.stage=1"}) ==
-          0);
-  CHECK(test::run_config(zero.path(), "z", test::tiny_config(zero.path()),
-                         {"train_steps=6", "pipeline.stages=1", "devices.ranks=2", "zero_optimization.stage=1"},
-                         /*resume=*/true) == 2);
+}
+
+// ZeRO over 2 ranks and NVMe offload keep the optimizer state in pieces named by tensor range
+// (one file per rank, or the swap's chunks): a new stage reads its parameters' pieces from
+// whichever saved stage held them, so these repartition the same way.
+TEST_CASE("a ZeRO-partitioned or NVMe-offloaded checkpoint resumes on another stage count") {
+  test::temp_dir swap;
+  const std::vector<std::vector<std::string>> variants{
+      {"devices.ranks=2", "zero_optimization.stage=1"},
+      {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
+       "zero_optimization.offload_optimizer.nvme_path=\"" + swap.path() + "\""}};
+  for (const auto& v : variants) {
+    CAPTURE(v.back());
+    test::temp_dir full;
+    std::vector<std::string> six = v;
+    six.push_back("train_steps=6");
+    REQUIRE(test::run_config(full.path(), "full", test::tiny_config(full.path()), six) == 0);
+    const auto want = test::load_run_checkpoint(full.path() + "/ckpt", "6");
+    for (const char* stages : {"pipeline.stages=1", "pipeline.stages=4"}) {
+      CAPTURE(stages);
+      test::temp_dir part;
+      std::vector<std::string> three = v;
+      three.push_back("train_steps=3");
+      three.push_back("pipeline.stages=2");
+      REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), three) == 0);
+      std::vector<std::string> more = six;
+      more.push_back(stages);
+      more.push_back("pipeline.partition=\"uniform\"");
+      REQUIRE(test::run_config(part.path(), "part", test::tiny_config(part.path()), more, /*resume=*/true) == 0);
+      check_repartitioned(part.path(), want);
+    }
+  }
 }

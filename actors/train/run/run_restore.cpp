@@ -70,16 +70,11 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   DSA_ASSIGN_OR_RETURN(auto listed, ckpt::read_checkpoint_manifest(dir));
   DSA_ASSIGN_OR_RETURN(auto saved, progress_from_json(listed.state, dir));
   // Another pipeline layout (other stages or partition): the model is HuggingFace-named, and
-  // a whole run's optimizer state is named by parameter too, so each new stage takes its
-  // parameters' state from whichever saved stage held them (a repartition on load).
+  // the optimizer state is named by parameter too (whole tensors, or ZeRO's and the NVMe
+  // swap's pieces by tensor range), so each new stage takes its parameters' state from
+  // whichever saved stage held them (a repartition on load).
   const std::string layout = describe_layout(m.ranges);
   const bool repartition = saved.stages != in.rc.stages || saved.layout != layout;
-  if (repartition && parts)
-    return make_error(errc::config,
-                      "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, pipeline.partition) "
-                      "and partitions its optimizer state (ZeRO over {} ranks or NVMe offload), which resumes only on "
-                      "the saved layout",
-                      dir, saved.layout, layout, in.rc.batch.data_parallel_size);
   if (repartition && in.rc.optimizer.compressed())
     return make_error(errc::config,
                       "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, pipeline.partition): "
@@ -119,6 +114,7 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   r.dir = ck.dir;
   r.manifest = ck.manifest;
   r.optimizer_states.resize(in.rc.stages);
+  r.repartitioned = repartition;
   // Repartitioning: every saved stage's state in one map by name (a tied weight's copies agree).
   optim::optimizer_state all_saved;
   if (repartition)

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -350,7 +351,16 @@ void add_resumed_state(const run_config& rc, std::uint32_t s, rank_start& start,
   if (!start.resumed) return;
   o.resume_errors = start.resumed->error_states.at(s);
   o.resume_lamb = std::move(start.resumed->lamb_states.at(s)); // the shard's only copy
-  if (partitioned(rc)) {
+  if (partitioned(rc) && start.resumed->repartitioned) {
+    std::set<std::string> names;
+    for (const auto& spec : o.specs) names.insert(spec.name);
+    o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
+                           saved = start.resumed->progress.stages,
+                           names = std::move(names)]() -> expected<std::vector<optim::saved_partition>> {
+      DSA_ASSIGN_OR_RETURN(auto sources, open_repartitioned_sources(dir, manifest, saved, names));
+      return std::move(sources.parts);
+    };
+  } else if (partitioned(rc)) {
     o.resume_partitions = [dir = start.resumed->dir, manifest = start.resumed->manifest,
                            s]() -> expected<std::vector<optim::saved_partition>> {
       DSA_ASSIGN_OR_RETURN(auto sources, open_stage_sources(dir, manifest, s));

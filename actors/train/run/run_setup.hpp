@@ -41,6 +41,9 @@ struct restored {
   std::string dir;                                       // the checkpoint directory
   ckpt::checkpoint_manifest manifest;
   run_progress_state progress;
+  // Saved on another pipeline layout: each stage takes its parameters' state by name from
+  // the saved stages that held them (progress.stages of them).
+  bool repartitioned = false;
 };
 
 // What one rank starts from beyond its inputs and model: its step deciders and, with

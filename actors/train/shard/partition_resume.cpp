@@ -151,4 +151,34 @@ expected<stage_sources> open_stage_sources(const std::string& dir, const ckpt::c
   return out;
 }
 
+expected<stage_sources> open_repartitioned_sources(const std::string& dir, const ckpt::checkpoint_manifest& manifest,
+                                                   std::uint32_t saved_stages, const std::set<std::string>& names) {
+  stage_sources out;
+  std::set<std::string> claimed;
+  for (std::uint32_t k = 0; k < saved_stages && claimed.size() < names.size(); ++k) {
+    DSA_ASSIGN_OR_RETURN(auto saved, open_stage_sources(dir, manifest, k));
+    // The tensors stage k holds that this stage wants and no earlier saved stage gave.
+    std::set<std::string> mine;
+    for (const auto& part : saved.parts)
+      for (const auto& key : part.keys) {
+        auto name = optim::tensor_of_key(key);
+        if (!name) return make_error(name.err().code, "checkpoint '{}': stage {}: {}", dir, k, name.err().message);
+        if (!name->empty() && names.count(*name) && !claimed.count(*name)) mine.insert(*name);
+      }
+    if (mine.empty()) continue;
+    for (auto& part : saved.parts) {
+      DSA_ASSIGN_OR_RETURN(auto kept, optim::only_tensors(std::move(part),
+                                                          [&](const std::string& n) { return mine.count(n) > 0; }));
+      out.parts.push_back(std::move(kept));
+    }
+    for (auto& r : saved.readers) out.readers.push_back(std::move(r));
+    claimed.insert(mine.begin(), mine.end());
+  }
+  for (const auto& name : names)
+    if (!claimed.count(name))
+      return make_error(errc::not_found, "checkpoint '{}': no saved stage of {} holds optimizer state for '{}'", dir,
+                        saved_stages, name);
+  return out;
+}
+
 } // namespace dsa::train

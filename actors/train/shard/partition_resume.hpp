@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,5 +53,12 @@ struct stage_sources {
 // Errors name `dir`, the file and the tensor at fault.
 expected<stage_sources> open_stage_sources(const std::string& dir, const ckpt::checkpoint_manifest& manifest,
                                            std::uint32_t stage);
+
+// The sources of a stage on another pipeline layout (other stage count or split): the
+// tensors `names` (the new stage's parameters), each from the first of the saved stages
+// 0 .. saved_stages - 1 that held it (a tied weight's copies agree). Errors name `dir`; a
+// name no saved stage held is an error naming it.
+expected<stage_sources> open_repartitioned_sources(const std::string& dir, const ckpt::checkpoint_manifest& manifest,
+                                                   std::uint32_t saved_stages, const std::set<std::string>& names);
 
 } // namespace dsa::train
