@@ -341,6 +341,11 @@ TEST_CASE("the processes' traces join into one per replica: check, spans, a crit
     CHECK(t.rank == r);
     CHECK(t.trace.info_value("processes") == (r == 0 ? "0,2" : "1,3"));
     for (std::int32_t s = 0; s < 2; ++s) CHECK(stage_spans(t.trace, "forward", s).size() == 12);
+    // Its size is its processes' files together.
+    const auto a = dir / (r == 0 ? "trace.dsat" : "trace.rank1.dsat");
+    const auto b = dir / (r == 0 ? "trace.rank2.dsat" : "trace.rank3.dsat");
+    CHECK(t.trace.end.closed);
+    CHECK(t.trace.end.file_bytes == std::filesystem::file_size(a) + std::filesystem::file_size(b));
   }
   const auto check = check_traces(*traces);
   CHECK_MESSAGE(!check.first, (check.first ? check.first->what : ""));

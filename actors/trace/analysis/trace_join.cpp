@@ -4,6 +4,8 @@
 #include "actors/trace/analysis/trace_clock.hpp"
 #include "actors/trace/trace_recorder.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -32,7 +34,7 @@ std::vector<rank_trace> join_pipeline_processes(std::vector<rank_trace> traces) 
     merged.trace.names = traces[base].trace.names;
     merged.trace.actors = traces[base].trace.actors;
     merged.trace.version = traces[base].trace.version;
-    merged.trace.end = traces[base].trace.end;
+    merged.trace.end = trace_end{};
     merged.trace.info = traces[base].trace.info;
     std::string ranks;
     for (std::size_t i : members) {
@@ -54,7 +56,15 @@ std::vector<rank_trace> join_pipeline_processes(std::vector<rank_trace> traces) 
         if (r.name < name_of.size()) r.name = name_of[r.name];
         merged.trace.records.push_back(r);
       }
-      if (i != base && !t.end.closed) merged.trace.end = t.end; // a torn file makes the whole one torn
+      // The merged size is the files' sum; a torn file makes the whole one torn, named.
+      if (!merged.trace.end.closed) continue;
+      if (t.end.closed) {
+        merged.trace.end.valid_bytes += t.end.valid_bytes;
+        merged.trace.end.file_bytes += t.end.file_bytes;
+      } else {
+        merged.trace.end = t.end;
+        merged.trace.end.why = fmt::format("{}: {}", traces[i].path, t.end.why);
+      }
     }
     for (auto& [key, value] : merged.trace.info) {
       if (key == "rank") value = std::to_string(replica);
