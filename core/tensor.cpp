@@ -1,6 +1,7 @@
 // Tensor storage, accounting and views.
 #include "core/tensor.hpp"
 
+#include "core/host_allocator.hpp"
 #include "core/memory_stats.hpp"
 
 #include <fmt/format.h>
@@ -13,14 +14,8 @@ namespace {
 
 class cpu_allocator final : public allocator {
 public:
-  void* allocate(std::size_t bytes, device) override {
-    std::size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded == 0) rounded = 64;
-    void* p = std::aligned_alloc(64, rounded);
-    DSA_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
-    return p;
-  }
-  void deallocate(void* ptr, std::size_t, device) override { std::free(ptr); }
+  void* allocate(std::size_t bytes, device) override { return host_allocate(bytes); }
+  void deallocate(void* ptr, std::size_t bytes, device) override { host_free(ptr, bytes); }
 };
 
 cpu_allocator g_cpu_allocator;

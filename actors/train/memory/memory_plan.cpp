@@ -6,6 +6,7 @@
 #include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/config/layer_partition.hpp"
 #include "actors/train/data/feed_source.hpp"
+#include "core/host_allocator.hpp"
 #include "core/log.hpp"
 #include "core/memory_stats.hpp"
 #include "io/aio/swap_store.hpp"
@@ -358,7 +359,8 @@ expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider&
   if (rc.host_memory > 0) {
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     mallopt(M_TRIM_THRESHOLD, 128 * 1024);
-    malloc_trim(0); // what the data provider and the probe freed, kept under the earlier settings
+    set_host_cache_limit(0); // tensors' large blocks too (core/host_allocator.hpp)
+    malloc_trim(0);          // what the data provider and the probe freed, kept under the earlier settings
   }
   in.baseline = proc_status_bytes("VmRSS");
   in.data_provider = std::max<std::int64_t>(0, in.baseline - rss_before_data);
