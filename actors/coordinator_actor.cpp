@@ -32,6 +32,16 @@ const char* phase_name(coord_phase p) {
   return "?";
 }
 
+// What the coordinator gathers about one step until it completes.
+struct open_step {
+  std::uint32_t reports = 0;          // stage and update reports
+  std::vector<double> shares;         // [s]: stage s's gradient sum of squares
+  bool skipped = false;               // some shard skipped the update
+  std::vector<double> metrics;        // the last stage's summed forward metrics
+  std::vector<std::uint64_t> position; // the data source's position after the step
+  std::vector<bool> stage_seen, update_seen; // [s]: that report of stage s arrived
+};
+
 struct coordinator_state {
   coordinator_args args;
   coord_phase phase = coord_phase::idle;
@@ -39,11 +49,10 @@ struct coordinator_state {
   std::map<caf::actor_addr, std::uint32_t> ids; // monitored actor -> plan actor id
   std::vector<caf::actor> alive;
   std::vector<std::uint32_t> stage_steps;  // per stage: the absolute step it works on (completed ones + first_step)
-  std::vector<std::uint32_t> step_reports; // [k - first_step]: stage and update reports of step k
-  std::vector<std::vector<double>> shares;  // [k - first_step][s]: stage s's gradient sum of squares
-  std::vector<bool> skipped;                // [k - first_step]: some shard skipped the update
-  std::vector<std::vector<double>> metrics; // [k - first_step]: the last stage's summed forward metrics
-  std::vector<std::vector<bool>> stage_seen, update_seen; // [k - first_step][s]: that report of stage s arrived
+  // The reports of each step not yet complete, by absolute step; a step's entry goes when it
+  // completes, so the coordinator's memory does not grow with the run's length.
+  std::map<std::uint32_t, open_step> open;
+  std::uint32_t completed_below = 0; // every step below this one completed
   std::chrono::steady_clock::time_point last_progress;
   std::chrono::steady_clock::time_point last_step_done; // the previous step's completion (the start at first)
   bool hook_running = false; // the step hooks of a step run on `hooks`
@@ -53,6 +62,18 @@ struct coordinator_state {
   compute_worker hooks;      // last: joined first. Runs the step hooks off the CAF threads
 };
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
+
+// The entry of a step not yet complete, made on its first report.
+open_step& open_step_of(coordinator_state& st, std::uint32_t step) {
+  auto [it, made] = st.open.try_emplace(step);
+  if (made) {
+    const auto S = st.args.setup.plan->options.stages;
+    it->second.shares.assign(S, 0.0);
+    it->second.stage_seen.assign(S, false);
+    it->second.update_seen.assign(S, false);
+  }
+  return it->second;
+}
 
 void set_phase(coordinator_actor* self, coord_phase next) {
   log_debug("coordinator: {} -> {}", phase_name(self->state.phase), phase_name(next));
@@ -182,11 +203,15 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   const auto& hooks = st.args.hooks;
   const auto now = std::chrono::steady_clock::now();
   const std::uint32_t i = step - plan.first_step;
+  open_step done = std::move(st.open.at(step));
+  st.open.erase(step);
+  st.completed_below = std::max(st.completed_below, step + 1);
   double sum_of_squares = 0;
-  for (double share : st.shares[i]) sum_of_squares += share; // stage order
+  for (double share : done.shares) sum_of_squares += share; // stage order
+  st.args.summary->last_position = done.position;
   step_summary summary{step, st.args.summary->losses[i],
                              std::chrono::duration<double>(now - st.last_step_done).count(), sum_of_squares,
-                             st.skipped[i], std::move(st.metrics[i]), st.args.summary->positions[i], {}};
+                             done.skipped, std::move(done.metrics), std::move(done.position), {}};
   st.last_step_done = now;
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
@@ -202,7 +227,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   st.hook_running = true;
   post_job(self, st.hooks, step,
            [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger, layout = st.args.setup.plan,
-            shares = st.shares[i], caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
+            shares = std::move(done.shares), caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
     if (hooks.local_figures) summary.figures = hooks.local_figures();
     if (peers && layout->placement.split()) {
       sum_over_pipeline(*peers, *layout, summary, shares, logger, caller);
@@ -269,41 +294,44 @@ void on_hooks_failed(coordinator_actor* self, const work_failed& f) {
   if (st.phase == coord_phase::stopping && st.alive.empty()) finish(self);
 }
 
-// The index of `step` in the run, checking a report against the plan: a report
-// outside the run's steps or stages, or a second one of a kind for one stage
-// and step, breaks the protocol. `seen` [i][s]: that report arrived.
-expected<std::uint32_t> accept_report(const pipeline_plan& plan, std::vector<std::vector<bool>>& seen, const char* what,
-                                      std::uint32_t stage, std::uint32_t step) {
+// The open step a report counts for, checking it against the plan: a report outside the
+// run's steps or stages, or a second one of a kind for one stage and step (also for a
+// step already complete), breaks the protocol. `seen` picks that kind's flags.
+expected<open_step*> accept_report(coordinator_state& st, std::vector<bool> open_step::*seen, const char* what,
+                                   std::uint32_t stage, std::uint32_t step) {
+  const auto& plan = *st.args.setup.plan;
   if (stage >= plan.options.stages || step < plan.first_step || step >= plan.end_step())
     return make_error(errc::protocol, "{} of stage {} for step {}, outside the run's {} stages and steps [{}, {})",
                       what, stage, step, plan.options.stages, plan.first_step, plan.end_step());
-  const std::uint32_t i = step - plan.first_step;
-  if (seen[i][stage]) return make_error(errc::protocol, "second {} of stage {} for step {}", what, stage, step);
-  seen[i][stage] = true;
-  return i;
+  if (step < st.completed_below)
+    return make_error(errc::protocol, "second {} of stage {} for step {}", what, stage, step);
+  open_step& o = open_step_of(st, step);
+  if ((o.*seen)[stage]) return make_error(errc::protocol, "second {} of stage {} for step {}", what, stage, step);
+  (o.*seen)[stage] = true;
+  return &o;
 }
 
 // A step is complete when every stage loaded its new version and every shard
 // reported its update (the two reports of a stage come from different actors,
 // in either order).
-void count_report(coordinator_actor* self, std::uint32_t i, std::uint32_t step) {
+void count_report(coordinator_actor* self, open_step& o, std::uint32_t step) {
   auto& st = self->state;
   st.last_progress = std::chrono::steady_clock::now();
-  if (++st.step_reports[i] == 2 * local_stage_count(*st.args.setup.plan) && st.phase == coord_phase::running)
+  if (++o.reports == 2 * local_stage_count(*st.args.setup.plan) && st.phase == coord_phase::running)
     on_step_complete(self, step);
 }
 
 void on_step_report(coordinator_actor* self, const step_report& r) {
   auto& st = self->state;
   const auto& plan = *st.args.setup.plan;
-  auto i = accept_report(plan, st.stage_seen, "step report", r.stage, r.step);
-  if (!i) return fail(self, {"coordinator", r.step, i.err().message});
+  auto o = accept_report(st, &open_step::stage_seen, "step report", r.stage, r.step);
+  if (!o) return fail(self, {"coordinator", r.step, o.err().message});
   st.stage_steps[r.stage] = r.step + 1;
   if (r.stage + 1 == plan.options.stages) {
-    st.args.summary->losses[*i] = r.loss / plan.options.micro_batches;
-    st.metrics[*i] = r.metrics;
+    st.args.summary->losses[r.step - plan.first_step] = r.loss / plan.options.micro_batches;
+    (*o)->metrics = r.metrics;
   }
-  count_report(self, *i, r.step);
+  count_report(self, **o, r.step);
 }
 
 void on_data_position(coordinator_actor* self, const data_position& p) {
@@ -313,16 +341,18 @@ void on_data_position(coordinator_actor* self, const data_position& p) {
     return fail(self, {"coordinator", p.step,
                        fmt::format("data position for step {}, outside the run's steps [{}, {})", p.step,
                                    plan.first_step, plan.end_step())});
-  st.args.summary->positions[p.step - plan.first_step] = p.position;
+  if (p.step < st.completed_below)
+    return fail(self, {"coordinator", p.step, fmt::format("data position for step {}, which already completed", p.step)});
+  open_step_of(st, p.step).position = p.position;
 }
 
 void on_update_report(coordinator_actor* self, const update_report& r) {
   auto& st = self->state;
-  auto i = accept_report(*st.args.setup.plan, st.update_seen, "update report", r.stage, r.step);
-  if (!i) return fail(self, {"coordinator", r.step, i.err().message});
-  st.shares[*i][r.stage] = r.sum_of_squares;
-  if (r.skipped) st.skipped[*i] = true;
-  count_report(self, *i, r.step);
+  auto o = accept_report(st, &open_step::update_seen, "update report", r.stage, r.step);
+  if (!o) return fail(self, {"coordinator", r.step, o.err().message});
+  (*o)->shares[r.stage] = r.sum_of_squares;
+  if (r.skipped) (*o)->skipped = true;
+  count_report(self, **o, r.step);
 }
 
 void on_start(coordinator_actor* self) {
@@ -354,13 +384,7 @@ void on_start(coordinator_actor* self) {
     watch(a.reducers[s], plan.reducer_id(s));
   }
   st.stage_steps.assign(S, plan.first_step);
-  st.step_reports.assign(plan.options.steps, 0);
-  st.shares.assign(plan.options.steps, std::vector<double>(S, 0.0));
-  st.skipped.assign(plan.options.steps, false);
-  st.metrics.assign(plan.options.steps, {});
-  st.args.summary->positions.assign(plan.options.steps, {});
-  st.stage_seen.assign(plan.options.steps, std::vector<bool>(S, false));
-  st.update_seen = st.stage_seen;
+  st.completed_below = plan.first_step;
   st.args.summary->losses.assign(plan.options.steps, 0.0);
   st.last_progress = std::chrono::steady_clock::now();
   st.last_step_done = st.last_progress;

@@ -27,8 +27,8 @@ namespace dsa::actors {
 struct run_summary {
   std::uint32_t steps_completed = 0; // counted from the plan's first_step
   std::vector<double> losses;        // [i]: mean micro-batch loss of step first_step + i (last stage)
-  // [i]: the data source's position after step first_step + i (data_position; empty if none came)
-  std::vector<std::vector<std::uint64_t>> positions;
+  // The data source's position after the last completed step (data_position; empty if none came).
+  std::vector<std::uint64_t> last_position;
   std::optional<failure_info> failure;
   std::string trace_error; // "" when the trace was written (or not asked for)
 };

@@ -22,9 +22,11 @@
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <variant>
 
 namespace dsa::actors {
@@ -82,13 +84,17 @@ std::vector<std::pair<std::string, std::string>> trace_info(const run_options& o
 }
 
 // run_result::trace: what the writer streamed to the file (the recorder kept
-// only what came after its last drain) and those remaining records.
-trace_data whole_trace(trace_writer* writer, trace_recorder& trace, run_result& result) {
+// only what came after its last drain) and those remaining records; with `from_step`,
+// only the file's records of that step and later.
+trace_data whole_trace(trace_writer* writer, trace_recorder& trace, run_result& result,
+                       std::optional<std::uint32_t> from_step) {
   if (!writer) return trace.snapshot();
   if (auto finished = writer->finish(); !finished && result.trace_error.empty())
     result.trace_error = finished.err().to_string();
   auto rest = trace.snapshot();
-  auto read = read_trace(writer->path());
+  std::function<bool(const trace_record&)> keep;
+  if (from_step) keep = [from = *from_step](const trace_record& r) { return r.step >= from; };
+  auto read = read_trace(writer->path(), keep);
   if (!read) {
     if (result.trace_error.empty()) result.trace_error = read.err().to_string();
     return rest;
@@ -343,8 +349,7 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
   result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;
   result.losses.resize(summary->steps_completed);
-  result.data_positions = summary->positions;
-  result.data_positions.resize(summary->steps_completed);
+  result.last_data_position = summary->last_position;
   result.trace_error = summary->trace_error;
   result.failure = summary->failure;
   if (result.failure) {
@@ -352,7 +357,10 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     result.error = fmt::format("{} failed in step {}: {}", result.failure->actor, result.failure->step,
                                result.failure->why);
   }
-  if (tracing) result.trace = whole_trace(writer.get(), trace, result);
+  std::optional<std::uint32_t> from_step;
+  if (options.result_trace_steps > 0 && result.steps_completed > options.result_trace_steps)
+    from_step = plan->first_step + result.steps_completed - options.result_trace_steps;
+  if (tracing) result.trace = whole_trace(writer.get(), trace, result, from_step);
   if (!open_error.empty()) result.trace_error = open_error;
   return result;
 }

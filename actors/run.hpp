@@ -65,6 +65,10 @@ struct run_options {
   std::chrono::milliseconds watchdog{60000}; // fail when no step completes for this long
   std::string run_dir;                       // writes run_dir/trace.dsat when not empty (and tracing)
   trace_writer_options trace_stream;         // how often the trace streams to that file
+  // With a trace file: run_result::trace holds only the records of the run's last
+  // `result_trace_steps` steps (0: the whole trace). A long run's report then reads its
+  // tail, not a trace that grows with the run's length (the file keeps everything).
+  std::uint32_t result_trace_steps = 0;
   // More facts for the trace's info frame (key, value), after the runtime's own.
   std::vector<std::pair<std::string, std::string>> trace_facts;
   std::size_t scheduler_threads = 2;         // CAF worker threads (compute runs on its own threads)
@@ -111,10 +115,12 @@ struct run_result {
   std::string error;                   // "<actor> failed in step <k>: <why>" when !ok
   std::uint32_t steps_completed = 0;   // steps done (also on a failure); the next is first_step + steps_completed
   std::vector<double> losses;          // [i]: mean micro-batch loss of step first_step + i, completed steps only
-  // [i]: the data source's position after step first_step + i (batch_source::position), completed steps only
-  std::vector<std::vector<std::uint64_t>> data_positions;
-  trace_data trace;                    // the whole trace of the run (empty with trace_mode::off; read back
-                                       // from the file when there is one)
+  // The data source's position after the last completed step (batch_source::position; each
+  // step's reaches the step hooks as step_summary::data_position).
+  std::vector<std::uint64_t> last_data_position;
+  trace_data trace;                    // the trace of the run (empty with trace_mode::off; read back
+                                       // from the file when there is one; its last
+                                       // run_options::result_trace_steps steps when set)
   std::string trace_path;              // "" when no run_dir
   std::string trace_error;             // "" when the trace file was written
 };

@@ -6,8 +6,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <string_view>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <iterator>
 
 namespace dsa::actors {
@@ -27,7 +36,7 @@ void put_string(std::string& out, const std::string& x) {
 }
 
 struct cursor {
-  const std::string& data;
+  std::string_view data;
   std::size_t pos = 0;
   std::size_t end = data.size();
   bool take(void* dst, std::size_t n) {
@@ -41,7 +50,7 @@ struct cursor {
   bool get_string(std::string& x) {
     std::uint32_t length = 0;
     if (!get(length) || end - pos < length) return false;
-    x = data.substr(pos, length);
+    x = std::string(data.substr(pos, length));
     pos += length;
     return true;
   }
@@ -64,7 +73,19 @@ status write_bytes(const std::string& path, const std::string& bytes) {
   return {};
 }
 
-expected<trace_data> read_v1(const std::string& path, cursor& in) {
+using record_filter = std::function<bool(const trace_record&)>;
+
+// Appends the records of `bytes` that `keep` accepts (all without it).
+void append_records(std::vector<trace_record>& out, const char* bytes, std::size_t count, const record_filter& keep) {
+  const std::size_t before = out.size();
+  out.resize(before + count);
+  std::memcpy(out.data() + before, bytes, count * sizeof(trace_record));
+  if (keep) out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(),
+                                     [&](const trace_record& r) { return !keep(r); }),
+                      out.end());
+}
+
+expected<trace_data> read_v1(const std::string& path, cursor& in, const record_filter& keep) {
   trace_data trace;
   trace.version = 1;
   std::uint64_t count = 0;
@@ -73,14 +94,13 @@ expected<trace_data> read_v1(const std::string& path, cursor& in) {
   const std::size_t left = in.end - in.pos;
   if (left / sizeof(trace_record) < count || left % sizeof(trace_record))
     return make_error(errc::format, "{}: {} records announced, {} bytes left", path, count, left);
-  trace.records.resize(count);
-  in.take(trace.records.data(), count * sizeof(trace_record));
+  append_records(trace.records, in.data.data() + in.pos, count, keep);
   trace.end.valid_bytes = trace.end.file_bytes = in.data.size();
   return trace;
 }
 
 // Frames until the end frame, the end of the data or the first bad frame.
-expected<trace_data> read_v2(const std::string& path, const std::string& data) {
+expected<trace_data> read_v2(const std::string& path, std::string_view data, const record_filter& keep) {
   trace_data trace;
   trace.version = 2;
   trace.end.closed = false;
@@ -110,9 +130,7 @@ expected<trace_data> read_v2(const std::string& path, const std::string& data) {
     case trace_frame_kind::records: {
       parsed = frame.payload_bytes % sizeof(trace_record) == 0;
       if (!parsed) break;
-      const std::size_t before = trace.records.size();
-      trace.records.resize(before + frame.payload_bytes / sizeof(trace_record));
-      std::memcpy(trace.records.data() + before, data.data() + frame.payload_pos, frame.payload_bytes);
+      append_records(trace.records, data.data() + frame.payload_pos, frame.payload_bytes / sizeof(trace_record), keep);
       break;
     }
     case trace_frame_kind::end: trace.end.closed = true; break;
@@ -186,10 +204,45 @@ status write_trace_v1(const std::string& path, const trace_data& trace) {
   return write_bytes(path, out);
 }
 
-expected<trace_data> read_trace(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return make_error(errc::io, "cannot open trace file {}", path);
-  const std::string data{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+namespace {
+
+// The file mapped read-only: its pages are the page cache's, not the reader's heap.
+class mapped_trace {
+public:
+  static expected<mapped_trace> open(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return make_error(errc::io, "cannot open trace file {}: {}", path, std::strerror(errno));
+    struct stat st {};
+    mapped_trace m;
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+      m.size_ = static_cast<std::size_t>(st.st_size);
+      void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p != MAP_FAILED) m.data_ = static_cast<const char*>(p);
+    }
+    const int error = errno;
+    ::close(fd);
+    if (m.size_ > 0 && m.data_ == nullptr)
+      return make_error(errc::io, "cannot map trace file {}: {}", path, std::strerror(error));
+    return m;
+  }
+  mapped_trace() = default;
+  mapped_trace(mapped_trace&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  mapped_trace& operator=(mapped_trace&&) = delete;
+  ~mapped_trace() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+  }
+  std::string_view bytes() const { return {data_ ? data_ : "", size_}; }
+
+private:
+  const char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+} // namespace
+
+expected<trace_data> read_trace(const std::string& path, const std::function<bool(const trace_record&)>& keep) {
+  DSA_ASSIGN_OR_RETURN(mapped_trace file, mapped_trace::open(path));
+  const std::string_view data = file.bytes();
   cursor in{data};
   char magic[8];
   std::uint32_t version = 0, record_size = 0;
@@ -200,7 +253,7 @@ expected<trace_data> read_trace(const std::string& path) {
                       trace_format_version);
   if (!in.get(record_size) || record_size != sizeof(trace_record))
     return make_error(errc::format, "{}: record size {} (expected {})", path, record_size, sizeof(trace_record));
-  auto trace = version == 1 ? read_v1(path, in) : read_v2(path, data);
+  auto trace = version == 1 ? read_v1(path, in, keep) : read_v2(path, data, keep);
   if (!trace) return trace;
   for (const auto& r : trace->records)
     if (r.name >= trace->names.size() || r.kind > 2)

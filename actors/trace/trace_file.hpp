@@ -24,6 +24,7 @@
 #include "core/error.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,7 +50,9 @@ status write_trace(const std::string& path, const trace_data& trace);
 status write_trace_v1(const std::string& path, const trace_data& trace);
 // Reads either version. A version-2 file with a torn or corrupt tail loads its
 // complete frames; trace_data::end says where it stops and why. Records are
-// sorted by (t0, actor).
-expected<trace_data> read_trace(const std::string& path);
+// sorted by (t0, actor). The file is mapped, not read into the heap; `keep`, when set,
+// drops the records it rejects as they are read (a long run's end-of-run report reads its
+// last steps without holding the whole trace).
+expected<trace_data> read_trace(const std::string& path, const std::function<bool(const trace_record&)>& keep = {});
 
 } // namespace dsa::actors

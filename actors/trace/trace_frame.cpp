@@ -5,13 +5,15 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
+
 #include <cstring>
 
 namespace dsa::actors {
 
 namespace {
 
-template <class T> T load(const std::string& data, std::size_t pos) {
+template <class T> T load(std::string_view data, std::size_t pos) {
   T value;
   std::memcpy(&value, data.data() + pos, sizeof(T));
   return value;
@@ -36,7 +38,7 @@ void append_trace_frame(std::string& out, trace_frame_kind kind, const std::stri
   out += payload;
 }
 
-trace_frame_view parse_trace_frame(const std::string& data, std::size_t pos) {
+trace_frame_view parse_trace_frame(std::string_view data, std::size_t pos) {
   trace_frame_view f;
   const std::size_t left = data.size() - pos;
   if (left < trace_frame_header_bytes) {

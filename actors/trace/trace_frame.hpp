@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace dsa::actors {
 
@@ -39,6 +40,6 @@ struct trace_frame_view {
   std::size_t payload_pos = 0, payload_bytes = 0; // into the data given
   std::string why; // when !ok: "incomplete frame header", "CRC mismatch", ...
 };
-trace_frame_view parse_trace_frame(const std::string& data, std::size_t pos);
+trace_frame_view parse_trace_frame(std::string_view data, std::size_t pos);
 
 } // namespace dsa::actors

@@ -274,6 +274,40 @@ TEST_CASE("trace stream: a run's trace is in its file step by step while the run
   std::filesystem::remove_all(dir);
 }
 
+// A long run's result need not hold its whole trace: with result_trace_steps the run reads
+// back only its last steps' records (the file keeps all of them); read_trace's filter does
+// the same for any reader.
+TEST_CASE("trace stream: run_result::trace can hold only the run's last steps") {
+  pipeline_options shape;
+  shape.stages = 2;
+  shape.micro_batches = 2;
+  shape.steps = 6;
+  dsa::test::synthetic_pipeline pipe({4, 5, 3, 0.05}, shape);
+  const auto dir = temp_dir("tail-run");
+  run_options options;
+  options.pipeline = shape;
+  options.run_dir = dir;
+  options.result_trace_steps = 2;
+  auto result = run_pipeline(options, pipe.parts());
+  REQUIRE(result.ok);
+  auto all = read_trace(dir + "/trace.dsat");
+  REQUIRE(all.has_value());
+  std::size_t late = 0, forwards_4 = 0;
+  for (const auto& r : all->records) late += r.step >= 4 ? 1 : 0;
+  for (const auto& r : result.trace.records) {
+    CHECK(r.step >= 4);
+    forwards_4 += r.step == 4 && result.trace.names.at(r.name) == "forward" ? 1 : 0;
+  }
+  CHECK(forwards_4 == shape.stages * shape.micro_batches); // the kept steps are whole
+  CHECK(result.trace.records.size() >= late);              // plus what came after the writer finished
+  CHECK(result.trace.records.size() < all->records.size());
+  auto filtered = read_trace(dir + "/trace.dsat", [](const trace_record& r) { return r.step == 5; });
+  REQUIRE(filtered.has_value());
+  CHECK_FALSE(filtered->records.empty());
+  for (const auto& r : filtered->records) CHECK(r.step == 5);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("trace stream: the summary of a run directory, whole and with a torn tail") {
   pipeline_options shape;
   shape.stages = 2;

@@ -85,7 +85,7 @@ int save_final_checkpoint(opened_run& run, training& t, const finished& f) {
   }
   if (run.lead && f.done > t.reporter->last_saved()) {
     try {
-      t.reporter->save(static_cast<std::uint32_t>(f.done), t.results[0].data_positions.back());
+      t.reporter->save(static_cast<std::uint32_t>(f.done), t.results[0].last_data_position);
     } catch (const std::exception& e) {
       save_error = make_error(errc::io, "{}", e.what());
     }
@@ -169,13 +169,16 @@ int report_training(const run_request& req, opened_run& run, training& t) {
   }
   if (rc.stages > 1 || M > 1) {
     double bubble = actors::theoretical_bubble(rc.stages, M);
+    const std::string span = t.report_steps > 0 && result.steps_completed > t.report_steps
+                                 ? fmt::format("the last {} steps", t.report_steps)
+                                 : std::string("the run");
     // With stages across processes this process's trace holds only its stages, and the
     // step windows are theirs: the whole pipeline's view joins the processes' traces.
     for (const auto& idle : actors::stage_idle_fractions(result.trace, rc.stages, M))
       if (ctx.local(static_cast<std::uint32_t>(idle.stage)))
-        log_info("stage {}: idle {:.1f}% of the run{} (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
-                 100 * idle.idle_fraction, rc.stages_across_processes() ? " (within this process's step windows)" : "",
-                 100 * bubble);
+        log_info("stage {}: idle {:.1f}% of {}{} (1F1B bubble (S-1)/(M+S-1) = {:.1f}%)", idle.stage,
+                 100 * idle.idle_fraction, span,
+                 rc.stages_across_processes() ? " (within this process's step windows)" : "", 100 * bubble);
   }
   for (const auto& o : actors::allreduce_overlap(result.trace, rc.stages))
     log_info("stage {}: gradient allreduce {:.3f} s, {:.1f}% of it during the stage's backward{}", o.stage,

@@ -86,6 +86,9 @@ int build_ranks(opened_run& run, process_ranks& ranks);
 
 // 5. Train: each rank's shards and runtime parts, the reporter on rank 0, then the steps.
 struct training {
+  // The end-of-run report reads the trace of the last this many steps (0: all of it, for
+  // --trace-chrome): its memory does not grow with the run's length.
+  std::uint32_t report_steps = 1000;
   int world = 1;       // data-parallel ranks of the job
   bool global = false; // the updates wait for every stage's gradient norm (clipping, fp16)
   bool zero = false;   // every rank writes files of its own into a checkpoint

@@ -224,7 +224,8 @@ int start_training(opened_run& run, process_ranks& ranks, training& t) {
 
 int run_steps(opened_run& run, process_ranks& ranks, training& t) {
   const int R = static_cast<int>(run.ctx.rc.ranks);
-  const actors::run_options shared = shared_run_options(run.ctx, t.global, ranks.starts[0].resumed.has_value());
+  actors::run_options shared = shared_run_options(run.ctx, t.global, ranks.starts[0].resumed.has_value());
+  shared.result_trace_steps = t.report_steps;
   t.results.resize(static_cast<std::size_t>(R));
   rank_threads others(run, t, R);
   for (int r = 1; r < R; ++r)

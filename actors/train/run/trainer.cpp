@@ -26,6 +26,7 @@ void log_device_memory(const opened_run& run) {
 // Steps 5 to 7 for a run with steps left; returns 130 when a signal stopped it.
 int train_and_report(const run_request& req, opened_run& run, const run_plan& plan, process_ranks& ranks) {
   training t;
+  if (!req.trace_chrome.empty()) t.report_steps = 0; // the Chrome file gets the whole trace
   if (int code = start_training(run, ranks, t)) return code;
   if (int code = run_steps(run, ranks, t)) return code;
   finished f;
