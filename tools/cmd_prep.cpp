@@ -1,9 +1,10 @@
 // dsactor prep: data preparation. "pretrain" turns a corpus into BERT
-// pre-training shards (io/data/pretrain_shard.hpp); "qa-from-corpus" lives in
-// cmd_prep_qa.cpp.
+// pre-training shards (io/data/pretrain_shard.hpp), "synthetic" writes shards of random
+// instances (io/data/synthetic_shards.hpp); "qa-from-corpus" lives in cmd_prep_qa.cpp.
 #include "io/data/corpus.hpp"
 #include "io/data/pretrain_builder.hpp"
 #include "io/data/pretrain_shard.hpp"
+#include "io/data/synthetic_shards.hpp"
 #include "tools/command.hpp"
 
 #include "tools/options.hpp"
@@ -195,6 +196,42 @@ int prep_pretrain(int argc, char** argv) {
   return 0;
 }
 
+int prep_synthetic(int argc, char** argv) {
+  po::options_description opts("dsactor prep synthetic --out DIR --instances N [options]");
+  opts.add_options()("help,h", "this help")("out", po::value<std::string>()->required(),
+                                            "output directory for vocab.txt and the shards")(
+      "instances", po::value<std::int64_t>()->required(), "instances in all")(
+      "seq", po::value<int>()->default_value(128), "max_seq_length")(
+      "max-predictions", po::value<int>()->default_value(20), "max_predictions_per_seq")(
+      "vocab-size", po::value<std::int32_t>()->default_value(1000), "tokens in vocab.txt (5 special, the rest words)")(
+      "shard-size", po::value<std::int64_t>()->default_value(10000), "instances per shard")(
+      "seed", po::value<std::uint64_t>()->default_value(1), "random seed (same seed, same files)");
+  po::variables_map vm;
+  if (auto done = parse_options(argc, argv, opts, vm, "prep synthetic",
+                                "Random instances in the pre-training shard format, one shard in memory at a time: data\n"
+                                "sets larger than memory without a corpus (benchmarks, tests of the reader).\n"))
+    return *done;
+  data::synthetic_shard_options o;
+  o.instances = vm["instances"].as<std::int64_t>();
+  o.per_shard = vm["shard-size"].as<std::int64_t>();
+  o.seq_length = vm["seq"].as<int>();
+  o.max_predictions = vm["max-predictions"].as<int>();
+  o.vocab_size = vm["vocab-size"].as<std::int32_t>();
+  o.seed = vm["seed"].as<std::uint64_t>();
+  stopwatch clock;
+  const std::string out = vm["out"].as<std::string>();
+  auto shards = data::write_synthetic_shards(out, o, [&](std::int64_t done, std::int64_t total) {
+    fmt::print("prep: {} / {} instances ({:.1f} s)\n", done, total, clock.seconds());
+    std::fflush(stdout);
+  });
+  if (!shards) {
+    fmt::print(stderr, "dsactor prep synthetic: {}\n", shards.err().message);
+    return shards.err().code == errc::invalid_argument ? 2 : 1;
+  }
+  fmt::print("prep: done: {} train shard(s) and vocab.txt in {} ({:.1f} s)\n", *shards, out, clock.seconds());
+  return 0;
+}
+
 } // namespace
 
 int cmd_prep(int argc, char** argv) {
@@ -202,15 +239,18 @@ int cmd_prep(int argc, char** argv) {
     fmt::print(
         "usage: dsactor prep WHAT [options]\n"
         "  pretrain         corpus -> BERT pre-training shards ('dsactor prep pretrain --help')\n"
+        "  synthetic        random instances -> pre-training shards, any size ('dsactor prep synthetic --help')\n"
         "  qa-from-corpus   corpus -> extractive QA set in SQuAD v1.1 format\n");
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "pretrain"))
     return prep_pretrain(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "synthetic"))
+    return prep_synthetic(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "qa-from-corpus"))
     return prep_qa_from_corpus(argc - 1, argv + 1);
   fmt::print(stderr,
-             "dsactor prep: unknown action '{}' (expected 'pretrain' or 'qa-from-corpus')\n",
+             "dsactor prep: unknown action '{}' (expected 'pretrain', 'synthetic' or 'qa-from-corpus')\n",
              argv[1]);
   return 2;
 }

@@ -208,6 +208,7 @@ status pretrain_shard::check_rows(const std::string& path) const {
   const auto* labels = ts.at("masked_lm_ids").data<std::int32_t>();
   const auto* nsp = ts.at("next_sentence_labels").data<std::int32_t>();
   for (std::int64_t i = 0; i < count_; ++i) {
+    if (i % 1024 == 1023) release_pages(); // the check reads every page: not all at once
     std::int64_t length = 0;
     while (length < t && mask[i * t + length] == 1)
       ++length;
@@ -239,6 +240,20 @@ void pretrain_shard::release_pages() const {
   if (const storage* m = mapping_of(file_)) (void)::madvise(m->data(), m->bytes(), MADV_DONTNEED);
 }
 
+// The pages around [p, p + bytes) leave the process (they stay in the page cache): a read
+// fault maps up to 64 KiB around the faulting page (the kernel's fault-around), so the
+// window dropped is the aligned row_window_bytes around the slice, within the mapping.
+static void drop_window(const storage* mapping, const void* p, std::size_t bytes) {
+  const auto base = reinterpret_cast<std::uintptr_t>(mapping->data());
+  const auto end = base + mapping->bytes();
+  const auto w = static_cast<std::uintptr_t>(pretrain_shard::row_window_bytes);
+  const auto lo = std::max(base, reinterpret_cast<std::uintptr_t>(p) / w * w);
+  const auto hi = std::min(end, (reinterpret_cast<std::uintptr_t>(p) + bytes + w - 1) / w * w);
+  const std::uintptr_t page = 4096;
+  const auto lo_page = lo / page * page; // madvise wants a page-aligned start
+  if (hi > lo_page) (void)::madvise(reinterpret_cast<void*>(lo_page), hi - lo_page, MADV_DONTNEED);
+}
+
 pretrain_instance pretrain_shard::row(std::int64_t i) const {
   DSA_CHECK(i >= 0 && i < count_, "row {} of a shard of {}", i, count_);
   const std::int64_t t = layout_.seq_length, p = layout_.max_predictions;
@@ -259,7 +274,16 @@ pretrain_instance pretrain_shard::row(std::int64_t i) const {
   inst.token_type_ids.assign(types, types + length);
   inst.masked_lm_positions.assign(positions, positions + predictions);
   inst.masked_lm_ids.assign(labels, labels + predictions);
-  inst.next_sentence_label = ts.at("next_sentence_labels").data<std::int32_t>()[i];
+  const auto* nsp = ts.at("next_sentence_labels").data<std::int32_t>() + i;
+  inst.next_sentence_label = *nsp;
+  // A mapped shard gives the row's pages back at once: the resident set holds one row's
+  // windows, whatever the shard's or the data set's size.
+  if (const storage* m = mapping_of(file_)) {
+    const auto row_bytes = static_cast<std::size_t>(t) * 4, prediction_bytes = static_cast<std::size_t>(p) * 4;
+    for (const auto* slice : {ids, types, mask}) drop_window(m, slice, row_bytes);
+    for (const auto* slice : {positions, labels}) drop_window(m, slice, prediction_bytes);
+    drop_window(m, nsp, 4);
+  }
   return inst;
 }
 

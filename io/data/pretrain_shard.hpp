@@ -82,7 +82,11 @@ public:
   std::int64_t count() const { return count_; }
   const shard_layout& layout() const { return layout_; }
   const ckpt::metadata_map& metadata() const { return file_.metadata; }
+  // Row i, copied out. A mapped shard then gives the row's pages back (the aligned
+  // row_window_bytes around each of its six slices), so reading rows keeps at most one
+  // row's windows resident, whatever the shard's size.
   pretrain_instance row(std::int64_t i) const;
+  static constexpr std::int64_t row_window_bytes = 256 * 1024;
   // A mapped shard (pretrain_shard::load maps it): gives its pages back (madvise
   // MADV_DONTNEED), so they leave this process's resident set; the page cache keeps them and
   // the next row read maps them again. No-op for a shard read into memory.

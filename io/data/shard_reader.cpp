@@ -114,10 +114,13 @@ bool shard_reader::next_index(std::uint32_t& shard, std::uint32_t& row) {
 }
 
 std::int64_t shard_reader::resident_bound(std::int64_t seq_length, std::int64_t max_predictions) {
-  constexpr std::int64_t page = 4096;
-  auto pages = [](std::int64_t bytes) { return (bytes + page - 1) / page + 1; }; // +1: straddling
-  const std::int64_t per_row = 3 * pages(4 * seq_length) + 2 * pages(4 * max_predictions) + pages(4);
-  return release_every * per_row * page;
+  // One row's six slices, each within its dropped windows (two when it straddles one), and
+  // a shard load's check, which gives its pages back every 1,024 rows.
+  const std::int64_t w = pretrain_shard::row_window_bytes;
+  auto windows = [&](std::int64_t bytes) { return ((bytes + w - 1) / w + 1) * w; };
+  const std::int64_t row = 3 * windows(4 * seq_length) + 2 * windows(4 * max_predictions) + windows(4);
+  const std::int64_t check = 1024 * 4 * (3 * seq_length + 2 * max_predictions + 1) + 6 * 64 * 1024;
+  return std::max(row, check);
 }
 
 expected<const pretrain_shard*> shard_reader::shard_data(std::uint32_t shard) {
@@ -144,13 +147,7 @@ expected<bool> shard_reader::next(pretrain_instance& out) {
     start_epoch(state_.epoch + 1);
   }
   DSA_ASSIGN_OR_RETURN(const pretrain_shard* data, shard_data(shard));
-  out = data->row(row);
-  // The open shards' pages leave the resident set every so often (they stay in the page
-  // cache): resident memory is bounded by the rows read since, not by the data set.
-  if (++since_release_ >= release_every) {
-    since_release_ = 0;
-    for (const auto& [index, open] : cache_) open->release_pages();
-  }
+  out = data->row(row); // which gives the row's pages back (pretrain_shard::row)
   if (--pending_[shard] == 0)
     cache_.erase(shard); // every row of it has been emitted
   if (options_.masking == masking_source::dynamic) {

@@ -80,10 +80,9 @@ public:
   std::int64_t instances_per_epoch() const { return total_; }
 
   // The reader gives its open shards' mapped pages back every this many rows.
-  static constexpr std::int64_t release_every = 256;
-  // What a reader of shards of sequence length T and P predictions holds resident at most
-  // between two releases: release_every rows, each touching its pages of the six arrays
-  // (a row's slice of an array may straddle a page boundary), in bytes.
+  // What a reader of shards of sequence length T and P predictions holds resident at most:
+  // each row read gives its pages back (pretrain_shard::row), and a shard's load check gives
+  // them back every 1,024 rows; in bytes, whatever the data set's size.
   static std::int64_t resident_bound(std::int64_t seq_length, std::int64_t max_predictions);
 
 private:
@@ -107,7 +106,6 @@ private:
   std::map<std::uint32_t, std::shared_ptr<pretrain_shard>> cache_;
   std::vector<std::int64_t> pending_; // rows of each shard not yet emitted this epoch
   // Rows read since the open shards' pages were last given back (pretrain_shard::release_pages).
-  std::int64_t since_release_ = 0;
 };
 
 } // namespace dsa::data
