@@ -472,9 +472,10 @@ TEST_CASE("memory plan with stages across processes: this process's stages, rank
 }
 
 TEST_CASE("memory plan: a shard reader's resident pages are bounded and counted per rank") {
-  // 256 rows between releases, each touching at most its pages of the six arrays (a slice
-  // may straddle a page): T = 128, P = 20: 3 x 2 + 2 x 2 + 2 pages of 4 KiB a row.
-  CHECK(dsa::data::shard_reader::resident_bound(128, 20) == 256 * 12 * 4096);
+  // Each row gives its pages back: at most its six slices' dropped windows of 256 KiB (two
+  // when a slice straddles one): T = 128, P = 20: 3 x 2 + 2 x 2 + 2 windows; a load's check
+  // (1,024 rows between releases, 2 MiB here) is less.
+  CHECK(dsa::data::shard_reader::resident_bound(128, 20) == 12 * 256 * 1024);
   test::temp_dir dir;
   auto rc = parsed(dir.path(), "[devices]\nranks = 2\n");
   const auto ranges = ranges_of(rc);
