@@ -3,6 +3,7 @@
 // instances (io/data/synthetic_shards.hpp); "qa-from-corpus" lives in cmd_prep_qa.cpp.
 #include "io/data/corpus.hpp"
 #include "io/data/pretrain_builder.hpp"
+#include "io/data/pretrain_rng.hpp"
 #include "io/data/pretrain_shard.hpp"
 #include "io/data/synthetic_shards.hpp"
 #include "tools/command.hpp"
@@ -29,16 +30,17 @@ struct stopwatch {
   }
 };
 
-// Writes instances as shards "<dir>/<prefix>-NNNNN.safetensors"; returns the shard count or -1.
+// Writes instances as shards "<dir>/<prefix>-NNNNN.safetensors" numbered from `first`;
+// returns the count written or -1.
 int write_shards(const std::string& dir, const std::string& prefix,
                  const std::vector<data::pretrain_instance>& all, std::size_t shard_size,
                  const data::shard_layout& layout, const ckpt::metadata_map& meta,
-                 const stopwatch& clock) {
+                 const stopwatch& clock, int first = 0) {
   int shards = 0;
   for (std::size_t begin = 0; begin < all.size(); begin += shard_size, ++shards) {
     std::size_t end = std::min(all.size(), begin + shard_size);
     std::string path =
-        data::shard_file_name((std::filesystem::path(dir) / prefix).string(), shards);
+        data::shard_file_name((std::filesystem::path(dir) / prefix).string(), first + shards);
     if (auto st = data::write_pretrain_shard(path, all, begin, end, layout, meta); !st) {
       fmt::print(stderr, "dsactor prep pretrain: --out: {}\n", st.err().to_string());
       return -1;
@@ -81,7 +83,10 @@ int prep_pretrain(int argc, char** argv) {
       "seed", po::value<std::uint64_t>()->default_value(12345),
       "random seed")("holdout-docs", po::value<std::int64_t>()->default_value(0),
                      "documents held out into holdout-*.safetensors")(
-      "shard-size", po::value<std::int64_t>()->default_value(10000), "instances per shard");
+      "shard-size", po::value<std::int64_t>()->default_value(10000), "instances per shard")(
+      "block-mb", po::value<double>()->default_value(64),
+      "corpus text read, tokenized and turned into instances at a time (whole documents; the random\n"
+      "next segments come from the same block; --holdout-docs from the first)");
   po::variables_map vm;
   if (auto done = parse_options(argc, argv, opts, vm, "prep pretrain",
                                  "Writes <out>/train-NNNNN.safetensors (and holdout-NNNNN); format in io/data/pretrain_shard.hpp.\n"))
@@ -116,6 +121,9 @@ int prep_pretrain(int argc, char** argv) {
     return bad("holdout-docs", "must be >= 0");
   if (shard_size < 1)
     return bad("shard-size", "must be >= 1");
+  const double block_mb = vm["block-mb"].as<double>();
+  if (!(block_mb > 0 && block_mb <= 1 << 20))
+    return bad("block-mb", "must be in (0, 1048576]");
 
   stopwatch clock;
   auto v = tok::vocab::load(vm["vocab"].as<std::string>());
@@ -127,40 +135,16 @@ int prep_pretrain(int argc, char** argv) {
     if (!v->contains(special))
       return bad("vocab", fmt::format("has no {} token", special));
   const std::string corpus = vm["corpus"].as<std::string>();
-  auto docs = data::read_corpus(corpus);
-  if (!docs) {
-    fmt::print(stderr, "dsactor prep pretrain: --corpus: {}\n", docs.err().to_string());
-    return 1;
-  }
   tok::tokenizer_options tokenizer_options;
   if (vm.count("cased"))
     tokenizer_options.case_mode = tok::casing::keep;
   const data::masking_vocab masking_vocab = data::masking_vocab::from(*v);
   tok::bert_tokenizer tokenizer(std::move(*v), tokenizer_options);
-  auto tokenized = data::tokenize_documents(*docs, tokenizer);
-  fmt::print("prep: {} documents from {} tokenized ({:.1f} s)\n", tokenized.size(), corpus,
-             clock.seconds());
-  if (holdout >= static_cast<std::int64_t>(tokenized.size()))
-    return bad("holdout-docs",
-               fmt::format("{} leaves no training documents of {}", holdout, tokenized.size()));
-  auto [train_docs, holdout_docs] =
-      data::split_holdout(std::move(tokenized), holdout, options.seed);
-
   const std::string out = vm["out"].as<std::string>();
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec)
     return bad("out", fmt::format("'{}': cannot create: {}", out, ec.message()));
-
-  const std::int64_t report_every =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(train_docs.size()) / 4);
-  options.progress = [&](std::int64_t done, std::int64_t total) {
-    if (done % report_every == 0 || done == total) {
-      fmt::print("prep: instances: {} / {} document passes ({:.1f} s)\n", done, total,
-                 clock.seconds());
-      std::fflush(stdout);
-    }
-  };
   const data::shard_layout layout{options.max_seq_length, options.masking.max_predictions,
                                   tokenizer.vocabulary().size(),
                                   data::shard_vocab_of(tokenizer.vocabulary())};
@@ -170,12 +154,52 @@ int prep_pretrain(int argc, char** argv) {
                           {"masked_lm_prob", fmt::format("{}", options.masking.masked_lm_prob)},
                           {"whole_word", vm.count("whole-word") ? "1" : "0"},
                           {"cased", vm.count("cased") ? "1" : "0"}};
-  auto train = data::create_pretraining_instances(std::move(train_docs), masking_vocab, options);
-  print_stats("train", train);
-  int train_shards =
-      write_shards(out, "train", train, static_cast<std::size_t>(shard_size), layout, meta, clock);
-  if (train_shards < 0)
+  // The corpus a block at a time: its documents, their tokens and instances are in memory
+  // only while the block's shards are written. The first block uses --seed itself, so a
+  // corpus of one block gives the shards it always gave.
+  int train_shards = 0, blocks = 0;
+  std::vector<data::tokenized_document> holdout_docs;
+  std::string refused;
+  const auto read = data::for_each_document_block(
+      corpus, static_cast<std::size_t>(block_mb * 1024 * 1024), [&](std::vector<data::document>&& docs) -> status {
+        auto tokenized = data::tokenize_documents(docs, tokenizer);
+        fmt::print("prep: block {}: {} documents from {} tokenized ({:.1f} s)\n", blocks, tokenized.size(), corpus,
+                   clock.seconds());
+        docs.clear();
+        docs.shrink_to_fit();
+        if (blocks == 0 && holdout > 0) {
+          if (holdout >= static_cast<std::int64_t>(tokenized.size())) {
+            refused = fmt::format("{} leaves no training documents of the first block's {} (raise --block-mb)",
+                                  holdout, tokenized.size());
+            return make_error(errc::invalid_argument, "{}", refused);
+          }
+          auto [train_docs, held] = data::split_holdout(std::move(tokenized), holdout, options.seed);
+          tokenized = std::move(train_docs);
+          holdout_docs = std::move(held);
+        }
+        data::pretrain_options block_options = options;
+        if (blocks > 0) block_options.seed = data::derive_seed(options.seed, 0x626c6f636bull, static_cast<std::uint64_t>(blocks));
+        const std::int64_t report_every = std::max<std::int64_t>(1, static_cast<std::int64_t>(tokenized.size()) / 4);
+        block_options.progress = [&](std::int64_t done, std::int64_t total) {
+          if (done % report_every == 0 || done == total) {
+            fmt::print("prep: instances: {} / {} document passes ({:.1f} s)\n", done, total, clock.seconds());
+            std::fflush(stdout);
+          }
+        };
+        auto train = data::create_pretraining_instances(std::move(tokenized), masking_vocab, block_options);
+        print_stats("train", train);
+        const int written = write_shards(out, "train", train, static_cast<std::size_t>(shard_size), layout, meta,
+                                         clock, train_shards);
+        if (written < 0) return make_error(errc::io, "writing the shards of block {}", blocks);
+        train_shards += written;
+        ++blocks;
+        return {};
+      });
+  if (!read) {
+    if (!refused.empty()) return bad("holdout-docs", refused);
+    fmt::print(stderr, "dsactor prep pretrain: --corpus: {}\n", read.err().to_string());
     return 1;
+  }
   int holdout_shards = 0;
   if (!holdout_docs.empty()) {
     data::pretrain_options held = options;

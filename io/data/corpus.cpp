@@ -121,6 +121,90 @@ expected<std::vector<document>> read_text_corpus(const std::string& path) {
   return docs;
 }
 
+namespace {
+
+std::size_t text_bytes(const document& d) {
+  std::size_t n = 0;
+  for (const auto& p : d.paragraphs)
+    for (const auto& s : p.sentences) n += s.size() + 1;
+  return n;
+}
+
+// Gathers documents into blocks of at least max_bytes and hands each on.
+struct block_sink {
+  std::size_t max_bytes;
+  const std::function<status(std::vector<document>&&)>& fn;
+  std::vector<document> docs;
+  std::size_t bytes = 0, total = 0;
+  status add(document d) {
+    if (d.paragraphs.empty()) return {};
+    bytes += text_bytes(d);
+    docs.push_back(std::move(d));
+    ++total;
+    return bytes >= max_bytes ? flush() : status{};
+  }
+  status flush() {
+    if (docs.empty()) return {};
+    std::vector<document> out = std::move(docs);
+    docs.clear();
+    bytes = 0;
+    return fn(std::move(out));
+  }
+};
+
+} // namespace
+
+status for_each_document_block(const std::string& path, std::size_t max_bytes,
+                               const std::function<status(std::vector<document>&&)>& block) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return make_error(errc::not_found, "corpus '{}' does not exist", path);
+  block_sink sink{std::max<std::size_t>(max_bytes, 1), block, {}};
+  if (fs::is_directory(path, ec)) {
+    DSA_ASSIGN_OR_RETURN(auto files, list_files(path));
+    bool brown = false;
+    for (const auto& f : files) brown = brown || is_brown_file_name(f.filename().string());
+    for (const auto& f : files) {
+      const std::string name = f.filename().string();
+      if (brown && !is_brown_file_name(name)) continue;
+      DSA_ASSIGN_OR_RETURN(auto text, read_file(f));
+      document doc;
+      if (brown) {
+        doc = parse_brown_document(text, name);
+      } else {
+        doc.id = name;
+        for (auto& b : blocks(text)) doc.paragraphs.push_back(paragraph{std::move(b)});
+      }
+      DSA_TRY(sink.add(std::move(doc)));
+    }
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return make_error(errc::not_found, "cannot open corpus file '{}'", path);
+    const std::string name = fs::path(path).filename().string();
+    std::string line;
+    std::size_t index = 0;
+    document doc{name + "#0", {paragraph{}}};
+    auto finish = [&]() -> status {
+      if (doc.paragraphs.front().sentences.empty()) return {};
+      DSA_TRY(sink.add(std::move(doc)));
+      doc = document{name + "#" + std::to_string(++index), {paragraph{}}};
+      return {};
+    };
+    while (std::getline(in, line)) {
+      std::string t = trim(line);
+      if (t.empty()) {
+        DSA_TRY(finish());
+      } else {
+        doc.paragraphs.front().sentences.push_back(std::move(t));
+      }
+    }
+    if (in.bad()) return make_error(errc::io, "read error in corpus file '{}'", path);
+    DSA_TRY(finish());
+  }
+  DSA_TRY(sink.flush());
+  if (sink.total == 0) return make_error(errc::format, "corpus '{}' holds no documents", path);
+  return {};
+}
+
 expected<std::vector<document>> read_corpus(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,12 @@ expected<std::vector<document>> read_text_corpus(const std::string& path);
 
 // Chooses by layout: Brown when the directory holds Brown's tagged files.
 expected<std::vector<document>> read_corpus(const std::string& path);
+
+// The same documents in corpus order, handed to `block` a block at a time: each block's
+// documents hold at least `max_bytes` of text between them or end the corpus (a document is
+// never split), so a corpus larger than memory is read with one block in memory. A file
+// of blank-line separated documents is read line by line. `block`'s error stops the read.
+status for_each_document_block(const std::string& path, std::size_t max_bytes,
+                               const std::function<status(std::vector<document>&&)>& block);
 
 } // namespace dsa::data

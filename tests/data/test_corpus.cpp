@@ -87,3 +87,48 @@ TEST_CASE("corpus errors name the path") {
   auto no_brown = read_brown_corpus(dir.path());
   CHECK_FALSE(no_brown.has_value());
 }
+
+// A corpus read a block at a time: the same documents in the same order as read_corpus,
+// each block holding at least the asked bytes (or ending the corpus), no document split.
+TEST_CASE("corpus blocks: the documents of read_corpus, a block at a time") {
+  dsa::test::scratch_dir dir("blocks");
+  std::string text;
+  for (int d = 0; d < 40; ++d) text += "Document " + std::to_string(d) + " first.\nAnd second.\n\n";
+  const std::string file = dir.write("corpus.txt", text);
+  for (const std::string& path : {file, dir.path()}) {
+    CAPTURE(path);
+    auto whole = read_corpus(path);
+    REQUIRE(whole.has_value());
+    std::vector<document> streamed;
+    std::vector<std::size_t> sizes;
+    auto st = for_each_document_block(path, 100, [&](std::vector<document>&& block) -> dsa::status {
+      sizes.push_back(block.size());
+      for (auto& d : block) streamed.push_back(std::move(d));
+      return {};
+    });
+    REQUIRE(st.has_value());
+    REQUIRE(streamed.size() == whole->size());
+    for (std::size_t i = 0; i < streamed.size(); ++i) {
+      CHECK(streamed[i].id == (*whole)[i].id);
+      REQUIRE(streamed[i].paragraphs.size() == (*whole)[i].paragraphs.size());
+      for (std::size_t p = 0; p < streamed[i].paragraphs.size(); ++p)
+        CHECK(streamed[i].paragraphs[p].sentences == (*whole)[i].paragraphs[p].sentences);
+    }
+    if (path == file) {
+      // 30 bytes a document: blocks of 4 (120 bytes >= 100), the last one what is left.
+      CHECK(sizes.size() == 10);
+      CHECK(sizes.front() == 4);
+    }
+  }
+  // The block's error stops the read and comes back.
+  int calls = 0;
+  auto stopped = for_each_document_block(file, 1, [&](std::vector<document>&&) -> dsa::status {
+    ++calls;
+    return dsa::make_error(dsa::errc::io, "disk full");
+  });
+  CHECK_FALSE(stopped.has_value());
+  CHECK(calls == 1);
+  auto missing = for_each_document_block("/nonexistent/corpus", 100, [](std::vector<document>&&) { return dsa::status{}; });
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.err().message.find("/nonexistent/corpus") != std::string::npos);
+}
