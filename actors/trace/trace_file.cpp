@@ -105,7 +105,7 @@ expected<trace_data> read_v2(const std::string& path, std::string_view data, con
   trace.version = 2;
   trace.end.closed = false;
   trace.end.file_bytes = data.size();
-  std::size_t pos = trace_header_bytes;
+  std::size_t pos = trace_header_bytes, released = 0;
   while (pos < data.size()) {
     const auto frame = parse_trace_frame(data, pos);
     if (!frame.ok) {
@@ -142,6 +142,13 @@ expected<trace_data> read_v2(const std::string& path, std::string_view data, con
                         static_cast<unsigned>(frame.kind), pos);
     pos = frame.payload_pos + frame.payload_bytes;
     if (trace.end.closed) break;
+    // The frames read leave the process's resident set (the page cache keeps them): reading
+    // a long run's trace maps at most about 8 MiB of it at a time.
+    if (pos - released >= (8u << 20)) {
+      const std::size_t upto = pos / 4096 * 4096;
+      if (upto > released) (void)::madvise(const_cast<char*>(data.data()) + released, upto - released, MADV_DONTNEED);
+      released = upto;
+    }
   }
   trace.end.valid_bytes = pos;
   if (!trace.end.closed && trace.end.why.empty())

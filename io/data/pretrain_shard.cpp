@@ -1,6 +1,8 @@
 // Pre-training shard write (pad into int32 tensors) and read (validate, unpad).
 #include "io/data/pretrain_shard.hpp"
 
+#include "core/log.hpp"
+
 #include <sys/mman.h>
 
 #include <fmt/format.h>
@@ -184,7 +186,11 @@ expected<pretrain_shard> pretrain_shard::load(const std::string& path) {
   // shards a reader keeps open do not hold the data set in anonymous memory.
   DSA_ASSIGN_OR_RETURN(s.file_, ckpt::map_safetensors(path));
   // Rows are read in shuffled order: no read-ahead around each one.
-  if (const storage* m = mapping_of(s.file_)) (void)::madvise(m->data(), m->bytes(), MADV_RANDOM);
+  if (const storage* m = mapping_of(s.file_))
+    (void)::madvise(m->data(), m->bytes(), MADV_RANDOM);
+  else if (!s.file_.tensors.empty())
+    log_warn("shard '{}' could not be mapped and was read into memory: it stays resident until the reader "
+             "closes it, beyond the host-memory plan's bound for the reader", path);
   DSA_ASSIGN_OR_RETURN(shard_header header, read_shard_header(path, s.file_.metadata));
   s.layout_ = header.layout;
   s.count_ = header.count;
