@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "models/bert/stored_precision.hpp"
 #include "models/bert/weight_grads.hpp"
 
@@ -35,7 +36,7 @@ void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, c
 }
 
 void linear_backward_products(float* dx, cpu::gemm_operand dy, cpu::gemm_operand x, const linear_params& p,
-                              std::int64_t rows, write_mode dx_mode) {
+                              std::int64_t rows, write_mode dx_mode, float* dbias) {
   const std::int64_t out = p.out_features(), in = p.in_features();
   if (rows == 0)
     return;
@@ -45,7 +46,7 @@ void linear_backward_products(float* dx, cpu::gemm_operand dy, cpu::gemm_operand
   dw.k = rows;
   dw.trans_a = cpu::transpose::yes;
   dw.beta = 1.0f;
-  weight_gradient_product(p.dweight, dy, rows * out, x, rows * in, dw); // W: now, or deferred (weight_grads.hpp)
+  weight_gradient_product(p.dweight, dy, rows * out, x, rows * in, dw, dbias); // W: now, or deferred (weight_grads.hpp)
   if (dx == nullptr)
     return;
   cpu::gemm_shape dxs; // dx (rows, in) = dy (rows, out) W (out, in)
@@ -60,6 +61,11 @@ void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const line
                      write_mode dx_mode) {
   if (rows == 0)
     return;
+  if (weight_grad_deferral() != nullptr && !cpu::bf16_operands()) {
+    // B/W split in f32: the bias gradient goes with the deferred dW, which copies dy anyway.
+    linear_backward_products(dx, cpu::gemm_operand(dy), x, p, rows, dx_mode, p.dbias.data<float>());
+    return;
+  }
   // Both products read dy: rounded to bf16 in the bias gradient's pass when they take bf16.
   const shared_gemm_input dy_in(dy, rows, p.out_features(), p.dbias.data<float>());
   linear_backward_products(dx, dy_in.operand(), x, p, rows, dx_mode);

@@ -26,8 +26,9 @@ void linear_backward(float* dx, const float* dy, cpu::gemm_operand x, const line
 void linear_product(float* y, cpu::gemm_operand x, const linear_params& p, std::int64_t rows);
 void linear_backward_products(float* dx, const float* dy, cpu::gemm_operand x, const linear_params& p,
                               std::int64_t rows, write_mode dx_mode);
-// The same with dy as the products take it (bf16 already rounded by the caller's kernel).
+// The same with dy as the products take it (bf16 already rounded by the caller's kernel);
+// with `dbias`, dy (f32) also adds its column sums there, beside dW (now or deferred).
 void linear_backward_products(float* dx, cpu::gemm_operand dy, cpu::gemm_operand x, const linear_params& p,
-                              std::int64_t rows, write_mode dx_mode);
+                              std::int64_t rows, write_mode dx_mode, float* dbias = nullptr);
 
 } // namespace dsa::bert

@@ -6,7 +6,8 @@
 // recorded products later (W), in recorded order, with the same operands and shapes, so a
 // micro-batch's gradients are those of the undeferred backward bit for bit, and W in
 // micro-batch order accumulates as 1F1B does. Biases, LayerNorm parameters and the
-// embedding tables are cheap and stay in B. The copies are the W work's memory (its layers'
+// embedding tables are cheap and stay in B, except a linear layer's bias in f32, whose
+// column sums over dy move with its dW (B then reads dy once less). The copies are the W work's memory (its layers'
 // inputs and output gradients).
 #pragma once
 
@@ -24,8 +25,9 @@ class deferred_weight_grads {
 public:
   // dweight (f32) += op(a) op(b) per `shape` (beta 1), a and b copied now (`a_elements` and
   // `b_elements` of their types, contiguous).
+  // With `dbias`, a's column sums go there first (weight_gradient_product).
   void record(const tensor& dweight, cpu::gemm_operand a, std::int64_t a_elements, cpu::gemm_operand b,
-              std::int64_t b_elements, const cpu::gemm_shape& shape);
+              std::int64_t b_elements, const cpu::gemm_shape& shape, float* dbias = nullptr);
   // Other weight-gradient work deferred in the same order (the word embedding's lookup
   // gradient, which the MLM decoder's product also adds to: the tied embedding keeps the
   // plain backward's order). `work` owns what it reads; `bytes` is its size.
@@ -39,9 +41,10 @@ public:
 private:
   struct product {
     tensor dweight; // undefined for other work
-    std::vector<unsigned char> a, b;
+    tensor a, b; // flat copies of the operands
     dtype a_type = dtype::f32, b_type = dtype::f32;
     cpu::gemm_shape shape;
+    float* dbias = nullptr; // a's column sums go here first
     std::function<void()> work;
     std::size_t work_bytes = 0;
   };
@@ -62,7 +65,10 @@ public:
 deferred_weight_grads* weight_grad_deferral();
 
 // dweight += op(a) op(b) per shape (beta 1): now, or recorded when a deferral is active.
+// With `dbias`, a is an f32 output gradient (k rows of m, transposed) whose column sums
+// also go into dbias (m) just before, in the same place.
 void weight_gradient_product(const tensor& dweight, cpu::gemm_operand a, std::int64_t a_elements,
-                             cpu::gemm_operand b, std::int64_t b_elements, const cpu::gemm_shape& shape);
+                             cpu::gemm_operand b, std::int64_t b_elements, const cpu::gemm_shape& shape,
+                             float* dbias = nullptr);
 
 } // namespace dsa::bert
