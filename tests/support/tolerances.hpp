@@ -60,6 +60,11 @@ inline constexpr tolerance layernorm_invertible{1e-5, 1e-4, "xhat rebuilt from r
 // micro-batches are added in the same order, so differences come only from tied-weight
 // gradient addition order.
 inline constexpr tolerance layout_equivalence{1e-6, 1e-5, "tied-embedding gradient sum order"};
+// The same after 1-bit Adam's or 0/1 Adam's variance freeze: each update divides the
+// momentum by the frozen sqrt(v), so the tied gradient's last-bit differences grow where v
+// is tiny. Measured between uninterrupted runs on 1 and 2 stages of the tiny model: 3 of
+// 46,540 parameters beyond layout_equivalence, the worst 2.4e-5 absolute, 5.6e-4 relative.
+inline constexpr tolerance layout_after_freeze{1e-4, 2e-3, "tied gradient sum order through a frozen variance"};
 // Parameters after a few Adam steps in fp16 with R data-parallel ranks vs one: each
 // rank rounds its partial gradient sum to fp16 before the ranks add them (one rank
 // rounds the whole sum once). Adam divides by sqrt(v), so a half-ulp difference in a

@@ -68,3 +68,30 @@ TEST_CASE("layers:<counts> gives each stage the encoder layers named, and refuse
     CHECK(e.err().message.find("pipeline.partition") != std::string::npos);
   }
 }
+
+TEST_CASE("a checkpoint's saved layout text reads back into the same ranges, and bad text is named") {
+  bert::bert_config cfg = bert::bert_config_for(bert::model_size::base);
+  cfg.num_layers = 6;
+  for (std::uint32_t stages : {1u, 2u, 3u, 6u}) {
+    CAPTURE(stages);
+    auto r = train::partition_layers(cfg, stages, "uniform");
+    REQUIRE(r.has_value());
+    auto back = train::parse_layout(train::describe_layout(*r), cfg);
+    REQUIRE(back.has_value());
+    CHECK(train::describe_layout(*back) == train::describe_layout(*r));
+    REQUIRE(back->size() == r->size());
+    for (std::size_t s = 0; s < r->size(); ++s) {
+      CHECK((*back)[s].first_layer == (*r)[s].first_layer);
+      CHECK((*back)[s].last_layer == (*r)[s].last_layer);
+      CHECK((*back)[s].has_embeddings() == (*r)[s].has_embeddings());
+      CHECK((*back)[s].has_head() == (*r)[s].has_head());
+    }
+  }
+  for (const char* bad : {"", "layers [0, 6)", "embeddings + layers [0, 3) | layers [3, 7) + head",
+                          "embeddings + layers [0, 3) || layers [3, 6) + head", "embeddings + layers [0, 3 + head"}) {
+    CAPTURE(bad);
+    auto e = train::parse_layout(bad, cfg);
+    REQUIRE_FALSE(e.has_value());
+    CHECK(e.err().message.find("pipeline layout") != std::string::npos);
+  }
+}

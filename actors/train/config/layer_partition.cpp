@@ -4,6 +4,7 @@
 #include "models/bert/parameter_specs.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -14,6 +15,44 @@ namespace dsa::train {
 std::string describe_layout(const std::vector<bert::bert_range>& ranges) {
   std::string out;
   for (const auto& r : ranges) out += (out.empty() ? "" : " | ") + r.to_string();
+  return out;
+}
+
+expected<std::vector<bert::bert_range>> parse_layout(const std::string& text, const bert::bert_config& cfg) {
+  std::vector<bert::bert_range> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t bar = text.find(" | ", at);
+    std::string part = text.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+    at = bar == std::string::npos ? text.size() + 1 : bar + 3;
+    bert::bert_range r;
+    const std::string emb = "embeddings + ", head = " + head";
+    const bool with_embeddings = part.rfind(emb, 0) == 0;
+    if (with_embeddings) part.erase(0, emb.size());
+    const bool with_head = part.size() >= head.size() && part.compare(part.size() - head.size(), head.size(), head) == 0;
+    if (with_head) part.erase(part.size() - head.size());
+    long long first = -1, last = -1;
+    char close = 0;
+    int used = 0;
+    if (std::sscanf(part.c_str(), "layers [%lld, %lld%c%n", &first, &last, &close, &used) != 3 || close != ')' ||
+        static_cast<std::size_t>(used) != part.size())
+      return make_error(errc::format, "pipeline layout '{}': stage {} is '{}', expected '[embeddings + ]layers [a, b)[ + head]'",
+                        text, out.size(), part);
+    r = bert::bert_range::layers(first, last);
+    if (with_embeddings) r.with_embeddings();
+    if (with_head) r.with_head();
+    if (auto ok = r.validate(cfg); !ok)
+      return make_error(errc::format, "pipeline layout '{}': {}", text, ok.err().message);
+    const bool first_stage = out.empty(), last_stage = at > text.size();
+    const std::int64_t from = first_stage ? 0 : out.back().last_layer;
+    if (r.first_layer != from || with_embeddings != first_stage || with_head != last_stage ||
+        (last_stage && r.last_layer != cfg.num_layers))
+      return make_error(errc::format,
+                        "pipeline layout '{}': stage {} is '{}'; the stages must cover layers [0, {}) in order, the "
+                        "embeddings with the first and the head with the last",
+                        text, out.size(), r.to_string(), cfg.num_layers);
+    out.push_back(r);
+  }
   return out;
 }
 

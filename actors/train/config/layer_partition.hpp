@@ -26,6 +26,8 @@ expected<std::vector<bert::bert_range>> partition_layers(const bert::bert_config
 
 // "embeddings + layers [0, 2) | layers [2, 4) + head": the stages' ranges in order.
 std::string describe_layout(const std::vector<bert::bert_range>& ranges);
+// describe_layout's text back into ranges, each valid for `cfg` (a checkpoint's saved layout).
+expected<std::vector<bert::bert_range>> parse_layout(const std::string& text, const bert::bert_config& cfg);
 
 // Contiguous split of `weights` into `parts` non-empty runs minimising the largest
 // run sum; returns the start index of each part (first is 0).

@@ -3,12 +3,15 @@
 
 #include "actors/train/config/layer_partition.hpp"
 #include "actors/train/run/run_checkpoint.hpp"
+#include "actors/train/shard/lamb_resume.hpp"
 #include "actors/train/shard/shard_options.hpp"
 #include "core/log.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
 #include "models/bert/bert_state.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace dsa::train {
 namespace {
@@ -20,11 +23,12 @@ status restore_error_buffers(const run_inputs& in, const ckpt::checkpoint_manife
                              const run_progress_state& progress, restored& r) {
   const auto& rc = in.rc;
   r.error_states.assign(rc.stages, {});
-  r.lamb_states.assign(rc.stages, {});
+  if (r.lamb_states.size() != rc.stages) r.lamb_states.assign(rc.stages, {});
   if (!rc.optimizer.compressed()) return {};
   // 1-bit LAMB's replicated state beside the ZeRO partitions: any rank count and stage,
-  // whatever load_error_feedback says (it is optimizer state, not error feedback).
-  {
+  // whatever load_error_feedback says (it is optimizer state, not error feedback). On
+  // another layout restore_lamb_by_name has cut it for the new stages.
+  if (!r.repartitioned) {
     ckpt::load_options lamb;
     for (std::uint32_t s = 0; s < rc.stages; ++s)
       for (const auto& f : listed.files)
@@ -39,6 +43,8 @@ status restore_error_buffers(const run_inputs& in, const ckpt::checkpoint_manife
   if (rc.batch.data_parallel_size < 2) return {};
   std::string why;
   if (!rc.checkpoint.load_error_feedback) why = "checkpoint.load_error_feedback = false";
+  else if (r.repartitioned)
+    why = "saved with another pipeline layout: a buffer covers a stage's parameters and its ranks' chunks";
   else if (progress.data_parallel_size != rc.batch.data_parallel_size)
     why = fmt::format("saved on {} ranks, this run has {}", progress.data_parallel_size, rc.batch.data_parallel_size);
   ckpt::load_options lo;
@@ -55,6 +61,51 @@ status restore_error_buffers(const run_inputs& in, const ckpt::checkpoint_manife
   DSA_ASSIGN_OR_RETURN(auto ck, ckpt::load_checkpoint_dir(r.dir, lo));
   for (std::uint32_t s = 0; s < rc.stages; ++s)
     r.error_states[s] = std::move(ck.groups.at(checkpoint_errors_group(s, static_cast<std::uint32_t>(in.rank))));
+  return {};
+}
+
+// 1-bit LAMB's per-tensor state on another pipeline layout: each saved stage's (its ZeRO
+// group, or its whole shard's optimizer group in `ck`) keyed by name, then cut for each new
+// local stage (lamb_resume.hpp); the whole shards' group entries leave the merged state.
+status restore_lamb_by_name(const run_inputs& in, const rank_model& m, const ckpt::checkpoint_manifest& listed,
+                            const ckpt::loaded_checkpoint& ck, const run_progress_state& progress, restored& r) {
+  const auto& rc = in.rc;
+  r.lamb_states.assign(rc.stages, {});
+  if (rc.optimizer.type != optim::optimizer_type::onebit_lamb) return {};
+  DSA_ASSIGN_OR_RETURN(auto saved_ranges, parse_layout(progress.layout, rc.model));
+  if (saved_ranges.size() != progress.stages)
+    return make_error(errc::format, "{}: the saved layout '{}' has {} stages, the checkpoint says {}", ck.dir,
+                      progress.layout, saved_ranges.size(), progress.stages);
+  std::vector<saved_lamb_stage> saved(saved_ranges.size());
+  for (std::uint32_t k = 0; k < saved.size(); ++k) {
+    saved[k].specs = bert::parameter_specs(rc.model, saved_ranges[k]);
+    const std::string group = checkpoint_lamb_group(k);
+    const bool zero_group = std::any_of(listed.files.begin(), listed.files.end(),
+                                        [&](const auto& f) { return f.group == group; });
+    if (zero_group) {
+      ckpt::load_options lo;
+      lo.groups = {group};
+      DSA_ASSIGN_OR_RETURN(auto one, ckpt::load_checkpoint_dir(r.dir, lo));
+      saved[k].lamb_state = std::move(one.groups.at(group));
+      continue;
+    }
+    auto opt = ck.groups.find(fmt::format("optimizer_{}", k));
+    if (opt == ck.groups.end())
+      return make_error(errc::format, "{}: no 1-bit LAMB state for saved stage {} (group {} or optimizer_{})", ck.dir,
+                        k, group, k);
+    DSA_ASSIGN_OR_RETURN(saved[k].lamb_state, lamb_state_of_group(saved[k].specs, opt->second));
+    if (saved[k].lamb_state.empty())
+      return make_error(errc::format, "{}: group optimizer_{} holds no 1-bit LAMB state", ck.dir, k);
+  }
+  for (std::uint32_t s = 0; s < rc.stages; ++s) {
+    if (!m.stages[s]) continue; // another process's stage
+    auto cut = repartition_lamb_state(saved, bert::parameter_specs(rc.model, m.ranges[s]));
+    if (!cut) return make_error(cut.err().code, "{}: stage {}: {}", ck.dir, s, cut.err().message);
+    r.lamb_states[s] = std::move(*cut);
+    auto& merged = r.optimizer_states[s].tensors;
+    for (auto it = merged.begin(); it != merged.end();)
+      it = it->first.rfind("compressed.", 0) == 0 ? merged.erase(it) : std::next(it);
+  }
   return {};
 }
 
@@ -75,11 +126,6 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   // whichever saved stage held them (a repartition on load).
   const std::string layout = describe_layout(m.ranges);
   const bool repartition = saved.stages != in.rc.stages || saved.layout != layout;
-  if (repartition && in.rc.optimizer.compressed())
-    return make_error(errc::config,
-                      "{}: saved with the pipeline layout '{}'; this run has '{}' (pipeline.stages, pipeline.partition): "
-                      "{}'s per-stage state resumes only on the saved layout",
-                      dir, saved.layout, layout, optim::optimizer_name(in.rc.optimizer.type));
   // Whole groups are read whole (checksummed); ZeRO's per-rank files by range later.
   ckpt::load_options lo;
   lo.groups = {"model"};
@@ -134,6 +180,7 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
       DSA_ASSIGN_OR_RETURN(r.optimizer_states[s], optimizer_state_of(ck, s));
     }
   }
+  if (repartition && in.rc.optimizer.compressed()) DSA_TRY(restore_lamb_by_name(in, m, listed, ck, progress, r));
   DSA_TRY(restore_error_buffers(in, listed, progress, r));
   if (!parts) r.masters = std::move(model->second);
   in.first_step = static_cast<std::uint32_t>(progress.next_step);
