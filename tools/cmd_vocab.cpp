@@ -28,7 +28,9 @@ int vocab_build(int argc, char** argv) {
       "cased", "keep case and accents (default: lower-case and strip accents)")(
       "unused", po::value<int>()->default_value(10), "number of [unusedK] slots after [PAD]")(
       "min-pair-count", po::value<std::int64_t>()->default_value(2),
-      "stop merging below this pair count");
+      "stop merging below this pair count")(
+      "block-mb", po::value<double>()->default_value(64),
+      "MB of corpus text read at a time (the word counts add up: the vocabulary does not change)");
   po::variables_map vm;
   if (auto done = parse_options(argc, argv, opts, vm, "vocab build",
                                  "Learns WordPiece pieces by greedy pair merges (see models/tokenizer/vocab_builder.hpp).\n"))
@@ -48,23 +50,39 @@ int vocab_build(int argc, char** argv) {
   if (vm.count("cased"))
     tokenizer.case_mode = tok::casing::keep;
 
+  const double block_mb = vm["block-mb"].as<double>();
+  if (!(block_mb > 0 && block_mb <= 1 << 20)) {
+    fmt::print(stderr, "dsactor vocab build: --block-mb must be in (0, 1048576]\n");
+    return 2;
+  }
+
   const std::string corpus = vm["corpus"].as<std::string>();
   auto start = std::chrono::steady_clock::now();
-  auto docs = data::read_corpus(corpus);
-  if (!docs) {
-    fmt::print(stderr, "dsactor vocab build: --corpus: {}\n", docs.err().to_string());
+  // The corpus a block at a time: memory holds one block's text and the word counts.
+  tok::word_counter counter(tokenizer);
+  std::size_t documents = 0, sentences = 0;
+  int blocks = 0;
+  const auto read = data::for_each_document_block(
+      corpus, static_cast<std::size_t>(block_mb * 1024 * 1024), [&](std::vector<data::document>&& docs) -> status {
+        for (const auto& d : docs)
+          for (const auto& p : d.paragraphs)
+            for (const auto& s : p.sentences) {
+              counter.add_text(s);
+              ++sentences;
+            }
+        documents += docs.size();
+        ++blocks;
+        fmt::print("vocab: block {}: {} documents, {} distinct words so far\n", blocks, documents,
+                   counter.counts().size());
+        std::fflush(stdout);
+        return {};
+      });
+  if (!read) {
+    fmt::print(stderr, "dsactor vocab build: --corpus: {}\n", read.err().to_string());
     return 1;
   }
-  tok::word_counter counter(tokenizer);
-  std::size_t sentences = 0;
-  for (const auto& d : *docs)
-    for (const auto& p : d.paragraphs)
-      for (const auto& s : p.sentences) {
-        counter.add_text(s);
-        ++sentences;
-      }
-  fmt::print("vocab: {} documents, {} sentences, {} distinct words from {}\n", docs->size(),
-             sentences, counter.counts().size(), corpus);
+  fmt::print("vocab: {} documents, {} sentences, {} distinct words from {}\n", documents, sentences,
+             counter.counts().size(), corpus);
   options.progress = [&](std::int64_t merges, std::int64_t size) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("vocab: {} merges, {} / {} tokens, {:.1f} s\n", merges, size, options.size, s);
@@ -92,7 +110,7 @@ int vocab_build(int argc, char** argv) {
 int cmd_vocab(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     fmt::print(
-        "usage: dsactor vocab build --corpus PATH --size N --out vocab.txt [--cased]\n"
+        "usage: dsactor vocab build --corpus PATH --size N --out vocab.txt [--cased --block-mb 64]\n"
         "  build   learn a WordPiece vocabulary from a corpus ('dsactor vocab build --help')\n");
     return argc < 2 ? 2 : 0;
   }

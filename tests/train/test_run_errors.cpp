@@ -45,6 +45,7 @@ TEST_CASE("malformed configs are rejected with exit code 2") {
         2); // more stages than layers
   CHECK(test::run_config(dir.path(), "bad", cfg,
                          {"train_stepz=1", "pipeline.schedule=\"zigzag\"", "novalue"}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"data.prepare.block_mb=0"}) == 2);
 }
 
 TEST_CASE(

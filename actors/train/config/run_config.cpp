@@ -36,6 +36,7 @@ void read_prepare(const config& cfg, data_settings& d, config_problems& problems
   r.read("masked_lm_prob", p.masked_lm_prob);
   r.read("holdout_docs", p.holdout_docs);
   r.read("instances_per_shard", p.instances_per_shard);
+  r.read("block_mb", p.block_mb);
   std::int64_t seed = static_cast<std::int64_t>(p.seed);
   r.read("seed", seed);
   p.seed = static_cast<std::uint64_t>(seed);
@@ -44,6 +45,8 @@ void read_prepare(const config& cfg, data_settings& d, config_problems& problems
     r.invalid("vocab_size", "must be at least 110 (special tokens and characters)");
   if (p.seq_length < 8)
     r.invalid("seq_length", "must be at least 8");
+  if (!(p.block_mb > 0 && p.block_mb <= 1 << 20))
+    r.invalid("block_mb", "must be in (0, 1048576] (MB of corpus text per block)");
   p.corpus = expand_path(p.corpus);
   p.out_dir = expand_path(p.out_dir);
   if (d.vocab.empty()) d.vocab = p.out_dir + "/vocab.txt";

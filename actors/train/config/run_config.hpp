@@ -34,6 +34,7 @@ struct prepare_settings {
   std::int64_t holdout_docs = 20; // documents kept out for evaluation
   std::int64_t instances_per_shard = 4096;
   std::uint64_t seed = 12345;
+  double block_mb = 64; // the corpus is read, tokenized and made into shards this much at a time
 };
 
 // [data.prepare_qa]: generate an extractive QA set in SQuAD v1.1 format from a

@@ -16,11 +16,20 @@ namespace dsa::train {
 namespace fs = std::filesystem;
 namespace {
 
-status build_vocab(const std::vector<data::document>& docs, const prepare_settings& p, const std::string& path) {
+std::size_t block_bytes(const prepare_settings& p) { return static_cast<std::size_t>(p.block_mb * 1024 * 1024); }
+
+// Word counts add up block by block, so the vocabulary is the whole corpus's with one block
+// of text in memory (the counts grow with the distinct words, not the corpus).
+status build_vocab(const prepare_settings& p, const std::string& path) {
   tok::word_counter counter(tok::tokenizer_options{});
-  for (const auto& d : docs)
-    for (const auto& para : d.paragraphs)
-      for (const auto& s : para.sentences) counter.add_text(s);
+  int blocks = 0;
+  DSA_TRY(data::for_each_document_block(p.corpus, block_bytes(p), [&](std::vector<data::document>&& docs) -> status {
+    for (const auto& d : docs)
+      for (const auto& para : d.paragraphs)
+        for (const auto& s : para.sentences) counter.add_text(s);
+    ++blocks;
+    return {};
+  }));
   tok::vocab_build_options options;
   options.size = static_cast<int>(p.vocab_size);
   options.progress = [](std::int64_t merges, std::int64_t size) {
@@ -30,21 +39,23 @@ status build_vocab(const std::vector<data::document>& docs, const prepare_settin
   std::string text;
   for (const auto& t : tokens) text += t + "\n";
   DSA_TRY(ckpt::write_file_atomic(path, text));
-  log_info("prepare: wrote {} ({} tokens from {} distinct words)", path, tokens.size(), counter.counts().size());
+  log_info("prepare: wrote {} ({} tokens from {} distinct words, {} block(s) of the corpus)", path, tokens.size(),
+           counter.counts().size(), blocks);
   return {};
 }
 
+// Writes `all` as shards <prefix>-<index>..., advancing index.
 status write_set(const std::string& dir, const char* prefix, const std::vector<data::pretrain_instance>& all,
-                 const prepare_settings& p, const data::shard_layout& layout) {
+                 const prepare_settings& p, const data::shard_layout& layout, int& index) {
   const auto per = static_cast<std::size_t>(p.instances_per_shard);
   ckpt::metadata_map meta{{"seed", std::to_string(p.seed)}, {"dupe_factor", std::to_string(p.dupe_factor)}};
-  int index = 0;
+  const int first = index;
   for (std::size_t begin = 0; begin < all.size(); begin += per, ++index) {
     std::size_t end = std::min(all.size(), begin + per);
     std::string path = data::shard_file_name((fs::path(dir) / prefix).string(), index);
     DSA_TRY(data::write_pretrain_shard(path, all, begin, end, layout, meta));
   }
-  log_info("prepare: {} {} instances in {} shard(s)", all.size(), prefix, index);
+  log_info("prepare: {} {} instances in {} shard(s)", all.size(), prefix, index - first);
   return {};
 }
 
@@ -78,17 +89,13 @@ status prepare_pretraining_data(const prepare_settings& p, const std::string& vo
   if (have_vocab && have_train) return {};
   fs::create_directories(p.out_dir, ec);
   if (ec) return make_error(errc::io, "data.prepare.out_dir '{}': cannot create: {}", p.out_dir, ec.message());
-  log_info("prepare: reading the corpus {}", p.corpus);
-  DSA_ASSIGN_OR_RETURN(auto docs, data::read_corpus(p.corpus));
-  if (!have_vocab) DSA_TRY(build_vocab(docs, p, vocab_path));
+  if (!have_vocab) {
+    log_info("prepare: counting the words of {}", p.corpus);
+    DSA_TRY(build_vocab(p, vocab_path));
+  }
   DSA_ASSIGN_OR_RETURN(auto v, tok::vocab::load(vocab_path));
   const data::masking_vocab masking = data::masking_vocab::from(v);
   tok::bert_tokenizer tokenizer(std::move(v), tok::tokenizer_options{});
-  auto tokenized = data::tokenize_documents(docs, tokenizer);
-  if (p.holdout_docs >= static_cast<std::int64_t>(tokenized.size()))
-    return make_error(errc::config, "data.prepare.holdout_docs = {} leaves no training documents of {}",
-                      p.holdout_docs, tokenized.size());
-  auto [train_docs, holdout_docs] = data::split_holdout(std::move(tokenized), p.holdout_docs, p.seed);
   data::pretrain_options options;
   options.max_seq_length = static_cast<int>(p.seq_length);
   options.dupe_factor = static_cast<int>(p.dupe_factor);
@@ -96,21 +103,49 @@ status prepare_pretraining_data(const prepare_settings& p, const std::string& vo
   options.masking.masked_lm_prob = p.masked_lm_prob;
   options.masking.max_predictions = static_cast<int>(p.max_predictions);
   options.seed = p.seed;
-  const std::int64_t every = std::max<std::int64_t>(1, static_cast<std::int64_t>(train_docs.size()) / 4);
-  options.progress = [every](std::int64_t done, std::int64_t total) {
-    if (done % every == 0 || done == total) log_info("prepare: instances: {} / {} document passes", done, total);
-  };
   const data::shard_layout layout{static_cast<int>(p.seq_length), static_cast<int>(p.max_predictions),
                                   tokenizer.vocabulary().size(), data::shard_vocab_of(tokenizer.vocabulary())};
-  auto train = data::create_pretraining_instances(std::move(train_docs), masking, options);
-  DSA_TRY(write_set(p.out_dir, "train", train, p, layout));
+  // The corpus a block at a time, as `dsactor prep pretrain` reads it: a block's documents,
+  // tokens and instances are in memory only until its shards are written. The held-out
+  // documents come from the first block, which uses the seed itself, so a corpus of one
+  // block gives the shards it always gave; later blocks derive theirs.
+  log_info("prepare: reading the corpus {} ({} MB at a time)", p.corpus, p.block_mb);
+  std::vector<data::tokenized_document> holdout_docs;
+  int blocks = 0, train_shards = 0;
+  DSA_TRY(data::for_each_document_block(p.corpus, block_bytes(p), [&](std::vector<data::document>&& docs) -> status {
+    auto tokenized = data::tokenize_documents(docs, tokenizer);
+    docs.clear();
+    docs.shrink_to_fit();
+    if (blocks == 0) {
+      if (p.holdout_docs >= static_cast<std::int64_t>(tokenized.size()))
+        return make_error(errc::config,
+                          "data.prepare.holdout_docs = {} leaves no training documents of {} (the held-out documents "
+                          "come from the first data.prepare.block_mb of the corpus)",
+                          p.holdout_docs, tokenized.size());
+      auto [train_docs, held] = data::split_holdout(std::move(tokenized), p.holdout_docs, p.seed);
+      tokenized = std::move(train_docs);
+      holdout_docs = std::move(held);
+    }
+    data::pretrain_options block = options;
+    if (blocks > 0) block.seed = data::derive_seed(p.seed, 0x626c6f636bull, static_cast<std::uint64_t>(blocks));
+    const std::int64_t every = std::max<std::int64_t>(1, static_cast<std::int64_t>(tokenized.size()) / 4);
+    block.progress = [every, blocks](std::int64_t done, std::int64_t total) {
+      if (done % every == 0 || done == total)
+        log_info("prepare: block {}: instances: {} / {} document passes", blocks, done, total);
+    };
+    auto train = data::create_pretraining_instances(std::move(tokenized), masking, block);
+    DSA_TRY(write_set(p.out_dir, "train", train, p, layout, train_shards));
+    ++blocks;
+    return {};
+  }));
   if (!holdout_docs.empty()) {
     data::pretrain_options held = options;
     held.dupe_factor = 1;
     held.seed = data::derive_seed(p.seed, 0x686f6c646f7574ull);
     held.progress = nullptr;
     auto instances = data::create_pretraining_instances(std::move(holdout_docs), masking, held);
-    DSA_TRY(write_set(p.out_dir, "holdout", instances, p, layout));
+    int holdout_shards = 0;
+    DSA_TRY(write_set(p.out_dir, "holdout", instances, p, layout, holdout_shards));
   }
   return {};
 }
