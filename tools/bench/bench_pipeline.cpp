@@ -34,6 +34,7 @@ struct pipeline_plan {
   std::vector<int> micro_batches{4, 8};
   std::string work;
   std::string config; // a base config instead of the built-in one (--config)
+  int split = 0;      // layers on stage 0; 0: searched by measured time (--split)
 };
 
 // BERT on the quick start's data, the timing columns on, no checkpoints, no evaluation.
@@ -107,7 +108,7 @@ int bench_pipeline_main(int argc, char** argv) {
       "steps", po::value(&p.steps)->default_value(p.steps), "steps per run")(
       "warmup", po::value(&p.warmup)->default_value(p.warmup), "first steps of a run not counted")(
       "micro-batch", po::value(&p.micro_batch)->default_value(p.micro_batch), "sequences per micro-batch")(
-      "model", po::value(&p.model)->default_value(p.model), "model size (tiny, mini, small)")(
+      "model", po::value(&p.model)->default_value(p.model), "model size (tiny, mini, small, medium: see --layers)")(
       "max-stashed", po::value(&p.max_stashed)->default_value(p.max_stashed),
       "zb's pipeline.max_stashed (0: the number of stages, 1F1B's memory; 3: ZB-H2's 2S - 1)")(
       "max-deferred-w", po::value(&p.max_deferred_w)->default_value(p.max_deferred_w),
@@ -116,6 +117,7 @@ int bench_pipeline_main(int argc, char** argv) {
       "config", po::value(&p.config), "a run config to measure instead of the built-in BERT on the quick start's data "
                                       "(its model and data; the bench sets the batch, steps and pipeline keys)")(
       "layers", po::value(&p.layers), "the model's encoder layers (for the split search; default: --model's)")(
+      "split", po::value(&p.split), "encoder layers on stage 0 (default: the split by measured time, searched)")(
       "quick", "BERT-tiny, M = 4 only, 2 runs of 4 steps (a smoke run; the figures are noise)");
   po::variables_map vm;
   if (auto done = parse_options(argc, argv, opts, vm, "bench pipeline")) return *done;
@@ -164,8 +166,13 @@ int bench_pipeline_main(int argc, char** argv) {
              p.steps, p.warmup, cpu_model());
   std::fflush(stdout);
   // The split by measured time: the one whose busier stage is least busy (1F1B, M = 4).
-  int split = p.layers / 2;
-  if (p.layers > 2) {
+  int split = p.split > 0 ? p.split : p.layers / 2;
+  if (p.split >= p.layers) {
+    fmt::print(stderr, "dsactor bench pipeline: --split {} leaves no layer for stage 1 of {} layers\n", p.split,
+               p.layers);
+    return 2;
+  }
+  if (p.layers > 2 && p.split <= 0) {
     double best = 1e30;
     for (int k = 1; k < p.layers; ++k) {
       auto f = run_once(p, *self, config, fmt::format("split{}", k), "1f1b", 4, k);
