@@ -34,6 +34,7 @@ const char* phase_name(coord_phase p) {
 
 // What the coordinator gathers about one step until it completes.
 struct open_step {
+  double loss = 0;                    // mean micro-batch loss (the last stage's report)
   std::uint32_t reports = 0;          // stage and update reports
   std::vector<double> shares;         // [s]: stage s's gradient sum of squares
   bool skipped = false;               // some shard skipped the update
@@ -64,6 +65,14 @@ struct coordinator_state {
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
 
 // The entry of a step not yet complete, made on its first report.
+// The step's loss into the summary: the last one, and every one when kept.
+void record_loss(coordinator_state& st, std::uint32_t step, double loss) {
+  run_summary& s = *st.args.summary;
+  s.last_loss = loss;
+  const std::uint32_t i = step - st.args.setup.plan->first_step;
+  if (i < s.losses.size()) s.losses[i] = loss;
+}
+
 open_step& open_step_of(coordinator_state& st, std::uint32_t step) {
   auto [it, made] = st.open.try_emplace(step);
   if (made) {
@@ -202,14 +211,13 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   const auto& plan = *st.args.setup.plan;
   const auto& hooks = st.args.hooks;
   const auto now = std::chrono::steady_clock::now();
-  const std::uint32_t i = step - plan.first_step;
   open_step done = std::move(st.open.at(step));
   st.open.erase(step);
   st.completed_below = std::max(st.completed_below, step + 1);
   double sum_of_squares = 0;
   for (double share : done.shares) sum_of_squares += share; // stage order
   st.args.summary->last_position = done.position;
-  step_summary summary{step, st.args.summary->losses[i],
+  step_summary summary{step, done.loss,
                              std::chrono::duration<double>(now - st.last_step_done).count(), sum_of_squares,
                              done.skipped, std::move(done.metrics), std::move(done.position), {}};
   st.last_step_done = now;
@@ -258,7 +266,7 @@ void on_hooks_done(coordinator_actor* self, const work_done& d) {
   const auto& plan = *st.args.setup.plan;
   st.hook_running = false;
   st.last_progress = std::chrono::steady_clock::now(); // a long hook (a checkpoint) is progress
-  if (st.peers) st.args.summary->losses[d.step - plan.first_step] = d.value; // the group's mean
+  if (st.peers) record_loss(st, d.step, d.value); // the group's mean
   if (st.phase == coord_phase::stopping) {
     if (st.alive.empty()) finish(self);
     return;
@@ -328,7 +336,8 @@ void on_step_report(coordinator_actor* self, const step_report& r) {
   if (!o) return fail(self, {"coordinator", r.step, o.err().message});
   st.stage_steps[r.stage] = r.step + 1;
   if (r.stage + 1 == plan.options.stages) {
-    st.args.summary->losses[r.step - plan.first_step] = r.loss / plan.options.micro_batches;
+    (*o)->loss = r.loss / plan.options.micro_batches;
+    record_loss(st, r.step, (*o)->loss);
     (*o)->metrics = r.metrics;
   }
   count_report(self, **o, r.step);
@@ -385,7 +394,7 @@ void on_start(coordinator_actor* self) {
   }
   st.stage_steps.assign(S, plan.first_step);
   st.completed_below = plan.first_step;
-  st.args.summary->losses.assign(plan.options.steps, 0.0);
+  if (plan.options.keep_losses) st.args.summary->losses.assign(plan.options.steps, 0.0);
   st.last_progress = std::chrono::steady_clock::now();
   st.last_step_done = st.last_progress;
   // The hooks agree over the data-parallel group, or with stages across processes over the whole job.

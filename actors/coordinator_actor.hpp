@@ -26,7 +26,9 @@ namespace dsa::actors {
 // Written by the coordinator; read by the caller after the start request is answered.
 struct run_summary {
   std::uint32_t steps_completed = 0; // counted from the plan's first_step
-  std::vector<double> losses;        // [i]: mean micro-batch loss of step first_step + i (last stage)
+  std::vector<double> losses;        // [i]: mean micro-batch loss of step first_step + i (last stage),
+                                     // when pipeline_options::keep_losses
+  double last_loss = 0;              // the last step's, either way
   // The data source's position after the last completed step (data_position; empty if none came).
   std::vector<std::uint64_t> last_position;
   std::optional<failure_info> failure;

@@ -33,6 +33,9 @@ struct pipeline_options {
   std::uint32_t stages = 1;
   std::uint32_t micro_batches = 1; // gradient accumulation steps M
   std::uint32_t steps = 1;         // optimizer steps this run performs
+  // run_result::losses holds every step's loss (8 bytes a step, allocated at the start);
+  // false keeps only the last (dsactor run: a long run's memory does not follow its length).
+  bool keep_losses = true;
   schedule_kind schedule = schedule_kind::one_f_one_b;
   std::uint32_t max_stashed = 0;      // zero_bubble: micro-batches held from forward to W (0: stages)
   std::uint32_t max_deferred_w = 0;   // zero_bubble: micro-batches whose W may wait (0: what the stash leaves)

@@ -348,7 +348,8 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     if (local(s)) parts.stages[s]->trace_attach(nullptr, plan->stage_id(s), static_cast<std::int32_t>(s));
   result.steps_completed = summary->steps_completed;
   result.losses = summary->losses;
-  result.losses.resize(summary->steps_completed);
+  if (!result.losses.empty()) result.losses.resize(summary->steps_completed);
+  result.last_loss = summary->last_loss;
   result.last_data_position = summary->last_position;
   result.trace_error = summary->trace_error;
   result.failure = summary->failure;

@@ -115,6 +115,8 @@ struct run_result {
   std::string error;                   // "<actor> failed in step <k>: <why>" when !ok
   std::uint32_t steps_completed = 0;   // steps done (also on a failure); the next is first_step + steps_completed
   std::vector<double> losses;          // [i]: mean micro-batch loss of step first_step + i, completed steps only
+                                       // (empty unless pipeline_options::keep_losses)
+  double last_loss = 0;                // the last completed step's
   // The data source's position after the last completed step (batch_source::position; each
   // step's reaches the step hooks as step_summary::data_position).
   std::vector<std::uint64_t> last_data_position;

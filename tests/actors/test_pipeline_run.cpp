@@ -84,6 +84,15 @@ void check_1f1b_run(std::uint32_t S, std::uint32_t M, std::uint32_t layers, std:
   }
   REQUIRE(result.losses.size() == steps);
   CHECK(result.losses.back() < result.losses.front()); // SGD makes progress
+  CHECK(result.last_loss == result.losses.back());
+  // Without keep_losses (dsactor run's long runs) only the last loss is kept: the same one.
+  options.keep_losses = false;
+  synthetic_pipeline again({layers, 5, 3, 0.05}, options);
+  auto lean = run_synthetic(again, options);
+  REQUIRE(lean.ok);
+  CHECK(lean.losses.empty());
+  CHECK(lean.steps_completed == steps);
+  CHECK(lean.last_loss == result.last_loss);
 }
 
 } // namespace

@@ -189,7 +189,7 @@ int report_training(const run_request& req, opened_run& run, training& t) {
     shard_views.push_back(shard.get());
     if (shard) local_shards.push_back(shard.get());
   }
-  log_info("training done: last loss {:.4f}, {} step(s) skipped", result.losses.empty() ? 0.0 : result.losses.back(),
+  log_info("training done: last loss {:.4f}, {} step(s) skipped", result.last_loss,
            local_shards.front()->decider().skipped());
   if (run.lead && t.world > 1) { // the bytes on the wire, against fp16 allreduce (communication_report.hpp)
     std::int64_t parameters = 0;
@@ -197,7 +197,7 @@ int report_training(const run_request& req, opened_run& run, training& t) {
       if (ctx.local(s))
         for (const auto& spec : bert::parameter_specs(rc.model, ctx.ranges[s])) parameters += shape_numel(spec.shape);
     auto figures = communication_of(optim::optimizer_name(rc.optimizer.type), t.world,
-                                    static_cast<std::int64_t>(result.losses.size()), local_shards, parameters,
+                                    static_cast<std::int64_t>(result.steps_completed), local_shards, parameters,
                                     t.transport(run, 0)->bytes_sent());
     figures.shared_memory_allreduce = rc.ranks > 1 && rc.shared_memory_allreduce;
     log_info("{}", describe(figures));

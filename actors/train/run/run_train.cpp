@@ -59,6 +59,7 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
   ro.pipeline.stages = rc.stages;
   ro.pipeline.micro_batches = static_cast<std::uint32_t>(rc.batch.gradient_accumulation);
   ro.pipeline.steps = in.last_step - in.first_step + 1;
+  ro.pipeline.keep_losses = false; // the report needs the last loss only
   ro.pipeline.schedule = schedule_kind_of(rc);
   ro.pipeline.max_stashed = static_cast<std::uint32_t>(rc.max_stashed);
   ro.pipeline.max_deferred_w = static_cast<std::uint32_t>(rc.max_deferred_w);
