@@ -79,7 +79,6 @@ public:
   const shard_layout& layout() const { return layout_; }
   std::int64_t instances_per_epoch() const { return total_; }
 
-  // The reader gives its open shards' mapped pages back every this many rows.
   // What a reader of shards of sequence length T and P predictions holds resident at most:
   // each row read gives its pages back (pretrain_shard::row), and a shard's load check gives
   // them back every 1,024 rows; in bytes, whatever the data set's size.
@@ -105,7 +104,6 @@ private:
   index_state state_;
   std::map<std::uint32_t, std::shared_ptr<pretrain_shard>> cache_;
   std::vector<std::int64_t> pending_; // rows of each shard not yet emitted this epoch
-  // Rows read since the open shards' pages were last given back (pretrain_shard::release_pages).
 };
 
 } // namespace dsa::data

@@ -2,10 +2,11 @@
 # Integration: pre-training data several times larger than limits.host_memory trains
 # through more than one epoch within that budget, measured from outside the process.
 # `dsactor prep synthetic` writes random shards (about 4x the budget: the shard reader maps
-# them read-only and gives their pages back every 256 rows, so the resident set holds the
-# rows read since, not the data set); a small BERT trains 1.25 epochs over them with
-# limits.host_memory set, while this script reads VmHWM (the peak resident set) from
-# /proc every 0.2 s. Usage: data_budget.sh PATH/TO/dsactor
+# them read-only and gives each row's pages back once it is read, so the resident set does
+# not hold the data set); a small BERT trains 1.25 epochs over them with limits.host_memory
+# set; its peak resident set is the kernel's own maximum for the child (getrusage's
+# ru_maxrss, which VmHWM reports while it runs), read when it has ended.
+# Usage: data_budget.sh PATH/TO/dsactor
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 
@@ -45,23 +46,17 @@ type = "AdamW"
 params = { lr = 1e-3 }
 TOML
 
-"$dsactor" run "$work/run.toml" >"$work/out" 2>"$work/err" &
-pid=$!
-cleanup() { kill "$pid" 2>/dev/null || true; }
-peak=0
-while kill -0 "$pid" 2>/dev/null; do
-  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-  [[ -n $hwm ]] && ((hwm > peak)) && peak=$hwm
-  sleep 0.2
-done
-rc=0
-wait "$pid" || rc=$?
-pid=
+# The child's peak resident set as the kernel kept it (ru_maxrss, KiB), not a sample.
+read -r rc peak < <(OUT="$work/out" ERR="$work/err" python3 -c '
+import os, resource, subprocess, sys
+rc = subprocess.call(sys.argv[1:], stdout=open(os.environ["OUT"], "w"), stderr=open(os.environ["ERR"], "w"))
+print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+' "$dsactor" run "$work/run.toml")
 [[ $rc == 0 ]] || fail "the run exited with $rc"
 steps=$(($(wc -l <"$work/run/metrics.csv") - 1))
 epoch_steps=$(((instances + 255) / 256))
 ((steps > epoch_steps)) || fail "$steps steps do not pass one epoch of $epoch_steps"
 echo "data budget: shards $((data_kib / 1024)) MiB, limits.host_memory ${budget_mib} MiB, $steps steps" \
-  "($epoch_steps an epoch), peak resident set (VmHWM) $((peak / 1024)) MiB"
+  "($epoch_steps an epoch), peak resident set (ru_maxrss) $((peak / 1024)) MiB"
 ((peak <= budget_mib * 1024)) || fail "the peak resident set $((peak / 1024)) MiB passed the budget of $budget_mib MiB"
 echo "ok: $((data_kib / 1024)) MiB of shards trained through $steps steps within $budget_mib MiB"

@@ -112,3 +112,18 @@ grep -q "block 1[0-9]: instances" "$work/run_prep_blocks/train.log" || fail "[da
 echo "run prepare: one block: $pwhole shards, peak $((whole_peak / 1024)) MiB; blocks: $pblocks shards, peak $((blocks_peak / 1024)) MiB"
 ((blocks_peak * 2 < whole_peak)) || fail "the run's preparation in blocks peaked at $blocks_peak kB, in one block at $whole_peak kB"
 echo "ok: a run's [data.prepare] streams the corpus"
+
+# A preparation that stopped half-way (its marker still there) is made again, not trained on:
+# the stray shard goes and the set comes out as before.
+mkdir -p "$work/before" && cp "$work/prep_blocks"/*.safetensors "$work/before/"
+touch "$work/prep_blocks/.preparing"
+cp "$work/prep_blocks/train-00000.safetensors" "$work/prep_blocks/train-00999.safetensors"
+runprep prep_blocks 0.5
+grep -q "did not finish: its shards are made again" "$work/run_prep_blocks/train.log" ||
+  fail "an interrupted preparation was not said"
+[[ ! -e $work/prep_blocks/.preparing && ! -e $work/prep_blocks/train-00999.safetensors ]] ||
+  fail "the marker or the stray shard is still there"
+for f in "$work/before"/*.safetensors; do
+  cmp -s "$f" "$work/prep_blocks/$(basename "$f")" || fail "$(basename "$f") differs after the preparation was redone"
+done
+echo "ok: an interrupted [data.prepare] is made again"

@@ -84,11 +84,24 @@ expected<std::vector<std::string>> list_shards(const std::string& spec) {
 
 status prepare_pretraining_data(const prepare_settings& p, const std::string& vocab_path) {
   std::error_code ec;
+  // The shards are written a block at a time, so a preparation that stops half-way leaves
+  // some: this marker, there until the last shard is written, says they are not a set.
+  const std::string marker = (fs::path(p.out_dir) / ".preparing").string();
+  const bool interrupted = fs::exists(marker, ec);
   bool have_vocab = fs::exists(vocab_path, ec);
-  bool have_train = list_shards(p.out_dir + "/train").has_value();
+  bool have_train = !interrupted && list_shards(p.out_dir + "/train").has_value();
   if (have_vocab && have_train) return {};
   fs::create_directories(p.out_dir, ec);
   if (ec) return make_error(errc::io, "data.prepare.out_dir '{}': cannot create: {}", p.out_dir, ec.message());
+  if (interrupted) log_warn("prepare: {} was left by a preparation that did not finish: its shards are made again", marker);
+  DSA_TRY(ckpt::write_file_atomic(marker, "a dsactor [data.prepare] is writing the shards here\n"));
+  // Shards of an earlier preparation go first: this one may write fewer.
+  for (fs::directory_iterator it(p.out_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->path().extension() == ".safetensors" && (name.rfind("train-", 0) == 0 || name.rfind("holdout-", 0) == 0))
+      fs::remove(it->path(), ec);
+  }
+  if (ec) return make_error(errc::io, "data.prepare.out_dir '{}': cannot clear its old shards: {}", p.out_dir, ec.message());
   if (!have_vocab) {
     log_info("prepare: counting the words of {}", p.corpus);
     DSA_TRY(build_vocab(p, vocab_path));
@@ -147,6 +160,8 @@ status prepare_pretraining_data(const prepare_settings& p, const std::string& vo
     int holdout_shards = 0;
     DSA_TRY(write_set(p.out_dir, "holdout", instances, p, layout, holdout_shards));
   }
+  fs::remove(marker, ec);
+  if (ec) return make_error(errc::io, "data.prepare: cannot remove {}: {}", marker, ec.message());
   return {};
 }
 
