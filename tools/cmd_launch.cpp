@@ -17,6 +17,8 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -109,6 +111,9 @@ po::options_description launch_options() {
       "new_token", "print a fresh job token (for DSA_JOB_TOKEN, which --nnodes needs on every host) and exit")(
       "launcher", po::value<std::string>()->default_value("ssh"),
       "with --hostfile: how ranks on other hosts start: ssh (one ssh per rank), mpirun (OpenMPI's) or slurm (srun)")(
+      "max_restarts", po::value<int>()->default_value(0),
+      "when a rank or host is lost, restart the job from its latest committed checkpoint up to N times "
+      "(not with --nnodes, mpirun or slurm)")(
       "launcher_args", po::value<std::string>()->default_value(""),
       "extra arguments for mpirun or srun, split at spaces (e.g. \"--mca oob_tcp_if_include eth1\")");
   return opts;
@@ -327,14 +332,25 @@ std::optional<int> prepare_remote_start(const po::variables_map& vm, const usage
   return std::nullopt;
 }
 
+// How one attempt of the job ended: the launcher's exit code, the first rank that failed
+// and how (the restart's cause), and whether Ctrl-C (or SIGTERM) stopped it.
+struct attempt_end {
+  int code = 0;
+  std::string cause;            // the first rank that ended badly, and how
+  std::string rendezvous_cause; // what the rendezvous saw first (a host may never report its ranks' ends)
+  bool interrupted = false;
+};
+
 // Hosts the rendezvous (except on the hosts other than node 0 of a --nnodes job), starts
 // this host's ranks and supervises them until every one has ended.
-int start_and_supervise(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request) {
+int start_and_supervise(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request,
+                        attempt_end& end) {
   std::unique_ptr<net::rendezvous_server> server;
   supervise_options supervise;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(l.grace * 1000));
   // Ctrl-C reaches ranks on other hosts through the rendezvous, not as a signal.
-  supervise.on_interrupt = [&server] {
+  supervise.on_interrupt = [&server, &end] {
+    end.interrupted = true;
     if (server) server->interrupt();
   };
   process_group group(supervise); // its signal handlers are in place before any rank starts
@@ -344,9 +360,11 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
       std::min(rendezvous.heartbeat_interval, std::max(std::chrono::milliseconds(1), rendezvous.heartbeat_timeout / 4));
   if (!l.by_node || l.node_rank == 0) {
     auto started = net::rendezvous_server::start(request.master_addr, request.master_port, request.job_token,
-                                                 request.num_procs, rendezvous, [&group](const net::server_event& e) {
-                                                   if (e.what == net::server_event::kind::failed)
+                                                 request.num_procs, rendezvous, [&group, &end](const net::server_event& e) {
+                                                   if (e.what == net::server_event::kind::failed) {
+                                                     if (end.rendezvous_cause.empty()) end.rendezvous_cause = e.text;
                                                      group.fail("rendezvous: " + e.text, e.rank);
+                                                   }
                                                  });
     if (!started) {
       fmt::print(stderr, "dsactor launch: {}\n", started.err().message);
@@ -371,10 +389,54 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
     }
   }
   int code = group.supervise([&](int rank, const std::string& how) {
+    if (rank >= 0 && end.cause.empty() && how != "exited with code 0") end.cause = fmt::format("rank {} {}", rank, how);
     if (rank >= 0 && server) server->process_exited(rank, how); // not mpirun's or srun's own end
   });
   if (server) server->stop();
+  end.code = code;
   return code;
+}
+
+// --max_restarts: attempts of the job until one ends well, a user stops it, its
+// configuration is refused (exit code 2: a restart would be refused too), or the restarts
+// are spent. Each restart starts every rank again on the same hosts and slots, a `dsactor
+// run` job with --resume-if-any (its latest committed checkpoint, or afresh before the
+// first), in the run directory the first attempt chose (DSA_LAUNCH_RUN_DIR).
+int run_attempts(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request,
+                 int max_restarts, bool dsactor_run) {
+  const int port = request.master_port;
+  for (int attempt = 0;; ++attempt) {
+    attempt_end end;
+    request.master_port = port; // 0: a fresh one from the OS each time
+    const int code = start_and_supervise(fail, l, r, request, end);
+    if (code == 0) return code;
+    const std::string cause = !end.cause.empty()            ? end.cause
+                              : !end.rendezvous_cause.empty() ? end.rendezvous_cause
+                                                              : fmt::format("the job ended with code {}", code);
+    if (end.interrupted) return code;
+    if (code == 2) {
+      fmt::print(stderr, "dsactor launch: not restarting: the job's configuration was refused (exit code 2)\n");
+      return code;
+    }
+    if (attempt == max_restarts) {
+      fmt::print(stderr, "dsactor launch: {}; no restart left (--max_restarts {})\n", cause, max_restarts);
+      return code;
+    }
+    auto token = random_job_token();
+    if (!token) {
+      fmt::print(stderr, "dsactor launch: no job token for the restart: {}\n", token.err().message);
+      return code;
+    }
+    request.job_token = *token;
+    if (dsactor_run &&
+        std::find(request.command.begin(), request.command.end(), "--resume-if-any") == request.command.end())
+      request.command.push_back("--resume-if-any");
+    fmt::print(stderr, "dsactor launch: restart {} of {}: {}; the same layout, {} process(es) before and after; {}\n",
+               attempt + 1, max_restarts, cause, request.num_procs,
+               dsactor_run ? "resuming from the latest committed checkpoint (rank 0 names its step)"
+                           : "the program resumes by itself");
+    std::fflush(stderr);
+  }
 }
 
 } // namespace
@@ -405,8 +467,26 @@ int cmd_launch(int argc, char** argv) {
   layout.heartbeat = vm["heartbeat_timeout"].as<double>();
   if (!(layout.grace >= 0) || !(layout.heartbeat >= 0.001 && layout.heartbeat <= 86400))
     return fail("--grace must be >= 0 and --heartbeat_timeout within 0.001..86400 seconds");
+  const int max_restarts = vm["max_restarts"].as<int>();
+  if (max_restarts < 0) return fail("--max_restarts must be >= 0");
+  if (max_restarts > 0 && layout.cluster)
+    return fail("--max_restarts with --launcher " + vm["launcher"].as<std::string>() +
+                ": restarts are the cluster launcher's business (mpirun's or Slurm's own options)");
+  if (max_restarts > 0 && layout.by_node)
+    return fail("--max_restarts needs one launcher that starts every rank (--num_procs or --hostfile); with "
+                "--nnodes each host's launcher starts its own, so restart the job through the scheduler");
   launch_request request;
   if (auto code = make_request(vm, fail, layout, args, request)) return *code;
+  if (max_restarts > 0 && !args.general && !std::getenv("DSA_LAUNCH_RUN_DIR")) {
+    // Every attempt writes into the run directory the first chose (a config's run_dir wins).
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    const std::string config = std::filesystem::path(args.rest[0]).stem().string();
+    ::setenv("DSA_LAUNCH_RUN_DIR", fmt::format("runs/{}-{}", config, stamp).c_str(), 1);
+  }
   if (vm.count("dry-run")) return print_dry_run(fail, layout, request);
   remote_start remote;
   if (auto code = prepare_remote_start(vm, fail, layout, remote)) return *code;
@@ -416,7 +496,11 @@ int cmd_launch(int argc, char** argv) {
     return 1;
   }
   request.job_token = *token;
-  return start_and_supervise(fail, layout, remote, request);
+  if (max_restarts == 0) {
+    attempt_end end;
+    return start_and_supervise(fail, layout, remote, request, end);
+  }
+  return run_attempts(fail, layout, remote, request, max_restarts, !args.general);
 }
 
 } // namespace dsa::tools

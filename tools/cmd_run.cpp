@@ -16,6 +16,8 @@ int cmd_run(int argc, char** argv) {
   opts.add_options()("help,h", "this help")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set key=value (repeatable)")(
       "resume", "continue from the latest checkpoint in checkpoint.dir")(
+      "resume-if-any", "continue from the latest checkpoint when checkpoint.dir has one, else start afresh "
+                       "(what dsactor launch --max_restarts gives a restarted job)")(
       "deepspeed_config", po::value<std::string>(), "a DeepSpeed JSON config under the TOML one")(
       "trace-chrome", po::value<std::string>(), "also export the actor trace as Chrome trace-event JSON")(
       "config", po::value<std::string>(), "the run's TOML config");
@@ -33,6 +35,7 @@ int cmd_run(int argc, char** argv) {
   if (vm.count("deepspeed_config")) r.deepspeed_config = vm["deepspeed_config"].as<std::string>();
   if (vm.count("trace-chrome")) r.trace_chrome = vm["trace-chrome"].as<std::string>();
   r.resume = vm.count("resume") > 0;
+  r.resume_if_any = vm.count("resume-if-any") > 0;
   return train::run_training(r);
 }
 

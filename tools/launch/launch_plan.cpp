@@ -212,7 +212,8 @@ bool forwarded_name(const std::string& name) {
   if (chosen_for_this_process(name)) return false; // each rank chooses its own (omp_env.hpp)
   for (const char* prefix : {"NCCL_", "UCX_", "OPENBLAS_", "OMP_", "GOMP_"})
     if (name.rfind(prefix, 0) == 0) return true;
-  return name == "DSA_CPU_ISA";
+  // The CPU path, the run directory a restarted job keeps, and the restart tests' fault.
+  return name == "DSA_CPU_ISA" || name == "DSA_LAUNCH_RUN_DIR" || name == "DSA_TEST_KILL_ONCE";
 }
 
 expected<std::vector<std::pair<std::string, std::string>>> forwarded_environment(const std::string& home,

@@ -6,6 +6,7 @@
 #include "actors/train/stage/device_choice.hpp"
 #include "core/log.hpp"
 #include "io/ckpt/atomic_file.hpp"
+#include "io/ckpt/checkpoint_dir.hpp"
 #include "io/net/rendezvous_env.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/isa.hpp"
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 
@@ -22,6 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string default_run_dir(const std::string& config_path) {
+  // `dsactor launch --max_restarts` pins it for every attempt of the job.
+  if (const char* pinned = std::getenv("DSA_LAUNCH_RUN_DIR"); pinned && *pinned) return pinned;
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
@@ -57,6 +61,14 @@ int read_config(const run_request& req, opened_run& run, int processes) {
     if (auto s = ctx.cfg.set_override("checkpoint.load=\"latest\""); !s)
       problems.add(s.err());
   std::string run_dir = default_run_dir(req.config_path);
+  if (req.resume_if_any && !req.resume) {
+    // A restarted attempt: resume when this run's checkpoint.dir holds a committed
+    // checkpoint, start afresh otherwise (a fault before the first commit).
+    config_problems probe;
+    const run_config rc = read_run_config(ctx.cfg, run_dir, probe, processes);
+    if (probe.to_status() && ckpt::resolve_checkpoint(rc.checkpoint.dir, "latest"))
+      if (auto s = ctx.cfg.set_override("checkpoint.load=\"latest\""); !s) problems.add(s.err());
+  }
   if (req.resume && !ctx.cfg.table().at_path("run_dir").node()) {
     // Not finding the run to resume is reported with the config's problems.
     if (auto earlier = run_dir_to_resume(req.config_path)) run_dir = *earlier;

@@ -12,7 +12,13 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 namespace dsa::train {
@@ -77,6 +83,32 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
   return ro;
 }
 
+// A test-only fault (DSA_TEST_KILL_ONCE="MARKER:PROCESS:STEP"): that process of a launched
+// job kills itself (SIGKILL) once step STEP's hooks ran, if MARKER does not exist yet (it is
+// created first, so a restarted job runs on). Lets the restart tests fail a rank at a
+// chosen step without timing.
+std::function<void(const actors::step_summary&)> with_test_fault(std::function<void(const actors::step_summary&)> hook,
+                                                                 int process) {
+  const char* spec = std::getenv("DSA_TEST_KILL_ONCE");
+  if (!spec || !*spec) return hook;
+  const std::string s = spec;
+  const auto b = s.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : s.rfind(':', b - 1);
+  if (a == std::string::npos) throw std::runtime_error("DSA_TEST_KILL_ONCE: expected MARKER:PROCESS:STEP, got " + s);
+  const std::string marker = s.substr(0, a);
+  const int victim = std::stoi(s.substr(a + 1, b - a - 1));
+  const auto step = static_cast<std::uint32_t>(std::stoul(s.substr(b + 1)));
+  if (victim != process) return hook;
+  return [hook = std::move(hook), marker, step](const actors::step_summary& summary) {
+    if (hook) hook(summary);
+    if (summary.step != step) return;
+    const int fd = ::open(marker.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd < 0) return; // fired before: this is the restarted job
+    ::close(fd);
+    log_warn("DSA_TEST_KILL_ONCE: killing this process after step {}", step);
+    ::raise(SIGKILL);
+  };
+}
+
 // Rank r's options: the job's rank 0 reports each step; with ZeRO the other ranks take
 // part in each interval checkpoint's gathers.
 actors::run_options rank_run_options(const actors::run_options& shared, opened_run& run, process_ranks& ranks,
@@ -107,6 +139,7 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
       if (checkpoint_due(run.ctx.rc, summary.step))
         contribute_checkpoint(t.runs[static_cast<std::size_t>(r)], run.ctx.rc.checkpoint.dir, summary.step);
     };
+  if (r == 0 && run.job) o.on_step = with_test_fault(std::move(o.on_step), run.ctx.process);
   return o;
 }
 

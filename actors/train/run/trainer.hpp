@@ -13,6 +13,7 @@ struct run_request {
   std::vector<std::string> overrides; // --set key=value
   std::string deepspeed_config;       // --deepspeed_config ds.json
   bool resume = false;                // --resume: checkpoint.load = "latest"
+  bool resume_if_any = false;         // --resume-if-any: the same when checkpoint.dir has one
   std::string trace_chrome;           // --trace-chrome FILE
 };
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Integration: `dsactor launch --max_restarts`. A job of 2 processes whose rank 1 kills
+# itself after step 2 (SIGKILL, through the test-only DSA_TEST_KILL_ONCE, so no timing is
+# involved) restarts by itself, names the cause, resumes in the run directory its first
+# attempt chose from the latest committed checkpoint, and ends with the uninterrupted job's
+# parameters bit for bit. A refused configuration is not restarted; --launcher mpirun and
+# --nnodes refuse the flag by name. Usage: launch_restart.sh PATH/TO/dsactor
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
+# shellcheck source=tiny_corpus.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tiny_corpus.sh"
+write_tiny_corpus "$work/corpus"
+tiny_pretrain_toml "$work" "train_steps = 5" | grep -v "^train_steps = 4$" >"$work/pre.toml"
+cd "$work" || fail "cd $work"
+
+# The uninterrupted job.
+"$dsactor" launch --num_procs 2 pre.toml --set "run_dir=\"$work/ref\"" --set checkpoint.save_interval=1 \
+  >"$work/out" 2>"$work/err" || fail "the uninterrupted 2-process job"
+final=checkpoints/step_00000005/model.safetensors
+[[ -s $work/ref/$final ]] || fail "the uninterrupted job wrote no $final"
+
+# The same job, rank 1 killed after step 2, one restart allowed; no run_dir in the config.
+
+DSA_TEST_KILL_ONCE="$work/fault:1:2" "$dsactor" launch --num_procs 2 --max_restarts 1 pre.toml \
+  --set checkpoint.save_interval=1 >"$work/out" 2>"$work/err" || { cat "$work/err"; fail "the restarted job failed"; }
+[[ -f $work/fault ]] || fail "the fault never fired"
+grep -q "restart 1 of 1: rank 1 was killed by signal 9" "$work/err" || { cat "$work/err"; fail "the restart and its cause"; }
+runs=(runs/pre-*)
+[[ ${#runs[@]} == 1 && -d ${runs[0]} ]] || fail "the attempts should share one run directory, found: ${runs[*]}"
+grep -q "resumed from .*step_0000000[1-4] at step [1-4]" "${runs[0]}/train.log" ||
+  { cat "${runs[0]}/train.log"; fail "the restart should resume from a checkpoint of steps 1 to 4"; }
+cmp "${runs[0]}/$final" "$work/ref/$final" || fail "the restarted job's parameters differ from the uninterrupted job's"
+echo "ok: a killed rank restarted the job, which $(grep -o "resumed from [^ ]*" "${runs[0]}/train.log" | head -1): the same parameters"
+
+# A configuration every rank refuses is not restarted.
+if "$dsactor" launch --num_procs 2 --max_restarts 3 pre.toml --set train_stepz=1 >"$work/out" 2>"$work/err"; then
+  fail "a bad config was accepted"
+else rc=$?; fi
+[[ $rc == 2 ]] || fail "a refused config should end with 2, got $rc"
+grep -q "not restarting: the job's configuration was refused" "$work/err" || { cat "$work/err"; fail "no restart for a refused config"; }
+grep -q "restart 1 of" "$work/err" && fail "a refused config was restarted"
+
+# Where the launcher does not start every rank itself, the flag is refused by name.
+echo "localhost slots=2" >"$work/hosts"
+if "$dsactor" launch --hostfile "$work/hosts" --launcher mpirun --max_restarts 1 pre.toml 2>"$work/err"; then
+  fail "--max_restarts with mpirun was accepted"
+fi
+grep -q -- "--max_restarts with --launcher mpirun" "$work/err" || { cat "$work/err"; fail "mpirun's refusal"; }
+if DSA_JOB_TOKEN=x "$dsactor" launch --nnodes 1 --node_rank 0 --nproc_per_node 2 --max_restarts 1 pre.toml \
+  2>"$work/err"; then fail "--max_restarts with --nnodes was accepted"; fi
+grep -q -- "--max_restarts needs one launcher" "$work/err" || { cat "$work/err"; fail "--nnodes' refusal"; }
+echo "ok: --max_restarts refuses configs and launchers it cannot restart"
