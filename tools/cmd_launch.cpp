@@ -6,6 +6,7 @@
 #include "io/net/rendezvous_server.hpp"
 #include "io/net/route_address.hpp"
 #include "tools/command.hpp"
+#include "tools/launch/host_probe.hpp"
 #include "tools/launch/launch_plan.hpp"
 #include "tools/options.hpp"
 #include "tools/launch/process_group.hpp"
@@ -112,8 +113,10 @@ po::options_description launch_options() {
       "launcher", po::value<std::string>()->default_value("ssh"),
       "with --hostfile: how ranks on other hosts start: ssh (one ssh per rank), mpirun (OpenMPI's) or slurm (srun)")(
       "max_restarts", po::value<int>()->default_value(0),
-      "when a rank or host is lost, restart the job from its latest committed checkpoint up to N times "
-      "(not with --nnodes, mpirun or slurm)")(
+      "when a rank or host is lost, restart the job from its latest committed checkpoint up to N times, on the "
+      "hosts that still answer (not with --nnodes, mpirun or slurm)")(
+      "min_procs", po::value<int>()->default_value(1), "with --max_restarts: restart only on at least this many "
+      "processes")(
       "launcher_args", po::value<std::string>()->default_value(""),
       "extra arguments for mpirun or srun, split at spaces (e.g. \"--mca oob_tcp_if_include eth1\")");
   return opts;
@@ -397,13 +400,39 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
   return code;
 }
 
+// "4 process(es) on 2 host(s)".
+std::string describe_hosts(const launch_layout& l, int procs) {
+  return l.listed ? fmt::format("{} process(es) on {} host(s)", procs, l.hosts.size())
+                  : fmt::format("{} process(es)", procs);
+}
+
+// Before a restart of a host-list job over ssh: keeps the hosts that still answer. Returns
+// the ones dropped ("" when all answer).
+std::string keep_answering_hosts(launch_layout& l, remote_start& r, launch_request& request) {
+  if (!l.listed || r.ssh.empty()) return {};
+  const auto answered = hosts_answering(l.hosts, r.ssh, 5);
+  std::vector<host_slots> kept;
+  std::string dropped;
+  for (std::size_t i = 0; i < l.hosts.size(); ++i) {
+    if (answered[i]) kept.push_back(l.hosts[i]);
+    else dropped += (dropped.empty() ? "" : ", ") + l.hosts[i].host;
+  }
+  l.hosts = std::move(kept);
+  request.num_procs = 0;
+  for (const auto& h : l.hosts) request.num_procs += static_cast<int>(h.slots.size());
+  r.remote = std::any_of(l.hosts.begin(), l.hosts.end(), [](const host_slots& h) { return h.host != "localhost"; });
+  return dropped;
+}
+
 // --max_restarts: attempts of the job until one ends well, a user stops it, its
 // configuration is refused (exit code 2: a restart would be refused too), or the restarts
-// are spent. Each restart starts every rank again on the same hosts and slots, a `dsactor
+// are spent. Each restart starts the ranks again on the hosts of the list that still
+// answer (all slots of one host: --num_procs), at least --min_procs of them: a `dsactor
 // run` job with --resume-if-any (its latest committed checkpoint, or afresh before the
-// first), in the run directory the first attempt chose (DSA_LAUNCH_RUN_DIR).
-int run_attempts(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request,
-                 int max_restarts, bool dsactor_run) {
+// first), in the run directory the first attempt chose (DSA_LAUNCH_RUN_DIR). On fewer
+// ranks the run keeps train_batch_size by accumulating more micro-batches, or refuses.
+int run_attempts(const usage& fail, launch_layout& l, remote_start& r, launch_request& request, int max_restarts,
+                 int min_procs, bool dsactor_run) {
   const int port = request.master_port;
   for (int attempt = 0;; ++attempt) {
     attempt_end end;
@@ -431,8 +460,16 @@ int run_attempts(const usage& fail, const launch_layout& l, const remote_start& 
     if (dsactor_run &&
         std::find(request.command.begin(), request.command.end(), "--resume-if-any") == request.command.end())
       request.command.push_back("--resume-if-any");
-    fmt::print(stderr, "dsactor launch: restart {} of {}: {}; the same layout, {} process(es) before and after; {}\n",
-               attempt + 1, max_restarts, cause, request.num_procs,
+    const std::string before = describe_hosts(l, request.num_procs);
+    const std::string dropped = keep_answering_hosts(l, r, request);
+    if (request.num_procs < std::max(1, min_procs)) {
+      fmt::print(stderr, "dsactor launch: {}; not restarting: {} of the hosts answer ({} did not), fewer than "
+                 "--min_procs {}\n", cause, describe_hosts(l, request.num_procs), dropped, min_procs);
+      return code;
+    }
+    fmt::print(stderr, "dsactor launch: restart {} of {}: {}; {} before, {} after{}; {}\n", attempt + 1,
+               max_restarts, cause, before, describe_hosts(l, request.num_procs),
+               dropped.empty() ? "" : " (" + dropped + " did not answer)",
                dsactor_run ? "resuming from the latest committed checkpoint (rank 0 names its step)"
                            : "the program resumes by itself");
     std::fflush(stderr);
@@ -500,7 +537,7 @@ int cmd_launch(int argc, char** argv) {
     attempt_end end;
     return start_and_supervise(fail, layout, remote, request, end);
   }
-  return run_attempts(fail, layout, remote, request, max_restarts, !args.general);
+  return run_attempts(fail, layout, remote, request, max_restarts, vm["min_procs"].as<int>(), !args.general);
 }
 
 } // namespace dsa::tools

@@ -47,6 +47,7 @@ on_host() {
 }
 
 cut_host() { ip -n "${hosts_prefix}h$1" link set eth1 down; }
+uncut_host() { ip -n "${hosts_prefix}h$1" link set eth1 up; }
 
 hosts_up() {
   hosts_dir=$1

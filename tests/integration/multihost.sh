@@ -13,7 +13,9 @@
 #      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
 #   3b. Ctrl-C of the launcher stops every rank on both hosts after its step (exit 130);
 #   4. a rank on host 1 presenting a wrong job token is refused, logged with its address;
-#   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host.
+#   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host;
+#   6. (before 5) with --max_restarts, host 1's link cut mid-run: the job restarts on host 0
+#      alone and ends with the parameters of its checkpoint resumed there by hand.
 # Skips (exit 77) where namespaces cannot be made. Usage: multihost.sh PATH/TO/dsactor
 here=$(dirname "${BASH_SOURCE[0]}")
 # shellcheck source=common.sh
@@ -259,6 +261,42 @@ grep -q "rendezvous: refused the connection from $h1:[0-9]*: wrong job token" "$
   { tail -5 "$work/err"; fail "the refusal of host 1's connection was not logged with its address"; }
 grep -q "guess" "$work/err" && fail "the presented token was logged"
 echo "ok: a wrong token from host 1 is refused and logged with its address"
+
+# 6. --max_restarts on a host list: host 1's link cut while rank 0 waits after step 3 (the
+#    test-only DSA_TEST_WAIT_ONCE, so no timing decides where); the job fails, the launcher
+#    finds host 1 no longer answers and restarts on host 0 alone: 2 ranks instead of 4, the
+#    global batch kept by twice the accumulation, from the latest checkpoint (step 2). It
+#    ends with the parameters of that checkpoint resumed by hand on host 0's 2 slots.
+(cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts --mount -- env PATH="$work/hosts/bin:$PATH" \
+  DSA_TEST_WAIT_ONCE="$work/hold:0:2" "$dsactor" launch --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 \
+  --grace 2 --max_restarts 1 --min_procs 2 "$work/pre.toml" --set "run_dir=\"$work/elastic\"" \
+  --set train_steps=6) >"$work/out" 2>"$work/err" &
+launcher_pid=$!
+waited=0
+until [[ -e $work/hold ]]; do
+  kill -0 "$launcher_pid" 2>/dev/null || { tail -20 "$work/err"; fail "the job ended before rank 0 held after step 3"; }
+  (( ++waited > 1200 )) && fail "rank 0 did not hold after step 3 within 60 s"
+  sleep 0.05
+done
+since=$(date +%s)
+cut_host 1
+touch "$work/hold.go"
+wait_job "$since"
+uncut_host 1
+[[ $job_rc -eq 0 ]] || { tail -20 "$work/err"; fail "the restarted job failed ($job_rc)"; }
+grep -q "restart 1 of 1: .*; 4 process(es) on 2 host(s) before, 2 process(es) on 1 host(s) after ($h1 did not answer)" \
+  "$work/err" || { grep "dsactor launch" "$work/err"; fail "the restart on the hosts that answer"; }
+resumed=$(grep -o "resumed from [^ ]*step_[0-9]*" "$work/elastic/train.log" | grep -o "step_[0-9]*$" | tail -1)
+[[ -n $resumed ]] || fail "the restarted job did not resume from a checkpoint"
+grep -q "accumulation 2 x 2 rank" "$work/elastic/train.log" || fail "the restart did not keep the batch with 2 ranks"
+printf '%s slots=2\n' "$h0" >"$work/host0two"
+launch_on_host0 --hostfile "$work/host0two" "$work/pre.toml" --set "run_dir=\"$work/byhand\"" --set train_steps=6 \
+  --set "checkpoint.load=\"$work/elastic/checkpoints/$resumed\"" >"$work/out" 2>"$work/err" ||
+  { tail -20 "$work/err"; fail "resuming $resumed by hand on host 0"; }
+cmp "$work/elastic/checkpoints/step_00000006/model.safetensors" "$work/byhand/checkpoints/step_00000006/model.safetensors" ||
+  fail "the elastic restart's parameters differ from the resume by hand"
+no_ranks_left || fail "ranks still running after the elastic job: $(leftovers "$work/elastic")"
+echo "ok: host 1 cut mid-run, the job restarted on host 0's 2 ranks from $resumed in $job_s s, as the resume by hand"
 
 # 5. (last: the host stays cut off) Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1.
 start_long_job "$work/cut"

@@ -46,6 +46,9 @@ TEST_CASE("malformed configs are rejected with exit code 2") {
   CHECK(test::run_config(dir.path(), "bad", cfg,
                          {"train_stepz=1", "pipeline.schedule=\"zigzag\"", "novalue"}) == 2);
   CHECK(test::run_config(dir.path(), "bad", cfg, {"data.prepare.block_mb=0"}) == 2);
+  CHECK(test::run_config(dir.path(), "bad", cfg, {"elasticity.enabled=true"}) == 2);
+  CHECK(test::run_config(dir.path(), "fine", cfg, {"elasticity.enabled=false", "elasticity.max_train_batch_size=64",
+                                                   "train_steps=1"}) == 0); // a disabled section is accepted
 }
 
 TEST_CASE(

@@ -213,7 +213,8 @@ bool forwarded_name(const std::string& name) {
   for (const char* prefix : {"NCCL_", "UCX_", "OPENBLAS_", "OMP_", "GOMP_"})
     if (name.rfind(prefix, 0) == 0) return true;
   // The CPU path, the run directory a restarted job keeps, and the restart tests' fault.
-  return name == "DSA_CPU_ISA" || name == "DSA_LAUNCH_RUN_DIR" || name == "DSA_TEST_KILL_ONCE";
+  return name == "DSA_CPU_ISA" || name == "DSA_LAUNCH_RUN_DIR" || name == "DSA_TEST_KILL_ONCE" ||
+         name == "DSA_TEST_WAIT_ONCE";
 }
 
 expected<std::vector<std::pair<std::string, std::string>>> forwarded_environment(const std::string& home,

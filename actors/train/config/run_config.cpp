@@ -223,6 +223,17 @@ void read_data_parallel_keys(const config& cfg, run_config& rc, config_problems&
   if (sparse)
     invalid("sparse_gradients", "sparse embedding gradients are not supported; set false");
   cfg.read("zero_allow_untested_optimizer", zero_allow, problems);
+  // DeepSpeed's elastic batch rules: a disabled section is accepted, an enabled one refused.
+  if (cfg.has("elasticity")) {
+    bool elastic = false;
+    cfg.read("elasticity.enabled", elastic, problems);
+    cfg.accept("elasticity");
+    if (elastic)
+      invalid("elasticity.enabled",
+              "DeepSpeed's elastic batch rules are not read; set false. `dsactor launch --max_restarts` restarts a "
+              "job on the hosts that still answer and keeps train_batch_size by accumulating more micro-batches "
+              "(docs/launch.md)");
+  }
   // DeepSpeed's deprecated boolean form: false is stage 0, true stage 1.
   if (const toml::node* z = cfg.table().at_path("zero_optimization").node(); z && z->is_boolean()) {
     cfg.accept("zero_optimization");

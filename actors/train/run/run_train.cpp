@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <optional>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
@@ -83,29 +84,53 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
   return ro;
 }
 
-// A test-only fault (DSA_TEST_KILL_ONCE="MARKER:PROCESS:STEP"): that process of a launched
-// job kills itself (SIGKILL) once step STEP's hooks ran, if MARKER does not exist yet (it is
-// created first, so a restarted job runs on). Lets the restart tests fail a rank at a
-// chosen step without timing.
-std::function<void(const actors::step_summary&)> with_test_fault(std::function<void(const actors::step_summary&)> hook,
-                                                                 int process) {
-  const char* spec = std::getenv("DSA_TEST_KILL_ONCE");
-  if (!spec || !*spec) return hook;
+// Test-only faults, each "MARKER:PROCESS:STEP" and each once: that process of a launched job,
+// once step STEP's hooks ran and if MARKER does not exist yet (it is created first, so a
+// restarted job runs on), DSA_TEST_KILL_ONCE: kills itself (SIGKILL); DSA_TEST_WAIT_ONCE:
+// waits until the file MARKER.go exists (the test does something to the job meanwhile, a
+// host's link cut, then writes it). Lets the restart tests fail a job at a chosen step
+// without timing.
+struct test_fault {
+  std::string marker;
+  int process = -1;
+  std::uint32_t step = 0;
+};
+
+std::optional<test_fault> test_fault_of(const char* name) {
+  const char* spec = std::getenv(name);
+  if (!spec || !*spec) return std::nullopt;
   const std::string s = spec;
   const auto b = s.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : s.rfind(':', b - 1);
-  if (a == std::string::npos) throw std::runtime_error("DSA_TEST_KILL_ONCE: expected MARKER:PROCESS:STEP, got " + s);
-  const std::string marker = s.substr(0, a);
-  const int victim = std::stoi(s.substr(a + 1, b - a - 1));
-  const auto step = static_cast<std::uint32_t>(std::stoul(s.substr(b + 1)));
-  if (victim != process) return hook;
-  return [hook = std::move(hook), marker, step](const actors::step_summary& summary) {
+  if (a == std::string::npos) throw std::runtime_error(fmt::format("{}: expected MARKER:PROCESS:STEP, got {}", name, s));
+  return test_fault{s.substr(0, a), std::stoi(s.substr(a + 1, b - a - 1)),
+                    static_cast<std::uint32_t>(std::stoul(s.substr(b + 1)))};
+}
+
+// Creates the marker; false when it exists (the fault fired before).
+bool claim(const std::string& marker) {
+  const int fd = ::open(marker.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+std::function<void(const actors::step_summary&)> with_test_fault(std::function<void(const actors::step_summary&)> hook,
+                                                                 int process) {
+  auto kill = test_fault_of("DSA_TEST_KILL_ONCE"), wait = test_fault_of("DSA_TEST_WAIT_ONCE");
+  if (kill && kill->process != process) kill.reset();
+  if (wait && wait->process != process) wait.reset();
+  if (!kill && !wait) return hook;
+  return [hook = std::move(hook), kill, wait](const actors::step_summary& summary) {
     if (hook) hook(summary);
-    if (summary.step != step) return;
-    const int fd = ::open(marker.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-    if (fd < 0) return; // fired before: this is the restarted job
-    ::close(fd);
-    log_warn("DSA_TEST_KILL_ONCE: killing this process after step {}", step);
-    ::raise(SIGKILL);
+    if (wait && summary.step == wait->step && claim(wait->marker)) {
+      log_warn("DSA_TEST_WAIT_ONCE: waiting after step {} for {}.go", wait->step, wait->marker);
+      while (::access((wait->marker + ".go").c_str(), F_OK) != 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10)); // the test writes the file
+    }
+    if (kill && summary.step == kill->step && claim(kill->marker)) {
+      log_warn("DSA_TEST_KILL_ONCE: killing this process after step {}", kill->step);
+      ::raise(SIGKILL);
+    }
   };
 }
 
