@@ -438,6 +438,8 @@ int run_attempts(const usage& fail, launch_layout& l, remote_start& r, launch_re
     attempt_end end;
     request.master_port = port; // 0: a fresh one from the OS each time
     const int code = start_and_supervise(fail, l, r, request, end);
+    if (code == 0 && attempt > 0)
+      fmt::print(stderr, "dsactor launch: the job finished after {} restart(s)\n", attempt);
     if (code == 0) return code;
     const std::string cause = !end.cause.empty()            ? end.cause
                               : !end.rendezvous_cause.empty() ? end.rendezvous_cause

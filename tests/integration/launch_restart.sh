@@ -30,7 +30,29 @@ runs=(runs/pre-*)
 grep -q "resumed from .*step_0000000[1-4] at step [1-4]" "${runs[0]}/train.log" ||
   { cat "${runs[0]}/train.log"; fail "the restart should resume from a checkpoint of steps 1 to 4"; }
 cmp "${runs[0]}/$final" "$work/ref/$final" || fail "the restarted job's parameters differ from the uninterrupted job's"
+grep -q "the job finished after 1 restart(s)" "$work/err" || fail "the launcher did not count the restarts"
 echo "ok: a killed rank restarted the job, which $(grep -o "resumed from [^ ]*" "${runs[0]}/train.log" | head -1): the same parameters"
+
+# Pipeline stages in separate processes (2 processes = 1 replica of 2 stages), fp16 with
+# dynamic loss scaling and a warm-up schedule: stage 1's process killed after step 3, the
+# restart gives the same parameters, and the same loss scaler, schedule position and data
+# position in the last checkpoint's manifest.
+pp=(--set pipeline.stages=2 --set fp16.enabled=true --set fp16.initial_scale_power=8
+    --set 'scheduler.type="WarmupLR"' --set scheduler.params.warmup_num_steps=4 --set checkpoint.save_interval=1)
+"$dsactor" launch --num_procs 2 pre.toml --set "run_dir=\"$work/ppref\"" "${pp[@]}" >"$work/out" 2>"$work/err" ||
+  { cat "$work/err"; fail "the uninterrupted 2-stage fp16 job"; }
+DSA_TEST_KILL_ONCE="$work/ppfault:1:2" "$dsactor" launch --num_procs 2 --max_restarts 1 pre.toml \
+  --set "run_dir=\"$work/pp\"" "${pp[@]}" >"$work/out" 2>"$work/err" || { cat "$work/err"; fail "the restarted 2-stage job"; }
+grep -q "restart 1 of 1: rank 1 was killed by signal 9" "$work/err" || { cat "$work/err"; fail "the 2-stage job's restart"; }
+cmp "$work/pp/$final" "$work/ppref/$final" || fail "the restarted 2-stage job's parameters differ"
+python3 - "$work/pp/checkpoints/step_00000005/manifest.json" "$work/ppref/checkpoints/step_00000005/manifest.json" <<'PY' ||
+import json, sys
+a, b = (json.load(open(p))["state"] for p in sys.argv[1:])
+for key in ("loss_scaler", "schedule_iteration", "data_cursor"):
+    assert a[key] == b[key], f"{key}: {a[key]} after the restart, {b[key]} uninterrupted"
+PY
+  fail "the restarted job's manifest differs"
+echo "ok: stage 1's process killed in a 2-stage fp16 job: restarted, the same parameters, loss scaler, schedule and data position"
 
 # A configuration every rank refuses is not restarted.
 if "$dsactor" launch --num_procs 2 --max_restarts 3 pre.toml --set train_stepz=1 >"$work/out" 2>"$work/err"; then

@@ -289,6 +289,10 @@ grep -q "restart 1 of 1: .*; 4 process(es) on 2 host(s) before, 2 process(es) on
 resumed=$(grep -o "resumed from [^ ]*step_[0-9]*" "$work/elastic/train.log" | grep -o "step_[0-9]*$" | tail -1)
 [[ -n $resumed ]] || fail "the restarted job did not resume from a checkpoint"
 grep -q "accumulation 2 x 2 rank" "$work/elastic/train.log" || fail "the restart did not keep the batch with 2 ranks"
+# Step 3 was done before the cut and is done again: the restart's lost step, counted.
+grep -q "metrics: 1 step(s) logged after step 2's checkpoint run again" "$work/elastic/train.log" ||
+  fail "the restart did not count the step it lost"
+grep -q "the job finished after 1 restart(s)" "$work/err" || fail "the launcher did not count the restarts"
 printf '%s slots=2\n' "$h0" >"$work/host0two"
 launch_on_host0 --hostfile "$work/host0two" "$work/pre.toml" --set "run_dir=\"$work/byhand\"" --set train_steps=6 \
   --set "checkpoint.load=\"$work/elastic/checkpoints/$resumed\"" >"$work/out" 2>"$work/err" ||

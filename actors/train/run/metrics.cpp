@@ -1,6 +1,7 @@
 // CSV and JSON-lines metric files.
 #include "actors/train/run/metrics.hpp"
 
+#include "core/log.hpp"
 #include "io/ckpt/atomic_file.hpp"
 
 #include <fmt/format.h>
@@ -35,10 +36,15 @@ expected<metrics_writer> open_files(const std::string& run_dir, bool append, boo
   return make(csv, jsonl, run_dir, header_written);
 }
 
-// Keeps the lines whose step (the first CSV field, or the "step" JSON key) is <= last_step.
-status cut_file(const std::string& path, std::int64_t last_step, bool csv) {
+// Keeps the lines whose step (the first CSV field, or the "step" JSON key) is <= last_step;
+// returns how many step lines it cut.
+expected<std::int64_t> cut_file(const std::string& path, std::int64_t last_step, bool csv) {
   auto text = ckpt::read_file(path);
-  if (!text) return text.err().code == errc::not_found ? status{} : status{text.err()};
+  if (!text) {
+    if (text.err().code == errc::not_found) return std::int64_t{0};
+    return text.err();
+  }
+  std::int64_t cut = 0;
   std::string kept;
   std::size_t begin = 0;
   bool first = true;
@@ -55,11 +61,13 @@ status cut_file(const std::string& path, std::int64_t last_step, bool csv) {
       if (at != std::string::npos) {
         at += csv ? 0 : 7;
         keep = std::strtoll(line.c_str() + at, nullptr, 10) <= last_step;
+        cut += keep ? 0 : 1;
       }
     }
     if (keep) kept += line + "\n";
   }
-  return ckpt::write_file_atomic(path, kept);
+  DSA_TRY(ckpt::write_file_atomic(path, kept));
+  return cut;
 }
 
 } // namespace
@@ -71,8 +79,11 @@ expected<metrics_writer> metrics_writer::open(const std::string& run_dir) {
 }
 
 expected<metrics_writer> metrics_writer::open_resumed(const std::string& run_dir, std::int64_t resume_step) {
-  DSA_TRY(cut_file(run_dir + "/metrics.csv", resume_step, true));
-  DSA_TRY(cut_file(run_dir + "/metrics.jsonl", resume_step, false));
+  DSA_ASSIGN_OR_RETURN(const std::int64_t redone, cut_file(run_dir + "/metrics.csv", resume_step, true));
+  if (auto cut = cut_file(run_dir + "/metrics.jsonl", resume_step, false); !cut) return cut.err();
+  // The steps the run before had done past its checkpoint: they run again (a restart's loss).
+  if (redone > 0)
+    log_info("metrics: {} step(s) logged after step {}'s checkpoint run again (their rows cut)", redone, resume_step);
   struct stat st{};
   bool had_csv = ::stat((run_dir + "/metrics.csv").c_str(), &st) == 0 && st.st_size > 0;
   return open_files(run_dir, true, had_csv, [](std::FILE* c, std::FILE* j, std::string d, bool h) {
