@@ -236,7 +236,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   post_job(self, st.hooks, step,
            [hooks, summary, step, peers = st.peers, logger = st.args.setup.dp.logger, layout = st.args.setup.plan,
             shares = std::move(done.shares), caller = plan.actor_name(pipeline_plan::coordinator_id)]() mutable {
-    if (hooks.local_figures) summary.figures = hooks.local_figures();
+    if (hooks.local_figures) summary.figures = hooks.local_figures(step);
     if (peers && layout->placement.split()) {
       sum_over_pipeline(*peers, *layout, summary, shares, logger, caller);
     } else if (peers) {

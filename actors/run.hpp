@@ -58,7 +58,7 @@ struct run_options {
   // handler sets an atomic flag that this function reads.
   std::function<bool(std::uint32_t completed_step)> stop_after;
   // This process's figures for each step's summary (step_hooks::local_figures).
-  std::function<std::vector<double>()> local_figures;
+  std::function<std::vector<double>(std::uint32_t step)> local_figures;
   // Called once the actors are spawned, before the run starts.
   std::function<void(const run_actors&)> on_spawned;
   trace_mode trace = trace_mode::record; // off: no records, no trace file, an empty run_result::trace

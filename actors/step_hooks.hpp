@@ -46,7 +46,7 @@ struct step_hooks {
   // Figures of this process's stages (wall_clock_breakdown's timers), taken on the hook
   // thread as the step's hooks start, before the summary goes to on_step. Every process
   // of a job sets it or none does, with the same count of figures.
-  std::function<std::vector<double>()> local_figures;
+  std::function<std::vector<double>(std::uint32_t step)> local_figures;
 
   // With either hook set, no shard starts the update of step k + 1 before the
   // hooks of step k returned (the shards' state is then that of step k).

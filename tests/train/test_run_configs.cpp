@@ -2,6 +2,7 @@
 // skips steps, lowers the scale and leaves the LR schedule where it was;
 // wall_clock_breakdown adds its timing columns to the metrics.
 #include "actors/train/data/data_prepare.hpp"
+#include "actors/train/stage/model_stage.hpp"
 #include "actors/train/config/deepspeed_json.hpp"
 #include "actors/train/config/run_config.hpp"
 #include "io/data/shard_reader.hpp"
@@ -180,6 +181,25 @@ TEST_CASE("wall_clock_breakdown adds DeepSpeed's elapsed_time_ms_* columns to th
       CHECK(iteration > 0);
     }
   }
+}
+
+// The next step's forwards may run before a step's figures are taken (its report waits for the
+// hooks): each step's time is counted apart, so neither row takes the other's.
+TEST_CASE("wall_clock_breakdown's stage timers count each step apart") {
+  train::stage_shared shared;
+  shared.add(3, train::stage_shared::phase::forward, 5'000'000);
+  shared.add(4, train::stage_shared::phase::forward, 7'000'000); // step 4 started early
+  shared.add(3, train::stage_shared::phase::backward, 11'000'000);
+  shared.optimizer_ns += 2'000'000;
+  const auto three = train::take_stage_times(shared, 3);
+  CHECK(three == std::vector<double>{5.0, 11.0, 2.0});
+  shared.add(4, train::stage_shared::phase::backward, 1'000'000);
+  CHECK(train::take_stage_times(shared, 4) == std::vector<double>{7.0, 1.0, 0.0});
+  CHECK(train::take_stage_times(shared, 3) == std::vector<double>{0.0, 0.0, 0.0}); // taken once
+  // A step never taken (a run's end) gives its slot to the step 8 later.
+  shared.add(5, train::stage_shared::phase::forward, 1'000'000);
+  shared.add(13, train::stage_shared::phase::forward, 4'000'000);
+  CHECK(train::take_stage_times(shared, 13) == std::vector<double>{4.0, 0.0, 0.0});
 }
 
 // dsactor bench train --task squad's made-up QA set (tools/bench/bench_util.hpp), run here on

@@ -145,7 +145,7 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
   // wall_clock_breakdown: each process's stage timers, summed over a replica's processes.
   if (rc.wall_clock_breakdown && r == 0) {
     stage_shared* timers = &run.ctx.shared;
-    o.local_figures = [timers] { return take_stage_times(*timers); };
+    o.local_figures = [timers](std::uint32_t step) { return take_stage_times(*timers, step); };
   }
   if (t.world > 1)
     o.dp = {global_rank, t.world, t.transport(run, r), rc.reduce_bucket_elements, rc.overlap_comm,

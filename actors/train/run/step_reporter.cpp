@@ -153,7 +153,7 @@ void step_reporter::save(std::uint32_t step, const std::vector<std::uint64_t>& d
 }
 
 step_reporter::step_times step_reporter::take_times(const actors::step_summary& s) {
-  const std::vector<double> ms = s.figures.size() == 3 ? s.figures : take_stage_times(model_.shared);
+  const std::vector<double> ms = s.figures.size() == 3 ? s.figures : take_stage_times(model_.shared, s.step);
   return {ms[0], ms[1], ms[2]};
 }
 

@@ -19,7 +19,7 @@ void bert_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
 
 double bert_stage::forward(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
                            std::vector<tensor>& out) {
-  stage_timer t{shared_.forward_ns};
+  stage_timer t{shared_, key.step, stage_shared::phase::forward};
   if (grads_ && !partitioned_) partition_weights();
   step_ = key.step;
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
@@ -47,7 +47,7 @@ double bert_stage::forward(const actors::work_key& key, const std::vector<tensor
 }
 
 void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
-  stage_timer t{shared_.backward_ns};
+  stage_timer t{shared_, key.step, stage_shared::phase::backward};
   step_ = key.step;
   tensor dout;
   if (grad_out.defined()) dout = grad_out.type() == dtype::f32 ? grad_out : cast_to(grad_out, dtype::f32);
@@ -81,7 +81,7 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
 }
 
 void bert_stage::weight(const actors::work_key& key) {
-  stage_timer t{shared_.backward_ns};
+  stage_timer t{shared_, key.step, stage_shared::phase::backward};
   DSA_CHECK(split_ && key.stash < deferred_.size(), "bert stage {}: W work of step {} micro-batch {} without its B",
             part_.range().to_string(), key.step, key.micro_batch);
   deferred_[key.stash].run(); // empty when the micro-batch's B had no weight-gradient product

@@ -113,7 +113,7 @@ void cuda_stage::backward(const actors::work_key& key, const tensor& grad_out, t
 
 double cuda_stage::forward_on_device(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
                                      std::vector<tensor>& out) {
-  stage_timer t{shared_.forward_ns};
+  stage_timer t{shared_, key.step, stage_shared::phase::forward};
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
   ensure_device();
@@ -155,7 +155,7 @@ double cuda_stage::forward_on_device(const actors::work_key& key, const std::vec
 }
 
 void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& grad_out, tensor& grad_in) {
-  stage_timer t{shared_.backward_ns};
+  stage_timer t{shared_, key.step, stage_shared::phase::backward};
   ensure_device();
   const bert::bert_range& range = params_.range();
   const dtype wire = working_dtype(options_.working);

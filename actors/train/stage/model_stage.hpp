@@ -14,33 +14,67 @@
 #include "models/bert/bert_parameters.hpp"
 #include "models/bert/bert_range.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace dsa::train {
 
 // Shared by the stages of a run: the compute-time counters (wall_clock_breakdown).
-struct stage_shared {
-  // Compute time summed over stages (wall_clock_breakdown), in nanoseconds.
-  std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, optimizer_ns{0};
+// Forward and backward time count per step: the next step's forwards may run before this
+// step's figures are taken (its report waits for the step hooks), so one counter would hand
+// them to the wrong row. The optimizer's is one counter: step k + 1's update waits for step
+// k's hooks.
+class stage_shared {
+public:
+  enum class phase { forward = 0, backward = 1 };
+  std::atomic<std::int64_t> optimizer_ns{0}; // summed over stages, in nanoseconds
+
+  void add(std::uint32_t step, phase p, std::int64_t ns) {
+    std::lock_guard<std::mutex> lk(mu_);
+    slot& s = ring_[step % ring_.size()];
+    if (s.step != step) s = slot{step, {0, 0}}; // a step never taken (a run's end) gives way
+    s.ns[static_cast<int>(p)] += ns;
+  }
+  // Step `step`'s forward and backward nanoseconds, cleared.
+  std::array<std::int64_t, 2> take(std::uint32_t step) {
+    std::lock_guard<std::mutex> lk(mu_);
+    slot& s = ring_[step % ring_.size()];
+    if (s.step != step) return {0, 0};
+    const auto out = s.ns;
+    s = slot{};
+    return out;
+  }
+
+private:
+  struct slot {
+    std::uint32_t step = ~0u;
+    std::array<std::int64_t, 2> ns{0, 0};
+  };
+  std::mutex mu_;
+  std::array<slot, 8> ring_{}; // steps in flight at once: two
 };
 
-// The counters since the last call, in milliseconds (forward, backward, optimizer), each
-// reset to 0.
-inline std::vector<double> take_stage_times(stage_shared& shared) {
-  auto take = [](std::atomic<std::int64_t>& a) { return static_cast<double>(a.exchange(0)) / 1e6; };
-  return {take(shared.forward_ns), take(shared.backward_ns), take(shared.optimizer_ns)};
+// Step `step`'s figures in milliseconds (forward, backward, optimizer), each taken once.
+inline std::vector<double> take_stage_times(stage_shared& shared, std::uint32_t step) {
+  const auto ns = shared.take(step);
+  return {static_cast<double>(ns[0]) / 1e6, static_cast<double>(ns[1]) / 1e6,
+          static_cast<double>(shared.optimizer_ns.exchange(0)) / 1e6};
 }
 
-// Adds the time from its construction to its destruction to one of those counters.
+// Adds the time from its construction to its destruction to one step's counter.
 struct stage_timer {
-  std::atomic<std::int64_t>& sink;
+  stage_shared& shared;
+  std::uint32_t step;
+  stage_shared::phase phase;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   ~stage_timer() {
-    sink += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    shared.add(step, phase,
+               std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   }
 };
 
