@@ -218,7 +218,7 @@ TEST_CASE("each step's local figures are summed over a replica's processes") {
   std::mutex mu;
   std::map<int, std::vector<std::vector<double>>> seen; // [process] per step
   auto figures = [&](int w, run_options& o) {
-    o.local_figures = [w] { return std::vector<double>{1.0 + w, 100.0}; };
+    o.local_figures = [w](std::uint32_t) { return std::vector<double>{1.0 + w, 100.0}; };
     o.on_step = [&, w](const step_summary& s) {
       std::lock_guard<std::mutex> lock(mu);
       seen[w].push_back(s.figures);
@@ -349,14 +349,22 @@ TEST_CASE("the processes' traces join into one per replica: check, spans, a crit
   }
   const auto check = check_traces(*traces);
   CHECK_MESSAGE(!check.first, (check.first ? check.first->what : ""));
-  auto path = find_critical_path((*traces)[0].trace, 0, 1);
-  REQUIRE(path.has_value());
-  bool stage0 = false, stage1 = false;
-  for (const auto& s : path->shares) {
-    stage0 = stage0 || s.actor.rfind("stage 0", 0) == 0;
-    stage1 = stage1 || s.actor.rfind("stage 1", 0) == 0;
+  // A step's path crosses into stage 1's process where stage 0 waited for it (its B for the
+  // gradient, its F for a free slot), as in 1F1B it does unless its own thread lost the CPU
+  // for longer than stage 1's F + B (a loaded CI machine did, once): some step of the three
+  // crosses, and every path holds stage 0's spans.
+  bool stage1 = false;
+  for (std::uint32_t step = 0; step < options.steps; ++step) {
+    CAPTURE(step);
+    auto path = find_critical_path((*traces)[0].trace, 0, step);
+    REQUIRE(path.has_value());
+    bool stage0 = false;
+    for (const auto& s : path->shares) {
+      stage0 = stage0 || s.actor.rfind("stage 0", 0) == 0;
+      stage1 = stage1 || s.actor.rfind("stage 1", 0) == 0;
+    }
+    CHECK(stage0);
   }
-  CHECK(stage0);
   CHECK(stage1);
   std::filesystem::remove_all(dir);
 }
