@@ -103,7 +103,8 @@ expected<std::vector<host_slots>> select_hosts(const std::vector<host_entry>& ho
     DSA_ASSIGN_OR_RETURN(auto spec, parse_spec(include ? filter.include : filter.exclude, flag));
     std::map<std::string, std::set<int>> named;
     for (const auto& [host, slots] : spec) {
-      auto it = std::find_if(hosts.begin(), hosts.end(), [&](const host_entry& h) { return h.host == host; });
+      const std::string& name = host; // C++17 lambdas cannot capture a structured binding (clang refuses)
+      auto it = std::find_if(hosts.begin(), hosts.end(), [&](const host_entry& h) { return h.host == name; });
       if (it == hosts.end()) return make_error(errc::invalid_argument, "{}: unknown host {} (not in the hostfile)", flag, host);
       auto& set = named[host];
       if (slots.empty())
