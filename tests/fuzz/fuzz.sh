@@ -25,8 +25,10 @@ declare -A sources=(
   [squad]="io/data/squad_dataset.cpp io/data/squad_eval.cpp io/data/squad_text.cpp io/ckpt/atomic_file.cpp
     io/ckpt/posix_file.cpp core/error.cpp"
   [rendezvous]="io/net/rendezvous_frame.cpp core/error.cpp"
+  [toml]="core/config.cpp core/config_problems.cpp core/error.cpp"
+  [deepspeed_json]="actors/train/config/deepspeed_json.cpp core/config.cpp core/config_problems.cpp core/error.cpp"
 )
-[[ ${#targets[@]} -gt 0 ]] || targets=(hostfile manifest rendezvous squad)
+[[ ${#targets[@]} -gt 0 ]] || targets=(hostfile manifest rendezvous squad toml deepspeed_json)
 for t in "${targets[@]}"; do
   [[ -n ${sources[$t]-} ]] || { echo "fuzz: unknown target '$t' (known: ${!sources[*]})" >&2; exit 2; }
 done
@@ -38,7 +40,10 @@ if [[ -z $cxx ]] || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, u
 fi
 out=$build/fuzz
 mkdir -p "$out"
-flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root" -I"$build")
+# toml++ as dsactor links it (Debian's shared library, not the header-only parser, whose
+# debug assertions the release library does not have).
+flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root" -I"$build"
+  -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1)
 failed=0
 for t in "${targets[@]}"; do
   bin=$out/fuzz_$t
@@ -47,7 +52,7 @@ for t in "${targets[@]}"; do
   newest=$(ls -t "${srcs[@]}" "${BASH_SOURCE[0]}" | head -1)
   if [[ ! -x $bin || $newest -nt $bin ]]; then
     start=$SECONDS
-    if ! "$cxx" "${flags[@]}" "${srcs[@]}" -lfmt -o "$bin.tmp" 2>"$out/$t.build.log"; then
+    if ! "$cxx" "${flags[@]}" "${srcs[@]}" -ltomlplusplus -lfmt -o "$bin.tmp" 2>"$out/$t.build.log"; then
       grep -m5 "error" "$out/$t.build.log" >&2 || true
       echo "fuzz: $t: FAILED to build (log: $out/$t.build.log)"
       failed=1
