@@ -65,6 +65,15 @@ TEST_CASE("a DeepSpeed JSON config supplies keys the TOML does not set") {
   REQUIRE_FALSE(rejected.has_value());
   CHECK(rejected.err().message.find("zero_optimisation.stage") != std::string::npos);
   CHECK(rejected.err().message.find("bad.json") != std::string::npos); // where the key came from
+  // A number too large for a double (the fuzzer's find: it threw past the parse-error catch and
+  // ended the process) and broken JSON are errors naming the file.
+  for (const char* text : {R"({"train_batch_size": 5e99999999999999999999999999999999999999})", R"({"a": )"}) {
+    CAPTURE(text);
+    std::ofstream(dir.path() + "/huge.json", std::ios::trunc) << text;
+    auto huge = train::load_run_config(dir.path() + "/run.toml", dir.path() + "/huge.json");
+    REQUIRE_FALSE(huge.has_value());
+    CHECK(huge.err().message.find("huge.json: invalid JSON") != std::string::npos);
+  }
 }
 
 TEST_CASE("a DeepSpeed JSON optimizer of another type does not lend its params to the TOML's") {

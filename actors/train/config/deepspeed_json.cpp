@@ -71,7 +71,7 @@ expected<toml::table> load_deepspeed_json(const std::string& path) {
   nlohmann::json j;
   try {
     in >> j;
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) { // parse_error, and out_of_range for a number too large
     return make_error(errc::config, "{}: invalid JSON: {}", path, e.what());
   }
   if (!j.is_object()) return make_error(errc::config, "{}: a DeepSpeed config must be a JSON object", path);
