@@ -349,22 +349,21 @@ TEST_CASE("the processes' traces join into one per replica: check, spans, a crit
   }
   const auto check = check_traces(*traces);
   CHECK_MESSAGE(!check.first, (check.first ? check.first->what : ""));
-  // A step's path crosses into stage 1's process where stage 0 waited for it (its B for the
-  // gradient, its F for a free slot), as in 1F1B it does unless its own thread lost the CPU
-  // for longer than stage 1's F + B (a loaded CI machine did, once): some step of the three
-  // crosses, and every path holds stage 0's spans.
-  bool stage1 = false;
+  // The paths follow activation edges across the processes: the stages' spans, both of them,
+  // are on the paths of the three steps. Which step's path crosses where depends on which
+  // stage waited for the other, and on a loaded machine a step's path can stay in one
+  // process (CI saw step 1's in stage 0's only, and another step's in stage 1's only).
+  bool stage0 = false, stage1 = false;
   for (std::uint32_t step = 0; step < options.steps; ++step) {
     CAPTURE(step);
     auto path = find_critical_path((*traces)[0].trace, 0, step);
     REQUIRE(path.has_value());
-    bool stage0 = false;
     for (const auto& s : path->shares) {
       stage0 = stage0 || s.actor.rfind("stage 0", 0) == 0;
       stage1 = stage1 || s.actor.rfind("stage 1", 0) == 0;
     }
-    CHECK(stage0);
   }
+  CHECK(stage0);
   CHECK(stage1);
   std::filesystem::remove_all(dir);
 }
