@@ -6,8 +6,8 @@
 #include "io/net/rendezvous_server.hpp"
 #include "io/net/route_address.hpp"
 #include "tools/command.hpp"
-#include "tools/launch/host_probe.hpp"
 #include "tools/launch/launch_plan.hpp"
+#include "tools/launch/restarts.hpp"
 #include "tools/options.hpp"
 #include "tools/launch/process_group.hpp"
 
@@ -18,8 +18,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
-#include <ctime>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -335,15 +333,6 @@ std::optional<int> prepare_remote_start(const po::variables_map& vm, const usage
   return std::nullopt;
 }
 
-// How one attempt of the job ended: the launcher's exit code, the first rank that failed
-// and how (the restart's cause), and whether Ctrl-C (or SIGTERM) stopped it.
-struct attempt_end {
-  int code = 0;
-  std::string cause;            // the first rank that ended badly, and how
-  std::string rendezvous_cause; // what the rendezvous saw first (a host may never report its ranks' ends)
-  bool interrupted = false;
-};
-
 // Hosts the rendezvous (except on the hosts other than node 0 of a --nnodes job), starts
 // this host's ranks and supervises them until every one has ended.
 int start_and_supervise(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request,
@@ -400,84 +389,6 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
   return code;
 }
 
-// "4 process(es) on 2 host(s)".
-std::string describe_hosts(const launch_layout& l, int procs) {
-  return l.listed ? fmt::format("{} process(es) on {} host(s)", procs, l.hosts.size())
-                  : fmt::format("{} process(es)", procs);
-}
-
-// Before a restart of a host-list job over ssh: keeps the hosts that still answer. Returns
-// the ones dropped ("" when all answer).
-std::string keep_answering_hosts(launch_layout& l, remote_start& r, launch_request& request) {
-  if (!l.listed || r.ssh.empty()) return {};
-  const auto answered = hosts_answering(l.hosts, r.ssh, 5);
-  std::vector<host_slots> kept;
-  std::string dropped;
-  for (std::size_t i = 0; i < l.hosts.size(); ++i) {
-    if (answered[i]) kept.push_back(l.hosts[i]);
-    else dropped += (dropped.empty() ? "" : ", ") + l.hosts[i].host;
-  }
-  l.hosts = std::move(kept);
-  request.num_procs = 0;
-  for (const auto& h : l.hosts) request.num_procs += static_cast<int>(h.slots.size());
-  r.remote = std::any_of(l.hosts.begin(), l.hosts.end(), [](const host_slots& h) { return h.host != "localhost"; });
-  return dropped;
-}
-
-// --max_restarts: attempts of the job until one ends well, a user stops it, its
-// configuration is refused (exit code 2: a restart would be refused too), or the restarts
-// are spent. Each restart starts the ranks again on the hosts of the list that still
-// answer (all slots of one host: --num_procs), at least --min_procs of them: a `dsactor
-// run` job with --resume-if-any (its latest committed checkpoint, or afresh before the
-// first), in the run directory the first attempt chose (DSA_LAUNCH_RUN_DIR). On fewer
-// ranks the run keeps train_batch_size by accumulating more micro-batches, or refuses.
-int run_attempts(const usage& fail, launch_layout& l, remote_start& r, launch_request& request, int max_restarts,
-                 int min_procs, bool dsactor_run) {
-  const int port = request.master_port;
-  for (int attempt = 0;; ++attempt) {
-    attempt_end end;
-    request.master_port = port; // 0: a fresh one from the OS each time
-    const int code = start_and_supervise(fail, l, r, request, end);
-    if (code == 0 && attempt > 0)
-      fmt::print(stderr, "dsactor launch: the job finished after {} restart(s)\n", attempt);
-    if (code == 0) return code;
-    const std::string cause = !end.cause.empty()            ? end.cause
-                              : !end.rendezvous_cause.empty() ? end.rendezvous_cause
-                                                              : fmt::format("the job ended with code {}", code);
-    if (end.interrupted) return code;
-    if (code == 2) {
-      fmt::print(stderr, "dsactor launch: not restarting: the job's configuration was refused (exit code 2)\n");
-      return code;
-    }
-    if (attempt == max_restarts) {
-      fmt::print(stderr, "dsactor launch: {}; no restart left (--max_restarts {})\n", cause, max_restarts);
-      return code;
-    }
-    auto token = random_job_token();
-    if (!token) {
-      fmt::print(stderr, "dsactor launch: no job token for the restart: {}\n", token.err().message);
-      return code;
-    }
-    request.job_token = *token;
-    if (dsactor_run &&
-        std::find(request.command.begin(), request.command.end(), "--resume-if-any") == request.command.end())
-      request.command.push_back("--resume-if-any");
-    const std::string before = describe_hosts(l, request.num_procs);
-    const std::string dropped = keep_answering_hosts(l, r, request);
-    if (request.num_procs < std::max(1, min_procs)) {
-      fmt::print(stderr, "dsactor launch: {}; not restarting: {} of the hosts answer ({} did not), fewer than "
-                 "--min_procs {}\n", cause, describe_hosts(l, request.num_procs), dropped, min_procs);
-      return code;
-    }
-    fmt::print(stderr, "dsactor launch: restart {} of {}: {}; {} before, {} after{}; {}\n", attempt + 1,
-               max_restarts, cause, before, describe_hosts(l, request.num_procs),
-               dropped.empty() ? "" : " (" + dropped + " did not answer)",
-               dsactor_run ? "resuming from the latest committed checkpoint (rank 0 names its step)"
-                           : "the program resumes by itself");
-    std::fflush(stderr);
-  }
-}
-
 } // namespace
 
 int cmd_launch(int argc, char** argv) {
@@ -516,16 +427,7 @@ int cmd_launch(int argc, char** argv) {
                 "--nnodes each host's launcher starts its own, so restart the job through the scheduler");
   launch_request request;
   if (auto code = make_request(vm, fail, layout, args, request)) return *code;
-  if (max_restarts > 0 && !args.general && !std::getenv("DSA_LAUNCH_RUN_DIR")) {
-    // Every attempt writes into the run directory the first chose (a config's run_dir wins).
-    std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&now, &tm);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    const std::string config = std::filesystem::path(args.rest[0]).stem().string();
-    ::setenv("DSA_LAUNCH_RUN_DIR", fmt::format("runs/{}-{}", config, stamp).c_str(), 1);
-  }
+  if (max_restarts > 0 && !args.general) pin_run_dir(args.rest[0]);
   if (vm.count("dry-run")) return print_dry_run(fail, layout, request);
   remote_start remote;
   if (auto code = prepare_remote_start(vm, fail, layout, remote)) return *code;
@@ -535,11 +437,13 @@ int cmd_launch(int argc, char** argv) {
     return 1;
   }
   request.job_token = *token;
+  auto start = [&](attempt_end& end) { return start_and_supervise(fail, layout, remote, request, end); };
   if (max_restarts == 0) {
     attempt_end end;
-    return start_and_supervise(fail, layout, remote, request, end);
+    return start(end);
   }
-  return run_attempts(fail, layout, remote, request, max_restarts, vm["min_procs"].as<int>(), !args.general);
+  const restart_hosts hosts{layout.listed ? &layout.hosts : nullptr, remote.ssh, &remote.remote};
+  return run_attempts(request, max_restarts, vm["min_procs"].as<int>(), !args.general, hosts, start);
 }
 
 } // namespace dsa::tools

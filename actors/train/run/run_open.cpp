@@ -1,6 +1,7 @@
 // The first phases of `dsactor run`: open the run, its data, its memory plan and the
 // ranks of this process; see run_phases.hpp.
 #include "actors/train/run/run_phases.hpp"
+#include "actors/train/run/trainer.hpp"
 
 #include "actors/train/config/deepspeed_json.hpp"
 #include "actors/train/stage/device_choice.hpp"
@@ -26,12 +27,7 @@ namespace fs = std::filesystem;
 std::string default_run_dir(const std::string& config_path) {
   // `dsactor launch --max_restarts` pins it for every attempt of the job.
   if (const char* pinned = std::getenv("DSA_LAUNCH_RUN_DIR"); pinned && *pinned) return pinned;
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-  return fmt::format("runs/{}-{}", fs::path(config_path).stem().string(), stamp);
+  return timestamped_run_dir(config_path);
 }
 
 // --resume without a run_dir in the config: the newest runs/<config name>-<time> that
@@ -283,6 +279,15 @@ int build_ranks(opened_run& run, process_ranks& ranks) {
     ranks.replicas.push_back(std::move(c));
   }
   return 0;
+}
+
+std::string timestamped_run_dir(const std::string& config_path) {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return fmt::format("runs/{}-{}", fs::path(config_path).stem().string(), stamp);
 }
 
 } // namespace dsa::train

@@ -17,6 +17,10 @@ struct run_request {
   std::string trace_chrome;           // --trace-chrome FILE
 };
 
+// runs/<config's name>-<local time>: the run directory of a config without run_dir (unless
+// `dsactor launch --max_restarts` pinned one for the job in DSA_LAUNCH_RUN_DIR).
+std::string timestamped_run_dir(const std::string& config_path);
+
 // Returns the process exit code (0 success, 1 failure, 2 bad configuration).
 int run_training(const run_request& request);
 

@@ -1,0 +1,96 @@
+// `dsactor launch --max_restarts`; see restarts.hpp.
+#include "tools/launch/restarts.hpp"
+
+#include "actors/train/run/trainer.hpp"
+#include "tools/launch/host_probe.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace dsa::tools {
+namespace {
+
+// "4 process(es) on 2 host(s)".
+std::string describe_hosts(const restart_hosts& h, int procs) {
+  return h.hosts ? fmt::format("{} process(es) on {} host(s)", procs, h.hosts->size())
+                 : fmt::format("{} process(es)", procs);
+}
+
+// Before a restart of a host-list job over ssh: keeps the hosts that still answer. Returns
+// the ones dropped ("" when all answer).
+std::string keep_answering_hosts(const restart_hosts& h, launch_request& request) {
+  if (!h.hosts || h.ssh.empty()) return {};
+  auto& hosts = *h.hosts;
+  const auto answered = hosts_answering(hosts, h.ssh, 5);
+  std::vector<host_slots> kept;
+  std::string dropped;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    if (answered[i]) kept.push_back(hosts[i]);
+    else dropped += (dropped.empty() ? "" : ", ") + hosts[i].host;
+  }
+  hosts = std::move(kept);
+  request.num_procs = 0;
+  for (const auto& host : hosts) request.num_procs += static_cast<int>(host.slots.size());
+  if (h.remote)
+    *h.remote = std::any_of(hosts.begin(), hosts.end(), [](const host_slots& x) { return x.host != "localhost"; });
+  return dropped;
+}
+
+} // namespace
+
+int run_attempts(launch_request& request, int max_restarts, int min_procs, bool dsactor_run, restart_hosts hosts,
+                 const std::function<int(attempt_end&)>& start) {
+  const int port = request.master_port;
+  for (int attempt = 0;; ++attempt) {
+    attempt_end end;
+    request.master_port = port; // 0: a fresh one from the OS each time
+    const int code = start(end);
+    if (code == 0 && attempt > 0)
+      fmt::print(stderr, "dsactor launch: the job finished after {} restart(s)\n", attempt);
+    if (code == 0) return code;
+    const std::string cause = !end.cause.empty()            ? end.cause
+                              : !end.rendezvous_cause.empty() ? end.rendezvous_cause
+                                                              : fmt::format("the job ended with code {}", code);
+    if (end.interrupted) return code;
+    if (code == 2) {
+      fmt::print(stderr, "dsactor launch: not restarting: the job's configuration was refused (exit code 2)\n");
+      return code;
+    }
+    if (attempt == max_restarts) {
+      fmt::print(stderr, "dsactor launch: {}; no restart left (--max_restarts {})\n", cause, max_restarts);
+      return code;
+    }
+    auto token = random_job_token();
+    if (!token) {
+      fmt::print(stderr, "dsactor launch: no job token for the restart: {}\n", token.err().message);
+      return code;
+    }
+    request.job_token = *token;
+    if (dsactor_run &&
+        std::find(request.command.begin(), request.command.end(), "--resume-if-any") == request.command.end())
+      request.command.push_back("--resume-if-any");
+    const std::string before = describe_hosts(hosts, request.num_procs);
+    const std::string dropped = keep_answering_hosts(hosts, request);
+    if (request.num_procs < std::max(1, min_procs)) {
+      fmt::print(stderr, "dsactor launch: {}; not restarting: {} of the hosts answer ({} did not), fewer than "
+                 "--min_procs {}\n", cause, describe_hosts(hosts, request.num_procs), dropped, min_procs);
+      return code;
+    }
+    fmt::print(stderr, "dsactor launch: restart {} of {}: {}; {} before, {} after{}; {}\n", attempt + 1,
+               max_restarts, cause, before, describe_hosts(hosts, request.num_procs),
+               dropped.empty() ? "" : " (" + dropped + " did not answer)",
+               dsactor_run ? "resuming from the latest committed checkpoint (rank 0 names its step)"
+                           : "the program resumes by itself");
+    std::fflush(stderr);
+  }
+}
+
+void pin_run_dir(const std::string& config_path) {
+  if (std::getenv("DSA_LAUNCH_RUN_DIR")) return;
+  ::setenv("DSA_LAUNCH_RUN_DIR", train::timestamped_run_dir(config_path).c_str(), 1);
+}
+
+} // namespace dsa::tools
