@@ -73,13 +73,6 @@ void check_pipeline_combinations(const config& cfg, const run_config& rc, config
                              fmt::format("\"zb\" with ZeRO stage {} over {} ranks: partitioned gradients are summed "
                                          "during the backward, before the deferred W work; use \"1f1b\"",
                                          rc.zero_stage, rc.batch.data_parallel_size)));
-  // Stages across processes: what is not written for it yet, refused by name.
-  if (rc.stages_across_processes() && rc.backend != "cpu")
-    problems.add(cfg.problem(problem_kind::invalid_value, "devices.backend",
-                             fmt::format("\"{}\" ranks with pipeline stages in separate processes ({} processes per "
-                                         "replica): not written yet; run the stages of a replica in one process "
-                                         "(pipeline.stages_per_process = {})",
-                                         rc.backend, rc.pipe_processes, rc.stages)));
 }
 
 actors::schedule_kind schedule_kind_of(const run_config& rc) {

@@ -15,7 +15,7 @@ namespace dsa::train {
 void read_pipeline(const config& cfg, run_config& rc, config_problems& problems, int processes = 1);
 
 // After every section is read: the pipeline's combinations with other keys that are refused
-// (zb with partitioned gradients; stages across processes on CUDA ranks), each by key.
+// (zb with partitioned gradients), by key.
 void check_pipeline_combinations(const config& cfg, const run_config& rc, config_problems& problems);
 
 // pipeline.schedule as the runtime's kind: "gpipe", "zb" (zero_bubble), else 1F1B.

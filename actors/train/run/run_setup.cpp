@@ -138,6 +138,8 @@ status make_stages(const run_inputs& in, rank_model& m) {
     if (static_cast<std::int64_t>(s) == in.rc.fail_stage) o.fail_step = in.rc.fail_step;
     o.overflow_step = in.rc.overflow_step;
     o.device_index = in.device.index;
+    o.output_leaves_process = s + 1 < in.rc.stages && !in.local(s + 1);
+    o.grad_in_leaves_process = s > 0 && !in.local(s - 1);
     o.deterministic = in.rc.deterministic;
     o.planned_device_bytes = cuda_model_state_bytes(in.rc, bert::parameter_count(bert::parameter_specs(in.rc.model, o.range)));
     auto stage = make_stage(in.device.device, o, m.shared);

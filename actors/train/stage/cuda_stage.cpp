@@ -1,5 +1,5 @@
 // CUDA stage: unpack on the host, run the range on the device, copy what crosses to a
-// neighbour or the reducer.
+// neighbour (in this process or another) or the reducer.
 #include "actors/train/stage/cuda_stage.hpp"
 
 #include "actors/train/config/precision.hpp"
@@ -48,15 +48,19 @@ bert::gpu::device_array upload(const tensor& slot, dtype wire, std::int64_t elem
   return d;
 }
 
-// The stage's (B, T, H) of the wire type into the slot tensor `out` on the stage's device
-// (reused when it fits), then a wait: the neighbour reads it from its own stream, and the
-// slot's credit may come back only once this stage's reads of its input are done too.
-void to_slot(const void* device_ptr, tensor& out, const shape_t& shape, dtype wire, int index, cudaStream_t stream) {
-  if (!out.defined() || out.shape() != shape || out.type() != wire || !out.is_contiguous() ||
-      out.dev() != device::cuda(index))
-    out = tensor::empty(shape, wire, device::cuda(index));
-  check_cuda(cudaMemcpyAsync(out.raw_data(), device_ptr, out.nbytes(), cudaMemcpyDeviceToDevice, stream),
-             "filling a slot");
+// The stage's (B, T, H) of the wire type into the slot tensor `out` (reused when it fits):
+// on the stage's device, or in host memory when the neighbour runs in another process
+// (`to_host`: only host tensors travel between processes), then a wait: the neighbour reads
+// it from its own stream (or the link from the host), and the slot's credit may come back
+// only once this stage's reads of its input are done too.
+void to_slot(const void* device_ptr, tensor& out, const shape_t& shape, dtype wire, int index, bool to_host,
+             cudaStream_t stream) {
+  const device where = to_host ? device::cpu() : device::cuda(index);
+  if (!out.defined() || out.shape() != shape || out.type() != wire || !out.is_contiguous() || out.dev() != where)
+    out = tensor::empty(shape, wire, where);
+  check_cuda(cudaMemcpyAsync(out.raw_data(), device_ptr, out.nbytes(),
+                             to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice, stream),
+             to_host ? "copying a slot to the host for another process" : "filling a slot");
   device_wait("cudaStreamSynchronize (a stage's activation or gradient for a neighbour)");
   check_cuda(cudaStreamSynchronize(stream), "the stage's stream");
 }
@@ -148,7 +152,7 @@ double cuda_stage::forward_on_device(const actors::work_key& key, const std::vec
   }
   out.resize(2);
   to_slot(y, out[0], {batch.batch_size(), batch.seq_length(), options_.model.hidden_size}, wire,
-          options_.device_index, stream);
+          options_.device_index, options_.output_leaves_process, stream);
   spans_.after_wait(stream);
   out[1] = batch.attention_mask; // passed on unchanged (shared, not copied, inside a process)
   return 0.0;
@@ -173,7 +177,7 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
   const bert::gpu::device_array dx = part_->backward(dy.get(), stash);
   spans_.end(stream);
   if (!range.has_embeddings()) {
-    to_slot(dx.get(), grad_in, shape, wire, options_.device_index, stream);
+    to_slot(dx.get(), grad_in, shape, wire, options_.device_index, options_.grad_in_leaves_process, stream);
     spans_.after_wait(stream);
   } else if (dy.get()) {
     // The first stage reads its gradient slot on its stream: done before its credit returns.

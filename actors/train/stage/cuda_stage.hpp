@@ -8,9 +8,11 @@
 // The device copy is made from the host's at the first call on the stage's worker, so
 // what the run wrote before the steps is what the GPU computes with; each parameter
 // version the shard publishes is written into the host copy and uploaded. The slots
-// between stages stay on the device: a stage's output and input gradient are device
-// tensors (cuda:N, working precision) that the neighbour copies into its stash on its own
-// stream (the mask rides on the host). The gradients the reducer takes are host tensors, as
+// between stages of one process stay on the device: a stage's output and input gradient
+// are device tensors (cuda:N, working precision) that the neighbour copies into its stash
+// on its own stream (the mask rides on the host); towards a neighbour in another process
+// (stages across processes) they are host tensors, which the link sends and the receiving
+// stage uploads. The gradients the reducer takes are host tensors, as
 // on a CPU rank: downloaded once per step, when the reducer first asks, then rounded to the
 // working precision in place, as bert_stage does. Every call runs on the stage's compute worker (never a CAF thread),
 // sets the stage's device first, and enqueues on the stage's own stream; the worker waits

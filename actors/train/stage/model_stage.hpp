@@ -95,6 +95,12 @@ struct stage_options {
   // partition part by part (enable_partitioned_grads), so no whole gradient buffers.
   bool whole_gradients = true;
   int device_index = -1; // the CUDA device of a stage_device::cuda stage
+  // Stages across processes: the stage that reads this stage's output (the next) or its
+  // input gradient (the previous) runs in another process, so a CUDA stage writes that
+  // slot as a host tensor (only host tensors travel: pipe_link.hpp). A CPU stage's slots
+  // are host tensors anyway.
+  bool output_leaves_process = false;
+  bool grad_in_leaves_process = false;
   bool deterministic = false; // devices.deterministic: a CUDA stage's ordered sums
   std::int64_t planned_device_bytes = 0; // its model states there (named by an out-of-memory stop)
 };
