@@ -1,26 +1,35 @@
 // Gradient norms in double and DeepSpeed's combined unscale + clip factor.
 #include "optim/grad_clip.hpp"
 
+#include "core/file_backed.hpp"
 #include "core/half.hpp"
+
+#include <algorithm>
 
 #include <cmath>
 
 namespace dsa::optim {
 namespace {
 
-template <class Load> double squares(std::int64_t n, Load load) {
-  // Four independent accumulators: vectorizable and less serial rounding than one.
-  double acc[4] = {0.0, 0.0, 0.0, 0.0};
-  std::int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
+// Squares of elements [from, to) added into four independent accumulators (vectorizable,
+// less serial rounding than one), element i into acc[i % 4]; a window that starts at a
+// multiple of 4 continues a sweep exactly as one pass would.
+template <class Load> void add_squares(double (&acc)[4], std::int64_t from, std::int64_t to, Load load) {
+  std::int64_t i = from;
+  for (; i + 4 <= to; i += 4)
     for (int j = 0; j < 4; ++j) {
       double x = load(i + j);
       acc[j] += x * x;
     }
-  for (; i < n; ++i) {
+  for (; i < to; ++i) {
     double x = load(i);
     acc[0] += x * x;
   }
+}
+
+template <class Load> double squares(std::int64_t n, Load load) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  add_squares(acc, 0, n, load);
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
@@ -48,7 +57,20 @@ double sum_of_squares(const void* x, dtype type, std::int64_t n) {
 double sum_of_squares(const tensor& x) {
   DSA_CHECK(x.is_contiguous() && x.dev().is_cpu(), "sum_of_squares needs a contiguous CPU tensor, got {}",
             x.describe());
-  return sum_of_squares(x.raw_data(), x.type(), x.numel());
+  if (x.type() != dtype::f32 || !is_file_backed(x)) return sum_of_squares(x.raw_data(), x.type(), x.numel());
+  // In a file (file_backed.hpp): a window at a time, each paged out after it is read; the
+  // windows are multiples of 4 elements, so the sum is the one pass's, bit for bit.
+  const float* p = x.data<float>();
+  const auto load = [p](std::int64_t i) { return static_cast<double>(p[i]); };
+  constexpr std::int64_t window = file_backed_window_bytes / sizeof(float);
+  static_assert(window % 4 == 0);
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  for (std::int64_t lo = 0; lo < x.numel(); lo += window) {
+    const std::int64_t hi = std::min(x.numel(), lo + window);
+    add_squares(acc, lo, hi, load);
+    page_out(p + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+  }
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
 double grad_norm::norm() const { return std::sqrt(sum_); }

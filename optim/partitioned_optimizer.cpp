@@ -1,6 +1,7 @@
 // A ZeRO partition's Adam / AdamW / LAMB update, piece by piece with the whole-tensor kernels.
 #include "optim/partitioned_optimizer.hpp"
 
+#include "core/file_backed.hpp"
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/lamb.hpp"
@@ -270,7 +271,9 @@ status partitioned_optimizer::step(const partition_step& in) {
     return make_error(errc::invalid_argument,
                       "partitioned optimizer, rank {}: a streamed update needs Adam, no gradient scaling and no sink", rank_);
   float* grad = in.grad.data<float>();
-  if (in.grad_scale != 1.0) scale_in_place(grad, in.grad_scale, size);
+  // LAMB scales the whole partition first; Adam scales each window as it updates it (the
+  // same products, one pass over a gradient partition that lives in a file).
+  if (in.grad_scale != 1.0 && cfg_.type == optimizer_type::lamb) scale_in_place(grad, in.grad_scale, size);
   working_out out = in.sink ? working_out(in.sink, in.sink_type, in.sink_window) : working_out(in.working);
   ++step_;
   if (cfg_.type == optimizer_type::lamb) {
@@ -288,6 +291,7 @@ status partitioned_optimizer::step_adam(float* grad, working_out& out, const par
   return store_->sweep_when(all_arrays, all_arrays, in.ready, [&](const state_chunk& chunk) -> status {
     return each_window(chunk, out.window(chunk.hi - chunk.lo), [&](const state_chunk& c) -> status {
       out.begin(c.lo, c.hi);
+      if (in.grad_scale != 1.0) scale_in_place(grad + c.lo, in.grad_scale, c.hi - c.lo);
       each_piece_in(c, [&](std::size_t, const flat_piece& piece) {
         const std::int64_t at = piece.flat_offset - lo; // in the partition
         const std::int64_t in_chunk = at - c.lo;
@@ -305,6 +309,8 @@ status partitioned_optimizer::step_adam(float* grad, working_out& out, const par
                          piece.count);
       });
       out.copy_masters(c.lo, c.hi, c.arrays[master_array]);
+      // A gradient partition in a file (file_backed.hpp) leaves memory window by window.
+      page_out(grad + c.lo, static_cast<std::size_t>(c.hi - c.lo) * sizeof(float));
       return out.end(c.lo, c.hi);
     });
   });

@@ -9,8 +9,10 @@
 #include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/memory/memory_plan.hpp"
 #include "actors/train/config/layer_partition.hpp"
+#include "actors/train/config/limits_config.hpp"
 #include "actors/train/config/run_config.hpp"
 #include "models/bert/parameter_specs.hpp"
+#include "core/file_backed.hpp"
 
 #include "io/data/shard_reader.hpp"
 
@@ -119,6 +121,23 @@ const std::vector<std::string> larger{"model.hidden_size=256", "model.num_heads=
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// Two in-process ranks of ZeRO-3 with the optimizer state on NVMe under `swap` (ZeRO-3
+// partitions the weights with or without offload_param; on one rank, offload_param is what
+// turns stage 3 from stage 0 into real partitions), and a model whose weights outweigh
+// offload_param's buffers (about 9M parameters; the tiny one's are smaller than the buffers
+// that would stream them).
+train::run_config zero3_on_nvme(const std::string& dir, const std::string& swap) {
+  auto rc = parsed(dir, fmt::format("[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n"
+                                    "[zero_optimization.offload_optimizer]\n"
+                                    "device = \"nvme\"\nnvme_path = \"{}\"\n",
+                                    swap));
+  rc.model.hidden_size = 384;
+  rc.model.num_heads = 6;
+  rc.model.intermediate_size = 1536;
+  rc.model.vocab_size = 8000;
+  return rc;
 }
 
 } // namespace
@@ -247,18 +266,7 @@ TEST_CASE("memory plan: fits as configured, picks the largest NVMe sub_group_siz
 
 TEST_CASE("memory plan: with ZeRO-3 the plan moves the working weights to NVMe when the optimizer state is not enough") {
   test::temp_dir dir, swap;
-  // Two in-process ranks: ZeRO-3 partitions the weights with or without offload_param (on
-  // one rank, offload_param is what turns stage 3 from stage 0 into real partitions).
-  auto rc = parsed(dir.path(), fmt::format("[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n"
-                                           "[zero_optimization.offload_optimizer]\n"
-                                           "device = \"nvme\"\nnvme_path = \"{}\"\n",
-                                           swap.path()));
-  // A model whose weights outweigh offload_param's buffers (about 9M parameters; the tiny
-  // one's are smaller than the buffers that would stream them).
-  rc.model.hidden_size = 384;
-  rc.model.num_heads = 6;
-  rc.model.intermediate_size = 1536;
-  rc.model.vocab_size = 8000;
+  auto rc = zero3_on_nvme(dir.path(), swap.path());
   const auto ranges = ranges_of(rc);
   REQUIRE(train::may_move_weights(rc));
   auto at = [&](train::run_config c, std::int64_t g) {
@@ -295,14 +303,92 @@ TEST_CASE("memory plan: with ZeRO-3 the plan moves the working weights to NVMe w
   auto kept = train::fit_host_memory(rc, ranges, inputs());
   REQUIRE(kept.has_value());
   CHECK_FALSE(kept->weights_to_nvme);
-  // Below even that: refused, naming the smallest budget with both on NVMe.
+  // Below even that, with the gradient partition kept in memory: refused, naming the
+  // smallest budget with both on NVMe.
   rc.host_memory = weights_floor - 1;
+  rc.gradient_partition = "memory";
   auto refused = train::fit_host_memory(rc, ranges, inputs());
   REQUIRE_FALSE(refused.has_value());
   const std::string& m = refused.err().message;
   INFO(m);
   CHECK(m.find("and the working weights on NVMe too") != std::string::npos);
   CHECK(smallest_mib(m) == (weights_floor + mib - 1) / mib);
+}
+
+TEST_CASE("memory plan: ZeRO's gradient partition goes to NVMe when nothing else fits, or as configured") {
+  test::temp_dir dir, swap;
+  auto rc = zero3_on_nvme(dir.path(), swap.path());
+  const auto ranges = ranges_of(rc);
+  CHECK(rc.gradient_partition == "auto");
+  CHECK_FALSE(rc.grads_on_nvme);
+  // The floors: everything else moved (weights on NVMe, the smallest sub-group), then the
+  // gradient partition as well.
+  std::int64_t smallest_buffer = rc.offload.param.buffer_size;
+  while (smallest_buffer / 2 >= 1 << 16) smallest_buffer /= 2;
+  auto weights = rc;
+  train::weights_to_nvme(weights, smallest_buffer);
+  weights.offload.sub_group_size = 2048;
+  auto grads = weights;
+  grads.grads_on_nvme = true;
+  const auto weights_plan = train::plan_host_memory(weights, ranges, inputs());
+  const auto grads_plan = train::plan_host_memory(grads, ranges, inputs());
+  INFO(weights_plan.describe());
+  INFO(grads_plan.describe());
+  const std::int64_t partition = train::run_zero_sizes(rc, ranges, 0)->partition;
+  // Two ranks, each 4 bytes per partition element less a window or two.
+  REQUIRE(weights_plan.model_states - grads_plan.model_states >= 2 * (4 * partition - 2 * file_backed_window_bytes));
+  REQUIRE(grads_plan.peak() < weights_plan.peak());
+  // One byte short of the weights' floor: the gradients go too.
+  rc.host_memory = weights_plan.peak() - 1;
+  auto d = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_MESSAGE(d.has_value(), d.err().message);
+  CHECK(d->grads_to_nvme);
+  CHECK(d->plan.peak() <= rc.host_memory);
+  // With room for the weights' move alone, the gradients stay.
+  rc.host_memory = weights_plan.peak();
+  auto kept = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE(kept.has_value());
+  CHECK_FALSE(kept->grads_to_nvme);
+  // Below the gradients' floor: refused, naming it.
+  rc.host_memory = grads_plan.peak() - 1;
+  auto refused = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_FALSE(refused.has_value());
+  INFO(refused.err().message);
+  CHECK(refused.err().message.find("with the gradient partition on NVMe too") != std::string::npos);
+  CHECK(smallest_mib(refused.err().message) == (grads_plan.peak() + mib - 1) / mib);
+  // "memory" keeps it there: the weights' floor is the last word.
+  rc.gradient_partition = "memory";
+  rc.host_memory = weights_plan.peak() - 1;
+  CHECK_FALSE(train::fit_host_memory(rc, ranges, inputs()).has_value());
+}
+
+TEST_CASE("limits.gradient_partition: values, and what \"nvme\" needs, named by key") {
+  test::temp_dir dir, swap;
+  const std::string nvme = fmt::format("[zero_optimization.offload_optimizer]\ndevice = \"nvme\"\nnvme_path = \"{}\"\n",
+                                       swap.path());
+  auto error_of = [&](const std::string& tables) {
+    const std::string path = dir.path() + "/bad.toml";
+    std::ofstream(path) << test::tiny_config(dir.path(), tables);
+    auto cfg = train::load_run_config(path);
+    REQUIRE(cfg.has_value());
+    auto rc = train::parse_run_config(*cfg, dir.path() + "/run");
+    return rc.has_value() ? std::string() : rc.err().message;
+  };
+  auto ok = parsed(dir.path(), "[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n" + nvme +
+                                   "[limits]\ngradient_partition = \"nvme\"\n");
+  CHECK(ok.grads_on_nvme);
+  std::string m = error_of("[limits]\ngradient_partition = \"disk\"\n");
+  CHECK(m.find("limits.gradient_partition") != std::string::npos);
+  CHECK(m.find("expected \"auto\", \"memory\" or \"nvme\", got \"disk\"") != std::string::npos);
+  m = error_of("[devices]\nranks = 2\n[zero_optimization]\nstage = 1\n" + nvme + "[limits]\ngradient_partition = \"nvme\"\n");
+  CHECK(m.find("limits.gradient_partition") != std::string::npos);
+  CHECK(m.find("partitioned only with ZeRO stage 3") != std::string::npos);
+  m = error_of("[devices]\nranks = 2\n[zero_optimization]\nstage = 3\n[limits]\ngradient_partition = \"nvme\"\n");
+  CHECK(m.find("offload_optimizer.device = \"nvme\"") != std::string::npos);
+  ok.optimizer.type = optim::optimizer_type::lamb; // what read_limits asks of the optimizer section
+  const auto lamb = train::grads_to_nvme_refusal(ok);
+  REQUIRE(lamb.has_value());
+  CHECK(lamb->find("Adam and AdamW only") != std::string::npos);
 }
 
 TEST_CASE("memory plan: without offload the refusal says what NVMe offload would need") {
@@ -401,8 +487,8 @@ TEST_CASE("dsactor run under limits.host_memory with NVMe offload: a smaller sub
 // ZeRO-Infinity on one rank (issue 12's scale case, small): the weights and the optimizer
 // state on NVMe, so the model's states (16 bytes per parameter as DeepSpeed counts them)
 // exceed the budget, and the run honours it, as the kernel measured the child.
-TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights and optimizer state on NVMe trains a model "
-          "whose states exceed the budget") {
+TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights, gradients and optimizer state on NVMe trains "
+          "a model whose states exceed the budget") {
   test::temp_dir dir, swap;
   const std::string config = test::tiny_config(dir.path());
   // hidden 512, 8 layers, vocabulary 8000: 29.4 M parameters, 449 MiB of model states.
@@ -429,6 +515,8 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights and optimiz
   const double deepspeed_mib = std::stod(m[1].str());
   CHECK(deepspeed_mib * mib > 1.5 * static_cast<double>(budget)); // the states do not fit the budget
   CHECK(fits.log.find("(as expected)") != std::string::npos);
+  // At the smallest budget the gradient partition (117 MiB) leaves memory too.
+  CHECK(fits.log.find("limits.gradient_partition \"auto\" -> \"nvme\"") != std::string::npos);
   CHECK(fits.max_rss <= budget);
   // The final evaluation would gather the whole model: skipped, saying why.
   CHECK(fits.log.find("final evaluation skipped") != std::string::npos);
@@ -441,6 +529,7 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights and optimiz
   REQUIRE(chosen.exit_code == 0);
   INFO(chosen.log);
   CHECK(chosen.log.find("zero_optimization.offload_param.device \"none\" -> \"nvme\"") != std::string::npos);
+  CHECK(chosen.log.find("limits.gradient_partition \"auto\" -> \"nvme\"") != std::string::npos);
   CHECK(chosen.log.find("(as expected)") != std::string::npos);
   CHECK(chosen.max_rss <= budget);
 }

@@ -180,6 +180,37 @@ TEST_CASE("ZeRO stage 3 with offload_param on NVMe equals the partitions in memo
   CHECK(std::filesystem::is_empty(swap.path()));
 }
 
+// limits.gradient_partition = "nvme": the partition each micro-batch's gradients are summed
+// into is a file in the optimizer's swap folder (core/file_backed.hpp), read and written
+// through a mapping whose windows are paged out after each pass; the same sums in the same
+// order, so the same bits as in memory (with fp16 and clipping the update scales each
+// window as it goes).
+TEST_CASE("ZeRO stages 2 and 3 with the gradient partition on NVMe equal it in memory, bit for bit") {
+  test::temp_dir swap;
+  const std::vector<std::string> nvme{"zero_optimization.offload_optimizer.device=\"nvme\"",
+                                      fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
+                                      "zero_optimization.sub_group_size=2048"};
+  for (const char* stage : {"zero_optimization.stage=3", "zero_optimization.stage=2"})
+    for (const bool fp16 : {false, true}) {
+      CAPTURE(stage);
+      CAPTURE(fp16);
+      auto base = with(nvme, {"devices.ranks=2", stage});
+      if (fp16) base = with(base, {"fp16.enabled=true", "fp16.initial_scale_power=8"});
+      const auto memory = train_checkpoint(with(base, {"limits.gradient_partition=\"memory\""}));
+      test::temp_dir dir;
+      REQUIRE(test::run_config(dir.path(), "z3", test::tiny_config(dir.path()),
+                               with(base, {"limits.gradient_partition=\"nvme\""})) == 0);
+      test::check_same_state(test::load_run_checkpoint(dir.path() + "/ckpt", "latest"), memory);
+      std::ifstream in(dir.path() + "/run/train.log");
+      std::stringstream log;
+      log << in.rdbuf();
+      INFO(log.str());
+      CHECK(log.str().find("(as expected)") != std::string::npos);
+      CHECK(log.str().find("the accounting expected") == std::string::npos);
+      CHECK(std::filesystem::is_empty(swap.path())); // the file went with the run
+    }
+}
+
 // comms_logger sees ZeRO-3's own collectives: the fetchers' broadcasts, the gradient
 // partitions' all-reduces and the shards' gathers (a checkpoint during the run), each
 // under its caller.

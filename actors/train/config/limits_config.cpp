@@ -69,7 +69,31 @@ void read_limits(const config& cfg, run_config& rc, config_problems& problems) {
                                              text));
     }
   }
+  r.read("gradient_partition", rc.gradient_partition);
+  if (rc.gradient_partition != "auto" && rc.gradient_partition != "memory" && rc.gradient_partition != "nvme")
+    r.invalid("gradient_partition",
+              fmt::format("expected \"auto\", \"memory\" or \"nvme\", got \"{}\"", rc.gradient_partition));
+  if (rc.gradient_partition == "nvme") {
+    if (auto why = grads_to_nvme_refusal(rc)) r.invalid("gradient_partition", "\"nvme\": " + *why);
+    else rc.grads_on_nvme = true;
+  }
   r.check_unknown();
+}
+
+std::optional<std::string> grads_to_nvme_refusal(const run_config& rc) {
+  if (!rc.gradients_partitioned())
+    return fmt::format("the gradients are partitioned only with ZeRO stage 3, or stage 2 on one pipeline stage, over "
+                       "ranks that reduce (got stage {} with {} pipeline stage(s)); a whole gradient stays in memory",
+                       rc.zero_stage, rc.stages);
+  if (!rc.offload.swaps())
+    return std::string("the partition goes to the optimizer's NVMe swap folder: set "
+                       "zero_optimization.offload_optimizer.device = \"nvme\" (and nvme_path)");
+  const auto type = rc.optimizer.type;
+  if (type != optim::optimizer_type::adam && type != optim::optimizer_type::adamw)
+    return fmt::format("the update reads the partition window by window with Adam and AdamW only, not "
+                       "optimizer.type = \"{}\"",
+                       optim::optimizer_name(type));
+  return std::nullopt;
 }
 
 } // namespace dsa::train

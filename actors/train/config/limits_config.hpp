@@ -18,7 +18,13 @@ std::optional<std::int64_t> parse_byte_size(std::string_view text);
 std::string format_bytes(std::int64_t bytes);
 
 // [limits] host_memory: a size string or a number of bytes into rc.host_memory
-// (0: no budget); errors name the key.
+// (0: no budget); gradient_partition ("auto", "memory", "nvme"); errors name the key.
+// Read after the zero_optimization and optimizer sections.
 void read_limits(const config& cfg, run_config& rc, config_problems& problems);
+
+// Why ZeRO's gradient partition cannot live on NVMe in this run (no partitioned
+// gradients, no NVMe swap folder, an optimizer that does not sweep it by windows), or
+// nothing when it can.
+std::optional<std::string> grads_to_nvme_refusal(const run_config& rc);
 
 } // namespace dsa::train

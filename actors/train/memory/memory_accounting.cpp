@@ -1,6 +1,8 @@
 // Model-state bytes per rank; see memory_accounting.hpp.
 #include "actors/train/memory/memory_accounting.hpp"
 
+#include "core/file_backed.hpp"
+
 #include "actors/train/stage/param_store.hpp"
 #include "io/aio/swap_store.hpp"
 #include "optim/flat_layout.hpp"
@@ -48,7 +50,8 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
     if (zero->grads_partitioned || zero->stage >= 3) {
-      b.grads = 4 * zero->partition;
+      b.grads = zero->grads_in_file ? std::min<std::int64_t>(4 * zero->partition, 2 * file_backed_window_bytes)
+                                    : 4 * zero->partition;
       b.reduced = 4 * zero->whole_gradient; // the shard uses the stage's partition itself
     }
     if (zero->stage >= 3) {
@@ -100,6 +103,7 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
   zero_sizes z = zero_sizes_of(specs, ranks);
   z.stage = ranks > 1 || rc.zero_partitions() ? std::max(rc.zero_stage, 1) : 1;
   z.grads_partitioned = z.stage == 2 && ranges.size() == 1; // stage 3 always is
+  z.grads_in_file = rc.grads_on_nvme && (z.grads_partitioned || z.stage >= 3);
   if (z.stage >= 3) {
     for (const auto& spec : specs)
       if (shape_numel(spec.shape) <= rc.stage3_persistence) z.persistent += shape_numel(spec.shape);

@@ -70,6 +70,9 @@ struct zero_sizes {
   // ZeRO-2 on one pipeline stage: the stage's gradients are summed into its partition per
   // micro-batch, 4 bytes per partition element instead of per parameter (as stage 3 always).
   bool grads_partitioned = false;
+  // That partition (stage 3 or the above) in a file on NVMe (limits.gradient_partition):
+  // only the windows a pass touches are resident (partition_grads::bytes).
+  bool grads_in_file = false;
   // NVMe optimizer offload: the bytes of swap buffers the partition's masters and
   // moments pass through instead of living in memory (0: in memory).
   std::int64_t swap_buffers = 0;

@@ -2,10 +2,12 @@
 #include "actors/train/memory/memory_plan.hpp"
 
 #include "actors/schedule_policy.hpp"
+#include "actors/train/config/limits_config.hpp"
 #include "actors/train/config/pipeline_config.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/config/layer_partition.hpp"
 #include "actors/train/data/feed_source.hpp"
+#include "core/file_backed.hpp"
 #include "core/host_allocator.hpp"
 #include "core/log.hpp"
 #include "core/memory_stats.hpp"
@@ -266,8 +268,39 @@ std::optional<std::int64_t> fitting_sub_group(const run_config& rc, const std::v
 }
 } // namespace
 
+namespace {
+// Whether "auto" may move the gradient partition: it exists (or will once the plan moves
+// the weights, which on one rank is what makes ZeRO-3 partition), on NVMe's terms.
+bool may_move_grads(const run_config& rc) {
+  if (rc.gradient_partition != "auto" || rc.grads_on_nvme) return false;
+  if (!grads_to_nvme_refusal(rc)) return true;
+  if (!may_move_weights(rc)) return false;
+  run_config moved = rc;
+  weights_to_nvme(moved, rc.offload.param.buffer_size);
+  return !grads_to_nvme_refusal(moved);
+}
+
+expected<memory_decision> fit_with(const run_config& rc, const std::vector<bert::bert_range>& ranges,
+                                   const plan_inputs& in);
+} // namespace
+
 expected<memory_decision> fit_host_memory(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                           const plan_inputs& in) {
+  auto d = fit_with(rc, ranges, in);
+  if (d || !may_move_grads(rc)) return d;
+  // What the moves above could not fit: ZeRO's gradient partition leaves memory too (a file
+  // in the NVMe swap folder, read and written a window at a time), then the same moves.
+  run_config moved = rc;
+  moved.grads_on_nvme = true;
+  auto g = fit_with(moved, ranges, in);
+  if (!g) return make_error(g.err().code, "{} (with the gradient partition on NVMe too)", g.err().message);
+  g->grads_to_nvme = true;
+  return g;
+}
+
+namespace {
+expected<memory_decision> fit_with(const run_config& rc, const std::vector<bert::bert_range>& ranges,
+                                   const plan_inputs& in) {
   memory_decision d;
   d.plan = plan_host_memory(rc, ranges, in);
   const std::int64_t budget = rc.host_memory;
@@ -332,6 +365,7 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
                "working weights there too; offloading the parameters (offload_param) needs zero_optimization.stage = 3";
   return make_error(errc::config, "{}", message);
 }
+} // namespace
 
 expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data,
                                            const std::vector<bool>& here, bool gathers_masters) {
@@ -376,6 +410,13 @@ expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider&
              "working weights' partitions go there too", rc.offload.param.device == offload_device::cpu ? "cpu" : "none",
              rc.offload.nvme_path, d.param_buffer_size);
     weights_to_nvme(rc, d.param_buffer_size);
+  }
+  if (d.grads_to_nvme) {
+    log_info("host memory: limits.gradient_partition \"auto\" -> \"nvme\": the gradient partition (4 bytes per "
+             "partition element) goes to a file in the NVMe swap folder under {}, written and read a window of {} at a "
+             "time, since the run does not fit limits.host_memory with it in memory",
+             rc.offload.nvme_path, format_bytes(file_backed_window_bytes));
+    rc.grads_on_nvme = true;
   }
   if (d.sub_group_size) {
     log_info("host memory: zero_optimization.sub_group_size {} -> {}: the largest whose NVMe swap buffers fit "

@@ -29,9 +29,11 @@
 //                 so it counts on top of the activations
 //   margin        what the plan does not model (threads' stacks, the allocator's
 //                 arenas, CAF's mailboxes, OpenMP): 16 MiB + 10% of the rest
-// The plan moves only the optimizer state (fp32 masters and moments) to NVMe by itself
-// (zero_optimization.offload_optimizer.device = "nvme"); offload_param (ZeRO stage 3)
-// is counted when set, never chosen by the plan. The final evaluation is planned apart
+// With the optimizer state on NVMe (zero_optimization.offload_optimizer.device = "nvme")
+// the plan fits a budget by itself: smaller sub-groups, then (ZeRO-3) the working weights'
+// partitions to NVMe, then (limits.gradient_partition = "auto", Adam/AdamW) ZeRO's gradient
+// partition to a file there (core/file_backed.hpp), each only when the earlier moves do
+// not fit. The final evaluation is planned apart
 // (host_memory_plan::evaluation) and skipped under a budget it would exceed.
 #pragma once
 
@@ -122,6 +124,9 @@ struct memory_decision {
   // partitions there (weights_to_nvme), read through buffers of param_buffer_size elements.
   bool weights_to_nvme = false;
   std::int64_t param_buffer_size = 0;
+  // limits.gradient_partition "auto": nothing else fitted, so ZeRO's gradient partition
+  // goes to NVMe too (rc.grads_on_nvme).
+  bool grads_to_nvme = false;
 };
 // ZeRO-3's working-weight partitions swapped to the optimizer swap's nvme_path, none of
 // them kept in memory (offload_param device "nvme", max_in_cpu 0, buffer_size as given:

@@ -10,6 +10,7 @@
 #include "actors/train/eval/evaluation.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
 #include "actors/train/config/layer_partition.hpp"
+#include "core/file_backed.hpp"
 #include "core/log.hpp"
 #include "io/aio/swap_store.hpp"
 #include "io/ckpt/atomic_file.hpp"
@@ -235,6 +236,7 @@ namespace {
 struct swap_ports {
   std::shared_ptr<aio::submitter> swap, param;
   swap_area* param_area = nullptr;
+  swap_area* area = nullptr; // the optimizer's (limits.gradient_partition = "nvme" puts the gradients there)
 };
 
 // The rank's swap areas for offload_optimizer and offload_param on NVMe, logged by rank
@@ -286,6 +288,7 @@ expected<swap_ports> open_swap_areas(const run_inputs& in, rank_run& rr) {
       if (area) no.engines.push_back({area->engine(), actors::io_credits_of(off.aio), area->dir()});
     DSA_ASSIGN_OR_RETURN(rr.nvme, actors::nvme_engine_service::start(std::move(no)));
     if (rr.swap) ports.swap = rr.nvme->port(0);
+    ports.area = rr.swap.get();
     if (rr.param_swap) ports.param = rr.nvme->port(rr.swap ? 1 : 0);
     else if (ports.param_area) ports.param = ports.swap;
   }
@@ -312,10 +315,17 @@ status add_zero_partition(const run_inputs& in, rank_model& m, std::uint32_t s, 
   std::shared_ptr<partition_grads> grads;
   if (grads_partitioned) {
     DSA_ASSIGN_OR_RETURN(layout, stage_flat_layout(o.specs, o.zero_ranks));
+    tensor accumulator; // undefined: in memory
+    if (rc.grads_on_nvme) {
+      DSA_CHECK(ports.area, "limits.gradient_partition = \"nvme\" without the optimizer's swap folder");
+      DSA_ASSIGN_OR_RETURN(accumulator, file_backed_zeros(fmt::format("{}/stage{}.grads.swp", ports.area->dir(), s),
+                                                          layout->partition_numel(), dtype::f32));
+    }
     grads = std::make_shared<partition_grads>(
         *layout, o.zero_rank, working_dtype(rc.working),
         std::make_shared<net::communicator>(*transport, net::collective_options{}, actors::grad_channel(s)),
-        rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, in.rank));
+        rc.reduce_bucket_elements, comms, fmt::format("gradient partition {} of rank {}", s, in.rank),
+        std::move(accumulator));
   }
   if (grads) o.shared_gradients = grads->partition();
   if (grads_partitioned && !o.partition_parameters) m.stages[s]->enable_partitioned_grads(std::move(grads));

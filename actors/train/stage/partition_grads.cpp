@@ -3,6 +3,7 @@
 
 #include "actors/data_parallel.hpp"
 #include "actors/train/config/precision.hpp"
+#include "core/file_backed.hpp"
 
 #include <fmt/format.h>
 
@@ -29,12 +30,21 @@ tensor untouched_zeros(std::int64_t n) {
 
 partition_grads::partition_grads(optim::flat_layout layout, std::uint32_t rank, dtype working,
                                  std::shared_ptr<net::communicator> comm, std::int64_t pending_elements,
-                                 net::comms_logger* logger, std::string caller)
+                                 net::comms_logger* logger, std::string caller, tensor accumulator)
     : layout_(std::move(layout)), rank_(rank), working_(working), comm_(std::move(comm)),
       pending_limit_(pending_elements), logger_(logger), caller_(std::move(caller)) {
   DSA_CHECK(comm_ && comm_->size() == static_cast<int>(layout_.ranks()) && comm_->rank() == static_cast<int>(rank),
             "gradient partition: rank {} of {} needs that rank's communicator", rank, layout_.ranks());
-  partition_ = untouched_zeros(layout_.partition_numel());
+  if (accumulator.defined()) {
+    DSA_CHECK(accumulator.type() == dtype::f32 && accumulator.is_contiguous() &&
+                  accumulator.numel() == layout_.partition_numel(),
+              "gradient partition: the accumulator is {}, expected f32[{}]", accumulator.describe(),
+              layout_.partition_numel());
+    partition_ = std::move(accumulator);
+    in_file_ = is_file_backed(partition_);
+  } else {
+    partition_ = untouched_zeros(layout_.partition_numel());
+  }
   pieces_.resize(layout_.tensors().size());
   for (const auto& p : layout_.pieces(layout_.partition(rank_))) pieces_[p.tensor] = p;
   thread_ = std::thread([this] { run_thread(); });
@@ -91,7 +101,7 @@ void partition_grads::wait() {
 void partition_grads::reset() {
   std::lock_guard<std::mutex> lk(mu_);
   DSA_CHECK(pending_ == 0, "gradient partition: reset with {} elements still being summed", pending_);
-  partition_.zero();
+  zero_file_backed(partition_); // in a file: its blocks zeroed, no page written from here
 }
 
 void partition_grads::cancel() {
@@ -132,7 +142,21 @@ status partition_grads::reduce(std::size_t t, tensor& grad) {
   if (p.count == 0) return {};
   float* acc = partition_.data<float>() + (p.flat_offset - layout_.partition(rank_).lo);
   const float* g = grad.data<float>() + p.tensor_offset;
-  for (std::int64_t i = 0; i < p.count; ++i) acc[i] += g[i];
+  if (!in_file_) {
+    for (std::int64_t i = 0; i < p.count; ++i) acc[i] += g[i];
+    return {};
+  }
+  // In a file: a window at a time, each written back and dropped before the next.
+  constexpr std::int64_t window = file_backed_window_bytes / sizeof(float);
+  for (std::int64_t lo = 0; lo < p.count; lo += window) {
+    const std::int64_t hi = std::min(p.count, lo + window);
+    for (std::int64_t i = lo; i < hi; ++i) acc[i] += g[i];
+    try {
+      page_out(acc + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+    } catch (const std::exception& e) {
+      return make_error(errc::io, "the gradient partition of {}: {}", layout_.tensors()[t].name, e.what());
+    }
+  }
   return {};
 }
 

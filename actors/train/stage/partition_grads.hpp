@@ -17,11 +17,13 @@
 #pragma once
 
 #include "core/error.hpp"
+#include "core/file_backed.hpp"
 #include "core/tensor.hpp"
 #include "io/net/comms_logger.hpp"
 #include "io/net/communicator.hpp"
 #include "optim/flat_layout.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -38,8 +40,12 @@ namespace dsa::train {
 class partition_grads {
 public:
   // logger (may be null): comms_logger, each sum an "all_reduce" by `caller`.
+  // accumulator: undefined (the partition in memory, pages untouched until written), or
+  // (partition_numel) f32 zeros in a file (core/file_backed.hpp: the gradient partition on
+  // NVMe), through which each sum is added a window at a time and paged out.
   partition_grads(optim::flat_layout layout, std::uint32_t rank, dtype working, std::shared_ptr<net::communicator> comm,
-                  std::int64_t pending_elements, net::comms_logger* logger = nullptr, std::string caller = {});
+                  std::int64_t pending_elements, net::comms_logger* logger = nullptr, std::string caller = {},
+                  tensor accumulator = {});
   ~partition_grads();
   partition_grads(const partition_grads&) = delete;
   partition_grads& operator=(const partition_grads&) = delete;
@@ -64,7 +70,14 @@ public:
   // the rank owns none of it), and which elements of t they are.
   tensor piece_of(std::size_t t) const;
   std::int64_t piece_offset(std::size_t t) const { return pieces_[t].tensor_offset; }
-  std::int64_t bytes() const { return static_cast<std::int64_t>(partition_.nbytes()); }
+  // The bytes it keeps in memory: the partition, or with it in a file the windows that
+  // are resident at once at most (the sums' and one reader's).
+  std::int64_t bytes() const {
+    const auto whole = static_cast<std::int64_t>(partition_.nbytes());
+    return in_file_ ? std::min<std::int64_t>(whole, 2 * file_backed_window_bytes) : whole;
+  }
+  // Whether the partition lives in a file (then at most a window of it is resident per pass).
+  bool in_file() const { return in_file_; }
 
 private:
   void run_thread();
@@ -78,6 +91,7 @@ private:
   net::comms_logger* logger_ = nullptr;
   std::string caller_;
   tensor partition_;
+  bool in_file_ = false;
   std::vector<optim::flat_piece> pieces_; // per tensor: its piece in this rank's partition (count 0: none)
 
   std::mutex mu_;
