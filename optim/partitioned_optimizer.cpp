@@ -84,6 +84,7 @@ expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_co
       const std::int64_t element = p.tensor_offset + (from - (p.flat_offset - lo));
       const auto* src = static_cast<const char*>(t.raw_data()) + element * static_cast<std::int64_t>(dtype_size(t.type()));
       cpu::cast(c.arrays[master_array] + (from - c.lo), dtype::f32, src, t.type(), to - from);
+      page_out(src, static_cast<std::size_t>(to - from) * dtype_size(t.type())); // a stage built in a file
     }
     return {};
   }));

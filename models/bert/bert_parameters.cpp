@@ -1,12 +1,14 @@
 // Allocation, typed views, init and zero_grad of a BERT range's parameters.
 #include "models/bert/bert_parameters.hpp"
 
+#include "core/file_backed.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "models/bert/param_init.hpp"
 
 namespace dsa::bert {
 
-bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type, bool gradients)
+bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type, bool gradients,
+                                 const value_maker& make_value)
     : cfg_(cfg), range_(range), value_type_(value_type) {
   DSA_CHECK(value_type == dtype::f32 || value_type == dtype::f16 || value_type == dtype::bf16,
             "bert parameters: values in {}; expected f32, f16 or bf16", dtype_name(value_type));
@@ -16,7 +18,9 @@ bert_parameters::bert_parameters(const bert_config& cfg, const bert_range& range
   DSA_CHECK(range_ok.has_value(), "{}", range_ok ? "" : range_ok.err().message);
 
   for (auto& spec : parameter_specs(cfg, range)) {
-    tensor value = tensor::zeros(spec.shape, value_type);
+    tensor value = make_value ? make_value(spec, value_type) : tensor::zeros(spec.shape, value_type);
+    DSA_CHECK(value.shape() == spec.shape && value.type() == value_type && value.is_contiguous(),
+              "bert parameters: the value made for {} is {}", spec.name, value.describe());
     tensor grad = gradients ? tensor::zeros(spec.shape, dtype::f32) : tensor();
     index_.emplace(spec.name, entries_.size());
     entries_.push_back(entry{std::move(spec), std::move(value), std::move(grad)});
@@ -102,11 +106,12 @@ void bert_parameters::init(std::uint64_t seed) {
   for (auto& e : entries_) {
     if (value_type_ == dtype::f32) {
       init_parameter(e.value, e.spec, cfg_, seed);
-      continue;
+    } else {
+      tensor full = tensor::empty(e.spec.shape, dtype::f32);
+      init_parameter(full, e.spec, cfg_, seed);
+      cpu::cast(e.value.raw_data(), value_type_, full.raw_data(), dtype::f32, full.numel());
     }
-    tensor full = tensor::empty(e.spec.shape, dtype::f32);
-    init_parameter(full, e.spec, cfg_, seed);
-    cpu::cast(e.value.raw_data(), value_type_, full.raw_data(), dtype::f32, full.numel());
+    page_out(e.value); // nothing unless the value is in a file
   }
 }
 

@@ -11,6 +11,7 @@
 #include "models/bert/parameter_specs.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -68,8 +69,12 @@ public:
   // Allocates every tensor of the range (values and gradients zero); values in
   // value_type: f32, f16 or bf16. gradients false: no gradient buffers (a ZeRO stage that
   // binds a part's gradients only during its backward, set_grads).
+  // make_value, when set, gives each value instead (zeros of its spec's shape and
+  // value_type): a ZeRO-3 stage's whole weights in a file (core/file_backed.hpp), which
+  // init and load_state page out a tensor at a time.
+  using value_maker = std::function<tensor(const param_spec& spec, dtype type)>;
   bert_parameters(const bert_config& cfg, const bert_range& range, dtype value_type = dtype::f32,
-                  bool gradients = true);
+                  bool gradients = true, const value_maker& make_value = {});
   // Views share storage with entries: copying would alias, so only moves.
   bert_parameters(const bert_parameters&) = delete;
   bert_parameters& operator=(const bert_parameters&) = delete;

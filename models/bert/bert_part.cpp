@@ -36,8 +36,9 @@ tensor key_mask_f32(const bert_batch& batch) {
   return out;
 }
 
-bert_part::bert_part(const bert_config& cfg, const bert_range& range, dtype weights, bool gradients)
-    : params_(cfg, range, weights, gradients) {}
+bert_part::bert_part(const bert_config& cfg, const bert_range& range, dtype weights, bool gradients,
+                     const bert_parameters::value_maker& make_value)
+    : params_(cfg, range, weights, gradients, make_value) {}
 
 expected<part_output> bert_part::forward(const tensor& hidden_in, const bert_batch& batch,
                                          const forward_context& ctx, part_stash& stash) const {

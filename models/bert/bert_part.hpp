@@ -85,7 +85,8 @@ public:
   // layer widens its own to f32 while it runs, so at most one layer's f32 copy
   // lives at a time per call.
   // gradients: as bert_parameters' (false: none allocated).
-  bert_part(const bert_config& cfg, const bert_range& range, dtype weights = dtype::f32, bool gradients = true);
+  bert_part(const bert_config& cfg, const bert_range& range, dtype weights = dtype::f32, bool gradients = true,
+            const bert_parameters::value_maker& make_value = {});
 
   bert_parameters& parameters() { return params_; }
   const bert_parameters& parameters() const { return params_; }

@@ -1,6 +1,8 @@
 // Loading HF BERT state dicts into a range's parameters, and exporting them.
 #include "models/bert/bert_state.hpp"
 
+#include "core/file_backed.hpp"
+
 #include "kernels/cpu/convert.hpp"
 #include "models/bert/parameter_specs.hpp"
 
@@ -145,6 +147,7 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
   for (const auto& [e, src] : plan) {
     const tensor c = src->value.is_contiguous() ? src->value : src->value.clone();
     cpu::cast(e->value.raw_data(), e->value.type(), c.raw_data(), c.type(), c.numel());
+    page_out(e->value); // values in a file (a ZeRO-3 stage built on NVMe) leave memory one by one
     report.loaded.push_back(e->spec.name);
   }
   return report;

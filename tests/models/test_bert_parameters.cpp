@@ -4,12 +4,19 @@
 #include "tests/support/compare.hpp"
 #include "tests/support/tolerances.hpp"
 
+#include "core/file_backed.hpp"
 #include "core/half.hpp"
 #include "models/bert/bert_state.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 #include <set>
 
 namespace {
@@ -105,6 +112,60 @@ TEST_CASE("bert init: normal(0, initializer_range), zero biases, unit LayerNorm,
   again.init(2);
   CHECK_FALSE(std::equal(w, w + word.numel(),
                          again.find(bert::word_embeddings_name())->value.data<float>()));
+}
+
+// ZeRO-3's start-up on NVMe builds a stage's weights in a file (bert_parameters'
+// value_maker): the same values as in memory, in f32 and bf16, and none of their pages left
+// resident after init or a load (each tensor paged out once written).
+TEST_CASE("bert init and load into values made in a file: the same values, paged out") {
+  bert::bert_config cfg = test::small_bert(layer_norm_placement::post, head_kind::pretraining);
+  cfg.vocab_size = 2000;
+  char tmpl[] = "bert_values_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  struct statfs fs_info {};
+  // tmpfs pages are its storage: there residency says nothing (the values are still checked).
+  const bool tmpfs = ::statfs(dir.c_str(), &fs_info) == 0 && fs_info.f_type == TMPFS_MAGIC;
+  for (const dtype type : {dtype::f32, dtype::bf16}) {
+    CAPTURE(dtype_name(type));
+    auto arena = file_backed_zeros(dir + "/values.swp", 64 << 20, dtype::u8);
+    REQUIRE(arena.has_value());
+    std::int64_t at = 0;
+    const bert::bert_parameters::value_maker make = [&](const bert::param_spec& spec, dtype t) {
+      tensor v = tensor::from_storage(arena->storage_ptr(), static_cast<std::size_t>(at), spec.shape, t);
+      at += (static_cast<std::int64_t>(v.nbytes()) + 4095) / 4096 * 4096;
+      return v;
+    };
+    bert::bert_parameters in_file(cfg, bert::bert_range::whole(cfg), type, false, make);
+    bert::bert_parameters in_memory(cfg, bert::bert_range::whole(cfg), type, false);
+    REQUIRE(at <= arena->numel());
+    in_file.init(5);
+    in_memory.init(5);
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    auto resident = [&] {
+      const std::size_t pages = (static_cast<std::size_t>(at) + page - 1) / page;
+      std::vector<unsigned char> v(pages);
+      REQUIRE(::mincore(arena->raw_data(), pages * page, v.data()) == 0);
+      std::size_t n = 0;
+      for (unsigned char c : v) n += c & 1;
+      return n;
+    };
+    if (!tmpfs) CHECK(resident() == 0);
+    for (std::size_t i = 0; i < in_file.entries().size(); ++i) {
+      const tensor& a = in_file.entries()[i].value;
+      const tensor& b = in_memory.entries()[i].value;
+      CHECK(is_file_backed(a));
+      CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+    }
+    bert::bert_parameters other(cfg, bert::bert_range::whole(cfg), type, false);
+    other.init(6);
+    REQUIRE(bert::load_state(in_file, bert::state(other)).has_value());
+    if (!tmpfs) CHECK(resident() == 0);
+    for (std::size_t i = 0; i < in_file.entries().size(); ++i)
+      CHECK(std::memcmp(in_file.entries()[i].value.raw_data(), other.entries()[i].value.raw_data(),
+                        other.entries()[i].value.nbytes()) == 0);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("bert state: export and load round trip; HF extras, f16/bf16 and old names accepted") {

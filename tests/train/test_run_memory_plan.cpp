@@ -513,7 +513,8 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights, gradients 
   std::smatch m;
   REQUIRE(std::regex_search(fits.log, m, std::regex("mixed-precision accounting for ZeRO stage 3 on 1 rank\\(s\\): ([0-9.]+) MiB")));
   const double deepspeed_mib = std::stod(m[1].str());
-  CHECK(deepspeed_mib * mib > 1.5 * static_cast<double>(budget)); // the states do not fit the budget
+  // The states are well over the budget (3.2x on the Xeon; 2.5x leaves the baseline room to vary).
+  CHECK(deepspeed_mib * mib > 2.5 * static_cast<double>(budget));
   CHECK(fits.log.find("(as expected)") != std::string::npos);
   // At the smallest budget the gradient partition (117 MiB) leaves memory too.
   CHECK(fits.log.find("limits.gradient_partition \"auto\" -> \"nvme\"") != std::string::npos);

@@ -197,8 +197,12 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     if (zero && zero->stage >= 3) {
       p.zero3 += rc.ranks * zero3_in_flight(rc, bert::parameter_specs(rc.model, ranges[s]));
       // At start-up the stage's whole weights exist until they are partitioned, while
-      // its gradient partition is not touched yet (partition_grads zeroes it later).
-      p.initialization += rc.ranks * (n * static_cast<std::int64_t>(dtype_size(working_dtype(rc.working))) - b.grads);
+      // its gradient partition is not touched yet (partition_grads zeroes it later); built
+      // in a file, a tensor of them at a time (and an f32 copy of it for half weights).
+      std::int64_t largest = 0;
+      for (const auto& spec : bert::parameter_specs(rc.model, ranges[s])) largest = std::max(largest, shape_numel(spec.shape));
+      p.initialization += rc.ranks * (builds_weights_in_file(rc) ? 8 * largest
+                                      : n * static_cast<std::int64_t>(dtype_size(working_dtype(rc.working))) - b.grads);
     }
     // A checkpoint reads a shard's own tensors in memory; ZeRO over several ranks gathers
     // the stage's whole fp32 masters (each rank writes its own moments' file from views);
@@ -232,6 +236,10 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
                              p.checkpoint + p.initialization) /
                                 10;
   return p;
+}
+
+bool builds_weights_in_file(const run_config& rc) {
+  return rc.zero_stage >= 3 && rc.offload.param.swaps() && rc.gradients_partitioned() && rc.backend == "cpu";
 }
 
 void weights_to_nvme(run_config& rc, std::int64_t buffer_size) {

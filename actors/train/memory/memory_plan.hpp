@@ -117,6 +117,12 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
 // the configured one) whose swap buffers fit. An errc::config error naming
 // limits.host_memory, the plan's parts and the smallest budget that works when
 // nothing fits (and what NVMe offload would need when it is off).
+// ZeRO-3 with its working weights on NVMe (offload_param), on CPU ranks: the stage's whole
+// weights exist only until they are partitioned into the store, so they are built in a file
+// instead of in memory, a tensor resident at a time (core/file_backed.hpp), as DeepSpeed's
+// zero.Init builds a model straight into its partitions (run_setup's make_stages).
+bool builds_weights_in_file(const run_config& rc);
+
 struct memory_decision {
   host_memory_plan plan;
   std::optional<std::int64_t> sub_group_size; // set when the budget made it smaller

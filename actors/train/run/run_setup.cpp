@@ -9,6 +9,7 @@
 #include "actors/train/data/data_prepare.hpp"
 #include "actors/train/eval/evaluation.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
+#include "actors/train/memory/memory_plan.hpp"
 #include "actors/train/config/layer_partition.hpp"
 #include "core/file_backed.hpp"
 #include "core/log.hpp"
@@ -23,7 +24,9 @@
 #include "optim/lr_schedule.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -112,6 +115,29 @@ status make_provider(run_inputs& in, rank_model& m) {
 
 namespace {
 
+// A value_maker carving the range's tensors out of one file of zeros in offload_param's
+// nvme_path (unlinked once mapped), each at a page boundary.
+expected<bert::bert_parameters::value_maker> weights_in_file(const run_config& rc, const bert::bert_range& range,
+                                                               std::uint32_t s) {
+  const std::int64_t page = 4096;
+  const auto w = static_cast<std::int64_t>(dtype_size(working_dtype(rc.working)));
+  std::int64_t bytes = 0;
+  for (const auto& spec : bert::parameter_specs(rc.model, range)) bytes += (shape_numel(spec.shape) * w + page - 1) / page * page;
+  std::error_code ec;
+  std::filesystem::create_directories(rc.offload.param.nvme_path, ec);
+  const std::string path =
+      fmt::format("{}/dsactor-stage{}-weights-{}.swp", rc.offload.param.nvme_path, s, static_cast<long>(::getpid()));
+  DSA_ASSIGN_OR_RETURN(tensor arena, file_backed_zeros(path, bytes, dtype::u8));
+  auto at = std::make_shared<std::int64_t>(0);
+  return bert::bert_parameters::value_maker([arena, at](const bert::param_spec& spec, dtype type) {
+    const std::int64_t n = shape_numel(spec.shape) * static_cast<std::int64_t>(dtype_size(type));
+    DSA_CHECK(*at + n <= arena.numel(), "the stage's weights file is {} bytes, {} more asked at {}", arena.numel(), n, *at);
+    tensor view = tensor::from_storage(arena.storage_ptr(), static_cast<std::size_t>(*at), spec.shape, type);
+    *at += (n + 4095) / 4096 * 4096;
+    return view;
+  });
+}
+
 status make_stages(const run_inputs& in, rank_model& m) {
   DSA_ASSIGN_OR_RETURN(m.ranges, partition_layers(in.rc.model, in.rc.stages, in.rc.partition));
   ckpt::named_tensors init;
@@ -143,6 +169,9 @@ status make_stages(const run_inputs& in, rank_model& m) {
     o.grad_in_leaves_process = s > 0 && !in.local(s - 1);
     o.deterministic = in.rc.deterministic;
     o.planned_device_bytes = cuda_model_state_bytes(in.rc, bert::parameter_count(bert::parameter_specs(in.rc.model, o.range)));
+    if (builds_weights_in_file(in.rc) && in.device.device == stage_device::cpu) {
+      DSA_ASSIGN_OR_RETURN(o.make_value, weights_in_file(in.rc, o.range, s));
+    }
     auto stage = make_stage(in.device.device, o, m.shared);
     stage->named_parameters().init(in.rc.seed);
     if (!init.empty()) {

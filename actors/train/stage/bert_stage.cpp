@@ -12,7 +12,8 @@ namespace dsa::train {
 
 bert_stage::bert_stage(const stage_options& options, stage_shared& shared)
     : options_(options), shared_(shared),
-      part_(options.model, options.range, working_dtype(options.working), options.whole_gradients) {}
+      part_(options.model, options.range, working_dtype(options.working), options.whole_gradients,
+            options.make_value) {}
 
 void bert_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
 

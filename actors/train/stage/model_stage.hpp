@@ -101,6 +101,10 @@ struct stage_options {
   // are host tensors anyway.
   bool output_leaves_process = false;
   bool grad_in_leaves_process = false;
+  // A CPU stage's whole weights made by this instead of in memory (bert_parameters'
+  // value_maker): ZeRO-3 with its weights on NVMe builds them in a file, a tensor resident at
+  // a time, before they are partitioned into the store.
+  bert::bert_parameters::value_maker make_value;
   bool deterministic = false; // devices.deterministic: a CUDA stage's ordered sums
   std::int64_t planned_device_bytes = 0; // its model states there (named by an out-of-memory stop)
 };
