@@ -1,12 +1,17 @@
 // File-backed tensors; see file_backed.hpp.
 #include "core/file_backed.hpp"
 
+#include "core/log.hpp"
+
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
@@ -52,25 +57,70 @@ bool find(const void* p, std::size_t bytes, std::uintptr_t& base, mapping& found
 
 std::string errno_text() { return std::strerror(errno); }
 
+std::atomic<std::int64_t> window_bytes{file_backed_default_window};
+
+} // namespace
+
+std::int64_t file_backed_window_bytes() { return window_bytes.load(std::memory_order_relaxed); }
+
+void set_file_backed_window_bytes(std::int64_t bytes) {
+  const auto page = static_cast<std::int64_t>(page_size());
+  DSA_CHECK(bytes >= 0 && bytes % page == 0, "file-backed window of {} bytes: a multiple of {} expected", bytes, page);
+  window_bytes.store(bytes == 0 ? file_backed_default_window : bytes, std::memory_order_relaxed);
+}
+
+status try_page_out(const void* p, std::size_t bytes) {
+  try {
+    page_out(p, bytes);
+  } catch (const std::exception& e) {
+    return make_error(errc::io, "{}", e.what());
+  }
+  return {};
+}
+
+namespace {
+// A new file for `path`: unnamed in its folder where the file system allows (O_TMPFILE:
+// nothing to follow, nothing left behind), else created exclusively, never through a link
+// (named: the caller unlinks it once mapped). -1 and errno on failure.
+int create_file(const std::string& path, bool& named) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  named = false;
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  named = true;
+  const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  fd = ::open(path.c_str(), flags, 0600);
+  if (fd < 0 && errno == EEXIST && ::unlink(path.c_str()) == 0) fd = ::open(path.c_str(), flags, 0600);
+  return fd;
+}
 } // namespace
 
 expected<tensor> file_backed_zeros(const std::string& path, std::int64_t n, dtype type) {
   const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(n) * dtype_size(type), 1);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool named = false;
+  const int fd = create_file(path, named);
   if (fd < 0) return make_error(errc::io, "{}: cannot create: {}", path, errno_text());
-  if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
+  auto drop = [&] {
     ::close(fd);
-    ::unlink(path.c_str());
+    if (named) ::unlink(path.c_str());
+  };
+  if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
+    drop();
     return make_error(errc::io, "{}: cannot allocate {} bytes on its disk: {}", path, bytes, std::strerror(e));
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     const std::string why = errno_text();
-    ::close(fd);
-    ::unlink(path.c_str());
+    drop();
     return make_error(errc::io, "{}: cannot map {} bytes: {}", path, bytes, why);
   }
-  ::unlink(path.c_str()); // the mapping and fd keep it; nothing left after a crash
+  if (named) ::unlink(path.c_str()); // the mapping and fd keep it; nothing left after a crash
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC))
+    log_warn("{}: on tmpfs or ramfs its pages are memory (shared, outside the process's resident set): put it on a "
+             "disk to take it out of memory",
+             path);
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
     registry()[reinterpret_cast<std::uintptr_t>(p)] = mapping{bytes, fd, path};
@@ -146,8 +196,9 @@ void zero_file_backed(tensor& t) {
   if (errno != EOPNOTSUPP && errno != ENOSYS)
     throw std::runtime_error(fmt::format("{}: zeroing {} bytes at offset {}: {}", m.path, hi - lo, lo, errno_text()));
   // A file system without zeroed ranges: write the zeros, a window at a time.
-  for (std::uintptr_t at_byte = lo; at_byte < hi; at_byte += file_backed_window_bytes) {
-    const std::size_t n = std::min<std::size_t>(file_backed_window_bytes, hi - at_byte);
+  const auto window = static_cast<std::uintptr_t>(file_backed_window_bytes());
+  for (std::uintptr_t at_byte = lo; at_byte < hi; at_byte += window) {
+    const std::size_t n = std::min<std::size_t>(window, hi - at_byte);
     std::memset(reinterpret_cast<void*>(base + at_byte), 0, n);
     page_out(reinterpret_cast<void*>(base + at_byte), n);
   }

@@ -5,10 +5,12 @@
 // file and waited for (sync_file_range), and leave the page cache (posix_fadvise), so
 // neither the resident set nor the page cache keeps more than the windows in use.
 //
-// The file is created at its full size with its blocks allocated (posix_fallocate), so a
-// later write through the mapping never meets a full disk (which a shared mapping could
-// only report as SIGBUS): a full disk is an error at creation, naming the file. The file
-// is unlinked once mapped, so nothing is left behind by a crash.
+// The file is created at its full size with its blocks allocated (posix_fallocate), so on
+// ext4 or XFS a later write through the mapping never meets a full disk (which a shared
+// mapping could only report as SIGBUS): a full disk is an error at creation, naming the
+// file. (A copy-on-write file system, btrfs or ZFS, may still need blocks when a page is
+// rewritten.) The file has no name (O_TMPFILE) or is unlinked once mapped, so nothing is
+// left behind by a crash. On tmpfs or ramfs it would stay in memory: a warning says so.
 //
 // page_out() and zero_file_backed() take any tensor: for one not in such a mapping they do
 // nothing (page_out) or zero it in memory (zero_file_backed), so passes can call them
@@ -41,7 +43,14 @@ void page_out(const tensor& t); // t contiguous (a view is fine)
 // of its pages left in memory), any other in memory.
 void zero_file_backed(tensor& t);
 
-// The bytes a pass over a file-backed tensor touches between two page_out calls.
-constexpr std::int64_t file_backed_window_bytes = 4 << 20;
+// The bytes a pass over a file-backed tensor touches between two page_out calls: 4 MiB.
+constexpr std::int64_t file_backed_default_window = 4 << 20;
+std::int64_t file_backed_window_bytes();
+// Tests: a smaller window (a positive multiple of the page size), so a tiny model's passes
+// span several; 0 restores the default. Set it before a run, not during one.
+void set_file_backed_window_bytes(std::int64_t bytes);
+
+// page_out for code that reports errors as a status: the write's failure as an error.
+status try_page_out(const void* p, std::size_t bytes);
 
 } // namespace dsa

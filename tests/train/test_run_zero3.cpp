@@ -6,6 +6,8 @@
 #include "tests/support/tolerances.hpp"
 #include "tests/train/train_fixture.hpp"
 
+#include "core/file_backed.hpp"
+
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -187,6 +189,11 @@ TEST_CASE("ZeRO stage 3 with offload_param on NVMe equals the partitions in memo
 // window as it goes).
 TEST_CASE("ZeRO stages 2 and 3 with the gradient partition on NVMe equal it in memory, bit for bit") {
   test::temp_dir swap;
+  // 16 KiB windows: the tiny model's partitions (about 90 KiB) take several per pass.
+  set_file_backed_window_bytes(16384);
+  struct restore {
+    ~restore() { set_file_backed_window_bytes(0); }
+  } restore_window;
   const std::vector<std::string> nvme{"zero_optimization.offload_optimizer.device=\"nvme\"",
                                       fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
                                       "zero_optimization.sub_group_size=2048"};

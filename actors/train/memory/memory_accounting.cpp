@@ -50,7 +50,7 @@ model_state_bytes expected_model_states(std::int64_t n, precision working, std::
     b.swap_buffers = zero->swap_buffers;
     b.version = w * zero->padded;
     if (zero->grads_partitioned || zero->stage >= 3) {
-      b.grads = zero->grads_in_file ? std::min<std::int64_t>(4 * zero->partition, 2 * file_backed_window_bytes)
+      b.grads = zero->grads_in_file ? std::min<std::int64_t>(4 * zero->partition, 2 * file_backed_window_bytes())
                                     : 4 * zero->partition;
       b.reduced = 4 * zero->whole_gradient; // the shard uses the stage's partition itself
     }

@@ -423,7 +423,7 @@ expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider&
     log_info("host memory: limits.gradient_partition \"auto\" -> \"nvme\": the gradient partition (4 bytes per "
              "partition element) goes to a file in the NVMe swap folder under {}, written and read a window of {} at a "
              "time, since the run does not fit limits.host_memory with it in memory",
-             rc.offload.nvme_path, format_bytes(file_backed_window_bytes));
+             rc.offload.nvme_path, format_bytes(file_backed_window_bytes()));
     rc.grads_on_nvme = true;
   }
   if (d.sub_group_size) {

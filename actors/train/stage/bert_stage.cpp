@@ -13,7 +13,10 @@ namespace dsa::train {
 bert_stage::bert_stage(const stage_options& options, stage_shared& shared)
     : options_(options), shared_(shared),
       part_(options.model, options.range, working_dtype(options.working), options.whole_gradients,
-            options.make_value) {}
+            options.make_value) {
+  // The maker holds the start-up weights' file: it goes once the values partitioned away do.
+  options_.make_value = nullptr;
+}
 
 void bert_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
 

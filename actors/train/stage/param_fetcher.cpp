@@ -120,7 +120,7 @@ void param_fetcher::take_whole(const std::vector<tensor>& whole) {
       DSA_CHECK(p.flat_offset - mine.lo >= at, "param fetcher: pieces of the partition out of order");
       DSA_TRY(pad_to(p.flat_offset - mine.lo));
       DSA_TRY(store_->append(src.flatten().slice_rows(p.tensor_offset, p.tensor_offset + p.count)));
-      page_out(src); // a stage built in a file (core/file_backed.hpp) gives its pages back
+      DSA_TRY(try_page_out(src.raw_data(), src.nbytes())); // a stage built in a file (core/file_backed.hpp)
       at += p.count;
     }
     return pad_to(layout_.partition_numel());

@@ -147,15 +147,12 @@ status partition_grads::reduce(std::size_t t, tensor& grad) {
     return {};
   }
   // In a file: a window at a time, each written back and dropped before the next.
-  constexpr std::int64_t window = file_backed_window_bytes / sizeof(float);
+  const std::int64_t window = file_backed_window_bytes() / static_cast<std::int64_t>(sizeof(float));
   for (std::int64_t lo = 0; lo < p.count; lo += window) {
     const std::int64_t hi = std::min(p.count, lo + window);
     for (std::int64_t i = lo; i < hi; ++i) acc[i] += g[i];
-    try {
-      page_out(acc + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
-    } catch (const std::exception& e) {
-      return make_error(errc::io, "the gradient partition of {}: {}", layout_.tensors()[t].name, e.what());
-    }
+    if (auto s = try_page_out(acc + lo, static_cast<std::size_t>(hi - lo) * sizeof(float)); !s)
+      return make_error(errc::io, "the gradient partition of {}: {}", layout_.tensors()[t].name, s.err().message);
   }
   return {};
 }

@@ -74,7 +74,7 @@ public:
   // are resident at once at most (the sums' and one reader's).
   std::int64_t bytes() const {
     const auto whole = static_cast<std::int64_t>(partition_.nbytes());
-    return in_file_ ? std::min<std::int64_t>(whole, 2 * file_backed_window_bytes) : whole;
+    return in_file_ ? std::min<std::int64_t>(whole, 2 * file_backed_window_bytes()) : whole;
   }
   // Whether the partition lives in a file (then at most a window of it is resident per pass).
   bool in_file() const { return in_file_; }
