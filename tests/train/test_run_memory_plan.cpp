@@ -267,6 +267,7 @@ TEST_CASE("memory plan: fits as configured, picks the largest NVMe sub_group_siz
 TEST_CASE("memory plan: with ZeRO-3 the plan moves the working weights to NVMe when the optimizer state is not enough") {
   test::temp_dir dir, swap;
   auto rc = zero3_on_nvme(dir.path(), swap.path());
+  rc.stage3_prefetch = 0; // nothing gathered ahead: no prefetch for the plan to shrink
   const auto ranges = ranges_of(rc);
   REQUIRE(train::may_move_weights(rc));
   auto at = [&](train::run_config c, std::int64_t g) {
@@ -318,6 +319,7 @@ TEST_CASE("memory plan: with ZeRO-3 the plan moves the working weights to NVMe w
 TEST_CASE("memory plan: ZeRO's gradient partition goes to NVMe when nothing else fits, or as configured") {
   test::temp_dir dir, swap;
   auto rc = zero3_on_nvme(dir.path(), swap.path());
+  rc.stage3_prefetch = 0; // the prefetch's own move is tested below
   const auto ranges = ranges_of(rc);
   CHECK(rc.gradient_partition == "auto");
   CHECK_FALSE(rc.grads_on_nvme);
@@ -360,6 +362,51 @@ TEST_CASE("memory plan: ZeRO's gradient partition goes to NVMe when nothing else
   rc.gradient_partition = "memory";
   rc.host_memory = weights_plan.peak() - 1;
   CHECK_FALSE(train::fit_host_memory(rc, ranges, inputs()).has_value());
+}
+
+TEST_CASE("memory plan: ZeRO-3's prefetch shrinks to the largest that fits when nothing else does") {
+  test::temp_dir dir, swap;
+  auto rc = zero3_on_nvme(dir.path(), swap.path());
+  const auto ranges = ranges_of(rc);
+  rc.stage3_prefetch = 4'000'000;
+  // Every other move made: the weights and the gradients on NVMe, the smallest sub-group.
+  std::int64_t smallest_buffer = rc.offload.param.buffer_size;
+  while (smallest_buffer / 2 >= 1 << 16) smallest_buffer /= 2;
+  auto moved = rc;
+  train::weights_to_nvme(moved, smallest_buffer);
+  moved.offload.sub_group_size = 2048;
+  moved.grads_on_nvme = true;
+  auto none = moved;
+  none.stage3_prefetch = 0;
+  const std::int64_t with_prefetch = train::plan_host_memory(moved, ranges, inputs()).peak();
+  const std::int64_t without = train::plan_host_memory(none, ranges, inputs()).peak();
+  REQUIRE(without < with_prefetch);
+  // Between the two: a smaller prefetch, the largest that fits.
+  rc.host_memory = (with_prefetch + without) / 2;
+  auto d = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_MESSAGE(d.has_value(), d.err().message);
+  REQUIRE(d->stage3_prefetch.has_value());
+  const std::int64_t p = *d->stage3_prefetch;
+  CHECK(p > 0);
+  CHECK(p < rc.stage3_prefetch);
+  CHECK(d->grads_to_nvme);
+  CHECK(d->plan.peak() <= rc.host_memory);
+  auto at = [&](std::int64_t prefetch) {
+    auto c = rc;
+    c.grads_on_nvme = true;
+    c.stage3_prefetch = prefetch;
+    return train::fit_host_memory(c, ranges, inputs());
+  };
+  CHECK(at(p).has_value());
+  auto larger = at(p + 1);
+  CHECK((!larger.has_value() || larger->stage3_prefetch.has_value())); // p + 1 needs a move of its own
+  // Below the floor with nothing gathered ahead: refused, naming it.
+  rc.host_memory = without - 1;
+  auto refused = train::fit_host_memory(rc, ranges, inputs());
+  REQUIRE_FALSE(refused.has_value());
+  INFO(refused.err().message);
+  CHECK(refused.err().message.find("no ZeRO-3 prefetch") != std::string::npos);
+  CHECK(smallest_mib(refused.err().message) == (without + mib - 1) / mib);
 }
 
 TEST_CASE("limits.gradient_partition: values, and what \"nvme\" needs, named by key") {
@@ -518,6 +565,8 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights, gradients 
   CHECK(fits.log.find("(as expected)") != std::string::npos);
   // At the smallest budget the gradient partition (117 MiB) leaves memory too.
   CHECK(fits.log.find("limits.gradient_partition \"auto\" -> \"nvme\"") != std::string::npos);
+  // And less is gathered ahead of the compute (the refusal's budget counted none).
+  CHECK(fits.log.find("stage3_prefetch_bucket_size 2000000 -> ") != std::string::npos);
   CHECK(fits.max_rss <= budget);
   // The final evaluation would gather the whole model: skipped, saying why.
   CHECK(fits.log.find("final evaluation skipped") != std::string::npos);

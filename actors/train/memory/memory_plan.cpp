@@ -295,15 +295,44 @@ expected<memory_decision> fit_with(const run_config& rc, const std::vector<bert:
 expected<memory_decision> fit_host_memory(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                           const plan_inputs& in) {
   auto d = fit_with(rc, ranges, in);
-  if (d || !may_move_grads(rc)) return d;
+  if (d) return d;
   // What the moves above could not fit: ZeRO's gradient partition leaves memory too (a file
   // in the NVMe swap folder, read and written a window at a time), then the same moves.
   run_config moved = rc;
-  moved.grads_on_nvme = true;
-  auto g = fit_with(moved, ranges, in);
-  if (!g) return make_error(g.err().code, "{} (with the gradient partition on NVMe too)", g.err().message);
-  g->grads_to_nvme = true;
-  return g;
+  std::string also;
+  if (may_move_grads(rc)) {
+    moved.grads_on_nvme = true;
+    also = "the gradient partition on NVMe too";
+    auto g = fit_with(moved, ranges, in);
+    if (g) {
+      g->grads_to_nvme = true;
+      return g;
+    }
+    d = std::move(g);
+  }
+  // Then ZeRO-3's parts in flight shrink: the weights gathered ahead of the compute
+  // (stage3_prefetch_bucket_size) down to none, the largest prefetch that fits. (Each
+  // process may choose its own: the gathers keep their order, only their timing changes.)
+  if (rc.zero_stage >= 3 && rc.stage3_prefetch > 0) {
+    run_config c = moved;
+    c.stage3_prefetch = 0;
+    also += also.empty() ? "no ZeRO-3 prefetch" : ", and no ZeRO-3 prefetch";
+    auto none = fit_with(c, ranges, in);
+    if (!none) return make_error(none.err().code, "{} (with {})", none.err().message, also);
+    std::int64_t lo = 0, hi = rc.stage3_prefetch;
+    while (lo < hi) {
+      c.stage3_prefetch = lo + (hi - lo + 1) / 2;
+      if (fit_with(c, ranges, in)) lo = c.stage3_prefetch;
+      else hi = c.stage3_prefetch - 1;
+    }
+    c.stage3_prefetch = lo;
+    auto p = fit_with(c, ranges, in);
+    p->grads_to_nvme = moved.grads_on_nvme;
+    p->stage3_prefetch = lo;
+    return p;
+  }
+  if (also.empty()) return d;
+  return make_error(d.err().code, "{} (with {})", d.err().message, also);
 }
 
 namespace {
@@ -425,6 +454,12 @@ expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider&
              "time, since the run does not fit limits.host_memory with it in memory",
              rc.offload.nvme_path, format_bytes(file_backed_window_bytes()));
     rc.grads_on_nvme = true;
+  }
+  if (d.stage3_prefetch) {
+    log_info("host memory: zero_optimization.stage3_prefetch_bucket_size {} -> {}: the largest whose weights gathered "
+             "ahead of the compute fit limits.host_memory",
+             rc.stage3_prefetch, *d.stage3_prefetch);
+    rc.stage3_prefetch = *d.stage3_prefetch;
   }
   if (d.sub_group_size) {
     log_info("host memory: zero_optimization.sub_group_size {} -> {}: the largest whose NVMe swap buffers fit "

@@ -133,6 +133,8 @@ struct memory_decision {
   // limits.gradient_partition "auto": nothing else fitted, so ZeRO's gradient partition
   // goes to NVMe too (rc.grads_on_nvme).
   bool grads_to_nvme = false;
+  // ZeRO-3, when even that did not fit: the largest stage3_prefetch_bucket_size that does.
+  std::optional<std::int64_t> stage3_prefetch;
 };
 // ZeRO-3's working-weight partitions swapped to the optimizer swap's nvme_path, none of
 // them kept in memory (offload_param device "nvme", max_in_cpu 0, buffer_size as given:
