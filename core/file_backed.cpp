@@ -24,7 +24,7 @@ namespace {
 
 struct mapping {
   std::size_t bytes = 0;
-  int fd = -1;
+  int fd = -1; // -1: a read-only mapping of someone else's (register_read_only_mapping)
   std::string path;
 };
 
@@ -139,10 +139,20 @@ expected<tensor> file_backed_zeros(const std::string& path, std::int64_t n, dtyp
 bool is_file_backed(const void* p, std::size_t bytes) {
   std::uintptr_t base = 0;
   mapping m;
-  return find(p, bytes, base, m);
+  return find(p, bytes, base, m) && m.fd >= 0;
 }
 
 bool is_file_backed(const tensor& t) { return t.defined() && is_file_backed(t.raw_data(), t.nbytes()); }
+
+void register_read_only_mapping(const void* base, std::size_t bytes, const std::string& path) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry()[reinterpret_cast<std::uintptr_t>(base)] = mapping{bytes, -1, path};
+}
+
+void unregister_mapping(const void* base) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry().erase(reinterpret_cast<std::uintptr_t>(base));
+}
 
 void page_out(const void* p, std::size_t bytes) {
   std::uintptr_t base = 0;
@@ -158,6 +168,7 @@ void page_out(const void* p, std::size_t bytes) {
   // Unmapping first moves the pages' dirty bits to the page cache, which the write then sees.
   if (::madvise(at, hi - lo, MADV_DONTNEED) != 0)
     throw std::runtime_error(fmt::format("{}: releasing {} bytes from memory: {}", m.path, hi - lo, errno_text()));
+  if (m.fd < 0) return; // read-only: its pages are the file's, read again when touched
   if (::sync_file_range(m.fd, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
                         SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0)
     throw std::runtime_error(fmt::format("{}: writing {} bytes at offset {}: {}", m.path, hi - lo, lo, errno_text()));
@@ -173,7 +184,7 @@ void zero_file_backed(tensor& t) {
   std::uintptr_t base = 0;
   mapping m;
   if (t.numel() == 0) return;
-  if (!find(t.raw_data(), t.nbytes(), base, m)) {
+  if (!find(t.raw_data(), t.nbytes(), base, m) || m.fd < 0) {
     t.zero();
     return;
   }

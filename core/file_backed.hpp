@@ -39,6 +39,12 @@ bool is_file_backed(const tensor& t);
 void page_out(const void* p, std::size_t bytes);
 void page_out(const tensor& t); // t contiguous (a view is fine)
 
+// A read-only (PROT_READ) mapping of a file made elsewhere (a mapped checkpoint), so that
+// page_out drops its pages too (they are the file's: read again when touched; never
+// written, since the mapping cannot be). Unregister before unmapping.
+void register_read_only_mapping(const void* base, std::size_t bytes, const std::string& path);
+void unregister_mapping(const void* base);
+
 // Zeros a contiguous tensor: a file-backed one through the file (its blocks zeroed, none
 // of its pages left in memory), any other in memory.
 void zero_file_backed(tensor& t);

@@ -290,7 +290,7 @@ status saved_partitions::copy_range(float* out, const entry& e, int kind, std::i
   return {};
 }
 
-expected<partition_state> saved_partitions::partition(const flat_layout& layout, std::uint32_t rank) const {
+status saved_partitions::check(const flat_layout& layout, std::uint32_t rank) const {
   if (rank >= layout.ranks())
     return make_error(errc::invalid_argument, "optimizer state: rank {} of a layout of {} ranks", rank, layout.ranks());
   for (const auto& t : layout.tensors()) {
@@ -303,16 +303,31 @@ expected<partition_state> saved_partitions::partition(const flat_layout& layout,
   for (const auto& [name, e] : tensors_)
     if (!layout.find(name))
       return make_error(errc::format, "optimizer state: tensor '{}' is not a parameter of this stage", name);
+  return {};
+}
+
+status saved_partitions::fill(const flat_layout& layout, std::uint32_t rank, std::int64_t lo, std::int64_t hi,
+                              float* const arrays[3]) const {
+  const flat_range part = layout.partition(rank);
+  for (int kind = 0; kind < 3; ++kind) std::memset(arrays[kind], 0, static_cast<std::size_t>(hi - lo) * sizeof(float));
+  for (const auto& p : layout.pieces(part)) {
+    // The piece's elements inside [lo, hi), in partition coordinates.
+    const std::int64_t from = std::max(p.flat_offset - part.lo, lo), to = std::min(p.flat_offset - part.lo + p.count, hi);
+    if (from >= to) continue;
+    const entry& e = tensors_.at(layout.tensors()[p.tensor].name);
+    const std::int64_t element = p.tensor_offset + (from - (p.flat_offset - part.lo));
+    for (int kind = 0; kind < 3; ++kind) DSA_TRY(copy_range(arrays[kind] + (from - lo), e, kind, element, element + (to - from)));
+  }
+  return {};
+}
+
+expected<partition_state> saved_partitions::partition(const flat_layout& layout, std::uint32_t rank) const {
+  DSA_TRY(check(layout, rank));
   const std::int64_t size = layout.partition_numel();
   partition_state state{tensor::zeros({size}, dtype::f32), tensor::zeros({size}, dtype::f32),
                         tensor::zeros({size}, dtype::f32), step_};
   float* flat[3] = {state.master.data<float>(), state.exp_avg.data<float>(), state.exp_avg_sq.data<float>()};
-  const flat_range part = layout.partition(rank);
-  for (const auto& p : layout.pieces(part)) {
-    const entry& e = tensors_.at(layout.tensors()[p.tensor].name);
-    for (int kind = 0; kind < 3; ++kind)
-      DSA_TRY(copy_range(flat[kind] + (p.flat_offset - part.lo), e, kind, p.tensor_offset, p.tensor_offset + p.count));
-  }
+  DSA_TRY(fill(layout, rank, 0, size, flat));
   return state;
 }
 

@@ -87,6 +87,12 @@ public:
   // Rank `rank`'s partition of `layout` (any rank count and alignment): every layout
   // tensor must be saved with its shape, and every saved tensor be in the layout.
   expected<partition_state> partition(const flat_layout& layout, std::uint32_t rank) const;
+  // The same, a range at a time: check() once, then fill() writes the master, exp_avg and
+  // exp_avg_sq of the partition's elements [lo, hi) into arrays (hi - lo floats each, zero
+  // where no piece lies: the padding), reading only those pieces' elements.
+  status check(const flat_layout& layout, std::uint32_t rank) const;
+  status fill(const flat_layout& layout, std::uint32_t rank, std::int64_t lo, std::int64_t hi,
+              float* const arrays[3]) const;
   // Whole tensors one at a time, in name order; only one tensor's pieces and result
   // are held at once. sink's error stops the walk and is returned.
   status assemble(const std::function<status(const assembled_tensor&)>& sink) const;

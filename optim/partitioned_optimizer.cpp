@@ -122,6 +122,24 @@ expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_co
   return finish_create(cfg, std::move(layout), rank, std::move(store), state.step);
 }
 
+expected<partitioned_optimizer> partitioned_optimizer::create(const optimizer_config& cfg, flat_layout layout,
+                                                              std::uint32_t rank, std::int64_t step,
+                                                              const state_fill& fill,
+                                                              std::unique_ptr<chunked_state> store) {
+  if (rank >= layout.ranks())
+    return make_error(errc::invalid_argument, "partitioned optimizer: rank {} of {} ranks", rank, layout.ranks());
+  if (!store || store->numel() != layout.partition_numel())
+    return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: a state filled by ranges needs a store of "
+                      "{} elements", rank, layout.partition_numel());
+  if (step < 0)
+    return make_error(errc::invalid_argument, "partitioned optimizer, rank {}: negative step count {}", rank, step);
+  DSA_TRY(store->sweep(0, all_arrays, [&](const state_chunk& c) -> status {
+    float* const arrays[3] = {c.arrays[master_array], c.arrays[exp_avg_array], c.arrays[exp_avg_sq_array]};
+    return fill(c.lo, c.hi, arrays);
+  }));
+  return finish_create(cfg, std::move(layout), rank, std::move(store), step);
+}
+
 expected<partitioned_optimizer> partitioned_optimizer::finish_create(const optimizer_config& cfg, flat_layout layout,
                                                                      std::uint32_t rank,
                                                                      std::unique_ptr<chunked_state> store,

@@ -130,6 +130,13 @@ public:
   // padding is refused.
   static expected<partitioned_optimizer> create(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank,
                                                 partition_state state, std::unique_ptr<chunked_state> store = nullptr);
+  // The same state written into `store` (required) a chunk at a time: fill(lo, hi, arrays)
+  // writes the master, exp_avg and exp_avg_sq of the partition's elements [lo, hi), padding
+  // zero (saved_partitions::fill), so no whole copy of the state is ever in memory.
+  using state_fill = std::function<status(std::int64_t lo, std::int64_t hi, float* const arrays[3])>;
+  static expected<partitioned_optimizer> create(const optimizer_config& cfg, flat_layout layout, std::uint32_t rank,
+                                                std::int64_t step, const state_fill& fill,
+                                                std::unique_ptr<chunked_state> store);
 
   void set_lr(double lr) { lr_ = lr; }
   void set_betas(double beta1, double beta2);

@@ -414,7 +414,7 @@ expected<loaded_checkpoint> load_checkpoint_dir(const std::string& dir,
   for (const checkpoint_file& f : files)
     DSA_TRY(verify_file(dir, f));
   for (const checkpoint_file& f : files) {
-    auto file = read_safetensors(join(dir, f.name));
+    auto file = options.map ? map_safetensors(join(dir, f.name)) : read_safetensors(join(dir, f.name));
     if (!file)
       return make_error(file.err().code, "checkpoint '{}': {}", dir, file.err().message);
     out.groups[f.group] = std::move(file->tensors);

@@ -115,6 +115,10 @@ expected<checkpoint_manifest> verify_checkpoint(const std::string& dir);
 
 struct load_options {
   std::vector<std::string> groups; // groups to load; empty loads all
+  // Map the files read-only (map_safetensors) instead of reading them: their pages are the
+  // page cache's, and readers page them out as they go (under a host budget). The tensors
+  // must then never be written.
+  bool map = false;
 };
 
 struct loaded_checkpoint {

@@ -2,6 +2,7 @@
 // loader expects.
 #include "io/ckpt/safetensors.hpp"
 
+#include "core/file_backed.hpp"
 #include "io/ckpt/atomic_file.hpp"
 #include "io/ckpt/safetensors_format.hpp"
 
@@ -181,7 +182,11 @@ expected<safetensors_file> map_safetensors(const std::string& path) {
     void* at = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, fd.get(), 0);
     if (at != MAP_FAILED) {
       const auto bytes = static_cast<std::size_t>(size);
-      mapped = storage::wrap(at, bytes, device::cpu(), [bytes](void* p) { ::munmap(p, bytes); });
+      register_read_only_mapping(at, bytes, path); // page_out may drop what a reader is done with
+      mapped = storage::wrap(at, bytes, device::cpu(), [bytes](void* p) {
+        unregister_mapping(p);
+        ::munmap(p, bytes);
+      });
     }
   }
   safetensors_file out;

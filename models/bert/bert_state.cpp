@@ -148,6 +148,7 @@ expected<load_report> load_state(bert_parameters& params, const std::map<std::st
     const tensor c = src->value.is_contiguous() ? src->value : src->value.clone();
     cpu::cast(e->value.raw_data(), e->value.type(), c.raw_data(), c.type(), c.numel());
     page_out(e->value); // values in a file (a ZeRO-3 stage built on NVMe) leave memory one by one
+    page_out(c);        // and so does a mapped checkpoint's tensor once read
     report.loaded.push_back(e->spec.name);
   }
   return report;

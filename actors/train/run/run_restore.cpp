@@ -129,6 +129,9 @@ expected<restored> restore(run_inputs& in, rank_model& m, const std::string& whi
   // Whole groups are read whole (checksummed); ZeRO's per-rank files by range later.
   ckpt::load_options lo;
   lo.groups = {"model"};
+  // Under a host budget with partitioned state the model file is mapped, not read: the
+  // stages load it a tensor at a time and page each out (the shards read their own files).
+  lo.map = parts && in.rc.host_memory > 0;
   const std::uint32_t read_stages = repartition ? saved.stages : in.rc.stages;
   for (std::uint32_t s = 0; s < read_stages && !parts; ++s)
     for (const auto& f : listed.files)

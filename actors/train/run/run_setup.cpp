@@ -143,7 +143,8 @@ status make_stages(const run_inputs& in, rank_model& m) {
   ckpt::named_tensors init;
   if (!in.rc.init_checkpoint.empty()) {
     DSA_ASSIGN_OR_RETURN(std::string file, weights_file_of(in.rc.init_checkpoint));
-    DSA_ASSIGN_OR_RETURN(auto f, ckpt::read_safetensors(file));
+    // Under a budget mapped, not read: each stage's load pages a tensor out once copied.
+    DSA_ASSIGN_OR_RETURN(auto f, in.rc.host_memory > 0 ? ckpt::map_safetensors(file) : ckpt::read_safetensors(file));
     init = std::move(f.tensors);
     if (in.rank == 0) log_info("initial weights from {}", file);
   }

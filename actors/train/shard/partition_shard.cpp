@@ -50,6 +50,17 @@ expected<optim::partitioned_optimizer> partition_shard::create(const optim::flat
   if (options_.resume_partitions) {
     DSA_ASSIGN_OR_RETURN(auto sources, options_.resume_partitions());
     DSA_ASSIGN_OR_RETURN(auto index, optim::saved_partitions::index(std::move(sources)));
+    if (store) {
+      // Swapped: the saved state goes into the swap store a chunk at a time (no whole
+      // partition of masters and moments in memory, which a budget could not hold).
+      DSA_TRY(index.check(layout, options_.zero_rank));
+      const std::uint32_t rank = options_.zero_rank;
+      auto fill = [&index, &layout, rank](std::int64_t lo, std::int64_t hi, float* const arrays[3]) {
+        return index.fill(layout, rank, lo, hi, arrays);
+      };
+      return optim::partitioned_optimizer::create(options_.optimizer, layout, rank, index.step(), fill,
+                                                  std::move(store));
+    }
     DSA_ASSIGN_OR_RETURN(auto state, index.partition(layout, options_.zero_rank));
     return optim::partitioned_optimizer::create(options_.optimizer, layout, options_.zero_rank, std::move(state),
                                                 std::move(store));
