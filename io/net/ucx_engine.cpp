@@ -95,6 +95,19 @@ status ucx_engine::init() {
   // and TCP need no registration cache. UCX_RCACHE_ENABLE still wins when set.
   if (!std::getenv("UCX_RCACHE_ENABLE"))
     (void)ucp_config_modify(config, "RCACHE_ENABLE", "n");
+  // UCX 1.13's cma transport (process_vm_readv between processes of one host) treats a
+  // peer that died during a zero-copy read as fatal and aborts this process (cma_ep.c:81,
+  // "returned -1: No such process"): a rank killed mid-transfer took the survivors with it
+  // (seen 1 run in ~8 of the chaos drill's kill -9 seed). Without cma, messages between
+  // ranks of one host go through posix/sysv shared memory, whose errors reach the
+  // endpoint's handler. UCX_TLS still wins when set.
+  if (!std::getenv("UCX_TLS")) {
+    st = ucp_config_modify(config, "TLS", "^cma");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return ucx_error(st, "ucp_config_modify TLS ^cma");
+    }
+  }
   // Endpoints are created with peer error handling (a dead rank must fail the others'
   // receives), which UCX 1.13's shared-memory transports (posix, sysv) claim only with
   // MM_ERROR_HANDLING on: without it every byte between ranks of one host went over
