@@ -129,11 +129,11 @@ expected<bert::bert_parameters::value_maker> weights_in_file(const run_config& r
       fmt::format("{}/dsactor-stage{}-weights-{}.swp", rc.offload.param.nvme_path, s, static_cast<long>(::getpid()));
   DSA_ASSIGN_OR_RETURN(tensor arena, file_backed_zeros(path, bytes, dtype::u8));
   auto at = std::make_shared<std::int64_t>(0);
-  return bert::bert_parameters::value_maker([arena, at](const bert::param_spec& spec, dtype type) {
+  return bert::bert_parameters::value_maker([arena, at, page](const bert::param_spec& spec, dtype type) {
     const std::int64_t n = shape_numel(spec.shape) * static_cast<std::int64_t>(dtype_size(type));
     DSA_CHECK(*at + n <= arena.numel(), "the stage's weights file is {} bytes, {} more asked at {}", arena.numel(), n, *at);
     tensor view = tensor::from_storage(arena.storage_ptr(), static_cast<std::size_t>(*at), spec.shape, type);
-    *at += (n + 4095) / 4096 * 4096;
+    *at += (n + page - 1) / page * page;
     return view;
   });
 }
