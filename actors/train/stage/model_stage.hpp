@@ -104,7 +104,7 @@ struct stage_options {
   // A CPU stage's whole weights made by this instead of in memory (bert_parameters'
   // value_maker): ZeRO-3 with its weights on NVMe builds them in a file, a tensor resident at
   // a time, before they are partitioned into the store.
-  bert::bert_parameters::value_maker make_value;
+  bert::bert_parameters::value_maker make_value{};
   bool deterministic = false; // devices.deterministic: a CUDA stage's ordered sums
   std::int64_t planned_device_bytes = 0; // its model states there (named by an out-of-memory stop)
 };
