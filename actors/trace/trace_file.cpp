@@ -77,6 +77,7 @@ using record_filter = std::function<bool(const trace_record&)>;
 
 // Appends the records of `bytes` that `keep` accepts (all without it).
 void append_records(std::vector<trace_record>& out, const char* bytes, std::size_t count, const record_filter& keep) {
+  if (count == 0) return; // memcpy into an empty vector's null data() is undefined, even for 0 bytes
   const std::size_t before = out.size();
   out.resize(before + count);
   std::memcpy(out.data() + before, bytes, count * sizeof(trace_record));

@@ -129,6 +129,15 @@ TEST_CASE("trace: the reader rejects a wrong magic, a newer version and a trunca
   CHECK(!read_trace(path).has_value());
   write_bytes(bytes);
   CHECK(read_trace(path).has_value());
+  // A version-1 file announcing no records (the fuzz target found the copy of zero records
+  // into an empty vector undefined: tests/fuzz/seeds/trace/v1-no-records.dsat).
+  trace_data empty = data;
+  empty.records.clear();
+  REQUIRE(write_trace_v1(path, empty).has_value());
+  auto none = read_trace(path);
+  REQUIRE(none.has_value());
+  CHECK(none->records.empty());
+  CHECK(none->names == empty.names);
   std::filesystem::remove_all(dir);
 }
 
