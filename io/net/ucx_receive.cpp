@@ -20,39 +20,23 @@ ucs_status_t ucx_transport::on_am(void* arg, const void* header, std::size_t hea
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   // Refusing a rendezvous fails the sender's send; an eager message is simply dropped.
   const ucs_status_t refuse = rndv ? UCS_ERR_REJECTED : UCS_OK;
-  if (header_length < am_fixed_bytes || get<std::uint32_t>(header, at_magic) != am_magic) {
+  auto fields = parse_am_header(header, header_length, self->token_, self->rank_, self->size_);
+  if (!fields) {
     self->refused_.fetch_add(1);
-    log_warn("rank {}: refused a {}-byte UCX active message without dsactor's header",
-             self->rank_, header_length + length);
-    return refuse;
-  }
-  const int from = get<std::int32_t>(header, at_rank);
-  const tag_t tag = get<std::uint64_t>(header, at_tag);
-  if (get<std::uint64_t>(header, at_token) != self->token_) {
-    self->refused_.fetch_add(1);
-    log_warn("rank {}: refused a message claiming to come from rank {} (tag {}, {} bytes): its "
-             "job token is not this job's",
-             self->rank_, from, tag, length);
-    return refuse;
-  }
-  const auto head_len = get<std::uint32_t>(header, at_head_len);
-  if (from < 0 || from >= self->size_ || head_len != header_length - am_fixed_bytes) {
-    self->refused_.fetch_add(1);
-    log_warn("rank {}: refused a malformed message claiming to come from rank {} (tag {})",
-             self->rank_, from, tag);
+    log_warn("{} ({} payload bytes)", fields.err().message, length);
     return refuse;
   }
   if (self->aborted_.load())
     return rndv ? UCS_ERR_CANCELED : UCS_OK;
-  const auto* head = static_cast<const std::byte*>(header) + am_fixed_bytes;
-  if (static_cast<am_kind>(get<std::uint8_t>(header, at_kind)) == am_kind::abort) {
-    std::string reason(reinterpret_cast<const char*>(head), head_len);
-    self->abort(make_error(errc::runtime, "rank {} aborted the group: {}", from, reason));
+  const am_fields& f = *fields;
+  if (f.kind == am_kind::abort) {
+    std::string reason(reinterpret_cast<const char*>(f.head), f.head_bytes);
+    self->abort(make_error(errc::runtime, "rank {} aborted the group: {}", f.from, reason));
     return UCS_OK;
   }
   arrival a;
-  a.tag = tag;
-  a.head.assign(head, head + head_len);
+  a.tag = f.tag;
+  a.head.assign(f.head, f.head + f.head_bytes);
   if (rndv) {
     a.rndv = data;
     a.length = length;
@@ -61,7 +45,8 @@ ucs_status_t ucx_transport::on_am(void* arg, const void* header, std::size_t hea
     a.data.assign(d, d + length);
     a.length = length;
   }
-  const auto seq = get<std::uint64_t>(header, at_seq);
+  const int from = f.from;
+  const std::uint64_t seq = f.seq;
   // Matching may start a pull, which a UCX callback must not do: after progress returns.
   self->engine_->defer([self, from, seq, a = std::move(a)]() mutable {
     self->arrived(from, seq, std::move(a));

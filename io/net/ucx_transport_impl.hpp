@@ -1,8 +1,9 @@
-// What ucx_transport's source files share (private to io/net): the active-message
-// header layout, the transport's per-peer and per-operation state, and the holder a UCX
-// callback finds its operation by. Not for use outside ucx_transport*.cpp.
+// What ucx_transport's source files share (private to io/net): the transport's per-peer and
+// per-operation state, and the holder a UCX callback finds its operation by (the
+// active-message header is am_header.hpp). Not for use outside ucx_transport*.cpp.
 #pragma once
 
+#include "io/net/am_header.hpp"
 #include "io/net/ucx_transport.hpp"
 
 #include <cstring>
@@ -12,45 +13,8 @@ namespace dsa::net {
 namespace ucx_detail {
 
 constexpr unsigned am_id = 17;                      // our handler's id on the worker
-constexpr std::uint32_t am_magic = 0x55415344u;     // "DSAU"
 constexpr std::size_t max_head_bytes = 1024;        // the caller's head rides in the AM header
 constexpr std::size_t rndv_from_bytes = 64 * 1024;  // payloads this big are pulled by the receiver
-
-enum class am_kind : std::uint8_t { data = 1, abort = 2 };
-
-// The fixed part of every AM header (little-endian at fixed offsets), then the head.
-enum : std::size_t {
-  at_magic = 0,
-  at_kind = 4,
-  at_token = 8,
-  at_rank = 16,
-  at_head_len = 20,
-  at_seq = 24, // per (sender, receiver): the receiver delivers in this order
-  at_tag = 32,
-  am_fixed_bytes = 40
-};
-
-template <class T> inline void put(std::byte* out, std::size_t offset, T value) {
-  std::memcpy(out + offset, &value, sizeof(T));
-}
-template <class T> inline T get(const void* in, std::size_t offset) {
-  T value;
-  std::memcpy(&value, static_cast<const std::byte*>(in) + offset, sizeof(T));
-  return value;
-}
-
-inline bytes am_header(am_kind kind, std::uint64_t token, int rank, tag_t tag, const bytes& head) {
-  bytes h(am_fixed_bytes + head.size());
-  put<std::uint32_t>(h.data(), at_magic, am_magic);
-  put<std::uint8_t>(h.data(), at_kind, static_cast<std::uint8_t>(kind));
-  put<std::uint64_t>(h.data(), at_token, token);
-  put<std::int32_t>(h.data(), at_rank, rank);
-  put<std::uint32_t>(h.data(), at_head_len, static_cast<std::uint32_t>(head.size()));
-  put<std::uint64_t>(h.data(), at_tag, tag);
-  if (!head.empty())
-    std::memcpy(h.data() + am_fixed_bytes, head.data(), head.size());
-  return h;
-}
 
 } // namespace ucx_detail
 

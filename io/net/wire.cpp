@@ -91,24 +91,20 @@ status wire_send(transport& t, int peer, const wire_header& header, const void* 
                 wire_encode(header, payload, static_cast<std::size_t>(header.payload_bytes)));
 }
 
-namespace {
-
-// Checks a received message (its first wire_header_bytes at `head`, `total` bytes in
-// all) against what this rank expects.
-status check_message(const transport& t, int peer, const wire_header& expect,
-                     const std::byte* head, std::size_t head_bytes, std::size_t total) {
+status check_wire_message(int self, int peer, const wire_header& expect, const std::byte* head,
+                          std::size_t head_bytes, std::size_t total) {
   auto fail = [&](const char* field, auto got, auto want) {
     return make_error(
         errc::protocol,
         "rank {} <- rank {}, call #{} {}: the peer sent {} {} where this rank expects {} "
         "(every rank must issue the same collectives in the same order with the same "
         "dtype, count and root)",
-        t.rank(), peer, expect.seq, op_kind_name(expect.kind), field, got, want);
+        self, peer, expect.seq, op_kind_name(expect.kind), field, got, want);
   };
   if (head_bytes < wire_header_bytes || get<std::uint32_t>(head, at_magic) != wire_magic)
     return make_error(
         errc::protocol,
-        "rank {} <- rank {}, call #{}: a {}-byte message without the collective header", t.rank(),
+        "rank {} <- rank {}, call #{}: a {}-byte message without the collective header", self,
         peer, expect.seq, total);
   wire_header got = decode(head);
   if (got.kind != expect.kind)
@@ -128,6 +124,8 @@ status check_message(const transport& t, int peer, const wire_header& expect,
     return fail("payload bytes", total - std::min(total, wire_header_bytes), expect.payload_bytes);
   return {};
 }
+
+namespace {
 
 bytes encode_header(const wire_header& header) {
   return wire_encode(header, nullptr, 0);
@@ -150,8 +148,8 @@ status wire_recv_into(transport& t, int peer, const wire_header& expect, void* p
                        t.recv_parts(peer, expect.seq, wire_header_bytes, payload, payload_bytes));
   const std::size_t total =
       got.placed ? wire_header_bytes + payload_bytes : got.message.size();
-  DSA_TRY(check_message(t, peer, expect, got.message.data(), got.message.size(), total));
-  if (!got.placed) // the header matched but the length did not: check_message said so
+  DSA_TRY(check_wire_message(t.rank(), peer, expect, got.message.data(), got.message.size(), total));
+  if (!got.placed) // the header matched but the length did not: check_wire_message said so
     return make_error(errc::protocol, "rank {} <- rank {}, call #{}: message of {} bytes, expected {}",
                       t.rank(), peer, expect.seq, total, wire_header_bytes + payload_bytes);
   return {};
@@ -159,7 +157,7 @@ status wire_recv_into(transport& t, int peer, const wire_header& expect, void* p
 
 expected<bytes> wire_recv(transport& t, int peer, const wire_header& expect) {
   DSA_ASSIGN_OR_RETURN(bytes message, t.recv(peer, expect.seq));
-  DSA_TRY(check_message(t, peer, expect, message.data(), message.size(), message.size()));
+  DSA_TRY(check_wire_message(t.rank(), peer, expect, message.data(), message.size(), message.size()));
   return message;
 }
 

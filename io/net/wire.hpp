@@ -48,6 +48,12 @@ status wire_send(transport& t, int peer, const wire_header& header, const void* 
 expected<send_ticket> wire_send_parts(transport& t, int peer, const wire_header& header,
                                       const void* payload);
 
+// Checks a received message (its first `head_bytes` at `head`, `total` bytes in all) against
+// what rank `self` expects from `peer`: errc::protocol naming both ranks, the call and the
+// first field that differs (the magic, kind, sequence, dtype, count, root, block, length).
+status check_wire_message(int self, int peer, const wire_header& expect, const std::byte* head,
+                          std::size_t head_bytes, std::size_t total);
+
 // Receives from `peer` under tag expect.seq, checks the header as wire_recv does, and
 // leaves the payload in payload: (expect.payload_bytes).
 status wire_recv_into(transport& t, int peer, const wire_header& expect, void* payload);
