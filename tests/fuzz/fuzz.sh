@@ -27,8 +27,16 @@ declare -A sources=(
   [rendezvous]="io/net/rendezvous_frame.cpp core/error.cpp"
   [toml]="core/config.cpp core/config_problems.cpp core/error.cpp"
   [deepspeed_json]="actors/train/config/deepspeed_json.cpp core/config.cpp core/config_problems.cpp core/error.cpp"
+  [safetensors]="io/ckpt/safetensors.cpp io/ckpt/safetensors_header.cpp io/ckpt/safetensors_reader.cpp
+    io/ckpt/posix_file.cpp io/ckpt/atomic_file.cpp core/file_backed.cpp core/tensor.cpp core/host_allocator.cpp core/misc.cpp core/log.cpp core/error.cpp"
+  [shard]="io/data/pretrain_shard.cpp models/tokenizer/vocab.cpp io/ckpt/safetensors.cpp io/ckpt/safetensors_header.cpp
+    io/ckpt/posix_file.cpp io/ckpt/atomic_file.cpp core/file_backed.cpp core/tensor.cpp core/host_allocator.cpp
+    core/misc.cpp core/log.cpp core/error.cpp"
+  [trace]="actors/trace/trace_file.cpp actors/trace/trace_frame.cpp actors/trace/trace_recorder.cpp io/ckpt/crc32c.cpp
+    io/ckpt/posix_file.cpp core/error.cpp"
+  [wire]="io/net/wire.cpp io/net/am_header.cpp io/net/transport.cpp core/misc.cpp core/error.cpp"
 )
-[[ ${#targets[@]} -gt 0 ]] || targets=(hostfile manifest rendezvous squad toml deepspeed_json)
+[[ ${#targets[@]} -gt 0 ]] || targets=(hostfile manifest rendezvous squad toml deepspeed_json safetensors shard trace wire)
 for t in "${targets[@]}"; do
   [[ -n ${sources[$t]-} ]] || { echo "fuzz: unknown target '$t' (known: ${!sources[*]})" >&2; exit 2; }
 done
@@ -42,24 +50,71 @@ out=$build/fuzz
 mkdir -p "$out"
 # toml++ as dsactor links it (Debian's shared library, not the header-only parser, whose
 # debug assertions the release library does not have).
-flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root" -I"$build"
+flags=(-std=c++17 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root" -I"$build"
   -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1)
+# Each source is compiled once into BUILD/fuzz/obj (the targets share most of theirs), in
+# parallel, again only when it or a header it includes (its depfile) is newer.
+objdir=$out/obj
+object_of() { echo "$objdir/${1%.cpp}.o"; }
+stale_object() { # source: true when its object must be rebuilt
+  local o d f
+  o=$(object_of "$1")
+  [[ -f $o && -f $o.d && $o -nt "$root/$1" && $o -nt "${BASH_SOURCE[0]}" ]] || return 0
+  for f in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$o.d"); do
+    [[ $f -nt $o ]] && return 0
+  done
+  return 1
+}
+compile_one() { # source
+  local o
+  o=$(object_of "$1")
+  mkdir -p "$(dirname "$o")"
+  if "$cxx" "${flags[@]}" -MMD -MF "$o.d" -c "$root/$1" -o "$o.tmp" 2>"$o.log"; then
+    mv "$o.tmp" "$o"
+  else
+    grep -m5 "error" "$o.log" >&2 || true
+    echo "fuzz: FAILED to compile $1 (log: $o.log)"
+    return 1
+  fi
+}
+declare -A needed=()
+for t in "${targets[@]}"; do
+  needed[tests/fuzz/fuzz_$t.cpp]=1
+  for s in ${sources[$t]}; do needed[$s]=1; done
+done
+stale=()
+for s in "${!needed[@]}"; do stale_object "$s" && stale+=("$s"); done
 failed=0
+if [[ ${#stale[@]} -gt 0 ]]; then
+  start=$SECONDS
+  jobs=$(nproc)
+  for s in "${stale[@]}"; do
+    while [[ $(jobs -rp | wc -l) -ge $jobs ]]; do wait -n || failed=1; done
+    compile_one "$s" &
+  done
+  while [[ $(jobs -rp | wc -l) -gt 0 ]]; do wait -n || failed=1; done
+  echo "fuzz: compiled ${#stale[@]} source(s) in $((SECONDS - start)) s ($jobs at a time)"
+fi
 for t in "${targets[@]}"; do
   bin=$out/fuzz_$t
-  srcs=("$root/tests/fuzz/fuzz_$t.cpp")
-  for s in ${sources[$t]}; do srcs+=("$root/$s"); done
-  newest=$(ls -t "${srcs[@]}" "${BASH_SOURCE[0]}" | head -1)
+  objs=("$(object_of "tests/fuzz/fuzz_$t.cpp")")
+  for s in ${sources[$t]}; do objs+=("$(object_of "$s")"); done
+  missing=0
+  for o in "${objs[@]}"; do [[ -f $o ]] || missing=1; done
+  if [[ $missing -eq 1 ]]; then
+    echo "fuzz: $t: FAILED to build (a source did not compile)"
+    failed=1
+    continue
+  fi
+  newest=$(ls -t "${objs[@]}" | head -1)
   if [[ ! -x $bin || $newest -nt $bin ]]; then
-    start=$SECONDS
-    if ! "$cxx" "${flags[@]}" "${srcs[@]}" -ltomlplusplus -lfmt -o "$bin.tmp" 2>"$out/$t.build.log"; then
+    if ! "$cxx" "${flags[@]}" "${objs[@]}" -ltomlplusplus -lfmt -o "$bin.tmp" 2>"$out/$t.build.log"; then
       grep -m5 "error" "$out/$t.build.log" >&2 || true
-      echo "fuzz: $t: FAILED to build (log: $out/$t.build.log)"
+      echo "fuzz: $t: FAILED to link (log: $out/$t.build.log)"
       failed=1
       continue
     fi
     mv "$bin.tmp" "$bin"
-    echo "fuzz: built $t in $((SECONDS - start)) s"
   fi
   corpus=$out/$t-corpus crashes=$out/$t-crashes
   mkdir -p "$corpus" "$crashes"
