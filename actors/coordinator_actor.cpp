@@ -7,6 +7,7 @@
 #include "actors/worker_job.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/net/flight_recorder.hpp"
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
@@ -121,6 +122,9 @@ void fail(coordinator_actor* self, failure_info info) {
   auto& st = self->state;
   if (st.phase != coord_phase::running) return;
   log_error("{} failed in step {}: {}", info.actor, info.step, info.why);
+  // What this process was in when it failed (the watchdog, a lost peer), before the abort
+  // below ends its collectives: the trace writer writes it (dsactor trace hang).
+  net::flight_recorder::instance().capture(fmt::format("{} failed in step {}: {}", info.actor, info.step, info.why));
   // The other ranks would wait for this one in their next collective: wake them.
   if (auto* t = st.args.setup.job())
     t->abort(make_error(errc::runtime, "rank {} failed: {} failed in step {}: {}", t->rank(), info.actor, info.step,

@@ -1,6 +1,8 @@
 // The pipeline's messages between processes; see pipe_link.hpp.
 #include "actors/pipe_link.hpp"
 
+#include "io/net/flight_recorder.hpp"
+
 #include "core/byte_codec.hpp"
 #include "core/log.hpp"
 
@@ -76,6 +78,8 @@ status pipe_link::send(int process, std::uint32_t target, const link_payload& me
   // for the transport to read after its slot is gone.
   if (finished_) return {};
   DSA_TRY(world_.send(process, pipe_link_tag, w.take()));
+  if (const auto* p = std::get_if<produced>(&message)) // the flight recorder's edge counts (hangs)
+    net::flight_recorder::instance().edge_sent(p->ref.edge, world_.world_rank(process), p->step, p->micro_batch);
   if (payloads.empty()) return {};
   const auto& ref = std::get<produced>(message).ref;
   auto& pending = in_flight_[{ref.edge, ref.slot}];
@@ -166,6 +170,7 @@ status pipe_link::receive_one(int peer, const deliver_fn& deliver, bool& ended) 
       return make_error(errc::protocol, "edge {}: a payload of {} bytes where {} were announced",
                         slots_->edge_name(ref.edge), got.message.size(), t->nbytes());
   }
+  net::flight_recorder::instance().edge_received(ref.edge, world_.world_rank(peer), m.step, m.micro_batch);
   deliver(target, m);
   return {};
 }

@@ -14,6 +14,7 @@
 #include "actors/trace/trace_file.hpp"
 #include "actors/tracer_actor.hpp"
 #include "core/error.hpp"
+#include "io/net/flight_recorder.hpp"
 #include "kernels/cpu/openmp_threads.hpp"
 
 #include <caf/all.hpp>
@@ -337,6 +338,9 @@ run_result run_pipeline(const run_options& options, const run_parts& parts) {
     if (opened) writer = std::move(*opened);
     else open_error = opened.err().to_string();
   }
+  // The flight recorder starts empty for this run; a hang or a stop writes it into the trace.
+  net::flight_recorder::instance().clear();
+  net::flight_recorder::instance().set_rank(trace_rank(options));
   auto summary = std::make_shared<run_summary>();
   spawn_and_run(options, parts,
                 actor_setup{plan, slots, tracing ? &trace : nullptr, options.dp, where.split() ? options.world : nullptr},

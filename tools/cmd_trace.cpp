@@ -1,12 +1,13 @@
-// dsactor trace RUN_DIR_OR_FILE summary|check|critical-path|actor NAME|diff RUN_B|
+// dsactor trace RUN_DIR_OR_FILE summary|check|critical-path|actor NAME|diff RUN_B|hang|
 // export --chrome FILE|html FILE: inspect the actor trace of a run
 // (actors/trace/analysis/trace_summary.hpp, trace_check.hpp, trace_critical_path.hpp,
-// trace_views.hpp, chrome_export.hpp, trace_html.hpp); reads every trace format
+// trace_views.hpp, trace_hang.hpp, chrome_export.hpp, trace_html.hpp); reads every trace format
 // version and traces whose tail a killed run left torn.
 #include "actors/trace/analysis/chrome_export.hpp"
 #include "actors/trace/analysis/trace_check.hpp"
 #include "actors/trace/analysis/trace_clock.hpp"
 #include "actors/trace/analysis/trace_critical_path.hpp"
+#include "actors/trace/analysis/trace_hang.hpp"
 #include "actors/trace/analysis/trace_html.hpp"
 #include "actors/trace/analysis/trace_summary.hpp"
 #include "actors/trace/analysis/trace_views.hpp"
@@ -42,8 +43,8 @@ int fail(const error& e) {
 
 int cmd_trace(int argc, char** argv) {
   po::options_description opts(
-      "dsactor trace RUN_DIR_OR_FILE summary|check|critical-path --step K|actor NAME|diff RUN_B|"
-      "export --chrome FILE|html FILE");
+      "dsactor trace RUN_DIR_OR_FILE summary|check|critical-path --step K|actor NAME|diff RUN_B|hang|"
+      "export --chrome FILE|html FILE (also: dsactor trace hang RUN)");
   opts.add_options()("help,h", "this help")(
       "path", po::value<std::string>(),
       "a run directory (its trace.dsat and trace.rank<r>.dsat) or one .dsat file")(
@@ -51,12 +52,14 @@ int cmd_trace(int argc, char** argv) {
       "summary: per actor and per step, where time went and what bounds the step (--steps: every step's row); check: verify the schedule's invariants "
       "(exit 1 naming the first violation); critical-path: the spans and messages that set step K's "
       "end; actor NAME: one actor's spans, messages and waits; diff RUN_B: where two runs' schedules "
-      "first differ and how step times changed; export --chrome FILE: Chrome/Perfetto trace-event JSON; "
+      "first differ and how step times changed; hang: where a hang began, from the flight records the "
+      "processes wrote (the first collective or pipeline edge where the ranks diverge); export --chrome FILE: Chrome/Perfetto trace-event JSON; "
       "html FILE: one self-contained page with a zoomable timeline and the summary")(
       "arg", po::value<std::string>(), "actor: the actor's name; diff: the other run; html: the page to write")(
       "step", po::value<std::uint32_t>(), "critical-path: the step (required); actor: only this step")(
       "rank", po::value<std::uint32_t>()->default_value(0), "critical-path, actor: the rank's trace")(
       "steps", "summary: every step's row instead of the step-time distribution")(
+      "last", "hang: each process's last flight record instead of its first")(
       "chrome", po::value<std::string>(), "export: the JSON file to write (every rank's trace, a process each)")(
       "idle-tolerance-ms", po::value<double>()->default_value(200),
       "check: how long a stage may take to start a runnable span before idling counts as starvation");
@@ -70,11 +73,14 @@ int cmd_trace(int argc, char** argv) {
                fmt::to_string(fmt::streamed(opts)));
     return 2;
   }
-  const auto what = vm["what"].as<std::string>();
+  auto what = vm["what"].as<std::string>();
+  std::string path = vm["path"].as<std::string>();
+  if (path == "hang" && !vm["what"].defaulted()) std::swap(path, what); // dsactor trace hang RUN
   if (what != "summary" && what != "check" && what != "critical-path" && what != "actor" && what != "diff" &&
-      what != "export" && what != "html") {
+      what != "export" && what != "html" && what != "hang") {
     fmt::print(stderr,
-               "dsactor trace: unknown view '{}' (known: summary, check, critical-path, actor, diff, export, html)\n",
+               "dsactor trace: unknown view '{}' (known: summary, check, critical-path, actor, diff, hang, export, "
+               "html)\n",
                what);
     return 2;
   }
@@ -98,7 +104,15 @@ int cmd_trace(int argc, char** argv) {
     fmt::print(stderr, "dsactor trace: critical-path needs --step K\n");
     return 2;
   }
-  auto traces = actors::load_run_traces(vm["path"].as<std::string>());
+  if (what == "hang") { // every process's own file: the flight records are per process
+    auto files = actors::load_run_traces(path, false);
+    if (!files) return fail(files.err());
+    auto inputs = actors::hang_inputs(*files, vm.count("last") > 0);
+    if (!inputs) return fail(inputs.err());
+    fmt::print("{}", actors::format_hang(actors::analyse_hang(*inputs)));
+    return 0;
+  }
+  auto traces = actors::load_run_traces(path);
   if (!traces)
     return fail(traces.err());
   if (what == "check") {
@@ -117,7 +131,7 @@ int cmd_trace(int argc, char** argv) {
   }
   if (what == "html") {
     const auto file = vm["arg"].as<std::string>();
-    if (auto w = actors::write_trace_html(file, *traces, vm["path"].as<std::string>()); !w)
+    if (auto w = actors::write_trace_html(file, *traces, path); !w)
       return fail(w.err());
     fmt::print("wrote {} (open it in a browser; it needs no network)\n", file);
     return 0;
@@ -126,7 +140,7 @@ int cmd_trace(int argc, char** argv) {
     auto other = actors::load_run_traces(vm["arg"].as<std::string>());
     if (!other)
       return fail(other.err());
-    fmt::print("A: {}\nB: {}\n{}", vm["path"].as<std::string>(), vm["arg"].as<std::string>(),
+    fmt::print("A: {}\nB: {}\n{}", path, vm["arg"].as<std::string>(),
                actors::format_run_difference(actors::diff_runs(*traces, *other)));
     return 0;
   }

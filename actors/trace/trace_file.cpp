@@ -135,6 +135,9 @@ expected<trace_data> read_v2(const std::string& path, std::string_view data, con
       break;
     }
     case trace_frame_kind::end: trace.end.closed = true; break;
+    case trace_frame_kind::flight:
+      trace.flights.emplace_back(data.substr(frame.payload_pos, frame.payload_bytes));
+      break;
     default: break; // a kind from a later writer: skipped, its CRC held
     }
     // The CRC held, so a payload that does not parse was written wrong: an error, not a torn tail.

@@ -28,6 +28,7 @@ enum class trace_frame_kind : std::uint16_t {
   info = 3,    // u32 count, then per entry: key and value as (u32 length, bytes)
   records = 4, // n * 64-byte trace_records
   end = 5,     // u64: the number of records written; the writer closed the file
+  flight = 6,  // a flight record (io/net/flight_recorder.hpp's encoding), written on a hang or stop
 };
 
 // Appends one frame holding `payload` to `out`.

@@ -35,6 +35,9 @@ struct trace_data {
   std::uint32_t version = 0;
   std::vector<std::pair<std::string, std::string>> info;
   trace_end end;
+  // The flight records written into the file (io/net/flight_recorder.hpp's encoding), in
+  // file order: each a snapshot of the process's recent collectives and pipeline edges.
+  std::vector<std::string> flights;
   // The value of info key `key`, or "" when absent.
   std::string info_value(const std::string& key) const;
 };

@@ -4,9 +4,23 @@
 #include "actors/trace/trace_file.hpp"
 #include "actors/trace/trace_frame.hpp"
 
+#include "core/log.hpp"
+#include "io/net/flight_recorder.hpp"
+
 #include <fcntl.h>
 
 namespace dsa::actors {
+
+namespace {
+
+// The flight records waiting to be written (a failure's capture, a signal's request).
+std::vector<std::string> pending_flights() {
+  std::vector<std::string> out;
+  for (const auto& r : net::flight_recorder::instance().take_pending()) out.push_back(net::encode_flight(r));
+  return out;
+}
+
+} // namespace
 
 expected<std::unique_ptr<trace_writer>>
 trace_writer::open(trace_recorder& recorder, std::string path,
@@ -65,12 +79,26 @@ void trace_writer::loop() {
       if (!written)
         status_ = written;
     }
+    for (const auto& flight : pending_flights()) {
+      if (!status_) break;
+      auto written = append_flight(flight);
+      if (!written) status_ = written;
+      else log_warn("flight record written to {} (read it with: dsactor trace hang RUN)", path_);
+    }
   }
 }
 
 status trace_writer::append(const std::string& bytes) {
   // One write per batch of frames: a kill leaves whole frames or one torn frame at the end.
+  std::lock_guard<std::mutex> lock(append_mutex_);
+  if (!fd_.valid()) return make_error(errc::io, "trace file {} is closed", path_);
   return ckpt::write_all(fd_, path_, bytes.data(), bytes.size());
+}
+
+status trace_writer::append_flight(const std::string& payload) {
+  std::string frame;
+  append_trace_frame(frame, trace_frame_kind::flight, payload);
+  return append(frame);
 }
 
 status trace_writer::flush_once() {
@@ -106,6 +134,8 @@ status trace_writer::finish() {
   // The recorder's full hook stays: it holds only a weak reference to wake_.
   if (status_)
     status_ = flush_once();
+  for (const auto& flight : pending_flights())
+    if (status_) status_ = append_flight(flight);
   if (status_) {
     std::string end;
     const std::uint64_t count = records_written();
@@ -116,7 +146,11 @@ status trace_writer::finish() {
   }
   if (status_)
     status_ = ckpt::fsync_fd(fd_, path_);
-  auto closed = fd_.close(path_);
+  status closed;
+  {
+    std::lock_guard<std::mutex> lock(append_mutex_);
+    closed = fd_.close(path_);
+  }
   if (status_ && !closed)
     status_ = closed;
   return status_;

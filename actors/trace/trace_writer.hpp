@@ -46,6 +46,10 @@ public:
   status finish();
 
   const std::string& path() const { return path_; }
+  // Appends a flight frame (io/net/flight_recorder.hpp's encoding of a snapshot). Any
+  // thread; after finish() an error. The writer's thread also writes one by itself when
+  // net::request_flight_dump() was called (SIGUSR1, a stop signal), within `interval`.
+  status append_flight(const std::string& payload);
   // Records and records frames written so far (any thread may ask).
   std::uint64_t records_written() const { return records_written_.load(std::memory_order_relaxed); }
   std::uint64_t frames_written() const { return frames_written_.load(std::memory_order_relaxed); }
@@ -62,7 +66,8 @@ private:
                trace_writer_options options);
   void loop();
   status flush_once(); // drain and append one batch (writer thread, or finish() after the join)
-  status append(const std::string& bytes);
+  status append(const std::string& bytes); // under append_mutex_
+  std::mutex append_mutex_; // the writer's thread and append_flight's callers write whole frames
 
   trace_recorder& recorder_;
   const std::string path_;

@@ -2,12 +2,22 @@
 // reduce_scatter and allgather.
 #include "io/net/communicator.hpp"
 
+#include "core/log.hpp"
 #include "io/net/call_checks.hpp"
+#include "io/net/flight_recorder.hpp"
 #include "io/net/fp32_sum.hpp"
 #include "io/net/ring.hpp"
 #include "io/net/shared_allreduce.hpp"
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace dsa::net {
@@ -23,11 +33,77 @@ communicator::communicator(transport& t, collective_options options, std::uint32
     : transport_(t), options_(options), first_seq_(static_cast<std::uint64_t>(channel) << 40),
       seq_(first_seq_) {
   DSA_CHECK(channel < (1u << 23), "communicator channel {} is not below 2^23", channel);
+  for (int r = 0; r < t.size(); ++r) group_.push_back(t.world_rank(r));
 }
+
+namespace {
+
+// DSA_TEST_COLLECTIVE_FAULT=stall:RANK:CHANNEL:CALL or skip:RANK:CHANNEL:CALL (tests of
+// `dsactor trace hang`): on world rank RANK, the first communicator of channel CHANNEL to
+// reach its call number CALL stalls before entering it until the group is aborted, or skips
+// it (takes its sequence number without sending anything) and goes on to the next. Once
+// per process.
+struct collective_fault {
+  bool stall = false;
+  int rank = -1;
+  unsigned channel = 0;
+  std::uint64_t call = 0;
+};
+
+std::optional<collective_fault> test_collective_fault() {
+  static const std::optional<collective_fault> fault = []() -> std::optional<collective_fault> {
+    const char* spec = std::getenv("DSA_TEST_COLLECTIVE_FAULT");
+    if (!spec || !*spec) return std::nullopt;
+    collective_fault f;
+    char kind[8] = {};
+    unsigned long long call = 0;
+    if (std::sscanf(spec, "%7[a-z]:%d:%u:%llu", kind, &f.rank, &f.channel, &call) != 4 ||
+        (std::string(kind) != "stall" && std::string(kind) != "skip"))
+      throw std::runtime_error(fmt::format("DSA_TEST_COLLECTIVE_FAULT: expected stall|skip:RANK:CHANNEL:CALL, got '{}'", spec));
+    f.stall = std::string(kind) == "stall";
+    f.call = call;
+    return f;
+  }();
+  return fault;
+}
+
+std::atomic<bool> g_fault_fired{false};
+
+} // namespace
 
 communicator::~communicator() = default;
 
 wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, std::int64_t root) {
+  in_flight_ = false;
+  const auto fault = test_collective_fault();
+  if (fault && fault->rank == group_[static_cast<std::size_t>(rank())] && fault->channel == channel() &&
+      seq_ - first_seq_ == fault->call &&
+      !g_fault_fired.exchange(true)) {
+    log_warn("DSA_TEST_COLLECTIVE_FAULT: world rank {} {} collective #{} ({}, channel {})", fault->rank,
+             fault->stall ? "stalls before" : "skips", fault->call, op_kind_name(kind), channel());
+    if (fault->stall) {
+      while (!transport_.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      wire_header h; // the call then fails on the aborted transport, never entered
+      h.kind = kind;
+      h.type = type;
+      h.seq = seq_++;
+      h.count = count;
+      h.root = root;
+      return h;
+    }
+    ++seq_; // skipped: its number is gone, and the peers wait in it
+  }
+  flight_call c;
+  c.channel = channel();
+  c.seq = seq_ - first_seq_;
+  c.kind = kind;
+  c.type = type;
+  c.count = count;
+  c.bytes = count > 0 ? count * static_cast<std::int64_t>(dtype_size(type)) : 0;
+  c.rank = rank();
+  c.group = group_;
+  flight_token_ = flight_recorder::instance().enter(std::move(c));
+  in_flight_ = true;
   wire_header h;
   h.kind = kind;
   h.type = type;
@@ -38,6 +114,8 @@ wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, st
 }
 
 status communicator::finish(status result) {
+  if (in_flight_) flight_recorder::instance().leave(flight_token_, result.has_value());
+  in_flight_ = false;
   if (!result)
     transport_.abort(result.err());
   return result;

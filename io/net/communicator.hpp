@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace dsa::net {
 
@@ -112,6 +113,8 @@ private:
   // The header every message of the next call carries (takes the next sequence number).
   wire_header begin(op_kind kind, dtype type, std::int64_t count, std::int64_t root = 0);
   // Aborts the transport when `result` is an error, so the peers do not wait forever.
+  // begin() and finish() also enter and leave the call in the flight recorder
+  // (flight_recorder.hpp), and begin() applies the test-only DSA_TEST_COLLECTIVE_FAULT.
   status finish(status result);
   status allreduce_flat(const wire_header& call, void* data);
   status allreduce_ring(const wire_header& call, void* data);
@@ -123,6 +126,9 @@ private:
   collective_options options_;
   std::uint64_t first_seq_ = 0;
   std::uint64_t seq_ = 0;
+  std::vector<std::int32_t> group_; // the world ranks of this group, for the flight recorder
+  std::uint64_t flight_token_ = 0;
+  bool in_flight_ = false; // the current call was entered in the flight recorder
   ring_scratch scratch_;
   enum class sharing { untried, on, off } sharing_ = sharing::untried;
   std::unique_ptr<shared_regions> shared_;

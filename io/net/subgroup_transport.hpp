@@ -25,6 +25,7 @@ public:
   expected<bytes> recv(int peer, tag_t tag) override;
   void abort(const error& reason) override { whole_.abort(reason); }
   std::optional<error> aborted() const override { return whole_.aborted(); }
+  int world_rank(int r) const override { return whole_.world_rank(members_.at(static_cast<std::size_t>(r))); }
   expected<send_ticket> send_parts(int peer, tag_t tag, bytes head, const void* payload,
                                    std::size_t payload_bytes) override;
   expected<received_parts> recv_parts(int peer, tag_t tag, std::size_t head_bytes, void* payload,

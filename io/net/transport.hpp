@@ -80,6 +80,9 @@ public:
   // the transport noticed), else nothing. Any thread; polled by waits that do not go
   // through the transport (the shared-memory allreduce).
   virtual std::optional<error> aborted() const = 0;
+  // Rank r of this group is world rank world_rank(r) of the job (a subgroup maps its
+  // members; a whole transport is the world). For reports that line ranks up.
+  virtual int world_rank(int r) const { return r; }
 
   // Sends head followed by payload: (payload_bytes) as one message, reading the payload
   // from the caller's memory, which must stay valid and unchanged until the ticket's

@@ -208,7 +208,7 @@ bool is_device_span(const std::string& name) { return name.rfind("gpu", 0) == 0;
 
 bool is_beside_span(const std::string& name) { return is_io_span(name) || is_device_span(name); }
 
-expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file) {
+expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file, bool join_processes) {
   std::vector<std::pair<std::uint32_t, std::string>> files;
   std::error_code ec;
   if (fs::is_directory(run_dir_or_file, ec)) {
@@ -238,6 +238,7 @@ expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_
     out.push_back(std::move(r));
   }
   // Stages across processes: one trace per replica (trace_join.hpp).
+  if (!join_processes) return out;
   return join_pipeline_processes(std::move(out));
 }
 

@@ -25,8 +25,8 @@ struct rank_trace {
 
 // A trace file, or a run directory's trace.dsat and trace.rank<r>.dsat, by rank; with
 // stages across processes one trace per replica, its processes' merged
-// (join_pipeline_processes, trace_join.hpp).
-expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file);
+// (join_pipeline_processes, trace_join.hpp); without `join_processes`, one per file.
+expected<std::vector<rank_trace>> load_run_traces(const std::string& run_dir_or_file, bool join_processes = true);
 
 struct actor_usage {
   std::string name, role; // role: the name's first word (stage, reducer, optimizer, feeder ...)

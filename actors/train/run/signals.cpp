@@ -1,5 +1,7 @@
-// Async-signal-safe stop flag.
+// Async-signal-safe stop flag, and SIGUSR1 for a flight record.
 #include "actors/train/run/signals.hpp"
+
+#include "io/net/flight_recorder.hpp"
 
 #include <atomic>
 #include <csignal>
@@ -12,10 +14,19 @@ std::atomic<bool> g_requested{false}; // request_stop(): not a signal, so a late
 
 void on_signal(int sig) {
   if (g_signals.fetch_add(1) > 0) _exit(128 + sig);
+  net::request_flight_dump(sig == SIGINT ? "SIGINT" : "SIGTERM"); // the trace writer's thread writes it
   const char msg[] = "\ndsactor: stopping after the current step (checkpoint follows); signal again to abort\n";
   ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)ignored;
 }
+// SIGUSR1: a flight record into the trace now, and the run goes on (dsactor trace hang).
+void on_flight_signal(int) {
+  net::request_flight_dump("SIGUSR1");
+  const char msg[] = "\ndsactor: SIGUSR1: writing a flight record into the trace (dsactor trace hang RUN)\n";
+  ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
 } // namespace
 
 void install_stop_handlers() {
@@ -27,10 +38,16 @@ void install_stop_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction flight{};
+  flight.sa_handler = on_flight_signal;
+  flight.sa_flags = SA_RESTART;
+  sigemptyset(&flight.sa_mask);
+  sigaction(SIGUSR1, &flight, nullptr);
 }
 
 void request_stop() {
   if (!g_requested.exchange(true)) {
+    net::request_flight_dump("stop requested by the launcher");
     const char msg[] = "\ndsactor: the launcher was interrupted: stopping after the current step (checkpoint follows)\n";
     ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)ignored;

@@ -4,7 +4,9 @@
 
 namespace dsa::train {
 
-// Installs the handlers (SA_RESTART) and clears an earlier run's request.
+// Installs the handlers (SA_RESTART) and clears an earlier run's request. Each first stop
+// signal, and SIGUSR1 at any time, also asks for a flight record in the trace
+// (io/net/flight_recorder.hpp).
 void install_stop_handlers();
 // The same request as a first signal, from the launcher's rendezvous server (a rank on
 // another host, which the launcher's Ctrl-C does not reach); a signal after it still

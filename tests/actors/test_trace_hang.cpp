@@ -1,0 +1,250 @@
+// The flight recorder (io/net/flight_recorder.hpp) and `dsactor trace hang`'s analysis
+// (actors/trace/analysis/trace_hang.hpp) on records made here: the ring, the encoding, the
+// frame in a trace file, and the verdict for a stalled, a skipped and a mismatched call, a
+// call every rank is stuck in, a rank without a record, and a pipeline edge in flight.
+// tests/integration/trace_hang.sh does the same with real processes.
+#include "actors/trace/analysis/trace_hang.hpp"
+#include "actors/trace/trace_file.hpp"
+#include "actors/trace/trace_writer.hpp"
+#include "io/net/flight_recorder.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace dsa::test {
+namespace {
+
+using actors::analyse_hang;
+using actors::hang_input;
+using net::flight_call;
+
+flight_call call(std::uint64_t seq, net::op_kind kind, flight_call::state outcome, std::int32_t rank,
+                 std::vector<std::int32_t> group, std::uint32_t channel = 1) {
+  flight_call c;
+  c.channel = channel;
+  c.seq = seq;
+  c.kind = kind;
+  c.type = dtype::f32;
+  c.count = 100;
+  c.bytes = 400;
+  c.rank = rank;
+  c.group = std::move(group);
+  c.start_ns = 1'000'000'000ull * (seq + 1);
+  c.end_ns = outcome == flight_call::state::running ? 0 : c.start_ns + 1000;
+  c.outcome = outcome;
+  return c;
+}
+
+// Rank r's record: calls 0 .. done-1 finished, then `running` entered and not finished.
+hang_input rank_input(std::int32_t r, std::vector<std::int32_t> group, std::uint64_t done, bool running,
+                      net::op_kind kind = net::op_kind::allreduce_ring) {
+  hang_input in;
+  in.rank = r;
+  in.path = "trace.rank" + std::to_string(r) + ".dsat";
+  in.records = 1;
+  in.record.rank = r;
+  in.record.reason = "watchdog";
+  in.record.at_ns = 100'000'000'000ull;
+  for (std::uint64_t s = 0; s < done; ++s)
+    in.record.calls.push_back(call(s, net::op_kind::allreduce_ring, flight_call::state::done, r, group));
+  if (running) in.record.calls.push_back(call(done, kind, flight_call::state::running, r, group));
+  return in;
+}
+
+TEST_CASE("the flight recorder keeps the last calls in a ring and its record survives encoding") {
+  auto& fr = net::flight_recorder::instance();
+  fr.clear();
+  fr.set_rank(3);
+  std::uint64_t first = 0;
+  for (std::uint64_t i = 0; i < net::flight_recorder::capacity + 5; ++i) {
+    auto t = fr.enter(call(i, net::op_kind::allgather, flight_call::state::running, 0, {3, 4}, 2));
+    if (i == 0) first = t;
+    if (i + 1 < net::flight_recorder::capacity + 5) fr.leave(t, i % 2 == 0);
+  }
+  fr.leave(first, true); // overwritten long ago: ignored
+  fr.edge_sent(7, 4, 2, 1);
+  fr.edge_sent(7, 4, 2, 2);
+  fr.edge_received(8, 4, 2, 0);
+  const auto r = fr.snapshot("SIGUSR1");
+  CHECK(r.rank == 3);
+  CHECK(r.reason == "SIGUSR1");
+  REQUIRE(r.calls.size() == net::flight_recorder::capacity);
+  CHECK(r.calls_dropped == 5);
+  CHECK(r.calls.front().seq == 5);
+  CHECK(r.calls.front().outcome == flight_call::state::failed); // 5 is odd
+  CHECK(r.calls.back().outcome == flight_call::state::running);
+  CHECK(r.calls.back().group == std::vector<std::int32_t>{3, 4});
+  REQUIRE(r.edges.size() == 2);
+  CHECK(r.edges[0].edge == 7);
+  CHECK(r.edges[0].sent == 2);
+  CHECK(r.edges[0].last_sent_micro == 2);
+  CHECK(r.edges[1].received == 1);
+
+  const std::string bytes = net::encode_flight(r);
+  auto back = net::decode_flight(bytes);
+  REQUIRE(back.has_value());
+  CHECK(net::encode_flight(*back) == bytes);
+  CHECK(back->calls.back().kind == net::op_kind::allgather);
+  // Cut anywhere, or with a byte too many, it is an error naming the place, never a crash.
+  for (std::size_t cut : {std::size_t{0}, std::size_t{3}, bytes.size() / 2, bytes.size() - 1}) {
+    auto bad = net::decode_flight(std::string_view(bytes).substr(0, cut));
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.err().message.find("flight record") != std::string::npos);
+  }
+  CHECK_FALSE(net::decode_flight(bytes + "x").has_value());
+
+  // A failure's capture and a signal's request wait for the trace writer, then are gone.
+  fr.capture("watchdog");
+  net::request_flight_dump("SIGUSR1");
+  auto pending = fr.take_pending();
+  REQUIRE(pending.size() == 2);
+  CHECK(pending[0].reason == "watchdog");
+  CHECK(pending[1].reason == "SIGUSR1");
+  CHECK(fr.take_pending().empty());
+  fr.clear();
+}
+
+TEST_CASE("the trace writer writes flight frames and the reader returns them in order") {
+  const auto dir = std::filesystem::temp_directory_path() / "dsactor-test-flight";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "trace.dsat").string();
+  auto& fr = net::flight_recorder::instance();
+  fr.clear();
+  fr.set_rank(1);
+  fr.leave(fr.enter(call(0, net::op_kind::barrier, flight_call::state::running, 0, {0, 1})), true);
+  {
+    actors::trace_recorder recorder;
+    auto w = actors::trace_writer::open(recorder, path, {{"rank", "1"}});
+    REQUIRE(w.has_value());
+    REQUIRE((*w)->append_flight(net::encode_flight(fr.snapshot("first"))).has_value());
+    fr.capture("captured"); // written by finish()
+    REQUIRE((*w)->finish().has_value());
+    CHECK_FALSE((*w)->append_flight("late").has_value()); // after finish: an error, not a write to a closed fd
+  }
+  auto read = actors::read_trace(path);
+  REQUIRE(read.has_value());
+  CHECK(read->end.closed);
+  REQUIRE(read->flights.size() == 2);
+  auto first = net::decode_flight(read->flights[0]);
+  auto second = net::decode_flight(read->flights[1]);
+  REQUIRE((first.has_value() && second.has_value()));
+  CHECK(first->reason == "first");
+  CHECK(second->reason == "captured");
+  CHECK(first->rank == 1);
+  REQUIRE(first->calls.size() == 1);
+  CHECK(first->calls[0].outcome == flight_call::state::done);
+
+  std::vector<actors::rank_trace> traces{{1, path, std::move(*read)}};
+  auto firsts = actors::hang_inputs(traces);
+  REQUIRE(firsts.has_value());
+  CHECK(firsts->at(0).record.reason == "first");
+  auto lasts = actors::hang_inputs(traces, true);
+  REQUIRE(lasts.has_value());
+  CHECK(lasts->at(0).record.reason == "captured");
+  traces[0].trace.flights.clear();
+  auto none = actors::hang_inputs(traces);
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.err().message.find("SIGUSR1") != std::string::npos); // says how to get one
+  fr.clear();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("trace hang names the rank that stalled before a call, in 2 and in 3 processes") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    std::vector<std::int32_t> group;
+    for (int r = 0; r < n; ++r) group.push_back(r);
+    std::vector<hang_input> in;
+    for (int r = 0; r < n; ++r) in.push_back(rank_input(r, group, 3, r != 1)); // rank 1 stopped before #3
+    const auto report = analyse_hang(in);
+    REQUIRE(report.findings.size() == 1);
+    const auto& f = report.findings[0];
+    CHECK(f.seq == 3);
+    CHECK(f.culprits == std::vector<std::int32_t>{1});
+    CHECK(f.op == "allreduce (ring)");
+    CHECK(report.verdict.find("rank 1 never entered allreduce (ring) #3 on channel 1 (gradient reducer of stage 0") == 0);
+    INFO(report.verdict); // #3 began at 4 s, the records were taken at 100 s
+    CHECK(report.verdict.find(n == 2 ? "; rank 0 waited up to 96.00 s in it" : "; ranks 0 and 2 waited up to 96.00 s in it") !=
+          std::string::npos);
+    const std::string text = actors::format_hang(report);
+    CHECK(text.find("rank 1 never entered #3: its last call here was allreduce (ring) #2 (400 bytes of f32), finished") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("trace hang names the rank that skipped a call and went on, in 2 and in 3 processes") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    std::vector<std::int32_t> group;
+    for (int r = 0; r < n; ++r) group.push_back(r);
+    std::vector<hang_input> in;
+    for (int r = 0; r < n; ++r) in.push_back(rank_input(r, group, 3, true));
+    // The last rank skipped #3: it has #4 running instead.
+    auto& skipper = in.back().record.calls;
+    skipper.back().seq = 4;
+    const auto report = analyse_hang(in);
+    REQUIRE(report.findings.size() == 1);
+    CHECK(report.findings[0].culprits == std::vector<std::int32_t>{n - 1});
+    CHECK(report.verdict.find(fmt::format("rank {} never entered allreduce (ring) #3", n - 1)) == 0);
+    CHECK(actors::format_hang(report).find("it skipped it and went on to allreduce (ring) #4") != std::string::npos);
+  }
+}
+
+TEST_CASE("trace hang: different collectives at one call, everyone stuck, a rank without a record, edges") {
+  SUBCASE("ranks issued different collectives") {
+    std::vector<hang_input> in{rank_input(0, {0, 1}, 2, true, net::op_kind::allgather),
+                               rank_input(1, {0, 1}, 2, true, net::op_kind::broadcast)};
+    const auto report = analyse_hang(in);
+    CHECK(report.verdict ==
+          "the ranks issued different collectives as call #2 on channel 1: rank 0 issued allgather, rank 1 issued "
+          "broadcast");
+  }
+  SUBCASE("every rank entered, none got out") {
+    std::vector<hang_input> in{rank_input(0, {0, 1}, 2, true), rank_input(1, {0, 1}, 2, true)};
+    const auto report = analyse_hang(in);
+    CHECK(report.verdict.find("every rank entered allreduce (ring) #2") == 0);
+    CHECK(report.findings[0].culprits == std::vector<std::int32_t>{0, 1});
+  }
+  SUBCASE("a rank of the group wrote no record") {
+    std::vector<hang_input> in{rank_input(0, {0, 1, 2}, 2, true), rank_input(1, {0, 1, 2}, 2, true)};
+    const auto text = actors::format_hang(analyse_hang(in));
+    CHECK(text.find("rank 2 wrote no flight record") != std::string::npos);
+  }
+  SUBCASE("the longest wait comes first; a finished group is no finding") {
+    auto a = rank_input(0, {0, 1}, 3, false), b = rank_input(1, {0, 1}, 3, false);
+    a.record.calls.push_back(call(0, net::op_kind::barrier, flight_call::state::running, 0, {0, 1}, 0));
+    a.record.calls.back().start_ns = 50'000'000'000ull; // waited 50 s
+    a.record.calls.push_back(call(9, net::op_kind::allgather, flight_call::state::running, 0, {0, 1}, 2));
+    a.record.calls.back().start_ns = 1'000'000'000ull; // waited 99 s: the oldest wait
+    const auto report = analyse_hang({a, b});
+    REQUIRE(report.findings.size() == 2);
+    CHECK(report.findings[0].channel == 2);
+    CHECK(report.findings[1].channel == 0);
+    CHECK(actors::channel_role(0) == "the step hooks");
+    CHECK(actors::channel_role(2) == "optimizer shards of stage 0");
+    CHECK(actors::channel_role((1u << 20) + 1) == "ZeRO-3 parameter fetcher of stage 1");
+  }
+  SUBCASE("a pipeline edge with a message in flight") {
+    auto a = rank_input(0, {0, 1}, 2, false), b = rank_input(1, {0, 1}, 2, false);
+    net::flight_edge sent;
+    sent.edge = 2;
+    sent.peer = 1;
+    sent.sent = 5;
+    a.record.edges.push_back(sent);
+    net::flight_edge got;
+    got.edge = 2;
+    got.peer = 0;
+    got.received = 4;
+    b.record.edges.push_back(got);
+    const auto report = analyse_hang({a, b});
+    REQUIRE(report.edges.size() == 1);
+    CHECK(report.edges[0].line == "edge 2 rank 0 -> rank 1: 5 sent, 4 received: 1 in flight or lost");
+    CHECK(report.verdict.find("a pipeline edge has messages in flight") != std::string::npos);
+  }
+}
+
+} // namespace
+} // namespace dsa::test
