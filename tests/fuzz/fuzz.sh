@@ -33,6 +33,7 @@ declare -A sources=(
     io/ckpt/posix_file.cpp io/ckpt/atomic_file.cpp core/file_backed.cpp core/tensor.cpp core/host_allocator.cpp
     core/misc.cpp core/log.cpp core/error.cpp"
   [trace]="actors/trace/trace_file.cpp actors/trace/trace_frame.cpp actors/trace/trace_recorder.cpp io/ckpt/crc32c.cpp
+    io/net/flight_recorder.cpp
     io/ckpt/posix_file.cpp core/error.cpp"
   [wire]="io/net/wire.cpp io/net/am_header.cpp io/net/transport.cpp core/misc.cpp core/error.cpp"
 )
