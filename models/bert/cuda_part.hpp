@@ -14,6 +14,7 @@
 // One call at a time (the caller's worker thread, with the part's device current).
 #pragma once
 
+#include "core/pinned_memory.hpp"
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "models/bert/bert_batch.hpp"
@@ -28,8 +29,9 @@
 
 namespace dsa::bert::gpu {
 
-// Page-locked host memory (cudaMallocHost), so a copy from the device is asynchronous.
-// Kept for the stash's life: freeing it waits for the device.
+// Page-locked host memory (cudaMallocHost through core/pinned_memory.hpp's owner, which
+// counts it and falls back to pageable memory when pinning fails), so a copy from the
+// device is asynchronous. Kept for the stash's life: freeing it waits for the device.
 class pinned_buffer {
 public:
   pinned_buffer() = default;
@@ -40,11 +42,11 @@ public:
   pinned_buffer& operator=(const pinned_buffer&) = delete;
   // At least `bytes`, reallocated (contents lost) only when it grows.
   void reserve(std::size_t bytes);
-  void* get() const { return ptr_; }
+  void* get() const { return block_.ptr; }
+  bool pinned() const { return block_.pinned; }
 
 private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
+  pinned_block block_;
 };
 
 // The head's losses and accuracy counts of one forward, copied to the host as the forward

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -43,39 +44,51 @@ std::optional<cuda::elem> elem_of(dtype t) {
 
 } // namespace
 
-pinned_buffer::~pinned_buffer() {
-  if (ptr_)
-    cudaFreeHost(ptr_); // at teardown there is nobody left to tell of a failure
+namespace {
+
+// The CUDA pinning behind core/pinned_memory.hpp's owner, installed on first use.
+void install_cuda_pinning() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pinned_backend b;
+    b.name = "cudaMallocHost";
+    b.pin = [](std::size_t bytes, std::string& why) -> void* {
+      void* p = nullptr;
+      const cudaError_t e = cudaMallocHost(&p, bytes);
+      if (e == cudaSuccess) return p;
+      why = fmt::format("cudaMallocHost: {}", cudaGetErrorString(e));
+      (void)cudaGetLastError(); // an allocation failure is not sticky: clear it
+      return nullptr;
+    };
+    b.unpin = [](void* p) { cudaFreeHost(p); }; // at teardown there is nobody left to tell of a failure
+    pinned_owner::instance().set_backend(std::move(b));
+  });
 }
 
-pinned_buffer::pinned_buffer(pinned_buffer&& other) noexcept : ptr_(other.ptr_), bytes_(other.bytes_) {
-  other.ptr_ = nullptr;
-  other.bytes_ = 0;
-}
+} // namespace
+
+pinned_buffer::~pinned_buffer() { pinned_owner::instance().release(block_); }
+
+pinned_buffer::pinned_buffer(pinned_buffer&& other) noexcept : block_(other.block_) { other.block_ = pinned_block{}; }
 
 pinned_buffer& pinned_buffer::operator=(pinned_buffer&& other) noexcept {
   if (this != &other) {
-    if (ptr_)
-      cudaFreeHost(ptr_);
-    ptr_ = other.ptr_;
-    bytes_ = other.bytes_;
-    other.ptr_ = nullptr;
-    other.bytes_ = 0;
+    pinned_owner::instance().release(block_);
+    block_ = other.block_;
+    other.block_ = pinned_block{};
   }
   return *this;
 }
 
 void pinned_buffer::reserve(std::size_t bytes) {
-  if (bytes <= bytes_)
+  if (block_.ptr && bytes <= block_.bytes)
     return;
-  if (ptr_) {
+  if (block_.ptr) {
     device_wait("cudaFreeHost (a pinned buffer grows; it waits for the device)");
-    cudaFreeHost(ptr_);
+    pinned_owner::instance().release(block_);
   }
-  ptr_ = nullptr;
-  bytes_ = 0;
-  check_cuda(cudaMallocHost(&ptr_, bytes), fmt::format("cudaMallocHost of {} bytes", bytes));
-  bytes_ = bytes;
+  install_cuda_pinning();
+  block_ = pinned_owner::instance().acquire(bytes, "a device readout buffer");
 }
 
 loss_readout::~loss_readout() {
