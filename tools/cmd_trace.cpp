@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <filesystem>
 #include <optional>
 
 namespace dsa::tools {
@@ -75,7 +76,8 @@ int cmd_trace(int argc, char** argv) {
   }
   auto what = vm["what"].as<std::string>();
   std::string path = vm["path"].as<std::string>();
-  if (path == "hang" && !vm["what"].defaulted()) std::swap(path, what); // dsactor trace hang RUN
+  // dsactor trace hang RUN (unless a run directory is named hang)
+  if (path == "hang" && !vm["what"].defaulted() && !std::filesystem::exists(path)) std::swap(path, what);
   if (what != "summary" && what != "check" && what != "critical-path" && what != "actor" && what != "diff" &&
       what != "export" && what != "html" && what != "hang") {
     fmt::print(stderr,

@@ -16,6 +16,7 @@ constexpr std::uint32_t flight_version = 1;
 constexpr std::uint32_t max_group = 1u << 20, max_items = 1u << 20;
 
 std::atomic<const char*> g_dump_request{nullptr};
+static_assert(std::atomic<const char*>::is_always_lock_free, "request_flight_dump must be async-signal-safe");
 
 class writer {
 public:
@@ -117,6 +118,8 @@ expected<flight_record> decode_flight(std::string_view payload) {
         !in.get(c.count) || !in.get(c.bytes) || !in.get(c.rank) || !in.get(g))
       return bad("truncated call");
     if (outcome > 2) return bad("unknown call outcome");
+    if (kind < static_cast<std::uint8_t>(op_kind::allreduce_flat) || kind > static_cast<std::uint8_t>(op_kind::allreduce_shared))
+      return bad("unknown collective kind");
     if (type > static_cast<std::uint8_t>(dtype::u8)) return bad("unknown dtype");
     if (g > max_group || (payload.size() - in.pos) / sizeof(std::int32_t) < g) return bad("truncated group");
     c.kind = static_cast<op_kind>(kind);
@@ -157,14 +160,21 @@ std::uint64_t flight_recorder::enter(flight_call call) {
   call.outcome = flight_call::state::running;
   std::lock_guard<std::mutex> lock(mutex_);
   const std::uint64_t token = next_++;
-  ring_[token % capacity] = std::move(call);
+  auto& slot = ring_[token % capacity];
+  if (token >= first_ + capacity && slot.outcome == flight_call::state::running)
+    evicted_running_.emplace(token - capacity, std::move(slot));
+  slot = std::move(call);
   return token;
 }
 
 void flight_recorder::leave(std::uint64_t token, bool ok) {
   const std::uint64_t now = flight_now_ns();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (token >= next_ || next_ - token > capacity) return; // overwritten by newer calls
+  if (token < first_ || token >= next_) return; // a call of an earlier run
+  if (next_ - token > capacity) { // its slot went to a newer call: it was kept aside, and is over now
+    evicted_running_.erase(token);
+    return;
+  }
   auto& c = ring_[token % capacity];
   c.end_ns = now;
   c.outcome = ok ? flight_call::state::done : flight_call::state::failed;
@@ -203,8 +213,9 @@ flight_record flight_recorder::snapshot(std::string reason) const {
   r.at_ns = flight_now_ns();
   std::lock_guard<std::mutex> lock(mutex_);
   r.rank = rank_;
-  const std::uint64_t first = next_ > capacity ? next_ - capacity : 0;
-  r.calls_dropped = first;
+  const std::uint64_t first = std::max(first_, next_ > capacity ? next_ - capacity : 0);
+  r.calls_dropped = first - first_ - evicted_running_.size();
+  for (const auto& [token, c] : evicted_running_) r.calls.push_back(c); // older than the ring's
   for (std::uint64_t t = first; t < next_; ++t) r.calls.push_back(ring_[t % capacity]);
   r.edges = edges_;
   return r;
@@ -228,7 +239,8 @@ std::vector<flight_record> flight_recorder::take_pending() {
 
 void flight_recorder::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
-  next_ = 0;
+  first_ = next_; // an earlier run's tokens no longer mark anything
+  evicted_running_.clear();
   edges_.clear();
   captured_.clear();
 }

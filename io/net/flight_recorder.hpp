@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -92,7 +93,11 @@ private:
   mutable std::mutex mutex_;
   std::int32_t rank_ = -1;
   std::vector<flight_call> ring_ = std::vector<flight_call>(capacity);
-  std::uint64_t next_ = 0; // tokens handed out; slot = token % capacity
+  std::uint64_t next_ = 0;  // tokens handed out (never reused); slot = token % capacity
+  std::uint64_t first_ = 0; // the first token of this run (clear())
+  // Calls still running when newer ones took their slot: kept until they end (the call a
+  // hang is stuck in must not fall out of the record however busy other channels are).
+  std::map<std::uint64_t, flight_call> evicted_running_;
   std::vector<flight_edge> edges_;
   std::vector<flight_record> captured_;
 };

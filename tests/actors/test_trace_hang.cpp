@@ -95,6 +95,28 @@ TEST_CASE("the flight recorder keeps the last calls in a ring and its record sur
   }
   CHECK_FALSE(net::decode_flight(bytes + "x").has_value());
 
+  // A call still running when the ring wraps stays in the record until it ends (the call a
+  // hang is stuck in), and a token of an earlier run marks nothing.
+  fr.clear();
+  const auto stuck = fr.enter(call(0, net::op_kind::broadcast, flight_call::state::running, 0, {0, 1}, 0));
+  for (std::uint64_t i = 0; i < net::flight_recorder::capacity + 3; ++i)
+    fr.leave(fr.enter(call(i, net::op_kind::allgather, flight_call::state::running, 0, {0, 1}, 2)), true);
+  auto kept = fr.snapshot("wrapped");
+  REQUIRE(kept.calls.size() == net::flight_recorder::capacity + 1);
+  CHECK(kept.calls.front().kind == net::op_kind::broadcast);
+  CHECK(kept.calls.front().outcome == flight_call::state::running);
+  CHECK(kept.calls_dropped == 3);
+  fr.leave(stuck, true);
+  CHECK(fr.snapshot("later").calls.size() == net::flight_recorder::capacity);
+  const auto old = fr.enter(call(0, net::op_kind::barrier, flight_call::state::running, 0, {0, 1}, 0));
+  fr.clear();
+  const auto fresh = fr.enter(call(0, net::op_kind::barrier, flight_call::state::running, 0, {0, 1}, 0));
+  fr.leave(old, true);
+  auto after = fr.snapshot("new run");
+  REQUIRE(after.calls.size() == 1);
+  CHECK(after.calls[0].outcome == flight_call::state::running); // the earlier run's leave did not end it
+  fr.leave(fresh, true);
+
   // A failure's capture and a signal's request wait for the trace writer, then are gone.
   fr.capture("watchdog");
   net::request_flight_dump("SIGUSR1");
@@ -199,8 +221,55 @@ TEST_CASE("trace hang: different collectives at one call, everyone stuck, a rank
                                rank_input(1, {0, 1}, 2, true, net::op_kind::broadcast)};
     const auto report = analyse_hang(in);
     CHECK(report.verdict ==
-          "the ranks issued different collectives as call #2 on channel 1: rank 0 issued allgather, rank 1 issued "
-          "broadcast");
+          "the ranks issued different collectives as call #2 on channel 1: rank 0 issued allgather of 100 f32, rank 1 "
+          "issued broadcast of 100 f32");
+  }
+  SUBCASE("ranks issued the same collective with different counts") {
+    auto a = rank_input(0, {0, 1}, 2, true), b = rank_input(1, {0, 1}, 2, true);
+    b.record.calls.back().count = 99;
+    const auto report = analyse_hang({a, b});
+    CHECK(report.verdict.find("rank 0 issued allreduce (ring) of 100 f32, rank 1 issued allreduce (ring) of 99 f32") !=
+          std::string::npos);
+  }
+  SUBCASE("a rank lost (no record) while the other waits for it") {
+    std::vector<hang_input> in{rank_input(0, {0, 1}, 2, true)};
+    const auto report = analyse_hang(in);
+    REQUIRE(report.findings.size() == 1);
+    CHECK(report.findings[0].culprits == std::vector<std::int32_t>{1});
+    CHECK(report.verdict.find("rank 1 wrote no flight record (lost, or killed before it could); rank 0 waited up to") ==
+          0);
+  }
+  SUBCASE("a rank missing from one call because it waits in another is a victim, not the cause") {
+    // Ranks 0..3: 2 and 3 wait in the hooks' call #5 (channel 0) for 0 and 1; 0 waits in
+    // the reducer's #3 (channel 1, ranks 0 and 1) for rank 1, which is in no call.
+    std::vector<hang_input> in;
+    for (int r = 0; r < 4; ++r) {
+      hang_input h = rank_input(r, {0, 1}, 0, false);
+      for (std::uint64_t s = 0; s < 5; ++s)
+        h.record.calls.push_back(call(s, net::op_kind::allgather, flight_call::state::done, r, {0, 1, 2, 3}, 0));
+      if (r >= 2) {
+        h.record.calls.push_back(call(5, net::op_kind::allgather, flight_call::state::running, r, {0, 1, 2, 3}, 0));
+        h.record.calls.back().start_ns = 1'000'000'000ull; // the longest wait: 99 s
+      }
+      if (r <= 1)
+        for (std::uint64_t s = 0; s < 3; ++s)
+          h.record.calls.push_back(call(s, net::op_kind::allreduce_ring, flight_call::state::done, r, {0, 1}, 1));
+      if (r == 0) h.record.calls.push_back(call(3, net::op_kind::allreduce_ring, flight_call::state::running, 0, {0, 1}, 1));
+      in.push_back(std::move(h));
+    }
+    const auto report = analyse_hang(in);
+    REQUIRE(report.findings.size() == 2);
+    CHECK(report.findings[0].channel == 1); // the end of the chain, though its wait is shorter
+    CHECK(report.findings[0].culprits == std::vector<std::int32_t>{1});
+    CHECK(report.verdict.find("rank 1 never entered allreduce (ring) #3 on channel 1") == 0);
+    // The hooks' call names rank 1 too (rank 0 only as a victim, waiting in the reducer's call).
+    CHECK(report.findings[1].culprits == std::vector<std::int32_t>{1});
+    CHECK(report.findings[1].victims == std::vector<std::int32_t>{0});
+    CHECK(report.findings[1].verdict.find("rank 1 never entered allgather #5 on channel 0") == 0);
+    CHECK(report.findings[1].verdict.find("(rank 0 did not enter it either, waiting in another call)") !=
+          std::string::npos);
+    CHECK(actors::format_hang(report).find("rank 0 never entered #5: it is itself waiting in allreduce (ring) #3 (400 "
+                                           "bytes of f32) on channel 1") != std::string::npos);
   }
   SUBCASE("every rank entered, none got out") {
     std::vector<hang_input> in{rank_input(0, {0, 1}, 2, true), rank_input(1, {0, 1}, 2, true)};
@@ -241,7 +310,9 @@ TEST_CASE("trace hang: different collectives at one call, everyone stuck, a rank
     b.record.edges.push_back(got);
     const auto report = analyse_hang({a, b});
     REQUIRE(report.edges.size() == 1);
-    CHECK(report.edges[0].line == "edge 2 rank 0 -> rank 1: 5 sent, 4 received: 1 in flight or lost");
+    CHECK(report.edges[0].line.find("edge 2 rank 0 -> rank 1: 5 sent (the last of step 0 micro-batch 0), 4 received") ==
+          0);
+    CHECK(report.edges[0].line.find(": 1 in flight or lost") != std::string::npos);
     CHECK(report.verdict.find("a pipeline edge has messages in flight") != std::string::npos);
   }
 }

@@ -7,9 +7,11 @@
 #   1. 2 processes, rank 1 stalls: the watchdog (5 s) stops the job; the records come from
 #      the failure (each process captures its collectives before it aborts the group).
 #   2. 3 processes, rank 2 skips the call and goes on to the next one.
-#   3. 2 processes, rank 0 stalls, no watchdog in reach: SIGUSR1 to each rank writes its
-#      record while the job hangs (`trace hang --last` reads the latest); then Ctrl-C twice
-#      ends it.
+#   3. 2 processes, rank 0 stalls, no watchdog in reach: SIGUSR1 to the launcher makes each
+#      rank write its record while the job hangs (`trace hang --last` reads the latest); then
+#      Ctrl-C twice ends it.
+#   4. 2 processes, rank 1 stalls and is then killed (kill -9: no record of its own): rank 0
+#      records the loss, and the report names rank 1 and the call rank 0 waited in.
 # Usage: trace_hang.sh PATH/TO/dsactor
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
@@ -55,49 +57,79 @@ grep -q "^    rank 2 never entered #3: it skipped it and went on to allreduce .*
   { cat "$work/hang"; fail "rank 2's line should say it went on to #4"; }
 echo "ok: 3 processes, rank 2 skipped allreduce #3: the report names it"
 
-# 3. SIGUSR1 while the job hangs (the watchdog is far away).
+# ask_until_named PID RECORDS RUN PATTERN: SIGUSR1 to PID (the launcher, which passes it on
+# to each rank, or one rank) until `trace hang --last` gives a verdict matching PATTERN, each
+# try waiting for RECORDS more "flight record written" lines (each rank writes a record and
+# runs on): one rank may still be on its way into the call when the other stalls. Within
+# 60 tries.
+ask_until_named() {
+  local attempt
+  for attempt in $(seq 60); do
+    kill -USR1 "$1"
+    for _ in $(seq 1200); do # each rank's trace writer writes within its 1 s interval
+      [[ $(grep -c "flight record written" "$work/err") -ge $(($2 * attempt)) ]] && break
+      sleep 0.05
+    done
+    [[ $(grep -c "flight record written" "$work/err") -ge $(($2 * attempt)) ]] ||
+      fail "each rank asked should write a flight record on SIGUSR1"
+    "$dsactor" trace hang "$3" --last >"$work/hang" 2>&1 || { cat "$work/hang"; fail "dsactor trace hang --last"; }
+    grep -q "$4" "$work/hang" && return 0
+  done
+  cat "$work/hang"
+  fail "the SIGUSR1 records should match '$4'"
+}
+
+# wait_for_line PATTERN: the job's stderr shows PATTERN within 60 s.
+wait_for_line() {
+  for _ in $(seq 1200); do
+    grep -q "$1" "$work/err" && return 0
+    sleep 0.05
+  done
+  fail "no '$1' in the job's output within 60 s"
+}
+
+# 3. SIGUSR1 while the job hangs (the watchdog is far away), sent to the launcher.
 DSA_TEST_COLLECTIVE_FAULT=stall:0:1:3 "$dsactor" launch --num_procs 2 "$work/pre.toml" \
   --set "run_dir=\"$work/usr1\"" --set watchdog_seconds=600 >"$work/out" 2>"$work/err" &
 launcher_pid=$!
-for _ in $(seq 1200); do # the stall's log line: rank 0 is in it (60 s at most)
-  grep -q "DSA_TEST_COLLECTIVE_FAULT: world rank 0 stalls" "$work/err" && break
-  sleep 0.05
-done
-grep -q "DSA_TEST_COLLECTIVE_FAULT: world rank 0 stalls" "$work/err" || fail "rank 0 did not reach the stall"
-# Rank 1 may still be on its way into the call when rank 0 stalls: ask again (each SIGUSR1
-# adds a record) until the last records show it waiting, within 60 s.
-named=
-for attempt in $(seq 60); do
-  for r in 0 1; do
-    pid=$(rank_pid "$launcher_pid" "$r")
-    [[ -n $pid ]] || fail "rank $r's process not found"
-    kill -USR1 "$pid"
-  done
-  for _ in $(seq 1200); do # each rank's trace writer writes within its 1 s interval
-    [[ $(grep -c "flight record written" "$work/err") -ge $((2 * attempt)) ]] && break
-    sleep 0.05
-  done
-  [[ $(grep -c "flight record written" "$work/err") -ge $((2 * attempt)) ]] ||
-    fail "both ranks should write a flight record on SIGUSR1"
-  "$dsactor" trace hang "$work/usr1" --last >"$work/hang" 2>&1 || { cat "$work/hang"; fail "dsactor trace hang --last"; }
-  if grep -q "^verdict: rank 0 never entered allreduce" "$work/hang"; then named=1; break; fi
-done
-[[ -n $named ]] || { cat "$work/hang"; fail "the SIGUSR1 records should name rank 0"; }
+wait_for_line "DSA_TEST_COLLECTIVE_FAULT: world rank 0 stalls"
+ask_until_named "$launcher_pid" 2 "$work/usr1" "^verdict: rank 0 never entered allreduce"
+grep -q "SIGUSR1: passed on to 2 rank(s) of this host" "$work/err" || fail "the launcher should say it passed SIGUSR1 on"
+grep -q "^verdict: rank 0 never entered allreduce .* #3 on channel 1 .*; rank 1 waited" "$work/hang" ||
+  { cat "$work/hang"; fail "the verdict should name rank 0, call #3 and rank 1 waiting"; }
+grep -q "^  rank 1: SIGUSR1 " "$work/hang" || { cat "$work/hang"; fail "rank 1's record should say SIGUSR1"; }
 # Ctrl-C: the ranks would stop after the step, which never ends; a second one ends them at
 # once. The second only once the launcher has taken the first (two signals sent at once
 # arrive as one).
 kill -INT "$launcher_pid"
-for _ in $(seq 1200); do
-  grep -q "SIGINT: passing it on" "$work/err" && break
-  sleep 0.05
-done
-grep -q "SIGINT: passing it on" "$work/err" || fail "the launcher did not pass the first SIGINT on"
+wait_for_line "SIGINT: passing it on"
 kill -INT "$launcher_pid"
 rc=0
 wait "$launcher_pid" || rc=$?
 launcher_pid=
 [[ $rc -ne 0 ]] || fail "the interrupted job should end non-zero"
-grep -q "^verdict: rank 0 never entered allreduce .* #3 on channel 1 .*; rank 1 waited" "$work/hang" ||
-  { cat "$work/hang"; fail "the verdict should name rank 0, call #3 and rank 1 waiting"; }
-grep -q "^  rank 1: SIGUSR1 " "$work/hang" || { cat "$work/hang"; fail "rank 1's record should say SIGUSR1"; }
-echo "ok: SIGUSR1 while 2 processes hang: each wrote a record, the report names rank 0"
+echo "ok: SIGUSR1 to the launcher while 2 processes hang: each rank wrote a record, the report names rank 0"
+
+# 4. A lost peer: rank 1 stalls, and once rank 0's records show it waiting in the call
+#    (SIGUSR1 to rank 0 alone), rank 1 is killed (kill -9: it never writes a record); rank 0
+#    learns of the loss, records what it was in and stops.
+DSA_TEST_COLLECTIVE_FAULT=stall:1:1:3 "$dsactor" launch --num_procs 2 "$work/pre.toml" \
+  --set "run_dir=\"$work/lost\"" --set watchdog_seconds=600 >"$work/out" 2>"$work/err" &
+launcher_pid=$!
+wait_for_line "DSA_TEST_COLLECTIVE_FAULT: world rank 1 stalls"
+rank0=$(rank_pid "$launcher_pid" 0)
+victim=$(rank_pid "$launcher_pid" 1)
+[[ -n $rank0 && -n $victim ]] || fail "the ranks' processes not found"
+lost_verdict="^verdict: rank 1 wrote no flight record (lost, or killed before it could); rank 0 waited up to .* in allreduce .* #3 on channel 1"
+ask_until_named "$rank0" 1 "$work/lost" "$lost_verdict"
+kill -9 "$victim"
+rc=0
+wait "$launcher_pid" || rc=$?
+launcher_pid=
+[[ $rc -ne 0 ]] || fail "a job that lost a rank should end non-zero"
+[[ ! -s $work/lost/trace.rank1.dsat ]] || ! "$dsactor" trace hang "$work/lost/trace.rank1.dsat" >/dev/null 2>&1 ||
+  fail "rank 1 was killed before any record: its trace should hold none"
+"$dsactor" trace hang "$work/lost" --last >"$work/hang" 2>&1 || { cat "$work/hang"; fail "dsactor trace hang --last"; }
+grep -q "$lost_verdict" "$work/hang" || { cat "$work/hang"; fail "the verdict should name the lost rank 1 and the call rank 0 waited in"; }
+grep -q "lost (its connection closed without a leave)" "$work/err" || fail "rank 0 should have been told of the loss"
+echo "ok: rank 1 killed while rank 0 waited for it: the report names rank 1 and allreduce #3"

@@ -106,7 +106,7 @@ public:
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD})
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1})
       ::sigaction(sig, &sa, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
   }
@@ -121,7 +121,7 @@ public:
         while (::waitpid(c.pid, &st, 0) < 0 && errno == EINTR) {
         }
       }
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD})
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1})
       std::signal(sig, SIG_DFL);
     g_wake_write = -1;
   }
@@ -140,6 +140,7 @@ public:
 private:
   void handle_wake();
   void on_user_signal(int sig);
+  void pass_flight_request();
   void reap(const std::function<void(int, const std::string&)>& on_end);
   void begin_stop(const std::string& why, int culprit);
   void signal_rank(child& c, int sig);
@@ -314,6 +315,8 @@ void process_group::impl::handle_wake() {
     for (ssize_t i = 0; i < n; ++i)
       if (buf[i] == SIGINT || buf[i] == SIGTERM || buf[i] == SIGHUP)
         on_user_signal(buf[i]);
+      else if (buf[i] == SIGUSR1)
+        pass_flight_request();
   std::vector<std::pair<std::string, int>> failures;
   {
     std::lock_guard<std::mutex> lock(failures_mutex_);
@@ -328,6 +331,25 @@ void process_group::impl::handle_wake() {
       first_failure_ = why;
     begin_stop(why, rank);
   }
+}
+
+// SIGUSR1: each local rank writes a flight record into its trace (dsactor trace hang) and
+// runs on. Ranks on other hosts are not reached: signal their processes there.
+void process_group::impl::pass_flight_request() {
+  int local = 0, remote = 0;
+  for (auto& c : children_) {
+    if (!c.running) continue;
+    if (c.host.empty() || c.host == "localhost") {
+      signal_rank(c, SIGUSR1);
+      ++local;
+    } else {
+      ++remote;
+    }
+  }
+  say(fmt::format("SIGUSR1: passed on to {} rank(s) of this host for a flight record each{}", local,
+                  remote ? fmt::format(" ({} rank(s) on other hosts not reached: kill -USR1 their processes there)",
+                                       remote)
+                         : ""));
 }
 
 void process_group::impl::on_user_signal(int sig) {

@@ -43,6 +43,21 @@ struct member_calls {
   std::map<std::uint64_t, const flight_call*> by_seq;
 };
 
+// What a call's ranks must agree on: kind, dtype and count.
+std::string call_signature(const flight_call& c) {
+  return fmt::format("{} of {} {}", net::op_kind_name(c.kind), c.count, dtype_name(c.type));
+}
+
+// The call rank r is waiting in outside (channel, group), if any: r is then a victim there.
+const flight_call* waiting_elsewhere(const hang_input& in, std::uint32_t channel, const std::vector<std::int32_t>& group) {
+  const flight_call* found = nullptr;
+  for (const auto& c : in.record.calls)
+    if (c.outcome != flight_call::state::done && !(c.channel == channel && c.group == group) &&
+        (!found || c.start_ns < found->start_ns))
+      found = &c;
+  return found;
+}
+
 // The first call of one group that some member did not finish, if any.
 std::optional<hang_finding> diverged(std::uint32_t channel, const std::vector<std::int32_t>& group,
                                      const std::map<std::int32_t, member_calls>& members) {
@@ -79,7 +94,7 @@ std::optional<hang_finding> diverged(std::uint32_t channel, const std::vector<st
     for (std::int32_t r : present) {
       const auto& m = members.at(r);
       const flight_call& c = *m.by_seq.at(s);
-      kinds.insert(net::op_kind_name(c.kind));
+      kinds.insert(call_signature(c));
       if (f.op.empty()) {
         f.op = net::op_kind_name(c.kind);
         f.bytes = c.bytes;
@@ -91,8 +106,18 @@ std::optional<hang_finding> diverged(std::uint32_t channel, const std::vector<st
                                                                   : "is still waiting in it after";
       f.lines.push_back(fmt::format("rank {} entered {} and {} {:.2f} s", r, call_name(c), how, w));
     }
+    std::vector<std::int32_t> free_absent; // absent ranks that wait in no other call
     for (std::int32_t r : absent) {
       const auto& m = members.at(r);
+      if (const flight_call* other = waiting_elsewhere(*m.in, channel, group)) {
+        f.victims.push_back(r);
+        f.lines.push_back(fmt::format("rank {} never entered #{}: it is itself waiting in {} on channel {} ({}) "
+                                      "for {:.2f} s",
+                                      r, s, call_name(*other), other->channel, channel_role(other->channel),
+                                      waited(*other, m.in->record.at_ns)));
+        continue;
+      }
+      free_absent.push_back(r);
       auto later = m.by_seq.upper_bound(s);
       if (later != m.by_seq.end())
         f.lines.push_back(fmt::format("rank {} never entered #{}: it skipped it and went on to {}", r, s,
@@ -105,19 +130,33 @@ std::optional<hang_finding> diverged(std::uint32_t channel, const std::vector<st
       else
         f.lines.push_back(fmt::format("rank {} never entered #{}: it made no call in this group", r, s));
     }
+    std::vector<std::int32_t> unrecorded; // members that wrote no record: lost, or killed first
+    for (std::int32_t r : group)
+      if (!members.count(r)) unrecorded.push_back(r);
     const std::string where = fmt::format("{} #{} on channel {} ({}, world {})", f.op.empty() ? "collective" : f.op, s,
                                           channel, channel_role(channel), rank_list(group));
     if (!absent.empty()) {
-      f.culprits = absent;
-      f.verdict = fmt::format("{} never entered {}; {} waited up to {:.2f} s in it", rank_list(absent), where,
-                              present.empty() ? "no rank" : rank_list(present), f.waited_s);
+      f.root = !free_absent.empty();
+      f.culprits = f.root ? free_absent : absent;
+      f.verdict = fmt::format("{} never entered {}; {} waited up to {:.2f} s in it{}", rank_list(f.culprits), where,
+                              present.empty() ? "no rank" : rank_list(present), f.waited_s,
+                              f.root && !f.victims.empty()
+                                  ? fmt::format(" ({} did not enter it either, waiting in another call)",
+                                                rank_list(f.victims))
+                                  : "");
     } else if (kinds.size() > 1) {
       f.culprits = present;
       std::string issued;
       for (std::int32_t r : present)
         issued += fmt::format("{}rank {} issued {}", issued.empty() ? "" : ", ", r,
-                              net::op_kind_name(members.at(r).by_seq.at(s)->kind));
+                              call_signature(*members.at(r).by_seq.at(s)));
       f.verdict = fmt::format("the ranks issued different collectives as call #{} on channel {}: {}", s, channel, issued);
+    } else if (!unrecorded.empty()) {
+      f.culprits = unrecorded;
+      f.verdict = fmt::format("{} wrote no flight record (lost, or killed before it could); {} waited up to {:.2f} s "
+                              "for {} in {}",
+                              rank_list(unrecorded), rank_list(present), f.waited_s,
+                              unrecorded.size() == 1 ? "it" : "them", where);
     } else {
       std::vector<std::int32_t> waiting;
       for (std::int32_t r : present)
@@ -202,8 +241,13 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
       report.findings.push_back(std::move(*f));
     }
   }
-  std::stable_sort(report.findings.begin(), report.findings.end(),
-                   [](const hang_finding& a, const hang_finding& b) { return a.waited_s > b.waited_s; });
+  // Where a chain of waits ends first (a culprit waiting in nothing else),
+  // Fewest victims among them (the cleanest view of the cause), then the longest wait.
+  std::stable_sort(report.findings.begin(), report.findings.end(), [](const hang_finding& a, const hang_finding& b) {
+    if (a.root != b.root) return a.root;
+    if (a.victims.size() != b.victims.size()) return a.victims.size() < b.victims.size();
+    return a.waited_s > b.waited_s;
+  });
   // Pipeline edges: what each side counted.
   std::map<std::tuple<std::uint32_t, std::int32_t, std::int32_t>, hang_edge> edges;
   for (const auto& in : inputs)
@@ -211,10 +255,12 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
       if (e.sent > 0) {
         auto& h = edges[{e.edge, in.rank, e.peer}];
         h.edge = e.edge, h.from = in.rank, h.to = e.peer, h.sent = e.sent, h.sender_recorded = true;
+        h.last_sent_step = e.last_sent_step, h.last_sent_micro = e.last_sent_micro;
       }
       if (e.received > 0) {
         auto& h = edges[{e.edge, e.peer, in.rank}];
         h.edge = e.edge, h.from = e.peer, h.to = in.rank, h.received = e.received, h.receiver_recorded = true;
+        h.last_received_step = e.last_received_step, h.last_received_micro = e.last_received_micro;
       }
     }
   for (auto& [key, h] : edges) {
@@ -225,8 +271,11 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
     else if (h.sent == h.received)
       h.line = fmt::format("edge {} rank {} -> rank {}: {} sent, all received", h.edge, h.from, h.to, h.sent);
     else
-      h.line = fmt::format("edge {} rank {} -> rank {}: {} sent, {} received: {} in flight or lost", h.edge, h.from,
-                           h.to, h.sent, h.received, h.sent > h.received ? h.sent - h.received : 0);
+      h.line = fmt::format("edge {} rank {} -> rank {}: {} sent (the last of step {} micro-batch {}), {} received (the "
+                           "last of step {} micro-batch {}): {} in flight or lost, as far as records taken at "
+                           "different moments tell",
+                           h.edge, h.from, h.to, h.sent, h.last_sent_step, h.last_sent_micro, h.received,
+                           h.last_received_step, h.last_received_micro, h.sent > h.received ? h.sent - h.received : 0);
     report.edges.push_back(h);
   }
   if (!report.findings.empty())

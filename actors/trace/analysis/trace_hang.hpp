@@ -36,6 +36,10 @@ struct hang_finding {
   std::string op;                  // its kind, as the ranks that entered it name it
   std::int64_t bytes = 0;
   std::vector<std::int32_t> culprits; // ranks that never entered it, or disagree about it
+  // Whether some culprit is not itself waiting in another group's call: where a chain of
+  // waits ends (the verdict prefers such a finding to one whose culprits are victims).
+  bool root = true;
+  std::vector<std::int32_t> victims; // ranks that never entered it because they wait in another call
   double waited_s = 0; // the longest any member waited in it
   std::vector<std::string> lines; // per member: what it did there
   std::string verdict; // one sentence naming the rank(s) and the operation
@@ -45,6 +49,7 @@ struct hang_edge {
   std::uint32_t edge = 0;
   std::int32_t from = 0, to = 0; // world ranks
   std::uint64_t sent = 0, received = 0;
+  std::uint32_t last_sent_step = 0, last_sent_micro = 0, last_received_step = 0, last_received_micro = 0;
   bool sender_recorded = false, receiver_recorded = false;
   std::string line;
 };

@@ -4,6 +4,7 @@
 #include "io/net/flight_recorder.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <unistd.h>
 
@@ -14,17 +15,21 @@ std::atomic<bool> g_requested{false}; // request_stop(): not a signal, so a late
 
 void on_signal(int sig) {
   if (g_signals.fetch_add(1) > 0) _exit(128 + sig);
+  const int saved = errno;
   net::request_flight_dump(sig == SIGINT ? "SIGINT" : "SIGTERM"); // the trace writer's thread writes it
   const char msg[] = "\ndsactor: stopping after the current step (checkpoint follows); signal again to abort\n";
   ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)ignored;
+  errno = saved;
 }
 // SIGUSR1: a flight record into the trace now, and the run goes on (dsactor trace hang).
 void on_flight_signal(int) {
+  const int saved = errno;
   net::request_flight_dump("SIGUSR1");
   const char msg[] = "\ndsactor: SIGUSR1: writing a flight record into the trace (dsactor trace hang RUN)\n";
   ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)ignored;
+  errno = saved;
 }
 
 } // namespace
