@@ -115,6 +115,8 @@ po::options_description launch_options() {
       "hosts that still answer (not with --nnodes, mpirun or slurm)")(
       "min_procs", po::value<int>()->default_value(1), "with --max_restarts: restart only on at least this many "
       "processes")(
+      "max_procs", po::value<int>()->default_value(0), "with --max_restarts: start at most this many processes at a "
+      "restart (default: the job's own count); a host of the list lost earlier that answers again rejoins")(
       "launcher_args", po::value<std::string>()->default_value(""),
       "extra arguments for mpirun or srun, split at spaces (e.g. \"--mca oob_tcp_if_include eth1\")");
   return opts;
@@ -419,6 +421,10 @@ int cmd_launch(int argc, char** argv) {
     return fail("--grace must be >= 0 and --heartbeat_timeout within 0.001..86400 seconds");
   const int max_restarts = vm["max_restarts"].as<int>();
   if (max_restarts < 0) return fail("--max_restarts must be >= 0");
+  if (vm["max_procs"].as<int>() < 0 ||
+      (vm["max_procs"].as<int>() > 0 && vm["max_procs"].as<int>() < std::max(1, vm["min_procs"].as<int>())))
+    return fail(fmt::format("--max_procs {} must be at least --min_procs {} (or 0: the job's own count)",
+                            vm["max_procs"].as<int>(), vm["min_procs"].as<int>()));
   if (max_restarts > 0 && layout.cluster)
     return fail("--max_restarts with --launcher " + vm["launcher"].as<std::string>() +
                 ": restarts are the cluster launcher's business (mpirun's or Slurm's own options)");
@@ -443,7 +449,8 @@ int cmd_launch(int argc, char** argv) {
     return start(end);
   }
   const restart_hosts hosts{layout.listed ? &layout.hosts : nullptr, remote.ssh, &remote.remote};
-  return run_attempts(request, max_restarts, vm["min_procs"].as<int>(), !args.general, hosts, start);
+  return run_attempts(request, max_restarts, vm["min_procs"].as<int>(), vm["max_procs"].as<int>(), !args.general, hosts,
+                      start);
 }
 
 } // namespace dsa::tools

@@ -16,6 +16,8 @@
 #   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host;
 #   6. (before 5) with --max_restarts, host 1's link cut mid-run: the job restarts on host 0
 #      alone and ends with the parameters of its checkpoint resumed there by hand.
+#   7. (before 5) with --max_restarts 2, host 1 cut at the first restart and back for the
+#      second: it rejoins (--max_procs).
 # Skips (exit 77) where namespaces cannot be made. Usage: multihost.sh PATH/TO/dsactor
 here=$(dirname "${BASH_SOURCE[0]}")
 # shellcheck source=common.sh
@@ -301,6 +303,45 @@ cmp "$work/elastic/checkpoints/step_00000006/model.safetensors" "$work/byhand/ch
   fail "the elastic restart's parameters differ from the resume by hand"
 no_ranks_left || fail "ranks still running after the elastic job: $(leftovers "$work/elastic")"
 echo "ok: host 1 cut mid-run, the job restarted on host 0's 2 ranks from $resumed in $job_s s, as the resume by hand"
+
+# 7. A host lost at one restart rejoins at the next (--max_procs: the job's own 4 by
+#    default). Attempt 0 on 4 ranks: rank 0 holds after step 3 and host 1's link is cut:
+#    restart 1 on host 0's 2 ranks, from step 2. There process 1 holds after step 5 while
+#    host 1's link comes back, then kills itself (DSA_TEST_KILL_ONCE): restart 2 finds host 1
+#    answering again and starts 4 ranks from step 4's checkpoint, and the job finishes.
+(cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts --mount -- env PATH="$work/hosts/bin:$PATH" \
+  DSA_TEST_WAIT_ONCE="$work/r0:0:2,$work/r1:1:4" DSA_TEST_KILL_ONCE="$work/k1:1:4" "$dsactor" launch \
+  --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 --grace 2 --max_restarts 2 --min_procs 2 "$work/pre.toml" \
+  --set "run_dir=\"$work/rejoin\"" --set train_steps=6) >"$work/out" 2>"$work/err" &
+launcher_pid=$!
+# hold_reached MARKER WHAT: the job's process created MARKER (it holds) within 60 s.
+hold_reached() {
+  local waited=0
+  until [[ -e $1 ]]; do
+    kill -0 "$launcher_pid" 2>/dev/null || { tail -20 "$work/err"; fail "the job ended before $2"; }
+    (( ++waited > 1200 )) && fail "$2 did not happen within 60 s"
+    sleep 0.05
+  done
+}
+hold_reached "$work/r0" "rank 0's hold after step 3"
+since=$(date +%s)
+cut_host 1
+touch "$work/r0.go"
+hold_reached "$work/r1" "process 1's hold after step 5 of the restarted job"
+uncut_host 1
+touch "$work/r1.go"
+wait_job "$since"
+[[ $job_rc -eq 0 ]] || { tail -20 "$work/err"; fail "the job with a rejoining host failed ($job_rc)"; }
+grep -q "restart 1 of 2: .*; 4 process(es) on 2 host(s) before, 2 process(es) on 1 host(s) after ($h1 did not answer)" \
+  "$work/err" || { grep "dsactor launch" "$work/err"; fail "restart 1 on host 0 alone"; }
+grep -q "restart 2 of 2: .*; 2 process(es) on 1 host(s) before, 4 process(es) on 2 host(s) after ($h1 rejoined)" \
+  "$work/err" || { grep "dsactor launch" "$work/err"; fail "restart 2 with host 1 back"; }
+grep -q "the job finished after 2 restart(s)" "$work/err" || fail "the launcher did not count 2 restarts"
+grep "resumed from" "$work/rejoin/train.log" | tail -1 | grep -q "step_00000004" ||
+  fail "the second restart did not resume from step 4's checkpoint"
+[[ -s $work/rejoin/checkpoints/step_00000006/model.safetensors ]] || fail "the rejoined job did not reach step 6"
+no_ranks_left || fail "ranks still running after the rejoined job: $(leftovers "$work/rejoin")"
+echo "ok: host 1 lost at restart 1 rejoined at restart 2; the job finished on 4 ranks again"
 
 # 5. (last: the host stays cut off) Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1.
 start_long_job "$work/cut"

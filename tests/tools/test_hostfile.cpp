@@ -87,4 +87,34 @@ TEST_CASE("hostfile: unknown hosts and slots, malformed specs and exclusive flag
         "error: --include/--exclude cannot be combined with --num_nodes or --num_gpus");
 }
 
+TEST_CASE("a restart takes the hosts that answer, up to --max_procs, and a lost host rejoins") {
+  const std::vector<host_slots> original{{"a", {0, 1}}, {"b", {0, 1}}, {"c", {0, 1}}};
+  auto names = [](const restart_choice& c) {
+    std::string out;
+    for (const auto& h : c.hosts) out += fmt::format("{}:{} ", h.host, h.slots.size());
+    return out;
+  };
+  // b lost: a and c, 4 processes.
+  auto first = choose_restart_hosts(original, {true, false, true}, original, 6);
+  CHECK(names(first) == "a:2 c:2 ");
+  CHECK(first.procs == 4);
+  CHECK(first.dropped == "b");
+  CHECK(first.rejoined.empty());
+  // b answers again at the next restart: it rejoins, in list order.
+  auto second = choose_restart_hosts(original, {true, true, true}, first.hosts, 6);
+  CHECK(names(second) == "a:2 b:2 c:2 ");
+  CHECK(second.rejoined == "b");
+  CHECK(second.dropped.empty());
+  // --max_procs 3: the hosts in list order, the last one's first slot only.
+  auto capped = choose_restart_hosts(original, {true, true, true}, first.hosts, 3);
+  CHECK(names(capped) == "a:2 b:1 ");
+  CHECK(capped.procs == 3);
+  CHECK(capped.hosts[1].slots == std::vector<int>{0});
+  // Nothing answers: no hosts, every one dropped.
+  auto none = choose_restart_hosts(original, {false, false, false}, original, 6);
+  CHECK(none.hosts.empty());
+  CHECK(none.procs == 0);
+  CHECK(none.dropped == "a, b, c");
+}
+
 } // namespace dsa::tools

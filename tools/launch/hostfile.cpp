@@ -135,4 +135,27 @@ expected<std::vector<host_slots>> select_hosts(const std::vector<host_entry>& ho
   return out;
 }
 
+restart_choice choose_restart_hosts(const std::vector<host_slots>& original, const std::vector<bool>& answered,
+                                    const std::vector<host_slots>& previous, int max_procs) {
+  restart_choice c;
+  auto add = [](std::string& list, const std::string& host) { list += (list.empty() ? "" : ", ") + host; };
+  for (std::size_t i = 0; i < original.size(); ++i) {
+    const auto& h = original[i];
+    if (i >= answered.size() || !answered[i]) {
+      add(c.dropped, h.host);
+      continue;
+    }
+    const int room = max_procs - c.procs;
+    if (room <= 0) continue;
+    host_slots taken{h.host, {}};
+    for (int slot : h.slots)
+      if (static_cast<int>(taken.slots.size()) < room) taken.slots.push_back(slot);
+    c.procs += static_cast<int>(taken.slots.size());
+    const bool before = std::any_of(previous.begin(), previous.end(), [&](const host_slots& p) { return p.host == h.host; });
+    if (!before) add(c.rejoined, h.host);
+    c.hosts.push_back(std::move(taken));
+  }
+  return c;
+}
+
 } // namespace dsa::tools

@@ -39,4 +39,16 @@ struct host_slots {
 // spec; a count below 1; nothing left.
 expected<std::vector<host_slots>> select_hosts(const std::vector<host_entry>& hosts, const host_filter& filter);
 
+// A restart's hosts: of the original list, those that answer, in list order, their slots
+// up to `max_procs` processes in all (the last host taken may give only its first slots).
+// `dropped` names the hosts that did not answer, `rejoined` those that answer now and were
+// not in the previous attempt.
+struct restart_choice {
+  std::vector<host_slots> hosts;
+  int procs = 0;
+  std::string dropped, rejoined;
+};
+restart_choice choose_restart_hosts(const std::vector<host_slots>& original, const std::vector<bool>& answered,
+                                    const std::vector<host_slots>& previous, int max_procs);
+
 } // namespace dsa::tools

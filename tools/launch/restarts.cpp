@@ -19,31 +19,30 @@ std::string describe_hosts(const restart_hosts& h, int procs) {
                  : fmt::format("{} process(es)", procs);
 }
 
-// Before a restart of a host-list job over ssh: keeps the hosts that still answer. Returns
-// the ones dropped ("" when all answer).
-std::string keep_answering_hosts(const restart_hosts& h, launch_request& request) {
-  if (!h.hosts || h.ssh.empty()) return {};
-  auto& hosts = *h.hosts;
-  const auto answered = hosts_answering(hosts, h.ssh, 5);
-  std::vector<host_slots> kept;
-  std::string dropped;
-  for (std::size_t i = 0; i < hosts.size(); ++i) {
-    if (answered[i]) kept.push_back(hosts[i]);
-    else dropped += (dropped.empty() ? "" : ", ") + hosts[i].host;
+// Before a restart of a host-list job over ssh: the original list's hosts that answer now,
+// up to max_procs processes (choose_restart_hosts). Fills the request's process count.
+restart_choice answering_hosts(const restart_hosts& h, const std::vector<host_slots>& original, int max_procs,
+                               launch_request& request) {
+  restart_choice c;
+  if (!h.hosts || h.ssh.empty()) {
+    c.procs = request.num_procs = std::min(request.num_procs, max_procs);
+    return c;
   }
-  hosts = std::move(kept);
-  request.num_procs = 0;
-  for (const auto& host : hosts) request.num_procs += static_cast<int>(host.slots.size());
+  c = choose_restart_hosts(original, hosts_answering(original, h.ssh, 5), *h.hosts, max_procs);
+  *h.hosts = c.hosts;
+  request.num_procs = c.procs;
   if (h.remote)
-    *h.remote = std::any_of(hosts.begin(), hosts.end(), [](const host_slots& x) { return x.host != "localhost"; });
-  return dropped;
+    *h.remote = std::any_of(c.hosts.begin(), c.hosts.end(), [](const host_slots& x) { return x.host != "localhost"; });
+  return c;
 }
 
 } // namespace
 
-int run_attempts(launch_request& request, int max_restarts, int min_procs, bool dsactor_run, restart_hosts hosts,
-                 const std::function<int(attempt_end&)>& start) {
+int run_attempts(launch_request& request, int max_restarts, int min_procs, int max_procs, bool dsactor_run,
+                 restart_hosts hosts, const std::function<int(attempt_end&)>& start) {
   const int port = request.master_port;
+  const std::vector<host_slots> original = hosts.hosts ? *hosts.hosts : std::vector<host_slots>{};
+  if (max_procs <= 0) max_procs = request.num_procs;
   for (int attempt = 0;; ++attempt) {
     attempt_end end;
     request.master_port = port; // 0: a fresh one from the OS each time
@@ -73,15 +72,18 @@ int run_attempts(launch_request& request, int max_restarts, int min_procs, bool 
         std::find(request.command.begin(), request.command.end(), "--resume-if-any") == request.command.end())
       request.command.push_back("--resume-if-any");
     const std::string before = describe_hosts(hosts, request.num_procs);
-    const std::string dropped = keep_answering_hosts(hosts, request);
+    const restart_choice chosen = answering_hosts(hosts, original, max_procs, request);
     if (request.num_procs < std::max(1, min_procs)) {
       fmt::print(stderr, "dsactor launch: {}; not restarting: {} of the hosts answer ({} did not), fewer than "
-                 "--min_procs {}\n", cause, describe_hosts(hosts, request.num_procs), dropped, min_procs);
+                 "--min_procs {}\n", cause, describe_hosts(hosts, request.num_procs), chosen.dropped, min_procs);
       return code;
     }
+    std::string changes;
+    if (!chosen.dropped.empty()) changes += chosen.dropped + " did not answer";
+    if (!chosen.rejoined.empty()) changes += (changes.empty() ? "" : "; ") + chosen.rejoined + " rejoined";
     fmt::print(stderr, "dsactor launch: restart {} of {}: {}; {} before, {} after{}; {}\n", attempt + 1,
                max_restarts, cause, before, describe_hosts(hosts, request.num_procs),
-               dropped.empty() ? "" : " (" + dropped + " did not answer)",
+               changes.empty() ? "" : " (" + changes + ")",
                dsactor_run ? "resuming from the latest committed checkpoint (rank 0 names its step)"
                            : "the program resumes by itself");
     std::fflush(stderr);

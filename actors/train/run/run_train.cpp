@@ -85,7 +85,7 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
   return ro;
 }
 
-// Test-only faults, each "MARKER:PROCESS:STEP" and each once: that process of a launched job,
+// Test-only faults, each "MARKER:PROCESS:STEP" (several joined by commas) and each once: that process of a launched job,
 // once step STEP's hooks ran and if MARKER does not exist yet (it is created first, so a
 // restarted job runs on), DSA_TEST_KILL_ONCE: kills itself (SIGKILL); DSA_TEST_WAIT_ONCE:
 // waits until the file MARKER.go exists (the test does something to the job meanwhile, a
@@ -97,14 +97,23 @@ struct test_fault {
   std::uint32_t step = 0;
 };
 
-std::optional<test_fault> test_fault_of(const char* name) {
+// The faults of `name` for `process`.
+std::vector<test_fault> test_faults_of(const char* name, int process) {
+  std::vector<test_fault> out;
   const char* spec = std::getenv(name);
-  if (!spec || !*spec) return std::nullopt;
-  const std::string s = spec;
-  const auto b = s.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : s.rfind(':', b - 1);
-  if (a == std::string::npos) throw std::runtime_error(fmt::format("{}: expected MARKER:PROCESS:STEP, got {}", name, s));
-  return test_fault{s.substr(0, a), std::stoi(s.substr(a + 1, b - a - 1)),
-                    static_cast<std::uint32_t>(std::stoul(s.substr(b + 1)))};
+  if (!spec || !*spec) return out;
+  const std::string all = spec;
+  for (std::size_t from = 0; from <= all.size();) {
+    const auto comma = std::min(all.find(',', from), all.size());
+    const std::string s = all.substr(from, comma - from);
+    from = comma + 1;
+    const auto b = s.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : s.rfind(':', b - 1);
+    if (a == std::string::npos) throw std::runtime_error(fmt::format("{}: expected MARKER:PROCESS:STEP, got {}", name, s));
+    test_fault f{s.substr(0, a), std::stoi(s.substr(a + 1, b - a - 1)),
+                 static_cast<std::uint32_t>(std::stoul(s.substr(b + 1)))};
+    if (f.process == process) out.push_back(std::move(f));
+  }
+  return out;
 }
 
 // Creates the marker; false when it exists (the fault fired before).
@@ -117,21 +126,21 @@ bool claim(const std::string& marker) {
 
 std::function<void(const actors::step_summary&)> with_test_fault(std::function<void(const actors::step_summary&)> hook,
                                                                  int process) {
-  auto kill = test_fault_of("DSA_TEST_KILL_ONCE"), wait = test_fault_of("DSA_TEST_WAIT_ONCE");
-  if (kill && kill->process != process) kill.reset();
-  if (wait && wait->process != process) wait.reset();
-  if (!kill && !wait) return hook;
-  return [hook = std::move(hook), kill, wait](const actors::step_summary& summary) {
+  auto kills = test_faults_of("DSA_TEST_KILL_ONCE", process), waits = test_faults_of("DSA_TEST_WAIT_ONCE", process);
+  if (kills.empty() && waits.empty()) return hook;
+  return [hook = std::move(hook), kills, waits](const actors::step_summary& summary) {
     if (hook) hook(summary);
-    if (wait && summary.step == wait->step && claim(wait->marker)) {
-      log_warn("DSA_TEST_WAIT_ONCE: waiting after step {} for {}.go", wait->step, wait->marker);
-      while (::access((wait->marker + ".go").c_str(), F_OK) != 0)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10)); // the test writes the file
-    }
-    if (kill && summary.step == kill->step && claim(kill->marker)) {
-      log_warn("DSA_TEST_KILL_ONCE: killing this process after step {}", kill->step);
-      ::raise(SIGKILL);
-    }
+    for (const auto& wait : waits)
+      if (summary.step == wait.step && claim(wait.marker)) {
+        log_warn("DSA_TEST_WAIT_ONCE: waiting after step {} for {}.go", wait.step, wait.marker);
+        while (::access((wait.marker + ".go").c_str(), F_OK) != 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10)); // the test writes the file
+      }
+    for (const auto& kill : kills)
+      if (summary.step == kill.step && claim(kill.marker)) {
+        log_warn("DSA_TEST_KILL_ONCE: killing this process after step {}", kill.step);
+        ::raise(SIGKILL);
+      }
   };
 }
 
