@@ -166,6 +166,18 @@ TEST_CASE("the trace writer writes flight frames and the reader returns them in 
   auto lasts = actors::hang_inputs(traces, true);
   REQUIRE(lasts.has_value());
   CHECK(lasts->at(0).record.reason == "captured");
+  // A file whose record does not decode is listed and left out, not silently dropped.
+  auto corrupt = traces[0];
+  corrupt.rank = 2;
+  corrupt.path = "trace.rank2.dsat";
+  corrupt.trace.flights = {"not a flight record"};
+  traces.push_back(corrupt);
+  auto mixed = actors::hang_inputs(traces);
+  REQUIRE(mixed.has_value());
+  REQUIRE(mixed->size() == 2);
+  const auto text = actors::format_hang(actors::analyse_hang(*mixed));
+  CHECK(text.find("rank 2: its flight record does not read (flight record: no flight record header") != std::string::npos);
+  traces.pop_back();
   traces[0].trace.flights.clear();
   auto none = actors::hang_inputs(traces);
   REQUIRE_FALSE(none.has_value());

@@ -189,6 +189,12 @@ expected<std::vector<hang_input>> hang_inputs(const std::vector<rank_trace>& tra
     auto record = net::decode_flight(last ? t.trace.flights.back() : t.trace.flights.front());
     if (!record) {
       problems.push_back(fmt::format("{}: {}", t.path, record.err().message));
+      hang_input bad;
+      bad.rank = static_cast<std::int32_t>(t.rank);
+      bad.path = t.path;
+      bad.records = t.trace.flights.size();
+      bad.problem = record.err().message;
+      out.push_back(std::move(bad));
       continue;
     }
     hang_input in;
@@ -199,7 +205,7 @@ expected<std::vector<hang_input>> hang_inputs(const std::vector<rank_trace>& tra
     in.record = std::move(*record);
     out.push_back(std::move(in));
   }
-  if (out.empty())
+  if (std::all_of(out.begin(), out.end(), [](const hang_input& in) { return !in.problem.empty(); }))
     return make_error(errc::not_found,
                       "no flight record in {} trace file(s){}: a process writes one on the watchdog, a lost peer, "
                       "SIGUSR1 or a stop signal (kill -USR1 PID while a run hangs)",
@@ -212,6 +218,11 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
   hang_report report;
   std::map<std::int32_t, const hang_input*> by_rank;
   for (const auto& in : inputs) {
+    if (!in.problem.empty()) {
+      report.records.push_back(fmt::format("rank {}: its flight record does not read ({}), in {}; left out", in.rank,
+                                           in.problem, in.path));
+      continue;
+    }
     by_rank[in.rank] = &in;
     report.records.push_back(fmt::format("rank {}: {} ({} call(s) held{}{}), in {}", in.rank,
                                          in.record.reason.empty() ? "no reason given" : in.record.reason,
@@ -226,7 +237,7 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
   // Collectives by group: (channel, world ranks).
   std::map<std::pair<std::uint32_t, std::vector<std::int32_t>>, std::map<std::int32_t, member_calls>> groups;
   for (const auto& in : inputs)
-    for (const auto& c : in.record.calls) {
+    for (const auto& c : in.record.calls) { // (a record that did not read has none)
       auto& m = groups[{c.channel, c.group}][in.rank];
       m.in = &in;
       m.by_seq[c.seq] = &c;
