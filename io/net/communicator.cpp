@@ -99,7 +99,9 @@ wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, st
   c.kind = kind;
   c.type = type;
   c.count = count;
-  c.bytes = count > 0 ? count * static_cast<std::int64_t>(dtype_size(type)) : 0;
+  // all_to_all's count is one block per rank: the call moves size() of them.
+  c.bytes = count > 0 ? count * static_cast<std::int64_t>(dtype_size(type)) * (kind == op_kind::all_to_all ? size() : 1)
+                      : 0;
   c.rank = rank();
   c.group = group_;
   flight_token_ = flight_recorder::instance().enter(std::move(c));

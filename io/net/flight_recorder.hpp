@@ -32,7 +32,7 @@ struct flight_call {
   op_kind kind = op_kind::barrier;
   dtype type = dtype::u8;
   std::int64_t count = 0;
-  std::int64_t bytes = 0;  // count x the dtype's size
+  std::int64_t bytes = 0;  // count x the dtype's size (all_to_all: x the group size, every block)
   std::int32_t rank = 0;   // this process's rank in the group
   std::vector<std::int32_t> group; // the group's world ranks, in group rank order
   std::uint64_t start_ns = 0, end_ns = 0;
