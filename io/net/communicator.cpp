@@ -103,8 +103,7 @@ wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, st
   c.bytes = count > 0 ? count * static_cast<std::int64_t>(dtype_size(type)) * (kind == op_kind::all_to_all ? size() : 1)
                       : 0;
   c.rank = rank();
-  c.group = group_;
-  flight_token_ = flight_recorder::instance().enter(std::move(c));
+  flight_token_ = flight_recorder::instance().enter(c, group_);
   in_flight_ = true;
   wire_header h;
   h.kind = kind;

@@ -1,6 +1,8 @@
 // The flight recorder for hangs; see flight_recorder.hpp.
 #include "io/net/flight_recorder.hpp"
 
+#include "core/byte_codec.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,40 +20,6 @@ constexpr std::uint32_t max_group = 1u << 20, max_items = 1u << 20;
 std::atomic<const char*> g_dump_request{nullptr};
 static_assert(std::atomic<const char*>::is_always_lock_free, "request_flight_dump must be async-signal-safe");
 
-class writer {
-public:
-  template <class T> void put(T v) {
-    char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    out.append(b, sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put(static_cast<std::uint32_t>(s.size()));
-    out += s;
-  }
-  std::string out;
-};
-
-class reader {
-public:
-  explicit reader(std::string_view d) : data(d) {}
-  template <class T> bool get(T& v) {
-    if (data.size() - pos < sizeof(T)) return false;
-    std::memcpy(&v, data.data() + pos, sizeof(T));
-    pos += sizeof(T);
-    return true;
-  }
-  bool get_string(std::string& s) {
-    std::uint32_t n = 0;
-    if (!get(n) || data.size() - pos < n) return false;
-    s.assign(data.data() + pos, n);
-    pos += n;
-    return true;
-  }
-  std::string_view data;
-  std::size_t pos = 0;
-};
-
 } // namespace
 
 std::uint64_t flight_now_ns() {
@@ -60,7 +28,7 @@ std::uint64_t flight_now_ns() {
 }
 
 std::string encode_flight(const flight_record& r) {
-  writer w;
+  byte_writer w;
   w.put(flight_magic);
   w.put(flight_version);
   w.put(r.rank);
@@ -83,65 +51,63 @@ std::string encode_flight(const flight_record& r) {
     w.put(c.end_ns);
   }
   w.put(static_cast<std::uint32_t>(r.edges.size()));
-  for (const auto& e : r.edges) {
-    w.put(e.edge);
-    w.put(e.peer);
-    w.put(e.sent);
-    w.put(e.received);
-    w.put(e.last_sent_step);
-    w.put(e.last_sent_micro);
-    w.put(e.last_received_step);
-    w.put(e.last_received_micro);
-    w.put(e.last_sent_ns);
-    w.put(e.last_received_ns);
-  }
-  return std::move(w.out);
+  for (const auto& e : r.edges) w.put(e); // plain fields: copied whole
+  const auto bytes = w.take();
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 expected<flight_record> decode_flight(std::string_view payload) {
-  reader in(payload);
+  const auto* p = reinterpret_cast<const std::byte*>(payload.data());
+  const std::vector<std::byte> bytes(p, p + payload.size());
+  byte_reader in(bytes, "flight record");
   auto bad = [&](const char* what) {
-    return make_error(errc::format, "flight record: {} at byte {} of {}", what, in.pos, payload.size());
+    return make_error(errc::format, "flight record: {} ({} bytes)", what, payload.size());
   };
-  std::uint32_t magic = 0, version = 0, n = 0;
-  if (!in.get(magic) || magic != flight_magic) return bad("no flight record header");
-  if (!in.get(version) || version != flight_version) return bad("unknown version");
+  DSA_ASSIGN_OR_RETURN(auto magic, in.get<std::uint32_t>("magic"));
+  if (magic != flight_magic) return bad("no flight record header");
+  DSA_ASSIGN_OR_RETURN(auto version, in.get<std::uint32_t>("version"));
+  if (version != flight_version) return bad("unknown version");
   flight_record r;
-  if (!in.get(r.rank) || !in.get_string(r.reason) || !in.get(r.at_ns) || !in.get(r.calls_dropped) || !in.get(n))
-    return bad("truncated header");
+  DSA_ASSIGN_OR_RETURN(r.rank, in.get<std::int32_t>("rank"));
+  DSA_ASSIGN_OR_RETURN(r.reason, in.get_string("reason"));
+  DSA_ASSIGN_OR_RETURN(r.at_ns, in.get<std::uint64_t>("time"));
+  DSA_ASSIGN_OR_RETURN(r.calls_dropped, in.get<std::uint64_t>("dropped calls"));
+  DSA_ASSIGN_OR_RETURN(auto n, in.get<std::uint32_t>("call count"));
   if (n > max_items) return bad("too many calls");
   for (std::uint32_t i = 0; i < n; ++i) {
     flight_call c;
-    std::uint8_t kind = 0, type = 0, outcome = 0;
-    std::uint32_t g = 0;
-    if (!in.get(c.channel) || !in.get(c.seq) || !in.get(kind) || !in.get(type) || !in.get(outcome) ||
-        !in.get(c.count) || !in.get(c.bytes) || !in.get(c.rank) || !in.get(g))
-      return bad("truncated call");
+    DSA_ASSIGN_OR_RETURN(c.channel, in.get<std::uint32_t>("channel"));
+    DSA_ASSIGN_OR_RETURN(c.seq, in.get<std::uint64_t>("sequence"));
+    DSA_ASSIGN_OR_RETURN(auto kind, in.get<std::uint8_t>("kind"));
+    DSA_ASSIGN_OR_RETURN(auto type, in.get<std::uint8_t>("dtype"));
+    DSA_ASSIGN_OR_RETURN(auto outcome, in.get<std::uint8_t>("outcome"));
     if (outcome > 2) return bad("unknown call outcome");
     if (kind < static_cast<std::uint8_t>(op_kind::allreduce_flat) || kind > static_cast<std::uint8_t>(op_kind::allreduce_shared))
       return bad("unknown collective kind");
     if (type > static_cast<std::uint8_t>(dtype::u8)) return bad("unknown dtype");
-    if (g > max_group || (payload.size() - in.pos) / sizeof(std::int32_t) < g) return bad("truncated group");
     c.kind = static_cast<op_kind>(kind);
     c.type = static_cast<dtype>(type);
     c.outcome = static_cast<flight_call::state>(outcome);
-    c.group.resize(g);
-    for (auto& m : c.group)
-      if (!in.get(m)) return bad("truncated group");
-    if (!in.get(c.start_ns) || !in.get(c.end_ns)) return bad("truncated call");
+    DSA_ASSIGN_OR_RETURN(c.count, in.get<std::int64_t>("count"));
+    DSA_ASSIGN_OR_RETURN(c.bytes, in.get<std::int64_t>("bytes"));
+    DSA_ASSIGN_OR_RETURN(c.rank, in.get<std::int32_t>("group rank"));
+    DSA_ASSIGN_OR_RETURN(auto g, in.get<std::uint32_t>("group size"));
+    if (g > max_group) return bad("too large a group");
+    for (std::uint32_t k = 0; k < g; ++k) {
+      DSA_ASSIGN_OR_RETURN(auto member, in.get<std::int32_t>("group member"));
+      c.group.push_back(member);
+    }
+    DSA_ASSIGN_OR_RETURN(c.start_ns, in.get<std::uint64_t>("start"));
+    DSA_ASSIGN_OR_RETURN(c.end_ns, in.get<std::uint64_t>("end"));
     r.calls.push_back(std::move(c));
   }
-  if (!in.get(n)) return bad("truncated edges");
+  DSA_ASSIGN_OR_RETURN(n, in.get<std::uint32_t>("edge count"));
   if (n > max_items) return bad("too many edges");
   for (std::uint32_t i = 0; i < n; ++i) {
-    flight_edge e;
-    if (!in.get(e.edge) || !in.get(e.peer) || !in.get(e.sent) || !in.get(e.received) || !in.get(e.last_sent_step) ||
-        !in.get(e.last_sent_micro) || !in.get(e.last_received_step) || !in.get(e.last_received_micro) ||
-        !in.get(e.last_sent_ns) || !in.get(e.last_received_ns))
-      return bad("truncated edge");
+    DSA_ASSIGN_OR_RETURN(auto e, in.get<flight_edge>("edge"));
     r.edges.push_back(e);
   }
-  if (in.pos != payload.size()) return bad("bytes after the record");
+  if (!in.at_end()) return bad("bytes after the record");
   return r;
 }
 
@@ -155,15 +121,26 @@ void flight_recorder::set_rank(std::int32_t world_rank) {
   rank_ = world_rank;
 }
 
-std::uint64_t flight_recorder::enter(flight_call call) {
-  call.start_ns = flight_now_ns();
-  call.outcome = flight_call::state::running;
+std::uint64_t flight_recorder::enter(const flight_call& call, const std::vector<std::int32_t>& group) {
+  const std::uint64_t now = flight_now_ns();
   std::lock_guard<std::mutex> lock(mutex_);
   const std::uint64_t token = next_++;
   auto& slot = ring_[token % capacity];
   if (token >= first_ + capacity && slot.outcome == flight_call::state::running)
-    evicted_running_.emplace(token - capacity, std::move(slot));
-  slot = std::move(call);
+    evicted_running_.emplace(token - capacity, slot);
+  // Field by field, the group into the slot's own vector: once the ring has gone round, a
+  // collective's entry allocates nothing.
+  slot.channel = call.channel;
+  slot.seq = call.seq;
+  slot.kind = call.kind;
+  slot.type = call.type;
+  slot.count = call.count;
+  slot.bytes = call.bytes;
+  slot.rank = call.rank;
+  slot.group.assign(group.begin(), group.end());
+  slot.start_ns = now;
+  slot.end_ns = 0;
+  slot.outcome = flight_call::state::running;
   return token;
 }
 

@@ -68,7 +68,10 @@ public:
 
   void set_rank(std::int32_t world_rank);
   // A collective begins; the returned token ends it.
-  std::uint64_t enter(flight_call call);
+  // (The group's world ranks apart from `call`, whose own group is not read: the caller keeps
+  // one vector for all its calls and the slot copies it into the vector it has.)
+  std::uint64_t enter(const flight_call& call, const std::vector<std::int32_t>& group);
+  std::uint64_t enter(const flight_call& call) { return enter(call, call.group); }
   void leave(std::uint64_t token, bool ok);
   // A pipeline message of (step, micro-batch) sent to / received from world rank `peer`.
   void edge_sent(std::uint32_t edge, std::int32_t peer, std::uint32_t step, std::uint32_t micro) {
