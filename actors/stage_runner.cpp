@@ -1,6 +1,8 @@
 // Running stage work; see stage_runner.hpp.
 #include "actors/stage_runner.hpp"
 
+#include "core/test_fault.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -39,6 +41,7 @@ work_done stage_runner::run(const stage_work& w) {
   static const tensor undefined;
   switch (w.kind) {
     case work_kind::forward: {
+      test_fault::at(test_fault::phase::forward, w.step);
       trace_span span(trace_, trace_name::forward, actor_, stage, w.step, w.micro_batch);
       const slot_contents& in = slots_->at({edges_.input, w.in_slot});
       const tensor& labels =

@@ -1,6 +1,7 @@
 // The NVMe optimizer swap; see swap_store.hpp.
 #include "io/aio/swap_store.hpp"
 #include "io/aio/swap_flight.hpp"
+#include "core/test_fault.hpp"
 
 #include <fmt/format.h>
 
@@ -157,6 +158,7 @@ void swap_store::transfer(std::unique_lock<std::mutex>& lock, std::size_t slot, 
   }
   f.slots[slot].pending += static_cast<int>(requests.size());
   if (requests.empty()) return;
+  test_fault::at(test_fault::phase::swap);
   // The statistics and the observer see the set's requests as one transfer.
   auto rep = std::make_shared<report>();
   rep->t.op = op;

@@ -5,6 +5,7 @@
 #include "io/ckpt/atomic_file.hpp"
 #include "io/ckpt/checkpoint_fs.hpp"
 #include "io/ckpt/crc32c.hpp"
+#include "core/test_fault.hpp"
 
 #include <unistd.h>
 
@@ -257,6 +258,7 @@ expected<saved_checkpoint> save_checkpoint(const std::string& root,
   temp_dir_guard guard(temp);
   if (staged) DSA_TRY(adopt_staged(temp, options.staged, contents));
   DSA_TRY(write_contents(temp, contents, options.staged));
+  test_fault::at(test_fault::phase::commit, static_cast<std::int64_t>(contents.step));
   if (exists) {
     DSA_TRY(replace_directory(root, temp, target));
   } else {

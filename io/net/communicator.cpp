@@ -3,6 +3,7 @@
 #include "io/net/communicator.hpp"
 
 #include "core/log.hpp"
+#include "core/test_fault.hpp"
 #include "io/net/call_checks.hpp"
 #include "io/net/flight_recorder.hpp"
 #include "io/net/fp32_sum.hpp"
@@ -75,6 +76,9 @@ communicator::~communicator() = default;
 
 wire_header communicator::begin(op_kind kind, dtype type, std::int64_t count, std::int64_t root) {
   in_flight_ = false;
+  if (kind == op_kind::allreduce_flat || kind == op_kind::allreduce_ring || kind == op_kind::allreduce_shared ||
+      kind == op_kind::reduce_scatter)
+    test_fault::at(test_fault::phase::allreduce);
   const auto fault = test_collective_fault();
   if (fault && fault->rank == group_[static_cast<std::size_t>(rank())] && fault->channel == channel() &&
       seq_ - first_seq_ == fault->call &&

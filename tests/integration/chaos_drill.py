@@ -2,12 +2,18 @@
 """Chaos drill: 8 seeded faults in 3-process `dsactor launch` jobs, each checked for what a user
 needs after a fault.
 
-Each seed picks a job (plain, or with the optimizer state swapped to NVMe), whether the launcher
-may restart it (--max_restarts 1 or 0), a fault (kill -9 of a rank, or a rank stalled with
-SIGSTOP, which only the rendezvous' heartbeat can notice), the rank, and the point: right after
-step 2's, 4's or 6's checkpoint is committed, plus 0-100 ms. Then it checks:
+Seed N injects fault kind N (modulo 8): kill -9 of a rank, or SIGSTOP of a rank (only the
+rendezvous' heartbeat can notice it), from outside at a step's checkpoint plus 0-100 ms; a rank
+killing itself (test-only DSA_TEST_KILL_IN) in a forward, in a gradient reduction, in the
+checkpoint commit (staged, not yet renamed) or in an NVMe swap transfer; a rank stalled before
+a gradient reduction (DSA_TEST_COLLECTIVE_FAULT, the collective watchdog at 5 s must stop it);
+host 1's link cut (the network-namespace hosts of hosts_fixture.sh: host 0 runs ranks 0 and 1,
+host 1 rank 2, UCX on TCP; skipped, and said so, where namespaces cannot be made). The seed
+also picks the job (plain, or the optimizer state swapped to NVMe under ZeRO-1), whether the
+launcher may restart it (--max_restarts 1 or 0; 0 for the stall and the cut), the rank and
+the step. Then it checks:
   1. the job ends within 30 s of the fault: finished after a restart (exit 0), or stopped
-     naming the rank (exit non-zero);
+     naming the rank (exit non-zero; a stall: `dsactor trace hang` names it);
   2. no process of the job is left (within 30 s) and, once a clean run has ended, no swap file;
   3. the last committed checkpoint loads: a job stopped is resumed (--resume, same layout);
   4. the job's end equals the uninterrupted job's: model.safetensors byte for byte;
@@ -30,20 +36,53 @@ SEEDS = [int(s) for s in sys.argv[2:]] or list(range(1, 9))
 HERE = os.path.dirname(os.path.realpath(__file__))
 STEPS = 16
 WORK = tempfile.mkdtemp(prefix="dsactor-chaos-")
+KINDS = ["kill -9", "SIGSTOP", "kill in forward", "kill in allreduce", "kill in commit", "kill in swap",
+         "stall in allreduce", "link cut"]
 
 
 def sh(script):
-    """Runs bash with tiny_corpus.sh sourced (write_tiny_corpus, tiny_pretrain_toml); its stdout."""
+    """Runs bash with tiny_corpus.sh and hosts_fixture.sh sourced; its stdout."""
     return subprocess.run(["bash", "-c", f'work={WORK}; fail() {{ echo "FAIL: $*" >&2; exit 1; }}; '
-                           f'source "{HERE}/tiny_corpus.sh"; {script}'],
+                           f'source "{HERE}/tiny_corpus.sh"; source "{HERE}/hosts_fixture.sh"; {script}'],
                           check=True, capture_output=True, text=True).stdout
 
 
-def launch(run_dir, extra, restarts=0, env=None, log=".err"):
-    """The 3-process job in run_dir: a Popen with its stderr in run_dir + log."""
-    cmd = [DSACTOR, "launch", "--num_procs", "3", "--heartbeat_timeout", "3", "--grace", "2",
-           "--max_restarts", str(restarts), f"{WORK}/pre.toml", "--set", f'run_dir="{run_dir}"',
-           "--set", f"train_steps={STEPS}"] + extra
+class Hosts:
+    """Two hosts of hosts_fixture.sh (made on first use, removed at the end): host 0 runs
+    ranks 0 and 1, host 1 rank 2."""
+
+    def __init__(self):
+        self.state = None  # the fixture's shell variables, once made
+        self.reason = sh("hosts_skip_reason").strip()
+
+    def up(self):
+        if self.state is None:
+            self.state = sh(f'hosts_up "{WORK}/hosts" 2 >&2 && declare -p hosts_prefix hosts_net hosts_count hosts_dir')
+            a0, a1 = self.run("host_addr 0; host_addr 1").split()
+            with open(f"{WORK}/hosts/drill-hostfile", "w") as f:
+                f.write(f"{a0} slots=2\n{a1} slots=1\n")
+
+    def run(self, script):
+        return sh(f"{self.state}\n{script}")
+
+    def down(self):
+        if self.state is not None:
+            self.run("hosts_down")
+            self.state = None
+
+    def launch_prefix(self):
+        pid = open(f"{WORK}/hosts/sshd0.pid").read().strip()
+        return ["nsenter", "--target", pid, "--net", "--uts", "--mount", "--", "env",
+                f"PATH={WORK}/hosts/bin:{os.environ['PATH']}", "UCX_TLS=tcp"]
+
+
+def launch(run_dir, extra, restarts=0, env=None, log=".err", hosts=None):
+    """The 3-process job in run_dir (on the two hosts when given): a Popen with its stderr in
+    run_dir + log."""
+    where = ["--num_procs", "3"] if hosts is None else ["--hostfile", f"{WORK}/hosts/drill-hostfile"]
+    cmd = ([] if hosts is None else hosts.launch_prefix()) + [
+        DSACTOR, "launch"] + where + ["--heartbeat_timeout", "3", "--grace", "2", "--max_restarts", str(restarts),
+        f"{WORK}/pre.toml", "--set", f'run_dir="{run_dir}"', "--set", f"train_steps={STEPS}"] + extra
     err = open(run_dir + log, "w")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=WORK, env=env)
 
@@ -69,14 +108,13 @@ def job_pids(run_dir):
     return found
 
 
-def wait_for(path, proc, limit=60.0):
+def wait_until(ready, proc, limit=60.0):
+    """Polls ready() every 10 ms until it holds (True), the job ends or limit s pass (False)."""
     start = time.monotonic()
-    while not os.path.exists(path):
-        if proc.poll() is not None:
-            return False
-        if time.monotonic() - start > limit:
-            return False
-        time.sleep(0.01)  # polling a file the job writes
+    while not ready():
+        if proc.poll() is not None or time.monotonic() - start > limit:
+            return ready()
+        time.sleep(0.01)  # polling what the job writes
     return True
 
 
@@ -85,7 +123,127 @@ def model(run_dir):
         return f.read()
 
 
-def main():
+def plan(seed, jobs):
+    """What seed injects: (kind, job, restarts, victim, step, delay_ms)."""
+    rng = random.Random(seed)
+    kind = KINDS[(seed - 1) % len(KINDS)]
+    name = "nvme" if kind == "kill in swap" else rng.choice(sorted(jobs))
+    restarts = 0 if kind in ("stall in allreduce", "link cut") else rng.choice([0, 1])
+    victim = 0 if kind == "kill in commit" else 2 if kind == "link cut" else rng.randrange(3)
+    step = rng.choice([4, 6]) if kind == "kill in commit" else rng.choice([2, 4, 6])
+    delay_ms = rng.randrange(101)
+    return kind, name, restarts, victim, step, delay_ms
+
+
+def drill(seed, jobs, reference, hosts, swap):
+    """Runs one seed; (the line's fault point and outcome, the problems found)."""
+    kind, name, restarts, victim, step, delay_ms = plan(seed, jobs)
+    run_dir = f"{WORK}/seed{seed}"
+    problems = []
+    env, extra, on = None, list(jobs[name]), None
+    if kind == "link cut":
+        if hosts.reason:
+            return f"skipped: the hosts cannot be made here ({hosts.reason})", [], kind, name, restarts, victim
+        hosts.up()
+        on = hosts
+    if kind.startswith("kill in "):
+        phase = kind.split()[-1]
+        env = dict(os.environ, DSA_TEST_KILL_IN=f"{run_dir}.fired:{victim}:{phase}:{step if phase == 'commit' else step + 1}")
+        what = {"forward": "a forward", "allreduce": "a gradient reduction", "swap": "an NVMe swap transfer"}
+        point = f"step {step}'s commit" if phase == "commit" else f"{what[phase]} of step {step + 1}"
+    elif kind == "stall in allreduce":
+        call = 3 * step  # a reduction of the step's gradients, some steps in
+        env = dict(os.environ, DSA_TEST_COLLECTIVE_FAULT=f"stall:{victim}:1:{call}")
+        extra += ["--set", "watchdog_seconds=5"]
+        point = f"before reduction #{call}"
+    else:
+        point = f"step {step}'s checkpoint +{delay_ms} ms"
+    p = launch(run_dir, extra, restarts, env=env, hosts=on)
+    err_path = run_dir + ".err"
+    if env is None:  # from outside: at the checkpoint plus the delay
+        if not wait_until(lambda: os.path.exists(f"{run_dir}/checkpoints/step_{step:08d}/manifest.json"), p):
+            problems.append(f"the job ended or stalled before {point}")
+        time.sleep(delay_ms / 1000)  # the seeded point of the fault
+        pid = job_pids(run_dir).get(victim)
+        if pid is None:
+            problems.append(f"rank {victim} was not running at {point}")
+        elif kind == "link cut":
+            hosts.run("cut_host 1")
+        else:
+            os.kill(pid, signal.SIGKILL if kind == "kill -9" else signal.SIGSTOP)
+    elif kind == "stall in allreduce":
+        if not wait_until(lambda: "stalls before" in open(err_path).read(), p):
+            problems.append(f"rank {victim} never stalled {point}")
+    elif not wait_until(lambda: os.path.exists(f"{run_dir}.fired"), p):
+        problems.append(f"rank {victim} never reached {point}")
+    hit = time.monotonic()
+    try:
+        rc = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = p.wait()
+        problems.append("the job did not end within 60 s of the fault")
+    ended = time.monotonic() - hit
+    err = open(err_path).read()
+    if ended > 30:
+        problems.append(f"the job took {ended:.1f} s to end")
+    if rc == 0:
+        outcome = f"finished after a restart in {ended:.1f} s"
+        if "restart 1 of 1" not in err:
+            problems.append("exit 0 without a restart")
+    else:
+        outcome = f"stopped (exit {rc}) in {ended:.1f} s"
+        if restarts and "restart 1 of 1" in err:
+            outcome = f"restarted, then stopped (exit {rc})"
+        if kind == "stall in allreduce":
+            hang = subprocess.run([DSACTOR, "trace", "hang", run_dir], capture_output=True, text=True).stdout
+            if f"rank {victim} never entered" not in hang:
+                problems.append(f"`dsactor trace hang` does not name rank {victim}:\n{hang}")
+        elif f"rank {victim} " not in err:
+            problems.append(f"the launcher's stop does not name rank {victim}")
+    # The other ranks end by the launcher's SIGTERM/SIGKILL or with an error, never crash.
+    for m in re.finditer(r"dsactor launch: rank (\d+) (was killed by signal (\d+)|exited with code (\d+))", err):
+        other, sig, code = int(m.group(1)), m.group(3), m.group(4)
+        if other != victim and ((sig and int(sig) in (4, 6, 7, 8, 11)) or (code and int(code) >= 128)):
+            problems.append(f"rank {other} crashed: {m.group(2)}")
+    # 2. no process left
+    deadline = time.monotonic() + 30
+    while job_pids(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = job_pids(run_dir)
+    if left:
+        problems.append(f"processes left: {left}")
+        for q in left.values():
+            os.kill(q, signal.SIGKILL)
+    # 3. the last committed checkpoint loads and resumes (same layout; a cut host back first)
+    if kind == "link cut":
+        hosts.run("uncut_host 1")
+    if rc != 0:
+        r = launch(run_dir, jobs[name] + ["--resume"], log=".resume.err", hosts=on)
+        if r.wait() != 0:
+            problems.append(f"--resume of the stopped job failed; see {run_dir}.resume.err")
+    # 4. the same parameters as uninterrupted
+    try:
+        if model(run_dir) != reference[name]:
+            problems.append("the parameters differ from the uninterrupted job's")
+    except OSError as e:
+        problems.append(f"no final model: {e}")
+    # The steps done after the checkpoint the job resumed from (they ran again).
+    lost = 0
+    try:
+        for line in open(f"{run_dir}/train.log"):
+            m = re.search(r"metrics: (\d+) step\(s\) logged after step", line)
+            if m:
+                lost = int(m.group(1))
+    except OSError:
+        pass
+    outcome += f", {lost} step(s) lost"
+    if name == "nvme" and os.path.isdir(swap) and any(f.endswith(".swp") for f in os.listdir(swap)):
+        problems.append(f"swap files left in {swap}: {sorted(os.listdir(swap))}")
+    return f"{point}, {outcome}", problems, kind, name, restarts, victim
+
+
+def main(hosts):
     sh(f'write_tiny_corpus "{WORK}/corpus" 40; tiny_pretrain_toml "{WORK}" > "{WORK}/pre.toml"')
     base = ["--set", "train_batch_size=12", "--set", "checkpoint.save_interval=2"]
     swap = f"{WORK}/swap"
@@ -105,98 +263,22 @@ def main():
             sys.exit(f"FAIL: the uninterrupted {name} job failed; see {WORK}/ref-{name}.err")
         reference[name] = model(f"{WORK}/ref-{name}")
     failures = 0
-    print("seed  job    restarts  fault          rank  point                    outcome")
+    print("seed  job    restarts  fault               rank  point, outcome")
     for seed in SEEDS:
-        rng = random.Random(seed)
-        name = rng.choice(sorted(jobs))
-        restarts = rng.choice([0, 1])
-        fault = rng.choice(["kill -9", "SIGSTOP"])
-        victim = rng.randrange(3)
-        after = rng.choice([2, 4, 6])
-        delay_ms = rng.randrange(101)
-        run_dir = f"{WORK}/seed{seed}"
-        problems = []
-        p = launch(run_dir, jobs[name], restarts)
-        point = f"step {after}'s checkpoint +{delay_ms} ms"
-        if not wait_for(f"{run_dir}/checkpoints/step_{after:08d}/manifest.json", p):
-            problems.append(f"the job ended or stalled before {point}")
-        time.sleep(delay_ms / 1000)  # the seeded point of the fault
-        pid = job_pids(run_dir).get(victim)
-        if pid is None:
-            problems.append(f"rank {victim} was not running at {point}")
-            p.wait()
-        else:
-            os.kill(pid, signal.SIGKILL if fault == "kill -9" else signal.SIGSTOP)
-            hit = time.monotonic()
-            try:
-                rc = p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                rc = p.wait()
-                problems.append("the job did not end within 60 s of the fault")
-            ended = time.monotonic() - hit
-            err = open(run_dir + ".err").read()
-            if ended > 30:
-                problems.append(f"the job took {ended:.1f} s to end")
-            if rc == 0:
-                outcome = f"finished after a restart in {ended:.1f} s"
-                if "restart 1 of 1" not in err:
-                    problems.append("exit 0 without a restart")
-            else:
-                outcome = f"stopped (exit {rc}) in {ended:.1f} s"
-                if restarts and "restart 1 of 1" in err:
-                    outcome = f"restarted, then stopped (exit {rc})"
-                if f"rank {victim} " not in err:
-                    problems.append(f"the launcher's stop does not name rank {victim}")
-            # The other ranks end by the launcher's SIGTERM/SIGKILL or with an error, never crash.
-            for m in re.finditer(r"dsactor launch: rank (\d+) (was killed by signal (\d+)|exited with code (\d+))", err):
-                other, sig, code = int(m.group(1)), m.group(3), m.group(4)
-                if other != victim and ((sig and int(sig) in (4, 6, 7, 8, 11)) or (code and int(code) >= 128)):
-                    problems.append(f"rank {other} crashed: {m.group(2)}")
-            # 2. no process left
-            deadline = time.monotonic() + 30
-            while job_pids(run_dir) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            left = job_pids(run_dir)
-            if left:
-                problems.append(f"processes left: {left}")
-                for q in left.values():
-                    os.kill(q, signal.SIGKILL)
-            # 3. the last committed checkpoint loads and resumes (same layout)
-            if rc != 0:
-                r = launch(run_dir, jobs[name] + ["--resume"], log=".resume.err")
-                if r.wait() != 0:
-                    problems.append(f"--resume of the stopped job failed; see {run_dir}.resume.err")
-            # 4. the same parameters as uninterrupted
-            try:
-                if model(run_dir) != reference[name]:
-                    problems.append("the parameters differ from the uninterrupted job's")
-            except OSError as e:
-                problems.append(f"no final model: {e}")
-            # The steps done after the checkpoint the job resumed from (they ran again).
-            lost = 0
-            try:
-                for line in open(f"{run_dir}/train.log"):
-                    m = re.search(r"metrics: (\d+) step\(s\) logged after step", line)
-                    if m:
-                        lost = int(m.group(1))
-            except OSError:
-                pass
-            outcome += f", {lost} step(s) lost"
-            if name == "nvme" and os.path.isdir(swap) and any(f.endswith(".swp") for f in os.listdir(swap)):
-                problems.append(f"swap files left in {swap}: {sorted(os.listdir(swap))}")
-            point += f", {outcome}"
+        line, problems, kind, name, restarts, victim = drill(seed, jobs, reference, hosts, swap)
         verdict = "ok" if not problems else "FAIL: " + "; ".join(problems)
         failures += bool(problems)
-        print(f"{seed:<5} {name:<6} {restarts:<9} {fault:<14} {victim:<5} {point}: {verdict}", flush=True)
+        print(f"{seed:<5} {name:<6} {restarts:<9} {kind:<19} {victim:<5} {line}: {verdict}", flush=True)
     print(f"chaos drill: {len(SEEDS) - failures} of {len(SEEDS)} seeds ok")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
+    hosts = Hosts()
     try:
-        code = main()
+        code = main(hosts)
     finally:
+        hosts.down()
         if os.environ.get("KEEP_CHAOS_WORK") is None:
             shutil.rmtree(WORK, ignore_errors=True)
     sys.exit(code)

@@ -214,7 +214,7 @@ bool forwarded_name(const std::string& name) {
     if (name.rfind(prefix, 0) == 0) return true;
   // The CPU path, the run directory a restarted job keeps, and the restart tests' fault.
   return name == "DSA_CPU_ISA" || name == "DSA_LAUNCH_RUN_DIR" || name == "DSA_TEST_KILL_ONCE" ||
-         name == "DSA_TEST_WAIT_ONCE" || name == "DSA_TEST_COLLECTIVE_FAULT";
+         name == "DSA_TEST_WAIT_ONCE" || name == "DSA_TEST_COLLECTIVE_FAULT" || name == "DSA_TEST_KILL_IN";
 }
 
 expected<std::vector<std::pair<std::string, std::string>>> forwarded_environment(const std::string& home,

@@ -7,13 +7,13 @@
 #include "actors/train/run/signals.hpp"
 #include "actors/train/run/stage_states.hpp"
 #include "core/log.hpp"
+#include "core/test_fault.hpp"
 #include "io/ckpt/checkpoint_dir.hpp"
 #include "io/net/rendezvous.hpp"
 
 #include <fmt/format.h>
 #include <malloc.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -91,15 +91,15 @@ actors::run_options shared_run_options(const run_inputs& in, bool global, bool r
 // waits until the file MARKER.go exists (the test does something to the job meanwhile, a
 // host's link cut, then writes it). Lets the restart tests fail a job at a chosen step
 // without timing.
-struct test_fault {
+struct step_fault {
   std::string marker;
   int process = -1;
   std::uint32_t step = 0;
 };
 
 // The faults of `name` for `process`.
-std::vector<test_fault> test_faults_of(const char* name, int process) {
-  std::vector<test_fault> out;
+std::vector<step_fault> test_faults_of(const char* name, int process) {
+  std::vector<step_fault> out;
   const char* spec = std::getenv(name);
   if (!spec || !*spec) return out;
   const std::string all = spec;
@@ -109,20 +109,13 @@ std::vector<test_fault> test_faults_of(const char* name, int process) {
     from = comma + 1;
     const auto b = s.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : s.rfind(':', b - 1);
     if (a == std::string::npos) throw std::runtime_error(fmt::format("{}: expected MARKER:PROCESS:STEP, got {}", name, s));
-    test_fault f{s.substr(0, a), std::stoi(s.substr(a + 1, b - a - 1)),
+    step_fault f{s.substr(0, a), std::stoi(s.substr(a + 1, b - a - 1)),
                  static_cast<std::uint32_t>(std::stoul(s.substr(b + 1)))};
     if (f.process == process) out.push_back(std::move(f));
   }
   return out;
 }
 
-// Creates the marker; false when it exists (the fault fired before).
-bool claim(const std::string& marker) {
-  const int fd = ::open(marker.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-  if (fd < 0) return false;
-  ::close(fd);
-  return true;
-}
 
 std::function<void(const actors::step_summary&)> with_test_fault(std::function<void(const actors::step_summary&)> hook,
                                                                  int process) {
@@ -131,13 +124,13 @@ std::function<void(const actors::step_summary&)> with_test_fault(std::function<v
   return [hook = std::move(hook), kills, waits](const actors::step_summary& summary) {
     if (hook) hook(summary);
     for (const auto& wait : waits)
-      if (summary.step == wait.step && claim(wait.marker)) {
+      if (summary.step == wait.step && test_fault::claim(wait.marker)) {
         log_warn("DSA_TEST_WAIT_ONCE: waiting after step {} for {}.go", wait.step, wait.marker);
         while (::access((wait.marker + ".go").c_str(), F_OK) != 0)
           std::this_thread::sleep_for(std::chrono::milliseconds(10)); // the test writes the file
       }
     for (const auto& kill : kills)
-      if (summary.step == kill.step && claim(kill.marker)) {
+      if (summary.step == kill.step && test_fault::claim(kill.marker)) {
         log_warn("DSA_TEST_KILL_ONCE: killing this process after step {}", kill.step);
         ::raise(SIGKILL);
       }
@@ -174,7 +167,10 @@ actors::run_options rank_run_options(const actors::run_options& shared, opened_r
       if (checkpoint_due(run.ctx.rc, summary.step))
         contribute_checkpoint(t.runs[static_cast<std::size_t>(r)], run.ctx.rc.checkpoint.dir, summary.step);
     };
-  if (r == 0 && run.job) o.on_step = with_test_fault(std::move(o.on_step), run.ctx.process);
+  if (r == 0 && run.job) {
+    test_fault::set_process(run.ctx.process);
+    o.on_step = with_test_fault(std::move(o.on_step), run.ctx.process);
+  }
   return o;
 }
 
