@@ -347,6 +347,12 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
     end.interrupted = true;
     if (server) server->interrupt();
   };
+  // SIGUSR1 too: every rank, on every host, writes a flight record.
+  supervise.on_flight_request = [&server] {
+    if (!server) return false;
+    server->request_flight_dumps();
+    return true;
+  };
   process_group group(supervise); // its signal handlers are in place before any rank starts
   net::rendezvous_options rendezvous;
   rendezvous.heartbeat_timeout = std::chrono::milliseconds(request.heartbeat_timeout_ms);

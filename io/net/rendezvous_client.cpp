@@ -78,7 +78,8 @@ public:
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> clock_replies_;
   std::uint64_t next_probe_ = 0;
   lost_callback on_lost_;
-  rendezvous_client::interrupt_callback on_interrupt_; // guarded by mutex_
+  rendezvous_client::interrupt_callback on_interrupt_;   // guarded by mutex_
+  rendezvous_client::interrupt_callback on_flight_dump_; // guarded by mutex_
   bool stop_ = false;
   bool losing_ = false; // end() is running the callback: the job is lost
 
@@ -204,11 +205,12 @@ bool rendezvous_client::impl::handle(const frame& f) {
     cv_.notify_all();
     return true;
   }
-  case frame_type::interrupt: {
+  case frame_type::interrupt:
+  case frame_type::flight_dump: {
     rendezvous_client::interrupt_callback callback;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      callback = on_interrupt_;
+      callback = f.type == frame_type::interrupt ? on_interrupt_ : on_flight_dump_;
     }
     if (callback) callback();
     return true;
@@ -313,6 +315,11 @@ std::optional<error> rendezvous_client::wait_lost(std::chrono::milliseconds time
   std::unique_lock<std::mutex> lock(impl_->mutex_);
   impl_->cv_.wait_for(lock, timeout, [&] { return impl_->phase_ == phase::lost; });
   return impl_->phase_ == phase::lost ? impl_->error_ : std::nullopt;
+}
+
+void rendezvous_client::set_on_flight_dump(interrupt_callback on_flight_dump) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->on_flight_dump_ = std::move(on_flight_dump);
 }
 
 void rendezvous_client::set_on_interrupt(interrupt_callback on_interrupt) {

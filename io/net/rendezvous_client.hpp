@@ -74,6 +74,8 @@ public:
   // interrupted (Ctrl-C): the rank should stop after its current step, as on SIGINT.
   using interrupt_callback = std::function<void()>;
   void set_on_interrupt(interrupt_callback on_interrupt);
+  // Called (on the client's thread) when the launcher asks for a flight record (its SIGUSR1).
+  void set_on_flight_dump(interrupt_callback on_flight_dump);
 
   // Every rank's blob for `key` (index = rank), once every rank called allgather with it.
   // Keys may be reused once a gather with them completed. Any thread, one call per key.

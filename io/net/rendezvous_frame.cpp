@@ -241,7 +241,7 @@ expected<std::optional<frame>> frame_buffer::next(std::size_t limit, const std::
     return std::optional<frame>();
   auto type = static_cast<std::uint8_t>(data_[start_ + 4]);
   if (type < static_cast<std::uint8_t>(frame_type::hello) ||
-      type > static_cast<std::uint8_t>(frame_type::interrupt))
+      type > static_cast<std::uint8_t>(frame_type::flight_dump))
     return make_error(errc::protocol, "{} sent a frame of unknown type {}", peer, type);
   frame f;
   f.type = static_cast<frame_type>(type);

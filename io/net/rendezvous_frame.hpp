@@ -25,6 +25,7 @@ enum class frame_type : std::uint8_t {
   clock_probe, // client: clock_msg with the probe's sequence number (time 0)
   clock_reply, // server: clock_msg with the same sequence and the server's steady clock
   interrupt,   // server: empty; the launcher was interrupted (Ctrl-C): stop after the step
+  flight_dump, // server: empty; the launcher got SIGUSR1: write a flight record, run on
 };
 
 inline constexpr std::uint32_t hello_magic = 0x52415344; // "DSAR"

@@ -43,17 +43,20 @@ bool rendezvous_server::impl::poll_once() {
     log_error("rendezvous: poll failed: {}", std::strerror(errno));
 
   std::vector<std::pair<int, std::string>> exits;
-  bool interrupting = false;
+  bool interrupting = false, dumping = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_)
       return false;
     exits.swap(exits_);
     interrupting = std::exchange(interrupt_, false);
+    dumping = std::exchange(flight_dump_, false);
   }
-  if (interrupting)
-    for (auto& c : conns_)
-      if (c.rank >= 0 && !c.dead && !c.closing) send(c, frame_type::interrupt);
+  for (auto& c : conns_)
+    if (c.rank >= 0 && !c.dead && !c.closing) {
+      if (interrupting) send(c, frame_type::interrupt);
+      if (dumping) send(c, frame_type::flight_dump);
+    }
   if (fds[0].revents)
     wake_.consume();
   for (auto& [rank, how] : exits)
@@ -302,6 +305,14 @@ void rendezvous_server::interrupt() {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex_);
     impl_->interrupt_ = true;
+  }
+  impl_->wake_.notify();
+}
+
+void rendezvous_server::request_flight_dumps() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex_);
+    impl_->flight_dump_ = true;
   }
   impl_->wake_.notify();
 }

@@ -54,6 +54,9 @@ public:
   // ranks on other hosts, which no signal of the launcher reaches, stop after their step as
   // on Ctrl-C. Any thread; async-signal-unsafe.
   void interrupt();
+  // Asks every joined rank for a flight record in its trace (a `flight_dump` frame): the
+  // launcher's SIGUSR1, passed to the ranks of every host. Thread-safe.
+  void request_flight_dumps();
 
   // Closes every connection (each client sees the server lost) and ends the thread.
   void stop();

@@ -91,6 +91,7 @@ public:
   int refused_ = 0;
   std::vector<std::pair<int, std::string>> exits_;
   bool interrupt_ = false; // interrupt() asked: send the frame on the server's thread
+  bool flight_dump_ = false; // request_flight_dumps() asked: the same
   bool stop_ = false;
   wakeup wake_;
 

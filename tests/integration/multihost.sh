@@ -11,6 +11,7 @@
 #   2. --include/--exclude start exactly the selected ranks on the selected hosts;
 #   3. kill -9 of a rank on host 1 mid-run stops the job within 30 s naming that host,
 #      and the last checkpoint resumes on a different host list (host 0 alone, 4 slots);
+#   3a. (before 3) SIGUSR1 to the launcher: the ranks of both hosts write a flight record;
 #   3b. Ctrl-C of the launcher stops every rank on both hosts after its step (exit 130);
 #   4. a rank on host 1 presenting a wrong job token is refused, logged with its address;
 #   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host;
@@ -221,6 +222,20 @@ rank_pid() {
   done
   return 0
 }
+# 3a. SIGUSR1 to the launcher reaches the ranks of both hosts (through the rendezvous): each
+#     writes a flight record into its trace and runs on.
+kill -USR1 "$launcher_pid"
+for _ in $(seq 1200); do # each rank's trace writer writes within its 1 s interval
+  (( $(grep -c "flight record written" "$work/err") >= 4 )) && break
+  sleep 0.05
+done
+grep -q "SIGUSR1: asked every rank on every host through the rendezvous" "$work/err" ||
+  fail "the launcher did not pass SIGUSR1 on through the rendezvous"
+for r in 2 3; do
+  grep -q "^\[$h1 rank $r\] .*flight record written" "$work/err" ||
+    { grep "flight record" "$work/err"; fail "rank $r on host 1 wrote no flight record on the launcher's SIGUSR1"; }
+done
+echo "ok: SIGUSR1 to the launcher: the ranks on both hosts wrote a flight record"
 victim=$(rank_pid 3)
 [[ -n $victim ]] || fail "no process of rank 3"
 since=$(date +%s)

@@ -94,7 +94,7 @@ DSA_TEST_COLLECTIVE_FAULT=stall:0:1:3 "$dsactor" launch --num_procs 2 "$work/pre
 launcher_pid=$!
 wait_for_line "DSA_TEST_COLLECTIVE_FAULT: world rank 0 stalls"
 ask_until_named "$launcher_pid" 2 "$work/usr1" "^verdict: rank 0 never entered allreduce"
-grep -q "SIGUSR1: passed on to 2 rank(s) of this host" "$work/err" || fail "the launcher should say it passed SIGUSR1 on"
+grep -q "SIGUSR1: asked every rank on every host through the rendezvous" "$work/err" || fail "the launcher should say it passed SIGUSR1 on"
 grep -q "^verdict: rank 0 never entered allreduce .* #3 on channel 1 .*; rank 1 waited" "$work/hang" ||
   { cat "$work/hang"; fail "the verdict should name rank 0, call #3 and rank 1 waiting"; }
 grep -q "^  rank 1: SIGUSR1 " "$work/hang" || { cat "$work/hang"; fail "rank 1's record should say SIGUSR1"; }

@@ -7,7 +7,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -87,6 +90,47 @@ TEST_CASE("rendezvous: 1, 2 and 4 ranks join, get every blob, allgather, barrier
     for (auto& c : clients)
       CHECK_FALSE((*c)->lost_error().has_value()); // leaving is not a loss
   }
+}
+
+TEST_CASE("rendezvous: the server's interrupt and flight-dump requests reach every joined rank, each its own") {
+  const int world = 3;
+  auto server = start_server(world);
+  auto clients = join_all(server->port(), world);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> interrupts(world), dumps(world);
+  for (int r = 0; r < world; ++r) {
+    auto& c = clients[static_cast<std::size_t>(r)];
+    REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.err().to_string()));
+    (*c)->set_on_interrupt([&, r] {
+      std::lock_guard lock(mu);
+      ++interrupts[static_cast<std::size_t>(r)];
+      cv.notify_all();
+    });
+    (*c)->set_on_flight_dump([&, r] {
+      std::lock_guard lock(mu);
+      ++dumps[static_cast<std::size_t>(r)];
+      cv.notify_all();
+    });
+  }
+  auto every = [&](const std::vector<int>& v, int n) {
+    return std::all_of(v.begin(), v.end(), [n](int x) { return x == n; });
+  };
+  server->request_flight_dumps();
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, 10s, [&] { return every(dumps, 1); }));
+  }
+  server->request_flight_dumps();
+  server->interrupt();
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, 10s, [&] { return every(dumps, 2) && every(interrupts, 1); }));
+  }
+  for (auto& c : clients) REQUIRE((*c)->leave().has_value());
+  std::lock_guard lock(mu);
+  CHECK(every(dumps, 2));
+  CHECK(every(interrupts, 1));
 }
 
 // Server and ranks share this process's steady clock, so the true offset is 0: every

@@ -333,10 +333,18 @@ void process_group::impl::handle_wake() {
   }
 }
 
-// SIGUSR1: each local rank writes a flight record into its trace (dsactor trace hang) and
-// runs on. Ranks on other hosts are not reached: signal their processes there.
+// SIGUSR1: each rank writes a flight record into its trace (dsactor trace hang) and runs on:
+// every rank through the rendezvous where this launcher hosts it, else this host's ranks by
+// signal (ranks on other hosts are then not reached: signal their processes there).
 void process_group::impl::pass_flight_request() {
   int local = 0, remote = 0;
+  if (options_.on_flight_request && options_.on_flight_request()) {
+    for (const auto& c : children_) local += c.running;
+    say(fmt::format("SIGUSR1: asked every rank on every host through the rendezvous for a flight record ({} "
+                    "started by this launcher)",
+                    local));
+    return;
+  }
   for (auto& c : children_) {
     if (!c.running) continue;
     if (c.host.empty() || c.host == "localhost") {

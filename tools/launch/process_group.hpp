@@ -20,6 +20,10 @@ struct supervise_options {
   // ranks started over ssh, which it would not reach (the rendezvous server's interrupt()).
   // Those are not signalled on the first interrupt (their ssh would end without them).
   std::function<void()> on_interrupt;
+  // On SIGUSR1: how to ask every rank, on every host, for a flight record (the rendezvous
+  // server's request_flight_dumps()); false when it cannot (no server here), and the local
+  // ranks get SIGUSR1 instead.
+  std::function<bool()> on_flight_request;
 };
 
 // One per launcher process: it installs handlers for SIGINT, SIGTERM, SIGHUP and SIGCHLD

@@ -3,6 +3,7 @@
 
 #include "actors/train/run/signals.hpp"
 #include "core/log.hpp"
+#include "io/net/flight_recorder.hpp"
 #include "io/net/route_address.hpp"
 
 #include <chrono>
@@ -72,6 +73,10 @@ expected<job_membership> join_job(const net::rendezvous_env& env, const config& 
     }).detach();
   });
   job.client->set_on_interrupt([] { request_stop(); }); // the launcher's Ctrl-C, on any host
+  job.client->set_on_flight_dump([] { // the launcher's SIGUSR1, on any host
+    log_warn("the launcher got SIGUSR1: writing a flight record into the trace (dsactor trace hang RUN)");
+    net::request_flight_dump("SIGUSR1");
+  });
   return job;
 }
 
