@@ -80,6 +80,8 @@ status pipe_link::send(int process, std::uint32_t target, const link_payload& me
   DSA_TRY(world_.send(process, pipe_link_tag, w.take()));
   if (const auto* p = std::get_if<produced>(&message)) // the flight recorder's edge counts (hangs)
     net::flight_recorder::instance().edge_sent(p->ref.edge, world_.world_rank(process), p->step, p->micro_batch);
+  else if (const auto* c = std::get_if<released>(&message))
+    net::flight_recorder::instance().credit_sent(c->ref.edge, world_.world_rank(process));
   if (payloads.empty()) return {};
   const auto& ref = std::get<produced>(message).ref;
   auto& pending = in_flight_[{ref.edge, ref.slot}];
@@ -125,6 +127,7 @@ status pipe_link::receive_one(int peer, const deliver_fn& deliver, bool& ended) 
   if (kind == link_kind::released) {
     released m{ref, 0};
     DSA_ASSIGN_OR_RETURN(m.seq, r.get<std::uint64_t>("seq"));
+    net::flight_recorder::instance().credit_received(ref.edge, world_.world_rank(peer));
     deliver(target, m);
     return {};
   }

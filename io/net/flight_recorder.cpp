@@ -14,7 +14,7 @@ namespace dsa::net {
 namespace {
 
 constexpr std::uint32_t flight_magic = 0x46415344u; // "DSAF"
-constexpr std::uint32_t flight_version = 1;
+constexpr std::uint32_t flight_version = 2; // 1: edges without the credit counts
 constexpr std::uint32_t max_group = 1u << 20, max_items = 1u << 20;
 
 std::atomic<const char*> g_dump_request{nullptr};
@@ -66,7 +66,7 @@ expected<flight_record> decode_flight(std::string_view payload) {
   DSA_ASSIGN_OR_RETURN(auto magic, in.get<std::uint32_t>("magic"));
   if (magic != flight_magic) return bad("no flight record header");
   DSA_ASSIGN_OR_RETURN(auto version, in.get<std::uint32_t>("version"));
-  if (version != flight_version) return bad("unknown version");
+  if (version != flight_version && version != 1) return bad("unknown version");
   flight_record r;
   DSA_ASSIGN_OR_RETURN(r.rank, in.get<std::int32_t>("rank"));
   DSA_ASSIGN_OR_RETURN(r.reason, in.get_string("reason"));
@@ -104,6 +104,12 @@ expected<flight_record> decode_flight(std::string_view payload) {
   DSA_ASSIGN_OR_RETURN(n, in.get<std::uint32_t>("edge count"));
   if (n > max_items) return bad("too many edges");
   for (std::uint32_t i = 0; i < n; ++i) {
+    if (version == 1) { // no credit counts
+      flight_edge e;
+      DSA_ASSIGN_OR_RETURN(static_cast<flight_edge_messages&>(e), in.get<flight_edge_messages>("edge"));
+      r.edges.push_back(e);
+      continue;
+    }
     DSA_ASSIGN_OR_RETURN(auto e, in.get<flight_edge>("edge"));
     r.edges.push_back(e);
   }
@@ -182,6 +188,11 @@ void flight_recorder::count_edge(std::uint32_t edge, std::int32_t peer, std::uin
   (sent ? e.last_sent_step : e.last_received_step) = step;
   (sent ? e.last_sent_micro : e.last_received_micro) = micro;
   (sent ? e.last_sent_ns : e.last_received_ns) = now;
+}
+
+void flight_recorder::count_credit(std::uint32_t edge, std::int32_t peer, bool sent) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++(sent ? edge_of(edges_, edge, peer).credits_sent : edge_of(edges_, edge, peer).credits_received);
 }
 
 flight_record flight_recorder::snapshot(std::string reason) const {

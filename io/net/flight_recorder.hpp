@@ -39,13 +39,18 @@ struct flight_call {
   state outcome = state::running;
 };
 
-// Messages of one pipeline edge between this process and `peer` (a world rank).
-struct flight_edge {
+// Messages of one pipeline edge between this process and `peer` (a world rank): the
+// activations or gradients (`produced`) one way, and the slots given back (credits,
+// `released`) the other. The base is what a version-1 record holds.
+struct flight_edge_messages {
   std::uint32_t edge = 0;
   std::int32_t peer = 0;
   std::uint64_t sent = 0, received = 0;
   std::uint32_t last_sent_step = 0, last_sent_micro = 0, last_received_step = 0, last_received_micro = 0;
   std::uint64_t last_sent_ns = 0, last_received_ns = 0;
+};
+struct flight_edge : flight_edge_messages {
+  std::uint64_t credits_sent = 0, credits_received = 0; // slots given back to / by `peer`
 };
 
 struct flight_record {
@@ -80,6 +85,9 @@ public:
   void edge_received(std::uint32_t edge, std::int32_t peer, std::uint32_t step, std::uint32_t micro) {
     count_edge(edge, peer, step, micro, false);
   }
+  // A slot of `edge` given back to (its producer) / by (its consumer) world rank `peer`.
+  void credit_sent(std::uint32_t edge, std::int32_t peer) { count_credit(edge, peer, true); }
+  void credit_received(std::uint32_t edge, std::int32_t peer) { count_credit(edge, peer, false); }
 
   flight_record snapshot(std::string reason) const;
   // Takes a snapshot now for the trace writer to write (a run that fails: before it
@@ -92,6 +100,7 @@ public:
 
 private:
   void count_edge(std::uint32_t edge, std::int32_t peer, std::uint32_t step, std::uint32_t micro, bool sent);
+  void count_credit(std::uint32_t edge, std::int32_t peer, bool sent);
 
   mutable std::mutex mutex_;
   std::int32_t rank_ = -1;

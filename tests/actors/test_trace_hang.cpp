@@ -10,6 +10,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include <filesystem>
 #include <string>
 
@@ -67,6 +69,9 @@ TEST_CASE("the flight recorder keeps the last calls in a ring and its record sur
   fr.edge_sent(7, 4, 2, 1);
   fr.edge_sent(7, 4, 2, 2);
   fr.edge_received(8, 4, 2, 0);
+  fr.credit_sent(8, 4);
+  fr.credit_received(7, 4);
+  fr.credit_received(7, 4);
   const auto r = fr.snapshot("SIGUSR1");
   CHECK(r.rank == 3);
   CHECK(r.reason == "SIGUSR1");
@@ -81,6 +86,8 @@ TEST_CASE("the flight recorder keeps the last calls in a ring and its record sur
   CHECK(r.edges[0].sent == 2);
   CHECK(r.edges[0].last_sent_micro == 2);
   CHECK(r.edges[1].received == 1);
+  CHECK(r.edges[0].credits_received == 2);
+  CHECK(r.edges[1].credits_sent == 1);
 
   const std::string bytes = net::encode_flight(r);
   auto back = net::decode_flight(bytes);
@@ -92,6 +99,26 @@ TEST_CASE("the flight recorder keeps the last calls in a ring and its record sur
     auto bad = net::decode_flight(std::string_view(bytes).substr(0, cut));
     REQUIRE_FALSE(bad.has_value());
     CHECK(bad.err().message.find("flight record") != std::string::npos);
+  }
+  // A version-1 record (edges without the credit counts, the last 16 bytes of each) still reads.
+  {
+    net::flight_record one;
+    one.rank = 2;
+    net::flight_edge e;
+    e.edge = 5, e.peer = 1, e.sent = 9, e.last_sent_step = 3, e.last_received_ns = 77;
+    e.credits_sent = 4;
+    one.edges.push_back(e);
+    std::string v1 = net::encode_flight(one);
+    v1.resize(v1.size() - 2 * sizeof(std::uint64_t));
+    const std::uint32_t version = 1;
+    std::memcpy(v1.data() + sizeof(std::uint32_t), &version, sizeof version);
+    auto old = net::decode_flight(v1);
+    REQUIRE_MESSAGE(old.has_value(), (old ? "" : old.err().message));
+    REQUIRE(old->edges.size() == 1);
+    CHECK(old->edges[0].sent == 9);
+    CHECK(old->edges[0].last_sent_step == 3);
+    CHECK(old->edges[0].last_received_ns == 77);
+    CHECK(old->edges[0].credits_sent == 0);
   }
   CHECK_FALSE(net::decode_flight(bytes + "x").has_value());
 
@@ -326,6 +353,25 @@ TEST_CASE("trace hang: different collectives at one call, everyone stuck, a rank
           0);
     CHECK(report.edges[0].line.find(": 1 in flight or lost") != std::string::npos);
     CHECK(report.verdict.find("a pipeline edge has messages in flight") != std::string::npos);
+  }
+  SUBCASE("a pipeline edge whose given-back slots did not all reach the producer") {
+    auto a = rank_input(0, {0, 1}, 2, false), b = rank_input(1, {0, 1}, 2, false);
+    net::flight_edge producer; // rank 0 sent 4 and got 2 slots back
+    producer.edge = 3, producer.peer = 1, producer.sent = 4, producer.credits_received = 2;
+    a.record.edges.push_back(producer);
+    net::flight_edge consumer; // rank 1 got all 4 and gave 3 back
+    consumer.edge = 3, consumer.peer = 0, consumer.received = 4, consumer.credits_sent = 3;
+    b.record.edges.push_back(consumer);
+    auto report = analyse_hang({a, b});
+    REQUIRE(report.edges.size() == 1);
+    CHECK(report.edges[0].line.find("edge 3 rank 0 -> rank 1: 4 sent, all received; 3 slot(s) given back by rank 1, "
+                                     "2 back at rank 0: 1 credit(s) in flight or lost") == 0);
+    CHECK(report.verdict.find("credits in flight or lost") != std::string::npos);
+    // Every credit back: the records agree.
+    a.record.edges[0].credits_received = 3;
+    report = analyse_hang({a, b});
+    CHECK(report.edges[0].line.find("; 3 slot(s) given back, all back at rank 0") != std::string::npos);
+    CHECK(report.verdict.find("the records agree") == 0);
   }
 }
 

@@ -268,10 +268,15 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
         h.edge = e.edge, h.from = in.rank, h.to = e.peer, h.sent = e.sent, h.sender_recorded = true;
         h.last_sent_step = e.last_sent_step, h.last_sent_micro = e.last_sent_micro;
       }
-      if (e.received > 0) {
+      if (e.received > 0 || e.credits_sent > 0) { // this rank consumes the edge
         auto& h = edges[{e.edge, e.peer, in.rank}];
         h.edge = e.edge, h.from = e.peer, h.to = in.rank, h.received = e.received, h.receiver_recorded = true;
         h.last_received_step = e.last_received_step, h.last_received_micro = e.last_received_micro;
+        h.credits_returned = e.credits_sent;
+      }
+      if (e.credits_received > 0) { // this rank produces it and got slots back
+        auto& h = edges[{e.edge, in.rank, e.peer}];
+        h.edge = e.edge, h.from = in.rank, h.to = e.peer, h.credits_back = e.credits_received;
       }
     }
   for (auto& [key, h] : edges) {
@@ -283,17 +288,34 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
       h.line = fmt::format("edge {} rank {} -> rank {}: {} sent, all received", h.edge, h.from, h.to, h.sent);
     else
       h.line = fmt::format("edge {} rank {} -> rank {}: {} sent (the last of step {} micro-batch {}), {} received (the "
-                           "last of step {} micro-batch {}): {} in flight or lost, as far as records taken at "
-                           "different moments tell",
+                           "last of step {} micro-batch {}): {}",
                            h.edge, h.from, h.to, h.sent, h.last_sent_step, h.last_sent_micro, h.received,
-                           h.last_received_step, h.last_received_micro, h.sent > h.received ? h.sent - h.received : 0);
+                           h.last_received_step, h.last_received_micro,
+                           h.sent > h.received ? fmt::format("{} in flight or lost, as far as records taken at "
+                                                             "different moments tell",
+                                                             h.sent - h.received)
+                                               : std::string("the receiver's record was taken later"));
+    // The credits: a slot given back that never reached the producer leaves it waiting for
+    // a free slot (back-pressure with nothing behind it).
+    if (both && h.credits_returned == h.credits_back)
+      h.line += fmt::format("; {} slot(s) given back, all back at rank {}", h.credits_returned, h.from);
+    else if (both)
+      h.line += fmt::format("; {} slot(s) given back by rank {}, {} back at rank {}: {}", h.credits_returned, h.to,
+                            h.credits_back, h.from,
+                            h.credits_returned > h.credits_back
+                                ? fmt::format("{} credit(s) in flight or lost", h.credits_returned - h.credits_back)
+                                : std::string("the producer's record was taken later"));
     report.edges.push_back(h);
   }
   if (!report.findings.empty())
     report.verdict = report.findings.front().verdict;
   else if (std::any_of(report.edges.begin(), report.edges.end(),
-                       [](const hang_edge& e) { return e.sent != e.received; }))
+                       [](const hang_edge& e) { return e.sent > e.received; }))
     report.verdict = "every collective the records hold finished; a pipeline edge has messages in flight (above)";
+  else if (std::any_of(report.edges.begin(), report.edges.end(),
+                       [](const hang_edge& e) { return e.credits_returned > e.credits_back; }))
+    report.verdict = "every collective the records hold finished and every pipeline message arrived; a pipeline "
+                     "edge has slots given back that its producer has not got (credits in flight or lost, above)";
   else
     report.verdict = "the records agree: every collective they hold finished on every rank and every pipeline message "
                      "arrived (the hang, if any, is elsewhere: a stage's own work, or a call older than the records)";

@@ -51,6 +51,8 @@ struct hang_edge {
   std::int32_t from = 0, to = 0; // world ranks
   std::uint64_t sent = 0, received = 0;
   std::uint32_t last_sent_step = 0, last_sent_micro = 0, last_received_step = 0, last_received_micro = 0;
+  // Slots the consumer (`to`) gave back, and those the producer (`from`) got back.
+  std::uint64_t credits_returned = 0, credits_back = 0;
   bool sender_recorded = false, receiver_recorded = false;
   std::string line;
 };
