@@ -115,6 +115,8 @@ po::options_description launch_options() {
       "hosts that still answer (not with --nnodes, mpirun or slurm)")(
       "min_procs", po::value<int>()->default_value(1), "with --max_restarts: restart only on at least this many "
       "processes")(
+      "min_nodes", po::value<int>()->default_value(1), "with --max_restarts and --hostfile: restart only on at least "
+      "this many hosts of the list")(
       "max_procs", po::value<int>()->default_value(0), "with --max_restarts: start at most this many processes at a "
       "restart (default: the job's own count); a host of the list lost earlier that answers again rejoins")(
       "launcher_args", po::value<std::string>()->default_value(""),
@@ -431,6 +433,13 @@ int cmd_launch(int argc, char** argv) {
       (vm["max_procs"].as<int>() > 0 && vm["max_procs"].as<int>() < std::max(1, vm["min_procs"].as<int>())))
     return fail(fmt::format("--max_procs {} must be at least --min_procs {} (or 0: the job's own count)",
                             vm["max_procs"].as<int>(), vm["min_procs"].as<int>()));
+  const int min_nodes = vm["min_nodes"].as<int>();
+  if (min_nodes < 1) return fail("--min_nodes must be >= 1");
+  if (min_nodes > 1 && !layout.listed)
+    return fail(fmt::format("--min_nodes {} counts the hosts of a --hostfile list, and this job has none", min_nodes));
+  if (min_nodes > 1 && layout.listed && min_nodes > static_cast<int>(layout.hosts.size()))
+    return fail(fmt::format("--min_nodes {} is more than the {} host(s) this job starts on", min_nodes,
+                            layout.hosts.size()));
   if (max_restarts > 0 && layout.cluster)
     return fail("--max_restarts with --launcher " + vm["launcher"].as<std::string>() +
                 ": restarts are the cluster launcher's business (mpirun's or Slurm's own options)");
@@ -455,8 +464,12 @@ int cmd_launch(int argc, char** argv) {
     return start(end);
   }
   const restart_hosts hosts{layout.listed ? &layout.hosts : nullptr, remote.ssh, &remote.remote};
-  return run_attempts(request, max_restarts, vm["min_procs"].as<int>(), vm["max_procs"].as<int>(), !args.general, hosts,
-                      start);
+  restart_limits limits;
+  limits.max_restarts = max_restarts;
+  limits.min_procs = vm["min_procs"].as<int>();
+  limits.max_procs = vm["max_procs"].as<int>();
+  limits.min_nodes = min_nodes;
+  return run_attempts(request, limits, !args.general, hosts, start);
 }
 
 } // namespace dsa::tools

@@ -71,4 +71,13 @@ grep -q -- "--max_restarts with --launcher mpirun" "$work/err" || { cat "$work/e
 if DSA_JOB_TOKEN=x "$dsactor" launch --nnodes 1 --node_rank 0 --nproc_per_node 2 --max_restarts 1 pre.toml \
   2>"$work/err"; then fail "--max_restarts with --nnodes was accepted"; fi
 grep -q -- "--max_restarts needs one launcher" "$work/err" || { cat "$work/err"; fail "--nnodes' refusal"; }
-echo "ok: --max_restarts refuses configs and launchers it cannot restart"
+# --min_nodes counts the hosts of a list: refused without one, or above its count.
+if "$dsactor" launch --num_procs 2 --max_restarts 1 --min_nodes 2 pre.toml 2>"$work/err"; then
+  fail "--min_nodes 2 without a host list was accepted"
+fi
+grep -q -- "--min_nodes 2 counts the hosts of a --hostfile list" "$work/err" || { cat "$work/err"; fail "--min_nodes' refusal"; }
+if "$dsactor" launch --hostfile "$work/hosts" --max_restarts 1 --min_nodes 2 pre.toml 2>"$work/err"; then
+  fail "--min_nodes 2 on a 1-host list was accepted"
+fi
+grep -q -- "--min_nodes 2 is more than the 1 host(s)" "$work/err" || { cat "$work/err"; fail "--min_nodes' count"; }
+echo "ok: --max_restarts refuses configs and launchers it cannot restart; --min_nodes beyond the list is refused"

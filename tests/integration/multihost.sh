@@ -14,7 +14,8 @@
 #   3a. (before 3) SIGUSR1 to the launcher: the ranks of both hosts write a flight record;
 #   3b. Ctrl-C of the launcher stops every rank on both hosts after its step (exit 130);
 #   4. a rank on host 1 presenting a wrong job token is refused, logged with its address;
-#   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host;
+#   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host, and
+#      --min_nodes 2 keeps --max_restarts from restarting it on host 0 alone;
 #   6. (before 5) with --max_restarts, host 1's link cut mid-run: the job restarts on host 0
 #      alone and ends with the parameters of its checkpoint resumed there by hand.
 #   7. (before 5) with --max_restarts 2, host 1 cut at the first restart and back for the
@@ -162,8 +163,9 @@ echo "ok: --include and --exclude start exactly the selected ranks on their host
 # checkpoint of step 4, so the job is mid-run.
 start_long_job() {
   local dir=$1
+  shift
   (cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts --mount -- env PATH="$work/hosts/bin:$PATH" \
-    "$dsactor" launch --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 "$work/pre.toml" \
+    "$dsactor" launch --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 "$@" "$work/pre.toml" \
     --set "run_dir=\"$dir\"" --set train_steps=100000) >"$work/out" 2>"$work/err" &
   launcher_pid=$!
   local waited=0
@@ -358,13 +360,16 @@ grep "resumed from" "$work/rejoin/train.log" | tail -1 | grep -q "step_00000004"
 no_ranks_left || fail "ranks still running after the rejoined job: $(leftovers "$work/rejoin")"
 echo "ok: host 1 lost at restart 1 rejoined at restart 2; the job finished on 4 ranks again"
 
-# 5. (last: the host stays cut off) Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1.
-start_long_job "$work/cut"
+# 5. (last: the host stays cut off) Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1;
+#    --max_restarts with --min_nodes 2 does not restart it on host 0 alone.
+start_long_job "$work/cut" --max_restarts 1 --min_nodes 2 --grace 2
 since=$(date +%s)
 cut_host 1
 wait_job "$since"
 [[ $job_rc -ne 0 ]] || fail "the job exited 0 after host 1 was cut off"
 (( job_s <= 30 )) || fail "the job took $job_s s to stop after host 1 was cut off"
 grep -q "the job failed: .*rank [23].* on host $h1" "$work/err" || { tail -5 "$work/err"; fail "the failure does not name the lost host $h1"; }
+grep -q "not restarting: 2 process(es) on 1 host(s) of the hosts answer ($h1 did not), fewer than --min_nodes 2" \
+  "$work/err" || { grep "dsactor launch" "$work/err"; fail "--min_nodes 2 should have kept the job from restarting on host 0 alone"; }
 no_ranks_left || fail "ranks still running 30 s after host 1 was cut off: $(leftovers "$work/cut")"
-echo "ok: host 1's link cut stopped the job in $job_s s naming $h1"
+echo "ok: host 1's link cut stopped the job in $job_s s naming $h1; --min_nodes 2 kept it from restarting on host 0 alone"

@@ -38,11 +38,12 @@ restart_choice answering_hosts(const restart_hosts& h, const std::vector<host_sl
 
 } // namespace
 
-int run_attempts(launch_request& request, int max_restarts, int min_procs, int max_procs, bool dsactor_run,
-                 restart_hosts hosts, const std::function<int(attempt_end&)>& start) {
+int run_attempts(launch_request& request, restart_limits limits, bool dsactor_run, restart_hosts hosts,
+                 const std::function<int(attempt_end&)>& start) {
   const int port = request.master_port;
   const std::vector<host_slots> original = hosts.hosts ? *hosts.hosts : std::vector<host_slots>{};
-  if (max_procs <= 0) max_procs = request.num_procs;
+  const int max_restarts = limits.max_restarts;
+  const int max_procs = limits.max_procs <= 0 ? request.num_procs : limits.max_procs;
   for (int attempt = 0;; ++attempt) {
     attempt_end end;
     request.master_port = port; // 0: a fresh one from the OS each time
@@ -73,9 +74,14 @@ int run_attempts(launch_request& request, int max_restarts, int min_procs, int m
       request.command.push_back("--resume-if-any");
     const std::string before = describe_hosts(hosts, request.num_procs);
     const restart_choice chosen = answering_hosts(hosts, original, max_procs, request);
-    if (request.num_procs < std::max(1, min_procs)) {
+    if (request.num_procs < std::max(1, limits.min_procs)) {
       fmt::print(stderr, "dsactor launch: {}; not restarting: {} of the hosts answer ({} did not), fewer than "
-                 "--min_procs {}\n", cause, describe_hosts(hosts, request.num_procs), chosen.dropped, min_procs);
+                 "--min_procs {}\n", cause, describe_hosts(hosts, request.num_procs), chosen.dropped, limits.min_procs);
+      return code;
+    }
+    if (hosts.hosts && static_cast<int>(hosts.hosts->size()) < limits.min_nodes) {
+      fmt::print(stderr, "dsactor launch: {}; not restarting: {} of the hosts answer ({} did not), fewer than "
+                 "--min_nodes {}\n", cause, describe_hosts(hosts, request.num_procs), chosen.dropped, limits.min_nodes);
       return code;
     }
     std::string changes;

@@ -2,8 +2,8 @@
 // its configuration is refused (exit code 2: a restart would be refused too), or the
 // restarts are spent. Each restart probes every host of the original list
 // (host_probe.hpp; every slot again on one host) and starts the ranks again on those that
-// answer, in list order, at least --min_procs and at most --max_procs processes: a host lost
-// earlier that answers again rejoins. A `dsactor run` job with --resume-if-any (its latest committed checkpoint, or afresh
+// answer, in list order, at least --min_procs and at most --max_procs processes on at least
+// --min_nodes hosts: a host lost earlier that answers again rejoins. A `dsactor run` job with --resume-if-any (its latest committed checkpoint, or afresh
 // before the first) in the run directory the first attempt chose (DSA_LAUNCH_RUN_DIR). On
 // fewer ranks the run keeps train_batch_size by accumulating more micro-batches, or refuses.
 #pragma once
@@ -36,11 +36,18 @@ struct restart_hosts {
 
 // (choose_restart_hosts, hostfile.hpp, picks the hosts of each restart.)
 
+// What the restarts may do: how many, and the least (min_procs, min_nodes: hosts of the
+// list) and most (max_procs; 0: the first attempt's count) a restart starts on.
+struct restart_limits {
+  int max_restarts = 0;
+  int min_procs = 1, max_procs = 0;
+  int min_nodes = 1;
+};
+
 // Runs attempts through `start` (one attempt: starts the ranks, supervises them, fills
 // its attempt_end, returns the exit code) and returns the last attempt's code.
-// max_procs: the most processes a restart starts (0: the first attempt's count).
-int run_attempts(launch_request& request, int max_restarts, int min_procs, int max_procs, bool dsactor_run,
-                 restart_hosts hosts, const std::function<int(attempt_end&)>& start);
+int run_attempts(launch_request& request, restart_limits limits, bool dsactor_run, restart_hosts hosts,
+                 const std::function<int(attempt_end&)>& start);
 
 // Sets DSA_LAUNCH_RUN_DIR, unless set, to the run directory `dsactor run CONFIG` would pick now,
 // so that every attempt uses the first one's (a config's run_dir wins).
