@@ -193,6 +193,10 @@ TEST_CASE("the trace writer writes flight frames and the reader returns them in 
   auto lasts = actors::hang_inputs(traces, true);
   REQUIRE(lasts.has_value());
   CHECK(lasts->at(0).record.reason == "captured");
+  // Every record's reason, in order, for the report.
+  CHECK(lasts->at(0).reasons == std::vector<std::string>{"first", "captured"});
+  CHECK(actors::format_hang(actors::analyse_hang(*lasts)).find("its records in the order written: 1. first; 2. captured") !=
+        std::string::npos);
   // A file whose record does not decode is listed and left out, not silently dropped.
   auto corrupt = traces[0];
   corrupt.rank = 2;

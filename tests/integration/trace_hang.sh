@@ -100,15 +100,28 @@ grep -q "^verdict: rank 0 never entered allreduce .* #3 on channel 1 .*; rank 1 
 grep -q "^  rank 1: SIGUSR1 " "$work/hang" || { cat "$work/hang"; fail "rank 1's record should say SIGUSR1"; }
 # Ctrl-C: the ranks would stop after the step, which never ends; a second one ends them at
 # once. The second only once the launcher has taken the first (two signals sent at once
-# arrive as one).
+# arrive as one) and each rank has written the first's flight record.
+written=$(grep -c "flight record written" "$work/err")
 kill -INT "$launcher_pid"
 wait_for_line "SIGINT: passing it on"
+for _ in $(seq 1200); do
+  (( $(grep -c "flight record written" "$work/err") >= written + 2 )) && break
+  sleep 0.05
+done
+(( $(grep -c "flight record written" "$work/err") >= written + 2 )) || fail "each rank should write a flight record on Ctrl-C"
 kill -INT "$launcher_pid"
 rc=0
 wait "$launcher_pid" || rc=$?
 launcher_pid=
 [[ $rc -ne 0 ]] || fail "the interrupted job should end non-zero"
-echo "ok: SIGUSR1 to the launcher while 2 processes hang: each rank wrote a record, the report names rank 0"
+"$dsactor" trace hang "$work/usr1" --last >"$work/hang" 2>&1 || { cat "$work/hang"; fail "dsactor trace hang --last"; }
+# (Ctrl-C reaches a rank twice, as the launcher's signal and through the rendezvous; the
+# first to arrive names the record.)
+for r in 0 1; do
+  grep -q "^  rank $r: \(SIGINT\|stop requested by the launcher\) " "$work/hang" ||
+    { cat "$work/hang"; fail "rank $r's last record should be Ctrl-C's"; }
+done
+echo "ok: SIGUSR1 to the launcher while 2 processes hang: each rank wrote a record, the report names rank 0; Ctrl-C wrote one too"
 
 # 4. A lost peer: rank 1 stalls, and once rank 0's records show it waiting in the call
 #    (SIGUSR1 to rank 0 alone), rank 1 is killed (kill -9: it never writes a record); rank 0
@@ -131,5 +144,9 @@ launcher_pid=
   fail "rank 1 was killed before any record: its trace should hold none"
 "$dsactor" trace hang "$work/lost" --last >"$work/hang" 2>&1 || { cat "$work/hang"; fail "dsactor trace hang --last"; }
 grep -q "$lost_verdict" "$work/hang" || { cat "$work/hang"; fail "the verdict should name the lost rank 1 and the call rank 0 waited in"; }
+# Rank 0 wrote a record when it learnt of the loss, after the SIGUSR1 ones (the launcher's
+# SIGTERM, which may come first, writes another).
+grep -q "^    its records in the order written: 1\. SIGUSR1; .*[0-9]\. [^;]* failed in step 3: [^;]*rank 1 lost" "$work/hang" ||
+  { cat "$work/hang"; fail "rank 0 should have written a record when it learnt of rank 1's loss"; }
 grep -q "lost (its connection closed without a leave)" "$work/err" || fail "rank 0 should have been told of the loss"
 echo "ok: rank 1 killed while rank 0 waited for it: the report names rank 1 and allreduce #3"

@@ -203,6 +203,11 @@ expected<std::vector<hang_input>> hang_inputs(const std::vector<rank_trace>& tra
     in.records = t.trace.flights.size();
     in.last = last;
     in.record = std::move(*record);
+    if (in.records > 1)
+      for (const auto& f : t.trace.flights) {
+        auto each = net::decode_flight(f);
+        in.reasons.push_back(!each ? "(does not read)" : each->reason.empty() ? "(no reason given)" : each->reason);
+      }
     out.push_back(std::move(in));
   }
   if (std::all_of(out.begin(), out.end(), [](const hang_input& in) { return !in.problem.empty(); }))
@@ -233,6 +238,12 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
                                                                       in.records)
                                                         : "",
                                          in.path));
+    if (!in.reasons.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < in.reasons.size(); ++i)
+        list += fmt::format("{}{}. {}", i ? "; " : "", i + 1, in.reasons[i]);
+      report.records.push_back(fmt::format("  its records in the order written: {}", list));
+    }
   }
   // Collectives by group: (channel, world ranks).
   std::map<std::pair<std::uint32_t, std::vector<std::int32_t>>, std::map<std::int32_t, member_calls>> groups;

@@ -26,6 +26,7 @@ struct hang_input {
   std::string path;       // its trace file
   std::size_t records = 0; // flight records in the file
   bool last = false;       // the last of them is used, else the first
+  std::vector<std::string> reasons; // every record's reason, in the order written (several records)
   std::string problem;     // the record does not decode: listed, left out of the analysis
   net::flight_record record;
 };
