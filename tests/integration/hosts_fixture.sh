@@ -9,7 +9,9 @@
 #                       with 2 slots each. Nothing leaves the namespaces the fixture made.
 #   on_host I CMD...    runs CMD on host I (its network and UTS namespaces).
 #   host_addr I         the address of host I.
-#   cut_host I          takes host I's link down (the cable pulled).
+#   cut_host I          takes host I's link down (the cable pulled); uncut_host I puts it back.
+#   kill_host I         kill -9 of every process of host I, its sshd included (the machine
+#                       died: it no longer answers ssh); revive_host I starts its sshd again.
 #   hosts_down          removes everything hosts_up made (call it from an EXIT trap; safe
 #                       to call twice, and after a partial hosts_up).
 #   hosts_skip_reason   prints why hosts cannot be made here (empty: they can).
@@ -48,6 +50,22 @@ on_host() {
 
 cut_host() { ip -n "${hosts_prefix}h$1" link set eth1 down; }
 uncut_host() { ip -n "${hosts_prefix}h$1" link set eth1 up; }
+kill_host() {
+  ip netns pids "${hosts_prefix}h$1" | xargs -r kill -9
+  rm -f "$hosts_dir/sshd$1.pid"
+}
+revive_host() { start_sshd "$1"; }
+
+# Host I's sshd, in its own UTS namespace (the ranks must see another hostname there).
+start_sshd() {
+  local i=$1
+  ip netns exec "${hosts_prefix}h$i" unshare --uts sh -c "hostname dsa-h$i && exec /usr/sbin/sshd -f '$hosts_dir/sshd$i.conf'"
+  local tries=0
+  until [[ -s $hosts_dir/sshd$i.pid ]] && on_host "$i" true 2>/dev/null; do
+    (( ++tries > 100 )) && { echo "sshd of host $i did not start" >&2; return 1; }
+    sleep 0.05
+  done
+}
 
 hosts_up() {
   hosts_dir=$1
@@ -96,13 +114,7 @@ UsePAM no
 StrictModes no
 AcceptEnv LANG LC_*
 CONF
-    # Its own hostname (a UTS namespace): the ranks must see another host there.
-    ip netns exec "$ns" unshare --uts sh -c "hostname dsa-h$i && exec /usr/sbin/sshd -f '$hosts_dir/sshd$i.conf'"
-    local tries=0
-    until [[ -s $hosts_dir/sshd$i.pid ]] && on_host "$i" true 2>/dev/null; do
-      (( ++tries > 100 )) && { echo "sshd of host $i did not start" >&2; return 1; }
-      sleep 0.05
-    done
+    start_sshd "$i" || return 1
     echo "$(host_addr "$i") slots=2" >> "$hosts_dir/hostfile"
   done
   # Every host reaches every other over ssh before a test relies on it.

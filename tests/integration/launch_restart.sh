@@ -54,6 +54,35 @@ PY
   fail "the restarted job's manifest differs"
 echo "ok: stage 1's process killed in a 2-stage fp16 job: restarted, the same parameters, loss scaler, schedule and data position"
 
+# On fewer processes (--max_procs 2 after 3, one host): train_batch_size 12 = 2 x 2 x 3 is
+# kept as 2 x 3 x 2 (the accumulation grows), the ZeRO-1 partitions are cut again on load, and
+# the job ends with the parameters of its checkpoint resumed by hand on 2 processes.
+shrink=(--set train_batch_size=12 --set zero_optimization.stage=1 --set checkpoint.save_interval=1)
+DSA_TEST_KILL_ONCE="$work/shrinkfault:2:2" "$dsactor" launch --num_procs 3 --max_restarts 1 --max_procs 2 pre.toml \
+  --set "run_dir=\"$work/shrink\"" "${shrink[@]}" >"$work/out" 2>"$work/err" ||
+  { cat "$work/err"; fail "the job restarted on 2 of its 3 processes"; }
+grep -q "restart 1 of 1: rank 2 was killed by signal 9 .*; 3 process(es) before, 2 process(es) after" "$work/err" ||
+  { grep "dsactor launch" "$work/err"; fail "the restart on 2 processes and its layout"; }
+grep -q "accumulation 3 x 2 rank" "$work/shrink/train.log" || fail "the restart did not keep the batch with 2 ranks"
+resumed=$(grep -o "resumed from [^ ]*step_[0-9]*" "$work/shrink/train.log" | grep -o "step_[0-9]*$" | tail -1)
+[[ -n $resumed ]] || fail "the shrunk job did not resume from a checkpoint"
+"$dsactor" launch --num_procs 2 pre.toml --set "run_dir=\"$work/shrinkhand\"" "${shrink[@]}" \
+  --set "checkpoint.load=\"$work/shrink/checkpoints/$resumed\"" >"$work/out" 2>"$work/err" ||
+  { cat "$work/err"; fail "resuming $resumed by hand on 2 processes"; }
+cmp "$work/shrink/$final" "$work/shrinkhand/$final" || fail "the shrunk restart's parameters differ from the resume by hand"
+# A batch 2 processes cannot keep (6 = 2 x 1 x 3; 2 x 1.5 x 2): the restart is refused by
+# the ranks naming the keys, and not tried again.
+rc=0
+DSA_TEST_KILL_ONCE="$work/oddfault:2:2" "$dsactor" launch --num_procs 3 --max_restarts 2 --max_procs 2 pre.toml \
+  --set "run_dir=\"$work/odd\"" --set train_batch_size=6 --set checkpoint.save_interval=1 >"$work/out" 2>"$work/err" ||
+  rc=$?
+[[ $rc == 2 ]] || { cat "$work/err"; fail "a restart that cannot keep the batch should end with 2, got $rc"; }
+grep -q "train_batch_size (6) must equal train_micro_batch_size_per_gpu (2) x gradient_accumulation_steps" "$work/err" ||
+  { cat "$work/err"; fail "the refused restart should name the batch keys"; }
+grep -q "restart 1 was refused by the ranks (exit code 2" "$work/err" || { grep "dsactor launch" "$work/err"; fail "the launcher's word on the refused restart"; }
+grep -q "restart 2 of" "$work/err" && fail "a refused restart was tried again"
+echo "ok: 3 processes restarted on 2 keep the global batch (the resume by hand's parameters); a batch they cannot keep is refused by name"
+
 # A configuration every rank refuses is not restarted.
 if "$dsactor" launch --num_procs 2 --max_restarts 3 pre.toml --set train_stepz=1 >"$work/out" 2>"$work/err"; then
   fail "a bad config was accepted"

@@ -17,7 +17,8 @@
 #   5. host 1's link cut mid-run stops the job within 30 s naming the lost rank's host, and
 #      --min_nodes 2 keeps --max_restarts from restarting it on host 0 alone;
 #   6. (before 5) with --max_restarts, host 1's link cut mid-run: the job restarts on host 0
-#      alone and ends with the parameters of its checkpoint resumed there by hand.
+#      alone and ends with the parameters of its checkpoint resumed there by hand; 6b. the
+#      same with host 1 killed (its ranks and its sshd: it no longer answers).
 #   7. (before 5) with --max_restarts 2, host 1 cut at the first restart and back for the
 #      second: it rejoins (--max_procs).
 # Skips (exit 77) where namespaces cannot be made. Usage: multihost.sh PATH/TO/dsactor
@@ -281,45 +282,61 @@ grep -q "rendezvous: refused the connection from $h1:[0-9]*: wrong job token" "$
 grep -q "guess" "$work/err" && fail "the presented token was logged"
 echo "ok: a wrong token from host 1 is refused and logged with its address"
 
-# 6. --max_restarts on a host list: host 1's link cut while rank 0 waits after step 3 (the
+# 6. --max_restarts on a host list: host 1 lost while rank 0 waits after step 3 (the
 #    test-only DSA_TEST_WAIT_ONCE, so no timing decides where); the job fails, the launcher
 #    finds host 1 no longer answers and restarts on host 0 alone: 2 ranks instead of 4, the
 #    global batch kept by twice the accumulation, from the latest checkpoint (step 2). It
 #    ends with the parameters of that checkpoint resumed by hand on host 0's 2 slots.
-(cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts --mount -- env PATH="$work/hosts/bin:$PATH" \
-  DSA_TEST_WAIT_ONCE="$work/hold:0:2" "$dsactor" launch --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 \
-  --grace 2 --max_restarts 1 --min_procs 2 "$work/pre.toml" --set "run_dir=\"$work/elastic\"" \
-  --set train_steps=6) >"$work/out" 2>"$work/err" &
-launcher_pid=$!
-waited=0
-until [[ -e $work/hold ]]; do
-  kill -0 "$launcher_pid" 2>/dev/null || { tail -20 "$work/err"; fail "the job ended before rank 0 held after step 3"; }
-  (( ++waited > 1200 )) && fail "rank 0 did not hold after step 3 within 60 s"
-  sleep 0.05
-done
-since=$(date +%s)
-cut_host 1
-touch "$work/hold.go"
-wait_job "$since"
-uncut_host 1
-[[ $job_rc -eq 0 ]] || { tail -20 "$work/err"; fail "the restarted job failed ($job_rc)"; }
-grep -q "restart 1 of 1: .*; 4 process(es) on 2 host(s) before, 2 process(es) on 1 host(s) after ($h1 did not answer)" \
-  "$work/err" || { grep "dsactor launch" "$work/err"; fail "the restart on the hosts that answer"; }
-resumed=$(grep -o "resumed from [^ ]*step_[0-9]*" "$work/elastic/train.log" | grep -o "step_[0-9]*$" | tail -1)
-[[ -n $resumed ]] || fail "the restarted job did not resume from a checkpoint"
-grep -q "accumulation 2 x 2 rank" "$work/elastic/train.log" || fail "the restart did not keep the batch with 2 ranks"
-# Step 3 was done before the cut and is done again: the restart's lost step, counted.
-grep -q "metrics: 1 step(s) logged after step 2's checkpoint run again" "$work/elastic/train.log" ||
-  fail "the restart did not count the step it lost"
-grep -q "the job finished after 1 restart(s)" "$work/err" || fail "the launcher did not count the restarts"
+#    Host 1 is lost twice: its link cut (6), and the whole host killed, its sshd too (6b).
 printf '%s slots=2\n' "$h0" >"$work/host0two"
-launch_on_host0 --hostfile "$work/host0two" "$work/pre.toml" --set "run_dir=\"$work/byhand\"" --set train_steps=6 \
-  --set "checkpoint.load=\"$work/elastic/checkpoints/$resumed\"" >"$work/out" 2>"$work/err" ||
-  { tail -20 "$work/err"; fail "resuming $resumed by hand on host 0"; }
-cmp "$work/elastic/checkpoints/step_00000006/model.safetensors" "$work/byhand/checkpoints/step_00000006/model.safetensors" ||
-  fail "the elastic restart's parameters differ from the resume by hand"
-no_ranks_left || fail "ranks still running after the elastic job: $(leftovers "$work/elastic")"
+# same_as_by_hand NAME CHECKPOINT HOSTFILE: the job in $work/NAME ended (step 6) with the
+# parameters of its CHECKPOINT resumed by hand on HOSTFILE's ranks.
+same_as_by_hand() {
+  local name=$1 checkpoint=$2 hosts=$3
+  launch_on_host0 --hostfile "$hosts" "$work/pre.toml" --set "run_dir=\"$work/$name-byhand\"" \
+    --set train_steps=6 --set "checkpoint.load=\"$work/$name/checkpoints/$checkpoint\"" >"$work/out" 2>"$work/err" ||
+    { tail -20 "$work/err"; fail "$name: resuming $checkpoint by hand"; }
+  cmp "$work/$name/checkpoints/step_00000006/model.safetensors" \
+    "$work/$name-byhand/checkpoints/step_00000006/model.safetensors" ||
+    fail "$name: the restarted job's parameters differ from $checkpoint resumed by hand"
+}
+# elastic_case NAME LOSE RESTORE: the job in $work/NAME, LOSE host 1 (a fixture function) while
+# rank 0 holds, RESTORE it after the job ended.
+elastic_case() {
+  local name=$1 lose=$2 restore=$3
+  (cd "$work" && exec nsenter --target "$(host_pid 0)" --net --uts --mount -- env PATH="$work/hosts/bin:$PATH" \
+    DSA_TEST_WAIT_ONCE="$work/hold-$name:0:2" "$dsactor" launch --hostfile "$work/hosts/hostfile" --heartbeat_timeout 5 \
+    --grace 2 --max_restarts 1 --min_procs 2 "$work/pre.toml" --set "run_dir=\"$work/$name\"" \
+    --set train_steps=6) >"$work/out" 2>"$work/err" &
+  launcher_pid=$!
+  local waited=0
+  until [[ -e $work/hold-$name ]]; do
+    kill -0 "$launcher_pid" 2>/dev/null || { tail -20 "$work/err"; fail "$name: the job ended before rank 0 held after step 3"; }
+    (( ++waited > 1200 )) && fail "$name: rank 0 did not hold after step 3 within 60 s"
+    sleep 0.05
+  done
+  since=$(date +%s)
+  "$lose" 1
+  touch "$work/hold-$name.go"
+  wait_job "$since"
+  "$restore" 1
+  [[ $job_rc -eq 0 ]] || { tail -20 "$work/err"; fail "$name: the restarted job failed ($job_rc)"; }
+  grep -q "restart 1 of 1: .*; 4 process(es) on 2 host(s) before, 2 process(es) on 1 host(s) after ($h1 did not answer)" \
+    "$work/err" || { grep "dsactor launch" "$work/err"; fail "$name: the restart on the hosts that answer"; }
+  resumed=$(grep -o "resumed from [^ ]*step_[0-9]*" "$work/$name/train.log" | grep -o "step_[0-9]*$" | tail -1)
+  [[ -n $resumed ]] || fail "$name: the restarted job did not resume from a checkpoint"
+  grep -q "accumulation 2 x 2 rank" "$work/$name/train.log" || fail "$name: the restart did not keep the batch with 2 ranks"
+  # Step 3 was done before host 1 was lost and is done again: the restart's lost step, counted.
+  grep -q "metrics: 1 step(s) logged after step 2's checkpoint run again" "$work/$name/train.log" ||
+    fail "$name: the restart did not count the step it lost"
+  grep -q "the job finished after 1 restart(s)" "$work/err" || fail "$name: the launcher did not count the restarts"
+  same_as_by_hand "$name" "$resumed" "$work/host0two"
+  no_ranks_left || fail "$name: ranks still running after the elastic job: $(leftovers "$work/$name")"
+}
+elastic_case elastic cut_host uncut_host
 echo "ok: host 1 cut mid-run, the job restarted on host 0's 2 ranks from $resumed in $job_s s, as the resume by hand"
+elastic_case elastic-killed kill_host revive_host
+echo "ok: host 1 killed mid-run (its sshd too), the job restarted on host 0's 2 ranks from $resumed in $job_s s, as the resume by hand"
 
 # 7. A host lost at one restart rejoins at the next (--max_procs: the job's own 4 by
 #    default). Attempt 0 on 4 ranks: rank 0 holds after step 3 and host 1's link is cut:
@@ -358,7 +375,8 @@ grep "resumed from" "$work/rejoin/train.log" | tail -1 | grep -q "step_00000004"
   fail "the second restart did not resume from step 4's checkpoint"
 [[ -s $work/rejoin/checkpoints/step_00000006/model.safetensors ]] || fail "the rejoined job did not reach step 6"
 no_ranks_left || fail "ranks still running after the rejoined job: $(leftovers "$work/rejoin")"
-echo "ok: host 1 lost at restart 1 rejoined at restart 2; the job finished on 4 ranks again"
+same_as_by_hand rejoin step_00000004 "$work/hosts/hostfile" # on both hosts' 4 ranks
+echo "ok: host 1 lost at restart 1 rejoined at restart 2; the job finished on 4 ranks again, as the resume by hand"
 
 # 5. (last: the host stays cut off) Host 1's link cut mid-run: the job ends non-zero within 30 s naming host 1;
 #    --max_restarts with --min_nodes 2 does not restart it on host 0 alone.

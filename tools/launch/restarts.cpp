@@ -56,7 +56,12 @@ int run_attempts(launch_request& request, restart_limits limits, bool dsactor_ru
                                                               : fmt::format("the job ended with code {}", code);
     if (end.interrupted) return code;
     if (code == 2) {
-      fmt::print(stderr, "dsactor launch: not restarting: the job's configuration was refused (exit code 2)\n");
+      if (attempt == 0)
+        fmt::print(stderr, "dsactor launch: not restarting: the job's configuration was refused (exit code 2)\n");
+      else
+        fmt::print(stderr, "dsactor launch: restart {} was refused by the ranks (exit code 2: their errors above say "
+                   "why, e.g. a global batch {} cannot keep); not restarting again\n",
+                   attempt, describe_hosts(hosts, request.num_procs));
       return code;
     }
     if (attempt == max_restarts) {
