@@ -199,8 +199,12 @@ def drill(seed, jobs, reference, hosts, swap):
             hang = subprocess.run([DSACTOR, "trace", "hang", run_dir], capture_output=True, text=True).stdout
             if f"rank {victim} never entered" not in hang:
                 problems.append(f"`dsactor trace hang` does not name rank {victim}:\n{hang}")
-        elif f"rank {victim} " not in err:
-            problems.append(f"the launcher's stop does not name rank {victim}")
+        else:
+            # The cause the launcher gives first (it then lists every rank's end) names the rank.
+            first = re.search(r"dsactor launch: (?:the job failed|restart 1 of 1): ([^\n]*)", err)
+            if not first or f"rank {victim} " not in first.group(1):
+                problems.append(f"the launcher's first cause does not name rank {victim}: "
+                                f"{first.group(1) if first else 'none given'}")
     # The other ranks end by the launcher's SIGTERM/SIGKILL or with an error, never crash.
     for m in re.finditer(r"dsactor launch: rank (\d+) (was killed by signal (\d+)|exited with code (\d+))", err):
         other, sig, code = int(m.group(1)), m.group(3), m.group(4)
