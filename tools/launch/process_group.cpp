@@ -413,18 +413,26 @@ void process_group::impl::begin_stop(const std::string& why, int culprit) {
   if (stopping_ || interrupts_ > 0)
     return;
   stopping_ = true;
-  bool any = false;
+  bool any = false, remote = false;
   for (auto& c : children_)
     if (c.running) {
-      signal_rank(c, SIGTERM);
-      signal_rank(c, SIGCONT); // a stopped rank would keep SIGTERM pending until SIGKILL
+      // A rank on another host runs under its ssh client here: a signal to that would end
+      // the ssh session and with it the rank, by SIGHUP, before it could clean up (its NVMe
+      // swap files, its trace). The rendezvous tells it that the job failed instead; only
+      // one still running at the grace's end is ended with its ssh client.
+      const bool here = c.host.empty() || c.host == "localhost";
+      if (here) {
+        signal_rank(c, SIGTERM);
+        signal_rank(c, SIGCONT); // a stopped rank would keep SIGTERM pending until SIGKILL
+      }
+      remote = remote || !here;
       c.stopped = c.rank != culprit;
       any = true;
     }
   if (!any)
     return;
-  say(fmt::format("{}: stopping every other rank (SIGTERM, then SIGKILL after {} ms)", why,
-                  options_.grace.count()));
+  say(fmt::format("{}: stopping every other rank (SIGTERM{}, then SIGKILL after {} ms)", why,
+                  remote ? "; those on other hosts through the rendezvous" : "", options_.grace.count()));
   kill_at_ = clock::now() + options_.grace;
 }
 
