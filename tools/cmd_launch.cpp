@@ -8,6 +8,7 @@
 #include "tools/command.hpp"
 #include "tools/launch/launch_plan.hpp"
 #include "tools/launch/restarts.hpp"
+#include "tools/launch/swap_janitor.hpp"
 #include "tools/options.hpp"
 #include "tools/launch/process_group.hpp"
 
@@ -340,7 +341,7 @@ std::optional<int> prepare_remote_start(const po::variables_map& vm, const usage
 // Hosts the rendezvous (except on the hosts other than node 0 of a --nnodes job), starts
 // this host's ranks and supervises them until every one has ended.
 int start_and_supervise(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request,
-                        attempt_end& end) {
+                        swap_janitor& janitor, attempt_end& end) {
   std::unique_ptr<net::rendezvous_server> server;
   supervise_options supervise;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(l.grace * 1000));
@@ -395,6 +396,9 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
     if (rank >= 0 && server) server->process_exited(rank, how); // not mpirun's or srun's own end
   });
   if (server) server->stop();
+  // Every rank has ended: the swap folders of those that died are this launcher's to remove.
+  for (const auto& removed : janitor.sweep())
+    fmt::print(stderr, "dsactor launch: removed {} (its rank ended without removing them)\n", removed);
   end.code = code;
   return code;
 }
@@ -458,7 +462,8 @@ int cmd_launch(int argc, char** argv) {
     return 1;
   }
   request.job_token = *token;
-  auto start = [&](attempt_end& end) { return start_and_supervise(fail, layout, remote, request, end); };
+  swap_janitor janitor; // this host's ranks register their NVMe swap folders with it
+  auto start = [&](attempt_end& end) { return start_and_supervise(fail, layout, remote, request, janitor, end); };
   if (max_restarts == 0) {
     attempt_end end;
     return start(end);

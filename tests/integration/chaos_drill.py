@@ -14,7 +14,8 @@ launcher may restart it (--max_restarts 1 or 0; 0 for the stall and the cut), th
 the step. Then it checks:
   1. the job ends within 30 s of the fault: finished after a restart (exit 0), or stopped
      naming the rank (exit non-zero; a stall: `dsactor trace hang` names it);
-  2. no process of the job is left (within 30 s) and, once a clean run has ended, no swap file;
+  2. no process of the job is left (within 30 s), and no swap file (the ranks remove theirs, the
+     launcher those of ranks that died: tools/launch/swap_janitor.hpp);
   3. the last committed checkpoint loads: a job stopped is resumed (--resume, same layout);
   4. the job's end equals the uninterrupted job's: model.safetensors byte for byte;
 and reports the steps lost (done after the checkpoint the job resumed from, so done again).
@@ -118,6 +119,11 @@ def wait_until(ready, proc, limit=60.0):
     return True
 
 
+def swap_files(swap):
+    """The swap files under the NVMe folder (every job's and rank's)."""
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(swap) for f in files if f.endswith(".swp"))
+
+
 def model(run_dir):
     with open(f"{run_dir}/checkpoints/step_{STEPS:08d}/model.safetensors", "rb") as f:
         return f.read()
@@ -219,6 +225,9 @@ def drill(seed, jobs, reference, hosts, swap):
         problems.append(f"processes left: {left}")
         for q in left.values():
             os.kill(q, signal.SIGKILL)
+    # ... and no swap file: the ranks remove theirs, the launcher those of ranks that died.
+    if name == "nvme" and swap_files(swap):
+        problems.append(f"swap files left after the job ended: {swap_files(swap)}")
     # 3. the last committed checkpoint loads and resumes (same layout; a cut host back first)
     if kind == "link cut":
         hosts.run("uncut_host 1")
@@ -242,8 +251,8 @@ def drill(seed, jobs, reference, hosts, swap):
     except OSError:
         pass
     outcome += f", {lost} step(s) lost"
-    if name == "nvme" and os.path.isdir(swap) and any(f.endswith(".swp") for f in os.listdir(swap)):
-        problems.append(f"swap files left in {swap}: {sorted(os.listdir(swap))}")
+    if name == "nvme" and swap_files(swap):
+        problems.append(f"swap files left after the resumed run: {swap_files(swap)}")
     return f"{point}, {outcome}", problems, kind, name, restarts, victim
 
 

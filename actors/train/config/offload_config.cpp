@@ -1,8 +1,10 @@
 // zero_optimization.offload_optimizer, [aio], and a rank's swap folder.
 #include "actors/train/config/offload_config.hpp"
 
+#include "core/file_lock.hpp"
 #include "core/log.hpp"
 #include "io/aio/swap_store.hpp"
+#include "io/ckpt/atomic_file.hpp"
 #include "optim/param_reader.hpp"
 
 #include <fmt/format.h>
@@ -13,8 +15,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 
 #include <fcntl.h>
@@ -156,20 +161,6 @@ std::string swap_job_name(const std::string& run_dir) {
 
 namespace {
 
-// An exclusive, non-blocking lock on `path` (created if missing): the descriptor, -1 when
-// another process holds it, or an error.
-expected<int> try_lock(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error(errc::io, "cannot open the lock '{}': {}", path, std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int e = errno;
-    ::close(fd);
-    if (e == EWOULDBLOCK) return -1;
-    return make_error(errc::io, "cannot lock '{}': {}", path, std::strerror(e));
-  }
-  return fd;
-}
-
 // Rank 0: folders of ranks >= world that an earlier run with more ranks left, unless
 // their owner is alive (holds the lock).
 void remove_extra_ranks(const std::string& job_dir, int world) {
@@ -182,7 +173,7 @@ void remove_extra_ranks(const std::string& job_dir, int world) {
         r < world)
       continue;
     const std::string lock = fmt::format("{}/rank{}.lock", job_dir, r);
-    auto fd = try_lock(lock);
+    auto fd = try_lock_file(lock);
     if (!fd || *fd < 0) continue;
     log_warn("offload: removing the swap files of rank {} that an earlier run of this job with more ranks left in {}",
              r, e.path().string());
@@ -192,7 +183,32 @@ void remove_extra_ranks(const std::string& job_dir, int world) {
   }
 }
 
+// The open swap areas' folders, locks, job folders and registry entries (remove_all_now).
+struct open_area {
+  const swap_area* area;
+  std::string dir, lock, job, registered;
+};
+std::mutex g_open_mu;
+std::vector<open_area> g_open; // under g_open_mu
+
+void remove_area_files(const std::string& dir, const std::string& lock, const std::string& job,
+                       const std::string& registered) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!lock.empty()) ::unlink(lock.c_str());
+  std::filesystem::remove(job, ec); // only when empty: other ranks may still be there
+  if (!registered.empty()) ::unlink(registered.c_str()); // nothing left for the launcher
+}
+
 } // namespace
+
+void swap_area::remove_all_now() {
+  std::lock_guard lock(g_open_mu);
+  for (const auto& a : g_open) {
+    log_warn("offload: the job is lost: removing this rank's swap files in {}", a.dir);
+    remove_area_files(a.dir, a.lock, a.job, a.registered);
+  }
+}
 
 expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& settings, const std::string& run_dir,
                                                      int rank, int world) {
@@ -206,7 +222,7 @@ expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& set
   if (ec)
     return make_error(errc::io, "zero_optimization.offload_optimizer.nvme_path: cannot create '{}': {}",
                       area->job_dir_, ec.message());
-  auto fd = try_lock(area->lock_path_);
+  auto fd = try_lock_file(area->lock_path_);
   if (!fd) return make_error(fd.err().code, "zero_optimization.offload_optimizer.nvme_path: {}", fd.err().message);
   if (*fd < 0)
     return make_error(errc::runtime,
@@ -234,6 +250,17 @@ expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& set
   if (ec)
     return make_error(errc::io, "zero_optimization.offload_optimizer.nvme_path: cannot create '{}': {}", area->dir_,
                       ec.message());
+  if (const char* registry = std::getenv("DSA_LAUNCH_SWAP_REGISTRY"); registry && *registry) {
+    // For the launcher: where this rank's files are, should it die before removing them.
+    const std::string entry = fmt::format("{}/rank{}", registry, rank);
+    auto written = ckpt::write_file_atomic(entry, fmt::format("{}\n{}\n{}\n", area->lock_path_, area->dir_, area->job_dir_));
+    if (written) area->registered_ = entry;
+    else log_warn("offload: could not register the swap folder with the launcher: {}", written.err().message);
+  }
+  {
+    std::lock_guard lock(g_open_mu);
+    g_open.push_back({area.get(), area->dir_, area->lock_path_, area->job_dir_, area->registered_});
+  }
   aio::engine_options o;
   o.config = settings.aio;
   auto alignment = aio::direct_io_alignment(area->dir_);
@@ -247,13 +274,13 @@ expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& set
 
 swap_area::~swap_area() {
   engine_.reset(); // every transfer ended before the files go
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
-  if (lock_fd_ >= 0) {
-    ::unlink(lock_path_.c_str());
-    ::close(lock_fd_);
+  {
+    std::lock_guard lock(g_open_mu);
+    g_open.erase(std::remove_if(g_open.begin(), g_open.end(), [this](const open_area& a) { return a.area == this; }),
+                 g_open.end());
   }
-  std::filesystem::remove(job_dir_, ec); // only when empty: other ranks may still be there
+  remove_area_files(dir_, lock_fd_ >= 0 ? lock_path_ : std::string(), job_dir_, registered_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 } // namespace dsa::train

@@ -62,9 +62,18 @@ std::string swap_job_name(const std::string& run_dir);
 // (<job>/rank<r>.lock: a second run with the same run directory is refused instead of
 // deleting this one's files), clears what an earlier run of the same job left there (a
 // crash) and says so; rank 0 also removes the folders of ranks >= `world` an earlier run
-// with more ranks left. Destroying it removes the folder and the lock.
+// with more ranks left. Destroying it removes the folder and the lock. Under `dsactor
+// launch` (DSA_LAUNCH_SWAP_REGISTRY, this host's ranks), opening also registers the folder
+// with the launcher, which removes it once the job has ended if its rank died without
+// doing so (tools/launch/swap_janitor.hpp).
 class swap_area {
 public:
+  // The job this process belongs to is lost (a rank or the rendezvous gone): removes every
+  // open swap area's folder and lock now, while the process winds down. Its shutdown may
+  // block on a peer that never answers (a cut link) until the launcher kills it, and the
+  // files would stay; the open descriptors keep working on the unlinked files meanwhile.
+  static void remove_all_now();
+
   static expected<std::unique_ptr<swap_area>> open(const offload_settings& settings, const std::string& run_dir,
                                                    int rank, int world);
   ~swap_area();
@@ -77,6 +86,7 @@ public:
 private:
   swap_area() = default;
   std::string dir_, job_dir_, lock_path_;
+  std::string registered_; // the launcher's registry entry for this folder ("" without one)
   int lock_fd_ = -1;
   std::shared_ptr<aio::aio_engine> engine_;
 };

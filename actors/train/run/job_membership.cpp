@@ -1,6 +1,7 @@
 // A process's membership of a launched job; see job_membership.hpp.
 #include "actors/train/run/job_membership.hpp"
 
+#include "actors/train/config/offload_config.hpp"
 #include "actors/train/run/signals.hpp"
 #include "core/log.hpp"
 #include "io/net/flight_recorder.hpp"
@@ -63,6 +64,7 @@ expected<job_membership> join_job(const net::rendezvous_env& env, const config& 
   // A lost rank or server fails every collective this process waits in.
   job.client->set_on_lost([t = job.transport.get()](const error& e) {
     t->abort(e);
+    swap_area::remove_all_now(); // before a shutdown that may block, or the launcher's SIGKILL
     // A rank whose job is lost ends within lost_job_grace even if its shutdown blocks (a
     // call into a peer that never answers): the job's other processes must not linger.
     std::thread([why = e.message] {

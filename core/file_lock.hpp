@@ -1,0 +1,17 @@
+// An exclusive advisory lock on a file (flock), the way a process claims a folder it owns
+// (the NVMe swap folders: a rank holds its lock while it runs; the kernel lets it go when
+// the process dies, however it dies).
+#pragma once
+
+#include "core/error.hpp"
+
+#include <string>
+
+namespace dsa {
+
+// Opens (creating it if missing) and locks `path` without waiting: the descriptor, -1 when
+// another process (or another descriptor of this one) holds the lock, or an error naming
+// the file.
+expected<int> try_lock_file(const std::string& path);
+
+} // namespace dsa
