@@ -22,7 +22,7 @@ void make_rank(const fs::path& registry, const fs::path& job, int rank) {
   fs::create_directories(dir);
   std::ofstream(dir / "stage0.master.swp") << "state";
   std::ofstream(job / ("rank" + std::to_string(rank) + ".lock")) << "";
-  std::ofstream(registry / ("rank" + std::to_string(rank)))
+  std::ofstream(registry / ("rank" + std::to_string(rank) + "-0"))
       << (job / ("rank" + std::to_string(rank) + ".lock")).string() << "\n" << dir.string() << "\n" << job.string() << "\n";
 }
 
@@ -35,8 +35,8 @@ TEST_CASE("the launcher removes the swap folders of ranks that are gone, never a
   fs::create_directories(registry);
   make_rank(registry, job, 0);
   make_rank(registry, job, 1);
-  std::ofstream(registry / "rank2.tmp.99") << "half"; // a rank killed while writing its entry
-  std::ofstream(registry / "rank3") << "one line";    // not an entry a rank wrote
+  std::ofstream(registry / "rank2-0.tmp.99") << "half"; // a rank killed while writing its entry
+  std::ofstream(registry / "rank3-0") << "one line";  // not an entry a rank wrote
   // Rank 0 is alive: it holds its lock.
   auto held = dsa::try_lock_file((job / "rank0.lock").string());
   REQUIRE(held.has_value());
@@ -47,11 +47,11 @@ TEST_CASE("the launcher removes the swap folders of ranks that are gone, never a
   CHECK(removed[0] == "rank 1's swap files in " + (job / "rank1").string());
   CHECK_FALSE(fs::exists(job / "rank1"));
   CHECK_FALSE(fs::exists(job / "rank1.lock"));
-  CHECK_FALSE(fs::exists(registry / "rank1"));
+  CHECK_FALSE(fs::exists(registry / "rank1-0"));
   CHECK(fs::exists(job / "rank0" / "stage0.master.swp"));
-  CHECK(fs::exists(registry / "rank0"));
-  CHECK_FALSE(fs::exists(registry / "rank2.tmp.99"));
-  CHECK_FALSE(fs::exists(registry / "rank3"));
+  CHECK(fs::exists(registry / "rank0-0"));
+  CHECK_FALSE(fs::exists(registry / "rank2-0.tmp.99"));
+  CHECK_FALSE(fs::exists(registry / "rank3-0"));
   CHECK(fs::exists(job)); // rank 0's folder is still in it
 
   // Rank 0 ends without removing its folder (killed): the next sweep takes it and the job's folder.

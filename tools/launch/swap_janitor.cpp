@@ -22,9 +22,9 @@ std::vector<std::string> sweep_swap_registry(const std::string& registry) {
   if (registry.empty() || !fs::is_directory(registry, ec)) return removed;
   for (const auto& e : fs::directory_iterator(registry, ec)) {
     const std::string name = e.path().filename().string();
-    int rank = -1;
-    if (std::sscanf(name.c_str(), "rank%d", &rank) != 1 || name != fmt::format("rank{}", rank)) {
-      fs::remove(e.path(), ec); // a rank killed while it wrote its entry (rankN.tmp.PID)
+    int rank = -1, area = -1;
+    if (std::sscanf(name.c_str(), "rank%d-%d", &rank, &area) != 2 || name != fmt::format("rank{}-{}", rank, area)) {
+      fs::remove(e.path(), ec); // a rank killed while it wrote its entry (rankN-K.tmp.PID)
       continue;
     }
     std::ifstream in(e.path());

@@ -2,7 +2,8 @@
 // host's last SIGKILL) cannot remove its swap folder, and a job that stops there would
 // leave gigabytes behind until its next run. The launcher makes a registry folder for its
 // host's ranks (DSA_LAUNCH_SWAP_REGISTRY); each rank that opens a swap folder writes an
-// entry there (its lock, its folder, the job's folder: actors/train/config/offload_config.hpp)
+// entry there, rank<r>-<n> (its lock, its folder, the job's folder:
+// actors/train/config/offload_config.hpp)
 // and removes it when it removed the folder itself. Once every rank of an attempt has
 // ended, the launcher sweeps the registry: a folder whose lock is free (its owner is
 // gone) is removed, with its lock and the job's folder when that is empty. Ranks on other

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <system_error>
@@ -183,10 +184,10 @@ void remove_extra_ranks(const std::string& job_dir, int world) {
   }
 }
 
-// The open swap areas' folders, locks, job folders and registry entries (remove_all_now).
+// The open swap areas' folders (remove_all_now).
 struct open_area {
   const swap_area* area;
-  std::string dir, lock, job, registered;
+  std::string dir;
 };
 std::mutex g_open_mu;
 std::vector<open_area> g_open; // under g_open_mu
@@ -205,8 +206,9 @@ void remove_area_files(const std::string& dir, const std::string& lock, const st
 void swap_area::remove_all_now() {
   std::lock_guard lock(g_open_mu);
   for (const auto& a : g_open) {
-    log_warn("offload: the job is lost: removing this rank's swap files in {}", a.dir);
-    remove_area_files(a.dir, a.lock, a.job, a.registered);
+    log_warn("offload: the run failed: removing this rank's swap files in {}", a.dir);
+    std::error_code ec;
+    std::filesystem::remove_all(a.dir, ec); // the lock and the registry entry stay (see the header)
   }
 }
 
@@ -252,14 +254,17 @@ expected<std::unique_ptr<swap_area>> swap_area::open(const offload_settings& set
                       ec.message());
   if (const char* registry = std::getenv("DSA_LAUNCH_SWAP_REGISTRY"); registry && *registry) {
     // For the launcher: where this rank's files are, should it die before removing them.
-    const std::string entry = fmt::format("{}/rank{}", registry, rank);
+    // rank<r>-<n>: a rank may open several (ZeRO-3's weights and optimizer state on
+    // different nvme_paths).
+    static std::atomic<int> opened{0};
+    const std::string entry = fmt::format("{}/rank{}-{}", registry, rank, opened++);
     auto written = ckpt::write_file_atomic(entry, fmt::format("{}\n{}\n{}\n", area->lock_path_, area->dir_, area->job_dir_));
     if (written) area->registered_ = entry;
     else log_warn("offload: could not register the swap folder with the launcher: {}", written.err().message);
   }
   {
     std::lock_guard lock(g_open_mu);
-    g_open.push_back({area.get(), area->dir_, area->lock_path_, area->job_dir_, area->registered_});
+    g_open.push_back({area.get(), area->dir_});
   }
   aio::engine_options o;
   o.config = settings.aio;

@@ -68,10 +68,12 @@ std::string swap_job_name(const std::string& run_dir);
 // doing so (tools/launch/swap_janitor.hpp).
 class swap_area {
 public:
-  // The job this process belongs to is lost (a rank or the rendezvous gone): removes every
-  // open swap area's folder and lock now, while the process winds down. Its shutdown may
-  // block on a peer that never answers (a cut link) until the launcher kills it, and the
-  // files would stay; the open descriptors keep working on the unlinked files meanwhile.
+  // The run failed (fail_run), or its job is lost (join_job's lost callback, which may
+  // come while the run is blocked in a call to a peer that never answers): removes every
+  // open swap area's files now, before a shutdown that may block until the launcher kills
+  // the process, which would leave them. The locks stay held (no other run takes a
+  // folder while this process lives) and the registry entries stay for the launcher;
+  // transfers still in flight then fail, after the run's own error was reported.
   static void remove_all_now();
 
   static expected<std::unique_ptr<swap_area>> open(const offload_settings& settings, const std::string& run_dir,

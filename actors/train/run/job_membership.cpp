@@ -64,7 +64,7 @@ expected<job_membership> join_job(const net::rendezvous_env& env, const config& 
   // A lost rank or server fails every collective this process waits in.
   job.client->set_on_lost([t = job.transport.get()](const error& e) {
     t->abort(e);
-    swap_area::remove_all_now(); // before a shutdown that may block, or the launcher's SIGKILL
+    swap_area::remove_all_now(); // the run fails now: before a shutdown that may block
     // A rank whose job is lost ends within lost_job_grace even if its shutdown blocks (a
     // call into a peer that never answers): the job's other processes must not linger.
     std::thread([why = e.message] {

@@ -4,6 +4,7 @@
 #include "actors/train/run/trainer.hpp"
 
 #include "actors/train/config/deepspeed_json.hpp"
+#include "actors/train/config/offload_config.hpp"
 #include "actors/train/stage/device_choice.hpp"
 #include "core/log.hpp"
 #include "io/ckpt/atomic_file.hpp"
@@ -174,6 +175,7 @@ std::string describe_rank_stages(const run_config& rc, int processes, int rank) 
 
 int fail_run(const error& e, int code) {
   fmt::print(stderr, "dsactor run: {}\n", e.message);
+  swap_area::remove_all_now(); // before a shutdown that may block (a peer behind a cut link)
   return code;
 }
 
