@@ -341,7 +341,7 @@ std::optional<int> prepare_remote_start(const po::variables_map& vm, const usage
 // Hosts the rendezvous (except on the hosts other than node 0 of a --nnodes job), starts
 // this host's ranks and supervises them until every one has ended.
 int start_and_supervise(const usage& fail, const launch_layout& l, const remote_start& r, launch_request& request,
-                        swap_janitor& janitor, attempt_end& end) {
+                        swap_janitor& janitor, bool dsactor_run, attempt_end& end) {
   std::unique_ptr<net::rendezvous_server> server;
   supervise_options supervise;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(l.grace * 1000));
@@ -356,6 +356,7 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
     server->request_flight_dumps();
     return true;
   };
+  supervise.remote_ranks_hear_rendezvous = dsactor_run;
   process_group group(supervise); // its signal handlers are in place before any rank starts
   net::rendezvous_options rendezvous;
   rendezvous.heartbeat_timeout = std::chrono::milliseconds(request.heartbeat_timeout_ms);
@@ -463,7 +464,9 @@ int cmd_launch(int argc, char** argv) {
   }
   request.job_token = *token;
   swap_janitor janitor; // this host's ranks register their NVMe swap folders with it
-  auto start = [&](attempt_end& end) { return start_and_supervise(fail, layout, remote, request, janitor, end); };
+  auto start = [&](attempt_end& end) {
+    return start_and_supervise(fail, layout, remote, request, janitor, !args.general, end);
+  };
   if (max_restarts == 0) {
     attempt_end end;
     return start(end);

@@ -420,7 +420,7 @@ void process_group::impl::begin_stop(const std::string& why, int culprit) {
       // the ssh session and with it the rank, by SIGHUP, before it could clean up (its NVMe
       // swap files, its trace). The rendezvous tells it that the job failed instead; only
       // one still running at the grace's end is ended with its ssh client.
-      const bool here = c.host.empty() || c.host == "localhost";
+      const bool here = c.host.empty() || c.host == "localhost" || !options_.remote_ranks_hear_rendezvous;
       if (here) {
         signal_rank(c, SIGTERM);
         signal_rank(c, SIGCONT); // a stopped rank would keep SIGTERM pending until SIGKILL

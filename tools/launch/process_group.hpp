@@ -24,6 +24,10 @@ struct supervise_options {
   // server's request_flight_dumps()); false when it cannot (no server here), and the local
   // ranks get SIGUSR1 instead.
   std::function<bool()> on_flight_request;
+  // Whether ranks on other hosts learn of a failure from the rendezvous (dsactor run ranks
+  // do; a `-- PROGRAM` need not): then a failure does not signal their ssh clients, whose
+  // end would kill them by SIGHUP before they clean up, until the grace has passed.
+  bool remote_ranks_hear_rendezvous = false;
 };
 
 // One per launcher process: it installs handlers for SIGINT, SIGTERM, SIGHUP and SIGCHLD
