@@ -79,6 +79,7 @@ TEST_CASE("a commit fault counts the checkpoint's step, not the forwards'") {
           tf::at(tf::phase::commit, 2);
         }) == 0);
   CHECK(ended_by(spec, 0, [] { tf::at(tf::phase::commit, 4); }) == SIGKILL);
+  std::filesystem::remove_all(std::filesystem::path(marker).parent_path());
 }
 
 TEST_CASE("a phase fault spec that does not parse is refused naming the variable") {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Integration: `dsactor launch --max_restarts`. A job of 2 processes whose rank 1 kills
-# itself after step 2 (SIGKILL, through the test-only DSA_TEST_KILL_ONCE, so no timing is
+# itself after step 3 (index 2; SIGKILL, through the test-only DSA_TEST_KILL_ONCE, so no timing is
 # involved) restarts by itself, names the cause, resumes in the run directory its first
 # attempt chose from the latest committed checkpoint, and ends with the uninterrupted job's
 # parameters bit for bit. A refused configuration is not restarted; --launcher mpirun and
@@ -19,7 +19,7 @@ cd "$work" || fail "cd $work"
 final=checkpoints/step_00000005/model.safetensors
 [[ -s $work/ref/$final ]] || fail "the uninterrupted job wrote no $final"
 
-# The same job, rank 1 killed after step 2, one restart allowed; no run_dir in the config.
+# The same job, rank 1 killed after step 3 (DSA_TEST_KILL_ONCE counts from 0), one restart allowed; no run_dir in the config.
 
 DSA_TEST_KILL_ONCE="$work/fault:1:2" "$dsactor" launch --num_procs 2 --max_restarts 1 pre.toml \
   --set checkpoint.save_interval=1 >"$work/out" 2>"$work/err" || { cat "$work/err"; fail "the restarted job failed"; }
