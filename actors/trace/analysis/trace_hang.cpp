@@ -322,11 +322,13 @@ hang_report analyse_hang(const std::vector<hang_input>& inputs) {
     report.verdict = report.findings.front().verdict;
   else if (std::any_of(report.edges.begin(), report.edges.end(),
                        [](const hang_edge& e) { return e.sent > e.received; }))
-    report.verdict = "every collective the records hold finished; a pipeline edge has messages in flight (above)";
+    report.verdict = "every collective the records hold finished; a pipeline edge has messages in flight (above; a job "
+                     "still running always has some: a hang keeps the counts apart in a later record too)";
   else if (std::any_of(report.edges.begin(), report.edges.end(),
                        [](const hang_edge& e) { return e.credits_returned > e.credits_back; }))
     report.verdict = "every collective the records hold finished and every pipeline message arrived; a pipeline "
-                     "edge has slots given back that its producer has not got (credits in flight or lost, above)";
+                     "edge has slots given back that its producer has not got (credits in flight or lost, above; a "
+                     "job still running always has some: a hang keeps the counts apart in a later record too)";
   else
     report.verdict = "the records agree: every collective they hold finished on every rank and every pipeline message "
                      "arrived (the hang, if any, is elsewhere: a stage's own work, or a call older than the records)";
