@@ -438,6 +438,12 @@ int cmd_launch(int argc, char** argv) {
       (vm["max_procs"].as<int>() > 0 && vm["max_procs"].as<int>() < std::max(1, vm["min_procs"].as<int>())))
     return fail(fmt::format("--max_procs {} must be at least --min_procs {} (or 0: the job's own count)",
                             vm["max_procs"].as<int>(), vm["min_procs"].as<int>()));
+  if (max_restarts == 0)
+    for (const char* flag : {"min_procs", "min_nodes", "max_procs"})
+      if (!vm[flag].defaulted())
+        return fail(fmt::format("--{} bounds the restarts of --max_restarts N, and this job has none (add "
+                                "--max_restarts N, N > 0)",
+                                flag));
   const int min_nodes = vm["min_nodes"].as<int>();
   if (min_nodes < 1) return fail("--min_nodes must be >= 1");
   if (min_nodes > 1 && !layout.listed)

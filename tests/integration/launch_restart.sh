@@ -97,6 +97,10 @@ if "$dsactor" launch --hostfile "$work/hosts" --launcher mpirun --max_restarts 1
   fail "--max_restarts with mpirun was accepted"
 fi
 grep -q -- "--max_restarts with --launcher mpirun" "$work/err" || { cat "$work/err"; fail "mpirun's refusal"; }
+if "$dsactor" launch --hostfile "$work/hosts" --launcher slurm --max_restarts 1 pre.toml 2>"$work/err"; then
+  fail "--max_restarts with slurm was accepted"
+fi
+grep -q -- "--max_restarts with --launcher slurm" "$work/err" || { cat "$work/err"; fail "slurm's refusal"; }
 if DSA_JOB_TOKEN=x "$dsactor" launch --nnodes 1 --node_rank 0 --nproc_per_node 2 --max_restarts 1 pre.toml \
   2>"$work/err"; then fail "--max_restarts with --nnodes was accepted"; fi
 grep -q -- "--max_restarts needs one launcher" "$work/err" || { cat "$work/err"; fail "--nnodes' refusal"; }
@@ -109,4 +113,7 @@ if "$dsactor" launch --hostfile "$work/hosts" --max_restarts 1 --min_nodes 2 pre
   fail "--min_nodes 2 on a 1-host list was accepted"
 fi
 grep -q -- "--min_nodes 2 is more than the 1 host(s)" "$work/err" || { cat "$work/err"; fail "--min_nodes' count"; }
+# The restarts' bounds without restarts: refused, naming the flag.
+if "$dsactor" launch --num_procs 2 --min_procs 2 pre.toml 2>"$work/err"; then fail "--min_procs without --max_restarts was accepted"; fi
+grep -q -- "--min_procs bounds the restarts of --max_restarts N" "$work/err" || { cat "$work/err"; fail "--min_procs alone"; }
 echo "ok: --max_restarts refuses configs and launchers it cannot restart; --min_nodes beyond the list is refused"
