@@ -225,6 +225,9 @@ TEST_CASE("offload: a rank's swap folder is locked against a second run, and ran
   REQUIRE_FALSE(again.has_value());
   CHECK(again.err().message.find("another run of this job") != std::string::npos);
   CHECK(again.err().message.find((*rank0)->dir()) != std::string::npos);
+  // ... and leaves the live run's folder and lock as they were.
+  CHECK(fs::is_directory((*rank0)->dir()));
+  CHECK(fs::exists(job + "/rank0.lock"));
   // Rank 1's folder is its own; closing both leaves nothing behind.
   auto rank1 = train::swap_area::open(settings, run_dir, 1, 2);
   REQUIRE(rank1.has_value());

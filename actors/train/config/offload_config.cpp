@@ -284,8 +284,11 @@ swap_area::~swap_area() {
     g_open.erase(std::remove_if(g_open.begin(), g_open.end(), [this](const open_area& a) { return a.area == this; }),
                  g_open.end());
   }
-  remove_area_files(dir_, lock_fd_ >= 0 ? lock_path_ : std::string(), job_dir_, registered_);
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+  // Only a folder this area owns (holds the lock of): an open refused because another run
+  // holds it must not touch that run's files.
+  if (lock_fd_ < 0) return;
+  remove_area_files(dir_, lock_path_, job_dir_, registered_);
+  ::close(lock_fd_);
 }
 
 } // namespace dsa::train
