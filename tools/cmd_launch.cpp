@@ -351,8 +351,8 @@ int start_and_supervise(const usage& fail, const launch_layout& l, const remote_
     if (server) server->interrupt();
   };
   // SIGUSR1 too: every rank, on every host, writes a flight record.
-  supervise.on_flight_request = [&server] {
-    if (!server) return false;
+  supervise.on_flight_request = [&server, dsactor_run] {
+    if (!server || !dsactor_run) return false; // a -- PROGRAM does not hear the rendezvous: signals
     server->request_flight_dumps();
     return true;
   };
@@ -451,6 +451,16 @@ int cmd_launch(int argc, char** argv) {
   if (min_nodes > 1 && layout.listed && min_nodes > static_cast<int>(layout.hosts.size()))
     return fail(fmt::format("--min_nodes {} is more than the {} host(s) this job starts on", min_nodes,
                             layout.hosts.size()));
+  if (const int max_procs = vm["max_procs"].as<int>(); min_nodes > 1 && layout.listed && max_procs > 0) {
+    // A restart takes the hosts that answer in list order, up to --max_procs processes: if
+    // the first min_nodes - 1 hosts' slots already reach it, no restart can span min_nodes.
+    std::size_t before = 0;
+    for (int h = 0; h + 1 < min_nodes; ++h) before += layout.hosts[static_cast<std::size_t>(h)].slots.size();
+    if (static_cast<int>(before) >= max_procs)
+      return fail(fmt::format("--max_procs {} is filled by the first {} host(s) of the list ({} slots; a restart "
+                              "takes hosts in list order), so no restart could span --min_nodes {}",
+                              max_procs, min_nodes - 1, before, min_nodes));
+  }
   if (max_restarts > 0 && layout.cluster)
     return fail("--max_restarts with --launcher " + vm["launcher"].as<std::string>() +
                 ": restarts are the cluster launcher's business (mpirun's or Slurm's own options)");
@@ -469,7 +479,9 @@ int cmd_launch(int argc, char** argv) {
     return 1;
   }
   request.job_token = *token;
-  swap_janitor janitor; // this host's ranks register their NVMe swap folders with it
+  // This host's ranks register their NVMe swap folders with it (not under mpirun or srun,
+  // which may pass the launcher's environment to other hosts).
+  swap_janitor janitor(!layout.cluster);
   auto start = [&](attempt_end& end) {
     return start_and_supervise(fail, layout, remote, request, janitor, !args.general, end);
   };

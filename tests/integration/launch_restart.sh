@@ -113,6 +113,11 @@ if "$dsactor" launch --hostfile "$work/hosts" --max_restarts 1 --min_nodes 2 pre
   fail "--min_nodes 2 on a 1-host list was accepted"
 fi
 grep -q -- "--min_nodes 2 is more than the 1 host(s)" "$work/err" || { cat "$work/err"; fail "--min_nodes' count"; }
+printf 'localhost slots=2\nworker-x slots=2\n' >"$work/twohosts"
+if "$dsactor" launch --hostfile "$work/twohosts" --max_restarts 1 --min_nodes 2 --max_procs 2 pre.toml 2>"$work/err"; then
+  fail "--min_nodes 2 with --max_procs filled by the first host was accepted"
+fi
+grep -q -- "--max_procs 2 is filled by the first 1 host(s) of the list" "$work/err" || { cat "$work/err"; fail "--min_nodes against --max_procs"; }
 # The restarts' bounds without restarts: refused, naming the flag.
 if "$dsactor" launch --num_procs 2 --min_procs 2 pre.toml 2>"$work/err"; then fail "--min_procs without --max_restarts was accepted"; fi
 grep -q -- "--min_procs bounds the restarts of --max_restarts N" "$work/err" || { cat "$work/err"; fail "--min_procs alone"; }

@@ -50,7 +50,8 @@ std::vector<std::string> sweep_swap_registry(const std::string& registry) {
   return removed;
 }
 
-swap_janitor::swap_janitor() {
+swap_janitor::swap_janitor(bool enabled) {
+  if (!enabled) return;
   std::error_code ec;
   std::string pattern = (fs::temp_directory_path(ec) / "dsactor-launch-XXXXXX").string();
   if (ec || ::mkdtemp(pattern.data()) == nullptr) return;

@@ -19,8 +19,8 @@ class swap_janitor {
 public:
   // Makes the registry under the system's temporary folder and sets
   // DSA_LAUNCH_SWAP_REGISTRY for the ranks this process starts; an empty janitor (no
-  // registry) when that fails.
-  swap_janitor();
+  // registry) when `enabled` is false or that fails.
+  explicit swap_janitor(bool enabled = true);
   ~swap_janitor(); // sweeps once more, then removes the registry
   swap_janitor(const swap_janitor&) = delete;
   swap_janitor& operator=(const swap_janitor&) = delete;
