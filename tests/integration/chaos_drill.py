@@ -58,7 +58,15 @@ class Hosts:
 
     def up(self):
         if self.state is None:
-            self.state = sh(f'hosts_up "{WORK}/hosts" 2 >&2 && declare -p hosts_prefix hosts_net hosts_count hosts_dir')
+            # The fixture's names fixed here, so that hosts a failed hosts_up made part of
+            # are still removed (down()).
+            names = f'hosts_prefix=dsa{os.getpid()}; hosts_net={os.getpid() % 200 + 20}; hosts_dir="{WORK}/hosts"'
+            try:
+                self.state = sh(f'{names}; hosts_up "{WORK}/hosts" 2 >&2 && '
+                                'declare -p hosts_prefix hosts_net hosts_count hosts_dir')
+            except subprocess.CalledProcessError:
+                self.state = names + "; hosts_count=2"
+                raise
             a0, a1 = self.run("host_addr 0; host_addr 1").split()
             with open(f"{WORK}/hosts/drill-hostfile", "w") as f:
                 f.write(f"{a0} slots=2\n{a1} slots=1\n")
@@ -295,10 +303,14 @@ def main(hosts):
 
 if __name__ == "__main__":
     hosts = Hosts()
+    code = 1
     try:
         code = main(hosts)
     finally:
         hosts.down()
-        if os.environ.get("KEEP_CHAOS_WORK") is None:
+        # The logs a failure points to stay (KEEP_CHAOS_WORK keeps them always).
+        if os.environ.get("KEEP_CHAOS_WORK") is None and code == 0:
             shutil.rmtree(WORK, ignore_errors=True)
+        elif code != 0:
+            print(f"chaos drill: the jobs' logs are in {WORK}")
     sys.exit(code)

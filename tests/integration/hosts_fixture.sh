@@ -51,7 +51,7 @@ on_host() {
 cut_host() { ip -n "${hosts_prefix}h$1" link set eth1 down; }
 uncut_host() { ip -n "${hosts_prefix}h$1" link set eth1 up; }
 kill_host() {
-  ip netns pids "${hosts_prefix}h$1" | xargs -r kill -9
+  ip netns pids "${hosts_prefix}h$1" | xargs -r kill -9 2>/dev/null || true # one may end first
   rm -f "$hosts_dir/sshd$1.pid"
 }
 revive_host() { start_sshd "$1"; }

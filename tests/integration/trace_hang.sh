@@ -101,14 +101,17 @@ grep -q "^  rank 1: SIGUSR1 " "$work/hang" || { cat "$work/hang"; fail "rank 1's
 # Ctrl-C: the ranks would stop after the step, which never ends; a second one ends them at
 # once. The second only once the launcher has taken the first (two signals sent at once
 # arrive as one) and each rank has written the first's flight record.
-written=$(grep -c "flight record written" "$work/err")
+# (Counted per rank: Ctrl-C reaches a rank twice, by signal and through the rendezvous, and
+# may make it write two records.)
+records_of() { grep -c "^\[rank $1\] .*flight record written" "$work/err" || true; }
+written0=$(records_of 0) written1=$(records_of 1)
 kill -INT "$launcher_pid"
 wait_for_line "SIGINT: passing it on"
 for _ in $(seq 1200); do
-  (( $(grep -c "flight record written" "$work/err") >= written + 2 )) && break
+  (( $(records_of 0) > written0 && $(records_of 1) > written1 )) && break
   sleep 0.05
 done
-(( $(grep -c "flight record written" "$work/err") >= written + 2 )) || fail "each rank should write a flight record on Ctrl-C"
+(( $(records_of 0) > written0 && $(records_of 1) > written1 )) || fail "each rank should write a flight record on Ctrl-C"
 kill -INT "$launcher_pid"
 rc=0
 wait "$launcher_pid" || rc=$?
@@ -148,5 +151,8 @@ grep -q "$lost_verdict" "$work/hang" || { cat "$work/hang"; fail "the verdict sh
 # SIGTERM, which may come first, writes another).
 grep -q "^    its records in the order written: 1\. SIGUSR1; .*[0-9]\. [^;]* failed in step 3: [^;]*rank 1 lost" "$work/hang" ||
   { cat "$work/hang"; fail "rank 0 should have written a record when it learnt of rank 1's loss"; }
-grep -q "lost (its connection closed without a leave)" "$work/err" || fail "rank 0 should have been told of the loss"
+# (The rendezvous learns it from the closed connection or from the launcher, which reaped
+# the process, whichever comes first.)
+grep -q "rank 1 lost (\(its connection closed without a leave\|was killed by signal 9\)" "$work/err" ||
+  fail "rank 0 should have been told of the loss"
 echo "ok: rank 1 killed while rank 0 waited for it: the report names rank 1 and allreduce #3"

@@ -94,11 +94,12 @@ TEST_CASE("rendezvous: 1, 2 and 4 ranks join, get every blob, allgather, barrier
 
 TEST_CASE("rendezvous: the server's interrupt and flight-dump requests reach every joined rank, each its own") {
   const int world = 3;
-  auto server = start_server(world);
-  auto clients = join_all(server->port(), world);
+  // Before the server and clients, whose threads call into them, so they outlive them.
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int> interrupts(world), dumps(world);
+  auto server = start_server(world);
+  auto clients = join_all(server->port(), world);
   for (int r = 0; r < world; ++r) {
     auto& c = clients[static_cast<std::size_t>(r)];
     REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.err().to_string()));
