@@ -432,35 +432,17 @@ int cmd_launch(int argc, char** argv) {
   layout.heartbeat = vm["heartbeat_timeout"].as<double>();
   if (!(layout.grace >= 0) || !(layout.heartbeat >= 0.001 && layout.heartbeat <= 86400))
     return fail("--grace must be >= 0 and --heartbeat_timeout within 0.001..86400 seconds");
-  const int max_restarts = vm["max_restarts"].as<int>();
-  if (max_restarts < 0) return fail("--max_restarts must be >= 0");
-  if (vm["max_procs"].as<int>() < 0 ||
-      (vm["max_procs"].as<int>() > 0 && vm["max_procs"].as<int>() < std::max(1, vm["min_procs"].as<int>())))
-    return fail(fmt::format("--max_procs {} must be at least --min_procs {} (or 0: the job's own count)",
-                            vm["max_procs"].as<int>(), vm["min_procs"].as<int>()));
-  if (max_restarts == 0)
-    for (const char* flag : {"min_procs", "min_nodes", "max_procs"})
-      if (!vm[flag].defaulted())
-        return fail(fmt::format("--{} bounds the restarts of --max_restarts N, and this job has none (add "
-                                "--max_restarts N, N > 0)",
-                                flag));
-  const int min_nodes = vm["min_nodes"].as<int>();
-  if (min_nodes < 1) return fail("--min_nodes must be >= 1");
-  if (min_nodes > 1 && !layout.listed)
-    return fail(fmt::format("--min_nodes {} counts the hosts of a --hostfile list, and this job has none", min_nodes));
-  if (min_nodes > 1 && layout.listed && min_nodes > static_cast<int>(layout.hosts.size()))
-    return fail(fmt::format("--min_nodes {} is more than the {} host(s) this job starts on", min_nodes,
-                            layout.hosts.size()));
-  if (const int max_procs = vm["max_procs"].as<int>(); min_nodes > 1 && layout.listed && max_procs > 0) {
-    // A restart takes the hosts that answer in list order, up to --max_procs processes: if
-    // the first min_nodes - 1 hosts' slots already reach it, no restart can span min_nodes.
-    std::size_t before = 0;
-    for (int h = 0; h + 1 < min_nodes; ++h) before += layout.hosts[static_cast<std::size_t>(h)].slots.size();
-    if (static_cast<int>(before) >= max_procs)
-      return fail(fmt::format("--max_procs {} is filled by the first {} host(s) of the list ({} slots; a restart "
-                              "takes hosts in list order), so no restart could span --min_nodes {}",
-                              max_procs, min_nodes - 1, before, min_nodes));
-  }
+  restart_limits limits;
+  limits.max_restarts = vm["max_restarts"].as<int>();
+  limits.min_procs = vm["min_procs"].as<int>();
+  limits.max_procs = vm["max_procs"].as<int>();
+  limits.min_nodes = vm["min_nodes"].as<int>();
+  std::vector<std::string> bounds_given;
+  for (const char* flag : {"min_procs", "min_nodes", "max_procs"})
+    if (!vm[flag].defaulted()) bounds_given.emplace_back(flag);
+  if (auto why = check_restart_limits(limits, bounds_given, layout.listed ? &layout.hosts : nullptr))
+    return fail(*why);
+  const int max_restarts = limits.max_restarts;
   if (max_restarts > 0 && layout.cluster)
     return fail("--max_restarts with --launcher " + vm["launcher"].as<std::string>() +
                 ": restarts are the cluster launcher's business (mpirun's or Slurm's own options)");
@@ -490,11 +472,6 @@ int cmd_launch(int argc, char** argv) {
     return start(end);
   }
   const restart_hosts hosts{layout.listed ? &layout.hosts : nullptr, remote.ssh, &remote.remote};
-  restart_limits limits;
-  limits.max_restarts = max_restarts;
-  limits.min_procs = vm["min_procs"].as<int>();
-  limits.max_procs = vm["max_procs"].as<int>();
-  limits.min_nodes = min_nodes;
   return run_attempts(request, limits, !args.general, hosts, start);
 }
 

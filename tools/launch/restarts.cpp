@@ -101,6 +101,35 @@ int run_attempts(launch_request& request, restart_limits limits, bool dsactor_ru
   }
 }
 
+std::optional<std::string> check_restart_limits(const restart_limits& limits, const std::vector<std::string>& given,
+                                                const std::vector<host_slots>* hosts) {
+  if (limits.max_restarts < 0) return std::string("--max_restarts must be >= 0");
+  if (limits.max_procs < 0 || (limits.max_procs > 0 && limits.max_procs < std::max(1, limits.min_procs)))
+    return fmt::format("--max_procs {} must be at least --min_procs {} (or 0: the job's own count)", limits.max_procs,
+                       limits.min_procs);
+  if (limits.max_restarts == 0 && !given.empty())
+    return fmt::format("--{} bounds the restarts of --max_restarts N, and this job has none (add --max_restarts N, "
+                       "N > 0)",
+                       given.front());
+  const int min_nodes = limits.min_nodes;
+  if (min_nodes < 1) return std::string("--min_nodes must be >= 1");
+  if (min_nodes == 1) return std::nullopt;
+  if (!hosts) return fmt::format("--min_nodes {} counts the hosts of a --hostfile list, and this job has none", min_nodes);
+  if (min_nodes > static_cast<int>(hosts->size()))
+    return fmt::format("--min_nodes {} is more than the {} host(s) this job starts on", min_nodes, hosts->size());
+  if (limits.max_procs > 0) {
+    // A restart takes the hosts that answer in list order, up to --max_procs processes: if
+    // the first min_nodes - 1 hosts' slots already reach it, no restart can span min_nodes.
+    std::size_t before = 0;
+    for (int h = 0; h + 1 < min_nodes; ++h) before += (*hosts)[static_cast<std::size_t>(h)].slots.size();
+    if (static_cast<int>(before) >= limits.max_procs)
+      return fmt::format("--max_procs {} is filled by the first {} host(s) of the list ({} slots; a restart takes "
+                         "hosts in list order), so no restart could span --min_nodes {}",
+                         limits.max_procs, min_nodes - 1, before, min_nodes);
+  }
+  return std::nullopt;
+}
+
 void pin_run_dir(const std::string& config_path) {
   if (std::getenv("DSA_LAUNCH_RUN_DIR")) return;
   ::setenv("DSA_LAUNCH_RUN_DIR", train::timestamped_run_dir(config_path).c_str(), 1);

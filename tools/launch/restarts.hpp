@@ -12,6 +12,7 @@
 #include "tools/launch/launch_plan.hpp"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,14 @@ struct restart_limits {
   int min_procs = 1, max_procs = 0;
   int min_nodes = 1;
 };
+
+// What is wrong with the restart flags, said for the user (nothing when they hold):
+// negative counts, --max_procs under --min_procs, bounds (`given`: the flags the user
+// wrote among min_procs, min_nodes, max_procs) without --max_restarts, --min_nodes without
+// a host list (`hosts` null) or above its host count, or beyond what --max_procs lets a
+// restart reach (it takes hosts in list order).
+std::optional<std::string> check_restart_limits(const restart_limits& limits, const std::vector<std::string>& given,
+                                                const std::vector<host_slots>* hosts);
 
 // Runs attempts through `start` (one attempt: starts the ranks, supervises them, fills
 // its attempt_end, returns the exit code) and returns the last attempt's code.
