@@ -36,33 +36,25 @@ const char* phase_name(phase p) {
 }
 
 std::vector<kill_in> parse(const std::string& all) {
+  const auto bad = [&] {
+    return std::runtime_error(fmt::format(
+        "DSA_TEST_KILL_IN: expected MARKER:PROCESS:PHASE:STEP (PHASE forward, allreduce, commit or swap), got '{}'", all));
+  };
+  auto specs = split_fault_specs(all, 3);
+  if (!specs) throw bad();
   std::vector<kill_in> out;
-  for (std::size_t from = 0; from <= all.size();) {
-    const auto comma = std::min(all.find(',', from), all.size());
-    const std::string s = all.substr(from, comma - from);
-    from = comma + 1;
-    // MARKER may hold colons (a path): the last three fields are PROCESS, PHASE, STEP.
-    const auto c3 = s.rfind(':');
-    const auto c2 = c3 == std::string::npos || c3 == 0 ? std::string::npos : s.rfind(':', c3 - 1);
-    const auto c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : s.rfind(':', c2 - 1);
-    const auto bad = [&] {
-      return std::runtime_error(fmt::format(
-          "DSA_TEST_KILL_IN: expected MARKER:PROCESS:PHASE:STEP (PHASE forward, allreduce, commit or swap), got '{}'", s));
-    };
-    if (c1 == std::string::npos) throw bad();
+  for (const auto& f : *specs) {
     kill_in k;
-    k.marker = s.substr(0, c1);
-    const std::string process = s.substr(c1 + 1, c2 - c1 - 1), name = s.substr(c2 + 1, c3 - c2 - 1),
-                      step = s.substr(c3 + 1);
+    k.marker = f[0];
     char* end = nullptr;
-    k.process = static_cast<int>(std::strtol(process.c_str(), &end, 10));
-    if (process.empty() || *end) throw bad();
-    k.step = std::strtoll(step.c_str(), &end, 10);
-    if (step.empty() || *end) throw bad();
+    k.process = static_cast<int>(std::strtol(f[1].c_str(), &end, 10));
+    if (*end) throw bad();
+    k.step = std::strtoll(f[3].c_str(), &end, 10);
+    if (*end) throw bad();
     bool known = false;
     for (phase p : {phase::forward, phase::allreduce, phase::commit, phase::swap})
-      if (name == phase_name(p)) k.where = p, known = true;
-    if (!known || k.marker.empty()) throw bad();
+      if (f[2] == phase_name(p)) k.where = p, known = true;
+    if (!known) throw bad();
     out.push_back(std::move(k));
   }
   return out;
@@ -74,6 +66,28 @@ std::atomic<bool> g_armed{false};
 std::atomic<std::int64_t> g_step{-1}; // the latest step whose forward began here
 
 } // namespace
+
+std::optional<std::vector<std::vector<std::string>>> split_fault_specs(const std::string& value, std::size_t fields) {
+  std::vector<std::vector<std::string>> out;
+  for (std::size_t from = 0; from <= value.size();) {
+    const auto comma = std::min(value.find(',', from), value.size());
+    const std::string s = value.substr(from, comma - from);
+    from = comma + 1;
+    // The fields from the right: MARKER may hold colons.
+    std::vector<std::string> parts(fields + 1);
+    std::size_t end = s.size();
+    for (std::size_t i = fields; i > 0; --i) {
+      const auto colon = end == 0 ? std::string::npos : s.rfind(':', end - 1);
+      if (colon == std::string::npos || colon + 1 == end) return std::nullopt;
+      parts[i] = s.substr(colon + 1, end - colon - 1);
+      end = colon;
+    }
+    parts[0] = s.substr(0, end);
+    if (parts[0].empty()) return std::nullopt;
+    out.push_back(std::move(parts));
+  }
+  return out;
+}
 
 bool claim(const std::string& marker) {
   const int fd = ::open(marker.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace dsa::test_fault {
 
@@ -25,5 +27,10 @@ void at(phase p, std::int64_t step = -1);
 
 // Creates `marker`; false when it exists (the fault it guards fired before).
 bool claim(const std::string& marker);
+
+// The test-only fault variables' common form: specs joined by commas, each MARKER (a path,
+// colons allowed) then `fields` colon-separated fields: each spec's marker and fields, or
+// nullopt for a spec that does not have that form (an empty marker or field included).
+std::optional<std::vector<std::vector<std::string>>> split_fault_specs(const std::string& value, std::size_t fields);
 
 } // namespace dsa::test_fault

@@ -13,6 +13,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -80,6 +81,16 @@ TEST_CASE("a commit fault counts the checkpoint's step, not the forwards'") {
         }) == 0);
   CHECK(ended_by(spec, 0, [] { tf::at(tf::phase::commit, 4); }) == SIGKILL);
   std::filesystem::remove_all(std::filesystem::path(marker).parent_path());
+}
+
+TEST_CASE("fault specs split at commas, fields from the right: a marker may hold colons") {
+  auto specs = tf::split_fault_specs("/a:b/m:1:7,n:0:2", 2);
+  REQUIRE(specs.has_value());
+  REQUIRE(specs->size() == 2);
+  CHECK((*specs)[0] == std::vector<std::string>{"/a:b/m", "1", "7"});
+  CHECK((*specs)[1] == std::vector<std::string>{"n", "0", "2"});
+  for (const char* bad : {"m:1", ":1:2", "m::2", "m:1:", "m:1:2,"})
+    CHECK_FALSE(tf::split_fault_specs(bad, 2).has_value());
 }
 
 TEST_CASE("a phase fault spec that does not parse is refused naming the variable") {

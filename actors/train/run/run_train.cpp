@@ -102,16 +102,11 @@ std::vector<step_fault> test_faults_of(const char* name, int process) {
   std::vector<step_fault> out;
   const char* spec = std::getenv(name);
   if (!spec || !*spec) return out;
-  const std::string all = spec;
-  for (std::size_t from = 0; from <= all.size();) {
-    const auto comma = std::min(all.find(',', from), all.size());
-    const std::string s = all.substr(from, comma - from);
-    from = comma + 1;
-    const auto b = s.rfind(':'), a = b == std::string::npos || b == 0 ? std::string::npos : s.rfind(':', b - 1);
-    if (a == std::string::npos) throw std::runtime_error(fmt::format("{}: expected MARKER:PROCESS:STEP, got {}", name, s));
-    step_fault f{s.substr(0, a), std::stoi(s.substr(a + 1, b - a - 1)),
-                 static_cast<std::uint32_t>(std::stoul(s.substr(b + 1)))};
-    if (f.process == process) out.push_back(std::move(f));
+  auto specs = test_fault::split_fault_specs(spec, 2);
+  if (!specs) throw std::runtime_error(fmt::format("{}: expected MARKER:PROCESS:STEP, got {}", name, spec));
+  for (const auto& f : *specs) {
+    step_fault s{f[0], std::stoi(f[1]), static_cast<std::uint32_t>(std::stoul(f[2]))};
+    if (s.process == process) out.push_back(std::move(s));
   }
   return out;
 }
