@@ -186,7 +186,10 @@ expected<std::vector<hang_input>> hang_inputs(const std::vector<rank_trace>& tra
   std::vector<std::string> problems;
   for (const auto& t : traces) {
     if (t.trace.flights.empty()) continue;
-    auto record = net::decode_flight(last ? t.trace.flights.back() : t.trace.flights.front());
+    // Every record read once: the chosen one for the analysis, each one's reason for the list.
+    std::vector<expected<net::flight_record>> all;
+    for (const auto& f : t.trace.flights) all.push_back(net::decode_flight(f));
+    auto& record = last ? all.back() : all.front();
     if (!record) {
       problems.push_back(fmt::format("{}: {}", t.path, record.err().message));
       hang_input bad;
@@ -202,12 +205,10 @@ expected<std::vector<hang_input>> hang_inputs(const std::vector<rank_trace>& tra
     in.path = t.path;
     in.records = t.trace.flights.size();
     in.last = last;
-    in.record = std::move(*record);
     if (in.records > 1)
-      for (const auto& f : t.trace.flights) {
-        auto each = net::decode_flight(f);
+      for (const auto& each : all)
         in.reasons.push_back(!each ? "(does not read)" : each->reason.empty() ? "(no reason given)" : each->reason);
-      }
+    in.record = std::move(*record);
     out.push_back(std::move(in));
   }
   if (std::all_of(out.begin(), out.end(), [](const hang_input& in) { return !in.problem.empty(); }))
