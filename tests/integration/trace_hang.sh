@@ -88,11 +88,17 @@ wait_for_line() {
   fail "no '$1' in the job's output within 60 s"
 }
 
+# start_hung RANK RUN: a 2-process job in RUN whose RANK stalls before step 3's gradient sum,
+# the watchdog far away; returns once the rank stalls (launcher_pid is the launcher's).
+start_hung() {
+  DSA_TEST_COLLECTIVE_FAULT=stall:$1:1:3 "$dsactor" launch --num_procs 2 "$work/pre.toml" \
+    --set "run_dir=\"$2\"" --set watchdog_seconds=600 >"$work/out" 2>"$work/err" &
+  launcher_pid=$!
+  wait_for_line "DSA_TEST_COLLECTIVE_FAULT: world rank $1 stalls"
+}
+
 # 3. SIGUSR1 while the job hangs (the watchdog is far away), sent to the launcher.
-DSA_TEST_COLLECTIVE_FAULT=stall:0:1:3 "$dsactor" launch --num_procs 2 "$work/pre.toml" \
-  --set "run_dir=\"$work/usr1\"" --set watchdog_seconds=600 >"$work/out" 2>"$work/err" &
-launcher_pid=$!
-wait_for_line "DSA_TEST_COLLECTIVE_FAULT: world rank 0 stalls"
+start_hung 0 "$work/usr1"
 ask_until_named "$launcher_pid" 2 "$work/usr1" "^verdict: rank 0 never entered allreduce"
 grep -q "SIGUSR1: asked every rank on every host through the rendezvous" "$work/err" || fail "the launcher should say it passed SIGUSR1 on"
 grep -q "^verdict: rank 0 never entered allreduce .* #3 on channel 1 .*; rank 1 waited" "$work/hang" ||
@@ -129,10 +135,7 @@ echo "ok: SIGUSR1 to the launcher while 2 processes hang: each rank wrote a reco
 # 4. A lost peer: rank 1 stalls, and once rank 0's records show it waiting in the call
 #    (SIGUSR1 to rank 0 alone), rank 1 is killed (kill -9: it never writes a record); rank 0
 #    learns of the loss, records what it was in and stops.
-DSA_TEST_COLLECTIVE_FAULT=stall:1:1:3 "$dsactor" launch --num_procs 2 "$work/pre.toml" \
-  --set "run_dir=\"$work/lost\"" --set watchdog_seconds=600 >"$work/out" 2>"$work/err" &
-launcher_pid=$!
-wait_for_line "DSA_TEST_COLLECTIVE_FAULT: world rank 1 stalls"
+start_hung 1 "$work/lost"
 rank0=$(rank_pid "$launcher_pid" 0)
 victim=$(rank_pid "$launcher_pid" 1)
 [[ -n $rank0 && -n $victim ]] || fail "the ranks' processes not found"
