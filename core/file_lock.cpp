@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 namespace dsa {
 
@@ -20,6 +22,16 @@ expected<int> try_lock_file(const std::string& path) {
     return make_error(errc::io, "cannot lock '{}': {}", path, std::strerror(e));
   }
   return fd;
+}
+
+bool remove_unowned_folder(const std::string& lock, const std::string& dir) {
+  auto fd = try_lock_file(lock);
+  if (!fd || *fd < 0) return false;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  ::unlink(lock.c_str()); // before the lock goes: no one can take the folder in between
+  ::close(*fd);
+  return true;
 }
 
 } // namespace dsa

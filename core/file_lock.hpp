@@ -14,4 +14,8 @@ namespace dsa {
 // the file.
 expected<int> try_lock_file(const std::string& path);
 
+// Removes `dir` and its lock file `lock` when no process holds that lock (its owner is
+// gone): whether it did. A folder whose lock is held, or cannot be read, is left alone.
+bool remove_unowned_folder(const std::string& lock, const std::string& dir);
+
 } // namespace dsa

@@ -4,7 +4,6 @@
 #include "core/file_lock.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -37,12 +36,8 @@ std::vector<std::string> sweep_swap_registry(const std::string& registry) {
       fs::remove(e.path(), ec);
       continue;
     }
-    auto fd = try_lock_file(lock);
-    if (!fd || *fd < 0) continue; // its rank is alive (or the lock cannot be read): not ours to touch
     const bool had_files = fs::exists(dir, ec);
-    fs::remove_all(dir, ec);
-    ::unlink(lock.c_str());
-    ::close(*fd);
+    if (!remove_unowned_folder(lock, dir)) continue; // its rank is alive: not ours to touch
     if (!job.empty()) fs::remove(job, ec); // only when empty: other ranks may still be there
     fs::remove(e.path(), ec);
     if (had_files) removed.push_back(fmt::format("rank {}'s swap files in {}", rank, dir));

@@ -173,14 +173,9 @@ void remove_extra_ranks(const std::string& job_dir, int world) {
     if (!e.is_directory(ec) || std::sscanf(name.c_str(), "rank%d", &r) != 1 || name != fmt::format("rank{}", r) ||
         r < world)
       continue;
-    const std::string lock = fmt::format("{}/rank{}.lock", job_dir, r);
-    auto fd = try_lock_file(lock);
-    if (!fd || *fd < 0) continue;
-    log_warn("offload: removing the swap files of rank {} that an earlier run of this job with more ranks left in {}",
-             r, e.path().string());
-    fs::remove_all(e.path(), ec);
-    ::unlink(lock.c_str());
-    ::close(*fd);
+    if (remove_unowned_folder(fmt::format("{}/rank{}.lock", job_dir, r), e.path().string()))
+      log_warn("offload: removed the swap files of rank {} that an earlier run of this job with more ranks left in {}",
+               r, e.path().string());
   }
 }
 
