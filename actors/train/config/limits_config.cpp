@@ -51,24 +51,32 @@ std::string format_bytes(std::int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+namespace {
+// [limits] `key`: a size string or a positive number of bytes into `out`; errors name the key.
+void read_size(const config& cfg, optim::param_reader& r, config_problems& problems, const char* key,
+               std::int64_t& out) {
+  const toml::node* node = cfg.table().at_path(std::string("limits.") + key).node();
+  if (node && node->is_integer()) {
+    r.read(key, out);
+    if (out < 1) r.invalid(key, fmt::format("must be a positive size, got {}", out));
+    return;
+  }
+  std::string text;
+  const std::size_t before = problems.size();
+  r.read(key, text);
+  if (!node || problems.size() != before) return;
+  if (auto bytes = parse_byte_size(text)) out = *bytes;
+  else
+    r.invalid(key, fmt::format("expected a size such as \"2GiB\", \"512MiB\", \"3GB\" or a number of bytes, got "
+                               "\"{}\" (K, M, G and T alone are ambiguous: write KiB or KB)",
+                               text));
+}
+} // namespace
+
 void read_limits(const config& cfg, run_config& rc, config_problems& problems) {
   optim::param_reader r(cfg, "limits", problems);
-  const toml::node* node = cfg.table().at_path("limits.host_memory").node();
-  if (node && node->is_integer()) {
-    r.read("host_memory", rc.host_memory);
-    if (rc.host_memory < 1) r.invalid("host_memory", fmt::format("must be a positive size, got {}", rc.host_memory));
-  } else {
-    std::string text;
-    const std::size_t before = problems.size();
-    r.read("host_memory", text);
-    if (node && problems.size() == before) {
-      if (auto bytes = parse_byte_size(text)) rc.host_memory = *bytes;
-      else
-        r.invalid("host_memory", fmt::format("expected a size such as \"2GiB\", \"512MiB\", \"3GB\" or a number of "
-                                             "bytes, got \"{}\" (K, M, G and T alone are ambiguous: write KiB or KB)",
-                                             text));
-    }
-  }
+  read_size(cfg, r, problems, "host_memory", rc.host_memory);
+  read_size(cfg, r, problems, "device_memory", rc.device_memory);
   r.read("gradient_partition", rc.gradient_partition);
   if (rc.gradient_partition != "auto" && rc.gradient_partition != "memory" && rc.gradient_partition != "nvme")
     r.invalid("gradient_partition",

@@ -1,4 +1,4 @@
-// The [limits] section (limits.host_memory) and the byte sizes it is written in.
+// The [limits] section (limits.host_memory, limits.device_memory) and the byte sizes it is written in.
 #pragma once
 
 #include "actors/train/config/run_config.hpp"
@@ -17,8 +17,8 @@ std::optional<std::int64_t> parse_byte_size(std::string_view text);
 // "1.50 GiB", "12.00 MiB", "4096 B".
 std::string format_bytes(std::int64_t bytes);
 
-// [limits] host_memory: a size string or a number of bytes into rc.host_memory
-// (0: no budget); gradient_partition ("auto", "memory", "nvme"); errors name the key.
+// [limits] host_memory and device_memory: a size string or a number of bytes into
+// rc.host_memory and rc.device_memory (0: not given); gradient_partition ("auto", "memory", "nvme"); errors name the key.
 // Read after the zero_optimization and optimizer sections.
 void read_limits(const config& cfg, run_config& rc, config_problems& problems);
 

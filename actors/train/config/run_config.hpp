@@ -171,6 +171,9 @@ struct run_config {
   data_settings data;
   // [limits] host_memory in bytes (0: no budget); memory_plan.hpp plans within it.
   std::int64_t host_memory = 0;
+  // [limits] device_memory in bytes (0: the device's free memory at start-up less a reserve):
+  // a CUDA rank's device budget, device_plan.hpp plans within it.
+  std::int64_t device_memory = 0;
   // [limits] gradient_partition: where ZeRO's gradient partition (stage 3, and stage 2 on
   // one pipeline stage) lives: "auto" (memory, unless the host budget needs it on NVMe),
   // "memory" or "nvme" (a file in the optimizer's NVMe swap folder: core/file_backed.hpp).

@@ -405,7 +405,8 @@ expected<memory_decision> fit_with(const run_config& rc, const std::vector<bert:
 } // namespace
 
 expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data,
-                                           const std::vector<bool>& here, bool gathers_masters) {
+                                           const std::vector<bool>& here, bool gathers_masters,
+                                           plan_inputs* used) {
   DSA_ASSIGN_OR_RETURN(auto ranges, partition_layers(rc.model, rc.stages, rc.partition));
   plan_inputs in;
   in.here = here;
@@ -437,6 +438,7 @@ expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider&
   in.data_provider = std::max<std::int64_t>(0, in.baseline - rss_before_data);
   in.writes_checkpoints = rc.checkpoint.save_final || rc.checkpoint.save_interval > 0;
   DSA_ASSIGN_OR_RETURN(auto d, fit_host_memory(rc, ranges, in));
+  if (used) *used = in;
   const std::string budget =
       rc.host_memory > 0 ? fmt::format("limits.host_memory {}", format_bytes(rc.host_memory)) : "no limits.host_memory";
   log_info("host memory ({}, {} in-process rank(s), micro-batches of {} x {} tokens): {}", budget, rc.ranks,

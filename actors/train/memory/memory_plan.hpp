@@ -158,8 +158,10 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
 // smaller sub_group_size to rc; a micro-batch of a copy of `data` gives the sequence and
 // prediction lengths. rss_before_data: VmRSS before make_provider.
 // here, gathers_masters: plan_inputs' (stages across processes: this process's stages).
+// used: where the inputs the plan was made from are left (the device plan's micro-batch).
 expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data,
-                                           const std::vector<bool>& here = {}, bool gathers_masters = false);
+                                           const std::vector<bool>& here = {}, bool gathers_masters = false,
+                                           plan_inputs* used = nullptr);
 // The end of the run: planned peak vs VmHWM and the tensors' peak, one log line.
 void log_memory_report(const run_config& rc, const host_memory_plan& plan);
 

@@ -207,6 +207,7 @@ int open_run(const run_request& req, opened_run& run) {
                                                "zero_optimization.offload_optimizer.device = \"none\""));
     if (auto s = device_optimizer_supports(rc, "debug.host_optimizer_device"); !s) return fail_run(s.err());
   }
+  if (device->device == stage_device::cuda) device->free_bytes = device_free_bytes(device->index);
   run.ctx.device = *device;
   if (device->device != stage_device::cpu) log_info("devices: the stages compute on {}", device->description);
   run.lead = run.ctx.process == 0;
@@ -250,10 +251,14 @@ int plan_run(opened_run& run, run_plan& plan) {
   std::vector<bool> here;
   if (run.ctx.placement.split())
     for (std::uint32_t s = 0; s < rc.stages; ++s) here.push_back(run.ctx.local(s));
+  plan_inputs inputs;
   auto memory = plan_run_memory(run.ctx.rc, *run.ctx.provider, run.rss_before_data, here,
-                                run.ctx.placement.split() && run.lead);
+                                run.ctx.placement.split() && run.lead, &inputs);
   if (!memory) return fail_run(memory.err());
   plan.memory = std::move(*memory);
+  auto device = plan_run_device_memory(rc, run.ctx.device, inputs);
+  if (!device) return fail_run(device.err());
+  plan.device = *device;
   // What every process of a job must do alike, from what each planned for itself.
   plan.evaluates = plan.memory->evaluation_fits(rc);
   if (run.job)

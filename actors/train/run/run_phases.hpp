@@ -5,6 +5,7 @@
 
 #include "actors/run.hpp"
 #include "actors/train/run/job_membership.hpp"
+#include "actors/train/memory/device_plan.hpp"
 #include "actors/train/memory/memory_plan.hpp"
 #include "actors/train/run/metrics.hpp"
 #include "actors/train/run/progress.hpp"
@@ -67,6 +68,7 @@ int open_data(opened_run& run);
 // and what every process of a job must do alike.
 struct run_plan {
   std::optional<host_memory_plan> memory;
+  device_memory_plan device; // a CUDA rank's (empty on the CPU)
   bool evaluates = true; // the final evaluation fits the budget
 };
 int plan_run(opened_run& run, run_plan& plan);

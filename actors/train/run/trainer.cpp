@@ -13,9 +13,11 @@ namespace dsa::train {
 
 namespace {
 
-// A CUDA rank's device memory beside the host's: measured, and the model states planned.
-void log_device_memory(const opened_run& run) {
+// A CUDA rank's device memory beside the host's: measured, and the model states planned;
+// the device plan's pool peak against the pool's high-water mark.
+void log_device_memory(const opened_run& run, const run_plan& plan) {
   if (run.ctx.device.device != stage_device::cuda) return;
+  log_device_plan_report(plan.device, device_pool_peak(run.ctx.device));
   std::int64_t planned = 0;
   for (const auto& stage : run.ctx.stages)
     if (stage) planned += cuda_model_state_bytes(run.ctx.rc, stage->named_parameters().count());
@@ -34,7 +36,7 @@ int train_and_report(const run_request& req, opened_run& run, const run_plan& pl
   if (int code = report_training(req, run, t)) return code;
   if (f.stopped) {
     log_memory_report(run.ctx.rc, *plan.memory);
-    log_device_memory(run);
+    log_device_memory(run, plan);
     log_info("stopped by signal after step {}; resume with: dsactor run {} --resume", f.done + 1, req.config_path);
     return 130;
   }
@@ -59,7 +61,7 @@ int evaluate_and_report_memory(opened_run& run, const run_plan& plan) {
                                                           run.weights_elsewhere)
                                                 : 0;
   log_memory_report(rc, memory); // the evaluation included
-  log_device_memory(run);
+  log_device_memory(run, plan);
   return status;
 }
 

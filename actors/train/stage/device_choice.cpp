@@ -63,6 +63,36 @@ std::string device_memory_report(const device_choice& device) {
 #endif
 }
 
+std::int64_t device_free_bytes(int index) {
+#if DSA_HAVE_CUDA
+  std::size_t free = 0, total = 0;
+  if (cudaSetDevice(index) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<std::int64_t>(free);
+#else
+  (void)index;
+  return 0;
+#endif
+}
+
+std::int64_t device_pool_peak(const device_choice& device) {
+  if (device.device != stage_device::cuda) return -1;
+#if DSA_HAVE_CUDA
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t used_peak = 0;
+  if (cudaSetDevice(device.index) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device.index) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used_peak) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return static_cast<std::int64_t>(used_peak);
+#else
+  return -1;
+#endif
+}
+
 namespace {
 std::string visible_devices() {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -127,6 +157,7 @@ expected<device_choice> choose_device(const run_config& rc, int local_rank, cons
                       facts.devices.size(), visible_devices(), facts.probe);
   const gpu_facts::device& d = facts.devices[static_cast<std::size_t>(index)];
   c.index = static_cast<int>(index);
+  c.total_bytes = d.bytes;
   c.description = fmt::format("cuda:{} ({}, sm_{}{}, {:.1f} GiB)", index, d.name, d.major, d.minor,
                               static_cast<double>(d.bytes) / (1024.0 * 1024.0 * 1024.0));
   if (d.major < cuda_min_major)

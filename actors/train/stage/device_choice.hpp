@@ -39,6 +39,9 @@ struct device_choice {
   stage_device device = stage_device::cpu;
   int index = -1;          // the CUDA device (-1 on the CPU)
   std::string description; // for the log: "cpu" or "cuda:0 (NVIDIA H200, sm_90, 139.8 GiB)"
+  // The device's bytes, and those free once the run has chosen it (device_free_bytes: the
+  // default device budget); 0 on the CPU.
+  std::int64_t total_bytes = 0, free_bytes = 0;
 };
 
 // What a CUDA rank does not run yet, refused by config key: the GPU-resident optimizer
@@ -53,6 +56,12 @@ status device_optimizer_supports(const run_config& rc, const std::string& who);
 // use and reserved (every device array of the stages and the GPU optimizer comes from it),
 // and the driver's free bytes. Empty for the CPU or a build without CUDA code.
 std::string device_memory_report(const device_choice& device);
+// cudaMemGetInfo's free bytes on device `index` (this process's context made there: only
+// the chosen device is asked, so no other device gets one); 0 when it cannot be read.
+std::int64_t device_free_bytes(int index);
+// The default pool's high-water mark of bytes in use on the device; -1 for the CPU, a build
+// without CUDA code or a failed read.
+std::int64_t device_pool_peak(const device_choice& device);
 
 // The device for rc's backend and device on a rank with local index `local_rank` (0
 // outside dsactor launch), or a config error saying why it cannot be used (what
