@@ -5,6 +5,24 @@
 #include "models/bert/stored_precision.hpp"
 
 namespace dsa::bert {
+
+std::vector<std::size_t> parameters_finished_by(const bert_parameters& params, std::int64_t part) {
+  const auto& entries = params.entries();
+  const bert_range& range = params.range();
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string& name = entries[i].spec.name;
+    std::int64_t owner = backward_options::head_done;
+    if (range.has_embeddings() && name.rfind("bert.embeddings.", 0) == 0) {
+      owner = backward_options::embeddings_done;
+    } else {
+      for (std::int64_t l = range.first_layer; l < range.last_layer; ++l)
+        if (name.rfind(layer_prefix(l), 0) == 0) owner = l;
+    }
+    if (owner == part) out.push_back(i);
+  }
+  return out;
+}
 namespace {
 
 std::size_t bytes_of(const tensor& t) {

@@ -67,6 +67,13 @@ struct backward_options {
   std::function<void(std::int64_t part)> on_done;
 };
 
+// The parameters of `params` (indices into its entries) whose gradients are complete once
+// `part` of its range has run its backward (backward_options::on_done's ids): by name,
+// "bert.embeddings." where the range has the embeddings (the last stage's tied decoder
+// copy is completed by the head), each layer's prefix, and the rest is the head's. Every
+// index belongs to exactly one part. The CPU and the GPU stage both tell the runtime so.
+std::vector<std::size_t> parameters_finished_by(const bert_parameters& params, std::int64_t part);
+
 // ZeRO-3 (a parameter fetcher): told just before and just after the model runs each part
 // of the range, so that part's weights can be gathered for it and freed after it. Part
 // ids as backward_options::on_done's: embeddings_done for the embeddings, the layer's

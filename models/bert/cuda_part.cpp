@@ -613,7 +613,7 @@ squad_logits part::span_logits(const part_stash& st) {
   return out;
 }
 
-device_array part::backward(const void* dy, part_stash& st) {
+device_array part::backward(const void* dy, part_stash& st, const std::function<void(std::int64_t part)>& on_enqueued) {
   impl& m = *impl_;
   if (!st.filled)
     throw std::runtime_error(fmt::format("GPU BERT: backward of range {} without its forward",
@@ -639,6 +639,7 @@ device_array part::backward(const void* dy, part_stash& st) {
                     st.acts.back().get(), st.final_mean.as<float>(), st.final_rstd.as<float>(), m.f32(m.final_gamma),
                     m.type, s.N, s.H, m.stream, "the final LayerNorm backward (pre-LN)");
     cur = owned.get();
+    if (on_enqueued) on_enqueued(backward_options::head_done);
   } else if (!dy) {
     throw std::runtime_error(fmt::format("GPU BERT: range {} needs the next stage's gradient", m.range.to_string()));
   }
@@ -660,6 +661,7 @@ device_array part::backward(const void* dy, part_stash& st) {
     st.layers[k] = layer_stash{};
     owned = std::move(dprev);
     cur = owned.get();
+    if (on_enqueued) on_enqueued(m.range.first_layer + static_cast<std::int64_t>(k));
   }
   if (m.range.has_embeddings() && m.deterministic) {
     embeddings_backward_ordered(m, s, shape.hidden_dropout, cur, st);
@@ -680,6 +682,7 @@ device_array part::backward(const void* dy, part_stash& st) {
                                m.stream),
                "passing the gradient on");
   }
+  if (on_enqueued && m.range.has_embeddings()) on_enqueued(backward_options::embeddings_done);
   loss_readout kept = std::move(st.readout);
   st = part_stash{}; // frees in stream order, after the work above
   st.readout = std::move(kept);

@@ -24,6 +24,7 @@
 #include "models/bert/squad_head.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -142,7 +143,12 @@ public:
   squad_logits span_logits(const part_stash& stash);
   // dy: the gradient of the output on the device (ignored with the head). Adds every
   // parameter gradient; returns d hidden_in (empty with the embeddings). Empties the stash.
-  device_array backward(const void* dy, part_stash& stash);
+  // on_enqueued, when set: called on the caller's thread as each part of the range has
+  // enqueued its backward (backward_options::on_done's ids: head_done, each layer's index,
+  // embeddings_done), so work behind it on the stream (a gradient copy after an event)
+  // can be queued while the rest of the backward is enqueued.
+  device_array backward(const void* dy, part_stash& stash,
+                        const std::function<void(std::int64_t part)>& on_enqueued = {});
 
   // Values: entry i's (f32, f16 or bf16, its shape) into the master and working copy.
   void load_value(std::size_t i, const tensor& value);
@@ -150,6 +156,8 @@ public:
   void download_gradients(const std::vector<tensor>& into);
   void download_values(const std::vector<tensor>& into);
   void zero_gradients();
+  // Entry i's f32 gradient on the device (numel(i) floats), for copies on another stream.
+  const float* gradient_data(std::size_t i) const;
   // AdamW over every parameter (masters, moments, then the working copies) from the
   // accumulated gradients; weight decay on the matrices and tables only (optim's
   // bert_no_decay); then the gradients are zeroed.

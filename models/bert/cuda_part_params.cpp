@@ -252,8 +252,6 @@ const bert_range& part::range() const { return impl_->range; }
 cuda::elem part::type() const { return impl_->type; }
 cudaStream_t part::stream() const { return impl_->stream; }
 std::size_t part::size() const { return impl_->params.size(); }
-std::int64_t part::numel(std::size_t i) const { return impl_->params.at(i).numel; }
-
 std::int64_t part::parameter_count() const {
   std::int64_t n = 0;
   for (const device_param& p : impl_->params)
@@ -314,6 +312,10 @@ void part::zero_gradients() {
     check_cuda(cudaMemsetAsync(p.gradient.get(), 0, static_cast<std::size_t>(p.numel) * 4, impl_->stream),
                "zeroing a gradient");
 }
+
+const float* part::gradient_data(std::size_t i) const { return impl_->params.at(i).gradient.as<float>(); }
+
+std::int64_t part::numel(std::size_t i) const { return impl_->params.at(i).numel; }
 
 namespace {
 

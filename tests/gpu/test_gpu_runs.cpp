@@ -1,7 +1,9 @@
 // `dsactor run` on a CUDA rank, in process, on the train tests' tiny BERT: checkpoints that
 // move between CPU and GPU runs (fp16, the optimizer on the rank's device: its moments and
 // the loss scaler in the checkpoint), both ways, against the CPU run straight through; and
-// the deterministic mode's two runs and resume, bit for bit.
+// the deterministic mode's two runs and resume, bit for bit; the gradients copied part by
+// part during the last backward (overlap_comm, the NVMe streamed update) against the run
+// that downloads them after it.
 #include "gpu_test_util.hpp"
 
 #include "tests/support/tolerances.hpp"
@@ -96,6 +98,29 @@ TEST_CASE("dsactor run: devices.deterministic gives the same bits twice and acro
   REQUIRE(a.size() == 6);
   CHECK(same_bits(a, b));
   CHECK(same_bits(resumed("cuda", "cuda", det), a));
+}
+
+TEST_CASE("dsactor run: a CUDA rank's gradients reach the host part by part, with the bits of the run without") {
+  // Deterministic sums, so two GPU runs of one config give the same bits; f32 AdamW.
+  const std::vector<std::string> base{"devices.deterministic=true", "model.hidden_dropout=0.1",
+                                      "model.attention_dropout=0.1", "zero_optimization.stage=1"};
+  // Two ranks on the GPU, buckets of a few tensors: overlap_comm copies each part's
+  // gradients on the copy stream as its backward is enqueued (cuda_stage's copier).
+  const std::vector<std::string> dp =
+      with(base, {"devices.ranks=2", "zero_optimization.offload_optimizer.device=\"cpu\"",
+                  "zero_optimization.reduce_bucket_size=20000"});
+  const std::vector<step_figures> apart = straight("cuda", with(dp, {"zero_optimization.overlap_comm=false"}));
+  REQUIRE(apart.size() == 6);
+  CHECK(same_bits(straight("cuda", with(dp, {"zero_optimization.overlap_comm=true"})), apart));
+  // One rank with the optimizer state on NVMe: the streamed update takes each bucket as its
+  // copies land, against the optimizer in host memory (not streamed).
+  temp_dir swap;
+  const std::vector<std::string> one = with(base, {"zero_optimization.sub_group_size=2048"});
+  const std::vector<step_figures> in_memory =
+      straight("cuda", with(one, {"zero_optimization.offload_optimizer.device=\"cpu\""}));
+  CHECK(same_bits(straight("cuda", with(one, {"zero_optimization.offload_optimizer.device=\"nvme\"",
+                                              "zero_optimization.offload_optimizer.nvme_path=\"" + swap.path() + "\""})),
+                  in_memory));
 }
 
 } // namespace dsa::test

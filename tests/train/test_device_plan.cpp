@@ -204,3 +204,20 @@ TEST_CASE("limits.device_memory: a size string or bytes, bad values named by key
     CHECK(rc.err().message.find(says) != std::string::npos);
   }
 }
+
+TEST_CASE("host plan: a CUDA rank's pinned staging for its gradient copies counts in host memory") {
+  test::temp_dir dir;
+  for (int ranks : {1, 2}) {
+    CAPTURE(ranks);
+    auto rc = parsed(dir.path(), "[devices]\nranks = " + std::to_string(ranks) + "\n");
+    const auto ranges = ranges_of(rc);
+    const train::host_memory_plan on_cpu = train::plan_host_memory(rc, ranges, inputs());
+    rc.backend = "cuda";
+    const train::host_memory_plan on_gpu = train::plan_host_memory(rc, ranges, inputs());
+    const std::int64_t copies = ranks * 4 * parameters_of(rc, ranges[0]);
+    CHECK(on_gpu.pinned_copies == copies);
+    CHECK(on_gpu.model_states - on_cpu.model_states == copies);
+    CHECK(on_gpu.describe().find("a CUDA stage's pinned gradient copies " + train::format_bytes(copies)) !=
+          std::string::npos);
+  }
+}

@@ -10,7 +10,6 @@
 #include "core/file_backed.hpp"
 #include "core/host_allocator.hpp"
 #include "core/log.hpp"
-#include "core/memory_stats.hpp"
 #include "io/aio/swap_store.hpp"
 #include "io/data/shard_reader.hpp"
 #include "models/bert/encoder_layer.hpp"
@@ -22,10 +21,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <malloc.h>
 #include <map>
-#include <sstream>
 
 namespace dsa::train {
 namespace {
@@ -90,19 +87,6 @@ run_config with_sub_group(run_config rc, std::int64_t sub_group) {
 
 } // namespace
 
-std::int64_t proc_status_bytes(const char* field) {
-  std::ifstream in("/proc/self/status");
-  const std::string prefix = std::string(field) + ":";
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(prefix, 0) == 0) {
-      std::istringstream values(line.substr(prefix.size()));
-      std::int64_t kib = 0;
-      values >> kib;
-      return kib * 1024;
-    }
-  return 0;
-}
-
 std::int64_t host_memory_plan::peak() const {
   return baseline + data_reader + model_states + activations + zero3 + communication + checkpoint + initialization +
          margin;
@@ -112,6 +96,9 @@ std::string host_memory_plan::describe() const {
   std::string states;
   if (swap_buffers > 0) states = fmt::format("NVMe swap buffers {}", format_bytes(swap_buffers));
   else if (optimizer_in_memory > 0) states = fmt::format("optimizer state {}", format_bytes(optimizer_in_memory));
+  if (pinned_copies > 0)
+    states += fmt::format("{}a CUDA stage's pinned gradient copies {}", states.empty() ? "" : ", ",
+                          format_bytes(pinned_copies));
   if (speculation > 0)
     states += fmt::format("{}the speculative update's rollback copy {}", states.empty() ? "" : ", ",
                           format_bytes(speculation));
@@ -194,6 +181,13 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
       p.model_states += rc.ranks * copy;
     }
     if (reduces) p.communication += rc.ranks * 2 * 4 * std::min(rc.reduce_bucket_elements, n);
+    // A CUDA stage's pinned staging for its gradients' copies during the last backward
+    // (overlap_comm or a streamed update: cuda_stage's copier), f32; counted whenever the
+    // rank computes on a GPU (the plan does not know yet whether its shard streams).
+    if (rc.backend == "cuda") {
+      p.model_states += rc.ranks * 4 * n;
+      p.pinned_copies += rc.ranks * 4 * n;
+    }
     if (zero && zero->stage >= 3) {
       p.zero3 += rc.ranks * zero3_in_flight(rc, bert::parameter_specs(rc.model, ranges[s]));
       // At start-up the stage's whole weights exist until they are partitioned, while
@@ -480,20 +474,6 @@ std::int64_t host_memory_plan::evaluation_peak() const {
 
 bool host_memory_plan::evaluation_fits(const run_config& rc) const {
   return rc.host_memory <= 0 || evaluation_peak() <= rc.host_memory;
-}
-
-void log_memory_report(const run_config& rc, const host_memory_plan& plan) {
-  const std::int64_t hwm = proc_status_bytes("VmHWM");
-  if (rc.host_memory > 0 && hwm > rc.host_memory)
-    log_warn("host memory: the measured peak resident memory (VmHWM) {} exceeded limits.host_memory {}: the plan "
-             "({}) missed something; please report it",
-             format_bytes(hwm), format_bytes(rc.host_memory), format_bytes(plan.peak()));
-  const memory_usage tensors = memory_usage_of(device::cpu());
-  log_info("host memory: planned peak {}{} (the final evaluation's {}), measured peak resident (VmHWM) {}, tensor "
-           "peak {}",
-           format_bytes(plan.peak()),
-           rc.host_memory > 0 ? fmt::format(" within limits.host_memory {}", format_bytes(rc.host_memory)) : "",
-           format_bytes(plan.evaluation_peak()), format_bytes(hwm), format_bytes(tensors.peak_bytes));
 }
 
 } // namespace dsa::train

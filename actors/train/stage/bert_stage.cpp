@@ -60,7 +60,7 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
   opt.loss_scale = static_cast<float>(loss_scale_ / static_cast<double>(options_.micro_batches));
   if (final_ && !grads_)
     opt.on_done = [this](std::int64_t part) {
-      for (std::size_t i : part_parameters(part)) final_(i, i + 1);
+      for (std::size_t i : bert::parameters_finished_by(part_.parameters(), part)) final_(i, i + 1);
     };
   in_backward_ = true;
   tensor dx;
@@ -94,27 +94,6 @@ void bert_stage::weight(const actors::work_key& key) {
 std::vector<tensor> bert_stage::parameters() {
   std::vector<tensor> out;
   for (const auto& e : part_.parameters().entries()) out.push_back(e.value);
-  return out;
-}
-
-std::vector<std::size_t> bert_stage::part_parameters(std::int64_t part) const {
-  // By name: "bert.embeddings." (only where the range runs the embeddings' backward;
-  // the last stage's tied decoder copy is completed by the head), the layer's
-  // prefix, and the rest is the head's.
-  const auto& entries = part_.parameters().entries();
-  const bool embeddings = part_.range().has_embeddings();
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const std::string& name = entries[i].spec.name;
-    std::int64_t owner = bert::backward_options::head_done;
-    if (embeddings && name.rfind("bert.embeddings.", 0) == 0) {
-      owner = bert::backward_options::embeddings_done;
-    } else {
-      for (std::int64_t l = part_.range().first_layer; l < part_.range().last_layer; ++l)
-        if (name.rfind(bert::layer_prefix(l), 0) == 0) owner = l;
-    }
-    if (owner == part) out.push_back(i);
-  }
   return out;
 }
 
@@ -222,11 +201,12 @@ void bert_stage::zero3_gate::leave(std::int64_t part) {
 std::vector<fetch_part> bert_stage::fetch_parts() const {
   std::vector<fetch_part> out;
   const auto& r = part_.range();
-  if (r.has_embeddings()) out.push_back({bert::backward_options::embeddings_done, part_parameters(bert::backward_options::embeddings_done)});
-  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) out.push_back({l, part_parameters(l)});
+  auto part = [&](std::int64_t id) { return fetch_part{id, bert::parameters_finished_by(part_.parameters(), id)}; };
+  if (r.has_embeddings()) out.push_back(part(bert::backward_options::embeddings_done));
+  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) out.push_back(part(l));
   if (r.has_head()) {
-    fetch_part head{bert::backward_options::head_done, part_parameters(bert::backward_options::head_done)};
-    // The MLM decoder reads the word embedding (tied); part_parameters gives it to the embeddings.
+    fetch_part head = part(bert::backward_options::head_done);
+    // The MLM decoder reads the word embedding (tied); parameters_finished_by gives it to the embeddings.
     const auto& entries = part_.parameters().entries();
     for (std::size_t i = 0; i < entries.size(); ++i)
       if (entries[i].spec.name == bert::word_embeddings_name() && options_.model.head == bert::head_kind::pretraining &&

@@ -98,9 +98,6 @@ public:
   double& loss_scale() override { return loss_scale_; }
 
 private:
-  // The positions in parameters() of each part of the range, in the order
-  // bert_part::backward reports them (backward_options::on_done).
-  std::vector<std::size_t> part_parameters(std::int64_t part) const;
   stage_options options_;
   stage_shared& shared_;
   bert::bert_part part_;

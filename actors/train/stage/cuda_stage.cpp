@@ -6,9 +6,13 @@
 #include "actors/train/stage/step_stats.hpp"
 
 #include "core/device_waits.hpp"
+#include "core/log.hpp"
+#include "models/bert/bert_part.hpp"
+#include "core/pinned_memory.hpp"
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string_view>
 
@@ -67,6 +71,74 @@ void to_slot(const void* device_ptr, tensor& out, const shape_t& shape, dtype wi
 
 } // namespace
 
+// The device side of the overlapped gradient download: a copy stream, pinned staging for
+// every gradient of the stage (one block from the pinned-memory owner), and per ticket an
+// event after the compute enqueued so far and one after its copies.
+class cuda_stage::copier final : public grad_copier {
+public:
+  copier(const bert::gpu::part& part, std::size_t count, cudaStream_t compute) : part_(part), compute_(compute) {
+    check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "creating the gradient copy stream");
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      offsets_.push_back(bytes);
+      bytes += static_cast<std::size_t>(part.numel(i)) * 4;
+    }
+    // Last: nothing after it throws, so the destructor gives it back.
+    staging_ = pinned_owner::instance().acquire(bytes, "a CUDA stage's gradient copies (overlap_comm)");
+  }
+  ~copier() override { // on the stage's device (the stage's destructor sets it)
+    if (copy_) cudaStreamSynchronize(copy_); // no copy left writing into the staging
+    for (cudaEvent_t e : after_compute_) cudaEventDestroy(e);
+    for (cudaEvent_t e : copied_) cudaEventDestroy(e);
+    if (copy_) cudaStreamDestroy(copy_);
+    pinned_owner::instance().release(staging_);
+  }
+  copier(const copier&) = delete;
+  copier& operator=(const copier&) = delete;
+
+  bool pinned() const { return staging_.pinned; }
+  const float* staged(std::size_t i) const {
+    return reinterpret_cast<const float*>(static_cast<const char*>(staging_.ptr) + offsets_.at(i));
+  }
+
+  void enqueue(std::size_t ticket, const std::vector<std::size_t>& indices) override {
+    while (copied_.size() <= ticket) {
+      cudaEvent_t a = nullptr, b = nullptr;
+      check_cuda(cudaEventCreateWithFlags(&a, cudaEventDisableTiming), "creating a gradient copy event");
+      after_compute_.push_back(a);
+      check_cuda(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), "creating a gradient copy event");
+      copied_.push_back(b);
+    }
+    check_cuda(cudaEventRecord(after_compute_[ticket], compute_), "marking a part's backward");
+    check_cuda(cudaStreamWaitEvent(copy_, after_compute_[ticket], 0), "ordering a gradient copy");
+    for (std::size_t i : indices)
+      check_cuda(cudaMemcpyAsync(static_cast<char*>(staging_.ptr) + offsets_.at(i), part_.gradient_data(i),
+                                 static_cast<std::size_t>(part_.numel(i)) * 4, cudaMemcpyDeviceToHost, copy_),
+                 "copying a gradient to the host");
+    check_cuda(cudaEventRecord(copied_[ticket], copy_), "marking a bucket's copies");
+    last_ = static_cast<long>(ticket);
+  }
+  void wait(std::size_t ticket) override {
+    device_wait("cudaEventSynchronize (a bucket's gradients copied to the host)");
+    check_cuda(cudaEventSynchronize(copied_.at(ticket)), "the gradient copies");
+  }
+  // The compute stream waits for every copy enqueued (before the gradients are zeroed).
+  void order_before(cudaStream_t compute) {
+    if (last_ >= 0)
+      check_cuda(cudaStreamWaitEvent(compute, copied_[static_cast<std::size_t>(last_)], 0),
+                 "ordering the gradients' zeroing after their copies");
+    last_ = -1;
+  }
+
+private:
+  const bert::gpu::part& part_;
+  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  pinned_block staging_;
+  std::vector<std::size_t> offsets_;
+  std::vector<cudaEvent_t> after_compute_, copied_;
+  long last_ = -1; // the last ticket enqueued since the compute stream last waited for the copies
+};
+
 cuda_stage::cuda_stage(const stage_options& options, stage_shared& shared)
     : options_(options), shared_(shared), params_(options.model, options.range, working_dtype(options.working)) {
   if (!options.whole_gradients)
@@ -77,6 +149,8 @@ cuda_stage::cuda_stage(const stage_options& options, stage_shared& shared)
 cuda_stage::~cuda_stage() {
   // The stashes and the part free in stream order on the stage's device.
   if (part_) cudaSetDevice(options_.device_index);
+  download_.reset();
+  copier_.reset();
   stashes_.clear();
   part_.reset();
 }
@@ -174,7 +248,15 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
   bert::gpu::device_array dy;
   if (!range.has_head()) dy = upload(grad_out, wire, shape[0] * shape[1] * shape[2], stream, "next stage's gradient");
   grads_on_host_ = false;
-  const bert::gpu::device_array dx = part_->backward(dy.get(), stash);
+  if (download_) download_->begin_step(); // nothing of an earlier step is on the host any more
+  std::function<void(std::int64_t)> on_enqueued;
+  if (final_ && ensure_copies())
+    on_enqueued = [this](std::int64_t part) {
+      const std::vector<std::size_t> indices = bert::parameters_finished_by(params_, part);
+      download_->final_on_device(indices, *copier_);
+      for (std::size_t i : indices) final_(i, i + 1);
+    };
+  const bert::gpu::device_array dx = part_->backward(dy.get(), stash, on_enqueued);
   spans_.end(stream);
   if (!range.has_embeddings()) {
     to_slot(dx.get(), grad_in, shape, wire, options_.device_index, options_.grad_in_leaves_process, stream);
@@ -185,6 +267,29 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
     check_cuda(cudaStreamSynchronize(stream), "the stage's stream");
     spans_.after_wait(stream);
   }
+}
+
+bool cuda_stage::ensure_copies() {
+  if (copier_) return true;
+  if (copies_refused_) return false;
+  auto c = std::make_unique<copier>(*part_, params_.entries().size(), stream_->get());
+  if (!c->pinned()) {
+    copies_refused_ = true; // the owner has said why; a pageable copy would stall the backward
+    log_warn("CUDA stage {}: overlap_comm without pinned host memory for the gradient copies: the gradients come "
+             "down after the backward instead",
+             params_.range().to_string());
+    return false;
+  }
+  copier_ = std::move(c);
+  download_ = std::make_unique<grad_download>(params_.entries().size(), [this](std::size_t i) { finish_copy(i); });
+  return true;
+}
+
+void cuda_stage::finish_copy(std::size_t i) {
+  tensor g = params_.entries()[i].grad; // a handle on the host gradient's storage
+  std::memcpy(g.raw_data(), copier_->staged(i), g.nbytes());
+  round_in_place(g, working_dtype(options_.working));
+  inject_overflow(options_, step_, i, g);
 }
 
 void cuda_stage::fetch_gradients() {
@@ -209,7 +314,10 @@ std::vector<tensor> cuda_stage::parameters() {
 }
 
 std::vector<tensor> cuda_stage::gradients() {
-  fetch_gradients();
+  if (download_ && download_->all_enqueued())
+    for (std::size_t i = 0; i < params_.entries().size(); ++i) (void)download_->ready(i, *copier_);
+  else
+    fetch_gradients();
   std::vector<tensor> out;
   for (const auto& e : params_.entries()) out.push_back(e.grad);
   return out;
@@ -219,7 +327,7 @@ tensor cuda_stage::gradient(std::size_t index) {
   const auto& entries = params_.entries();
   if (index >= entries.size())
     throw std::runtime_error(fmt::format("gradient {} of a stage with {} parameters", index, entries.size()));
-  fetch_gradients();
+  if (!download_ || !download_->ready(index, *copier_)) fetch_gradients();
   return entries[index].grad;
 }
 
@@ -228,6 +336,8 @@ void cuda_stage::load_parameters(const std::vector<tensor>& updated) {
   ensure_device();
   const auto& entries = params_.entries();
   for (std::size_t i = 0; i < entries.size(); ++i) part_->load_value(i, entries[i].value);
+  if (copier_) copier_->order_before(stream_->get());
+  if (download_) download_->begin_step(); // the host copies are the old version's
   part_->zero_gradients();
   grads_on_host_ = false;
   loss_scale_ = scale;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include "actors/train/stage/gpu_spans.hpp"
+#include "actors/train/stage/grad_download.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "kernels/cuda/device_context.hpp"
 #include "models/bert/cuda_part.hpp"
@@ -57,6 +58,12 @@ public:
   std::vector<tensor> gradients() override;
   tensor gradient(std::size_t index) override;
   void load_parameters(const std::vector<tensor>& updated) override;
+  // overlap_comm: during the step's last backward each part's gradients are copied to the
+  // host on a copy stream as soon as the part has enqueued its backward, and the runtime
+  // is told they are final (grad_download.hpp), so the reducer and the CPU shard's update
+  // start while the GPU goes on. Without pinned host memory for the copies the gradients
+  // come down at once after the backward, as without overlap_comm.
+  void set_gradients_final(gradients_final_fn listener) override { final_ = std::move(listener); }
   // The run's recorder: each forward's and backward's kernels become a device span
   // (gpu_forward, gpu_backward) on the stage's actor (gpu_spans.hpp).
   void trace_attach(actors::trace_recorder* trace, std::uint32_t actor, std::int32_t stage) override {
@@ -84,6 +91,12 @@ private:
   // the device copy of the parameters.
   void ensure_device();
   void fetch_gradients();
+  // The copier and its download, made on the first overlapped backward; false when the
+  // copies' pinned host memory could not be had (said once in the log).
+  bool ensure_copies();
+  // Parameter i's gradient from the copies' staging into its host tensor, rounded to the
+  // working precision (and debug.overflow_step's fault), on the reducer's thread.
+  void finish_copy(std::size_t i);
   stage_options options_;
   stage_shared& shared_;
   bert::bert_parameters params_;
@@ -95,6 +108,11 @@ private:
   std::vector<double> last_metrics_;
   bool grads_on_host_ = false; // the host gradients hold the device's since the last backward
   std::uint32_t step_ = 0;     // the step of the last backward (debug.overflow_step)
+  gradients_final_fn final_;  // set by the runtime around the step's last backward
+  class copier;
+  std::unique_ptr<copier> copier_;
+  std::unique_ptr<grad_download> download_;
+  bool copies_refused_ = false; // no pinned memory for them: gradients come down at once
 };
 
 } // namespace dsa::train
