@@ -14,6 +14,7 @@
 #include "tools/bench/bench_gpu.hpp"
 
 #include "actors/train/run/trainer.hpp"
+#include "models/bert/parameter_specs.hpp"
 #include "kernels/cuda/cuda_allocator.hpp"
 #include "tools/bench/bench_util.hpp"
 #include "tools/options.hpp"
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -38,6 +40,7 @@ struct train_setup {
   std::string model = "bert-large";
   std::string task = "pretraining";
   std::int64_t seq = 128, batch = 64, steps = 8;
+  std::int64_t accumulation = 1; // micro-batches of `batch` per step (bench offload --backend cuda: 4)
   int warmup = 2;
   std::string work;
 };
@@ -45,7 +48,7 @@ struct train_setup {
 // The runs' common part: the batch, BERT's size, AdamW at `lr`, bf16 on the GPU; `model_extra`
 // goes into the [model] table.
 std::string config_head(const train_setup& b, const std::string& name, const char* model_extra, double lr) {
-  return fmt::format(R"(train_batch_size = {batch}
+  return fmt::format(R"(train_batch_size = {step_batch}
 train_micro_batch_size_per_gpu = {batch}
 train_steps = {steps}
 steps_per_print = 1
@@ -69,7 +72,8 @@ enabled = true
 backend = "cuda"
 
 )",
-                     fmt::arg("batch", b.batch), fmt::arg("steps", b.steps + b.warmup), fmt::arg("work", b.work),
+                     fmt::arg("batch", b.batch), fmt::arg("step_batch", b.batch * b.accumulation),
+                     fmt::arg("steps", b.steps + b.warmup), fmt::arg("work", b.work),
                      fmt::arg("name", name), fmt::arg("size", b.model == "bert-large" ? "large" : "base"),
                      fmt::arg("model_extra", model_extra), fmt::arg("lr", lr));
 }
@@ -120,9 +124,11 @@ expected<double> peer_samples_per_s(const train_setup& b, const std::string& pee
   return row["samples_per_s"].get<double>();
 }
 
-// One `dsactor run` of the config with `overrides`; its mean step time after the warm-up.
+// One `dsactor run` of the config with `overrides`: its median step time after the warm-up,
+// and the median of the shards' update time (wall_clock_breakdown's step timer) into
+// `update_seconds` when given.
 expected<double> run_seconds(const train_setup& b, const std::string& data, const std::string& name,
-                             const std::vector<std::string>& overrides) {
+                             const std::vector<std::string>& overrides, double* update_seconds = nullptr) {
   const std::string path = b.work + "/" + name + ".toml";
   std::ofstream(path) << (b.task == "squad" ? squad_config_text(b, data, name) : run_config_text(b, data, name));
   train::run_request r;
@@ -132,7 +138,7 @@ expected<double> run_seconds(const train_setup& b, const std::string& data, cons
     return make_error(errc::runtime, "the {} run failed (exit code {}); its log is above", name, rc);
   const std::string metrics = b.work + "/" + name + "/metrics.jsonl";
   std::ifstream in(metrics);
-  std::vector<double> steps;
+  std::vector<double> steps, updates;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (n <= b.warmup) continue;
@@ -140,7 +146,10 @@ expected<double> run_seconds(const train_setup& b, const std::string& data, cons
     if (row.is_discarded() || !row.contains("Train/Samples/elapsed_time_ms_iteration"))
       return make_error(errc::io, "'{}' line {}: no Train/Samples/elapsed_time_ms_iteration", metrics, n);
     steps.push_back(row["Train/Samples/elapsed_time_ms_iteration"].get<double>() / 1e3);
+    if (row.contains("Train/Samples/elapsed_time_ms_step"))
+      updates.push_back(row["Train/Samples/elapsed_time_ms_step"].get<double>() / 1e3);
   }
+  if (update_seconds) *update_seconds = median(updates);
   if (steps.empty()) return make_error(errc::io, "'{}': no step after the {} warm-up steps", metrics, b.warmup);
   return median(steps);
 }
@@ -188,7 +197,155 @@ int bench_squad(const train_setup& b, const bert::bert_config& cfg, const std::s
   return run && (!deterministic || det) ? 0 : 1;
 }
 
+// The host link's rate with pinned memory, each way: the median of 5 copies of 256 MiB, in
+// bytes per second (host to device, device to host).
+std::pair<double, double> pinned_link_rates() {
+  constexpr std::size_t bytes = std::size_t{256} << 20;
+  void* host = nullptr;
+  void* dev = nullptr;
+  DSA_CUDA_CHECK(cudaMallocHost(&host, bytes));
+  DSA_CUDA_CHECK(cudaMalloc(&dev, bytes));
+  std::memset(host, 1, bytes);
+  cudaEvent_t start, stop;
+  DSA_CUDA_CHECK(cudaEventCreate(&start));
+  DSA_CUDA_CHECK(cudaEventCreate(&stop));
+  auto rate = [&](cudaMemcpyKind kind) {
+    std::vector<double> r;
+    for (int i = 0; i < 5; ++i) {
+      DSA_CUDA_CHECK(cudaEventRecord(start));
+      DSA_CUDA_CHECK(kind == cudaMemcpyHostToDevice ? cudaMemcpy(dev, host, bytes, kind) : cudaMemcpy(host, dev, bytes, kind));
+      DSA_CUDA_CHECK(cudaEventRecord(stop));
+      DSA_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      DSA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      r.push_back(static_cast<double>(bytes) / (static_cast<double>(ms) / 1e3));
+    }
+    return median(r);
+  };
+  const std::pair<double, double> rates{rate(cudaMemcpyHostToDevice), rate(cudaMemcpyDeviceToHost)};
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(dev);
+  cudaFreeHost(host);
+  return rates;
+}
+
 } // namespace
+
+// dsactor bench offload DIR --backend cuda: the same BERT pre-training step through `dsactor
+// run` on one GPU with the optimizer on the GPU, offloaded to the CPU shard (ZeRO-Offload) and
+// to NVMe in DIR (ZeRO-Infinity: the update streams over the backward as each part's
+// gradients land), in one call; each offloaded step against the GPU's (goal: the CPU one
+// within 1.3x) and which resource bounds it: the host link (4 bytes per parameter down, the
+// working precision's up, at the pinned rates measured here), the CPU update (the shard's
+// step timer) or, for NVMe, the disk (its update time beyond the CPU run's).
+int bench_offload_cuda_main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  po::options_description opts("dsactor bench offload DIR --backend cuda [--model bert-large] [--seq 128] "
+                               "[--batch 64] [--accumulation 4] [--steps 4]");
+  train_setup b;
+  b.batch = 64;
+  b.accumulation = 4;
+  b.steps = 4;
+  std::string backend;
+  opts.add_options()("help,h", "this help")("dir", po::value<std::string>()->required(),
+                                            "a folder on the NVMe device (the work folder and the swap go there)")(
+      "backend", po::value(&backend), "cuda")("model", po::value(&b.model)->default_value(b.model),
+                                              "bert-large or bert-base")(
+      "seq", po::value(&b.seq)->default_value(b.seq), "sequence length")(
+      "batch", po::value(&b.batch)->default_value(b.batch), "micro-batch")(
+      "accumulation", po::value(&b.accumulation)->default_value(b.accumulation), "micro-batches per step")(
+      "steps", po::value(&b.steps)->default_value(b.steps), "timed steps (after 2 warm-up steps)");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (auto done = parse_options(argc, argv, opts, vm, "bench offload", "", &pos)) return *done;
+  if ((b.model != "bert-large" && b.model != "bert-base") || b.seq < 2 || b.seq > 512 || b.batch < 1 ||
+      b.accumulation < 1 || b.steps < 1) {
+    fmt::print(stderr, "dsactor bench offload: --model must be bert-large or bert-base, --seq in [2, 512], --batch, "
+                       "--accumulation and --steps at least 1\n");
+    return 2;
+  }
+  const cuda::device_probe probe = cuda::probe_devices();
+  if (probe.count == 0) {
+    fmt::print(stderr, "dsactor bench offload: {}\n", probe.message);
+    return 3;
+  }
+  if (backend != "cuda") {
+    fmt::print(stderr, "dsactor bench offload: --backend '{}': expected cuda here\n", backend);
+    return 2;
+  }
+  b.work = vm["dir"].as<std::string>() + "/bench-offload-cuda";
+  std::filesystem::create_directories(b.work);
+  const bert::bert_config cfg =
+      bert::bert_config_for(b.model == "bert-large" ? bert::model_size::large : bert::model_size::base);
+  cudaStream_t stream;
+  DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double peak = bf16_gemm_peak_tflops(stream);
+  DSA_CUDA_CHECK(cudaStreamDestroy(stream));
+  const auto [up, down] = pinned_link_rates();
+  fmt::print("{}; CPU {}; work folder {}; host link with pinned memory: {:.1f} GB/s to the GPU, {:.1f} GB/s back\n",
+             probe.message, cpu_model(), b.work, up / 1e9, down / 1e9);
+  const std::int64_t sequences = b.batch * b.accumulation;
+  const std::string corpus = write_corpus(b.work, 40 + static_cast<int>(sequences * (b.steps + b.warmup) * b.seq / 400));
+  double gpu_update = 0, cpu_update = 0, nvme_update = 0;
+  auto gpu = run_seconds(b, corpus, "offload-none",
+                         {"zero_optimization.stage=0", "zero_optimization.offload_optimizer.device=\"none\""},
+                         &gpu_update);
+  auto cpu = run_seconds(b, corpus, "offload-cpu",
+                         {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\""},
+                         &cpu_update);
+  auto nvme = run_seconds(b, corpus, "offload-nvme",
+                          {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
+                           fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}/swap\"", b.work),
+                           "zero_optimization.offload_optimizer.pipeline_read=true",
+                           "zero_optimization.offload_optimizer.pipeline_write=true"},
+                          &nvme_update);
+  const double flops = flops_per_sample(cfg, b.seq);
+  fmt::print("{} pre-training, bf16, seq {}, micro-batch {} x {} accumulation ({} sequences a step), bf16 GEMM peak "
+             "{:.1f} TFLOP/s (median step of {} after {} warm-up):\n",
+             b.model, b.seq, b.batch, b.accumulation, sequences, peak, b.steps, b.warmup);
+  auto line = [&](const char* what, const expected<double>& s, double update) {
+    if (!s) {
+      fmt::print("  {:<36} failed: {}\n", what, s.err().to_string());
+      return;
+    }
+    const double samples = static_cast<double>(sequences) / *s;
+    const double tflops = flops * samples / 1e12;
+    fmt::print("  {:<36} {:8.3f} s/step {:8.1f} samples/s {:7.1f} TFLOP/s  MFU {:5.1f}%  update {:.3f} s{}\n", what, *s,
+               samples, tflops, 100 * tflops / peak, update,
+               gpu && &s != &gpu ? fmt::format("  {:.3f}x the GPU optimizer's step", *s / *gpu) : std::string());
+  };
+  line("optimizer on the GPU", gpu, gpu_update);
+  line("optimizer offloaded to the CPU", cpu, cpu_update);
+  line("optimizer offloaded to NVMe", nvme, nvme_update);
+  std::int64_t params = 0;
+  for (const auto& spec : bert::parameter_specs(cfg, bert::bert_range::whole(cfg))) params += shape_numel(spec.shape);
+  // What each resource would take alone for one step of the offloaded runs.
+  const double link = static_cast<double>(params) * 4 / down + static_cast<double>(params) * 2 / up;
+  auto bound = [&](const char* what, double extra, double update, double disk) {
+    const char* name = "the host link";
+    double most = link;
+    if (update > most) { name = "the CPU update"; most = update; }
+    if (disk > most) { name = "the disk"; most = disk; }
+    fmt::print("  {}: {:.3f} s beyond the GPU step; the host link alone {:.3f} s, the CPU update {:.3f} s{}: bound by "
+               "{}\n",
+               what, extra, link, update, disk > 0 ? fmt::format(", the disk's share {:.3f} s", disk) : std::string(),
+               name);
+  };
+  if (gpu && cpu) bound("CPU offload", *cpu - *gpu, cpu_update, 0);
+  if (gpu && nvme) bound("NVMe offload", *nvme - *gpu, cpu_update, std::max(0.0, nvme_update - cpu_update));
+  if (gpu && cpu && *cpu / *gpu > 1.3)
+    fmt::print("  below the goal: the CPU-offloaded step is {:.3f}x the GPU optimizer's, the goal is 1.3x\n", *cpu / *gpu);
+  auto number = [](const expected<double>& v) { return v ? fmt::format("{:.5f}", *v) : std::string("null"); };
+  fmt::print("{{\"bench\":\"offload\",\"backend\":\"cuda\",\"model\":\"{}\",\"seq\":{},\"micro_batch\":{},"
+             "\"accumulation\":{},\"gpu_step_s\":{},\"cpu_step_s\":{},\"nvme_step_s\":{},\"cpu_to_gpu\":{},"
+             "\"nvme_to_gpu\":{},\"link_h2d_gbps\":{:.2f},\"link_d2h_gbps\":{:.2f},\"bf16_peak_tflops\":{:.1f}}}\n",
+             b.model, b.seq, b.batch, b.accumulation, number(gpu), number(cpu), number(nvme),
+             gpu && cpu ? fmt::format("{:.4f}", *cpu / *gpu) : std::string("null"),
+             gpu && nvme ? fmt::format("{:.4f}", *nvme / *gpu) : std::string("null"), up / 1e9, down / 1e9, peak);
+  return gpu && cpu && nvme ? 0 : 1;
+}
 
 int bench_train_main(int argc, char** argv) {
   namespace po = boost::program_options;

@@ -113,6 +113,7 @@ int bench_command(int argc, char** argv) {
     fmt::print("  pipeline  1F1B vs zero-bubble on 2 stages in 2 processes: samples/s and the measured bubble vs theory\n");
     fmt::print("  aio       sequential write+read of a file: the libaio NVMe engine vs pwrite/pread (O_DIRECT, buffered)\n");
     fmt::print("  offload   a BERT step with the optimizer state offloaded to NVMe vs in memory, and what bounds it\n");
+    fmt::print("  offload --backend cuda  a GPU step with the optimizer on the GPU vs on the CPU and on NVMe\n");
     fmt::print("  compressed  1-bit Adam, 0/1 Adam, 1-bit LAMB vs AdamW and Lamb: held-out loss, bytes sent, step time\n");
     fmt::print("  gpu-kernels  CUDA kernels, cuBLASLt GEMMs and the GPU encoder layer at BERT-large shapes\n");
     fmt::print("  gpu-train    whole BERT pre-training steps on one GPU (bf16) vs the bf16 GEMM peak\n");
@@ -124,7 +125,26 @@ int bench_command(int argc, char** argv) {
   if (!std::strcmp(argv[1], "runtime")) return bench_runtime_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "memory")) return bench_memory_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "aio")) return bench_aio_main(argc - 1, argv + 1);
-  if (!std::strcmp(argv[1], "offload")) return bench_offload_main(argc - 1, argv + 1);
+  if (!std::strcmp(argv[1], "offload")) {
+    // --backend cuda: the GPU rank's offload (bench_train.cpp); cpu (the default): this CPU's.
+    std::string backend = "cpu";
+    for (int i = 2; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--backend" && i + 1 < argc) backend = argv[i + 1];
+      else if (a.rfind("--backend=", 0) == 0) backend = a.substr(10);
+    }
+    if (backend == "cpu") return bench_offload_main(argc - 1, argv + 1);
+    if (backend != "cuda") {
+      fmt::print(stderr, "dsactor bench offload: --backend '{}': expected cpu or cuda\n", backend);
+      return 2;
+    }
+#if DSA_HAVE_CUDA
+    return bench_offload_cuda_main(argc - 1, argv + 1);
+#else
+    fmt::print(stderr, "dsactor bench offload --backend cuda: this build has no CUDA (nvcc not found, or -Dcuda=disabled)\n");
+    return 3;
+#endif
+  }
   if (!std::strcmp(argv[1], "compressed")) return bench_compressed_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "allreduce")) return bench_allreduce_main(argc - 1, argv + 1);
   if (!std::strcmp(argv[1], "pipeline")) return bench_pipeline_main(argc - 1, argv + 1);
