@@ -5,9 +5,16 @@
 # checkpoint resumes without offload; a full disk (a small tmpfs, where mount is allowed)
 # fails naming the swap file and "No space left" and leaves the checkpoint loadable; an
 # nvme_path under a regular file fails at start naming it; ZeRO-3 with the weights on NVMe
-# too survives kill -9 and --resume bit for bit. Usage: offload_faults.sh PATH/TO/dsactor
+# too survives kill -9 and --resume bit for bit. Usage: offload_faults.sh PATH/TO/dsactor [--cuda]
+# --cuda (tools/gpu-check rank, on a GPU machine): every run on a CUDA rank in deterministic
+# mode, and only the kill -9 and --resume of the offloaded run (the others are host-side
+# faults that do not depend on where the stages compute, or refused on CUDA ranks).
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
+extra=()
+if [[ ${2:-} == --cuda ]]; then
+  extra=(--set 'devices.backend="cuda"' --set devices.deterministic=true)
+fi
 run_pid=
 mounted=
 cleanup() {
@@ -48,7 +55,7 @@ TOML
 run() { # run RUN_DIR [--set k=v | --resume]...: dsactor run, output in $work/out and $work/err
   local dir=$1
   shift
-  "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/$dir\"" "$@" >"$work/out" 2>"$work/err"
+  "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/$dir\"" "${extra[@]}" "$@" >"$work/out" 2>"$work/err"
 }
 step_of() { local last; last=$(cat "$1/checkpoints/latest"); echo $((10#${last#step_})); }
 
@@ -59,7 +66,7 @@ step_of() { local last; last=$(cat "$1/checkpoints/latest"); echo $((10#${last#s
 kill_and_resume() {
   local name=$1
   shift
-  "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/$name\"" --set train_steps=100000 "$@" \
+  "$dsactor" run "$work/pre.toml" --set "run_dir=\"$work/$name\"" --set train_steps=100000 "${extra[@]}" "$@" \
     >"$work/out" 2>"$work/err" &
   run_pid=$!
   for _ in $(seq 600); do # poll the file system, at most 30 s
@@ -90,6 +97,10 @@ kill_and_resume() {
 kill_and_resume killed
 mv "$work/killed-whole" "$work/whole"
 echo "ok: kill -9 at step >= $((steps - 2)), --resume removed the stale swap files and equals the uninterrupted run at step $steps"
+if [[ ${#extra[@]} -gt 0 ]]; then
+  echo "ok: on a CUDA rank (deterministic mode); the host-side faults below run on CPU ranks only"
+  exit 0
+fi
 
 # 2. A swap file cut under a running run. The run resumes step 2 and, at its first sweep
 #    that reads the swap files, waits on a FIFO (DSA_SWAP_HOLD_FIFO, io/aio/swap_store.cpp):
