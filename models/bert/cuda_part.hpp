@@ -110,8 +110,12 @@ public:
   // without a value, no cuBLASLt). Raises the device pool's release threshold,
   // so freed activations stay cached between steps. deterministic (devices.deterministic):
   // every gradient summed in a fixed order (ordered sums instead of float atomics, no
-  // split-K products), so two runs give the same bits.
-  part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic = false);
+  // split-K products), so two runs give the same bits. masters false: the matrices and
+  // tables read in a half storage type keep only that working copy on the device, 4 bytes
+  // per element less (their f32 masters live with an optimizer elsewhere: a CUDA stage's
+  // shard); optimizer_step and download_values then throw.
+  part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic = false,
+       bool masters = true);
   ~part();
   part(const part&) = delete;
   part& operator=(const part&) = delete;

@@ -19,7 +19,8 @@ struct device_param {
   // Weight decay applies: the matrices and tables, not biases or LayerNorm parameters (the
   // rule of optim's bert_no_decay, which names the same tensors).
   bool decay = false;
-  device_array master;   // f32 values; also what the kernels read without a working copy
+  device_array master;   // f32 values; also what the kernels read without a working copy (none
+                         // for a working copy when the part is made without masters)
   device_array working;  // the storage-type copy
   device_array gradient; // f32, accumulated
   device_array m, v;     // AdamW moments, from the first optimizer step
@@ -38,6 +39,7 @@ struct part::impl {
   cuda::elem type = cuda::elem::bf16;
   cudaStream_t stream = nullptr;
   bool deterministic = false;
+  bool masters = true; // every parameter has its f32 master (false: part(..., masters = false))
   std::unique_ptr<cuda::gemm_engine> engine;
   std::vector<device_param> params; // bert_parameters' order
   // With the embeddings: word, position, token_type, embedding_gamma, embedding_beta.

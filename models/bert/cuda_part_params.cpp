@@ -158,7 +158,7 @@ layer_grads part::impl::grads(const layer_index& l) const {
   return g;
 }
 
-part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic)
+part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic, bool masters)
     : impl_(std::make_unique<impl>()) {
   impl& m = *impl_;
   m.deterministic = deterministic;
@@ -192,7 +192,8 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, 
     p.working_copy = matrix && type != cuda::elem::f32;
     p.decay = matrix;
     const auto bytes = static_cast<std::size_t>(p.numel) * 4;
-    p.master = device_array(bytes, stream);
+    if (masters || !p.working_copy) p.master = device_array(bytes, stream);
+    m.masters = m.masters && (masters || !p.working_copy);
     if (p.working_copy)
       p.working = device_array(static_cast<std::size_t>(p.numel * cuda::elem_size(type)), stream);
     p.gradient = device_array(bytes, stream);
@@ -267,6 +268,27 @@ void part::load_value(std::size_t i, const tensor& value) {
     throw std::runtime_error(fmt::format("GPU BERT: parameter {} given as {}, expected {} contiguous f32, f16 or "
                                          "bf16 elements",
                                          i, value.defined() ? value.describe() : "(none)", p.numel));
+  if (!p.master.get()) { // the working copy alone (masters off): straight in, or through f32
+    const auto bytes = static_cast<std::size_t>(p.numel * cuda::elem_size(*from));
+    if (*from == m.type) {
+      check_cuda(cudaMemcpyAsync(p.working.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, m.stream),
+                 "uploading a parameter");
+      return;
+    }
+    device_array staged(bytes, m.stream), wide;
+    check_cuda(cudaMemcpyAsync(staged.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, m.stream),
+               "uploading a parameter");
+    const void* f32 = staged.get();
+    if (*from != cuda::elem::f32) {
+      wide = device_array(static_cast<std::size_t>(p.numel) * 4, m.stream);
+      check_cuda(cuda::convert(wide.get(), cuda::elem::f32, staged.get(), *from, p.numel, m.stream),
+                 "widening a parameter");
+      f32 = wide.get();
+    }
+    check_cuda(cuda::convert(p.working.get(), m.type, f32, cuda::elem::f32, p.numel, m.stream),
+               "a parameter's working copy");
+    return;
+  }
   if (*from == cuda::elem::f32) {
     check_cuda(cudaMemcpyAsync(p.master.get(), value.raw_data(), static_cast<std::size_t>(p.numel) * 4,
                                cudaMemcpyHostToDevice, m.stream),
@@ -286,6 +308,8 @@ void part::load_value(std::size_t i, const tensor& value) {
 
 void part::optimizer_step(const cpu::adam_params& params) {
   impl& m = *impl_;
+  if (!m.masters)
+    throw std::runtime_error("GPU BERT: optimizer_step of a part made without f32 masters (its optimizer is elsewhere)");
   // Every moment first, so an allocation failure leaves no parameter updated.
   for (device_param& p : m.params) {
     const auto bytes = static_cast<std::size_t>(p.numel) * 4;
@@ -341,6 +365,10 @@ void download(const std::vector<device_param>& params, const std::vector<tensor>
 
 void part::download_gradients(const std::vector<tensor>& into) { download(impl_->params, into, true, impl_->stream); }
 
-void part::download_values(const std::vector<tensor>& into) { download(impl_->params, into, false, impl_->stream); }
+void part::download_values(const std::vector<tensor>& into) {
+  if (!impl_->masters)
+    throw std::runtime_error("GPU BERT: download_values of a part made without f32 masters (its optimizer keeps them)");
+  download(impl_->params, into, false, impl_->stream);
+}
 
 } // namespace dsa::bert::gpu

@@ -190,13 +190,20 @@ TEST_CASE("devices.deterministic reaches the stage options; a CPU rank runs it u
 TEST_CASE("a CUDA rank's planned device bytes for its model states follow the optimizer's placement") {
   train::run_config rc = with_backend("cuda");
   rc.working = train::precision::bf16;
-  // The stage's f32 master, f32 gradient and bf16 working copy: 10 bytes per parameter.
-  CHECK(train::cuda_model_state_bytes(rc, 1000) == 10'000);
-  // With the optimizer on the GPU also its master, two moments and working copy: 24.
+  // A 10 x 100 matrix and a 100-element bias.
+  std::vector<bert::param_spec> specs(2);
+  specs[0].name = "w";
+  specs[0].shape = {10, 100};
+  specs[1].name = "b";
+  specs[1].shape = {100};
+  // The part: each f32 gradient, the matrix's bf16 working copy, the bias in f32 (no masters).
+  CHECK(train::cuda_model_state_bytes(rc, specs) == 1000 * (4 + 2) + 100 * (4 + 4));
+  // With the optimizer on the GPU also its master, two moments and working copy of each,
+  // and its gradient scratch of the largest tensor.
   rc.offload.device = train::offload_device::none;
-  CHECK(train::cuda_model_state_bytes(rc, 1000) == 24'000);
-  rc.working = train::precision::f32; // no working copies: 8 + 12
-  CHECK(train::cuda_model_state_bytes(rc, 1000) == 20'000);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == 1000 * 6 + 100 * 8 + 1100 * (4 + 8 + 2) + 1000 * 4);
+  rc.working = train::precision::f32; // f32 values read as they are, no working copies anywhere
+  CHECK(train::cuda_model_state_bytes(rc, specs) == 1100 * 8 + 1100 * 12 + 1000 * 4);
   // Nothing on a CPU rank to report.
   CHECK(train::device_memory_report(train::device_choice{}).empty());
 }

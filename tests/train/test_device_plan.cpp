@@ -66,7 +66,7 @@ TEST_CASE("device plan: each stage's model states, stash slots by schedule and s
     const train::device_memory_plan p = train::plan_device_memory(rc, ranges, in);
     std::int64_t states = 0, scratch = 0;
     for (const auto& r : ranges) {
-      states += train::cuda_model_state_bytes(rc, parameters_of(rc, r));
+      states += train::cuda_model_state_bytes(rc, bert::parameter_specs(rc.model, r));
       scratch += bert::gpu_part_scratch_bytes(rc.model, r, mb);
     }
     CHECK(p.model_states == ranks * states);

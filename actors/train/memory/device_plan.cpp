@@ -48,14 +48,7 @@ device_memory_plan plan_device_memory(const run_config& rc, const std::vector<be
   for (std::uint32_t s = 0; s < S; ++s) {
     if (!in.runs(s)) continue; // another process's stage
     const bert::bert_range& r = ranges[s];
-    const auto specs = bert::parameter_specs(rc.model, r);
-    std::int64_t parameters = 0, largest = 0;
-    for (const auto& spec : specs) {
-      parameters += shape_numel(spec.shape);
-      largest = std::max(largest, shape_numel(spec.shape));
-    }
-    std::int64_t states = cuda_model_state_bytes(rc, parameters);
-    if (rc.offload.device == offload_device::none) states += 4 * largest; // the GPU optimizer's gradient scratch
+    const std::int64_t states = cuda_model_state_bytes(rc, bert::parameter_specs(rc.model, r));
     const actors::schedule_policy policy =
         actors::schedule_policy::make(kind, S, s, static_cast<std::uint32_t>(rc.batch.gradient_accumulation),
                                       static_cast<std::uint32_t>(rc.max_stashed),

@@ -4,10 +4,10 @@
 // at the end of the run (trainer.cpp).
 //
 // The plan, for the process's device (its in-process ranks share it):
-//   model states  per stage and rank: cuda_model_state_bytes (the part's f32 masters,
-//                 working copies and f32 gradients; with the GPU-resident optimizer its
-//                 masters, moments and working copies too, and its gradient scratch, the
-//                 largest parameter in f32)
+//   model states  per stage and rank: cuda_model_state_bytes (the part's working copies
+//                 and f32 gradients; with the GPU-resident optimizer its masters, moments
+//                 and working copies too, and its gradient scratch, the largest parameter
+//                 in f32)
 //   activations   each stage's stash slots (its schedule's micro-batches between forward
 //                 and backward) times the part's stash per micro-batch
 //                 (bert::gpu_part_stash_bytes)

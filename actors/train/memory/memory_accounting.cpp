@@ -154,11 +154,19 @@ model_state_bytes measured_model_states(const model_stage& stage, const model_sh
   return b;
 }
 
-std::int64_t cuda_model_state_bytes(const run_config& rc, std::int64_t parameters) {
-  const std::int64_t working = rc.working == precision::f32 ? 0 : 2;
-  std::int64_t per = 4 + 4 + working;                                     // the stage's part
-  if (rc.offload.device == offload_device::none) per += 4 + 8 + working; // the GPU optimizer
-  return per * parameters;
+std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+  const bool half = rc.working != precision::f32;
+  const bool gpu_optimizer = rc.offload.device == offload_device::none;
+  std::int64_t bytes = 0, largest = 0;
+  for (const auto& spec : specs) {
+    const std::int64_t n = shape_numel(spec.shape);
+    const bool working_copy = half && spec.shape.size() == 2; // gpu::part's rule
+    bytes += n * (4 + (working_copy ? 2 : 4));                // the gradient and the value read
+    if (gpu_optimizer) bytes += n * (4 + 8 + (half ? 2 : 0)); // its master, moments, working copy
+    largest = std::max(largest, n);
+  }
+  if (gpu_optimizer) bytes += 4 * largest;
+  return bytes;
 }
 
 } // namespace dsa::train

@@ -36,6 +36,7 @@
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/config/precision.hpp"
 #include "actors/train/config/run_config.hpp"
+#include "models/bert/parameter_specs.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -101,10 +102,12 @@ std::optional<zero_sizes> run_zero_sizes(const run_config& rc, const std::vector
 // allocates the next version's tensors).
 model_state_bytes measured_model_states(const model_stage& stage, const model_shard& shard);
 
-// The device bytes a CUDA rank's model states take for a stage of `parameters`, at most:
-// the stage's f32 master, f32 gradient and (half storage) 2-byte working copy of every
-// parameter, and with the GPU-resident optimizer (offload_optimizer "none") its f32 master,
-// two f32 moments and working copy again. Activations, the stash and workspace come on top.
-std::int64_t cuda_model_state_bytes(const run_config& rc, std::int64_t parameters);
+// The device bytes a CUDA rank's model states take for a stage of these parameters: the
+// stage's part holds each f32 gradient and the value the kernels read (a 2-byte working copy
+// of each matrix and table under half storage, f32 otherwise: no f32 masters, the shard keeps
+// them), and with the GPU-resident optimizer (offload_optimizer "none") its f32 master, two
+// f32 moments and (half storage) working copy of every parameter, and its gradient scratch
+// (the largest parameter in f32). Activations, the stash and workspace come on top.
+std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs);
 
 } // namespace dsa::train

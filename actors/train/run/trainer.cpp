@@ -20,7 +20,7 @@ void log_device_memory(const opened_run& run, const run_plan& plan) {
   log_device_plan_report(plan.device, device_pool_peak(run.ctx.device));
   std::int64_t planned = 0;
   for (const auto& stage : run.ctx.stages)
-    if (stage) planned += cuda_model_state_bytes(run.ctx.rc, stage->named_parameters().count());
+    if (stage) planned += cuda_model_state_bytes(run.ctx.rc, bert::parameter_specs(run.ctx.rc.model, stage->named_parameters().range()));
   log_info("device memory {}; model states planned at {} per rank ({} rank(s) of this process on it)",
            device_memory_report(run.ctx.device), format_bytes(planned), run.ctx.rc.ranks);
 }

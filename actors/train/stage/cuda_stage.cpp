@@ -162,8 +162,10 @@ void cuda_stage::ensure_device() {
   cudaStream_t s = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the stage's stream");
   stream_ = std::make_unique<cuda::stream_handle>(s);
+  // Without f32 masters: the shard keeps them (on the host, or on the GPU in its own arrays);
+  // the part holds the working copies it computes with and the f32 gradients.
   part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s,
-                                             options_.deterministic);
+                                             options_.deterministic, /*masters=*/false);
 }
 
 void cuda_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }

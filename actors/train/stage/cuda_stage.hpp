@@ -2,8 +2,9 @@
 // the runtime's stage_compute interface: bert_stage's twin for devices.backend = "cuda"
 // (CUDA builds only; make_stage picks it).
 //
-// The stage keeps the range's parameters twice: on the device (f32 masters, working
-// copies, f32 gradients: the part's) and on the host in the working precision
+// The stage keeps the range's parameters twice: on the device (the working copies the
+// kernels read, f32 for vectors and with f32 storage, and f32 gradients: the part's, made
+// without f32 masters, which the shard keeps) and on the host in the working precision
 // (named_parameters(), which the run initialises, loads checkpoints into and evaluates).
 // The device copy is made from the host's at the first call on the stage's worker, so
 // what the run wrote before the steps is what the GPU computes with; each parameter
