@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 namespace dsa::bert::gpu {
@@ -41,8 +42,9 @@ public:
   pinned_buffer& operator=(pinned_buffer&& other) noexcept;
   pinned_buffer(const pinned_buffer&) = delete;
   pinned_buffer& operator=(const pinned_buffer&) = delete;
-  // At least `bytes`, reallocated (contents lost) only when it grows.
-  void reserve(std::size_t bytes);
+  // At least `bytes`, reallocated (contents lost) only when it grows; `what` names the
+  // purpose in the owner's warning when it cannot be pinned.
+  void reserve(std::size_t bytes, std::string_view what = "a device readout buffer");
   void* get() const { return block_.ptr; }
   bool pinned() const { return block_.pinned; }
 

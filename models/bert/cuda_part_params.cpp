@@ -80,7 +80,7 @@ pinned_buffer& pinned_buffer::operator=(pinned_buffer&& other) noexcept {
   return *this;
 }
 
-void pinned_buffer::reserve(std::size_t bytes) {
+void pinned_buffer::reserve(std::size_t bytes, std::string_view what) {
   if (block_.ptr && bytes <= block_.bytes)
     return;
   if (block_.ptr) {
@@ -88,7 +88,7 @@ void pinned_buffer::reserve(std::size_t bytes) {
     pinned_owner::instance().release(block_);
   }
   install_cuda_pinning();
-  block_ = pinned_owner::instance().acquire(bytes, "a device readout buffer");
+  block_ = pinned_owner::instance().acquire(bytes, what);
 }
 
 loss_readout::~loss_readout() {

@@ -45,8 +45,11 @@ std::int64_t gpu_layer_forward_scratch(const bert_config& cfg, const gpu_micro_b
   const std::int64_t product = z.N * z.H * 4; // Q, K, V's f32 product
   // The context per head, with the dropped-out probabilities when they are not stashed.
   const std::int64_t context = (z.N * z.H + (z.drop && f.attn_dropout_checkpoint ? z.S : 0)) * z.e;
-  // The projections' output (`branch`), with the GELU output when it is not stashed.
-  const std::int64_t branch = (z.N * z.H + (f.gelu_checkpoint ? z.N * z.I : 0)) * z.e;
+  // The projections' output (`branch`), with the GELU output when it is not stashed, and
+  // pre-LN under normalize_invertible the residual stream (sum_o), freed as the layer ends.
+  const std::int64_t branch = (z.N * z.H + (f.gelu_checkpoint ? z.N * z.I : 0) +
+                               (z.pre && f.normalize_invertible ? z.N * z.H : 0)) *
+                              z.e;
   return std::max({product, context, branch});
 }
 
@@ -117,12 +120,13 @@ std::int64_t gpu_part_scratch_bytes(const bert_config& cfg, const bert_range& ra
   const std::int64_t incoming = NH * e;
   if (range.has_head()) backward = incoming + head_backward_scratch(cfg, mb);
   if (range.layer_count() > 0) {
-    forward = gpu_layer_forward_scratch(cfg, mb);
+    // Under checkpointing a layer's forward fills its stash, dropped as the layer ends.
+    forward = gpu_layer_forward_scratch(cfg, mb) + (cfg.checkpoint_activations ? gpu_layer_stash_bytes(cfg, mb) : 0);
     const std::int64_t layer_backward = gpu_layer_backward_scratch(cfg, mb);
     // The gradient in hand and the next one (dprev); the next stage's gradient stays held.
     std::int64_t layer = incoming + 2 * NH * e;
     if (cfg.checkpoint_activations) // the layer's forward again: its output and stash, then its backward
-      layer += NH * e + gpu_layer_stash_bytes(cfg, mb) + std::max(forward, layer_backward);
+      layer += NH * e + gpu_layer_stash_bytes(cfg, mb) + std::max(gpu_layer_forward_scratch(cfg, mb), layer_backward);
     else
       layer += layer_backward;
     backward = std::max(backward, layer);

@@ -6,7 +6,7 @@
 # fails naming the swap file and "No space left" and leaves the checkpoint loadable; an
 # nvme_path under a regular file fails at start naming it; ZeRO-3 with the weights on NVMe
 # too survives kill -9 and --resume bit for bit. Usage: offload_faults.sh PATH/TO/dsactor [--cuda]
-# --cuda (tools/gpu-check rank, on a GPU machine): every run on a CUDA rank in deterministic
+# --cuda (tools/gpu-check offload, on a GPU machine): every run on a CUDA rank in deterministic
 # mode, and only the kill -9 and --resume of the offloaded run (the others are host-side
 # faults that do not depend on where the stages compute, or refused on CUDA ranks).
 # shellcheck source=common.sh

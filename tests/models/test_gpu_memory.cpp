@@ -85,6 +85,10 @@ TEST_CASE("gpu layer scratch: the attention backward's ten row arrays and scores
   CHECK(bert::gpu_layer_forward_scratch(cfg, micro(2)) == NH * 4);
   cfg.memory.gelu_checkpoint = true;
   CHECK(bert::gpu_layer_forward_scratch(cfg, micro(2)) == (NH + NI) * 2);
+  // Pre-LN under normalize_invertible: the residual stream lives beside the branch until the layer ends.
+  cfg.norm = bert::layer_norm_placement::pre;
+  cfg.memory.normalize_invertible = true;
+  CHECK(bert::gpu_layer_forward_scratch(cfg, micro(2)) == (2 * NH + NI) * 2);
 }
 
 TEST_CASE("gpu part stash: layers' stashes gone under checkpointing, the head's logits in f32") {

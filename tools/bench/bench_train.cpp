@@ -319,10 +319,15 @@ int bench_offload_cuda_main(int argc, char** argv) {
   line("optimizer on the GPU", gpu, gpu_update);
   line("optimizer offloaded to the CPU", cpu, cpu_update);
   line("optimizer offloaded to NVMe", nvme, nvme_update);
-  std::int64_t params = 0;
-  for (const auto& spec : bert::parameter_specs(cfg, bert::bert_range::whole(cfg))) params += shape_numel(spec.shape);
-  // What each resource would take alone for one step of the offloaded runs.
-  const double link = static_cast<double>(params) * 4 / down + static_cast<double>(params) * 2 / up;
+  // What each resource would take alone for one step of the offloaded runs: the f32
+  // gradients down, the new version up (bf16 matrices and tables, f32 vectors).
+  double down_bytes = 0, up_bytes = 0;
+  for (const auto& spec : bert::parameter_specs(cfg, bert::bert_range::whole(cfg))) {
+    const auto n = static_cast<double>(shape_numel(spec.shape));
+    down_bytes += 4 * n;
+    up_bytes += (spec.shape.size() == 2 ? 2 : 4) * n;
+  }
+  const double link = down_bytes / down + up_bytes / up;
   auto bound = [&](const char* what, double extra, double update, double disk) {
     const char* name = "the host link";
     double most = link;

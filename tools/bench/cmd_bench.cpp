@@ -22,6 +22,7 @@
 #include <fmt/ostream.h>
 
 #include <cstring>
+#include <vector>
 
 namespace dsa::tools {
 namespace {
@@ -128,12 +129,14 @@ int bench_command(int argc, char** argv) {
   if (!std::strcmp(argv[1], "offload")) {
     // --backend cuda: the GPU rank's offload (bench_train.cpp); cpu (the default): this CPU's.
     std::string backend = "cpu";
-    for (int i = 2; i < argc; ++i) {
+    std::vector<char*> rest; // the arguments without --backend, for the CPU's bench
+    for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      if (a == "--backend" && i + 1 < argc) backend = argv[i + 1];
+      if (a == "--backend" && i + 1 < argc) backend = argv[++i];
       else if (a.rfind("--backend=", 0) == 0) backend = a.substr(10);
+      else rest.push_back(argv[i]);
     }
-    if (backend == "cpu") return bench_offload_main(argc - 1, argv + 1);
+    if (backend == "cpu") return bench_offload_main(static_cast<int>(rest.size()), rest.data());
     if (backend != "cuda") {
       fmt::print(stderr, "dsactor bench offload: --backend '{}': expected cpu or cuda\n", backend);
       return 2;

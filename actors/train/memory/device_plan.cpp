@@ -88,11 +88,16 @@ expected<device_memory_plan> fit_device_memory(const run_config& rc, const std::
                                                const plan_inputs& in, const device_budget& budget) {
   const device_memory_plan plan = plan_device_memory(rc, ranges, in);
   if (budget.bytes < 0 || plan.peak() <= budget.bytes) return plan;
-  std::string message =
-      fmt::format("device memory ({}, {} in-process rank(s), micro-batches of {} x {} tokens): {}, more than the "
-                  "budget {}; the smallest budget that works is limits.device_memory = \"{}\"",
-                  budget.source, rc.ranks, rc.batch.micro_batch_size, in.seq_length, plan.describe(),
-                  format_bytes(budget.bytes), mib_up(plan.peak()));
+  // Given a budget, the smallest that works; without one the device has not that much free.
+  const std::string advice =
+      rc.device_memory > 0
+          ? fmt::format("the smallest budget that works is limits.device_memory = \"{}\"", mib_up(plan.peak()))
+          : fmt::format("the device has not that much free (raising limits.device_memory above it only turns this "
+                        "check into a warning before the run runs out of device memory)");
+  std::string message = fmt::format("device memory ({}, {} in-process rank(s), micro-batches of {} x {} tokens): {}, "
+                                    "more than the budget {}; {}",
+                                    budget.source, rc.ranks, rc.batch.micro_batch_size, in.seq_length,
+                                    plan.describe(), format_bytes(budget.bytes), advice);
   if (rc.offload.device == offload_device::none) {
     run_config cpu = rc;
     cpu.offload.device = offload_device::cpu;
@@ -122,6 +127,7 @@ expected<device_memory_plan> plan_run_device_memory(const run_config& rc, const 
              "budget, the device may still run out",
              format_bytes(rc.device_memory), format_bytes(device.free_bytes), device.description);
   DSA_ASSIGN_OR_RETURN(auto plan, fit_device_memory(rc, ranges, in, budget));
+  reset_device_pool_peak(device); // the end-of-run measure is this run's
   log_info("device memory ({}, {} in-process rank(s), micro-batches of {} x {} tokens): {}", budget.source, rc.ranks,
            rc.batch.micro_batch_size, in.seq_length, plan.describe());
   return plan;

@@ -96,9 +96,6 @@ std::string host_memory_plan::describe() const {
   std::string states;
   if (swap_buffers > 0) states = fmt::format("NVMe swap buffers {}", format_bytes(swap_buffers));
   else if (optimizer_in_memory > 0) states = fmt::format("optimizer state {}", format_bytes(optimizer_in_memory));
-  if (pinned_copies > 0)
-    states += fmt::format("{}a CUDA stage's pinned gradient copies {}", states.empty() ? "" : ", ",
-                          format_bytes(pinned_copies));
   if (speculation > 0)
     states += fmt::format("{}the speculative update's rollback copy {}", states.empty() ? "" : ", ",
                           format_bytes(speculation));
@@ -181,13 +178,6 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
       p.model_states += rc.ranks * copy;
     }
     if (reduces) p.communication += rc.ranks * 2 * 4 * std::min(rc.reduce_bucket_elements, n);
-    // A CUDA stage's pinned staging for its gradients' copies during the last backward
-    // (overlap_comm or a streamed update: cuda_stage's copier), f32; counted whenever the
-    // rank computes on a GPU (the plan does not know yet whether its shard streams).
-    if (rc.backend == "cuda") {
-      p.model_states += rc.ranks * 4 * n;
-      p.pinned_copies += rc.ranks * 4 * n;
-    }
     if (zero && zero->stage >= 3) {
       p.zero3 += rc.ranks * zero3_in_flight(rc, bert::parameter_specs(rc.model, ranges[s]));
       // At start-up the stage's whole weights exist until they are partitioned, while

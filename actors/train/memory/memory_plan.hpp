@@ -91,9 +91,6 @@ struct host_memory_plan {
   // of model_states: pipeline.speculative_update's rollback copies (masters, moments, the
   // gradients a step consumes, half masters), allocated on the first speculation
   std::int64_t speculation = 0;
-  // of model_states: a CUDA stage's pinned staging for its gradients' copies (4 bytes per
-  // parameter; cuda_stage.hpp's set_gradients_final)
-  std::int64_t pinned_copies = 0;
   // The ranks' shard readers: their mapped shard pages between two releases (plan_inputs).
   std::int64_t data_reader = 0;
   // Not part of the peak: what the final evaluation would add, the stages' weights gathered

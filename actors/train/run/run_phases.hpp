@@ -52,6 +52,9 @@ struct opened_run {
   // Stages across processes, rank 0: the other stages' weights for the evaluation, by name.
   std::map<std::string, tensor> weights_elsewhere;
   bool weights_moved = false; // move_evaluation_weights ran
+  // A CUDA rank: the device pool's high-water mark over the training (read before the
+  // final evaluation's GPU model comes from the same pool); -1 until then.
+  std::int64_t device_peak = -1;
   log_file_guard log;                // last: the log closes before the rest goes
 };
 int open_run(const run_request& req, opened_run& run);

@@ -17,10 +17,12 @@ namespace {
 // the device plan's pool peak against the pool's high-water mark.
 void log_device_memory(const opened_run& run, const run_plan& plan) {
   if (run.ctx.device.device != stage_device::cuda) return;
-  log_device_plan_report(plan.device, device_pool_peak(run.ctx.device));
+  log_device_plan_report(plan.device, run.device_peak >= 0 ? run.device_peak : device_pool_peak(run.ctx.device));
   std::int64_t planned = 0;
   for (const auto& stage : run.ctx.stages)
-    if (stage) planned += cuda_model_state_bytes(run.ctx.rc, bert::parameter_specs(run.ctx.rc.model, stage->named_parameters().range()));
+    if (stage)
+      planned += cuda_model_state_bytes(run.ctx.rc,
+                                        bert::parameter_specs(run.ctx.rc.model, stage->named_parameters().range()));
   log_info("device memory {}; model states planned at {} per rank ({} rank(s) of this process on it)",
            device_memory_report(run.ctx.device), format_bytes(planned), run.ctx.rc.ranks);
 }
@@ -33,6 +35,7 @@ int train_and_report(const run_request& req, opened_run& run, const run_plan& pl
   if (int code = run_steps(run, ranks, t)) return code;
   finished f;
   if (int code = finish_training(run, plan, ranks, t, f)) return code;
+  if (run.ctx.device.device == stage_device::cuda) run.device_peak = device_pool_peak(run.ctx.device);
   if (int code = report_training(req, run, t)) return code;
   if (f.stopped) {
     log_memory_report(run.ctx.rc, *plan.memory);

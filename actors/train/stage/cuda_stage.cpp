@@ -8,11 +8,9 @@
 #include "core/device_waits.hpp"
 #include "core/log.hpp"
 #include "models/bert/bert_part.hpp"
-#include "core/pinned_memory.hpp"
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include <cstring>
 #include <stdexcept>
 #include <string_view>
 
@@ -71,35 +69,23 @@ void to_slot(const void* device_ptr, tensor& out, const shape_t& shape, dtype wi
 
 } // namespace
 
-// The device side of the overlapped gradient download: a copy stream, pinned staging for
-// every gradient of the stage (one block from the pinned-memory owner), and per ticket an
-// event after the compute enqueued so far and one after its copies.
+// The device side of the overlapped gradient download: a copy stream and per ticket an
+// event after the compute enqueued so far and one after its copies, which go straight into
+// the stage's host gradients (pinned: made by pin_host_gradients).
 class cuda_stage::copier final : public grad_copier {
 public:
-  copier(const bert::gpu::part& part, std::size_t count, cudaStream_t compute) : part_(part), compute_(compute) {
+  copier(const bert::gpu::part& part, std::vector<void*> host, cudaStream_t compute)
+      : part_(part), host_(std::move(host)), compute_(compute) {
     check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "creating the gradient copy stream");
-    std::size_t bytes = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      offsets_.push_back(bytes);
-      bytes += static_cast<std::size_t>(part.numel(i)) * 4;
-    }
-    // Last: nothing after it throws, so the destructor gives it back.
-    staging_ = pinned_owner::instance().acquire(bytes, "a CUDA stage's gradient copies (overlap_comm)");
   }
   ~copier() override { // on the stage's device (the stage's destructor sets it)
-    if (copy_) cudaStreamSynchronize(copy_); // no copy left writing into the staging
+    if (copy_) cudaStreamSynchronize(copy_); // no copy left writing into the host gradients
     for (cudaEvent_t e : after_compute_) cudaEventDestroy(e);
     for (cudaEvent_t e : copied_) cudaEventDestroy(e);
     if (copy_) cudaStreamDestroy(copy_);
-    pinned_owner::instance().release(staging_);
   }
   copier(const copier&) = delete;
   copier& operator=(const copier&) = delete;
-
-  bool pinned() const { return staging_.pinned; }
-  const float* staged(std::size_t i) const {
-    return reinterpret_cast<const float*>(static_cast<const char*>(staging_.ptr) + offsets_.at(i));
-  }
 
   void enqueue(std::size_t ticket, const std::vector<std::size_t>& indices) override {
     while (copied_.size() <= ticket) {
@@ -112,14 +98,14 @@ public:
     check_cuda(cudaEventRecord(after_compute_[ticket], compute_), "marking a part's backward");
     check_cuda(cudaStreamWaitEvent(copy_, after_compute_[ticket], 0), "ordering a gradient copy");
     for (std::size_t i : indices)
-      check_cuda(cudaMemcpyAsync(static_cast<char*>(staging_.ptr) + offsets_.at(i), part_.gradient_data(i),
-                                 static_cast<std::size_t>(part_.numel(i)) * 4, cudaMemcpyDeviceToHost, copy_),
+      check_cuda(cudaMemcpyAsync(host_.at(i), part_.gradient_data(i), static_cast<std::size_t>(part_.numel(i)) * 4,
+                                 cudaMemcpyDeviceToHost, copy_),
                  "copying a gradient to the host");
     check_cuda(cudaEventRecord(copied_[ticket], copy_), "marking a bucket's copies");
     last_ = static_cast<long>(ticket);
   }
   void wait(std::size_t ticket) override {
-    device_wait("cudaEventSynchronize (a bucket's gradients copied to the host)");
+    device_wait("cudaEventSynchronize (a part's gradients copied to the host)");
     check_cuda(cudaEventSynchronize(copied_.at(ticket)), "the gradient copies");
   }
   // The compute stream waits for every copy enqueued (before the gradients are zeroed).
@@ -132,9 +118,8 @@ public:
 
 private:
   const bert::gpu::part& part_;
+  std::vector<void*> host_; // each parameter's host gradient (pinned)
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
-  pinned_block staging_;
-  std::vector<std::size_t> offsets_;
   std::vector<cudaEvent_t> after_compute_, copied_;
   long last_ = -1; // the last ticket enqueued since the compute stream last waited for the copies
 };
@@ -166,6 +151,37 @@ void cuda_stage::ensure_device() {
   // the part holds the working copies it computes with and the f32 gradients.
   part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s,
                                              options_.deterministic, /*masters=*/false);
+  pin_host_gradients();
+}
+
+void cuda_stage::pin_host_gradients() {
+  const auto& entries = params_.entries();
+  std::size_t bytes = 0;
+  std::vector<std::size_t> offsets;
+  for (const auto& e : entries) {
+    offsets.push_back(bytes);
+    bytes += static_cast<std::size_t>(e.grad.nbytes() + 63) / 64 * 64;
+  }
+  auto block = std::make_shared<bert::gpu::pinned_buffer>();
+  block->reserve(bytes, "a CUDA stage's host gradients");
+  if (!block->pinned()) { // the owner has said why; a pageable copy would stall the backward
+    log_warn("CUDA stage {}: no pinned host memory for its gradients: they come down after the backward, in one "
+             "piece, even where the runtime could take them part by part",
+             params_.range().to_string());
+    return;
+  }
+  // Each host gradient a tensor over the block, which lives as long as any of them.
+  std::vector<std::pair<std::size_t, tensor>> grads;
+  std::vector<void*> host;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    void* at = static_cast<char*>(block->get()) + offsets[i];
+    auto storage = storage::wrap(at, entries[i].grad.nbytes(), device::cpu(), [block](void*) {});
+    grads.emplace_back(i, tensor::from_storage(std::move(storage), 0, entries[i].grad.shape(), dtype::f32));
+    host.push_back(at);
+  }
+  params_.set_grads(std::move(grads));
+  copier_ = std::make_unique<copier>(*part_, std::move(host), stream_->get());
+  download_ = std::make_unique<grad_download>(entries.size(), [this](std::size_t i) { finish_copy(i); });
 }
 
 void cuda_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
@@ -251,15 +267,23 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
   if (!range.has_head()) dy = upload(grad_out, wire, shape[0] * shape[1] * shape[2], stream, "next stage's gradient");
   grads_on_host_ = false;
   if (download_) download_->begin_step(); // nothing of an earlier step is on the host any more
+  // The step's last backward with the runtime listening: each part's gradients are copied
+  // on the copy stream behind the part's kernels as the backward is enqueued; once it all
+  // is (the GPU runs on), the parts land in order and the runtime hears of each.
+  std::vector<std::vector<std::size_t>> parts;
   std::function<void(std::int64_t)> on_enqueued;
-  if (final_ && ensure_copies())
-    on_enqueued = [this](std::int64_t part) {
-      const std::vector<std::size_t> indices = bert::parameters_finished_by(params_, part);
-      download_->final_on_device(indices, *copier_);
-      for (std::size_t i : indices) final_(i, i + 1);
+  if (final_ && copier_)
+    on_enqueued = [this, &parts](std::int64_t part) {
+      parts.push_back(bert::parameters_finished_by(params_, part));
+      download_->final_on_device(parts.back(), *copier_);
     };
   const bert::gpu::device_array dx = part_->backward(dy.get(), stash, on_enqueued);
   spans_.end(stream);
+  for (const std::vector<std::size_t>& indices : parts) {
+    if (indices.empty()) continue;
+    (void)download_->ready(indices.front(), *copier_); // waits for the part's copies, rounds them
+    for (std::size_t i : indices) final_(i, i + 1);
+  }
   if (!range.has_embeddings()) {
     to_slot(dx.get(), grad_in, shape, wire, options_.device_index, options_.grad_in_leaves_process, stream);
     spans_.after_wait(stream);
@@ -271,25 +295,8 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
   }
 }
 
-bool cuda_stage::ensure_copies() {
-  if (copier_) return true;
-  if (copies_refused_) return false;
-  auto c = std::make_unique<copier>(*part_, params_.entries().size(), stream_->get());
-  if (!c->pinned()) {
-    copies_refused_ = true; // the owner has said why; a pageable copy would stall the backward
-    log_warn("CUDA stage {}: overlap_comm without pinned host memory for the gradient copies: the gradients come "
-             "down after the backward instead",
-             params_.range().to_string());
-    return false;
-  }
-  copier_ = std::move(c);
-  download_ = std::make_unique<grad_download>(params_.entries().size(), [this](std::size_t i) { finish_copy(i); });
-  return true;
-}
-
 void cuda_stage::finish_copy(std::size_t i) {
-  tensor g = params_.entries()[i].grad; // a handle on the host gradient's storage
-  std::memcpy(g.raw_data(), copier_->staged(i), g.nbytes());
+  tensor g = params_.entries()[i].grad; // a handle on the host gradient (the copy's target)
   round_in_place(g, working_dtype(options_.working));
   inject_overflow(options_, step_, i, g);
 }

@@ -59,11 +59,12 @@ public:
   std::vector<tensor> gradients() override;
   tensor gradient(std::size_t index) override;
   void load_parameters(const std::vector<tensor>& updated) override;
-  // overlap_comm: during the step's last backward each part's gradients are copied to the
-  // host on a copy stream as soon as the part has enqueued its backward, and the runtime
-  // is told they are final (grad_download.hpp), so the reducer and the CPU shard's update
-  // start while the GPU goes on. Without pinned host memory for the copies the gradients
-  // come down at once after the backward, as without overlap_comm.
+  // When the runtime listens (overlap_comm over several buckets, a streamed update), the
+  // step's last backward copies each part's gradients to the host on a copy stream behind
+  // the part's kernels while the backward is enqueued; then, the whole backward queued, it
+  // waits for the parts in order and tells the runtime of each (grad_download.hpp), so the
+  // reducer and the CPU shard's update start while the GPU finishes. Without pinned host
+  // memory the gradients come down at once after the backward.
   void set_gradients_final(gradients_final_fn listener) override { final_ = std::move(listener); }
   // The run's recorder: each forward's and backward's kernels become a device span
   // (gpu_forward, gpu_backward) on the stage's actor (gpu_spans.hpp).
@@ -92,11 +93,12 @@ private:
   // the device copy of the parameters.
   void ensure_device();
   void fetch_gradients();
-  // The copier and its download, made on the first overlapped backward; false when the
-  // copies' pinned host memory could not be had (said once in the log).
-  bool ensure_copies();
-  // Parameter i's gradient from the copies' staging into its host tensor, rounded to the
-  // working precision (and debug.overflow_step's fault), on the reducer's thread.
+  // The host gradients moved into one pinned block (so copies from the device are
+  // asynchronous), and the copier and its download over them; without pinned memory (said
+  // in the log) the gradients stay pageable and come down after the backward.
+  void pin_host_gradients();
+  // Parameter i's gradient on the host: rounded to the working precision (and
+  // debug.overflow_step's fault), as fetch_gradients does.
   void finish_copy(std::size_t i);
   stage_options options_;
   stage_shared& shared_;
@@ -113,7 +115,6 @@ private:
   class copier;
   std::unique_ptr<copier> copier_;
   std::unique_ptr<grad_download> download_;
-  bool copies_refused_ = false; // no pinned memory for them: gradients come down at once
 };
 
 } // namespace dsa::train

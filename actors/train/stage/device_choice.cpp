@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace dsa::train {
@@ -66,14 +67,32 @@ std::string device_memory_report(const device_choice& device) {
 std::int64_t device_free_bytes(int index) {
 #if DSA_HAVE_CUDA
   std::size_t free = 0, total = 0;
-  if (cudaSetDevice(index) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t reserved = 0, used = 0;
+  if (cudaSetDevice(index) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess ||
+      cudaDeviceGetDefaultMemPool(&pool, index) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  return static_cast<std::int64_t>(free);
+  // What the pool keeps of an earlier run in this process (freed, not given back) is free
+  // to this one too.
+  return static_cast<std::int64_t>(free) + static_cast<std::int64_t>(reserved - std::min(reserved, used));
 #else
   (void)index;
   return 0;
+#endif
+}
+
+void reset_device_pool_peak(const device_choice& device) {
+  if (device.device != stage_device::cuda) return;
+#if DSA_HAVE_CUDA
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t zero = 0; // resets the mark to the bytes in use now
+  if (cudaSetDevice(device.index) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device.index) != cudaSuccess ||
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero) != cudaSuccess)
+    cudaGetLastError();
 #endif
 }
 

@@ -56,9 +56,13 @@ status device_optimizer_supports(const run_config& rc, const std::string& who);
 // use and reserved (every device array of the stages and the GPU optimizer comes from it),
 // and the driver's free bytes. Empty for the CPU or a build without CUDA code.
 std::string device_memory_report(const device_choice& device);
-// cudaMemGetInfo's free bytes on device `index` (this process's context made there: only
-// the chosen device is asked, so no other device gets one); 0 when it cannot be read.
+// cudaMemGetInfo's free bytes on device `index` and what the device's pool keeps free of
+// an earlier run in this process (this process's context made there: only the chosen
+// device is asked, so no other device gets one); 0 when it cannot be read.
 std::int64_t device_free_bytes(int index);
+// Resets the default pool's high-water mark to the bytes in use now (a run's start: the
+// mark then measures this run, not an earlier one in the process).
+void reset_device_pool_peak(const device_choice& device);
 // The default pool's high-water mark of bytes in use on the device; -1 for the CPU, a build
 // without CUDA code or a failed read.
 std::int64_t device_pool_peak(const device_choice& device);

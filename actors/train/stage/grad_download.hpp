@@ -2,15 +2,16 @@
 // backward (overlap_comm), instead of all at once when the reducer first asks: the
 // bookkeeping, apart from the device so it runs on every machine against a fake one.
 //
-// During the last backward the stage's worker says, part by part, which parameters'
-// gradients are final on the device (final_on_device); each such group becomes one ticket
-// of the copier: copies to the host enqueued behind the compute done so far, on a copy
-// stream, so the backward goes on. The runtime then publishes the buckets and the reducer,
-// on its own thread, asks for each gradient (ready): the first ask of a group waits for its
-// ticket (once) and finishes every parameter of the group (the stage's `finish`: the host
-// copy, rounding, test faults), the others find it done. A group's wait never blocks the
-// worker's next final_on_device. A gradient no group holds (a backward without the
-// listener) is not ready: the caller downloads the whole set as before.
+// While the last backward is enqueued the stage's worker says, part by part, which
+// parameters' gradients are final on the device (final_on_device); each such group becomes
+// one ticket of the copier: copies to the host enqueued behind the compute enqueued so far,
+// on a copy stream, so nothing waits. With the whole backward queued, the worker asks for
+// each part's first gradient in order (ready): the first ask of a group waits for its
+// ticket (once) and finishes every parameter of the group (the stage's `finish`: rounding,
+// test faults), later asks (the runtime publishing the buckets) find it done. Asks may come
+// from any thread; one waiting for a ticket never blocks another's final_on_device. A
+// gradient no group holds (a backward without the listener) is not ready: the caller
+// downloads the whole set as before.
 #pragma once
 
 #include <condition_variable>
