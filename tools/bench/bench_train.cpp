@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -38,12 +39,35 @@ namespace {
 
 struct train_setup {
   std::string model = "bert-large";
+  std::int64_t big_layers = 30; // --model bert-6b's layer count (--layers)
   std::string task = "pretraining";
   std::int64_t seq = 128, batch = 64, steps = 8;
   std::int64_t accumulation = 1; // micro-batches of `batch` per step (bench offload --backend cuda: 4)
   int warmup = 2;
   std::string work;
 };
+
+// The [model] table's size lines: BERT-large or -base, or bert-6b (a BERT-shaped model of
+// 6.2 billion parameters: 30 layers of hidden 4096, 32 heads, intermediate 16384).
+std::string model_lines(const train_setup& b) {
+  if (b.model == "bert-6b")
+    return fmt::format("size = \"custom\"\nnum_layers = {}\nhidden_size = 4096\nnum_heads = 32\n"
+                       "intermediate_size = 16384",
+                       b.big_layers);
+  return b.model == "bert-large" ? "size = \"large\"" : "size = \"base\"";
+}
+
+bert::bert_config model_config(const train_setup& b) {
+  if (b.model != "bert-6b")
+    return bert::bert_config_for(b.model == "bert-large" ? bert::model_size::large : bert::model_size::base);
+  bert::bert_config cfg = bert::bert_config_for(bert::model_size::large);
+  cfg.size = bert::model_size::custom;
+  cfg.num_layers = b.big_layers;
+  cfg.hidden_size = 4096;
+  cfg.num_heads = 32;
+  cfg.intermediate_size = 16384;
+  return cfg;
+}
 
 // The runs' common part: the batch, BERT's size, AdamW at `lr`, bf16 on the GPU; `model_extra`
 // goes into the [model] table.
@@ -57,7 +81,7 @@ seed = 7
 run_dir = "{work}/{name}"
 
 [model]
-size = "{size}"
+{size}
 vocab_size = 30522
 max_position_embeddings = 512
 {model_extra}
@@ -74,7 +98,7 @@ backend = "cuda"
 )",
                      fmt::arg("batch", b.batch), fmt::arg("step_batch", b.batch * b.accumulation),
                      fmt::arg("steps", b.steps + b.warmup), fmt::arg("work", b.work),
-                     fmt::arg("name", name), fmt::arg("size", b.model == "bert-large" ? "large" : "base"),
+                     fmt::arg("name", name), fmt::arg("size", model_lines(b)),
                      fmt::arg("model_extra", model_extra), fmt::arg("lr", lr));
 }
 
@@ -230,6 +254,42 @@ std::pair<double, double> pinned_link_rates() {
   return rates;
 }
 
+// --model bert-6b: a model whose model states (16 bytes per parameter) pass the GPU's
+// memory, trained with the optimizer on the CPU shard (the GPU keeps 6 bytes per parameter
+// and the activations); its step's TFLOP/s and MFU against the bf16 peak measured here
+// (goal: at least 35%). The optimizer on the GPU would not fit, and the NVMe case needs more
+// disk than a 64 GiB machine has (12 bytes per parameter), so neither runs.
+int bench_big_offload(const train_setup& b, const bert::bert_config& cfg, const std::string& corpus, double peak) {
+  std::int64_t params = 0;
+  for (const auto& spec : bert::parameter_specs(cfg, bert::bert_range::whole(cfg))) params += shape_numel(spec.shape);
+  std::size_t free = 0, total = 0;
+  DSA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const double states = 16.0 * static_cast<double>(params);
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  fmt::print("bert-6b ({} layers): {:.2f}B parameters, model states {:.1f} GB = {:.2f}x the GPU's {:.1f} GB; host "
+             "memory needed about {:.1f} GB (22 bytes per parameter) of the machine's {:.1f} GB\n",
+             cfg.num_layers, static_cast<double>(params) / 1e9, states / 1e9, states / static_cast<double>(total),
+             static_cast<double>(total) / 1e9, 22.0 * static_cast<double>(params) / 1e9,
+             static_cast<double>(pages) * static_cast<double>(page) / 1e9);
+  double update = 0;
+  auto cpu = run_seconds(b, corpus, "offload-cpu-6b",
+                         {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\""}, &update);
+  const std::int64_t sequences = b.batch * b.accumulation;
+  if (!cpu) {
+    fmt::print(stderr, "dsactor bench offload: {}\n", cpu.err().to_string());
+    return 1;
+  }
+  const double tflops = flops_per_sample(cfg, b.seq) * static_cast<double>(sequences) / *cpu / 1e12;
+  fmt::print("bert-6b pre-training, bf16, seq {}, micro-batch {} x {} accumulation ({} sequences a step), the "
+             "optimizer on the CPU: {:.3f} s/step, {:.1f} TFLOP/s, MFU {:.1f}% of the bf16 GEMM peak {:.1f} TFLOP/s "
+             "(update {:.3f} s; goal: MFU at least 35%)\n",
+             b.seq, b.batch, b.accumulation, sequences, *cpu, tflops, 100 * tflops / peak, peak, update);
+  fmt::print("{{\"bench\":\"offload\",\"backend\":\"cuda\",\"model\":\"bert-6b\",\"layers\":{},\"params\":{},\"states_to_gpu\":{:.3f},"
+             "\"cpu_step_s\":{:.4f},\"tflops\":{:.1f},\"mfu\":{:.4f},\"bf16_peak_tflops\":{:.1f}}}\n",
+             cfg.num_layers, params, states / static_cast<double>(total), *cpu, tflops, tflops / peak, peak);
+  return 0;
+}
+
 } // namespace
 
 // dsactor bench offload DIR --backend cuda: the same BERT pre-training step through `dsactor
@@ -241,8 +301,8 @@ std::pair<double, double> pinned_link_rates() {
 // step timer) or, for NVMe, the disk (its update time beyond the CPU run's).
 int bench_offload_cuda_main(int argc, char** argv) {
   namespace po = boost::program_options;
-  po::options_description opts("dsactor bench offload DIR --backend cuda [--model bert-large] [--seq 128] "
-                               "[--batch 64] [--accumulation 4] [--steps 4]");
+  po::options_description opts("dsactor bench offload DIR --backend cuda [--model bert-large|bert-base|bert-6b] "
+                               "[--seq 128] [--batch 64] [--accumulation 4] [--steps 4]");
   train_setup b;
   b.batch = 64;
   b.accumulation = 4;
@@ -250,20 +310,31 @@ int bench_offload_cuda_main(int argc, char** argv) {
   std::string backend;
   opts.add_options()("help,h", "this help")("dir", po::value<std::string>()->required(),
                                             "a folder on the NVMe device (the work folder and the swap go there)")(
-      "backend", po::value(&backend), "cuda")("model", po::value(&b.model)->default_value(b.model),
-                                              "bert-large or bert-base")(
+      "backend", po::value(&backend), "cuda")(
+      "model", po::value(&b.model)->default_value(b.model),
+      "bert-large, bert-base, or bert-6b (6.2B parameters, the optimizer on the CPU only: micro-batch 8 x 64 "
+      "accumulation by default, TFLOP/s and MFU; its model states pass an 80 GB GPU's memory)")(
       "seq", po::value(&b.seq)->default_value(b.seq), "sequence length")(
       "batch", po::value(&b.batch)->default_value(b.batch), "micro-batch")(
       "accumulation", po::value(&b.accumulation)->default_value(b.accumulation), "micro-batches per step")(
-      "steps", po::value(&b.steps)->default_value(b.steps), "timed steps (after 2 warm-up steps)");
+      "steps", po::value(&b.steps)->default_value(b.steps), "timed steps (after 2 warm-up steps)")(
+      "layers", po::value(&b.big_layers)->default_value(b.big_layers),
+      "bert-6b's layers (30: 6.2B parameters; each layer is 201M)");
   po::positional_options_description pos;
   pos.add("dir", 1);
   po::variables_map vm;
   if (auto done = parse_options(argc, argv, opts, vm, "bench offload", "", &pos)) return *done;
-  if ((b.model != "bert-large" && b.model != "bert-base") || b.seq < 2 || b.seq > 512 || b.batch < 1 ||
-      b.accumulation < 1 || b.steps < 1) {
-    fmt::print(stderr, "dsactor bench offload: --model must be bert-large or bert-base, --seq in [2, 512], --batch, "
-                       "--accumulation and --steps at least 1\n");
+  const bool big = b.model == "bert-6b";
+  if (big) { // the issue's shape: 512 sequences a step
+    if (vm["batch"].defaulted()) b.batch = 8;
+    if (vm["accumulation"].defaulted()) b.accumulation = 64;
+    if (vm["steps"].defaulted()) b.steps = 2;
+    b.warmup = 1;
+  }
+  if ((b.model != "bert-large" && b.model != "bert-base" && !big) || b.seq < 2 || b.seq > 512 || b.batch < 1 ||
+      b.accumulation < 1 || b.steps < 1 || b.big_layers < 1) {
+    fmt::print(stderr, "dsactor bench offload: --model must be bert-large, bert-base or bert-6b, --seq in [2, 512], "
+                       "--batch, --accumulation and --steps at least 1\n");
     return 2;
   }
   const cuda::device_probe probe = cuda::probe_devices();
@@ -277,8 +348,7 @@ int bench_offload_cuda_main(int argc, char** argv) {
   }
   b.work = vm["dir"].as<std::string>() + "/bench-offload-cuda";
   std::filesystem::create_directories(b.work);
-  const bert::bert_config cfg =
-      bert::bert_config_for(b.model == "bert-large" ? bert::model_size::large : bert::model_size::base);
+  const bert::bert_config cfg = model_config(b);
   cudaStream_t stream;
   DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double peak = bf16_gemm_peak_tflops(stream);
@@ -288,6 +358,7 @@ int bench_offload_cuda_main(int argc, char** argv) {
              probe.message, cpu_model(), b.work, up / 1e9, down / 1e9);
   const std::int64_t sequences = b.batch * b.accumulation;
   const std::string corpus = write_corpus(b.work, 40 + static_cast<int>(sequences * (b.steps + b.warmup) * b.seq / 400));
+  if (big) return bench_big_offload(b, cfg, corpus, peak);
   double gpu_update = 0, cpu_update = 0, nvme_update = 0;
   auto gpu = run_seconds(b, corpus, "offload-none",
                          {"zero_optimization.stage=0", "zero_optimization.offload_optimizer.device=\"none\""},
