@@ -3,6 +3,7 @@
 // whether a directory supports O_DIRECT.
 #include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/cpu/isa.hpp"
+#include "io/net/nccl.hpp"
 #include "tools/command.hpp"
 #include "tools/malloc_tuning.hpp"
 #include "tools/omp_env.hpp"
@@ -85,17 +86,12 @@ void report_cuda() {
     if (auto f = reinterpret_cast<fn>(dlsym(rt, "cudaRuntimeGetVersion"))) f(&v);
     fmt::print("cuda runtime  : {}.{}\n", v / 1000, (v % 1000) / 10);
   }
-  const char* nccls[] = {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda-13.0/lib/libnccl.so.2"};
-  void* nccl = nullptr;
-  for (const char* name : nccls)
-    if ((nccl = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
-  if (!nccl) {
-    fmt::print("nccl          : not found\n");
+  // The loader dsactor's NCCL communicators use (io/net/nccl.hpp).
+  if (auto nccl = net::nccl::load_library()) {
+    const int v = (*nccl)->version;
+    fmt::print("nccl          : {}.{}.{} ({})\n", v / 10000, (v % 10000) / 100, v % 100, (*nccl)->path);
   } else {
-    using fn = int (*)(int*);
-    int v = 0;
-    if (auto f = reinterpret_cast<fn>(dlsym(nccl, "ncclGetVersion"))) f(&v);
-    fmt::print("nccl          : {}.{}.{}\n", v / 10000, (v % 10000) / 100, v % 100);
+    fmt::print("nccl          : not found ({})\n", nccl.err().message);
   }
 #if DSA_HAVE_CUDA
   fmt::print("cuda kernels  : compiled in (sm_90); dsactor bench gpu-kernels and gpu-train run them. "

@@ -1,0 +1,245 @@
+// NCCL loaded at run time (io/net/nccl.hpp) against a fake NCCL library loaded the same way
+// (tests/net/fake_nccl.cpp, its path in DSA_FAKE_NCCL), ranks as threads: a missing library
+// or symbol refused by name, the unique id from rank 0 to every rank over the job's
+// rendezvous, an allreduce's sums, rank 0's failure to make an id reaching every rank, an
+// asynchronous error and a rank that never comes each ending in an abort with a named error
+// (a fake clock: no test waits on time), nothing after an abort. And the machine's real
+// NCCL, where one is installed: loaded, its version.
+#include "io/net/nccl.hpp"
+#include "tests/net/rendezvous_support.hpp"
+
+#include <doctest/doctest.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace dsa::test {
+namespace {
+
+using namespace std::chrono_literals;
+using net::nccl::communicator;
+
+std::string fake_path() {
+  const char* p = std::getenv("DSA_FAKE_NCCL");
+  REQUIRE_MESSAGE(p != nullptr, "DSA_FAKE_NCCL names the fake NCCL library (set by meson)");
+  return p;
+}
+
+// The fake's controls, from the library the loader opened (dlopen of the same path shares it).
+struct fake_controls {
+  void* handle = nullptr;
+  void (*set)(int, int, int) = nullptr;
+  int (*done)(void*) = nullptr;
+  int (*aborts)() = nullptr;
+  int (*destroys)() = nullptr;
+  fake_controls() {
+    handle = dlopen(fake_path().c_str(), RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(handle != nullptr);
+    set = reinterpret_cast<void (*)(int, int, int)>(dlsym(handle, "fake_nccl_set"));
+    done = reinterpret_cast<int (*)(void*)>(dlsym(handle, "fake_nccl_done"));
+    aborts = reinterpret_cast<int (*)()>(dlsym(handle, "fake_nccl_aborts"));
+    destroys = reinterpret_cast<int (*)()>(dlsym(handle, "fake_nccl_destroys"));
+    REQUIRE((set && done && aborts && destroys));
+    set(0, -1, 0);
+  }
+  ~fake_controls() {
+    set(0, -1, 0);
+    dlclose(handle);
+  }
+};
+
+// An id exchange among threads: every rank's blob once all gave theirs (the rendezvous
+// allgather's contract), in memory.
+class memory_exchange {
+public:
+  explicit memory_exchange(int ranks) : ranks_(ranks) {}
+  net::nccl::id_exchange for_rank(int rank) {
+    return [this, rank](const std::string& key, std::vector<std::byte> blob)
+               -> expected<std::vector<std::vector<std::byte>>> {
+      std::unique_lock<std::mutex> lock(mutex_);
+      auto& slot = blobs_[key];
+      slot.resize(static_cast<std::size_t>(ranks_));
+      slot[static_cast<std::size_t>(rank)] = std::move(blob);
+      ++given_[key];
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return given_[key] >= ranks_; });
+      return slot;
+    };
+  }
+
+private:
+  int ranks_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::vector<std::vector<std::byte>>> blobs_;
+  std::map<std::string, int> given_;
+};
+
+// Every rank of `ranks` joins from its own thread and runs `body` on its communicator.
+template <class Body>
+void run_ranks(int ranks, const std::function<net::nccl::id_exchange(int)>& exchange_for, Body body) {
+  auto lib = net::nccl::load_library(fake_path());
+  REQUIRE_MESSAGE(lib.has_value(), (lib ? "" : lib.err().to_string()));
+  std::vector<std::future<void>> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.push_back(std::async(std::launch::async, [&, r] {
+      body(r, communicator::join(*lib, exchange_for(r), "dp", r, ranks));
+    }));
+  for (auto& t : threads) t.get();
+}
+
+// run_ranks with the id exchanged in memory.
+template <class Body> void run_in_memory(int ranks, Body body) {
+  memory_exchange exchange(ranks);
+  run_ranks(ranks, [&](int r) { return exchange.for_rank(r); }, body);
+}
+
+// A clock that moves 1 ms each time it is read.
+net::nccl::clock_fn stepping_clock() {
+  auto t = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [t] { return *t += 1ms; };
+}
+
+// Enqueues one allreduce of `data` on rank r's communicator, then waits for it on `clock`
+// with the fake's completion query (counting its calls in `polls` when given).
+status reduce_and_wait(communicator& c, const fake_controls& fake, std::vector<float>& data, const std::string& what,
+                       std::chrono::milliseconds deadline, const net::nccl::clock_fn& clock = {},
+                       int* polls = nullptr) {
+  REQUIRE(c.all_reduce_sum(data.data(), data.size(), net::nccl::element::f32, nullptr).has_value());
+  void* handle = c.handle();
+  return c.wait(
+      [&fake, handle, polls] {
+        if (polls) ++*polls;
+        return fake.done(handle) == 1;
+      },
+      what, deadline, clock ? std::chrono::microseconds(0) : std::chrono::microseconds(200), clock);
+}
+
+} // namespace
+
+TEST_CASE("nccl: a missing library or symbol is refused by name") {
+  auto missing = net::nccl::load_library("/nonexistent/libnccl.so.2");
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.err().code == errc::unsupported);
+  CHECK(missing.err().message.find("cannot load '/nonexistent/libnccl.so.2': ") != std::string::npos);
+  CHECK(missing.err().message.find("(the path given)") != std::string::npos);
+  // A real library that is not NCCL: the first symbol it lacks is named.
+  auto wrong = net::nccl::load_library("libm.so.6");
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.err().message.find("has no symbol ncclGetVersion") != std::string::npos);
+  // DSA_NCCL_LIBRARY chooses the library when no path is given.
+  ::setenv("DSA_NCCL_LIBRARY", fake_path().c_str(), 1);
+  auto chosen = net::nccl::load_library();
+  ::unsetenv("DSA_NCCL_LIBRARY");
+  REQUIRE_MESSAGE(chosen.has_value(), (chosen ? "" : chosen.err().to_string()));
+  CHECK((*chosen)->path == fake_path());
+  CHECK((*chosen)->version == 22800);
+}
+
+TEST_CASE("nccl: the id goes from rank 0 over the rendezvous; an allreduce sums every rank's buffer") {
+  fake_controls fake;
+  constexpr int ranks = 3;
+  auto server = net::rendezvous_server::start("127.0.0.1", 0, test_token, ranks, {}, nullptr);
+  REQUIRE(server.has_value());
+  auto clients = join_all((*server)->port(), ranks);
+  for (auto& c : clients) REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.err().to_string()));
+  std::atomic<int> destroyed_before{fake.destroys()};
+  run_ranks(
+      ranks,
+      [&](int r) -> net::nccl::id_exchange {
+        auto* client = clients[static_cast<std::size_t>(r)]->get();
+        return [client](const std::string& key, std::vector<std::byte> blob) { return client->allgather(key, blob); };
+      },
+      [&](int r, expected<std::unique_ptr<communicator>> c) {
+        REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.err().to_string()));
+        CHECK((*c)->rank() == r);
+        CHECK((*c)->size() == ranks);
+        std::vector<float> data{1.0f + static_cast<float>(r), 10.0f * static_cast<float>(r), -2.0f};
+        // The others may come later: the real clock, a bound that matters only on failure.
+        auto status = reduce_and_wait(**c, fake, data, "the allreduce", 30000ms);
+        REQUIRE_MESSAGE(status.has_value(), (status ? "" : status.err().to_string()));
+        CHECK(data == std::vector<float>{6.0f, 30.0f, -6.0f}); // (1 + 2 + 3), 10 x (0 + 1 + 2), 3 x -2
+      });
+  CHECK(fake.destroys() - destroyed_before == ranks); // each communicator destroyed, none aborted
+  for (auto& c : clients) CHECK((*c)->leave().has_value());
+}
+
+TEST_CASE("nccl: rank 0 failing to make the id fails every rank, naming NCCL's error; nobody waits") {
+  fake_controls fake;
+  fake.set(1, -1, 0);
+  std::mutex m;
+  std::vector<std::string> errors;
+  run_in_memory(3, [&](int r, expected<std::unique_ptr<communicator>> c) {
+        REQUIRE_FALSE(c.has_value());
+        std::lock_guard<std::mutex> lock(m);
+        errors.push_back(c.err().message);
+        CHECK(c.err().message.find(fmt::format("NCCL group \"dp\", rank {}: rank 0 could not make the unique id: "
+                                               "NCCL result 2 (unhandled system error (fake))",
+                                               r)) != std::string::npos);
+      });
+  CHECK(errors.size() == 3);
+}
+
+TEST_CASE("nccl: an asynchronous error aborts the communicator and names the rank, the collective and NCCL's reason") {
+  fake_controls fake;
+  fake.set(0, 1, 6); // rank 1 reports ncclRemoteError once its first allreduce completed
+  const int aborts_before = fake.aborts();
+  run_in_memory(2, [&](int r, expected<std::unique_ptr<communicator>> c) {
+        REQUIRE(c.has_value());
+        std::vector<float> data{1.0f};
+        auto status = reduce_and_wait(**c, fake, data, "bucket 0's allreduce", 30000ms);
+        if (r == 0) {
+          CHECK(status.has_value());
+          return;
+        }
+        REQUIRE_FALSE(status.has_value());
+        CHECK(status.err().message ==
+              "rank 1 of NCCL group \"dp\" (2 ranks): bucket 0's allreduce failed: NCCL result 6 (remote process "
+              "exited or there was a network error (fake)); the communicator was aborted");
+        CHECK((*c)->aborted());
+        // Nothing runs on an aborted communicator.
+        auto after = (*c)->all_reduce_sum(data.data(), 1, net::nccl::element::f32, nullptr);
+        REQUIRE_FALSE(after.has_value());
+        CHECK(after.err().message.find("after the communicator was aborted") != std::string::npos);
+      });
+  CHECK(fake.aborts() - aborts_before == 1);
+}
+
+TEST_CASE("nccl: a rank that never comes leaves the others to their deadline: aborted, not hung") {
+  fake_controls fake;
+  const int aborts_before = fake.aborts();
+  run_in_memory(2, [&](int r, expected<std::unique_ptr<communicator>> c) {
+        REQUIRE(c.has_value());
+        if (r == 1) return; // joined, then never reduces (its communicator is destroyed on return)
+        std::vector<float> data{1.0f};
+        int polls = 0;
+        auto status = reduce_and_wait(**c, fake, data, "the allreduce", 50ms, stepping_clock(), &polls);
+        REQUIRE_FALSE(status.has_value());
+        CHECK(status.err().message.find("rank 0 of NCCL group \"dp\" (2 ranks): the allreduce did not finish within "
+                                        "50 ms; the communicator was aborted") != std::string::npos);
+        CHECK(polls >= 10); // the stepping clock: about one poll per 2 ms of it
+        CHECK((*c)->aborted());
+      });
+  CHECK(fake.aborts() - aborts_before == 1);
+}
+
+TEST_CASE("nccl: the machine's own library, where one is installed, loads and reports its version") {
+  std::string real;
+  for (const char* p : {"/usr/local/cuda/lib64/libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2"})
+    if (std::filesystem::exists(p)) real = p;
+  if (real.empty()) {
+    MESSAGE("no libnccl.so.2 on this machine: only the fake is tested");
+    return;
+  }
+  auto lib = net::nccl::load_library(real);
+  REQUIRE_MESSAGE(lib.has_value(), (lib ? "" : lib.err().to_string()));
+  CHECK((*lib)->version >= 20900);
+  MESSAGE("NCCL " << (*lib)->version << " from " << real);
+}
+
+} // namespace dsa::test
