@@ -123,4 +123,19 @@ TEST_CASE("dsactor run: a CUDA rank's gradients reach the host part by part, wit
                   in_memory));
 }
 
+TEST_CASE("dsactor run: ZeRO-2 on one stage over two ranks of the GPU, close to the CPU's") {
+  // Each micro-batch's gradients summed into the partition on the host (cuda_stage's
+  // partitioned gradients), the optimizer on the CPU shard; f32.
+  const std::vector<std::string> zero2{"devices.ranks=2", "zero_optimization.stage=2",
+                                       "zero_optimization.offload_optimizer.device=\"cpu\"",
+                                       "model.hidden_dropout=0.1", "model.attention_dropout=0.1"};
+  const std::vector<step_figures> cpu = straight("cpu", zero2), gpu = straight("cuda", zero2);
+  REQUIRE(cpu.size() == 6);
+  REQUIRE(gpu.size() == 6);
+  for (std::size_t i = 0; i < 6; ++i) {
+    INFO("step " << i + 1 << ": loss " << gpu[i].loss << " vs " << cpu[i].loss);
+    CHECK(std::fabs(gpu[i].loss - cpu[i].loss) <= gpu_run_f32_vs_cpu.abs + gpu_run_f32_vs_cpu.rel * std::fabs(cpu[i].loss));
+  }
+}
+
 } // namespace dsa::test

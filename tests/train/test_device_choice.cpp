@@ -120,8 +120,8 @@ TEST_CASE("what a CUDA rank does not run yet is refused by its key, before the m
   CHECK(refusal(rc, 0, gpu).find("zero_optimization.stage = 3") != std::string::npos);
   rc = with_backend("cuda");
   rc.zero_stage = 2;
-  rc.batch.data_parallel_size = 2; // ZeRO-2 over two ranks on one pipeline stage: partitioned gradients
-  CHECK(refusal(rc, 0, gpu).find("zero_optimization.stage = 2 on one pipeline stage") != std::string::npos);
+  rc.batch.data_parallel_size = 2; // ZeRO-2 over two ranks on one pipeline stage: partitioned gradients, runs
+  CHECK(train::choose_device(rc, 0, gpu).has_value());
   rc.stages = 2; // with pipeline stages the gradients stay whole: runs
   CHECK(train::choose_device(rc, 0, gpu).has_value());
 

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string_view>
 
@@ -125,11 +126,7 @@ private:
 };
 
 cuda_stage::cuda_stage(const stage_options& options, stage_shared& shared)
-    : options_(options), shared_(shared), params_(options.model, options.range, working_dtype(options.working)) {
-  if (!options.whole_gradients)
-    throw std::runtime_error("CUDA stage: partitioned gradients (ZeRO-2 on one stage, ZeRO-3) are not written for "
-                             "CUDA ranks");
-}
+    : options_(options), shared_(shared), params_(options.model, options.range, working_dtype(options.working)) {}
 
 cuda_stage::~cuda_stage() {
   // The stashes and the part free in stream order on the stage's device.
@@ -272,18 +269,20 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
   // is (the GPU runs on), the parts land in order and the runtime hears of each.
   std::vector<std::vector<std::size_t>> parts;
   std::function<void(std::int64_t)> on_enqueued;
-  if (final_ && copier_)
+  if ((final_ || grads_) && copier_) // ZeRO-2 (grads_): every micro-batch's gradients go to the partition
     on_enqueued = [this, &parts](std::int64_t part) {
       parts.push_back(bert::parameters_finished_by(params_, part));
       download_->final_on_device(parts.back(), *copier_);
     };
   const bert::gpu::device_array dx = part_->backward(dy.get(), stash, on_enqueued);
   spans_.end(stream);
-  for (const std::vector<std::size_t>& indices : parts) {
-    if (indices.empty()) continue;
-    (void)download_->ready(indices.front(), *copier_); // waits for the part's copies, rounds them
-    for (std::size_t i : indices) final_(i, i + 1);
-  }
+  if (grads_) submit_partitioned(parts);
+  else
+    for (const std::vector<std::size_t>& indices : parts) {
+      if (indices.empty()) continue;
+      (void)download_->ready(indices.front(), *copier_); // waits for the part's copies, rounds them
+      for (std::size_t i : indices) final_(i, i + 1);
+    }
   if (!range.has_embeddings()) {
     to_slot(dx.get(), grad_in, shape, wire, options_.device_index, options_.grad_in_leaves_process, stream);
     spans_.after_wait(stream);
@@ -296,6 +295,7 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
 }
 
 void cuda_stage::finish_copy(std::size_t i) {
+  if (grads_) return; // ZeRO-2: the partition rounds each micro-batch's gradient as it sums it
   tensor g = params_.entries()[i].grad; // a handle on the host gradient (the copy's target)
   round_in_place(g, working_dtype(options_.working));
   inject_overflow(options_, step_, i, g);
@@ -323,6 +323,12 @@ std::vector<tensor> cuda_stage::parameters() {
 }
 
 std::vector<tensor> cuda_stage::gradients() {
+  if (grads_) { // ZeRO-2: this rank's piece of the summed gradients
+    grads_->wait();
+    std::vector<tensor> out;
+    for (std::size_t i = 0; i < params_.entries().size(); ++i) out.push_back(grads_->piece_of(i));
+    return out;
+  }
   if (download_ && download_->all_enqueued())
     for (std::size_t i = 0; i < params_.entries().size(); ++i) (void)download_->ready(i, *copier_);
   else
@@ -336,6 +342,10 @@ tensor cuda_stage::gradient(std::size_t index) {
   const auto& entries = params_.entries();
   if (index >= entries.size())
     throw std::runtime_error(fmt::format("gradient {} of a stage with {} parameters", index, entries.size()));
+  if (grads_) { // ZeRO-2: this rank's piece of the summed gradient
+    grads_->wait();
+    return grads_->piece_of(index);
+  }
   if (!download_ || !download_->ready(index, *copier_)) fetch_gradients();
   return entries[index].grad;
 }
@@ -347,6 +357,7 @@ void cuda_stage::load_parameters(const std::vector<tensor>& updated) {
   for (std::size_t i = 0; i < entries.size(); ++i) part_->load_value(i, entries[i].value);
   if (copier_) copier_->order_before(stream_->get());
   if (download_) download_->begin_step(); // the host copies are the old version's
+  if (grads_) grads_->reset();            // ZeRO-2: the reducer has released the step's partition
   part_->zero_gradients();
   grads_on_host_ = false;
   loss_scale_ = scale;
@@ -356,9 +367,32 @@ void cuda_stage::enable_zero3(std::shared_ptr<param_fetcher>, std::shared_ptr<pa
   throw std::runtime_error("CUDA stage: ZeRO stage 3 is not written for CUDA ranks");
 }
 
-void cuda_stage::enable_partitioned_grads(std::shared_ptr<partition_grads>) {
-  throw std::runtime_error("CUDA stage: partitioned gradients (ZeRO-2 on one pipeline stage) are not written for "
-                           "CUDA ranks");
+void cuda_stage::enable_partitioned_grads(std::shared_ptr<partition_grads> grads) {
+  if (!grads) throw std::runtime_error(fmt::format("CUDA stage {}: no gradient partition", params_.range().to_string()));
+  grads_ = std::move(grads);
+}
+
+void cuda_stage::submit_partitioned(const std::vector<std::vector<std::size_t>>& parts) {
+  const auto& entries = params_.entries();
+  auto submit = [&](std::size_t i) { // a copy of its own: the host gradient is the next micro-batch's target
+    tensor own = tensor::empty(entries[i].grad.shape(), dtype::f32);
+    std::memcpy(own.raw_data(), entries[i].grad.raw_data(), own.nbytes());
+    grads_->submit(i, std::move(own), step_);
+  };
+  if (parts.empty()) { // no pinned copies: the whole set at once, then each tensor
+    std::vector<tensor> host;
+    for (const auto& e : entries) host.push_back(e.grad);
+    part_->download_gradients(host);
+    for (std::size_t i = 0; i < entries.size(); ++i) submit(i);
+  } else {
+    for (const std::vector<std::size_t>& indices : parts) {
+      if (indices.empty()) continue;
+      (void)download_->ready(indices.front(), *copier_); // waits for the part's copies
+      for (std::size_t i : indices) submit(i);
+    }
+    copier_->order_before(stream_->get());
+  }
+  part_->zero_gradients(); // the next micro-batch's gradients start from zero
 }
 
 } // namespace dsa::train

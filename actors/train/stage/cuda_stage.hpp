@@ -21,12 +21,12 @@
 // input gradient for a neighbour, the gradients). When the run is traced, each job's
 // kernels become a device span (gpu_spans.hpp), recorded at the next of those waits.
 //
-// Not on a CUDA stage (refused at start-up by choose_device): ZeRO-3's weight partition and
-// partitioned gradients.
+// Not on a CUDA stage (refused at start-up by choose_device): ZeRO-3's weight partition.
 #pragma once
 
 #include "actors/train/stage/gpu_spans.hpp"
 #include "actors/train/stage/grad_download.hpp"
+#include "actors/train/stage/partition_grads.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "kernels/cuda/device_context.hpp"
 #include "models/bert/cuda_part.hpp"
@@ -72,15 +72,25 @@ public:
     spans_.attach(trace, actor, stage);
   }
 
-  // ZeRO-3 and partitioned gradients do not run on a CUDA stage (choose_device refuses
-  // them first): these throw, and the rest of ZeRO's hooks have nothing to say.
+  // ZeRO-3 does not run on a CUDA stage (choose_device refuses it first): enable_zero3
+  // throws, and the fetcher's hooks have nothing to say.
   void enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads) override;
+  // ZeRO-2 on one pipeline stage: after each micro-batch's backward its gradients, part by
+  // part as their copies land, are summed over the ranks into this rank's partition
+  // (partition_grads, on the host), and the device's are zeroed for the next micro-batch.
   void enable_partitioned_grads(std::shared_ptr<partition_grads> grads) override;
+  bool gradients_reduced() const override { return grads_ != nullptr; }
+  void allow(std::uint32_t step) override {
+    if (grads_) grads_->allow(step);
+  }
+  void cancel() override {
+    if (grads_) grads_->cancel();
+  }
   std::vector<fetch_part> fetch_parts() const override { return {}; }
   std::vector<std::int64_t> fetch_sequence() const override { return {}; }
   void gather_whole() override {}
   const param_fetcher* fetcher() const override { return nullptr; }
-  std::int64_t partition_grad_bytes() const override { return 0; }
+  std::int64_t partition_grad_bytes() const override { return grads_ ? grads_->bytes() : 0; }
 
 private:
   double forward_on_device(const actors::work_key& key, const std::vector<tensor>& in, const tensor& labels,
@@ -100,6 +110,9 @@ private:
   // Parameter i's gradient on the host: rounded to the working precision (and
   // debug.overflow_step's fault), as fetch_gradients does.
   void finish_copy(std::size_t i);
+  // ZeRO-2: a micro-batch's gradients into the partition, by the parts whose copies were
+  // enqueued (none: downloaded at once), then the device's zeroed.
+  void submit_partitioned(const std::vector<std::vector<std::size_t>>& parts);
   stage_options options_;
   stage_shared& shared_;
   bert::bert_parameters params_;
@@ -115,6 +128,7 @@ private:
   class copier;
   std::unique_ptr<copier> copier_;
   std::unique_ptr<grad_download> download_;
+  std::shared_ptr<partition_grads> grads_; // ZeRO-2 on one pipeline stage
 };
 
 } // namespace dsa::train

@@ -147,11 +147,12 @@ status cuda_rank_supports(const run_config& rc) {
     return make_error(errc::config, "devices.backend = \"cuda\" with activation_checkpointing.cpu_checkpointing = true: "
                                     "DeepSpeed moves the checkpoints to host memory; a CUDA rank keeps them on the "
                                     "device (moving them is not written): set false");
-  if (rc.zero_stage >= 3 || rc.gradients_partitioned())
+  // ZeRO-2 on one pipeline stage runs (cuda_stage's partitioned gradients, summed on the host).
+  if (rc.zero_stage >= 3)
     return make_error(errc::config,
-                      "devices.backend = \"cuda\" with zero_optimization.stage = {}{}: the gradient and weight "
-                      "partitions are not written for CUDA ranks yet; use stage 1, or stage 2 with pipeline stages",
-                      rc.zero_stage, rc.zero_stage == 2 ? " on one pipeline stage" : "");
+                      "devices.backend = \"cuda\" with zero_optimization.stage = {}: the weight partitions "
+                      "(ZeRO-3, offload_param) are not written for CUDA ranks yet; use stage 1 or 2",
+                      rc.zero_stage);
   return {};
 }
 
