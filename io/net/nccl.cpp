@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <thread>
 
 namespace dsa::net::nccl {
@@ -93,7 +94,7 @@ expected<std::shared_ptr<const library>> load_library(const std::string& path) {
 
 expected<std::unique_ptr<communicator>> communicator::join(std::shared_ptr<const library> lib,
                                                            const id_exchange& exchange, const std::string& name,
-                                                           int rank, int ranks) {
+                                                           int rank, int ranks, std::chrono::milliseconds init_deadline) {
   if (ranks < 1 || rank < 0 || rank >= ranks)
     return make_error(errc::invalid_argument, "NCCL group \"{}\": rank {} of {}", name, rank, ranks);
   // Rank 0's blob: 'I' and the id, or 'E' and why it has none.
@@ -122,14 +123,30 @@ expected<std::unique_ptr<communicator>> communicator::join(std::shared_ptr<const
                       name, rank, from0.size(), 1 + unique_id_bytes);
   unique_id id{};
   std::memcpy(id.internal, from0.data() + 1, unique_id_bytes);
-  comm_t comm = nullptr;
-  if (const result_t r = lib->comm_init_rank(&comm, ranks, id, rank); r != success)
+  // ncclCommInitRank returns once every rank of the group called it: on a thread of its own,
+  // so a rank that never comes fails the join at the deadline instead of hanging it.
+  auto inited = std::make_shared<std::promise<std::pair<result_t, comm_t>>>();
+  std::future<std::pair<result_t, comm_t>> answer = inited->get_future();
+  std::thread([lib, inited, ranks, id, rank] {
+    comm_t comm = nullptr;
+    const result_t r = lib->comm_init_rank(&comm, ranks, id, rank);
+    inited->set_value({r, comm});
+  }).detach();
+  if (answer.wait_for(init_deadline) != std::future_status::ready)
+    return make_error(errc::runtime,
+                      "NCCL group \"{}\", rank {} of {}: ncclCommInitRank did not return within {} ms: a rank of the "
+                      "group did not join (it failed or ended after the id exchange); NCCL's call cannot be "
+                      "cancelled, so this process should end",
+                      name, rank, ranks, init_deadline.count());
+  const auto [r, comm] = answer.get();
+  if (r != success)
     return make_error(errc::runtime, "NCCL group \"{}\", rank {} of {}: ncclCommInitRank failed: {}", name, rank,
                       ranks, lib->describe(r));
   return std::unique_ptr<communicator>(new communicator(std::move(lib), comm, name, rank, ranks));
 }
 
 communicator::~communicator() {
+  if (pending_) abort(); // destroy would wait for the group's work, which may never end
   if (comm_ && !aborted_) lib_->comm_destroy(comm_);
 }
 
@@ -140,7 +157,9 @@ std::string communicator::where() const {
 void communicator::abort() {
   if (aborted_ || !comm_) return;
   aborted_ = true;
+  pending_ = false;
   lib_->comm_abort(comm_); // frees the communicator too: nothing is left to destroy
+  comm_ = nullptr;
 }
 
 status communicator::all_reduce_sum(void* data, std::size_t count, element type, stream_t stream) {
@@ -148,6 +167,7 @@ status communicator::all_reduce_sum(void* data, std::size_t count, element type,
   const result_t r = lib_->all_reduce(data, data, count, static_cast<int>(type), op_sum, comm_, stream);
   if (r != success && r != in_progress)
     return make_error(errc::runtime, "{}: ncclAllReduce of {} elements failed: {}", where(), count, lib_->describe(r));
+  pending_ = true;
   return {};
 }
 
@@ -164,7 +184,10 @@ status communicator::wait(const std::function<bool()>& done, const std::string& 
       abort();
       return make_error(errc::runtime, "{}: {} failed: {}; the communicator was aborted", where(), what, why);
     }
-    if (done()) return {};
+    if (done()) {
+      pending_ = false;
+      return {};
+    }
     if (now() >= until) {
       abort();
       return make_error(errc::runtime, "{}: {} did not finish within {} ms; the communicator was aborted (a peer "

@@ -72,21 +72,30 @@ using id_exchange =
 // A clock for the waits (tests step a fake one).
 using clock_fn = std::function<std::chrono::steady_clock::time_point()>;
 
+// One thread uses a communicator (a rank's reducer); abort() included.
 class communicator {
 public:
   // Joins the group `name` as `rank` of `ranks`: rank 0 makes the id (or, failing, sends
   // its error instead, so no rank waits for an id that will not come), the exchange hands it
-  // to every rank under the key "nccl-id:<name>", and each calls ncclCommInitRank.
+  // to every rank under the key "nccl-id:<name>", and each calls ncclCommInitRank, which
+  // waits for the whole group: past `init_deadline` (a rank that failed or died after the
+  // exchange) the join fails; NCCL's call cannot be cancelled, so it is left blocked on a
+  // thread of its own and the process is expected to end.
   static expected<std::unique_ptr<communicator>> join(std::shared_ptr<const library> lib, const id_exchange& exchange,
-                                                      const std::string& name, int rank, int ranks);
-  ~communicator(); // ncclCommDestroy (or nothing after an abort)
+                                                      const std::string& name, int rank, int ranks,
+                                                      std::chrono::milliseconds init_deadline = std::chrono::minutes(5));
+  // ncclCommDestroy, which finishes the group's work; with a collective enqueued and never
+  // waited for (an error path), ncclCommAbort instead, which cannot hang on a lost peer;
+  // nothing after an abort.
+  ~communicator();
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return ranks_; }
   bool aborted() const { return aborted_; }
-  comm_t handle() const { return comm_; } // NCCL's communicator (a fake's completion query in tests)
+  // NCCL's communicator (a fake's completion query in tests); null after an abort.
+  comm_t handle() const { return comm_; }
 
   // Enqueues the sum over the group of `count` elements in place, on `stream`.
   status all_reduce_sum(void* data, std::size_t count, element type, stream_t stream);
@@ -108,6 +117,7 @@ private:
   std::string name_;
   int rank_ = 0, ranks_ = 1;
   bool aborted_ = false;
+  bool pending_ = false; // a collective enqueued and not yet waited for
 };
 
 } // namespace dsa::net::nccl

@@ -3,8 +3,9 @@
 // threads of one process. ncclCommInitRank waits for the group's ranks as NCCL does; an
 // allreduce returns at once and completes when the group's last rank has enqueued its own
 // (fake_nccl_done stands in for cudaStreamQuery), so a rank that never comes leaves the
-// others waiting, as on a GPU. fake_nccl_set makes rank 0 fail to make an id, or one rank
-// report an asynchronous error once its first allreduce completed; counters tell aborts and
+// others waiting, as on a GPU. fake_nccl_set makes rank 0 fail to make an id, one rank
+// report an asynchronous error once its first allreduce completed, or one rank's
+// ncclCommInitRank fail before it joins the group; counters tell aborts and
 // destroys apart. An abort breaks the group: nothing of it completes after. f32 sums only.
 #include <condition_variable>
 #include <cstdio>
@@ -35,10 +36,12 @@ struct comm {
   bool reduced = false;          // it has enqueued an allreduce
 };
 
-std::mutex mu;
-std::condition_variable cv;
-std::map<std::string, std::shared_ptr<group>> groups;
-int fail_unique_id = 0, error_rank = -1, error_code = 0, aborts = 0, destroys = 0, ids = 0;
+// Never destroyed: a test may leave a rank blocked in ncclCommInitRank (a group that never
+// fills) until the process exits.
+std::mutex& mu = *new std::mutex;
+std::condition_variable& cv = *new std::condition_variable;
+std::map<std::string, std::shared_ptr<group>>& groups = *new std::map<std::string, std::shared_ptr<group>>;
+int fail_unique_id = 0, error_rank = -1, error_code = 0, fail_init_rank = -1, aborts = 0, destroys = 0, ids = 0;
 
 } // namespace
 
@@ -64,6 +67,7 @@ int ncclGetUniqueId(fake_id* id) {
 int ncclCommInitRank(void** out, int nranks, fake_id id, int rank) {
   std::unique_lock<std::mutex> lock(mu);
   if (rank < 0 || rank >= nranks) return 4; // ncclInvalidArgument
+  if (rank == fail_init_rank) return 2;     // ncclSystemError, before it joins: the others wait
   auto& g = groups[std::string(id.internal, strnlen(id.internal, sizeof id.internal))];
   if (!g) {
     g = std::make_shared<group>();
@@ -125,6 +129,8 @@ int ncclCommAbort(void* c) {
 int ncclCommDestroy(void* c) {
   std::lock_guard<std::mutex> lock(mu);
   ++destroys;
+  comm& me = *static_cast<comm*>(c);
+  if (me.g->arrived[static_cast<std::size_t>(me.rank)]) me.g->broken = true; // its buffer goes with it
   delete static_cast<comm*>(c);
   return 0;
 }
@@ -141,11 +147,12 @@ const char* ncclGetErrorString(int r) {
 }
 
 // The test's controls.
-void fake_nccl_set(int fail_id, int rank_with_error, int code) {
+void fake_nccl_set(int fail_id, int rank_with_error, int code, int rank_failing_init) {
   std::lock_guard<std::mutex> lock(mu);
   fail_unique_id = fail_id;
   error_rank = rank_with_error;
   error_code = code;
+  fail_init_rank = rank_failing_init;
 }
 
 int fake_nccl_done(void* c) {

@@ -3,8 +3,9 @@
 // or symbol refused by name, the unique id from rank 0 to every rank over the job's
 // rendezvous, an allreduce's sums, rank 0's failure to make an id reaching every rank, an
 // asynchronous error and a rank that never comes each ending in an abort with a named error
-// (a fake clock: no test waits on time), nothing after an abort. And the machine's real
-// NCCL, where one is installed: loaded, its version.
+// (fake clocks: no outcome depends on time), a rank failing after the exchange ending the
+// others' join at its deadline, a communicator dropped with a collective pending aborted,
+// nothing after an abort. And the machine's real NCCL, where one is installed: its version.
 #include "io/net/nccl.hpp"
 #include "tests/net/rendezvous_support.hpp"
 
@@ -33,22 +34,22 @@ std::string fake_path() {
 // The fake's controls, from the library the loader opened (dlopen of the same path shares it).
 struct fake_controls {
   void* handle = nullptr;
-  void (*set)(int, int, int) = nullptr;
+  void (*set)(int, int, int, int) = nullptr; // fail the id, async-error rank and code, rank failing init
   int (*done)(void*) = nullptr;
   int (*aborts)() = nullptr;
   int (*destroys)() = nullptr;
   fake_controls() {
     handle = dlopen(fake_path().c_str(), RTLD_NOW | RTLD_LOCAL);
     REQUIRE(handle != nullptr);
-    set = reinterpret_cast<void (*)(int, int, int)>(dlsym(handle, "fake_nccl_set"));
+    set = reinterpret_cast<void (*)(int, int, int, int)>(dlsym(handle, "fake_nccl_set"));
     done = reinterpret_cast<int (*)(void*)>(dlsym(handle, "fake_nccl_done"));
     aborts = reinterpret_cast<int (*)()>(dlsym(handle, "fake_nccl_aborts"));
     destroys = reinterpret_cast<int (*)()>(dlsym(handle, "fake_nccl_destroys"));
     REQUIRE((set && done && aborts && destroys));
-    set(0, -1, 0);
+    set(0, -1, 0, -1);
   }
   ~fake_controls() {
-    set(0, -1, 0);
+    set(0, -1, 0, -1);
     dlclose(handle);
   }
 };
@@ -81,22 +82,32 @@ private:
 };
 
 // Every rank of `ranks` joins from its own thread and runs `body` on its communicator.
+// size_of(r): the group size rank r claims (all the same but in a test of a wrong one).
 template <class Body>
-void run_ranks(int ranks, const std::function<net::nccl::id_exchange(int)>& exchange_for, Body body) {
+void run_ranks(int ranks, const std::function<net::nccl::id_exchange(int)>& exchange_for, Body body,
+               const std::function<int(int)>& size_of = {}, std::chrono::milliseconds init_deadline = 5min) {
   auto lib = net::nccl::load_library(fake_path());
   REQUIRE_MESSAGE(lib.has_value(), (lib ? "" : lib.err().to_string()));
   std::vector<std::future<void>> threads;
   for (int r = 0; r < ranks; ++r)
     threads.push_back(std::async(std::launch::async, [&, r] {
-      body(r, communicator::join(*lib, exchange_for(r), "dp", r, ranks));
+      body(r, communicator::join(*lib, exchange_for(r), "dp", r, size_of ? size_of(r) : ranks, init_deadline));
     }));
   for (auto& t : threads) t.get();
 }
 
+// A clock that never moves: a wait that must end by its collective ending (a broken one
+// hangs until the test's own time limit rather than fail on a slow machine).
+net::nccl::clock_fn frozen_clock() {
+  return [] { return std::chrono::steady_clock::time_point{}; };
+}
+
 // run_ranks with the id exchanged in memory.
-template <class Body> void run_in_memory(int ranks, Body body) {
+template <class Body>
+void run_in_memory(int ranks, Body body, const std::function<int(int)>& size_of = {},
+                   std::chrono::milliseconds init_deadline = 5min) {
   memory_exchange exchange(ranks);
-  run_ranks(ranks, [&](int r) { return exchange.for_rank(r); }, body);
+  run_ranks(ranks, [&](int r) { return exchange.for_rank(r); }, body, size_of, init_deadline);
 }
 
 // A clock that moves 1 ms each time it is read.
@@ -117,7 +128,7 @@ status reduce_and_wait(communicator& c, const fake_controls& fake, std::vector<f
         if (polls) ++*polls;
         return fake.done(handle) == 1;
       },
-      what, deadline, clock ? std::chrono::microseconds(0) : std::chrono::microseconds(200), clock);
+      what, deadline, polls ? std::chrono::microseconds(0) : std::chrono::microseconds(200), clock);
 }
 
 } // namespace
@@ -160,8 +171,8 @@ TEST_CASE("nccl: the id goes from rank 0 over the rendezvous; an allreduce sums 
         CHECK((*c)->rank() == r);
         CHECK((*c)->size() == ranks);
         std::vector<float> data{1.0f + static_cast<float>(r), 10.0f * static_cast<float>(r), -2.0f};
-        // The others may come later: the real clock, a bound that matters only on failure.
-        auto status = reduce_and_wait(**c, fake, data, "the allreduce", 30000ms);
+        // The others may come later: no deadline that time could pass.
+        auto status = reduce_and_wait(**c, fake, data, "the allreduce", 1ms, frozen_clock());
         REQUIRE_MESSAGE(status.has_value(), (status ? "" : status.err().to_string()));
         CHECK(data == std::vector<float>{6.0f, 30.0f, -6.0f}); // (1 + 2 + 3), 10 x (0 + 1 + 2), 3 x -2
       });
@@ -171,7 +182,7 @@ TEST_CASE("nccl: the id goes from rank 0 over the rendezvous; an allreduce sums 
 
 TEST_CASE("nccl: rank 0 failing to make the id fails every rank, naming NCCL's error; nobody waits") {
   fake_controls fake;
-  fake.set(1, -1, 0);
+  fake.set(1, -1, 0, -1);
   std::mutex m;
   std::vector<std::string> errors;
   run_in_memory(3, [&](int r, expected<std::unique_ptr<communicator>> c) {
@@ -187,12 +198,12 @@ TEST_CASE("nccl: rank 0 failing to make the id fails every rank, naming NCCL's e
 
 TEST_CASE("nccl: an asynchronous error aborts the communicator and names the rank, the collective and NCCL's reason") {
   fake_controls fake;
-  fake.set(0, 1, 6); // rank 1 reports ncclRemoteError once its first allreduce completed
+  fake.set(0, 1, 6, -1); // rank 1 reports ncclRemoteError once its first allreduce completed
   const int aborts_before = fake.aborts();
   run_in_memory(2, [&](int r, expected<std::unique_ptr<communicator>> c) {
         REQUIRE(c.has_value());
         std::vector<float> data{1.0f};
-        auto status = reduce_and_wait(**c, fake, data, "bucket 0's allreduce", 30000ms);
+        auto status = reduce_and_wait(**c, fake, data, "bucket 0's allreduce", 1ms, frozen_clock());
         if (r == 0) {
           CHECK(status.has_value());
           return;
@@ -226,6 +237,32 @@ TEST_CASE("nccl: a rank that never comes leaves the others to their deadline: ab
         CHECK((*c)->aborted());
       });
   CHECK(fake.aborts() - aborts_before == 1);
+}
+
+TEST_CASE("nccl: a rank that fails after the id exchange fails the others' join at its deadline, not a hang") {
+  fake_controls fake;
+  fake.set(0, -1, 0, 1); // rank 1's ncclCommInitRank fails before it joins the group
+  run_in_memory(2, [&](int r, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE_FALSE(c.has_value());
+    CAPTURE(c.err().message);
+    if (r == 1) {
+      CHECK(c.err().message.find("rank 1 of 2: ncclCommInitRank failed: NCCL result 2") != std::string::npos);
+      return;
+    }
+    CHECK(c.err().message.find("rank 0 of 2: ncclCommInitRank did not return within 100 ms") != std::string::npos);
+  }, {}, 100ms);
+}
+
+TEST_CASE("nccl: a communicator dropped with a collective never waited for is aborted, not destroyed") {
+  fake_controls fake;
+  const int aborts_before = fake.aborts(), destroys_before = fake.destroys();
+  run_in_memory(2, [&](int, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE(c.has_value());
+    std::vector<float> data{1.0f};
+    REQUIRE((*c)->all_reduce_sum(data.data(), 1, net::nccl::element::f32, nullptr).has_value());
+  }); // each communicator goes out of scope here, its allreduce not waited for
+  CHECK(fake.aborts() - aborts_before == 2);
+  CHECK(fake.destroys() - destroys_before == 0);
 }
 
 TEST_CASE("nccl: the machine's own library, where one is installed, loads and reports its version") {

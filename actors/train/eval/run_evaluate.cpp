@@ -65,14 +65,19 @@ int evaluate(const run_config& rc, const device_choice& device, const tok::bert_
              const std::vector<std::unique_ptr<model_stage>>& stages, const std::map<std::string, tensor>& elsewhere) {
   const auto& d = rc.data;
   if (!evaluates_anything(rc)) return 0;
-  bert::bert_part whole = assemble_whole(rc, stages, elsewhere);
-  const eval_forward model = eval_model(rc, device, whole);
+  // The held-out shards first: without them nothing is assembled (the whole model's weights
+  // and gradients, 8 bytes per parameter).
+  expected<std::vector<std::string>> shards = std::vector<std::string>{};
   if (rc.model.head == bert::head_kind::pretraining) {
-    auto shards = list_shards(d.eval_shards);
+    shards = list_shards(d.eval_shards);
     if (!shards) {
       log_warn("evaluation skipped: {}", shards.err().message);
       return 0;
     }
+  }
+  bert::bert_part whole = assemble_whole(rc, stages, elsewhere);
+  const eval_forward model = eval_model(rc, device, whole);
+  if (rc.model.head == bert::head_kind::pretraining) {
     auto r = evaluate_pretraining(model, *shards, rc.batch.micro_batch_size, d.eval_batches);
     if (!r) {
       log_error("evaluation failed: {}", r.err().message);

@@ -125,8 +125,11 @@ private:
   long last_ = -1; // the last ticket enqueued since the compute stream last waited for the copies
 };
 
+// The host gradients are made on the first call on the device (pin_host_gradients): pinned
+// when the owner can, not pageable first and pinned after (twice the bytes at the start).
 cuda_stage::cuda_stage(const stage_options& options, stage_shared& shared)
-    : options_(options), shared_(shared), params_(options.model, options.range, working_dtype(options.working)) {}
+    : options_(options), shared_(shared),
+      params_(options.model, options.range, working_dtype(options.working), /*gradients=*/false) {}
 
 cuda_stage::~cuda_stage() {
   // The stashes and the part free in stream order on the stage's device.
@@ -157,23 +160,29 @@ void cuda_stage::pin_host_gradients() {
   std::vector<std::size_t> offsets;
   for (const auto& e : entries) {
     offsets.push_back(bytes);
-    bytes += static_cast<std::size_t>(e.grad.nbytes() + 63) / 64 * 64;
+    bytes += (static_cast<std::size_t>(shape_numel(e.spec.shape)) * 4 + 63) / 64 * 64;
   }
   auto block = std::make_shared<bert::gpu::pinned_buffer>();
   block->reserve(bytes, "a CUDA stage's host gradients");
+  std::vector<std::pair<std::size_t, tensor>> grads;
   if (!block->pinned()) { // the owner has said why; a pageable copy would stall the backward
     log_warn("CUDA stage {}: no pinned host memory for its gradients: they come down after the backward, in one "
              "piece, even where the runtime could take them part by part",
              params_.range().to_string());
+    block.reset();
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      grads.emplace_back(i, tensor::zeros(entries[i].spec.shape, dtype::f32));
+    params_.set_grads(std::move(grads));
     return;
   }
   // Each host gradient a tensor over the block, which lives as long as any of them.
-  std::vector<std::pair<std::size_t, tensor>> grads;
   std::vector<void*> host;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     void* at = static_cast<char*>(block->get()) + offsets[i];
-    auto storage = storage::wrap(at, entries[i].grad.nbytes(), device::cpu(), [block](void*) {});
-    grads.emplace_back(i, tensor::from_storage(std::move(storage), 0, entries[i].grad.shape(), dtype::f32));
+    std::memset(at, 0, static_cast<std::size_t>(shape_numel(entries[i].spec.shape)) * 4);
+    auto storage = storage::wrap(at, static_cast<std::size_t>(shape_numel(entries[i].spec.shape)) * 4, device::cpu(),
+                                 [block](void*) {});
+    grads.emplace_back(i, tensor::from_storage(std::move(storage), 0, entries[i].spec.shape, dtype::f32));
     host.push_back(at);
   }
   params_.set_grads(std::move(grads));
