@@ -46,3 +46,16 @@ grep -q -- "--clip" "$work.err" || { cat "$work.err"; fail "the error does not n
 if "$dsactor" bench offload "$work" --model huge 2>"$work.err"; then fail "--model huge was accepted"; fi
 grep -q "huge" "$work.err" || { cat "$work.err"; fail "the error does not name the model"; }
 echo "offload bench smoke: ok"
+
+# --backend: cpu is this bench (the flag is not passed on), cuda needs a GPU, anything else
+# is refused.
+"$dsactor" bench offload "$work" --backend=cpu --help >/dev/null || fail "--backend=cpu --help should print the help"
+rc=0
+"$dsactor" bench offload "$work" --backend tpu 2>"$work.err" || rc=$?
+[[ $rc -eq 2 ]] && grep -q "expected cpu or cuda" "$work.err" || fail "--backend tpu: exit $rc, expected 2 naming the choices"
+if [[ ! -e /dev/nvidia0 ]]; then
+  rc=0
+  "$dsactor" bench offload "$work" --backend cuda 2>"$work.err" || rc=$?
+  [[ $rc -eq 3 ]] || fail "--backend cuda without a GPU: exit $rc, expected 3"
+fi
+echo "ok: bench offload --backend: cpu is this bench, tpu refused, cuda without a GPU exits 3"

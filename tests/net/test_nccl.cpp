@@ -265,6 +265,21 @@ TEST_CASE("nccl: a communicator dropped with a collective never waited for is ab
   CHECK(fake.destroys() - destroys_before == 0);
 }
 
+TEST_CASE("nccl: a group of one rank sums to itself; an element type NCCL refuses is named") {
+  fake_controls fake;
+  run_in_memory(1, [&](int, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE(c.has_value());
+    std::vector<float> data{2.5f, -1.0f};
+    REQUIRE(reduce_and_wait(**c, fake, data, "the allreduce", 1ms, frozen_clock()).has_value());
+    CHECK(data == std::vector<float>{2.5f, -1.0f});
+    // The fake sums f32 only: its refusal of bf16 comes back with NCCL's words.
+    auto refused = (*c)->all_reduce_sum(data.data(), 1, net::nccl::element::bf16, nullptr);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.err().message == "rank 0 of NCCL group \"dp\" (1 ranks): ncclAllReduce of 1 elements failed: NCCL "
+                                   "result 4 (invalid argument (fake))");
+  });
+}
+
 TEST_CASE("nccl: the machine's own library, where one is installed, loads and reports its version") {
   std::string real;
   for (const char* p : {"/usr/local/cuda/lib64/libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2"})

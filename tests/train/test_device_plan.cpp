@@ -209,3 +209,21 @@ TEST_CASE("limits.device_memory: a size string or bytes, bad values named by key
   }
 }
 
+
+TEST_CASE("device plan: the end-of-run line sets the pool's share of the plan against its measured peak") {
+  train::device_memory_plan p;
+  bool above = true;
+  CHECK(train::device_plan_report(p, 5, above).empty()); // nothing planned: a CPU rank
+  CHECK_FALSE(above);
+  p.model_states = 100 * mib;
+  p.workspaces = 32 * mib;
+  p.margin = 68 * mib;
+  const std::string within = train::device_plan_report(p, 150 * mib, above);
+  CHECK_FALSE(above);
+  CHECK(within == "device memory: the pool's planned peak 168.00 MiB (the plan's 200.00 MiB less the cuBLASLt "
+                  "workspaces), measured peak in use 150.00 MiB");
+  CHECK(train::device_plan_report(p, 169 * mib, above).find("above the plan") != std::string::npos);
+  CHECK(above);
+  CHECK(train::device_plan_report(p, -1, above).find("could not be read") != std::string::npos);
+  CHECK_FALSE(above);
+}

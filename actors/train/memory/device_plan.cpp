@@ -133,21 +133,25 @@ expected<device_memory_plan> plan_run_device_memory(const run_config& rc, const 
   return plan;
 }
 
+std::string device_plan_report(const device_memory_plan& plan, std::int64_t measured, bool& above) {
+  above = false;
+  if (plan.peak() == 0) return {};
+  if (measured < 0)
+    return fmt::format("device memory: planned peak {} (of which the pool {}); the pool's peak could not be read",
+                       format_bytes(plan.peak()), format_bytes(plan.pool_peak()));
+  above = measured > plan.pool_peak();
+  return fmt::format("device memory: the pool's planned peak {} (the plan's {} less the cuBLASLt workspaces), "
+                     "measured peak in use {}{}",
+                     format_bytes(plan.pool_peak()), format_bytes(plan.peak()), format_bytes(measured),
+                     above ? ": above the plan (the plan misses something; please report it with the config)" : "");
+}
+
 void log_device_plan_report(const device_memory_plan& plan, std::int64_t measured) {
-  if (plan.peak() == 0) return;
-  if (measured < 0) {
-    log_info("device memory: planned peak {} (of which the pool {}); the pool's peak could not be read",
-             format_bytes(plan.peak()), format_bytes(plan.pool_peak()));
-    return;
-  }
-  const std::string line = fmt::format("device memory: the pool's planned peak {} (the plan's {} less the cuBLASLt "
-                                       "workspaces), measured peak in use {}",
-                                       format_bytes(plan.pool_peak()), format_bytes(plan.peak()),
-                                       format_bytes(measured));
-  if (measured > plan.pool_peak())
-    log_warn("{}: above the plan (the plan misses something; please report it with the config)", line);
-  else
-    log_info("{}", line);
+  bool above = false;
+  const std::string line = device_plan_report(plan, measured, above);
+  if (line.empty()) return;
+  if (above) log_warn("{}", line);
+  else log_info("{}", line);
 }
 
 } // namespace dsa::train

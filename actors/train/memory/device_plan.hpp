@@ -75,7 +75,9 @@ expected<device_memory_plan> plan_run_device_memory(const run_config& rc, const 
                                                     const plan_inputs& in);
 
 // The end of the run: planned (from the pool) against the pool's measured high-water mark,
-// `measured` (-1: not readable); a warning when the measure is above the plan.
+// `measured` (-1: not readable); `above` when the measure passed the plan (empty for an
+// empty plan). log_device_plan_report logs it, as a warning when above.
+std::string device_plan_report(const device_memory_plan& plan, std::int64_t measured, bool& above);
 void log_device_plan_report(const device_memory_plan& plan, std::int64_t measured);
 
 } // namespace dsa::train
