@@ -25,6 +25,11 @@ void pinned_owner::reset_backend() {
   backend_ = {};
 }
 
+std::int64_t pinned_owner::limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return limit_;
+}
+
 void pinned_owner::set_limit(std::int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   limit_ = std::max<std::int64_t>(0, bytes);

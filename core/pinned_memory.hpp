@@ -50,6 +50,7 @@ public:
   // Gives a block back (pinned or not) and clears it.
   void release(pinned_block& block);
 
+  std::int64_t limit() const;             // the cap (0: none)
   std::int64_t pinned_bytes() const;      // held now
   std::int64_t peak_pinned_bytes() const; // the most held at once
   std::int64_t pageable_fallbacks() const; // blocks that could not be pinned

@@ -8,6 +8,7 @@
 
 #include "actors/train/config/limits_config.hpp"
 #include "actors/train/memory/device_plan.hpp"
+#include "core/pinned_memory.hpp"
 #include "actors/train/memory/memory_accounting.hpp"
 #include "models/bert/gpu_memory.hpp"
 #include "models/bert/parameter_specs.hpp"
@@ -226,4 +227,30 @@ TEST_CASE("device plan: the end-of-run line sets the pool's share of the plan ag
   CHECK(above);
   CHECK(train::device_plan_report(p, -1, above).find("could not be read") != std::string::npos);
   CHECK_FALSE(above);
+}
+
+TEST_CASE("host plan: a CUDA rank under ZeRO-2 on one stage counts its whole pinned host gradients") {
+  test::temp_dir dir;
+  auto rc = parsed(dir.path(), "[devices]\nranks = 2\n[zero_optimization]\nstage = 2\n");
+  rc.offload.device = train::offload_device::cpu;
+  REQUIRE(rc.gradients_partitioned());
+  const auto ranges = ranges_of(rc);
+  const train::host_memory_plan on_cpu = train::plan_host_memory(rc, ranges, inputs());
+  rc.backend = "cuda";
+  const train::host_memory_plan on_gpu = train::plan_host_memory(rc, ranges, inputs());
+  CHECK(on_gpu.model_states - on_cpu.model_states == 2 * 4 * parameters_of(rc, ranges[0]));
+  rc.zero_stage = 1; // whole gradients on both: the same plan
+  CHECK(train::plan_host_memory(rc, ranges, inputs()).model_states ==
+        [&] { auto c = rc; c.backend = "cpu"; return train::plan_host_memory(c, ranges, inputs()).model_states; }());
+}
+
+TEST_CASE("limits.host_memory caps the pinned memory too") {
+  const std::int64_t before = pinned_owner::instance().limit();
+  train::run_config rc;
+  train::cap_pinned_memory(rc); // no budget: the cap stays as it was
+  CHECK(pinned_owner::instance().limit() == before);
+  rc.host_memory = 300 * mib;
+  train::cap_pinned_memory(rc);
+  CHECK(pinned_owner::instance().limit() == 300 * mib);
+  pinned_owner::instance().set_limit(before);
 }

@@ -10,6 +10,7 @@
 #include "core/file_backed.hpp"
 #include "core/host_allocator.hpp"
 #include "core/log.hpp"
+#include "core/pinned_memory.hpp"
 #include "io/aio/swap_store.hpp"
 #include "io/data/shard_reader.hpp"
 #include "models/bert/encoder_layer.hpp"
@@ -166,6 +167,9 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     const auto zero = run_zero_sizes(rc, ranges, s);
     const model_state_bytes b = expected_model_states(n, rc.working, zero);
     p.model_states += rc.ranks * b.total();
+    // A CUDA stage with partitioned gradients (ZeRO-2 on one stage) still keeps its whole f32
+    // gradients on the host, pinned, where each micro-batch's come down (cuda_stage.hpp).
+    if (rc.backend == "cuda" && zero && zero->grads_partitioned) p.model_states += rc.ranks * 4 * n;
     p.optimizer_in_memory += rc.ranks * (b.masters + b.moments);
     p.swap_buffers += rc.ranks * b.swap_buffers;
     // pipeline.speculative_update: each shard copies what its step changes (a swapped
@@ -388,6 +392,10 @@ expected<memory_decision> fit_with(const run_config& rc, const std::vector<bert:
 }
 } // namespace
 
+void cap_pinned_memory(const run_config& rc) {
+  if (rc.host_memory > 0) pinned_owner::instance().set_limit(rc.host_memory);
+}
+
 expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data,
                                            const std::vector<bool>& here, bool gathers_masters,
                                            plan_inputs* used) {
@@ -418,6 +426,7 @@ expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider&
     set_host_cache_limit(0); // tensors' large blocks too (core/host_allocator.hpp)
     malloc_trim(0);          // what the data provider and the probe freed, kept under the earlier settings
   }
+  cap_pinned_memory(rc);
   in.baseline = proc_status_bytes("VmRSS");
   in.data_provider = std::max<std::int64_t>(0, in.baseline - rss_before_data);
   in.writes_checkpoints = rc.checkpoint.save_final || rc.checkpoint.save_interval > 0;

@@ -162,6 +162,9 @@ expected<memory_decision> fit_host_memory(const run_config& rc, const std::vecto
 expected<host_memory_plan> plan_run_memory(run_config& rc, const batch_provider& data, std::int64_t rss_before_data,
                                            const std::vector<bool>& here = {}, bool gathers_masters = false,
                                            plan_inputs* used = nullptr);
+// limits.host_memory caps the process's pinned memory too (core/pinned_memory.hpp): pinned
+// pages count in the resident set, and past the cap a block is pageable instead.
+void cap_pinned_memory(const run_config& rc);
 // The end of the run: planned peak vs VmHWM and the tensors' peak, one log line.
 void log_memory_report(const run_config& rc, const host_memory_plan& plan);
 
