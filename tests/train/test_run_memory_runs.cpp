@@ -7,6 +7,40 @@
 using namespace dsa;
 using namespace dsa::test::memory;
 
+namespace {
+
+// The run with `keys` at a 4 MiB budget must be refused (exit 2); the smallest budget its
+// refusal names plus `slack_mib` (the next process's baseline differs a little). The
+// refusal's stderr goes to `said` for the case's own checks.
+std::int64_t budget_after_refusal(const std::string& dir, const std::string& config,
+                                  const std::vector<std::string>& keys, std::int64_t slack_mib, std::string& said) {
+  auto refused = run_binary(dir, config, with(keys, {"limits.host_memory=\"4MiB\""}));
+  INFO(refused.err);
+  REQUIRE(refused.exit_code == 2);
+  said = refused.err;
+  return (smallest_mib(refused.err) + slack_mib) * mib;
+}
+
+// BERT of hidden 512, 8 layers, vocabulary 8000 (29.4 M parameters, 449 MiB of model states)
+// under ZeRO-3 on one rank with the weights and the optimizer state on NVMe in `swap`.
+std::vector<std::string> zero3_on_nvme(const std::string& swap) {
+  return {"model.hidden_size=512",
+          "model.num_heads=8",
+          "model.intermediate_size=2048",
+          "model.num_layers=8",
+          "zero_optimization.stage=3",
+          "zero_optimization.offload_optimizer.device=\"nvme\"",
+          fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap),
+          "zero_optimization.offload_param.device=\"nvme\"",
+          fmt::format("zero_optimization.offload_param.nvme_path=\"{}\"", swap),
+          "zero_optimization.offload_param.max_in_cpu=0",
+          "zero_optimization.offload_param.buffer_size=1000000",
+          "zero_optimization.stage3_prefetch_bucket_size=2000000",
+          "zero_optimization.reduce_bucket_size=2000000"};
+}
+
+} // namespace
+
 TEST_CASE("dsactor run under limits.host_memory: refused below the plan, and the smallest budget it names (+1 MiB) holds") {
   for (bool two_ranks : {false, true}) {
     CAPTURE(two_ranks);
@@ -14,14 +48,12 @@ TEST_CASE("dsactor run under limits.host_memory: refused below the plan, and the
     const std::string config = test::tiny_config(dir.path());
     const auto keys = with(larger, two_ranks ? std::vector<std::string>{"devices.ranks=2", "zero_optimization.stage=2"}
                                              : std::vector<std::string>{});
-    auto refused = run_binary(dir.path(), config, with(keys, {"limits.host_memory=\"4MiB\""}));
-    CHECK(refused.exit_code == 2);
-    INFO(refused.err);
-    CHECK(refused.err.find("dsactor run: limits.host_memory = 4.00 MiB is too small for this run: planned peak") !=
-          std::string::npos);
     // The next process's baseline (its resident memory at start) differs by tens of KiB
     // from this one's: 1 MiB over the named budget keeps the rerun from being refused.
-    const std::int64_t budget = (smallest_mib(refused.err) + 1) * mib;
+    std::string said;
+    const std::int64_t budget = budget_after_refusal(dir.path(), config, keys, 1, said);
+    CHECK(said.find("dsactor run: limits.host_memory = 4.00 MiB is too small for this run: planned peak") !=
+          std::string::npos);
     auto fits = run_binary(dir.path(), config, with(keys, {fmt::format("limits.host_memory={}", budget)}));
     INFO(fits.err);
     REQUIRE(fits.exit_code == 0);
@@ -39,11 +71,10 @@ TEST_CASE("dsactor run under limits.host_memory with NVMe offload: a smaller sub
   const std::string config = test::tiny_config(dir.path());
   const auto keys = with(larger, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
                                   fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path())});
-  auto refused = run_binary(dir.path(), config, with(keys, {"limits.host_memory=\"4MiB\""}));
-  REQUIRE(refused.exit_code == 2);
-  CHECK(refused.err.find("smallest zero_optimization.sub_group_size, 2048") != std::string::npos);
   // A few MiB above the smallest: the default sub-group (whole partitions) does not fit, a smaller one does.
-  const std::int64_t budget = (smallest_mib(refused.err) + 4) * mib;
+  std::string said;
+  const std::int64_t budget = budget_after_refusal(dir.path(), config, keys, 4, said);
+  CHECK(said.find("smallest zero_optimization.sub_group_size, 2048") != std::string::npos);
   auto fits = run_binary(dir.path(), config, with(keys, {fmt::format("limits.host_memory={}", budget)}));
   INFO(fits.err);
   REQUIRE(fits.exit_code == 0);
@@ -62,21 +93,11 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights, gradients 
           "a model whose states exceed the budget") {
   test::temp_dir dir, swap;
   const std::string config = test::tiny_config(dir.path());
-  // hidden 512, 8 layers, vocabulary 8000: 29.4 M parameters, 449 MiB of model states.
-  const std::vector<std::string> keys{
-      "model.hidden_size=512", "model.num_heads=8", "model.intermediate_size=2048", "model.num_layers=8",
-      "train_steps=2", "checkpoint.save_final=false", "zero_optimization.stage=3",
-      "zero_optimization.offload_optimizer.device=\"nvme\"",
-      fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
-      "zero_optimization.offload_param.device=\"nvme\"",
-      fmt::format("zero_optimization.offload_param.nvme_path=\"{}\"", swap.path()),
-      "zero_optimization.offload_param.max_in_cpu=0", "zero_optimization.offload_param.buffer_size=1000000",
-      "zero_optimization.stage3_prefetch_bucket_size=2000000", "zero_optimization.reduce_bucket_size=2000000"};
-  auto refused = run_binary(dir.path(), config, with(keys, {"limits.host_memory=\"4MiB\""}));
-  REQUIRE(refused.exit_code == 2);
-  INFO(refused.err);
-  CHECK(refused.err.find("ZeRO-3 parts in flight") != std::string::npos);
-  const std::int64_t budget = (smallest_mib(refused.err) + 4) * mib;
+  const std::vector<std::string> keys =
+      with(zero3_on_nvme(swap.path()), {"train_steps=2", "checkpoint.save_final=false"});
+  std::string said;
+  const std::int64_t budget = budget_after_refusal(dir.path(), config, keys, 4, said);
+  CHECK(said.find("ZeRO-3 parts in flight") != std::string::npos);
   auto fits = run_binary(dir.path(), config, with(keys, {fmt::format("limits.host_memory={}", budget)}));
   INFO(fits.err);
   REQUIRE(fits.exit_code == 0);
@@ -114,17 +135,9 @@ TEST_CASE("dsactor run under limits.host_memory: ZeRO-3 with weights, gradients 
 // uninterrupted run.
 TEST_CASE("dsactor run under limits.host_memory: a ZeRO-3 run on NVMe resumes under its budget, as if uninterrupted") {
   test::temp_dir whole, split, swap;
-  const std::vector<std::string> keys{
-      "model.hidden_size=512", "model.num_heads=8", "model.intermediate_size=2048", "model.num_layers=8",
-      "zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"nvme\"",
-      fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", swap.path()),
-      "zero_optimization.offload_param.device=\"nvme\"",
-      fmt::format("zero_optimization.offload_param.nvme_path=\"{}\"", swap.path()),
-      "zero_optimization.offload_param.max_in_cpu=0", "zero_optimization.offload_param.buffer_size=1000000",
-      "zero_optimization.stage3_prefetch_bucket_size=2000000", "zero_optimization.reduce_bucket_size=2000000"};
-  auto refused = run_binary(split.path(), test::tiny_config(split.path()), with(keys, {"limits.host_memory=\"4MiB\""}));
-  REQUIRE(refused.exit_code == 2);
-  const std::int64_t budget = (smallest_mib(refused.err) + 4) * mib;
+  const std::vector<std::string> keys = zero3_on_nvme(swap.path());
+  std::string said;
+  const std::int64_t budget = budget_after_refusal(split.path(), test::tiny_config(split.path()), keys, 4, said);
   const std::string at = fmt::format("limits.host_memory={}", budget);
   auto three = run_binary(whole.path(), test::tiny_config(whole.path()), with(keys, {at, "train_steps=3"}));
   INFO(three.err);
