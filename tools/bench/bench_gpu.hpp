@@ -17,7 +17,7 @@ int bench_gpu_train_main(int argc, char** argv);
 
 // Exit status: 0 done (the ratio printed), 1 a run failed, 2 bad options, 3 no CUDA device.
 int bench_train_main(int argc, char** argv);
-// dsactor bench offload DIR --backend cuda (bench_train.cpp): the optimizer on the GPU, on the
+// dsactor bench offload DIR --backend cuda (bench_offload_cuda.cpp): the optimizer on the GPU, on the
 // CPU shard and on NVMe in DIR, one call.
 int bench_offload_cuda_main(int argc, char** argv);
 // Exit status: 0 done (the table printed), 2 bad options, 3 no CUDA device.
