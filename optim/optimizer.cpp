@@ -97,32 +97,50 @@ cpu::adam_params adam_step_params(const optimizer_config& cfg, double lr, double
 
 void optimizer::step() {
   ++step_;
-  const auto correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
   lamb_coeffs_.clear();
-  for (auto& g : groups_) {
-    for (auto& slot : g.params) {
-      std::uint16_t* half = slot.half_copy.defined() ? slot.half_copy.data<std::uint16_t>() : nullptr;
-      dtype half_type = slot.half_copy.defined() ? slot.half_copy.type() : dtype::f16;
-      const std::int64_t n = slot.param.numel();
-      if (cfg_.type == optimizer_type::lamb) {
-        cpu::lamb_params p;
-        p.lr = static_cast<float>(g.lr);
-        p.beta1 = static_cast<float>(cfg_.beta1);
-        p.beta2 = static_cast<float>(cfg_.beta2);
-        p.eps = static_cast<float>(cfg_.eps);
-        p.weight_decay = static_cast<float>(g.weight_decay);
-        p.max_coeff = static_cast<float>(cfg_.max_coeff);
-        p.min_coeff = static_cast<float>(cfg_.min_coeff);
-        p.correction = correction;
-        p.step = step_;
-        lamb_coeffs_.push_back(cpu::lamb_update(slot.param.data<float>(), slot.m.data<float>(), slot.v.data<float>(),
-                                                slot.grad.data<float>(), lamb_work_.data(), half, half_type, p, n));
-      } else {
-        const cpu::adam_params p = adam_step_params(cfg_, g.lr, g.weight_decay, step_);
-        cpu::adam_update(slot.param.data<float>(), slot.m.data<float>(), slot.v.data<float>(), slot.grad.data<float>(),
-                         half, half_type, p, n);
+  for (auto& g : groups_)
+    for (auto& slot : g.params) update(g, slot);
+}
+
+void optimizer::begin_step() {
+  DSA_CHECK(cfg_.type == optimizer_type::adam || cfg_.type == optimizer_type::adamw,
+            "optimizer: a step a parameter at a time needs Adam or AdamW, not {}", optimizer_name(cfg_.type));
+  ++step_;
+  lamb_coeffs_.clear();
+}
+
+status optimizer::step_param(const std::string& name) {
+  for (auto& g : groups_)
+    for (auto& slot : g.params)
+      if (slot.name == name) {
+        update(g, slot);
+        return {};
       }
-    }
+  return make_error(errc::not_found, "optimizer: no parameter '{}' to step", name);
+}
+
+void optimizer::update(param_group& g, param_slot& slot) {
+  const auto correction = cfg_.bias_correction ? cpu::bias_correction::on : cpu::bias_correction::off;
+  std::uint16_t* half = slot.half_copy.defined() ? slot.half_copy.data<std::uint16_t>() : nullptr;
+  dtype half_type = slot.half_copy.defined() ? slot.half_copy.type() : dtype::f16;
+  const std::int64_t n = slot.param.numel();
+  if (cfg_.type == optimizer_type::lamb) {
+    cpu::lamb_params p;
+    p.lr = static_cast<float>(g.lr);
+    p.beta1 = static_cast<float>(cfg_.beta1);
+    p.beta2 = static_cast<float>(cfg_.beta2);
+    p.eps = static_cast<float>(cfg_.eps);
+    p.weight_decay = static_cast<float>(g.weight_decay);
+    p.max_coeff = static_cast<float>(cfg_.max_coeff);
+    p.min_coeff = static_cast<float>(cfg_.min_coeff);
+    p.correction = correction;
+    p.step = step_;
+    lamb_coeffs_.push_back(cpu::lamb_update(slot.param.data<float>(), slot.m.data<float>(), slot.v.data<float>(),
+                                            slot.grad.data<float>(), lamb_work_.data(), half, half_type, p, n));
+  } else {
+    const cpu::adam_params p = adam_step_params(cfg_, g.lr, g.weight_decay, step_);
+    cpu::adam_update(slot.param.data<float>(), slot.m.data<float>(), slot.v.data<float>(), slot.grad.data<float>(),
+                     half, half_type, p, n);
   }
 }
 

@@ -124,6 +124,11 @@ public:
   // One update of every parameter from its grad; increments the step count first
   // (bias correction uses the 1-based count).
   void step();
+  // The same step a parameter at a time (an update streamed over the backward): begin_step()
+  // once, then step_param(name) once for every parameter, in any order. Adam and AdamW only
+  // (LAMB's trust ratios are kept in group order); the same bits as step().
+  void begin_step();
+  status step_param(const std::string& name);
   std::int64_t step_count() const { return step_; }
 
   const optimizer_config& settings() const { return cfg_; }
@@ -146,6 +151,8 @@ private:
 
   optimizer_config cfg_;
   std::vector<param_group> groups_;
+  void update(param_group& g, param_slot& slot);
+
   std::int64_t step_ = 0;
   std::vector<float> lamb_work_;
   std::vector<float> lamb_coeffs_;

@@ -121,6 +121,15 @@ TEST_CASE("dsactor run: a CUDA rank's gradients reach the host part by part, wit
   CHECK(same_bits(straight("cuda", with(one, {"zero_optimization.offload_optimizer.device=\"nvme\"",
                                               "zero_optimization.offload_optimizer.nvme_path=\"" + swap.path() + "\""})),
                   in_memory));
+  // Without clipping the optimizer in host memory streams too (whole_shard's host_stream:
+  // each parameter as soon as its bucket's copies land): the same bits as the NVMe stream.
+  const std::vector<std::string> unclipped =
+      with(one, {"gradient_clipping=0.0", "zero_optimization.reduce_bucket_size=20000"});
+  temp_dir swap2;
+  CHECK(same_bits(straight("cuda", with(unclipped, {"zero_optimization.offload_optimizer.device=\"cpu\""})),
+                  straight("cuda", with(unclipped, {"zero_optimization.offload_optimizer.device=\"nvme\"",
+                                                    "zero_optimization.offload_optimizer.nvme_path=\"" +
+                                                        swap2.path() + "\""}))));
 }
 
 TEST_CASE("dsactor run: ZeRO-2 on one stage over two ranks of the GPU, close to the CPU's") {

@@ -374,3 +374,57 @@ TEST_CASE("debug.host_optimizer_device: the GPU optimizer's mode on the CPU equa
                          {"debug.host_optimizer_device=true", "zero_optimization.stage=1",
                           "zero_optimization.offload_optimizer.device=\"cpu\""}) == 2);
 }
+
+// A whole stage's update in host memory streamed over the backward (whole_shard's
+// host_stream; a CUDA rank with offload_optimizer.device = "cpu" does this, and
+// debug.stream_host_update asks for it here): each parameter updated as soon as its
+// gradient is final, last first, gives the update after the backward bit for bit, on one
+// stage, with bf16 working weights, over two data-parallel ranks (the parts are then the
+// reduce buckets) and in a pipeline whose middle stage streams while the ends (the tied word
+// embedding's exchange) update after the backward. With clipping nothing streams.
+TEST_CASE("debug.stream_host_update: the update streamed over the backward equals the plain run, bit for bit") {
+  const std::vector<std::string> base{"gradient_clipping=0.0", "zero_optimization.reduce_bucket_size=2048"};
+  struct variant {
+    std::vector<std::string> keys;
+    std::vector<int> streaming; // the stages whose line says they streamed every step
+    int stages = 1;
+  };
+  const std::vector<variant> variants{{{}, {0}},
+                                      {{"bf16.enabled=true", "optimizer.type=\"Adam\""}, {0}},
+                                      {{"devices.ranks=2"}, {0}},
+                                      {{"pipeline.stages=3"}, {1}, 3},
+                                      {{"gradient_clipping=1.0"}, {}}};
+  for (const auto& v : variants) {
+    const auto keys = with(base, v.keys);
+    CAPTURE(fmt::format("{}", fmt::join(keys, " ")));
+    auto plain = train_run(keys);
+    auto streamed = train_run(with(keys, {"debug.stream_host_update=true"}));
+    REQUIRE(plain.losses.size() == 5);
+    CHECK(streamed.losses == plain.losses);
+    test::check_same_state(streamed.checkpoint, plain.checkpoint);
+    for (int stage = 0; stage < v.stages; ++stage) {
+      CAPTURE(stage);
+      const bool streams = std::find(v.streaming.begin(), v.streaming.end(), stage) != v.streaming.end();
+      const std::string key = fmt::format("stage {} optimizer in host memory: ", stage);
+      const auto at = streamed.log.find(key);
+      CHECK((at != std::string::npos) == streams);
+      if (at == std::string::npos) continue;
+      const std::string line = streamed.log.substr(at, streamed.log.find('\n', at) - at);
+      CAPTURE(line);
+      CHECK(line.find(": 5 updates streamed over the backward, ") != std::string::npos);
+    }
+    CHECK(plain.log.find("optimizer in host memory: ") == std::string::npos);
+  }
+}
+
+TEST_CASE("debug.stream_host_update: a run that fails while an update streams stops with the error") {
+  test::temp_dir dir;
+  // Stage 0's optimizer throws in step 1 while stage 1 (the middle one, streaming) may be
+  // waiting for parts of a step that will not come: the run ends, naming the fault.
+  const int rc = test::run_config(dir.path(), "fail", test::tiny_config(dir.path()),
+                                  {"gradient_clipping=0.0", "pipeline.stages=3", "debug.stream_host_update=true",
+                                   "zero_optimization.reduce_bucket_size=2048", "debug.fail_stage=0",
+                                   "debug.fail_optimizer_step=1"});
+  CHECK(rc == 1);
+  CHECK(read_text(dir.path() + "/run/train.log").find("injected fault") != std::string::npos);
+}

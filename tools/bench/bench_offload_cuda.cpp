@@ -61,7 +61,13 @@ std::pair<double, double> pinned_link_rates() {
 // and the activations); its step's TFLOP/s and MFU against the bf16 peak measured here
 // (goal: at least 35%). The optimizer on the GPU would not fit, and the NVMe case needs more
 // disk than a 64 GiB machine has (12 bytes per parameter), so neither runs.
-int bench_big_offload(const train_setup& b, const bert::bert_config& cfg, const std::string& corpus, double peak) {
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+int bench_big_offload(const train_setup& b, const bert::bert_config& cfg, const std::string& corpus, double peak,
+                      const std::vector<std::string>& common) {
   std::int64_t params = 0;
   for (const auto& spec : bert::parameter_specs(cfg, bert::bert_range::whole(cfg))) params += shape_numel(spec.shape);
   std::size_t free = 0, total = 0;
@@ -77,8 +83,8 @@ int bench_big_offload(const train_setup& b, const bert::bert_config& cfg, const 
   // No held-out documents, so no end-of-run evaluation: it would assemble the whole model
   // beside the training's states (8 more bytes per parameter).
   auto cpu = train_run_seconds(b, corpus, "offload-cpu-6b",
-                         {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\"",
-                          "data.prepare.holdout_docs=0"},
+                         with(common, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\"",
+                                       "data.prepare.holdout_docs=0"}),
                          &update);
   const std::int64_t sequences = b.batch * b.accumulation;
   if (!cpu) {
@@ -108,12 +114,13 @@ int bench_big_offload(const train_setup& b, const bert::bert_config& cfg, const 
 int bench_offload_cuda_main(int argc, char** argv) {
   namespace po = boost::program_options;
   po::options_description opts("dsactor bench offload DIR --backend cuda [--model bert-large|bert-base|bert-6b] "
-                               "[--seq 128] [--batch 64] [--accumulation 4] [--steps 4]");
+                               "[--seq 128] [--batch 64] [--accumulation 4] [--steps 4] [--clip 0] [--bucket 2e7]");
   train_setup b;
   b.batch = 64;
   b.accumulation = 4;
   b.steps = 4;
   std::string backend;
+  double clip = 0.0, bucket = 2e7;
   opts.add_options()("help,h", "this help")("dir", po::value<std::string>()->required(),
                                             "a folder on the NVMe device (the work folder and the swap go there)")(
       "backend", po::value(&backend), "cuda")(
@@ -125,7 +132,11 @@ int bench_offload_cuda_main(int argc, char** argv) {
       "accumulation", po::value(&b.accumulation)->default_value(b.accumulation), "micro-batches per step")(
       "steps", po::value(&b.steps)->default_value(b.steps), "timed steps (after 2 warm-up steps)")(
       "layers", po::value(&b.big_layers)->default_value(b.big_layers),
-      "bert-6b's layers (30: 6.2B parameters; each layer is 201M)");
+      "bert-6b's layers (30: 6.2B parameters; each layer is 201M)")(
+      "clip", po::value(&clip)->default_value(clip),
+      "gradient_clipping of every run (0: none, so the offloaded updates stream over the backward)")(
+      "bucket", po::value(&bucket)->default_value(bucket),
+      "zero_optimization.reduce_bucket_size of every run: the offloaded updates' parts");
   po::positional_options_description pos;
   pos.add("dir", 1);
   po::variables_map vm;
@@ -164,20 +175,29 @@ int bench_offload_cuda_main(int argc, char** argv) {
              probe.message, cpu_model(), b.work, up / 1e9, down / 1e9);
   const std::int64_t sequences = b.batch * b.accumulation;
   const std::string corpus = write_corpus(b.work, 40 + static_cast<int>(sequences * (b.steps + b.warmup) * b.seq / 400));
-  if (big) return bench_big_offload(b, cfg, corpus, peak);
+  // Both keys in every run, so the three steps differ only in where the optimizer lives.
+  const std::vector<std::string> common{fmt::format("gradient_clipping={}", clip),
+                                        fmt::format("zero_optimization.reduce_bucket_size={}",
+                                                    static_cast<std::int64_t>(bucket))};
+  fmt::print("every run: {}\n", fmt::join(common, ", "));
+  if (big) return bench_big_offload(b, cfg, corpus, peak, common);
   double gpu_update = 0, cpu_update = 0, nvme_update = 0;
   auto gpu = train_run_seconds(b, corpus, "offload-none",
-                         {"zero_optimization.stage=0", "zero_optimization.offload_optimizer.device=\"none\""},
-                         &gpu_update);
+                               with(common, {"zero_optimization.stage=0",
+                                             "zero_optimization.offload_optimizer.device=\"none\""}),
+                               &gpu_update);
   auto cpu = train_run_seconds(b, corpus, "offload-cpu",
-                         {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"cpu\""},
-                         &cpu_update);
+                               with(common, {"zero_optimization.stage=1",
+                                             "zero_optimization.offload_optimizer.device=\"cpu\""}),
+                               &cpu_update);
   auto nvme = train_run_seconds(b, corpus, "offload-nvme",
-                          {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
-                           fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}/swap\"", b.work),
-                           "zero_optimization.offload_optimizer.pipeline_read=true",
-                           "zero_optimization.offload_optimizer.pipeline_write=true"},
-                          &nvme_update);
+                                with(common, {"zero_optimization.stage=1",
+                                              "zero_optimization.offload_optimizer.device=\"nvme\"",
+                                              fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}/swap\"",
+                                                          b.work),
+                                              "zero_optimization.offload_optimizer.pipeline_read=true",
+                                              "zero_optimization.offload_optimizer.pipeline_write=true"}),
+                                &nvme_update);
   const double flops = flops_per_sample(cfg, b.seq);
   fmt::print("{} pre-training, bf16, seq {}, micro-batch {} x {} accumulation ({} sequences a step), bf16 GEMM peak "
              "{:.1f} TFLOP/s (median step of {} after {} warm-up):\n",

@@ -429,6 +429,7 @@ run_config read_run_config(const config& cfg, const std::string& default_run_dir
   cfg.read("debug.fail_optimizer_step", rc.fail_optimizer_step, problems);
   cfg.read("debug.overflow_step", rc.overflow_step, problems);
   cfg.read("debug.host_optimizer_device", rc.host_optimizer_device, problems);
+  cfg.read("debug.stream_host_update", rc.stream_host_update, problems);
   if (rc.overflow_step >= 0 && rc.working != precision::f16)
     problems.add(cfg.problem(problem_kind::invalid_value, "debug.overflow_step",
                              "needs fp16.enabled = true (an overflow is what fp16's loss scaler handles)"));

@@ -166,6 +166,11 @@ struct run_config {
   // optimizer does (device_shard), over the host optimizer_device, so a CPU run takes that
   // path end to end (tested against the plain run, bit for bit).
   bool host_optimizer_device = false;
+  // [debug] stream_host_update: a whole stage's update in host memory streams over the
+  // backward (whole_shard, host_stream.hpp) on CPU ranks too, as it does on a CUDA rank with
+  // offload_optimizer.device = "cpu", so a CPU run takes that path (tested against the
+  // plain run, bit for bit).
+  bool stream_host_update = false;
   std::int64_t fail_optimizer_step = -1; // the shard of fail_stage throws in this step's update
   checkpoint_settings checkpoint;
   data_settings data;

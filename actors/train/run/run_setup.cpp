@@ -454,6 +454,10 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
     }
     if (rc.zero_partitions()) DSA_TRY(add_zero_partition(in, m, s, transport, comms, ports, rr.parts.tied, o));
     o.stream_masters = rc.stages == 1;
+    // ZeRO-Offload on a CUDA rank: the CPU update of a whole stage runs while the GPU's
+    // backward goes on, in reduce_bucket_size buckets (a partition_shard ignores it).
+    if ((in.device.device == stage_device::cuda && rc.offload.device == offload_device::cpu) || rc.stream_host_update)
+      o.stream_bucket = std::max<std::int64_t>(rc.reduce_bucket_elements, 1);
     if (rr.swap)
       o.offload = shard_options::nvme_offload{ports.swap, rr.swap->dir(), rc.offload.sub_group_size,
                                                        static_cast<std::size_t>(rc.offload.buffer_count),

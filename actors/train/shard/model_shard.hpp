@@ -70,7 +70,8 @@ public:
   virtual status flush_state() = 0;
 
   // Figures for the end-of-run report: the compressed optimizer's traffic (null for the
-  // others), updates speculated and rolled back, the swap's line (empty without offload),
+  // others), updates speculated and rolled back, the swap's line or a streamed update in
+  // host memory's (empty when neither),
   // and the bytes it holds.
   virtual const compressed_traffic* traffic() const = 0;
   virtual std::int64_t speculated() const = 0;

@@ -82,6 +82,11 @@ struct shard_options {
   // update (param_fetcher::begin_version), and the version sent to the stage carries no
   // weights. Null: the version is a partition tensor of the shard's own.
   std::shared_ptr<param_fetcher> fetcher;
+  // A whole stage in host memory (whole_shard) whose update streams over the backward in
+  // buckets of about this many elements, each parameter updated as soon as its gradient is
+  // final (host_stream.hpp): a CUDA rank with offload_optimizer.device = "cpu", or
+  // debug.stream_host_update. 0: the update waits for the whole backward.
+  std::int64_t stream_bucket = 0;
   // The run has one stage (this one: the model file is this shard's masters alone), so a
   // swapped state on one rank can stream it (streams_masters).
   bool stream_masters = false;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <stdexcept>
 
 namespace dsa::train {
@@ -81,6 +82,59 @@ void whole_shard::init(const std::vector<tensor>& initial) {
     auto loaded = opt_->load_state(*options_.resume_state);
     if (!loaded) throw std::runtime_error(loaded.err().message);
   }
+  if (stream_elements() > 0) stream_ = std::make_unique<host_stream>(options_.participant, slots_.size());
+}
+
+std::int64_t whole_shard::stream_elements() const {
+  const auto type = options_.optimizer.type;
+  const bool adam = type == optim::optimizer_type::adam || type == optim::optimizer_type::adamw;
+  // With clipping or loss scaling the update needs the step's totals first: a stream would
+  // need a copy of the state to take back (the speculative update's), which a model bigger
+  // than the GPU cannot spare in host memory. Those steps update after the backward.
+  if (options_.stream_bucket <= 0 || !adam || options_.decider->needs_totals() || options_.exchanges_tied) return 0;
+  return options_.stream_bucket;
+}
+
+void whole_shard::gradients_final(std::uint32_t step, std::uint32_t first) {
+  DSA_CHECK(stream_ != nullptr, "optimizer shard {}: gradients of step {} it does not stream", options_.participant,
+            step);
+  stream_->gradients_final(step, first);
+}
+
+void whole_shard::cancel() {
+  if (stream_) stream_->cancel();
+}
+
+bool whole_shard::stream_update(std::uint32_t step) {
+  DSA_CHECK(stream_ && !speculation_pending(), "optimizer shard {}: a streamed update of step {} it cannot stream",
+            options_.participant, step);
+  const auto started = std::chrono::steady_clock::now();
+  const step_decision assumed = options_.decider->assume();
+  DSA_CHECK(!assumed.skip && assumed.grad_scale == 1.0,
+            "optimizer shard {}: a streamed update of step {} assumes no skip and no gradient scale",
+            options_.participant, step);
+  opt_->set_lr(assumed.lr);
+  if (assumed.set_betas) opt_->set_betas(assumed.beta1, assumed.beta2);
+  opt_->begin_step();
+  // Each parameter as soon as its gradient is final (the reducer's parts, last first).
+  const auto after_backward = stream_->run(step, started, [&](std::size_t i) {
+    if (auto s = opt_->step_param(slots_[i].name); !s)
+      throw std::runtime_error(fmt::format("optimizer shard {}: {}", options_.participant, s.err().message));
+  });
+  streamed_with_ = assumed;
+  add_update_time(after_backward); // wall_clock_breakdown: what the update added after the backward
+  return true;
+}
+
+bool whole_shard::settle_streamed(std::uint32_t step, const step_decision&, const step_decision& d) {
+  if (!stream_ || !stream_->take(step)) return false;
+  // Without clipping or loss scaling the decision is the assumed one whatever the totals.
+  if (!step_decider::same_update(streamed_with_, d))
+    throw std::runtime_error(fmt::format("optimizer shard {}: step {} was streamed with lr {}, but its decision is lr "
+                                         "{}, gradient scale {}{}",
+                                         options_.participant, step, streamed_with_.lr, d.lr, d.grad_scale,
+                                         d.skip ? ", skipped" : ""));
+  return true;
 }
 
 void whole_shard::advance(std::uint32_t, const step_decision& d) {

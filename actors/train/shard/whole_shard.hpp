@@ -7,6 +7,7 @@
 #pragma once
 
 #include "actors/train/shard/compressed_shard.hpp"
+#include "actors/train/shard/host_stream.hpp"
 #include "actors/train/shard/shard_base.hpp"
 #include "optim/optimizer.hpp"
 
@@ -45,14 +46,25 @@ public:
   void init(const std::vector<tensor>& initial) override;
   state_payload payload() const override;
   shard_bytes held_bytes() const override;
+  // The update streamed over the backward (options.stream_bucket, host_stream.hpp): Adam or
+  // AdamW whose decision does not wait for the totals (no clipping, no loss scaling), on a
+  // stage whose gradients are final bucket by bucket (no tied exchange).
+  std::int64_t stream_elements() const override;
+  void gradients_final(std::uint32_t step, std::uint32_t first) override;
+  bool stream_update(std::uint32_t step) override;
+  void cancel() override;
+  std::string swap_report() const override { return stream_ ? stream_->report() : std::string(); }
 
 private:
   void advance(std::uint32_t step, const step_decision& d) override;
   bool can_speculate() const override { return true; }
   void back_up() override;
   void roll_back() override;
+  bool settle_streamed(std::uint32_t step, const step_decision& would, const step_decision& d) override;
 
   std::optional<optim::optimizer> opt_;
+  std::unique_ptr<host_stream> stream_; // with stream_elements() > 0, from init on
+  step_decision streamed_with_;         // the decision a streamed step assumed
   struct backup {
     std::vector<tensor> params, grads, halves; // per slot (halves undefined without)
     optim::optimizer_state moments;            // copies, and the step count

@@ -1,0 +1,59 @@
+// A whole shard's update streamed over the backward, in host memory (whole_shard.hpp): the
+// stage's parameters are updated last first, each as soon as its gradient is final, while
+// the backward goes on. This is what a CUDA rank with offload_optimizer.device = "cpu"
+// does (the CPU is idle while the GPU computes the backward; debug.stream_host_update asks
+// for it on CPU ranks). The part here is the bookkeeping: which parameters of which step
+// have final gradients, the wait for them, and the counts for the end-of-run line.
+//
+// Threads: gradients_final and cancel come from the shard actor's thread; run() is called
+// on the shard's worker.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+namespace dsa::train {
+
+class host_stream {
+public:
+  host_stream(std::uint32_t participant, std::size_t params) : participant_(participant), params_(params) {}
+
+  // The gradients of parameter `first` and every later one of `step` are final.
+  void gradients_final(std::uint32_t step, std::uint32_t first);
+  // The run stops: a run() waiting for gradients throws; nothing streams after.
+  void cancel();
+
+  // Calls update(i) for i = params - 1 down to 0, each once parameter i of `step` is final.
+  // Returns when the time the update added after the backward began (from the step's last
+  // part on, or from `started` when that came first), for wall_clock_breakdown.
+  std::chrono::steady_clock::time_point run(std::uint32_t step, std::chrono::steady_clock::time_point started,
+                                            const std::function<void(std::size_t)>& update);
+
+  // Whether step `step` was streamed; forgets it (update() of that step asks once).
+  bool take(std::uint32_t step);
+
+  // "stage S: ..." for the end-of-run line; empty when nothing streamed.
+  std::string report() const;
+
+private:
+  std::uint32_t participant_;
+  std::size_t params_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false; // parts of step_open_ came
+  std::uint32_t step_open_ = 0;
+  std::size_t final_from_ = 0; // parameters from here on are final
+  bool all_final_ = false;     // the step's last part came, at all_final_at_
+  std::chrono::steady_clock::time_point all_final_at_;
+  bool cancelled_ = false;
+  bool streamed_step_valid_ = false;
+  std::uint32_t streamed_step_ = 0;
+  std::int64_t streamed_ = 0, updates_ = 0, early_updates_ = 0;
+  std::chrono::steady_clock::duration waited_{};
+};
+
+} // namespace dsa::train
