@@ -14,14 +14,19 @@ auto logged(net::comms_logger* logger, std::string_view op, std::int64_t bytes, 
 }
 } // namespace
 
-status allreduce_buffers(net::communicator& comm, std::vector<tensor>& buffers, std::int64_t bucket_elements,
-                         net::comms_logger* logger, std::string_view caller) {
+status allreduce_buffers(net::async_collectives& group, std::vector<tensor>& buffers, std::int64_t bucket_elements) {
   const std::int64_t limit = std::max<std::int64_t>(bucket_elements, 1);
   for (const tensor& b : buffers)
     if (!b.defined() || b.type() != dtype::f32 || !b.is_contiguous())
       return make_error(errc::invalid_argument, "allreduce_buffers: buffer {} is not a contiguous f32 tensor",
                         b.defined() ? b.describe() : "(none)");
-  std::vector<float> scratch;
+  // Every bucket is enqueued before the first wait; packed ones keep their scratch until then.
+  struct packed {
+    std::size_t first, last;
+    std::vector<float> scratch;
+  };
+  std::vector<packed> packs;
+  net::async_collectives::ticket last = 0;
   std::size_t i = 0;
   while (i < buffers.size()) {
     // The bucket [i, j): as many consecutive tensors as fit, at least one.
@@ -29,26 +34,46 @@ status allreduce_buffers(net::communicator& comm, std::vector<tensor>& buffers, 
     std::int64_t elements = buffers[i].numel();
     while (j < buffers.size() && elements + buffers[j].numel() <= limit) elements += buffers[j++].numel();
     if (j == i + 1) {
-      DSA_TRY(logged(logger, "all_reduce", elements * 4, caller,
-                     [&] { return comm.allreduce_sum(buffers[i].raw_data(), dtype::f32, elements); }));
+      DSA_ASSIGN_OR_RETURN(last, group.all_reduce_sum(buffers[i].raw_data(), dtype::f32, elements));
     } else {
-      scratch.resize(static_cast<std::size_t>(elements));
+      packed& p = packs.emplace_back(packed{i, j, std::vector<float>(static_cast<std::size_t>(elements))});
       std::int64_t at = 0;
       for (std::size_t k = i; k < j; ++k) {
-        std::memcpy(scratch.data() + at, buffers[k].raw_data(), static_cast<std::size_t>(buffers[k].numel()) * 4);
+        std::memcpy(p.scratch.data() + at, buffers[k].raw_data(), static_cast<std::size_t>(buffers[k].numel()) * 4);
         at += buffers[k].numel();
       }
-      DSA_TRY(logged(logger, "all_reduce", elements * 4, caller,
-                     [&] { return comm.allreduce_sum(scratch.data(), dtype::f32, elements); }));
-      at = 0;
-      for (std::size_t k = i; k < j; ++k) {
-        std::memcpy(buffers[k].raw_data(), scratch.data() + at, static_cast<std::size_t>(buffers[k].numel()) * 4);
-        at += buffers[k].numel();
-      }
+      DSA_ASSIGN_OR_RETURN(last, group.all_reduce_sum(p.scratch.data(), dtype::f32, elements));
     }
     i = j;
   }
+  if (last != 0) DSA_TRY(group.wait(last));
+  for (const packed& p : packs) {
+    std::int64_t at = 0;
+    for (std::size_t k = p.first; k < p.last; ++k) {
+      std::memcpy(buffers[k].raw_data(), p.scratch.data() + at, static_cast<std::size_t>(buffers[k].numel()) * 4);
+      at += buffers[k].numel();
+    }
+  }
   return {};
+}
+
+namespace {
+// Element-wise sums of the ranks' parts of `all` (rank r's n values at r x n), in rank order.
+std::vector<double> add_in_rank_order(const std::vector<double>& all, std::size_t n, int ranks) {
+  std::vector<double> sum(n, 0.0);
+  for (int r = 0; r < ranks; ++r)
+    for (std::size_t i = 0; i < n; ++i) sum[i] += all[static_cast<std::size_t>(r) * n + i];
+  return sum;
+}
+} // namespace
+
+expected<std::vector<double>> sum_over_ranks(net::async_collectives& group, const std::vector<double>& values) {
+  static_assert(sizeof(double) == sizeof(std::int64_t));
+  std::vector<double> all(values.size() * static_cast<std::size_t>(group.size()));
+  DSA_ASSIGN_OR_RETURN(const auto t, group.all_gather(all.data(), values.data(), dtype::i64,
+                                                      static_cast<std::int64_t>(values.size())));
+  DSA_TRY(group.wait(t));
+  return add_in_rank_order(all, values.size(), group.size());
 }
 
 expected<std::vector<double>> sum_over_ranks(net::communicator& comm, const std::vector<double>& values,
@@ -59,10 +84,7 @@ expected<std::vector<double>> sum_over_ranks(net::communicator& comm, const std:
   // Each rank's part of the allgather is exactly its n values (n * size elements in all).
   DSA_TRY(logged(logger, "all_gather", n * comm.size() * 8, caller,
                  [&] { return comm.allgather(all.data(), values.data(), dtype::i64, n * comm.size()); }));
-  std::vector<double> sum(values.size(), 0.0);
-  for (int r = 0; r < comm.size(); ++r)
-    for (std::size_t i = 0; i < values.size(); ++i) sum[i] += all[static_cast<std::size_t>(r) * values.size() + i];
-  return sum;
+  return add_in_rank_order(all, values.size(), comm.size());
 }
 
 expected<bool> any_rank(net::communicator& comm, bool mine, net::comms_logger* logger, std::string_view caller) {

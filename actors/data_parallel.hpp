@@ -27,6 +27,7 @@
 #include "core/tensor.hpp"
 #include "io/net/comms_logger.hpp"
 #include "io/net/communicator.hpp"
+#include "io/net/async_collectives.hpp"
 #include "io/net/transport.hpp"
 
 #include <chrono>
@@ -80,13 +81,15 @@ inline std::uint32_t fetch_channel(std::uint32_t stage) { return (1u << 20) + st
 // ZeRO-3's gradient partition of stage s (train::partition_grads, its own thread).
 inline std::uint32_t grad_channel(std::uint32_t stage) { return (1u << 21) + stage; }
 
-// Sums `buffers` (f32, contiguous) over the communicator's ranks in place. Consecutive
-// tensors share a bucket while their total fits `bucket_elements`; a bucket of several
-// tensors is packed into one scratch buffer, summed, and unpacked. Every rank must pass
-// tensors of the same shapes in the same order. The result is bit-identical on every rank.
-// Each bucket's sum is one "all_reduce" in `logger` (when given), issued by `caller`.
-status allreduce_buffers(net::communicator& comm, std::vector<tensor>& buffers, std::int64_t bucket_elements,
-                         net::comms_logger* logger = nullptr, std::string_view caller = {});
+// Sums `buffers` (f32, contiguous, in the group's memory) over the group's ranks in place.
+// Consecutive tensors share a bucket while their total fits `bucket_elements`; a bucket of
+// several tensors is packed into one scratch buffer, summed, and unpacked. Every bucket is
+// enqueued before the one wait. Every rank must pass tensors of the same shapes in the same
+// order. The result is bit-identical on every rank. Each bucket's sum is one "all_reduce"
+// in the group's logger.
+status allreduce_buffers(net::async_collectives& group, std::vector<tensor>& buffers, std::int64_t bucket_elements);
+// sum_over_ranks (below) through an asynchronous group: one all_gather, waited for.
+expected<std::vector<double>> sum_over_ranks(net::async_collectives& group, const std::vector<double>& values);
 
 // Element-wise sums of every rank's `values` (the same length on every rank, else an
 // errc::protocol error), added in rank order in double: exact for counts, and the

@@ -46,12 +46,13 @@ struct reducer_core {
         io(setup.slots, setup.trace, id, static_cast<std::int32_t>(i)),
         peers(plan.options.stages) {
     if (setup.dp.enabled())
-      replicas = std::make_shared<net::communicator>(*setup.dp.transport, collectives(setup.dp), reducer_channel(i));
+      replicas = std::make_shared<net::host_collectives>(
+          std::make_shared<net::communicator>(*setup.dp.transport, collectives(setup.dp), reducer_channel(i)),
+          setup.dp.logger, plan.actor_name(id));
     bucket_elements = setup.dp.bucket_elements;
     bucket_arrived.assign(plan.grads_slots(i), false);
     streams = plan.streams(i);
     allowed = plan.first_step;
-    logger = setup.dp.logger;
     DSA_CHECK(state.role() == tied_role::none || tied_index >= 0,
               "reducer {}: the plan exchanges a tied parameter this stage does not name", i);
   }
@@ -73,10 +74,10 @@ struct reducer_core {
   std::vector<caf::actor> peers; // [s]: the reducer of stage s
   bool tied_up_free = true;      // copy: the owner has read the offered gradient
   // Data parallelism: this stage's channel to the same stage's reducers on the other
-  // ranks (used on the worker only), and the bucket size of the gradient sums.
-  std::shared_ptr<net::communicator> replicas;
+  // ranks (enqueued and waited for on the worker only; the host collectives run on a
+  // thread of their own), and the bucket size of the gradient sums.
+  std::shared_ptr<net::async_collectives> replicas;
   std::int64_t bucket_elements = 0;
-  net::comms_logger* logger = nullptr;
   // The step's gradient buckets (one grads slot each): which arrived, how many
   // were summed over the ranks, the next to sum (buckets are summed in order, so
   // every rank issues the same collectives in the same order).
@@ -117,8 +118,6 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
   const std::vector<gradient_part>* kept = &c.kept; // the core (and so this) outlives its worker's jobs
   const bool presummed = c.presummed;
   auto replicas = c.replicas;
-  auto* logger = c.logger;
-  const std::string caller = c.plan.actor_name(c.id);
   const slot_ref tied_in = c.state.role() == tied_role::owner ? slot_ref{c.plan.tied_up_edge, 0}
                                                               : slot_ref{c.plan.tied_down_edge, 0};
   post_job(self, c.worker, step, [=] {
@@ -145,7 +144,7 @@ void start_job(reducer_actor* self, std::uint32_t kind, std::uint32_t step) {
       if (presummed && replicas) {
         // Each rank holds its parts only: the stage's sum of squares is every rank's, added
         // in rank order (the same bits everywhere).
-        auto total = sum_over_ranks(*replicas, {share}, logger, caller);
+        auto total = sum_over_ranks(*replicas, {share});
         if (!total)
           throw std::runtime_error("adding the ranks' gradient sums of squares: " + total.err().message);
         share = total->front();
@@ -177,10 +176,8 @@ void start_bucket_sum(reducer_actor* self, std::uint32_t step, std::uint32_t buc
   auto slots = c.slots;
   auto* trace = c.trace;
   auto replicas = c.replicas;
-  auto* logger = c.logger;
   const std::uint32_t id = c.id, index = c.index, grads = c.grads_edge;
   const std::int64_t limit = c.bucket_elements;
-  const std::string caller = c.plan.actor_name(c.id);
   const optimizer_compute* shard = c.shard_compute;
   post_job(self, c.worker, step, [=] {
     // A compressed optimizer's local step: each rank keeps its own gradients.
@@ -191,7 +188,7 @@ void start_bucket_sum(reducer_actor* self, std::uint32_t step, std::uint32_t buc
     for (const auto& t : tensors)
       if (t.defined()) bytes += t.nbytes();
     span.set_bytes(bytes);
-    if (auto s = allreduce_buffers(*replicas, tensors, limit, logger, caller); !s)
+    if (auto s = allreduce_buffers(*replicas, tensors, limit); !s)
       throw std::runtime_error(fmt::format("summing gradient bucket {} over the data-parallel ranks: {}", bucket,
                                            s.err().message));
     return work_done{bucket_job, step, bucket, 0.0, {}, {}};
