@@ -1,5 +1,6 @@
-// The GPU part's state, shared by cuda_part.cpp (forward and backward) and
-// cuda_part_params.cpp (parameters, gradients, optimizer). Internal to models/bert.
+// The GPU part's state, shared by cuda_part.cpp (forward and backward), cuda_part_head.cpp
+// (the heads' forward and backward) and cuda_part_params.cpp (parameters, gradients,
+// optimizer). Internal to models/bert.
 #pragma once
 
 #include "models/bert/cuda_part.hpp"
@@ -70,5 +71,60 @@ inline void check_cuda(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
     throw std::runtime_error("GPU BERT: " + what + " failed: " + cudaGetErrorString(e));
 }
+
+// An array uploaded from a host vector (pageable: copied before cudaMemcpyAsync returns).
+template <class T> device_array upload(const std::vector<T>& host, cudaStream_t stream) {
+  device_array d(host.size() * sizeof(T), stream);
+  if (!host.empty())
+    check_cuda(cudaMemcpyAsync(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
+               "uploading the batch");
+  return d;
+}
+
+template <class T> std::vector<T> values(const tensor& t) {
+  const auto* p = static_cast<const T*>(t.raw_data());
+  return std::vector<T>(p, p + t.numel());
+}
+
+// C = op(A) op(B) (beta 0) or += (beta 1); A and B of the storage type, C f32 or storage.
+struct gemm_runner {
+  const part::impl& m;
+  void operator()(void* c, bool c_f32, const void* a, const void* b, std::int64_t rows, std::int64_t cols,
+                  std::int64_t k, bool ta, bool tb, float beta, const char* what) const {
+    cuda::gemm_call call;
+    call.c = c;
+    call.c_type = c_f32 ? cuda::elem::f32 : m.type;
+    call.a = a;
+    call.b = b;
+    call.ab_type = m.type;
+    call.shape.m = rows;
+    call.shape.n = cols;
+    call.shape.k = k;
+    call.shape.trans_a = ta ? cpu::transpose::yes : cpu::transpose::no;
+    call.shape.trans_b = tb ? cpu::transpose::yes : cpu::transpose::no;
+    call.shape.beta = beta;
+    const status s = m.engine->run(call, m.stream);
+    if (!s)
+      throw std::runtime_error(std::string("GPU BERT: ") + what + ": " + s.err().to_string());
+  }
+};
+
+struct shapes {
+  std::int64_t B, T, H, V, N;
+};
+
+// The heads (cuda_part_head.cpp). The pre-training head's forward on the range's last
+// hidden states fills the stash's head arrays; its backward writes dh, (N, H). The SQuAD
+// head's forward: logits (2, N), start row then end row, and with labels each side's cross
+// entropy over the sequence's positions, the gradient left in the logits; its backward
+// writes dh from them. enqueue_readout: the per-row losses and hits into the stash's pinned
+// readout, then its event.
+void head_forward(const part::impl& m, const bert_batch& batch, const void* last, const shapes& s, float grad_scale,
+                  part_stash& st);
+void head_backward(const part::impl& m, const shapes& s, part_stash& st, void* dh);
+void squad_forward(const part::impl& m, const bert_batch& batch, const void* last, const shapes& s, float grad_scale,
+                   part_stash& st);
+void squad_backward(const part::impl& m, const shapes& s, const void* last, part_stash& st, void* dh);
+void enqueue_readout(const part::impl& m, part_stash& st);
 
 } // namespace dsa::bert::gpu
