@@ -78,6 +78,7 @@ expected<std::shared_ptr<const library>> load_library(const std::string& path) {
   resolve(handle, "ncclGetUniqueId", lib->get_unique_id, missing);
   resolve(handle, "ncclCommInitRank", lib->comm_init_rank, missing);
   resolve(handle, "ncclAllReduce", lib->all_reduce, missing);
+  resolve(handle, "ncclAllGather", lib->all_gather, missing);
   resolve(handle, "ncclCommGetAsyncError", lib->comm_get_async_error, missing);
   resolve(handle, "ncclCommAbort", lib->comm_abort, missing);
   resolve(handle, "ncclCommDestroy", lib->comm_destroy, missing);
@@ -167,6 +168,15 @@ status communicator::all_reduce_sum(void* data, std::size_t count, element type,
   const result_t r = lib_->all_reduce(data, data, count, static_cast<int>(type), op_sum, comm_, stream);
   if (r != success && r != in_progress)
     return make_error(errc::runtime, "{}: ncclAllReduce of {} elements failed: {}", where(), count, lib_->describe(r));
+  pending_ = true;
+  return {};
+}
+
+status communicator::all_gather(void* out, const void* in, std::size_t count, element type, stream_t stream) {
+  if (aborted_) return make_error(errc::runtime, "{}: an allgather after the communicator was aborted", where());
+  const result_t r = lib_->all_gather(in, out, count, static_cast<int>(type), comm_, stream);
+  if (r != success && r != in_progress)
+    return make_error(errc::runtime, "{}: ncclAllGather of {} elements failed: {}", where(), count, lib_->describe(r));
   pending_ = true;
   return {};
 }

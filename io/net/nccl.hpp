@@ -35,7 +35,7 @@ struct unique_id {
 };
 using result_t = int; // ncclResult_t
 inline constexpr result_t success = 0, in_progress = 7;
-enum class element : int { f16 = 6, f32 = 7, bf16 = 9 }; // ncclDataType_t
+enum class element : int { u8 = 1, i64 = 4, f16 = 6, f32 = 7, bf16 = 9 }; // ncclDataType_t
 inline constexpr int op_sum = 0;                          // ncclRedOp_t
 using comm_t = void*;                                     // ncclComm_t
 using stream_t = void*;                                   // cudaStream_t
@@ -50,6 +50,7 @@ struct library {
   result_t (*get_unique_id)(unique_id*) = nullptr;
   result_t (*comm_init_rank)(comm_t*, int, unique_id, int) = nullptr;
   result_t (*all_reduce)(const void*, void*, std::size_t, int, int, comm_t, stream_t) = nullptr;
+  result_t (*all_gather)(const void*, void*, std::size_t, int, comm_t, stream_t) = nullptr;
   result_t (*comm_get_async_error)(comm_t, result_t*) = nullptr;
   result_t (*comm_abort)(comm_t) = nullptr;
   result_t (*comm_destroy)(comm_t) = nullptr;
@@ -99,6 +100,9 @@ public:
 
   // Enqueues the sum over the group of `count` elements in place, on `stream`.
   status all_reduce_sum(void* data, std::size_t count, element type, stream_t stream);
+  // Enqueues the gather of every rank's `count` elements at `in` into `out` (ranks x count,
+  // rank r's at r x count), on `stream`.
+  status all_gather(void* out, const void* in, std::size_t count, element type, stream_t stream);
   // Until `done()` (the stream's work finished; CUDA builds pass cudaStreamQuery's answer),
   // every `poll`: NCCL's asynchronous error first (an error is one even when the stream's
   // work ended), then done(), then `deadline` on `clock`. An error or the deadline aborts the

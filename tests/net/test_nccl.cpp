@@ -5,8 +5,11 @@
 // asynchronous error and a rank that never comes each ending in an abort with a named error
 // (fake clocks: no outcome depends on time), a rank failing after the exchange ending the
 // others' join at its deadline, a communicator dropped with a collective pending aborted,
-// nothing after an abort. And the machine's real NCCL, where one is installed: its version.
+// nothing after an abort. The asynchronous collectives over it (io/net/nccl_collectives.hpp):
+// several operations in flight, one wait, tickets, a failure breaking the group for good.
+// And the machine's real NCCL, where one is installed: its version.
 #include "io/net/nccl.hpp"
+#include "io/net/nccl_collectives.hpp"
 #include "tests/net/rendezvous_support.hpp"
 
 #include <doctest/doctest.h>
@@ -278,6 +281,111 @@ TEST_CASE("nccl: a group of one rank sums to itself; an element type NCCL refuse
     CHECK(refused.err().message == "rank 0 of NCCL group \"dp\" (1 ranks): ncclAllReduce of 1 elements failed: NCCL "
                                    "result 4 (invalid argument (fake))");
   });
+}
+
+// Asynchronous collectives over rank r's communicator `c`, completed by the fake's query
+// (the stream's, on a GPU); by default waits on a frozen clock end only by completion.
+std::unique_ptr<net::nccl_collectives> over_fake(const fake_controls& fake, std::unique_ptr<communicator> c,
+                                                 std::chrono::milliseconds deadline = 1ms,
+                                                 const net::nccl::clock_fn& clock = frozen_clock()) {
+  void* handle = c->handle();
+  return std::make_unique<net::nccl_collectives>(
+      std::move(c), nullptr, [&fake, handle] { return fake.done(handle) == 1; }, deadline,
+      std::chrono::microseconds(200), clock);
+}
+
+TEST_CASE("nccl_collectives: allreduces and allgathers in flight together, one wait, every result") {
+  fake_controls fake;
+  constexpr int ranks = 3;
+  run_in_memory(ranks, [&](int r, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE(c.has_value());
+    auto owned = over_fake(fake, std::move(*c));
+    net::nccl_collectives& group = *owned;
+    CHECK(group.rank() == r);
+    CHECK(group.size() == ranks);
+    CHECK(group.memory() == net::buffer_memory::device);
+    std::vector<float> a{1.0f + static_cast<float>(r), -1.0f}, b{static_cast<float>(r)};
+    const std::vector<std::int64_t> mine{r * 10 + 1, r * 10 + 2};
+    std::vector<std::int64_t> gathered(2 * ranks);
+    const std::uint8_t flag = r == 1 ? 1 : 0;
+    std::vector<std::uint8_t> flags(ranks, 9);
+    auto t1 = group.all_reduce_sum(a.data(), dtype::f32, 2);
+    auto t2 = group.all_reduce_sum(b.data(), dtype::f32, 1);
+    auto t3 = group.all_gather(gathered.data(), mine.data(), dtype::i64, 2);
+    auto t4 = group.all_gather(flags.data(), &flag, dtype::u8, 1);
+    REQUIRE((t1 && t2 && t3 && t4));
+    CHECK(*t4 == *t1 + 3);
+    // Waiting with a frozen clock: only the group's completion ends it.
+    REQUIRE(group.wait(*t4));
+    CHECK(group.wait(*t1)); // completed with it
+    CHECK(a == std::vector<float>{6.0f, -3.0f});
+    CHECK(b == std::vector<float>{3.0f});
+    CHECK(gathered == std::vector<std::int64_t>{1, 2, 11, 12, 21, 22});
+    CHECK(flags == std::vector<std::uint8_t>{0, 1, 0});
+    const status bad = group.wait(*t4 + 1);
+    REQUIRE_FALSE(bad);
+    CHECK(bad.err().code == errc::invalid_argument);
+  });
+}
+
+TEST_CASE("nccl_collectives: an asynchronous error or a refused operation breaks the group for good") {
+  fake_controls fake;
+  fake.set(0, 1, 6, -1); // rank 1 reports ncclRemoteError once its collective completed
+  run_in_memory(2, [&](int r, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE(c.has_value());
+    auto owned = over_fake(fake, std::move(*c));
+    net::nccl_collectives& group = *owned;
+    std::vector<float> data{1.0f};
+    auto t = group.all_reduce_sum(data.data(), dtype::f32, 1);
+    REQUIRE(t);
+    const status s = group.wait(*t);
+    if (r == 0) {
+      CHECK(s);
+      return;
+    }
+    REQUIRE_FALSE(s);
+    CHECK(s.err().message.find("the collectives up to ticket 1 failed: NCCL result 6") != std::string::npos);
+    auto after = group.all_reduce_sum(data.data(), dtype::f32, 1);
+    REQUIRE_FALSE(after);
+    CHECK(after.err().message == s.err().message); // the same error from then on
+    CHECK(group.wait(*t).err().message == s.err().message);
+  });
+  fake.set(0, -1, 0, -1);
+  run_in_memory(1, [&](int, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE(c.has_value());
+    auto owned = over_fake(fake, std::move(*c));
+    net::nccl_collectives& group = *owned;
+    std::vector<std::int64_t> counts{1};
+    auto wrong = group.all_reduce_sum(counts.data(), dtype::i64, 1); // refused before NCCL sees it
+    REQUIRE_FALSE(wrong);
+    CHECK(wrong.err().message.find("f32, f16 or bf16 only") != std::string::npos);
+    std::vector<std::uint16_t> half{0x3f80};
+    auto refused = group.all_reduce_sum(half.data(), dtype::bf16, 1); // the fake refuses bf16 sums
+    REQUIRE_FALSE(refused);
+    CHECK(refused.err().message.find("ncclAllReduce of 1 elements failed") != std::string::npos);
+    std::vector<float> data{1.0f};
+    auto later = group.all_reduce_sum(data.data(), dtype::f32, 1);
+    REQUIRE_FALSE(later);
+    CHECK(later.err().message == refused.err().message);
+  });
+}
+
+TEST_CASE("nccl_collectives: a rank that never comes ends the others' wait at the deadline, aborted") {
+  fake_controls fake;
+  const int aborts_before = fake.aborts();
+  run_in_memory(2, [&](int r, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE(c.has_value());
+    if (r == 1) return; // joined, then never enqueues
+    auto owned = over_fake(fake, std::move(*c), 50ms, stepping_clock());
+    net::nccl_collectives& group = *owned;
+    std::vector<float> data{1.0f};
+    auto t = group.all_reduce_sum(data.data(), dtype::f32, 1);
+    REQUIRE(t);
+    const status s = group.wait(*t);
+    REQUIRE_FALSE(s);
+    CHECK(s.err().message.find("did not finish within 50 ms; the communicator was aborted") != std::string::npos);
+  });
+  CHECK(fake.aborts() - aborts_before == 1);
 }
 
 TEST_CASE("nccl: the machine's own library, where one is installed, loads and reports its version") {
