@@ -135,6 +135,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.key_mask = upload(values<float>(mask), m.stream);
 
   if (m.range.has_embeddings()) {
+    m.upload.order(m.stream, backward_options::embeddings_done); // this part's weights are in
     const std::vector<std::int32_t> ids = values<std::int32_t>(batch.input_ids);
     st.ids = upload(ids, m.stream);
     std::vector<std::int32_t> types(ids.size(), 0);
@@ -171,6 +172,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
   const layer_shape shape = shape_of(cfg, s, ctx, type, m.deterministic);
   st.layers.resize(m.layers.size());
   for (std::size_t k = 0; k < m.layers.size(); ++k) {
+    m.upload.order(m.stream, m.range.first_layer + static_cast<std::int64_t>(k));
     st.acts.push_back(rows_of(s.N, s.H));
     layer_forward(*m.engine, m.weights(m.layers[k]), shape, streams_of(ctx, m.range.first_layer + static_cast<std::int64_t>(k)),
                   st.acts[k].get(), st.key_mask.as<float>(), st.acts[k + 1].get(), st.layers[k], m.stream);
@@ -183,6 +185,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.filled = true;
     return st.acts.back().get();
   }
+  m.upload.order(m.stream, backward_options::head_done);
   // Pre-LN: the final LayerNorm over the last layer's output, the head's input.
   const void* last = st.acts.back().get();
   if (m.final_norm()) {

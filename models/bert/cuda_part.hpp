@@ -158,6 +158,16 @@ public:
 
   // Values: entry i's (f32, f16 or bf16, its shape) into the master and working copy.
   void load_value(std::size_t i, const tensor& value);
+  // A new version (values[i]: entry i's, as load_value takes it) uploaded on a stream of the
+  // part's own, part by part in the forward's order, after the work already enqueued on the
+  // part's stream (which reads the old weights); each forward then waits for its part's
+  // copies only, so the upload overlaps the first parts' compute. The copies read `values`
+  // after this returns: from pinned memory they are asynchronous (pageable memory works, the
+  // host then waits for each copy), and the caller must not change them before
+  // wait_upload_read(). Returns without waiting.
+  void upload_version(const std::vector<tensor>& values);
+  // Waits until the last upload_version's copies have read their host values.
+  void wait_upload_read();
   // The f32 gradients (and masters) into host f32 tensors of the entries' shapes; waits.
   void download_gradients(const std::vector<tensor>& into);
   void download_values(const std::vector<tensor>& into);

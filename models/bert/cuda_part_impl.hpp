@@ -34,6 +34,28 @@ struct layer_index {
   std::size_t attention_gamma, attention_beta, output_gamma, output_beta;
 };
 
+// The version's working copies uploaded part by part on a stream of their own
+// (part::upload_version, cuda_part_upload.cpp): the forward's parts in order (embeddings,
+// each layer, the head: backward_options' ids), the entries each reads, and an event after
+// their copies, which the compute stream waits for just before it computes that part.
+struct version_upload {
+  struct piece {
+    std::int64_t id = 0;
+    std::vector<std::size_t> entries;
+    cudaEvent_t uploaded = nullptr;
+  };
+  std::vector<piece> pieces;
+  cudaStream_t stream = nullptr;      // made by the first upload
+  cudaEvent_t compute_mark = nullptr; // the compute stream's work before an upload
+  bool recorded = false;              // the pieces' events stand for an upload
+  version_upload() = default;
+  ~version_upload(); // waits for the copies in flight, then frees the stream and events
+  version_upload(const version_upload&) = delete;
+  version_upload& operator=(const version_upload&) = delete;
+  // `compute` waits for piece `id`'s copies (nothing to wait for before the first upload).
+  void order(cudaStream_t compute, std::int64_t id) const;
+};
+
 struct part::impl {
   bert_config cfg;
   bert_range range;
@@ -65,7 +87,12 @@ struct part::impl {
   float* grad(std::size_t i) const { return params[i].gradient.as<float>(); }
   layer_weights weights(const layer_index& l) const;
   layer_grads grads(const layer_index& l) const;
+  version_upload upload; // last: destroyed first, once its copies have ended
 };
+
+// Entry i's value (f32, f16 or bf16) into its master and working copy, on `stream`
+// (part::load_value's, on the part's stream; upload_version's on the upload stream).
+void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream_t stream);
 
 inline void check_cuda(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)

@@ -6,6 +6,7 @@
 #include "core/device_waits.hpp"
 #include "kernels/cuda/adam.hpp"
 #include "kernels/cuda/convert.hpp"
+#include "models/bert/bert_part.hpp"
 
 #include <fmt/format.h>
 
@@ -242,6 +243,16 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, 
     m.decoder_bias = index_of(params, h.decoder_bias, "decoder bias");
     m.relationship = linear_index(params, h.seq_relationship, m.relationship_bias, "NSP classifier");
   }
+  // The forward's parts in order, each with the entries it reads, for upload_version.
+  auto add_piece = [&](std::int64_t id) { m.upload.pieces.push_back({id, parameters_finished_by(params, id), nullptr}); };
+  if (m.range.has_embeddings()) add_piece(backward_options::embeddings_done);
+  for (std::int64_t l = m.range.first_layer; l < m.range.last_layer; ++l) add_piece(l);
+  if (m.range.has_head()) add_piece(backward_options::head_done);
+  std::size_t covered = 0;
+  for (const auto& piece : m.upload.pieces) covered += piece.entries.size();
+  if (covered != m.params.size())
+    throw std::runtime_error(fmt::format("GPU BERT: the forward's parts read {} of range {}'s {} parameters", covered,
+                                         m.range.to_string(), m.params.size()));
   device_wait("cudaStreamSynchronize (uploading the parameters)");
   check_cuda(cudaStreamSynchronize(stream), "uploading the parameters");
 }
@@ -260,8 +271,9 @@ std::int64_t part::parameter_count() const {
   return n;
 }
 
-void part::load_value(std::size_t i, const tensor& value) {
-  impl& m = *impl_;
+void part::load_value(std::size_t i, const tensor& value) { load_value_on(*impl_, i, value, impl_->stream); }
+
+void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream_t stream) {
   device_param& p = m.params.at(i);
   const auto from = value.defined() ? elem_of(value.type()) : std::nullopt;
   if (!from || value.numel() != p.numel || !value.is_contiguous())
@@ -271,38 +283,38 @@ void part::load_value(std::size_t i, const tensor& value) {
   if (!p.master.get()) { // the working copy alone (masters off): straight in, or through f32
     const auto bytes = static_cast<std::size_t>(p.numel * cuda::elem_size(*from));
     if (*from == m.type) {
-      check_cuda(cudaMemcpyAsync(p.working.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, m.stream),
+      check_cuda(cudaMemcpyAsync(p.working.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, stream),
                  "uploading a parameter");
       return;
     }
-    device_array staged(bytes, m.stream), wide;
-    check_cuda(cudaMemcpyAsync(staged.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, m.stream),
+    device_array staged(bytes, stream), wide;
+    check_cuda(cudaMemcpyAsync(staged.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, stream),
                "uploading a parameter");
     const void* f32 = staged.get();
     if (*from != cuda::elem::f32) {
-      wide = device_array(static_cast<std::size_t>(p.numel) * 4, m.stream);
-      check_cuda(cuda::convert(wide.get(), cuda::elem::f32, staged.get(), *from, p.numel, m.stream),
+      wide = device_array(static_cast<std::size_t>(p.numel) * 4, stream);
+      check_cuda(cuda::convert(wide.get(), cuda::elem::f32, staged.get(), *from, p.numel, stream),
                  "widening a parameter");
       f32 = wide.get();
     }
-    check_cuda(cuda::convert(p.working.get(), m.type, f32, cuda::elem::f32, p.numel, m.stream),
+    check_cuda(cuda::convert(p.working.get(), m.type, f32, cuda::elem::f32, p.numel, stream),
                "a parameter's working copy");
     return;
   }
   if (*from == cuda::elem::f32) {
     check_cuda(cudaMemcpyAsync(p.master.get(), value.raw_data(), static_cast<std::size_t>(p.numel) * 4,
-                               cudaMemcpyHostToDevice, m.stream),
+                               cudaMemcpyHostToDevice, stream),
                "uploading a parameter");
   } else {
     const auto bytes = static_cast<std::size_t>(p.numel * cuda::elem_size(*from));
-    device_array staged(bytes, m.stream);
-    check_cuda(cudaMemcpyAsync(staged.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, m.stream),
+    device_array staged(bytes, stream);
+    check_cuda(cudaMemcpyAsync(staged.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, stream),
                "uploading a parameter");
-    check_cuda(cuda::convert(p.master.get(), cuda::elem::f32, staged.get(), *from, p.numel, m.stream),
+    check_cuda(cuda::convert(p.master.get(), cuda::elem::f32, staged.get(), *from, p.numel, stream),
                "widening a parameter");
   }
   if (p.working_copy)
-    check_cuda(cuda::convert(p.working.get(), m.type, p.master.get(), cuda::elem::f32, p.numel, m.stream),
+    check_cuda(cuda::convert(p.working.get(), m.type, p.master.get(), cuda::elem::f32, p.numel, stream),
                "a parameter's working copy");
 }
 

@@ -5,7 +5,8 @@
 // range (the tied word embedding's two copies each against its CPU range), in f32, bf16
 // and f16 storage (f16 with a loss scale of 1024 on both sides, as fp16 training runs it);
 // post-LN and pre-LN (whose last range has the final LayerNorm), and with the three memory
-// flags and activation checkpointing on both sides.
+// flags and activation checkpointing on both sides. And a version uploaded part by part on
+// the part's upload stream (upload_version) against the same values loaded in order.
 #include "gpu_test_util.hpp"
 
 #include "kernels/cpu/convert.hpp"
@@ -150,6 +151,50 @@ TEST_CASE("cuda part: values loaded from half tensors, and a middle range withou
   bert::gpu::part_stash stash;
   CHECK_THROWS_WITH(gpu.forward(bert::gpu::device_array(), small_batch(cfg), bert::forward_context{}, 1.0f, stash),
                     doctest::Contains("previous stage"));
+}
+
+TEST_CASE("cuda part: a version uploaded part by part gives the losses of the same values loaded in order") {
+  const bert::bert_config cfg = gpu_bert_config(3);
+  const bert::bert_range whole = bert::bert_range::layers(0, 3).with_embeddings().with_head();
+  bert::bert_parameters params(cfg, whole);
+  prepare_gpu_bert(params);
+  test_stream stream;
+  // Two copies of the part on one stream, no masters (a CUDA stage's), bf16 working copies.
+  bert::gpu::part loaded(params, cuda::elem::bf16, stream.get(), false, false);
+  bert::gpu::part uploaded(params, cuda::elem::bf16, stream.get(), false, false);
+  const bert::bert_batch batch = small_batch(cfg);
+  bert::forward_context ctx;
+  ctx.seed = 3;
+  auto loss_of = [&](bert::gpu::part& p) {
+    bert::gpu::part_stash st;
+    p.forward(bert::gpu::device_array(), batch, ctx, 1.0f, st);
+    return p.losses(st);
+  };
+  const bert::bert_losses before = loss_of(uploaded);
+  // The next version: every value scaled, in bf16 as a shard publishes it.
+  std::vector<tensor> version;
+  for (const auto& e : params.entries()) {
+    tensor v = tensor::empty(e.spec.shape, dtype::bf16);
+    std::vector<float> scaled(static_cast<std::size_t>(e.value.numel()));
+    for (std::size_t k = 0; k < scaled.size(); ++k) scaled[k] = 0.9f * e.value.data<float>()[k];
+    cpu::cast(v.raw_data(), dtype::bf16, scaled.data(), dtype::f32, e.value.numel());
+    version.push_back(v);
+  }
+  for (std::size_t i = 0; i < version.size(); ++i) loaded.load_value(i, version[i]);
+  // A forward of the old version enqueued first, then the upload: it must not see the new
+  // weights, and the forward after the upload must see all of them.
+  bert::gpu::part_stash old_stash;
+  uploaded.forward(bert::gpu::device_array(), batch, ctx, 1.0f, old_stash);
+  uploaded.upload_version(version);
+  const bert::bert_losses old_again = uploaded.losses(old_stash);
+  CHECK(old_again.total == before.total);
+  const bert::bert_losses want = loss_of(loaded), got = loss_of(uploaded);
+  CHECK(got.total == want.total);
+  CHECK(got.mlm_loss == want.mlm_loss);
+  CHECK(got.nsp_loss == want.nsp_loss);
+  CHECK(got.total != before.total);
+  uploaded.wait_upload_read();
+  CHECK_THROWS_WITH(uploaded.upload_version({}), doctest::Contains("a version of 0 tensors"));
 }
 
 } // namespace dsa::test

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string_view>
 
@@ -152,42 +153,73 @@ void cuda_stage::ensure_device() {
   part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s,
                                              options_.deterministic, /*masters=*/false);
   pin_host_gradients();
+  pin_host_values();
 }
 
-void cuda_stage::pin_host_gradients() {
-  const auto& entries = params_.entries();
+namespace {
+
+// A host tensor per parameter of `params` (its shape, `type`), all in one pinned block that
+// lives as long as any of them, each filled by fill(i, its memory, its bytes); empty when the
+// pinned owner could not pin the block (it has said why).
+std::vector<std::pair<std::size_t, tensor>> pinned_per_parameter(const bert::bert_parameters& params, dtype type,
+                                                                 const char* what,
+                                                                 const std::function<void(std::size_t, void*, std::size_t)>& fill) {
+  const auto& entries = params.entries();
   std::size_t bytes = 0;
   std::vector<std::size_t> offsets;
   for (const auto& e : entries) {
     offsets.push_back(bytes);
-    bytes += (static_cast<std::size_t>(shape_numel(e.spec.shape)) * 4 + 63) / 64 * 64;
+    bytes += (static_cast<std::size_t>(shape_numel(e.spec.shape)) * dtype_size(type) + 63) / 64 * 64;
   }
   auto block = std::make_shared<bert::gpu::pinned_buffer>();
-  block->reserve(bytes, "a CUDA stage's host gradients");
-  std::vector<std::pair<std::size_t, tensor>> grads;
-  if (!block->pinned()) { // the owner has said why; a pageable copy would stall the backward
+  block->reserve(bytes, what);
+  std::vector<std::pair<std::size_t, tensor>> out;
+  if (!block->pinned()) return out;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    void* at = static_cast<char*>(block->get()) + offsets[i];
+    const auto n = static_cast<std::size_t>(shape_numel(entries[i].spec.shape)) * dtype_size(type);
+    fill(i, at, n);
+    auto storage = storage::wrap(at, n, device::cpu(), [block](void*) {});
+    out.emplace_back(i, tensor::from_storage(std::move(storage), 0, entries[i].spec.shape, type));
+  }
+  return out;
+}
+
+} // namespace
+
+void cuda_stage::pin_host_gradients() {
+  const auto& entries = params_.entries();
+  auto grads = pinned_per_parameter(params_, dtype::f32, "a CUDA stage's host gradients",
+                                    [](std::size_t, void* at, std::size_t n) { std::memset(at, 0, n); });
+  if (grads.empty()) { // the owner has said why; a pageable copy would stall the backward
     log_warn("CUDA stage {}: no pinned host memory for its gradients: they come down after the backward, in one "
              "piece, even where the runtime could take them part by part",
              params_.range().to_string());
-    block.reset();
     for (std::size_t i = 0; i < entries.size(); ++i)
       grads.emplace_back(i, tensor::zeros(entries[i].spec.shape, dtype::f32));
     params_.set_grads(std::move(grads));
     return;
   }
-  // Each host gradient a tensor over the block, which lives as long as any of them.
   std::vector<void*> host;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    void* at = static_cast<char*>(block->get()) + offsets[i];
-    std::memset(at, 0, static_cast<std::size_t>(shape_numel(entries[i].spec.shape)) * 4);
-    auto storage = storage::wrap(at, static_cast<std::size_t>(shape_numel(entries[i].spec.shape)) * 4, device::cpu(),
-                                 [block](void*) {});
-    grads.emplace_back(i, tensor::from_storage(std::move(storage), 0, entries[i].spec.shape, dtype::f32));
-    host.push_back(at);
-  }
+  for (const auto& g : grads) host.push_back(g.second.raw_data());
   params_.set_grads(std::move(grads));
   copier_ = std::make_unique<copier>(*part_, std::move(host), stream_->get());
   download_ = std::make_unique<grad_download>(entries.size(), [this](std::size_t i) { finish_copy(i); });
+}
+
+void cuda_stage::pin_host_values() {
+  const auto& entries = params_.entries();
+  auto values = pinned_per_parameter(params_, params_.value_type(), "a CUDA stage's host weights",
+                                     [&](std::size_t i, void* at, std::size_t n) {
+                                       std::memcpy(at, entries[i].value.raw_data(), n);
+                                     });
+  if (values.empty()) { // the owner has said why: each version's upload then waits for its copies
+    log_warn("CUDA stage {}: no pinned host memory for its weights: each version's upload holds the stage's worker "
+             "until it is done, instead of overlapping the forward",
+             params_.range().to_string());
+    return;
+  }
+  params_.set_values(std::move(values));
 }
 
 void cuda_stage::reserve_stash(std::uint32_t slots) { stashes_.resize(slots); }
@@ -360,10 +392,16 @@ tensor cuda_stage::gradient(std::size_t index) {
 }
 
 void cuda_stage::load_parameters(const std::vector<tensor>& updated) {
+  if (part_) {
+    check_cuda(cudaSetDevice(options_.device_index), "cudaSetDevice");
+    part_->wait_upload_read(); // the last version's copies have read the host weights
+  }
   const double scale = load_version(params_, updated);
   ensure_device();
-  const auto& entries = params_.entries();
-  for (std::size_t i = 0; i < entries.size(); ++i) part_->load_value(i, entries[i].value);
+  // Uploaded part by part on the part's upload stream; each forward waits for its part only.
+  std::vector<tensor> values;
+  for (const auto& e : params_.entries()) values.push_back(e.value);
+  part_->upload_version(values);
   if (copier_) copier_->order_before(stream_->get());
   if (download_) download_->begin_step(); // the host copies are the old version's
   if (grads_) grads_->reset();            // ZeRO-2: the reducer has released the step's partition

@@ -107,6 +107,9 @@ private:
   // asynchronous), and the copier and its download over them; without pinned memory (said
   // in the log) the gradients stay pageable and come down after the backward.
   void pin_host_gradients();
+  // The host weights (each version's, in the working precision) moved into one pinned block,
+  // so the part's upload of a version is asynchronous; pageable when pinning fails (said).
+  void pin_host_values();
   // Parameter i's gradient on the host: rounded to the working precision (and
   // debug.overflow_step's fault), as fetch_gradients does.
   void finish_copy(std::size_t i);
