@@ -15,42 +15,53 @@ auto logged(net::comms_logger* logger, std::string_view op, std::int64_t bytes, 
 } // namespace
 
 status allreduce_buffers(net::async_collectives& group, std::vector<tensor>& buffers, std::int64_t bucket_elements) {
+  DSA_CHECK(group.memory() == net::buffer_memory::host, "allreduce_buffers: host tensors for a group of device buffers");
   const std::int64_t limit = std::max<std::int64_t>(bucket_elements, 1);
   for (const tensor& b : buffers)
     if (!b.defined() || b.type() != dtype::f32 || !b.is_contiguous())
       return make_error(errc::invalid_argument, "allreduce_buffers: buffer {} is not a contiguous f32 tensor",
                         b.defined() ? b.describe() : "(none)");
-  // Every bucket is enqueued before the first wait; packed ones keep their scratch until then.
-  struct packed {
+  // The buckets [first, last): as many consecutive tensors as fit, at least one; a bucket of
+  // several is packed into scratch, all of it made before the first enqueue (a buffer belongs
+  // to the group until the wait, so nothing may fail and unwind in between).
+  struct bucket {
     std::size_t first, last;
+    std::int64_t elements;
     std::vector<float> scratch;
   };
-  std::vector<packed> packs;
-  net::async_collectives::ticket last = 0;
-  std::size_t i = 0;
-  while (i < buffers.size()) {
-    // The bucket [i, j): as many consecutive tensors as fit, at least one.
+  std::vector<bucket> buckets;
+  for (std::size_t i = 0; i < buffers.size();) {
     std::size_t j = i + 1;
     std::int64_t elements = buffers[i].numel();
     while (j < buffers.size() && elements + buffers[j].numel() <= limit) elements += buffers[j++].numel();
-    if (j == i + 1) {
-      DSA_ASSIGN_OR_RETURN(last, group.all_reduce_sum(buffers[i].raw_data(), dtype::f32, elements));
-    } else {
-      packed& p = packs.emplace_back(packed{i, j, std::vector<float>(static_cast<std::size_t>(elements))});
-      std::int64_t at = 0;
-      for (std::size_t k = i; k < j; ++k) {
-        std::memcpy(p.scratch.data() + at, buffers[k].raw_data(), static_cast<std::size_t>(buffers[k].numel()) * 4);
-        at += buffers[k].numel();
-      }
-      DSA_ASSIGN_OR_RETURN(last, group.all_reduce_sum(p.scratch.data(), dtype::f32, elements));
-    }
+    buckets.push_back({i, j, elements, {}});
     i = j;
   }
-  if (last != 0) DSA_TRY(group.wait(last));
-  for (const packed& p : packs) {
+  for (bucket& b : buckets) {
+    if (b.last == b.first + 1) continue;
+    b.scratch.resize(static_cast<std::size_t>(b.elements));
     std::int64_t at = 0;
-    for (std::size_t k = p.first; k < p.last; ++k) {
-      std::memcpy(buffers[k].raw_data(), p.scratch.data() + at, static_cast<std::size_t>(buffers[k].numel()) * 4);
+    for (std::size_t k = b.first; k < b.last; ++k) {
+      std::memcpy(b.scratch.data() + at, buffers[k].raw_data(), static_cast<std::size_t>(buffers[k].numel()) * 4);
+      at += buffers[k].numel();
+    }
+  }
+  net::async_collectives::ticket last = 0;
+  for (bucket& b : buckets) {
+    void* data = b.scratch.empty() ? buffers[b.first].raw_data() : static_cast<void*>(b.scratch.data());
+    auto t = group.all_reduce_sum(data, dtype::f32, b.elements);
+    if (!t) { // refused: what was enqueued before still reads these buffers until it ends
+      if (last != 0) (void)group.wait(last);
+      return t.err();
+    }
+    last = *t;
+  }
+  if (last != 0) DSA_TRY(group.wait(last));
+  for (const bucket& b : buckets) {
+    if (b.scratch.empty()) continue;
+    std::int64_t at = 0;
+    for (std::size_t k = b.first; k < b.last; ++k) {
+      std::memcpy(buffers[k].raw_data(), b.scratch.data() + at, static_cast<std::size_t>(buffers[k].numel()) * 4);
       at += buffers[k].numel();
     }
   }
@@ -69,6 +80,7 @@ std::vector<double> add_in_rank_order(const std::vector<double>& all, std::size_
 
 expected<std::vector<double>> sum_over_ranks(net::async_collectives& group, const std::vector<double>& values) {
   static_assert(sizeof(double) == sizeof(std::int64_t));
+  DSA_CHECK(group.memory() == net::buffer_memory::host, "sum_over_ranks: host values for a group of device buffers");
   std::vector<double> all(values.size() * static_cast<std::size_t>(group.size()));
   DSA_ASSIGN_OR_RETURN(const auto t, group.all_gather(all.data(), values.data(), dtype::i64,
                                                       static_cast<std::int64_t>(values.size())));

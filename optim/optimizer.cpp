@@ -96,6 +96,7 @@ cpu::adam_params adam_step_params(const optimizer_config& cfg, double lr, double
 }
 
 void optimizer::step() {
+  stepping_ = false;
   ++step_;
   lamb_coeffs_.clear();
   for (auto& g : groups_)
@@ -107,16 +108,19 @@ void optimizer::begin_step() {
             "optimizer: a step a parameter at a time needs Adam or AdamW, not {}", optimizer_name(cfg_.type));
   ++step_;
   lamb_coeffs_.clear();
+  by_name_.clear();
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (std::size_t i = 0; i < groups_[g].params.size(); ++i) by_name_[groups_[g].params[i].name] = {g, i};
+  stepping_ = true;
 }
 
 status optimizer::step_param(const std::string& name) {
-  for (auto& g : groups_)
-    for (auto& slot : g.params)
-      if (slot.name == name) {
-        update(g, slot);
-        return {};
-      }
-  return make_error(errc::not_found, "optimizer: no parameter '{}' to step", name);
+  if (!stepping_) return make_error(errc::invalid_argument, "optimizer: step_param('{}') before begin_step()", name);
+  const auto at = by_name_.find(name);
+  if (at == by_name_.end()) return make_error(errc::not_found, "optimizer: no parameter '{}' to step", name);
+  param_group& g = groups_[at->second.first];
+  update(g, g.params[at->second.second]);
+  return {};
 }
 
 void optimizer::update(param_group& g, param_slot& slot) {

@@ -153,6 +153,10 @@ private:
   std::vector<param_group> groups_;
   void update(param_group& g, param_slot& slot);
 
+  // begin_step's: each parameter's group and place by name, for step_param.
+  std::map<std::string, std::pair<std::size_t, std::size_t>> by_name_;
+  bool stepping_ = false; // begin_step() came, and no step() since
+
   std::int64_t step_ = 0;
   std::vector<float> lamb_work_;
   std::vector<float> lamb_coeffs_;

@@ -5,6 +5,7 @@
 #include "io/net/comms_logger.hpp"
 
 #include <chrono>
+#include <exception>
 
 namespace dsa::net {
 
@@ -74,7 +75,13 @@ void host_collectives::loop() {
     }
     const bool timed = logger_ && logger_->profiles(q.op);
     const auto start = std::chrono::steady_clock::now();
-    status s = q.call();
+    status s;
+    try {
+      s = q.call();
+    } catch (const std::exception& e) { // as a failed call: the group breaks, the caller hears of it
+      s = make_error(errc::runtime, "host collectives of rank {}: {} failed: {}", comm_->rank(), q.op, e.what());
+      comm_->abort(s.err()); // the peers are in the same call: wake them
+    }
     if (s && timed)
       logger_->record(q.op, q.bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                       caller_);

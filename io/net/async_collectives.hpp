@@ -7,8 +7,10 @@
 // Every rank of the group enqueues the same operations in the same order (as with the
 // blocking collectives). A buffer belongs to the group from its enqueue until its ticket is
 // waited for. The first failed operation breaks the group: the operations after it are not
-// run and every wait from then on returns that error (a broken collective cannot be resumed;
-// the host one has aborted its transport, which wakes the peers).
+// run, every later enqueue is refused with that error, and a wait returns it for every
+// ticket that had not completed by then (one that had still returns ok). A broken group
+// cannot be resumed: the host one has aborted its transport, which wakes the peers; the
+// NCCL one has aborted its communicator.
 //
 // Threads: one thread enqueues and waits (a rank's reducer worker).
 #pragma once
@@ -46,14 +48,16 @@ public:
   // Enqueues the gather of every rank's (count) elements at `in` into `out` (size() x count,
   // rank r's at r x count), bytes unchanged.
   virtual expected<ticket> all_gather(void* out, const void* in, dtype type, std::int64_t count) = 0;
-  // Returns once `t` and every operation enqueued before it completed: ok, or the error of
-  // the first of them that failed. A ticket not yet handed out is an errc::invalid_argument.
+  // Returns once `t` and every operation enqueued before it completed: ok, or, when the
+  // group broke before they all had, the error that broke it. A ticket not yet handed out is
+  // an errc::invalid_argument.
   virtual status wait(ticket t) = 0;
 };
 
 // The CPU implementation: the blocking collectives of `comm` run on a thread of this
 // object's, one at a time in ticket order; each is one call of the communicator, so the
-// results are the blocking calls' bit for bit. With a `logger`, each operation is recorded
+// results are the blocking calls' bit for bit; an exception from a call (an allocation) is
+// that operation's error. With a `logger`, each operation is recorded
 // ("all_reduce", "all_gather") under `caller`, timed on that thread. The destructor drops
 // what is still queued and waits for the operation in progress (a lost peer ends it with
 // an error: the transport's abort wakes it).

@@ -261,4 +261,6 @@ status communicator::allgather(void* out, const void* in, dtype type, std::int64
   return finish(run());
 }
 
+void communicator::abort(const error& reason) { transport_.abort(reason); }
+
 } // namespace dsa::net

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -186,15 +188,23 @@ status communicator::wait(const std::function<bool()>& done, const std::string& 
   if (aborted_) return make_error(errc::runtime, "{}: waiting for {} after the communicator was aborted", where(), what);
   const clock_fn now = clock ? clock : [] { return std::chrono::steady_clock::now(); };
   const auto until = now() + deadline;
-  for (;;) {
+  // NCCL's asynchronous error, read after done() too: an error that came as the work ended
+  // (kernels stopped by it can let the stream finish) is still one.
+  auto failed = [&]() -> std::optional<std::string> {
     result_t async = success;
     const result_t r = lib_->comm_get_async_error(comm_, &async);
-    if (r != success || (async != success && async != in_progress)) {
-      const std::string why = lib_->describe(r != success ? r : async);
+    if (r != success || (async != success && async != in_progress)) return lib_->describe(r != success ? r : async);
+    return std::nullopt;
+  };
+  for (;;) {
+    std::optional<std::string> why = failed();
+    const bool finished = !why && done();
+    if (finished) why = failed();
+    if (why) {
       abort();
-      return make_error(errc::runtime, "{}: {} failed: {}; the communicator was aborted", where(), what, why);
+      return make_error(errc::runtime, "{}: {} failed: {}; the communicator was aborted", where(), what, *why);
     }
-    if (done()) {
+    if (finished) {
       pending_ = false;
       return {};
     }

@@ -29,18 +29,22 @@ expected<async_collectives::ticket> nccl_collectives::all_reduce_sum(void* data,
   case dtype::f32: e = nccl::element::f32; break;
   case dtype::f16: e = nccl::element::f16; break;
   case dtype::bf16: e = nccl::element::bf16; break;
-  default:
-    return make_error(errc::invalid_argument, "NCCL collectives of rank {}: an allreduce of {} elements: f32, f16 or "
-                      "bf16 only", comm_->rank(), dtype_name(type));
+  default: // refused here as NCCL would refuse it: a failed operation, so the group breaks
+    return issued(make_error(errc::invalid_argument, "NCCL collectives of rank {}: an allreduce of {} elements: f32, "
+                             "f16 or bf16 only", comm_->rank(), dtype_name(type)));
   }
-  if (count < 0) return make_error(errc::invalid_argument, "NCCL collectives: an allreduce of {} elements", count);
+  if (count < 0)
+    return issued(make_error(errc::invalid_argument, "NCCL collectives of rank {}: an allreduce of {} elements",
+                             comm_->rank(), count));
   return issued(comm_->all_reduce_sum(data, static_cast<std::size_t>(count), e, stream_));
 }
 
 expected<async_collectives::ticket> nccl_collectives::all_gather(void* out, const void* in, dtype type,
                                                                  std::int64_t count) {
   if (failure_) return *failure_;
-  if (count < 0) return make_error(errc::invalid_argument, "NCCL collectives: an allgather of {} elements", count);
+  if (count < 0)
+    return issued(make_error(errc::invalid_argument, "NCCL collectives of rank {}: an allgather of {} elements",
+                             comm_->rank(), count));
   auto n = static_cast<std::size_t>(count);
   nccl::element e = nccl::element::u8;
   switch (type) {

@@ -4,7 +4,9 @@
 // and a deadline (nccl::communicator::wait): an error or the deadline aborts the
 // communicator, which breaks the group for good. What the reducer of a GPU rank is to use
 // for buckets that live on the device; built and tested on every machine against the fake
-// NCCL (tests/net/test_nccl_collectives.cpp), the stream's completion then the fake's.
+// NCCL (tests/net/test_nccl.cpp), the stream's completion then the fake's. An operation
+// refused on enqueue (an element type NCCL does not sum, NCCL's own refusal) breaks the
+// group as a failed one does.
 #pragma once
 
 #include "io/net/async_collectives.hpp"

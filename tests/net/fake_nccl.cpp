@@ -160,7 +160,7 @@ int ncclAllGather(const void* send, void* recv, std::size_t count, int type, voi
 int ncclCommGetAsyncError(void* c, int* error) {
   std::lock_guard<std::mutex> lock(mu);
   const comm& me = *static_cast<comm*>(c);
-  // After its first allreduce completed: the group's other ranks have theirs, whatever the order.
+  // Once its latest collective completed: the group's other ranks have theirs, whatever the order.
   *error = me.rank == error_rank && me.reduced && me.g->round >= me.waiting_for ? error_code : 0;
   return 0;
 }

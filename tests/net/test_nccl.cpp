@@ -359,6 +359,15 @@ TEST_CASE("nccl_collectives: an asynchronous error or a refused operation breaks
     auto wrong = group.all_reduce_sum(counts.data(), dtype::i64, 1); // refused before NCCL sees it
     REQUIRE_FALSE(wrong);
     CHECK(wrong.err().message.find("f32, f16 or bf16 only") != std::string::npos);
+    std::vector<float> data{1.0f};
+    auto later = group.all_reduce_sum(data.data(), dtype::f32, 1); // the group is broken
+    REQUIRE_FALSE(later);
+    CHECK(later.err().message == wrong.err().message);
+  });
+  run_in_memory(1, [&](int, expected<std::unique_ptr<communicator>> c) {
+    REQUIRE(c.has_value());
+    auto owned = over_fake(fake, std::move(*c));
+    net::nccl_collectives& group = *owned;
     std::vector<std::uint16_t> half{0x3f80};
     auto refused = group.all_reduce_sum(half.data(), dtype::bf16, 1); // the fake refuses bf16 sums
     REQUIRE_FALSE(refused);

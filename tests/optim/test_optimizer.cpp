@@ -335,6 +335,10 @@ TEST_CASE("optimizer: a step a parameter at a time, in any order, is step()'s bi
         CHECK(same_bits(x.v, y.v));
         CHECK(same_bits(x.half_copy, y.half_copy));
       }
+    auto fresh = must(optimizer::create(cfg, bert_param_groups(make(), 0.01, 1e-2)));
+    const auto early = fresh.step_param("a.weight"); // no begin_step: refused
+    REQUIRE_FALSE(early);
+    CHECK(early.err().message.find("before begin_step()") != std::string::npos);
     const auto missing = each.step_param("no.such.weight");
     REQUIRE_FALSE(missing);
     CHECK(missing.err().message.find("no parameter 'no.such.weight'") != std::string::npos);

@@ -136,7 +136,8 @@ int bench_offload_cuda_main(int argc, char** argv) {
       "clip", po::value(&clip)->default_value(clip),
       "gradient_clipping of every run (0: none, so the offloaded updates stream over the backward)")(
       "bucket", po::value(&bucket)->default_value(bucket),
-      "zero_optimization.reduce_bucket_size of every run: the offloaded updates' parts");
+      "zero_optimization.reduce_bucket_size of every run: the parts of the CPU-offloaded update's stream (the "
+      "NVMe stream's are sub_group_size / 4)");
   po::positional_options_description pos;
   pos.add("dir", 1);
   po::variables_map vm;
