@@ -261,6 +261,6 @@ status communicator::allgather(void* out, const void* in, dtype type, std::int64
   return finish(run());
 }
 
-void communicator::abort(const error& reason) { transport_.abort(reason); }
+void communicator::abort(const error& reason) { (void)finish(reason); } // closes a call left open too
 
 } // namespace dsa::net

@@ -108,8 +108,9 @@ public:
   status all_to_all(void* out, const void* in, dtype type, std::int64_t block_count);
   // Returns once every rank has entered the barrier (dissemination, ceil(log2 N) rounds).
   status barrier();
-  // Aborts the transport with `reason`, waking every peer blocked in a collective (what a
-  // failed call does; for a caller whose call ended another way, such as an exception).
+  // Aborts the transport with `reason`, waking every peer blocked in a collective, and closes
+  // a call left open in the flight recorder (what a failed call does; for a caller whose
+  // call ended another way, such as an exception).
   void abort(const error& reason);
 
 private:

@@ -6,7 +6,9 @@
 // for buckets that live on the device; built and tested on every machine against the fake
 // NCCL (tests/net/test_nccl.cpp), the stream's completion then the fake's. An operation
 // refused on enqueue (an element type NCCL does not sum, NCCL's own refusal) breaks the
-// group as a failed one does.
+// group as a failed one does. After a failure a wait returns the error at once (the kernels
+// the abort stopped may still be on the stream: a caller that frees device buffers then
+// synchronises the stream first); a ticket counts as complete once a wait saw it complete.
 #pragma once
 
 #include "io/net/async_collectives.hpp"

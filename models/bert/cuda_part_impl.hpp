@@ -54,6 +54,9 @@ struct version_upload {
   version_upload& operator=(const version_upload&) = delete;
   // `compute` waits for piece `id`'s copies (nothing to wait for before the first upload).
   void order(cudaStream_t compute, std::int64_t id) const;
+  // `compute` waits for every copy of the last upload (load_value, optimizer_step and
+  // download_values touch every parameter).
+  void order_all(cudaStream_t compute) const;
 };
 
 struct part::impl {

@@ -271,7 +271,10 @@ std::int64_t part::parameter_count() const {
   return n;
 }
 
-void part::load_value(std::size_t i, const tensor& value) { load_value_on(*impl_, i, value, impl_->stream); }
+void part::load_value(std::size_t i, const tensor& value) {
+  impl_->upload.order_all(impl_->stream); // not beside an upload_version's copies of the same arrays
+  load_value_on(*impl_, i, value, impl_->stream);
+}
 
 void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream_t stream) {
   device_param& p = m.params.at(i);
@@ -322,6 +325,7 @@ void part::optimizer_step(const cpu::adam_params& params) {
   impl& m = *impl_;
   if (!m.masters)
     throw std::runtime_error("GPU BERT: optimizer_step of a part made without f32 masters (its optimizer is elsewhere)");
+  m.upload.order_all(m.stream);
   // Every moment first, so an allocation failure leaves no parameter updated.
   for (device_param& p : m.params) {
     const auto bytes = static_cast<std::size_t>(p.numel) * 4;
@@ -380,6 +384,7 @@ void part::download_gradients(const std::vector<tensor>& into) { download(impl_-
 void part::download_values(const std::vector<tensor>& into) {
   if (!impl_->masters)
     throw std::runtime_error("GPU BERT: download_values of a part made without f32 masters (its optimizer keeps them)");
+  impl_->upload.order_all(impl_->stream);
   download(impl_->params, into, false, impl_->stream);
 }
 

@@ -25,6 +25,11 @@ void version_upload::order(cudaStream_t compute, std::int64_t id) const {
     }
 }
 
+void version_upload::order_all(cudaStream_t compute) const {
+  if (recorded && !pieces.empty())
+    check_cuda(cudaStreamWaitEvent(compute, pieces.back().uploaded, 0), "ordering after a version's upload");
+}
+
 void part::upload_version(const std::vector<tensor>& values) {
   impl& m = *impl_;
   version_upload& u = m.upload;

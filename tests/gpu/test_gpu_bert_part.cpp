@@ -171,10 +171,21 @@ TEST_CASE("cuda part: a version uploaded part by part gives the losses of the sa
     return p.losses(st);
   };
   const bert::bert_losses before = loss_of(uploaded);
-  // The next version: every value scaled, in bf16 as a shard publishes it.
+  // The next version: every value scaled, in bf16 as a shard publishes it, in pinned memory
+  // as a CUDA stage keeps it (so the copies are truly asynchronous).
+  std::size_t bytes = 0;
+  for (const auto& e : params.entries()) bytes += static_cast<std::size_t>(e.value.numel()) * 2;
+  auto block = std::make_shared<bert::gpu::pinned_buffer>();
+  block->reserve(bytes, "the test's version");
+  REQUIRE(block->pinned());
   std::vector<tensor> version;
+  std::size_t at = 0;
   for (const auto& e : params.entries()) {
-    tensor v = tensor::empty(e.spec.shape, dtype::bf16);
+    const auto n = static_cast<std::size_t>(e.value.numel()) * 2;
+    tensor v = tensor::from_storage(
+        storage::wrap(static_cast<char*>(block->get()) + at, n, device::cpu(), [block](void*) {}), 0, e.spec.shape,
+        dtype::bf16);
+    at += n;
     std::vector<float> scaled(static_cast<std::size_t>(e.value.numel()));
     for (std::size_t k = 0; k < scaled.size(); ++k) scaled[k] = 0.9f * e.value.data<float>()[k];
     cpu::cast(v.raw_data(), dtype::bf16, scaled.data(), dtype::f32, e.value.numel());

@@ -165,7 +165,11 @@ TEST_CASE("dsactor run: offload_optimizer none, cpu and nvme on a CUDA rank give
   const auto cpu = cuda_checkpoint(with(one, {"zero_optimization.offload_optimizer.device=\"cpu\""}));
   const auto nvme = cuda_checkpoint(with(one, {"zero_optimization.offload_optimizer.device=\"nvme\"", nvme_path}));
   check_same_state(nvme, cpu);
-  check_close_state(none, cpu, gpu_run_f32_vs_cpu, gpu_run_f32_vs_cpu);
+  // The attention key biases' gradients are rounding noise (softmax ignores a constant per
+  // row): after the first ulp of difference the two Adams step them differently; left out,
+  // as the other GPU tests leave them out. The tolerance is an estimate until measured.
+  check_close_state(none, cpu, gpu_run_f32_vs_cpu, gpu_run_f32_vs_cpu,
+                    [](const std::string& name) { return name.find("attention.self.key.bias") != std::string::npos; });
   // A clipping threshold never reached: the update waits for the norm (no stream) and
   // scales nothing, so the streamed update's bits are the update after the backward's.
   std::vector<std::string> waited = one;
