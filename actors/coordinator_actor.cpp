@@ -118,6 +118,27 @@ void stop_all(coordinator_actor* self) {
   if (st.alive.empty() && !st.hook_running) finish(self);
 }
 
+// The run reached its last step: every actor confirms that the slots it wrote are all back
+// (drain_atom, answered once the last release came: one from another process's actor may
+// still be on its way, and the exit, which CAF delivers first, would drop it), then stop_all.
+// An answer that does not come within the watchdog's time is logged and not waited for.
+void drain_then_stop(coordinator_actor* self) {
+  auto& st = self->state;
+  auto waiting = std::make_shared<std::size_t>(st.alive.size());
+  if (*waiting == 0) return stop_all(self);
+  auto answered = [self, waiting] {
+    if (--*waiting == 0 && self->state.phase == coord_phase::running) stop_all(self);
+  };
+  for (const caf::actor& a : st.alive)
+    self->request(a, st.args.watchdog, drain_atom::value)
+        .then([answered](done_atom) { answered(); },
+              [self, answered](const caf::error& e) {
+                log_warn("coordinator: an actor did not confirm that its slots came back: {}",
+                         self->system().render(e));
+                answered();
+              });
+}
+
 void fail(coordinator_actor* self, failure_info info) {
   auto& st = self->state;
   if (st.phase != coord_phase::running) return;
@@ -228,7 +249,7 @@ void on_step_complete(coordinator_actor* self, std::uint32_t step) {
   st.args.summary->steps_completed = step + 1 - plan.first_step;
   log_debug("step {} done, loss {}, {:.3f} s", step, summary.loss, summary.wall_s);
   if (!hooks.on_step && !hooks.stop_after && !st.peers) {
-    if (step + 1 == plan.end_step()) stop_all(self);
+    if (step + 1 == plan.end_step()) drain_then_stop(self);
     return;
   }
   // The hooks (metrics, progress, checkpoint writes with their fsyncs) run on
@@ -281,7 +302,9 @@ void on_hooks_done(coordinator_actor* self, const work_done& d) {
     log_info("coordinator: stopping after step {} as asked", d.step);
     stop = true;
   }
-  if (stop) {
+  if (stop && d.step + 1 == plan.end_step()) {
+    drain_then_stop(self);
+  } else if (stop) { // stop_after: later steps' slots stay out (the feeder filled ahead)
     stop_all(self);
   } else {
     const auto S = plan.options.stages;

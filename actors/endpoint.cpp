@@ -77,7 +77,14 @@ status endpoint::received(const released& msg, std::uint32_t peer) {
   DSA_TRY(check_arrival("released", msg.ref, msg.seq, released_seen_));
   ++released_seen_[msg.ref.edge];
   note(trace_kind::recv, trace_name::released, peer, msg.ref, msg.seq, 0, 0, 0);
+  if (drain_.pending() && released_seen_ == produced_sent_) drain_.deliver(done_atom::value);
   return {};
+}
+
+caf::result<done_atom> endpoint::drain(caf::event_based_actor* self) {
+  if (released_seen_ == produced_sent_) return done_atom::value;
+  drain_ = self->make_response_promise();
+  return drain_;
 }
 
 } // namespace dsa::actors

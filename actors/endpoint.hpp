@@ -3,6 +3,7 @@
 // receive. Owned by one actor's state; not thread-safe.
 #pragma once
 
+#include "actors/protocol/atoms.hpp"
 #include "actors/protocol/messages.hpp"
 #include "actors/slot_table.hpp"
 #include "actors/trace/trace_recorder.hpp"
@@ -10,6 +11,8 @@
 
 #include <caf/actor.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/result.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -32,6 +35,11 @@ public:
   // the sender broke the protocol, so the receiver fails by name, not by abort.
   status received(const produced& msg, std::uint32_t peer);
   status received(const released& msg, std::uint32_t peer);
+  // The run's end (drain_atom from the coordinator): done once every slot this actor wrote
+  // has been released; at once when none is out, else from the release that brings the last
+  // one back (from another process's stage it may still be on its way: an exit, which CAF
+  // delivers before other messages, would leave it unrecorded).
+  caf::result<done_atom> drain(caf::event_based_actor* self);
 
   slot_table& slots() { return *slots_; }
   trace_recorder* trace() const { return trace_; }
@@ -48,6 +56,7 @@ private:
   std::uint32_t actor_;
   std::int32_t stage_;
   std::vector<std::uint64_t> produced_sent_, released_sent_, produced_seen_, released_seen_;
+  caf::response_promise drain_; // pending while a drain waits for releases
 };
 
 } // namespace dsa::actors

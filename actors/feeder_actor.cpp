@@ -101,6 +101,7 @@ caf::behavior feeder_behavior(feeder_actor* self, actor_setup setup, batch_sourc
         self->state.core->started = plan.local(0) || plan.local(plan.options.stages - 1);
         try_fill(self);
       },
+      [=](drain_atom) -> caf::result<done_atom> { return self->state.core->io.drain(self); },
       [=](const released& m) { on_released(self, m); },
       [=](const work_done& d) { on_filled(self, d); },
       [=](const work_failed& f) {

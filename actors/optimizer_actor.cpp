@@ -234,6 +234,7 @@ caf::behavior shard_behavior(shard_actor* self, actor_setup setup, std::uint32_t
         try_start(self);
       },
       [=](allow_atom, std::uint32_t step) { on_allow(self, step); },
+      [=](drain_atom) -> caf::result<done_atom> { return self->state.core->io.drain(self); },
       [=](const released& m) {
         auto& c = *self->state.core;
         if (auto st = accept_released(c, m); !st) return fail_protocol(self, c.next_step, st.err());

@@ -453,6 +453,7 @@ caf::behavior reducer_behavior(reducer_actor* self, actor_setup setup, std::uint
         start_allowed_sums(self);
       },
       [=](const produced& m) { on_produced(self, m); },
+      [=](drain_atom) -> caf::result<done_atom> { return self->state.core->io.drain(self); },
       [=](const released& m) { on_released(self, m); },
       [=](const grad_partial& m) {
         auto& c = *self->state.core;

@@ -45,10 +45,6 @@ struct stage_core {
   caf::actor upstream, downstream, feeder, shard, reducer, coordinator;
   double step_loss = 0;
   std::vector<double> step_metrics; // element-wise sum of the step's forward metrics (last stage)
-  // The run's last step_report, held until every slot the stage wrote is back (drained):
-  // the run ends on it, and a release still on its way (from another process's stage) would
-  // otherwise reach an actor that has exited, leaving that slot in flight in the trace.
-  std::optional<step_report> final_report;
   compute_worker worker{openmp_threads::keep}; // last: joined first when the core is destroyed
 };
 
@@ -115,18 +111,9 @@ void on_produced(stage_actor* self, const produced& m) {
   try_run(self);
 }
 
-// The run's last report, once every slot is back.
-void send_final_report(stage_actor* self) {
-  auto& c = *self->state.core;
-  if (!c.final_report || !c.sched.drained()) return;
-  self->send(c.coordinator, std::move(*c.final_report));
-  c.final_report.reset();
-}
-
 void on_released(stage_actor* self, const released& m) {
   auto& c = *self->state.core;
   if (auto st = accept_released(c, m); !st) return fail_protocol(self, c.sched.held_version(), st.err());
-  send_final_report(self);
   try_run(self);
 }
 
@@ -165,15 +152,9 @@ void on_grads_ready(stage_actor* self, const grads_ready& g) {
 void after_load(stage_actor* self, const stage_work& w) {
   auto& c = *self->state.core;
   c.io.send_released(self, c.shard, c.plan.shard_id(c.index), {c.edges.params, w.in_slot});
-  step_report report{c.index, w.step - 1, c.step_loss, std::move(c.step_metrics)};
+  self->send(c.coordinator, step_report{c.index, w.step - 1, c.step_loss, std::move(c.step_metrics)});
   c.step_loss = 0;
   c.step_metrics.clear();
-  if (w.step < c.plan.end_step()) {
-    self->send(c.coordinator, std::move(report));
-    return;
-  }
-  c.final_report = std::move(report);
-  send_final_report(self);
 }
 
 void on_done(stage_actor* self, const work_done& d) {
@@ -213,6 +194,7 @@ caf::behavior stage_behavior(stage_actor* self, actor_setup setup, std::uint32_t
         c.coordinator = coordinator;
       },
       [=](const produced& m) { on_produced(self, m); },
+      [=](drain_atom) -> caf::result<done_atom> { return self->state.core->io.drain(self); },
       [=](const released& m) { on_released(self, m); },
       [=](const work_done& d) { on_done(self, d); },
       [=](const grads_ready& g) { on_grads_ready(self, g); },

@@ -118,11 +118,6 @@ status stage_scheduler::on_grads_released() {
   return {};
 }
 
-bool stage_scheduler::drained() const {
-  return free_out_.size() == (pos_.last() ? 0 : credits_.out_slots) &&
-         free_grad_out_.size() == (pos_.first() ? 0 : credits_.grad_out_slots) && grads_outstanding_ == 0;
-}
-
 std::optional<stage_work> stage_scheduler::pick() {
   if (busy_) return std::nullopt;
   std::optional<stage_work> work;

@@ -89,9 +89,6 @@ public:
   bool busy() const { return busy_; }
   bool gradients_published() const { return grads_outstanding_ > 0; }
   bool finished() const { return next_backward_step_ >= pos_.end_step(); }
-  // Every slot this stage writes is back: no activation or gradient out with a neighbour,
-  // no gradient bucket with the reducer (the run's end waits for it: stage_actor.cpp).
-  bool drained() const;
   std::uint32_t held_version() const { return held_version_; }
   std::uint32_t in_flight() const { return static_cast<std::uint32_t>(in_flight_.size()); }
   std::uint32_t deferred() const { return static_cast<std::uint32_t>(deferred_.size()); }

@@ -40,29 +40,6 @@ TEST_CASE("scheduler: last stage of 1F1B alternates forward and backward") {
   CHECK(s.finished());
 }
 
-TEST_CASE("scheduler: drained only while every slot the stage writes is back") {
-  // A middle stage (2 of 3): activations out, gradients back upstream.
-  stage_scheduler s({1, 3, 1, 1}, schedule_policy::one_f_one_b(2, 1), {2, 2});
-  CHECK(s.drained());
-  REQUIRE(s.on_input(0, 0, 0));
-  auto f = s.pick();
-  REQUIRE(f);
-  s.on_done(*f);
-  CHECK_FALSE(s.drained()); // its activation is with the next stage
-  REQUIRE(s.on_out_released(f->out_slot));
-  CHECK(s.drained());
-  REQUIRE(s.on_grad(0, 0, 0));
-  auto b = s.pick();
-  REQUIRE(b);
-  REQUIRE(b->kind == work_kind::backward);
-  s.on_done(*b);
-  CHECK_FALSE(s.drained()); // its input gradient is with the previous stage, its buckets with the reducer
-  REQUIRE(s.on_grad_out_released(b->out_slot));
-  CHECK_FALSE(s.drained());
-  REQUIRE(s.on_grads_released());
-  CHECK(s.drained());
-}
-
 TEST_CASE("scheduler: a forward waits for a stash slot, an output slot and the parameter version") {
   stage_scheduler s({0, 2, 4, 2}, schedule_policy::one_f_one_b(2, 0), {1, 1});
   for (std::uint32_t mb = 0; mb < 4; ++mb) REQUIRE(s.on_input(0, mb, mb));
