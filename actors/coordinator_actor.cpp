@@ -121,7 +121,8 @@ void stop_all(coordinator_actor* self) {
 // The run reached its last step: every actor confirms that the slots it wrote are all back
 // (drain_atom, answered once the last release came: one from another process's actor may
 // still be on its way, and the exit, which CAF delivers first, would drop it), then stop_all.
-// An answer that does not come within the watchdog's time is logged and not waited for.
+// An answer that does not come within half the watchdog's time (before the watchdog would
+// call the finished run stuck) is logged, naming the actor, and not waited for.
 void drain_then_stop(coordinator_actor* self) {
   auto& st = self->state;
   auto waiting = std::make_shared<std::size_t>(st.alive.size());
@@ -129,14 +130,17 @@ void drain_then_stop(coordinator_actor* self) {
   auto answered = [self, waiting] {
     if (--*waiting == 0 && self->state.phase == coord_phase::running) stop_all(self);
   };
-  for (const caf::actor& a : st.alive)
-    self->request(a, st.args.watchdog, drain_atom::value)
+  for (const caf::actor& a : st.alive) {
+    const auto id = st.ids.find(a.address());
+    const std::string name = id != st.ids.end() ? st.args.setup.plan->actor_name(id->second) : "an actor";
+    self->request(a, st.args.watchdog / 2, drain_atom::value)
         .then([answered](done_atom) { answered(); },
-              [self, answered](const caf::error& e) {
-                log_warn("coordinator: an actor did not confirm that its slots came back: {}",
+              [self, answered, name](const caf::error& e) {
+                log_warn("coordinator: {} did not confirm that the slots it wrote came back: {}", name,
                          self->system().render(e));
                 answered();
               });
+  }
 }
 
 void fail(coordinator_actor* self, failure_info info) {
