@@ -120,9 +120,10 @@ void stop_all(coordinator_actor* self) {
 
 // The run reached its last step: every actor confirms that the slots it wrote are all back
 // (drain_atom, answered once the last release came: one from another process's actor may
-// still be on its way, and the exit, which CAF delivers first, would drop it), then stop_all.
-// An answer that does not come within half the watchdog's time (before the watchdog would
-// call the finished run stuck) is logged, naming the actor, and not waited for.
+// still be on its way, and would reach an actor that has exited), then stop_all. An answer
+// that does not come within half the watchdog's time (before the watchdog would call the
+// finished run stuck) is logged, naming the actor, and not waited for; any other error means
+// the actor went down, and its down message fails the run.
 void drain_then_stop(coordinator_actor* self) {
   auto& st = self->state;
   auto waiting = std::make_shared<std::size_t>(st.alive.size());
@@ -136,6 +137,7 @@ void drain_then_stop(coordinator_actor* self) {
     self->request(a, st.args.watchdog / 2, drain_atom::value)
         .then([answered](done_atom) { answered(); },
               [self, answered, name](const caf::error& e) {
+                if (e != caf::sec::request_timeout) return; // went down: on_down fails the run
                 log_warn("coordinator: {} did not confirm that the slots it wrote came back: {}", name,
                          self->system().render(e));
                 answered();

@@ -82,6 +82,7 @@ status endpoint::received(const released& msg, std::uint32_t peer) {
 }
 
 caf::result<done_atom> endpoint::drain(caf::event_based_actor* self) {
+  if (drain_.pending()) drain_.deliver(caf::make_error(caf::sec::runtime_error)); // superseded
   if (released_seen_ == produced_sent_) return done_atom::value;
   drain_ = self->make_response_promise();
   return drain_;

@@ -35,10 +35,11 @@ public:
   // the sender broke the protocol, so the receiver fails by name, not by abort.
   status received(const produced& msg, std::uint32_t peer);
   status received(const released& msg, std::uint32_t peer);
-  // The run's end (drain_atom from the coordinator): done once every slot this actor wrote
-  // has been released; at once when none is out, else from the release that brings the last
-  // one back (from another process's stage it may still be on its way: an exit, which CAF
-  // delivers before other messages, would leave it unrecorded).
+  // The run's end (drain_atom from the coordinator, after the last step, when nothing more
+  // is produced): done once every slot this actor wrote has been released; at once when
+  // none is out, else from the release that brings the last one back (from another
+  // process's actor it may still be on its way: after the actor's exit it would go
+  // unrecorded). A second drain while one waits answers the first with an error.
   caf::result<done_atom> drain(caf::event_based_actor* self);
 
   slot_table& slots() { return *slots_; }

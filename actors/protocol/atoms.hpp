@@ -10,8 +10,8 @@ using wire_atom = caf::atom_constant<caf::atom("wire")>;   // coordinator -> act
 using tick_atom = caf::atom_constant<caf::atom("tick")>;   // coordinator -> itself: watchdog
 using flush_atom = caf::atom_constant<caf::atom("flush")>; // coordinator -> tracer: write the file
 using go_atom = caf::atom_constant<caf::atom("go")>;       // coordinator -> feeder: begin producing
-using done_atom = caf::atom_constant<caf::atom("done")>;   // coordinator -> caller: run finished
-using drain_atom = caf::atom_constant<caf::atom("drain")>; // owner -> nvme engine: finish every request, then stop
+using done_atom = caf::atom_constant<caf::atom("done")>;   // coordinator -> caller: run finished; actor -> coordinator: drained
+using drain_atom = caf::atom_constant<caf::atom("drain")>; // owner -> nvme engine: finish every request, then stop; coordinator -> actors: answer once every slot written is back
 using allow_atom = caf::atom_constant<caf::atom("allow")>; // coordinator -> shard: (allow_atom, k) updates of steps <= k may run
 
 } // namespace dsa::actors
