@@ -135,7 +135,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     st.key_mask = upload(values<float>(mask), m.stream);
 
   if (m.range.has_embeddings()) {
-    m.upload.order(m.stream, backward_options::embeddings_done); // this part's weights are in
+    begin_part(m, backward_options::embeddings_done, false); // this part's weights are in
     const std::vector<std::int32_t> ids = values<std::int32_t>(batch.input_ids);
     st.ids = upload(ids, m.stream);
     std::vector<std::int32_t> types(ids.size(), 0);
@@ -162,6 +162,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
                                        cfg.layer_norm_eps, ctx.rate(cfg.hidden_dropout),
                                        ctx.stream(0, site::embeddings), type, s.N, s.T, s.H, m.stream),
                "the embeddings");
+    end_part(m, backward_options::embeddings_done);
   } else {
     if (!hidden_in.get())
       throw std::runtime_error(fmt::format("GPU BERT: range {} needs the previous stage's hidden states",
@@ -172,20 +173,22 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
   const layer_shape shape = shape_of(cfg, s, ctx, type, m.deterministic);
   st.layers.resize(m.layers.size());
   for (std::size_t k = 0; k < m.layers.size(); ++k) {
-    m.upload.order(m.stream, m.range.first_layer + static_cast<std::int64_t>(k));
+    const std::int64_t id = m.range.first_layer + static_cast<std::int64_t>(k);
+    begin_part(m, id, false);
     st.acts.push_back(rows_of(s.N, s.H));
-    layer_forward(*m.engine, m.weights(m.layers[k]), shape, streams_of(ctx, m.range.first_layer + static_cast<std::int64_t>(k)),
+    layer_forward(*m.engine, m.weights(m.layers[k]), shape, streams_of(ctx, id),
                   st.acts[k].get(), st.key_mask.as<float>(), st.acts[k + 1].get(), st.layers[k], m.stream);
     // Activation checkpointing: the layer keeps its input (acts[k]) only; the backward
     // runs its forward again, with the same dropout streams, before its backward.
     if (cfg.checkpoint_activations)
       st.layers[k] = layer_stash{};
+    end_part(m, id);
   }
   if (!m.range.has_head()) {
     st.filled = true;
     return st.acts.back().get();
   }
-  m.upload.order(m.stream, backward_options::head_done);
+  begin_part(m, backward_options::head_done, false);
   // Pre-LN: the final LayerNorm over the last layer's output, the head's input.
   const void* last = st.acts.back().get();
   if (m.final_norm()) {
@@ -204,6 +207,7 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
     head_forward(m, batch, last, s, grad_scale, st);
     enqueue_readout(m, st);
   }
+  end_part(m, backward_options::head_done);
   st.filled = true; // only now: a head that threw leaves neither a stash nor a readout to read
   return nullptr;
 }
@@ -289,6 +293,7 @@ device_array part::backward(const void* dy, part_stash& st, const std::function<
   device_array owned;
   const void* cur = dy;
   if (m.range.has_head()) {
+    begin_part(m, backward_options::head_done, true);
     owned = rows_of(s.N, s.H);
     const void* head_in = m.final_norm() ? st.final_normed.get() : st.acts.back().get();
     if (m.squad())
@@ -300,30 +305,35 @@ device_array part::backward(const void* dy, part_stash& st, const std::function<
                     st.acts.back().get(), st.final_mean.as<float>(), st.final_rstd.as<float>(), m.f32(m.final_gamma),
                     m.type, s.N, s.H, m.stream, "the final LayerNorm backward (pre-LN)");
     cur = owned.get();
+    end_part(m, backward_options::head_done);
     if (on_enqueued) on_enqueued(backward_options::head_done);
   } else if (!dy) {
     throw std::runtime_error(fmt::format("GPU BERT: range {} needs the next stage's gradient", m.range.to_string()));
   }
   const layer_shape shape = shape_of(cfg, s, st.ctx, m.type, m.deterministic);
   for (std::size_t k = m.layers.size(); k-- > 0;) {
+    const std::int64_t id = m.range.first_layer + static_cast<std::int64_t>(k);
+    begin_part(m, id, true);
     // Checkpointing: the layer's stash again, from its kept input; its output `again` lives
     // until the layer's backward is enqueued (normalize_invertible reads it there).
     device_array again;
     if (cfg.checkpoint_activations) {
       again = rows_of(s.N, s.H);
       layer_forward(*m.engine, m.weights(m.layers[k]), shape,
-                    streams_of(st.ctx, m.range.first_layer + static_cast<std::int64_t>(k)), st.acts[k].get(),
+                    streams_of(st.ctx, id), st.acts[k].get(),
                     st.key_mask.as<float>(), again.get(), st.layers[k], m.stream);
     }
     device_array dprev = rows_of(s.N, s.H);
     layer_backward(*m.engine, m.weights(m.layers[k]), m.grads(m.layers[k]), shape,
-                   streams_of(st.ctx, m.range.first_layer + static_cast<std::int64_t>(k)), st.layers[k], cur,
+                   streams_of(st.ctx, id), st.layers[k], cur,
                    dprev.get(), m.stream);
     st.layers[k] = layer_stash{};
     owned = std::move(dprev);
     cur = owned.get();
-    if (on_enqueued) on_enqueued(m.range.first_layer + static_cast<std::int64_t>(k));
+    end_part(m, id);
+    if (on_enqueued) on_enqueued(id);
   }
+  if (m.range.has_embeddings()) begin_part(m, backward_options::embeddings_done, true);
   if (m.range.has_embeddings() && m.deterministic) {
     embeddings_backward_ordered(m, s, shape.hidden_dropout, cur, st);
     owned = device_array();
@@ -343,7 +353,10 @@ device_array part::backward(const void* dy, part_stash& st, const std::function<
                                m.stream),
                "passing the gradient on");
   }
-  if (on_enqueued && m.range.has_embeddings()) on_enqueued(backward_options::embeddings_done);
+  if (m.range.has_embeddings()) {
+    end_part(m, backward_options::embeddings_done);
+    if (on_enqueued) on_enqueued(backward_options::embeddings_done);
+  }
   loss_readout kept = std::move(st.readout);
   st = part_stash{}; // frees in stream order, after the work above
   st.readout = std::move(kept);

@@ -18,6 +18,7 @@
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "models/bert/bert_batch.hpp"
+#include "models/bert/bert_part.hpp"
 #include "models/bert/bert_dropout.hpp"
 #include "models/bert/bert_parameters.hpp"
 #include "models/bert/cuda_layer.hpp"
@@ -116,8 +117,11 @@ public:
   // tables read in a half storage type keep only that working copy on the device, 4 bytes
   // per element less (their f32 masters live with an optimizer elsewhere: a CUDA stage's
   // shard); optimizer_step and download_values then throw.
+  // resident false (ZeRO-3; needs masters false): nothing of the parameters is on the device
+  // until a gate binds it (set_gate, bind_value, bind_gradient); params' values must still
+  // be defined (the part finds its layout through them) but are not copied.
   part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic = false,
-       bool masters = true);
+       bool masters = true, bool resident = true);
   ~part();
   part(const part&) = delete;
   part& operator=(const part&) = delete;
@@ -178,6 +182,21 @@ public:
   // accumulated gradients; weight decay on the matrices and tables only (optim's
   // bert_no_decay); then the gradients are zeroed.
   void optimizer_step(const cpu::adam_params& params);
+
+  // ZeRO-3 (a part made with resident false). The gate is told just before and just after
+  // each part of the range (backward_options::on_done's ids) is enqueued, in the forward and
+  // the backward, and binds what that part reads: bind_value puts entry i's value (f32, f16
+  // or bf16, from the host) on the device, allocated on the part's stream the first time;
+  // unbind_value frees it in stream order, after the work enqueued so far; bind_gradient
+  // allocates entry i's f32 gradient zeroed, unbind_gradient frees it. After enter, every
+  // tensor the part reads must be bound (and in the backward every gradient it adds to),
+  // or the forward or backward throws naming it.
+  void set_gate(part_gate* gate);
+  bool resident() const;
+  void bind_value(std::size_t i, const tensor& value);
+  void unbind_value(std::size_t i);
+  void bind_gradient(std::size_t i);
+  void unbind_gradient(std::size_t i);
 
   struct impl;
 

@@ -66,6 +66,8 @@ struct part::impl {
   cudaStream_t stream = nullptr;
   bool deterministic = false;
   bool masters = true; // every parameter has its f32 master (false: part(..., masters = false))
+  bool resident = true; // false: a gate binds each part's values and gradients (ZeRO-3)
+  part_gate* gate = nullptr;
   std::unique_ptr<cuda::gemm_engine> engine;
   std::vector<device_param> params; // bert_parameters' order
   // With the embeddings: word, position, token_type, embedding_gamma, embedding_beta.
@@ -92,6 +94,13 @@ struct part::impl {
   layer_grads grads(const layer_index& l) const;
   version_upload upload; // last: destroyed first, once its copies have ended
 };
+
+// Around each part of the range the forward or backward enqueues (backward_options'
+// ids): begin_part orders the compute after the part's version upload and, with a gate,
+// has it bind the part's tensors, then checks they are bound (gradients too when
+// `backward`); end_part tells the gate the part is enqueued.
+void begin_part(part::impl& m, std::int64_t id, bool backward);
+void end_part(part::impl& m, std::int64_t id);
 
 // Entry i's value (f32, f16 or bf16) into its master and working copy, on `stream`
 // (part::load_value's, on the part's stream; upload_version's on the upload stream).

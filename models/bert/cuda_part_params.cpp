@@ -159,10 +159,14 @@ layer_grads part::impl::grads(const layer_index& l) const {
   return g;
 }
 
-part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic, bool masters)
+part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, bool deterministic, bool masters,
+           bool resident)
     : impl_(std::make_unique<impl>()) {
   impl& m = *impl_;
+  if (!resident && masters)
+    throw std::runtime_error("GPU BERT: a part whose parameters a gate binds (ZeRO-3) keeps no f32 masters");
   m.deterministic = deterministic;
+  m.resident = resident;
   m.cfg = params.config();
   m.range = params.range();
   m.type = type;
@@ -184,25 +188,28 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, 
   m.engine = std::move(engine.value());
 
   for (const auto& e : params.entries()) {
-    if (!e.value.defined())
+    if (!e.value.defined()) // the layout below is found through the values (not resident: not copied)
       throw std::runtime_error(fmt::format("GPU BERT: parameter {} has no value (a ZeRO-3 partition?)", e.spec.name));
     device_param p;
     p.shape = e.spec.shape;
-    p.numel = e.value.numel();
+    p.numel = shape_numel(e.spec.shape);
     const bool matrix = p.shape.size() == 2; // the products' matrices and the embedding tables
     p.working_copy = matrix && type != cuda::elem::f32;
     p.decay = matrix;
-    const auto bytes = static_cast<std::size_t>(p.numel) * 4;
-    if (masters || !p.working_copy) p.master = device_array(bytes, stream);
     m.masters = m.masters && (masters || !p.working_copy);
-    if (p.working_copy)
-      p.working = device_array(static_cast<std::size_t>(p.numel * cuda::elem_size(type)), stream);
-    p.gradient = device_array(bytes, stream);
     m.params.push_back(std::move(p));
   }
-  for (std::size_t i = 0; i < m.params.size(); ++i)
-    load_value(i, params.entries()[i].value);
-  zero_gradients();
+  if (resident) {
+    for (device_param& p : m.params) {
+      const auto bytes = static_cast<std::size_t>(p.numel) * 4;
+      if (masters || !p.working_copy) p.master = device_array(bytes, stream);
+      if (p.working_copy) p.working = device_array(static_cast<std::size_t>(p.numel * cuda::elem_size(type)), stream);
+      p.gradient = device_array(bytes, stream);
+    }
+    for (std::size_t i = 0; i < m.params.size(); ++i)
+      load_value(i, params.entries()[i].value);
+    zero_gradients();
+  }
 
   if (m.range.has_embeddings()) {
     const embeddings_params& e = params.embeddings();
@@ -349,7 +356,8 @@ void part::optimizer_step(const cpu::adam_params& params) {
 
 void part::zero_gradients() {
   for (device_param& p : impl_->params)
-    check_cuda(cudaMemsetAsync(p.gradient.get(), 0, static_cast<std::size_t>(p.numel) * 4, impl_->stream),
+    if (p.gradient.get()) // a part without resident parameters zeroes what is bound
+      check_cuda(cudaMemsetAsync(p.gradient.get(), 0, static_cast<std::size_t>(p.numel) * 4, impl_->stream),
                "zeroing a gradient");
 }
 
@@ -369,7 +377,12 @@ void download(const std::vector<device_param>& params, const std::vector<tensor>
     if (!t.defined() || t.type() != dtype::f32 || t.numel() != p.numel || !t.is_contiguous())
       throw std::runtime_error(fmt::format("GPU BERT: parameter {} downloaded into {}, expected {} f32 elements", i,
                                            t.defined() ? t.describe() : "(none)", p.numel));
-    check_cuda(cudaMemcpyAsync(t.raw_data(), gradients ? p.gradient.get() : p.master.get(),
+    const void* from = gradients ? p.gradient.get() : p.master.get();
+    if (!from)
+      throw std::runtime_error(fmt::format("GPU BERT: parameter {}'s {} is not on the device (a part whose gate binds "
+                                           "its parameters)",
+                                           i, gradients ? "gradient" : "value"));
+    check_cuda(cudaMemcpyAsync(t.raw_data(), from,
                                static_cast<std::size_t>(p.numel) * 4, cudaMemcpyDeviceToHost, stream),
                "downloading a parameter");
   }

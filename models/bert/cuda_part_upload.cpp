@@ -1,5 +1,7 @@
-// A new version's upload on a stream of its own, part by part, with the forward waiting for
-// each part's copies only; see part::upload_version in cuda_part.hpp.
+// How weights reach the GPU part: a new version's upload on a stream of its own, part by
+// part, with the forward waiting for each part's copies only (part::upload_version); and
+// ZeRO-3's bindings, a part's values and gradients put on the device just before the part
+// is enqueued and freed after it (part::set_gate). See cuda_part.hpp.
 #include "models/bert/cuda_part_impl.hpp"
 
 #include "core/device_waits.hpp"
@@ -36,6 +38,8 @@ void part::upload_version(const std::vector<tensor>& values) {
   if (values.size() != m.params.size())
     throw std::runtime_error(fmt::format("GPU BERT: a version of {} tensors for a part of {} parameters", values.size(),
                                          m.params.size()));
+  if (!m.resident)
+    throw std::runtime_error("GPU BERT: upload_version of a part whose gate binds its parameters (ZeRO-3)");
   if (!u.stream) {
     check_cuda(cudaStreamCreateWithFlags(&u.stream, cudaStreamNonBlocking), "creating the weights' upload stream");
     check_cuda(cudaEventCreateWithFlags(&u.compute_mark, cudaEventDisableTiming), "creating an upload event");
@@ -64,5 +68,74 @@ void part::wait_upload_read() {
   device_wait("cudaStreamSynchronize (a version's upload has read its host values)");
   check_cuda(cudaStreamSynchronize(u.stream), "the weights' upload");
 }
+
+namespace {
+
+// The entries part `id` reads: its piece (the parameters its backward finishes) and, for
+// the pre-training head, the tied word embedding its decoder reads.
+std::vector<std::size_t> entries_read(const part::impl& m, std::int64_t id) {
+  std::vector<std::size_t> out;
+  for (const version_upload::piece& p : m.upload.pieces)
+    if (p.id == id) out = p.entries;
+  if (id == backward_options::head_done && m.range.has_head() && !m.squad()) out.push_back(m.decoder_word);
+  return out;
+}
+
+} // namespace
+
+void begin_part(part::impl& m, std::int64_t id, bool backward) {
+  m.upload.order(m.stream, id);
+  if (!m.gate) return;
+  m.gate->enter(id);
+  for (std::size_t i : entries_read(m, id)) {
+    const device_param& p = m.params[i];
+    if (!m.value(i) || (backward && !p.gradient.get()))
+      throw std::runtime_error(fmt::format("GPU BERT: range {}: parameter {}'s {} is not bound as part {} of the {} "
+                                           "starts (the gate's bindings)",
+                                           m.range.to_string(), i, m.value(i) ? "gradient" : "value", id,
+                                           backward ? "backward" : "forward"));
+  }
+}
+
+void end_part(part::impl& m, std::int64_t id) {
+  if (m.gate) m.gate->leave(id);
+}
+
+void part::set_gate(part_gate* gate) {
+  if (gate && impl_->resident)
+    throw std::runtime_error("GPU BERT: a gate for a part whose parameters are resident (made with resident true)");
+  impl_->gate = gate;
+}
+
+bool part::resident() const { return impl_->resident; }
+
+void part::bind_value(std::size_t i, const tensor& value) {
+  impl& m = *impl_;
+  device_param& p = m.params.at(i);
+  if (m.resident) throw std::runtime_error("GPU BERT: bind_value on a part whose parameters are resident");
+  device_array& read = p.working_copy ? p.working : p.master;
+  if (!read.get())
+    read = device_array(static_cast<std::size_t>(p.numel * (p.working_copy ? cuda::elem_size(m.type) : 4)), m.stream);
+  // From pageable memory the copy has read `value` when this returns; from pinned memory the
+  // caller keeps it unchanged until the stream has passed the copy.
+  load_value_on(m, i, value, m.stream);
+}
+
+void part::unbind_value(std::size_t i) {
+  device_param& p = impl_->params.at(i);
+  p.master = device_array(); // freed on the part's stream, after the work enqueued on it
+  p.working = device_array();
+}
+
+void part::bind_gradient(std::size_t i) {
+  impl& m = *impl_;
+  device_param& p = m.params.at(i);
+  if (m.resident) throw std::runtime_error("GPU BERT: bind_gradient on a part whose parameters are resident");
+  const auto bytes = static_cast<std::size_t>(p.numel) * 4;
+  if (!p.gradient.get()) p.gradient = device_array(bytes, m.stream);
+  check_cuda(cudaMemsetAsync(p.gradient.get(), 0, bytes, m.stream), "zeroing a bound gradient");
+}
+
+void part::unbind_gradient(std::size_t i) { impl_->params.at(i).gradient = device_array(); }
 
 } // namespace dsa::bert::gpu

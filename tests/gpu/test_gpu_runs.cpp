@@ -4,7 +4,8 @@
 // the deterministic mode's two runs and resume, bit for bit; the gradients copied part by
 // part during the last backward (overlap_comm, the NVMe streamed update) against the run
 // that downloads them after it; and the optimizer on the GPU, in host memory and on NVMe
-// giving the same parameters (the checkpoints' tensors).
+// giving the same parameters (the checkpoints' tensors); ZeRO-3 (weights in host memory or on
+// NVMe, gathered onto the GPU part by part) against ZeRO-2.
 #include "gpu_test_util.hpp"
 
 #include "tests/support/tolerances.hpp"
@@ -178,4 +179,33 @@ TEST_CASE("dsactor run: offload_optimizer none, cpu and nvme on a CUDA rank give
   check_same_state(cuda_checkpoint(with(waited, {"zero_optimization.offload_optimizer.device=\"cpu\""})), cpu);
 }
 
+} // namespace dsa::test
+
+namespace dsa::test {
+namespace {
+
+TEST_CASE("dsactor run: ZeRO-3 on two ranks of the GPU, weights in host memory or on NVMe, gives ZeRO-2's bits") {
+  // Each part's gathered weights go onto the device as it runs (cuda_zero3.hpp) and its
+  // gradients come back per micro-batch into the partition, as ZeRO-2's do after the whole
+  // backward: the same sums in the same order, so the same parameters, whichever store the
+  // partition lives in. A persistence threshold between the vectors and the matrices, so
+  // both kinds of binding run.
+  temp_dir swap;
+  const std::vector<std::string> base{"devices.ranks=2", "devices.deterministic=true", "model.hidden_dropout=0.1",
+                                      "model.attention_dropout=0.1",
+                                      "zero_optimization.offload_optimizer.device=\"cpu\"",
+                                      "zero_optimization.stage3_param_persistence_threshold=1000"};
+  const auto zero2 = cuda_checkpoint(with(base, {"zero_optimization.stage=2"}));
+  const std::vector<std::string> zero3 = with(base, {"zero_optimization.stage=3"});
+  const auto in_memory = cuda_checkpoint(with(zero3, {"zero_optimization.offload_param.device=\"cpu\""}));
+  check_same_state(in_memory, zero2);
+  const auto on_nvme = cuda_checkpoint(
+      with(zero3, {"zero_optimization.offload_param.device=\"nvme\"",
+                   "zero_optimization.offload_param.nvme_path=\"" + swap.path() + "\"",
+                   "zero_optimization.offload_param.buffer_size=1000", "zero_optimization.offload_param.buffer_count=2",
+                   "zero_optimization.offload_param.max_in_cpu=0"}));
+  check_same_state(on_nvme, in_memory);
+}
+
+} // namespace
 } // namespace dsa::test

@@ -124,13 +124,13 @@ TEST_CASE("cuda stage equals the CPU stage through stage_compute: losses, every 
   }
 }
 
-TEST_CASE("cuda stage refuses ZeRO-3's weight partitions and a missing gradient partition by name") {
+TEST_CASE("cuda stage refuses a missing gradient partition or fetcher by name") {
   const bert::bert_config cfg = gpu_bert_config(3);
   train::stage_shared shared;
   train::stage_options o = options_for(cfg, bert::bert_range::layers(1, 2), train::precision::bf16);
   auto stage = train::make_stage(train::stage_device::cuda, o, shared);
   CHECK_THROWS_WITH(stage->enable_partitioned_grads(nullptr), doctest::Contains("no gradient partition"));
-  CHECK_THROWS_WITH(stage->enable_zero3(nullptr, nullptr), doctest::Contains("ZeRO stage 3"));
+  CHECK_THROWS_WITH(stage->enable_zero3(nullptr, nullptr), doctest::Contains("ZeRO-3 without a fetcher"));
   o.whole_gradients = false; // ZeRO-2 on one stage: made (the partition comes with enable_partitioned_grads)
   CHECK(train::make_stage(train::stage_device::cuda, o, shared) != nullptr);
 }

@@ -116,8 +116,15 @@ TEST_CASE("what a CUDA rank does not run yet is refused by its key, before the m
   CHECK(train::choose_device(rc, 0, gpu).has_value());
 
   rc = with_backend("cuda");
-  rc.zero_stage = 3;
-  CHECK(refusal(rc, 0, gpu).find("zero_optimization.stage = 3") != std::string::npos);
+  rc.zero_stage = 3; // ZeRO-3 on a CUDA rank: the partitions step on the CPU shard
+  rc.offload.device = train::offload_device::none;
+  const std::string zero3 = refusal(rc, 0, gpu);
+  CHECK(zero3.find("zero_optimization.stage = 3") != std::string::npos);
+  CHECK(zero3.find("offload_optimizer.device = \"cpu\" or \"nvme\"") != std::string::npos);
+  for (const auto device : {train::offload_device::cpu, train::offload_device::nvme}) {
+    rc.offload.device = device;
+    CHECK(train::choose_device(rc, 0, gpu).has_value());
+  }
   rc = with_backend("cuda");
   rc.zero_stage = 2;
   rc.batch.data_parallel_size = 2; // ZeRO-2 over two ranks on one pipeline stage: partitioned gradients, runs
@@ -206,4 +213,37 @@ TEST_CASE("a CUDA rank's planned device bytes for its model states follow the op
   CHECK(train::cuda_model_state_bytes(rc, specs) == 1100 * 8 + 1100 * 12 + 1000 * 4);
   // Nothing on a CPU rank to report.
   CHECK(train::device_memory_report(train::device_choice{}).empty());
+}
+
+TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values and the largest part bound") {
+  train::run_config rc = with_backend("cuda");
+  rc.working = train::precision::bf16;
+  rc.offload.device = train::offload_device::cpu;
+  rc.zero_stage = 3;
+  rc.stage3_persistence = 100; // the vectors and the 8 x 8 matrix stay whole on the device
+  auto spec = [](std::string name, shape_t shape) {
+    bert::param_spec s;
+    s.name = std::move(name);
+    s.shape = std::move(shape);
+    return s;
+  };
+  const std::vector<bert::param_spec> specs{
+      spec(bert::word_embeddings_name(), {50, 8}), // 400 elements, tied to the head
+      spec("bert.embeddings.LayerNorm.weight", {8}),
+      spec("bert.encoder.layer.0.attention.self.query.weight", {8, 8}),
+      spec("bert.encoder.layer.0.attention.self.query.bias", {8}),
+      spec("bert.encoder.layer.1.intermediate.dense.weight", {32, 8}), // 256 elements
+      spec("cls.predictions.bias", {50}),
+  };
+  const std::int64_t word_grad = 400 * 4;
+  const std::int64_t persistent = 2 * 64 + 4 * (8 + 8 + 50); // the query matrix (bf16) and the f32 vectors
+  const std::int64_t embeddings = 400 * (2 + 4) + 8 * 4;     // the word embedding and the LayerNorm's gradient
+  const std::int64_t layer1 = 256 * (2 + 4) + word_grad;     // while it runs the word gradient is bound too
+  const std::int64_t head = 50 * 4 + 400 * 2 + word_grad;    // its bias's gradient, the tied word value and gradient
+  CHECK(layer1 > embeddings);
+  CHECK(layer1 > head);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + layer1);
+  // Everything persistent: the values whole, the largest part's gradients on top.
+  rc.stage3_persistence = 1000;
+  CHECK(train::cuda_model_state_bytes(rc, specs) == 2 * (400 + 64 + 256) + 4 * (8 + 8 + 50) + 4 * 256 + word_grad);
 }

@@ -157,6 +157,16 @@ TEST_CASE("device plan: a run that does not fit is refused with the smallest bud
   CHECK(says.find(p.describe()) != std::string::npos);
   CHECK(says.find("zero_optimization.offload_optimizer.device = \"cpu\"") != std::string::npos);
   CHECK(says.find("model.checkpoint_activations = true") != std::string::npos);
+  // ZeRO-3 keeps a part or two of the weights on the device: offered, and smaller.
+  CHECK(says.find("With ZeRO-3 (zero_optimization.stage = 3") != std::string::npos);
+  train::run_config zero3 = rc;
+  zero3.zero_stage = 3;
+  zero3.offload.device = train::offload_device::cpu;
+  zero3.stage3_persistence = 0; // the tiny model's tensors would all be persistent at the default
+  rc.offload.device = train::offload_device::cpu;
+  CHECK(train::plan_device_memory(zero3, ranges, in).model_states <
+        train::plan_device_memory(rc, ranges, in).model_states);
+  rc.offload.device = train::offload_device::none;
   // The smallest budget it names fits.
   const std::int64_t smallest = smallest_device_mib(says) * mib;
   CHECK(train::fit_device_memory(rc, ranges, in, {smallest, "x"}).has_value());
@@ -168,6 +178,11 @@ TEST_CASE("device plan: a run that does not fit is refused with the smallest bud
   REQUIRE_FALSE(refused.has_value());
   CHECK(refused.err().message.find("offload_optimizer") == std::string::npos);
   CHECK(refused.err().message.find("checkpoint_activations") == std::string::npos);
+  CHECK(refused.err().message.find("With ZeRO-3") != std::string::npos);
+  rc.zero_stage = 3; // already there: not offered
+  refused = train::fit_device_memory(rc, ranges, in, {mib, "x"});
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.err().message.find("With ZeRO-3") == std::string::npos);
   // No budget: the plan, unchecked.
   CHECK(train::fit_device_memory(rc, ranges, in, {-1, "none"}).has_value());
 }

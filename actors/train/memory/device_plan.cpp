@@ -106,6 +106,15 @@ expected<device_memory_plan> fit_device_memory(const run_config& rc, const std::
                            "planned peak is {}{}",
                            format_bytes(peak), peak <= budget.bytes ? ", which fits" : "");
   }
+  if (rc.zero_stage < 3 && rc.stages == 1) { // ZeRO-3 runs on one pipeline stage
+    run_config zero3 = rc;
+    zero3.zero_stage = 3;
+    if (zero3.offload.device == offload_device::none) zero3.offload.device = offload_device::cpu;
+    const std::int64_t peak = plan_device_memory(zero3, ranges, in).peak();
+    message += fmt::format(". With ZeRO-3 (zero_optimization.stage = 3, the optimizer on the CPU: each part's weights on "
+                           "the device only while it runs) it is {}{}",
+                           format_bytes(peak), peak <= budget.bytes ? ", which fits" : "");
+  }
   if (!rc.model.checkpoint_activations) {
     run_config ckpt = rc;
     ckpt.model.checkpoint_activations = true;

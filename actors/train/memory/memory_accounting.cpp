@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 namespace dsa::train {
 
@@ -154,7 +156,42 @@ model_state_bytes measured_model_states(const model_stage& stage, const model_sh
   return b;
 }
 
+namespace {
+
+// ZeRO-3 on a CUDA rank: the persistent values, and the largest part bound at once with the
+// tied word embedding's gradient, which stays bound from the head's backward to the
+// embeddings'.
+std::int64_t cuda_zero3_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+  const bool half = rc.working != precision::f32;
+  std::int64_t persistent = 0, word_value = 0, word_grad = 0;
+  std::map<std::string, std::int64_t> parts; // part (its name's prefix) -> bytes bound while it runs
+  for (const auto& spec : specs) {
+    const std::int64_t n = shape_numel(spec.shape);
+    const std::int64_t value = n * (half && spec.shape.size() == 2 ? 2 : 4);
+    const bool kept = n <= rc.stage3_persistence;
+    if (kept) persistent += value;
+    std::string part = "head";
+    if (spec.name.rfind("bert.embeddings.", 0) == 0) part = "embeddings";
+    const std::string layer = "bert.encoder.layer.";
+    if (spec.name.rfind(layer, 0) == 0) part = spec.name.substr(0, spec.name.find('.', layer.size()));
+    parts[part] += (kept ? 0 : value) + 4 * n; // its value unless persistent, its gradient
+    if (spec.name == bert::word_embeddings_name()) {
+      word_value = kept ? 0 : value;
+      word_grad = 4 * n;
+    }
+  }
+  const bool tied = parts.count("head") && parts.count("embeddings") && word_grad > 0;
+  if (tied) parts["head"] += word_value; // the decoder reads the tied word embedding
+  std::int64_t largest = 0;
+  for (const auto& [name, bytes] : parts)
+    largest = std::max(largest, bytes + (tied && name != "embeddings" ? word_grad : 0));
+  return persistent + largest;
+}
+
+} // namespace
+
 std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+  if (rc.zero_stage >= 3) return cuda_zero3_state_bytes(rc, specs);
   const bool half = rc.working != precision::f32;
   const bool gpu_optimizer = rc.offload.device == offload_device::none;
   std::int64_t bytes = 0, largest = 0;

@@ -26,6 +26,7 @@ double bert_stage::forward(const actors::work_key& key, const std::vector<tensor
   stage_timer t{shared_, key.step, stage_shared::phase::forward};
   if (grads_ && !partitioned_) partition_weights();
   step_ = key.step;
+  if (binding_) binding_->begin(key.step, false);
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
   bert::bert_batch batch;
@@ -62,21 +63,15 @@ void bert_stage::backward(const actors::work_key& key, const tensor& grad_out, t
     opt.on_done = [this](std::int64_t part) {
       for (std::size_t i : bert::parameters_finished_by(part_.parameters(), part)) final_(i, i + 1);
     };
-  in_backward_ = true;
+  if (binding_) binding_->begin(key.step, true);
   tensor dx;
-  try {
-    if (split_) {
-      if (deferred_.size() < stashes_.size()) deferred_.resize(stashes_.size());
-      bert::defer_weight_grads defer(deferred_.at(key.stash));
-      dx = part_.backward(dout, stashes_.at(key.stash), opt);
-    } else {
-      dx = part_.backward(dout, stashes_.at(key.stash), opt);
-    }
-  } catch (...) {
-    in_backward_ = false;
-    throw;
+  if (split_) {
+    if (deferred_.size() < stashes_.size()) deferred_.resize(stashes_.size());
+    bert::defer_weight_grads defer(deferred_.at(key.stash));
+    dx = part_.backward(dout, stashes_.at(key.stash), opt);
+  } else {
+    dx = part_.backward(dout, stashes_.at(key.stash), opt);
   }
-  in_backward_ = false;
   if (!part_.range().has_embeddings()) {
     dtype wire = working_dtype(options_.working);
     if (wire == dtype::f32) grad_in = dx;
@@ -139,20 +134,47 @@ void bert_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::share
   enable_partitioned_grads(std::move(grads));
 }
 
+// The CPU's bindings: the part's host tensors; final gradients go to the partition.
+class bert_stage::host_binder final : public zero3_binder {
+public:
+  host_binder(bert::bert_parameters& params, partition_grads& grads) : params_(params), grads_(grads) {}
+  void bind_values(std::vector<std::pair<std::size_t, tensor>> values) override { params_.set_values(std::move(values)); }
+  void unbind_values(const std::vector<std::size_t>& indices) override {
+    std::vector<std::pair<std::size_t, tensor>> dropped;
+    for (std::size_t i : indices) dropped.emplace_back(i, tensor{});
+    params_.set_values(std::move(dropped));
+  }
+  void bind_gradients(const std::vector<std::size_t>& indices) override {
+    std::vector<std::pair<std::size_t, tensor>> fresh;
+    for (std::size_t i : indices) fresh.emplace_back(i, tensor::zeros(params_.entries()[i].spec.shape, dtype::f32));
+    params_.set_grads(std::move(fresh));
+  }
+  void hand_over(const std::vector<std::size_t>& indices, std::uint32_t step) override {
+    // Unbind the final gradients, then hand them over (the submits' references free them).
+    std::vector<tensor> taken;
+    std::vector<std::pair<std::size_t, tensor>> unbound;
+    for (std::size_t i : indices) {
+      taken.push_back(params_.entries()[i].grad);
+      unbound.emplace_back(i, tensor{});
+    }
+    params_.set_grads(std::move(unbound));
+    for (std::size_t k = 0; k < taken.size(); ++k) grads_.submit(indices[k], std::move(taken[k]), step);
+  }
+
+private:
+  bert::bert_parameters& params_;
+  partition_grads& grads_;
+};
+
+bert_stage::~bert_stage() = default;
+
 void bert_stage::enable_partitioned_grads(std::shared_ptr<partition_grads> grads) {
   DSA_CHECK(grads != nullptr, "stage {}: no gradient partition", part_.range().to_string());
   grads_ = std::move(grads);
-  gate_.stage = this;
-  part_.set_gate(&gate_);
-  // A gradient is final for the micro-batch after the last part of the backward (which runs
-  // the parts in reverse) that holds it: the word embedding after the embeddings, though
-  // the tied decoder in the head adds to it first.
-  const auto parts = fetch_parts();
-  std::map<std::size_t, std::int64_t> last;
-  for (const auto& p : parts) part_tensors_[p.id] = p.tensors;
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it)
-    for (std::size_t t : it->tensors) last[t] = it->id;
-  for (const auto& [t, id] : last) reduce_after_[id].push_back(t);
+  binder_ = std::make_unique<host_binder>(part_.parameters(), *grads_);
+  binding_ = std::make_unique<zero3_binding>(fetch_parts(), part_.parameters().entries().size(), fetcher_.get(),
+                                             *binder_);
+  part_.set_gate(binding_.get());
 }
 
 void bert_stage::partition_weights() {
@@ -167,63 +189,9 @@ void bert_stage::partition_weights() {
   partitioned_ = true;
 }
 
-void bert_stage::zero3_gate::enter(std::int64_t part) {
-  auto& params = stage->part_.parameters();
-  if (stage->fetcher_) params.set_values(stage->fetcher_->acquire(part, stage->step_));
-  if (!stage->in_backward_) return;
-  std::vector<std::pair<std::size_t, tensor>> fresh; // the part's gradients, from zero, for this micro-batch
-  for (std::size_t i : stage->part_tensors_.at(part))
-    if (!params.entries()[i].grad.defined()) fresh.emplace_back(i, tensor::zeros(params.entries()[i].spec.shape, dtype::f32));
-  if (!fresh.empty()) params.set_grads(std::move(fresh));
-}
+std::vector<fetch_part> bert_stage::fetch_parts() const { return zero3_parts(part_.parameters()); }
 
-void bert_stage::zero3_gate::leave(std::int64_t part) {
-  auto& params = stage->part_.parameters();
-  if (stage->fetcher_) {
-    std::vector<std::pair<std::size_t, tensor>> dropped;
-    for (std::size_t i : stage->fetcher_->release(part)) dropped.emplace_back(i, tensor{});
-    params.set_values(std::move(dropped));
-  }
-  if (!stage->in_backward_) return;
-  auto final = stage->reduce_after_.find(part);
-  if (final == stage->reduce_after_.end()) return;
-  // Unbind the final gradients, then hand them over (the submits' references free them).
-  std::vector<tensor> taken;
-  std::vector<std::pair<std::size_t, tensor>> unbound;
-  for (std::size_t i : final->second) {
-    taken.push_back(params.entries()[i].grad);
-    unbound.emplace_back(i, tensor{});
-  }
-  params.set_grads(std::move(unbound));
-  for (std::size_t k = 0; k < taken.size(); ++k) stage->grads_->submit(final->second[k], std::move(taken[k]), stage->step_);
-}
-
-std::vector<fetch_part> bert_stage::fetch_parts() const {
-  std::vector<fetch_part> out;
-  const auto& r = part_.range();
-  auto part = [&](std::int64_t id) { return fetch_part{id, bert::parameters_finished_by(part_.parameters(), id)}; };
-  if (r.has_embeddings()) out.push_back(part(bert::backward_options::embeddings_done));
-  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) out.push_back(part(l));
-  if (r.has_head()) {
-    fetch_part head = part(bert::backward_options::head_done);
-    // The MLM decoder reads the word embedding (tied); parameters_finished_by gives it to the embeddings.
-    const auto& entries = part_.parameters().entries();
-    for (std::size_t i = 0; i < entries.size(); ++i)
-      if (entries[i].spec.name == bert::word_embeddings_name() && options_.model.head == bert::head_kind::pretraining &&
-          std::find(head.tensors.begin(), head.tensors.end(), i) == head.tensors.end())
-        head.tensors.push_back(i);
-    out.push_back(std::move(head));
-  }
-  return out;
-}
-
-std::vector<std::int64_t> bert_stage::fetch_sequence() const {
-  std::vector<std::int64_t> forward;
-  for (const auto& p : fetch_parts()) forward.push_back(p.id);
-  std::vector<std::int64_t> out = forward;
-  out.insert(out.end(), forward.rbegin(), forward.rend());
-  return out;
-}
+std::vector<std::int64_t> bert_stage::fetch_sequence() const { return zero3_sequence(fetch_parts()); }
 
 void bert_stage::gather_whole() {
   if (!fetcher_) return;
@@ -232,6 +200,8 @@ void bert_stage::gather_whole() {
   for (std::size_t i = 0; i < whole.size(); ++i) values.emplace_back(i, std::move(whole[i]));
   part_.parameters().set_values(std::move(values));
   part_.set_gate(nullptr);
+  binding_.reset();
+  binder_.reset();
   fetcher_.reset();
   grads_.reset();
   partitioned_ = false;
@@ -241,16 +211,11 @@ void bert_stage::load_parameters(const std::vector<tensor>& updated) {
   auto& params = part_.parameters();
   if (fetcher_) {
     // ZeRO-3: this rank's partition of the working weights, then the loss scale.
-    if (updated.size() != 2)
-      throw std::runtime_error(fmt::format("ZeRO-3 parameter version with {} tensors; expected the partition and "
-                                           "the loss scale",
-                                           updated.size()));
-    auto scale = loss_scale_of(updated.back());
-    if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
+    const double scale = zero3_version_scale(updated);
     if (!partitioned_) partition_weights();
     fetcher_->load(updated[0]);
     grads_->reset(); // the reducer has released the step's gradients
-    loss_scale_ = *scale;
+    loss_scale_ = scale;
     return;
   }
   const double scale = load_version(params, updated);

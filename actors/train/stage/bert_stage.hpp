@@ -10,6 +10,7 @@
 #include "actors/train/config/precision.hpp"
 #include "actors/train/data/batch_packing.hpp"
 #include "actors/train/stage/step_stats.hpp"
+#include "actors/train/stage/zero3_binding.hpp"
 #include "actors/train/stage/partition_grads.hpp"
 #include "actors/train/stage/model_stage.hpp"
 #include "actors/train/stage/param_fetcher.hpp"
@@ -27,6 +28,7 @@ namespace dsa::train {
 class bert_stage final : public model_stage {
 public:
   bert_stage(const stage_options& options, stage_shared& shared);
+  ~bert_stage() override;
 
   // The model range; its parameter values are in the working precision.
   bert::bert_part& part() { return part_; }
@@ -107,18 +109,13 @@ private:
   double loss_scale_ = 1.0;
   std::vector<double> last_metrics_;
   gradients_final_fn final_;
-  // ZeRO-3: binds each part's gathered weights while the model runs it.
-  struct zero3_gate final : bert::part_gate {
-    bert_stage* stage = nullptr;
-    void enter(std::int64_t part) override;
-    void leave(std::int64_t part) override;
-  };
+  // ZeRO-3 and ZeRO-2 on one stage: each part's weights and gradients bound while the model
+  // runs it (zero3_binding.hpp), into part_'s parameters.
   std::shared_ptr<param_fetcher> fetcher_;
   std::shared_ptr<partition_grads> grads_;
-  std::map<std::int64_t, std::vector<std::size_t>> part_tensors_; // fetch part id -> its tensors
-  std::map<std::int64_t, std::vector<std::size_t>> reduce_after_; // part id -> gradients final after its backward
-  bool in_backward_ = false;
-  zero3_gate gate_;
+  class host_binder;
+  std::unique_ptr<host_binder> binder_;
+  std::unique_ptr<zero3_binding> binding_;
   bool partitioned_ = false; // the stage's whole weights were handed to the fetcher
   std::uint32_t step_ = 0;   // the step of the forward or backward running (for the fetcher)
   void partition_weights();

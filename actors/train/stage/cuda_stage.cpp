@@ -135,6 +135,8 @@ cuda_stage::cuda_stage(const stage_options& options, stage_shared& shared)
 cuda_stage::~cuda_stage() {
   // The stashes and the part free in stream order on the stage's device.
   if (part_) cudaSetDevice(options_.device_index);
+  binding_.reset();
+  binder_.reset();
   download_.reset();
   copier_.reset();
   stashes_.clear();
@@ -149,9 +151,16 @@ void cuda_stage::ensure_device() {
   check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "creating the stage's stream");
   stream_ = std::make_unique<cuda::stream_handle>(s);
   // Without f32 masters: the shard keeps them (on the host, or on the GPU in its own arrays);
-  // the part holds the working copies it computes with and the f32 gradients.
+  // the part holds the working copies it computes with and the f32 gradients (ZeRO-3: of
+  // the part it runs, bound by the fetcher's uses).
   part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s,
-                                             options_.deterministic, /*masters=*/false);
+                                             options_.deterministic, /*masters=*/false, /*resident=*/!fetcher_);
+  if (fetcher_) {
+    binder_ = std::make_unique<cuda_zero3_binder>(*part_, *grads_);
+    binding_ = std::make_unique<zero3_binding>(fetch_parts(), params_.entries().size(), fetcher_.get(), *binder_);
+    part_->set_gate(binding_.get());
+    return; // no whole host gradients or pinned version: the partition holds both
+  }
   pin_host_gradients();
   pin_host_values();
 }
@@ -251,6 +260,8 @@ double cuda_stage::forward_on_device(const actors::work_key& key, const std::vec
   if (options_.fail_step >= 0 && key.step == static_cast<std::uint64_t>(options_.fail_step))
     throw std::runtime_error("injected fault (debug.fail_step)");
   ensure_device();
+  if (fetcher_ && !partitioned_) partition_weights();
+  if (binding_) binding_->begin(key.step, false);
   const bert::bert_range& range = params_.range();
   const dtype wire = working_dtype(options_.working);
   const cudaStream_t stream = stream_->get();
@@ -315,9 +326,11 @@ void cuda_stage::backward_on_device(const actors::work_key& key, const tensor& g
       parts.push_back(bert::parameters_finished_by(params_, part));
       download_->final_on_device(parts.back(), *copier_);
     };
+  if (binding_) binding_->begin(key.step, true);
   const bert::gpu::device_array dx = part_->backward(dy.get(), stash, on_enqueued);
   spans_.end(stream);
-  if (grads_) submit_partitioned(parts);
+  if (binder_) binder_->finish(); // ZeRO-3: the last part's gradients to the partition
+  else if (grads_) submit_partitioned(parts);
   else
     for (const std::vector<std::size_t>& indices : parts) {
       if (indices.empty()) continue;
@@ -392,6 +405,17 @@ tensor cuda_stage::gradient(std::size_t index) {
 }
 
 void cuda_stage::load_parameters(const std::vector<tensor>& updated) {
+  if (fetcher_) {
+    // ZeRO-3: this rank's partition of the working weights, then the loss scale; the device
+    // holds no weights between steps.
+    const double scale = zero3_version_scale(updated);
+    ensure_device();
+    if (!partitioned_) partition_weights();
+    fetcher_->load(updated[0]);
+    grads_->reset(); // the reducer has released the step's gradients
+    loss_scale_ = scale;
+    return;
+  }
   if (part_) {
     check_cuda(cudaSetDevice(options_.device_index), "cudaSetDevice");
     part_->wait_upload_read(); // the last version's copies have read the host weights
@@ -408,10 +432,6 @@ void cuda_stage::load_parameters(const std::vector<tensor>& updated) {
   part_->zero_gradients();
   grads_on_host_ = false;
   loss_scale_ = scale;
-}
-
-void cuda_stage::enable_zero3(std::shared_ptr<param_fetcher>, std::shared_ptr<partition_grads>) {
-  throw std::runtime_error("CUDA stage: ZeRO stage 3 is not written for CUDA ranks");
 }
 
 void cuda_stage::enable_partitioned_grads(std::shared_ptr<partition_grads> grads) {

@@ -21,10 +21,14 @@
 // input gradient for a neighbour, the gradients). When the run is traced, each job's
 // kernels become a device span (gpu_spans.hpp), recorded at the next of those waits.
 //
-// Not on a CUDA stage (refused at start-up by choose_device): ZeRO-3's weight partition.
+// ZeRO-3 (enable_zero3): the part is made without resident parameters; the stage's host
+// weights go to the parameter fetcher at the first step, and each part of the range has its
+// gathered weights on the device only while it runs (cuda_zero3.hpp), its gradients summed
+// into the rank's partition per micro-batch.
 #pragma once
 
 #include "actors/train/stage/gpu_spans.hpp"
+#include "actors/train/stage/cuda_zero3.hpp"
 #include "actors/train/stage/grad_download.hpp"
 #include "actors/train/stage/partition_grads.hpp"
 #include "actors/train/stage/model_stage.hpp"
@@ -72,8 +76,8 @@ public:
     spans_.attach(trace, actor, stage);
   }
 
-  // ZeRO-3 does not run on a CUDA stage (choose_device refuses it first): enable_zero3
-  // throws, and the fetcher's hooks have nothing to say.
+  // ZeRO-3: before the stage's first use of its device (the part is then made without
+  // resident parameters).
   void enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads) override;
   // ZeRO-2 on one pipeline stage: after each micro-batch's backward its gradients, part by
   // part as their copies land, are summed over the ranks into this rank's partition
@@ -81,15 +85,19 @@ public:
   void enable_partitioned_grads(std::shared_ptr<partition_grads> grads) override;
   bool gradients_reduced() const override { return grads_ != nullptr; }
   void allow(std::uint32_t step) override {
+    if (fetcher_) fetcher_->allow(step);
     if (grads_) grads_->allow(step);
   }
   void cancel() override {
+    if (fetcher_) fetcher_->cancel();
     if (grads_) grads_->cancel();
   }
-  std::vector<fetch_part> fetch_parts() const override { return {}; }
-  std::vector<std::int64_t> fetch_sequence() const override { return {}; }
-  void gather_whole() override {}
-  const param_fetcher* fetcher() const override { return nullptr; }
+  std::vector<fetch_part> fetch_parts() const override { return zero3_parts(params_); }
+  std::vector<std::int64_t> fetch_sequence() const override { return zero3_sequence(fetch_parts()); }
+  // After the run: the whole weights gathered into the host copy; the device part is made
+  // again (resident) at its next use.
+  void gather_whole() override;
+  const param_fetcher* fetcher() const override { return fetcher_.get(); }
   std::int64_t partition_grad_bytes() const override { return grads_ ? grads_->bytes() : 0; }
 
 private:
@@ -116,6 +124,8 @@ private:
   // ZeRO-2: a micro-batch's gradients into the partition, by the parts whose copies were
   // enqueued (none: downloaded at once), then the device's zeroed.
   void submit_partitioned(const std::vector<std::vector<std::size_t>>& parts);
+  // ZeRO-3: the stage's host weights handed to the fetcher and dropped (at the first step).
+  void partition_weights();
   stage_options options_;
   stage_shared& shared_;
   bert::bert_parameters params_;
@@ -131,7 +141,11 @@ private:
   class copier;
   std::unique_ptr<copier> copier_;
   std::unique_ptr<grad_download> download_;
-  std::shared_ptr<partition_grads> grads_; // ZeRO-2 on one pipeline stage
+  std::shared_ptr<partition_grads> grads_; // ZeRO-2 on one pipeline stage, and ZeRO-3
+  std::shared_ptr<param_fetcher> fetcher_; // ZeRO-3
+  std::unique_ptr<cuda_zero3_binder> binder_;
+  std::unique_ptr<zero3_binding> binding_;
+  bool partitioned_ = false; // ZeRO-3: the host weights went to the fetcher
 };
 
 } // namespace dsa::train

@@ -147,11 +147,14 @@ status cuda_rank_supports(const run_config& rc) {
     return make_error(errc::config, "devices.backend = \"cuda\" with activation_checkpointing.cpu_checkpointing = true: "
                                     "DeepSpeed moves the checkpoints to host memory; a CUDA rank keeps them on the "
                                     "device (moving them is not written): set false");
-  // ZeRO-2 on one pipeline stage runs (cuda_stage's partitioned gradients, summed on the host).
-  if (rc.zero_stage >= 3)
+  // ZeRO-2 on one pipeline stage runs (cuda_stage's partitioned gradients, summed on the host);
+  // ZeRO-3 gathers each part's weights onto the device as it runs it (cuda_zero3.hpp), the
+  // partition's optimizer on the host.
+  if (rc.zero_stage >= 3 && rc.offload.device == offload_device::none)
     return make_error(errc::config,
-                      "devices.backend = \"cuda\" with zero_optimization.stage = {}: the weight partitions "
-                      "(ZeRO-3, offload_param) are not written for CUDA ranks yet; use stage 1 or 2",
+                      "devices.backend = \"cuda\" with zero_optimization.stage = {} and "
+                      "offload_optimizer.device = \"none\": a CUDA rank's ZeRO-3 partitions step on the CPU; set "
+                      "zero_optimization.offload_optimizer.device = \"cpu\" or \"nvme\"",
                       rc.zero_stage);
   return {};
 }

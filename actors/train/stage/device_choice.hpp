@@ -45,8 +45,8 @@ struct device_choice {
 };
 
 // What a CUDA rank does not run yet, refused by config key: the GPU-resident optimizer
-// (offload_optimizer.device = "none") with LAMB, the compressed optimizers or ZeRO
-// partitions; ZeRO-3's weight partitions.
+// (offload_optimizer.device = "none") with LAMB, the compressed optimizers, ZeRO
+// partitions or ZeRO-3.
 status cuda_rank_supports(const run_config& rc);
 // What the GPU-resident optimizer's mode (device_shard) runs: Adam and AdamW over whole
 // stages (no ZeRO partitions); `who` names the key that asked for it in the error.

@@ -80,4 +80,14 @@ double load_version(bert::bert_parameters& params, const std::vector<tensor>& up
   return *scale;
 }
 
+double zero3_version_scale(const std::vector<tensor>& updated) {
+  if (updated.size() != 2)
+    throw std::runtime_error(fmt::format("ZeRO-3 parameter version with {} tensors; expected the partition and "
+                                         "the loss scale",
+                                         updated.size()));
+  auto scale = loss_scale_of(updated.back());
+  if (!scale) throw std::runtime_error("parameter version: " + scale.err().message);
+  return *scale;
+}
+
 } // namespace dsa::train

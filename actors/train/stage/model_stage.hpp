@@ -147,6 +147,9 @@ std::unique_ptr<model_stage> make_stage(stage_device device, const stage_options
 // Throws naming the tensor that does not fit: the version comes from another actor (later,
 // another process), so a mismatch fails the stage's load job by name.
 double load_version(bert::bert_parameters& params, const std::vector<tensor>& updated);
+// A ZeRO-3 version (this rank's partition of the working weights, then the loss scale):
+// checked, its scale returned; throws naming what is wrong.
+double zero3_version_scale(const std::vector<tensor>& updated);
 
 // A forward's slot as every stage class reads it: the first stage unpacks the micro-batch
 // into `batch`; later stages get the hidden states (returned as they came, in the working

@@ -1,0 +1,130 @@
+// ZeRO-3 on a CUDA stage: the bindings on its GPU part (see cuda_zero3.hpp) and the
+// stage's hand-over of its weights to the fetcher and back.
+#include "actors/train/stage/cuda_zero3.hpp"
+
+#include "actors/train/stage/cuda_stage.hpp"
+
+#include "core/device_waits.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace dsa::train {
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("CUDA stage (ZeRO-3): {} failed: {}", what, cudaGetErrorString(e)));
+}
+
+} // namespace
+
+cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads) : part_(part), grads_(grads) {
+  check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "creating the gradient staging event");
+}
+
+cuda_zero3_binder::~cuda_zero3_binder() {
+  if (!pending_.empty()) cudaEventSynchronize(copied_); // no copy left writing into the staging buffer
+  cudaEventDestroy(copied_);
+}
+
+void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> values) {
+  // The fetcher's tensors are pageable host memory: each copy has read its tensor when
+  // bind_value returns, so dropping them here is safe.
+  for (const auto& [i, value] : values) part_.bind_value(i, value);
+}
+
+void cuda_zero3_binder::unbind_values(const std::vector<std::size_t>& indices) {
+  for (std::size_t i : indices) part_.unbind_value(i);
+}
+
+void cuda_zero3_binder::bind_gradients(const std::vector<std::size_t>& indices) {
+  for (std::size_t i : indices) part_.bind_gradient(i);
+}
+
+void cuda_zero3_binder::hand_over(const std::vector<std::size_t>& indices, std::uint32_t step) {
+  take_pending(); // the staging buffer is free again
+  pending p;
+  p.step = step;
+  std::size_t bytes = 0;
+  for (std::size_t i : indices) {
+    p.indices.push_back(i);
+    p.offsets.push_back(bytes);
+    bytes += (static_cast<std::size_t>(part_.numel(i)) * 4 + 63) / 64 * 64;
+  }
+  if (bytes > staged_bytes_) {
+    staging_.reserve(bytes, "a CUDA stage's ZeRO-3 gradient staging"); // pageable (and said) when pinning fails
+    staged_bytes_ = bytes;
+  }
+  const cudaStream_t stream = part_.stream();
+  for (std::size_t k = 0; k < p.indices.size(); ++k) {
+    const std::size_t i = p.indices[k];
+    check_cuda(cudaMemcpyAsync(static_cast<char*>(staging_.get()) + p.offsets[k], part_.gradient_data(i),
+                               static_cast<std::size_t>(part_.numel(i)) * 4, cudaMemcpyDeviceToHost, stream),
+               "copying a final gradient to the host");
+    part_.unbind_gradient(i); // freed on the stream, after the copy
+  }
+  check_cuda(cudaEventRecord(copied_, stream), "marking a part's gradient copies");
+  pending_.push_back(std::move(p));
+}
+
+void cuda_zero3_binder::finish() { take_pending(); }
+
+void cuda_zero3_binder::take_pending() {
+  if (pending_.empty()) return;
+  device_wait("cudaEventSynchronize (a part's final gradients copied to the host)");
+  check_cuda(cudaEventSynchronize(copied_), "the gradient copies");
+  pending p = std::move(pending_.front());
+  pending_.clear();
+  for (std::size_t k = 0; k < p.indices.size(); ++k) {
+    const std::size_t i = p.indices[k];
+    // A tensor of its own: the staging buffer takes the next part's gradients.
+    tensor own = tensor::empty({part_.numel(i)}, dtype::f32);
+    std::memcpy(own.raw_data(), static_cast<const char*>(staging_.get()) + p.offsets[k], own.nbytes());
+    grads_.submit(i, std::move(own), p.step);
+  }
+}
+
+void cuda_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::shared_ptr<partition_grads> grads) {
+  const std::string range = params_.range().to_string();
+  if (!fetcher || !grads || fetcher->layout().tensors().size() != params_.entries().size())
+    throw std::runtime_error(fmt::format("CUDA stage {}: ZeRO-3 without a fetcher and a gradient partition of its "
+                                         "layout",
+                                         range));
+  if (part_)
+    throw std::runtime_error(fmt::format("CUDA stage {}: ZeRO-3 enabled after the device part was made", range));
+  fetcher_ = std::move(fetcher);
+  grads_ = std::move(grads);
+}
+
+void cuda_stage::partition_weights() {
+  fetcher_->take_whole(parameters());
+  std::vector<std::pair<std::size_t, tensor>> dropped;
+  for (std::size_t i = 0; i < params_.entries().size(); ++i) dropped.emplace_back(i, tensor{});
+  params_.set_values(std::move(dropped));
+  partitioned_ = true;
+}
+
+void cuda_stage::gather_whole() {
+  if (!fetcher_) return;
+  if (part_) {
+    check_cuda(cudaSetDevice(options_.device_index), "cudaSetDevice");
+    device_wait("cudaStreamSynchronize (the last step's work before the weights are gathered)");
+    check_cuda(cudaStreamSynchronize(stream_->get()), "the stage's stream");
+  }
+  auto whole = fetcher_->gather_all();
+  std::vector<std::pair<std::size_t, tensor>> values;
+  for (std::size_t i = 0; i < whole.size(); ++i) values.emplace_back(i, std::move(whole[i]));
+  params_.set_values(std::move(values));
+  // The device part goes; the next use makes a resident one from the whole weights.
+  binding_.reset();
+  binder_.reset();
+  for (auto& stash : stashes_) stash = bert::gpu::part_stash{};
+  part_.reset();
+  fetcher_.reset();
+  grads_.reset();
+  partitioned_ = false;
+}
+
+} // namespace dsa::train

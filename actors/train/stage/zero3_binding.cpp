@@ -1,0 +1,83 @@
+// A ZeRO stage's bindings around each part the model runs; see zero3_binding.hpp.
+#include "actors/train/stage/zero3_binding.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace dsa::train {
+
+std::vector<fetch_part> zero3_parts(const bert::bert_parameters& params) {
+  std::vector<fetch_part> out;
+  const auto& r = params.range();
+  auto part = [&](std::int64_t id) { return fetch_part{id, bert::parameters_finished_by(params, id)}; };
+  if (r.has_embeddings()) out.push_back(part(bert::backward_options::embeddings_done));
+  for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) out.push_back(part(l));
+  if (r.has_head()) {
+    fetch_part head = part(bert::backward_options::head_done);
+    // The MLM decoder reads the word embedding (tied); parameters_finished_by gives it to the embeddings.
+    const auto& entries = params.entries();
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].spec.name == bert::word_embeddings_name() &&
+          params.config().head == bert::head_kind::pretraining &&
+          std::find(head.tensors.begin(), head.tensors.end(), i) == head.tensors.end())
+        head.tensors.push_back(i);
+    out.push_back(std::move(head));
+  }
+  return out;
+}
+
+std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts) {
+  std::vector<std::int64_t> out;
+  for (const auto& p : parts) out.push_back(p.id);
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) out.push_back(it->id);
+  return out;
+}
+
+zero3_binding::zero3_binding(const std::vector<fetch_part>& parts, std::size_t tensors, param_fetcher* fetcher,
+                             zero3_binder& binder)
+    : fetcher_(fetcher), binder_(binder), grad_bound_(tensors, false) {
+  // A gradient is final for the micro-batch after the last part of the backward (which runs
+  // the parts in reverse) that holds it.
+  std::map<std::size_t, std::int64_t> last;
+  for (const auto& p : parts) {
+    for (std::size_t t : p.tensors)
+      if (t >= tensors)
+        throw std::runtime_error(fmt::format("ZeRO binding: part {} names tensor {} of a stage of {}", p.id, t, tensors));
+    tensors_[p.id] = p.tensors;
+  }
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it)
+    for (std::size_t t : it->tensors) last[t] = it->id;
+  for (const auto& [t, id] : last) final_after_[id].push_back(t);
+}
+
+void zero3_binding::enter(std::int64_t part) {
+  if (fetcher_) binder_.bind_values(fetcher_->acquire(part, step_));
+  if (!backward_) return;
+  const auto it = tensors_.find(part);
+  if (it == tensors_.end())
+    throw std::runtime_error(fmt::format("ZeRO binding: the model entered part {}, which the stage does not have", part));
+  std::vector<std::size_t> fresh; // the part's gradients, from zero, for this micro-batch
+  for (std::size_t t : it->second)
+    if (!grad_bound_[t]) {
+      fresh.push_back(t);
+      grad_bound_[t] = true;
+    }
+  if (!fresh.empty()) binder_.bind_gradients(fresh);
+}
+
+void zero3_binding::leave(std::int64_t part) {
+  if (fetcher_) binder_.unbind_values(fetcher_->release(part));
+  if (!backward_) return;
+  const auto final = final_after_.find(part);
+  if (final == final_after_.end()) return;
+  for (std::size_t t : final->second) grad_bound_[t] = false;
+  binder_.hand_over(final->second, step_);
+}
+
+std::size_t zero3_binding::gradients_bound() const {
+  return static_cast<std::size_t>(std::count(grad_bound_.begin(), grad_bound_.end(), true));
+}
+
+} // namespace dsa::train

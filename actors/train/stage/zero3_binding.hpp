@@ -1,0 +1,76 @@
+// ZeRO-3 (and ZeRO-2 on one pipeline stage): which of a stage's tensors are bound while the
+// model runs each part of its range, shared by the CPU stage (its bert_parameters) and the
+// GPU stage (its part's device arrays), which differ only in how they bind.
+//
+// The model tells the binding (a bert::part_gate) just before and just after it runs each
+// part (the embeddings, a layer, the head), forward then backward. On enter the binding
+// binds what the parameter fetcher hands out for that use (the part's gathered weights,
+// on a step's first use the persistent ones too) and, in the backward, a zeroed gradient
+// for each of the part's tensors that has none yet; on leave it unbinds what the fetcher
+// frees and hands the gradients that are final for the micro-batch (after the last part of
+// the backward that adds to them: the tied word embedding after the embeddings) to the
+// binder, which passes them to the gradient partition. Without a fetcher (ZeRO-2) the
+// values stay bound and only gradients come and go.
+//
+// One compute thread calls everything.
+#pragma once
+
+#include "actors/train/stage/param_fetcher.hpp"
+#include "core/tensor.hpp"
+#include "models/bert/bert_parameters.hpp"
+#include "models/bert/bert_part.hpp"
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace dsa::train {
+
+// Where a stage binds (the CPU's host tensors, a GPU part's device arrays).
+class zero3_binder {
+public:
+  virtual ~zero3_binder() = default;
+  virtual void bind_values(std::vector<std::pair<std::size_t, tensor>> values) = 0;
+  virtual void unbind_values(const std::vector<std::size_t>& indices) = 0;
+  // Zeroed gradients for these tensors (none of them has one).
+  virtual void bind_gradients(const std::vector<std::size_t>& indices) = 0;
+  // The micro-batch's final gradients of these tensors (of backward `step`): to the
+  // partition, then unbound.
+  virtual void hand_over(const std::vector<std::size_t>& indices, std::uint32_t step) = 0;
+};
+
+// The parts of `params`' range in the forward's order, each with the tensors it reads
+// (parameters_finished_by's, and for the pre-training head the tied word embedding), and
+// the fetcher's sequence of uses for one micro-batch: the forward's parts, then in reverse.
+std::vector<fetch_part> zero3_parts(const bert::bert_parameters& params);
+std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts);
+
+class zero3_binding final : public bert::part_gate {
+public:
+  // fetcher: null with ZeRO-2 (the values stay bound); tensors: the stage's count.
+  zero3_binding(const std::vector<fetch_part>& parts, std::size_t tensors, param_fetcher* fetcher,
+                zero3_binder& binder);
+
+  // Before the model runs a forward (backward false) or a backward of `step`.
+  void begin(std::uint32_t step, bool backward) {
+    step_ = step;
+    backward_ = backward;
+  }
+  void enter(std::int64_t part) override;
+  void leave(std::int64_t part) override;
+
+  bool gradient_bound(std::size_t t) const { return grad_bound_.at(t); }
+  std::size_t gradients_bound() const;
+
+private:
+  param_fetcher* fetcher_;
+  zero3_binder& binder_;
+  std::map<std::int64_t, std::vector<std::size_t>> tensors_;      // part id -> its tensors
+  std::map<std::int64_t, std::vector<std::size_t>> final_after_;  // part id -> gradients final after its backward
+  std::vector<bool> grad_bound_;
+  std::uint32_t step_ = 0;
+  bool backward_ = false;
+};
+
+} // namespace dsa::train
