@@ -220,7 +220,8 @@ TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values and the larg
   rc.working = train::precision::bf16;
   rc.offload.device = train::offload_device::cpu;
   rc.zero_stage = 3;
-  rc.stage3_persistence = 100; // the vectors and the 8 x 8 matrix stay whole on the device
+  rc.batch.data_parallel_size = 2; // partitions to fetch from (on one rank stage 3 runs as stage 0)
+  rc.stage3_persistence = 100;     // the vectors and the 8 x 8 matrix stay whole on the device
   auto spec = [](std::string name, shape_t shape) {
     bert::param_spec s;
     s.name = std::move(name);
@@ -246,4 +247,13 @@ TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values and the larg
   // Everything persistent: the values whole, the largest part's gradients on top.
   rc.stage3_persistence = 1000;
   CHECK(train::cuda_model_state_bytes(rc, specs) == 2 * (400 + 64 + 256) + 4 * (8 + 8 + 50) + 4 * 256 + word_grad);
+  // SQuAD's head reads no word embedding: no tied gradient beside the layers.
+  rc.model.head = bert::head_kind::squad;
+  CHECK(train::cuda_model_state_bytes(rc, specs) == 2 * (400 + 64 + 256) + 4 * (8 + 8 + 50) + 4 * 408);
+  // One rank, the weights not on NVMe: nothing is partitioned, every value and gradient resident.
+  rc.batch.data_parallel_size = 1;
+  rc.zero_stage = 0;
+  const std::int64_t stage0 = train::cuda_model_state_bytes(rc, specs);
+  rc.zero_stage = 3;
+  CHECK(train::cuda_model_state_bytes(rc, specs) == stage0);
 }

@@ -159,9 +159,11 @@ TEST_CASE("device plan: a run that does not fit is refused with the smallest bud
   CHECK(says.find("model.checkpoint_activations = true") != std::string::npos);
   // ZeRO-3 keeps a part or two of the weights on the device: offered, and smaller.
   CHECK(says.find("With ZeRO-3 (zero_optimization.stage = 3") != std::string::npos);
+  CHECK(says.find("on one rank offload_param.device = \"nvme\"") != std::string::npos); // else nothing partitions
   train::run_config zero3 = rc;
   zero3.zero_stage = 3;
   zero3.offload.device = train::offload_device::cpu;
+  zero3.offload.param.device = train::offload_device::nvme;
   zero3.stage3_persistence = 0; // the tiny model's tensors would all be persistent at the default
   rc.offload.device = train::offload_device::cpu;
   CHECK(train::plan_device_memory(zero3, ranges, in).model_states <

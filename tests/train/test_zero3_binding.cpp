@@ -156,7 +156,9 @@ TEST_CASE("zero3 binding: ZeRO-2 moves gradients only, and a part the stage lack
   CHECK(dev.values.size() == 4); // the weights stay whole
   CHECK(dev.handed.size() == 4);
   CHECK(dev.errors.empty());
-  binding.begin(0, true);
-  CHECK_THROWS_WITH(binding.enter(7), doctest::Contains("part 7"));
+  for (const bool backward : {false, true}) {
+    binding.begin(0, backward);
+    CHECK_THROWS_WITH(binding.enter(7), doctest::Contains("part 7"));
+  }
   CHECK_THROWS_WITH(train::zero3_binding({{0, {9}}}, 4, nullptr, dev), doctest::Contains("tensor 9"));
 }

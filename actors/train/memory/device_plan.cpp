@@ -106,14 +106,19 @@ expected<device_memory_plan> fit_device_memory(const run_config& rc, const std::
                            "planned peak is {}{}",
                            format_bytes(peak), peak <= budget.bytes ? ", which fits" : "");
   }
-  if (rc.zero_stage < 3 && rc.stages == 1) { // ZeRO-3 runs on one pipeline stage
+  // ZeRO-3 where the config would run it (one pipeline stage, 1F1B, not a compressed
+  // optimizer) and partition the weights (several ranks, or on one rank offload_param nvme).
+  if (rc.zero_stage < 3 && rc.stages == 1 && rc.schedule == "1f1b" && !rc.optimizer.compressed()) {
     run_config zero3 = rc;
     zero3.zero_stage = 3;
     if (zero3.offload.device == offload_device::none) zero3.offload.device = offload_device::cpu;
+    const bool one_rank = rc.batch.data_parallel_size <= 1;
+    if (one_rank) zero3.offload.param.device = offload_device::nvme;
     const std::int64_t peak = plan_device_memory(zero3, ranges, in).peak();
-    message += fmt::format(". With ZeRO-3 (zero_optimization.stage = 3, the optimizer on the CPU: each part's weights on "
-                           "the device only while it runs) it is {}{}",
-                           format_bytes(peak), peak <= budget.bytes ? ", which fits" : "");
+    message += fmt::format(". With ZeRO-3 (zero_optimization.stage = 3, the optimizer on the CPU{}: each part's weights "
+                           "on the device only while it runs) it is {}{}",
+                           one_rank ? ", on one rank offload_param.device = \"nvme\"" : "", format_bytes(peak),
+                           peak <= budget.bytes ? ", which fits" : "");
   }
   if (!rc.model.checkpoint_activations) {
     run_config ckpt = rc;

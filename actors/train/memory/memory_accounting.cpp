@@ -158,6 +158,15 @@ model_state_bytes measured_model_states(const model_stage& stage, const model_sh
 
 namespace {
 
+// The part of the range a parameter belongs to, by its name: "embeddings", its layer's
+// prefix, or "head" (the rest: the pooler, the heads, a pre-LN final LayerNorm).
+std::string part_of(const std::string& name) {
+  if (name.rfind("bert.embeddings.", 0) == 0) return "embeddings";
+  const std::string layer = "bert.encoder.layer.";
+  if (name.rfind(layer, 0) == 0) return name.substr(0, name.find('.', layer.size()));
+  return "head";
+}
+
 // ZeRO-3 on a CUDA rank: the persistent values, and the largest part bound at once with the
 // tied word embedding's gradient, which stays bound from the head's backward to the
 // embeddings'.
@@ -170,17 +179,14 @@ std::int64_t cuda_zero3_state_bytes(const run_config& rc, const std::vector<bert
     const std::int64_t value = n * (half && spec.shape.size() == 2 ? 2 : 4);
     const bool kept = n <= rc.stage3_persistence;
     if (kept) persistent += value;
-    std::string part = "head";
-    if (spec.name.rfind("bert.embeddings.", 0) == 0) part = "embeddings";
-    const std::string layer = "bert.encoder.layer.";
-    if (spec.name.rfind(layer, 0) == 0) part = spec.name.substr(0, spec.name.find('.', layer.size()));
-    parts[part] += (kept ? 0 : value) + 4 * n; // its value unless persistent, its gradient
+    parts[part_of(spec.name)] += (kept ? 0 : value) + 4 * n; // its value unless persistent, its gradient
     if (spec.name == bert::word_embeddings_name()) {
       word_value = kept ? 0 : value;
       word_grad = 4 * n;
     }
   }
-  const bool tied = parts.count("head") && parts.count("embeddings") && word_grad > 0;
+  const bool tied = rc.model.head == bert::head_kind::pretraining && parts.count("head") && parts.count("embeddings") &&
+                    word_grad > 0;
   if (tied) parts["head"] += word_value; // the decoder reads the tied word embedding
   std::int64_t largest = 0;
   for (const auto& [name, bytes] : parts)
@@ -190,8 +196,17 @@ std::int64_t cuda_zero3_state_bytes(const run_config& rc, const std::vector<bert
 
 } // namespace
 
+std::int64_t cuda_zero3_staging_bytes(const std::vector<bert::param_spec>& specs) {
+  std::map<std::string, std::int64_t> parts;
+  for (const auto& spec : specs) parts[part_of(spec.name)] += 4 * shape_numel(spec.shape);
+  std::int64_t largest = 0;
+  for (const auto& [name, bytes] : parts) largest = std::max(largest, bytes);
+  return largest;
+}
+
 std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {
-  if (rc.zero_stage >= 3) return cuda_zero3_state_bytes(rc, specs);
+  // Stage 3 on one rank without offload_param on NVMe runs as stage 0 (zero_partitions()).
+  if (rc.zero_stage >= 3 && rc.zero_partitions()) return cuda_zero3_state_bytes(rc, specs);
   const bool half = rc.working != precision::f32;
   const bool gpu_optimizer = rc.offload.device == offload_device::none;
   std::int64_t bytes = 0, largest = 0;

@@ -108,10 +108,13 @@ model_state_bytes measured_model_states(const model_stage& stage, const model_sh
 // them), and with the GPU-resident optimizer (offload_optimizer "none") its f32 master, two
 // f32 moments and (half storage) working copy of every parameter, and its gradient scratch
 // (the largest parameter in f32). Activations, the stash and workspace come on top.
-// ZeRO-3 (cuda_zero3.hpp): the persistent tensors' values (stage3_param_persistence_threshold)
+// ZeRO-3 with partitions (cuda_zero3.hpp): the persistent tensors' values (stage3_param_persistence_threshold)
 // and the largest part (the embeddings, a layer, the head with the tied word embedding it
-// reads) with its other values and its f32 gradients, plus the word embedding's gradient,
-// bound from the head's backward to the embeddings'.
+// reads) with its other values and its f32 gradients, plus (pre-training head) the word
+// embedding's gradient, bound from the head's backward to the embeddings'.
 std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs);
+// ZeRO-3 on a CUDA rank: the pinned host buffer a part's final gradients come down through
+// (cuda_zero3.hpp), the largest part's f32 gradients.
+std::int64_t cuda_zero3_staging_bytes(const std::vector<bert::param_spec>& specs);
 
 } // namespace dsa::train

@@ -307,8 +307,12 @@ expected<swap_ports> open_swap_areas(const run_inputs& in, rank_run& rr) {
                off.param.max_in_cpu, off.param.nvme_path + "/" + swap_job_name(rc.run_dir), off.param.buffer_count,
                off.param.buffer_size);
   } else if (off.param.device == offload_device::cpu && in.rank == 0 && rc.backend == "cuda" && rc.zero_stage >= 3) {
-    log_info("offload_param.device = \"cpu\": each rank's partition of the working weights stays in host memory; "
-             "the CUDA stage gathers each part's weights onto the GPU as it runs it and frees them after");
+    if (rc.zero_partitions())
+      log_info("offload_param.device = \"cpu\": each rank's partition of the working weights stays in host memory; "
+               "the CUDA stage gathers each part's weights onto the GPU as it runs it and frees them after");
+    else
+      log_info("offload_param.device = \"cpu\" with stage 3 on one rank: nothing to partition, so stage 3 runs as "
+               "stage 0 and the weights stay whole on the GPU (offload_param.device = \"nvme\" moves them off it)");
   } else if (off.param.device == offload_device::cpu && in.rank == 0) {
     log_info("offload_param.device = \"cpu\": on a CPU rank the working weights (each rank's partition; on one rank "
              "the whole stage, stage 3 running as stage 0) are in host memory already; nothing changes (\"nvme\" moves "

@@ -53,11 +53,11 @@ zero3_binding::zero3_binding(const std::vector<fetch_part>& parts, std::size_t t
 }
 
 void zero3_binding::enter(std::int64_t part) {
-  if (fetcher_) binder_.bind_values(fetcher_->acquire(part, step_));
-  if (!backward_) return;
   const auto it = tensors_.find(part);
   if (it == tensors_.end())
     throw std::runtime_error(fmt::format("ZeRO binding: the model entered part {}, which the stage does not have", part));
+  if (fetcher_) binder_.bind_values(fetcher_->acquire(part, step_));
+  if (!backward_) return;
   std::vector<std::size_t> fresh; // the part's gradients, from zero, for this micro-batch
   for (std::size_t t : it->second)
     if (!grad_bound_[t]) {
