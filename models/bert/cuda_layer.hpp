@@ -34,6 +34,10 @@ public:
   device_array& operator=(const device_array&) = delete;
   void* get() const { return ptr_; }
   template <class T> T* as() const { return static_cast<T*>(ptr_); }
+  // The stream its free is ordered on from now on (the one it was allocated on until then);
+  // the caller has ordered `stream` after the allocation and every use so far on others
+  // (an event), as cudaFreeAsync requires.
+  void free_on(cudaStream_t stream) { stream_ = stream; }
 
 private:
   void* ptr_ = nullptr;

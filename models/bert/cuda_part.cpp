@@ -113,6 +113,9 @@ const void* part::forward(device_array hidden_in, const bert_batch& batch, const
   const status valid = validate_batch(batch, cfg, m.range);
   if (!valid)
     throw std::runtime_error("GPU BERT: " + valid.err().to_string());
+  if (!m.resident && !m.gate)
+    throw std::runtime_error(fmt::format("GPU BERT: range {} has no resident parameters and needs a gate to bind them",
+                                         m.range.to_string()));
   const shapes s{batch.batch_size(), batch.seq_length(), cfg.hidden_size, cfg.vocab_size,
                  batch.batch_size() * batch.seq_length()};
   const cuda::elem type = m.type;
@@ -282,6 +285,9 @@ device_array part::backward(const void* dy, part_stash& st, const std::function<
   impl& m = *impl_;
   if (!st.filled)
     throw std::runtime_error(fmt::format("GPU BERT: backward of range {} without its forward",
+                                         m.range.to_string()));
+  if (!m.resident && !m.gate)
+    throw std::runtime_error(fmt::format("GPU BERT: range {} has no resident parameters and needs a gate to bind them",
                                          m.range.to_string()));
   const bert_config& cfg = m.cfg;
   const shapes s{st.batch, st.seq, cfg.hidden_size, cfg.vocab_size, st.batch * st.seq};

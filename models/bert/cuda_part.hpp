@@ -186,9 +186,11 @@ public:
   // ZeRO-3 (a part made with resident false). The gate is told just before and just after
   // each part of the range (backward_options::on_done's ids) is enqueued, in the forward and
   // the backward, and binds what that part reads: bind_value puts entry i's value (f32, f16
-  // or bf16, from the host) on the device, allocated on the part's stream the first time;
-  // unbind_value frees it in stream order, after the work enqueued so far; bind_gradient
-  // allocates entry i's f32 gradient zeroed, unbind_gradient frees it. After enter, every
+  // or bf16, from the host, read before the call returns) on the device through a stream of
+  // the part's own, which the compute waits for as the part starts (so the copies overlap
+  // the previous part's compute); unbind_value frees it on the part's stream, after the
+  // work enqueued so far; bind_gradient allocates entry i's f32 gradient zeroed on the
+  // part's stream, unbind_gradient frees it. After enter, every
   // tensor the part reads must be bound (and in the backward every gradient it adds to),
   // or the forward or backward throws naming it.
   void set_gate(part_gate* gate);
@@ -196,7 +198,9 @@ public:
   void bind_value(std::size_t i, const tensor& value);
   void unbind_value(std::size_t i);
   void bind_gradient(std::size_t i);
-  void unbind_gradient(std::size_t i);
+  // after: the gradient's free is ordered on that stream instead of the part's (a copy
+  // stream reading it last; the caller ordered it after the part's stream).
+  void unbind_gradient(std::size_t i, cudaStream_t after = nullptr);
 
   struct impl;
 

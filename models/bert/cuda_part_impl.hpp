@@ -59,6 +59,21 @@ struct version_upload {
   void order_all(cudaStream_t compute) const;
 };
 
+// ZeRO-3's bindings (part::bind_value) copy on a stream of their own, so a part's weights
+// come onto the device while the previous part computes; the compute stream waits for
+// `bound` (recorded once the gate's enter has bound a part) before it reads them.
+struct bind_upload {
+  cudaStream_t stream = nullptr; // made by the first bind_value
+  cudaEvent_t bound = nullptr, compute_mark = nullptr;
+  bool pending = false; // copies enqueued that the compute stream does not wait for yet
+  bind_upload() = default;
+  ~bind_upload(); // waits for the copies in flight, then frees the stream and events
+  bind_upload(const bind_upload&) = delete;
+  bind_upload& operator=(const bind_upload&) = delete;
+  // The compute stream waits for the copies enqueued so far (nothing when none are pending).
+  void order(cudaStream_t compute);
+};
+
 struct part::impl {
   bert_config cfg;
   bert_range range;
@@ -92,6 +107,7 @@ struct part::impl {
   float* grad(std::size_t i) const { return params[i].gradient.as<float>(); }
   layer_weights weights(const layer_index& l) const;
   layer_grads grads(const layer_index& l) const;
+  bind_upload bind;      // destroyed after upload, before the parameters (their frees are on `stream`)
   version_upload upload; // last: destroyed first, once its copies have ended
 };
 

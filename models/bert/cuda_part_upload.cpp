@@ -83,10 +83,25 @@ std::vector<std::size_t> entries_read(const part::impl& m, std::int64_t id) {
 
 } // namespace
 
+bind_upload::~bind_upload() {
+  if (stream) cudaStreamSynchronize(stream); // no copy left reading a staging array or writing a weight
+  if (bound) cudaEventDestroy(bound);
+  if (compute_mark) cudaEventDestroy(compute_mark);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+void bind_upload::order(cudaStream_t compute) {
+  if (!pending) return;
+  check_cuda(cudaEventRecord(bound, stream), "marking a part's bound weights");
+  check_cuda(cudaStreamWaitEvent(compute, bound, 0), "ordering a part's compute after its weights' copies");
+  pending = false;
+}
+
 void begin_part(part::impl& m, std::int64_t id, bool backward) {
   m.upload.order(m.stream, id);
   if (!m.gate) return;
   m.gate->enter(id);
+  m.bind.order(m.stream); // the part's copies are in before it computes
   for (std::size_t i : entries_read(m, id)) {
     const device_param& p = m.params[i];
     if (!m.value(i) || (backward && !p.gradient.get()))
@@ -113,16 +128,30 @@ void part::bind_value(std::size_t i, const tensor& value) {
   impl& m = *impl_;
   device_param& p = m.params.at(i);
   if (m.resident) throw std::runtime_error("GPU BERT: bind_value on a part whose parameters are resident");
+  bind_upload& b = m.bind;
+  if (!b.stream) {
+    check_cuda(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking), "creating the weights' bind stream");
+    check_cuda(cudaEventCreateWithFlags(&b.bound, cudaEventDisableTiming), "creating a bind event");
+    check_cuda(cudaEventCreateWithFlags(&b.compute_mark, cudaEventDisableTiming), "creating a bind event");
+  }
   device_array& read = p.working_copy ? p.working : p.master;
-  if (!read.get())
-    read = device_array(static_cast<std::size_t>(p.numel * (p.working_copy ? cuda::elem_size(m.type) : 4)), m.stream);
+  if (read.get()) { // bound already (a persistent tensor's next version): after the compute's reads of it
+    check_cuda(cudaEventRecord(b.compute_mark, m.stream), "marking the compute before a rebind");
+    check_cuda(cudaStreamWaitEvent(b.stream, b.compute_mark, 0), "ordering a rebind after the compute");
+  } else {
+    read = device_array(static_cast<std::size_t>(p.numel * (p.working_copy ? cuda::elem_size(m.type) : 4)), b.stream);
+    read.free_on(m.stream); // the compute waits for the bind stream (bind.order) before it reads, then frees
+  }
+  b.pending = true;
   // From pageable memory the copy has read `value` when this returns; from pinned memory the
-  // caller keeps it unchanged until the stream has passed the copy.
-  load_value_on(m, i, value, m.stream);
+  // caller keeps it unchanged until the bind stream has passed the copy.
+  load_value_on(m, i, value, b.stream);
 }
 
 void part::unbind_value(std::size_t i) {
-  device_param& p = impl_->params.at(i);
+  impl& m = *impl_;
+  m.bind.order(m.stream); // a value bound and dropped unread: its free after its copy
+  device_param& p = m.params.at(i);
   p.master = device_array(); // freed on the part's stream, after the work enqueued on it
   p.working = device_array();
 }
@@ -136,6 +165,10 @@ void part::bind_gradient(std::size_t i) {
   check_cuda(cudaMemsetAsync(p.gradient.get(), 0, bytes, m.stream), "zeroing a bound gradient");
 }
 
-void part::unbind_gradient(std::size_t i) { impl_->params.at(i).gradient = device_array(); }
+void part::unbind_gradient(std::size_t i, cudaStream_t after) {
+  device_array& g = impl_->params.at(i).gradient;
+  if (after) g.free_on(after);
+  g = device_array();
+}
 
 } // namespace dsa::bert::gpu

@@ -6,8 +6,12 @@
 // and f16 storage (f16 with a loss scale of 1024 on both sides, as fp16 training runs it);
 // post-LN and pre-LN (whose last range has the final LayerNorm), and with the three memory
 // flags and activation checkpointing on both sides. And a version uploaded part by part on
-// the part's upload stream (upload_version) against the same values loaded in order.
+// the part's upload stream (upload_version) against the same values loaded in order; and
+// a part without resident parameters whose gate (ZeRO-3's zero3_binding) binds each part's
+// weights and gradients as it runs, against the resident part, bit for bit.
 #include "gpu_test_util.hpp"
+
+#include "actors/train/stage/zero3_binding.hpp"
 
 #include "kernels/cpu/convert.hpp"
 #include "models/bert/bert_part.hpp"
@@ -16,6 +20,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -153,11 +158,16 @@ TEST_CASE("cuda part: values loaded from half tensors, and a middle range withou
                     doctest::Contains("previous stage"));
 }
 
+// The whole three-layer model's parameters, prepared as the other GPU tests' are.
+bert::bert_parameters whole_parameters(const bert::bert_config& cfg) {
+  bert::bert_parameters params(cfg, bert::bert_range::layers(0, 3).with_embeddings().with_head());
+  prepare_gpu_bert(params);
+  return params;
+}
+
 TEST_CASE("cuda part: a version uploaded part by part gives the losses of the same values loaded in order") {
   const bert::bert_config cfg = gpu_bert_config(3);
-  const bert::bert_range whole = bert::bert_range::layers(0, 3).with_embeddings().with_head();
-  bert::bert_parameters params(cfg, whole);
-  prepare_gpu_bert(params);
+  const bert::bert_parameters params = whole_parameters(cfg);
   test_stream stream;
   // Two copies of the part on one stream, no masters (a CUDA stage's), bf16 working copies.
   bert::gpu::part loaded(params, cuda::elem::bf16, stream.get(), false, false);
@@ -206,6 +216,107 @@ TEST_CASE("cuda part: a version uploaded part by part gives the losses of the sa
   CHECK(got.total != before.total);
   uploaded.wait_upload_read();
   CHECK_THROWS_WITH(uploaded.upload_version({}), doctest::Contains("a version of 0 tensors"));
+}
+
+namespace {
+
+// ZeRO-3's bindings without a fetcher for the values: every value of the part entered is
+// bound from the host copy and unbound as it leaves; each final gradient downloaded (a
+// stream wait) and summed on the host.
+struct whole_binder final : train::zero3_binder {
+  bert::gpu::part& part;
+  const bert::bert_parameters& params;
+  std::map<std::int64_t, std::vector<std::size_t>> reads; // part id -> the tensors it reads
+  std::vector<std::vector<float>> grads;
+  std::size_t handed = 0;
+  whole_binder(bert::gpu::part& p, const bert::bert_parameters& ps) : part(p), params(ps) {
+    for (const auto& fp : train::zero3_parts(ps)) reads[fp.id] = fp.tensors;
+    for (const auto& e : ps.entries()) grads.emplace_back(static_cast<std::size_t>(e.value.numel()), 0.0f);
+  }
+  void bind_values(std::vector<std::pair<std::size_t, tensor>>) override {}
+  void unbind_values(const std::vector<std::size_t>&) override {}
+  void bind_gradients(const std::vector<std::size_t>& indices) override {
+    for (std::size_t i : indices) part.bind_gradient(i);
+  }
+  void hand_over(const std::vector<std::size_t>& indices, std::uint32_t) override {
+    for (std::size_t i : indices) {
+      std::vector<float> host(grads[i].size());
+      REQUIRE(cudaMemcpyAsync(host.data(), part.gradient_data(i), host.size() * 4, cudaMemcpyDeviceToHost,
+                              part.stream()) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(part.stream()) == cudaSuccess);
+      for (std::size_t k = 0; k < host.size(); ++k) grads[i][k] += host[k];
+      part.unbind_gradient(i);
+      ++handed;
+    }
+  }
+};
+
+// The gate: the binding (gradients) with each part's values bound on entry, freed on leaving.
+struct value_gate final : bert::part_gate {
+  train::zero3_binding& binding;
+  whole_binder& binder;
+  void enter(std::int64_t id) override {
+    for (std::size_t i : binder.reads.at(id)) binder.part.bind_value(i, binder.params.entries()[i].value);
+    binding.enter(id);
+  }
+  void leave(std::int64_t id) override {
+    binding.leave(id);
+    for (std::size_t i : binder.reads.at(id)) binder.part.unbind_value(i);
+  }
+  value_gate(train::zero3_binding& b, whole_binder& w) : binding(b), binder(w) {}
+};
+
+} // namespace
+
+TEST_CASE("cuda part: weights and gradients bound part by part (ZeRO-3) give the resident part's bits") {
+  const bert::bert_config cfg = gpu_bert_config(3);
+  const bert::bert_parameters params = whole_parameters(cfg);
+  test_stream stream;
+  // Deterministic sums: the same bits whatever the allocation addresses.
+  bert::gpu::part resident(params, cuda::elem::bf16, stream.get(), true, false);
+  bert::gpu::part gated(params, cuda::elem::bf16, stream.get(), true, false, /*resident=*/false);
+  whole_binder binder(gated, params);
+  train::zero3_binding binding(train::zero3_parts(params), params.entries().size(), nullptr, binder);
+  value_gate gate(binding, binder);
+  gated.set_gate(&gate);
+  CHECK_THROWS_WITH(resident.set_gate(&gate), doctest::Contains("resident"));
+  const bert::bert_batch batch = small_batch(cfg);
+  bert::forward_context ctx;
+  ctx.seed = 5;
+  // Each micro-batch's gradients downloaded and summed on the host on both sides (ZeRO-3's
+  // partition sums them so), in the same order.
+  std::vector<std::vector<float>> want;
+  for (const auto& e : params.entries()) want.emplace_back(static_cast<std::size_t>(e.value.numel()), 0.0f);
+  double want_loss = 0, got_loss = 0;
+  for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+    ctx.micro_batch = static_cast<std::uint32_t>(micro_batch);
+    bert::gpu::part_stash a, b;
+    resident.zero_gradients();
+    resident.forward(bert::gpu::device_array(), batch, ctx, 1.0f, a);
+    want_loss += resident.losses(a).total;
+    resident.backward(nullptr, a);
+    std::vector<tensor> one;
+    for (const auto& e : params.entries()) one.push_back(tensor::zeros(e.spec.shape, dtype::f32));
+    resident.download_gradients(one);
+    for (std::size_t i = 0; i < one.size(); ++i)
+      for (std::size_t k = 0; k < want[i].size(); ++k) want[i][k] += one[i].data<float>()[k];
+    binding.begin(0, false);
+    gated.forward(bert::gpu::device_array(), batch, ctx, 1.0f, b);
+    got_loss += gated.losses(b).total;
+    binding.begin(0, true);
+    gated.backward(nullptr, b);
+  }
+  CHECK(got_loss == want_loss);
+  CHECK(binder.handed == 2 * params.entries().size());
+  CHECK(binding.gradients_bound() == 0);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("parameter " << params.entries()[i].spec.name);
+    CHECK(std::memcmp(want[i].data(), binder.grads[i].data(), want[i].size() * 4) == 0);
+  }
+  // Without a gate nothing would be bound: refused before anything is enqueued.
+  gated.set_gate(nullptr);
+  bert::gpu::part_stash c;
+  CHECK_THROWS_WITH(gated.forward(bert::gpu::device_array(), batch, ctx, 1.0f, c), doctest::Contains("needs a gate"));
 }
 
 } // namespace dsa::test

@@ -21,12 +21,16 @@ void check_cuda(cudaError_t e, const char* what) {
 } // namespace
 
 cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads) : part_(part), grads_(grads) {
+  check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "creating the gradient copy stream");
+  check_cuda(cudaEventCreateWithFlags(&after_compute_, cudaEventDisableTiming), "creating a gradient copy event");
   check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "creating the gradient staging event");
 }
 
 cuda_zero3_binder::~cuda_zero3_binder() {
-  if (!pending_.empty()) cudaEventSynchronize(copied_); // no copy left writing into the staging buffer
+  cudaStreamSynchronize(copy_); // no copy left writing into the staging buffer, no free pending on the stream
   cudaEventDestroy(copied_);
+  cudaEventDestroy(after_compute_);
+  cudaStreamDestroy(copy_);
 }
 
 void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> values) {
@@ -57,15 +61,18 @@ void cuda_zero3_binder::hand_over(const std::vector<std::size_t>& indices, std::
     staging_.reserve(bytes, "a CUDA stage's ZeRO-3 gradient staging"); // pageable (and said) when pinning fails
     staged_bytes_ = bytes;
   }
-  const cudaStream_t stream = part_.stream();
+  // On the copy stream behind the part's kernels, so the next part's compute need not wait
+  // for the copies.
+  check_cuda(cudaEventRecord(after_compute_, part_.stream()), "marking a part's backward");
+  check_cuda(cudaStreamWaitEvent(copy_, after_compute_, 0), "ordering the gradient copies after the backward");
   for (std::size_t k = 0; k < p.indices.size(); ++k) {
     const std::size_t i = p.indices[k];
     check_cuda(cudaMemcpyAsync(static_cast<char*>(staging_.get()) + p.offsets[k], part_.gradient_data(i),
-                               static_cast<std::size_t>(part_.numel(i)) * 4, cudaMemcpyDeviceToHost, stream),
+                               static_cast<std::size_t>(part_.numel(i)) * 4, cudaMemcpyDeviceToHost, copy_),
                "copying a final gradient to the host");
-    part_.unbind_gradient(i); // freed on the stream, after the copy
+    part_.unbind_gradient(i, copy_); // freed on the copy stream, after the copy
   }
-  check_cuda(cudaEventRecord(copied_, stream), "marking a part's gradient copies");
+  check_cuda(cudaEventRecord(copied_, copy_), "marking a part's gradient copies");
   pending_.push_back(std::move(p));
 }
 

@@ -3,10 +3,12 @@
 // onto the device as the part starts (bind_value, on the part's stream) and are freed in
 // stream order as it ends, so the GPU holds the part in use (and the persistent tensors)
 // while the rest stays in the fetcher's partition, in host memory or on NVMe
-// (offload_param). A part's final gradients are copied to one pinned staging buffer on
-// the part's stream behind its kernels and freed there; the host takes them out (waiting
-// for that copy only) when the next part's are handed over or the backward ends, while
-// the GPU runs on, and gives them to the gradient partition.
+// (offload_param); the copies onto the device run on a stream of the part's own, so a
+// part's weights come in while the previous part computes. A part's final gradients are
+// copied to one pinned staging buffer on a copy stream behind its kernels and freed there;
+// the host takes them out (waiting for that copy only) when the next part's are handed
+// over or the backward ends, while the GPU runs on, and gives them to the gradient
+// partition.
 #pragma once
 
 #include "actors/train/stage/partition_grads.hpp"
@@ -42,7 +44,8 @@ private:
   partition_grads& grads_;
   bert::gpu::pinned_buffer staging_;
   std::size_t staged_bytes_ = 0;
-  cudaEvent_t copied_ = nullptr;
+  cudaStream_t copy_ = nullptr;
+  cudaEvent_t after_compute_ = nullptr, copied_ = nullptr;
   struct pending {
     std::vector<std::size_t> indices, offsets; // offsets in staging_, bytes
     std::uint32_t step = 0;
