@@ -6,8 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <mutex>
+#include <string>
 
 namespace dsa::cuda {
 
@@ -111,6 +114,71 @@ caching_allocator& install_caching_allocator() {
   }();
   (void)registered;
   return instance;
+}
+
+namespace {
+
+struct binding_pools {
+  std::mutex mu;
+  std::array<cudaMemPool_t, 64> pools{};
+};
+
+binding_pools& all_binding_pools() {
+  static binding_pools p; // never destroyed: a pool outlives the process's last free
+  return p;
+}
+
+} // namespace
+
+cudaMemPool_t binding_pool(int device, std::string& why) {
+  binding_pools& all = all_binding_pools();
+  if (device < 0 || device >= static_cast<int>(all.pools.size())) {
+    why = "device index out of range";
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lk(all.mu);
+  cudaMemPool_t& pool = all.pools[static_cast<std::size_t>(device)];
+  if (pool) return pool;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t made = nullptr;
+  std::uint64_t keep = ~std::uint64_t{0};
+  int off = 0;
+  cudaError_t e = cudaMemPoolCreate(&made, &props);
+  if (e == cudaSuccess) e = cudaMemPoolSetAttribute(made, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e == cudaSuccess) e = cudaMemPoolSetAttribute(made, cudaMemPoolReuseAllowInternalDependencies, &off);
+  if (e != cudaSuccess) {
+    why = cudaGetErrorString(e);
+    (void)cudaGetLastError();
+    if (made) cudaMemPoolDestroy(made);
+    return nullptr;
+  }
+  pool = made;
+  return pool;
+}
+
+std::int64_t binding_pool_peak(int device) {
+  binding_pools& all = all_binding_pools();
+  if (device < 0 || device >= static_cast<int>(all.pools.size())) return 0;
+  std::lock_guard<std::mutex> lk(all.mu);
+  cudaMemPool_t pool = all.pools[static_cast<std::size_t>(device)];
+  std::uint64_t peak = 0;
+  if (!pool || cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &peak) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<std::int64_t>(peak);
+}
+
+void reset_binding_pool_peak(int device) {
+  binding_pools& all = all_binding_pools();
+  if (device < 0 || device >= static_cast<int>(all.pools.size())) return;
+  std::lock_guard<std::mutex> lk(all.mu);
+  cudaMemPool_t pool = all.pools[static_cast<std::size_t>(device)];
+  std::uint64_t zero = 0;
+  if (pool && cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero) != cudaSuccess) (void)cudaGetLastError();
 }
 
 } // namespace dsa::cuda

@@ -81,4 +81,17 @@ private:
 // no CUDA API until a cuda tensor is allocated, so it is safe without a GPU.
 caching_allocator& install_caching_allocator();
 
+// A second pool per device, for ZeRO-3's bound weights and gradients (models/bert's
+// part::bind_value): they are allocated on one stream and freed on another, and the default
+// pool would reuse such a block by making the allocating stream wait for the freeing one
+// (cudaMemPoolReuseAllowInternalDependencies), which serialises the copies with the compute
+// they should overlap. This pool has that off (it takes a block back once its free has
+// completed, or grows) and its release threshold raised. Made on first use; null with the
+// runtime's error in `why` when it cannot be.
+cudaMemPool_t binding_pool(int device, std::string& why);
+// Its high-water mark of bytes handed out (0 when it was never made), and a reset of that
+// mark to the bytes in use now.
+std::int64_t binding_pool_peak(int device);
+void reset_binding_pool_peak(int device);
+
 } // namespace dsa::cuda

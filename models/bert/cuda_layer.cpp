@@ -168,8 +168,11 @@ void norm_backward(bool deterministic, void* dx, float* dgamma, float* dbeta, co
         what);
 }
 
-device_array::device_array(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-  const cudaError_t e = cudaMallocAsync(&ptr_, bytes == 0 ? 1 : bytes, stream);
+device_array::device_array(std::size_t bytes, cudaStream_t stream) : device_array(bytes, stream, nullptr) {}
+
+device_array::device_array(std::size_t bytes, cudaStream_t stream, cudaMemPool_t from) : stream_(stream) {
+  const cudaError_t e = from ? cudaMallocFromPoolAsync(&ptr_, bytes == 0 ? 1 : bytes, from, stream)
+                             : cudaMallocAsync(&ptr_, bytes == 0 ? 1 : bytes, stream);
   if (e != cudaSuccess) {
     (void)cudaGetLastError(); // clear it, so the next launcher's cudaGetLastError is its own
     ptr_ = nullptr;
@@ -178,7 +181,8 @@ device_array::device_array(std::size_t bytes, cudaStream_t stream) : stream_(str
     std::uint64_t used = 0, reserved = 0;
     std::size_t free = 0, total = 0;
     cudaMemPool_t pool = nullptr;
-    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    if (cudaGetDevice(&device) == cudaSuccess && (from || cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess)) {
+      if (from) pool = from;
       cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used);
       cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
     }

@@ -27,6 +27,8 @@ class device_array {
 public:
   device_array() = default;
   device_array(std::size_t bytes, cudaStream_t stream);
+  // From `pool` (null: the device's default pool), e.g. cuda::binding_pool.
+  device_array(std::size_t bytes, cudaStream_t stream, cudaMemPool_t pool);
   ~device_array();
   device_array(device_array&& other) noexcept;
   device_array& operator=(device_array&& other) noexcept;

@@ -65,11 +65,16 @@ struct version_upload {
 struct bind_upload {
   cudaStream_t stream = nullptr; // made by the first bind_value
   cudaEvent_t bound = nullptr, compute_mark = nullptr;
+  // Where bound values and gradients come from (cuda::binding_pool: no allocation waits for
+  // another stream's free); found on first use.
+  cudaMemPool_t pool = nullptr;
   bool pending = false; // copies enqueued that the compute stream does not wait for yet
   bind_upload() = default;
   ~bind_upload(); // waits for the copies in flight, then frees the stream and events
   bind_upload(const bind_upload&) = delete;
   bind_upload& operator=(const bind_upload&) = delete;
+  // The stream, events and pool, once (throws naming what failed, leaving nothing half made).
+  void make();
   // The compute stream waits for the copies enqueued so far (nothing when none are pending).
   void order(cudaStream_t compute);
 };

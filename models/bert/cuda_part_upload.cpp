@@ -5,6 +5,7 @@
 #include "models/bert/cuda_part_impl.hpp"
 
 #include "core/device_waits.hpp"
+#include "kernels/cuda/cuda_allocator.hpp"
 
 #include <fmt/format.h>
 
@@ -90,6 +91,31 @@ bind_upload::~bind_upload() {
   if (stream) cudaStreamDestroy(stream);
 }
 
+void bind_upload::make() {
+  if (stream) return;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  std::string why;
+  cudaMemPool_t from = cuda::binding_pool(device, why);
+  if (!from) throw std::runtime_error("GPU BERT: the binding memory pool could not be made: " + why);
+  // All or nothing: a half-made set is not left behind.
+  cudaStream_t s = nullptr;
+  cudaEvent_t a = nullptr, c = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&a, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    if (c) cudaEventDestroy(c);
+    if (a) cudaEventDestroy(a);
+    if (s) cudaStreamDestroy(s);
+    check_cuda(e, "creating the weights' bind stream and events");
+  }
+  pool = from;
+  stream = s;
+  bound = a;
+  compute_mark = c;
+}
+
 void bind_upload::order(cudaStream_t compute) {
   if (!pending) return;
   check_cuda(cudaEventRecord(bound, stream), "marking a part's bound weights");
@@ -129,23 +155,29 @@ void part::bind_value(std::size_t i, const tensor& value) {
   device_param& p = m.params.at(i);
   if (m.resident) throw std::runtime_error("GPU BERT: bind_value on a part whose parameters are resident");
   bind_upload& b = m.bind;
-  if (!b.stream) {
-    check_cuda(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking), "creating the weights' bind stream");
-    check_cuda(cudaEventCreateWithFlags(&b.bound, cudaEventDisableTiming), "creating a bind event");
-    check_cuda(cudaEventCreateWithFlags(&b.compute_mark, cudaEventDisableTiming), "creating a bind event");
-  }
+  b.make();
   device_array& read = p.working_copy ? p.working : p.master;
-  if (read.get()) { // bound already (a persistent tensor's next version): after the compute's reads of it
+  const bool fresh = !read.get();
+  if (!fresh) { // bound already (a persistent tensor's next version): after the compute's reads of it
     check_cuda(cudaEventRecord(b.compute_mark, m.stream), "marking the compute before a rebind");
     check_cuda(cudaStreamWaitEvent(b.stream, b.compute_mark, 0), "ordering a rebind after the compute");
   } else {
-    read = device_array(static_cast<std::size_t>(p.numel * (p.working_copy ? cuda::elem_size(m.type) : 4)), b.stream);
+    read = device_array(static_cast<std::size_t>(p.numel * (p.working_copy ? cuda::elem_size(m.type) : 4)), b.stream,
+                        b.pool);
     read.free_on(m.stream); // the compute waits for the bind stream (bind.order) before it reads, then frees
   }
   b.pending = true;
   // From pageable memory the copy has read `value` when this returns; from pinned memory the
   // caller keeps it unchanged until the bind stream has passed the copy.
-  load_value_on(m, i, value, b.stream);
+  try {
+    load_value_on(m, i, value, b.stream);
+  } catch (...) {
+    if (fresh) { // not left bound unfilled
+      b.order(m.stream);
+      read = device_array();
+    }
+    throw;
+  }
 }
 
 void part::unbind_value(std::size_t i) {
@@ -161,7 +193,8 @@ void part::bind_gradient(std::size_t i) {
   device_param& p = m.params.at(i);
   if (m.resident) throw std::runtime_error("GPU BERT: bind_gradient on a part whose parameters are resident");
   const auto bytes = static_cast<std::size_t>(p.numel) * 4;
-  if (!p.gradient.get()) p.gradient = device_array(bytes, m.stream);
+  m.bind.make();
+  if (!p.gradient.get()) p.gradient = device_array(bytes, m.stream, m.bind.pool);
   check_cuda(cudaMemsetAsync(p.gradient.get(), 0, bytes, m.stream), "zeroing a bound gradient");
 }
 

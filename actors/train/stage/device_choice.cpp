@@ -55,10 +55,16 @@ std::string device_memory_report(const device_choice& device) {
     return fmt::format("{}: could not be read ({})", device.description, cudaGetErrorString(e));
   }
   constexpr double mib = 1024.0 * 1024.0;
-  return fmt::format("{}: peak in use {:.1f} MiB (the pool's high-water mark), peak reserved {:.1f} MiB, in use now "
+  const std::int64_t bound = cuda::binding_pool_peak(device.index);
+  const std::string zero3 =
+      bound > 0 ? fmt::format(", ZeRO-3's bound weights and gradients peak {:.1f} MiB (a pool of their own)",
+                              static_cast<double>(bound) / mib)
+                : std::string();
+  return fmt::format("{}: peak in use {:.1f} MiB (the pool's high-water mark){}, peak reserved {:.1f} MiB, in use now "
                      "{:.1f} MiB; {:.1f} of {:.1f} MiB free",
-                     device.description, static_cast<double>(used_peak) / mib, static_cast<double>(reserved_peak) / mib,
-                     static_cast<double>(used) / mib, static_cast<double>(free) / mib, static_cast<double>(total) / mib);
+                     device.description, static_cast<double>(used_peak) / mib, zero3,
+                     static_cast<double>(reserved_peak) / mib, static_cast<double>(used) / mib,
+                     static_cast<double>(free) / mib, static_cast<double>(total) / mib);
 #else
   return {};
 #endif
@@ -93,6 +99,7 @@ void reset_device_pool_peak(const device_choice& device) {
   if (cudaSetDevice(device.index) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device.index) != cudaSuccess ||
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero) != cudaSuccess)
     cudaGetLastError();
+  cuda::reset_binding_pool_peak(device.index);
 #endif
 }
 
@@ -106,7 +113,9 @@ std::int64_t device_pool_peak(const device_choice& device) {
     cudaGetLastError();
     return -1;
   }
-  return static_cast<std::int64_t>(used_peak);
+  // ZeRO-3's bound weights and gradients come from a pool of their own: its mark on top (an
+  // upper bound of the two pools' joint peak).
+  return static_cast<std::int64_t>(used_peak) + cuda::binding_pool_peak(device.index);
 #else
   return -1;
 #endif
