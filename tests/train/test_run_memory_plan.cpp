@@ -91,6 +91,21 @@ TEST_CASE("memory plan: model states of every stage and in-process rank, activat
   }
 }
 
+TEST_CASE("memory plan: a speculative stream in host memory counts its copy of the stage's state") {
+  test::temp_dir dir;
+  auto rc = parsed(dir.path(), "[debug]\nstream_host_update = true\n");
+  rc.gradient_clipping = 1.0;
+  const auto ranges = ranges_of(rc);
+  std::int64_t psi = 0;
+  for (const auto& s : bert::parameter_specs(rc.model, ranges.front())) psi += shape_numel(s.shape);
+  CHECK(train::plan_host_memory(rc, ranges, inputs()).speculation == 0); // clipping waits for the backward
+  rc.speculative_update = true;
+  // Masters, moments and gradients of every parameter in f32: 16 bytes each.
+  CHECK(train::plan_host_memory(rc, ranges, inputs()).speculation == 16 * psi);
+  rc.gradient_clipping = 0.0; // nothing to speculate on: the stream's decision is known
+  CHECK(train::plan_host_memory(rc, ranges, inputs()).speculation == 0);
+}
+
 TEST_CASE("memory plan: fits as configured, picks the largest NVMe sub_group_size that fits, or refuses") {
   test::temp_dir dir, swap;
   auto rc = parsed(dir.path(), fmt::format("[zero_optimization]\nstage = 1\n[zero_optimization.offload_optimizer]\n"

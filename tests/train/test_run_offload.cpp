@@ -417,6 +417,45 @@ TEST_CASE("debug.stream_host_update: the update streamed over the backward equal
   }
 }
 
+// With clipping or fp16 loss scaling the stream speculates when pipeline.speculative_update
+// asks: each parameter's state copied as it steps, taken back when the norm clips or the
+// gradients overflow, the step redone after the backward; a step right after one that
+// differed waits for the totals. Bit for bit the plain run whichever happens.
+TEST_CASE("pipeline.speculative_update: a streamed host update with clipping or fp16 equals the plain run") {
+  const std::vector<std::string> base{"zero_optimization.reduce_bucket_size=2048"};
+  struct variant {
+    std::vector<std::string> keys;
+    std::string streamed, taken_back; // what the end-of-run line says (taken_back: none said)
+  };
+  const std::vector<variant> variants{
+      {{"gradient_clipping=1e6"}, ": 5 updates streamed over the backward, ", ""}, // never clips: every step kept
+      // Clips every step: the first is taken back, the rest wait for the totals.
+      {{"gradient_clipping=0.01"}, ": 1 updates streamed over the backward, ", "; 1 streamed updates taken back", },
+      // From 2^20 the first three steps overflow: the first taken back, the next three wait
+      // (the third after an overflow, the fourth after the third's), the fifth streams and stands.
+      {{"gradient_clipping=0.0", "fp16.enabled=true", "fp16.initial_scale_power=20", "fp16.hysteresis=1"},
+       ": 2 updates streamed over the backward, ", "; 1 streamed updates taken back"}};
+  for (const auto& v : variants) {
+    const auto keys = with(base, v.keys);
+    CAPTURE(fmt::format("{}", fmt::join(keys, " ")));
+    auto plain = train_run(keys);
+    auto streamed = train_run(with(keys, {"debug.stream_host_update=true", "pipeline.speculative_update=true"}));
+    REQUIRE(plain.losses.size() == 5);
+    CHECK(streamed.losses == plain.losses);
+    test::check_same_state(streamed.checkpoint, plain.checkpoint);
+    const auto at = streamed.log.find("stage 0 optimizer in host memory: ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = streamed.log.substr(at, streamed.log.find('\n', at) - at);
+    CAPTURE(line);
+    CHECK(line.find(v.streamed) != std::string::npos);
+    CHECK((line.find("streamed updates taken back") != std::string::npos) == !v.taken_back.empty());
+    if (!v.taken_back.empty()) CHECK(line.find(v.taken_back) != std::string::npos);
+    CHECK(streamed.log.find("speculative update: each stage's update in host memory streams over the backward") !=
+          std::string::npos);
+  }
+  // Without speculative_update nothing streams under clipping (the first test's last variant).
+}
+
 TEST_CASE("debug.stream_host_update: a run that fails while an update streams stops with the error") {
   test::temp_dir dir;
   // Stage 0's optimizer throws in step 1 while stage 1 (the middle one, streaming) may be

@@ -488,4 +488,14 @@ bool run_config::gradients_partitioned() const {
   return zero_partitions() && (zero_stage >= 3 || (zero_stage == 2 && stages == 1));
 }
 
+bool run_config::streams_host_update() const {
+  const bool adam = optimizer.type == optim::optimizer_type::adam || optimizer.type == optim::optimizer_type::adamw;
+  return ((backend == "cuda" && offload.device == offload_device::cpu) || stream_host_update) && adam &&
+         !zero_partitions();
+}
+
+bool run_config::speculative_host_stream() const {
+  return streams_host_update() && speculative_update && (gradient_clipping > 0 || working == precision::f16);
+}
+
 } // namespace dsa::train

@@ -121,6 +121,12 @@ struct run_config {
   // ZeRO-3, and ZeRO-2 on one pipeline stage: each micro-batch's gradients are summed into
   // the ranks' partitions (partition_grads), so the stages keep no whole gradients.
   bool gradients_partitioned() const;
+  // A whole stage's update in host memory streamed over the backward (whole_shard's
+  // host_stream): a CUDA rank with offload_optimizer.device = "cpu", or
+  // debug.stream_host_update, under Adam or AdamW without ZeRO partitions. With clipping or
+  // loss scaling it streams only with speculative_update (speculative_host_stream()).
+  bool streams_host_update() const;
+  bool speculative_host_stream() const;
   // ZeRO stage 3's parameter fetcher (DeepSpeed's keys and defaults), in elements:
   // stage3_prefetch_bucket_size, stage3_param_persistence_threshold, stage3_max_live_parameters.
   std::int64_t stage3_prefetch = 50'000'000, stage3_persistence = 100'000, stage3_max_live = 1'000'000'000;

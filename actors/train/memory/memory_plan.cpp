@@ -176,9 +176,11 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     p.optimizer_in_memory += rc.ranks * (b.masters + b.moments);
     p.swap_buffers += rc.ranks * b.swap_buffers;
     // pipeline.speculative_update: each shard copies what its step changes (a swapped
-    // shard only its gradients: its state's speculative writes go to other files).
-    const bool speculates = rc.speculative_update && ranges.size() > 1 &&
-                            (rc.gradient_clipping > 0 || rc.working == precision::f16);
+    // shard only its gradients: its state's speculative writes go to other files); a
+    // speculative stream in host memory copies each parameter's as it steps (whole_shard).
+    const bool speculates = (rc.speculative_update && ranges.size() > 1 &&
+                             (rc.gradient_clipping > 0 || rc.working == precision::f16)) ||
+                            rc.speculative_host_stream();
     if (speculates) {
       const std::int64_t copy = b.masters + b.moments + b.half_masters + 4 * (zero ? zero->partition : n);
       p.speculation += rc.ranks * copy;

@@ -465,6 +465,8 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
     // backward goes on, in reduce_bucket_size buckets (a partition_shard ignores it).
     if ((in.device.device == stage_device::cuda && rc.offload.device == offload_device::cpu) || rc.stream_host_update)
       o.stream_bucket = std::max<std::int64_t>(rc.reduce_bucket_elements, 1);
+    // With clipping or loss scaling that stream speculates when asked (a copy of the state).
+    o.speculative_stream = rc.speculative_update;
     if (rr.swap)
       o.offload = shard_options::nvme_offload{ports.swap, rr.swap->dir(), rc.offload.sub_group_size,
                                                        static_cast<std::size_t>(rc.offload.buffer_count),

@@ -87,6 +87,11 @@ struct shard_options {
   // final (host_stream.hpp): a CUDA rank with offload_optimizer.device = "cpu", or
   // debug.stream_host_update. 0: the update waits for the whole backward.
   std::int64_t stream_bucket = 0;
+  // With stream_bucket, also when the decision waits for the totals (clipping, loss
+  // scaling): the stream assumes no clip and no overflow, keeping a copy of each parameter's
+  // state as it steps, and takes the step back when the decision differs
+  // (pipeline.speculative_update).
+  bool speculative_stream = false;
   // The run has one stage (this one: the model file is this shard's masters alone), so a
   // swapped state on one rank can stream it (streams_masters).
   bool stream_masters = false;

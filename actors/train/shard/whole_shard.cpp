@@ -88,10 +88,11 @@ void whole_shard::init(const std::vector<tensor>& initial) {
 std::int64_t whole_shard::stream_elements() const {
   const auto type = options_.optimizer.type;
   const bool adam = type == optim::optimizer_type::adam || type == optim::optimizer_type::adamw;
-  // With clipping or loss scaling the update needs the step's totals first: a stream would
-  // need a copy of the state to take back (the speculative update's), which a model bigger
-  // than the GPU cannot spare in host memory. Those steps update after the backward.
-  if (options_.stream_bucket <= 0 || !adam || options_.decider->needs_totals() || options_.exchanges_tied) return 0;
+  // With clipping or loss scaling the update needs the step's totals first: a stream needs a
+  // copy of the state to take back, which a model bigger than the GPU may not spare in host
+  // memory; only when asked (speculative_stream), else those steps update after the backward.
+  if (options_.stream_bucket <= 0 || !adam || options_.exchanges_tied) return 0;
+  if (options_.decider->needs_totals() && !options_.speculative_stream) return 0;
   return options_.stream_bucket;
 }
 
@@ -110,31 +111,77 @@ bool whole_shard::stream_update(std::uint32_t step) {
             options_.participant, step);
   const auto started = std::chrono::steady_clock::now();
   const step_decision assumed = options_.decider->assume();
-  DSA_CHECK(!assumed.skip && assumed.grad_scale == 1.0,
+  const bool speculative = options_.decider->needs_totals();
+  DSA_CHECK(!assumed.skip && (speculative || assumed.grad_scale == 1.0),
             "optimizer shard {}: a streamed update of step {} assumes no skip and no gradient scale",
             options_.participant, step);
+  if (speculative && last_differed_) { // likely to differ again: this step waits for the totals
+    ++declined_;
+    return false;
+  }
+  optim::optimizer_state live;
+  if (speculative) {
+    backup_.params.resize(slots_.size());
+    backup_.grads.resize(slots_.size());
+    backup_.halves.resize(slots_.size());
+    backup_.moments.step = opt_->step_count();
+    backup_.beta1 = opt_->settings().beta1;
+    backup_.beta2 = opt_->settings().beta2;
+    live = opt_->state_views();
+  }
   opt_->set_lr(assumed.lr);
   if (assumed.set_betas) opt_->set_betas(assumed.beta1, assumed.beta2);
   opt_->begin_step();
   // Each parameter as soon as its gradient is final (the reducer's parts, last first).
   const auto after_backward = stream_->run(step, started, [&](std::size_t i) {
+    if (speculative) {
+      back_up_slot(i, live);
+      optim::scale_in_place(slots_[i].grad, assumed.grad_scale); // the loss scale's unscaling
+    }
     if (auto s = opt_->step_param(slots_[i].name); !s)
       throw std::runtime_error(fmt::format("optimizer shard {}: {}", options_.participant, s.err().message));
   });
   streamed_with_ = assumed;
+  streamed_speculative_ = speculative;
   add_update_time(after_backward); // wall_clock_breakdown: what the update added after the backward
   return true;
 }
 
-bool whole_shard::settle_streamed(std::uint32_t step, const step_decision&, const step_decision& d) {
+bool whole_shard::settle_streamed(std::uint32_t step, const step_decision& would, const step_decision& d) {
+  last_differed_ = !step_decider::same_update(would, d);
   if (!stream_ || !stream_->take(step)) return false;
+  if (step_decider::same_update(streamed_with_, d)) return true;
+  if (streamed_speculative_) { // clipped or overflowed: as if the stream had not run, then the update
+    roll_back();
+    ++redone_;
+    return false;
+  }
   // Without clipping or loss scaling the decision is the assumed one whatever the totals.
-  if (!step_decider::same_update(streamed_with_, d))
-    throw std::runtime_error(fmt::format("optimizer shard {}: step {} was streamed with lr {}, but its decision is lr "
-                                         "{}, gradient scale {}{}",
-                                         options_.participant, step, streamed_with_.lr, d.lr, d.grad_scale,
-                                         d.skip ? ", skipped" : ""));
-  return true;
+  throw std::runtime_error(fmt::format("optimizer shard {}: step {} was streamed with lr {}, but its decision is lr "
+                                       "{}, gradient scale {}{}",
+                                       options_.participant, step, streamed_with_.lr, d.lr, d.grad_scale,
+                                       d.skip ? ", skipped" : ""));
+}
+
+void whole_shard::back_up_slot(std::size_t i, const optim::optimizer_state& live) {
+  backup& b = backup_;
+  keep_copy(b.params[i], slots_[i].param);
+  keep_copy(b.grads[i], slots_[i].grad);
+  keep_copy(b.halves[i], slots_[i].half_copy);
+  for (const char* field : {".exp_avg", ".exp_avg_sq"}) {
+    const std::string name = slots_[i].name + field;
+    keep_copy(b.moments.tensors[name], live.tensors.at(name));
+  }
+}
+
+std::string whole_shard::swap_report() const {
+  if (!stream_) return {};
+  std::string line = stream_->report();
+  if (!line.empty() && (redone_ > 0 || declined_ > 0))
+    line += fmt::format("; {} streamed updates taken back and redone after the backward (a clip or an overflow), {} "
+                        "steps waited for the totals after one",
+                        redone_, declined_);
+  return line;
 }
 
 void whole_shard::advance(std::uint32_t, const step_decision& d) {

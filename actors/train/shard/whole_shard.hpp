@@ -47,13 +47,17 @@ public:
   state_payload payload() const override;
   shard_bytes held_bytes() const override;
   // The update streamed over the backward (options.stream_bucket, host_stream.hpp): Adam or
-  // AdamW whose decision does not wait for the totals (no clipping, no loss scaling), on a
-  // stage whose gradients are final bucket by bucket (no tied exchange).
+  // AdamW on a stage whose gradients are final bucket by bucket (no tied exchange), whose
+  // decision does not wait for the totals (no clipping, no loss scaling) or, with
+  // options.speculative_stream, assumed: each parameter's master, half copy, gradient and
+  // moments are copied just before its step, and restored when the decision differs (a
+  // clip, an overflow), the step then redone after the backward; a step right after one
+  // that differed waits for the totals instead of streaming.
   std::int64_t stream_elements() const override;
   void gradients_final(std::uint32_t step, std::uint32_t first) override;
   bool stream_update(std::uint32_t step) override;
   void cancel() override;
-  std::string swap_report() const override { return stream_ ? stream_->report() : std::string(); }
+  std::string swap_report() const override;
 
 private:
   void advance(std::uint32_t step, const step_decision& d) override;
@@ -65,6 +69,11 @@ private:
   std::optional<optim::optimizer> opt_;
   std::unique_ptr<host_stream> stream_; // with stream_elements() > 0, from init on
   step_decision streamed_with_;         // the decision a streamed step assumed
+  bool streamed_speculative_ = false;   // it kept copies to restore (backup_)
+  bool last_differed_ = false;          // the last decision differed from the assumption
+  std::int64_t redone_ = 0, declined_ = 0;
+  // A speculative stream's copy of slot i (master, gradient, half copy, moments) into backup_.
+  void back_up_slot(std::size_t i, const optim::optimizer_state& live);
   struct backup {
     std::vector<tensor> params, grads, halves; // per slot (halves undefined without)
     optim::optimizer_state moments;            // copies, and the step count
