@@ -491,7 +491,7 @@ bool run_config::gradients_partitioned() const {
 bool run_config::streams_host_update() const {
   const bool adam = optimizer.type == optim::optimizer_type::adam || optimizer.type == optim::optimizer_type::adamw;
   return ((backend == "cuda" && offload.device == offload_device::cpu) || stream_host_update) && adam &&
-         !zero_partitions();
+         !zero_partitions() && offload.device != offload_device::nvme; // swapped: the NVMe stream's own
 }
 
 bool run_config::speculative_host_stream() const {

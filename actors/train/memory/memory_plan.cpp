@@ -180,7 +180,7 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     // speculative stream in host memory copies each parameter's as it steps (whole_shard).
     const bool speculates = (rc.speculative_update && ranges.size() > 1 &&
                              (rc.gradient_clipping > 0 || rc.working == precision::f16)) ||
-                            rc.speculative_host_stream();
+                            (rc.speculative_host_stream() && ranges.size() == 1);
     if (speculates) {
       const std::int64_t copy = b.masters + b.moments + b.half_masters + 4 * (zero ? zero->partition : n);
       p.speculation += rc.ranks * copy;

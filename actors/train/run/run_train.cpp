@@ -33,10 +33,10 @@ void log_training_layout(const run_config& rc, const training& t, bool launched)
                                                "(gradient clipping or loss scaling need it)"
                                              : "each stage's as soon as its gradients are reduced (no clipping, "
                                                "no loss scaling)");
-  if (rc.speculative_host_stream())
-    log_info("speculative update: each stage's update in host memory streams over the backward assuming the norm "
-             "does not clip and nothing overflows, copying each parameter's state as it steps; a step that clips or "
-             "overflows is taken back and redone after the backward");
+  if (rc.speculative_host_stream() && rc.stages == 1)
+    log_info("speculative update: the stage's update in host memory streams over the backward assuming the norm "
+             "does not clip and nothing overflows, copying each parameter's state as it steps; a step that clips is "
+             "taken back and redone after the backward, one that overflows taken back and skipped");
   else if (rc.speculative_update && !(t.global && rc.stages > 1))
     log_info("speculative update: nothing to speculate on ({})",
              t.global ? "one stage: the global norm is known with its gradients" : "no global norm to wait for");

@@ -113,7 +113,8 @@ bool whole_shard::stream_update(std::uint32_t step) {
   const step_decision assumed = options_.decider->assume();
   const bool speculative = options_.decider->needs_totals();
   DSA_CHECK(!assumed.skip && (speculative || assumed.grad_scale == 1.0),
-            "optimizer shard {}: a streamed update of step {} assumes no skip and no gradient scale",
+            "optimizer shard {}: a streamed update of step {} assumes no skip, and no gradient scale unless it "
+            "speculates",
             options_.participant, step);
   if (speculative && last_differed_) { // likely to differ again: this step waits for the totals
     ++declined_;
@@ -151,7 +152,7 @@ bool whole_shard::settle_streamed(std::uint32_t step, const step_decision& would
   last_differed_ = !step_decider::same_update(would, d);
   if (!stream_ || !stream_->take(step)) return false;
   if (step_decider::same_update(streamed_with_, d)) return true;
-  if (streamed_speculative_) { // clipped or overflowed: as if the stream had not run, then the update
+  if (streamed_speculative_) { // clipped or overflowed: as if the stream had not run, then the update (or the skip)
     roll_back();
     ++redone_;
     return false;
@@ -178,8 +179,8 @@ std::string whole_shard::swap_report() const {
   if (!stream_) return {};
   std::string line = stream_->report();
   if (!line.empty() && (redone_ > 0 || declined_ > 0))
-    line += fmt::format("; {} streamed updates taken back and redone after the backward (a clip or an overflow), {} "
-                        "steps waited for the totals after one",
+    line += fmt::format("; {} streamed updates taken back (a clip: redone after the backward; an overflow: skipped), "
+                        "{} steps waited for the totals after one",
                         redone_, declined_);
   return line;
 }
