@@ -114,7 +114,8 @@ int bench_big_offload(const train_setup& b, const bert::bert_config& cfg, const 
 int bench_offload_cuda_main(int argc, char** argv) {
   namespace po = boost::program_options;
   po::options_description opts("dsactor bench offload DIR --backend cuda [--model bert-large|bert-base|bert-6b] "
-                               "[--seq 128] [--batch 64] [--accumulation 4] [--steps 4] [--clip 0] [--bucket 2e7]");
+                               "[--seq 128] [--batch 64] [--accumulation 4] [--steps 4] [--clip 0] [--bucket 2e7] "
+                               "[--speculative]");
   train_setup b;
   b.batch = 64;
   b.accumulation = 4;
@@ -137,7 +138,9 @@ int bench_offload_cuda_main(int argc, char** argv) {
       "gradient_clipping of every run (0: none, so the offloaded updates stream over the backward)")(
       "bucket", po::value(&bucket)->default_value(bucket),
       "zero_optimization.reduce_bucket_size of every run: the parts of the CPU-offloaded update's stream (the "
-      "NVMe stream's are sub_group_size / 4)");
+      "NVMe stream's are sub_group_size / 4)")(
+      "speculative", "pipeline.speculative_update in every run: with --clip > 0 the CPU-offloaded update still streams "
+                     "(a copy of each parameter's state, taken back when the norm clips)");
   po::positional_options_description pos;
   pos.add("dir", 1);
   po::variables_map vm;
@@ -177,9 +180,9 @@ int bench_offload_cuda_main(int argc, char** argv) {
   const std::int64_t sequences = b.batch * b.accumulation;
   const std::string corpus = write_corpus(b.work, 40 + static_cast<int>(sequences * (b.steps + b.warmup) * b.seq / 400));
   // Both keys in every run, so the three steps differ only in where the optimizer lives.
-  const std::vector<std::string> common{fmt::format("gradient_clipping={}", clip),
-                                        fmt::format("zero_optimization.reduce_bucket_size={}",
-                                                    static_cast<std::int64_t>(bucket))};
+  std::vector<std::string> common{fmt::format("gradient_clipping={}", clip),
+                                  fmt::format("zero_optimization.reduce_bucket_size={}", static_cast<std::int64_t>(bucket))};
+  if (vm.count("speculative")) common.push_back("pipeline.speculative_update=true");
   fmt::print("every run: {}\n", fmt::join(common, ", "));
   if (big) return bench_big_offload(b, cfg, corpus, peak, common);
   double gpu_update = 0, cpu_update = 0, nvme_update = 0;
