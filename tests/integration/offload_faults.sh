@@ -7,8 +7,8 @@
 # nvme_path under a regular file fails at start naming it; ZeRO-3 with the weights on NVMe
 # too survives kill -9 and --resume bit for bit. Usage: offload_faults.sh PATH/TO/dsactor [--cuda]
 # --cuda (tools/gpu-check offload, on a GPU machine): every run on a CUDA rank in deterministic
-# mode, and only the kill -9 and --resume of the offloaded run (the others are host-side
-# faults that do not depend on where the stages compute, or refused on CUDA ranks).
+# mode, and only the kill -9 and --resume of the offloaded run and of ZeRO-3 (the others are
+# host-side faults that do not depend on where the stages compute).
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
 extra=()
@@ -97,7 +97,18 @@ kill_and_resume() {
 kill_and_resume killed
 mv "$work/killed-whole" "$work/whole"
 echo "ok: kill -9 at step >= $((steps - 2)), --resume removed the stale swap files and equals the uninterrupted run at step $steps"
+# ZeRO stage 3 on one rank with the weights on NVMe too (offload_param, each part read back
+# before the model runs it; on a CUDA rank each part's weights then go onto the GPU as it
+# runs): kill -9 and --resume equal the uninterrupted run bit for bit, the weights' swap file
+# (stage0.params.swp) included in the clean-up.
+zero3_kill_and_resume() {
+  local params=(--set zero_optimization.stage=3 --set 'zero_optimization.offload_param.device="nvme"'
+    --set "zero_optimization.offload_param.nvme_path=\"$work/nvme\"" --set zero_optimization.offload_param.max_in_cpu=0)
+  kill_and_resume zero3 "${params[@]}"
+  echo "ok: ZeRO-3 with the weights and the optimizer state on NVMe: kill -9 and --resume equal the uninterrupted run"
+}
 if [[ ${#extra[@]} -gt 0 ]]; then
+  zero3_kill_and_resume
   echo "ok: on a CUDA rank (deterministic mode); the host-side faults below run on CPU ranks only"
   exit 0
 fi
@@ -163,10 +174,5 @@ grep -q "zero_optimization.offload_optimizer.nvme_path: cannot create '$work/pla
 [[ ! -e $work/unwritable/checkpoints ]] || fail "the refused run should not have trained"
 echo "ok: an nvme_path under a regular file fails at start naming it"
 
-# 5. ZeRO stage 3 on one rank with the weights on NVMe too (offload_param, each part read
-#    back before the model runs it): kill -9 and --resume equal the uninterrupted run bit
-#    for bit, the weights' swap file (stage0.params.swp) included in the clean-up.
-params=(--set zero_optimization.stage=3 --set 'zero_optimization.offload_param.device="nvme"'
-  --set "zero_optimization.offload_param.nvme_path=\"$work/nvme\"" --set zero_optimization.offload_param.max_in_cpu=0)
-kill_and_resume zero3 "${params[@]}"
-echo "ok: ZeRO-3 with the weights and the optimizer state on NVMe: kill -9 and --resume equal the uninterrupted run"
+# 5. ZeRO-3 (above).
+zero3_kill_and_resume
