@@ -42,11 +42,6 @@ std::vector<step_figures> run_figures(const std::string& run_dir) {
   return out;
 }
 
-std::vector<std::string> with(std::vector<std::string> v, const std::vector<std::string>& more) {
-  v.insert(v.end(), more.begin(), more.end());
-  return v;
-}
-
 // Steps 1..3 on `first`, then --resume to step 6 on `second` (so three updates use the
 // restored moments and scaler); every step's figures.
 std::vector<step_figures> resumed(const std::string& first, const std::string& second,

@@ -17,10 +17,7 @@
 
 namespace dsa::test::compressed_run {
 
-inline std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using dsa::test::with; // for the files that use this namespace
 
 inline ckpt::named_tensors final_model(const test::temp_dir& dir, const char* step = "latest") {
   return test::load_run_checkpoint(dir.path() + "/ckpt", step).groups.at("model");

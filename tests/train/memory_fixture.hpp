@@ -26,8 +26,9 @@ extern char** environ;
 
 namespace dsa::test::memory {
 
-using namespace dsa;
+using dsa::test::with; // for the files that use this namespace
 
+using namespace dsa;
 
 inline constexpr std::int64_t mib = std::int64_t{1} << 20;
 
@@ -114,11 +115,6 @@ inline child_run run_binary(const std::string& dir, const std::string& config_te
 // 4 layers (3.2 M parameters, 88 MiB of model states in fp32 without ZeRO).
 inline const std::vector<std::string> larger{"model.hidden_size=256", "model.num_heads=4", "model.intermediate_size=1024",
                                       "train_steps=2"};
-
-inline std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // Two in-process ranks of ZeRO-3 with the optimizer state on NVMe under `swap` (ZeRO-3
 // partitions the weights with or without offload_param; on one rank, offload_param is what

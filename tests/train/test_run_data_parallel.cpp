@@ -14,6 +14,7 @@
 #include <sstream>
 
 using namespace dsa;
+using dsa::test::with;
 
 namespace {
 
@@ -37,11 +38,6 @@ void check_close(const ckpt::named_tensors& got, const ckpt::named_tensors& want
     REQUIRE(got.count(name) == 1);
     DSA_CHECK_CLOSE(got.at(name).data<float>(), t.data<float>(), t.numel(), test::layout_equivalence);
   }
-}
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 // The train.log of a tiny run with `overrides`.

@@ -22,21 +22,16 @@
 #include <utility>
 
 using namespace dsa;
+using dsa::test::with;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 std::vector<std::string> nvme(const std::string& path, const std::vector<std::string>& more = {}) {
   return with({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=\"nvme\"",
                fmt::format("zero_optimization.offload_optimizer.nvme_path=\"{}\"", path)},
               more);
 }
-
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 using namespace dsa;
+using dsa::test::with;
 
 namespace {
 
@@ -63,11 +64,6 @@ counts check_equal(const std::vector<std::string>& v) {
   CHECK((spec.log.find("the speculative update's rollback copy") != std::string::npos) == (c.speculated > 0));
   CHECK(plain.log.find("rollback copy") == std::string::npos);
   return c;
-}
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 const std::vector<std::string> never_clips{"gradient_clipping=1e6"};

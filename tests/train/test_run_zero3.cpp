@@ -18,13 +18,9 @@
 #include <sstream>
 
 using namespace dsa;
+using dsa::test::with;
 
 namespace {
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 ckpt::loaded_checkpoint train_checkpoint(const std::vector<std::string>& overrides) {
   test::temp_dir dir;

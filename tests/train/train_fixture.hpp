@@ -12,6 +12,12 @@
 
 namespace dsa::test {
 
+// Config overrides `a` followed by `b` (the tests' --set lists).
+inline std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 // A fresh directory under the system temp folder, removed on destruction.
 class temp_dir {
 public:
