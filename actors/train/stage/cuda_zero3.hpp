@@ -35,8 +35,6 @@ public:
   void hand_over(const std::vector<std::size_t>& indices, std::uint32_t step) override;
   // The backward is enqueued: the last part's gradients to the partition (waits for their copy).
   void finish();
-  // Staging bytes (pinned host memory), for the memory report.
-  std::size_t staging_bytes() const { return staged_bytes_; }
 
 private:
   void take_pending();

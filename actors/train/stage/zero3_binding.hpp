@@ -60,7 +60,6 @@ public:
   void enter(std::int64_t part) override;
   void leave(std::int64_t part) override;
 
-  bool gradient_bound(std::size_t t) const { return grad_bound_.at(t); }
   std::size_t gradients_bound() const;
 
 private:
