@@ -196,6 +196,9 @@ public:
   void set_gate(part_gate* gate);
   bool resident() const;
   void bind_value(std::size_t i, const tensor& value);
+  // The bind stream's next allocations and copies wait for `event` (recorded on the part's
+  // stream after an earlier part's frees: a window of bound parts, cuda_zero3.hpp).
+  void bind_after(cudaEvent_t event);
   void unbind_value(std::size_t i);
   void bind_gradient(std::size_t i);
   // after: the gradient's free is ordered on that stream instead of the part's (a copy

@@ -180,6 +180,13 @@ void part::bind_value(std::size_t i, const tensor& value) {
   }
 }
 
+void part::bind_after(cudaEvent_t event) {
+  impl& m = *impl_;
+  if (m.resident) throw std::runtime_error("GPU BERT: bind_after on a part whose parameters are resident");
+  m.bind.make();
+  check_cuda(cudaStreamWaitEvent(m.bind.stream, event, 0), "ordering a part's bindings after an earlier part's end");
+}
+
 void part::unbind_value(std::size_t i) {
   impl& m = *impl_;
   m.bind.order(m.stream); // a value bound and dropped unread: its free after its copy

@@ -194,6 +194,11 @@ TEST_CASE("dsactor run: ZeRO-3 on two ranks of the GPU, weights in host memory o
   const std::vector<std::string> zero3 = with(base, {"zero_optimization.stage=3"});
   const auto in_memory = cuda_checkpoint(with(zero3, {"zero_optimization.offload_param.device=\"cpu\""}));
   check_same_state(in_memory, zero2);
+  // One part's weights on the device at a time (stage3_prefetch_bucket_size 0: a device
+  // window of one part, each part's copies after the previous part's end): the same bits.
+  const auto one_part = cuda_checkpoint(with(zero3, {"zero_optimization.offload_param.device=\"cpu\"",
+                                                     "zero_optimization.stage3_prefetch_bucket_size=0"}));
+  check_same_state(one_part, in_memory);
   const auto on_nvme = cuda_checkpoint(
       with(zero3, {"zero_optimization.offload_param.device=\"nvme\"",
                    "zero_optimization.offload_param.nvme_path=\"" + swap.path() + "\"",

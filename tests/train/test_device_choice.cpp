@@ -215,7 +215,7 @@ TEST_CASE("a CUDA rank's planned device bytes for its model states follow the op
   CHECK(train::device_memory_report(train::device_choice{}).empty());
 }
 
-TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values and the largest part bound") {
+TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values, a window of parts, two parts' gradients") {
   train::run_config rc = with_backend("cuda");
   rc.working = train::precision::bf16;
   rc.offload.device = train::offload_device::cpu;
@@ -236,20 +236,38 @@ TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values and the larg
       spec("bert.encoder.layer.1.intermediate.dense.weight", {32, 8}), // 256 elements
       spec("cls.predictions.bias", {50}),
   };
-  const std::int64_t word_grad = 400 * 4;
+  const std::int64_t word_grad = 400 * 4; // bound from the head's backward to the embeddings'
   const std::int64_t persistent = 2 * 64 + 4 * (8 + 8 + 50); // the query matrix (bf16) and the f32 vectors
-  const std::int64_t embeddings = 400 * (2 + 4) + 8 * 4;     // the word embedding and the LayerNorm's gradient
-  const std::int64_t layer1 = 256 * (2 + 4) + word_grad;     // while it runs the word gradient is bound too
-  const std::int64_t head = 50 * 4 + 400 * 2 + word_grad;    // its bias's gradient, the tied word value and gradient
-  CHECK(layer1 > embeddings);
-  CHECK(layer1 > head);
-  CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + layer1);
-  // Everything persistent: the values whole, the largest part's gradients on top.
+  // The values each part binds: the embeddings' and the head's the word embedding (400 in
+  // bf16), layer 1's its matrix, layer 0's nothing (persistent). The gradients of the two
+  // largest: layer 1's matrix and layer 0's query.
+  const std::int64_t two_grads = 256 * 4 + (64 + 8) * 4;
+  // The default stage3_prefetch_bucket_size holds every part: all four may be bound at once.
+  CHECK(train::cuda_zero3_window_limit(rc, specs) == 4);
+  CHECK(train::cuda_zero3_window(rc, specs) == 4);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + (800 + 800 + 512) + two_grads + word_grad);
+  // The window follows stage3_prefetch_bucket_size in parts of the largest part's 400 elements.
+  rc.stage3_prefetch = 399;
+  CHECK(train::cuda_zero3_window_limit(rc, specs) == 1);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + 800 + two_grads + word_grad);
+  rc.stage3_prefetch = 400;
+  CHECK(train::cuda_zero3_window_limit(rc, specs) == 2);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + 1600 + two_grads + word_grad);
+  // The plan's choice, within the limit.
+  rc.stage3_prefetch = 50'000'000;
+  rc.zero3_device_window = 3;
+  CHECK(train::cuda_zero3_window(rc, specs) == 3);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + (800 + 800 + 512) + two_grads + word_grad);
+  rc.zero3_device_window = 2;
+  CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + 1600 + two_grads + word_grad);
+  rc.zero3_device_window = 0;
+  // Everything persistent: the values whole, no window; two parts' gradients on top.
   rc.stage3_persistence = 1000;
-  CHECK(train::cuda_model_state_bytes(rc, specs) == 2 * (400 + 64 + 256) + 4 * (8 + 8 + 50) + 4 * 256 + word_grad);
-  // SQuAD's head reads no word embedding: no tied gradient beside the layers.
+  const std::int64_t whole = 2 * (400 + 64 + 256) + 4 * (8 + 8 + 50);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == whole + two_grads + word_grad);
+  // SQuAD's head reads no word embedding: its gradient is the embeddings' own, no tied one.
   rc.model.head = bert::head_kind::squad;
-  CHECK(train::cuda_model_state_bytes(rc, specs) == 2 * (400 + 64 + 256) + 4 * (8 + 8 + 50) + 4 * 408);
+  CHECK(train::cuda_model_state_bytes(rc, specs) == whole + (8 + 400) * 4 + 256 * 4);
   // One rank, the weights not on NVMe: nothing is partitioned, every value and gradient resident.
   rc.batch.data_parallel_size = 1;
   rc.zero_stage = 0;

@@ -165,6 +165,7 @@ TEST_CASE("device plan: a run that does not fit is refused with the smallest bud
   zero3.offload.device = train::offload_device::cpu;
   zero3.offload.param.device = train::offload_device::nvme;
   zero3.stage3_persistence = 0; // the tiny model's tensors would all be persistent at the default
+  zero3.zero3_device_window = 1; // as offered: a part's weights on the device at a time
   rc.offload.device = train::offload_device::cpu;
   CHECK(train::plan_device_memory(zero3, ranges, in).model_states <
         train::plan_device_memory(rc, ranges, in).model_states);
@@ -205,6 +206,60 @@ TEST_CASE("device plan: nothing to plan on a CPU rank; the start-up check on a f
   // Not given: a larger limits.device_memory would not make the memory appear.
   CHECK(refused.err().message.find("the device has not that much free") != std::string::npos);
   CHECK(refused.err().message.find("limits.device_memory = \"") == std::string::npos);
+}
+
+TEST_CASE("device plan: ZeRO-3's device window is the largest that fits, down to one part, then refused") {
+  test::temp_dir dir;
+  auto rc = parsed(dir.path(), "");
+  rc.offload.device = train::offload_device::cpu;
+  rc.zero_stage = 3;
+  rc.batch.data_parallel_size = 2; // partitions are real
+  rc.ranks = 2;
+  rc.stage3_persistence = 0; // every tensor gathered: the window holds the layers
+  const auto ranges = ranges_of(rc);
+  const train::plan_inputs in = inputs();
+  const auto specs = bert::parameter_specs(rc.model, ranges[0]);
+  const std::int64_t limit = train::cuda_zero3_window_limit(rc, specs);
+  REQUIRE(limit >= 3); // the tiny model's parts, all within the default prefetch
+  auto peak_at = [&](std::int64_t w) {
+    train::run_config at = rc;
+    at.zero3_device_window = w;
+    return train::plan_device_memory(at, ranges, in).peak();
+  };
+  CHECK(peak_at(1) < peak_at(2));
+  CHECK(peak_at(2) < peak_at(limit));
+  // No budget, or an ample one: the limit.
+  train::run_config chosen = rc;
+  CHECK(train::choose_zero3_window(chosen, ranges, in, {-1, "none"}) == limit);
+  CHECK(chosen.zero3_device_window == limit);
+  chosen = rc;
+  CHECK(train::choose_zero3_window(chosen, ranges, in, {peak_at(limit), "x"}) == limit);
+  CHECK(chosen.zero3_device_window == limit);
+  // A budget between two windows' plans: the smaller window.
+  chosen = rc;
+  train::choose_zero3_window(chosen, ranges, in, {peak_at(2) + (peak_at(3) - peak_at(2)) / 2, "x"});
+  CHECK(chosen.zero3_device_window == 2);
+  CHECK(train::fit_device_memory(chosen, ranges, in, {peak_at(2), "x"}).has_value());
+  // Below one part's plan: window 1, refused naming that plan's budget.
+  chosen = rc;
+  chosen.device_memory = peak_at(1) - 1;
+  train::choose_zero3_window(chosen, ranges, in, {peak_at(1) - 1, "x"});
+  CHECK(chosen.zero3_device_window == 1);
+  auto refused = train::fit_device_memory(chosen, ranges, in, {peak_at(1) - 1, "x"});
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(smallest_device_mib(refused.err().message) * mib >= peak_at(1));
+  // A window chosen already (or none to choose: stage 2) is left alone.
+  chosen = rc;
+  chosen.zero3_device_window = 2;
+  CHECK(train::choose_zero3_window(chosen, ranges, in, {-1, "none"}) == 0);
+  CHECK(chosen.zero3_device_window == 2);
+  chosen = rc;
+  chosen.zero_stage = 2;
+  CHECK(train::choose_zero3_window(chosen, ranges, in, {-1, "none"}) == 0);
+  CHECK(chosen.zero3_device_window == 0);
+  // stage3_prefetch_bucket_size bounds it: nothing ahead at 0.
+  rc.stage3_prefetch = 0;
+  CHECK(train::cuda_zero3_window_limit(rc, specs) == 1);
 }
 
 TEST_CASE("limits.device_memory: a size string or bytes, bad values named by key") {

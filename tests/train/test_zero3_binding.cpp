@@ -162,3 +162,29 @@ TEST_CASE("zero3 binding: ZeRO-2 moves gradients only, and a part the stage lack
   }
   CHECK_THROWS_WITH(train::zero3_binding({{0, {9}}}, 4, nullptr, dev), doctest::Contains("tensor 9"));
 }
+
+TEST_CASE("zero3 binding: a device window of parts waits for the part that many back to leave") {
+  // Two parts at once: the third part's bindings wait for the first's end, the fourth's
+  // for the second's; ends recorded in alternating slots.
+  train::bind_window two(2);
+  CHECK(two.parts() == 2);
+  CHECK_FALSE(two.enter().has_value());
+  CHECK(two.leave() == 0);
+  CHECK_FALSE(two.enter().has_value());
+  CHECK(two.leave() == 1);
+  CHECK(two.enter() == std::optional<std::size_t>(0)); // part 0's end
+  CHECK(two.leave() == 0);                             // part 2's end, once part 0's was waited for
+  CHECK(two.enter() == std::optional<std::size_t>(1)); // part 1's
+  CHECK(two.leave() == 1);
+  CHECK(two.enter() == std::optional<std::size_t>(0)); // part 2's
+  // One part: each waits for the one before it (no overlap).
+  train::bind_window one(1);
+  CHECK_FALSE(one.enter().has_value());
+  CHECK(one.leave() == 0);
+  CHECK(one.enter() == std::optional<std::size_t>(0));
+  // Enter and leave alternate; a window of nothing is refused.
+  CHECK_THROWS_WITH_AS(one.enter(), doctest::Contains("entered before the previous one left"), std::runtime_error);
+  train::bind_window three(3);
+  CHECK_THROWS_WITH_AS(three.leave(), doctest::Contains("did not enter"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(train::bind_window(0), doctest::Contains("window of no parts"), std::runtime_error);
+}

@@ -130,6 +130,10 @@ struct run_config {
   // ZeRO stage 3's parameter fetcher (DeepSpeed's keys and defaults), in elements:
   // stage3_prefetch_bucket_size, stage3_param_persistence_threshold, stage3_max_live_parameters.
   std::int64_t stage3_prefetch = 50'000'000, stage3_persistence = 100'000, stage3_max_live = 1'000'000'000;
+  // ZeRO-3 on a CUDA rank: how many parts' weights may be on the device at once (the part
+  // computing and those copied ahead of it); not a key: the device plan chooses it within
+  // what stage3_prefetch_bucket_size allows (0: not chosen, that limit).
+  std::int64_t zero3_device_window = 0;
   bool overlap_comm = false;              // zero_optimization.overlap_comm (DeepSpeed's default for stages 0-2)
   offload_settings offload; // zero_optimization.offload_optimizer, sub_group_size, [aio]
   net::comms_logger_options comms_logger; // [comms_logger], DeepSpeed's keys

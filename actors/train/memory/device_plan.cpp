@@ -114,6 +114,7 @@ expected<device_memory_plan> fit_device_memory(const run_config& rc, const std::
     if (zero3.offload.device == offload_device::none) zero3.offload.device = offload_device::cpu;
     const bool one_rank = rc.batch.data_parallel_size <= 1;
     if (one_rank) zero3.offload.param.device = offload_device::nvme;
+    zero3.zero3_device_window = 1; // its smallest: a part's weights on the device at a time
     const std::int64_t peak = plan_device_memory(zero3, ranges, in).peak();
     message += fmt::format(". With ZeRO-3 (zero_optimization.stage = 3, the optimizer on the CPU{}: each part's weights "
                            "on the device only while it runs) it is {}{}",
@@ -131,7 +132,24 @@ expected<device_memory_plan> fit_device_memory(const run_config& rc, const std::
   return make_error(errc::config, "{}", message);
 }
 
-expected<device_memory_plan> plan_run_device_memory(const run_config& rc, const device_choice& device,
+std::int64_t choose_zero3_window(run_config& rc, const std::vector<bert::bert_range>& ranges, const plan_inputs& in,
+                                 const device_budget& budget) {
+  if (rc.zero_stage < 3 || !rc.zero_partitions() || rc.zero3_device_window > 0) return 0;
+  std::int64_t limit = 0;
+  for (const auto& r : ranges) {
+    const std::int64_t l = cuda_zero3_window_limit(rc, bert::parameter_specs(rc.model, r));
+    limit = limit == 0 ? l : std::min(limit, l);
+  }
+  limit = std::max<std::int64_t>(limit, 1);
+  for (std::int64_t w = limit; w >= 1; --w) {
+    rc.zero3_device_window = w;
+    if (budget.bytes < 0 || plan_device_memory(rc, ranges, in).peak() <= budget.bytes) return limit;
+  }
+  rc.zero3_device_window = 1; // nothing fits: the refusal names the smallest plan's budget
+  return limit;
+}
+
+expected<device_memory_plan> plan_run_device_memory(run_config& rc, const device_choice& device,
                                                     const plan_inputs& in) {
   if (device.device != stage_device::cuda) return device_memory_plan{};
   DSA_ASSIGN_OR_RETURN(auto ranges, partition_layers(rc.model, rc.stages, rc.partition));
@@ -140,7 +158,17 @@ expected<device_memory_plan> plan_run_device_memory(const run_config& rc, const 
     log_warn("limits.device_memory {} is more than the {} free on {} at start-up: the plan is checked against the "
              "budget, the device may still run out",
              format_bytes(rc.device_memory), format_bytes(device.free_bytes), device.description);
+  const std::int64_t window_limit = choose_zero3_window(rc, ranges, in, budget);
   DSA_ASSIGN_OR_RETURN(auto plan, fit_device_memory(rc, ranges, in, budget));
+  if (window_limit > 0)
+    log_info("device memory: ZeRO-3 binds at most {} part(s)' weights on the device at once (the part computing and "
+             "{} copied ahead of it){}",
+             rc.zero3_device_window, rc.zero3_device_window - 1,
+             rc.zero3_device_window < window_limit
+                 ? fmt::format(", fewer than the {} zero_optimization.stage3_prefetch_bucket_size {} allows: the "
+                               "largest window that fits the budget",
+                               window_limit, rc.stage3_prefetch)
+                 : fmt::format(" (zero_optimization.stage3_prefetch_bucket_size {})", rc.stage3_prefetch));
   reset_device_pool_peak(device); // the end-of-run measure is this run's
   log_info("device memory ({}, {} in-process rank(s), micro-batches of {} x {} tokens): {}", budget.source, rc.ranks,
            rc.batch.micro_batch_size, in.seq_length, plan.describe());

@@ -20,10 +20,11 @@
 //                 cuBLASLt's own allocations): 64 MiB + 5% of the rest
 // The budget is limits.device_memory, or without it the device's free bytes at start-up
 // minus a reserve (256 MiB or 2% of the device, the larger) for the CUDA libraries' own
-// allocations. The plan does not choose anything yet: there is no offload flow on a CUDA
-// rank that a budget could size (buffer counts, sub-groups, a prefetch window). It refuses
-// a run that does not fit, naming the smallest budget that works and what the optimizer on
-// the CPU or activation checkpointing would need.
+// allocations. Under ZeRO-3 the plan chooses the device window (how many parts' weights
+// are bound at once: the part computing and those copied ahead of it), the largest that
+// stage3_prefetch_bucket_size allows and the budget holds. It refuses a run that does not
+// fit, naming the smallest budget that works and what the optimizer on the CPU, ZeRO-3 or
+// activation checkpointing would need.
 #pragma once
 
 #include "actors/train/config/run_config.hpp"
@@ -69,9 +70,17 @@ device_budget device_budget_for(const run_config& rc, const device_choice& devic
 expected<device_memory_plan> fit_device_memory(const run_config& rc, const std::vector<bert::bert_range>& ranges,
                                                const plan_inputs& in, const device_budget& budget);
 
-// The run's start-up on a CUDA rank: plans, logs the plan, refuses what does not fit; warns
-// when limits.device_memory is more than the device had free. Nothing on the CPU.
-expected<device_memory_plan> plan_run_device_memory(const run_config& rc, const device_choice& device,
+// ZeRO-3 with partitions on a CUDA rank (cuda_zero3.hpp), unless rc.zero3_device_window is
+// set already: sets it to the largest window (parts' weights bound on the device at once)
+// whose plan fits the budget, from cuda_zero3_window_limit down to 1 (1 when none fits:
+// the refusal then names the smallest plan's budget); returns that limit. 0: nothing chosen.
+std::int64_t choose_zero3_window(run_config& rc, const std::vector<bert::bert_range>& ranges, const plan_inputs& in,
+                                 const device_budget& budget);
+
+// The run's start-up on a CUDA rank: chooses the ZeRO-3 window, plans, logs the plan,
+// refuses what does not fit; warns when limits.device_memory is more than the device had
+// free. Nothing on the CPU.
+expected<device_memory_plan> plan_run_device_memory(run_config& rc, const device_choice& device,
                                                     const plan_inputs& in);
 
 // The end of the run: planned (from the pool) against the pool's measured high-water mark,

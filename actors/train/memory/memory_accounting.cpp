@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace dsa::train {
 
@@ -167,34 +169,93 @@ std::string part_of(const std::string& name) {
   return "head";
 }
 
-// ZeRO-3 on a CUDA rank: the persistent values, and the largest part bound at once with the
-// tied word embedding's gradient, which stays bound from the head's backward to the
-// embeddings'.
-std::int64_t cuda_zero3_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+// ZeRO-3 on a CUDA rank, per part of the range (its name's prefix): the bytes of the
+// values it binds (not the persistent ones; the head's include the tied word embedding its
+// decoder reads) and of its f32 gradients (without the tied word embedding's, counted once
+// beside them), with the value elements the device window is sized by.
+struct zero3_part_bytes {
+  std::int64_t persistent = 0, word_grad = 0;
+  std::vector<std::int64_t> values, grads, value_elements;
+};
+
+zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::param_spec>& specs) {
   const bool half = rc.working != precision::f32;
-  std::int64_t persistent = 0, word_value = 0, word_grad = 0;
-  std::map<std::string, std::int64_t> parts; // part (its name's prefix) -> bytes bound while it runs
+  zero3_part_bytes out;
+  std::int64_t word_value = 0, word_elements = 0;
+  struct sums {
+    std::int64_t values = 0, grads = 0, elements = 0;
+  };
+  std::map<std::string, sums> parts;
   for (const auto& spec : specs) {
     const std::int64_t n = shape_numel(spec.shape);
     const std::int64_t value = n * (half && spec.shape.size() == 2 ? 2 : 4);
     const bool kept = n <= rc.stage3_persistence;
-    if (kept) persistent += value;
-    parts[part_of(spec.name)] += (kept ? 0 : value) + 4 * n; // its value unless persistent, its gradient
+    sums& part = parts[part_of(spec.name)];
+    if (kept) out.persistent += value;
+    else {
+      part.values += value;
+      part.elements += n;
+    }
     if (spec.name == bert::word_embeddings_name()) {
       word_value = kept ? 0 : value;
-      word_grad = 4 * n;
+      word_elements = kept ? 0 : n;
+      out.word_grad = 4 * n;
+    } else {
+      part.grads += 4 * n;
     }
   }
   const bool tied = rc.model.head == bert::head_kind::pretraining && parts.count("head") && parts.count("embeddings") &&
-                    word_grad > 0;
-  if (tied) parts["head"] += word_value; // the decoder reads the tied word embedding
-  std::int64_t largest = 0;
-  for (const auto& [name, bytes] : parts)
-    largest = std::max(largest, bytes + (tied && name != "embeddings" ? word_grad : 0));
-  return persistent + largest;
+                    out.word_grad > 0;
+  if (tied) { // the decoder reads the tied word embedding
+    parts["head"].values += word_value;
+    parts["head"].elements += word_elements;
+  } else if (parts.count("embeddings")) {
+    parts["embeddings"].grads += out.word_grad; // an ordinary gradient of the embeddings
+    out.word_grad = 0;
+  } else {
+    out.word_grad = 0;
+  }
+  for (const auto& [name, part] : parts) {
+    out.values.push_back(part.values);
+    out.grads.push_back(part.grads);
+    out.value_elements.push_back(part.elements);
+  }
+  return out;
+}
+
+// The sum of the n largest.
+std::int64_t largest_sum(std::vector<std::int64_t> v, std::size_t n) {
+  std::sort(v.begin(), v.end(), std::greater<>());
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < std::min(n, v.size()); ++i) sum += v[i];
+  return sum;
+}
+
+// ZeRO-3 on a CUDA rank: the persistent values; the values of `window` parts (the one
+// computing and the ones bound ahead of it: the W largest); the gradients of two parts (the
+// one computing, the one before it copying down); the tied word embedding's gradient, bound
+// from the head's backward to the embeddings'.
+std::int64_t cuda_zero3_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+  const zero3_part_bytes parts = zero3_parts_of(rc, specs);
+  return parts.persistent + largest_sum(parts.values, static_cast<std::size_t>(cuda_zero3_window(rc, specs))) +
+         largest_sum(parts.grads, 2) + parts.word_grad;
 }
 
 } // namespace
+
+std::int64_t cuda_zero3_window_limit(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+  const zero3_part_bytes parts = zero3_parts_of(rc, specs);
+  const auto count = static_cast<std::int64_t>(parts.values.size());
+  const std::int64_t largest =
+      parts.value_elements.empty() ? 0 : *std::max_element(parts.value_elements.begin(), parts.value_elements.end());
+  if (count <= 1 || largest == 0) return std::max<std::int64_t>(count, 1);
+  return std::clamp<std::int64_t>(1 + std::max<std::int64_t>(rc.stage3_prefetch, 0) / largest, 1, count);
+}
+
+std::int64_t cuda_zero3_window(const run_config& rc, const std::vector<bert::param_spec>& specs) {
+  const std::int64_t limit = cuda_zero3_window_limit(rc, specs);
+  return rc.zero3_device_window > 0 ? std::min(rc.zero3_device_window, limit) : limit;
+}
 
 std::int64_t cuda_zero3_staging_bytes(const std::vector<bert::param_spec>& specs) {
   std::map<std::string, std::int64_t> parts;

@@ -108,13 +108,22 @@ model_state_bytes measured_model_states(const model_stage& stage, const model_sh
 // them), and with the GPU-resident optimizer (offload_optimizer "none") its f32 master, two
 // f32 moments and (half storage) working copy of every parameter, and its gradient scratch
 // (the largest parameter in f32). Activations, the stash and workspace come on top.
-// ZeRO-3 with partitions (cuda_zero3.hpp): the persistent tensors' values (stage3_param_persistence_threshold)
-// and the largest part (the embeddings, a layer, the head with the tied word embedding it
-// reads) with its other values and its f32 gradients, plus (pre-training head) the word
-// embedding's gradient, bound from the head's backward to the embeddings'.
+// ZeRO-3 with partitions (cuda_zero3.hpp): the persistent tensors' values
+// (stage3_param_persistence_threshold); the values of cuda_zero3_window parts (the embeddings,
+// a layer, the head with the tied word embedding it reads), the largest ones: the part
+// computing and those bound ahead of it; the f32 gradients of the two largest parts (the
+// one computing, the one before it copying down to the host); and (pre-training head) the
+// word embedding's gradient, bound from the head's backward to the embeddings'.
 std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs);
 // ZeRO-3 on a CUDA rank: the pinned host buffer a part's final gradients come down through
 // (cuda_zero3.hpp), the largest part's f32 gradients.
 std::int64_t cuda_zero3_staging_bytes(const std::vector<bert::param_spec>& specs);
+// ZeRO-3 on a CUDA rank: how many parts' weights may be bound on the device at once at most
+// (the part computing and those copied ahead of it): 1 + the parts of the largest part's
+// value elements that stage3_prefetch_bucket_size holds, at most the range's parts.
+std::int64_t cuda_zero3_window_limit(const run_config& rc, const std::vector<bert::param_spec>& specs);
+// The window the run uses: rc.zero3_device_window (the device plan's choice) within the
+// limit, or the limit when none was chosen.
+std::int64_t cuda_zero3_window(const run_config& rc, const std::vector<bert::param_spec>& specs);
 
 } // namespace dsa::train

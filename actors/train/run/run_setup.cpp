@@ -169,7 +169,9 @@ status make_stages(const run_inputs& in, rank_model& m) {
     o.output_leaves_process = s + 1 < in.rc.stages && !in.local(s + 1);
     o.grad_in_leaves_process = s > 0 && !in.local(s - 1);
     o.deterministic = in.rc.deterministic;
-    o.planned_device_bytes = cuda_model_state_bytes(in.rc, bert::parameter_specs(in.rc.model, o.range));
+    const auto specs = bert::parameter_specs(in.rc.model, o.range);
+    o.planned_device_bytes = cuda_model_state_bytes(in.rc, specs);
+    o.zero3_device_window = static_cast<std::size_t>(cuda_zero3_window(in.rc, specs));
     if (builds_weights_in_file(in.rc) && in.device.device == stage_device::cpu) {
       DSA_ASSIGN_OR_RETURN(o.make_value, weights_in_file(in.rc, o.range, s));
     }

@@ -156,7 +156,7 @@ void cuda_stage::ensure_device() {
   part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s,
                                              options_.deterministic, /*masters=*/false, /*resident=*/!fetcher_);
   if (fetcher_) {
-    binder_ = std::make_unique<cuda_zero3_binder>(*part_, *grads_);
+    binder_ = std::make_unique<cuda_zero3_binder>(*part_, *grads_, options_.zero3_device_window);
     binding_ = std::make_unique<zero3_binding>(fetch_parts(), params_.entries().size(), fetcher_.get(), *binder_);
     part_->set_gate(binding_.get());
     return; // no whole host gradients or pinned version: the partition holds both

@@ -20,20 +20,43 @@ void check_cuda(cudaError_t e, const char* what) {
 
 } // namespace
 
-cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads) : part_(part), grads_(grads) {
-  check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "creating the gradient copy stream");
-  check_cuda(cudaEventCreateWithFlags(&after_compute_, cudaEventDisableTiming), "creating a gradient copy event");
-  check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "creating the gradient staging event");
+cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads, std::size_t window)
+    : part_(part), grads_(grads), window_(window) {
+  // What was made is destroyed on a failure here (the destructor does not run).
+  auto fail = [&](cudaError_t e, const char* what) {
+    for (cudaEvent_t ev : part_ends_) cudaEventDestroy(ev);
+    if (copied_) cudaEventDestroy(copied_);
+    if (after_compute_) cudaEventDestroy(after_compute_);
+    if (copy_) cudaStreamDestroy(copy_);
+    check_cuda(e, what);
+  };
+  cudaError_t e = cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking);
+  if (e != cudaSuccess) fail(e, "creating the gradient copy stream");
+  e = cudaEventCreateWithFlags(&after_compute_, cudaEventDisableTiming);
+  if (e != cudaSuccess) fail(e, "creating a gradient copy event");
+  e = cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming);
+  if (e != cudaSuccess) fail(e, "creating the gradient staging event");
+  for (std::size_t k = 0; k < window; ++k) {
+    cudaEvent_t ev = nullptr;
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) fail(e, "creating a part's end event");
+    part_ends_.push_back(ev);
+  }
 }
 
 cuda_zero3_binder::~cuda_zero3_binder() {
   cudaStreamSynchronize(copy_); // no copy left writing into the staging buffer, no free pending on the stream
+  for (cudaEvent_t ev : part_ends_) cudaEventDestroy(ev);
   cudaEventDestroy(copied_);
   cudaEventDestroy(after_compute_);
   cudaStreamDestroy(copy_);
 }
 
 void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> values) {
+  // The window: this part's weights come in once the part `window` parts back has freed
+  // its own (a part that binds nothing new waits for nothing).
+  const std::optional<std::size_t> after = window_.enter();
+  if (after && !values.empty()) part_.bind_after(part_ends_[*after]);
   // The fetcher's tensors are pageable host memory: each copy has read its tensor when
   // bind_value returns, so dropping them here is safe.
   for (const auto& [i, value] : values) part_.bind_value(i, value);
@@ -41,6 +64,8 @@ void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> 
 
 void cuda_zero3_binder::unbind_values(const std::vector<std::size_t>& indices) {
   for (std::size_t i : indices) part_.unbind_value(i);
+  // After the part's kernels and its values' frees on the part's stream.
+  check_cuda(cudaEventRecord(part_ends_[window_.leave()], part_.stream()), "marking a part's end");
 }
 
 void cuda_zero3_binder::bind_gradients(const std::vector<std::size_t>& indices) {

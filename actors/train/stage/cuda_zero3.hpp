@@ -4,7 +4,9 @@
 // stream order as it ends, so the GPU holds the part in use (and the persistent tensors)
 // while the rest stays in the fetcher's partition, in host memory or on NVMe
 // (offload_param); the copies onto the device run on a stream of the part's own, so a
-// part's weights come in while the previous part computes. A part's final gradients are
+// part's weights come in while the previous parts compute, at most `window` parts' weights
+// on the device at once (bind_window: the copies of the part entered k-th wait for the
+// end of the one entered window parts before it; window 1: no overlap). A part's final gradients are
 // copied to one pinned staging buffer on a copy stream behind its kernels and freed there;
 // the host takes them out (waiting for that copy only) when the next part's are handed
 // over or the backward ends, while the GPU runs on, and gives them to the gradient
@@ -24,7 +26,8 @@ namespace dsa::train {
 
 class cuda_zero3_binder final : public zero3_binder {
 public:
-  cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads);
+  // window: parts whose weights may be bound at once (the device plan's choice, >= 1).
+  cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads, std::size_t window);
   ~cuda_zero3_binder() override; // on the part's device: waits for a copy in flight
   cuda_zero3_binder(const cuda_zero3_binder&) = delete;
   cuda_zero3_binder& operator=(const cuda_zero3_binder&) = delete;
@@ -44,6 +47,8 @@ private:
   std::size_t staged_bytes_ = 0;
   cudaStream_t copy_ = nullptr;
   cudaEvent_t after_compute_ = nullptr, copied_ = nullptr;
+  bind_window window_;
+  std::vector<cudaEvent_t> part_ends_; // bind_window's slots: a part's end on the part's stream
   struct pending {
     std::vector<std::size_t> indices, offsets; // offsets in staging_, bytes
     std::uint32_t step = 0;

@@ -107,6 +107,9 @@ struct stage_options {
   bert::bert_parameters::value_maker make_value{};
   bool deterministic = false; // devices.deterministic: a CUDA stage's ordered sums
   std::int64_t planned_device_bytes = 0; // its model states there (named by an out-of-memory stop)
+  // ZeRO-3 on a CUDA stage: parts whose weights may be bound on the device at once (the
+  // device plan's window, cuda_zero3.hpp).
+  std::size_t zero3_device_window = 1;
 };
 
 class model_stage : public actors::stage_compute {

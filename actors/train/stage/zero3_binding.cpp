@@ -35,6 +35,22 @@ std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts) {
   return out;
 }
 
+bind_window::bind_window(std::size_t parts) : slots_(parts) {
+  if (parts == 0) throw std::runtime_error("ZeRO binding: a device window of no parts");
+}
+
+std::optional<std::size_t> bind_window::enter() {
+  if (entered_ != left_) throw std::runtime_error("ZeRO binding: a part entered before the previous one left");
+  const std::uint64_t k = entered_++;
+  if (k < slots_) return std::nullopt;
+  return static_cast<std::size_t>((k - slots_) % slots_);
+}
+
+std::size_t bind_window::leave() {
+  if (left_ + 1 != entered_) throw std::runtime_error("ZeRO binding: a part left that did not enter");
+  return static_cast<std::size_t>(left_++ % slots_);
+}
+
 zero3_binding::zero3_binding(const std::vector<fetch_part>& parts, std::size_t tensors, param_fetcher* fetcher,
                              zero3_binder& binder)
     : fetcher_(fetcher), binder_(binder), grad_bound_(tensors, false) {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,24 @@ public:
 // the fetcher's sequence of uses for one micro-batch: the forward's parts, then in reverse.
 std::vector<fetch_part> zero3_parts(const bert::bert_parameters& params);
 std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts);
+
+// A device's window of bound parts: at most `parts` parts' weights on it at once, the part
+// computing and those bound ahead of it. The part entered k-th binds its weights only after
+// the part entered (k - parts)-th has left (its weights freed in the device's order): a
+// device binder records each part's end in a slot and makes its copies wait for a slot.
+// enter() gives the slot to wait for (none while fewer than `parts` parts have left),
+// leave() the slot to record the part's end in; they alternate.
+class bind_window {
+public:
+  explicit bind_window(std::size_t parts);
+  std::size_t parts() const { return slots_; }
+  std::optional<std::size_t> enter();
+  std::size_t leave();
+
+private:
+  std::size_t slots_;
+  std::uint64_t entered_ = 0, left_ = 0;
+};
 
 class zero3_binding final : public bert::part_gate {
 public:
