@@ -199,6 +199,9 @@ public:
   // The bind stream's next allocations and copies wait for `event` (recorded on the part's
   // stream after an earlier part's frees: a window of bound parts, cuda_zero3.hpp).
   void bind_after(cudaEvent_t event);
+  // The bind stream (made on first use): a caller copying from pinned memory records there
+  // when the copies have read it.
+  cudaStream_t bind_stream();
   void unbind_value(std::size_t i);
   void bind_gradient(std::size_t i);
   // after: the gradient's free is ordered on that stream instead of the part's (a copy

@@ -187,6 +187,13 @@ void part::bind_after(cudaEvent_t event) {
   check_cuda(cudaStreamWaitEvent(m.bind.stream, event, 0), "ordering a part's bindings after an earlier part's end");
 }
 
+cudaStream_t part::bind_stream() {
+  impl& m = *impl_;
+  if (m.resident) throw std::runtime_error("GPU BERT: bind_stream of a part whose parameters are resident");
+  m.bind.make();
+  return m.bind.stream;
+}
+
 void part::unbind_value(std::size_t i) {
   impl& m = *impl_;
   m.bind.order(m.stream); // a value bound and dropped unread: its free after its copy

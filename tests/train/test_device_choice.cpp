@@ -246,6 +246,13 @@ TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values, a window of
   CHECK(train::cuda_zero3_window_limit(rc, specs) == 4);
   CHECK(train::cuda_zero3_window(rc, specs) == 4);
   CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + (800 + 800 + 512) + two_grads + word_grad);
+  // Its pinned host buffers: the largest part's f32 gradients (the embeddings' 408 elements)
+  // and an upload buffer per part of the window, each the persistent tensors (130 elements)
+  // and the largest part's gathered ones (400), in bf16.
+  CHECK(train::cuda_zero3_staging_bytes(rc, specs) == 408 * 4 + 4 * (130 + 400) * 2);
+  rc.zero3_device_window = 1;
+  CHECK(train::cuda_zero3_staging_bytes(rc, specs) == 408 * 4 + (130 + 400) * 2);
+  rc.zero3_device_window = 0;
   // The window follows stage3_prefetch_bucket_size in parts of the largest part's 400 elements.
   rc.stage3_prefetch = 399;
   CHECK(train::cuda_zero3_window_limit(rc, specs) == 1);

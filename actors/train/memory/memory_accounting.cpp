@@ -174,7 +174,7 @@ std::string part_of(const std::string& name) {
 // decoder reads) and of its f32 gradients (without the tied word embedding's, counted once
 // beside them), with the value elements the device window is sized by.
 struct zero3_part_bytes {
-  std::int64_t persistent = 0, word_grad = 0;
+  std::int64_t persistent = 0, persistent_elements = 0, word_grad = 0;
   std::vector<std::int64_t> values, grads, value_elements;
 };
 
@@ -191,8 +191,10 @@ zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::pa
     const std::int64_t value = n * (half && spec.shape.size() == 2 ? 2 : 4);
     const bool kept = n <= rc.stage3_persistence;
     sums& part = parts[part_of(spec.name)];
-    if (kept) out.persistent += value;
-    else {
+    if (kept) {
+      out.persistent += value;
+      out.persistent_elements += n;
+    } else {
       part.values += value;
       part.elements += n;
     }
@@ -257,12 +259,18 @@ std::int64_t cuda_zero3_window(const run_config& rc, const std::vector<bert::par
   return rc.zero3_device_window > 0 ? std::min(rc.zero3_device_window, limit) : limit;
 }
 
-std::int64_t cuda_zero3_staging_bytes(const std::vector<bert::param_spec>& specs) {
+std::int64_t cuda_zero3_staging_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {
   std::map<std::string, std::int64_t> parts;
   for (const auto& spec : specs) parts[part_of(spec.name)] += 4 * shape_numel(spec.shape);
   std::int64_t largest = 0;
   for (const auto& [name, bytes] : parts) largest = std::max(largest, bytes);
-  return largest;
+  // The upload buffers: a part's gathered weights each (the step's first also the
+  // persistent ones), in the working precision the fetcher gathers in.
+  const zero3_part_bytes z = zero3_parts_of(rc, specs);
+  const std::int64_t gathered =
+      z.value_elements.empty() ? 0 : *std::max_element(z.value_elements.begin(), z.value_elements.end());
+  const auto elem = static_cast<std::int64_t>(dtype_size(working_dtype(rc.working)));
+  return largest + cuda_zero3_window(rc, specs) * (z.persistent_elements + gathered) * elem;
 }
 
 std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {

@@ -115,9 +115,11 @@ model_state_bytes measured_model_states(const model_stage& stage, const model_sh
 // one computing, the one before it copying down to the host); and (pre-training head) the
 // word embedding's gradient, bound from the head's backward to the embeddings'.
 std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs);
-// ZeRO-3 on a CUDA rank: the pinned host buffer a part's final gradients come down through
-// (cuda_zero3.hpp), the largest part's f32 gradients.
-std::int64_t cuda_zero3_staging_bytes(const std::vector<bert::param_spec>& specs);
+// ZeRO-3 on a CUDA rank, its pinned host buffers (cuda_zero3.hpp): the one a part's final
+// gradients come down through (the largest part's f32 gradients) and the window's upload
+// buffers (each the persistent tensors and the largest part's gathered ones, in the working
+// precision).
+std::int64_t cuda_zero3_staging_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs);
 // ZeRO-3 on a CUDA rank: how many parts' weights may be bound on the device at once at most
 // (the part computing and those copied ahead of it): 1 + the parts of the largest part's
 // value elements that stage3_prefetch_bucket_size holds, at most the range's parts.

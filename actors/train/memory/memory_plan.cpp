@@ -169,9 +169,10 @@ host_memory_plan plan_host_memory(const run_config& rc, const std::vector<bert::
     p.model_states += rc.ranks * b.total();
     // A CUDA stage with partitioned gradients (ZeRO-2 on one stage) still keeps its whole f32
     // gradients on the host, pinned, where each micro-batch's come down (cuda_stage.hpp);
-    // under ZeRO-3 only the largest part's, in its staging buffer (cuda_zero3.hpp).
+    // under ZeRO-3 only the largest part's, in its staging buffer, and its weight uploads'
+    // buffers (cuda_zero3.hpp).
     if (rc.backend == "cuda" && zero && zero->grads_partitioned)
-      p.model_states += rc.ranks * (zero->stage >= 3 ? cuda_zero3_staging_bytes(bert::parameter_specs(rc.model, ranges[s]))
+      p.model_states += rc.ranks * (zero->stage >= 3 ? cuda_zero3_staging_bytes(rc, bert::parameter_specs(rc.model, ranges[s]))
                                                      : 4 * n);
     p.optimizer_in_memory += rc.ranks * (b.masters + b.moments);
     p.swap_buffers += rc.ranks * b.swap_buffers;

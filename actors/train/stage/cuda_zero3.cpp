@@ -25,6 +25,8 @@ cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& gra
   // What was made is destroyed on a failure here (the destructor does not run).
   auto fail = [&](cudaError_t e, const char* what) {
     for (cudaEvent_t ev : part_ends_) cudaEventDestroy(ev);
+    for (upload_slot& u : uploads_)
+      if (u.read) cudaEventDestroy(u.read);
     if (copied_) cudaEventDestroy(copied_);
     if (after_compute_) cudaEventDestroy(after_compute_);
     if (copy_) cudaStreamDestroy(copy_);
@@ -42,10 +44,20 @@ cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& gra
     if (e != cudaSuccess) fail(e, "creating a part's end event");
     part_ends_.push_back(ev);
   }
+  uploads_.resize(window);
+  for (upload_slot& u : uploads_) {
+    e = cudaEventCreateWithFlags(&u.read, cudaEventDisableTiming);
+    if (e != cudaSuccess) fail(e, "creating an upload buffer's event");
+  }
 }
 
 cuda_zero3_binder::~cuda_zero3_binder() {
   cudaStreamSynchronize(copy_); // no copy left writing into the staging buffer, no free pending on the stream
+  for (const upload_slot& u : uploads_)
+    if (u.used) { // no copy left reading an upload buffer (the bind stream exists: it copied)
+      cudaEventSynchronize(u.read);
+    }
+  for (upload_slot& u : uploads_) cudaEventDestroy(u.read);
   for (cudaEvent_t ev : part_ends_) cudaEventDestroy(ev);
   cudaEventDestroy(copied_);
   cudaEventDestroy(after_compute_);
@@ -56,10 +68,43 @@ void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> 
   // The window: this part's weights come in once the part `window` parts back has freed
   // its own (a part that binds nothing new waits for nothing).
   const std::optional<std::size_t> after = window_.enter();
-  if (after && !values.empty()) part_.bind_after(part_ends_[*after]);
-  // The fetcher's tensors are pageable host memory: each copy has read its tensor when
-  // bind_value returns, so dropping them here is safe.
-  for (const auto& [i, value] : values) part_.bind_value(i, value);
+  if (values.empty()) return;
+  if (after) part_.bind_after(part_ends_[*after]);
+  // Through an upload buffer: the fetcher's tensors are pageable (a copy from them holds the
+  // host until the driver has staged it, and the bind stream may be waiting for the window).
+  upload_slot& slot = uploads_[next_upload_];
+  next_upload_ = (next_upload_ + 1) % uploads_.size();
+  if (slot.used) { // its last part's copies have read it
+    device_wait("cudaEventSynchronize (an upload buffer's copies done, before it takes the next part's weights)");
+    check_cuda(cudaEventSynchronize(slot.read), "an upload buffer's copies");
+  }
+  auto aligned = [](std::size_t b) { return (b + 63) / 64 * 64; };
+  std::size_t bytes = 0;
+  for (const auto& [i, value] : values)
+    if (value.defined()) bytes += aligned(value.nbytes());
+  if (bytes > slot.bytes) {
+    slot.buffer.reserve(bytes, "a CUDA stage's ZeRO-3 weight uploads"); // pageable (and said) when pinning fails
+    slot.bytes = bytes;
+  }
+  std::size_t at = 0;
+  slot.used = true;
+  try {
+    for (const auto& [i, value] : values) {
+      if (!value.defined() || !value.is_contiguous()) { // refused by bind_value, naming the parameter
+        part_.bind_value(i, value);
+        continue;
+      }
+      char* to = static_cast<char*>(slot.buffer.get()) + at;
+      std::memcpy(to, value.raw_data(), value.nbytes());
+      part_.bind_value(i, tensor::from_storage(storage::wrap(to, value.nbytes(), device::cpu(), [](void*) {}), 0,
+                                               value.shape(), value.type()));
+      at += aligned(value.nbytes());
+    }
+  } catch (...) {
+    cudaEventRecord(slot.read, part_.bind_stream()); // after what was enqueued from it
+    throw;
+  }
+  check_cuda(cudaEventRecord(slot.read, part_.bind_stream()), "marking an upload buffer's copies");
 }
 
 void cuda_zero3_binder::unbind_values(const std::vector<std::size_t>& indices) {

@@ -3,7 +3,9 @@
 // onto the device as the part starts (bind_value, on the part's stream) and are freed in
 // stream order as it ends, so the GPU holds the part in use (and the persistent tensors)
 // while the rest stays in the fetcher's partition, in host memory or on NVMe
-// (offload_param); the copies onto the device run on a stream of the part's own, so a
+// (offload_param); the gathered tensors are copied into one of `window` pinned upload
+// buffers (a part's at a time, reused once the bind stream has read it) and from there onto
+// the device without holding the host; the copies run on a stream of the part's own, so a
 // part's weights come in while the previous parts compute, at most `window` parts' weights
 // on the device at once (bind_window: the copies of the part entered k-th wait for the
 // end of the one entered window parts before it; window 1: no overlap). A part's final gradients are
@@ -49,6 +51,14 @@ private:
   cudaEvent_t after_compute_ = nullptr, copied_ = nullptr;
   bind_window window_;
   std::vector<cudaEvent_t> part_ends_; // bind_window's slots: a part's end on the part's stream
+  struct upload_slot {
+    bert::gpu::pinned_buffer buffer;
+    std::size_t bytes = 0;
+    cudaEvent_t read = nullptr; // on the bind stream after the copies out of it
+    bool used = false;
+  };
+  std::vector<upload_slot> uploads_; // a part's gathered weights each, in turn
+  std::size_t next_upload_ = 0;
   struct pending {
     std::vector<std::size_t> indices, offsets; // offsets in staging_, bytes
     std::uint32_t step = 0;
