@@ -119,13 +119,17 @@ struct part::impl {
 // Around each part of the range the forward or backward enqueues (backward_options'
 // ids): begin_part orders the compute after the part's version upload and, with a gate,
 // has it bind the part's tensors, then checks they are bound (gradients too when
-// `backward`); end_part tells the gate the part is enqueued.
+// `backward`); end_part tells the gate the part is enqueued. A throw between them is fatal
+// for the part's gate (its bookkeeping stays inside the part): the run ends.
 void begin_part(part::impl& m, std::int64_t id, bool backward);
 void end_part(part::impl& m, std::int64_t id);
 
 // Entry i's value (f32, f16 or bf16) into its master and working copy, on `stream`
 // (part::load_value's, on the part's stream; upload_version's on the upload stream).
-void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream_t stream);
+// pool: where the conversion's temporaries come from (null: the device's default pool; ZeRO-3's
+// bindings pass the binding pool, so no allocation on the bind stream waits for a compute free).
+void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream_t stream,
+                   cudaMemPool_t pool = nullptr);
 
 inline void check_cuda(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)

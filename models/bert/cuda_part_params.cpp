@@ -283,7 +283,7 @@ void part::load_value(std::size_t i, const tensor& value) {
   load_value_on(*impl_, i, value, impl_->stream);
 }
 
-void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream_t stream) {
+void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream_t stream, cudaMemPool_t pool) {
   device_param& p = m.params.at(i);
   const auto from = value.defined() ? elem_of(value.type()) : std::nullopt;
   if (!from || value.numel() != p.numel || !value.is_contiguous())
@@ -297,12 +297,12 @@ void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream
                  "uploading a parameter");
       return;
     }
-    device_array staged(bytes, stream), wide;
+    device_array staged(bytes, stream, pool), wide;
     check_cuda(cudaMemcpyAsync(staged.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, stream),
                "uploading a parameter");
     const void* f32 = staged.get();
     if (*from != cuda::elem::f32) {
-      wide = device_array(static_cast<std::size_t>(p.numel) * 4, stream);
+      wide = device_array(static_cast<std::size_t>(p.numel) * 4, stream, pool);
       check_cuda(cuda::convert(wide.get(), cuda::elem::f32, staged.get(), *from, p.numel, stream),
                  "widening a parameter");
       f32 = wide.get();
@@ -317,7 +317,7 @@ void load_value_on(part::impl& m, std::size_t i, const tensor& value, cudaStream
                "uploading a parameter");
   } else {
     const auto bytes = static_cast<std::size_t>(p.numel * cuda::elem_size(*from));
-    device_array staged(bytes, stream);
+    device_array staged(bytes, stream, pool);
     check_cuda(cudaMemcpyAsync(staged.get(), value.raw_data(), bytes, cudaMemcpyHostToDevice, stream),
                "uploading a parameter");
     check_cuda(cuda::convert(p.master.get(), cuda::elem::f32, staged.get(), *from, p.numel, stream),

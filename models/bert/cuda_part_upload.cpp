@@ -170,7 +170,7 @@ void part::bind_value(std::size_t i, const tensor& value) {
   // From pageable memory the copy has read `value` when this returns; from pinned memory the
   // caller keeps it unchanged until the bind stream has passed the copy.
   try {
-    load_value_on(m, i, value, b.stream);
+    load_value_on(m, i, value, b.stream, b.pool);
   } catch (...) {
     if (fresh) { // not left bound unfilled
       b.order(m.stream);

@@ -247,17 +247,19 @@ TEST_CASE("a CUDA rank's ZeRO-3 device bytes: the persistent values, a window of
   CHECK(train::cuda_zero3_window(rc, specs) == 4);
   CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + (800 + 800 + 512) + two_grads + word_grad);
   // Its pinned host buffers: the largest part's f32 gradients (the embeddings' 408 elements)
-  // and an upload buffer per part of the window, each the persistent tensors (130 elements)
-  // and the largest part's gathered ones (400), in bf16.
-  CHECK(train::cuda_zero3_staging_bytes(rc, specs) == 408 * 4 + 4 * (130 + 400) * 2);
+  // and an upload buffer per part of the window, each the persistent tensors and the largest
+  // part's gathered ones, in bf16, each tensor padded to 64 bytes: the persistent 64, 8, 8 and
+  // 50 elements take 128 + 64 + 64 + 128 bytes, the word embedding's 800 bytes 832.
+  CHECK(train::cuda_zero3_staging_bytes(rc, specs) == 408 * 4 + 4 * (384 + 832));
   rc.zero3_device_window = 1;
-  CHECK(train::cuda_zero3_staging_bytes(rc, specs) == 408 * 4 + (130 + 400) * 2);
+  CHECK(train::cuda_zero3_staging_bytes(rc, specs) == 408 * 4 + (384 + 832));
   rc.zero3_device_window = 0;
-  // The window follows stage3_prefetch_bucket_size in parts of the largest part's 400 elements.
-  rc.stage3_prefetch = 399;
+  // The window follows stage3_prefetch_bucket_size in parts of a layer's gathered elements
+  // (layer 1's 256; the embeddings and the head are counted once each, as they come).
+  rc.stage3_prefetch = 255;
   CHECK(train::cuda_zero3_window_limit(rc, specs) == 1);
   CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + 800 + two_grads + word_grad);
-  rc.stage3_prefetch = 400;
+  rc.stage3_prefetch = 256;
   CHECK(train::cuda_zero3_window_limit(rc, specs) == 2);
   CHECK(train::cuda_model_state_bytes(rc, specs) == persistent + 1600 + two_grads + word_grad);
   // The plan's choice, within the limit.

@@ -188,3 +188,20 @@ TEST_CASE("zero3 binding: a device window of parts waits for the part that many 
   CHECK_THROWS_WITH_AS(three.leave(), doctest::Contains("did not enter"), std::runtime_error);
   CHECK_THROWS_WITH_AS(train::bind_window(0), doctest::Contains("window of no parts"), std::runtime_error);
 }
+
+TEST_CASE("zero3 binding: an upload buffer holds the persistent tensors and the largest part, padded") {
+  // Tensors of 10, 100, 3 and 40 elements; the second and the fourth persistent. Parts: {0},
+  // {1, 2} and {2, 3} (a tensor may be read by two parts).
+  const std::vector<std::int64_t> numel{10, 100, 3, 40};
+  const std::vector<bool> persistent{false, true, false, true};
+  const std::vector<train::fetch_part> parts{{7, {0}}, {8, {1, 2}}, {9, {2, 3}}};
+  // bf16: the persistent 200 and 80 bytes padded to 256 and 128; part 7's 20 bytes to 64,
+  // part 8's and 9's gathered tensor (6 bytes) to 64: the largest part is 64.
+  CHECK(train::zero3_upload_bytes(parts, numel, persistent, 2) == 256 + 128 + 64);
+  // f32, nothing persistent: part 8's 400 + 12 bytes padded to 448 + 64.
+  CHECK(train::zero3_upload_bytes(parts, numel, {false, false, false, false}, 4) == 448 + 64);
+  CHECK_THROWS_WITH_AS(train::zero3_upload_bytes(parts, {10, 100}, {false, false}, 2),
+                       doctest::Contains("names tensor 2 of a stage of 2"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(train::zero3_upload_bytes(parts, numel, {false}, 2), doctest::Contains("persistence flags"),
+                       std::runtime_error);
+}

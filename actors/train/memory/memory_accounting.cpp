@@ -174,16 +174,20 @@ std::string part_of(const std::string& name) {
 // decoder reads) and of its f32 gradients (without the tied word embedding's, counted once
 // beside them), with the value elements the device window is sized by.
 struct zero3_part_bytes {
-  std::int64_t persistent = 0, persistent_elements = 0, word_grad = 0;
-  std::vector<std::int64_t> values, grads, value_elements;
+  std::int64_t persistent = 0, word_grad = 0;
+  std::int64_t persistent_upload = 0; // the persistent tensors in an upload buffer (working precision, 64-byte padded)
+  std::vector<std::int64_t> values, grads, value_elements, uploads;
+  std::int64_t layer_elements = 0; // the largest encoder layer's gathered elements
 };
 
 zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::param_spec>& specs) {
   const bool half = rc.working != precision::f32;
+  const auto elem = static_cast<std::int64_t>(dtype_size(working_dtype(rc.working)));
+  auto padded = [&](std::int64_t n) { return (n * elem + 63) / 64 * 64; };
   zero3_part_bytes out;
-  std::int64_t word_value = 0, word_elements = 0;
+  std::int64_t word_value = 0, word_elements = 0, word_upload = 0;
   struct sums {
-    std::int64_t values = 0, grads = 0, elements = 0;
+    std::int64_t values = 0, grads = 0, elements = 0, upload = 0;
   };
   std::map<std::string, sums> parts;
   for (const auto& spec : specs) {
@@ -193,14 +197,16 @@ zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::pa
     sums& part = parts[part_of(spec.name)];
     if (kept) {
       out.persistent += value;
-      out.persistent_elements += n;
+      out.persistent_upload += padded(n);
     } else {
       part.values += value;
       part.elements += n;
+      part.upload += padded(n);
     }
     if (spec.name == bert::word_embeddings_name()) {
       word_value = kept ? 0 : value;
       word_elements = kept ? 0 : n;
+      word_upload = kept ? 0 : padded(n);
       out.word_grad = 4 * n;
     } else {
       part.grads += 4 * n;
@@ -211,6 +217,7 @@ zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::pa
   if (tied) { // the decoder reads the tied word embedding
     parts["head"].values += word_value;
     parts["head"].elements += word_elements;
+    parts["head"].upload += word_upload;
   } else if (parts.count("embeddings")) {
     parts["embeddings"].grads += out.word_grad; // an ordinary gradient of the embeddings
     out.word_grad = 0;
@@ -221,6 +228,8 @@ zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::pa
     out.values.push_back(part.values);
     out.grads.push_back(part.grads);
     out.value_elements.push_back(part.elements);
+    out.uploads.push_back(part.upload);
+    if (name != "embeddings" && name != "head") out.layer_elements = std::max(out.layer_elements, part.elements);
   }
   return out;
 }
@@ -248,10 +257,12 @@ std::int64_t cuda_zero3_state_bytes(const run_config& rc, const std::vector<bert
 std::int64_t cuda_zero3_window_limit(const run_config& rc, const std::vector<bert::param_spec>& specs) {
   const zero3_part_bytes parts = zero3_parts_of(rc, specs);
   const auto count = static_cast<std::int64_t>(parts.values.size());
-  const std::int64_t largest =
-      parts.value_elements.empty() ? 0 : *std::max_element(parts.value_elements.begin(), parts.value_elements.end());
-  if (count <= 1 || largest == 0) return std::max<std::int64_t>(count, 1);
-  return std::clamp<std::int64_t>(1 + std::max<std::int64_t>(rc.stage3_prefetch, 0) / largest, 1, count);
+  // In parts of a layer's gathered elements (the embeddings and the head come once each).
+  std::int64_t unit = parts.layer_elements;
+  if (unit == 0 && !parts.value_elements.empty())
+    unit = *std::max_element(parts.value_elements.begin(), parts.value_elements.end());
+  if (count <= 1 || unit == 0) return std::max<std::int64_t>(count, 1);
+  return std::clamp<std::int64_t>(1 + std::max<std::int64_t>(rc.stage3_prefetch, 0) / unit, 1, count);
 }
 
 std::int64_t cuda_zero3_window(const run_config& rc, const std::vector<bert::param_spec>& specs) {
@@ -265,12 +276,11 @@ std::int64_t cuda_zero3_staging_bytes(const run_config& rc, const std::vector<be
   std::int64_t largest = 0;
   for (const auto& [name, bytes] : parts) largest = std::max(largest, bytes);
   // The upload buffers: a part's gathered weights each (the step's first also the
-  // persistent ones), in the working precision the fetcher gathers in.
+  // persistent ones), in the working precision the fetcher gathers in, each tensor padded to
+  // 64 bytes (cuda_zero3_binder).
   const zero3_part_bytes z = zero3_parts_of(rc, specs);
-  const std::int64_t gathered =
-      z.value_elements.empty() ? 0 : *std::max_element(z.value_elements.begin(), z.value_elements.end());
-  const auto elem = static_cast<std::int64_t>(dtype_size(working_dtype(rc.working)));
-  return largest + cuda_zero3_window(rc, specs) * (z.persistent_elements + gathered) * elem;
+  const std::int64_t upload = z.uploads.empty() ? 0 : *std::max_element(z.uploads.begin(), z.uploads.end());
+  return largest + cuda_zero3_window(rc, specs) * (z.persistent_upload + upload);
 }
 
 std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs) {

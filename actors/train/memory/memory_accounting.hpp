@@ -118,11 +118,12 @@ std::int64_t cuda_model_state_bytes(const run_config& rc, const std::vector<bert
 // ZeRO-3 on a CUDA rank, its pinned host buffers (cuda_zero3.hpp): the one a part's final
 // gradients come down through (the largest part's f32 gradients) and the window's upload
 // buffers (each the persistent tensors and the largest part's gathered ones, in the working
-// precision).
+// precision, each tensor padded to 64 bytes).
 std::int64_t cuda_zero3_staging_bytes(const run_config& rc, const std::vector<bert::param_spec>& specs);
 // ZeRO-3 on a CUDA rank: how many parts' weights may be bound on the device at once at most
-// (the part computing and those copied ahead of it): 1 + the parts of the largest part's
-// value elements that stage3_prefetch_bucket_size holds, at most the range's parts.
+// (the part computing and those copied ahead of it): 1 + how many of the largest encoder
+// layer's gathered elements stage3_prefetch_bucket_size holds (the largest part's in a range
+// without layers), at most the range's parts.
 std::int64_t cuda_zero3_window_limit(const run_config& rc, const std::vector<bert::param_spec>& specs);
 // The window the run uses: rc.zero3_device_window (the device plan's choice) within the
 // limit, or the limit when none was chosen.

@@ -156,7 +156,15 @@ void cuda_stage::ensure_device() {
   part_ = std::make_unique<bert::gpu::part>(params_, elem_of(working_dtype(options_.working)), s,
                                              options_.deterministic, /*masters=*/false, /*resident=*/!fetcher_);
   if (fetcher_) {
-    binder_ = std::make_unique<cuda_zero3_binder>(*part_, *grads_, options_.zero3_device_window);
+    std::vector<std::int64_t> numel;
+    std::vector<bool> persistent;
+    for (std::size_t t = 0; t < fetcher_->layout().tensors().size(); ++t) {
+      numel.push_back(fetcher_->layout().tensors()[t].numel);
+      persistent.push_back(fetcher_->persistent(t));
+    }
+    binder_ = std::make_unique<cuda_zero3_binder>(
+        *part_, *grads_, options_.zero3_device_window,
+        zero3_upload_bytes(fetch_parts(), numel, persistent, dtype_size(working_dtype(options_.working))));
     binding_ = std::make_unique<zero3_binding>(fetch_parts(), params_.entries().size(), fetcher_.get(), *binder_);
     part_->set_gate(binding_.get());
     return; // no whole host gradients or pinned version: the partition holds both

@@ -20,16 +20,20 @@ void check_cuda(cudaError_t e, const char* what) {
 
 } // namespace
 
-cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads, std::size_t window)
+cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads, std::size_t window,
+                                     std::size_t upload_bytes)
     : part_(part), grads_(grads), window_(window) {
   // What was made is destroyed on a failure here (the destructor does not run).
-  auto fail = [&](cudaError_t e, const char* what) {
+  auto undo = [&] {
     for (cudaEvent_t ev : part_ends_) cudaEventDestroy(ev);
     for (upload_slot& u : uploads_)
       if (u.read) cudaEventDestroy(u.read);
     if (copied_) cudaEventDestroy(copied_);
     if (after_compute_) cudaEventDestroy(after_compute_);
     if (copy_) cudaStreamDestroy(copy_);
+  };
+  auto fail = [&](cudaError_t e, const char* what) {
+    undo();
     check_cuda(e, what);
   };
   cudaError_t e = cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking);
@@ -48,6 +52,13 @@ cuda_zero3_binder::cuda_zero3_binder(bert::gpu::part& part, partition_grads& gra
   for (upload_slot& u : uploads_) {
     e = cudaEventCreateWithFlags(&u.read, cudaEventDisableTiming);
     if (e != cudaSuccess) fail(e, "creating an upload buffer's event");
+  }
+  // At their size once: growing one later would free pinned memory, which waits for the device.
+  try {
+    for (upload_slot& u : uploads_) u.buffer.reserve(upload_bytes, "a CUDA stage's ZeRO-3 weight uploads");
+  } catch (...) {
+    undo();
+    throw;
   }
 }
 
@@ -82,10 +93,10 @@ void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> 
   std::size_t bytes = 0;
   for (const auto& [i, value] : values)
     if (value.defined()) bytes += aligned(value.nbytes());
-  if (bytes > slot.bytes) {
-    slot.buffer.reserve(bytes, "a CUDA stage's ZeRO-3 weight uploads"); // pageable (and said) when pinning fails
-    slot.bytes = bytes;
-  }
+  // Reserved at construction for any use; only a use larger than planned grows it (pageable,
+  // and said, when pinning fails).
+  slot.buffer.reserve(bytes, "a CUDA stage's ZeRO-3 weight uploads");
+  const cudaStream_t copies = part_.bind_stream();
   std::size_t at = 0;
   slot.used = true;
   try {
@@ -101,10 +112,10 @@ void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> 
       at += aligned(value.nbytes());
     }
   } catch (...) {
-    cudaEventRecord(slot.read, part_.bind_stream()); // after what was enqueued from it
+    cudaEventRecord(slot.read, copies); // after what was enqueued from it
     throw;
   }
-  check_cuda(cudaEventRecord(slot.read, part_.bind_stream()), "marking an upload buffer's copies");
+  check_cuda(cudaEventRecord(slot.read, copies), "marking an upload buffer's copies");
 }
 
 void cuda_zero3_binder::unbind_values(const std::vector<std::size_t>& indices) {

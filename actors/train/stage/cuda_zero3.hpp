@@ -28,8 +28,9 @@ namespace dsa::train {
 
 class cuda_zero3_binder final : public zero3_binder {
 public:
-  // window: parts whose weights may be bound at once (the device plan's choice, >= 1).
-  cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads, std::size_t window);
+  // window: parts whose weights may be bound at once (the device plan's choice, >= 1);
+  // upload_bytes: each upload buffer's size, reserved here (zero3_upload_bytes).
+  cuda_zero3_binder(bert::gpu::part& part, partition_grads& grads, std::size_t window, std::size_t upload_bytes);
   ~cuda_zero3_binder() override; // on the part's device: waits for a copy in flight
   cuda_zero3_binder(const cuda_zero3_binder&) = delete;
   cuda_zero3_binder& operator=(const cuda_zero3_binder&) = delete;
@@ -53,7 +54,6 @@ private:
   std::vector<cudaEvent_t> part_ends_; // bind_window's slots: a part's end on the part's stream
   struct upload_slot {
     bert::gpu::pinned_buffer buffer;
-    std::size_t bytes = 0;
     cudaEvent_t read = nullptr; // on the bind stream after the copies out of it
     bool used = false;
   };

@@ -35,6 +35,28 @@ std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts) {
   return out;
 }
 
+std::size_t zero3_upload_bytes(const std::vector<fetch_part>& parts, const std::vector<std::int64_t>& numel,
+                               const std::vector<bool>& persistent, std::size_t elem_size) {
+  if (numel.size() != persistent.size())
+    throw std::runtime_error(fmt::format("ZeRO binding: {} tensor sizes for {} persistence flags", numel.size(),
+                                         persistent.size()));
+  auto padded = [&](std::size_t t) { return (static_cast<std::size_t>(numel[t]) * elem_size + 63) / 64 * 64; };
+  std::size_t kept = 0, largest = 0;
+  for (std::size_t t = 0; t < numel.size(); ++t)
+    if (persistent[t]) kept += padded(t);
+  for (const auto& p : parts) {
+    std::size_t bytes = 0;
+    for (std::size_t t : p.tensors) {
+      if (t >= numel.size())
+        throw std::runtime_error(fmt::format("ZeRO binding: part {} names tensor {} of a stage of {}", p.id, t,
+                                             numel.size()));
+      if (!persistent[t]) bytes += padded(t);
+    }
+    largest = std::max(largest, bytes);
+  }
+  return kept + largest;
+}
+
 bind_window::bind_window(std::size_t parts) : slots_(parts) {
   if (parts == 0) throw std::runtime_error("ZeRO binding: a device window of no parts");
 }

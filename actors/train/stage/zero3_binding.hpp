@@ -46,6 +46,12 @@ public:
 // the fetcher's sequence of uses for one micro-batch: the forward's parts, then in reverse.
 std::vector<fetch_part> zero3_parts(const bert::bert_parameters& params);
 std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts);
+// The bytes one use's gathered tensors take in a device binder's upload buffer: the
+// persistent tensors (a step's first use binds them too) and the largest part's others,
+// `elem_size` bytes an element, each tensor padded to 64 bytes. numel and persistent: per
+// tensor of the stage.
+std::size_t zero3_upload_bytes(const std::vector<fetch_part>& parts, const std::vector<std::int64_t>& numel,
+                               const std::vector<bool>& persistent, std::size_t elem_size);
 
 // A device's window of bound parts: at most `parts` parts' weights on it at once, the part
 // computing and those bound ahead of it. The part entered k-th binds its weights only after
