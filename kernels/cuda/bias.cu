@@ -1,5 +1,7 @@
-// Bias add: a grid-stride loop over the elements. Bias-gradient column sums: one thread per column (consecutive threads read
-// consecutive columns of a row, so loads coalesce), rows added in order.
+// Bias add: a grid-stride loop over the elements. Bias-gradient column sums: blocks of 32 x 8
+// threads, consecutive threads reading consecutive columns of a row (so loads coalesce),
+// each row lane adding every eighth row of its chunk, the lanes and then the chunks added in
+// a fixed order (deterministic, no atomics).
 #include "kernels/cuda/bias.hpp"
 
 #include "kernels/cuda/device_math.cuh"
@@ -18,8 +20,6 @@ __global__ void bias_add_kernel(T* y, const float* x, const float* bias, long lo
     y[i] = detail::from_float<T>(x[i] + bias[i % c]);
 }
 
-// Tall inputs in two passes: column sums over chunks of rows (a grid of column blocks by
-// chunks), then each column's chunk sums in chunk order. Deterministic, like the one pass.
 template <class T>
 __global__ void bias_add_kernel8(T* y, const float* x, const float* bias, long long n8, long long c8) {
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -35,62 +35,70 @@ __global__ void bias_add_kernel8(T* y, const float* x, const float* bias, long l
   }
 }
 
-template <class T>
-__global__ void bias_partial_kernel(float* partial, const T* dy, long long rows, long long c,
-                                    long long rows_per_chunk) {
-  const long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-  if (j >= c)
-    return;
-  const long long first = blockIdx.y * rows_per_chunk;
-  const long long last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
-  float sum = 0.0f;
-  for (long long r = first; r < last; ++r)
-    sum += detail::to_float(dy[r * c + j]);
-  partial[blockIdx.y * c + j] = sum;
-}
+// Column sums of a (rows, c) matrix in a fixed order: a block of 32 x 8 threads covers
+// 32 x V columns (V consecutive columns per thread: 16-byte loads when V is 8) and the
+// rows of its chunk (blockIdx.y); row lane y adds rows y, y + 8, ... of the chunk, then
+// the lanes' sums are added in lane order. out: row blockIdx.y of a (chunks, c) matrix, or
+// with `accumulate` (one chunk) the c sums added onto out.
+constexpr int lanes_x = 32, lanes_y = 8;
 
-// The same with 8 columns per thread (c a multiple of 8, dy aligned): 16-byte loads.
-template <class T>
-__global__ void bias_partial_kernel8(float* partial, const T* dy, long long rows, long long c,
-                                     long long rows_per_chunk) {
-  const long long j8 = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-  if (8 * j8 >= c)
-    return;
-  const long long first = blockIdx.y * rows_per_chunk;
+template <class T, int V>
+__global__ void __launch_bounds__(lanes_x * lanes_y)
+    column_sums_kernel(float* out, const T* in, long long rows, long long c, long long rows_per_chunk,
+                       bool accumulate) {
+  __shared__ float lane_sums[lanes_y][lanes_x * V];
+  const long long start = static_cast<long long>(blockIdx.x) * lanes_x * V;
+  const long long col = start + static_cast<long long>(threadIdx.x) * V;
+  const long long first = static_cast<long long>(blockIdx.y) * rows_per_chunk;
   const long long last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
-  float sum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  for (long long r = first; r < last; ++r) {
-    float v[8];
-    detail::load8(v, dy + r * c + 8 * j8);
+  float sum[V];
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      sum[k] += v[k];
+  for (int k = 0; k < V; ++k)
+    sum[k] = 0.0f;
+  if (col < c) {
+#pragma unroll 4
+    for (long long r = first + threadIdx.y; r < last; r += lanes_y) {
+      if constexpr (V == 8) {
+        float v[8];
+        detail::load8(v, in + r * c + col);
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          sum[k] += v[k];
+      } else {
+        sum[0] += detail::to_float(in[r * c + col]);
+      }
+    }
   }
-  detail::store8(partial + blockIdx.y * c + 8 * j8, sum);
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    lane_sums[threadIdx.y][threadIdx.x * V + k] = sum[k];
+  __syncthreads();
+  for (int i = threadIdx.y * lanes_x + threadIdx.x; i < lanes_x * V; i += lanes_x * lanes_y) {
+    const long long j = start + i;
+    if (j >= c)
+      continue;
+    float total = 0.0f;
+#pragma unroll
+    for (int y = 0; y < lanes_y; ++y)
+      total += lane_sums[y][i];
+    float* o = accumulate ? out + j : out + static_cast<long long>(blockIdx.y) * c + j;
+    *o = accumulate ? *o + total : total;
+  }
 }
 
-__global__ void bias_finish_kernel(float* dbias, const float* partial, long long chunks,
-                                   long long c) {
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < c;
-       j += stride) {
-    float sum = 0.0f;
-    for (long long k = 0; k < chunks; ++k)
-      sum += partial[k * c + j];
-    dbias[j] += sum;
-  }
-}
-
+// One launch of column_sums_kernel over `chunks` chunks of `per_chunk` rows.
 template <class T>
-__global__ void bias_backward_kernel(float* dbias, const T* dy, long long rows, long long c) {
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < c;
-       j += stride) {
-    float sum = 0.0f;
-    for (long long r = 0; r < rows; ++r)
-      sum += detail::to_float(dy[r * c + j]);
-    dbias[j] += sum;
-  }
+cudaError_t launch_column_sums(float* out, const T* in, long long rows, long long c, long long chunks,
+                               long long per_chunk, bool accumulate, cudaStream_t stream) {
+  const bool wide = c % 8 == 0 && detail::vec8_aligned<T>(in);
+  const long long per_block = lanes_x * (wide ? 8 : 1);
+  const dim3 grid(static_cast<unsigned>((c + per_block - 1) / per_block), static_cast<unsigned>(chunks));
+  const dim3 block(lanes_x, lanes_y);
+  if (wide)
+    column_sums_kernel<T, 8><<<grid, block, 0, stream>>>(out, in, rows, c, per_chunk, accumulate);
+  else
+    column_sums_kernel<T, 1><<<grid, block, 0, stream>>>(out, in, rows, c, per_chunk, accumulate);
+  return cudaGetLastError();
 }
 
 } // namespace
@@ -117,16 +125,25 @@ cudaError_t bias_add(void* y, const float* x, const float* bias, elem type, std:
 
 cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows,
                           std::int64_t c, cudaStream_t stream) {
-  if (rows < 0 || c <= 0 || !dbias || !dy)
+  if (rows < 0 || c <= 0 || !dbias || !dy || rows > (std::int64_t{1} << 62) / c)
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;
-  // One thread per column is enough parallelism only for short inputs: taller ones (a
-  // BERT-large micro-batch is 8192 rows of 1024) sum chunks of rows in parallel first.
-  constexpr std::int64_t one_pass_rows = 256;
-  if (rows > one_pass_rows) {
-    const std::int64_t per_chunk = std::max<std::int64_t>(64, (rows + 1023) / 1024);
-    const std::int64_t chunks = (rows + per_chunk - 1) / per_chunk;
+  // Enough blocks to fill the device (about 2048 of 256 threads) where the rows allow, each
+  // chunk at least 64 rows (8 per row lane); one chunk sums straight onto dbias, more
+  // write their sums to a stream-ordered scratch that a second pass adds in chunk order.
+  const std::int64_t per_block = c % 8 == 0 ? 8 * lanes_x : lanes_x;
+  const std::int64_t column_blocks = (c + per_block - 1) / per_block;
+  const std::int64_t by_rows = (rows + 63) / 64;
+  const std::int64_t by_device = std::max<std::int64_t>(1, 2048 / column_blocks);
+  std::int64_t chunks = std::max<std::int64_t>(1, std::min(by_rows, by_device));
+  const std::int64_t per_chunk = (rows + chunks - 1) / chunks;
+  chunks = (rows + per_chunk - 1) / per_chunk;
+  return detail::dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = static_cast<const T*>(dy);
+    if (chunks == 1)
+      return launch_column_sums<T>(dbias, in, rows, c, 1, rows, true, stream);
     float* partial = nullptr;
     cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&partial),
                                     static_cast<std::size_t>(chunks * c) * sizeof(float), stream);
@@ -134,36 +151,11 @@ cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t 
       (void)cudaGetLastError(); // not left behind for the next launcher to report
       return e;
     }
-    e = detail::dispatch(type, [&](auto tag) {
-      using T = decltype(tag);
-      if (c % 8 == 0 && detail::vec8_aligned<T>(dy)) {
-        const dim3 grid(
-            static_cast<unsigned>((c / 8 + detail::block_threads - 1) / detail::block_threads),
-            static_cast<unsigned>(chunks));
-        bias_partial_kernel8<T><<<grid, detail::block_threads, 0, stream>>>(
-            partial, static_cast<const T*>(dy), rows, c, per_chunk);
-      } else {
-        const dim3 grid(
-            static_cast<unsigned>((c + detail::block_threads - 1) / detail::block_threads),
-            static_cast<unsigned>(chunks));
-        bias_partial_kernel<T><<<grid, detail::block_threads, 0, stream>>>(
-            partial, static_cast<const T*>(dy), rows, c, per_chunk);
-      }
-      return cudaGetLastError();
-    });
-    if (e == cudaSuccess) {
-      bias_finish_kernel<<<detail::grid_for(c), detail::block_threads, 0, stream>>>(dbias, partial,
-                                                                                    chunks, c);
-      e = cudaGetLastError();
-    }
+    e = launch_column_sums<T>(partial, in, rows, c, chunks, per_chunk, false, stream);
+    if (e == cudaSuccess)
+      e = launch_column_sums<float>(dbias, partial, chunks, c, 1, chunks, true, stream);
     const cudaError_t freed = cudaFreeAsync(partial, stream);
     return e != cudaSuccess ? e : freed;
-  }
-  return detail::dispatch(type, [&](auto tag) {
-    using T = decltype(tag);
-    bias_backward_kernel<T><<<detail::grid_for(c), detail::block_threads, 0, stream>>>(
-        dbias, static_cast<const T*>(dy), rows, c);
-    return cudaGetLastError();
   });
 }
 

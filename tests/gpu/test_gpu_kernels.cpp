@@ -416,11 +416,14 @@ TEST_CASE("cuda bias_backward matches the CPU kernel") {
     const auto db = test::download(d_db, dbias_twin.size(), cuda::elem::f32);
     DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, test::gpu_f32_reduction);
   });
-  // Tall inputs take the two-pass path (chunks of rows, then their sums in order): 3001 rows
-  // (a last chunk shorter than the rest), 8 columns per thread at 1024, and 70000 rows (more
-  // than 1024 chunks' worth of 64 rows).
+  // Inputs of more than 64 rows take the two-pass path (chunks of rows, then their sums in
+  // order): 3001 rows (a last chunk shorter than the rest), 8 columns per thread at 1024 and
+  // at a BERT-large micro-batch's 8192 x 1024, a decoder bias's 30522 columns (one per
+  // thread, two chunks), 65 rows (two chunks of 33 and 32), and 70000 rows of 5 columns (the
+  // most chunks, 1094, each of 64 rows).
   for (const cuda::elem type : all_types)
-    for (const shape s : {shape{3001, 37}, shape{3001, 1030}, shape{3001, 1024}, shape{70000, 5}}) {
+    for (const shape s : {shape{3001, 37}, shape{3001, 1030}, shape{3001, 1024}, shape{8192, 1024},
+                          shape{1280, 30522}, shape{65, 24}, shape{70000, 5}}) {
       INFO(std::string(test::elem_name(type)) << " rows=" << s.rows << " c=" << s.c);
       const auto dy = test::round_to(random_vector(s.rows * s.c, -1.0f, 1.0f, 55), type);
       auto dbias_twin = random_vector(s.c, -1.0f, 1.0f, 56);
