@@ -464,9 +464,10 @@ expected<rank_run> make_rank_run(const run_inputs& in, rank_model& m, rank_start
     if (rc.zero_partitions()) DSA_TRY(add_zero_partition(in, m, s, transport, comms, ports, rr.parts.tied, o));
     o.stream_masters = rc.stages == 1;
     // ZeRO-Offload on a CUDA rank: the CPU update of a whole stage runs while the GPU's
-    // backward goes on, in reduce_bucket_size buckets (a partition_shard ignores it).
-    if ((in.device.device == stage_device::cuda && rc.offload.device == offload_device::cpu) || rc.stream_host_update)
-      o.stream_bucket = std::max<std::int64_t>(rc.reduce_bucket_elements, 1);
+    // backward goes on, in reduce_bucket_size buckets. Which runs stream is the config's rule
+    // (what the plans and the log assume too); the shard still declines a stage whose tied
+    // gradient is exchanged and, without speculative_stream, steps that wait for totals.
+    if (rc.streams_host_update()) o.stream_bucket = std::max<std::int64_t>(rc.reduce_bucket_elements, 1);
     // With clipping or loss scaling that stream speculates when asked (a copy of the state).
     o.speculative_stream = rc.speculative_update;
     if (rr.swap)

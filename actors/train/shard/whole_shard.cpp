@@ -88,9 +88,12 @@ void whole_shard::init(const std::vector<tensor>& initial) {
 std::int64_t whole_shard::stream_elements() const {
   const auto type = options_.optimizer.type;
   const bool adam = type == optim::optimizer_type::adam || type == optim::optimizer_type::adamw;
-  // With clipping or loss scaling the update needs the step's totals first: a stream needs a
-  // copy of the state to take back, which a model bigger than the GPU may not spare in host
-  // memory; only when asked (speculative_stream), else those steps update after the backward.
+  // stream_bucket is set where the run streams (run_config::streams_host_update: the one
+  // statement of which runs do, which the plans and the log read too). With clipping or loss
+  // scaling the update needs the step's totals first: a stream needs a copy of the state to
+  // take back, which a model bigger than the GPU may not spare in host memory; only when
+  // asked (speculative_stream, run_config::speculative_host_stream), else those steps update
+  // after the backward.
   if (options_.stream_bucket <= 0 || !adam || options_.exchanges_tied) return 0;
   if (options_.decider->needs_totals() && !options_.speculative_stream) return 0;
   return options_.stream_bucket;
