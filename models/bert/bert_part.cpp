@@ -4,6 +4,8 @@
 #include "kernels/cpu/layernorm.hpp"
 #include "models/bert/stored_precision.hpp"
 
+#include <algorithm>
+
 namespace dsa::bert {
 
 std::vector<std::size_t> parameters_finished_by(const bert_parameters& params, std::int64_t part) {
@@ -23,6 +25,19 @@ std::vector<std::size_t> parameters_finished_by(const bert_parameters& params, s
   }
   return out;
 }
+
+std::vector<std::size_t> parameters_read_by(const bert_parameters& params, std::int64_t part) {
+  std::vector<std::size_t> out = parameters_finished_by(params, part);
+  if (part != backward_options::head_done || !params.range().has_head() ||
+      params.config().head != head_kind::pretraining)
+    return out;
+  const auto& entries = params.entries();
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].spec.name == word_embeddings_name() && std::find(out.begin(), out.end(), i) == out.end())
+      out.push_back(i);
+  return out;
+}
+
 namespace {
 
 std::size_t bytes_of(const tensor& t) {

@@ -73,6 +73,10 @@ struct backward_options {
 // copy is completed by the head), each layer's prefix, and the rest is the head's. Every
 // index belongs to exactly one part. The CPU and the GPU stage both tell the runtime so.
 std::vector<std::size_t> parameters_finished_by(const bert_parameters& params, std::int64_t part);
+// The parameters `part` reads as it runs: parameters_finished_by's and, for a pre-training
+// head, the tied word embedding its decoder reads (the embeddings' where the range has
+// them). What ZeRO-3 binds around the part, on the CPU and on the GPU.
+std::vector<std::size_t> parameters_read_by(const bert_parameters& params, std::int64_t part);
 
 // ZeRO-3 (a parameter fetcher): told just before and just after the model runs each part
 // of the range, so that part's weights can be gathered for it and freed after it. Part

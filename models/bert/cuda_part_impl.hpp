@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -112,6 +113,8 @@ struct part::impl {
   float* grad(std::size_t i) const { return params[i].gradient.as<float>(); }
   layer_weights weights(const layer_index& l) const;
   layer_grads grads(const layer_index& l) const;
+  // What each part reads (parameters_read_by), for the gate's check as a part starts.
+  std::map<std::int64_t, std::vector<std::size_t>> reads;
   bind_upload bind;      // destroyed after upload, before the parameters (their frees are on `stream`)
   version_upload upload; // last: destroyed first, once its copies have ended
 };

@@ -251,7 +251,10 @@ part::part(const bert_parameters& params, cuda::elem type, cudaStream_t stream, 
     m.relationship = linear_index(params, h.seq_relationship, m.relationship_bias, "NSP classifier");
   }
   // The forward's parts in order, each with the entries it reads, for upload_version.
-  auto add_piece = [&](std::int64_t id) { m.upload.pieces.push_back({id, parameters_finished_by(params, id), nullptr}); };
+  auto add_piece = [&](std::int64_t id) {
+    m.upload.pieces.push_back({id, parameters_finished_by(params, id), nullptr});
+    m.reads[id] = parameters_read_by(params, id);
+  };
   if (m.range.has_embeddings()) add_piece(backward_options::embeddings_done);
   for (std::int64_t l = m.range.first_layer; l < m.range.last_layer; ++l) add_piece(l);
   if (m.range.has_head()) add_piece(backward_options::head_done);

@@ -72,14 +72,12 @@ void part::wait_upload_read() {
 
 namespace {
 
-// The entries part `id` reads: its piece (the parameters its backward finishes) and, for
-// the pre-training head, the tied word embedding its decoder reads.
-std::vector<std::size_t> entries_read(const part::impl& m, std::int64_t id) {
-  std::vector<std::size_t> out;
-  for (const version_upload::piece& p : m.upload.pieces)
-    if (p.id == id) out = p.entries;
-  if (id == backward_options::head_done && m.range.has_head() && !m.squad()) out.push_back(m.decoder_word);
-  return out;
+// The entries part `id` reads (parameters_read_by: the pre-training head's decoder reads the
+// tied word embedding too).
+const std::vector<std::size_t>& entries_read(const part::impl& m, std::int64_t id) {
+  static const std::vector<std::size_t> none;
+  const auto it = m.reads.find(id);
+  return it == m.reads.end() ? none : it->second;
 }
 
 } // namespace

@@ -118,7 +118,8 @@ TEST_CASE("grad download: a failed copy is every reader's error, and nothing is 
   CHECK(done.order.empty());
 }
 
-TEST_CASE("parameters_finished_by: every parameter of a range belongs to exactly one part of its backward") {
+TEST_CASE("parameters_finished_by: every parameter of a range belongs to exactly one part of its backward; "
+          "parameters_read_by adds the tied word embedding to the pre-training head") {
   for (const bert::layer_norm_placement norm : {bert::layer_norm_placement::post, bert::layer_norm_placement::pre})
     for (const bert::head_kind head : {bert::head_kind::pretraining, bert::head_kind::squad}) {
       bert::bert_config cfg = bert::bert_config_for(bert::model_size::tiny);
@@ -145,6 +146,21 @@ TEST_CASE("parameters_finished_by: every parameter of a range belongs to exactly
           for (std::size_t i : bert::parameters_finished_by(params, bert::backward_options::embeddings_done))
             found = found || params.entries()[i].spec.name == bert::word_embeddings_name();
           CHECK(found);
+        }
+        // What a part reads: the same, but the pre-training head also reads the tied word
+        // embedding (once, where the range's last stage holds its own copy too).
+        for (std::int64_t part : parts) {
+          auto read = bert::parameters_read_by(params, part);
+          auto finished = bert::parameters_finished_by(params, part);
+          if (part == bert::backward_options::head_done && head == bert::head_kind::pretraining) {
+            std::size_t words = 0;
+            for (std::size_t i : read) words += params.entries()[i].spec.name == bert::word_embeddings_name();
+            CHECK(words == 1);
+            if (range.has_embeddings()) CHECK(read.size() == finished.size() + 1);
+            else CHECK(read == finished); // the last stage's tied copy is the head's own
+          } else {
+            CHECK(read == finished);
+          }
         }
       }
     }

@@ -11,20 +11,10 @@ namespace dsa::train {
 std::vector<fetch_part> zero3_parts(const bert::bert_parameters& params) {
   std::vector<fetch_part> out;
   const auto& r = params.range();
-  auto part = [&](std::int64_t id) { return fetch_part{id, bert::parameters_finished_by(params, id)}; };
+  auto part = [&](std::int64_t id) { return fetch_part{id, bert::parameters_read_by(params, id)}; };
   if (r.has_embeddings()) out.push_back(part(bert::backward_options::embeddings_done));
   for (std::int64_t l = r.first_layer; l < r.last_layer; ++l) out.push_back(part(l));
-  if (r.has_head()) {
-    fetch_part head = part(bert::backward_options::head_done);
-    // The MLM decoder reads the word embedding (tied); parameters_finished_by gives it to the embeddings.
-    const auto& entries = params.entries();
-    for (std::size_t i = 0; i < entries.size(); ++i)
-      if (entries[i].spec.name == bert::word_embeddings_name() &&
-          params.config().head == bert::head_kind::pretraining &&
-          std::find(head.tensors.begin(), head.tensors.end(), i) == head.tensors.end())
-        head.tensors.push_back(i);
-    out.push_back(std::move(head));
-  }
+  if (r.has_head()) out.push_back(part(bert::backward_options::head_done));
   return out;
 }
 

@@ -42,7 +42,7 @@ public:
 };
 
 // The parts of `params`' range in the forward's order, each with the tensors it reads
-// (parameters_finished_by's, and for the pre-training head the tied word embedding), and
+// (bert::parameters_read_by: for the pre-training head the tied word embedding too), and
 // the fetcher's sequence of uses for one micro-batch: the forward's parts, then in reverse.
 std::vector<fetch_part> zero3_parts(const bert::bert_parameters& params);
 std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts);
