@@ -8,6 +8,7 @@
 #include "kernels/cuda/vec8.cuh"
 
 #include <algorithm>
+#include <limits>
 
 namespace dsa::cuda {
 namespace {
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(lanes_x * lanes_y)
   for (int k = 0; k < V; ++k)
     sum[k] = 0.0f;
   if (col < c) {
-#pragma unroll 4
+#pragma unroll 8
     for (long long r = first + threadIdx.y; r < last; r += lanes_y) {
       if constexpr (V == 8) {
         float v[8];
@@ -125,7 +126,8 @@ cudaError_t bias_add(void* y, const float* x, const float* bias, elem type, std:
 
 cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows,
                           std::int64_t c, cudaStream_t stream) {
-  if (rows < 0 || c <= 0 || !dbias || !dy || rows > (std::int64_t{1} << 62) / c)
+  if (rows < 0 || c <= 0 || !dbias || !dy || rows > (std::int64_t{1} << 62) / c ||
+      (c + lanes_x - 1) / lanes_x > std::numeric_limits<int>::max())
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;

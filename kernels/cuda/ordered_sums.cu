@@ -69,7 +69,8 @@ cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;
-  // As bias_backward: a thread per column over chunks of at least 64 rows, at most 1024 chunks.
+  // A thread per column over chunks of at least 64 rows, at most 1024 chunks (the layout
+  // bias_backward had before its 2-D blocks).
   const std::int64_t per_chunk = std::max<std::int64_t>(64, (rows + 1023) / 1024);
   const std::int64_t chunks = (rows + per_chunk - 1) / per_chunk;
   float* partial = nullptr;

@@ -444,6 +444,28 @@ TEST_CASE("cuda bias_backward matches the CPU kernel") {
       // f32 sums of thousands of rows: the tolerance grows with the count (sqrt(rows) ulps).
       DSA_CHECK_CLOSE(db.data(), dbias_twin.data(), s.c, test::gpu_f32_column_sums);
     }
+  // A misaligned dy with a width of a multiple of 8 takes the one-column lanes: the same
+  // order, so the aligned call's bits.
+  for (const cuda::elem type : all_types) {
+    INFO(test::elem_name(type));
+    const std::int64_t rows = 700, c = 64;
+    const auto dy = test::round_to(random_vector(rows * c + 1, -1.0f, 1.0f, 57), type);
+    device_buffer d_dy(bytes_of(rows * c + 1, type)), d_a(static_cast<std::size_t>(c) * 4), d_b(static_cast<std::size_t>(c) * 4);
+    test::upload(d_dy, test::encode(dy, type));
+    test::upload(d_a, std::vector<float>(static_cast<std::size_t>(c), 0.0f));
+    test::upload(d_b, std::vector<float>(static_cast<std::size_t>(c), 0.0f));
+    const std::size_t one = bytes_of(1, type);
+    DSA_REQUIRE_CUDA(cuda::bias_backward(d_a.as<float>(), static_cast<const char*>(d_dy.as<void>()) + one, type, rows,
+                                         c, stream.get()));
+    // The same values aligned: copied down one element.
+    device_buffer d_aligned(bytes_of(rows * c, type));
+    DSA_REQUIRE_CUDA(cudaMemcpy(d_aligned.as<void>(), static_cast<const char*>(d_dy.as<void>()) + one,
+                                bytes_of(rows * c, type), cudaMemcpyDeviceToDevice));
+    DSA_REQUIRE_CUDA(cuda::bias_backward(d_b.as<float>(), d_aligned.as<void>(), type, rows, c, stream.get()));
+    stream.sync();
+    CHECK(test::download(d_a, static_cast<std::size_t>(c), cuda::elem::f32) ==
+          test::download(d_b, static_cast<std::size_t>(c), cuda::elem::f32));
+  }
 }
 
 TEST_CASE("cuda dropout forward and backward draw the CPU's mask from the same Philox counters") {
