@@ -455,9 +455,14 @@ TEST_CASE("pipeline.speculative_update: a streamed host update with clipping or 
     if (!v.taken_back.empty()) CHECK(line.find(v.taken_back) != std::string::npos);
     CHECK((streamed.log.find("speculative update: the stage's update in host memory streams over the backward") !=
            std::string::npos) == !piped);
-    if (piped) // the ends exchange the tied embedding: they wait for the totals
+    if (piped) { // the ends exchange the tied embedding: they wait for the totals
       for (int stage : {0, 2}) CHECK(streamed.log.find(fmt::format("stage {} optimizer in host memory: ", stage)) ==
                                      std::string::npos);
+      // The run's speculation line counts every stage: the ends' 2 x 5 speculated and
+      // clipped updates and the middle stage's one streamed and taken back.
+      CHECK(streamed.log.find("speculative update: 11 shard update(s) started before the global norm, 11 rolled "
+                              "back") != std::string::npos);
+    }
   }
   // Without speculative_update nothing streams under clipping (the first test's last variant).
 }

@@ -58,8 +58,10 @@ public:
 
   const step_decider& decider() const final { return *options_.decider; }
   const step_decision& last_decision() const final { return last_; }
-  std::int64_t speculated() const final { return speculation_.speculated(); }
-  std::int64_t rolled_back() const final { return speculation_.rolled_back(); }
+  // Speculations of both kinds: speculate()'s, and a mode's own (a host stream started
+  // before the totals under clipping or loss scaling: whole_shard).
+  std::int64_t speculated() const final { return speculation_.speculated() + streamed_speculations(); }
+  std::int64_t rolled_back() const final { return speculation_.rolled_back() + streamed_rollbacks(); }
 
   // A shard that checkpoints whole (payload) has none of the per-rank form.
   bool per_rank_checkpoint() const override { return false; }
@@ -87,6 +89,9 @@ protected:
   virtual void back_up() = 0;
   virtual void roll_back() = 0;
   virtual void keep_speculated() {}
+  // A mode's own speculative updates and how many of them it took back (none by default).
+  virtual std::int64_t streamed_speculations() const { return 0; }
+  virtual std::int64_t streamed_rollbacks() const { return 0; }
   // A mode that streams its update over the backward: whether the update of `step` was
   // streamed and stands under `d` (`would`: what a stream of the step assumed). Called by
   // every update, streamed or not.

@@ -147,6 +147,7 @@ bool whole_shard::stream_update(std::uint32_t step) {
   });
   streamed_with_ = assumed;
   streamed_speculative_ = speculative;
+  if (speculative) ++speculative_streams_;
   add_update_time(after_backward); // wall_clock_breakdown: what the update added after the backward
   return true;
 }

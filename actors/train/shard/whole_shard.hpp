@@ -72,6 +72,9 @@ private:
   bool streamed_speculative_ = false;   // it kept copies to restore (backup_)
   bool last_differed_ = false;          // the last decision differed from the assumption
   std::int64_t redone_ = 0, declined_ = 0;
+  std::int64_t speculative_streams_ = 0; // steps streamed with copies to restore
+  std::int64_t streamed_speculations() const override { return speculative_streams_; }
+  std::int64_t streamed_rollbacks() const override { return redone_; }
   // A speculative stream's copy of slot i (master, gradient, half copy, moments) into backup_.
   void back_up_slot(std::size_t i, const optim::optimizer_state& live);
   struct backup {
