@@ -1,7 +1,8 @@
 // The bookkeeping of a whole shard's update streamed over the backward
 // (actors/train/shard/host_stream.hpp): parameters updated last first, none before the
 // parts cover it, parts of another step ignored, a cancelled run's waiting update thrown
-// out, the streamed step taken once, and the counts of the end-of-run line.
+// out, the streamed step taken once, and the counts of the end-of-run line; the
+// gradient_frontier it and the NVMe update stream share.
 #include "actors/train/shard/host_stream.hpp"
 
 #include <doctest/doctest.h>
@@ -11,6 +12,7 @@
 #include <future>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace dsa;
@@ -77,4 +79,41 @@ TEST_CASE("host_stream: a run that stops throws out the update waiting for parts
   CHECK(order.size() <= 1); // parameter 3 may have been updated before the cancel
   CHECK_FALSE(s.take(0));
   CHECK(s.report().empty());
+}
+
+TEST_CASE("gradient_frontier: a suffix per step, reset by a new step; early until the last part; cancel ends waits") {
+  train::gradient_frontier f;
+  // Nothing told yet: nothing final.
+  CHECK_FALSE(f.check(0, 9).final);
+  f.advance(0, 7, 10, false); // units 7.. of step 0
+  CHECK(f.check(0, 7).final);
+  CHECK(f.check(0, 7).early);
+  CHECK_FALSE(f.check(0, 6).final);
+  CHECK_FALSE(f.check(1, 9).final); // another step
+  f.advance(0, 8, 10, false);       // a later part of a suffix never shrinks it
+  CHECK(f.check(0, 7).final);
+  const auto before = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  CHECK(f.after_backward(before) == before); // the last part has not come
+  f.advance(0, 0, 10, true);
+  CHECK(f.check(0, 0).final);
+  CHECK_FALSE(f.check(0, 0).early);
+  CHECK(f.after_backward(before) > before); // from the last part's arrival
+  // Step 1's first part resets the suffix.
+  f.advance(1, 9, 10, false);
+  CHECK(f.check(1, 9).final);
+  CHECK_FALSE(f.check(1, 8).final);
+  CHECK_FALSE(f.check(0, 0).final);
+  // A wait for a unit told later returns once told; a cancel ends a wait that would not.
+  std::chrono::steady_clock::duration waited{};
+  std::thread teller([&] { f.advance(1, 3, 10, false); });
+  const auto got = f.wait_final(1, 3, waited);
+  teller.join();
+  CHECK(got.final);
+  CHECK_FALSE(got.cancelled);
+  std::thread canceller([&] { f.cancel(); });
+  const auto stopped = f.wait_final(1, 0, waited);
+  canceller.join();
+  CHECK(stopped.cancelled);
+  CHECK_FALSE(stopped.final);
+  CHECK(f.check(1, 5).cancelled);
 }

@@ -3,61 +3,38 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <stdexcept>
 
 namespace dsa::train {
 
 void host_stream::gradients_final(std::uint32_t step, std::uint32_t first) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!open_ || step_open_ != step) {
-      open_ = true;
-      step_open_ = step;
-      final_from_ = params_;
-      all_final_ = false;
-    }
-    final_from_ = std::min<std::size_t>(final_from_, first);
-    if (first == 0) {
-      all_final_ = true;
-      all_final_at_ = std::chrono::steady_clock::now();
-    }
-  }
-  cv_.notify_all();
+  frontier_.advance(step, first, static_cast<std::int64_t>(params_), first == 0);
 }
 
-void host_stream::cancel() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancelled_ = true;
-  }
-  cv_.notify_all();
-}
+void host_stream::cancel() { frontier_.cancel(); }
 
 std::chrono::steady_clock::time_point host_stream::run(std::uint32_t step,
                                                        std::chrono::steady_clock::time_point started,
                                                        const std::function<void(std::size_t)>& update) {
+  std::chrono::steady_clock::duration waited{};
+  std::int64_t updates = 0, early = 0;
   for (std::size_t i = params_; i-- > 0;) {
-    bool early = false;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      const auto since = std::chrono::steady_clock::now();
-      cv_.wait(lock, [&] { return cancelled_ || (open_ && step_open_ == step && final_from_ <= i); });
-      waited_ += std::chrono::steady_clock::now() - since;
-      if (cancelled_)
-        throw std::runtime_error(fmt::format("optimizer shard {}: the run stopped during the streamed update of step {}",
-                                             participant_, step));
-      early = !all_final_;
-    }
+    const gradient_frontier::seen s = frontier_.wait_final(step, static_cast<std::int64_t>(i), waited);
+    if (s.cancelled)
+      throw std::runtime_error(fmt::format("optimizer shard {}: the run stopped during the streamed update of step {}",
+                                           participant_, step));
     update(i);
-    ++updates_;
-    if (early) ++early_updates_;
+    ++updates;
+    if (s.early) ++early;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  waited_ += waited;
+  updates_ += updates;
+  early_updates_ += early;
   streamed_step_valid_ = true;
   streamed_step_ = step;
   ++streamed_;
-  return all_final_ ? std::max(started, all_final_at_) : started;
+  return frontier_.after_backward(started);
 }
 
 bool host_stream::take(std::uint32_t step) {

@@ -9,8 +9,9 @@
 // on the shard's worker.
 #pragma once
 
+#include "actors/train/shard/gradient_frontier.hpp"
+
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -42,14 +43,8 @@ public:
 private:
   std::uint32_t participant_;
   std::size_t params_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false; // parts of step_open_ came
-  std::uint32_t step_open_ = 0;
-  std::size_t final_from_ = 0; // parameters from here on are final
-  bool all_final_ = false;     // the step's last part came, at all_final_at_
-  std::chrono::steady_clock::time_point all_final_at_;
-  bool cancelled_ = false;
+  gradient_frontier frontier_; // in parameters
+  mutable std::mutex mu_;      // what follows
   bool streamed_step_valid_ = false;
   std::uint32_t streamed_step_ = 0;
   std::int64_t streamed_ = 0, updates_ = 0, early_updates_ = 0;

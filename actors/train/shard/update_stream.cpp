@@ -24,41 +24,25 @@ void update_stream::gradients_final(std::uint32_t step, std::uint32_t first) {
   // that parameter's first on (the layout keeps the parameters in their order).
   const std::int64_t flat = first < tensors.size() ? tensors[first].offset : part_->layout().padded_numel();
   const std::int64_t from = std::clamp<std::int64_t>(flat - mine.lo, 0, mine.size());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!open_ || step_open_ != step) {
-      open_ = true;
-      step_open_ = step;
-      ready_from_ = mine.size();
-      all_final_ = false;
-    }
-    ready_from_ = std::min(ready_from_, from);
-    if (first == 0) {
-      all_final_ = true;
-      all_final_at_ = std::chrono::steady_clock::now();
-    }
-  }
+  frontier_.advance(step, from, mine.size(), first == 0);
   swap_->wake(); // a sweep waiting for these gradients asks again
 }
 
 void update_stream::cancel() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancelled_ = true;
-  }
+  frontier_.cancel();
   if (swap_) swap_->wake();
 }
 
 // The gradients of the partition's elements from `lo` on are final once the parts cover
 // them (the parts are a suffix of the layout, growing towards its start).
 expected<bool> update_stream::chunk_final(std::uint32_t step, std::int64_t lo) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (cancelled_)
+  const gradient_frontier::seen s = frontier_.check(step, lo);
+  if (s.cancelled)
     return make_error(errc::runtime, "optimizer shard {}: the run stopped during the streamed update of step {}",
                       participant_, step);
-  if (!open_ || step_open_ != step || ready_from_ > lo) return false;
-  ++chunks_;
-  if (!all_final_) ++early_chunks_;
+  if (!s.final) return false;
+  ++chunks_; // on the shard's worker only
+  if (s.early) ++early_chunks_;
   return true;
 }
 
@@ -89,8 +73,7 @@ std::chrono::steady_clock::time_point update_stream::finished(std::uint32_t step
                                                               std::chrono::steady_clock::time_point started) {
   step_ = step;
   ++streamed_;
-  std::lock_guard<std::mutex> lock(mu_);
-  return all_final_ ? std::max(started, all_final_at_) : started;
+  return frontier_.after_backward(started);
 }
 
 bool update_stream::settle(std::uint32_t step, const step_decision& would, const step_decision& d) {

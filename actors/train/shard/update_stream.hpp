@@ -11,6 +11,7 @@
 // ready()'s hook on the shard's worker under the store's lock.
 #pragma once
 
+#include "actors/train/shard/gradient_frontier.hpp"
 #include "actors/train/shard/step_decider.hpp"
 #include "core/error.hpp"
 #include "optim/chunked_state.hpp"
@@ -66,14 +67,8 @@ private:
   const step_decider& decider_;
   optim::partitioned_optimizer* part_ = nullptr;
   aio::swap_store* swap_ = nullptr;
-  // Which parts of which step are final (gradients_final), under mu.
-  std::mutex mu_;
-  bool open_ = false;               // parts of step_open_ came
-  std::uint32_t step_open_ = 0;
-  std::int64_t ready_from_ = 0;     // partition elements from here on are final
-  bool all_final_ = false;          // the step's last part came, at all_final_at_
-  std::chrono::steady_clock::time_point all_final_at_;
-  bool cancelled_ = false;
+  // Which partition elements of which step are final (gradients_final).
+  gradient_frontier frontier_;
   // The step streamed (its update() not yet run), what it assumed, whether it writes the
   // second files, and what to restore if it clipped.
   std::optional<std::uint32_t> step_;
