@@ -179,12 +179,9 @@ void bert_stage::enable_partitioned_grads(std::shared_ptr<partition_grads> grads
 
 void bert_stage::partition_weights() {
   auto& params = part_.parameters();
+  if (fetcher_) hand_weights_to(*fetcher_, params, parameters());
   std::vector<std::pair<std::size_t, tensor>> dropped;
   for (std::size_t i = 0; i < params.entries().size(); ++i) dropped.emplace_back(i, tensor{});
-  if (fetcher_) {
-    fetcher_->take_whole(parameters());
-    params.set_values(dropped);
-  }
   params.set_grads(std::move(dropped)); // from now on a part's gradients exist during its backward only
   partitioned_ = true;
 }
@@ -195,10 +192,7 @@ std::vector<std::int64_t> bert_stage::fetch_sequence() const { return zero3_sequ
 
 void bert_stage::gather_whole() {
   if (!fetcher_) return;
-  auto whole = fetcher_->gather_all();
-  std::vector<std::pair<std::size_t, tensor>> values;
-  for (std::size_t i = 0; i < whole.size(); ++i) values.emplace_back(i, std::move(whole[i]));
-  part_.parameters().set_values(std::move(values));
+  take_weights_back(*fetcher_, part_.parameters());
   part_.set_gate(nullptr);
   binding_.reset();
   binder_.reset();

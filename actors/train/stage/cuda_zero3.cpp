@@ -187,10 +187,7 @@ void cuda_stage::enable_zero3(std::shared_ptr<param_fetcher> fetcher, std::share
 }
 
 void cuda_stage::partition_weights() {
-  fetcher_->take_whole(parameters());
-  std::vector<std::pair<std::size_t, tensor>> dropped;
-  for (std::size_t i = 0; i < params_.entries().size(); ++i) dropped.emplace_back(i, tensor{});
-  params_.set_values(std::move(dropped));
+  hand_weights_to(*fetcher_, params_, parameters());
   partitioned_ = true;
 }
 
@@ -201,10 +198,7 @@ void cuda_stage::gather_whole() {
     device_wait("cudaStreamSynchronize (the last step's work before the weights are gathered)");
     check_cuda(cudaStreamSynchronize(stream_->get()), "the stage's stream");
   }
-  auto whole = fetcher_->gather_all();
-  std::vector<std::pair<std::size_t, tensor>> values;
-  for (std::size_t i = 0; i < whole.size(); ++i) values.emplace_back(i, std::move(whole[i]));
-  params_.set_values(std::move(values));
+  take_weights_back(*fetcher_, params_);
   // The device part goes; the next use makes a resident one from the whole weights.
   binding_.reset();
   binder_.reset();

@@ -25,6 +25,23 @@ std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts) {
   return out;
 }
 
+namespace {
+std::vector<std::pair<std::size_t, tensor>> indexed(std::vector<tensor> values) {
+  std::vector<std::pair<std::size_t, tensor>> out;
+  for (std::size_t i = 0; i < values.size(); ++i) out.emplace_back(i, std::move(values[i]));
+  return out;
+}
+} // namespace
+
+void hand_weights_to(param_fetcher& fetcher, bert::bert_parameters& params, const std::vector<tensor>& whole) {
+  fetcher.take_whole(whole);
+  params.set_values(indexed(std::vector<tensor>(params.entries().size())));
+}
+
+void take_weights_back(param_fetcher& fetcher, bert::bert_parameters& params) {
+  params.set_values(indexed(fetcher.gather_all()));
+}
+
 std::size_t zero3_upload_bytes(const std::vector<fetch_part>& parts, const std::vector<std::int64_t>& numel,
                                const std::vector<bool>& persistent, std::size_t elem_size) {
   if (numel.size() != persistent.size())

@@ -46,6 +46,13 @@ public:
 // the fetcher's sequence of uses for one micro-batch: the forward's parts, then in reverse.
 std::vector<fetch_part> zero3_parts(const bert::bert_parameters& params);
 std::vector<std::int64_t> zero3_sequence(const std::vector<fetch_part>& parts);
+// ZeRO-3: the stage's whole weights (`whole`, layout order) to the fetcher, which takes its
+// partition; the stage's own values are dropped (the fetcher's between steps).
+void hand_weights_to(param_fetcher& fetcher, bert::bert_parameters& params, const std::vector<tensor>& whole);
+// After the run: every tensor gathered whole (every rank, the same point) back into the
+// stage's values.
+void take_weights_back(param_fetcher& fetcher, bert::bert_parameters& params);
+
 // The bytes one use's gathered tensors take in a device binder's upload buffer: the
 // persistent tensors (a step's first use binds them too) and the largest part's others,
 // `elem_size` bytes an element, each tensor padded to 64 bytes. numel and persistent: per
