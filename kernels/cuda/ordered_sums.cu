@@ -2,46 +2,100 @@
 #include "kernels/cuda/ordered_sums.hpp"
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/vec8.cuh"
 
 #include <algorithm>
 
 namespace dsa::cuda {
 namespace {
 
-// Chunk y of the rows, thread per column: its dy xhat and dy sums into partial[y][2c].
-template <class T>
-__global__ void layernorm_param_partial_kernel(float* partial, const T* dy, const T* x, const float* mean,
-                                               const float* rstd, long long rows, long long c,
-                                               long long rows_per_chunk) {
-  const long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-  if (j >= c)
-    return;
-  const long long first = blockIdx.y * rows_per_chunk;
+// Blocks of 32 x 8 threads, as bias_backward's: block (x, y) covers 32 V columns (V
+// consecutive per thread, 16-byte loads when V is 8) of chunk y of the rows; row lane t adds
+// rows t, t + 8, ... of the chunk, the lanes' sums then added in lane order. The chunk's
+// dy xhat and dy sums go to partial[y][2c] (gamma's c, then beta's c).
+constexpr int lanes_x = 32, lanes_y = 8;
+
+template <class T, int V>
+__global__ void __launch_bounds__(lanes_x * lanes_y)
+    layernorm_param_partial_kernel(float* partial, const T* dy, const T* x, const float* mean, const float* rstd,
+                                   long long rows, long long c, long long rows_per_chunk) {
+  __shared__ float g_lanes[lanes_y][lanes_x * V], b_lanes[lanes_y][lanes_x * V];
+  const long long start = static_cast<long long>(blockIdx.x) * lanes_x * V;
+  const long long col = start + static_cast<long long>(threadIdx.x) * V;
+  const long long first = static_cast<long long>(blockIdx.y) * rows_per_chunk;
   const long long last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
-  float g = 0.0f, b = 0.0f;
-  for (long long r = first; r < last; ++r) {
-    const float d = detail::to_float(dy[r * c + j]);
-    const float xhat = (detail::to_float(x[r * c + j]) - mean[r]) * rstd[r];
-    g += d * xhat;
-    b += d;
+  float g[V], b[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    g[k] = 0.0f;
+    b[k] = 0.0f;
   }
-  partial[blockIdx.y * 2 * c + j] = g;
-  partial[blockIdx.y * 2 * c + c + j] = b;
+  if (col < c) {
+#pragma unroll 4
+    for (long long r = first + threadIdx.y; r < last; r += lanes_y) {
+      const float m = mean[r], s = rstd[r];
+      if constexpr (V == 8) {
+        float d[8], v[8];
+        detail::load8(d, dy + r * c + col);
+        detail::load8(v, x + r * c + col);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float xhat = (v[k] - m) * s;
+          g[k] += d[k] * xhat;
+          b[k] += d[k];
+        }
+      } else {
+        const float d = detail::to_float(dy[r * c + col]);
+        const float xhat = (detail::to_float(x[r * c + col]) - m) * s;
+        g[0] += d * xhat;
+        b[0] += d;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    g_lanes[threadIdx.y][threadIdx.x * V + k] = g[k];
+    b_lanes[threadIdx.y][threadIdx.x * V + k] = b[k];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y * lanes_x + threadIdx.x; i < lanes_x * V; i += lanes_x * lanes_y) {
+    const long long j = start + i;
+    if (j >= c)
+      continue;
+    float tg = 0.0f, tb = 0.0f;
+#pragma unroll
+    for (int y = 0; y < lanes_y; ++y) {
+      tg += g_lanes[y][i];
+      tb += b_lanes[y][i];
+    }
+    partial[static_cast<long long>(blockIdx.y) * 2 * c + j] = tg;
+    partial[static_cast<long long>(blockIdx.y) * 2 * c + c + j] = tb;
+  }
 }
 
-__global__ void layernorm_param_finish_kernel(float* dgamma, float* dbeta, const float* partial, long long chunks,
-                                              long long c) {
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long j = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; j < c; j += stride) {
-    float g = 0.0f, b = 0.0f;
-    for (long long k = 0; k < chunks; ++k) {
-      g += partial[k * 2 * c + j];
-      b += partial[k * 2 * c + c + j];
-    }
+// The chunks' sums in chunk order per column of partial's 2c, the same lanes: column j < c
+// onto dgamma[j], the rest onto dbeta[j - c] (either may be null).
+__global__ void __launch_bounds__(lanes_x * lanes_y)
+    layernorm_param_finish_kernel(float* dgamma, float* dbeta, const float* partial, long long chunks, long long c) {
+  __shared__ float lanes[lanes_y][lanes_x];
+  const long long j = static_cast<long long>(blockIdx.x) * lanes_x + threadIdx.x;
+  float sum = 0.0f;
+  if (j < 2 * c)
+    for (long long k = threadIdx.y; k < chunks; k += lanes_y)
+      sum += partial[k * 2 * c + j];
+  lanes[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= 2 * c)
+    return;
+  float total = 0.0f;
+#pragma unroll
+  for (int y = 0; y < lanes_y; ++y)
+    total += lanes[y][threadIdx.x];
+  if (j < c) {
     if (dgamma)
-      dgamma[j] += g;
-    if (dbeta)
-      dbeta[j] += b;
+      dgamma[j] += total;
+  } else if (dbeta) {
+    dbeta[j - c] += total;
   }
 }
 
@@ -65,14 +119,20 @@ __global__ void ordered_row_scatter_kernel(float* table, const T* src, const std
 cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy, const void* x, const float* mean,
                                      const float* rstd, elem type, std::int64_t rows, std::int64_t c,
                                      cudaStream_t stream) {
-  if (rows < 0 || c <= 0 || (!dgamma && !dbeta) || !dy || !x || !mean || !rstd || rows > (std::int64_t{1} << 62) / c)
+  if (rows < 0 || c <= 0 || (!dgamma && !dbeta) || !dy || !x || !mean || !rstd || rows > (std::int64_t{1} << 62) / c ||
+      (2 * c + lanes_x - 1) / lanes_x > 2147483647LL)
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;
-  // A thread per column over chunks of at least 64 rows, at most 1024 chunks (the layout
-  // bias_backward had before its 2-D blocks).
-  const std::int64_t per_chunk = std::max<std::int64_t>(64, (rows + 1023) / 1024);
-  const std::int64_t chunks = (rows + per_chunk - 1) / per_chunk;
+  // As bias_backward: chunks of at least 64 rows (8 per row lane), as many as fill about
+  // 2048 blocks; the chunking follows from rows and c alone (the bits do not depend on the
+  // device).
+  const std::int64_t per_block = c % 8 == 0 ? 8 * lanes_x : lanes_x;
+  const std::int64_t column_blocks = (c + per_block - 1) / per_block;
+  std::int64_t chunks =
+      std::max<std::int64_t>(1, std::min((rows + 63) / 64, std::max<std::int64_t>(1, 2048 / column_blocks)));
+  const std::int64_t per_chunk = (rows + chunks - 1) / chunks;
+  chunks = (rows + per_chunk - 1) / per_chunk;
   float* partial = nullptr;
   cudaError_t e =
       cudaMallocAsync(reinterpret_cast<void**>(&partial), static_cast<std::size_t>(chunks * 2 * c) * sizeof(float),
@@ -83,15 +143,21 @@ cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy
   }
   e = detail::dispatch(type, [&](auto tag) {
     using T = decltype(tag);
-    const dim3 grid(static_cast<unsigned>((c + detail::block_threads - 1) / detail::block_threads),
-                    static_cast<unsigned>(chunks));
-    layernorm_param_partial_kernel<T><<<grid, detail::block_threads, 0, stream>>>(
-        partial, static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, rows, c, per_chunk);
+    const T* d = static_cast<const T*>(dy);
+    const T* v = static_cast<const T*>(x);
+    const dim3 block(lanes_x, lanes_y);
+    if (c % 8 == 0 && detail::vec8_aligned<T>(d) && detail::vec8_aligned<T>(v)) {
+      const dim3 grid(static_cast<unsigned>((c + 8 * lanes_x - 1) / (8 * lanes_x)), static_cast<unsigned>(chunks));
+      layernorm_param_partial_kernel<T, 8><<<grid, block, 0, stream>>>(partial, d, v, mean, rstd, rows, c, per_chunk);
+    } else {
+      const dim3 grid(static_cast<unsigned>((c + lanes_x - 1) / lanes_x), static_cast<unsigned>(chunks));
+      layernorm_param_partial_kernel<T, 1><<<grid, block, 0, stream>>>(partial, d, v, mean, rstd, rows, c, per_chunk);
+    }
     return cudaGetLastError();
   });
   if (e == cudaSuccess) {
-    layernorm_param_finish_kernel<<<detail::grid_for(c), detail::block_threads, 0, stream>>>(dgamma, dbeta, partial,
-                                                                                            chunks, c);
+    const dim3 grid(static_cast<unsigned>((2 * c + lanes_x - 1) / lanes_x));
+    layernorm_param_finish_kernel<<<grid, dim3(lanes_x, lanes_y), 0, stream>>>(dgamma, dbeta, partial, chunks, c);
     e = cudaGetLastError();
   }
   const cudaError_t freed = cudaFreeAsync(partial, stream);

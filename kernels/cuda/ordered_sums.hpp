@@ -15,8 +15,10 @@ namespace dsa::cuda {
 // dgamma[j] += sum_r dy[r][j] xhat[r][j] and dbeta[j] += sum_r dy[r][j], with
 // xhat = (x - mean[r]) rstd[r] in f32 (the fused backward kernels' terms). dy, x: (rows, c)
 // of `type`; mean, rstd: (rows) f32; dgamma, dbeta: (c) f32, either may be null (not
-// wanted), not both. Rows in chunks summed in parallel, then each column's chunk sums in
-// chunk order (a stream-ordered scratch of 2 c floats per chunk): the same bits every run.
+// wanted), not both. Blocks of 32 x 8 threads (8 columns per thread where aligned), each of
+// the 8 row lanes adding every eighth row of a chunk, the lanes' sums in lane order; then
+// each column's chunk sums in chunk order (a stream-ordered scratch of 2 c floats per
+// chunk, chunks following from rows and c alone): the same bits every run, on any device.
 cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy, const void* x, const float* mean,
                                      const float* rstd, elem type, std::int64_t rows, std::int64_t c,
                                      cudaStream_t stream);
