@@ -4,6 +4,7 @@
 // a fixed order (deterministic, no atomics).
 #include "kernels/cuda/bias.hpp"
 
+#include "kernels/cuda/column_lanes.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/vec8.cuh"
 
@@ -41,7 +42,8 @@ __global__ void bias_add_kernel8(T* y, const float* x, const float* bias, long l
 // rows of its chunk (blockIdx.y); row lane y adds rows y, y + 8, ... of the chunk, then
 // the lanes' sums are added in lane order. out: row blockIdx.y of a (chunks, c) matrix, or
 // with `accumulate` (one chunk) the c sums added onto out.
-constexpr int lanes_x = 32, lanes_y = 8;
+using detail::lanes_x;
+using detail::lanes_y;
 
 template <class T, int V>
 __global__ void __launch_bounds__(lanes_x * lanes_y)
@@ -70,21 +72,10 @@ __global__ void __launch_bounds__(lanes_x * lanes_y)
       }
     }
   }
-#pragma unroll
-  for (int k = 0; k < V; ++k)
-    lane_sums[threadIdx.y][threadIdx.x * V + k] = sum[k];
-  __syncthreads();
-  for (int i = threadIdx.y * lanes_x + threadIdx.x; i < lanes_x * V; i += lanes_x * lanes_y) {
-    const long long j = start + i;
-    if (j >= c)
-      continue;
-    float total = 0.0f;
-#pragma unroll
-    for (int y = 0; y < lanes_y; ++y)
-      total += lane_sums[y][i];
+  detail::sum_row_lanes<V>(lane_sums, sum, start, c, [&](long long j, float total) {
     float* o = accumulate ? out + j : out + static_cast<long long>(blockIdx.y) * c + j;
     *o = accumulate ? *o + total : total;
-  }
+  });
 }
 
 // One launch of column_sums_kernel over `chunks` chunks of `per_chunk` rows.
@@ -131,16 +122,10 @@ cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t 
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;
-  // Enough blocks to fill the device (about 2048 of 256 threads) where the rows allow, each
-  // chunk at least 64 rows (8 per row lane); one chunk sums straight onto dbias, more
-  // write their sums to a stream-ordered scratch that a second pass adds in chunk order.
-  const std::int64_t per_block = c % 8 == 0 ? 8 * lanes_x : lanes_x;
-  const std::int64_t column_blocks = (c + per_block - 1) / per_block;
-  const std::int64_t by_rows = (rows + 63) / 64;
-  const std::int64_t by_device = std::max<std::int64_t>(1, 2048 / column_blocks);
-  std::int64_t chunks = std::max<std::int64_t>(1, std::min(by_rows, by_device));
-  const std::int64_t per_chunk = (rows + chunks - 1) / chunks;
-  chunks = (rows + per_chunk - 1) / per_chunk;
+  // One chunk sums straight onto dbias; more write their sums to a stream-ordered scratch
+  // that a second pass adds in chunk order.
+  const detail::row_chunks split = detail::chunk_rows(rows, c);
+  const std::int64_t chunks = split.count, per_chunk = split.rows_each;
   return detail::dispatch(type, [&](auto tag) {
     using T = decltype(tag);
     const T* in = static_cast<const T*>(dy);

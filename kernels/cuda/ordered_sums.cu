@@ -1,6 +1,7 @@
 // Deterministic column sums and keyed row sums; see ordered_sums.hpp.
 #include "kernels/cuda/ordered_sums.hpp"
 
+#include "kernels/cuda/column_lanes.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/vec8.cuh"
 
@@ -13,7 +14,8 @@ namespace {
 // consecutive per thread, 16-byte loads when V is 8) of chunk y of the rows; row lane t adds
 // rows t, t + 8, ... of the chunk, the lanes' sums then added in lane order. The chunk's
 // dy xhat and dy sums go to partial[y][2c] (gamma's c, then beta's c).
-constexpr int lanes_x = 32, lanes_y = 8;
+using detail::lanes_x;
+using detail::lanes_y;
 
 template <class T, int V>
 __global__ void __launch_bounds__(lanes_x * lanes_y)
@@ -52,25 +54,9 @@ __global__ void __launch_bounds__(lanes_x * lanes_y)
       }
     }
   }
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    g_lanes[threadIdx.y][threadIdx.x * V + k] = g[k];
-    b_lanes[threadIdx.y][threadIdx.x * V + k] = b[k];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y * lanes_x + threadIdx.x; i < lanes_x * V; i += lanes_x * lanes_y) {
-    const long long j = start + i;
-    if (j >= c)
-      continue;
-    float tg = 0.0f, tb = 0.0f;
-#pragma unroll
-    for (int y = 0; y < lanes_y; ++y) {
-      tg += g_lanes[y][i];
-      tb += b_lanes[y][i];
-    }
-    partial[static_cast<long long>(blockIdx.y) * 2 * c + j] = tg;
-    partial[static_cast<long long>(blockIdx.y) * 2 * c + c + j] = tb;
-  }
+  float* out = partial + static_cast<long long>(blockIdx.y) * 2 * c;
+  detail::sum_row_lanes<V>(g_lanes, g, start, c, [&](long long j, float total) { out[j] = total; });
+  detail::sum_row_lanes<V>(b_lanes, b, start, c, [&](long long j, float total) { out[c + j] = total; });
 }
 
 // The chunks' sums in chunk order per column of partial's 2c, the same lanes: column j < c
@@ -78,25 +64,20 @@ __global__ void __launch_bounds__(lanes_x * lanes_y)
 __global__ void __launch_bounds__(lanes_x * lanes_y)
     layernorm_param_finish_kernel(float* dgamma, float* dbeta, const float* partial, long long chunks, long long c) {
   __shared__ float lanes[lanes_y][lanes_x];
-  const long long j = static_cast<long long>(blockIdx.x) * lanes_x + threadIdx.x;
-  float sum = 0.0f;
+  const long long start = static_cast<long long>(blockIdx.x) * lanes_x;
+  const long long j = start + threadIdx.x;
+  float sum[1] = {0.0f};
   if (j < 2 * c)
     for (long long k = threadIdx.y; k < chunks; k += lanes_y)
-      sum += partial[k * 2 * c + j];
-  lanes[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y != 0 || j >= 2 * c)
-    return;
-  float total = 0.0f;
-#pragma unroll
-  for (int y = 0; y < lanes_y; ++y)
-    total += lanes[y][threadIdx.x];
-  if (j < c) {
-    if (dgamma)
-      dgamma[j] += total;
-  } else if (dbeta) {
-    dbeta[j - c] += total;
-  }
+      sum[0] += partial[k * 2 * c + j];
+  detail::sum_row_lanes<1>(lanes, sum, start, 2 * c, [&](long long col, float total) {
+    if (col < c) {
+      if (dgamma)
+        dgamma[col] += total;
+    } else if (dbeta) {
+      dbeta[col - c] += total;
+    }
+  });
 }
 
 // Block (k, y): key k, columns y blockDim.x .. (y + 1) blockDim.x - 1, a thread per column.
@@ -124,15 +105,9 @@ cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;
-  // As bias_backward: chunks of at least 64 rows (8 per row lane), as many as fill about
-  // 2048 blocks; the chunking follows from rows and c alone (the bits do not depend on the
-  // device).
-  const std::int64_t per_block = c % 8 == 0 ? 8 * lanes_x : lanes_x;
-  const std::int64_t column_blocks = (c + per_block - 1) / per_block;
-  std::int64_t chunks =
-      std::max<std::int64_t>(1, std::min((rows + 63) / 64, std::max<std::int64_t>(1, 2048 / column_blocks)));
-  const std::int64_t per_chunk = (rows + chunks - 1) / chunks;
-  chunks = (rows + per_chunk - 1) / per_chunk;
+  // Chunked as bias_backward's rows (detail::chunk_rows).
+  const detail::row_chunks split = detail::chunk_rows(rows, c);
+  const std::int64_t chunks = split.count, per_chunk = split.rows_each;
   float* partial = nullptr;
   cudaError_t e =
       cudaMallocAsync(reinterpret_cast<void**>(&partial), static_cast<std::size_t>(chunks * 2 * c) * sizeof(float),
