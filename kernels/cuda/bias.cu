@@ -123,7 +123,7 @@ cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t 
   if (rows == 0)
     return cudaSuccess;
   // One chunk sums straight onto dbias; more write their sums to a stream-ordered scratch
-  // that a second pass adds in chunk order.
+  // that a second pass of the same kernel adds (its row lanes over the chunks: a fixed order).
   const detail::row_chunks split = detail::chunk_rows(rows, c);
   const std::int64_t chunks = split.count, per_chunk = split.rows_each;
   return detail::dispatch(type, [&](auto tag) {

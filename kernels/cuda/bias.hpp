@@ -23,7 +23,8 @@ cudaError_t bias_add(void* y, const float* x, const float* bias, elem y_type, st
 // 256 columns (8 per thread) or 32, each of the 8 row lanes adding every eighth row of a
 // chunk, the lanes' sums added in lane order; with more than 64 rows, chunks of rows summed
 // in parallel first (a stream-ordered scratch of chunks x c floats, at most 2048 x 256, 2 MiB),
-// then each column's chunk sums added in chunk order by the same kernel. The chunks follow
+// then each column's chunk sums added by the same kernel (its lanes over the chunks, in a
+// fixed order). The chunks follow
 // from rows and c alone, so the bits do not depend on the device.
 cudaError_t bias_backward(float* dbias, const void* dy, elem type, std::int64_t rows,
                           std::int64_t c, cudaStream_t stream);

@@ -31,7 +31,8 @@ inline row_chunks chunk_rows(std::int64_t rows, std::int64_t c) {
 
 // Every thread's V sums (its columns start + threadIdx.x V ..) into `lanes`, then for each
 // of the block's lanes_x V columns j below c: out(j, the 8 row lanes' sums added in lane
-// order). Every thread of the block must call it (it synchronises the block).
+// order). Every thread of the block must call it (it synchronises the block before reading);
+// it does not synchronise after, so two calls in a row need two shared arrays.
 template <int V, class Out>
 __device__ __forceinline__ void sum_row_lanes(float (&lanes)[lanes_y][lanes_x * V], const float (&mine)[V],
                                               long long start, long long c, Out&& out) {

@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(lanes_x * lanes_y)
   detail::sum_row_lanes<V>(b_lanes, b, start, c, [&](long long j, float total) { out[c + j] = total; });
 }
 
-// The chunks' sums in chunk order per column of partial's 2c, the same lanes: column j < c
+// The chunks' sums per column of partial's 2c, the same lanes (lane y adds chunks y, y + 8,
+// ..., the lanes in order: a fixed order): column j < c
 // onto dgamma[j], the rest onto dbeta[j - c] (either may be null).
 __global__ void __launch_bounds__(lanes_x * lanes_y)
     layernorm_param_finish_kernel(float* dgamma, float* dbeta, const float* partial, long long chunks, long long c) {
@@ -101,7 +102,7 @@ cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy
                                      const float* rstd, elem type, std::int64_t rows, std::int64_t c,
                                      cudaStream_t stream) {
   if (rows < 0 || c <= 0 || (!dgamma && !dbeta) || !dy || !x || !mean || !rstd || rows > (std::int64_t{1} << 62) / c ||
-      (2 * c + lanes_x - 1) / lanes_x > 2147483647LL)
+      (c + 15) / 16 > 2147483647LL) // the finish grid's ceil(2c / 32) blocks, without forming 2c
     return cudaErrorInvalidValue;
   if (rows == 0)
     return cudaSuccess;

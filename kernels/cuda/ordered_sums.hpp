@@ -17,7 +17,7 @@ namespace dsa::cuda {
 // of `type`; mean, rstd: (rows) f32; dgamma, dbeta: (c) f32, either may be null (not
 // wanted), not both. Blocks of 32 x 8 threads (8 columns per thread where aligned), each of
 // the 8 row lanes adding every eighth row of a chunk, the lanes' sums in lane order; then
-// each column's chunk sums in chunk order (a stream-ordered scratch of 2 c floats per
+// each column's chunk sums by the same lanes, in a fixed order (a stream-ordered scratch of 2 c floats per
 // chunk, chunks following from rows and c alone): the same bits every run, on any device.
 cudaError_t layernorm_param_backward(float* dgamma, float* dbeta, const void* dy, const void* x, const float* mean,
                                      const float* rstd, elem type, std::int64_t rows, std::int64_t c,

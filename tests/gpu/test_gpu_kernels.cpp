@@ -206,6 +206,52 @@ TEST_CASE("cuda layernorm_param_backward (deterministic mode) matches the CPU tw
   }
 }
 
+TEST_CASE("cuda layernorm_param_backward: a misaligned dy gives the aligned bits; one output alone") {
+  // 8 columns per thread wants dy and x aligned; one element off takes the one-column lanes,
+  // which add in the same order. And either output may be left out.
+  const test::test_stream stream;
+  for (const cuda::elem type : all_types) {
+    INFO(test::elem_name(type));
+    const std::int64_t rows = 5000, c = 64, n = rows * c;
+    const auto x = test::round_to(random_vector(n + 1, -2.0f, 3.0f, 31), type);
+    const auto dy = test::round_to(random_vector(n + 1, -1.0f, 1.0f, 32), type);
+    const auto mean = random_vector(rows, -0.5f, 0.5f, 33), rstd = random_vector(rows, 0.5f, 2.0f, 34);
+    device_buffer d_x(bytes_of(n + 1, type)), d_dy(bytes_of(n + 1, type));
+    device_buffer d_mean(static_cast<std::size_t>(rows) * 4), d_rstd(static_cast<std::size_t>(rows) * 4);
+    device_buffer d_x0(bytes_of(n, type)), d_dy0(bytes_of(n, type));
+    test::upload(d_x, test::encode(x, type));
+    test::upload(d_dy, test::encode(dy, type));
+    test::upload(d_mean, mean);
+    test::upload(d_rstd, rstd);
+    const std::size_t one = bytes_of(1, type);
+    const void* x1 = static_cast<const char*>(d_x.as<void>()) + one;
+    const void* dy1 = static_cast<const char*>(d_dy.as<void>()) + one;
+    DSA_REQUIRE_CUDA(cudaMemcpy(d_x0.as<void>(), x1, bytes_of(n, type), cudaMemcpyDeviceToDevice));
+    DSA_REQUIRE_CUDA(cudaMemcpy(d_dy0.as<void>(), dy1, bytes_of(n, type), cudaMemcpyDeviceToDevice));
+    const auto cols = static_cast<std::size_t>(c);
+    auto sums = [&](const void* dyp, const void* xp, bool gamma, bool beta) {
+      device_buffer g(cols * 4), b(cols * 4);
+      DSA_REQUIRE_CUDA(cudaMemset(g.as<void>(), 0, g.bytes()));
+      DSA_REQUIRE_CUDA(cudaMemset(b.as<void>(), 0, b.bytes()));
+      DSA_REQUIRE_CUDA(cuda::layernorm_param_backward(gamma ? g.as<float>() : nullptr, beta ? b.as<float>() : nullptr,
+                                                      dyp, xp, d_mean.as<float>(), d_rstd.as<float>(), type, rows, c,
+                                                      stream.get()));
+      stream.sync();
+      return std::pair{test::download(g, cols, cuda::elem::f32), test::download(b, cols, cuda::elem::f32)};
+    };
+    const auto aligned = sums(d_dy0.as<void>(), d_x0.as<void>(), true, true);
+    const auto shifted = sums(dy1, x1, true, true);
+    CHECK(shifted.first == aligned.first);
+    CHECK(shifted.second == aligned.second);
+    const auto gamma_only = sums(d_dy0.as<void>(), d_x0.as<void>(), true, false);
+    CHECK(gamma_only.first == aligned.first);
+    CHECK(gamma_only.second == std::vector<float>(cols, 0.0f)); // untouched
+    const auto beta_only = sums(d_dy0.as<void>(), d_x0.as<void>(), false, true);
+    CHECK(beta_only.second == aligned.second);
+    CHECK(beta_only.first == std::vector<float>(cols, 0.0f));
+  }
+}
+
 TEST_CASE("cuda ordered_row_scatter_add adds each key's rows in the given order, bit for bit") {
   const test::test_stream stream;
   const std::int64_t rows = 37, c = 45, table_rows = 11;
