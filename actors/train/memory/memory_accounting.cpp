@@ -214,7 +214,10 @@ zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::pa
   }
   const bool tied = rc.model.head == bert::head_kind::pretraining && parts.count("head") && parts.count("embeddings") &&
                     out.word_grad > 0;
-  if (tied) { // the decoder reads the tied word embedding
+  // The decoder reads the tied word embedding: bert::parameters_read_by's rule, restated as
+  // arithmetic over the specs (the accounting makes no bert_parameters, whose values would
+  // be allocated); test_device_choice.cpp's ZeRO-3 case holds the two together.
+  if (tied) {
     parts["head"].values += word_value;
     parts["head"].elements += word_elements;
     parts["head"].upload += word_upload;
