@@ -4,6 +4,7 @@
 #include "core/file_backed.hpp"
 
 #include "actors/train/stage/param_store.hpp"
+#include "actors/train/stage/zero3_binding.hpp"
 #include "io/aio/swap_store.hpp"
 #include "optim/flat_layout.hpp"
 
@@ -183,7 +184,7 @@ struct zero3_part_bytes {
 zero3_part_bytes zero3_parts_of(const run_config& rc, const std::vector<bert::param_spec>& specs) {
   const bool half = rc.working != precision::f32;
   const auto elem = static_cast<std::int64_t>(dtype_size(working_dtype(rc.working)));
-  auto padded = [&](std::int64_t n) { return (n * elem + 63) / 64 * 64; };
+  auto padded = [&](std::int64_t n) { return static_cast<std::int64_t>(zero3_padded(static_cast<std::size_t>(n * elem))); };
   zero3_part_bytes out;
   std::int64_t word_value = 0, word_elements = 0, word_upload = 0;
   struct sums {

@@ -89,10 +89,9 @@ void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> 
     device_wait("cudaEventSynchronize (an upload buffer's copies done, before it takes the next part's weights)");
     check_cuda(cudaEventSynchronize(slot.read), "an upload buffer's copies");
   }
-  auto aligned = [](std::size_t b) { return (b + 63) / 64 * 64; };
   std::size_t bytes = 0;
   for (const auto& [i, value] : values)
-    if (value.defined()) bytes += aligned(value.nbytes());
+    if (value.defined()) bytes += zero3_padded(value.nbytes());
   // Reserved at construction for any use; only a use larger than planned grows it (pageable,
   // and said, when pinning fails).
   slot.buffer.reserve(bytes, "a CUDA stage's ZeRO-3 weight uploads");
@@ -109,7 +108,7 @@ void cuda_zero3_binder::bind_values(std::vector<std::pair<std::size_t, tensor>> 
       std::memcpy(to, value.raw_data(), value.nbytes());
       part_.bind_value(i, tensor::from_storage(storage::wrap(to, value.nbytes(), device::cpu(), [](void*) {}), 0,
                                                value.shape(), value.type()));
-      at += aligned(value.nbytes());
+      at += zero3_padded(value.nbytes());
     }
   } catch (...) {
     cudaEventRecord(slot.read, copies); // after what was enqueued from it
@@ -136,7 +135,7 @@ void cuda_zero3_binder::hand_over(const std::vector<std::size_t>& indices, std::
   for (std::size_t i : indices) {
     p.indices.push_back(i);
     p.offsets.push_back(bytes);
-    bytes += (static_cast<std::size_t>(part_.numel(i)) * 4 + 63) / 64 * 64;
+    bytes += zero3_padded(static_cast<std::size_t>(part_.numel(i)) * 4);
   }
   if (bytes > staged_bytes_) {
     staging_.reserve(bytes, "a CUDA stage's ZeRO-3 gradient staging"); // pageable (and said) when pinning fails

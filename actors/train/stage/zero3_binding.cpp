@@ -47,7 +47,7 @@ std::size_t zero3_upload_bytes(const std::vector<fetch_part>& parts, const std::
   if (numel.size() != persistent.size())
     throw std::runtime_error(fmt::format("ZeRO binding: {} tensor sizes for {} persistence flags", numel.size(),
                                          persistent.size()));
-  auto padded = [&](std::size_t t) { return (static_cast<std::size_t>(numel[t]) * elem_size + 63) / 64 * 64; };
+  auto padded = [&](std::size_t t) { return zero3_padded(static_cast<std::size_t>(numel[t]) * elem_size); };
   std::size_t kept = 0, largest = 0;
   for (std::size_t t = 0; t < numel.size(); ++t)
     if (persistent[t]) kept += padded(t);

@@ -53,6 +53,10 @@ void hand_weights_to(param_fetcher& fetcher, bert::bert_parameters& params, cons
 // stage's values.
 void take_weights_back(param_fetcher& fetcher, bert::bert_parameters& params);
 
+// A tensor's bytes in a ZeRO-3 device binder's host buffers (upload and gradient staging):
+// each tensor starts 64-byte aligned.
+constexpr std::size_t zero3_padded(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 // The bytes one use's gathered tensors take in a device binder's upload buffer: the
 // persistent tensors (a step's first use binds them too) and the largest part's others,
 // `elem_size` bytes an element, each tensor padded to 64 bytes. numel and persistent: per
